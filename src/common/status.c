@@ -1,0 +1,53 @@
+/* status.c: error records (see status.h for the contract). */
+#include "common/status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+hr_status hr_error_set(hr_error *err, hr_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+void hr_error_prefix(hr_error *err, const char *fmt, ...) {
+    if (!err) return;
+    char prefix[HR_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char joined[HR_ERROR_MSG_MAX];
+    snprintf(joined, sizeof joined, "%s: %s", prefix, err->msg);
+    memcpy(err->msg, joined, sizeof joined);
+}
+
+void hr_error_clear(hr_error *err) {
+    if (!err) return;
+    err->code = HR_OK;
+    err->msg[0] = '\0';
+}
+
+const char *hr_status_name(hr_status code) {
+    switch (code) {
+    case HR_OK: return "ok";
+    case HR_ERR_IO: return "io";
+    case HR_ERR_FORMAT: return "format";
+    case HR_ERR_UNSUPPORTED: return "unsupported";
+    case HR_ERR_NOMEM: return "nomem";
+    case HR_ERR_INVALID_ARG: return "invalid_argument";
+    case HR_ERR_RANGE: return "range";
+    case HR_ERR_BUDGET: return "budget";
+    case HR_ERR_NOT_FOUND: return "not_found";
+    case HR_ERR_FULL: return "full";
+    case HR_ERR_CANCELLED: return "cancelled";
+    case HR_ERR_INTERNAL: return "internal";
+    }
+    return "unknown";
+}

@@ -1,0 +1,159 @@
+/* gguf.h: reading (mmap) and writing GGUF v2/v3 files: metadata, tensor directory, validation.
+ *
+ * The reader validates the whole file at open: after hr_gguf_open returns HR_OK, every accessor below
+ * is safe (strings and arrays lie inside the file, tensor data lies inside the file, aligned, with a
+ * size that matches its type and shape). Strings in a GGUF are not NUL-terminated, so they are
+ * returned as (pointer, length) views into the mapping; they live until hr_gguf_close.
+ *
+ * This module knows the byte size of every ggml tensor type (a fact of the file format), so it can
+ * check data extents; which types a model can compute with is the model/tensor modules' business. */
+#ifndef HR_GGUF_GGUF_H
+#define HR_GGUF_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* Metadata value types, numbered as in the GGUF specification. */
+typedef enum hr_gguf_type {
+    HR_GGUF_U8 = 0,
+    HR_GGUF_I8 = 1,
+    HR_GGUF_U16 = 2,
+    HR_GGUF_I16 = 3,
+    HR_GGUF_U32 = 4,
+    HR_GGUF_I32 = 5,
+    HR_GGUF_F32 = 6,
+    HR_GGUF_BOOL = 7,
+    HR_GGUF_STRING = 8,
+    HR_GGUF_ARRAY = 9,
+    HR_GGUF_U64 = 10,
+    HR_GGUF_I64 = 11,
+    HR_GGUF_F64 = 12,
+} hr_gguf_type;
+
+#define HR_GGUF_MAX_DIMS 4
+#define HR_GGUF_DEFAULT_ALIGNMENT 32
+
+typedef struct hr_gguf hr_gguf; /* an open, validated file */
+
+/* A string view into the file. Not NUL-terminated. */
+typedef struct hr_gguf_str {
+    const char *ptr;
+    uint64_t len;
+} hr_gguf_str;
+
+/* An array value. For fixed-size element types `data` points at n packed little-endian elements.
+ * For strings and nested arrays use hr_gguf_array_str / hr_gguf_array_sub (O(1): the reader keeps an
+ * offset table built during validation). */
+typedef struct hr_gguf_array {
+    hr_gguf_type type; /* element type */
+    uint64_t n;
+    const void *data;  /* fixed-size element types only */
+    const void *priv;  /* reader's bookkeeping; do not touch */
+} hr_gguf_array;
+
+/* One entry of the tensor directory. `data` points into the mapping. */
+typedef struct hr_gguf_tensor {
+    hr_gguf_str name;
+    uint32_t n_dims;
+    int64_t ne[HR_GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused dims are 1 */
+    uint32_t type;                /* ggml type id (0 = F32, 1 = F16, 2 = Q4_0, 8 = Q8_0, 30 = BF16, ...) */
+    uint64_t offset;              /* relative to the start of the data section */
+    uint64_t size_bytes;
+    const void *data;
+} hr_gguf_tensor;
+
+/* ---- reading ---------------------------------------------------------------------------------- */
+
+/* Maps and validates `path`. Errors name the path and the problem (missing file, directory, empty,
+ * bad magic, truncated, ...). */
+hr_status hr_gguf_open(const char *path, hr_gguf **out, hr_error *err);
+
+/* Validates a GGUF held in memory (borrowed: it must outlive the returned handle). For tests and the
+ * fuzzer. */
+hr_status hr_gguf_open_memory(const void *data, size_t size, hr_gguf **out, hr_error *err);
+
+void hr_gguf_close(hr_gguf *g); /* NULL allowed */
+
+uint32_t hr_gguf_version(const hr_gguf *g);
+uint64_t hr_gguf_alignment(const hr_gguf *g);
+uint64_t hr_gguf_file_size(const hr_gguf *g);
+
+/* Metadata by index. */
+uint64_t hr_gguf_n_kv(const hr_gguf *g);
+hr_gguf_str hr_gguf_kv_key(const hr_gguf *g, uint64_t i);
+hr_gguf_type hr_gguf_kv_type(const hr_gguf *g, uint64_t i);
+
+/* Index of `key` (NUL-terminated), or -1. */
+int64_t hr_gguf_find_key(const hr_gguf *g, const char *key);
+
+/* Typed getters by key. Each returns HR_ERR_NOT_FOUND when the key is absent and HR_ERR_FORMAT when
+ * it has an incompatible type (the message names key, expected and found type).
+ * get_int accepts any integer type (and bool); get_float accepts f32/f64 and integers. */
+hr_status hr_gguf_get_int(const hr_gguf *g, const char *key, int64_t *out, hr_error *err);
+hr_status hr_gguf_get_float(const hr_gguf *g, const char *key, double *out, hr_error *err);
+hr_status hr_gguf_get_bool(const hr_gguf *g, const char *key, bool *out, hr_error *err);
+hr_status hr_gguf_get_str(const hr_gguf *g, const char *key, hr_gguf_str *out, hr_error *err);
+hr_status hr_gguf_get_array(const hr_gguf *g, const char *key, hr_gguf_array *out, hr_error *err);
+
+/* Convenience: copies a string value into buf as a NUL-terminated string (truncating safely). */
+hr_status hr_gguf_get_cstr(const hr_gguf *g, const char *key, char *buf, size_t buf_len, hr_error *err);
+
+/* Scalar value by index, for listing metadata: the value as int64/double/bool/str per its type. */
+hr_status hr_gguf_kv_int(const hr_gguf *g, uint64_t i, int64_t *out);
+hr_status hr_gguf_kv_float(const hr_gguf *g, uint64_t i, double *out);
+hr_status hr_gguf_kv_str(const hr_gguf *g, uint64_t i, hr_gguf_str *out);
+hr_status hr_gguf_kv_array(const hr_gguf *g, uint64_t i, hr_gguf_array *out);
+
+/* Element access for arrays (i < arr->n). */
+hr_gguf_str hr_gguf_array_str(const hr_gguf_array *arr, uint64_t i);              /* type STRING */
+hr_gguf_array hr_gguf_array_sub(const hr_gguf_array *arr, uint64_t i);            /* type ARRAY */
+int64_t hr_gguf_array_int(const hr_gguf_array *arr, uint64_t i);                  /* integer types */
+double hr_gguf_array_float(const hr_gguf_array *arr, uint64_t i);                 /* f32/f64/ints */
+
+/* Tensor directory. */
+uint64_t hr_gguf_n_tensors(const hr_gguf *g);
+const hr_gguf_tensor *hr_gguf_tensor_at(const hr_gguf *g, uint64_t i);
+const hr_gguf_tensor *hr_gguf_find_tensor(const hr_gguf *g, const char *name); /* NULL if absent */
+
+/* Name of a metadata type ("u32", "string", ...) and of a ggml tensor type ("f32", "q4_0", ...;
+ * "unknown" for ids the format does not define). */
+const char *hr_gguf_type_name(hr_gguf_type t);
+const char *hr_gguf_tensor_type_name(uint32_t ggml_type);
+
+/* Bytes taken by n_elements of a ggml tensor type; false when the type id is unknown or n_elements
+ * is not a multiple of the type's block. */
+bool hr_gguf_tensor_type_size(uint32_t ggml_type, uint64_t n_elements, uint64_t *out_bytes);
+
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+typedef struct hr_gguf_writer hr_gguf_writer;
+
+/* version 2 or 3. Values are copied at the time of the call. */
+hr_gguf_writer *hr_gguf_writer_create(uint32_t version);
+void hr_gguf_writer_destroy(hr_gguf_writer *w); /* NULL allowed */
+
+void hr_gguf_writer_set_alignment(hr_gguf_writer *w, uint32_t alignment); /* also writes general.alignment */
+void hr_gguf_writer_set_u32(hr_gguf_writer *w, const char *key, uint32_t v);
+void hr_gguf_writer_set_i32(hr_gguf_writer *w, const char *key, int32_t v);
+void hr_gguf_writer_set_u64(hr_gguf_writer *w, const char *key, uint64_t v);
+void hr_gguf_writer_set_f32(hr_gguf_writer *w, const char *key, float v);
+void hr_gguf_writer_set_bool(hr_gguf_writer *w, const char *key, bool v);
+void hr_gguf_writer_set_str(hr_gguf_writer *w, const char *key, const char *v);
+/* An array of fixed-size elements (type must not be STRING or ARRAY). */
+void hr_gguf_writer_set_array(hr_gguf_writer *w, const char *key, hr_gguf_type type, const void *data, uint64_t n);
+void hr_gguf_writer_set_str_array(hr_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+
+/* Adds a tensor; `data` (size_bytes, must match type and shape) is copied unless `borrow` is true, in
+ * which case it must stay valid until the file is written. */
+void hr_gguf_writer_add_tensor(hr_gguf_writer *w, const char *name, uint32_t ggml_type, uint32_t n_dims,
+                               const int64_t *ne, const void *data, uint64_t size_bytes, bool borrow);
+
+/* Writes the file. Reports the first misuse recorded by the setters (e.g. a size mismatch) here. */
+hr_status hr_gguf_writer_write_file(hr_gguf_writer *w, const char *path, hr_error *err);
+/* Writes to a malloc'd buffer the caller frees. */
+hr_status hr_gguf_writer_write_memory(hr_gguf_writer *w, void **out_data, size_t *out_size, hr_error *err);
+
+#endif

@@ -1,0 +1,146 @@
+/* kv.h: the paged KV cache: one pool of fixed-size blocks allocated once from a byte budget, block
+ * tables per sequence, reference counts, a prefix cache of full blocks, KV formats, swap tier, and the
+ * ledger that accounts for every byte.
+ *
+ * Invariants (checked by hr_kv_pool_check and by the property test):
+ *   1. free + used + cached == total blocks, always.
+ *   2. a block's reference count == the number of sequence block tables holding it; used blocks have
+ *      refcount >= 1, cached and free blocks refcount 0.
+ *   3. only full blocks carry a prefix hash and are shared; a shared block is never written.
+ *   4. the pool's memory is allocated once in hr_kv_pool_create and never grows.
+ *
+ * Threads: one thread (the engine's) owns a pool and calls everything here except that, during a
+ * forward pass, hr_kv_write and hr_kv_attention may be called from kernel worker threads for
+ * distinct (layer, token) / (layer, token, head) work items. Ledger reads (hr_kv_pool_ledger) may be
+ * called from any thread: the figures are kept in atomics, each read is a consistent-enough snapshot
+ * for metrics.
+ *
+ * Dimension letters: L = layers, H = query heads, Hkv = KV heads, D = head_dim, B = block_size. */
+#ifndef HR_KV_KV_H
+#define HR_KV_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* Storage formats of K or V. */
+typedef enum hr_kv_format {
+    HR_KV_F32 = 0,
+    HR_KV_F16 = 1,
+    HR_KV_BF16 = 2,
+    HR_KV_Q8 = 3,    /* int8, per token and head, groups of <=32 with an f16 scale */
+    HR_KV_Q4 = 4,    /* 4-bit, robust to outlier key channels */
+    HR_KV_FP8 = 5,   /* e4m3 with per-head scales */
+    HR_KV_KIVI2 = 6, /* 2-bit KIVI: K per channel over a full block, V per token, tail block in f16 */
+} hr_kv_format;
+
+#define HR_KV_FORMAT_COUNT 7
+
+const char *hr_kv_format_name(hr_kv_format f);
+/* Parses a format name ("f16", "q8", "kivi2", ...). On error the message lists the valid names. */
+hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err);
+
+typedef struct hr_kv_config {
+    int n_layers;
+    int n_kv_heads;
+    int head_dim;
+    int block_size;        /* tokens per block, 8..256 */
+    hr_kv_format k_format;
+    hr_kv_format v_format;
+    uint64_t budget_bytes; /* the pool gets floor(budget / block_bytes) blocks */
+    int max_seqs;          /* capacity of the sequence table */
+} hr_kv_config;
+
+typedef struct hr_kv_pool hr_kv_pool;
+typedef int32_t hr_kv_seq; /* a sequence handle, valid from hr_kv_seq_create to hr_kv_seq_free */
+
+/* Bytes one block takes across all layers for K and V (including scales and any tail buffers). */
+uint64_t hr_kv_block_bytes(const hr_kv_config *cfg);
+
+/* Allocates the pool. HR_ERR_BUDGET (with a message saying what fits) when the budget holds no block;
+ * HR_ERR_INVALID_ARG for a bad block size or format the head size cannot use. */
+hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error *err);
+void hr_kv_pool_destroy(hr_kv_pool *pool); /* NULL allowed */
+
+const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *pool);
+int hr_kv_pool_n_blocks(const hr_kv_pool *pool);
+int hr_kv_pool_n_free(const hr_kv_pool *pool); /* free + evictable cached blocks */
+
+/* ---- sequences --------------------------------------------------------------------------------- */
+
+hr_status hr_kv_seq_create(hr_kv_pool *pool, hr_kv_seq *out, hr_error *err);
+
+/* Shares the longest run of leading full blocks of `tokens` already in the pool (held by running
+ * sequences or cached). Only for an empty sequence. Sets *n_cached to the number of tokens whose K/V
+ * are now present (a multiple of block_size, at most n_tokens - 1 so that at least one token is left
+ * to compute logits from). */
+hr_status hr_kv_seq_share_prefix(hr_kv_pool *pool, hr_kv_seq seq, const int32_t *tokens, int n_tokens,
+                                 int *n_cached, hr_error *err);
+
+/* Makes the block table hold at least n_tokens slots. HR_ERR_FULL when the pool cannot (then nothing
+ * changed). */
+hr_status hr_kv_seq_reserve(hr_kv_pool *pool, hr_kv_seq seq, int n_tokens, hr_error *err);
+
+/* Records that tokens [n_computed, n_computed + n) now have K/V written (hr_kv_write was called for
+ * each in every layer). Full blocks get their prefix hash and become shareable. */
+void hr_kv_seq_commit(hr_kv_pool *pool, hr_kv_seq seq, const int32_t *tokens, int n);
+
+int hr_kv_seq_n_tokens(const hr_kv_pool *pool, hr_kv_seq seq); /* committed tokens */
+
+/* Releases the sequence: full hashed blocks whose refcount drops to 0 go to the prefix cache (LRU),
+ * the rest to the free list. */
+void hr_kv_seq_free(hr_kv_pool *pool, hr_kv_seq seq);
+
+/* A new sequence sharing all of src's full blocks (and a copy of its partial tail block). */
+hr_status hr_kv_seq_fork(hr_kv_pool *pool, hr_kv_seq src, hr_kv_seq *out, hr_error *err);
+
+/* Drops the sequence's blocks but keeps the handle (preemption by recompute); n_tokens becomes 0. */
+void hr_kv_seq_reset(hr_kv_pool *pool, hr_kv_seq seq);
+
+/* ---- storage, used by the forward pass --------------------------------------------------------- */
+
+/* Writes one token's K and V for one layer at position pos (the slot must be reserved; the block
+ * must not be shared). k, v: [Hkv][D] floats. */
+void hr_kv_write(hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, const float *k, const float *v);
+
+/* out[h][:] = softmax(scale * q[h] . K[0..n_ctx)) . V for each query head h of one token, reading
+ * the sequence's blocks in their formats directly (no dequantized copy of the cache).
+ * q, out: [H][D]; heads map to KV heads by h / (H / Hkv). scratch: at least
+ * hr_kv_attention_scratch_floats(pool, n_ctx) floats, private to the calling thread. */
+void hr_kv_attention(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
+                     float scale, float *out, float *scratch);
+size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
+
+/* ---- ledger ------------------------------------------------------------------------------------ */
+
+typedef struct hr_kv_seq_ledger {
+    int blocks_own;          /* blocks only this sequence holds */
+    int blocks_shared;       /* blocks held together with other sequences or the prefix cache */
+    uint64_t bytes_now;      /* bytes of the blocks it holds */
+    uint64_t bytes_peak;
+    int tokens_resident;
+    int tokens_total;
+    hr_kv_format k_format, v_format;
+    uint64_t bytes_swapped;  /* bytes of this sequence now in the swap tier */
+    int prefix_hit_tokens;   /* tokens whose K/V came from the prefix cache */
+} hr_kv_seq_ledger;
+
+typedef struct hr_kv_pool_ledger {
+    int blocks_total, blocks_used, blocks_cached, blocks_free;
+    uint64_t bytes_total, bytes_used, bytes_cached, bytes_free;
+    uint64_t waste_slots;    /* slots in used blocks not yet filled */
+    uint64_t waste_bytes;
+    uint64_t prefix_hit_tokens_total;
+    uint64_t blocks_evicted_total; /* cached blocks reclaimed for new work */
+} hr_kv_pool_ledger;
+
+hr_status hr_kv_seq_get_ledger(const hr_kv_pool *pool, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err);
+void hr_kv_pool_get_ledger(const hr_kv_pool *pool, hr_kv_pool_ledger *out);
+
+/* Verifies invariants 1-3 over the whole pool. HR_ERR_INTERNAL with a message naming the first
+ * violation. O(blocks + table entries). */
+hr_status hr_kv_pool_check(const hr_kv_pool *pool, hr_error *err);
+
+#endif

@@ -1,0 +1,121 @@
+/* tensor.h: element types and their block layouts, conversions, and the per-type row kernels
+ * (dequantize, quantize, dot product) with a scalar reference for each and SIMD versions chosen at
+ * run time.
+ *
+ * Block layouts are byte-identical to GGUF/ggml's so files made by other tools load unchanged.
+ * Type ids equal ggml's type ids. Dimension letters: K = elements in a row (the reduction length). */
+#ifndef HR_TENSOR_TENSOR_H
+#define HR_TENSOR_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef enum hr_dtype {
+    HR_DTYPE_F32 = 0,
+    HR_DTYPE_F16 = 1,
+    HR_DTYPE_Q4_0 = 2,
+    HR_DTYPE_Q8_0 = 8,
+    HR_DTYPE_Q4_K = 12,
+    HR_DTYPE_Q5_K = 13,
+    HR_DTYPE_Q6_K = 14,
+    HR_DTYPE_Q8_K = 15, /* activations only (the partner of the K-quants in dot products) */
+    HR_DTYPE_BF16 = 30,
+} hr_dtype;
+
+typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
+typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
+
+#define HR_QK8_0 32
+#define HR_QK4_0 32
+#define HR_QK_K 256
+#define HR_K_SCALE_SIZE 12
+
+typedef struct { hr_f16 d; int8_t qs[HR_QK8_0]; } hr_block_q8_0;       /* 34 bytes */
+typedef struct { hr_f16 d; uint8_t qs[HR_QK4_0 / 2]; } hr_block_q4_0;  /* 18 bytes: low nibbles = x[0..15] */
+typedef struct {                                                       /* 144 bytes */
+    hr_f16 d, dmin;
+    uint8_t scales[HR_K_SCALE_SIZE];
+    uint8_t qs[HR_QK_K / 2];
+} hr_block_q4_K;
+typedef struct {                                                       /* 176 bytes */
+    hr_f16 d, dmin;
+    uint8_t scales[HR_K_SCALE_SIZE];
+    uint8_t qh[HR_QK_K / 8];
+    uint8_t qs[HR_QK_K / 2];
+} hr_block_q5_K;
+typedef struct {                                                       /* 210 bytes */
+    uint8_t ql[HR_QK_K / 2];
+    uint8_t qh[HR_QK_K / 4];
+    int8_t scales[HR_QK_K / 16];
+    hr_f16 d;
+} hr_block_q6_K;
+typedef struct {                                                       /* 292 bytes */
+    float d;
+    int8_t qs[HR_QK_K];
+    int16_t bsums[HR_QK_K / 16];
+} hr_block_q8_K;
+
+/* Static facts about a type. */
+typedef struct hr_dtype_info {
+    const char *name;     /* "f32", "q4_0", ... */
+    int block_elems;      /* elements per block (1 for f32/f16/bf16) */
+    int block_bytes;      /* bytes per block */
+    hr_dtype vec_dot_type; /* the activation type this weight type's dot product consumes */
+} hr_dtype_info;
+
+/* NULL when `t` is not a type headroom computes with. */
+const hr_dtype_info *hr_dtype_get_info(hr_dtype t);
+bool hr_dtype_supported(uint32_t ggml_type);
+/* "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K": for error messages. */
+const char *hr_dtype_supported_list(void);
+/* Bytes of a row of k elements (k must be a multiple of block_elems). */
+size_t hr_dtype_row_bytes(hr_dtype t, int64_t k);
+
+/* ---- scalar conversions (exact, round-to-nearest-even) ---- */
+float hr_f16_to_f32(hr_f16 h);
+hr_f16 hr_f32_to_f16(float f);
+float hr_bf16_to_f32(hr_bf16 h);
+hr_bf16 hr_f32_to_bf16(float f);
+
+/* ---- reference row routines (plain C; the definition of correct) ---- */
+/* x: k floats -> dst in type t (k a multiple of the block). Quantization matches ggml's reference
+ * quantizers, so a weight quantized here equals one quantized by ggml. */
+void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k);
+void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k);
+/* Dot of a weight row of type t with an activation row already in info(t)->vec_dot_type. Returns
+ * the sum in f32. */
+float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_row);
+
+/* ---- run-time dispatched kernels ----
+ * A table of kernels for one CPU, chosen once from its features. Held by whoever needs it (the CPU
+ * backend keeps one); no global dispatch pointer. Every SIMD entry is tested against the _ref one. */
+typedef struct hr_cpu_features {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni;
+} hr_cpu_features;
+
+hr_cpu_features hr_cpu_detect(void);
+
+typedef void (*hr_quantize_row_fn)(const float *x, void *dst, int64_t k);
+typedef void (*hr_dequantize_row_fn)(const void *src, float *y, int64_t k);
+typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row);
+
+typedef struct hr_type_kernels {
+    hr_quantize_row_fn quantize_act;   /* f32 -> vec_dot_type, for activations */
+    hr_dequantize_row_fn dequantize;   /* this type -> f32 */
+    hr_vec_dot_fn vec_dot;             /* weight row (this type) . activation row (vec_dot_type) */
+} hr_type_kernels;
+
+typedef struct hr_kernels {
+    hr_cpu_features features;
+    const char *isa;                   /* "scalar", "avx2", "avx512" */
+    hr_type_kernels type[31];          /* indexed by hr_dtype; NULL entries for unsupported ids */
+} hr_kernels;
+
+/* Fills k for the given features. `force_isa` may be NULL (best available), "scalar", "avx2" or
+ * "avx512" (clamped to what the CPU has). */
+void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa);
+
+#endif

@@ -1,0 +1,51 @@
+/* harness.h: a tiny test harness. A check that fails prints file:line and the expression and makes
+ * the test exit 1; HR_SKIP exits 77 (ctest's "skipped") with a reason. Every test ends with
+ * hr_test_finish(), which prints "N passed, N failed" and returns the exit code. */
+#ifndef HR_TESTS_HARNESS_H
+#define HR_TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern int hr_test_passed, hr_test_failed;
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (cond) {                                                                 \
+            hr_test_passed++;                                                       \
+        } else {                                                                    \
+            hr_test_failed++;                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                           \
+    } while (0)
+
+#define CHECKF(cond, ...)                                                           \
+    do {                                                                            \
+        if (cond) {                                                                 \
+            hr_test_passed++;                                                       \
+        } else {                                                                    \
+            hr_test_failed++;                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                           \
+            fputc('\n', stderr);                                                    \
+        }                                                                           \
+    } while (0)
+
+#define HR_SKIP(...)                     \
+    do {                                 \
+        fprintf(stdout, "SKIP: ");       \
+        fprintf(stdout, __VA_ARGS__);    \
+        fputc('\n', stdout);             \
+        exit(77);                        \
+    } while (0)
+
+/* Path to a file under ../shared, or NULL when it is absent. */
+const char *hr_test_shared_path(const char *rel);
+
+/* A fresh scratch directory for this test (under the build tree); files go inside it. */
+const char *hr_test_tmpdir(void);
+
+int hr_test_finish(void);
+
+#endif
