@@ -1,0 +1,21 @@
+/* cmd_stubs.c: commands not built yet. Each file that implements a command deletes its stub here. */
+#include <stdio.h>
+
+#include "cli/commands.h"
+
+int hr_cmd_run(int argc, char **argv) {
+    fprintf(stderr, "headroom run: not built yet\n");
+    return 1;
+}
+int hr_cmd_synth(int argc, char **argv) {
+    fprintf(stderr, "headroom synth: not built yet\n");
+    return 1;
+}
+int hr_cmd_tokenize(int argc, char **argv) {
+    fprintf(stderr, "headroom tokenize: not built yet\n");
+    return 1;
+}
+int hr_cmd_eval(int argc, char **argv) {
+    fprintf(stderr, "headroom eval: not built yet\n");
+    return 1;
+}
