@@ -24,7 +24,16 @@ void hr_error_prefix(hr_error *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     char joined[HR_ERROR_MSG_MAX];
-    snprintf(joined, sizeof joined, "%s: %s", prefix, err->msg);
+    size_t n = strlen(prefix);
+    if (n > sizeof joined - 3) n = sizeof joined - 3;
+    memcpy(joined, prefix, n);
+    joined[n] = ':';
+    joined[n + 1] = ' ';
+    size_t room = sizeof joined - (n + 2) - 1;
+    size_t m = strnlen(err->msg, sizeof err->msg);
+    if (m > room) m = room;
+    memcpy(joined + n + 2, err->msg, m);
+    joined[n + 2 + m] = '\0';
     memcpy(err->msg, joined, sizeof joined);
 }
 
