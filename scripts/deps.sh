@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# deps.sh: make sure the Debian packages headroom builds with are present. As root it installs the
+# missing ones with apt-get; otherwise it names them and fails.
+set -euo pipefail
+need=(build-essential cmake pkg-config libpcre2-dev libjansson-dev)
+if [ "${HR_DEPS_EXTRA:-}" != "" ]; then read -r -a extra <<<"$HR_DEPS_EXTRA"; need+=("${extra[@]}"); fi
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  echo "headroom: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "headroom: missing Debian packages: ${missing[*]}" >&2
+  echo "          install them with: sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi
