@@ -33,8 +33,10 @@ typedef enum hr_gguf_type {
     HR_GGUF_F64 = 12,
 } hr_gguf_type;
 
-#define HR_GGUF_MAX_DIMS 4
+#define HR_GGUF_MAX_DIMS          4
 #define HR_GGUF_DEFAULT_ALIGNMENT 32
+#define HR_GGUF_MAX_ARRAY_DEPTH   8     /* an array of arrays of ... nests at most this deep (reader and writer) */
+#define HR_GGUF_MAX_KEY_BYTES     65535 /* the specification's limit on a metadata key */
 
 typedef struct hr_gguf hr_gguf; /* an open, validated file */
 
@@ -50,8 +52,8 @@ typedef struct hr_gguf_str {
 typedef struct hr_gguf_array {
     hr_gguf_type type; /* element type */
     uint64_t n;
-    const void *data;  /* fixed-size element types only */
-    const void *priv;  /* reader's bookkeeping; do not touch */
+    const void *data; /* fixed-size element types only */
+    const void *priv; /* reader's bookkeeping; do not touch */
 } hr_gguf_array;
 
 /* One entry of the tensor directory. `data` points into the mapping. */
@@ -80,8 +82,10 @@ void hr_gguf_close(hr_gguf *g); /* NULL allowed */
 uint32_t hr_gguf_version(const hr_gguf *g);
 uint64_t hr_gguf_alignment(const hr_gguf *g);
 uint64_t hr_gguf_file_size(const hr_gguf *g);
+uint64_t hr_gguf_data_offset(const hr_gguf *g); /* where the tensor data section starts in the file */
 
-/* Metadata by index. */
+/* Metadata by index. An index >= hr_gguf_n_kv is a caller bug: the key reads as empty, the type as
+ * HR_GGUF_U8, and the by-index value getters below return HR_ERR_INVALID_ARG. */
 uint64_t hr_gguf_n_kv(const hr_gguf *g);
 hr_gguf_str hr_gguf_kv_key(const hr_gguf *g, uint64_t i);
 hr_gguf_type hr_gguf_kv_type(const hr_gguf *g, uint64_t i);
@@ -101,17 +105,20 @@ hr_status hr_gguf_get_array(const hr_gguf *g, const char *key, hr_gguf_array *ou
 /* Convenience: copies a string value into buf as a NUL-terminated string (truncating safely). */
 hr_status hr_gguf_get_cstr(const hr_gguf *g, const char *key, char *buf, size_t buf_len, hr_error *err);
 
-/* Scalar value by index, for listing metadata: the value as int64/double/bool/str per its type. */
+/* Scalar value by index, for listing metadata: the value as int64/double/bool/str per its type.
+ * kv_int accepts integer types and bool (a u64 above INT64_MAX gives HR_ERR_RANGE); kv_float accepts
+ * f32/f64 and integers; a value of another type gives HR_ERR_FORMAT. */
 hr_status hr_gguf_kv_int(const hr_gguf *g, uint64_t i, int64_t *out);
 hr_status hr_gguf_kv_float(const hr_gguf *g, uint64_t i, double *out);
 hr_status hr_gguf_kv_str(const hr_gguf *g, uint64_t i, hr_gguf_str *out);
 hr_status hr_gguf_kv_array(const hr_gguf *g, uint64_t i, hr_gguf_array *out);
 
-/* Element access for arrays (i < arr->n). */
-hr_gguf_str hr_gguf_array_str(const hr_gguf_array *arr, uint64_t i);              /* type STRING */
-hr_gguf_array hr_gguf_array_sub(const hr_gguf_array *arr, uint64_t i);            /* type ARRAY */
-int64_t hr_gguf_array_int(const hr_gguf_array *arr, uint64_t i);                  /* integer types */
-double hr_gguf_array_float(const hr_gguf_array *arr, uint64_t i);                 /* f32/f64/ints */
+/* Element access for arrays (i < arr->n). A wrong type or index gives an empty string / empty array /
+ * 0 rather than a crash. array_int reads bool as 0/1 and a u64 above INT64_MAX wrapped. */
+hr_gguf_str hr_gguf_array_str(const hr_gguf_array *arr, uint64_t i);   /* type STRING */
+hr_gguf_array hr_gguf_array_sub(const hr_gguf_array *arr, uint64_t i); /* type ARRAY */
+int64_t hr_gguf_array_int(const hr_gguf_array *arr, uint64_t i);       /* integer types */
+double hr_gguf_array_float(const hr_gguf_array *arr, uint64_t i);      /* f32/f64/ints */
 
 /* Tensor directory. */
 uint64_t hr_gguf_n_tensors(const hr_gguf *g);
@@ -127,11 +134,19 @@ const char *hr_gguf_tensor_type_name(uint32_t ggml_type);
  * is not a multiple of the type's block. */
 bool hr_gguf_tensor_type_size(uint32_t ggml_type, uint64_t n_elements, uint64_t *out_bytes);
 
+/* Block layout of a ggml tensor type (values per block, bytes per block); false for unknown ids. */
+bool hr_gguf_tensor_type_block(uint32_t ggml_type, uint32_t *out_block_elems, uint32_t *out_block_bytes);
+
+/* Bytes of one value of a fixed-size metadata type; 0 for STRING, ARRAY and invalid types. */
+size_t hr_gguf_type_size(hr_gguf_type t);
+
 /* ---- writing ---------------------------------------------------------------------------------- */
 
 typedef struct hr_gguf_writer hr_gguf_writer;
 
-/* version 2 or 3. Values are copied at the time of the call. */
+/* version 2 or 3 (anything else is reported by write_*). Values are copied at the time of the call;
+ * setting a key again replaces its value in place. Returns NULL only when allocation fails; every
+ * setter accepts a NULL writer and does nothing. */
 hr_gguf_writer *hr_gguf_writer_create(uint32_t version);
 void hr_gguf_writer_destroy(hr_gguf_writer *w); /* NULL allowed */
 
@@ -145,6 +160,23 @@ void hr_gguf_writer_set_str(hr_gguf_writer *w, const char *key, const char *v);
 /* An array of fixed-size elements (type must not be STRING or ARRAY). */
 void hr_gguf_writer_set_array(hr_gguf_writer *w, const char *key, hr_gguf_type type, const void *data, uint64_t n);
 void hr_gguf_writer_set_str_array(hr_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+
+/* The remaining scalar types. */
+void hr_gguf_writer_set_u8(hr_gguf_writer *w, const char *key, uint8_t v);
+void hr_gguf_writer_set_i8(hr_gguf_writer *w, const char *key, int8_t v);
+void hr_gguf_writer_set_u16(hr_gguf_writer *w, const char *key, uint16_t v);
+void hr_gguf_writer_set_i16(hr_gguf_writer *w, const char *key, int16_t v);
+void hr_gguf_writer_set_i64(hr_gguf_writer *w, const char *key, int64_t v);
+void hr_gguf_writer_set_f64(hr_gguf_writer *w, const char *key, double v);
+/* A string with an explicit length (may hold any bytes, including NUL). */
+void hr_gguf_writer_set_strn(hr_gguf_writer *w, const char *key, const char *v, uint64_t len);
+
+/* Any array, including arrays of arrays, described by an hr_gguf_array tree (priv is ignored):
+ * fixed-size element types: `data` points at n packed elements;
+ * HR_GGUF_STRING: `data` is a `const char *const *` of n NUL-terminated strings;
+ * HR_GGUF_ARRAY: `data` is a `const hr_gguf_array *` of n inner arrays described the same way.
+ * Nesting deeper than HR_GGUF_MAX_ARRAY_DEPTH is reported by write_*. */
+void hr_gguf_writer_set_nested_array(hr_gguf_writer *w, const char *key, const hr_gguf_array *arr);
 
 /* Adds a tensor; `data` (size_bytes, must match type and shape) is copied unless `borrow` is true, in
  * which case it must stay valid until the file is written. */
