@@ -3,14 +3,6 @@
 
 #include "cli/commands.h"
 
-int hr_cmd_run(int argc, char **argv) {
-    fprintf(stderr, "headroom run: not built yet\n");
-    return 1;
-}
-int hr_cmd_synth(int argc, char **argv) {
-    fprintf(stderr, "headroom synth: not built yet\n");
-    return 1;
-}
 int hr_cmd_tokenize(int argc, char **argv) {
     fprintf(stderr, "headroom tokenize: not built yet\n");
     return 1;

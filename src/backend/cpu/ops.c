@@ -1,0 +1,50 @@
+/* ops.c: row-wise transformer operations (see ops.h). Plain C on purpose: these are a small share
+ * of a step's time next to the matrix products and attention, and the compiler vectorizes them. */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+
+void hr_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0; /* a double accumulator: the norm of a 4096-wide row in f32 loses digits */
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+void hr_op_rope(float *x, int n_rot, const float *inv_freq, float pos_scaled, int neox) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float theta = pos_scaled * inv_freq[i];
+        float c = cosf(theta), s = sinf(theta);
+        int a = neox ? i : 2 * i;
+        int b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+void hr_op_swiglu(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void hr_op_add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+void hr_op_softmax(float *x, int n) {
+    if (n <= 0) return;
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}

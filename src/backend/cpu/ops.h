@@ -1,0 +1,28 @@
+/* ops.h: the element-wise and row-wise operations of a transformer layer on the CPU (norms, RoPE,
+ * activations, softmax). Each works on one row so the result of a row never depends on the batch
+ * around it. Dimension letters: E = embedding width, D = head dim, F = FFN width. */
+#ifndef HR_BACKEND_CPU_OPS_H
+#define HR_BACKEND_CPU_OPS_H
+
+#include <stdint.h>
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n. out may alias x. */
+void hr_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/* Rotary position embedding of one head vector x[D] in place, over its first n_rot dims.
+ * inv_freq[i] (i < n_rot/2) is the angle per position of pair i (already including any frequency
+ * scaling); pos_scaled is the position times the linear scaling factor.
+ * neox == 0: pairs are (x[2i], x[2i+1]) (llama/mistral GGUF layout);
+ * neox != 0: pairs are (x[i], x[i + n_rot/2]) (qwen2). */
+void hr_op_rope(float *x, int n_rot, const float *inv_freq, float pos_scaled, int neox);
+
+/* gate[i] = silu(gate[i]) * up[i] (SwiGLU), i < n. */
+void hr_op_swiglu(float *gate, const float *up, int n);
+
+/* y[i] += x[i] */
+void hr_op_add(float *y, const float *x, int n);
+
+/* Numerically stable softmax in place over x[n]; returns nothing. */
+void hr_op_softmax(float *x, int n);
+
+#endif

@@ -1,0 +1,225 @@
+/* forward.c: one forward pass over a ragged batch of T tokens from many sequences.
+ *
+ * Per layer: RMSNorm -> Q/K/V projections for all T tokens at once (one weight read per step) ->
+ * RoPE -> K/V written into each token's sequence blocks -> attention per token through its block
+ * table -> output projection and residual -> RMSNorm -> SwiGLU FFN and residual. Logits only for the
+ * tokens that ask. Every reduction a token's result depends on is computed per row in a fixed order
+ * (matmul rows, attention over its own sequence), so a token's output does not depend on which other
+ * tokens share the batch: the basis of headroom's batch-invariance promise. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/threadpool.h"
+#include "common/util.h"
+#include "model/model_internal.h"
+
+struct hr_model_ctx {
+    const hr_model *m;
+    hr_kv_pool *kv;
+    hr_kernels kernels;
+    hr_threadpool *tp;
+    hr_matmul_ctx *mm;
+    int max_tokens, max_ctx;
+    float *inv_freq;     /* (n_rot/2) */
+    /* scratch, sized once for max_tokens */
+    float *x;            /* (T, E) residual stream */
+    float *xb;           /* (T, E) normed input / projection output */
+    float *q;            /* (T, H*D) */
+    float *k, *v;        /* (T, Hkv*D) */
+    float *att;          /* (T, H*D) */
+    float *hg, *hu;      /* (T, F) */
+    float *att_scratch;  /* (n_threads, scratch_floats) */
+    size_t att_scratch_floats;
+    int32_t *out_rows;   /* (T) indices of tokens that want logits */
+};
+
+static void *xalloc(size_t n_floats) { return aligned_alloc(64, ((n_floats * sizeof(float) + 63) / 64) * 64); }
+
+hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
+                              hr_error *err) {
+    const hr_hparams *hp = &m->hp;
+    const hr_kv_config *kc = hr_kv_pool_config(kv);
+    if (kc->n_layers != hp->n_layer || kc->n_kv_heads != hp->n_head_kv || kc->head_dim != hp->head_dim)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV pool shape (%d layers, %d KV heads, dim %d) does not match the model (%d, %d, %d)",
+                            kc->n_layers, kc->n_kv_heads, kc->head_dim, hp->n_layer, hp->n_head_kv, hp->head_dim);
+    if (p->max_batch_tokens < 1 || p->max_ctx < 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "max_batch_tokens and max_ctx must be positive");
+    hr_model_ctx *c = calloc(1, sizeof *c);
+    if (!c) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating the model context");
+    c->m = m;
+    c->kv = kv;
+    c->max_tokens = p->max_batch_tokens;
+    c->max_ctx = p->max_ctx;
+    hr_kernels_init(&c->kernels, hr_cpu_detect(), p->force_isa);
+    int n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads < 1) n_threads = 1;
+    hr_status st = hr_threadpool_create(n_threads, &c->tp, err);
+    if (st) goto fail;
+    int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t max_k = HR_MAX(HR_MAX((int64_t)hp->n_embd, (int64_t)hp->n_ff), qd);
+    if ((st = hr_matmul_ctx_create(&c->kernels, c->tp, c->max_tokens, max_k, &c->mm, err))) goto fail;
+    size_t T = (size_t)c->max_tokens;
+    c->inv_freq = xalloc((size_t)hp->n_rot / 2);
+    c->x = xalloc(T * hp->n_embd);
+    c->xb = xalloc(T * hp->n_embd);
+    c->q = xalloc(T * qd);
+    c->k = xalloc(T * kvd);
+    c->v = xalloc(T * kvd);
+    c->att = xalloc(T * qd);
+    c->hg = xalloc(T * hp->n_ff);
+    c->hu = xalloc(T * hp->n_ff);
+    c->att_scratch_floats = (hr_kv_attention_scratch_floats(kv, c->max_ctx) + 15) & ~(size_t)15;
+    c->att_scratch = xalloc(c->att_scratch_floats * (size_t)n_threads);
+    c->out_rows = malloc(sizeof(int32_t) * T);
+    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hg || !c->hu ||
+        !c->att_scratch || !c->out_rows) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
+        goto fail;
+    }
+    for (int i = 0; i < hp->n_rot / 2; i++) {
+        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
+        if (m->rope_freqs) f /= m->rope_freqs[i];
+        c->inv_freq[i] = (float)f;
+    }
+    *out = c;
+    return HR_OK;
+fail:
+    hr_model_ctx_destroy(c);
+    return st;
+}
+
+void hr_model_ctx_destroy(hr_model_ctx *c) {
+    if (!c) return;
+    hr_matmul_ctx_destroy(c->mm);
+    hr_threadpool_destroy(c->tp);
+    free(c->inv_freq);
+    free(c->x);
+    free(c->xb);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->hg);
+    free(c->hu);
+    free(c->att_scratch);
+    free(c->out_rows);
+    free(c);
+}
+
+const char *hr_model_ctx_isa(const hr_model_ctx *c) { return c->kernels.isa; }
+int hr_model_ctx_n_threads(const hr_model_ctx *c) { return hr_threadpool_size(c->tp); }
+
+static void matmul(hr_model_ctx *c, const hr_weight *w, const float *X, int64_t T, float *Y) {
+    hr_matmul(c->mm, w->data, w->type, w->rows, w->cols, X, T, Y);
+}
+
+/* ---- attention phase: K/V writes, then per-token attention, each split over the thread pool ---- */
+
+typedef struct attn_job {
+    hr_model_ctx *c;
+    const hr_batch *b;
+    int layer;
+} attn_job;
+
+static void kv_write_task(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    hr_model_ctx *c = j->c;
+    const hr_hparams *hp = &c->m->hp;
+    int kvd = hp->n_head_kv * hp->head_dim;
+    for (int t = ith; t < j->b->n_tokens; t += nth)
+        hr_kv_write(c->kv, j->layer, j->b->seq[t], j->b->pos[t], c->k + (size_t)t * kvd, c->v + (size_t)t * kvd);
+}
+
+static void attention_task(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    hr_model_ctx *c = j->c;
+    const hr_hparams *hp = &c->m->hp;
+    int qd = hp->n_head * hp->head_dim;
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_floats;
+    for (int t = ith; t < j->b->n_tokens; t += nth)
+        hr_kv_attention(c->kv, j->layer, j->b->seq[t], j->b->pos[t] + 1, c->q + (size_t)t * qd, hp->n_head, scale,
+                        c->att + (size_t)t * qd, scratch);
+}
+
+static void add_bias(float *y, const float *bias, int64_t T, int n) {
+    if (!bias) return;
+    for (int64_t t = 0; t < T; t++) hr_op_add(y + t * n, bias, n);
+}
+
+static void apply_rope(hr_model_ctx *c, const hr_batch *b) {
+    const hr_hparams *hp = &c->m->hp;
+    int D = hp->head_dim, qd = hp->n_head * D, kvd = hp->n_head_kv * D;
+    for (int t = 0; t < b->n_tokens; t++) {
+        float pos = (float)b->pos[t] * hp->rope_linear_scale;
+        for (int h = 0; h < hp->n_head; h++) hr_op_rope(c->q + (size_t)t * qd + h * D, hp->n_rot, c->inv_freq, pos, hp->rope_neox);
+        for (int h = 0; h < hp->n_head_kv; h++)
+            hr_op_rope(c->k + (size_t)t * kvd + h * D, hp->n_rot, c->inv_freq, pos, hp->rope_neox);
+    }
+}
+
+static hr_status check_batch(const hr_model_ctx *c, const hr_batch *b, hr_error *err) {
+    if (b->n_tokens < 1 || b->n_tokens > c->max_tokens)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "batch of %d tokens (allowed 1..%d)", b->n_tokens, c->max_tokens);
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->m->hp.n_vocab)
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%d)", b->tokens[t],
+                                c->m->hp.n_vocab - 1);
+        if (b->pos[t] < 0 || b->pos[t] >= c->max_ctx)
+            return hr_error_set(err, HR_ERR_RANGE, "position %d is outside the context (0..%d)", b->pos[t],
+                                c->max_ctx - 1);
+    }
+    return HR_OK;
+}
+
+hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
+    hr_status st = check_batch(c, b, err);
+    if (st) return st;
+    const hr_model *m = c->m;
+    const hr_hparams *hp = &m->hp;
+    const int T = b->n_tokens, E = hp->n_embd, F = hp->n_ff;
+    const int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+
+    /* x = token_embd[tokens] */
+    const hr_dequantize_row_fn deq = c->kernels.type[m->tok_embd.type].dequantize;
+    for (int t = 0; t < T; t++)
+        deq((const uint8_t *)m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes, c->x + (size_t)t * E, E);
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hr_layer *L = &m->layers[il];
+        for (int t = 0; t < T; t++) hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
+        matmul(c, &L->wq, c->xb, T, c->q);
+        matmul(c, &L->wk, c->xb, T, c->k);
+        matmul(c, &L->wv, c->xb, T, c->v);
+        add_bias(c->q, L->bq, T, qd);
+        add_bias(c->k, L->bk, T, kvd);
+        add_bias(c->v, L->bv, T, kvd);
+        apply_rope(c, b);
+        attn_job job = {.c = c, .b = b, .layer = il};
+        hr_threadpool_run(c->tp, kv_write_task, &job);
+        hr_threadpool_run(c->tp, attention_task, &job);
+        matmul(c, &L->wo, c->att, T, c->xb);
+        for (int t = 0; t < T; t++) hr_op_add(c->x + (size_t)t * E, c->xb + (size_t)t * E, E);
+
+        for (int t = 0; t < T; t++) hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
+        matmul(c, &L->w_gate, c->xb, T, c->hg);
+        matmul(c, &L->w_up, c->xb, T, c->hu);
+        for (int t = 0; t < T; t++) hr_op_swiglu(c->hg + (size_t)t * F, c->hu + (size_t)t * F, F);
+        matmul(c, &L->w_down, c->hg, T, c->xb);
+        for (int t = 0; t < T; t++) hr_op_add(c->x + (size_t)t * E, c->xb + (size_t)t * E, E);
+    }
+
+    /* logits for the rows that want them: gather, norm, project */
+    int n_out = 0;
+    for (int t = 0; t < T; t++)
+        if (b->want_logits && b->want_logits[t]) c->out_rows[n_out++] = t;
+    if (n_out == 0) return HR_OK;
+    for (int i = 0; i < n_out; i++)
+        hr_op_rmsnorm(c->xb + (size_t)i * E, c->x + (size_t)c->out_rows[i] * E, m->output_norm, E, hp->norm_eps);
+    matmul(c, &m->output, c->xb, n_out, logits);
+    return HR_OK;
+}

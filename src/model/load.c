@@ -1,0 +1,280 @@
+/* load.c: hyper-parameters from GGUF metadata and weight binding with shape/type checks. Every
+ * failure names the key or tensor and what was expected. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "model/model_internal.h"
+
+static const char *const k_archs[] = {"llama", "mistral", "qwen2"};
+
+static hr_status get_int_key(const hr_gguf *g, const char *arch, const char *suffix, bool required, int64_t dflt,
+                             int64_t lo, int64_t hi, int *out, hr_error *err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v = dflt;
+    hr_status st = hr_gguf_get_int(g, key, &v, err);
+    if (st == HR_ERR_NOT_FOUND) {
+        if (required)
+            return hr_error_set(err, HR_ERR_FORMAT, "model metadata lacks the required key '%s' (architecture %s)",
+                                key, arch);
+        v = dflt;
+    } else if (st != HR_OK) {
+        return st;
+    }
+    if (v < lo || v > hi)
+        return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s' = %lld is outside the valid range [%lld, %lld]", key,
+                            (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return HR_OK;
+}
+
+static hr_status get_float_key(const hr_gguf *g, const char *arch, const char *suffix, double dflt, double *out,
+                               hr_error *err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    hr_status st = hr_gguf_get_float(g, key, &v, err);
+    if (st == HR_ERR_NOT_FOUND) v = dflt;
+    else if (st != HR_OK) return st;
+    *out = v;
+    return HR_OK;
+}
+
+static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
+    memset(hp, 0, sizeof *hp);
+    hr_status st = hr_gguf_get_cstr(g, "general.architecture", hp->arch_name, sizeof hp->arch_name, err);
+    if (st == HR_ERR_NOT_FOUND)
+        return hr_error_set(err, HR_ERR_FORMAT, "not a model file: metadata lacks 'general.architecture'");
+    if (st != HR_OK) return st;
+    int found = -1;
+    for (size_t i = 0; i < HR_ARRAY_LEN(k_archs); i++)
+        if (!strcmp(hp->arch_name, k_archs[i])) found = (int)i;
+    if (found < 0)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "architecture '%s' is not supported (supported: llama, mistral, qwen2)", hp->arch_name);
+    hp->arch = (hr_arch)found;
+    if (hr_gguf_get_cstr(g, "general.name", hp->name, sizeof hp->name, NULL) != HR_OK) hp->name[0] = '\0';
+    const char *a = hp->arch_name;
+    const int64_t big = 1 << 24;
+    if ((st = get_int_key(g, a, "embedding_length", true, 0, 1, big, &hp->n_embd, err))) return st;
+    if ((st = get_int_key(g, a, "feed_forward_length", true, 0, 1, big, &hp->n_ff, err))) return st;
+    if ((st = get_int_key(g, a, "attention.head_count", true, 0, 1, 4096, &hp->n_head, err))) return st;
+    if ((st = get_int_key(g, a, "attention.head_count_kv", false, hp->n_head, 1, 4096, &hp->n_head_kv, err)))
+        return st;
+    if ((st = get_int_key(g, a, "block_count", true, 0, 1, 4096, &hp->n_layer, err))) return st;
+    if ((st = get_int_key(g, a, "context_length", true, 0, 1, 1 << 30, &hp->n_ctx_train, err))) return st;
+    if (hp->n_head % hp->n_head_kv)
+        return hr_error_set(err, HR_ERR_FORMAT, "attention.head_count %d is not a multiple of head_count_kv %d",
+                            hp->n_head, hp->n_head_kv);
+    if ((st = get_int_key(g, a, "attention.key_length", false, hp->n_embd / hp->n_head, 1, 4096, &hp->head_dim, err)))
+        return st;
+    if ((st = get_int_key(g, a, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim, &hp->n_rot, err)))
+        return st;
+    if (hp->n_rot % 2) return hr_error_set(err, HR_ERR_FORMAT, "rope.dimension_count %d is odd", hp->n_rot);
+    if ((st = get_int_key(g, a, "attention.sliding_window", false, 0, 0, 1 << 30, &hp->sliding_window, err)))
+        return st;
+    double eps, base, factor = 1.0;
+    if ((st = get_float_key(g, a, "attention.layer_norm_rms_epsilon", 1e-5, &eps, err))) return st;
+    if ((st = get_float_key(g, a, "rope.freq_base", hp->arch == HR_ARCH_QWEN2 ? 1000000.0 : 10000.0, &base, err)))
+        return st;
+    hp->norm_eps = (float)eps;
+    hp->rope_base = (float)base;
+    hp->rope_linear_scale = 1.0f;
+    char key[160], stype[32];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    if (hr_gguf_get_cstr(g, key, stype, sizeof stype, NULL) == HR_OK && strcmp(stype, "none")) {
+        if ((st = get_float_key(g, a, "rope.scaling.factor", 1.0, &factor, err))) return st;
+        if (!strcmp(stype, "linear")) {
+            if (!(factor > 0)) return hr_error_set(err, HR_ERR_FORMAT, "rope.scaling.factor %g is not positive", factor);
+            hp->rope_linear_scale = (float)(1.0 / factor);
+        } else if (strcmp(stype, "llama3")) {
+            return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                                "rope.scaling.type '%s' is not supported (supported: none, linear, llama3)", stype);
+        }
+    }
+    hp->rope_neox = hp->arch == HR_ARCH_QWEN2;
+    return HR_OK;
+}
+
+/* Binds a matrix tensor, checking type support and shape (cols x rows as GGUF ne[0], ne[1]). */
+static hr_status bind_matrix(hr_model *m, const char *name, int64_t cols, int64_t rows, bool optional, hr_weight *w,
+                             hr_error *err) {
+    const hr_gguf_tensor *t = hr_gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (optional) return HR_ERR_NOT_FOUND;
+        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name,
+                            name);
+    }
+    if (!hr_dtype_supported(t->type) || t->type == HR_DTYPE_Q8_K)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "tensor '%s' has type %s, which headroom does not support (supported: %s)",
+                            name, hr_gguf_tensor_type_name(t->type), hr_dtype_supported_list());
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
+        return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
+                            name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)cols,
+                            (long long)rows);
+    const hr_dtype_info *info = hr_dtype_get_info((hr_dtype)t->type);
+    if (cols % info->block_elems)
+        return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s': row length %lld is not a multiple of %s's block of %d",
+                            name, (long long)cols, info->name, info->block_elems);
+    w->data = t->data;
+    w->type = (hr_dtype)t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = hr_dtype_row_bytes(w->type, cols);
+    m->weight_bytes += t->size_bytes;
+    return HR_OK;
+}
+
+/* Copies a 1-D f32/f16/bf16 tensor of n elements into a new f32 array. */
+static hr_status bind_vector(hr_model *m, const char *name, int64_t n, bool optional, float **out, hr_error *err) {
+    const hr_gguf_tensor *t = hr_gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (optional) return HR_ERR_NOT_FOUND;
+        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name,
+                            name);
+    }
+    if (t->n_dims != 1 || t->ne[0] != n)
+        return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s' has %u dims and %lld elements, expected a vector of %lld",
+                            name, t->n_dims, (long long)t->ne[0], (long long)n);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    if (!v) return hr_error_set(err, HR_ERR_NOMEM, "out of memory copying '%s'", name);
+    if (t->type == HR_DTYPE_F32) {
+        memcpy(v, t->data, sizeof(float) * (size_t)n);
+    } else if (t->type == HR_DTYPE_F16 || t->type == HR_DTYPE_BF16) {
+        const uint16_t *h = t->data;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = t->type == HR_DTYPE_F16 ? hr_f16_to_f32(h[i]) : hr_bf16_to_f32(h[i]);
+    } else {
+        free(v);
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "vector tensor '%s' has type %s (expected f32, f16 or bf16)", name,
+                            hr_gguf_tensor_type_name(t->type));
+    }
+    m->weight_bytes += t->size_bytes;
+    *out = v;
+    return HR_OK;
+}
+
+static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
+    const hr_hparams *hp = &m->hp;
+    hr_layer *L = &m->layers[il];
+    int64_t E = hp->n_embd, F = hp->n_ff, qd = (int64_t)hp->n_head * hp->head_dim,
+            kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    char name[96];
+    hr_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, il), name)
+    if ((st = bind_vector(m, NAME("attn_norm.weight"), E, false, &L->attn_norm, err))) return st;
+    if ((st = bind_matrix(m, NAME("attn_q.weight"), E, qd, false, &L->wq, err))) return st;
+    if ((st = bind_matrix(m, NAME("attn_k.weight"), E, kvd, false, &L->wk, err))) return st;
+    if ((st = bind_matrix(m, NAME("attn_v.weight"), E, kvd, false, &L->wv, err))) return st;
+    if ((st = bind_matrix(m, NAME("attn_output.weight"), qd, E, false, &L->wo, err))) return st;
+    bool need_bias = hp->arch == HR_ARCH_QWEN2;
+    st = bind_vector(m, NAME("attn_q.bias"), qd, !need_bias, &L->bq, err);
+    if (st && st != HR_ERR_NOT_FOUND) return st;
+    st = bind_vector(m, NAME("attn_k.bias"), kvd, !need_bias, &L->bk, err);
+    if (st && st != HR_ERR_NOT_FOUND) return st;
+    st = bind_vector(m, NAME("attn_v.bias"), kvd, !need_bias, &L->bv, err);
+    if (st && st != HR_ERR_NOT_FOUND) return st;
+    if (L->bq || L->bk || L->bv) m->hp.has_qkv_bias = true;
+    if ((st = bind_vector(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err))) return st;
+    if ((st = bind_matrix(m, NAME("ffn_gate.weight"), E, F, false, &L->w_gate, err))) return st;
+    if ((st = bind_matrix(m, NAME("ffn_up.weight"), E, F, false, &L->w_up, err))) return st;
+    if ((st = bind_matrix(m, NAME("ffn_down.weight"), F, E, false, &L->w_down, err))) return st;
+#undef NAME
+    return HR_OK;
+}
+
+static const char *dominant_type(const hr_model *m) {
+    uint64_t bytes[31] = {0};
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const hr_layer *L = &m->layers[il];
+        const hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < HR_ARRAY_LEN(ws); i++) bytes[ws[i]->type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows;
+    }
+    int best = 0;
+    for (int t = 0; t < 31; t++)
+        if (bytes[t] > bytes[best]) best = t;
+    const hr_dtype_info *info = hr_dtype_get_info((hr_dtype)best);
+    return info ? info->name : "?";
+}
+
+hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) {
+    hr_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        hr_gguf_close(g);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");
+    }
+    m->gguf = g;
+    hr_status st = read_hparams(g, &m->hp, err);
+    if (st) goto fail;
+    const hr_gguf_tensor *te = hr_gguf_find_tensor(g, "token_embd.weight");
+    if (!te) {
+        st = hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor 'token_embd.weight'",
+                          m->hp.arch_name);
+        goto fail;
+    }
+    if (te->n_dims != 2 || te->ne[1] < 1 || te->ne[1] > (1 << 24)) {
+        st = hr_error_set(err, HR_ERR_FORMAT, "tensor 'token_embd.weight' has an invalid shape");
+        goto fail;
+    }
+    m->hp.n_vocab = (int)te->ne[1];
+    if ((st = bind_matrix(m, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, false, &m->tok_embd, err))) goto fail;
+    if ((st = bind_vector(m, "output_norm.weight", m->hp.n_embd, false, &m->output_norm, err))) goto fail;
+    st = bind_matrix(m, "output.weight", m->hp.n_embd, m->hp.n_vocab, true, &m->output, err);
+    if (st == HR_ERR_NOT_FOUND) {
+        m->output = m->tok_embd;
+        m->hp.tied_output = true;
+    } else if (st) {
+        goto fail;
+    }
+    st = bind_vector(m, "rope_freqs.weight", m->hp.n_rot / 2, true, &m->rope_freqs, err);
+    if (st == HR_OK) m->hp.has_rope_freqs = true;
+    else if (st != HR_ERR_NOT_FOUND) goto fail;
+    m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");
+        goto fail;
+    }
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if ((st = bind_layer(m, il, err))) goto fail;
+    m->type_name = dominant_type(m);
+    *out = m;
+    return HR_OK;
+fail:
+    hr_model_destroy(m);
+    return st;
+}
+
+hr_status hr_model_load(const char *path, hr_model **out, hr_error *err) {
+    hr_gguf *g = NULL;
+    hr_status st = hr_gguf_open(path, &g, err);
+    if (st) return st;
+    st = hr_model_load_gguf(g, out, err);
+    if (st) hr_error_prefix(err, "%s", path);
+    return st;
+}
+
+void hr_model_destroy(hr_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            hr_layer *L = &m->layers[il];
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
+        }
+        free(m->layers);
+    }
+    free(m->output_norm);
+    free(m->rope_freqs);
+    hr_gguf_close(m->gguf);
+    free(m);
+}
+
+const hr_hparams *hr_model_hparams(const hr_model *m) { return &m->hp; }
+const hr_gguf *hr_model_gguf(const hr_model *m) { return m->gguf; }
+uint64_t hr_model_weight_bytes(const hr_model *m) { return m->weight_bytes; }
+const char *hr_model_type_name(const hr_model *m) { return m->type_name; }

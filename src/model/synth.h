@@ -1,0 +1,44 @@
+/* synth.h: deterministic random-weight models of real shapes, written as GGUF. Speed does not
+ * depend on weight values, so these stand in for TinyLlama-1.1B, Llama-3.2-1B, Qwen2.5-0.5B in
+ * benchmarks; tiny shapes serve tests and the built-in demo model. Each file carries a working
+ * vocabulary (SentencePiece-style for llama-2 shapes, byte-level BPE for llama-3/qwen2 shapes). */
+#ifndef HR_MODEL_SYNTH_H
+#define HR_MODEL_SYNTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "gguf/gguf.h"
+#include "tensor/tensor.h"
+
+typedef enum hr_synth_vocab {
+    HR_SYNTH_VOCAB_SPM = 0, /* tokenizer.ggml.model = llama */
+    HR_SYNTH_VOCAB_BPE = 1, /* tokenizer.ggml.model = gpt2 */
+} hr_synth_vocab;
+
+typedef struct hr_synth_shape {
+    const char *name;
+    const char *arch;      /* "llama", "mistral", "qwen2" */
+    int n_vocab, n_embd, n_ff, n_head, n_head_kv, n_layer, n_ctx;
+    float rope_base;
+    bool tied_output;
+    bool qkv_bias;         /* qwen2 */
+    bool llama3_rope;      /* write rope_freqs.weight with Llama-3 frequency factors */
+    int sliding_window;    /* mistral: 0 = none */
+    hr_synth_vocab vocab;
+} hr_synth_shape;
+
+/* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
+ * "qwen2-tiny". On error the message lists the names. */
+hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
+/* "tiny, tinyllama-1.1b, ..." */
+const char *hr_synth_shape_names(void);
+
+/* Builds the model into a writer (caller writes and destroys it). Matrices are stored in `type`
+ * (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K where the row length allows; norms stay f32).
+ * Weights are N(0, 1/sqrt(fan_in)) from seed, so logits stay in a sane range. */
+hr_status hr_synth_build(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
+                         hr_error *err);
+
+#endif

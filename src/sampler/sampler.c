@@ -1,0 +1,218 @@
+/* sampler.c: see sampler.h for the order of operations. Candidates are kept as (id, logit) pairs
+ * sorted by logit (descending, id ascending on ties) only as far as top-k needs, so sampling over a
+ * 150k vocabulary costs one partial sort, not a full one. */
+#include "sampler/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+struct hr_sampler {
+    hr_sampler_params p;
+    int n_vocab;
+    hr_rng rng;
+    cand *cands;       /* (n_vocab) */
+    float *work;       /* (n_vocab) penalized logits */
+    int32_t *history;  /* ring of the last hist_cap tokens */
+    int hist_cap, hist_len, hist_head;
+    uint16_t *counts;  /* (n_vocab) occurrences within the window, rebuilt per sample */
+};
+
+hr_sampler_params hr_sampler_default_params(void) {
+    return (hr_sampler_params){.temperature = 0.0f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                               .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
+                               .penalty_last_n = 64, .seed = 0};
+}
+
+hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err) {
+    if (!isfinite(p->temperature) || p->temperature > 100.0f)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "temperature %g is outside [0, 100]", p->temperature);
+    if (!(p->top_p > 0.0f) || p->top_p > 1.0f)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "top_p %g is outside (0, 1]", p->top_p);
+    if (!(p->min_p >= 0.0f) || p->min_p > 1.0f)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "min_p %g is outside [0, 1]", p->min_p);
+    if (!(p->repeat_penalty > 0.0f) || p->repeat_penalty > 100.0f)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "repeat_penalty %g is outside (0, 100]", p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || fabsf(p->presence_penalty) > 2.0f)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "presence_penalty %g is outside [-2, 2]", p->presence_penalty);
+    if (!isfinite(p->frequency_penalty) || fabsf(p->frequency_penalty) > 2.0f)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "frequency_penalty %g is outside [-2, 2]", p->frequency_penalty);
+    if (p->penalty_last_n < -1 || p->penalty_last_n > (1 << 20))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "penalty_last_n %d is outside [-1, 1048576]", p->penalty_last_n);
+    return HR_OK;
+}
+
+hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler **out, hr_error *err) {
+    hr_status st = hr_sampler_params_check(p, err);
+    if (st) return st;
+    if (n_vocab < 1) return hr_error_set(err, HR_ERR_INVALID_ARG, "vocabulary size %d", n_vocab);
+    hr_sampler *s = calloc(1, sizeof *s);
+    if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a sampler");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->hist_cap = p->penalty_last_n < 0 ? 1 << 16 : HR_MAX(p->penalty_last_n, 1);
+    s->cands = malloc(sizeof(cand) * (size_t)n_vocab);
+    s->work = malloc(sizeof(float) * (size_t)n_vocab);
+    s->history = malloc(sizeof(int32_t) * (size_t)s->hist_cap);
+    s->counts = calloc((size_t)n_vocab, sizeof(uint16_t));
+    if (!s->cands || !s->work || !s->history || !s->counts) {
+        hr_sampler_destroy(s);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a sampler");
+    }
+    hr_rng_seed(&s->rng, p->seed);
+    *out = s;
+    return HR_OK;
+}
+
+void hr_sampler_destroy(hr_sampler *s) {
+    if (!s) return;
+    free(s->cands);
+    free(s->work);
+    free(s->history);
+    free(s->counts);
+    free(s);
+}
+
+void hr_sampler_accept(hr_sampler *s, int32_t token) {
+    s->history[s->hist_head] = token;
+    s->hist_head = (s->hist_head + 1) % s->hist_cap;
+    if (s->hist_len < s->hist_cap) s->hist_len++;
+}
+
+void hr_sampler_reset(hr_sampler *s) {
+    s->hist_len = s->hist_head = 0;
+    hr_rng_seed(&s->rng, s->p.seed);
+}
+
+int32_t hr_argmax(const float *logits, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+static bool penalties_active(const hr_sampler_params *p) {
+    return p->penalty_last_n != 0 &&
+           (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+}
+
+/* Applies penalties to s->work (a copy of the logits) over the history window. */
+static void apply_penalties(hr_sampler *s) {
+    int n = s->hist_len;
+    for (int i = 0; i < n; i++) {
+        int32_t id = s->history[(s->hist_head - 1 - i + s->hist_cap) % s->hist_cap];
+        if (id >= 0 && id < s->n_vocab && s->counts[id] < UINT16_MAX) s->counts[id]++;
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t id = s->history[(s->hist_head - 1 - i + s->hist_cap) % s->hist_cap];
+        if (id < 0 || id >= s->n_vocab || s->counts[id] == 0) continue;
+        float l = s->work[id];
+        l = l > 0 ? l / s->p.repeat_penalty : l * s->p.repeat_penalty;
+        l -= s->p.presence_penalty + (float)s->counts[id] * s->p.frequency_penalty;
+        s->work[id] = l;
+        s->counts[id] = 0; /* each distinct token once; also resets counts for the next call */
+    }
+}
+
+static int cand_cmp(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* a "worse than" order for the min-heap: lower logit, or equal logit and higher id */
+static bool worse(cand a, cand b) { return a.logit < b.logit || (a.logit == b.logit && a.id > b.id); }
+
+static void sift_down(cand *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && worse(h[l], h[m])) m = l;
+        if (r < n && worse(h[r], h[m])) m = r;
+        if (m == i) return;
+        cand t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* Puts the top_k best candidates (all when top-k is off) at the front of s->cands, sorted best
+ * first, and returns how many. O(V log k) with a min-heap of the k best. */
+static int top_k_select(hr_sampler *s, const float *l) {
+    int n = s->n_vocab;
+    int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+    cand *h = s->cands;
+    if (k == n) {
+        for (int i = 0; i < n; i++) h[i] = (cand){.logit = l[i], .id = i};
+    } else {
+        for (int i = 0; i < k; i++) h[i] = (cand){.logit = l[i], .id = i};
+        for (int i = k / 2 - 1; i >= 0; i--) sift_down(h, k, i);
+        for (int i = k; i < n; i++) {
+            cand c = {.logit = l[i], .id = i};
+            if (worse(h[0], c)) {
+                h[0] = c;
+                sift_down(h, k, 0);
+            }
+        }
+    }
+    qsort(h, (size_t)k, sizeof(cand), cand_cmp);
+    return k;
+}
+
+int32_t hr_sampler_sample(hr_sampler *s, const float *logits) {
+    const hr_sampler_params *p = &s->p;
+    const float *l = logits;
+    if (penalties_active(p)) {
+        memcpy(s->work, logits, sizeof(float) * (size_t)s->n_vocab);
+        apply_penalties(s);
+        l = s->work;
+    }
+    int32_t tok;
+    if (p->temperature <= 0.0f) {
+        tok = hr_argmax(l, s->n_vocab);
+    } else {
+        int n = top_k_select(s, l);
+        /* softmax over the survivors at temperature 1 to apply top-p and min-p (as llama.cpp does) */
+        double mx = s->cands[0].logit, sum = 0.0;
+        for (int i = 0; i < n; i++) sum += exp((double)s->cands[i].logit - mx);
+        if (p->top_p < 1.0f) {
+            double acc = 0.0;
+            int keep = n;
+            for (int i = 0; i < n; i++) {
+                acc += exp((double)s->cands[i].logit - mx) / sum;
+                if (acc >= p->top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            n = keep;
+        }
+        if (p->min_p > 0.0f) {
+            double floor_logit = mx + log((double)p->min_p);
+            int keep = 1;
+            while (keep < n && s->cands[keep].logit >= floor_logit) keep++;
+            n = keep;
+        }
+        /* temperature, softmax, draw */
+        double total = 0.0;
+        for (int i = 0; i < n; i++) total += exp(((double)s->cands[i].logit - mx) / p->temperature);
+        double r = hr_rng_uniform(&s->rng) * total, acc = 0.0;
+        tok = s->cands[n - 1].id;
+        for (int i = 0; i < n; i++) {
+            acc += exp(((double)s->cands[i].logit - mx) / p->temperature);
+            if (r < acc) {
+                tok = s->cands[i].id;
+                break;
+            }
+        }
+    }
+    hr_sampler_accept(s, tok);
+    return tok;
+}

@@ -1,0 +1,48 @@
+/* sampler.h: choosing the next token from logits: greedy, temperature, top-k, top-p, min-p,
+ * repetition/presence/frequency penalties, a per-sampler seed. Deterministic: the same seed, logits
+ * and history give the same token on any machine and in any batch.
+ *
+ * Order of operations (as in llama.cpp's default chain): penalties over the last `penalty_last_n`
+ * tokens -> (temperature <= 0: argmax) -> top-k -> top-p -> min-p -> temperature -> softmax -> draw. */
+#ifndef HR_SAMPLER_SAMPLER_H
+#define HR_SAMPLER_SAMPLER_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef struct hr_sampler_params {
+    float temperature;        /* <= 0: greedy */
+    int top_k;                /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repeat_penalty;     /* 1: off; >1 divides positive logits of recent tokens (multiplies negative) */
+    float presence_penalty;   /* subtracted once from each recent token's logit */
+    float frequency_penalty;  /* subtracted per occurrence */
+    int penalty_last_n;       /* window of recent tokens the penalties look at (0: off, -1: all) */
+    uint64_t seed;
+} hr_sampler_params;
+
+/* Defaults: greedy (temperature 0), top_k 40, top_p 0.95, min_p 0.05, no penalties, last_n 64, seed 0. */
+hr_sampler_params hr_sampler_default_params(void);
+
+typedef struct hr_sampler hr_sampler;
+
+/* n_vocab sets the size of the internal buffers (allocated once here). */
+hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler **out, hr_error *err);
+void hr_sampler_destroy(hr_sampler *s); /* NULL allowed */
+
+/* Validates parameters (ranges) with a message naming the field. */
+hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err);
+
+/* Adds a token to the history the penalties see (prompt tokens too, when the caller wants). */
+void hr_sampler_accept(hr_sampler *s, int32_t token);
+void hr_sampler_reset(hr_sampler *s); /* clears history and re-seeds */
+
+/* Picks a token from logits[n_vocab] (not modified) and accepts it into the history. */
+int32_t hr_sampler_sample(hr_sampler *s, const float *logits);
+
+/* The index of the largest logit (lowest index on ties). */
+int32_t hr_argmax(const float *logits, int n);
+
+#endif
