@@ -46,18 +46,25 @@ typedef struct hr_kv_config {
     int n_layers;
     int n_kv_heads;
     int head_dim;
-    int block_size;        /* tokens per block, 8..256 */
+    int block_size; /* tokens per block, 8..256 */
     hr_kv_format k_format;
     hr_kv_format v_format;
     uint64_t budget_bytes; /* the pool gets floor(budget / block_bytes) blocks */
     int max_seqs;          /* capacity of the sequence table */
+    bool force_scalar;     /* use the scalar reference kernels even where AVX2 exists (tests, eval) */
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;
 typedef int32_t hr_kv_seq; /* a sequence handle, valid from hr_kv_seq_create to hr_kv_seq_free */
 
-/* Bytes one block takes across all layers for K and V (including scales and any tail buffers). */
+/* Bytes one block takes across all layers for K and V, including its scales. 0 for a bad config. */
 uint64_t hr_kv_block_bytes(const hr_kv_config *cfg);
+/* Formats encoded when a block fills (q4, kivi2) keep each sequence's open block in f16 in a
+ * per-sequence tail buffer: this many bytes per sequence (0 for the other formats). */
+uint64_t hr_kv_seq_stage_bytes(const hr_kv_config *cfg);
+/* Bytes the pool takes from the budget before any block: max_seqs tail buffers. The pool holds
+ * floor((budget_bytes - hr_kv_fixed_bytes) / hr_kv_block_bytes) blocks. */
+uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg);
 
 /* Allocates the pool. HR_ERR_BUDGET (with a message saying what fits) when the budget holds no block;
  * HR_ERR_INVALID_ARG for a bad block size or format the head size cannot use. */
@@ -66,7 +73,8 @@ void hr_kv_pool_destroy(hr_kv_pool *pool); /* NULL allowed */
 
 const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *pool);
 int hr_kv_pool_n_blocks(const hr_kv_pool *pool);
-int hr_kv_pool_n_free(const hr_kv_pool *pool); /* free + evictable cached blocks */
+int hr_kv_pool_n_free(const hr_kv_pool *pool);      /* free + evictable cached blocks */
+const char *hr_kv_pool_isa(const hr_kv_pool *pool); /* "avx2" or "scalar": the kernels in use */
 
 /* ---- sequences --------------------------------------------------------------------------------- */
 
@@ -76,8 +84,8 @@ hr_status hr_kv_seq_create(hr_kv_pool *pool, hr_kv_seq *out, hr_error *err);
  * sequences or cached). Only for an empty sequence. Sets *n_cached to the number of tokens whose K/V
  * are now present (a multiple of block_size, at most n_tokens - 1 so that at least one token is left
  * to compute logits from). */
-hr_status hr_kv_seq_share_prefix(hr_kv_pool *pool, hr_kv_seq seq, const int32_t *tokens, int n_tokens,
-                                 int *n_cached, hr_error *err);
+hr_status hr_kv_seq_share_prefix(hr_kv_pool *pool, hr_kv_seq seq, const int32_t *tokens, int n_tokens, int *n_cached,
+                                 hr_error *err);
 
 /* Makes the block table hold at least n_tokens slots. HR_ERR_FULL when the pool cannot (then nothing
  * changed). */
@@ -116,21 +124,21 @@ size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
 /* ---- ledger ------------------------------------------------------------------------------------ */
 
 typedef struct hr_kv_seq_ledger {
-    int blocks_own;          /* blocks only this sequence holds */
-    int blocks_shared;       /* blocks held together with other sequences or the prefix cache */
-    uint64_t bytes_now;      /* bytes of the blocks it holds */
+    int blocks_own;     /* blocks only this sequence holds */
+    int blocks_shared;  /* blocks held together with other sequences or the prefix cache */
+    uint64_t bytes_now; /* bytes of the blocks it holds */
     uint64_t bytes_peak;
     int tokens_resident;
     int tokens_total;
     hr_kv_format k_format, v_format;
-    uint64_t bytes_swapped;  /* bytes of this sequence now in the swap tier */
-    int prefix_hit_tokens;   /* tokens whose K/V came from the prefix cache */
+    uint64_t bytes_swapped; /* bytes of this sequence now in the swap tier */
+    int prefix_hit_tokens;  /* tokens whose K/V came from the prefix cache */
 } hr_kv_seq_ledger;
 
 typedef struct hr_kv_pool_ledger {
     int blocks_total, blocks_used, blocks_cached, blocks_free;
     uint64_t bytes_total, bytes_used, bytes_cached, bytes_free;
-    uint64_t waste_slots;    /* slots in used blocks not yet filled */
+    uint64_t waste_slots; /* slots in used blocks not yet filled */
     uint64_t waste_bytes;
     uint64_t prefix_hit_tokens_total;
     uint64_t blocks_evicted_total; /* cached blocks reclaimed for new work */

@@ -1,0 +1,374 @@
+/* format.c: KV storage formats: names, per-head layouts and byte counts, and the scalar reference
+ * kernels (encode, fused dequantize-and-dot for q.K, fused weighted accumulate for P.V).
+ *
+ * The scalar kernels are the definition of correct; format_avx2.c must agree with them to 1e-5
+ * relative. Quantized blocks are never expanded: a dot reads codes and scales and multiplies as it
+ * goes; the only temporary is one head-row (D floats) for the per-channel formats (q[c] * scale[c]).
+ *
+ * Head-region layouts (B tokens, D = head_dim, G = group):
+ *   F32   : f32 [B][D]
+ *   F16   : f16 [B][D]
+ *   BF16  : bf16 [B][D]
+ *   Q8    : int8 [B][D], then f16 scale [B][D/G]            (symmetric, G = min(32, D) power of 2)
+ *   FP8   : e4m3 [B][D], then f32 scale [B]                 (per token and head: amax / 448)
+ *   Q4  K : f16 scale [D], f16 min [D], then u4 [B][D/2]    (per channel over the block, like KIVI)
+ *   Q4  V : u4 [B][D/2], then f16 (scale, min) [B][D/G]     (per token, asymmetric, G <= 32)
+ *   KIVI2 K: f16 scale [D], f16 min [D], then u2 [B][D/4]   (per channel over the block)
+ *   KIVI2 V: u2 [B][D/4], then f16 (scale, min) [B][D/G]    (per token, asymmetric, G <= 16)
+ * Packed codes: channel c of a token sits in byte c / (8/bits) at bit (c % (8/bits)) * bits. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kv/kv_internal.h"
+
+static const char *const kv_format_names[HR_KV_FORMAT_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "fp8", "kivi2"};
+
+const char *hr_kv_format_name(hr_kv_format f) {
+    if ((unsigned)f >= HR_KV_FORMAT_COUNT) return "?";
+    return kv_format_names[f];
+}
+
+hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err) {
+    for (int i = 0; name && i < HR_KV_FORMAT_COUNT; i++) {
+        if (strcmp(name, kv_format_names[i]) == 0) {
+            *out = (hr_kv_format)i;
+            return HR_OK;
+        }
+    }
+    return hr_error_set(err, HR_ERR_INVALID_ARG,
+                        "unknown KV format '%s': expected one of f32, f16, bf16, q8, q4, fp8, kivi2",
+                        name ? name : "(null)");
+}
+
+/* Largest power of two <= cap that divides D (D % 8 == 0 is checked by the caller, so >= 8). */
+static int kv_group(int D, int cap) {
+    int g = cap;
+    while (g > 1 && D % g != 0) g /= 2;
+    return g;
+}
+
+static size_t kv_align(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr_error *err) {
+    memset(f, 0, sizeof *f);
+    f->format = format;
+    f->role = role;
+    f->B = B;
+    f->D = D;
+    size_t BD = (size_t)B * D;
+    if ((unsigned)format >= HR_KV_FORMAT_COUNT)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV format id %d is not a format", (int)format);
+    if (format >= HR_KV_Q8 && D % 8 != 0)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV format %s needs head_dim a multiple of 8, got %d: use f16 or bf16",
+                            hr_kv_format_name(format), D);
+    switch (format) {
+    case HR_KV_F32: f->scale_off = f->head_bytes = BD * 4; break;
+    case HR_KV_F16:
+    case HR_KV_BF16: f->scale_off = f->head_bytes = BD * 2; break;
+    case HR_KV_Q8:
+        f->G = kv_group(D, 32);
+        f->scale_off = BD;
+        f->head_bytes = BD + (size_t)B * (D / f->G) * 2;
+        break;
+    case HR_KV_FP8:
+        f->scale_off = kv_align(BD, 4);
+        f->head_bytes = f->scale_off + (size_t)B * 4;
+        break;
+    case HR_KV_Q4:
+    case HR_KV_KIVI2:
+        f->bits = format == HR_KV_Q4 ? 4 : 2;
+        f->deferred = true;
+        f->G = kv_group(D, format == HR_KV_Q4 ? 32 : 16);
+        if (role == KV_K) {
+            f->per_channel = true;
+            f->scale_off = 0;
+            f->code_off = (size_t)D * 4;
+            f->head_bytes = f->code_off + BD * f->bits / 8;
+        } else {
+            f->code_off = 0;
+            f->scale_off = BD * f->bits / 8;
+            f->head_bytes = f->scale_off + (size_t)B * (D / f->G) * 4;
+        }
+        break;
+    }
+    f->head_bytes = kv_align(f->head_bytes, 64);
+    return HR_OK;
+}
+
+uint8_t kv_f32_to_e4m3(float x) {
+    uint8_t sign = (x < 0.0f || (x == 0.0f && signbit(x))) ? 0x80u : 0u;
+    float v = fabsf(x);
+    if (!(v == v)) return 0; /* NaN: encoders never see one from finite input; store zero */
+    if (v >= 448.0f) return (uint8_t)(sign | 0x7eu);
+    if (v < 0x1p-6f) { /* subnormal range: steps of 2^-9; q == 8 is the smallest normal */
+        int q = (int)rintf(v * 512.0f);
+        return (uint8_t)(sign | q);
+    }
+    int ex;
+    float fr = frexpf(v, &ex); /* v = fr * 2^ex, fr in [0.5, 1) */
+    int E = ex - 1;
+    int q = (int)rintf((fr * 2.0f - 1.0f) * 8.0f);
+    if (q == 8) {
+        q = 0;
+        E++;
+    }
+    int code = ((E + 7) << 3) | q;
+    if (code > 0x7e) code = 0x7e;
+    return (uint8_t)(sign | code);
+}
+
+/* ---- plain float formats ----------------------------------------------------------------------- */
+
+static void enc_f32(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    memcpy(head + (size_t)t * f->D * 4, x, (size_t)f->D * 4);
+}
+static void dot_f32(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    const float *k = (const float *)head;
+    for (int t = 0; t < n; t++, k += f->D) {
+        float s = 0.0f;
+        for (int c = 0; c < f->D; c++) s += q[c] * k[c];
+        scores[t] = s;
+    }
+}
+static void acc_f32(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    const float *v = (const float *)head;
+    for (int t = 0; t < n; t++, v += f->D)
+        for (int c = 0; c < f->D; c++) acc[c] += p[t] * v[c];
+}
+
+static void enc_f16(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    uint16_t *d = (uint16_t *)head + (size_t)t * f->D;
+    for (int c = 0; c < f->D; c++) d[c] = kv_f32_to_f16(x[c]);
+}
+static void dot_f16(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    const uint16_t *k = (const uint16_t *)head;
+    for (int t = 0; t < n; t++, k += f->D) {
+        float s = 0.0f;
+        for (int c = 0; c < f->D; c++) s += q[c] * kv_f16_to_f32(k[c]);
+        scores[t] = s;
+    }
+}
+static void acc_f16(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    const uint16_t *v = (const uint16_t *)head;
+    for (int t = 0; t < n; t++, v += f->D)
+        for (int c = 0; c < f->D; c++) acc[c] += p[t] * kv_f16_to_f32(v[c]);
+}
+
+static void enc_bf16(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    uint16_t *d = (uint16_t *)head + (size_t)t * f->D;
+    for (int c = 0; c < f->D; c++) d[c] = kv_f32_to_bf16(x[c]);
+}
+static void dot_bf16(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    const uint16_t *k = (const uint16_t *)head;
+    for (int t = 0; t < n; t++, k += f->D) {
+        float s = 0.0f;
+        for (int c = 0; c < f->D; c++) s += q[c] * kv_bf16_to_f32(k[c]);
+        scores[t] = s;
+    }
+}
+static void acc_bf16(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    const uint16_t *v = (const uint16_t *)head;
+    for (int t = 0; t < n; t++, v += f->D)
+        for (int c = 0; c < f->D; c++) acc[c] += p[t] * kv_bf16_to_f32(v[c]);
+}
+
+/* ---- Q8: symmetric int8, per token and group --------------------------------------------------- */
+
+static void enc_q8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    int ng = f->D / f->G;
+    int8_t *qs = (int8_t *)head + (size_t)t * f->D;
+    uint16_t *sc = (uint16_t *)(head + f->scale_off) + (size_t)t * ng;
+    for (int g = 0; g < ng; g++) {
+        const float *xg = x + g * f->G;
+        float amax = 0.0f;
+        for (int c = 0; c < f->G; c++) amax = fmaxf(amax, fabsf(xg[c]));
+        uint16_t s16 = kv_f32_to_f16(amax / 127.0f);
+        float s = kv_f16_to_f32(s16);
+        float inv = s > 0.0f ? 1.0f / s : 0.0f;
+        for (int c = 0; c < f->G; c++) {
+            float r = rintf(xg[c] * inv);
+            qs[g * f->G + c] = (int8_t)fmaxf(-127.0f, fminf(127.0f, r));
+        }
+        sc[g] = s16;
+    }
+}
+static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    int ng = f->D / f->G;
+    for (int t = 0; t < n; t++) {
+        const int8_t *qs = (const int8_t *)head + (size_t)t * f->D;
+        const uint16_t *sc = (const uint16_t *)(head + f->scale_off) + (size_t)t * ng;
+        float s = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            float sg = 0.0f;
+            for (int c = 0; c < f->G; c++) sg += q[g * f->G + c] * (float)qs[g * f->G + c];
+            s += sg * kv_f16_to_f32(sc[g]);
+        }
+        scores[t] = s;
+    }
+}
+static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    int ng = f->D / f->G;
+    for (int t = 0; t < n; t++) {
+        const int8_t *qs = (const int8_t *)head + (size_t)t * f->D;
+        const uint16_t *sc = (const uint16_t *)(head + f->scale_off) + (size_t)t * ng;
+        for (int g = 0; g < ng; g++) {
+            float w = p[t] * kv_f16_to_f32(sc[g]);
+            for (int c = 0; c < f->G; c++) acc[g * f->G + c] += w * (float)qs[g * f->G + c];
+        }
+    }
+}
+
+/* ---- FP8 e4m3, per token and head scale -------------------------------------------------------- */
+
+static void enc_fp8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    uint8_t *qs = head + (size_t)t * f->D;
+    float amax = 0.0f;
+    for (int c = 0; c < f->D; c++) amax = fmaxf(amax, fabsf(x[c]));
+    float s = amax / 448.0f;
+    float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    for (int c = 0; c < f->D; c++) qs[c] = kv_f32_to_e4m3(x[c] * inv);
+    memcpy(head + f->scale_off + (size_t)t * 4, &s, 4);
+}
+static void dot_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    for (int t = 0; t < n; t++) {
+        const uint8_t *qs = head + (size_t)t * f->D;
+        float sc;
+        memcpy(&sc, head + f->scale_off + (size_t)t * 4, 4);
+        float s = 0.0f;
+        for (int c = 0; c < f->D; c++) s += q[c] * kv_e4m3_to_f32(qs[c]);
+        scores[t] = s * sc;
+    }
+}
+static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    for (int t = 0; t < n; t++) {
+        const uint8_t *qs = head + (size_t)t * f->D;
+        float sc;
+        memcpy(&sc, head + f->scale_off + (size_t)t * 4, 4);
+        float w = p[t] * sc;
+        for (int c = 0; c < f->D; c++) acc[c] += w * kv_e4m3_to_f32(qs[c]);
+    }
+}
+
+/* ---- Q4 / KIVI2: asymmetric low-bit codes ------------------------------------------------------ */
+
+static inline int kv_code(const uint8_t *codes, int bits, int c) {
+    int per = 8 / bits;
+    return (codes[c / per] >> ((c % per) * bits)) & ((1 << bits) - 1);
+}
+
+/* Scale and min for values in [lo, hi] at `bits`, rounded to f16; codes are computed against the
+ * rounded values so that decode(encode(x)) is as close as the stored scales allow. */
+static void kv_minmax_params(float lo, float hi, int bits, uint16_t *s16, uint16_t *m16, float *s, float *m) {
+    int levels = (1 << bits) - 1;
+    *m16 = kv_f32_to_f16(lo);
+    *m = kv_f16_to_f32(*m16);
+    float range = hi - *m;
+    *s16 = kv_f32_to_f16(range > 0.0f ? range / (float)levels : 0.0f);
+    *s = kv_f16_to_f32(*s16);
+}
+static inline int kv_quant(float x, float s, float m, int levels) {
+    if (s <= 0.0f) return 0;
+    float r = rintf((x - m) / s);
+    return (int)fmaxf(0.0f, fminf((float)levels, r));
+}
+
+/* K per channel over the staged block. */
+static void encb_lowbit_k(const kv_fmt *f, uint8_t *head, const uint16_t *stage) {
+    int B = f->B, D = f->D, bits = f->bits, per = 8 / bits, levels = (1 << bits) - 1;
+    uint16_t *sc = (uint16_t *)(head + f->scale_off);
+    uint16_t *mn = sc + D;
+    uint8_t *codes = head + f->code_off;
+    memset(codes, 0, (size_t)B * D / per);
+    for (int c = 0; c < D; c++) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int t = 0; t < B; t++) {
+            float x = kv_f16_to_f32(stage[(size_t)t * D + c]);
+            lo = fminf(lo, x);
+            hi = fmaxf(hi, x);
+        }
+        float s, m;
+        kv_minmax_params(lo, hi, bits, &sc[c], &mn[c], &s, &m);
+        for (int t = 0; t < B; t++) {
+            int qv = kv_quant(kv_f16_to_f32(stage[(size_t)t * D + c]), s, m, levels);
+            codes[((size_t)t * D + c) / per] |= (uint8_t)(qv << ((c % per) * bits));
+        }
+    }
+}
+static void dot_lowbit_k(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    int D = f->D, bits = f->bits, per = 8 / bits;
+    const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
+    const uint16_t *mn = sc + D;
+    float bias = 0.0f;
+    for (int c = 0; c < D; c++) {
+        row[c] = q[c] * kv_f16_to_f32(sc[c]);
+        bias += q[c] * kv_f16_to_f32(mn[c]);
+    }
+    for (int t = 0; t < n; t++) {
+        const uint8_t *codes = head + f->code_off + (size_t)t * D / per;
+        float s = 0.0f;
+        for (int c = 0; c < D; c++) s += row[c] * (float)kv_code(codes, bits, c);
+        scores[t] = s + bias;
+    }
+}
+
+/* V per token in groups of G: one (scale, min) pair per group. */
+static void encb_lowbit_v(const kv_fmt *f, uint8_t *head, const uint16_t *stage) {
+    int B = f->B, D = f->D, G = f->G, ng = D / G, bits = f->bits, per = 8 / bits, levels = (1 << bits) - 1;
+    uint8_t *codes = head + f->code_off;
+    uint16_t *sm = (uint16_t *)(head + f->scale_off);
+    memset(codes, 0, (size_t)B * D / per);
+    for (int t = 0; t < B; t++) {
+        for (int g = 0; g < ng; g++) {
+            const uint16_t *xg = stage + (size_t)t * D + g * G;
+            float lo = INFINITY, hi = -INFINITY;
+            for (int c = 0; c < G; c++) {
+                lo = fminf(lo, kv_f16_to_f32(xg[c]));
+                hi = fmaxf(hi, kv_f16_to_f32(xg[c]));
+            }
+            float s, m;
+            uint16_t *pair = sm + ((size_t)t * ng + g) * 2;
+            kv_minmax_params(lo, hi, bits, &pair[0], &pair[1], &s, &m);
+            for (int c = 0; c < G; c++) {
+                int qv = kv_quant(kv_f16_to_f32(xg[c]), s, m, levels);
+                int ch = g * G + c;
+                codes[((size_t)t * D + ch) / per] |= (uint8_t)(qv << ((ch % per) * bits));
+            }
+        }
+    }
+}
+static void acc_lowbit_v(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    int D = f->D, G = f->G, ng = D / G, bits = f->bits, per = 8 / bits;
+    const uint16_t *sm = (const uint16_t *)(head + f->scale_off);
+    for (int t = 0; t < n; t++) {
+        const uint8_t *codes = head + f->code_off + (size_t)t * D / per;
+        for (int g = 0; g < ng; g++) {
+            const uint16_t *pair = sm + ((size_t)t * ng + g) * 2;
+            float ws = p[t] * kv_f16_to_f32(pair[0]), wm = p[t] * kv_f16_to_f32(pair[1]);
+            for (int c = 0; c < G; c++) acc[g * G + c] += ws * (float)kv_code(codes, bits, g * G + c) + wm;
+        }
+    }
+}
+
+/* K role of a low-bit format read as V would need per-channel accumulation, V role as K a
+ * per-token dot: both are valid combinations because K and V formats are chosen separately, and the
+ * role fixes the layout. The K role is only ever dotted and the V role only ever accumulated. */
+
+void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops) {
+    memset(ops, 0, sizeof *ops);
+    switch (f->format) {
+    case HR_KV_F32: *ops = (kv_fmt_ops){enc_f32, NULL, dot_f32, acc_f32}; break;
+    case HR_KV_F16: *ops = (kv_fmt_ops){enc_f16, NULL, dot_f16, acc_f16}; break;
+    case HR_KV_BF16: *ops = (kv_fmt_ops){enc_bf16, NULL, dot_bf16, acc_bf16}; break;
+    case HR_KV_Q8: *ops = (kv_fmt_ops){enc_q8, NULL, dot_q8, acc_q8}; break;
+    case HR_KV_FP8: *ops = (kv_fmt_ops){enc_fp8, NULL, dot_fp8, acc_fp8}; break;
+    case HR_KV_Q4:
+    case HR_KV_KIVI2:
+        if (f->role == KV_K)
+            *ops = (kv_fmt_ops){NULL, encb_lowbit_k, dot_lowbit_k, NULL};
+        else
+            *ops = (kv_fmt_ops){NULL, encb_lowbit_v, NULL, acc_lowbit_v};
+        break;
+    }
+}

@@ -1,0 +1,223 @@
+/* kv_internal.h: the pool's private structures, shared by the files of src/kv/ only.
+ *
+ * Storage layout (why): for every layer there is a K arena and a V arena, each an array of blocks
+ * indexed by physical block id. Inside a block the data is head-major: [Hkv][B tokens][D] in the
+ * block's format, followed (per head) by that head's scales. One query head's q.K over a block then
+ * streams one contiguous run of B*D elements plus its scales, and the P.V accumulation streams the
+ * same way; GQA query heads that share a KV head read the same run while it is hot in cache.
+ * Every head region starts on a 64-byte boundary, every block too.
+ *
+ * Formats that quantize K per channel over a whole block (Q4, KIVI2) cannot encode a block until its
+ * last token is known. They are "deferred": each sequence has a staging buffer holding, per layer,
+ * one open block of K and V in f16 ([Hkv][B][D]); the write of a block's last slot encodes the
+ * staged block into the pool block and frees the staging for the next block. Attention reads a
+ * block from staging while it is staged. */
+#ifndef HR_KV_KV_INTERNAL_H
+#define HR_KV_KV_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/kv.h"
+
+#ifndef HR_DEBUG_CHECKS
+#define HR_DEBUG_CHECKS 0
+#endif
+
+/* Invariant checks that are compiled in only for debug (sanitizer) builds. */
+#if HR_DEBUG_CHECKS
+#include <assert.h>
+#define KV_ASSERT(c) assert(c)
+#else
+#define KV_ASSERT(c) ((void)0)
+#endif
+
+/* ---- f16 / bf16 (private copies; tensor/ owns the public ones) ---------------------------------- */
+
+static inline uint32_t kv_f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float kv_u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float kv_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u) return kv_u2f(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
+    if (em >= 0x0400u) return kv_u2f(sign | ((em << 13) + 0x38000000u));
+    return kv_u2f(sign | kv_f2u((float)em * 5.9604644775390625e-8f)); /* subnormal: em * 2^-24 */
+}
+
+/* Round to nearest even; overflow gives inf, NaN stays NaN. */
+static inline uint16_t kv_f32_to_f16(float f) {
+    uint32_t x = kv_f2u(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u) return (uint16_t)(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (x < 0x38800000u) { /* below 2^-14: f16 subnormal, the FPU rounds when adding 0.5 */
+        float v = kv_u2f(x) + 0.5f;
+        return (uint16_t)(sign | (kv_f2u(v) - 0x3f000000u));
+    }
+    uint32_t odd = (x >> 13) & 1u;
+    x += 0xc8000fffu + odd; /* rebias exponent (-112 << 23) and round */
+    return (uint16_t)(sign | (x >> 13));
+}
+
+static inline float kv_bf16_to_f32(uint16_t h) { return kv_u2f((uint32_t)h << 16); }
+static inline uint16_t kv_f32_to_bf16(float f) {
+    uint32_t x = kv_f2u(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* e4m3 (OCP FP8, no infinities, max 448): placing the 7 magnitude bits at f32 bit 20 reads them as
+ * an f32 with bias 127; multiplying by 2^120 rebiases to 7 and is exact for subnormals too. */
+static inline float kv_e4m3_to_f32(uint8_t b) {
+    float v = kv_u2f((uint32_t)(b & 0x7fu) << 20) * 0x1p120f;
+    return (b & 0x80u) ? -v : v;
+}
+uint8_t kv_f32_to_e4m3(float x); /* round to nearest even, saturating at 448 */
+
+/* ---- formats --------------------------------------------------------------------------------- */
+
+enum { KV_K = 0, KV_V = 1 };
+
+/* One format in one role (K or V) at one shape. Offsets are within a head region. */
+typedef struct kv_fmt {
+    hr_kv_format format;
+    int role;         /* KV_K or KV_V */
+    int B, D;         /* tokens per block, head_dim */
+    int G;            /* group size for per-token group scales (Q8, Q4-V, KIVI2-V) */
+    int bits;         /* code bits for Q4 / KIVI2 */
+    bool deferred;    /* encoded when the block fills (Q4, KIVI2) */
+    bool per_channel; /* K of Q4/KIVI2: scale and min per channel over the block's tokens */
+    size_t code_off;  /* where the element codes start */
+    size_t scale_off; /* where the scales start */
+    size_t head_bytes;
+} kv_fmt;
+
+/* Kernels for one format in one role. `head` points at a head region of one block.
+ *   enc_token: encode token t (x: D floats). NULL for deferred formats.
+ *   enc_block: encode a whole staged block (stage: [B][D] f16). NULL for immediate formats.
+ *   dot:       scores[t] = q . k_t for t < n. row: D floats of private scratch.
+ *   accum:     acc[:] += sum_t p[t] * v_t for t < n (acc: D floats). */
+typedef struct kv_fmt_ops {
+    void (*enc_token)(const kv_fmt *f, uint8_t *head, int t, const float *x);
+    void (*enc_block)(const kv_fmt *f, uint8_t *head, const uint16_t *stage);
+    void (*dot)(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores);
+    void (*accum)(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc);
+} kv_fmt_ops;
+
+/* Fills f for a format/role/shape. HR_ERR_INVALID_ARG when the head size cannot use the format. */
+hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr_error *err);
+void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops);
+/* Overwrites entries that have an AVX2 version. Only call where the CPU has AVX2+FMA+F16C. */
+void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops);
+
+/* ---- pool ------------------------------------------------------------------------------------ */
+
+enum { KV_BLK_FREE = 0, KV_BLK_USED = 1, KV_BLK_CACHED = 2 };
+enum { KV_FLAG_HASHED = 1, KV_FLAG_IN_MAP = 2 };
+
+typedef struct kv_list {
+    int32_t head, tail; /* -1 when empty */
+    int count;
+} kv_list;
+
+typedef struct kv_seq {
+    bool active;
+    bool swapped;
+    int n_tokens;       /* committed tokens */
+    int n_table;        /* blocks in the table */
+    int cap;            /* allocated table entries */
+    int32_t *table;     /* physical block ids, logical order */
+    uint64_t last_hash; /* chain hash of the last full committed block (or the root) */
+    uint64_t bytes_peak;
+    int prefix_hit_tokens;
+    /* swap tier */
+    int n_swapped_blocks;
+    struct hr_kv_swap *swap; /* the tier holding the swapped copy */
+    int32_t *swap_slots;     /* slot per swapped block, then one for the staging copy */
+    int swap_cap;
+    uint64_t bytes_swapped;
+} kv_seq;
+
+struct hr_kv_pool {
+    hr_kv_config cfg;
+    int n_blocks;
+    kv_fmt kf, vf, sf; /* sf: F16 at the same shape, to read staged blocks */
+    kv_fmt_ops kops, vops, sops;
+    bool avx2;
+
+    size_t k_block_bytes, v_block_bytes; /* one layer, one block */
+    uint64_t block_bytes;                /* all layers, K + V */
+    uint8_t *arena;                      /* [L][K blocks | V blocks], then staging */
+    size_t arena_bytes;
+    uint8_t *stage;           /* [max_seqs][L][K|V][Hkv][B][D] f16; NULL without deferred formats */
+    size_t stage_layer_bytes; /* one sequence, one layer, K and V */
+    uint64_t stage_seq_bytes; /* one sequence, all layers */
+    int32_t *stage_blk;       /* [max_seqs][L]: table index of the staged block, -1 none */
+
+    /* block metadata, indexed by physical id */
+    int32_t *refcnt;
+    uint8_t *state, *flags;
+    uint64_t *hash, *parent;
+    int32_t *tokens; /* [n_blocks][B]: the tokens a hashed block was filled with */
+    int32_t *prev, *next;
+    kv_list free_list, lru;
+
+    /* prefix map: open addressing, linear probing, hash -> block id */
+    int32_t *map;
+    uint64_t map_mask;
+
+    kv_seq *seqs;
+    int32_t *pending; /* [max_seqs][B]: tokens of each sequence's open block */
+
+    /* ledger figures readable from any thread */
+    atomic_int n_used, n_cached, n_free;
+    atomic_uint_fast64_t waste_slots, prefix_hits, evicted;
+};
+
+static inline uint8_t *kv_block_ptr(const hr_kv_pool *p, int layer, int kind, int32_t block) {
+    size_t layer_bytes = (size_t)p->n_blocks * (p->k_block_bytes + p->v_block_bytes);
+    size_t off = (size_t)layer * layer_bytes;
+    if (kind == KV_V) off += (size_t)p->n_blocks * p->k_block_bytes;
+    off += (size_t)block * (kind == KV_K ? p->k_block_bytes : p->v_block_bytes);
+    return p->arena + off;
+}
+
+static inline uint16_t *kv_stage_ptr(const hr_kv_pool *p, hr_kv_seq seq, int layer, int kind) {
+    size_t half = p->stage_layer_bytes / 2;
+    return (uint16_t *)(p->stage + (size_t)seq * p->stage_seq_bytes + (size_t)layer * p->stage_layer_bytes +
+                        (size_t)kind * half);
+}
+
+static inline bool kv_fmt_deferred(hr_kv_format f) { return f == HR_KV_Q4 || f == HR_KV_KIVI2; }
+
+/* prefix.c */
+bool kv_prefix_map_init(hr_kv_pool *p);
+uint64_t kv_prefix_root(const hr_kv_pool *p);
+void kv_prefix_map_remove(hr_kv_pool *p, int32_t b);
+int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash);
+
+/* swap.c: forgets a swapped-out sequence's copy (its slots return to the swap tier). */
+void kv_swap_drop(hr_kv_pool *p, kv_seq *s);
+
+/* pool.c helpers used by prefix.c and swap.c */
+void kv_block_ref(hr_kv_pool *p, int32_t b);
+void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s);
+int32_t kv_block_alloc(hr_kv_pool *p); /* -1 when none; caller checked availability */
+hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err);
+bool kv_seq_valid(const hr_kv_pool *p, hr_kv_seq seq);
+void kv_update_peak(hr_kv_pool *p, kv_seq *s);
+
+#endif

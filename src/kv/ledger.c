@@ -1,0 +1,129 @@
+/* ledger.c: the accounting views of the pool (per pool, per sequence) and the invariant checker.
+ *
+ * Pool figures are kept incrementally in atomics by the owning thread (pool.c, prefix.c, swap.c) and
+ * may be read from any thread; a sequence's figures are computed from its block table on request
+ * (O(blocks it holds)) by the owning thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_internal.h"
+
+void hr_kv_pool_get_ledger(const hr_kv_pool *p, hr_kv_pool_ledger *out) {
+    memset(out, 0, sizeof *out);
+    out->blocks_total = p->n_blocks;
+    out->blocks_used = atomic_load_explicit(&p->n_used, memory_order_relaxed);
+    out->blocks_cached = atomic_load_explicit(&p->n_cached, memory_order_relaxed);
+    out->blocks_free = atomic_load_explicit(&p->n_free, memory_order_relaxed);
+    out->bytes_total = (uint64_t)p->n_blocks * p->block_bytes;
+    out->bytes_used = (uint64_t)out->blocks_used * p->block_bytes;
+    out->bytes_cached = (uint64_t)out->blocks_cached * p->block_bytes;
+    out->bytes_free = (uint64_t)out->blocks_free * p->block_bytes;
+    out->waste_slots = atomic_load_explicit(&p->waste_slots, memory_order_relaxed);
+    out->waste_bytes = out->waste_slots * (p->block_bytes / (uint64_t)p->cfg.block_size);
+    out->prefix_hit_tokens_total = atomic_load_explicit(&p->prefix_hits, memory_order_relaxed);
+    out->blocks_evicted_total = atomic_load_explicit(&p->evicted, memory_order_relaxed);
+}
+
+hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err) {
+    if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV ledger: %d is not a sequence", seq);
+    const kv_seq *s = &p->seqs[seq];
+    hr_kv_seq_ledger l;
+    memset(&l, 0, sizeof l);
+    for (int i = 0; i < s->n_table; i++) {
+        int32_t b = s->table[i];
+        /* shared: another table holds it, or it is the prefix cache's copy another prompt may take */
+        if (p->refcnt[b] > 1 || ((p->flags[b] & KV_FLAG_IN_MAP) && i * p->cfg.block_size < s->prefix_hit_tokens))
+            l.blocks_shared++;
+        else
+            l.blocks_own++;
+    }
+    l.bytes_now = (uint64_t)s->n_table * p->block_bytes;
+    l.bytes_peak = s->bytes_peak > l.bytes_now ? s->bytes_peak : l.bytes_now;
+    l.tokens_total = s->n_tokens;
+    l.tokens_resident = s->swapped ? 0 : s->n_tokens;
+    l.k_format = p->cfg.k_format;
+    l.v_format = p->cfg.v_format;
+    l.bytes_swapped = s->bytes_swapped;
+    l.prefix_hit_tokens = s->prefix_hit_tokens;
+    *out = l;
+    return HR_OK;
+}
+
+hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
+    int n = p->n_blocks, B = p->cfg.block_size;
+    int n_free = 0, n_used = 0, n_cached = 0;
+    for (int b = 0; b < n; b++) {
+        switch (p->state[b]) {
+        case KV_BLK_FREE: n_free++; break;
+        case KV_BLK_USED: n_used++; break;
+        case KV_BLK_CACHED: n_cached++; break;
+        default: return hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d has state %d", b, p->state[b]);
+        }
+    }
+    if (n_free + n_used + n_cached != n)
+        return hr_error_set(err, HR_ERR_INTERNAL, "KV check: free %d + used %d + cached %d != total %d", n_free, n_used,
+                            n_cached, n);
+    if (n_free != atomic_load(&p->n_free) || n_used != atomic_load(&p->n_used) || n_cached != atomic_load(&p->n_cached))
+        return hr_error_set(err, HR_ERR_INTERNAL,
+                            "KV check: counted free/used/cached %d/%d/%d but the ledger says %d/%d/%d", n_free, n_used,
+                            n_cached, atomic_load(&p->n_free), atomic_load(&p->n_used), atomic_load(&p->n_cached));
+    if (p->free_list.count != n_free || p->lru.count != n_cached)
+        return hr_error_set(err, HR_ERR_INTERNAL, "KV check: free list %d (want %d), LRU %d (want %d)",
+                            p->free_list.count, n_free, p->lru.count, n_cached);
+    int walked = 0;
+    for (int32_t b = p->free_list.head; b >= 0 && walked <= n; b = p->next[b], walked++)
+        if (p->state[b] != KV_BLK_FREE || p->flags[b] != 0)
+            return hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d on the free list is not free", b);
+    if (walked != n_free)
+        return hr_error_set(err, HR_ERR_INTERNAL, "KV check: free list walk %d != %d", walked, n_free);
+    walked = 0;
+    for (int32_t b = p->lru.head; b >= 0 && walked <= n; b = p->next[b], walked++)
+        if (p->state[b] != KV_BLK_CACHED || !(p->flags[b] & KV_FLAG_IN_MAP))
+            return hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d in the LRU is not a cached block", b);
+    if (walked != n_cached) return hr_error_set(err, HR_ERR_INTERNAL, "KV check: LRU walk %d != %d", walked, n_cached);
+
+    int32_t *held = calloc((size_t)n, sizeof *held);
+    if (!held) return hr_error_set(err, HR_ERR_NOMEM, "KV check: out of memory");
+    hr_status rc = HR_OK;
+    uint64_t waste = 0;
+    for (int si = 0; si < p->cfg.max_seqs && rc == HR_OK; si++) {
+        const kv_seq *s = &p->seqs[si];
+        if (!s->active) continue;
+        if (s->n_tokens > s->n_table * B && !s->swapped)
+            rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d has %d tokens in %d blocks", si, s->n_tokens,
+                              s->n_table);
+        waste += (uint64_t)s->n_table * B - (uint64_t)(s->swapped ? 0 : s->n_tokens);
+        for (int i = 0; i < s->n_table && rc == HR_OK; i++) {
+            int32_t b = s->table[i];
+            if (b < 0 || b >= n) {
+                rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d entry %d holds bad block %d", si, i, b);
+                break;
+            }
+            held[b]++;
+            bool full = (i + 1) * B <= s->n_tokens;
+            if (!full && (p->flags[b] & KV_FLAG_HASHED))
+                rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d block %d (entry %d) is not full but hashed",
+                                  si, b, i);
+            if (full && !(p->flags[b] & KV_FLAG_HASHED))
+                rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d block %d (entry %d) is full but unhashed", si,
+                                  b, i);
+        }
+    }
+    for (int b = 0; b < n && rc == HR_OK; b++) {
+        if (held[b] != p->refcnt[b])
+            rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d has refcount %d but %d tables hold it", b,
+                              p->refcnt[b], held[b]);
+        else if ((p->refcnt[b] > 0) != (p->state[b] == KV_BLK_USED))
+            rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d refcount %d in state %d", b, p->refcnt[b],
+                              p->state[b]);
+        else if ((p->flags[b] & KV_FLAG_IN_MAP) && kv_prefix_map_find(p, p->hash[b]) != b)
+            rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d is marked in the map but not found", b);
+        else if ((p->flags[b] & KV_FLAG_IN_MAP) && !(p->flags[b] & KV_FLAG_HASHED))
+            rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d is in the map without a hash", b);
+    }
+    free(held);
+    if (rc == HR_OK && waste != atomic_load(&p->waste_slots))
+        rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: waste slots %llu, ledger %llu", (unsigned long long)waste,
+                          (unsigned long long)atomic_load(&p->waste_slots));
+    return rc;
+}

@@ -1,0 +1,409 @@
+/* pool.c: the block pool (one arena allocated at create), block states, the free list and the LRU of
+ * cached blocks, and the sequence operations (create, reserve, free, reset, fork).
+ *
+ * Block states and the functions behind each transition:
+ *
+ *            kv_block_alloc                      kv_block_unref (refcount -> 0, not hashed)
+ *     FREE -----------------> USED (refcnt >= 1) ---------------------------------------> FREE
+ *       ^                      |  ^
+ *       |  kv_block_alloc      |  | share_prefix / fork (refcnt++), share_prefix takes a
+ *       |  evicts LRU head     |  | CACHED block back to USED
+ *       |                      v  |
+ *       +----------------- CACHED (refcnt 0, hash in the prefix map, in the LRU)
+ *                kv_block_unref (refcount -> 0, hashed)
+ *
+ * Invariants (see kv.h): free + used + cached == total; refcnt == number of tables holding a block;
+ * only USED blocks are in tables; CACHED blocks are exactly the LRU list and are all in the map.
+ * Allocation takes never-hashed FREE blocks first and evicts the least recently used CACHED block
+ * only when none is left. A sequence's blocks are released last-to-first, so a freed sequence's tail
+ * blocks are evicted before its head blocks (heads are the ones other prompts share). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "common/util.h"
+#include "kv/kv_internal.h"
+
+/* ---- sizes --------------------------------------------------------------------------------------- */
+
+static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf, hr_error *err) {
+    if (!cfg) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV config is NULL");
+    if (cfg->n_layers < 1 || cfg->n_layers > 4096)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV n_layers must be 1..4096, got %d", cfg->n_layers);
+    if (cfg->n_kv_heads < 1 || cfg->n_kv_heads > 1024)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV n_kv_heads must be 1..1024, got %d", cfg->n_kv_heads);
+    if (cfg->head_dim < 1 || cfg->head_dim > 1024)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV head_dim must be 1..1024, got %d", cfg->head_dim);
+    if (cfg->block_size < 8 || cfg->block_size > 256)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV block_size must be 8..256 tokens, got %d (16 is usual)",
+                            cfg->block_size);
+    if (cfg->max_seqs < 1 || cfg->max_seqs > (1 << 20))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV max_seqs must be 1..1048576, got %d", cfg->max_seqs);
+    hr_status rc = kv_fmt_init(kf, cfg->k_format, KV_K, cfg->block_size, cfg->head_dim, err);
+    if (rc == HR_OK) rc = kv_fmt_init(vf, cfg->v_format, KV_V, cfg->block_size, cfg->head_dim, err);
+    if (rc != HR_OK) hr_error_prefix(err, "KV config");
+    return rc;
+}
+
+uint64_t hr_kv_block_bytes(const hr_kv_config *cfg) {
+    kv_fmt kf, vf;
+    if (kv_check_config(cfg, &kf, &vf, NULL) != HR_OK) return 0;
+    return (uint64_t)cfg->n_layers * cfg->n_kv_heads * (kf.head_bytes + vf.head_bytes);
+}
+
+uint64_t hr_kv_seq_stage_bytes(const hr_kv_config *cfg) {
+    kv_fmt kf, vf;
+    if (kv_check_config(cfg, &kf, &vf, NULL) != HR_OK) return 0;
+    if (!kf.deferred && !vf.deferred) return 0;
+    return (uint64_t)cfg->n_layers * 2 * cfg->n_kv_heads * cfg->block_size * cfg->head_dim * 2;
+}
+
+uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg) { return hr_kv_seq_stage_bytes(cfg) * (uint64_t)cfg->max_seqs; }
+
+/* ---- lists --------------------------------------------------------------------------------------- */
+
+static void kv_list_push_tail(hr_kv_pool *p, kv_list *l, int32_t b) {
+    p->prev[b] = l->tail;
+    p->next[b] = -1;
+    if (l->tail >= 0)
+        p->next[l->tail] = b;
+    else
+        l->head = b;
+    l->tail = b;
+    l->count++;
+}
+
+static void kv_list_remove(hr_kv_pool *p, kv_list *l, int32_t b) {
+    if (p->prev[b] >= 0)
+        p->next[p->prev[b]] = p->next[b];
+    else
+        l->head = p->next[b];
+    if (p->next[b] >= 0)
+        p->prev[p->next[b]] = p->prev[b];
+    else
+        l->tail = p->prev[b];
+    p->prev[b] = p->next[b] = -1;
+    l->count--;
+}
+
+/* ---- blocks -------------------------------------------------------------------------------------- */
+
+int32_t kv_block_alloc(hr_kv_pool *p) {
+    int32_t b = p->free_list.head;
+    if (b >= 0) {
+        kv_list_remove(p, &p->free_list, b);
+        atomic_fetch_sub_explicit(&p->n_free, 1, memory_order_relaxed);
+    } else {
+        b = p->lru.head;
+        if (b < 0) return -1;
+        kv_list_remove(p, &p->lru, b);
+        kv_prefix_map_remove(p, b);
+        atomic_fetch_sub_explicit(&p->n_cached, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->evicted, 1, memory_order_relaxed);
+    }
+    p->state[b] = KV_BLK_USED;
+    p->refcnt[b] = 1;
+    p->flags[b] = 0;
+    atomic_fetch_add_explicit(&p->n_used, 1, memory_order_relaxed);
+    return b;
+}
+
+/* One more table holds b (b is USED or CACHED). */
+void kv_block_ref(hr_kv_pool *p, int32_t b) {
+    if (p->state[b] == KV_BLK_CACHED) {
+        kv_list_remove(p, &p->lru, b);
+        p->state[b] = KV_BLK_USED;
+        atomic_fetch_sub_explicit(&p->n_cached, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->n_used, 1, memory_order_relaxed);
+    }
+    KV_ASSERT(p->state[b] == KV_BLK_USED);
+    p->refcnt[b]++;
+}
+
+static void kv_block_unref(hr_kv_pool *p, int32_t b) {
+    KV_ASSERT(p->state[b] == KV_BLK_USED && p->refcnt[b] > 0);
+    if (--p->refcnt[b] > 0) return;
+    atomic_fetch_sub_explicit(&p->n_used, 1, memory_order_relaxed);
+    if (p->flags[b] & KV_FLAG_IN_MAP) {
+        p->state[b] = KV_BLK_CACHED;
+        kv_list_push_tail(p, &p->lru, b);
+        atomic_fetch_add_explicit(&p->n_cached, 1, memory_order_relaxed);
+    } else {
+        p->state[b] = KV_BLK_FREE;
+        p->flags[b] = 0;
+        kv_list_push_tail(p, &p->free_list, b);
+        atomic_fetch_add_explicit(&p->n_free, 1, memory_order_relaxed);
+    }
+}
+
+/* ---- create / destroy ---------------------------------------------------------------------------- */
+
+hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error *err) {
+    kv_fmt kf, vf;
+    hr_status rc = kv_check_config(cfg, &kf, &vf, err);
+    if (rc != HR_OK) return rc;
+    uint64_t block_bytes = hr_kv_block_bytes(cfg);
+    uint64_t fixed = hr_kv_fixed_bytes(cfg);
+    if (cfg->budget_bytes < fixed + block_bytes) {
+        char b1[32], b2[32], b3[32];
+        hr_format_size(cfg->budget_bytes, b1, sizeof b1);
+        hr_format_size(block_bytes, b2, sizeof b2);
+        hr_format_size(fixed + block_bytes, b3, sizeof b3);
+        return hr_error_set(err, HR_ERR_BUDGET,
+                            "KV budget %s holds no block: one block of %d tokens (%d layers, K %s, V %s) takes %s"
+                            "%s; the smallest budget that fits one block is %s (%llu bytes); raise the budget, "
+                            "or use a smaller block_size or format",
+                            b1, cfg->block_size, cfg->n_layers, hr_kv_format_name(cfg->k_format),
+                            hr_kv_format_name(cfg->v_format), b2,
+                            fixed ? " plus f16 tail buffers for max_seqs sequences" : "", b3,
+                            (unsigned long long)(fixed + block_bytes));
+    }
+    uint64_t nb = (cfg->budget_bytes - fixed) / block_bytes;
+    if (nb > (1u << 30)) nb = 1u << 30;
+
+    hr_kv_pool *p = calloc(1, sizeof *p);
+    if (!p) return hr_error_set(err, HR_ERR_NOMEM, "KV pool: out of memory for the pool header");
+    p->cfg = *cfg;
+    p->n_blocks = (int)nb;
+    p->kf = kf;
+    p->vf = vf;
+    kv_fmt_init(&p->sf, HR_KV_F16, KV_K, cfg->block_size, cfg->head_dim, NULL);
+    p->k_block_bytes = (size_t)cfg->n_kv_heads * kf.head_bytes;
+    p->v_block_bytes = (size_t)cfg->n_kv_heads * vf.head_bytes;
+    p->block_bytes = block_bytes;
+    p->stage_seq_bytes = hr_kv_seq_stage_bytes(cfg);
+    p->stage_layer_bytes = (size_t)(p->stage_seq_bytes / (uint64_t)cfg->n_layers);
+
+    __builtin_cpu_init();
+    p->avx2 = !cfg->force_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    kv_fmt_ops_ref(&kf, &p->kops);
+    kv_fmt_ops_ref(&vf, &p->vops);
+    kv_fmt_ops_ref(&p->sf, &p->sops);
+    if (p->avx2) {
+        kv_fmt_ops_avx2(&kf, &p->kops);
+        kv_fmt_ops_avx2(&vf, &p->vops);
+        kv_fmt_ops_avx2(&p->sf, &p->sops);
+    }
+
+    /* one page-aligned mapping for all layers' blocks and the staging buffers; it never grows */
+    size_t blocks_bytes = (size_t)nb * block_bytes;
+    p->arena_bytes = blocks_bytes + (size_t)fixed;
+    void *mem = mmap(NULL, p->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        free(p);
+        char b1[32];
+        return hr_error_set(err, HR_ERR_NOMEM, "KV pool: cannot map %s for %llu blocks; lower the budget",
+                            hr_format_size(blocks_bytes, b1, sizeof b1), (unsigned long long)nb);
+    }
+    p->arena = mem;
+    p->stage = fixed ? p->arena + blocks_bytes : NULL;
+
+    int n = p->n_blocks, B = cfg->block_size, S = cfg->max_seqs;
+    p->refcnt = calloc((size_t)n, sizeof *p->refcnt);
+    p->state = calloc((size_t)n, 1);
+    p->flags = calloc((size_t)n, 1);
+    p->hash = calloc((size_t)n, sizeof *p->hash);
+    p->parent = calloc((size_t)n, sizeof *p->parent);
+    p->tokens = calloc((size_t)n * B, sizeof *p->tokens);
+    p->prev = malloc((size_t)n * sizeof *p->prev);
+    p->next = malloc((size_t)n * sizeof *p->next);
+    p->seqs = calloc((size_t)S, sizeof *p->seqs);
+    p->pending = calloc((size_t)S * B, sizeof *p->pending);
+    p->stage_blk = malloc((size_t)S * cfg->n_layers * sizeof *p->stage_blk);
+    bool ok = p->refcnt && p->state && p->flags && p->hash && p->parent && p->tokens && p->prev && p->next && p->seqs &&
+              p->pending && p->stage_blk && kv_prefix_map_init(p);
+    if (!ok) {
+        hr_kv_pool_destroy(p);
+        return hr_error_set(err, HR_ERR_NOMEM, "KV pool: out of memory for the metadata of %d blocks", n);
+    }
+    p->free_list = (kv_list){-1, -1, 0};
+    p->lru = (kv_list){-1, -1, 0};
+    for (int b = 0; b < n; b++) kv_list_push_tail(p, &p->free_list, b);
+    atomic_init(&p->n_free, n);
+    atomic_init(&p->n_used, 0);
+    atomic_init(&p->n_cached, 0);
+    atomic_init(&p->waste_slots, 0);
+    atomic_init(&p->prefix_hits, 0);
+    atomic_init(&p->evicted, 0);
+    *out = p;
+    return HR_OK;
+}
+
+void hr_kv_pool_destroy(hr_kv_pool *p) {
+    if (!p) return;
+    if (p->seqs) {
+        for (int i = 0; i < p->cfg.max_seqs; i++) {
+            free(p->seqs[i].table);
+            free(p->seqs[i].swap_slots);
+        }
+    }
+    if (p->arena) munmap(p->arena, p->arena_bytes);
+    free(p->refcnt);
+    free(p->state);
+    free(p->flags);
+    free(p->hash);
+    free(p->parent);
+    free(p->tokens);
+    free(p->prev);
+    free(p->next);
+    free(p->seqs);
+    free(p->pending);
+    free(p->stage_blk);
+    free(p->map);
+    free(p);
+}
+
+const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *p) { return &p->cfg; }
+int hr_kv_pool_n_blocks(const hr_kv_pool *p) { return p->n_blocks; }
+int hr_kv_pool_n_free(const hr_kv_pool *p) {
+    return atomic_load_explicit(&p->n_free, memory_order_relaxed) +
+           atomic_load_explicit(&p->n_cached, memory_order_relaxed);
+}
+const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->avx2 ? "avx2" : "scalar"; }
+
+/* ---- sequences ----------------------------------------------------------------------------------- */
+
+bool kv_seq_valid(const hr_kv_pool *p, hr_kv_seq seq) {
+    return p && seq >= 0 && seq < p->cfg.max_seqs && p->seqs[seq].active;
+}
+
+hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err) {
+    if (n <= s->cap) return HR_OK;
+    int cap = s->cap ? s->cap : 8;
+    while (cap < n) cap *= 2;
+    int32_t *t = realloc(s->table, (size_t)cap * sizeof *t);
+    if (!t) return hr_error_set(err, HR_ERR_NOMEM, "KV: out of memory growing a block table to %d entries", cap);
+    s->table = t;
+    s->cap = cap;
+    return HR_OK;
+}
+
+void kv_update_peak(hr_kv_pool *p, kv_seq *s) {
+    uint64_t now = (uint64_t)s->n_table * p->block_bytes;
+    if (now > s->bytes_peak) s->bytes_peak = now;
+}
+
+static void kv_seq_clear_stage(hr_kv_pool *p, hr_kv_seq seq) {
+    for (int l = 0; l < p->cfg.n_layers; l++) p->stage_blk[(size_t)seq * p->cfg.n_layers + l] = -1;
+}
+
+hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
+    for (int i = 0; i < p->cfg.max_seqs; i++) {
+        kv_seq *s = &p->seqs[i];
+        if (s->active) continue;
+        int32_t *table = s->table, *slots = s->swap_slots;
+        int cap = s->cap, swap_cap = s->swap_cap;
+        memset(s, 0, sizeof *s);
+        s->table = table; /* keep the allocations of the previous user of this slot */
+        s->cap = cap;
+        s->swap_slots = slots;
+        s->swap_cap = swap_cap;
+        s->active = true;
+        s->last_hash = kv_prefix_root(p);
+        kv_seq_clear_stage(p, i);
+        *out = i;
+        return HR_OK;
+    }
+    return hr_error_set(err, HR_ERR_FULL, "KV: all %d sequence slots are in use (max_seqs); retry later",
+                        p->cfg.max_seqs);
+}
+
+int hr_kv_seq_n_tokens(const hr_kv_pool *p, hr_kv_seq seq) { return kv_seq_valid(p, seq) ? p->seqs[seq].n_tokens : 0; }
+
+hr_status hr_kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error *err) {
+    if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV reserve: %d is not a sequence", seq);
+    kv_seq *s = &p->seqs[seq];
+    if (s->swapped)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV reserve: sequence %d is swapped out; swap it in first", seq);
+    int B = p->cfg.block_size;
+    if (n_tokens < 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV reserve: n_tokens %d < 0", n_tokens);
+    int need_blocks = (int)(((int64_t)n_tokens + B - 1) / B);
+    int add = need_blocks - s->n_table;
+    if (add <= 0) return HR_OK;
+    if (add > hr_kv_pool_n_free(p))
+        return hr_error_set(err, HR_ERR_FULL,
+                            "KV reserve: %d more blocks needed for %d tokens, %d free or evictable of %d", add,
+                            n_tokens, hr_kv_pool_n_free(p), p->n_blocks);
+    hr_status rc = kv_table_reserve(s, need_blocks, err);
+    if (rc != HR_OK) return rc;
+    for (int i = 0; i < add; i++) s->table[s->n_table++] = kv_block_alloc(p);
+    atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)add * B, memory_order_relaxed);
+    kv_update_peak(p, s);
+    return HR_OK;
+}
+
+/* Drops every block of the table (last to first) and the waste they carried. */
+void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s) {
+    int B = p->cfg.block_size;
+    uint64_t waste = (uint64_t)s->n_table * B - (uint64_t)s->n_tokens;
+    if (s->n_table > 0) atomic_fetch_sub_explicit(&p->waste_slots, waste, memory_order_relaxed);
+    for (int i = s->n_table - 1; i >= 0; i--) kv_block_unref(p, s->table[i]);
+    s->n_table = 0;
+}
+
+void hr_kv_seq_reset(hr_kv_pool *p, hr_kv_seq seq) {
+    if (!kv_seq_valid(p, seq)) return;
+    kv_seq *s = &p->seqs[seq];
+    if (s->swapped) kv_swap_drop(p, s);
+    kv_seq_release_blocks(p, s);
+    s->n_tokens = 0;
+    s->prefix_hit_tokens = 0;
+    s->last_hash = kv_prefix_root(p);
+    kv_seq_clear_stage(p, seq);
+}
+
+void hr_kv_seq_free(hr_kv_pool *p, hr_kv_seq seq) {
+    if (!kv_seq_valid(p, seq)) return;
+    hr_kv_seq_reset(p, seq);
+    p->seqs[seq].active = false;
+}
+
+hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error *err) {
+    if (!kv_seq_valid(p, src)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV fork: %d is not a sequence", src);
+    kv_seq *s = &p->seqs[src];
+    if (s->swapped)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV fork: sequence %d is swapped out; swap it in first", src);
+    int B = p->cfg.block_size, L = p->cfg.n_layers;
+    int n_full = s->n_tokens / B;
+    bool tail = s->n_tokens % B != 0;
+    if (tail && hr_kv_pool_n_free(p) < 1)
+        return hr_error_set(err, HR_ERR_FULL, "KV fork: no free block to copy the partial tail block into");
+    hr_kv_seq c;
+    hr_status rc = hr_kv_seq_create(p, &c, err);
+    if (rc != HR_OK) return rc;
+    s = &p->seqs[src];
+    kv_seq *d = &p->seqs[c];
+    rc = kv_table_reserve(d, n_full + (tail ? 1 : 0), err);
+    if (rc != HR_OK) {
+        d->active = false;
+        return rc;
+    }
+    for (int i = 0; i < n_full; i++) {
+        kv_block_ref(p, s->table[i]);
+        d->table[d->n_table++] = s->table[i];
+    }
+    if (tail) {
+        int32_t from = s->table[n_full], to = kv_block_alloc(p);
+        for (int l = 0; l < L; l++) {
+            memcpy(kv_block_ptr(p, l, KV_K, to), kv_block_ptr(p, l, KV_K, from), p->k_block_bytes);
+            memcpy(kv_block_ptr(p, l, KV_V, to), kv_block_ptr(p, l, KV_V, from), p->v_block_bytes);
+        }
+        d->table[d->n_table++] = to;
+    }
+    if (p->stage) {
+        memcpy(p->stage + (size_t)c * p->stage_seq_bytes, p->stage + (size_t)src * p->stage_seq_bytes,
+               p->stage_seq_bytes);
+        for (int l = 0; l < L; l++) {
+            int32_t sb = p->stage_blk[(size_t)src * L + l];
+            p->stage_blk[(size_t)c * L + l] = sb < d->n_table ? sb : -1;
+        }
+    }
+    memcpy(p->pending + (size_t)c * B, p->pending + (size_t)src * B, (size_t)B * sizeof *p->pending);
+    d->n_tokens = s->n_tokens;
+    d->last_hash = s->last_hash;
+    d->prefix_hit_tokens = s->prefix_hit_tokens;
+    atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)d->n_table * B - (uint64_t)d->n_tokens, memory_order_relaxed);
+    kv_update_peak(p, d);
+    *out = c;
+    return HR_OK;
+}

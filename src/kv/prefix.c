@@ -1,0 +1,151 @@
+/* prefix.c: the prefix cache: chain hashes of full blocks, the hash -> block map, commit (which
+ * makes full blocks shareable) and share_prefix (which reuses them).
+ *
+ * A full block's identity is hash(parent block's hash, its B tokens, block_size, K format, V format),
+ * chained from a root that also covers the shape, so equal hashes mean equal prefixes (and the map
+ * also compares the parent hash and the tokens before sharing, so a 64-bit collision cannot share the
+ * wrong data). Only full committed blocks are hashed; a partial block is never in the map and is
+ * never shared, so a shared block is never written. When two sequences compute the same block
+ * independently, the first one committed stays in the map; the other is an ordinary private block. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_internal.h"
+
+static inline uint64_t kv_mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+uint64_t kv_prefix_root(const hr_kv_pool *p) {
+    const hr_kv_config *c = &p->cfg;
+    uint64_t h = 0x6b765f726f6f7431ull; /* "kv_root1" */
+    h = kv_mix64(h ^ ((uint64_t)c->k_format | (uint64_t)c->v_format << 8 | (uint64_t)c->block_size << 16));
+    h = kv_mix64(h ^ ((uint64_t)c->n_layers | (uint64_t)c->n_kv_heads << 16 | (uint64_t)c->head_dim << 32));
+    return h;
+}
+
+static uint64_t kv_chain(uint64_t parent, const int32_t *tokens, int B) {
+    uint64_t h = kv_mix64(parent ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < B; i++) h = kv_mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
+    return h;
+}
+
+/* ---- map: open addressing with linear probing and backward-shift deletion ------------------------ */
+
+bool kv_prefix_map_init(hr_kv_pool *p) {
+    uint64_t cap = 16;
+    while (cap < (uint64_t)p->n_blocks * 2) cap *= 2;
+    p->map = malloc(cap * sizeof *p->map);
+    if (!p->map) return false;
+    for (uint64_t i = 0; i < cap; i++) p->map[i] = -1;
+    p->map_mask = cap - 1;
+    return true;
+}
+
+int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash) {
+    for (uint64_t i = hash & p->map_mask;; i = (i + 1) & p->map_mask) {
+        int32_t b = p->map[i];
+        if (b < 0) return -1;
+        if (p->hash[b] == hash) return b;
+    }
+}
+
+static void kv_prefix_map_insert(hr_kv_pool *p, int32_t b) {
+    uint64_t i = p->hash[b] & p->map_mask;
+    while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
+    p->map[i] = b;
+    p->flags[b] |= KV_FLAG_IN_MAP;
+}
+
+void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
+    uint64_t i = p->hash[b] & p->map_mask;
+    while (p->map[i] != b) {
+        KV_ASSERT(p->map[i] >= 0);
+        i = (i + 1) & p->map_mask;
+    }
+    /* backward shift: move later entries of the probe run into the hole when their home allows */
+    uint64_t j = i;
+    for (;;) {
+        j = (j + 1) & p->map_mask;
+        int32_t e = p->map[j];
+        if (e < 0) break;
+        uint64_t home = p->hash[e] & p->map_mask;
+        bool movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            p->map[i] = e;
+            i = j;
+        }
+    }
+    p->map[i] = -1;
+    p->flags[b] &= (uint8_t)~KV_FLAG_IN_MAP;
+}
+
+/* ---- commit / share ------------------------------------------------------------------------------ */
+
+void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n) {
+    if (!kv_seq_valid(p, seq) || n <= 0) return;
+    kv_seq *s = &p->seqs[seq];
+    int B = p->cfg.block_size;
+    int32_t *pend = p->pending + (size_t)seq * B;
+    KV_ASSERT(!s->swapped && (int64_t)s->n_tokens + n <= (int64_t)s->n_table * B);
+    for (int i = 0; i < n; i++) {
+        pend[s->n_tokens % B] = tokens[i];
+        s->n_tokens++;
+        if (s->n_tokens % B != 0) continue;
+        int32_t b = s->table[s->n_tokens / B - 1];
+        KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
+        uint64_t h = kv_chain(s->last_hash, pend, B);
+        p->parent[b] = s->last_hash;
+        p->hash[b] = h;
+        memcpy(p->tokens + (size_t)b * B, pend, (size_t)B * sizeof *pend);
+        p->flags[b] |= KV_FLAG_HASHED;
+        if (kv_prefix_map_find(p, h) < 0) kv_prefix_map_insert(p, b);
+        s->last_hash = h;
+    }
+    atomic_fetch_sub_explicit(&p->waste_slots, (uint64_t)n, memory_order_relaxed);
+}
+
+hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n_tokens, int *n_cached,
+                                 hr_error *err) {
+    if (!kv_seq_valid(p, seq))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV share_prefix: %d is not a sequence", seq);
+    kv_seq *s = &p->seqs[seq];
+    if (s->n_tokens != 0 || s->n_table != 0 || s->swapped)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV share_prefix: sequence %d already holds %d tokens in %d blocks; only an empty "
+                            "sequence can take a cached prefix",
+                            seq, s->n_tokens, s->n_table);
+    int B = p->cfg.block_size;
+    int max_blocks = n_tokens > 0 ? (n_tokens - 1) / B : 0;
+    /* find the run first (plan), then take it (commit), so a failed table allocation changes nothing */
+    uint64_t h = s->last_hash;
+    int n_found = 0;
+    for (; n_found < max_blocks; n_found++) {
+        const int32_t *tk = tokens + (size_t)n_found * B;
+        uint64_t nh = kv_chain(h, tk, B);
+        int32_t b = kv_prefix_map_find(p, nh);
+        if (b < 0 || p->parent[b] != h || memcmp(p->tokens + (size_t)b * B, tk, (size_t)B * sizeof *tk) != 0) break;
+        h = nh;
+    }
+    hr_status rc = kv_table_reserve(s, n_found, err);
+    if (rc != HR_OK) return rc;
+    h = s->last_hash;
+    for (int i = 0; i < n_found; i++) {
+        h = kv_chain(h, tokens + (size_t)i * B, B);
+        int32_t b = kv_prefix_map_find(p, h);
+        kv_block_ref(p, b);
+        s->table[s->n_table++] = b;
+    }
+    s->last_hash = h;
+    s->n_tokens = n_found * B;
+    s->prefix_hit_tokens = n_found * B;
+    atomic_fetch_add_explicit(&p->prefix_hits, (uint64_t)n_found * B, memory_order_relaxed);
+    kv_update_peak(p, s);
+    *n_cached = n_found * B;
+    return HR_OK;
+}
