@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "gguf/gguf_internal.h"
 
 #define GGUF_HEADER_BYTES 24 /* magic, u32 version, u64 tensor count, u64 metadata count */
 #define MIN_KV_BYTES      14 /* u64 key length, >= 1 key byte, u32 value type, >= 1 value byte */
@@ -177,40 +178,6 @@ static hr_status cur_str(cursor *c, const char *item, hr_gguf_str *out) {
     return HR_OK;
 }
 
-/* ---- UTF-8 -------------------------------------------------------------------------------------- */
-
-/* Returns the byte offset of the first invalid sequence, or len when all of p is valid UTF-8 (no
- * overlong forms, no surrogates, nothing above U+10FFFF). */
-static uint64_t utf8_invalid_at(const uint8_t *p, uint64_t len) {
-    uint64_t i = 0;
-    while (i < len) {
-        uint8_t b = p[i];
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp, min;
-        unsigned extra;
-        if ((b & 0xe0) == 0xc0) {
-            cp = b & 0x1f, extra = 1, min = 0x80;
-        } else if ((b & 0xf0) == 0xe0) {
-            cp = b & 0x0f, extra = 2, min = 0x800;
-        } else if ((b & 0xf8) == 0xf0) {
-            cp = b & 0x07, extra = 3, min = 0x10000;
-        } else {
-            return i;
-        }
-        if (len - i <= extra) return i;
-        for (unsigned k = 1; k <= extra; k++) {
-            if ((p[i + k] & 0xc0) != 0x80) return i;
-            cp = (cp << 6) | (p[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
-        i += extra + 1;
-    }
-    return len;
-}
-
 /* ---- name index --------------------------------------------------------------------------------- */
 
 static uint64_t hash_bytes(const void *p, uint64_t len) {
@@ -352,7 +319,7 @@ static hr_status parse_kvs(hr_gguf *g, cursor *c) {
             return hr_error_set(c->err, HR_ERR_FORMAT,
                                 "key of metadata entry %" PRIu64 " is %" PRIu64 " bytes, longer than the %d allowed", i,
                                 kv->key.len, HR_GGUF_MAX_KEY_BYTES);
-        uint64_t bad = utf8_invalid_at((const uint8_t *)kv->key.ptr, kv->key.len);
+        uint64_t bad = hr_gguf_utf8_invalid_at((const uint8_t *)kv->key.ptr, kv->key.len);
         if (bad < kv->key.len)
             return hr_error_set(c->err, HR_ERR_FORMAT,
                                 "key '%s' of metadata entry %" PRIu64 " is not valid UTF-8 (byte %" PRIu64
