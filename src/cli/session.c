@@ -251,6 +251,7 @@ hr_status hr_session_generate(hr_session *s, const char *prompt, FILE *out, hr_g
 
     hr_detok dt;
     hr_detok_init(&dt);
+    dt.at_start = false; /* a completion continues the prompt: keep its first token's leading space */
     size_t cap = 0, emitted = 0, max_stop = 0;
     for (int i = 0; i < o->n_stop; i++) max_stop = HR_MAX(max_stop, strlen(o->stop[i]));
     g->finish_reason = "length";

@@ -1,0 +1,359 @@
+/* test_model.c: the forward pass against a plain float64 reference written here, for synthetic
+ * models of each architecture (llama, mistral, qwen2 with Q/K/V biases), several GQA ratios, tied and
+ * separate outputs, Llama-3 RoPE scaling, and a ragged batch that mixes a prefill chunk of one
+ * sequence with decode steps of others. Also: a token's logits are bit-identical whether it runs
+ * alone or in a batch (batch invariance), and loading errors name the problem. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+/* ---- float64 reference: one sequence, all positions ---- */
+
+typedef struct ref_model {
+    const hr_gguf *g;
+    hr_hparams hp;
+} ref_model;
+
+static double *tensor_f64(const hr_gguf *g, const char *name, int64_t *n_out) {
+    const hr_gguf_tensor *t = hr_gguf_find_tensor(g, name);
+    if (!t) return NULL;
+    int64_t n = 1;
+    for (uint32_t i = 0; i < t->n_dims; i++) n *= t->ne[i];
+    float *f = malloc(sizeof(float) * (size_t)n);
+    hr_dequantize_row_ref((hr_dtype)t->type, t->data, f, n);
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = f[i];
+    free(f);
+    if (n_out) *n_out = n;
+    return d;
+}
+
+static double *layer_tensor(const hr_gguf *g, int il, const char *suffix) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+    return tensor_f64(g, name, NULL);
+}
+
+/* y[r] = sum_c W[r][c] x[c] */
+static void ref_matvec(const double *W, const double *x, int rows, int cols, double *y) {
+    for (int r = 0; r < rows; r++) {
+        double s = 0;
+        for (int c = 0; c < cols; c++) s += W[(size_t)r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+static void ref_rmsnorm(double *out, const double *x, const double *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double sc = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * sc * w[i];
+}
+
+static void ref_rope(double *x, const hr_hparams *hp, const double *freq_factors, int pos) {
+    int half = hp->n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        double f = pow(hp->rope_base, -2.0 * i / hp->n_rot);
+        if (freq_factors) f /= freq_factors[i];
+        double th = pos * (double)hp->rope_linear_scale * f;
+        int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
+        double x0 = x[a], x1 = x[b];
+        x[a] = x0 * cos(th) - x1 * sin(th);
+        x[b] = x0 * sin(th) + x1 * cos(th);
+    }
+}
+
+/* logits (n_tokens x V) for every position of one sequence */
+static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
+    const hr_gguf *g = hr_model_gguf(m);
+    const hr_hparams *hp = hr_model_hparams(m);
+    int E = hp->n_embd, F = hp->n_ff, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, V = hp->n_vocab;
+    double *emb = tensor_f64(g, "token_embd.weight", NULL);
+    double *freqs = tensor_f64(g, "rope_freqs.weight", NULL);
+    double *x = calloc((size_t)n * E, sizeof(double));
+    for (int t = 0; t < n; t++) memcpy(x + (size_t)t * E, emb + (size_t)toks[t] * E, sizeof(double) * E);
+    double *xb = malloc(sizeof(double) * E), *q = malloc(sizeof(double) * (size_t)n * H * D);
+    double *k = malloc(sizeof(double) * (size_t)n * Hkv * D), *v = malloc(sizeof(double) * (size_t)n * Hkv * D);
+    double *att = malloc(sizeof(double) * H * D), *tmp = malloc(sizeof(double) * (E > F ? E : F));
+    double *hg = malloc(sizeof(double) * F), *hu = malloc(sizeof(double) * F), *sc = malloc(sizeof(double) * n);
+    for (int il = 0; il < hp->n_layer; il++) {
+        double *an = layer_tensor(g, il, "attn_norm.weight"), *wq = layer_tensor(g, il, "attn_q.weight");
+        double *wk = layer_tensor(g, il, "attn_k.weight"), *wv = layer_tensor(g, il, "attn_v.weight");
+        double *wo = layer_tensor(g, il, "attn_output.weight"), *fn = layer_tensor(g, il, "ffn_norm.weight");
+        double *wg = layer_tensor(g, il, "ffn_gate.weight"), *wu = layer_tensor(g, il, "ffn_up.weight");
+        double *wd = layer_tensor(g, il, "ffn_down.weight");
+        double *bq = layer_tensor(g, il, "attn_q.bias"), *bk = layer_tensor(g, il, "attn_k.bias");
+        double *bv = layer_tensor(g, il, "attn_v.bias");
+        for (int t = 0; t < n; t++) {
+            ref_rmsnorm(xb, x + (size_t)t * E, an, E, hp->norm_eps);
+            ref_matvec(wq, xb, H * D, E, q + (size_t)t * H * D);
+            ref_matvec(wk, xb, Hkv * D, E, k + (size_t)t * Hkv * D);
+            ref_matvec(wv, xb, Hkv * D, E, v + (size_t)t * Hkv * D);
+            for (int i = 0; bq && i < H * D; i++) q[(size_t)t * H * D + i] += bq[i];
+            for (int i = 0; bk && i < Hkv * D; i++) k[(size_t)t * Hkv * D + i] += bk[i];
+            for (int i = 0; bv && i < Hkv * D; i++) v[(size_t)t * Hkv * D + i] += bv[i];
+            for (int h = 0; h < H; h++) ref_rope(q + (size_t)t * H * D + h * D, hp, freqs, t);
+            for (int h = 0; h < Hkv; h++) ref_rope(k + (size_t)t * Hkv * D + h * D, hp, freqs, t);
+        }
+        for (int t = 0; t < n; t++) {
+            for (int h = 0; h < H; h++) {
+                int hk = h / (H / Hkv);
+                const double *qh = q + (size_t)t * H * D + h * D;
+                double mx = -1e300;
+                for (int s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (int i = 0; i < D; i++) d += qh[i] * k[(size_t)s * Hkv * D + hk * D + i];
+                    sc[s] = d / sqrt((double)D);
+                    if (sc[s] > mx) mx = sc[s];
+                }
+                double sum = 0;
+                for (int s = 0; s <= t; s++) sum += (sc[s] = exp(sc[s] - mx));
+                for (int i = 0; i < D; i++) {
+                    double acc = 0;
+                    for (int s = 0; s <= t; s++) acc += sc[s] / sum * v[(size_t)s * Hkv * D + hk * D + i];
+                    att[h * D + i] = acc;
+                }
+            }
+            ref_matvec(wo, att, E, H * D, tmp);
+            for (int i = 0; i < E; i++) x[(size_t)t * E + i] += tmp[i];
+            ref_rmsnorm(xb, x + (size_t)t * E, fn, E, hp->norm_eps);
+            ref_matvec(wg, xb, F, E, hg);
+            ref_matvec(wu, xb, F, E, hu);
+            for (int i = 0; i < F; i++) hg[i] = hg[i] / (1 + exp(-hg[i])) * hu[i];
+            ref_matvec(wd, hg, E, F, tmp);
+            for (int i = 0; i < E; i++) x[(size_t)t * E + i] += tmp[i];
+        }
+        free(an), free(wq), free(wk), free(wv), free(wo), free(fn), free(wg), free(wu), free(wd);
+        free(bq), free(bk), free(bv);
+    }
+    double *on = tensor_f64(g, "output_norm.weight", NULL), *out = tensor_f64(g, "output.weight", NULL);
+    if (!out) out = emb, emb = NULL;
+    double *logits = malloc(sizeof(double) * (size_t)n * V);
+    for (int t = 0; t < n; t++) {
+        ref_rmsnorm(xb, x + (size_t)t * E, on, E, hp->norm_eps);
+        ref_matvec(out, xb, V, E, logits + (size_t)t * V);
+    }
+    free(emb), free(freqs), free(x), free(xb), free(q), free(k), free(v), free(att), free(tmp), free(hg), free(hu);
+    free(sc), free(on), free(out);
+    return logits;
+}
+
+/* ---- helpers ---- */
+
+static hr_model *build(const hr_synth_shape *shape, hr_dtype type, void **mem) {
+    hr_error err = {0};
+    hr_gguf_writer *w = NULL;
+    size_t size;
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_synth_build(shape, type, 5, &w, &err) || hr_gguf_writer_write_memory(w, mem, &size, &err) ||
+        hr_gguf_open_memory(*mem, size, &g, &err) || hr_model_load_gguf(g, &m, &err)) {
+        fprintf(stderr, "build %s: %s\n", shape->name, err.msg);
+        exit(1);
+    }
+    hr_gguf_writer_destroy(w);
+    return m;
+}
+
+typedef struct rig {
+    hr_model *m;
+    void *mem;
+    hr_kv_pool *kv;
+    hr_model_ctx *ctx;
+} rig;
+
+static rig rig_open(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int n_threads, int max_tokens) {
+    rig r = {0};
+    r.m = build(shape, type, &r.mem);
+    const hr_hparams *hp = hr_model_hparams(r.m);
+    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
+                       .block_size = 16, .k_format = fmt, .v_format = fmt, .max_seqs = 16};
+    kc.budget_bytes = hr_kv_block_bytes(&kc) * 64;
+    hr_error err = {0};
+    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = max_tokens, .max_ctx = 256};
+    if (hr_kv_pool_create(&kc, &r.kv, &err) || hr_model_ctx_create(r.m, r.kv, &mp, &r.ctx, &err)) {
+        fprintf(stderr, "rig: %s\n", err.msg);
+        exit(1);
+    }
+    return r;
+}
+
+static void rig_close(rig *r) {
+    hr_model_ctx_destroy(r->ctx);
+    hr_kv_pool_destroy(r->kv);
+    hr_model_destroy(r->m);
+    free(r->mem);
+}
+
+/* max |a - b| / max |b| over n values */
+static double rel_err(const float *a, const double *b, int n) {
+    double md = 0, mb = 0;
+    for (int i = 0; i < n; i++) {
+        md = fmax(md, fabs(a[i] - b[i]));
+        mb = fmax(mb, fabs(b[i]));
+    }
+    return md / (mb > 0 ? mb : 1);
+}
+
+/* Two sequences: A prefills 7 tokens then decodes 3, B prefills 3 then decodes; the batches mix
+ * A's decode steps with B's prefill. Every position's logits are compared with the reference. */
+static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, double tol) {
+    rig r = rig_open(shape, type, fmt, 2, 32);
+    const hr_hparams *hp = hr_model_hparams(r.m);
+    int V = hp->n_vocab;
+    int32_t A[10], B[6];
+    for (int i = 0; i < 10; i++) A[i] = (i * 37 + 11) % V;
+    for (int i = 0; i < 6; i++) B[i] = (i * 53 + 5) % V;
+    double *ra = ref_forward(r.m, A, 10), *rb = ref_forward(r.m, B, 6);
+    hr_kv_seq sa, sb;
+    hr_error err = {0};
+    CHECK(hr_kv_seq_create(r.kv, &sa, &err) == HR_OK);
+    CHECK(hr_kv_seq_create(r.kv, &sb, &err) == HR_OK);
+    float *logits = malloc(sizeof(float) * (size_t)V * 16);
+    double worst = 0;
+    /* step 1: A's 7-token prefill (all logits) */
+    {
+        int32_t pos[7];
+        hr_kv_seq seq[7];
+        uint8_t want[7];
+        for (int i = 0; i < 7; i++) pos[i] = i, seq[i] = sa, want[i] = 1;
+        hr_kv_seq_reserve(r.kv, sa, 7, &err);
+        hr_batch b = {.n_tokens = 7, .tokens = A, .pos = pos, .seq = seq, .want_logits = want};
+        CHECK(hr_model_forward(r.ctx, &b, logits, &err) == HR_OK);
+        hr_kv_seq_commit(r.kv, sa, A, 7);
+        for (int i = 0; i < 7; i++) worst = fmax(worst, rel_err(logits + (size_t)i * V, ra + (size_t)i * V, V));
+    }
+    /* steps 2-4: one decode token of A + one prefill chunk (or decode token) of B */
+    int bpos = 0;
+    for (int step = 0; step < 3; step++) {
+        int nb = step == 0 ? 3 : step == 1 ? 2 : 1;
+        int32_t toks[4], pos[4];
+        hr_kv_seq seq[4];
+        uint8_t want[4] = {1, 1, 1, 1};
+        toks[0] = A[7 + step], pos[0] = 7 + step, seq[0] = sa;
+        for (int i = 0; i < nb; i++) toks[1 + i] = B[bpos + i], pos[1 + i] = bpos + i, seq[1 + i] = sb;
+        hr_kv_seq_reserve(r.kv, sa, 8 + step, &err);
+        hr_kv_seq_reserve(r.kv, sb, bpos + nb, &err);
+        hr_batch b = {.n_tokens = 1 + nb, .tokens = toks, .pos = pos, .seq = seq, .want_logits = want};
+        CHECK(hr_model_forward(r.ctx, &b, logits, &err) == HR_OK);
+        hr_kv_seq_commit(r.kv, sa, toks, 1);
+        hr_kv_seq_commit(r.kv, sb, toks + 1, nb);
+        worst = fmax(worst, rel_err(logits, ra + (size_t)(7 + step) * V, V));
+        for (int i = 0; i < nb; i++)
+            worst = fmax(worst, rel_err(logits + (size_t)(1 + i) * V, rb + (size_t)(bpos + i) * V, V));
+        bpos += nb;
+    }
+    CHECKF(worst < tol, "%s (%s, kv %s): max relative logit error %.3g >= %.3g", shape->name,
+           hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), worst, tol);
+    printf("%-14s %-5s kv %-4s heads %d/%d: max rel error %.2e (tolerance %.0e)\n", shape->name,
+           hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), hp->n_head, hp->n_head_kv, worst, tol);
+    free(logits), free(ra), free(rb);
+    rig_close(&r);
+}
+
+/* The logits of a sequence's last token are bit-identical alone and inside a larger batch. */
+static void check_batch_invariance(void) {
+    hr_synth_shape s;
+    hr_synth_shape_by_name("tiny", &s, NULL);
+    rig r = rig_open(&s, HR_DTYPE_Q8_0, HR_KV_F16, 2, 64);
+    int V = hr_model_hparams(r.m)->n_vocab;
+    hr_error err;
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (i * 31 + 7) % V;
+    float *alone = malloc(sizeof(float) * V), *batched = malloc(sizeof(float) * V * 4);
+    /* alone: 9 tokens of one sequence */
+    hr_kv_seq s1, s2, s3;
+    hr_kv_seq_create(r.kv, &s1, &err);
+    int32_t pos[40];
+    hr_kv_seq seq[40];
+    uint8_t want[40] = {0};
+    for (int i = 0; i < 9; i++) pos[i] = i, seq[i] = s1;
+    want[8] = 1;
+    hr_kv_seq_reserve(r.kv, s1, 9, &err);
+    hr_batch b = {.n_tokens = 9, .tokens = toks, .pos = pos, .seq = seq, .want_logits = want};
+    CHECK(hr_model_forward(r.ctx, &b, alone, &err) == HR_OK);
+    /* batched: the same 9 tokens between two other sequences' 20 and 11 tokens */
+    hr_kv_seq_create(r.kv, &s2, &err);
+    hr_kv_seq_create(r.kv, &s3, &err);
+    int32_t bt[40];
+    memset(want, 0, sizeof want);
+    int n = 0;
+    for (int i = 0; i < 20; i++) bt[n] = toks[(i + 13) % 40], pos[n] = i, seq[n++] = s2;
+    for (int i = 0; i < 9; i++) bt[n] = toks[i], pos[n] = i, seq[n++] = s3;
+    want[n - 1] = 1;
+    for (int i = 0; i < 11; i++) bt[n] = toks[(i + 3) % 40], pos[n] = i, seq[n++] = s1;
+    /* s1 is reused from position 0: reset its cache first */
+    hr_kv_seq_reset(r.kv, s1);
+    hr_kv_seq_reserve(r.kv, s1, 11, &err);
+    hr_kv_seq_reserve(r.kv, s2, 20, &err);
+    hr_kv_seq_reserve(r.kv, s3, 9, &err);
+    b = (hr_batch){.n_tokens = n, .tokens = bt, .pos = pos, .seq = seq, .want_logits = want};
+    CHECK(hr_model_forward(r.ctx, &b, batched, &err) == HR_OK);
+    CHECK(memcmp(alone, batched, sizeof(float) * V) == 0);
+    free(alone), free(batched);
+    rig_close(&r);
+}
+
+static void check_load_errors(void) {
+    hr_error err = {0};
+    hr_model *m = NULL;
+    CHECK(hr_model_load("/nonexistent/model.gguf", &m, &err) != HR_OK && m == NULL);
+    /* unsupported architecture */
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf_writer_set_str(w, "general.architecture", "mamba");
+    void *mem;
+    size_t size;
+    hr_gguf *g = NULL;
+    CHECK(hr_gguf_writer_write_memory(w, &mem, &size, &err) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    CHECK(hr_gguf_open_memory(mem, size, &g, &err) == HR_OK);
+    CHECK(hr_model_load_gguf(g, &m, &err) == HR_ERR_UNSUPPORTED && strstr(err.msg, "mamba"));
+    free(mem);
+    /* a missing tensor is named */
+    hr_synth_shape s;
+    hr_synth_shape_by_name("tiny", &s, NULL);
+    CHECK(hr_synth_build(&s, HR_DTYPE_F32, 1, &w, &err) == HR_OK);
+    CHECK(hr_gguf_writer_write_memory(w, &mem, &size, &err) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    /* break the file's directory by renaming one tensor in place: "blk.1.ffn_up" -> "blk.1.ffn_uq" */
+    char *p = memmem(mem, size, "blk.1.ffn_up.weight", 19);
+    CHECK(p != NULL);
+    if (p) p[11] = 'q';
+    CHECK(hr_gguf_open_memory(mem, size, &g, &err) == HR_OK);
+    CHECK(hr_model_load_gguf(g, &m, &err) == HR_ERR_FORMAT && strstr(err.msg, "blk.1.ffn_up.weight"));
+    free(mem);
+}
+
+int main(void) {
+    hr_synth_shape s;
+    /* llama: GQA ratios 1, 2, 4 and 8, separate output */
+    int kv_heads[] = {8, 4, 2, 1};
+    for (int i = 0; i < 4; i++) {
+        hr_synth_shape_by_name("tiny", &s, NULL);
+        s.name = "llama-gqa";
+        s.n_embd = 64, s.n_head = 8, s.n_head_kv = kv_heads[i];
+        check_against_reference(&s, HR_DTYPE_F32, HR_KV_F32, 1e-4);
+    }
+    /* llama with tied output and Llama-3 RoPE scaling, in f16 weights and an f16 cache */
+    hr_synth_shape_by_name("tiny", &s, NULL);
+    s.name = "llama3-tiny", s.tied_output = true, s.llama3_rope = true, s.rope_base = 500000.0f;
+    check_against_reference(&s, HR_DTYPE_F32, HR_KV_F32, 1e-4);
+    check_against_reference(&s, HR_DTYPE_F16, HR_KV_F16, 2e-2);
+    /* mistral and qwen2 (Q/K/V biases, NeoX RoPE, BPE vocabulary) */
+    hr_synth_shape_by_name("mistral-tiny", &s, NULL);
+    check_against_reference(&s, HR_DTYPE_F32, HR_KV_F32, 1e-4);
+    hr_synth_shape_by_name("qwen2-tiny", &s, NULL);
+    check_against_reference(&s, HR_DTYPE_F32, HR_KV_F32, 1e-4);
+    /* quantized weights go through the q8 activation path: the reference dequantizes the same
+     * weights, so the error is the activation quantization's (a few percent at most) */
+    hr_synth_shape_by_name("tiny", &s, NULL);
+    check_against_reference(&s, HR_DTYPE_Q8_0, HR_KV_F32, 5e-2);
+    check_against_reference(&s, HR_DTYPE_Q4_0, HR_KV_F32, 5e-2);
+    check_batch_invariance();
+    check_load_errors();
+    return hr_test_finish();
+}

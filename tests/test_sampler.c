@@ -1,0 +1,149 @@
+/* test_sampler.c: greedy is argmax; seeded sampling is deterministic and follows the distribution;
+ * top-k/top-p/min-p cut where they should; penalties move the choice. */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "sampler/sampler.h"
+
+static hr_sampler *make(hr_sampler_params p, int n) {
+    hr_sampler *s = NULL;
+    hr_error err;
+    if (hr_sampler_create(&p, n, &s, &err) != HR_OK) {
+        fprintf(stderr, "sampler: %s\n", err.msg);
+        exit(1);
+    }
+    return s;
+}
+
+int main(void) {
+    float logits[6] = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f, 2.0f};
+    hr_sampler_params p = hr_sampler_default_params();
+
+    /* greedy: the first of the tied maxima */
+    hr_sampler *s = make(p, 6);
+    CHECK(hr_sampler_sample(s, logits) == 1);
+    CHECK(hr_argmax(logits, 6) == 1);
+    hr_sampler_destroy(s);
+
+    /* seeded sampling is reproducible; different seeds give a different sequence */
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 7;
+    hr_sampler *a = make(p, 6), *b = make(p, 6);
+    p.seed = 8;
+    hr_sampler *c = make(p, 6);
+    int same_ab = 1, same_ac = 1;
+    for (int i = 0; i < 64; i++) {
+        int ta = hr_sampler_sample(a, logits), tb = hr_sampler_sample(b, logits), tc = hr_sampler_sample(c, logits);
+        same_ab &= ta == tb;
+        same_ac &= ta == tc;
+    }
+    CHECK(same_ab);
+    CHECK(!same_ac);
+    /* reset re-seeds: the sequence starts over */
+    hr_sampler_reset(a);
+    hr_sampler_reset(b);
+    CHECK(hr_sampler_sample(a, logits) == hr_sampler_sample(b, logits));
+    hr_sampler_destroy(a);
+    hr_sampler_destroy(b);
+    hr_sampler_destroy(c);
+
+    /* frequencies follow softmax(logits / T): 3 tokens with probabilities .5 .3 .2 */
+    float l3[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+    p.seed = 123;
+    s = make(p, 3);
+    int counts[3] = {0};
+    const int N = 40000;
+    for (int i = 0; i < N; i++) counts[hr_sampler_sample(s, l3)]++;
+    CHECKF(fabs(counts[0] / (double)N - 0.5) < 0.015, "p0 %f", counts[0] / (double)N);
+    CHECKF(fabs(counts[1] / (double)N - 0.3) < 0.015, "p1 %f", counts[1] / (double)N);
+    CHECKF(fabs(counts[2] / (double)N - 0.2) < 0.015, "p2 %f", counts[2] / (double)N);
+    hr_sampler_destroy(s);
+
+    /* temperature 0.5 sharpens: p ~ (.5^2, .3^2, .2^2) normalized = .658 .237 .105 */
+    p.temperature = 0.5f;
+    s = make(p, 3);
+    memset(counts, 0, sizeof counts);
+    for (int i = 0; i < N; i++) counts[hr_sampler_sample(s, l3)]++;
+    CHECKF(fabs(counts[0] / (double)N - 0.25 / 0.38) < 0.015, "T=0.5 p0 %f", counts[0] / (double)N);
+    hr_sampler_destroy(s);
+    p.temperature = 1.0f;
+
+    /* top-k 1 and tiny top-p always pick the best; min-p 0.7 keeps only tokens within 70% of the best */
+    p.top_k = 1;
+    s = make(p, 6);
+    int ok = 1;
+    for (int i = 0; i < 200; i++) ok &= hr_sampler_sample(s, logits) == 1;
+    CHECK(ok);
+    hr_sampler_destroy(s);
+    p.top_k = 0;
+    p.top_p = 0.01f;
+    s = make(p, 3);
+    ok = 1;
+    for (int i = 0; i < 200; i++) ok &= hr_sampler_sample(s, l3) == 0;
+    CHECK(ok);
+    hr_sampler_destroy(s);
+    p.top_p = 1.0f;
+    p.min_p = 0.7f; /* .3/.5 = .6 < .7: only token 0 survives */
+    s = make(p, 3);
+    ok = 1;
+    for (int i = 0; i < 200; i++) ok &= hr_sampler_sample(s, l3) == 0;
+    CHECK(ok);
+    hr_sampler_destroy(s);
+    p.min_p = 0.5f; /* token 1 (.6) survives, token 2 (.4) does not */
+    s = make(p, 3);
+    memset(counts, 0, sizeof counts);
+    for (int i = 0; i < 4000; i++) counts[hr_sampler_sample(s, l3)]++;
+    CHECK(counts[2] == 0 && counts[1] > 0);
+    hr_sampler_destroy(s);
+
+    /* top-p 0.75 over .5 .3 .2: keeps tokens 0 and 1 (cumulative .8 >= .75) */
+    p.min_p = 0.0f;
+    p.top_p = 0.75f;
+    s = make(p, 3);
+    memset(counts, 0, sizeof counts);
+    for (int i = 0; i < 4000; i++) counts[hr_sampler_sample(s, l3)]++;
+    CHECK(counts[2] == 0 && counts[1] > 0);
+    hr_sampler_destroy(s);
+
+    /* repetition penalty: after accepting token 1, greedy picks the other 2.0 token (5) */
+    p = hr_sampler_default_params();
+    p.repeat_penalty = 1.5f;
+    s = make(p, 6);
+    hr_sampler_accept(s, 1);
+    CHECK(hr_sampler_sample(s, logits) == 5);
+    /* now 1 and 5 are both penalized (2.0/1.5 = 1.33) and 3 (1.9) wins */
+    CHECK(hr_sampler_sample(s, logits) == 3);
+    hr_sampler_destroy(s);
+
+    /* frequency penalty grows with the count; presence penalty is flat */
+    p = hr_sampler_default_params();
+    p.frequency_penalty = 0.06f;
+    s = make(p, 6);
+    hr_sampler_accept(s, 1);
+    hr_sampler_accept(s, 1);
+    hr_sampler_accept(s, 5);
+    /* 1: 2.0 - 0.12 = 1.88, 5: 2.0 - 0.06 = 1.94, 3: 1.9 -> 5 */
+    CHECK(hr_sampler_sample(s, logits) == 5);
+    hr_sampler_destroy(s);
+    p = hr_sampler_default_params();
+    p.presence_penalty = 0.2f;
+    s = make(p, 6);
+    hr_sampler_accept(s, 1);
+    hr_sampler_accept(s, 5);
+    CHECK(hr_sampler_sample(s, logits) == 3);
+    hr_sampler_destroy(s);
+
+    /* invalid parameters are refused with the field named */
+    hr_error err;
+    p = hr_sampler_default_params();
+    p.top_p = 0.0f;
+    CHECK(hr_sampler_params_check(&p, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top_p"));
+    p = hr_sampler_default_params();
+    p.temperature = NAN;
+    CHECK(hr_sampler_params_check(&p, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "temperature"));
+    return hr_test_finish();
+}

@@ -1,0 +1,146 @@
+/* test_stories.c: the correctness bar. On ../shared/models/stories260K.gguf and its q8_0 variant,
+ * every prompt in ../shared/vectors/stories260K-greedy.jsonl must give exactly the recorded prompt
+ * token ids and the recorded 48 greedy completion ids. Run twice: each prompt alone, and all
+ * prompts together in one ragged batch per step (which must change nothing). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#define MAXP 16
+#define NGEN 48
+
+typedef struct vec {
+    char *prompt;
+    int32_t ptoks[64], ctoks[NGEN];
+    int np, nc;
+} vec;
+
+static int load_vectors(const char *path, vec *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1 << 14];
+    int n = 0;
+    while (n < MAXP && fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        if (!o) continue;
+        v[n].prompt = strdup(json_string_value(json_object_get(o, "prompt")));
+        json_t *pt = json_object_get(o, "prompt_tokens"), *ct = json_object_get(o, "completion_tokens");
+        v[n].np = (int)json_array_size(pt);
+        v[n].nc = (int)json_array_size(ct);
+        for (int i = 0; i < v[n].np && i < 64; i++) v[n].ptoks[i] = (int32_t)json_integer_value(json_array_get(pt, i));
+        for (int i = 0; i < v[n].nc && i < NGEN; i++) v[n].ctoks[i] = (int32_t)json_integer_value(json_array_get(ct, i));
+        json_decref(o);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Greedy-decodes every prompt, all sequences stepping together when `together`, else one by one. */
+static void run_model(const char *model_path, vec *v, int n, bool together) {
+    hr_error err = {0};
+    hr_model *m = NULL;
+    hr_tokenizer *tok = NULL;
+    if (hr_model_load(model_path, &m, &err) || hr_tokenizer_load(hr_model_gguf(m), &tok, &err)) {
+        fprintf(stderr, "%s: %s\n", model_path, err.msg);
+        hr_test_failed++;
+        return;
+    }
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
+                       .block_size = 16, .k_format = HR_KV_F32, .v_format = HR_KV_F32, .max_seqs = MAXP};
+    kc.budget_bytes = hr_kv_block_bytes(&kc) * 8 * MAXP;
+    hr_kv_pool *kv = NULL;
+    hr_model_ctx *ctx = NULL;
+    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 64 * MAXP, .max_ctx = hp->n_ctx_train};
+    if (hr_kv_pool_create(&kc, &kv, &err) || hr_model_ctx_create(m, kv, &mp, &ctx, &err)) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        exit(1);
+    }
+    int V = hp->n_vocab;
+    float *logits = malloc(sizeof(float) * (size_t)V * MAXP);
+    int32_t toks[64 * MAXP], pos[64 * MAXP];
+    hr_kv_seq seqs[64 * MAXP], sid[MAXP];
+    uint8_t want[64 * MAXP];
+    int32_t got[MAXP][NGEN];
+    int pass_ids = 0;
+    for (int i = 0; i < n; i++) {
+        size_t cnt = 0;
+        hr_tokenize_opts to = {.add_bos = true};
+        hr_tokenizer_encode(tok, v[i].prompt, strlen(v[i].prompt), &to, toks, 64, &cnt, &err);
+        int same = (int)cnt == v[i].np && !memcmp(toks, v[i].ptoks, sizeof(int32_t) * cnt);
+        CHECKF(same, "prompt %d ('%s') tokenizes differently", i, v[i].prompt);
+        pass_ids += same;
+    }
+    int groups = together ? 1 : n, per = together ? n : 1;
+    for (int gi = 0; gi < groups; gi++) {
+        int first = gi * per;
+        /* prefill: every prompt of the group in one batch */
+        int T = 0;
+        for (int i = first; i < first + per; i++) {
+            hr_kv_seq_create(kv, &sid[i], &err);
+            hr_kv_seq_reserve(kv, sid[i], v[i].np, &err);
+            for (int j = 0; j < v[i].np; j++) {
+                toks[T] = v[i].ptoks[j], pos[T] = j, seqs[T] = sid[i], want[T] = j == v[i].np - 1;
+                T++;
+            }
+        }
+        hr_batch b = {.n_tokens = T, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+        CHECK(hr_model_forward(ctx, &b, logits, &err) == HR_OK);
+        for (int i = first, o = 0; i < first + per; i++, o++) {
+            hr_kv_seq_commit(kv, sid[i], v[i].ptoks, v[i].np);
+            got[i][0] = hr_argmax(logits + (size_t)o * V, V);
+        }
+        for (int k = 1; k < NGEN; k++) {
+            T = 0;
+            for (int i = first; i < first + per; i++) {
+                hr_kv_seq_reserve(kv, sid[i], v[i].np + k, &err);
+                toks[T] = got[i][k - 1], pos[T] = v[i].np + k - 1, seqs[T] = sid[i], want[T] = 1;
+                T++;
+            }
+            b = (hr_batch){.n_tokens = T, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+            CHECK(hr_model_forward(ctx, &b, logits, &err) == HR_OK);
+            for (int i = first, o = 0; i < first + per; i++, o++) {
+                hr_kv_seq_commit(kv, sid[i], &got[i][k - 1], 1);
+                got[i][k] = hr_argmax(logits + (size_t)o * V, V);
+            }
+        }
+        for (int i = first; i < first + per; i++) hr_kv_seq_free(kv, sid[i]);
+    }
+    int pass = 0;
+    for (int i = 0; i < n; i++) {
+        int same = !memcmp(got[i], v[i].ctoks, sizeof(int32_t) * NGEN);
+        CHECKF(same, "%s: prompt %d ('%s') greedy completion differs from the reference", model_path, i,
+               v[i].prompt);
+        pass += same;
+    }
+    printf("%s (%s): prompt ids %d/%d, completions %d/%d exact\n", strrchr(model_path, '/') + 1,
+           together ? "all prompts batched" : "one at a time", pass_ids, n, pass, n);
+    free(logits);
+    hr_model_ctx_destroy(ctx);
+    hr_kv_pool_destroy(kv);
+    hr_tokenizer_destroy(tok);
+    hr_model_destroy(m);
+}
+
+int main(void) {
+    const char *vpath = hr_test_shared_path("vectors/stories260K-greedy.jsonl");
+    const char *m32 = hr_test_shared_path("models/stories260K.gguf");
+    const char *m8 = hr_test_shared_path("models/stories260K-q8_0.gguf");
+    if (!vpath || !m32 || !m8) HR_SKIP("../shared (stories260K models and vectors) is absent");
+    vec v[MAXP];
+    int n = load_vectors(vpath, v);
+    CHECK(n >= 8);
+    run_model(m32, v, n, false);
+    run_model(m32, v, n, true);
+    run_model(m8, v, n, false);
+    run_model(m8, v, n, true);
+    for (int i = 0; i < n; i++) free(v[i].prompt);
+    return hr_test_finish();
+}
