@@ -69,10 +69,38 @@ include CMakeFiles/headroom.dir/progress.make
 # Include the compile flags for this target's objects.
 include CMakeFiles/headroom.dir/flags.make
 
+CMakeFiles/headroom.dir/src/cli/args.c.o: CMakeFiles/headroom.dir/flags.make
+CMakeFiles/headroom.dir/src/cli/args.c.o: /work/main/src/cli/args.c
+CMakeFiles/headroom.dir/src/cli/args.c.o: CMakeFiles/headroom.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/headroom.dir/src/cli/args.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/headroom.dir/src/cli/args.c.o -MF CMakeFiles/headroom.dir/src/cli/args.c.o.d -o CMakeFiles/headroom.dir/src/cli/args.c.o -c /work/main/src/cli/args.c
+
+CMakeFiles/headroom.dir/src/cli/args.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/headroom.dir/src/cli/args.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/cli/args.c > CMakeFiles/headroom.dir/src/cli/args.c.i
+
+CMakeFiles/headroom.dir/src/cli/args.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/headroom.dir/src/cli/args.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/cli/args.c -o CMakeFiles/headroom.dir/src/cli/args.c.s
+
+CMakeFiles/headroom.dir/src/cli/cmd_run.c.o: CMakeFiles/headroom.dir/flags.make
+CMakeFiles/headroom.dir/src/cli/cmd_run.c.o: /work/main/src/cli/cmd_run.c
+CMakeFiles/headroom.dir/src/cli/cmd_run.c.o: CMakeFiles/headroom.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/headroom.dir/src/cli/cmd_run.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/headroom.dir/src/cli/cmd_run.c.o -MF CMakeFiles/headroom.dir/src/cli/cmd_run.c.o.d -o CMakeFiles/headroom.dir/src/cli/cmd_run.c.o -c /work/main/src/cli/cmd_run.c
+
+CMakeFiles/headroom.dir/src/cli/cmd_run.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/headroom.dir/src/cli/cmd_run.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/cli/cmd_run.c > CMakeFiles/headroom.dir/src/cli/cmd_run.c.i
+
+CMakeFiles/headroom.dir/src/cli/cmd_run.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/headroom.dir/src/cli/cmd_run.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/cli/cmd_run.c -o CMakeFiles/headroom.dir/src/cli/cmd_run.c.s
+
 CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o: CMakeFiles/headroom.dir/flags.make
 CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o: /work/main/src/cli/cmd_stubs.c
 CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o: CMakeFiles/headroom.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o -MF CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o.d -o CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o -c /work/main/src/cli/cmd_stubs.c
 
 CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.i: cmake_force
@@ -83,10 +111,24 @@ CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/cli/cmd_stubs.c -o CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.s
 
+CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o: CMakeFiles/headroom.dir/flags.make
+CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o: /work/main/src/cli/cmd_synth.c
+CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o: CMakeFiles/headroom.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o -MF CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o.d -o CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o -c /work/main/src/cli/cmd_synth.c
+
+CMakeFiles/headroom.dir/src/cli/cmd_synth.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/headroom.dir/src/cli/cmd_synth.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/cli/cmd_synth.c > CMakeFiles/headroom.dir/src/cli/cmd_synth.c.i
+
+CMakeFiles/headroom.dir/src/cli/cmd_synth.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/headroom.dir/src/cli/cmd_synth.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/cli/cmd_synth.c -o CMakeFiles/headroom.dir/src/cli/cmd_synth.c.s
+
 CMakeFiles/headroom.dir/src/cli/main.c.o: CMakeFiles/headroom.dir/flags.make
 CMakeFiles/headroom.dir/src/cli/main.c.o: /work/main/src/cli/main.c
 CMakeFiles/headroom.dir/src/cli/main.c.o: CMakeFiles/headroom.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/headroom.dir/src/cli/main.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/headroom.dir/src/cli/main.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/headroom.dir/src/cli/main.c.o -MF CMakeFiles/headroom.dir/src/cli/main.c.o.d -o CMakeFiles/headroom.dir/src/cli/main.c.o -c /work/main/src/cli/main.c
 
 CMakeFiles/headroom.dir/src/cli/main.c.i: cmake_force
@@ -97,22 +139,51 @@ CMakeFiles/headroom.dir/src/cli/main.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/headroom.dir/src/cli/main.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/cli/main.c -o CMakeFiles/headroom.dir/src/cli/main.c.s
 
+CMakeFiles/headroom.dir/src/cli/session.c.o: CMakeFiles/headroom.dir/flags.make
+CMakeFiles/headroom.dir/src/cli/session.c.o: /work/main/src/cli/session.c
+CMakeFiles/headroom.dir/src/cli/session.c.o: CMakeFiles/headroom.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/headroom.dir/src/cli/session.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/headroom.dir/src/cli/session.c.o -MF CMakeFiles/headroom.dir/src/cli/session.c.o.d -o CMakeFiles/headroom.dir/src/cli/session.c.o -c /work/main/src/cli/session.c
+
+CMakeFiles/headroom.dir/src/cli/session.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/headroom.dir/src/cli/session.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/cli/session.c > CMakeFiles/headroom.dir/src/cli/session.c.i
+
+CMakeFiles/headroom.dir/src/cli/session.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/headroom.dir/src/cli/session.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/cli/session.c -o CMakeFiles/headroom.dir/src/cli/session.c.s
+
 # Object files for target headroom
 headroom_OBJECTS = \
+"CMakeFiles/headroom.dir/src/cli/args.c.o" \
+"CMakeFiles/headroom.dir/src/cli/cmd_run.c.o" \
 "CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o" \
-"CMakeFiles/headroom.dir/src/cli/main.c.o"
+"CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o" \
+"CMakeFiles/headroom.dir/src/cli/main.c.o" \
+"CMakeFiles/headroom.dir/src/cli/session.c.o"
 
 # External object files for target headroom
 headroom_EXTERNAL_OBJECTS =
 
+headroom: CMakeFiles/headroom.dir/src/cli/args.c.o
+headroom: CMakeFiles/headroom.dir/src/cli/cmd_run.c.o
 headroom: CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o
+headroom: CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o
 headroom: CMakeFiles/headroom.dir/src/cli/main.c.o
+headroom: CMakeFiles/headroom.dir/src/cli/session.c.o
 headroom: CMakeFiles/headroom.dir/build.make
+headroom: libhr_model.a
+headroom: libhr_tokenizer.a
+headroom: libhr_sampler.a
+headroom: libhr_kv.a
+headroom: libhr_backend_cpu.a
+headroom: libhr_gguf.a
+headroom: libhr_tensor.a
 headroom: libhr_common.a
 headroom: /usr/lib/x86_64-linux-gnu/libpcre2-8.so
 headroom: /usr/lib/x86_64-linux-gnu/libjansson.so
 headroom: CMakeFiles/headroom.dir/link.txt
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Linking C executable headroom"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Linking C executable headroom"
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/headroom.dir/link.txt --verbose=$(VERBOSE)
 
 # Rule to build all files generated by this target.

@@ -1,8 +1,16 @@
 file(REMOVE_RECURSE
+  "CMakeFiles/headroom.dir/src/cli/args.c.o"
+  "CMakeFiles/headroom.dir/src/cli/args.c.o.d"
+  "CMakeFiles/headroom.dir/src/cli/cmd_run.c.o"
+  "CMakeFiles/headroom.dir/src/cli/cmd_run.c.o.d"
   "CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o"
   "CMakeFiles/headroom.dir/src/cli/cmd_stubs.c.o.d"
+  "CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o"
+  "CMakeFiles/headroom.dir/src/cli/cmd_synth.c.o.d"
   "CMakeFiles/headroom.dir/src/cli/main.c.o"
   "CMakeFiles/headroom.dir/src/cli/main.c.o.d"
+  "CMakeFiles/headroom.dir/src/cli/session.c.o"
+  "CMakeFiles/headroom.dir/src/cli/session.c.o.d"
   "headroom"
   "headroom.pdb"
 )
