@@ -7,7 +7,3 @@ int hr_cmd_tokenize(int argc, char **argv) {
     fprintf(stderr, "headroom tokenize: not built yet\n");
     return 1;
 }
-int hr_cmd_eval(int argc, char **argv) {
-    fprintf(stderr, "headroom eval: not built yet\n");
-    return 1;
-}

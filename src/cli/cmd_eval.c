@@ -1,0 +1,361 @@
+/* cmd_eval.c: `headroom eval`: what a KV format does to quality, on the user's own text.
+ *
+ * Method (teacher-forced, as llama.cpp's perplexity tool): the text is tokenized once (BOS first)
+ * and cut into chunks of --ctx tokens; each chunk's first token is replaced by BOS, the chunk runs
+ * through the model in one forward pass, and the second half of its positions is scored (each
+ * position predicts the next token, with at least ctx/2 tokens of context). The same chunk runs once
+ * with an f32 cache (the reference) and once per format asked for; for each format we report
+ * perplexity, its change against the reference, the mean KL divergence KL(P_ref || P_format) and the
+ * top-1 agreement over the scored positions, and the KV bytes each token costs. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "common/util.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#define MAX_FORMATS 16
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: headroom eval -m FILE.gguf [--kv-type LIST] [options] TEXT_FILE\n\n"
+            "Measures what each KV cache format does to quality on TEXT_FILE, against an f32 cache.\n"
+            "Scoring: chunks of --ctx tokens, the first replaced by BOS, the second half of each chunk\n"
+            "scored (the method of llama.cpp's perplexity tool, so figures compare with its own).\n\n"
+            "  -m FILE          GGUF model\n"
+            "  --kv-type LIST   formats to measure, comma-separated: f32, f16, bf16, q8, q4, fp8, kivi2;\n"
+            "                   K/V for different K and V formats (e.g. q4/f16); 'all' for every format\n"
+            "                   (default: f16,q8)\n"
+            "  -c, --ctx N      chunk length in tokens (default 256, at most the model's context)\n"
+            "  --chunks N       score at most N chunks (default: the whole text)\n"
+            "  --block-size N   KV block size (default 16)\n"
+            "  -t, --threads N  worker threads (default: all cores)\n"
+            "  --json           one JSON object instead of the table\n"
+            "Output columns: perplexity, its change against f32, mean KL divergence from the f32 run\n"
+            "(nats), top-1 agreement with the f32 run, KV bytes per token (all layers, K and V).\n");
+}
+
+typedef struct fmt_pair {
+    hr_kv_format k, v;
+    char label[32];
+} fmt_pair;
+
+static bool parse_formats(const char *list, fmt_pair *out, int *n) {
+    *n = 0;
+    if (!strcmp(list, "all")) {
+        for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+            out[*n].k = out[*n].v = (hr_kv_format)f;
+            snprintf(out[*n].label, sizeof out[*n].label, "%s", hr_kv_format_name((hr_kv_format)f));
+            (*n)++;
+        }
+        return true;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_FORMATS) {
+            fprintf(stderr, "headroom eval: at most %d formats\n", MAX_FORMATS);
+            return false;
+        }
+        char *slash = strchr(tok, '/');
+        if (slash) *slash = 0;
+        hr_error err;
+        if (hr_kv_format_parse(tok, &out[*n].k, &err) ||
+            hr_kv_format_parse(slash ? slash + 1 : tok, &out[*n].v, &err)) {
+            fprintf(stderr, "headroom eval: --kv-type: %s\n", err.msg);
+            return false;
+        }
+        if (slash)
+            snprintf(out[*n].label, sizeof out[*n].label, "%s/%s", hr_kv_format_name(out[*n].k),
+                     hr_kv_format_name(out[*n].v));
+        else
+            snprintf(out[*n].label, sizeof out[*n].label, "%s", hr_kv_format_name(out[*n].k));
+        (*n)++;
+    }
+    return *n > 0;
+}
+
+/* One cache configuration under test: its pool, forward context and running sums. */
+typedef struct arm {
+    fmt_pair f;
+    hr_kv_pool *kv;
+    hr_model_ctx *ctx;
+    double nll, kl;
+    long agree, n;
+    uint64_t bytes_per_token_x1000;
+    char error[HR_ERROR_MSG_MAX];
+} arm;
+
+static hr_status arm_open(arm *a, const hr_model *m, int n_ctx, int block_size, int n_threads, hr_error *err) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
+                       .block_size = block_size, .k_format = a->f.k, .v_format = a->f.v, .max_seqs = 1};
+    uint64_t bb = hr_kv_block_bytes(&kc);
+    if (!bb) return hr_error_set(err, HR_ERR_INVALID_ARG, "format %s cannot be used with this model", a->f.label);
+    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + bb * (uint64_t)((n_ctx + block_size - 1) / block_size);
+    a->bytes_per_token_x1000 = bb * 1000 / (uint64_t)block_size;
+    hr_status st = hr_kv_pool_create(&kc, &a->kv, err);
+    if (st) return st;
+    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = n_ctx, .max_ctx = n_ctx};
+    return hr_model_ctx_create(m, a->kv, &mp, &a->ctx, err);
+}
+
+static void arm_close(arm *a) {
+    hr_model_ctx_destroy(a->ctx);
+    hr_kv_pool_destroy(a->kv);
+}
+
+/* Runs one chunk through an arm; logits for every position land in `logits` (n x V). */
+static hr_status arm_forward(arm *a, const int32_t *toks, int n, float *logits, int32_t *pos, hr_kv_seq *seqs,
+                             uint8_t *want, hr_error *err) {
+    hr_kv_seq s;
+    hr_status st = hr_kv_seq_create(a->kv, &s, err);
+    if (st) return st;
+    if ((st = hr_kv_seq_reserve(a->kv, s, n, err))) goto out;
+    for (int i = 0; i < n; i++) pos[i] = i, seqs[i] = s, want[i] = 1;
+    hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+    st = hr_model_forward(a->ctx, &b, logits, err);
+out:
+    hr_kv_seq_free(a->kv, s);
+    return st;
+}
+
+/* log-softmax of one row into out (double) */
+static void log_softmax(const float *l, int V, double *out) {
+    double mx = l[0];
+    for (int i = 1; i < V; i++) mx = fmax(mx, l[i]);
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp(l[i] - mx);
+    double lse = mx + log(sum);
+    for (int i = 0; i < V; i++) out[i] = l[i] - lse;
+}
+
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    size_t got;
+    while (b && (got = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    *len = n;
+    return b;
+}
+
+int hr_cmd_eval(int argc, char **argv) {
+    const char *model_path = NULL, *text_path = NULL, *formats = "f16,q8";
+    int n_ctx = 256, max_chunks = 0, block_size = 16, n_threads = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = hr_arg_value("eval", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv-type")) {
+            if (!(formats = hr_arg_value("eval", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 1 << 20, &n_ctx)) return 2;
+        } else if (!strcmp(a, "--chunks")) {
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1 << 30, &max_chunks))
+                return 2;
+        } else if (!strcmp(a, "--block-size")) {
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size))
+                return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads))
+                return 2;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "headroom eval: unknown option '%s' (see headroom eval --help)\n", a);
+            return 2;
+        } else if (!text_path) {
+            text_path = a;
+        } else {
+            fprintf(stderr, "headroom eval: more than one text file ('%s' and '%s')\n", text_path, a);
+            return 2;
+        }
+    }
+    if (!model_path || !text_path) {
+        fprintf(stderr, "headroom eval: needs -m FILE.gguf and a TEXT_FILE (see headroom eval --help)\n");
+        return 2;
+    }
+    fmt_pair fp[MAX_FORMATS];
+    int n_fmt = 0;
+    if (!parse_formats(formats, fp, &n_fmt)) return 2;
+
+    hr_error err = {0};
+    hr_model *m = NULL;
+    hr_tokenizer *tok = NULL;
+    if (hr_model_load(model_path, &m, &err) || hr_tokenizer_load(hr_model_gguf(m), &tok, &err)) {
+        fprintf(stderr, "headroom eval: %s\n", err.msg);
+        hr_model_destroy(m);
+        return 1;
+    }
+    const hr_hparams *hp = hr_model_hparams(m);
+    int rc = 1;
+    size_t text_len = 0, n_tok = 0;
+    char *text = read_text(text_path, &text_len);
+    int32_t *toks = NULL, *pos = NULL;
+    hr_kv_seq *seqs = NULL;
+    uint8_t *want = NULL;
+    float *ref_logits = NULL, *logits = NULL;
+    double *lp_ref = NULL, *lp = NULL;
+    arm arms[MAX_FORMATS + 1];
+    memset(arms, 0, sizeof arms);
+    if (!text) {
+        fprintf(stderr, "headroom eval: cannot read '%s'\n", text_path);
+        goto done;
+    }
+    if (n_ctx > hp->n_ctx_train) {
+        fprintf(stderr, "headroom eval: --ctx %d exceeds the model's context %d\n", n_ctx, hp->n_ctx_train);
+        goto done;
+    }
+    hr_tokenize_opts to = {.add_bos = hr_tokenizer_bos(tok) >= 0};
+    if (hr_tokenizer_encode(tok, text, text_len, &to, NULL, 0, &n_tok, &err) ||
+        !(toks = malloc(sizeof(int32_t) * (n_tok + 1))) ||
+        hr_tokenizer_encode(tok, text, text_len, &to, toks, n_tok, &n_tok, &err)) {
+        fprintf(stderr, "headroom eval: %s\n", err.msg[0] ? err.msg : "out of memory");
+        goto done;
+    }
+    int n_chunks = (int)(n_tok / (size_t)n_ctx);
+    if (max_chunks && n_chunks > max_chunks) n_chunks = max_chunks;
+    if (n_chunks < 1) {
+        fprintf(stderr, "headroom eval: '%s' has %zu tokens, fewer than one chunk of %d (lower --ctx)\n", text_path,
+                n_tok, n_ctx);
+        goto done;
+    }
+    int V = hp->n_vocab, first = n_ctx / 2;
+    pos = malloc(sizeof(int32_t) * n_ctx);
+    seqs = malloc(sizeof(hr_kv_seq) * n_ctx);
+    want = malloc((size_t)n_ctx);
+    ref_logits = malloc(sizeof(float) * (size_t)n_ctx * V);
+    logits = malloc(sizeof(float) * (size_t)n_ctx * V);
+    lp_ref = malloc(sizeof(double) * V);
+    lp = malloc(sizeof(double) * V);
+    if (!pos || !seqs || !want || !ref_logits || !logits || !lp_ref || !lp) {
+        fprintf(stderr, "headroom eval: out of memory\n");
+        goto done;
+    }
+    /* arm 0 is the f32 reference */
+    arms[0].f = (fmt_pair){.k = HR_KV_F32, .v = HR_KV_F32, .label = "f32 (ref)"};
+    for (int i = 0; i < n_fmt; i++) arms[i + 1].f = fp[i];
+    for (int i = 0; i <= n_fmt; i++) {
+        if (arm_open(&arms[i], m, n_ctx, block_size, n_threads, &err)) {
+            if (i == 0) {
+                fprintf(stderr, "headroom eval: %s\n", err.msg);
+                goto done;
+            }
+            snprintf(arms[i].error, sizeof arms[i].error, "%s", err.msg);
+        }
+    }
+    int32_t bos = hr_tokenizer_bos(tok);
+    int32_t *chunk = malloc(sizeof(int32_t) * n_ctx);
+    if (!chunk) goto done;
+    for (int c = 0; c < n_chunks; c++) {
+        memcpy(chunk, toks + (size_t)c * n_ctx, sizeof(int32_t) * n_ctx);
+        if (bos >= 0) chunk[0] = bos;
+        if (arm_forward(&arms[0], chunk, n_ctx, ref_logits, pos, seqs, want, &err)) {
+            fprintf(stderr, "headroom eval: %s\n", err.msg);
+            free(chunk);
+            goto done;
+        }
+        for (int j = first; j < n_ctx - 1; j++) {
+            log_softmax(ref_logits + (size_t)j * V, V, lp_ref);
+            arms[0].nll -= lp_ref[chunk[j + 1]];
+            arms[0].n++;
+        }
+        for (int i = 1; i <= n_fmt; i++) {
+            arm *a = &arms[i];
+            if (a->error[0]) continue;
+            if (arm_forward(a, chunk, n_ctx, logits, pos, seqs, want, &err)) {
+                snprintf(a->error, sizeof a->error, "%s", err.msg);
+                continue;
+            }
+            for (int j = first; j < n_ctx - 1; j++) {
+                log_softmax(ref_logits + (size_t)j * V, V, lp_ref);
+                log_softmax(logits + (size_t)j * V, V, lp);
+                double kl = 0;
+                for (int t = 0; t < V; t++) kl += exp(lp_ref[t]) * (lp_ref[t] - lp[t]);
+                a->kl += kl;
+                a->nll -= lp[chunk[j + 1]];
+                a->agree += hr_argmax(ref_logits + (size_t)j * V, V) == hr_argmax(logits + (size_t)j * V, V);
+                a->n++;
+            }
+        }
+        if (!json) fprintf(stderr, "\rchunk %d/%d", c + 1, n_chunks);
+    }
+    free(chunk);
+    if (!json) fprintf(stderr, "\n");
+    double ref_ppl = exp(arms[0].nll / (double)arms[0].n);
+    if (json) {
+        json_t *root = json_object(), *res = json_array();
+        json_object_set_new(root, "model", json_string(hp->name));
+        json_object_set_new(root, "text", json_string(text_path));
+        json_object_set_new(root, "chunk_tokens", json_integer(n_ctx));
+        json_object_set_new(root, "chunks", json_integer(n_chunks));
+        json_object_set_new(root, "tokens_scored", json_integer(arms[0].n));
+        json_object_set_new(root, "perplexity_f32", json_real(ref_ppl));
+        for (int i = 0; i <= n_fmt; i++) {
+            arm *a = &arms[i];
+            json_t *o = json_object();
+            json_object_set_new(o, "kv_type", json_string(i == 0 ? "f32" : a->f.label));
+            json_object_set_new(o, "kv_type_k", json_string(hr_kv_format_name(a->f.k)));
+            json_object_set_new(o, "kv_type_v", json_string(hr_kv_format_name(a->f.v)));
+            if (a->error[0]) {
+                json_object_set_new(o, "error", json_string(a->error));
+            } else {
+                double ppl = exp(a->nll / (double)a->n);
+                json_object_set_new(o, "perplexity", json_real(ppl));
+                json_object_set_new(o, "perplexity_change_pct", json_real(100.0 * (ppl / ref_ppl - 1.0)));
+                json_object_set_new(o, "kl_mean", json_real(i == 0 ? 0.0 : a->kl / (double)a->n));
+                json_object_set_new(o, "top1_agreement", json_real(i == 0 ? 1.0 : (double)a->agree / (double)a->n));
+                json_object_set_new(o, "kv_bytes_per_token", json_real(a->bytes_per_token_x1000 / 1000.0));
+            }
+            json_array_append_new(res, o);
+        }
+        json_object_set_new(root, "results", res);
+        char *s = json_dumps(root, JSON_INDENT(1));
+        printf("%s\n", s);
+        free(s);
+        json_decref(root);
+    } else {
+        printf("%s: %d chunks of %d tokens, %ld tokens scored\n", text_path, n_chunks, n_ctx, arms[0].n);
+        printf("%-12s %12s %11s %9s %11s %10s\n", "kv type", "bytes/token", "perplexity", "change", "mean KL",
+               "top-1 agree");
+        for (int i = 0; i <= n_fmt; i++) {
+            arm *a = &arms[i];
+            if (a->error[0]) {
+                printf("%-12s unavailable: %s\n", a->f.label, a->error);
+                continue;
+            }
+            double ppl = exp(a->nll / (double)a->n);
+            printf("%-12s %12.1f %11.4f %+8.2f%% %11.6f %9.2f%%\n", a->f.label, a->bytes_per_token_x1000 / 1000.0,
+                   ppl, 100.0 * (ppl / ref_ppl - 1.0), i == 0 ? 0.0 : a->kl / (double)a->n,
+                   i == 0 ? 100.0 : 100.0 * (double)a->agree / (double)a->n);
+        }
+    }
+    rc = 0;
+done:
+    for (int i = 0; i <= n_fmt; i++) arm_close(&arms[i]);
+    free(text), free(toks), free(pos), free(seqs), free(want), free(ref_logits), free(logits), free(lp_ref), free(lp);
+    hr_tokenizer_destroy(tok);
+    hr_model_destroy(m);
+    return rc;
+}
