@@ -28,31 +28,37 @@ typedef enum hr_dtype {
 typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
 typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
 
-#define HR_QK8_0 32
-#define HR_QK4_0 32
-#define HR_QK_K 256
+#define HR_QK8_0        32
+#define HR_QK4_0        32
+#define HR_QK_K         256
 #define HR_K_SCALE_SIZE 12
 
-typedef struct { hr_f16 d; int8_t qs[HR_QK8_0]; } hr_block_q8_0;       /* 34 bytes */
-typedef struct { hr_f16 d; uint8_t qs[HR_QK4_0 / 2]; } hr_block_q4_0;  /* 18 bytes: low nibbles = x[0..15] */
-typedef struct {                                                       /* 144 bytes */
+typedef struct {
+    hr_f16 d;
+    int8_t qs[HR_QK8_0];
+} hr_block_q8_0; /* 34 bytes */
+typedef struct {
+    hr_f16 d;
+    uint8_t qs[HR_QK4_0 / 2];
+} hr_block_q4_0; /* 18 bytes: low nibbles = x[0..15] */
+typedef struct { /* 144 bytes */
     hr_f16 d, dmin;
     uint8_t scales[HR_K_SCALE_SIZE];
     uint8_t qs[HR_QK_K / 2];
 } hr_block_q4_K;
-typedef struct {                                                       /* 176 bytes */
+typedef struct { /* 176 bytes */
     hr_f16 d, dmin;
     uint8_t scales[HR_K_SCALE_SIZE];
     uint8_t qh[HR_QK_K / 8];
     uint8_t qs[HR_QK_K / 2];
 } hr_block_q5_K;
-typedef struct {                                                       /* 210 bytes */
+typedef struct { /* 210 bytes */
     uint8_t ql[HR_QK_K / 2];
     uint8_t qh[HR_QK_K / 4];
     int8_t scales[HR_QK_K / 16];
     hr_f16 d;
 } hr_block_q6_K;
-typedef struct {                                                       /* 292 bytes */
+typedef struct { /* 292 bytes */
     float d;
     int8_t qs[HR_QK_K];
     int16_t bsums[HR_QK_K / 16];
@@ -60,9 +66,9 @@ typedef struct {                                                       /* 292 by
 
 /* Static facts about a type. */
 typedef struct hr_dtype_info {
-    const char *name;     /* "f32", "q4_0", ... */
-    int block_elems;      /* elements per block (1 for f32/f16/bf16) */
-    int block_bytes;      /* bytes per block */
+    const char *name;      /* "f32", "q4_0", ... */
+    int block_elems;       /* elements per block (1 for f32/f16/bf16) */
+    int block_bytes;       /* bytes per block */
     hr_dtype vec_dot_type; /* the activation type this weight type's dot product consumes */
 } hr_dtype_info;
 
@@ -102,16 +108,24 @@ typedef void (*hr_quantize_row_fn)(const float *x, void *dst, int64_t k);
 typedef void (*hr_dequantize_row_fn)(const void *src, float *y, int64_t k);
 typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row);
 
+/* A tile of dot products: y[t * y_stride + r] = vec_dot(k, w + r * w_stride, a + t * a_stride) for
+ * r < nr, t < nt (strides in bytes for w and a, in floats for y). Every result is bit-identical to
+ * the vec_dot entry of the same table: same lanes, same block order, same horizontal sum. This is
+ * what lets a batch of tokens give exactly the tokens each would give alone. */
+typedef void (*hr_vec_dot_tile_fn)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,
+                                   int nt, float *y, size_t y_stride);
+
 typedef struct hr_type_kernels {
-    hr_quantize_row_fn quantize_act;   /* f32 -> vec_dot_type, for activations */
-    hr_dequantize_row_fn dequantize;   /* this type -> f32 */
-    hr_vec_dot_fn vec_dot;             /* weight row (this type) . activation row (vec_dot_type) */
+    hr_quantize_row_fn quantize_act; /* f32 -> vec_dot_type, for activations */
+    hr_dequantize_row_fn dequantize; /* this type -> f32 */
+    hr_vec_dot_fn vec_dot;           /* weight row (this type) . activation row (vec_dot_type) */
+    hr_vec_dot_tile_fn vec_dot_tile; /* never NULL where vec_dot is set; see above */
 } hr_type_kernels;
 
 typedef struct hr_kernels {
     hr_cpu_features features;
-    const char *isa;                   /* "scalar", "avx2", "avx512" */
-    hr_type_kernels type[31];          /* indexed by hr_dtype; NULL entries for unsupported ids */
+    const char *isa;          /* "scalar", "avx2", "avx512" */
+    hr_type_kernels type[31]; /* indexed by hr_dtype; NULL entries for unsupported ids */
 } hr_kernels;
 
 /* Fills k for the given features. `force_isa` may be NULL (best available), "scalar", "avx2" or

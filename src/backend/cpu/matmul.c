@@ -1,0 +1,139 @@
+/* matmul.c: hr_matmul (see matmul.h).
+ *
+ * One call runs in two phases on the pool: (1) quantize each activation row into the scratch
+ * (skipped for f32 activations, which are used in place), (2) split output rows over threads.
+ * Decode (T = 1) streams each thread's rows once. For T > 1 a thread walks its rows in blocks of
+ * HR_MM_ROWS against blocks of HR_MM_TOKENS tokens, so a block of weights is fetched from memory
+ * once and reused from cache for every token of the block; the kernel table's vec_dot_tile does the
+ * register-level tiling. Neither the split nor the blocking changes any element's bits (matmul.h). */
+#include "backend/cpu/matmul.h"
+
+#include "common/util.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HR_MM_ROWS   16 /* weight rows per cache block (a multiple of every tile height) */
+#define HR_MM_TOKENS 64 /* tokens per cache block */
+#define HR_MM_ALIGN  64
+
+struct hr_matmul_ctx {
+    const hr_kernels *kernels; /* borrowed */
+    hr_threadpool *tp;         /* borrowed */
+    int64_t max_tokens, max_k;
+    size_t act_row_cap; /* scratch bytes per activation row */
+    void *act;          /* max_tokens x act_row_cap */
+
+    /* the call in progress (read by the pool's threads) */
+    struct {
+        const hr_type_kernels *tk;
+        const char *W;
+        size_t w_stride;
+        int64_t n, k, T;
+        const float *X;
+        float *Y;
+        const char *A; /* activations in vec_dot_type */
+        size_t a_stride;
+    } job;
+};
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+hr_status hr_matmul_ctx_create(const hr_kernels *k, hr_threadpool *tp, int64_t max_tokens, int64_t max_k,
+                               hr_matmul_ctx **out, hr_error *err) {
+    if (!k || !tp) return hr_error_set(err, HR_ERR_INVALID_ARG, "matmul context needs a kernel table and a pool");
+    if (max_tokens < 1 || max_k < 1 || max_k > ((int64_t)1 << 30) || max_tokens > ((int64_t)1 << 24))
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "matmul scratch for %lld tokens x %lld elements is out of range (expected 1..2^24 x "
+                            "1..2^30)",
+                            (long long)max_tokens, (long long)max_k);
+    /* the largest activation row of any type: q8_0 (34/32), q8_K (292/256) or f32 when copied */
+    const size_t kq0 = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0);
+    const size_t kqk = (size_t)(max_k + HR_QK_K - 1) / HR_QK_K * sizeof(hr_block_q8_K);
+    const size_t cap = round_up(HR_MAX(kq0, kqk), HR_MM_ALIGN);
+    hr_matmul_ctx *m = calloc(1, sizeof *m);
+    if (!m) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the matmul context");
+    m->act = aligned_alloc(HR_MM_ALIGN, cap * (size_t)max_tokens);
+    if (!m->act) {
+        free(m);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %zu bytes of activation scratch",
+                            cap * (size_t)max_tokens);
+    }
+    m->kernels = k;
+    m->tp = tp;
+    m->max_tokens = max_tokens;
+    m->max_k = max_k;
+    m->act_row_cap = cap;
+    *out = m;
+    return HR_OK;
+}
+
+void hr_matmul_ctx_destroy(hr_matmul_ctx *m) {
+    if (!m) return;
+    free(m->act);
+    free(m);
+}
+
+/* Phase 1: thread ith quantizes its share of the token rows. */
+static void quantize_task(void *arg, int ith, int nth) {
+    hr_matmul_ctx *m = arg;
+    const int64_t T = m->job.T;
+    for (int64_t t = T * ith / nth; t < T * (ith + 1) / nth; t++)
+        m->job.tk->quantize_act(m->job.X + t * m->job.k, (char *)m->act + (size_t)t * m->act_row_cap, m->job.k);
+}
+
+/* Phase 2: thread ith computes rows [r0, r1) for all tokens. */
+static void compute_task(void *arg, int ith, int nth) {
+    hr_matmul_ctx *m = arg;
+    const int64_t n = m->job.n, T = m->job.T;
+    /* contiguous row ranges whose boundaries are multiples of HR_MM_ROWS (except the last) */
+    const int64_t n_blocks = (n + HR_MM_ROWS - 1) / HR_MM_ROWS;
+    const int64_t r0 = HR_MIN(n, n_blocks * ith / nth * HR_MM_ROWS);
+    const int64_t r1 = HR_MIN(n, n_blocks * (ith + 1) / nth * HR_MM_ROWS);
+    const hr_vec_dot_tile_fn tile = m->job.tk->vec_dot_tile;
+    if (T == 1) {
+        if (r1 > r0)
+            tile(m->job.k, m->job.W + (size_t)r0 * m->job.w_stride, m->job.w_stride, (int)(r1 - r0), m->job.A, 0, 1,
+                 m->job.Y + r0, (size_t)n);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += HR_MM_TOKENS) {
+        const int nt = (int)HR_MIN(HR_MM_TOKENS, T - t0);
+        for (int64_t i0 = r0; i0 < r1; i0 += HR_MM_ROWS) {
+            const int nr = (int)HR_MIN(HR_MM_ROWS, r1 - i0);
+            tile(m->job.k, m->job.W + (size_t)i0 * m->job.w_stride, m->job.w_stride, nr,
+                 m->job.A + (size_t)t0 * m->job.a_stride, m->job.a_stride, nt, m->job.Y + t0 * n + i0, (size_t)n);
+        }
+    }
+}
+
+void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t k, const float *X, int64_t T,
+               float *Y) {
+    const hr_dtype_info *info = hr_dtype_get_info(wt);
+    assert(info && m->kernels->type[wt].vec_dot_tile);
+    assert(T >= 0 && T <= m->max_tokens && k >= 0 && k <= m->max_k && k % info->block_elems == 0);
+    if (T == 0 || n == 0) return;
+    const hr_type_kernels *tk = &m->kernels->type[wt];
+    m->job.tk = tk;
+    m->job.W = W;
+    m->job.w_stride = hr_dtype_row_bytes(wt, k);
+    m->job.n = n;
+    m->job.k = k;
+    m->job.T = T;
+    m->job.X = X;
+    m->job.Y = Y;
+    if (info->vec_dot_type == HR_DTYPE_F32) {
+        m->job.A = (const char *)X;
+        m->job.a_stride = (size_t)k * sizeof(float);
+    } else {
+        m->job.A = m->act;
+        m->job.a_stride = m->act_row_cap;
+        /* one row is cheaper to quantize here than to hand out */
+        if (T == 1)
+            quantize_task(m, 0, 1);
+        else
+            hr_threadpool_run(m->tp, quantize_task, m);
+    }
+    hr_threadpool_run(m->tp, compute_task, m);
+}

@@ -1,0 +1,125 @@
+/* test_matmul.c: hr_matmul against the scalar reference, and its batch-invariance promise: every
+ * element's bits are the same for T = 1 as inside a batch of 37 (with any other rows) and for 1, 2
+ * or 3 threads, for every type and every ISA this CPU has. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/matmul.h"
+#include "common/util.h"
+#include "harness.h"
+
+enum { N_ROWS = 70, T_BATCH = 37 };
+
+typedef struct {
+    hr_threadpool *tp;
+    hr_matmul_ctx *mm;
+} runner;
+
+static void runner_open(runner *r, const hr_kernels *k, int n_threads, int64_t max_k) {
+    hr_error err;
+    r->tp = NULL;
+    r->mm = NULL;
+    CHECK(hr_threadpool_create(n_threads, &r->tp, &err) == HR_OK);
+    CHECK(hr_matmul_ctx_create(k, r->tp, T_BATCH, max_k, &r->mm, &err) == HR_OK);
+}
+
+static void runner_close(runner *r) {
+    hr_matmul_ctx_destroy(r->mm);
+    hr_threadpool_destroy(r->tp);
+}
+
+static void check_type(const hr_kernels *kern, hr_dtype wt, int64_t k, hr_rng *rng) {
+    const hr_dtype_info *info = hr_dtype_get_info(wt);
+    const size_t row_bytes = hr_dtype_row_bytes(wt, k);
+    float *wf = malloc(sizeof(float) * N_ROWS * (size_t)k);
+    unsigned char *W = malloc(row_bytes * N_ROWS);
+    float *X = malloc(sizeof(float) * T_BATCH * (size_t)k);
+    float *X2 = malloc(sizeof(float) * T_BATCH * (size_t)k);
+    float *Yb = malloc(sizeof(float) * T_BATCH * N_ROWS);
+    float *Yb3 = malloc(sizeof(float) * T_BATCH * N_ROWS);
+    float *Y1 = malloc(sizeof(float) * N_ROWS);
+    float *Yo = malloc(sizeof(float) * T_BATCH * N_ROWS);
+    unsigned char *act = malloc(hr_dtype_row_bytes(HR_DTYPE_F32, k) + 64);
+    for (int64_t i = 0; i < N_ROWS * k; i++) wf[i] = hr_rng_normal(rng);
+    for (int i = 0; i < N_ROWS; i++) hr_quantize_row_ref(wt, wf + i * k, W + i * row_bytes, k);
+    for (int64_t i = 0; i < T_BATCH * k; i++) X[i] = hr_rng_normal(rng);
+    for (int64_t i = 0; i < T_BATCH * k; i++) X2[i] = 3 * hr_rng_normal(rng);
+
+    runner r1, r2, r3;
+    runner_open(&r1, kern, 1, k);
+    runner_open(&r2, kern, 2, k);
+    runner_open(&r3, kern, 3, k);
+
+    hr_matmul(r2.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb);
+    hr_matmul(r3.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb3);
+    CHECKF(!memcmp(Yb, Yb3, sizeof(float) * T_BATCH * N_ROWS), "%s/%s: 2 vs 3 threads differ", kern->isa, info->name);
+
+    /* token t alone (1 thread) and token t at position (t * 7) % T of another batch */
+    int bad_single = 0, bad_other = 0, bad_ref = 0;
+    double worst = 0;
+    for (int t = 0; t < T_BATCH; t++) {
+        hr_matmul(r1.mm, W, wt, N_ROWS, k, X + t * k, 1, Y1);
+        bad_single += memcmp(Y1, Yb + t * N_ROWS, sizeof(float) * N_ROWS) != 0;
+        const int pos = (t * 7) % T_BATCH;
+        memcpy(X2 + pos * k, X + t * k, sizeof(float) * (size_t)k);
+        hr_matmul(r3.mm, W, wt, N_ROWS, k, X2, T_BATCH, Yo);
+        bad_other += memcmp(Yo + pos * N_ROWS, Yb + t * N_ROWS, sizeof(float) * N_ROWS) != 0;
+        /* reference: the activation quantized by the reference, dotted by the reference; tolerance
+         * 1e-5 of sum |w * x| (float accumulations differ in order only) */
+        hr_quantize_row_ref(info->vec_dot_type, X + t * k, act, k);
+        float *deq_w = malloc(sizeof(float) * (size_t)k), *deq_a = malloc(sizeof(float) * (size_t)k);
+        hr_dequantize_row_ref(info->vec_dot_type, act, deq_a, k);
+        for (int i = 0; i < N_ROWS; i++) {
+            hr_dequantize_row_ref(wt, W + i * row_bytes, deq_w, k);
+            double mag = 0;
+            for (int64_t j = 0; j < k; j++) mag += fabs((double)deq_w[j] * deq_a[j]);
+            const double want = hr_vec_dot_ref(wt, k, W + i * row_bytes, act);
+            const double e = fabs(Yb[t * N_ROWS + i] - want) / (mag + 1e-30);
+            worst = fmax(worst, e);
+            bad_ref += e > 1e-5;
+        }
+        free(deq_w);
+        free(deq_a);
+    }
+    CHECKF(bad_single == 0, "%s/%s k=%lld: %d tokens differ alone vs in the batch", kern->isa, info->name, (long long)k,
+           bad_single);
+    CHECKF(bad_other == 0, "%s/%s k=%lld: %d tokens differ in another batch", kern->isa, info->name, (long long)k,
+           bad_other);
+    CHECKF(bad_ref == 0, "%s/%s k=%lld: %d elements off the reference (worst %g)", kern->isa, info->name, (long long)k,
+           bad_ref, worst);
+
+    runner_close(&r1);
+    runner_close(&r2);
+    runner_close(&r3);
+    free(wf);
+    free(W);
+    free(X);
+    free(X2);
+    free(Yb);
+    free(Yb3);
+    free(Y1);
+    free(Yo);
+    free(act);
+}
+
+int main(void) {
+    hr_rng rng;
+    hr_rng_seed(&rng, 42);
+    const hr_cpu_features f = hr_cpu_detect();
+    static const char *isas[] = {"scalar", "avx2", "avx512"};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+    for (size_t ii = 0; ii < HR_ARRAY_LEN(isas); ii++) {
+        hr_kernels kern;
+        hr_kernels_init(&kern, f, isas[ii]);
+        if (strcmp(kern.isa, isas[ii])) continue; /* this CPU lacks it */
+        for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
+            if (!kern.type[types[ti]].vec_dot) continue;
+            const int block = hr_dtype_get_info(types[ti])->block_elems;
+            check_type(&kern, types[ti], block == 1 ? 77 : 256, &rng);
+            check_type(&kern, types[ti], block == 256 ? 768 : 1056, &rng);
+        }
+    }
+    return hr_test_finish();
+}
