@@ -23,24 +23,46 @@ void hr_tokenizer_destroy(hr_tokenizer *t); /* NULL allowed */
 int32_t hr_tokenizer_n_vocab(const hr_tokenizer *t);
 int32_t hr_tokenizer_bos(const hr_tokenizer *t); /* -1 when the vocabulary has none */
 int32_t hr_tokenizer_eos(const hr_tokenizer *t);
-bool hr_tokenizer_add_bos_default(const hr_tokenizer *t); /* tokenizer.ggml.add_bos_token, else the model type's default */
+bool hr_tokenizer_add_bos_default(
+    const hr_tokenizer *t); /* tokenizer.ggml.add_bos_token, else the model type's default */
 /* True for tokens that end a generation (EOS, EOT, and other end-of-generation ids). */
 bool hr_tokenizer_is_eog(const hr_tokenizer *t, int32_t id);
 
 typedef struct hr_tokenize_opts {
-    bool add_bos;       /* prepend BOS (if the vocabulary has one) */
+    bool add_bos; /* prepend BOS (if the vocabulary has one) */
     bool add_eos;
     bool parse_special; /* map special-token text such as "<|eot_id|>" to its id (off for user text) */
 } hr_tokenize_opts;
 
 /* Encodes text[0..len). Writes up to cap ids to out and the full count to *n_out; when *n_out > cap
- * nothing useful was written past cap and the caller retries with a larger buffer.
- * Invalid UTF-8 is handled by the documented rule (see the module docs). */
+ * only the first cap ids were written and the caller retries with a larger buffer. opts NULL means
+ * {add_bos = add_bos_default, add_eos = tokenizer.ggml.add_eos_token, parse_special = false}.
+ * Invalid UTF-8: each byte that does not start a well-formed UTF-8 sequence (stray continuation bytes,
+ * truncated sequences, overlongs, surrogates, > U+10FFFF) is replaced by U+FFFD before tokenizing.
+ * Cost is O(n log n) in the text length; the call allocates its own scratch (thread-safe). */
 hr_status hr_tokenizer_encode(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *opts,
                               int32_t *out, size_t cap, size_t *n_out, hr_error *err);
+/* The same, returning a malloc'd array (free it) of *n_out ids. */
+hr_status hr_tokenizer_encode_alloc(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *opts,
+                                    int32_t **out, size_t *n_out, hr_error *err);
 
-/* The token's text as stored in the vocabulary (e.g. "▁Hello", "<0x0A>", "Ġworld"). */
+/* The token's text as stored in the vocabulary (e.g. "▁Hello", "<0x0A>", "Ġworld"), NUL-terminated and
+ * valid until destroy; NULL for ids out of range. */
 const char *hr_tokenizer_piece(const hr_tokenizer *t, int32_t id);
+
+/* Token type as stored in tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control, 4 user-defined,
+ * 5 unused, 6 byte (0 for ids out of range). */
+int hr_tokenizer_token_type(const hr_tokenizer *t, int32_t id);
+/* Other special ids (-1 when absent): end of turn (tokenizer.ggml.eot_token_id, else detected by text),
+ * unknown, padding. */
+int32_t hr_tokenizer_eot(const hr_tokenizer *t);
+int32_t hr_tokenizer_unk(const hr_tokenizer *t);
+int32_t hr_tokenizer_pad(const hr_tokenizer *t);
+/* Id of the token whose text is exactly text[0..len), or -1. */
+int32_t hr_tokenizer_find(const hr_tokenizer *t, const char *text, size_t len);
+/* "spm" or "bpe", and the pre-tokenizer name in use (tokenizer.ggml.pre, "default" when absent). */
+const char *hr_tokenizer_kind_name(const hr_tokenizer *t);
+const char *hr_tokenizer_pre_name(const hr_tokenizer *t);
 
 /* Streaming decoder: feed ids one at a time, receive UTF-8 text that is always complete and valid
  * (a multi-byte character split across tokens is held back until complete; invalid bytes become
@@ -48,14 +70,30 @@ const char *hr_tokenizer_piece(const hr_tokenizer *t, int32_t id);
 typedef struct hr_detok {
     uint8_t pending[8];
     int n_pending;
-    bool at_start; /* for SentencePiece's leading-space rule */
+    bool at_start;     /* for SentencePiece's leading-space rule (see below) */
+    bool show_special; /* render control/unknown tokens as their text ("<s>", "<|eot_id|>"); default false */
 } hr_detok;
 
+/* Starts a stream: nothing pending, at_start = true, show_special = false.
+ * Piece rules: normal tokens decode to their text (SPM: U+2581 -> ' '; BPE: GPT-2 byte map inverted);
+ * byte tokens <0xNN> to the raw byte; user-defined tokens to their text verbatim; control and unknown
+ * tokens (BOS, EOS, <|eot_id|>, <unk>) to nothing unless show_special; unused tokens to nothing.
+ * Leading space: for SentencePiece vocabularies with the dummy prefix, the first token that produces
+ * text while at_start is set loses one leading ' ' (control tokens such as BOS do not clear at_start).
+ * To decode a continuation (tokens that follow a prompt), set d->at_start = false after init. */
 void hr_detok_init(hr_detok *d);
+/* The most bytes (NUL included) that one hr_detok_push or hr_detok_flush call can need for this
+ * vocabulary: the longest piece, plus held-back bytes, each possibly widened to U+FFFD. */
+size_t hr_detok_max_bytes(const hr_tokenizer *t);
 /* Appends the text for `id` to out (cap bytes, NUL-terminated when cap > 0) and returns the number of
- * bytes written (excluding NUL). At most 64 bytes per call are ever needed. */
+ * bytes written (excluding NUL). With cap >= hr_detok_max_bytes(t) nothing is ever cut; a smaller cap
+ * cuts the text (at a character boundary) and the cut part is lost. Ids out of range produce nothing. */
 size_t hr_detok_push(const hr_tokenizer *t, hr_detok *d, int32_t id, char *out, size_t cap);
-/* Flushes held-back bytes at end of stream (as U+FFFD if incomplete). */
+/* Flushes held-back bytes at end of stream (each as U+FFFD: they never formed a character). */
 size_t hr_detok_flush(const hr_tokenizer *t, hr_detok *d, char *out, size_t cap);
+
+/* Decodes a whole id sequence (a fresh hr_detok, then flush) into a malloc'd NUL-terminated string. */
+hr_status hr_tokenizer_decode(const hr_tokenizer *t, const int32_t *ids, size_t n, bool show_special, char **out,
+                              size_t *out_len, hr_error *err);
 
 #endif

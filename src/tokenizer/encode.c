@@ -1,0 +1,113 @@
+/* encode.c: text -> ids. The pipeline: sanitize UTF-8 (each byte that does not start a well-formed
+ * sequence becomes U+FFFD), split on special-token texts (special.c), then run each raw fragment through
+ * the vocabulary's algorithm: SentencePiece (dummy-prefix space, ' ' -> U+2581, spm.c) or byte-level BPE
+ * (regex pre-tokenizer, pretok.c, then per-word merges, bpe.c). BOS/EOS are added around the result as
+ * the options say. All scratch memory belongs to the call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tok_internal.h"
+
+typedef struct bpe_ctx {
+    const hr_tokenizer *t;
+    hr_ivec *out;
+    hr_bpe_scratch *scratch;
+} bpe_ctx;
+
+static hr_status bpe_piece(void *ctx, const char *piece, size_t len) {
+    bpe_ctx *c = ctx;
+    return hr_bpe_encode_word(c->t, (const uint8_t *)piece, len, c->out, c->scratch);
+}
+
+/* SentencePiece: optional leading space, then ' ' -> U+2581, then the merge algorithm. */
+static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t len, bool prefix, hr_ivec *out) {
+    size_t spaces = prefix ? 1 : 0;
+    for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+    size_t n = len + (prefix ? 1 : 0) + 2 * spaces;
+    char *buf = malloc(n + 1);
+    if (!buf) return HR_ERR_NOMEM;
+    size_t o = 0;
+    if (prefix) memcpy(buf + o, "\xE2\x96\x81", 3), o += 3;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(buf + o, "\xE2\x96\x81", 3);
+            o += 3;
+        } else {
+            buf[o++] = text[i];
+        }
+    }
+    hr_status st = hr_spm_encode_fragment(t, buf, o, out);
+    free(buf);
+    return st;
+}
+
+static hr_status encode_ivec(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *o,
+                             hr_ivec *out, hr_error *err) {
+    size_t clean_len;
+    char *clean = hr_utf8_sanitize(text, len, &clean_len);
+    if (!clean) return hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory (%zu bytes of text)", len);
+    hr_fragment *frags = NULL;
+    size_t n_frags = 0;
+    hr_status st = hr_special_partition(t, clean, clean_len, o->parse_special, &frags, &n_frags);
+    hr_bpe_scratch *scratch = NULL;
+    if (st == HR_OK && t->kind == HR_VOCAB_BPE && !(scratch = hr_bpe_scratch_create())) st = HR_ERR_NOMEM;
+    if (st == HR_OK && o->add_bos && t->bos >= 0 && !hr_ivec_push(out, t->bos)) st = HR_ERR_NOMEM;
+    bool prev_special = true; /* SentencePiece: a fragment at the start or after a special token gets the prefix */
+    for (size_t i = 0; i < n_frags && st == HR_OK; i++) {
+        const hr_fragment *f = &frags[i];
+        if (f->id >= 0) {
+            if (!hr_ivec_push(out, f->id)) st = HR_ERR_NOMEM;
+            prev_special = true;
+            continue;
+        }
+        if (t->kind == HR_VOCAB_SPM) {
+            st = spm_fragment(t, clean + f->start, f->len, t->add_space_prefix && prev_special, out);
+        } else {
+            bpe_ctx ctx = {t, out, scratch};
+            st = hr_pretok_split(t, clean + f->start, f->len, bpe_piece, &ctx, err);
+        }
+        prev_special = false;
+    }
+    if (st == HR_OK && o->add_eos && t->eos >= 0 && !hr_ivec_push(out, t->eos)) st = HR_ERR_NOMEM;
+    hr_bpe_scratch_destroy(scratch);
+    free(frags);
+    free(clean);
+    if (st == HR_ERR_NOMEM)
+        hr_error_set(err, st, "tokenizer: out of memory (%zu bytes of text)", len);
+    else if (st == HR_ERR_RANGE)
+        hr_error_set(err, st, "tokenizer: a text fragment of %zu bytes is too long", len);
+    return st;
+}
+
+hr_status hr_tokenizer_encode(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *opts,
+                              int32_t *out, size_t cap, size_t *n_out, hr_error *err) {
+    if (!t || (!text && len > 0) || !n_out || (!out && cap > 0))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_encode: NULL argument");
+    hr_tokenize_opts dflt = {.add_bos = t->add_bos, .add_eos = t->add_eos, .parse_special = false};
+    hr_ivec iv = {0};
+    hr_status st = encode_ivec(t, text ? text : "", len, opts ? opts : &dflt, &iv, err);
+    if (st == HR_OK) {
+        memcpy(out, iv.v, (iv.n < cap ? iv.n : cap) * sizeof(int32_t));
+        *n_out = iv.n;
+    }
+    hr_ivec_free(&iv);
+    return st;
+}
+
+hr_status hr_tokenizer_encode_alloc(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *opts,
+                                    int32_t **out, size_t *n_out, hr_error *err) {
+    if (!t || (!text && len > 0) || !out || !n_out)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_encode_alloc: NULL argument");
+    hr_tokenize_opts dflt = {.add_bos = t->add_bos, .add_eos = t->add_eos, .parse_special = false};
+    hr_ivec iv = {0};
+    hr_status st = encode_ivec(t, text ? text : "", len, opts ? opts : &dflt, &iv, err);
+    if (st != HR_OK) {
+        hr_ivec_free(&iv);
+        return st;
+    }
+    if (!iv.v) iv.v = malloc(sizeof(int32_t)); /* a valid pointer even for zero tokens */
+    if (!iv.v) return hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory");
+    *out = iv.v;
+    *n_out = iv.n;
+    return HR_OK;
+}
