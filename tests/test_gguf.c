@@ -489,6 +489,84 @@ static void test_big_vocab(void) {
 
 /* ---- ../shared -------------------------------------------------------------------------------- */
 
+/* Re-encodes every key and tensor of g with the writer, in the same order; returns the writer. */
+static hr_gguf_writer *reencode(const hr_gguf *g) {
+    hr_gguf_writer *w = hr_gguf_writer_create(hr_gguf_version(g));
+    for (uint64_t i = 0; i < hr_gguf_n_kv(g); i++) {
+        hr_gguf_str k = hr_gguf_kv_key(g, i), s;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)k.len, k.ptr);
+        hr_gguf_type type = hr_gguf_kv_type(g, i);
+        int64_t v = 0;
+        double d = 0;
+        hr_gguf_kv_int(g, i, &v);
+        hr_gguf_kv_float(g, i, &d);
+        hr_gguf_array a;
+        switch (type) {
+        case HR_GGUF_U8: hr_gguf_writer_set_u8(w, key, (uint8_t)v); break;
+        case HR_GGUF_I8: hr_gguf_writer_set_i8(w, key, (int8_t)v); break;
+        case HR_GGUF_U16: hr_gguf_writer_set_u16(w, key, (uint16_t)v); break;
+        case HR_GGUF_I16: hr_gguf_writer_set_i16(w, key, (int16_t)v); break;
+        case HR_GGUF_U32: hr_gguf_writer_set_u32(w, key, (uint32_t)v); break;
+        case HR_GGUF_I32: hr_gguf_writer_set_i32(w, key, (int32_t)v); break;
+        case HR_GGUF_U64: hr_gguf_writer_set_u64(w, key, (uint64_t)v); break;
+        case HR_GGUF_I64: hr_gguf_writer_set_i64(w, key, v); break;
+        case HR_GGUF_F32: hr_gguf_writer_set_f32(w, key, (float)d); break;
+        case HR_GGUF_F64: hr_gguf_writer_set_f64(w, key, d); break;
+        case HR_GGUF_BOOL: hr_gguf_writer_set_bool(w, key, v != 0); break;
+        case HR_GGUF_STRING:
+            hr_gguf_kv_str(g, i, &s);
+            hr_gguf_writer_set_strn(w, key, s.ptr, s.len);
+            break;
+        case HR_GGUF_ARRAY:
+            hr_gguf_kv_array(g, i, &a);
+            if (a.type == HR_GGUF_STRING) {
+                char **strs = malloc((a.n ? a.n : 1) * sizeof *strs);
+                for (uint64_t j = 0; j < a.n; j++) {
+                    hr_gguf_str e = hr_gguf_array_str(&a, j);
+                    strs[j] = malloc(e.len + 1);
+                    memcpy(strs[j], e.ptr, e.len);
+                    strs[j][e.len] = '\0';
+                }
+                hr_gguf_writer_set_str_array(w, key, (const char *const *)strs, a.n);
+                for (uint64_t j = 0; j < a.n; j++) free(strs[j]);
+                free(strs);
+            } else {
+                hr_gguf_writer_set_array(w, key, a.type, a.data, a.n); /* nested arrays: not in these files */
+            }
+            break;
+        }
+    }
+    for (uint64_t i = 0; i < hr_gguf_n_tensors(g); i++) {
+        const hr_gguf_tensor *t = hr_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        hr_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->size_bytes, true);
+    }
+    return w;
+}
+
+/* The writer reproduces a file written by llama.cpp's tools byte for byte (up to trailing padding). */
+static void check_reencode(const hr_gguf *g, const char *path) {
+    hr_gguf_writer *w = reencode(g);
+    void *data = NULL;
+    size_t size = 0;
+    hr_error err = {0};
+    CHECKF(hr_gguf_writer_write_memory(w, &data, &size, &err) == HR_OK, "%s", err.msg);
+    FILE *f = fopen(path, "rb");
+    uint8_t *orig = malloc(hr_gguf_file_size(g));
+    size_t got = f ? fread(orig, 1, hr_gguf_file_size(g), f) : 0;
+    if (f) fclose(f);
+    size_t common = HR_MIN(size, got);
+    size_t at = 0;
+    while (at < common && ((uint8_t *)data)[at] == orig[at]) at++;
+    CHECKF(at == common && size >= got && size - got < hr_gguf_alignment(g),
+           "%s: re-encoded %zu bytes, original %zu, first difference at %zu", path, size, got, at);
+    free(orig);
+    free(data);
+    hr_gguf_writer_destroy(w);
+}
+
 static bool test_shared_model(void) {
     const char *path = hr_test_shared_path("models/stories260K.gguf");
     if (!path) {
@@ -507,6 +585,7 @@ static bool test_shared_model(void) {
     CHECK(t && t->ne[0] == 64 && t->ne[1] == 512 && t->type == 0 && t->n_dims == 2);
     hr_gguf_array toks;
     CHECK(hr_gguf_get_array(g, "tokenizer.ggml.tokens", &toks, NULL) == HR_OK && toks.n == 512);
+    check_reencode(g, path);
     hr_gguf_close(g);
 
     path = hr_test_shared_path("models/stories260K-q8_0.gguf");
@@ -515,6 +594,7 @@ static bool test_shared_model(void) {
         if (g) {
             t = hr_gguf_find_tensor(g, "token_embd.weight");
             CHECK(t && t->type == 8 && t->size_bytes == 512 * 2 * 34);
+            check_reencode(g, path);
             hr_gguf_close(g);
         }
     }
@@ -544,6 +624,7 @@ static int test_shared_vocabs(void) {
                "%s", names[i]);
         hr_gguf_str model;
         CHECK(hr_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL) == HR_OK && model.len > 0);
+        check_reencode(g, path);
         hr_gguf_close(g);
     }
     if (!opened) printf("SKIP part: no vocabularies under vectors/tokenizer\n");
