@@ -80,7 +80,7 @@ hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr
     case HR_KV_KIVI2:
         f->bits = format == HR_KV_Q4 ? 4 : 2;
         f->deferred = true;
-        f->G = kv_group(D, format == HR_KV_Q4 ? 32 : 16);
+        f->G = kv_group(D, 32);
         if (role == KV_K) {
             f->per_channel = true;
             f->scale_off = 0;

@@ -1,0 +1,183 @@
+/* test_kv_formats.c: attention through every KV format against a float64 attention computed here,
+ * at head_dim 8, 64, 80, 128, GQA ratios 1, 2, 4, 8 and context lengths 1, 15, 16, 17, 100, 1000,
+ * with a stated tolerance per format; and the AVX2 kernels against the scalar reference (1e-5
+ * relative). Keys carry outlier channels (a few channels with a large fixed offset, a few with a wider
+ * spread), as real keys do: that is what per-channel key quantization is for. Tokens are written one at a time and
+ * attention runs when the context reaches each length, as in decoding. */
+#include <math.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "harness.h"
+#include "kv/kv.h"
+
+enum { HKV = 2, NMAX = 1000, DMAX = 128, GMAX = 8 };
+
+/* Stated tolerances: the max and the mean absolute error of the output, for V ~ N(0,1) and keys with
+ * outlier channels (outputs are averages of V rows, |out| < ~3). Set from the measured worst case
+ * over all shapes here with a margin of about 2x; the test prints the measured figures. 2-bit KIVI is
+ * coarse per element (4 levels) and its max error is large on short contexts whose attention is
+ * peaky; its mean error is the figure to watch. */
+static const double tol_max[HR_KV_FORMAT_COUNT] = {
+    [HR_KV_F32] = 1e-5, [HR_KV_F16] = 3e-3, [HR_KV_BF16] = 3e-2, [HR_KV_Q8] = 7e-2,
+    [HR_KV_Q4] = 0.5,   [HR_KV_FP8] = 0.3,  [HR_KV_KIVI2] = 2.0,
+};
+static const double tol_mean[HR_KV_FORMAT_COUNT] = {
+    [HR_KV_F32] = 1e-6, [HR_KV_F16] = 6e-4, [HR_KV_BF16] = 4e-3,  [HR_KV_Q8] = 2e-2,
+    [HR_KV_Q4] = 0.1,   [HR_KV_FP8] = 0.05, [HR_KV_KIVI2] = 0.35,
+};
+
+static float Kd[NMAX][HKV][DMAX], Vd[NMAX][HKV][DMAX];
+
+static void ref_attention(int n_ctx, int D, const float *q, int H, double scale, double *out) {
+    int group = H / HKV;
+    static double s[NMAX];
+    for (int h = 0; h < H; h++) {
+        int kh = h / group;
+        double mx = -INFINITY;
+        for (int t = 0; t < n_ctx; t++) {
+            double d = 0;
+            for (int c = 0; c < D; c++) d += (double)q[h * D + c] * Kd[t][kh][c];
+            s[t] = d * scale;
+            if (s[t] > mx) mx = s[t];
+        }
+        double sum = 0;
+        for (int t = 0; t < n_ctx; t++) sum += (s[t] = exp(s[t] - mx));
+        for (int c = 0; c < D; c++) {
+            double o = 0;
+            for (int t = 0; t < n_ctx; t++) o += s[t] * Vd[t][kh][c];
+            out[h * D + c] = o / sum;
+        }
+    }
+}
+
+static hr_kv_pool *make(int D, hr_kv_format kf, hr_kv_format vf, bool scalar) {
+    hr_kv_config c = {.n_layers = 1,
+                      .n_kv_heads = HKV,
+                      .head_dim = D,
+                      .block_size = 16,
+                      .k_format = kf,
+                      .v_format = vf,
+                      .max_seqs = 2,
+                      .force_scalar = scalar};
+    c.budget_bytes = hr_kv_block_bytes(&c) * (NMAX / 16 + 2) + hr_kv_fixed_bytes(&c);
+    hr_kv_pool *p = NULL;
+    hr_error err = {0};
+    hr_status rc = hr_kv_pool_create(&c, &p, &err);
+    CHECKF(rc == HR_OK, "%s", err.msg);
+    return rc == HR_OK ? p : NULL;
+}
+
+static double worst_err[HR_KV_FORMAT_COUNT][HR_KV_FORMAT_COUNT];
+static double worst_mean[HR_KV_FORMAT_COUNT][HR_KV_FORMAT_COUNT];
+static double worst_simd;
+
+static void run_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng) {
+    for (int t = 0; t < NMAX; t++)
+        for (int h = 0; h < HKV; h++)
+            for (int c = 0; c < D; c++) {
+                /* outlier key channels: a large per-channel offset (c % 17 == 3) or a wider spread */
+                float off = (c % 17 == 3) ? (c % 2 ? 6.0f : -6.0f) : 0.0f;
+                Kd[t][h][c] = off + hr_rng_normal(rng) * ((c % 23 == 5) ? 2.0f : 1.0f);
+                Vd[t][h][c] = hr_rng_normal(rng);
+            }
+    hr_kv_pool *ps = make(D, kf, vf, true), *pv = make(D, kf, vf, false);
+    if (!ps || !pv) return;
+    hr_error err = {0};
+    hr_kv_seq ss, sv;
+    CHECK(hr_kv_seq_create(ps, &ss, &err) == HR_OK && hr_kv_seq_create(pv, &sv, &err) == HR_OK);
+    CHECK(hr_kv_seq_reserve(ps, ss, NMAX, &err) == HR_OK && hr_kv_seq_reserve(pv, sv, NMAX, &err) == HR_OK);
+    static const int lengths[] = {1, 15, 16, 17, 100, 1000};
+    static const int ratios[] = {1, 2, 4, 8};
+    static float q[GMAX * HKV * DMAX], os[GMAX * HKV * DMAX], ov[GMAX * HKV * DMAX];
+    static double ref[GMAX * HKV * DMAX];
+    static float scratch[NMAX + DMAX + 64];
+    CHECK(hr_kv_attention_scratch_floats(ps, NMAX) <= HR_ARRAY_LEN(scratch));
+    int li = 0;
+    for (int pos = 0; pos < NMAX; pos++) {
+        float kb[HKV * DMAX], vb[HKV * DMAX]; /* [Hkv][D] packed */
+        for (int h = 0; h < HKV; h++)
+            for (int c = 0; c < D; c++) {
+                kb[h * D + c] = Kd[pos][h][c];
+                vb[h * D + c] = Vd[pos][h][c];
+            }
+        hr_kv_write(ps, 0, ss, pos, kb, vb);
+        hr_kv_write(pv, 0, sv, pos, kb, vb);
+        int32_t tok = pos;
+        hr_kv_seq_commit(ps, ss, &tok, 1);
+        hr_kv_seq_commit(pv, sv, &tok, 1);
+        if (pos + 1 != lengths[li]) continue;
+        int n_ctx = lengths[li++];
+        for (int ri = 0; ri < 4; ri++) {
+            int H = HKV * ratios[ri];
+            for (int i = 0; i < H * D; i++) q[i] = hr_rng_normal(rng);
+            float scale = 1.0f / sqrtf((float)D);
+            hr_kv_attention(ps, 0, ss, n_ctx, q, H, scale, os, scratch);
+            hr_kv_attention(pv, 0, sv, n_ctx, q, H, scale, ov, scratch);
+            ref_attention(n_ctx, D, q, H, scale, ref);
+            double e = 0, d = 0, mag = 0, mean = 0;
+            for (int i = 0; i < H * D; i++) {
+                e = fmax(e, fabs(os[i] - ref[i]));
+                mean += fabs(os[i] - ref[i]) / (H * D);
+                d = fmax(d, fabs((double)ov[i] - os[i]));
+                mag = fmax(mag, fabs(os[i]));
+            }
+            double rel = d / fmax(mag, 1e-6);
+            worst_err[kf][vf] = fmax(worst_err[kf][vf], e);
+            worst_mean[kf][vf] = fmax(worst_mean[kf][vf], mean);
+            worst_simd = fmax(worst_simd, rel);
+            double tol = fmax(tol_max[kf], tol_max[vf]), tolm = fmax(tol_mean[kf], tol_mean[vf]);
+            CHECKF(mean <= tolm, "K %s V %s D=%d gqa=%d n_ctx=%d: mean abs error %.3g > %.3g", hr_kv_format_name(kf),
+                   hr_kv_format_name(vf), D, ratios[ri], n_ctx, mean, tolm);
+            CHECKF(e <= tol, "K %s V %s D=%d gqa=%d n_ctx=%d: max abs error %.3g > %.3g", hr_kv_format_name(kf),
+                   hr_kv_format_name(vf), D, ratios[ri], n_ctx, e, tol);
+            CHECKF(rel <= 1e-5, "K %s V %s D=%d gqa=%d n_ctx=%d: %s vs scalar differ by %.3g relative",
+                   hr_kv_format_name(kf), hr_kv_format_name(vf), D, ratios[ri], n_ctx, hr_kv_pool_isa(pv), rel);
+        }
+    }
+    CHECK(hr_kv_pool_check(pv, &err) == HR_OK);
+    hr_kv_pool_destroy(ps);
+    hr_kv_pool_destroy(pv);
+}
+
+static void test_bytes_per_token(void) {
+    printf("bytes per token (K+V, 1 layer, 8 KV heads, head_dim 128, block 16):\n");
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+        hr_kv_config c = {.n_layers = 1,
+                          .n_kv_heads = 8,
+                          .head_dim = 128,
+                          .block_size = 16,
+                          .k_format = f,
+                          .v_format = f,
+                          .max_seqs = 1};
+        uint64_t bb = hr_kv_block_bytes(&c);
+        printf("  %-6s %6.1f (tail buffer per sequence %llu bytes)\n", hr_kv_format_name(f), bb / 16.0,
+               (unsigned long long)hr_kv_seq_stage_bytes(&c));
+        CHECK(bb > 0);
+    }
+    hr_kv_config c = {.n_layers = 1, .n_kv_heads = 8, .head_dim = 128, .block_size = 16, .max_seqs = 1};
+    c.k_format = c.v_format = HR_KV_F16;
+    uint64_t f16 = hr_kv_block_bytes(&c);
+    c.k_format = c.v_format = HR_KV_KIVI2;
+    CHECK(hr_kv_block_bytes(&c) * 4 < f16); /* 2-bit codes plus scales: under a quarter of f16 */
+}
+
+int main(void) {
+    hr_rng rng;
+    hr_rng_seed(&rng, 2026);
+    test_bytes_per_token();
+    static const int dims[] = {8, 64, 80, 128};
+    for (int di = 0; di < 4; di++)
+        for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) run_case(dims[di], (hr_kv_format)f, (hr_kv_format)f, &rng);
+    /* K and V formats chosen separately */
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+        run_case(64, (hr_kv_format)f, (hr_kv_format)((f + 3) % HR_KV_FORMAT_COUNT), &rng);
+        run_case(8, (hr_kv_format)f, (hr_kv_format)((f + 1) % HR_KV_FORMAT_COUNT), &rng);
+    }
+    printf("worst max-abs error vs float64 (K = V format):");
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) printf(" %s %.2g", hr_kv_format_name(f), worst_err[f][f]);
+    printf("\nworst mean-abs error vs float64 (K = V format):");
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) printf(" %s %.2g", hr_kv_format_name(f), worst_mean[f][f]);
+    printf("\nworst SIMD vs scalar relative difference: %.2g\n", worst_simd);
+    return hr_test_finish();
+}
