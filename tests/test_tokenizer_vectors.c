@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "gguf/gguf.h"
 #include "harness.h"
 #include "tokenizer/tokenizer.h"
@@ -130,6 +132,66 @@ static bool run_vocab(const vocab_case *vc, int *n_pass_total, int *n_cases_tota
     return true;
 }
 
+/* stories260K: prompt ids (BOS + SentencePiece with the dummy prefix) and the decoded completions. */
+static void run_stories(void) {
+    const char *model = hr_test_shared_path("models/stories260K.gguf");
+    const char *vec = hr_test_shared_path("vectors/stories260K-greedy.jsonl");
+    if (!model || !vec) {
+        printf("stories260K: not present in ../shared\n");
+        return;
+    }
+    hr_error err = {0};
+    hr_gguf *g = NULL;
+    hr_tokenizer *t = NULL;
+    CHECKF(hr_gguf_open(model, &g, &err) == HR_OK, "%s", err.msg);
+    CHECKF(g && hr_tokenizer_load(g, &t, &err) == HR_OK, "%s", err.msg);
+    hr_gguf_close(g);
+    if (!t) return;
+    CHECK(hr_tokenizer_add_bos_default(t) && hr_tokenizer_bos(t) == 1);
+    FILE *f = fopen(vec, "r");
+    char line[16384];
+    int n_prompts = 0, n_ok = 0, n_text_ok = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        json_error_t jerr;
+        json_t *o = json_loads(line, 0, &jerr);
+        CHECKF(o != NULL, "jsonl: %s", jerr.text);
+        if (!o) continue;
+        const char *prompt = json_string_value(json_object_get(o, "prompt"));
+        const char *completion = json_string_value(json_object_get(o, "completion_text"));
+        json_t *want = json_object_get(o, "prompt_tokens"), *comp = json_object_get(o, "completion_tokens");
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(prompt && hr_tokenizer_encode_alloc(t, prompt, strlen(prompt), NULL, &ids, &n, &err) == HR_OK);
+        bool same = ids && n == json_array_size(want);
+        for (size_t i = 0; same && i < n; i++) same = ids[i] == json_integer_value(json_array_get(want, i));
+        CHECKF(same, "stories260K prompt '%s'", prompt);
+        n_ok += same;
+        /* the completion decoded as a continuation of the prompt (no leading-space stripping) */
+        hr_detok d;
+        hr_detok_init(&d);
+        d.at_start = false;
+        char text[8192] = "", piece[256];
+        size_t len = 0;
+        for (size_t i = 0; i < json_array_size(comp); i++) {
+            size_t k = hr_detok_push(t, &d, (int32_t)json_integer_value(json_array_get(comp, i)), piece, sizeof piece);
+            if (len + k < sizeof text) memcpy(text + len, piece, k), len += k;
+        }
+        len += hr_detok_flush(t, &d, text + len, sizeof text - len);
+        text[len] = 0;
+        bool text_same = completion && strcmp(text, completion) == 0;
+        CHECKF(text_same, "stories260K completion: got '%s', want '%s'", text, completion);
+        n_text_ok += text_same;
+        n_prompts++;
+        free(ids);
+        json_decref(o);
+    }
+    if (f) fclose(f);
+    CHECK(n_prompts > 0);
+    printf("stories260K    spm  prompt ids %d/%d exact, completion text %d/%d exact\n", n_ok, n_prompts, n_text_ok,
+           n_prompts);
+    hr_tokenizer_destroy(t);
+}
+
 int main(void) {
     if (!hr_test_shared_path("vectors/tokenizer/FORMAT.md"))
         HR_SKIP("../shared/vectors/tokenizer is absent (set HR_SHARED_DIR to run the conformance vectors)");
@@ -142,6 +204,7 @@ int main(void) {
         }
     }
     CHECK(n_found > 0);
+    run_stories();
     printf("total: %d/%d cases exact\n", n_pass, n_cases);
     return hr_test_finish();
 }

@@ -87,7 +87,7 @@ hr_status hr_tokenizer_encode(const hr_tokenizer *t, const char *text, size_t le
     hr_ivec iv = {0};
     hr_status st = encode_ivec(t, text ? text : "", len, opts ? opts : &dflt, &iv, err);
     if (st == HR_OK) {
-        memcpy(out, iv.v, (iv.n < cap ? iv.n : cap) * sizeof(int32_t));
+        if (iv.n > 0 && cap > 0) memcpy(out, iv.v, (iv.n < cap ? iv.n : cap) * sizeof(int32_t));
         *n_out = iv.n;
     }
     hr_ivec_free(&iv);
