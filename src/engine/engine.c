@@ -1,0 +1,460 @@
+/* engine.c: the engine's mechanics: creation, submission and cancellation (any thread), and the step
+ * that the engine thread (or hr_engine_step's caller) runs: take the inbox, apply cancellations,
+ * plan (scheduler.c), one forward over the ragged batch, commit K/V, sample the rows that sample,
+ * stream each token to its request's channel, finish requests and cache their blocks.
+ *
+ * Invariant: a request leaves the engine's lists exactly once, through finish_request (completed,
+ * cancelled or failed), and the engine's reference is dropped there. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* ---- names ------------------------------------------------------------------------------------- */
+
+static const char *k_admission[] = {"adaptive", "reserve", "optimistic"};
+static const char *k_preempt[] = {"auto", "recompute", "swap"};
+static const char *k_layout[] = {"paged", "contiguous"};
+
+static hr_status parse_name(const char *what, const char **names, int n, const char *name, int *out,
+                            hr_error *err) {
+    for (int i = 0; i < n; i++)
+        if (name && !strcmp(name, names[i])) {
+            *out = i;
+            return HR_OK;
+        }
+    char list[128] = "";
+    for (int i = 0; i < n; i++) {
+        strcat(list, names[i]);
+        if (i + 1 < n) strcat(list, ", ");
+    }
+    return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown %s '%s': expected one of %s", what, name ? name : "",
+                        list);
+}
+
+const char *hr_admission_name(hr_admission a) { return (unsigned)a < 3 ? k_admission[a] : "?"; }
+const char *hr_preempt_mode_name(hr_preempt_mode m) { return (unsigned)m < 3 ? k_preempt[m] : "?"; }
+const char *hr_kv_layout_name(hr_kv_layout l) { return (unsigned)l < 2 ? k_layout[l] : "?"; }
+
+hr_status hr_admission_parse(const char *name, hr_admission *out, hr_error *err) {
+    int v;
+    hr_status st = parse_name("admission mode", k_admission, 3, name, &v, err);
+    if (st == HR_OK) *out = (hr_admission)v;
+    return st;
+}
+hr_status hr_preempt_mode_parse(const char *name, hr_preempt_mode *out, hr_error *err) {
+    int v;
+    hr_status st = parse_name("preemption mode", k_preempt, 3, name, &v, err);
+    if (st == HR_OK) *out = (hr_preempt_mode)v;
+    return st;
+}
+hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err) {
+    int v;
+    hr_status st = parse_name("KV layout", k_layout, 2, name, &v, err);
+    if (st == HR_OK) *out = (hr_kv_layout)v;
+    return st;
+}
+
+/* ---- create / destroy -------------------------------------------------------------------------- */
+
+hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_error *err) {
+    if (!params->model || !params->ctx || !params->kv)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: model, ctx and kv are required");
+    hr_engine_params p = *params;
+    const hr_hparams *hp = hr_model_hparams(p.model);
+    const hr_kv_config *kc = hr_kv_pool_config(p.kv);
+    if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train;
+    if (p.max_batch_tokens <= 0) p.max_batch_tokens = 512;
+    if (p.max_running <= 0) p.max_running = kc->max_seqs;
+    if (p.max_queue <= 0) p.max_queue = 1024;
+    if (p.prefill_chunk <= 0) p.prefill_chunk = p.max_batch_tokens;
+    if (p.predict_percentile <= 0 || p.predict_percentile > 1) p.predict_percentile = 0.9f;
+    if (p.max_running > kc->max_seqs)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: max_running %d exceeds the KV pool's %d sequence slots",
+                            p.max_running, kc->max_seqs);
+    if ((unsigned)p.admission > 2 || (unsigned)p.preempt > 2 || (unsigned)p.layout > 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: unknown admission, preemption or layout value");
+    int n_blocks = hr_kv_pool_n_blocks(p.kv);
+    int ctx_blocks = (p.n_ctx + kc->block_size - 1) / kc->block_size;
+    if (p.layout == HR_LAYOUT_CONTIGUOUS && ctx_blocks > n_blocks)
+        return hr_error_set(err, HR_ERR_BUDGET,
+                            "engine: a contiguous slot needs %d blocks (context %d) but the KV pool has %d: raise "
+                            "--kv-budget or lower --ctx",
+                            ctx_blocks, p.n_ctx, n_blocks);
+    hr_engine *e = calloc(1, sizeof *e);
+    if (!e) return hr_error_set(err, HR_ERR_NOMEM, "engine: out of memory");
+    e->p = p;
+    e->n_vocab = hp->n_vocab;
+    e->block_size = kc->block_size;
+    e->n_blocks = n_blocks;
+    e->swap_ok = false; /* kv.h offers no swap tier calls yet: swap preemption falls back to recompute */
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    atomic_init(&e->n_queued, 0);
+    atomic_init(&e->running_thread, 0);
+    size_t T = (size_t)p.max_batch_tokens;
+    e->b_tokens = malloc(sizeof(int32_t) * T);
+    e->b_pos = malloc(sizeof(int32_t) * T);
+    e->b_seq = malloc(sizeof(hr_kv_seq) * T);
+    e->b_want = malloc(T);
+    e->b_sample = malloc(sizeof(hr_request *) * (size_t)p.max_running);
+    e->logits = malloc(sizeof(float) * (size_t)p.max_running * (size_t)e->n_vocab);
+    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_sample || !e->logits) {
+        hr_engine_destroy(e);
+        return hr_error_set(err, HR_ERR_NOMEM, "engine: out of memory for the step buffers");
+    }
+    e->st.swap_available = e->swap_ok;
+    e->pub = e->st;
+    *out = e;
+    return HR_OK;
+}
+
+/* Makes r final and drops the engine's reference. r must be in none of the engine's lists. */
+static void finish_request(hr_engine *e, hr_request *r, hr_request_state state, hr_finish_reason why,
+                           hr_status code, const char *msg) {
+    sched_release_seq(e, r);
+    req_finish(r, e->p.tok, state, why, code, msg);
+    if (state == HR_REQ_COMPLETED) e->st.completed++;
+    else if (state == HR_REQ_CANCELLED) e->st.cancelled++;
+    else e->st.failed++;
+    req_unref(r);
+}
+
+static void fail_list(hr_engine *e, hr_req_list *l, bool queued, const char *msg) {
+    while (l->n > 0) {
+        hr_request *r = l->v[l->n - 1];
+        l->n--;
+        if (queued) atomic_fetch_sub(&e->n_queued, 1);
+        finish_request(e, r, HR_REQ_FAILED, HR_FINISH_ERROR, HR_ERR_CANCELLED, msg);
+    }
+}
+
+void hr_engine_destroy(hr_engine *e) {
+    if (!e) return;
+    hr_engine_stop(e);
+    const char *msg = "the engine was shut down before the request finished";
+    fail_list(e, &e->inbox, true, msg);
+    fail_list(e, &e->waiting, true, msg);
+    fail_list(e, &e->running, false, msg);
+    free(e->inbox.v);
+    free(e->waiting.v);
+    free(e->running.v);
+    free(e->b_tokens);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_want);
+    free(e->b_sample);
+    free(e->logits);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+/* ---- submit / cancel --------------------------------------------------------------------------- */
+
+static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *err) {
+    if (!p->prompt || p->n_prompt < 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty (at least one token is needed)");
+    if (p->max_tokens < 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "max_tokens is %d: at least 1 is needed", p->max_tokens);
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "prompt token %d is %d, outside the vocabulary [0, %d)", i,
+                                (int)p->prompt[i], e->n_vocab);
+    if (p->n_stop < 0 || p->n_stop > HR_ENGINE_MAX_STOP || (p->n_stop > 0 && (!p->stop || !e->p.tok)))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "stop strings: at most %d, and only with a tokenizer",
+                            HR_ENGINE_MAX_STOP);
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0]) return hr_error_set(err, HR_ERR_INVALID_ARG, "stop string %d is empty", i);
+    hr_status st = hr_sampler_params_check(&p->sampling, err);
+    if (st != HR_OK) return st;
+    if ((int64_t)p->n_prompt + p->max_tokens > e->p.n_ctx)
+        return hr_error_set(err, HR_ERR_RANGE,
+                            "the prompt has %d tokens and max_tokens is %d: together beyond the context of %d tokens "
+                            "(shorten the prompt, lower max_tokens or raise --ctx)",
+                            p->n_prompt, p->max_tokens, e->p.n_ctx);
+    int64_t life = (int64_t)p->n_prompt + p->max_tokens - 1;
+    int64_t need = (life + e->block_size - 1) / e->block_size;
+    if (need > e->n_blocks) {
+        uint64_t bb = hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
+        char a[32], b[32];
+        return hr_error_set(err, HR_ERR_BUDGET,
+                            "the request needs %lld KV blocks (%s) for %d prompt + %d output tokens but the whole "
+                            "pool holds %d (%s): raise --kv-budget or lower max_tokens",
+                            (long long)need, hr_format_size((uint64_t)need * bb, a, sizeof a), p->n_prompt,
+                            p->max_tokens, e->n_blocks, hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b));
+    }
+    return HR_OK;
+}
+
+/* Seconds a refused client should wait: the queue drains at the recent completion rate. */
+static double retry_after(const hr_engine *e, int queued) {
+    double s = e->done_rate > 0 ? (queued + 1) / e->done_rate / 2 : 1.0;
+    return s < 1 ? 1 : s > 60 ? 60 : s;
+}
+
+hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err) {
+    hr_status st = validate(e, p, err);
+    if (st != HR_OK) {
+        pthread_mutex_lock(&e->mu);
+        if (st == HR_ERR_BUDGET) e->st.refused_budget++;
+        else e->st.refused_other++;
+        pthread_mutex_unlock(&e->mu);
+        return st;
+    }
+    hr_request *r = NULL;
+    if ((st = req_create(e, p, &r, err)) != HR_OK) return st;
+    pthread_mutex_lock(&e->mu);
+    int queued = atomic_load(&e->n_queued);
+    if (queued >= e->p.max_queue) {
+        e->st.refused_full++;
+        double s = retry_after(e, queued);
+        pthread_mutex_unlock(&e->mu);
+        atomic_store(&r->refs, 1);
+        req_unref(r);
+        return hr_error_set(err, HR_ERR_FULL,
+                            "the waiting queue is full (%d requests, max_queue %d); retry in about %.0f s", queued,
+                            e->p.max_queue, s);
+    }
+    r->arrival = e->next_arrival++;
+    if (list_insert(&e->inbox, r) != HR_OK) {
+        pthread_mutex_unlock(&e->mu);
+        atomic_store(&r->refs, 1);
+        req_unref(r);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory queueing a request");
+    }
+    atomic_fetch_add(&e->n_queued, 1);
+    e->st.submitted++;
+    e->kick = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    *out = r;
+    return HR_OK;
+}
+
+void hr_engine_cancel(hr_engine *e, hr_request *r) {
+    atomic_store(&r->cancel, 1);
+    pthread_mutex_lock(&e->mu);
+    e->kick = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- the step ---------------------------------------------------------------------------------- */
+
+/* Moves submissions into the waiting list (the inbox lock is held only for the move). The submit
+ * counters live in e->st under e->mu, so they are merged here too. */
+static void take_inbox(hr_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->inbox.n; i++) {
+        if (list_insert(&e->waiting, e->inbox.v[i]) != HR_OK) {
+            hr_request *r = e->inbox.v[i];
+            atomic_fetch_sub(&e->n_queued, 1);
+            finish_request(e, r, HR_REQ_FAILED, HR_FINISH_ERROR, HR_ERR_NOMEM, "out of memory queueing");
+        }
+    }
+    e->inbox.n = 0;
+    e->kick = false;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void apply_cancels(hr_engine *e, hr_req_list *l, bool queued) {
+    for (int i = 0; i < l->n;) {
+        hr_request *r = l->v[i];
+        if (!atomic_load(&r->cancel)) {
+            i++;
+            continue;
+        }
+        list_remove_at(l, i);
+        if (queued) atomic_fetch_sub(&e->n_queued, 1);
+        finish_request(e, r, HR_REQ_CANCELLED, HR_FINISH_CANCELLED, HR_ERR_CANCELLED, "cancelled by the client");
+    }
+}
+
+/* Remembers a completion length for adaptive admission and refreshes the prediction. */
+static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+
+static void observe_completion(hr_engine *e, int n_output) {
+    e->obs[e->n_obs % HR_ENGINE_OBS] = n_output;
+    e->n_obs++;
+    int n = HR_MIN(e->n_obs, HR_ENGINE_OBS);
+    double now = hr_time_now();
+    if (e->last_done_t > 0 && now > e->last_done_t) {
+        double rate = 1.0 / (now - e->last_done_t);
+        e->done_rate = e->done_rate > 0 ? 0.9 * e->done_rate + 0.1 * rate : rate;
+    }
+    e->last_done_t = now;
+    if (n < 8) return; /* too few to predict from: admission claims max_tokens meanwhile */
+    int sorted[HR_ENGINE_OBS];
+    memcpy(sorted, e->obs, sizeof(int) * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof(int), cmp_int);
+    int k = (int)(e->p.predict_percentile * (float)(n - 1) + 0.999f);
+    e->predicted = HR_MAX(1, sorted[HR_MIN(k, n - 1)]);
+}
+
+static void complete(hr_engine *e, hr_request *r, hr_finish_reason why) {
+    int i = list_find(&e->running, r);
+    if (i >= 0) list_remove_at(&e->running, i);
+    observe_completion(e, r->n_known - r->n_prompt);
+    finish_request(e, r, HR_REQ_COMPLETED, why, HR_OK, NULL);
+}
+
+/* Samples one row's token, streams it and finishes the request when it is done. */
+static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
+    int32_t tok = hr_sampler_sample(r->sampler, logits);
+    e->st.generated_tokens++;
+    if (!r->ignore_eos && e->p.tok && hr_tokenizer_is_eog(e->p.tok, tok)) {
+        complete(e, r, HR_FINISH_EOG);
+        return;
+    }
+    bool stopped = req_push_token(r, e->p.tok, tok);
+    if (stopped) complete(e, r, HR_FINISH_STOP);
+    else if (r->n_known - r->n_prompt >= r->max_tokens || r->n_known >= e->p.n_ctx) complete(e, r, HR_FINISH_LENGTH);
+}
+
+/* Commits the step's K/V and advances computed; counts prefill and recomputed tokens. */
+static void commit_batch(hr_engine *e) {
+    for (int i = 0; i < e->running.n; i++) {
+        hr_request *r = e->running.v[i];
+        if (r->n_sched == 0) continue;
+        hr_kv_seq_commit(e->p.kv, r->seq, r->tokens + r->n_computed, r->n_sched);
+        int redo = HR_MAX(0, HR_MIN(r->n_computed + r->n_sched, r->n_hw) - r->n_computed);
+        if (redo > 0) {
+            e->st.recomputed_tokens += (uint64_t)redo;
+            pthread_mutex_lock(&r->mu);
+            r->stats.recomputed_tokens += redo;
+            pthread_mutex_unlock(&r->mu);
+        }
+        if (r->n_known - r->n_computed > 1) e->st.prefill_tokens += (uint64_t)r->n_sched;
+        r->n_computed += r->n_sched;
+        r->n_hw = HR_MAX(r->n_hw, r->n_computed);
+    }
+}
+
+static void fail_scheduled(hr_engine *e, const char *msg, hr_status code) {
+    for (int i = 0; i < e->running.n;) {
+        hr_request *r = e->running.v[i];
+        if (r->n_sched == 0) {
+            i++;
+            continue;
+        }
+        list_remove_at(&e->running, i);
+        finish_request(e, r, HR_REQ_FAILED, HR_FINISH_ERROR, code, msg);
+    }
+}
+
+static void publish_stats(hr_engine *e) {
+    e->st.n_waiting = e->waiting.n;
+    e->st.n_running = e->running.n;
+    e->st.peak_running = HR_MAX(e->st.peak_running, e->running.n);
+    e->st.predicted_output = e->predicted;
+    pthread_mutex_lock(&e->mu); /* submitters write the submit/refusal counters under e->mu */
+    e->pub = e->st;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* One step; returns true when it made progress (a forward ran or a request changed state). */
+static bool step(hr_engine *e) {
+    uint64_t finished0 = e->st.completed + e->st.cancelled + e->st.failed;
+    take_inbox(e);
+    apply_cancels(e, &e->waiting, true);
+    apply_cancels(e, &e->running, false);
+    sched_plan(e);
+    int rows = 0;
+    int T = sched_build_batch(e, &rows);
+    if (T > 0) {
+        hr_batch b = {.n_tokens = T, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq, .want_logits = e->b_want};
+        hr_error err = {0};
+        double t0 = hr_time_now();
+        hr_status st = hr_model_forward(e->p.ctx, &b, e->logits, &err);
+        e->st.forward_seconds += hr_time_now() - t0;
+        if (st != HR_OK) {
+            hr_error_prefix(&err, "forward pass");
+            fail_scheduled(e, err.msg, st);
+        } else {
+            e->st.steps++;
+            e->st.batch_tokens += (uint64_t)T;
+            commit_batch(e);
+            for (int i = 0; i < rows; i++) sample_row(e, e->b_sample[i], e->logits + (size_t)i * e->n_vocab);
+        }
+        for (int i = 0; i < e->running.n; i++) e->running.v[i]->n_sched = 0;
+    }
+    publish_stats(e);
+    return T > 0 || e->st.completed + e->st.cancelled + e->st.failed != finished0;
+}
+
+static int unfinished(hr_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int n = e->inbox.n;
+    pthread_mutex_unlock(&e->mu);
+    return n + e->waiting.n + e->running.n;
+}
+
+hr_status hr_engine_step(hr_engine *e, int *n_unfinished, hr_error *err) {
+    if (atomic_load(&e->running_thread))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_engine_step: the engine thread is running (stop it first)");
+    step(e);
+    if (n_unfinished) *n_unfinished = unfinished(e);
+    return HR_OK;
+}
+
+hr_status hr_engine_run_until_idle(hr_engine *e, hr_error *err) {
+    int n = 0;
+    do {
+        if (atomic_load(&e->running_thread))
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_engine_run_until_idle: the engine thread is running");
+        bool progress = step(e);
+        n = unfinished(e);
+        if (!progress && n > 0)
+            return hr_error_set(err, HR_ERR_INTERNAL, "engine: %d requests are stuck (no step makes progress)", n);
+    } while (n > 0);
+    return HR_OK;
+}
+
+/* ---- the engine thread ------------------------------------------------------------------------- */
+
+static void *engine_main(void *arg) {
+    hr_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop_flag && !e->kick && e->inbox.n == 0 && e->waiting.n + e->running.n == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stop_flag;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        if (!step(e)) { /* nothing could move: sleep until a submit or cancel changes that */
+            pthread_mutex_lock(&e->mu);
+            while (!e->stop_flag && !e->kick) pthread_cond_wait(&e->cv, &e->mu);
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+    return NULL;
+}
+
+hr_status hr_engine_start(hr_engine *e, hr_error *err) {
+    if (atomic_load(&e->running_thread)) return HR_OK;
+    e->stop_flag = false;
+    atomic_store(&e->running_thread, 1);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        atomic_store(&e->running_thread, 0);
+        return hr_error_set(err, HR_ERR_NOMEM, "engine: cannot start the engine thread");
+    }
+    return HR_OK;
+}
+
+void hr_engine_stop(hr_engine *e) {
+    if (!atomic_load(&e->running_thread)) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop_flag = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    atomic_store(&e->running_thread, 0);
+}
+
+void hr_engine_get_stats(hr_engine *e, hr_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->pub;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,204 @@
+/* engine.h: requests and the step loop. Many sequences share one paged KV pool and one forward pass
+ * per step: decode tokens and prefill chunks are mixed in one ragged batch (chunked prefill under
+ * max_batch_tokens), admission is decided in bytes of KV, and when the pool runs out the scheduler
+ * preempts a victim (recompute, or swap where the KV pool offers a swap tier).
+ *
+ * One idea covers prefill, chunked prefill, prefix-cache hits and recompute after preemption: each
+ * request has `known` tokens (prompt + sampled output) and `computed` tokens (K/V in the cache); a
+ * step moves computed toward known, and when they meet the last row's logits sample the next token.
+ *
+ * Threads: the engine thread (hr_engine_start) or the caller of hr_engine_step owns the scheduler,
+ * the KV pool and the model context; nothing else may touch them meanwhile. hr_engine_submit,
+ * hr_engine_cancel, hr_engine_get_stats and every hr_request_* call are thread-safe. Outputs stream
+ * through each request's channel: a consumer polls (hr_request_read) or blocks (hr_request_wait).
+ *
+ * Lifecycle of a request (see docs/ENGINE.md for the diagram):
+ *   submit -> WAITING -> RUNNING -> COMPLETED
+ *                 ^          |  \-> CANCELLED (hr_engine_cancel) / FAILED (a forward error)
+ *                 +- PREEMPTED <-+
+ * Every accepted request ends in exactly one of COMPLETED, CANCELLED, FAILED. */
+#ifndef HR_ENGINE_ENGINE_H
+#define HR_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kv/kv.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+/* How a waiting request is judged to fit in the KV pool. */
+typedef enum hr_admission {
+    HR_ADMIT_ADAPTIVE = 0,   /* prompt + predicted output (p90 of completions seen, <= max_tokens) */
+    HR_ADMIT_RESERVE = 1,    /* prompt + max_tokens must fit; never preempts */
+    HR_ADMIT_OPTIMISTIC = 2, /* the prompt must fit; grow; preempt on exhaustion */
+} hr_admission;
+
+/* What preemption does to the victim's KV. */
+typedef enum hr_preempt_mode {
+    HR_PREEMPT_AUTO = 0,      /* swap when moving its bytes is cheaper than recomputing, else recompute */
+    HR_PREEMPT_RECOMPUTE = 1, /* drop its blocks; re-prefill later (cached prefix blocks are reused) */
+    HR_PREEMPT_SWAP = 2,      /* copy its blocks to the swap tier; falls back to recompute without one */
+} hr_preempt_mode;
+
+/* How KV is laid out per sequence. */
+typedef enum hr_kv_layout {
+    HR_LAYOUT_PAGED = 0,      /* blocks on demand, prefix sharing */
+    HR_LAYOUT_CONTIGUOUS = 1, /* each admitted sequence reserves n_ctx slots up front (llama.cpp slots) */
+} hr_kv_layout;
+
+const char *hr_admission_name(hr_admission a);
+hr_status hr_admission_parse(const char *name, hr_admission *out, hr_error *err);
+const char *hr_preempt_mode_name(hr_preempt_mode m);
+hr_status hr_preempt_mode_parse(const char *name, hr_preempt_mode *out, hr_error *err);
+const char *hr_kv_layout_name(hr_kv_layout l);
+hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err);
+
+typedef struct hr_engine_params {
+    const hr_model *model;   /* borrowed, for the engine's lifetime */
+    hr_model_ctx *ctx;       /* borrowed: its max_batch_tokens must be >= max_batch_tokens */
+    hr_kv_pool *kv;          /* borrowed: the pool ctx writes to */
+    const hr_tokenizer *tok; /* borrowed, optional: end-of-generation tokens, text, stop strings */
+    int n_ctx;               /* longest sequence (prompt + output); 0: the model's training context */
+    int max_batch_tokens;    /* tokens per step (0: 512) */
+    int max_running;         /* sequences in flight (0: the pool's max_seqs) */
+    int max_queue;           /* waiting requests before submit answers HR_ERR_FULL (0: 1024) */
+    int prefill_chunk;       /* most prompt tokens of one request per step (0: max_batch_tokens) */
+    hr_admission admission;
+    hr_preempt_mode preempt;
+    hr_kv_layout layout;
+    float predict_percentile; /* adaptive: the percentile of completion lengths (0: 0.9) */
+} hr_engine_params;
+
+typedef struct hr_engine hr_engine;
+typedef struct hr_request hr_request;
+
+/* Checks the parameters and allocates every per-step buffer. */
+hr_status hr_engine_create(const hr_engine_params *p, hr_engine **out, hr_error *err);
+/* Stops the thread if running; requests not yet finished end FAILED ("engine destroyed"). NULL ok. */
+void hr_engine_destroy(hr_engine *e);
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+typedef struct hr_request_params {
+    const int32_t *prompt; /* copied */
+    int n_prompt;
+    int max_tokens;        /* tokens to generate at most (>= 1) */
+    hr_sampler_params sampling;
+    int priority;          /* higher runs first and is preempted last; FCFS within a priority */
+    bool ignore_eos;
+    const char *const *stop; /* stop strings (copied; need a tokenizer); the text ends before the first */
+    int n_stop;
+} hr_request_params;
+
+/* Accepts a request or refuses it with a reason, setting *out only on HR_OK:
+ *   HR_ERR_INVALID_ARG  empty prompt, max_tokens < 1, token ids outside the vocabulary, bad sampling
+ *   HR_ERR_RANGE        prompt + max_tokens is beyond the context (n_ctx)
+ *   HR_ERR_BUDGET       prompt + max_tokens can never fit in the whole KV pool
+ *   HR_ERR_FULL         the waiting queue holds max_queue requests; the message says when to retry
+ * The caller owns one reference to *out and drops it with hr_request_release. Any thread. */
+hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err);
+
+/* Asks the engine to cancel r; its blocks return to the pool at the next step. A finished request
+ * is left as it is. Any thread. */
+void hr_engine_cancel(hr_engine *e, hr_request *r);
+
+typedef enum hr_request_state {
+    HR_REQ_WAITING = 0,
+    HR_REQ_RUNNING = 1,
+    HR_REQ_PREEMPTED = 2, /* waiting again after preemption */
+    HR_REQ_COMPLETED = 3,
+    HR_REQ_CANCELLED = 4,
+    HR_REQ_FAILED = 5,
+} hr_request_state;
+
+typedef enum hr_finish_reason {
+    HR_FINISH_NONE = 0,
+    HR_FINISH_LENGTH = 1, /* max_tokens (or the context) reached */
+    HR_FINISH_EOG = 2,    /* an end-of-generation token */
+    HR_FINISH_STOP = 3,   /* a stop string */
+    HR_FINISH_CANCELLED = 4,
+    HR_FINISH_ERROR = 5,
+} hr_finish_reason;
+
+const char *hr_request_state_name(hr_request_state s);
+const char *hr_finish_reason_name(hr_finish_reason f); /* "length", "stop" (EOG and stop strings), ... */
+
+/* New output since the last read, copied out under the channel's lock. */
+typedef struct hr_request_delta {
+    int n_tokens;  /* token ids copied into tokens */
+    size_t n_text; /* bytes copied into text (NUL-terminated when text_cap > 0) */
+    bool done;     /* the request is final and everything has been read */
+} hr_request_delta;
+
+/* Copies up to tokens_cap new ids and up to text_cap - 1 new text bytes (either buffer may be NULL
+ * with cap 0: that stream is then left unread). Text is held back while it could still become part
+ * of a stop string, and always ends on a UTF-8 character boundary. */
+void hr_request_read(hr_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap,
+                     hr_request_delta *d);
+/* Blocks until there is unread output or the request is final, at most timeout_s seconds (< 0:
+ * forever). Returns true when there is something to read or the request is final. */
+bool hr_request_wait(hr_request *r, double timeout_s);
+/* Blocks until final. */
+void hr_request_wait_done(hr_request *r);
+
+typedef struct hr_request_stats {
+    hr_request_state state;
+    hr_finish_reason finish;
+    hr_status error_code; /* HR_OK unless FAILED or CANCELLED */
+    char error[256];      /* why it failed or was cancelled */
+    int n_prompt, n_output;
+    int prefix_hit_tokens;  /* prompt tokens whose K/V came from the prefix cache (all admissions) */
+    int n_preemptions;
+    int recomputed_tokens;  /* tokens computed again after preemption */
+    uint64_t swapped_bytes; /* bytes moved to the swap tier */
+    int priority;
+    hr_kv_seq_ledger kv;    /* the sequence's ledger at its last step (bytes_peak over its life) */
+    double t_submit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached */
+} hr_request_stats;
+
+void hr_request_get_stats(hr_request *r, hr_request_stats *out);
+
+/* The whole output so far (ids and text). The pointers stay valid until hr_request_release and stop
+ * changing once the request is final; before that, use hr_request_read. */
+const int32_t *hr_request_output(hr_request *r, int *n_tokens);
+const char *hr_request_text(hr_request *r, size_t *n_bytes);
+
+void hr_request_release(hr_request *r); /* NULL allowed */
+
+/* ---- running ----------------------------------------------------------------------------------- */
+
+/* One scheduler step on the calling thread: take submissions and cancellations, schedule, one
+ * forward, sample, stream, finish. *n_unfinished (may be NULL) receives the requests not yet final.
+ * HR_ERR_INVALID_ARG while the engine thread runs. Request failures do not fail the step. */
+hr_status hr_engine_step(hr_engine *e, int *n_unfinished, hr_error *err);
+/* Steps until every submitted request is final. */
+hr_status hr_engine_run_until_idle(hr_engine *e, hr_error *err);
+
+/* Starts / stops the engine thread (which steps while there is work and sleeps otherwise). Stopping
+ * leaves unfinished requests where they are; hr_engine_step or a new start continues them. */
+hr_status hr_engine_start(hr_engine *e, hr_error *err);
+void hr_engine_stop(hr_engine *e);
+
+typedef struct hr_engine_stats {
+    uint64_t steps;
+    uint64_t batch_tokens;     /* tokens through the forward pass */
+    uint64_t prefill_tokens;   /* of which were prompt (or recompute) tokens */
+    uint64_t generated_tokens; /* tokens sampled */
+    uint64_t submitted, refused_full, refused_budget, refused_other;
+    uint64_t completed, cancelled, failed;
+    uint64_t preemptions, preempt_recompute, preempt_swap;
+    uint64_t recomputed_tokens, swapped_bytes, prefix_hit_tokens;
+    int n_waiting, n_running, peak_running;
+    int predicted_output;  /* adaptive admission's current prediction (0: none yet) */
+    double forward_seconds;
+    bool swap_available;
+} hr_engine_stats;
+
+/* A snapshot taken at the end of the last step. Any thread. */
+void hr_engine_get_stats(hr_engine *e, hr_engine_stats *out);
+
+#endif

@@ -1,0 +1,129 @@
+/* engine_internal.h: the bodies of hr_engine and hr_request, shared by the engine's files:
+ *   request.c   request creation, the output channel (lock + condition), stats, release
+ *   scheduler.c admission, scheduling running requests, preemption, building the batch
+ *   engine.c    create/destroy, submit/cancel, the step (forward, sample, stream, finish), the thread
+ *
+ * Ownership: the engine thread (or hr_engine_step's caller) alone reads and writes the scheduler
+ * fields of requests (state, computed, seq, ...) and the engine's queues. The channel fields (out,
+ * text, published lengths, final state) are written by the engine under r->mu and read by consumers
+ * under r->mu. The inbox is guarded by e->mu. */
+#ifndef HR_ENGINE_INTERNAL_H
+#define HR_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/util.h"
+#include "engine/engine.h"
+
+#define HR_ENGINE_MAX_STOP 8
+#define HR_ENGINE_OBS 512 /* completion lengths the adaptive predictor remembers */
+
+struct hr_request {
+    atomic_int refs;         /* one for the engine (until final), one for the submitter */
+    atomic_int cancel;       /* set by hr_engine_cancel */
+    uint64_t arrival;        /* submission order, for FCFS */
+    int priority;
+
+    /* scheduler state (engine thread only) */
+    hr_request_state state;
+    int32_t *tokens;         /* [n_prompt + max_tokens]: prompt, then sampled output */
+    int n_prompt, max_tokens;
+    int n_known;             /* n_prompt + sampled tokens */
+    int n_computed;          /* tokens whose K/V are committed in seq */
+    int n_hw;                /* most tokens ever computed (to count recompute) */
+    int n_slots;             /* KV slots held by seq (shared prefix + reserved) */
+    int n_sched;             /* tokens scheduled in this step */
+    hr_kv_seq seq;           /* -1 when the request holds no sequence */
+    bool swapped;            /* its KV is in the swap tier (seq kept) */
+    hr_sampler *sampler;
+    bool ignore_eos;
+    char *stop[HR_ENGINE_MAX_STOP];
+    int n_stop;
+    size_t max_stop_len;
+    hr_detok detok;
+
+    /* channel (r->mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_out;               /* output ids published (tokens + n_prompt) */
+    char *text;              /* full text so far, NUL-terminated */
+    size_t text_len, text_cap;
+    size_t text_pub;         /* bytes consumers may read (held back for stop strings) */
+    int read_tokens;         /* consumer cursors */
+    size_t read_text;
+    bool final;
+    hr_request_stats stats;
+};
+
+/* A sorted list of requests: by priority (high first), then arrival (early first). */
+typedef struct hr_req_list {
+    hr_request **v;
+    int n, cap;
+} hr_req_list;
+
+struct hr_engine {
+    hr_engine_params p;
+    int n_vocab, block_size, n_blocks;
+    bool swap_ok; /* the KV pool offers a swap tier */
+
+    /* inbox and thread (e->mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    hr_req_list inbox;
+    bool kick;               /* a submit or cancel arrived since the thread last looked */
+    atomic_int n_queued;     /* inbox + waiting */
+    atomic_int running_thread;
+    bool stop_flag;
+    pthread_t thread;
+    uint64_t next_arrival;
+    hr_engine_stats pub;     /* stats published at the end of each step */
+    double done_rate;        /* completions per second (EMA), for retry hints */
+    double last_done_t;
+
+    /* scheduler (engine thread only) */
+    hr_req_list waiting, running;
+    int budget_left;         /* tokens left in this step's batch */
+    bool preempted_this_step;
+    hr_engine_stats st;
+    int obs[HR_ENGINE_OBS];  /* completion lengths, a ring */
+    int n_obs;
+    int predicted;           /* p-th percentile of obs, 0 until enough observations */
+
+    /* per-step buffers, sized at create */
+    int32_t *b_tokens, *b_pos;
+    hr_kv_seq *b_seq;
+    uint8_t *b_want;
+    hr_request **b_sample;   /* [max_running]: the request of each logits row */
+    float *logits;           /* [max_running][V] */
+};
+
+/* ---- request.c ---- */
+hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err);
+void req_unref(hr_request *r);
+/* Appends a sampled token to the output and the text; returns true when a stop string ended it. */
+bool req_push_token(hr_request *r, const hr_tokenizer *tok, int32_t token);
+/* Makes the request final: flushes text, records the finish, wakes waiters. Engine thread. */
+void req_finish(hr_request *r, const hr_tokenizer *tok, hr_request_state state, hr_finish_reason why,
+                hr_status code, const char *msg);
+
+/* ---- list helpers (request.c) ---- */
+bool req_before(const hr_request *a, const hr_request *b);
+hr_status list_insert(hr_req_list *l, hr_request *r); /* sorted */
+void list_remove_at(hr_req_list *l, int i);
+int list_find(const hr_req_list *l, const hr_request *r);
+
+/* ---- scheduler.c ---- */
+/* Plans this step: schedules running requests (decodes first, then prefill chunks), preempting
+ * victims when the pool runs out, then admits waiting requests while budget and headroom allow.
+ * Afterwards every running request with n_sched > 0 is part of the batch. */
+void sched_plan(hr_engine *e);
+/* Fills the batch arrays from the plan; returns the number of tokens; *n_rows receives the number of
+ * logits rows (b_sample[i] is the request of row i). */
+int sched_build_batch(hr_engine *e, int *n_rows);
+/* Releases a request's sequence (if any), caching its full blocks; used when it becomes final. */
+void sched_release_seq(hr_engine *e, hr_request *r);
+/* The KV slots admission promises r. */
+int sched_claim_slots(const hr_engine *e, const hr_request *r);
+
+#endif

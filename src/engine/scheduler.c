@@ -1,0 +1,260 @@
+/* scheduler.c: the policy half of the engine: who runs this step and with how many tokens, who is
+ * admitted, who is preempted. kv/ only answers "reserve these slots" yes or no; every choice of a
+ * victim is made here.
+ *
+ * Invariants:
+ *   1. computed <= known for every request; a step schedules known - computed tokens at most, and
+ *      a logits row only where the chunk reaches known (so each position is sampled exactly once,
+ *      whatever preemption did before).
+ *   2. headroom = (free + evictable blocks) - sum over running requests of the blocks their claim
+ *      still lacks. Admission never lets a new claim exceed headroom; in reserve mode the claim is
+ *      the request's whole life, so its reservations cannot fail and nothing is preempted.
+ *   3. The running list and the waiting list are sorted by (priority desc, arrival asc); the victim
+ *      of preemption is always the last running request (lowest priority, then latest arrival).
+ *   4. A request holds a KV sequence exactly while it is RUNNING (or swapped out). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static int blocks_of(const hr_engine *e, int slots) { return (slots + e->block_size - 1) / e->block_size; }
+
+/* ---- claims and headroom ----------------------------------------------------------------------- */
+
+int sched_claim_slots(const hr_engine *e, const hr_request *r) {
+    int life = r->n_prompt + r->max_tokens - 1; /* the last sampled token is never computed */
+    int grow = HR_MIN(r->n_known + 1, life);    /* what the next step needs */
+    switch (e->p.layout == HR_LAYOUT_CONTIGUOUS ? HR_ADMIT_RESERVE : e->p.admission) {
+    case HR_ADMIT_RESERVE:
+        return e->p.layout == HR_LAYOUT_CONTIGUOUS ? e->p.n_ctx : life;
+    case HR_ADMIT_OPTIMISTIC:
+        return grow;
+    case HR_ADMIT_ADAPTIVE:
+    default: {
+        int pred = e->predicted > 0 ? HR_MIN(e->predicted, r->max_tokens) : r->max_tokens;
+        return HR_MAX(grow, HR_MIN(r->n_prompt + pred - 1, life));
+    }
+    }
+}
+
+static int outstanding_blocks(const hr_engine *e, const hr_request *r) {
+    int need = blocks_of(e, sched_claim_slots(e, r)) - blocks_of(e, r->n_slots);
+    return need > 0 ? need : 0;
+}
+
+static int headroom_blocks(const hr_engine *e) {
+    int h = hr_kv_pool_n_free(e->p.kv);
+    for (int i = 0; i < e->running.n; i++) h -= outstanding_blocks(e, e->running.v[i]);
+    return h;
+}
+
+/* ---- sequences --------------------------------------------------------------------------------- */
+
+/* Records the sequence's ledger into the request's stats, keeping the peak over its whole life. */
+static void snapshot_ledger(hr_engine *e, hr_request *r) {
+    hr_kv_seq_ledger l;
+    if (r->seq < 0 || hr_kv_seq_get_ledger(e->p.kv, r->seq, &l, NULL) != HR_OK) return;
+    pthread_mutex_lock(&r->mu);
+    uint64_t peak = HR_MAX(r->stats.kv.bytes_peak, l.bytes_peak);
+    int hits = r->stats.kv.prefix_hit_tokens;
+    r->stats.kv = l;
+    r->stats.kv.bytes_peak = peak;
+    r->stats.kv.prefix_hit_tokens = hits;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void sched_release_seq(hr_engine *e, hr_request *r) {
+    if (r->seq < 0) return;
+    snapshot_ledger(e, r);
+    hr_kv_seq_free(e->p.kv, r->seq); /* full blocks go to the prefix cache */
+    r->seq = -1;
+    r->n_computed = 0;
+    r->n_slots = 0;
+    r->swapped = false;
+}
+
+/* ---- preemption -------------------------------------------------------------------------------- */
+
+/* Takes r's blocks away and puts it back in the waiting list, at its rank. Recompute: the sequence
+ * is released (its full blocks stay in the prefix cache, so re-prefill often finds them); the tokens,
+ * the sampler state and the output stay in the request, so it resumes where it stopped. */
+static void preempt(hr_engine *e, hr_request *v) {
+    int i = list_find(&e->running, v);
+    if (i >= 0) list_remove_at(&e->running, i);
+    e->budget_left += v->n_sched;
+    v->n_sched = 0;
+    sched_release_seq(e, v);
+    v->state = HR_REQ_PREEMPTED;
+    pthread_mutex_lock(&v->mu);
+    v->stats.state = HR_REQ_PREEMPTED;
+    v->stats.n_preemptions++;
+    pthread_mutex_unlock(&v->mu);
+    e->st.preemptions++;
+    e->st.preempt_recompute++;
+    e->preempted_this_step = true;
+    atomic_fetch_add(&e->n_queued, 1);
+    if (list_insert(&e->waiting, v) != HR_OK) { /* cannot queue it again: it must still end */
+        atomic_fetch_sub(&e->n_queued, 1);
+        req_finish(v, e->p.tok, HR_REQ_FAILED, HR_FINISH_ERROR, HR_ERR_NOMEM, "out of memory re-queueing after preemption");
+        e->st.failed++;
+        req_unref(v);
+    }
+}
+
+/* Fails a running request outside the forward pass (a KV table allocation failed). */
+static void fail_running(hr_engine *e, hr_request *r, hr_status code, const char *msg) {
+    int i = list_find(&e->running, r);
+    if (i >= 0) list_remove_at(&e->running, i);
+    e->budget_left += r->n_sched;
+    r->n_sched = 0;
+    sched_release_seq(e, r);
+    req_finish(r, e->p.tok, HR_REQ_FAILED, HR_FINISH_ERROR, code, msg);
+    e->st.failed++;
+    req_unref(r);
+}
+
+/* Makes r's sequence hold n_slots slots, preempting the lowest-ranked running requests while the pool
+ * is exhausted. Returns false when r itself was preempted (or failed). */
+static bool reserve_or_preempt(hr_engine *e, hr_request *r, int n_slots) {
+    while (n_slots > r->n_slots) {
+        hr_error err;
+        hr_status st = hr_kv_seq_reserve(e->p.kv, r->seq, n_slots, &err);
+        if (st == HR_OK) {
+            r->n_slots = n_slots;
+            return true;
+        }
+        if (st != HR_ERR_FULL) {
+            fail_running(e, r, st, err.msg);
+            return false;
+        }
+        hr_request *victim = e->running.v[e->running.n - 1];
+        preempt(e, victim);
+        if (victim == r) return false;
+    }
+    return true;
+}
+
+/* ---- scheduling -------------------------------------------------------------------------------- */
+
+/* Tokens r would take this step: the catch-up of computed to known, bounded by the budget and, for
+ * prefill chunks, by prefill_chunk. */
+static int chunk_for(const hr_engine *e, const hr_request *r) {
+    int n = r->n_known - r->n_computed;
+    if (n > 1) n = HR_MIN(n, e->p.prefill_chunk);
+    return HR_MIN(n, e->budget_left);
+}
+
+/* Schedules running requests in rank order; decodes (one token to catch up) in the first pass so a
+ * long prefill never stalls them (Sarathi), prefill chunks in the second. */
+static void schedule_running(hr_engine *e, bool decodes) {
+    for (int i = 0; i < e->running.n && e->budget_left > 0;) {
+        hr_request *r = e->running.v[i];
+        int gap = r->n_known - r->n_computed;
+        if (r->n_sched > 0 || r->swapped || (gap == 1) != decodes) {
+            i++;
+            continue;
+        }
+        int n = chunk_for(e, r);
+        if (n <= 0 || !reserve_or_preempt(e, r, r->n_computed + n)) {
+            if (i < e->running.n && e->running.v[i] == r) i++;
+            continue;
+        }
+        r->n_sched = n;
+        e->budget_left -= n;
+        i++;
+    }
+}
+
+/* Tries to start the head of the waiting list: takes a sequence, shares its cached prefix, and checks
+ * its claim against the headroom. On refusal everything is undone and false is returned. */
+static bool try_admit(hr_engine *e, hr_request *r) {
+    hr_kv_pool *kv = e->p.kv;
+    if (r->seq < 0) {
+        if (hr_kv_seq_create(kv, &r->seq, NULL) != HR_OK) return false; /* no sequence slot free now */
+        if (e->p.layout == HR_LAYOUT_PAGED) {
+            int cached = 0;
+            if (hr_kv_seq_share_prefix(kv, r->seq, r->tokens, r->n_known, &cached, NULL) == HR_OK) {
+                r->n_computed = r->n_slots = cached;
+            }
+        }
+    }
+    int claim = sched_claim_slots(e, r);
+    int need = blocks_of(e, claim) - blocks_of(e, r->n_slots);
+    if (headroom_blocks(e) < need) {
+        hr_kv_seq_free(kv, r->seq);
+        r->seq = -1;
+        r->n_computed = r->n_slots = 0;
+        return false;
+    }
+    if (e->p.layout == HR_LAYOUT_CONTIGUOUS) { /* a llama.cpp slot: the whole context, up front */
+        hr_error err;
+        if (hr_kv_seq_reserve(kv, r->seq, claim, &err) != HR_OK) {
+            hr_kv_seq_free(kv, r->seq);
+            r->seq = -1;
+            return false;
+        }
+        r->n_slots = claim;
+    }
+    int hits = r->n_computed;
+    list_remove_at(&e->waiting, 0);
+    atomic_fetch_sub(&e->n_queued, 1);
+    if (list_insert(&e->running, r) != HR_OK) {
+        atomic_fetch_add(&e->n_queued, 1);
+        list_insert(&e->waiting, r); /* shrinking never fails: the slot was just freed */
+        hr_kv_seq_free(kv, r->seq);
+        r->seq = -1;
+        r->n_computed = r->n_slots = 0;
+        return false;
+    }
+    r->state = HR_REQ_RUNNING;
+    e->st.prefix_hit_tokens += (uint64_t)hits;
+    pthread_mutex_lock(&r->mu);
+    r->stats.state = HR_REQ_RUNNING;
+    r->stats.prefix_hit_tokens += hits;
+    r->stats.kv.prefix_hit_tokens += hits;
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+/* Admits waiting requests in rank order (strict: a head that does not fit blocks those behind it, so
+ * a large request is not starved by small ones). Nothing is admitted in a step that preempted. */
+static void admit_waiting(hr_engine *e) {
+    while (!e->preempted_this_step && e->waiting.n > 0 && e->budget_left > 0 && e->running.n < e->p.max_running) {
+        hr_request *r = e->waiting.v[0];
+        if (!try_admit(e, r)) break;
+        int n = chunk_for(e, r);
+        if (n > 0 && reserve_or_preempt(e, r, r->n_computed + n)) {
+            r->n_sched = n;
+            e->budget_left -= n;
+        }
+    }
+}
+
+void sched_plan(hr_engine *e) {
+    e->budget_left = e->p.max_batch_tokens;
+    e->preempted_this_step = false;
+    for (int i = 0; i < e->running.n; i++) e->running.v[i]->n_sched = 0;
+    schedule_running(e, true);
+    schedule_running(e, false);
+    admit_waiting(e);
+}
+
+int sched_build_batch(hr_engine *e, int *n_rows) {
+    int T = 0, rows = 0;
+    for (int i = 0; i < e->running.n; i++) {
+        hr_request *r = e->running.v[i];
+        for (int j = 0; j < r->n_sched; j++) {
+            e->b_tokens[T] = r->tokens[r->n_computed + j];
+            e->b_pos[T] = r->n_computed + j;
+            e->b_seq[T] = r->seq;
+            e->b_want[T] = 0;
+            T++;
+        }
+        if (r->n_sched > 0 && r->n_computed + r->n_sched == r->n_known) {
+            e->b_want[T - 1] = 1;
+            e->b_sample[rows++] = r;
+        }
+    }
+    *n_rows = rows;
+    return T;
+}
