@@ -28,7 +28,7 @@ static char *slurp(const char *path, size_t *n) {
 
 /* Runs the binary with args (a shell-quoted string); returns the exit code. */
 static int run(const char *args) {
-    char cmd[8192];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", HR_HEADROOM_BIN, args, out_path, err_path);
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
