@@ -141,15 +141,87 @@ static void test_q4_0_block(void) {
     CHECK(b.d == 0x8000 && b.qs[0] == 0x88 && b.qs[15] == 0x88);
 }
 
+/* q4_K / q5_K scales for the hand-built blocks: sc = {1,2,3,4,5,6,7,63}, m = {0,1,2,3,4,5,6,40},
+ * packed by hand from the format: bytes 0-3 = sc[0..3] | (sc[4..7] >> 4) << 6, bytes 4-7 =
+ * m[0..3] | (m[4..7] >> 4) << 6, bytes 8-11 = (sc[4..7] & 15) | (m[4..7] & 15) << 4. */
+static const uint8_t k4_scales[12] = {
+    1, 2, 3, 4 | (3 << 6), 0, 1, 2, 3 | (2 << 6), 5 | (4 << 4), 6 | (5 << 4), 7 | (6 << 4), 15 | (8 << 4)};
+static const int k4_sc[8] = {1, 2, 3, 4, 5, 6, 7, 63}, k4_m[8] = {0, 1, 2, 3, 4, 5, 6, 40};
+
+static void test_q4_K_block(void) {
+    hr_block_q4_K b;
+    b.d = 0x3C00;    /* 1.0 */
+    b.dmin = 0x3800; /* 0.5 */
+    memcpy(b.scales, k4_scales, 12);
+    for (int l = 0; l < 128; l++) b.qs[l] = (uint8_t)((l & 15) | ((15 - (l & 15)) << 4));
+    float y[256];
+    hr_dequantize_row_ref(HR_DTYPE_Q4_K, &b, y, 256);
+    /* element e: chunk c = e / 64, l = e % 32, high nibble when e % 64 >= 32, sub-block 2c + high */
+    CHECK(y[0] == 0);                         /* sub-block 0: 1 * 0 - 0.5 * 0 */
+    CHECK(y[1] == 1);                         /* q = 1 */
+    CHECK(y[32] == 2 * 15 - 0.5f);            /* sub-block 1, high nibble of qs[0] = 15 */
+    CHECK(y[70] == 3 * 6 - 1);                /* sub-block 2 (sc 3, m 2), qs[38] low = 6 */
+    CHECK(y[224] == 63 * 15 - 20);            /* sub-block 7 (sc 63, m 40), high nibble of qs[96] = 15 */
+    CHECK(y[255] == -20);                     /* q = 15 - 15 = 0 */
+    CHECK(y[200] == 7 * (200 % 32 & 15) - 3); /* sub-block 6 (sc 7, m 6), low nibble of qs[104] */
+    int bad = 0;
+    for (int e = 0; e < 256; e++) {
+        const int c = e / 64, l = e % 32, high = (e % 64) >= 32, j = 2 * c + high;
+        const int q = high ? 15 - (l & 15) : (l & 15);
+        bad += y[e] != (float)(k4_sc[j] * q) - 0.5f * (float)k4_m[j];
+    }
+    CHECK(bad == 0);
+}
+
+static void test_q5_K_block(void) {
+    hr_block_q5_K b;
+    b.d = 0x3C00;
+    b.dmin = 0x3800;
+    memcpy(b.scales, k4_scales, 12);
+    for (int l = 0; l < 128; l++) b.qs[l] = (uint8_t)((l & 15) | ((15 - (l & 15)) << 4));
+    for (int l = 0; l < 32; l++) b.qh[l] = (l % 2) ? 0xFF : 0x00; /* odd l: every fifth bit set */
+    float y[256];
+    hr_dequantize_row_ref(HR_DTYPE_Q5_K, &b, y, 256);
+    CHECK(y[0] == 0);
+    CHECK(y[1] == 17);             /* q = 1 + 16 */
+    CHECK(y[224] == 63 * 15 - 20); /* l = 0: no fifth bit */
+    CHECK(y[255] == 63 * 16 - 20); /* l = 31: 0 + 16 */
+    CHECK(y[33] == 2 * (14 + 16) - 0.5f);
+    int bad = 0;
+    for (int e = 0; e < 256; e++) {
+        const int c = e / 64, l = e % 32, high = (e % 64) >= 32, j = 2 * c + high;
+        const int q = (high ? 15 - (l & 15) : (l & 15)) + ((l % 2) ? 16 : 0);
+        bad += y[e] != (float)(k4_sc[j] * q) - 0.5f * (float)k4_m[j];
+    }
+    CHECK(bad == 0);
+}
+
+static void test_q6_K_block(void) {
+    hr_block_q6_K b;
+    b.d = 0x3400; /* 0.25 */
+    for (int g = 0; g < 16; g++) b.scales[g] = (int8_t)(g - 8);
+    for (int i = 0; i < 128; i++) b.ql[i] = (uint8_t)i;
+    for (int i = 0; i < 64; i++) b.qh[i] = 0xE4; /* bit pairs 00 01 10 11 from the bottom */
+    float y[256];
+    hr_dequantize_row_ref(HR_DTYPE_Q6_K, &b, y, 256);
+    CHECK(y[0] == 64);                             /* ql[0] low = 0, high bits 0: q = 0 - 32; 0.25 * -8 * -32 */
+    CHECK(y[40] == 12);                            /* ql[40] low = 8, bits 01: q = 24 - 32 = -8; scale[2] = -6 */
+    CHECK(y[69] == 0);                             /* ql[5] high = 0, bits 10: q = 32 - 32 */
+    CHECK(y[255] == 40.25f);                       /* ql[127] high = 7, bits 11: q = 55 - 32 = 23; scale[15] = 7 */
+    CHECK(y[130] == 0.25f * 0 * (2 - 32));         /* scale[8] = 0 */
+    CHECK(y[150] == 0.25f * 1 * ((86 & 15) - 32)); /* e = 128 + 22: scale[9] = 1, ql[64 + 22] low, bits 00 */
+}
+
 /* Round trips on random rows stay within half a step; ref dots equal the dot of dequantized rows. */
 static void test_round_trip_and_dot(void) {
     hr_rng rng;
     hr_rng_seed(&rng, 7);
-    enum { K = 256 };
+    enum { K = 512 };
     float x[K], y[K], a[K], aq[K];
     for (int i = 0; i < K; i++) x[i] = hr_rng_normal(&rng);
     for (int i = 0; i < K; i++) a[i] = hr_rng_normal(&rng);
-    static const hr_dtype types[] = {HR_DTYPE_F32, HR_DTYPE_F16, HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
     _Alignas(64) unsigned char wq[K * 4], act[K * 4];
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
         const hr_dtype t = types[ti];
@@ -165,8 +237,13 @@ static void test_round_trip_and_dot(void) {
                             : t == HR_DTYPE_Q4_0 ? amax / 8
                             : t == HR_DTYPE_BF16 ? amax * 0x1p-7
                             : t == HR_DTYPE_F16  ? amax * 0x1p-10
+                            : t == HR_DTYPE_Q4_K ? amax / 5 /* range / 15 plus scale rounding */
+                            : t == HR_DTYPE_Q5_K ? amax / 10
+                            : t == HR_DTYPE_Q6_K ? amax / 20
                                                  : 0;
-        CHECKF(max_err <= 0.5 * step * 1.01 + 1e-7, "%s round trip error %g (step %g)", info->name, max_err, step);
+        /* q4_0's top value is 7d while its bottom is -8d = -amax, so the clamped end errs up to d */
+        const double bound = (t == HR_DTYPE_Q4_0 ? 1.0 : 0.5) * step * 1.01 + 1e-7;
+        CHECKF(max_err <= bound, "%s round trip error %g (step %g)", info->name, max_err, step);
         hr_quantize_row_ref(info->vec_dot_type, a, act, K);
         hr_dequantize_row_ref(info->vec_dot_type, act, aq, K);
         double want = 0, mag = 0;
@@ -185,6 +262,9 @@ int main(void) {
     test_bf16();
     test_q8_0_block();
     test_q4_0_block();
+    test_q4_K_block();
+    test_q5_K_block();
+    test_q6_K_block();
     test_round_trip_and_dot();
     return hr_test_finish();
 }

@@ -59,6 +59,12 @@ HR_DEFINE_TILE(tile_ref_f16, hr_ref_dot_f16)
 HR_DEFINE_TILE(tile_ref_bf16, hr_ref_dot_bf16)
 HR_DEFINE_TILE(tile_ref_q8_0, hr_ref_dot_q8_0)
 HR_DEFINE_TILE(tile_ref_q4_0, hr_ref_dot_q4_0)
+HR_DEFINE_TILE(tile_ref_q4_K, hr_ref_dot_q4_K)
+HR_DEFINE_TILE(tile_ref_q5_K, hr_ref_dot_q5_K)
+HR_DEFINE_TILE(tile_ref_q6_K, hr_ref_dot_q6_K)
+HR_DEFINE_TILE(tile_avx2_q4_K, hr_avx2_dot_q4_K)
+HR_DEFINE_TILE(tile_avx2_q5_K, hr_avx2_dot_q5_K)
+HR_DEFINE_TILE(tile_avx2_q6_K, hr_avx2_dot_q6_K)
 HR_DEFINE_TILE(tile_avx2_f32, hr_avx2_dot_f32)
 HR_DEFINE_TILE(tile_avx2_f16, hr_avx2_dot_f16)
 HR_DEFINE_TILE(tile_avx2_bf16, hr_avx2_dot_bf16)
@@ -79,6 +85,16 @@ static void init_scalar(hr_kernels *k) {
     set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_ref_dot_bf16, tile_ref_bf16);
     set(k, HR_DTYPE_Q8_0, hr_ref_quantize_q8_0, hr_ref_dequantize_q8_0, hr_ref_dot_q8_0, tile_ref_q8_0);
     set(k, HR_DTYPE_Q4_0, hr_ref_quantize_q8_0, hr_ref_dequantize_q4_0, hr_ref_dot_q4_0, tile_ref_q4_0);
+    set(k, HR_DTYPE_Q4_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q4_K, hr_ref_dot_q4_K, tile_ref_q4_K);
+    set(k, HR_DTYPE_Q5_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q5_K, hr_ref_dot_q5_K, tile_ref_q5_K);
+    set(k, HR_DTYPE_Q6_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q6_K, hr_ref_dot_q6_K, tile_ref_q6_K);
+}
+
+/* The K-quants' AVX2 dots serve the AVX-512 table too (they are exact integer sums per super-block). */
+static void init_k_avx2(hr_kernels *k) {
+    set(k, HR_DTYPE_Q4_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q4_K, hr_avx2_dot_q4_K, tile_avx2_q4_K);
+    set(k, HR_DTYPE_Q5_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q5_K, hr_avx2_dot_q5_K, tile_avx2_q5_K);
+    set(k, HR_DTYPE_Q6_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q6_K, hr_avx2_dot_q6_K, tile_avx2_q6_K);
 }
 
 static void init_avx2(hr_kernels *k) {
@@ -87,6 +103,7 @@ static void init_avx2(hr_kernels *k) {
     set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_avx2_dot_bf16, tile_avx2_bf16);
     set(k, HR_DTYPE_Q8_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q8_0, hr_avx2_dot_q8_0, hr_avx2_tile_q8_0);
     set(k, HR_DTYPE_Q4_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q4_0, hr_avx2_dot_q4_0, hr_avx2_tile_q4_0);
+    init_k_avx2(k);
 }
 
 static void init_avx512(hr_kernels *k) {
@@ -95,6 +112,7 @@ static void init_avx512(hr_kernels *k) {
     set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_avx512_dot_bf16, tile_avx512_bf16);
     set(k, HR_DTYPE_Q8_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q8_0, hr_avx512_dot_q8_0, tile_avx512_q8_0);
     set(k, HR_DTYPE_Q4_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q4_0, hr_avx512_dot_q4_0, tile_avx512_q4_0);
+    init_k_avx2(k);
 }
 
 void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa) {
