@@ -3,7 +3,3 @@
 
 #include "cli/commands.h"
 
-int hr_cmd_tokenize(int argc, char **argv) {
-    fprintf(stderr, "headroom tokenize: not built yet\n");
-    return 1;
-}

@@ -36,7 +36,17 @@ static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t le
             buf[o++] = text[i];
         }
     }
-    hr_status st = hr_spm_encode_fragment(t, buf, o, out);
+    hr_status st = HR_OK;
+    size_t start = 0;
+    if (t->spm_split_words) { /* cut before each U+2581 that follows another character (see tok_internal.h) */
+        for (size_t i = 3; i + 3 <= o && st == HR_OK; i++) {
+            if (memcmp(buf + i, "\xE2\x96\x81", 3) == 0 && memcmp(buf + i - 3, "\xE2\x96\x81", 3) != 0 && i > start) {
+                st = hr_spm_encode_fragment(t, buf + start, i - start, out);
+                start = i;
+            }
+        }
+    }
+    if (st == HR_OK) st = hr_spm_encode_fragment(t, buf + start, o - start, out);
     free(buf);
     return st;
 }

@@ -197,15 +197,9 @@ static void load_specials(hr_tokenizer *t, const hr_gguf *g) {
     t->ignore_merges = llama3;
 
     if (t->eot < 0) {
-        static const char *const eot_texts[] = {"<|eot_id|>",
-                                                "<|im_end|>",
-                                                "<|end|>",
-                                                "<end_of_turn>",
-                                                "<|endoftext|>",
-                                                "<EOT>",
-                                                "_<EOT>",
-                                                "<\xEF\xBD\x9C"
-                                                "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"};
+        static const char *const eot_texts[] = {"<|eot_id|>",    "<|im_end|>",           "<|end|>",
+                                                "<end_of_turn>", "<|endoftext|>",        "<EOT>",
+                                                "_<EOT>",        "<｜end▁of▁sentence｜>" /* DeepSeek */};
         for (size_t i = 0; i < HR_ARRAY_LEN(eot_texts) && t->eot < 0; i++) {
             int32_t id = hr_tok_lookup(t, eot_texts[i], strlen(eot_texts[i]));
             if (id >= 0 && id < n && t->types[id] != HR_TOKTYPE_NORMAL) t->eot = id;
@@ -280,7 +274,15 @@ hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err)
         if (st == HR_OK) st = hr_bpe_build_merges(t, &merges, err);
         if (st == HR_OK) st = hr_pretok_setup(t, pre, err);
     }
-    if (st == HR_OK && kind == HR_VOCAB_SPM) st = setup_bytes(t, err);
+    if (st == HR_OK && kind == HR_VOCAB_SPM) {
+        st = setup_bytes(t, err);
+        t->spm_split_words = true;
+        for (int32_t i = 0; i < t->n_vocab && t->spm_split_words; i++) {
+            const char *s = t->blob + t->off[i], *hit = s;
+            while ((hit = strstr(hit + 1, "\xE2\x96\x81")) != NULL)
+                if (hit < s + 3 || memcmp(hit - 3, "\xE2\x96\x81", 3) != 0) t->spm_split_words = false;
+        }
+    }
     if (st == HR_OK) {
         load_specials(t, g);
         st = hr_special_setup(t);
