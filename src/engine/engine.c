@@ -17,8 +17,7 @@ static const char *k_admission[] = {"adaptive", "reserve", "optimistic"};
 static const char *k_preempt[] = {"auto", "recompute", "swap"};
 static const char *k_layout[] = {"paged", "contiguous"};
 
-static hr_status parse_name(const char *what, const char **names, int n, const char *name, int *out,
-                            hr_error *err) {
+static hr_status parse_name(const char *what, const char **names, int n, const char *name, int *out, hr_error *err) {
     for (int i = 0; i < n; i++)
         if (name && !strcmp(name, names[i])) {
             *out = i;
@@ -29,8 +28,7 @@ static hr_status parse_name(const char *what, const char **names, int n, const c
         strcat(list, names[i]);
         if (i + 1 < n) strcat(list, ", ");
     }
-    return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown %s '%s': expected one of %s", what, name ? name : "",
-                        list);
+    return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown %s '%s': expected one of %s", what, name ? name : "", list);
 }
 
 const char *hr_admission_name(hr_admission a) { return (unsigned)a < 3 ? k_admission[a] : "?"; }
@@ -111,13 +109,16 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
 }
 
 /* Makes r final and drops the engine's reference. r must be in none of the engine's lists. */
-static void finish_request(hr_engine *e, hr_request *r, hr_request_state state, hr_finish_reason why,
-                           hr_status code, const char *msg) {
+static void finish_request(hr_engine *e, hr_request *r, hr_request_state state, hr_finish_reason why, hr_status code,
+                           const char *msg) {
     sched_release_seq(e, r);
     req_finish(r, e->p.tok, state, why, code, msg);
-    if (state == HR_REQ_COMPLETED) e->st.completed++;
-    else if (state == HR_REQ_CANCELLED) e->st.cancelled++;
-    else e->st.failed++;
+    if (state == HR_REQ_COMPLETED)
+        e->st.completed++;
+    else if (state == HR_REQ_CANCELLED)
+        e->st.cancelled++;
+    else
+        e->st.failed++;
     req_unref(r);
 }
 
@@ -198,8 +199,10 @@ hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request 
     hr_status st = validate(e, p, err);
     if (st != HR_OK) {
         pthread_mutex_lock(&e->mu);
-        if (st == HR_ERR_BUDGET) e->st.refused_budget++;
-        else e->st.refused_other++;
+        if (st == HR_ERR_BUDGET)
+            e->st.refused_budget++;
+        else
+            e->st.refused_other++;
         pthread_mutex_unlock(&e->mu);
         return st;
     }
@@ -273,7 +276,9 @@ static void apply_cancels(hr_engine *e, hr_req_list *l, bool queued) {
 }
 
 /* Remembers a completion length for adaptive admission and refreshes the prediction. */
-static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+static int cmp_int(const void *a, const void *b) {
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
 
 static void observe_completion(hr_engine *e, int n_output) {
     e->obs[e->n_obs % HR_ENGINE_OBS] = n_output;
@@ -309,8 +314,10 @@ static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
         return;
     }
     bool stopped = req_push_token(r, e->p.tok, tok);
-    if (stopped) complete(e, r, HR_FINISH_STOP);
-    else if (r->n_known - r->n_prompt >= r->max_tokens || r->n_known >= e->p.n_ctx) complete(e, r, HR_FINISH_LENGTH);
+    if (stopped)
+        complete(e, r, HR_FINISH_STOP);
+    else if (r->n_known - r->n_prompt >= r->max_tokens || r->n_known >= e->p.n_ctx)
+        complete(e, r, HR_FINISH_LENGTH);
 }
 
 /* Commits the step's K/V and advances computed; counts prefill and recomputed tokens. */

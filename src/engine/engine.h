@@ -86,9 +86,9 @@ void hr_engine_destroy(hr_engine *e);
 typedef struct hr_request_params {
     const int32_t *prompt; /* copied */
     int n_prompt;
-    int max_tokens;        /* tokens to generate at most (>= 1) */
+    int max_tokens; /* tokens to generate at most (>= 1) */
     hr_sampler_params sampling;
-    int priority;          /* higher runs first and is preempted last; FCFS within a priority */
+    int priority; /* higher runs first and is preempted last; FCFS within a priority */
     bool ignore_eos;
     const char *const *stop; /* stop strings (copied; need a tokenizer); the text ends before the first */
     int n_stop;
@@ -137,8 +137,7 @@ typedef struct hr_request_delta {
 /* Copies up to tokens_cap new ids and up to text_cap - 1 new text bytes (either buffer may be NULL
  * with cap 0: that stream is then left unread). Text is held back while it could still become part
  * of a stop string, and always ends on a UTF-8 character boundary. */
-void hr_request_read(hr_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap,
-                     hr_request_delta *d);
+void hr_request_read(hr_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap, hr_request_delta *d);
 /* Blocks until there is unread output or the request is final, at most timeout_s seconds (< 0:
  * forever). Returns true when there is something to read or the request is final. */
 bool hr_request_wait(hr_request *r, double timeout_s);
@@ -151,12 +150,12 @@ typedef struct hr_request_stats {
     hr_status error_code; /* HR_OK unless FAILED or CANCELLED */
     char error[256];      /* why it failed or was cancelled */
     int n_prompt, n_output;
-    int prefix_hit_tokens;  /* prompt tokens whose K/V came from the prefix cache (all admissions) */
+    int prefix_hit_tokens; /* prompt tokens whose K/V came from the prefix cache (all admissions) */
     int n_preemptions;
     int recomputed_tokens;  /* tokens computed again after preemption */
     uint64_t swapped_bytes; /* bytes moved to the swap tier */
     int priority;
-    hr_kv_seq_ledger kv;    /* the sequence's ledger at its last step (bytes_peak over its life) */
+    hr_kv_seq_ledger kv;                      /* the sequence's ledger at its last step (bytes_peak over its life) */
     double t_submit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached */
 } hr_request_stats;
 
@@ -193,7 +192,7 @@ typedef struct hr_engine_stats {
     uint64_t preemptions, preempt_recompute, preempt_swap;
     uint64_t recomputed_tokens, swapped_bytes, prefix_hit_tokens;
     int n_waiting, n_running, peak_running;
-    int predicted_output;  /* adaptive admission's current prediction (0: none yet) */
+    int predicted_output; /* adaptive admission's current prediction (0: none yet) */
     double forward_seconds;
     bool swap_available;
 } hr_engine_stats;

@@ -17,25 +17,25 @@
 #include "engine/engine.h"
 
 #define HR_ENGINE_MAX_STOP 8
-#define HR_ENGINE_OBS 512 /* completion lengths the adaptive predictor remembers */
+#define HR_ENGINE_OBS      512 /* completion lengths the adaptive predictor remembers */
 
 struct hr_request {
-    atomic_int refs;         /* one for the engine (until final), one for the submitter */
-    atomic_int cancel;       /* set by hr_engine_cancel */
-    uint64_t arrival;        /* submission order, for FCFS */
+    atomic_int refs;   /* one for the engine (until final), one for the submitter */
+    atomic_int cancel; /* set by hr_engine_cancel */
+    uint64_t arrival;  /* submission order, for FCFS */
     int priority;
 
     /* scheduler state (engine thread only) */
     hr_request_state state;
-    int32_t *tokens;         /* [n_prompt + max_tokens]: prompt, then sampled output */
+    int32_t *tokens; /* [n_prompt + max_tokens]: prompt, then sampled output */
     int n_prompt, max_tokens;
-    int n_known;             /* n_prompt + sampled tokens */
-    int n_computed;          /* tokens whose K/V are committed in seq */
-    int n_hw;                /* most tokens ever computed (to count recompute) */
-    int n_slots;             /* KV slots held by seq (shared prefix + reserved) */
-    int n_sched;             /* tokens scheduled in this step */
-    hr_kv_seq seq;           /* -1 when the request holds no sequence */
-    bool swapped;            /* its KV is in the swap tier (seq kept) */
+    int n_known;    /* n_prompt + sampled tokens */
+    int n_computed; /* tokens whose K/V are committed in seq */
+    int n_hw;       /* most tokens ever computed (to count recompute) */
+    int n_slots;    /* KV slots held by seq (shared prefix + reserved) */
+    int n_sched;    /* tokens scheduled in this step */
+    hr_kv_seq seq;  /* -1 when the request holds no sequence */
+    bool swapped;   /* its KV is in the swap tier (seq kept) */
     hr_sampler *sampler;
     bool ignore_eos;
     char *stop[HR_ENGINE_MAX_STOP];
@@ -46,11 +46,11 @@ struct hr_request {
     /* channel (r->mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int n_out;               /* output ids published (tokens + n_prompt) */
-    char *text;              /* full text so far, NUL-terminated */
+    int n_out;  /* output ids published (tokens + n_prompt) */
+    char *text; /* full text so far, NUL-terminated */
     size_t text_len, text_cap;
-    size_t text_pub;         /* bytes consumers may read (held back for stop strings) */
-    int read_tokens;         /* consumer cursors */
+    size_t text_pub; /* bytes consumers may read (held back for stop strings) */
+    int read_tokens; /* consumer cursors */
     size_t read_text;
     bool final;
     hr_request_stats stats;
@@ -71,31 +71,31 @@ struct hr_engine {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     hr_req_list inbox;
-    bool kick;               /* a submit or cancel arrived since the thread last looked */
-    atomic_int n_queued;     /* inbox + waiting */
+    bool kick;           /* a submit or cancel arrived since the thread last looked */
+    atomic_int n_queued; /* inbox + waiting */
     atomic_int running_thread;
     bool stop_flag;
     pthread_t thread;
     uint64_t next_arrival;
-    hr_engine_stats pub;     /* stats published at the end of each step */
-    double done_rate;        /* completions per second (EMA), for retry hints */
+    hr_engine_stats pub; /* stats published at the end of each step */
+    double done_rate;    /* completions per second (EMA), for retry hints */
     double last_done_t;
 
     /* scheduler (engine thread only) */
     hr_req_list waiting, running;
-    int budget_left;         /* tokens left in this step's batch */
+    int budget_left; /* tokens left in this step's batch */
     bool preempted_this_step;
     hr_engine_stats st;
-    int obs[HR_ENGINE_OBS];  /* completion lengths, a ring */
+    int obs[HR_ENGINE_OBS]; /* completion lengths, a ring */
     int n_obs;
-    int predicted;           /* p-th percentile of obs, 0 until enough observations */
+    int predicted; /* p-th percentile of obs, 0 until enough observations */
 
     /* per-step buffers, sized at create */
     int32_t *b_tokens, *b_pos;
     hr_kv_seq *b_seq;
     uint8_t *b_want;
-    hr_request **b_sample;   /* [max_running]: the request of each logits row */
-    float *logits;           /* [max_running][V] */
+    hr_request **b_sample; /* [max_running]: the request of each logits row */
+    float *logits;         /* [max_running][V] */
 };
 
 /* ---- request.c ---- */
@@ -104,8 +104,8 @@ void req_unref(hr_request *r);
 /* Appends a sampled token to the output and the text; returns true when a stop string ended it. */
 bool req_push_token(hr_request *r, const hr_tokenizer *tok, int32_t token);
 /* Makes the request final: flushes text, records the finish, wakes waiters. Engine thread. */
-void req_finish(hr_request *r, const hr_tokenizer *tok, hr_request_state state, hr_finish_reason why,
-                hr_status code, const char *msg);
+void req_finish(hr_request *r, const hr_tokenizer *tok, hr_request_state state, hr_finish_reason why, hr_status code,
+                const char *msg);
 
 /* ---- list helpers (request.c) ---- */
 bool req_before(const hr_request *a, const hr_request *b);

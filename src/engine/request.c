@@ -177,8 +177,8 @@ bool req_push_token(hr_request *r, const hr_tokenizer *tok, int32_t token) {
     return stopped;
 }
 
-void req_finish(hr_request *r, const hr_tokenizer *tok, hr_request_state state, hr_finish_reason why,
-                hr_status code, const char *msg) {
+void req_finish(hr_request *r, const hr_tokenizer *tok, hr_request_state state, hr_finish_reason why, hr_status code,
+                const char *msg) {
     pthread_mutex_lock(&r->mu);
     if (tok && why != HR_FINISH_STOP) {
         char piece[64];
@@ -199,8 +199,7 @@ void req_finish(hr_request *r, const hr_tokenizer *tok, hr_request_state state, 
 
 /* ---- consumers --------------------------------------------------------------------------------- */
 
-void hr_request_read(hr_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap,
-                     hr_request_delta *d) {
+void hr_request_read(hr_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap, hr_request_delta *d) {
     memset(d, 0, sizeof *d);
     pthread_mutex_lock(&r->mu);
     int avail = r->n_out - r->n_prompt - r->read_tokens;

@@ -25,10 +25,8 @@ int sched_claim_slots(const hr_engine *e, const hr_request *r) {
     int life = r->n_prompt + r->max_tokens - 1; /* the last sampled token is never computed */
     int grow = HR_MIN(r->n_known + 1, life);    /* what the next step needs */
     switch (e->p.layout == HR_LAYOUT_CONTIGUOUS ? HR_ADMIT_RESERVE : e->p.admission) {
-    case HR_ADMIT_RESERVE:
-        return e->p.layout == HR_LAYOUT_CONTIGUOUS ? e->p.n_ctx : life;
-    case HR_ADMIT_OPTIMISTIC:
-        return grow;
+    case HR_ADMIT_RESERVE: return e->p.layout == HR_LAYOUT_CONTIGUOUS ? e->p.n_ctx : life;
+    case HR_ADMIT_OPTIMISTIC: return grow;
     case HR_ADMIT_ADAPTIVE:
     default: {
         int pred = e->predicted > 0 ? HR_MIN(e->predicted, r->max_tokens) : r->max_tokens;
@@ -95,7 +93,8 @@ static void preempt(hr_engine *e, hr_request *v) {
     atomic_fetch_add(&e->n_queued, 1);
     if (list_insert(&e->waiting, v) != HR_OK) { /* cannot queue it again: it must still end */
         atomic_fetch_sub(&e->n_queued, 1);
-        req_finish(v, e->p.tok, HR_REQ_FAILED, HR_FINISH_ERROR, HR_ERR_NOMEM, "out of memory re-queueing after preemption");
+        req_finish(v, e->p.tok, HR_REQ_FAILED, HR_FINISH_ERROR, HR_ERR_NOMEM,
+                   "out of memory re-queueing after preemption");
         e->st.failed++;
         req_unref(v);
     }

@@ -1,0 +1,365 @@
+/* test_engine.c: the engine end to end on a synthetic model (always runs; no ../shared needed).
+ *   - batch invariance: greedy tokens of every request equal its tokens when run alone, for batches
+ *     of 1 to 64, prefill chunks of 1 to 512 tokens, prefix-cache hits and preemption;
+ *   - seeded sampling survives preemption: the same tokens as an uninterrupted run;
+ *   - admission: reserve never preempts, optimistic and adaptive do when the pool is tight, all
+ *     complete; refusals at submit (range, budget, full queue with a retry hint);
+ *   - contiguous layout (one max-context slot per sequence) gives the same tokens at lower concurrency;
+ *   - priorities (higher first, FCFS within one), cancellation at any point (randomized) leaves the
+ *     pool as it started, every request ends in exactly one final state;
+ *   - the engine thread with consumers reading the channels. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/synth.h"
+#include "test_engine_rig.h"
+
+#define NP       64
+#define PLEN_MAX 80
+
+static int32_t prompts[NP][PLEN_MAX];
+static int plen[NP];
+static int32_t ref_greedy[NP][RIG_MAX_OUT];
+static int32_t ref_sampled[NP][RIG_MAX_OUT];
+static const int NGEN = 24;
+
+static hr_model *build_model(void **mem) {
+    hr_error err = {0};
+    hr_synth_shape shape;
+    hr_gguf_writer *w = NULL;
+    size_t size;
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_synth_shape_by_name("tiny", &shape, &err) || hr_synth_build(&shape, HR_DTYPE_F32, 7, &w, &err) ||
+        hr_gguf_writer_write_memory(w, mem, &size, &err) || hr_gguf_open_memory(*mem, size, &g, &err) ||
+        hr_model_load_gguf(g, &m, &err)) {
+        fprintf(stderr, "model: %s\n", err.msg);
+        exit(1);
+    }
+    hr_gguf_writer_destroy(w);
+    return m;
+}
+
+/* Prompts of 3..80 tokens; every fourth shares a 40-token prefix with prompt 0 (prefix-cache hits). */
+static void make_prompts(void) {
+    hr_rng rng;
+    hr_rng_seed(&rng, 11);
+    for (int i = 0; i < NP; i++) {
+        plen[i] = 3 + (int)(hr_rng_next(&rng) % (PLEN_MAX - 3));
+        for (int j = 0; j < plen[i]; j++) prompts[i][j] = 1 + (int32_t)(hr_rng_next(&rng) % 500);
+        if (i % 4 == 0 && i > 0) {
+            plen[i] = HR_MAX(plen[i], 48);
+            memcpy(prompts[i], prompts[0], sizeof(int32_t) * 40);
+        }
+    }
+    plen[0] = HR_MAX(plen[0], 48);
+}
+
+static void fill(rig_req *q, int n, bool sampled) {
+    memset(q, 0, sizeof *q * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        q[i].prompt = prompts[i];
+        q[i].n_prompt = plen[i];
+        q[i].max_tokens = NGEN;
+        q[i].temp = sampled ? 0.9f : 0;
+        q[i].seed = 1000 + (uint64_t)i;
+    }
+}
+
+static rig_opts opts(int n_blocks, int max_seqs, int max_batch, int chunk, hr_admission adm) {
+    return (rig_opts){.n_blocks = n_blocks,
+                      .max_seqs = max_seqs,
+                      .max_batch = max_batch,
+                      .prefill_chunk = chunk,
+                      .admission = adm,
+                      .layout = HR_LAYOUT_PAGED,
+                      .fmt = HR_KV_F32};
+}
+
+/* Each prompt alone in a fresh engine: the reference outputs. */
+static void make_reference(const hr_model *m) {
+    for (int i = 0; i < NP; i++) {
+        for (int s = 0; s < 2; s++) {
+            rig_opts o = opts(64, 1, 512, 0, HR_ADMIT_RESERVE);
+            rig r = rig_open(m, &o);
+            rig_req q[1];
+            fill(q, 1, s == 1);
+            q[0].prompt = prompts[i], q[0].n_prompt = plen[i], q[0].seed = 1000 + (uint64_t)i;
+            rig_run(&r, q, 1);
+            CHECK(q[0].n_out == NGEN && q[0].stats.state == HR_REQ_COMPLETED);
+            memcpy(s ? ref_sampled[i] : ref_greedy[i], q[0].out, sizeof(int32_t) * NGEN);
+            rig_close(&r);
+        }
+    }
+}
+
+/* Counts requests whose output differs from the reference. */
+static int mismatches(const rig_req *q, int n, bool sampled) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const int32_t *ref = sampled ? ref_sampled[i] : ref_greedy[i];
+        if (q[i].n_out != NGEN || memcmp(q[i].out, ref, sizeof(int32_t) * NGEN) != 0) bad++;
+    }
+    return bad;
+}
+
+static void test_batch_invariance(const hr_model *m) {
+    static const int sizes[] = {1, 2, 7, 16, 64};
+    static const int chunks[] = {0, 1, 5, 16, 33};
+    rig_req *q = malloc(sizeof *q * NP);
+    for (size_t si = 0; si < HR_ARRAY_LEN(sizes); si++) {
+        for (size_t ci = 0; ci < HR_ARRAY_LEN(chunks); ci++) {
+            if (sizes[si] < 16 && ci > 2) continue;
+            rig_opts o = opts(1024, 64, chunks[ci] == 1 ? 64 : 256, chunks[ci], HR_ADMIT_ADAPTIVE);
+            rig r = rig_open(m, &o);
+            fill(q, sizes[si], false);
+            rig_run(&r, q, sizes[si]);
+            int bad = mismatches(q, sizes[si], false);
+            CHECKF(bad == 0, "batch of %d, prefill chunk %d: %d requests differ from their solo run", sizes[si],
+                   chunks[ci], bad);
+            CHECK(rig_pool_clean(&r));
+            hr_engine_stats st;
+            hr_engine_get_stats(r.e, &st);
+            CHECK(st.completed == (uint64_t)sizes[si]);
+            if (sizes[si] == 64) {
+                /* one-token chunks admit everything before any shared block is full: no hits there */
+                CHECKF(chunks[ci] == 1 || st.prefix_hit_tokens > 0,
+                       "no prefix-cache hits in a batch with shared prefixes");
+                printf("batch 64, chunk %3d: %llu steps, peak %d running, %llu prefix-hit tokens, identical\n",
+                       chunks[ci], (unsigned long long)st.steps, st.peak_running,
+                       (unsigned long long)st.prefix_hit_tokens);
+            }
+            rig_close(&r);
+        }
+    }
+    free(q);
+}
+
+/* A pool too small for everything at once: preemption must not change a single token, greedy or
+ * seeded sampling. */
+static void test_preemption(const hr_model *m) {
+    rig_req *q = malloc(sizeof *q * NP);
+    static const hr_admission modes[] = {HR_ADMIT_OPTIMISTIC, HR_ADMIT_ADAPTIVE, HR_ADMIT_RESERVE};
+    for (int sampled = 0; sampled < 2; sampled++) {
+        for (size_t mi = 0; mi < HR_ARRAY_LEN(modes); mi++) {
+            rig_opts o = opts(24, 32, 64, 0, modes[mi]); /* 24 blocks = 384 tokens for 32 x ~70 */
+            rig r = rig_open(m, &o);
+            fill(q, 32, sampled);
+            rig_run(&r, q, 32);
+            int bad = mismatches(q, 32, sampled);
+            hr_engine_stats st;
+            hr_engine_get_stats(r.e, &st);
+            CHECKF(bad == 0, "%s admission, %s: %d of 32 requests differ after %llu preemptions",
+                   hr_admission_name(modes[mi]), sampled ? "sampled" : "greedy", bad,
+                   (unsigned long long)st.preemptions);
+            CHECK(st.completed == 32 && rig_pool_clean(&r));
+            if (modes[mi] == HR_ADMIT_RESERVE) CHECKF(st.preemptions == 0, "reserve mode preempted");
+            if (modes[mi] == HR_ADMIT_OPTIMISTIC) CHECKF(st.preemptions > 0, "optimistic mode never preempted");
+            int per_req = 0;
+            for (int i = 0; i < 32; i++) per_req += q[i].stats.n_preemptions;
+            CHECK((uint64_t)per_req == st.preemptions);
+            printf("%-10s %-7s: 32 requests in 24 blocks: %llu preemptions, %llu recomputed tokens, peak %d running, "
+                   "identical\n",
+                   hr_admission_name(modes[mi]), sampled ? "sampled" : "greedy", (unsigned long long)st.preemptions,
+                   (unsigned long long)st.recomputed_tokens, st.peak_running);
+            rig_close(&r);
+        }
+    }
+    free(q);
+}
+
+static void test_contiguous(const hr_model *m) {
+    rig_req *q = malloc(sizeof *q * 16);
+    rig_opts o = opts(64, 16, 128, 0, HR_ADMIT_ADAPTIVE);
+    o.layout = HR_LAYOUT_CONTIGUOUS;
+    o.n_ctx = 256; /* 16 blocks per slot: 4 slots fit */
+    rig r = rig_open(m, &o);
+    fill(q, 16, false);
+    rig_run(&r, q, 16);
+    hr_engine_stats st;
+    hr_engine_get_stats(r.e, &st);
+    CHECK(mismatches(q, 16, false) == 0);
+    CHECKF(st.peak_running == 4, "contiguous: peak %d running, expected 4 slots", st.peak_running);
+    CHECK(st.preemptions == 0 && st.prefix_hit_tokens == 0 && rig_pool_clean(&r));
+    rig_close(&r);
+    free(q);
+}
+
+static void test_refusals(const hr_model *m) {
+    rig_opts o = opts(8, 4, 64, 0, HR_ADMIT_ADAPTIVE);
+    o.n_ctx = 256;
+    o.max_queue = 3;
+    rig r = rig_open(m, &o);
+    hr_error err = {0};
+    hr_request *h = NULL;
+    hr_request_params p = {.prompt = prompts[1], .n_prompt = plen[1], .max_tokens = 256};
+    p.sampling = hr_sampler_default_params();
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_RANGE && strstr(err.msg, "context") && !h);
+    p.max_tokens = 200 - plen[1]; /* within the context, beyond 8 blocks = 128 tokens */
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_BUDGET && strstr(err.msg, "pool") && !h);
+    p.n_prompt = 0;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG);
+    p.n_prompt = plen[1];
+    p.max_tokens = 4;
+    hr_request *acc[3];
+    for (int i = 0; i < 3; i++) CHECK(hr_engine_submit(r.e, &p, &acc[i], &err) == HR_OK);
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_FULL && strstr(err.msg, "retry") && !h);
+    CHECK(hr_engine_run_until_idle(r.e, &err) == HR_OK);
+    for (int i = 0; i < 3; i++) {
+        hr_request_stats s;
+        hr_request_get_stats(acc[i], &s);
+        CHECK(s.state == HR_REQ_COMPLETED && s.n_output == 4 && s.finish == HR_FINISH_LENGTH);
+        hr_request_release(acc[i]);
+    }
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_OK); /* the queue drained: accepted again */
+    hr_request_release(h);                               /* released before it ran: the engine still ends it */
+    CHECK(hr_engine_run_until_idle(r.e, &err) == HR_OK && rig_pool_clean(&r));
+    hr_engine_stats st;
+    hr_engine_get_stats(r.e, &st);
+    CHECK(st.refused_full == 1 && st.refused_budget == 1 && st.completed == 4);
+    rig_close(&r);
+}
+
+/* One sequence at a time: a high-priority request submitted last runs before the earlier low ones,
+ * and equal priorities run in arrival order. */
+static void test_priorities(const hr_model *m) {
+    rig_opts o = opts(64, 1, 128, 0, HR_ADMIT_RESERVE);
+    rig r = rig_open(m, &o);
+    rig_req q[5];
+    fill(q, 5, false);
+    q[3].priority = 5;
+    q[4].priority = 5;
+    rig_run(&r, q, 5);
+    /* expected order of completion: 3, 4 (priority 5, FCFS), then 0, 1, 2 */
+    static const int order[5] = {3, 4, 0, 1, 2};
+    int ok = 1;
+    for (int k = 1; k < 5; k++) ok &= q[order[k - 1]].stats.t_finish <= q[order[k]].stats.t_first_token;
+    CHECKF(ok, "requests did not run in priority then arrival order");
+    CHECK(mismatches(q, 5, false) == 0);
+    rig_close(&r);
+}
+
+/* Random submits and cancels between steps (and a few without steps); afterwards every request is in
+ * exactly one final state, the counts add up, and the pool is back where it started. */
+static void test_random_cancel(const hr_model *m) {
+    for (int round = 0; round < 3; round++) {
+        rig_opts o = opts(round == 2 ? 12 : 20 + round * 10, 8, 48, round == 1 ? 7 : 0, (hr_admission)round);
+        rig r = rig_open(m, &o);
+        hr_kv_pool_ledger l0;
+        hr_kv_pool_get_ledger(r.kv, &l0);
+        hr_rng rng;
+        hr_rng_seed(&rng, 100 + (uint64_t)round);
+        enum { N = 120 };
+        hr_request *h[N] = {0};
+        int n = 0;
+        hr_error err = {0};
+        for (int it = 0; it < 400 && (n < N || true); it++) {
+            uint64_t a = hr_rng_next(&rng) % 10;
+            if (a < 4 && n < N) {
+                int i = (int)(hr_rng_next(&rng) % NP);
+                hr_request_params p = {.prompt = prompts[i],
+                                       .n_prompt = plen[i],
+                                       .max_tokens = 1 + (int)(hr_rng_next(&rng) % 40),
+                                       .priority = (int)(hr_rng_next(&rng) % 3)};
+                p.sampling = hr_sampler_default_params();
+                if (hr_engine_submit(r.e, &p, &h[n], &err) == HR_OK) n++;
+            } else if (a < 6 && n > 0) {
+                hr_engine_cancel(r.e, h[hr_rng_next(&rng) % (uint64_t)n]);
+            } else {
+                int pending = 0;
+                CHECK(hr_engine_step(r.e, &pending, &err) == HR_OK);
+                hr_error ce;
+                if (hr_kv_pool_check(r.kv, &ce) != HR_OK) {
+                    CHECKF(0, "pool check after a step: %s", ce.msg);
+                    break;
+                }
+            }
+        }
+        CHECK(hr_engine_run_until_idle(r.e, &err) == HR_OK);
+        int done = 0, cancelled = 0, failed = 0;
+        for (int i = 0; i < n; i++) {
+            hr_request_stats s;
+            hr_request_get_stats(h[i], &s);
+            done += s.state == HR_REQ_COMPLETED;
+            cancelled += s.state == HR_REQ_CANCELLED;
+            failed += s.state == HR_REQ_FAILED;
+            hr_request_release(h[i]);
+        }
+        hr_engine_stats st;
+        hr_engine_get_stats(r.e, &st);
+        CHECKF(done + cancelled + failed == n && failed == 0, "%d submitted: %d completed, %d cancelled, %d failed", n,
+               done, cancelled, failed);
+        CHECK(st.completed == (uint64_t)done && st.cancelled == (uint64_t)cancelled && st.submitted == (uint64_t)n);
+        hr_kv_pool_ledger l1;
+        hr_kv_pool_get_ledger(r.kv, &l1);
+        CHECK(rig_pool_clean(&r) && l1.blocks_total == l0.blocks_total);
+        printf("random cancel round %d (%s): %d submitted, %d completed, %d cancelled, %llu preemptions; pool clean\n",
+               round, hr_admission_name((hr_admission)round), n, done, cancelled, (unsigned long long)st.preemptions);
+        rig_close(&r);
+    }
+}
+
+/* The engine thread serves requests while consumer threads read their channels token by token. */
+typedef struct consumer {
+    hr_request *h;
+    int32_t got[RIG_MAX_OUT];
+    int n;
+} consumer;
+
+static void *consume(void *arg) {
+    consumer *c = arg;
+    for (;;) {
+        hr_request_wait(c->h, -1);
+        hr_request_delta d;
+        hr_request_read(c->h, c->got + c->n, RIG_MAX_OUT - c->n, NULL, 0, &d);
+        c->n += d.n_tokens;
+        if (d.done) break;
+    }
+    return NULL;
+}
+
+static void test_thread(const hr_model *m) {
+    rig_opts o = opts(40, 8, 64, 0, HR_ADMIT_OPTIMISTIC);
+    rig r = rig_open(m, &o);
+    hr_error err = {0};
+    CHECK(hr_engine_start(r.e, &err) == HR_OK);
+    enum { N = 16 };
+    consumer c[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        hr_request_params p = {.prompt = prompts[i], .n_prompt = plen[i], .max_tokens = NGEN, .ignore_eos = true};
+        p.sampling = hr_sampler_default_params();
+        c[i].n = 0;
+        CHECK(hr_engine_submit(r.e, &p, &c[i].h, &err) == HR_OK);
+        pthread_create(&th[i], NULL, consume, &c[i]);
+    }
+    CHECK(hr_engine_step(r.e, NULL, &err) == HR_ERR_INVALID_ARG); /* not while the thread runs */
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        bad += c[i].n != NGEN || memcmp(c[i].got, ref_greedy[i], sizeof(int32_t) * NGEN) != 0;
+        hr_request_release(c[i].h);
+    }
+    hr_engine_stop(r.e);
+    CHECKF(bad == 0, "threaded engine: %d of %d streams differ", bad, N);
+    CHECK(rig_pool_clean(&r));
+    rig_close(&r);
+}
+
+int main(void) {
+    void *mem = NULL;
+    hr_model *m = build_model(&mem);
+    make_prompts();
+    make_reference(m);
+    test_batch_invariance(m);
+    test_preemption(m);
+    test_contiguous(m);
+    test_refusals(m);
+    test_priorities(m);
+    test_random_cancel(m);
+    test_thread(m);
+    hr_model_destroy(m);
+    free(mem);
+    return hr_test_finish();
+}
