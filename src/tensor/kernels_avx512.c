@@ -1,6 +1,6 @@
-/* kernels_avx512.c: AVX-512 (F/BW/VL) dots for f32, f16, bf16 (against f32 activations) and q8_0, q4_0
- * (against q8_0 activations). Only reached when hr_cpu_detect reports AVX-512; every function is
- * tested against the scalar reference on machines that have it.
+/* kernels_avx512.c: AVX-512 (F/BW only; no DQ/VNNI instructions) dots for f32, f16, bf16 (against f32 activations) and
+ * q8_0, q4_0 (against q8_0 activations). Only reached when hr_cpu_detect reports AVX-512; every function is tested
+ * against the scalar reference on machines that have it.
  *
  * Reduction order: one 16-lane f32 accumulator set per dot, blocks in increasing order, a fixed
  * horizontal sum, then (float types) a scalar tail. The AVX-512 table's tiles call these per pair. */
@@ -11,7 +11,9 @@
 
 /* Fixed-order horizontal sum: (lo256 + hi256), then as hsum8. */
 static inline float hsum16(__m512 v) {
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    /* the 64x4 extract is AVX-512F (the 32x8 one would need DQ, which is not checked at run time) */
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -97,7 +99,8 @@ static inline float dot_q_blocks(int64_t k, const void *w, const hr_block_q8_0 *
         const __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         const __m512i yq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[ib].qs)),
                                               _mm256_loadu_si256((const __m256i *)y[ib + 1].qs), 1);
-        const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+        const __m512 d = _mm512_castpd_ps(
+            _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(d0)), _mm256_castps_pd(_mm256_set1_ps(d1)), 1));
         acc = _mm512_fmadd_ps(d, dot_i8x64(xq, yq), acc);
     }
     if (ib < nb) { /* odd block count: the last block in lanes 0-7, zeros above */

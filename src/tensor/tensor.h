@@ -87,12 +87,15 @@ float hr_bf16_to_f32(hr_bf16 h);
 hr_bf16 hr_f32_to_bf16(float f);
 
 /* ---- reference row routines (plain C; the definition of correct) ---- */
-/* x: k floats -> dst in type t (k a multiple of the block). Quantization matches ggml's reference
- * quantizers, so a weight quantized here equals one quantized by ggml. */
+/* x: k floats -> dst in type t (k a multiple of the block). For f16, bf16, q8_0, q4_0 and q8_K this
+ * matches ggml's reference quantizers byte for byte. For q4_K, q5_K and q6_K it is a simpler
+ * min/max quantizer (same format, decodes exactly as ggml would; bytes may differ from llama.cpp's
+ * search-based quantizer). */
 void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k);
 void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k);
 /* Dot of a weight row of type t with an activation row already in info(t)->vec_dot_type. Returns
- * the sum in f32. */
+ * the sum in f32. Activation types: f32/f16/bf16 weights -> f32; q8_0/q4_0 -> q8_0; q4_K/q5_K/q6_K
+ * -> q8_K (quantized on the fly, as llama.cpp does). */
 float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_row);
 
 /* ---- run-time dispatched kernels ----
