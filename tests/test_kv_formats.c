@@ -5,6 +5,7 @@
  * spread), as real keys do: that is what per-channel key quantization is for. Tokens are written one at a time and
  * attention runs when the context reaches each length, as in decoding. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -86,7 +87,6 @@ static void run_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng) {
     hr_error err = {0};
     hr_kv_seq ss, sv;
     CHECK(hr_kv_seq_create(ps, &ss, &err) == HR_OK && hr_kv_seq_create(pv, &sv, &err) == HR_OK);
-    CHECK(hr_kv_seq_reserve(ps, ss, NMAX, &err) == HR_OK && hr_kv_seq_reserve(pv, sv, NMAX, &err) == HR_OK);
     static const int lengths[] = {1, 15, 16, 17, 100, 1000};
     static const int ratios[] = {1, 2, 4, 8};
     static float q[GMAX * HKV * DMAX], os[GMAX * HKV * DMAX], ov[GMAX * HKV * DMAX];
@@ -94,7 +94,8 @@ static void run_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng) {
     static float scratch[NMAX + DMAX + 64];
     CHECK(hr_kv_attention_scratch_floats(ps, NMAX) <= HR_ARRAY_LEN(scratch));
     int li = 0;
-    for (int pos = 0; pos < NMAX; pos++) {
+    for (int pos = 0; pos < NMAX; pos++) { /* as in decoding: reserve, write, commit one token */
+        CHECK(hr_kv_seq_reserve(ps, ss, pos + 1, &err) == HR_OK && hr_kv_seq_reserve(pv, sv, pos + 1, &err) == HR_OK);
         float kb[HKV * DMAX], vb[HKV * DMAX]; /* [Hkv][D] packed */
         for (int h = 0; h < HKV; h++)
             for (int c = 0; c < D; c++) {
@@ -151,8 +152,8 @@ static void test_bytes_per_token(void) {
                           .v_format = f,
                           .max_seqs = 1};
         uint64_t bb = hr_kv_block_bytes(&c);
-        printf("  %-6s %6.1f (tail buffer per sequence %llu bytes)\n", hr_kv_format_name(f), bb / 16.0,
-               (unsigned long long)hr_kv_seq_stage_bytes(&c));
+        printf("  %-6s %6.1f (f16 tail buffer %llu bytes)\n", hr_kv_format_name(f), bb / 16.0,
+               (unsigned long long)hr_kv_stage_block_bytes(&c));
         CHECK(bb > 0);
     }
     hr_kv_config c = {.n_layers = 1, .n_kv_heads = 8, .head_dim = 128, .block_size = 16, .max_seqs = 1};
@@ -162,10 +163,106 @@ static void test_bytes_per_token(void) {
     CHECK(hr_kv_block_bytes(&c) * 4 < f16); /* 2-bit codes plus scales: under a quarter of f16 */
 }
 
+/* ---- chunk and thread invariance ------------------------------------------------------------------
+ * A 45-token chunk written by two threads (interleaved positions, as the forward pass splits them),
+ * then attention at every n_ctx inside the chunk, must equal token-by-token decoding bit for bit. */
+
+enum { CH_N = 45, CH_D = 16, CH_H = 4 };
+static float ch_k[CH_N][HKV * CH_D], ch_v[CH_N][HKV * CH_D];
+
+typedef struct {
+    hr_kv_pool *p;
+    hr_kv_seq s;
+    int ith;
+} ch_job;
+
+static void *ch_writer(void *arg) {
+    ch_job *j = arg;
+    for (int t = CH_N - 1 - j->ith; t >= 0; t -= 2) hr_kv_write(j->p, 0, j->s, t, ch_k[t], ch_v[t]);
+    return NULL;
+}
+
+static void test_chunk_invariance(hr_kv_format f, hr_rng *rng) {
+    for (int t = 0; t < CH_N; t++)
+        for (int i = 0; i < HKV * CH_D; i++) {
+            ch_k[t][i] = hr_rng_normal(rng) + (i % 7 == 2 ? 5.0f : 0.0f);
+            ch_v[t][i] = hr_rng_normal(rng);
+        }
+    hr_kv_config c = {.n_layers = 1,
+                      .n_kv_heads = HKV,
+                      .head_dim = CH_D,
+                      .block_size = 16,
+                      .k_format = f,
+                      .v_format = f,
+                      .max_seqs = 2};
+    c.budget_bytes = hr_kv_block_bytes(&c) * 8 + hr_kv_fixed_bytes(&c);
+    hr_kv_pool *pc = NULL, *pd = NULL;
+    hr_error err = {0};
+    CHECK(hr_kv_pool_create(&c, &pc, &err) == HR_OK && hr_kv_pool_create(&c, &pd, &err) == HR_OK);
+    hr_kv_seq sc, sd;
+    CHECK(hr_kv_seq_create(pc, &sc, &err) == HR_OK && hr_kv_seq_create(pd, &sd, &err) == HR_OK);
+    CHECK(hr_kv_seq_reserve(pc, sc, CH_N, &err) == HR_OK);
+    pthread_t th[2];
+    ch_job jobs[2] = {{pc, sc, 0}, {pc, sc, 1}};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, ch_writer, &jobs[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    float q[CH_N][CH_H * CH_D], oc[CH_N][CH_H * CH_D], od[CH_H * CH_D], scratch[256];
+    for (int t = 0; t < CH_N; t++) {
+        for (int i = 0; i < CH_H * CH_D; i++) q[t][i] = hr_rng_normal(rng);
+        hr_kv_attention(pc, 0, sc, t + 1, q[t], CH_H, 0.25f, oc[t], scratch);
+    }
+    int32_t tok[CH_N] = {0};
+    hr_kv_seq_commit(pc, sc, tok, CH_N);
+    int same = 0;
+    for (int t = 0; t < CH_N; t++) {
+        CHECK(hr_kv_seq_reserve(pd, sd, t + 1, &err) == HR_OK);
+        hr_kv_write(pd, 0, sd, t, ch_k[t], ch_v[t]);
+        hr_kv_attention(pd, 0, sd, t + 1, q[t], CH_H, 0.25f, od, scratch);
+        hr_kv_seq_commit(pd, sd, tok, 1);
+        same += memcmp(od, oc[t], sizeof od) == 0;
+    }
+    CHECKF(same == CH_N, "%s: chunked prefill and decode agree on %d of %d tokens", hr_kv_format_name(f), same, CH_N);
+    CHECK(hr_kv_pool_check(pc, &err) == HR_OK && hr_kv_pool_check(pd, &err) == HR_OK);
+    hr_kv_pool_destroy(pc);
+    hr_kv_pool_destroy(pd);
+}
+
+/* Tail buffers are a budgeted resource too: reserve says FULL when none is free. */
+static void test_stage_limit(void) {
+    hr_kv_config c = {.n_layers = 1,
+                      .n_kv_heads = 1,
+                      .head_dim = 8,
+                      .block_size = 8,
+                      .k_format = HR_KV_KIVI2,
+                      .v_format = HR_KV_F16,
+                      .max_seqs = 2,
+                      .stage_blocks = 3};
+    c.budget_bytes = hr_kv_block_bytes(&c) * 10 + hr_kv_fixed_bytes(&c);
+    CHECK(hr_kv_fixed_bytes(&c) == 3 * hr_kv_stage_block_bytes(&c));
+    hr_kv_pool *p = NULL;
+    hr_error err = {0};
+    CHECK(hr_kv_pool_create(&c, &p, &err) == HR_OK);
+    CHECK(hr_kv_pool_n_blocks(p) == 10);
+    hr_kv_seq s;
+    CHECK(hr_kv_seq_create(p, &s, &err) == HR_OK);
+    CHECK(hr_kv_seq_reserve(p, s, 32, &err) == HR_ERR_FULL);
+    CHECKF(strstr(err.msg, "stage_blocks") != NULL, "%s", err.msg);
+    CHECK(hr_kv_seq_reserve(p, s, 24, &err) == HR_OK);
+    float k[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int32_t tok[8] = {0};
+    for (int t = 0; t < 8; t++) hr_kv_write(p, 0, s, t, k, k);
+    hr_kv_seq_commit(p, s, tok, 8); /* the first block is encoded and gives its buffer back */
+    CHECK(hr_kv_seq_reserve(p, s, 32, &err) == HR_OK);
+    CHECK(hr_kv_pool_check(p, &err) == HR_OK);
+    hr_kv_pool_destroy(p);
+}
+
 int main(void) {
     hr_rng rng;
     hr_rng_seed(&rng, 2026);
     test_bytes_per_token();
+    test_stage_limit();
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) test_chunk_invariance((hr_kv_format)f, &rng);
     static const int dims[] = {8, 64, 80, 128};
     for (int di = 0; di < 4; di++)
         for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) run_case(dims[di], (hr_kv_format)f, (hr_kv_format)f, &rng);

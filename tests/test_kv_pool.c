@@ -442,7 +442,7 @@ static void test_budget(void) {
                       .v_format = HR_KV_KIVI2,
                       .max_seqs = 16};
     uint64_t bb = hr_kv_block_bytes(&c), fx = hr_kv_fixed_bytes(&c);
-    CHECK(fx == 16ull * 4 * 2 * 4 * 16 * 64 * 2);
+    CHECK(fx == 32ull * 4 * 2 * 4 * 16 * 64 * 2); /* default stage_blocks = 2 * max_seqs */
     hr_kv_pool *p = NULL;
     hr_error err = {0};
     c.budget_bytes = fx + bb - 1;

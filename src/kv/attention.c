@@ -6,13 +6,11 @@
  * depends only on the cache contents and n_ctx, never on which other sequences or tokens share the
  * batch or which thread runs it.
  *
- * Deferred formats (q4, kivi2): block j of a layer is read from the sequence's f16 staging buffer
- * while it is the staged block (it has not been filled yet), and from the encoded block afterwards.
- * The write of a block's last slot encodes it, so hr_kv_write for one (sequence, layer) must be
- * called in position order and the last slot's write must come after the others of its block
- * (one thread per sequence and layer, or a barrier). A query inside a prefill chunk that reaches past
- * its own block sees its block encoded (decode would have seen it in f16): chunked prefill and
- * token-by-token decode can differ by that block's quantization error with these two formats only. */
+ * Deferred formats (q4, kivi2): the last block, when a query sees only part of it (n_ctx % B != 0),
+ * is read from its f16 tail buffer while it has one (until the commit of its last token); every
+ * block the query sees whole is read encoded (the write that completed it encoded it). So the
+ * result is the same whether the tokens came in one prefill chunk or one by one. A query over an
+ * older prefix of a committed sequence reads the encoded block even for its partial last block. */
 #include <math.h>
 #include <string.h>
 
@@ -21,37 +19,43 @@
 void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *k, const float *v) {
     KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
     const kv_seq *s = &p->seqs[seq];
-    int B = p->cfg.block_size, D = p->cfg.head_dim, Hkv = p->cfg.n_kv_heads;
+    int B = p->cfg.block_size, D = p->cfg.head_dim, Hkv = p->cfg.n_kv_heads, L = p->cfg.n_layers;
     int bi = pos / B, t = pos % B;
     KV_ASSERT(pos >= 0 && bi < s->n_table);
     int32_t b = s->table[bi];
     /* a shared or hashed (full, committed) block is never written */
     KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
-    (void)s;
-    int32_t *staged = &p->stage_blk[(size_t)seq * p->cfg.n_layers + layer];
-    bool any_deferred = p->kf.deferred || p->vf.deferred;
-    if (any_deferred && *staged != bi) {
-        KV_ASSERT(*staged == -1 || *staged < bi); /* writes go in position order */
-        *staged = bi;
-    }
+    int32_t slot = p->stage ? p->blk_stage[b] : -1;
+    KV_ASSERT(!p->stage || slot >= 0);
     for (int kind = 0; kind < 2; kind++) {
         const kv_fmt *f = kind == KV_K ? &p->kf : &p->vf;
         const kv_fmt_ops *ops = kind == KV_K ? &p->kops : &p->vops;
         const float *x = kind == KV_K ? k : v;
-        uint8_t *blk = kv_block_ptr(p, layer, kind, b);
-        if (!f->deferred) {
+        if (f->deferred) {
+            uint16_t *st = kv_stage_ptr(p, slot, layer, kind);
+            for (int h = 0; h < Hkv; h++) {
+                uint16_t *row = st + ((size_t)h * B + t) * D;
+                for (int c = 0; c < D; c++) row[c] = kv_f32_to_f16(x[(size_t)h * D + c]);
+            }
+        } else {
+            uint8_t *blk = kv_block_ptr(p, layer, kind, b);
             for (int h = 0; h < Hkv; h++) ops->enc_token(f, blk + (size_t)h * f->head_bytes, t, x + (size_t)h * D);
-            continue;
         }
-        uint16_t *st = kv_stage_ptr(p, seq, layer, kind);
-        for (int h = 0; h < Hkv; h++) {
-            uint16_t *row = st + ((size_t)h * B + t) * D;
-            for (int c = 0; c < D; c++) row[c] = kv_f32_to_f16(x[(size_t)h * D + c]);
-        }
-        if (t == B - 1)
-            for (int h = 0; h < Hkv; h++) ops->enc_block(f, blk + (size_t)h * f->head_bytes, st + (size_t)h * B * D);
     }
-    if (any_deferred && t == B - 1) *staged = -1;
+    if (!p->stage) return;
+    /* the write that completes the block in this layer encodes it; acq_rel makes the other writers'
+     * rows visible to it */
+    int done = atomic_fetch_add_explicit(&p->filled[(size_t)b * L + layer], 1, memory_order_acq_rel) + 1;
+    KV_ASSERT(done <= B);
+    if (done != B) return;
+    for (int kind = 0; kind < 2; kind++) {
+        const kv_fmt *f = kind == KV_K ? &p->kf : &p->vf;
+        if (!f->deferred) continue;
+        const kv_fmt_ops *ops = kind == KV_K ? &p->kops : &p->vops;
+        uint8_t *blk = kv_block_ptr(p, layer, kind, b);
+        const uint16_t *st = kv_stage_ptr(p, slot, layer, kind);
+        for (int h = 0; h < Hkv; h++) ops->enc_block(f, blk + (size_t)h * f->head_bytes, st + (size_t)h * B * D);
+    }
 }
 
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
@@ -75,9 +79,10 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
     }
     int group = n_heads / Hkv;
     int n_blk = (n_ctx + B - 1) / B;
-    int32_t staged = p->stage_blk[(size_t)seq * c->n_layers + layer];
-    const uint16_t *stk = p->stage ? kv_stage_ptr(p, seq, layer, KV_K) : NULL;
-    const uint16_t *stv = p->stage ? kv_stage_ptr(p, seq, layer, KV_V) : NULL;
+    /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
+    int32_t slot = (p->stage && n_ctx % B != 0) ? p->blk_stage[s->table[n_blk - 1]] : -1;
+    const uint16_t *stk = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_K) : NULL;
+    const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
     float *scores = scratch;
     float *row = scratch + (size_t)n_blk * B;
 
@@ -89,7 +94,7 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
         for (int j = 0; j < n_blk; j++) {
             int n = (j == n_blk - 1) ? n_ctx - j * B : B;
             int32_t b = s->table[j];
-            if (j == staged && p->kf.deferred)
+            if (j == n_blk - 1 && stk && p->kf.deferred)
                 p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, scores + (size_t)j * B);
             else
                 p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row,
@@ -111,7 +116,7 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
         for (int j = 0; j < n_blk; j++) {
             int n = (j == n_blk - 1) ? n_ctx - j * B : B;
             int32_t b = s->table[j];
-            if (j == staged && p->vf.deferred)
+            if (j == n_blk - 1 && stv && p->vf.deferred)
                 p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, scores + (size_t)j * B, oh);
             else
                 p->vops.accum(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,

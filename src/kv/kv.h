@@ -52,6 +52,7 @@ typedef struct hr_kv_config {
     uint64_t budget_bytes; /* the pool gets floor(budget / block_bytes) blocks */
     int max_seqs;          /* capacity of the sequence table */
     bool force_scalar;     /* use the scalar reference kernels even where AVX2 exists (tests, eval) */
+    int stage_blocks;      /* q4/kivi2 only: f16 tail buffers, one per block being filled (0: 2 * max_seqs) */
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;
@@ -59,11 +60,13 @@ typedef int32_t hr_kv_seq; /* a sequence handle, valid from hr_kv_seq_create to 
 
 /* Bytes one block takes across all layers for K and V, including its scales. 0 for a bad config. */
 uint64_t hr_kv_block_bytes(const hr_kv_config *cfg);
-/* Formats encoded when a block fills (q4, kivi2) keep each sequence's open block in f16 in a
- * per-sequence tail buffer: this many bytes per sequence (0 for the other formats). */
-uint64_t hr_kv_seq_stage_bytes(const hr_kv_config *cfg);
-/* Bytes the pool takes from the budget before any block: max_seqs tail buffers. The pool holds
- * floor((budget_bytes - hr_kv_fixed_bytes) / hr_kv_block_bytes) blocks. */
+/* Formats encoded when a block fills (q4, kivi2) keep every block that is being filled in f16 in a
+ * tail buffer: this many bytes per buffer (0 for the other formats). A sequence in decode holds one;
+ * a prefill chunk of T tokens holds about T / block_size + 1. */
+uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg);
+/* Bytes the pool takes from the budget before any block: stage_blocks tail buffers (0 for formats
+ * without them). The pool holds floor((budget_bytes - hr_kv_fixed_bytes) / hr_kv_block_bytes)
+ * blocks, so size a budget as fixed + n_blocks * block bytes. */
 uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg);
 
 /* Allocates the pool. HR_ERR_BUDGET (with a message saying what fits) when the budget holds no block;
@@ -87,8 +90,8 @@ hr_status hr_kv_seq_create(hr_kv_pool *pool, hr_kv_seq *out, hr_error *err);
 hr_status hr_kv_seq_share_prefix(hr_kv_pool *pool, hr_kv_seq seq, const int32_t *tokens, int n_tokens, int *n_cached,
                                  hr_error *err);
 
-/* Makes the block table hold at least n_tokens slots. HR_ERR_FULL when the pool cannot (then nothing
- * changed). */
+/* Makes the block table hold at least n_tokens slots. HR_ERR_FULL when the pool cannot, or (q4/kivi2)
+ * when no tail buffer is free for a new block (then nothing changed). */
 hr_status hr_kv_seq_reserve(hr_kv_pool *pool, hr_kv_seq seq, int n_tokens, hr_error *err);
 
 /* Records that tokens [n_computed, n_computed + n) now have K/V written (hr_kv_write was called for
@@ -110,7 +113,9 @@ void hr_kv_seq_reset(hr_kv_pool *pool, hr_kv_seq seq);
 /* ---- storage, used by the forward pass --------------------------------------------------------- */
 
 /* Writes one token's K and V for one layer at position pos (the slot must be reserved; the block
- * must not be shared). k, v: [Hkv][D] floats. */
+ * must not be shared). k, v: [Hkv][D] floats. Each (layer, pos) is written once, in any order and
+ * from any thread (distinct (layer, pos) per call); with q4/kivi2 the write that completes a block
+ * in a layer encodes it. */
 void hr_kv_write(hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, const float *k, const float *v);
 
 /* out[h][:] = softmax(scale * q[h] . K[0..n_ctx)) . V for each query head h of one token, reading

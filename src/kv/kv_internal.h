@@ -7,11 +7,14 @@
  * same way; GQA query heads that share a KV head read the same run while it is hot in cache.
  * Every head region starts on a 64-byte boundary, every block too.
  *
- * Formats that quantize K per channel over a whole block (Q4, KIVI2) cannot encode a block until its
- * last token is known. They are "deferred": each sequence has a staging buffer holding, per layer,
- * one open block of K and V in f16 ([Hkv][B][D]); the write of a block's last slot encodes the
- * staged block into the pool block and frees the staging for the next block. Attention reads a
- * block from staging while it is staged. */
+ * Formats that quantize per channel over a whole block (Q4, KIVI2: "deferred") cannot encode a block
+ * until all of its tokens are written. Such a block gets an f16 staging slot ("tail buffer",
+ * [L][K|V][Hkv][B][D]) when it is reserved, from a fixed set allocated at create. Writes go to the
+ * slot; a per-(block, layer) atomic count of written slots lets the write that completes a block
+ * encode it, whichever thread and order the writes come in. Attention reads a block from its slot
+ * while the block is partial for that query, and encoded once full, so a query's result depends
+ * only on n_ctx and the data, not on chunking or batch. The slot returns at commit of the block's
+ * last token (or when the block is released). */
 #ifndef HR_KV_KV_INTERNAL_H
 #define HR_KV_KV_INTERNAL_H
 
@@ -162,10 +165,13 @@ struct hr_kv_pool {
     uint64_t block_bytes;                /* all layers, K + V */
     uint8_t *arena;                      /* [L][K blocks | V blocks], then staging */
     size_t arena_bytes;
-    uint8_t *stage;           /* [max_seqs][L][K|V][Hkv][B][D] f16; NULL without deferred formats */
-    size_t stage_layer_bytes; /* one sequence, one layer, K and V */
-    uint64_t stage_seq_bytes; /* one sequence, all layers */
-    int32_t *stage_blk;       /* [max_seqs][L]: table index of the staged block, -1 none */
+    uint8_t *stage;            /* [n_stage][L][K|V][Hkv][B][D] f16; NULL without deferred formats */
+    size_t stage_layer_bytes;  /* one slot, one layer, K and V */
+    uint64_t stage_slot_bytes; /* one slot, all layers */
+    int n_stage, n_stage_free;
+    int32_t *stage_free;   /* stack of free slot ids */
+    int32_t *blk_stage;    /* [n_blocks]: the block's staging slot, -1 none */
+    atomic_ushort *filled; /* [n_blocks][L]: slots written in the block (deferred formats) */
 
     /* block metadata, indexed by physical id */
     int32_t *refcnt;
@@ -195,9 +201,9 @@ static inline uint8_t *kv_block_ptr(const hr_kv_pool *p, int layer, int kind, in
     return p->arena + off;
 }
 
-static inline uint16_t *kv_stage_ptr(const hr_kv_pool *p, hr_kv_seq seq, int layer, int kind) {
+static inline uint16_t *kv_stage_ptr(const hr_kv_pool *p, int32_t slot, int layer, int kind) {
     size_t half = p->stage_layer_bytes / 2;
-    return (uint16_t *)(p->stage + (size_t)seq * p->stage_seq_bytes + (size_t)layer * p->stage_layer_bytes +
+    return (uint16_t *)(p->stage + (size_t)slot * p->stage_slot_bytes + (size_t)layer * p->stage_layer_bytes +
                         (size_t)kind * half);
 }
 
@@ -214,6 +220,9 @@ void kv_swap_drop(hr_kv_pool *p, kv_seq *s);
 
 /* pool.c helpers used by prefix.c and swap.c */
 void kv_block_ref(hr_kv_pool *p, int32_t b);
+bool kv_deferred(const hr_kv_pool *p);
+void kv_stage_release(hr_kv_pool *p, int32_t b); /* returns b's staging slot, if any */
+int32_t kv_stage_take(hr_kv_pool *p, int32_t b); /* gives b a slot (one must be free) */
 void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s);
 int32_t kv_block_alloc(hr_kv_pool *p); /* -1 when none; caller checked availability */
 hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err);

@@ -121,6 +121,17 @@ hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
         else if ((p->flags[b] & KV_FLAG_IN_MAP) && !(p->flags[b] & KV_FLAG_HASHED))
             rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d is in the map without a hash", b);
     }
+    int staged = 0;
+    for (int b = 0; b < n && rc == HR_OK && p->stage; b++) {
+        if (p->blk_stage[b] < 0) continue;
+        staged++;
+        if (p->state[b] != KV_BLK_USED || (p->flags[b] & KV_FLAG_HASHED))
+            rc =
+                hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d holds a tail buffer but is not being filled", b);
+    }
+    if (rc == HR_OK && staged + p->n_stage_free != p->n_stage)
+        rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: %d tail buffers held + %d free != %d", staged,
+                          p->n_stage_free, p->n_stage);
     free(held);
     if (rc == HR_OK && waste != atomic_load(&p->waste_slots))
         rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: waste slots %llu, ledger %llu", (unsigned long long)waste,

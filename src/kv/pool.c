@@ -39,6 +39,8 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
                             cfg->block_size);
     if (cfg->max_seqs < 1 || cfg->max_seqs > (1 << 20))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV max_seqs must be 1..1048576, got %d", cfg->max_seqs);
+    if (cfg->stage_blocks < 0 || cfg->stage_blocks > (1 << 22))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV stage_blocks must be 0..4194304, got %d", cfg->stage_blocks);
     hr_status rc = kv_fmt_init(kf, cfg->k_format, KV_K, cfg->block_size, cfg->head_dim, err);
     if (rc == HR_OK) rc = kv_fmt_init(vf, cfg->v_format, KV_V, cfg->block_size, cfg->head_dim, err);
     if (rc != HR_OK) hr_error_prefix(err, "KV config");
@@ -51,14 +53,16 @@ uint64_t hr_kv_block_bytes(const hr_kv_config *cfg) {
     return (uint64_t)cfg->n_layers * cfg->n_kv_heads * (kf.head_bytes + vf.head_bytes);
 }
 
-uint64_t hr_kv_seq_stage_bytes(const hr_kv_config *cfg) {
+uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg) {
     kv_fmt kf, vf;
     if (kv_check_config(cfg, &kf, &vf, NULL) != HR_OK) return 0;
     if (!kf.deferred && !vf.deferred) return 0;
     return (uint64_t)cfg->n_layers * 2 * cfg->n_kv_heads * cfg->block_size * cfg->head_dim * 2;
 }
 
-uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg) { return hr_kv_seq_stage_bytes(cfg) * (uint64_t)cfg->max_seqs; }
+static int kv_n_stage(const hr_kv_config *cfg) { return cfg->stage_blocks > 0 ? cfg->stage_blocks : 2 * cfg->max_seqs; }
+
+uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg) { return hr_kv_stage_block_bytes(cfg) * (uint64_t)kv_n_stage(cfg); }
 
 /* ---- lists --------------------------------------------------------------------------------------- */
 
@@ -108,6 +112,23 @@ int32_t kv_block_alloc(hr_kv_pool *p) {
     return b;
 }
 
+bool kv_deferred(const hr_kv_pool *p) { return p->stage != NULL; }
+
+int32_t kv_stage_take(hr_kv_pool *p, int32_t b) {
+    KV_ASSERT(p->n_stage_free > 0 && p->blk_stage[b] < 0);
+    int32_t slot = p->stage_free[--p->n_stage_free];
+    p->blk_stage[b] = slot;
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        atomic_store_explicit(&p->filled[(size_t)b * p->cfg.n_layers + l], 0, memory_order_relaxed);
+    return slot;
+}
+
+void kv_stage_release(hr_kv_pool *p, int32_t b) {
+    if (!p->stage || p->blk_stage[b] < 0) return;
+    p->stage_free[p->n_stage_free++] = p->blk_stage[b];
+    p->blk_stage[b] = -1;
+}
+
 /* One more table holds b (b is USED or CACHED). */
 void kv_block_ref(hr_kv_pool *p, int32_t b) {
     if (p->state[b] == KV_BLK_CACHED) {
@@ -123,6 +144,7 @@ void kv_block_ref(hr_kv_pool *p, int32_t b) {
 static void kv_block_unref(hr_kv_pool *p, int32_t b) {
     KV_ASSERT(p->state[b] == KV_BLK_USED && p->refcnt[b] > 0);
     if (--p->refcnt[b] > 0) return;
+    kv_stage_release(p, b);
     atomic_fetch_sub_explicit(&p->n_used, 1, memory_order_relaxed);
     if (p->flags[b] & KV_FLAG_IN_MAP) {
         p->state[b] = KV_BLK_CACHED;
@@ -155,7 +177,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
                             "or use a smaller block_size or format",
                             b1, cfg->block_size, cfg->n_layers, hr_kv_format_name(cfg->k_format),
                             hr_kv_format_name(cfg->v_format), b2,
-                            fixed ? " plus f16 tail buffers for max_seqs sequences" : "", b3,
+                            fixed ? " plus f16 tail buffers (stage_blocks) for the blocks being filled" : "", b3,
                             (unsigned long long)(fixed + block_bytes));
     }
     uint64_t nb = (cfg->budget_bytes - fixed) / block_bytes;
@@ -171,8 +193,9 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->k_block_bytes = (size_t)cfg->n_kv_heads * kf.head_bytes;
     p->v_block_bytes = (size_t)cfg->n_kv_heads * vf.head_bytes;
     p->block_bytes = block_bytes;
-    p->stage_seq_bytes = hr_kv_seq_stage_bytes(cfg);
-    p->stage_layer_bytes = (size_t)(p->stage_seq_bytes / (uint64_t)cfg->n_layers);
+    p->stage_slot_bytes = hr_kv_stage_block_bytes(cfg);
+    p->stage_layer_bytes = (size_t)(p->stage_slot_bytes / (uint64_t)cfg->n_layers);
+    p->n_stage = fixed ? kv_n_stage(cfg) : 0;
 
     __builtin_cpu_init();
     p->avx2 = !cfg->force_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -209,16 +232,22 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->next = malloc((size_t)n * sizeof *p->next);
     p->seqs = calloc((size_t)S, sizeof *p->seqs);
     p->pending = calloc((size_t)S * B, sizeof *p->pending);
-    p->stage_blk = malloc((size_t)S * cfg->n_layers * sizeof *p->stage_blk);
+    p->blk_stage = malloc((size_t)n * sizeof *p->blk_stage);
+    p->stage_free = malloc((size_t)(p->n_stage + 1) * sizeof *p->stage_free);
+    p->filled = p->stage ? calloc((size_t)n * cfg->n_layers, sizeof *p->filled) : NULL;
     bool ok = p->refcnt && p->state && p->flags && p->hash && p->parent && p->tokens && p->prev && p->next && p->seqs &&
-              p->pending && p->stage_blk && kv_prefix_map_init(p);
+              p->pending && p->blk_stage && p->stage_free && (p->filled || !p->stage) && kv_prefix_map_init(p);
     if (!ok) {
         hr_kv_pool_destroy(p);
         return hr_error_set(err, HR_ERR_NOMEM, "KV pool: out of memory for the metadata of %d blocks", n);
     }
     p->free_list = (kv_list){-1, -1, 0};
     p->lru = (kv_list){-1, -1, 0};
-    for (int b = 0; b < n; b++) kv_list_push_tail(p, &p->free_list, b);
+    for (int b = 0; b < n; b++) {
+        kv_list_push_tail(p, &p->free_list, b);
+        p->blk_stage[b] = -1;
+    }
+    for (int i = p->n_stage - 1; i >= 0; i--) p->stage_free[p->n_stage_free++] = i;
     atomic_init(&p->n_free, n);
     atomic_init(&p->n_used, 0);
     atomic_init(&p->n_cached, 0);
@@ -248,7 +277,9 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     free(p->next);
     free(p->seqs);
     free(p->pending);
-    free(p->stage_blk);
+    free(p->blk_stage);
+    free(p->stage_free);
+    free(p->filled);
     free(p->map);
     free(p);
 }
@@ -283,10 +314,6 @@ void kv_update_peak(hr_kv_pool *p, kv_seq *s) {
     if (now > s->bytes_peak) s->bytes_peak = now;
 }
 
-static void kv_seq_clear_stage(hr_kv_pool *p, hr_kv_seq seq) {
-    for (int l = 0; l < p->cfg.n_layers; l++) p->stage_blk[(size_t)seq * p->cfg.n_layers + l] = -1;
-}
-
 hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
     for (int i = 0; i < p->cfg.max_seqs; i++) {
         kv_seq *s = &p->seqs[i];
@@ -300,7 +327,6 @@ hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
         s->swap_cap = swap_cap;
         s->active = true;
         s->last_hash = kv_prefix_root(p);
-        kv_seq_clear_stage(p, i);
         *out = i;
         return HR_OK;
     }
@@ -324,9 +350,18 @@ hr_status hr_kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error
         return hr_error_set(err, HR_ERR_FULL,
                             "KV reserve: %d more blocks needed for %d tokens, %d free or evictable of %d", add,
                             n_tokens, hr_kv_pool_n_free(p), p->n_blocks);
+    if (p->stage && add > p->n_stage_free)
+        return hr_error_set(err, HR_ERR_FULL,
+                            "KV reserve: %d blocks to fill need f16 tail buffers, %d of %d free (stage_blocks); "
+                            "retry after commits or raise stage_blocks",
+                            add, p->n_stage_free, p->n_stage);
     hr_status rc = kv_table_reserve(s, need_blocks, err);
     if (rc != HR_OK) return rc;
-    for (int i = 0; i < add; i++) s->table[s->n_table++] = kv_block_alloc(p);
+    for (int i = 0; i < add; i++) {
+        int32_t b = kv_block_alloc(p);
+        if (p->stage) kv_stage_take(p, b);
+        s->table[s->n_table++] = b;
+    }
     atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)add * B, memory_order_relaxed);
     kv_update_peak(p, s);
     return HR_OK;
@@ -349,7 +384,6 @@ void hr_kv_seq_reset(hr_kv_pool *p, hr_kv_seq seq) {
     s->n_tokens = 0;
     s->prefix_hit_tokens = 0;
     s->last_hash = kv_prefix_root(p);
-    kv_seq_clear_stage(p, seq);
 }
 
 void hr_kv_seq_free(hr_kv_pool *p, hr_kv_seq seq) {
@@ -366,8 +400,8 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
     int B = p->cfg.block_size, L = p->cfg.n_layers;
     int n_full = s->n_tokens / B;
     bool tail = s->n_tokens % B != 0;
-    if (tail && hr_kv_pool_n_free(p) < 1)
-        return hr_error_set(err, HR_ERR_FULL, "KV fork: no free block to copy the partial tail block into");
+    if (tail && (hr_kv_pool_n_free(p) < 1 || (p->stage && p->n_stage_free < 1)))
+        return hr_error_set(err, HR_ERR_FULL, "KV fork: no free block (or tail buffer) to copy the partial tail into");
     hr_kv_seq c;
     hr_status rc = hr_kv_seq_create(p, &c, err);
     if (rc != HR_OK) return rc;
@@ -388,15 +422,14 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
             memcpy(kv_block_ptr(p, l, KV_K, to), kv_block_ptr(p, l, KV_K, from), p->k_block_bytes);
             memcpy(kv_block_ptr(p, l, KV_V, to), kv_block_ptr(p, l, KV_V, from), p->v_block_bytes);
         }
-        d->table[d->n_table++] = to;
-    }
-    if (p->stage) {
-        memcpy(p->stage + (size_t)c * p->stage_seq_bytes, p->stage + (size_t)src * p->stage_seq_bytes,
-               p->stage_seq_bytes);
-        for (int l = 0; l < L; l++) {
-            int32_t sb = p->stage_blk[(size_t)src * L + l];
-            p->stage_blk[(size_t)c * L + l] = sb < d->n_table ? sb : -1;
+        if (p->stage && p->blk_stage[from] >= 0) {
+            int32_t slot = kv_stage_take(p, to);
+            memcpy(p->stage + (size_t)slot * p->stage_slot_bytes,
+                   p->stage + (size_t)p->blk_stage[from] * p->stage_slot_bytes, p->stage_slot_bytes);
+            for (int l = 0; l < L; l++)
+                atomic_store(&p->filled[(size_t)to * L + l], atomic_load(&p->filled[(size_t)from * L + l]));
         }
+        d->table[d->n_table++] = to;
     }
     memcpy(p->pending + (size_t)c * B, p->pending + (size_t)src * B, (size_t)B * sizeof *p->pending);
     d->n_tokens = s->n_tokens;

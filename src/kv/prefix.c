@@ -99,6 +99,11 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
         if (s->n_tokens % B != 0) continue;
         int32_t b = s->table[s->n_tokens / B - 1];
         KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
+#if HR_DEBUG_CHECKS
+        for (int l = 0; p->stage && l < p->cfg.n_layers; l++)
+            KV_ASSERT(atomic_load(&p->filled[(size_t)b * p->cfg.n_layers + l]) == B); /* every layer written */
+#endif
+        kv_stage_release(p, b); /* encoded: the tail buffer is not needed any more */
         uint64_t h = kv_chain(s->last_hash, pend, B);
         p->parent[b] = s->last_hash;
         p->hash[b] = h;
