@@ -3,6 +3,7 @@
  * fallback, special-token parsing on and off, the invalid-UTF-8 rule, streaming decode of a character
  * split across byte tokens, load errors, and 1 MB inputs (which only finish if encoding is not
  * quadratic; nothing here measures time). */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,7 +354,53 @@ static void test_load_errors(void) {
     CHECK(t == NULL);
 }
 
+/* One tokenizer, several threads encoding at once: every thread must get the single-thread result. */
+typedef struct thread_job {
+    const hr_tokenizer *t;
+    const char *text;
+    size_t len;
+    int32_t *ids;
+    size_t n;
+    hr_status st;
+} thread_job;
+
+static void *encode_job(void *arg) {
+    thread_job *j = arg;
+    hr_tokenize_opts o = {.add_bos = true, .parse_special = true};
+    j->st = hr_tokenizer_encode_alloc(j->t, j->text, j->len, &o, &j->ids, &j->n, NULL);
+    return NULL;
+}
+
+static void test_threads(void) {
+    size_t len = 200000;
+    char *text = malloc(len + 1);
+    static const char unit[] = "hello world ab<|eot|> c\xC3\xA9 xyz 123\n";
+    for (size_t i = 0; i < len; i++) text[i] = unit[i % (sizeof unit - 1)];
+    text[len] = 0;
+    for (int v = 0; v < 2; v++) {
+        hr_tokenizer *t = load_from_writer(v ? bpe_writer("llama-bpe") : spm_writer(), HR_OK, NULL);
+        if (!t) continue;
+        thread_job ref = {t, text, len, NULL, 0, HR_OK}, jobs[4];
+        encode_job(&ref);
+        CHECK(ref.st == HR_OK);
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) {
+            jobs[i] = (thread_job){t, text, len, NULL, 0, HR_OK};
+            CHECK(pthread_create(&th[i], NULL, encode_job, &jobs[i]) == 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            CHECK(jobs[i].st == HR_OK && jobs[i].n == ref.n && memcmp(jobs[i].ids, ref.ids, ref.n * 4) == 0);
+            free(jobs[i].ids);
+        }
+        free(ref.ids);
+        hr_tokenizer_destroy(t);
+    }
+    free(text);
+}
+
 int main(void) {
+    test_threads();
     test_spm();
     test_bpe();
     test_llama3_style();
