@@ -1,6 +1,7 @@
-/* cmd_run.c: `headroom run`: load a model (or the built-in demo), tokenize a prompt, prefill it in
- * chunks through the paged KV cache, then decode token by token with the chosen sampler, streaming
- * text to stdout and statistics to stderr (or one JSON object with --json). */
+/* cmd_run.c: `headroom run`: load a model (or the built-in demo) and run one or many prompts through
+ * the engine (continuous batching over the paged KV cache, chunked prefill, admission by bytes,
+ * preemption). One prompt streams its text to stdout; several run concurrently and print in input
+ * order. Statistics go to stderr, or everything into one JSON object with --json. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,14 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: headroom run [-m FILE.gguf] -p PROMPT [options]\n\n"
-            "Generates a completion of PROMPT. Without -m, a built-in tiny demo model with random weights is\n"
-            "used (its text is noise; it shows the pipeline works).\n\n"
+            "usage: headroom run [-m FILE.gguf] -p PROMPT [-p PROMPT ...] [--prompts FILE] [options]\n\n"
+            "Generates a completion of each PROMPT. Several prompts run concurrently through the engine and\n"
+            "print in input order. Without -m, a built-in tiny demo model with random weights is used (its\n"
+            "text is noise; it shows the pipeline works).\n\n"
             "model and prompt:\n"
             "  -m, --model FILE       GGUF model (llama, mistral, qwen2; f32/f16/bf16/q8_0/q4_0/q4_K/q5_K/q6_K)\n"
-            "  -p, --prompt TEXT      the prompt\n"
+            "  -p, --prompt TEXT      a prompt (repeatable: all run concurrently)\n"
+            "      --prompts FILE     more prompts, one per line (blank lines skipped)\n"
             "      --no-bos           do not prepend the BOS token\n"
             "generation:\n"
             "  -n, --n-predict N      tokens to generate (default 128)\n"
@@ -34,26 +37,128 @@ static void usage(FILE *f) {
             "      --ignore-eos       keep generating past end-of-generation tokens\n"
             "cache and compute:\n"
             "  -c, --ctx N            context length (default: the model's, at most 4096)\n"
-            "      --kv-budget SIZE   KV pool size, e.g. 256MiB (default: what one --ctx sequence needs)\n"
-            "      --kv-type F        KV format for K and V: f32, f16 (default f16)\n"
+            "      --kv-budget SIZE   KV pool size, e.g. 256MiB; allocated once, never grows (default: one --ctx\n"
+            "                         sequence per prompt that can run at once)\n"
+            "      --kv-type F        KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2 (default f16)\n"
+            "      --kv-type-k F, --kv-type-v F  the format of K or V alone\n"
             "      --block-size N     tokens per KV block, 8..256 (default 16)\n"
-            "  -b, --batch N          prompt tokens per forward step (default 512)\n"
+            "      --kv-layout L      paged (blocks on demand, prefix sharing; default) or contiguous (each\n"
+            "                         sequence reserves --ctx slots up front, like llama.cpp slots)\n"
+            "engine (continuous batching):\n"
+            "  -b, --max-batch-tokens N  tokens per engine step, decodes and prefill chunks mixed (default 512;\n"
+            "                         --batch is the same flag)\n"
+            "      --prefill-chunk N  most prompt tokens of one sequence per step (default: --max-batch-tokens)\n"
+            "      --max-running N    sequences in flight at once (default 64)\n"
+            "      --max-queue N      waiting requests before new ones are refused (default 1024)\n"
+            "      --admission M      adaptive (default: reserve prompt + p90 of completion lengths seen),\n"
+            "                         reserve (prompt + -n must fit; never preempts), optimistic (prompt must\n"
+            "                         fit; preempt when the pool runs out)\n"
+            "      --preempt M        recompute (drop blocks, re-prefill later; cached prefix blocks reused),\n"
+            "                         swap (to the swap tier; recompute until kv/ offers one), auto (default)\n"
             "  -t, --threads N        worker threads (default: all cores)\n"
             "      --isa NAME         force kernels: scalar, avx2, avx512 (default: best available)\n"
             "output:\n"
-            "      --json             print one JSON object (completion, token ids and counts, speeds, KV bytes)\n"
+            "      --json             print one JSON object (completion, token ids and counts, speeds, KV bytes;\n"
+            "                         with several prompts a \"results\" array in input order and \"engine\" figures)\n"
             "  -v, --verbose          print the KV ledger after the run\n");
+}
+
+/* The prompts of one run: -p values (borrowed from argv) and --prompts file lines (owned). */
+typedef struct prompt_list {
+    const char **v;
+    char **owned;
+    int n, n_owned, cap;
+} prompt_list;
+
+static bool prompts_add(prompt_list *l, const char *p, bool owned) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 8;
+        const char **v = realloc(l->v, sizeof *v * (size_t)cap);
+        char **o = realloc(l->owned, sizeof *o * (size_t)cap);
+        if (v) l->v = v;
+        if (o) l->owned = o;
+        if (!v || !o) return false;
+        l->cap = cap;
+    }
+    l->v[l->n++] = p;
+    if (owned) l->owned[l->n_owned++] = (char *)p;
+    return true;
+}
+
+static void prompts_free(prompt_list *l) {
+    for (int i = 0; i < l->n_owned; i++) free(l->owned[i]);
+    free(l->owned);
+    free(l->v);
+}
+
+/* Reads one prompt per line (CR/LF stripped, blank lines skipped). */
+static bool prompts_read_file(prompt_list *l, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "headroom run: --prompts %s: cannot open it\n", path);
+        return false;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    bool ok = true;
+    while (ok && (n = getline(&line, &cap, f)) >= 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+        if (n == 0) continue;
+        char *dup = strdup(line);
+        ok = dup && prompts_add(l, dup, true);
+        if (!ok) free(dup);
+    }
+    free(line);
+    fclose(f);
+    if (!ok) fprintf(stderr, "headroom run: --prompts %s: out of memory\n", path);
+    return ok;
+}
+
+static void print_json(json_t *root) {
+    char *text = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    printf("%s\n", text ? text : "{}");
+    free(text);
+    json_decref(root);
+}
+
+/* Prints the results of several prompts in input order; returns the number that did not complete. */
+static int print_many(hr_session *s, hr_generation *g, int n, double seconds, bool json) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += g[i].status != HR_OK;
+    if (json) {
+        json_t *root = json_object(), *arr = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(arr, hr_generation_to_json(s, &g[i]));
+        json_object_set_new(root, "results", arr);
+        json_object_set_new(root, "engine", hr_session_engine_json(s, seconds));
+        json_object_set_new(root, "model", json_string(hr_model_hparams(hr_session_model(s))->name));
+        print_json(root);
+        return bad;
+    }
+    for (int i = 0; i < n; i++) {
+        if (g[i].status != HR_OK) {
+            printf("[%d] (error: %s)\n", i, g[i].error);
+            fprintf(stderr, "headroom run: prompt %d: %s\n", i, g[i].error);
+        } else {
+            printf("[%d] %.*s\n", i, (int)g[i].text_len, g[i].text);
+        }
+    }
+    fflush(stdout);
+    hr_session_print_engine_stats(s, g, n, seconds, stderr);
+    return bad;
 }
 
 int hr_cmd_run(int argc, char **argv) {
     hr_session_opts o = hr_session_default_opts();
-    const char *prompt = NULL;
+    prompt_list pl = {0};
     bool json = false, verbose = false;
+    int rc = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            rc = 0;
+            goto out;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -63,59 +168,73 @@ int hr_cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--ignore-eos")) {
             o.ignore_eos = true;
         } else if (hr_session_parse_common(&o, "run", argc, argv, &i, &v)) {
-            if (!v) return 2; /* the parser printed the problem */
+            if (!v) goto out; /* the parser printed the problem */
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = hr_arg_value("run", argc, argv, &i))) return 2;
+            if (!(v = hr_arg_value("run", argc, argv, &i))) goto out;
+            if (!prompts_add(&pl, v, false)) goto out;
+        } else if (!strcmp(a, "--prompts")) {
+            if (!(v = hr_arg_value("run", argc, argv, &i)) || !prompts_read_file(&pl, v)) goto out;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!(v = hr_arg_value("run", argc, argv, &i)) || !hr_arg_int("run", a, v, 0, 1 << 24, &o.n_predict))
-                return 2;
+                goto out;
         } else if (!strcmp(a, "--stop")) {
-            if (!(v = hr_arg_value("run", argc, argv, &i))) return 2;
+            if (!(v = hr_arg_value("run", argc, argv, &i))) goto out;
             if (o.n_stop == HR_SESSION_MAX_STOP) {
                 fprintf(stderr, "headroom run: at most %d --stop strings\n", HR_SESSION_MAX_STOP);
-                return 2;
+                goto out;
             }
             if (!*v) {
                 fprintf(stderr, "headroom run: --stop needs a non-empty string\n");
-                return 2;
+                goto out;
             }
             o.stop[o.n_stop++] = v;
         } else {
             fprintf(stderr, "headroom run: unknown option '%s' (see headroom run --help)\n", a);
-            return 2;
+            goto out;
         }
     }
-    if (!prompt) {
-        fprintf(stderr, "headroom run: no prompt: give one with -p TEXT (see headroom run --help)\n");
-        return 2;
+    if (pl.n == 0) {
+        fprintf(stderr, "headroom run: no prompt: give one with -p TEXT or --prompts FILE (see headroom run --help)\n");
+        goto out;
     }
+    o.n_prompts_hint = pl.n;
     hr_error err = {0};
     hr_session *s = NULL;
+    rc = 1;
     if (hr_session_open(&o, &s, &err) != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
-        return 1;
+        goto out;
     }
-    if (!o.model_path && !json) fprintf(stderr, "headroom: no -m given: using the built-in demo model (tiny, random weights: its text is noise)\n");
-    hr_generation g;
-    hr_status st = hr_session_generate(s, prompt, json ? NULL : stdout, &g, &err);
+    if (!o.model_path && !json)
+        fprintf(stderr,
+                "headroom: no -m given: using the built-in demo model (tiny, random weights: its text is noise)\n");
+    hr_generation *g = calloc((size_t)pl.n, sizeof *g);
+    if (!g) {
+        fprintf(stderr, "headroom run: out of memory\n");
+        hr_session_close(s);
+        goto out;
+    }
+    double t0 = hr_time_now();
+    hr_status st = hr_session_generate_many(s, pl.v, pl.n, json || pl.n > 1 ? NULL : stdout, g, &err);
+    double seconds = hr_time_now() - t0;
     if (st != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
-        hr_session_close(s);
-        return 1;
-    }
-    if (json) {
-        json_t *root = hr_generation_to_json(s, &g);
-        char *text = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-        printf("%s\n", text ? text : "{}");
-        free(text);
-        json_decref(root);
+    } else if (pl.n > 1) {
+        rc = print_many(s, g, pl.n, seconds, json) ? 1 : 0;
+    } else if (json) {
+        print_json(hr_generation_to_json(s, &g[0]));
+        rc = 0;
     } else {
         printf("\n");
         fflush(stdout);
-        hr_generation_print_stats(s, &g, stderr);
+        hr_generation_print_stats(s, &g[0], stderr);
+        rc = 0;
     }
-    if (verbose) hr_session_print_ledger(s, stderr);
-    hr_generation_free(&g);
+    if (verbose && st == HR_OK) hr_session_print_ledger(s, stderr);
+    for (int i = 0; i < pl.n; i++) hr_generation_free(&g[i]);
+    free(g);
     hr_session_close(s);
-    return 0;
+out:
+    prompts_free(&pl);
+    return rc;
 }

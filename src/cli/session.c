@@ -1,4 +1,5 @@
-/* session.c: see session.h. */
+/* session.c: see session.h. The model, tokenizer, KV pool and forward context are opened here; every
+ * generation goes through the engine (src/engine), on this thread, one hr_engine_step at a time. */
 #include "cli/session.h"
 
 #include <stdlib.h>
@@ -8,9 +9,6 @@
 #include "common/util.h"
 #include "model/synth.h"
 
-/* Prompt chunks are bounded so the per-chunk position arrays can live on the stack. */
-#define HR_MAX_STACK_BATCH 512
-
 struct hr_session {
     hr_session_opts o;
     void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
@@ -18,8 +16,7 @@ struct hr_session {
     hr_tokenizer *tok;
     hr_kv_pool *kv;
     hr_model_ctx *ctx;
-    hr_sampler *sampler;
-    float *logits;   /* (V) */
+    hr_engine *engine;
     int n_ctx;
 };
 
@@ -28,6 +25,10 @@ hr_session_opts hr_session_default_opts(void) {
     o.k_format = o.v_format = HR_KV_F16;
     o.block_size = 16;
     o.n_batch = 512;
+    o.max_running = 64;
+    o.admission = HR_ADMIT_ADAPTIVE;
+    o.preempt = HR_PREEMPT_AUTO;
+    o.layout = HR_LAYOUT_PAGED;
     o.n_predict = 128;
     o.sampling = hr_sampler_default_params();
     o.sampling.temperature = 0.8f;
@@ -39,8 +40,10 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
 #define IS(x) (!strcmp(a, x))
     bool known = IS("-m") || IS("--model") || IS("-c") || IS("--ctx") || IS("--kv-budget") || IS("--kv-type") ||
                  IS("--kv-type-k") || IS("--kv-type-v") || IS("--block-size") || IS("-b") || IS("--batch") ||
-                 IS("-t") || IS("--threads") || IS("--isa") || IS("--temp") || IS("--top-k") || IS("--top-p") ||
-                 IS("--min-p") || IS("--repeat-penalty") || IS("--presence-penalty") || IS("--frequency-penalty") ||
+                 IS("--max-batch-tokens") || IS("--prefill-chunk") || IS("--max-running") || IS("--max-queue") ||
+                 IS("--admission") || IS("--preempt") || IS("--kv-layout") || IS("-t") || IS("--threads") ||
+                 IS("--isa") || IS("--temp") || IS("--top-k") || IS("--top-p") || IS("--min-p") ||
+                 IS("--repeat-penalty") || IS("--presence-penalty") || IS("--frequency-penalty") ||
                  IS("--repeat-last-n") || IS("--seed");
     if (!known) return false;
     *value = NULL;
@@ -48,9 +51,12 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
     if (!v) return true;
     bool ok = true;
     hr_sampler_params *sp = &o->sampling;
-    if (IS("-m") || IS("--model")) o->model_path = v;
-    else if (IS("-c") || IS("--ctx")) ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->n_ctx);
-    else if (IS("--kv-budget")) ok = hr_arg_size(cmd, a, v, &o->kv_budget);
+    if (IS("-m") || IS("--model"))
+        o->model_path = v;
+    else if (IS("-c") || IS("--ctx"))
+        ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->n_ctx);
+    else if (IS("--kv-budget"))
+        ok = hr_arg_size(cmd, a, v, &o->kv_budget);
     else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
         hr_kv_format f;
         hr_error err;
@@ -61,19 +67,47 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
             if (!IS("--kv-type-v")) o->k_format = f;
             if (!IS("--kv-type-k")) o->v_format = f;
         }
-    } else if (IS("--block-size")) ok = hr_arg_int(cmd, a, v, 8, 256, &o->block_size);
-    else if (IS("-b") || IS("--batch")) ok = hr_arg_int(cmd, a, v, 1, 1 << 16, &o->n_batch);
-    else if (IS("-t") || IS("--threads")) ok = hr_arg_int(cmd, a, v, 1, 1024, &o->n_threads);
-    else if (IS("--isa")) o->isa = v;
-    else if (IS("--temp")) ok = hr_arg_float(cmd, a, v, 0, 100, &sp->temperature);
-    else if (IS("--top-k")) ok = hr_arg_int(cmd, a, v, 0, 1 << 24, &sp->top_k);
-    else if (IS("--top-p")) ok = hr_arg_float(cmd, a, v, 1e-6, 1, &sp->top_p);
-    else if (IS("--min-p")) ok = hr_arg_float(cmd, a, v, 0, 1, &sp->min_p);
-    else if (IS("--repeat-penalty")) ok = hr_arg_float(cmd, a, v, 1e-3, 100, &sp->repeat_penalty);
-    else if (IS("--presence-penalty")) ok = hr_arg_float(cmd, a, v, -2, 2, &sp->presence_penalty);
-    else if (IS("--frequency-penalty")) ok = hr_arg_float(cmd, a, v, -2, 2, &sp->frequency_penalty);
-    else if (IS("--repeat-last-n")) ok = hr_arg_int(cmd, a, v, -1, 1 << 20, &sp->penalty_last_n);
-    else if (IS("--seed")) ok = hr_arg_u64(cmd, a, v, &sp->seed);
+    } else if (IS("--block-size"))
+        ok = hr_arg_int(cmd, a, v, 8, 256, &o->block_size);
+    else if (IS("-b") || IS("--batch") || IS("--max-batch-tokens"))
+        ok = hr_arg_int(cmd, a, v, 1, 1 << 16, &o->n_batch);
+    else if (IS("--prefill-chunk"))
+        ok = hr_arg_int(cmd, a, v, 1, 1 << 16, &o->prefill_chunk);
+    else if (IS("--max-running"))
+        ok = hr_arg_int(cmd, a, v, 1, 4096, &o->max_running);
+    else if (IS("--max-queue"))
+        ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->max_queue);
+    else if (IS("--admission") || IS("--preempt") || IS("--kv-layout")) {
+        hr_error err;
+        hr_status st = IS("--admission") ? hr_admission_parse(v, &o->admission, &err)
+                       : IS("--preempt") ? hr_preempt_mode_parse(v, &o->preempt, &err)
+                                         : hr_kv_layout_parse(v, &o->layout, &err);
+        if (st != HR_OK) {
+            fprintf(stderr, "headroom %s: %s: %s\n", cmd, a, err.msg);
+            ok = false;
+        }
+    } else if (IS("-t") || IS("--threads"))
+        ok = hr_arg_int(cmd, a, v, 1, 1024, &o->n_threads);
+    else if (IS("--isa"))
+        o->isa = v;
+    else if (IS("--temp"))
+        ok = hr_arg_float(cmd, a, v, 0, 100, &sp->temperature);
+    else if (IS("--top-k"))
+        ok = hr_arg_int(cmd, a, v, 0, 1 << 24, &sp->top_k);
+    else if (IS("--top-p"))
+        ok = hr_arg_float(cmd, a, v, 1e-6, 1, &sp->top_p);
+    else if (IS("--min-p"))
+        ok = hr_arg_float(cmd, a, v, 0, 1, &sp->min_p);
+    else if (IS("--repeat-penalty"))
+        ok = hr_arg_float(cmd, a, v, 1e-3, 100, &sp->repeat_penalty);
+    else if (IS("--presence-penalty"))
+        ok = hr_arg_float(cmd, a, v, -2, 2, &sp->presence_penalty);
+    else if (IS("--frequency-penalty"))
+        ok = hr_arg_float(cmd, a, v, -2, 2, &sp->frequency_penalty);
+    else if (IS("--repeat-last-n"))
+        ok = hr_arg_int(cmd, a, v, -1, 1 << 20, &sp->penalty_last_n);
+    else if (IS("--seed"))
+        ok = hr_arg_u64(cmd, a, v, &sp->seed);
 #undef IS
     if (ok) *value = v;
     return true;
@@ -94,16 +128,23 @@ static hr_status load_demo(hr_session *s, hr_error *err) {
     return hr_model_load_gguf(g, &s->model, err);
 }
 
-/* Sizes and creates the KV pool: the budget must hold at least one n_ctx sequence. */
+/* Sizes and creates the KV pool: the budget must hold at least one n_ctx sequence. The default
+ * budget holds one n_ctx sequence per prompt that can run at once. */
 static hr_status open_kv(hr_session *s, hr_error *err) {
     const hr_hparams *hp = hr_model_hparams(s->model);
-    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = s->o.block_size, .k_format = s->o.k_format, .v_format = s->o.v_format,
-                       .max_seqs = 64};
-    uint64_t block_bytes = hr_kv_block_bytes(&kc);
+    int n_seqs = HR_MAX(1, HR_MIN(s->o.n_prompts_hint, s->o.max_running));
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = s->o.block_size,
+                       .k_format = s->o.k_format,
+                       .v_format = s->o.v_format,
+                       .max_seqs = n_seqs};
+    uint64_t block_bytes = hr_kv_block_bytes(&kc), fixed = hr_kv_fixed_bytes(&kc);
+    if (block_bytes == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "--block-size/--kv-type: no valid KV block");
     uint64_t need_blocks = (uint64_t)(s->n_ctx + kc.block_size - 1) / kc.block_size;
-    kc.budget_bytes = s->o.kv_budget ? s->o.kv_budget : need_blocks * block_bytes;
-    uint64_t have_blocks = kc.budget_bytes / block_bytes;
+    kc.budget_bytes = s->o.kv_budget ? s->o.kv_budget : fixed + need_blocks * block_bytes * (uint64_t)n_seqs;
+    uint64_t have_blocks = kc.budget_bytes > fixed ? (kc.budget_bytes - fixed) / block_bytes : 0;
     if (have_blocks < need_blocks) {
         char b1[32], b2[32];
         return hr_error_set(err, HR_ERR_BUDGET,
@@ -132,15 +173,22 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
     }
     s->n_ctx = o->n_ctx ? o->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
     if ((st = open_kv(s, err))) goto fail;
-    hr_model_ctx_params mp = {.n_threads = o->n_threads, .max_batch_tokens = o->n_batch, .max_ctx = s->n_ctx,
-                              .force_isa = o->isa};
+    hr_model_ctx_params mp = {
+        .n_threads = o->n_threads, .max_batch_tokens = o->n_batch, .max_ctx = s->n_ctx, .force_isa = o->isa};
     if ((st = hr_model_ctx_create(s->model, s->kv, &mp, &s->ctx, err))) goto fail;
-    if ((st = hr_sampler_create(&o->sampling, hp->n_vocab, &s->sampler, err))) goto fail;
-    s->logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
-    if (!s->logits) {
-        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
+    if ((st = hr_sampler_params_check(&o->sampling, err))) goto fail;
+    hr_engine_params ep = {.model = s->model,
+                           .ctx = s->ctx,
+                           .kv = s->kv,
+                           .tok = s->tok,
+                           .n_ctx = s->n_ctx,
+                           .max_batch_tokens = o->n_batch,
+                           .max_queue = o->max_queue,
+                           .prefill_chunk = o->prefill_chunk,
+                           .admission = o->admission,
+                           .preempt = o->preempt,
+                           .layout = o->layout};
+    if ((st = hr_engine_create(&ep, &s->engine, err))) goto fail;
     *out = s;
     return HR_OK;
 fail:
@@ -150,13 +198,12 @@ fail:
 
 void hr_session_close(hr_session *s) {
     if (!s) return;
-    hr_sampler_destroy(s->sampler);
+    hr_engine_destroy(s->engine);
     hr_model_ctx_destroy(s->ctx);
     hr_kv_pool_destroy(s->kv);
     hr_tokenizer_destroy(s->tok);
     hr_model_destroy(s->model);
     free(s->demo_file);
-    free(s->logits);
     free(s);
 }
 
@@ -164,145 +211,115 @@ const hr_model *hr_session_model(const hr_session *s) { return s->model; }
 const hr_tokenizer *hr_session_tokenizer(const hr_session *s) { return s->tok; }
 hr_kv_pool *hr_session_kv(hr_session *s) { return s->kv; }
 hr_model_ctx *hr_session_ctx(hr_session *s) { return s->ctx; }
+hr_engine *hr_session_engine(hr_session *s) { return s->engine; }
 const hr_session_opts *hr_session_options(const hr_session *s) { return &s->o; }
 
-/* Appends bytes to the generation's text buffer. */
-static hr_status text_append(hr_generation *g, const char *p, size_t n, size_t *cap, hr_error *err) {
-    if (g->text_len + n + 1 > *cap) {
-        size_t nc = (*cap ? *cap * 2 : 256) + n;
-        char *t = realloc(g->text, nc);
-        if (!t) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-        g->text = t;
-        *cap = nc;
-    }
-    memcpy(g->text + g->text_len, p, n);
-    g->text_len += n;
-    g->text[g->text_len] = '\0';
-    return HR_OK;
-}
+/* ---- generation through the engine --------------------------------------------------------------- */
 
-/* Finds the earliest stop string in text; returns its offset or -1. */
-static long find_stop(const hr_session_opts *o, const char *text, size_t from) {
-    long best = -1;
-    for (int i = 0; i < o->n_stop; i++) {
-        const char *p = strstr(text + from, o->stop[i]);
-        if (p && (best < 0 || p - text < best)) best = p - text;
-    }
-    return best;
-}
-
-/* Runs one forward over tokens [0, n) of one sequence at positions pos0.., logits of the last. */
-static hr_status forward_chunk(hr_session *s, hr_kv_seq seq, const int32_t *toks, int n, int pos0, bool want_last,
-                               hr_error *err) {
-    hr_status st = hr_kv_seq_reserve(s->kv, seq, pos0 + n, err);
-    if (st) return st;
-    int32_t pos[HR_MAX_STACK_BATCH];
-    hr_kv_seq seqs[HR_MAX_STACK_BATCH];
-    uint8_t want[HR_MAX_STACK_BATCH];
-    for (int i = 0; i < n; i++) {
-        pos[i] = pos0 + i;
-        seqs[i] = seq;
-        want[i] = want_last && i == n - 1;
-    }
-    hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
-    if ((st = hr_model_forward(s->ctx, &b, s->logits, err))) return st;
-    hr_kv_seq_commit(s->kv, seq, toks, n);
-    return HR_OK;
-}
-
-hr_status hr_session_generate(hr_session *s, const char *prompt, FILE *out, hr_generation *g, hr_error *err) {
-    memset(g, 0, sizeof *g);
-    const hr_session_opts *o = &s->o;
-    hr_tokenize_opts to = {.add_bos = !o->no_bos && hr_tokenizer_add_bos_default(s->tok)};
+/* Tokenizes prompt into g->prompt_ids. */
+static hr_status tokenize(hr_session *s, const char *prompt, hr_generation *g, hr_error *err) {
+    hr_tokenize_opts to = {.add_bos = !s->o.no_bos && hr_tokenizer_add_bos_default(s->tok)};
     size_t n = 0, len = strlen(prompt);
     hr_status st = hr_tokenizer_encode(s->tok, prompt, len, &to, NULL, 0, &n, err);
     if (st) return st;
     g->prompt_ids = malloc(sizeof(int32_t) * (n + 1));
     if (!g->prompt_ids) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-    if ((st = hr_tokenizer_encode(s->tok, prompt, len, &to, g->prompt_ids, n, &n, err))) goto fail;
+    if ((st = hr_tokenizer_encode(s->tok, prompt, len, &to, g->prompt_ids, n, &n, err))) return st;
     g->n_prompt = (int)n;
-    if (g->n_prompt == 0) {
-        st = hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty after tokenization");
-        goto fail;
-    }
-    if (g->n_prompt >= s->n_ctx) {
-        st = hr_error_set(err, HR_ERR_RANGE, "the prompt has %d tokens but the context holds %d (raise --ctx)",
-                          g->n_prompt, s->n_ctx);
-        goto fail;
-    }
-    int max_new = HR_MIN(o->n_predict, s->n_ctx - g->n_prompt);
-    g->ids = malloc(sizeof(int32_t) * (size_t)(max_new + 1));
-    if (!g->ids) {
-        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    hr_kv_seq seq;
-    if ((st = hr_kv_seq_create(s->kv, &seq, err))) goto fail;
-    hr_sampler_reset(s->sampler);
-
-    double t0 = hr_time_now();
-    int chunk = HR_MIN(o->n_batch, HR_MAX_STACK_BATCH);
-    for (int p = 0; p < g->n_prompt; p += chunk) {
-        int m = HR_MIN(chunk, g->n_prompt - p);
-        if ((st = forward_chunk(s, seq, g->prompt_ids + p, m, p, p + m == g->n_prompt, err))) goto fail_seq;
-    }
-    double t1 = hr_time_now();
-    g->prompt_seconds = t1 - t0;
-
-    hr_detok dt;
-    hr_detok_init(&dt);
-    dt.at_start = false; /* a completion continues the prompt: keep its first token's leading space */
-    size_t cap = 0, emitted = 0, max_stop = 0;
-    for (int i = 0; i < o->n_stop; i++) max_stop = HR_MAX(max_stop, strlen(o->stop[i]));
-    g->finish_reason = "length";
-    char piece[512];
-    for (int k = 0; k < max_new; k++) {
-        int32_t tok = hr_sampler_sample(s->sampler, s->logits);
-        if (!o->ignore_eos && hr_tokenizer_is_eog(s->tok, tok)) {
-            g->finish_reason = "stop";
-            break;
-        }
-        g->ids[g->n_ids++] = tok;
-        size_t pn = hr_detok_push(s->tok, &dt, tok, piece, sizeof piece);
-        if ((st = text_append(g, piece, pn, &cap, err))) goto fail_seq;
-        long stop_at = o->n_stop ? find_stop(o, g->text, emitted > max_stop ? emitted - max_stop : 0) : -1;
-        if (stop_at >= 0) {
-            g->text_len = (size_t)stop_at;
-            g->text[g->text_len] = '\0';
-            g->finish_reason = "stop";
-            break;
-        }
-        if (out) { /* print what can no longer become part of a stop string, on a UTF-8 boundary */
-            size_t safe = g->text_len > (max_stop ? max_stop - 1 : 0) ? g->text_len - (max_stop ? max_stop - 1 : 0) : 0;
-            while (safe > emitted && safe < g->text_len && ((unsigned char)g->text[safe] & 0xC0) == 0x80) safe--;
-            if (safe > emitted) {
-                fwrite(g->text + emitted, 1, safe - emitted, out);
-                fflush(out);
-                emitted = safe;
-            }
-        }
-        if (k + 1 == max_new) break;
-        if ((st = forward_chunk(s, seq, &tok, 1, g->n_prompt + g->n_ids - 1, true, err))) goto fail_seq;
-    }
-    size_t pn = hr_detok_flush(s->tok, &dt, piece, sizeof piece);
-    if (pn && (st = text_append(g, piece, pn, &cap, err))) goto fail_seq;
-    if (out && g->text_len > emitted) fwrite(g->text + emitted, 1, g->text_len - emitted, out);
-    if (!g->text) {
-        g->text = calloc(1, 1);
-        if (!g->text) {
-            st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-            goto fail_seq;
-        }
-    }
-    g->gen_seconds = hr_time_now() - t1;
-    hr_kv_seq_get_ledger(s->kv, seq, &g->ledger, NULL);
-    g->kv_bytes_peak = g->ledger.bytes_peak;
-    hr_kv_seq_free(s->kv, seq);
+    if (g->n_prompt == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty after tokenization");
+    if (g->n_prompt >= s->n_ctx)
+        return hr_error_set(err, HR_ERR_RANGE, "the prompt has %d tokens but the context holds %d (raise --ctx)",
+                            g->n_prompt, s->n_ctx);
     return HR_OK;
-fail_seq:
-    hr_kv_seq_free(s->kv, seq);
-fail:
-    hr_generation_free(g);
+}
+
+/* Tokenizes and submits one prompt; on refusal records the reason in g. */
+static void submit_one(hr_session *s, const char *prompt, hr_generation *g, hr_request **h) {
+    hr_error e = {0};
+    *h = NULL;
+    hr_status st = tokenize(s, prompt, g, &e);
+    int max_new = HR_MIN(s->o.n_predict, s->n_ctx - g->n_prompt);
+    if (st == HR_OK && max_new > 0) {
+        hr_request_params p = {.prompt = g->prompt_ids,
+                               .n_prompt = g->n_prompt,
+                               .max_tokens = max_new,
+                               .sampling = s->o.sampling,
+                               .ignore_eos = s->o.ignore_eos,
+                               .stop = (const char *const *)s->o.stop,
+                               .n_stop = s->o.n_stop};
+        st = hr_engine_submit(s->engine, &p, h, &e);
+    }
+    g->status = st;
+    g->finish_reason = st == HR_OK ? "length" : "error";
+    if (st != HR_OK) snprintf(g->error, sizeof g->error, "%s", e.msg);
+}
+
+/* Copies a final request's output and figures into g. */
+static hr_status collect(hr_session *s, hr_request *h, hr_generation *g) {
+    hr_request_get_stats(h, &g->stats);
+    int n = 0;
+    size_t tl = 0;
+    const int32_t *ids = hr_request_output(h, &n);
+    const char *text = hr_request_text(h, &tl);
+    g->ids = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    g->text = malloc(tl + 1);
+    if (!g->ids || !g->text) return HR_ERR_NOMEM;
+    memcpy(g->ids, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(g->text, text, tl);
+    g->text[tl] = '\0';
+    g->n_ids = n;
+    g->text_len = tl;
+    const hr_request_stats *rs = &g->stats;
+    g->ledger = rs->kv;
+    g->kv_bytes_peak = rs->kv.bytes_peak;
+    double t1 = rs->t_first_token > 0 ? rs->t_first_token : rs->t_finish;
+    g->prompt_seconds = t1 - rs->t_submit;
+    g->gen_seconds = rs->t_finish - t1;
+    g->finish_reason = hr_finish_reason_name(rs->finish);
+    if (rs->state != HR_REQ_COMPLETED) {
+        g->status = rs->error_code ? rs->error_code : HR_ERR_INTERNAL;
+        snprintf(g->error, sizeof g->error, "%s", rs->error);
+    }
+    (void)s;
+    return HR_OK;
+}
+
+hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, int n, FILE *out, hr_generation *g,
+                                   hr_error *err) {
+    hr_request **h = calloc((size_t)(n > 0 ? n : 1), sizeof *h);
+    if (!h) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    memset(g, 0, sizeof *g * (size_t)n);
+    for (int i = 0; i < n; i++) submit_one(s, prompts[i], &g[i], &h[i]);
+    bool stream = out && n == 1 && h[0];
+    hr_status st = HR_OK;
+    for (int pending = 1; pending > 0;) {
+        if ((st = hr_engine_step(s->engine, &pending, err))) break;
+        if (stream) {
+            char buf[4096];
+            hr_request_delta d;
+            do {
+                hr_request_read(h[0], NULL, 0, buf, sizeof buf, &d);
+                if (d.n_text) fwrite(buf, 1, d.n_text, out);
+            } while (d.n_text == sizeof buf - 1);
+            fflush(out);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (h[i] && st == HR_OK && collect(s, h[i], &g[i]) != HR_OK)
+            st = hr_error_set(err, HR_ERR_NOMEM, "out of memory collecting outputs");
+        hr_request_release(h[i]);
+        if (!g[i].text) g[i].text = calloc(1, 1);
+        if (!g[i].ids) g[i].ids = calloc(1, sizeof(int32_t));
+    }
+    free(h);
+    if (st == HR_OK && n == 1 && g[0].status != HR_OK) st = hr_error_set(err, g[0].status, "%s", g[0].error);
+    return st;
+}
+
+hr_status hr_session_generate(hr_session *s, const char *prompt, FILE *out, hr_generation *g, hr_error *err) {
+    const char *p[1] = {prompt};
+    hr_status st = hr_session_generate_many(s, p, 1, out, g, err);
+    if (st != HR_OK) hr_generation_free(g);
     return st;
 }
 
@@ -346,7 +363,69 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
     json_object_set_new(root, "model", json_string(hr_model_hparams(s->model)->name));
     json_object_set_new(root, "kernels", json_string(hr_model_ctx_isa(s->ctx)));
     json_object_set_new(root, "threads", json_integer(hr_model_ctx_n_threads(s->ctx)));
+    json_object_set_new(root, "prefix_hit_tokens", json_integer(g->stats.prefix_hit_tokens));
+    json_object_set_new(root, "preemptions", json_integer(g->stats.n_preemptions));
+    json_object_set_new(root, "recomputed_tokens", json_integer(g->stats.recomputed_tokens));
+    if (g->status != HR_OK) {
+        json_object_set_new(root, "error", json_string(g->error));
+        json_object_set_new(root, "error_code", json_string(hr_status_name(g->status)));
+    }
     return root;
+}
+
+json_t *hr_session_engine_json(hr_session *s, double seconds) {
+    hr_engine_stats st;
+    hr_engine_get_stats(s->engine, &st);
+    hr_kv_pool_ledger l;
+    hr_kv_pool_get_ledger(s->kv, &l);
+    json_t *o = json_object();
+    json_object_set_new(o, "seconds", json_real(seconds));
+    json_object_set_new(o, "completed", json_integer((json_int_t)st.completed));
+    json_object_set_new(o, "failed", json_integer((json_int_t)st.failed));
+    json_object_set_new(o, "refused",
+                        json_integer((json_int_t)(st.refused_full + st.refused_budget + st.refused_other)));
+    json_object_set_new(o, "generated_tokens", json_integer((json_int_t)st.generated_tokens));
+    json_object_set_new(o, "generation_tokens_per_second", json_real(seconds > 0 ? st.generated_tokens / seconds : 0));
+    json_object_set_new(o, "requests_per_minute", json_real(seconds > 0 ? st.completed * 60.0 / seconds : 0));
+    json_object_set_new(o, "steps", json_integer((json_int_t)st.steps));
+    json_object_set_new(o, "batch_tokens", json_integer((json_int_t)st.batch_tokens));
+    json_object_set_new(o, "prefill_tokens", json_integer((json_int_t)st.prefill_tokens));
+    json_object_set_new(o, "peak_running", json_integer(st.peak_running));
+    json_object_set_new(o, "preemptions", json_integer((json_int_t)st.preemptions));
+    json_object_set_new(o, "recomputed_tokens", json_integer((json_int_t)st.recomputed_tokens));
+    json_object_set_new(o, "prefix_hit_tokens", json_integer((json_int_t)st.prefix_hit_tokens));
+    json_object_set_new(o, "predicted_output", json_integer(st.predicted_output));
+    json_object_set_new(o, "forward_seconds", json_real(st.forward_seconds));
+    json_object_set_new(o, "admission", json_string(hr_admission_name(s->o.admission)));
+    json_object_set_new(o, "preempt", json_string(hr_preempt_mode_name(s->o.preempt)));
+    json_object_set_new(o, "kv_layout", json_string(hr_kv_layout_name(s->o.layout)));
+    json_object_set_new(o, "kv_pool_bytes", json_integer((json_int_t)l.bytes_total));
+    json_object_set_new(o, "kv_pool_blocks", json_integer(l.blocks_total));
+    return o;
+}
+
+void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n, double seconds, FILE *f) {
+    hr_engine_stats st;
+    hr_engine_get_stats(s->engine, &st);
+    int ok = 0;
+    uint64_t peak = 0;
+    for (int i = 0; i < n; i++) {
+        ok += g[i].status == HR_OK;
+        peak = HR_MAX(peak, g[i].kv_bytes_peak);
+    }
+    char kb[32];
+    fprintf(f,
+            "%d prompts: %d completed in %.2f s | %llu tokens generated, %.1f tok/s aggregate | %llu steps, "
+            "peak %d running\n",
+            n, ok, seconds, (unsigned long long)st.generated_tokens, seconds > 0 ? st.generated_tokens / seconds : 0,
+            (unsigned long long)st.steps, st.peak_running);
+    fprintf(f,
+            "engine: admission %s, preempt %s, layout %s | %llu preemptions, %llu recomputed tokens, %llu "
+            "prefix-hit tokens | kv cache: %s peak per sequence | kernels %s, %d threads\n",
+            hr_admission_name(s->o.admission), hr_preempt_mode_name(s->o.preempt), hr_kv_layout_name(s->o.layout),
+            (unsigned long long)st.preemptions, (unsigned long long)st.recomputed_tokens,
+            (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb), hr_model_ctx_isa(s->ctx),
+            hr_model_ctx_n_threads(s->ctx));
 }
 
 void hr_session_print_ledger(hr_session *s, FILE *f) {

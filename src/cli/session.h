@@ -1,6 +1,7 @@
-/* session.h: what `headroom run` and `headroom eval` share: loading a model (or the built-in demo),
- * its tokenizer, a KV pool sized from --kv-budget/--ctx, a forward context, and a one-sequence
- * generation loop with streaming output and stop strings. */
+/* session.h: what `headroom run` (and later eval/bench) share: loading a model (or the built-in
+ * demo), its tokenizer, a KV pool sized from --kv-budget/--ctx, a forward context, and the engine
+ * that runs any number of prompts concurrently over them (continuous batching, chunked prefill,
+ * admission by bytes, preemption), streaming output for a single prompt. */
 #ifndef HR_CLI_SESSION_H
 #define HR_CLI_SESSION_H
 
@@ -9,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
@@ -19,10 +21,16 @@
 typedef struct hr_session_opts {
     const char *model_path; /* NULL: the built-in demo model */
     int n_ctx;              /* 0: the model's, capped at 4096 */
-    uint64_t kv_budget;     /* 0: what one n_ctx sequence needs */
+    uint64_t kv_budget;     /* 0: one n_ctx sequence per concurrent prompt (at most max_running) */
     hr_kv_format k_format, v_format;
     int block_size;
-    int n_batch;
+    int n_batch;       /* --max-batch-tokens: tokens per engine step */
+    int prefill_chunk; /* 0: n_batch */
+    int max_running;   /* sequences in flight (KV sequence slots) */
+    int max_queue;     /* 0: the engine's default */
+    hr_admission admission;
+    hr_preempt_mode preempt;
+    hr_kv_layout layout;
     int n_threads;
     const char *isa;
     hr_sampler_params sampling;
@@ -30,6 +38,7 @@ typedef struct hr_session_opts {
     bool no_bos, ignore_eos;
     const char *stop[HR_SESSION_MAX_STOP];
     int n_stop;
+    int n_prompts_hint; /* prompts this run will submit: sizes the default budget */
 } hr_session_opts;
 
 hr_session_opts hr_session_default_opts(void);
@@ -41,32 +50,45 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
 typedef struct hr_session hr_session;
 
 hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *err);
-void hr_session_close(hr_session *s);
+void hr_session_close(hr_session *s); /* NULL allowed */
 
 const hr_model *hr_session_model(const hr_session *s);
 const hr_tokenizer *hr_session_tokenizer(const hr_session *s);
 hr_kv_pool *hr_session_kv(hr_session *s);
 hr_model_ctx *hr_session_ctx(hr_session *s);
+hr_engine *hr_session_engine(hr_session *s);
 const hr_session_opts *hr_session_options(const hr_session *s);
 
 typedef struct hr_generation {
+    hr_status status; /* HR_OK, or why this prompt was refused or failed (error holds the message) */
+    char error[HR_ERROR_MSG_MAX];
     int32_t *prompt_ids;
     int n_prompt;
     int32_t *ids; /* completion ids */
     int n_ids;
-    char *text;   /* completion text (stop string removed) */
+    char *text; /* completion text (stop string removed) */
     size_t text_len;
-    const char *finish_reason; /* "stop" (EOS or stop string) or "length" */
-    double prompt_seconds, gen_seconds;
+    const char *finish_reason;          /* "stop" (EOS or stop string), "length", "cancelled", "error" */
+    double prompt_seconds, gen_seconds; /* submit -> first token, first token -> finish */
     uint64_t kv_bytes_peak;
     hr_kv_seq_ledger ledger;
+    hr_request_stats stats;
 } hr_generation;
 
-/* Generates a completion of prompt; streams text to out when not NULL. */
+/* Runs every prompt concurrently through the engine until all are final; g[i] receives prompt i's
+ * result. With one prompt and out != NULL, its text streams to out as it is generated. Returns
+ * non-OK only when the run as a whole cannot proceed; with a single prompt, also when that prompt
+ * was refused or failed (err then holds its message). */
+hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, int n, FILE *out, hr_generation *g,
+                                   hr_error *err);
+/* One prompt (the single-prompt form of the above). */
 hr_status hr_session_generate(hr_session *s, const char *prompt, FILE *out, hr_generation *g, hr_error *err);
 void hr_generation_free(hr_generation *g);
 void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE *f);
+/* Aggregate figures of a multi-prompt run: requests/s, tokens/s, peak concurrency, preemptions. */
+void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n, double seconds, FILE *f);
 json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g);
+json_t *hr_session_engine_json(hr_session *s, double seconds);
 void hr_session_print_ledger(hr_session *s, FILE *f);
 
 #endif
