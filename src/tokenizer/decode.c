@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "tokenizer/tok_internal.h"
 
 static const char k_fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
@@ -54,25 +55,37 @@ static size_t decode_token(const hr_tokenizer *t, int32_t i, char *out) {
     return o;
 }
 
-hr_status hr_decode_setup(hr_tokenizer *t) {
-    size_t total = 0, longest = 0;
-    for (int32_t i = 0; i < t->n_vocab; i++) {
-        total += t->len[i];
-        if (t->len[i] > longest) longest = t->len[i];
+/* The most bytes the streaming decoder can write for s[0..n): valid characters as they are, every other
+ * byte possibly widened to the 3-byte U+FFFD. */
+static size_t worst_output(const char *s, size_t n) {
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        int len = hr_utf8_len((const uint8_t *)s + i, n - i);
+        w += len ? (size_t)len : 3;
+        i += len ? (size_t)len : 1;
     }
+    return w;
+}
+
+hr_status hr_decode_setup(hr_tokenizer *t) {
+    size_t total = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++) total += t->len[i];
     t->dec_blob = malloc(total + 1);
     t->dec_off = malloc((size_t)t->n_vocab * sizeof(uint32_t));
     t->dec_len = malloc((size_t)t->n_vocab * sizeof(uint32_t));
     if (!t->dec_blob || !t->dec_off || !t->dec_len) return HR_ERR_NOMEM;
-    size_t at = 0;
+    size_t at = 0, worst = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         t->dec_off[i] = (uint32_t)at;
         /* decoded bytes never outnumber the text's bytes */
         size_t n = decode_token(t, i, t->dec_blob + at);
         t->dec_len[i] = (uint32_t)n;
+        size_t w = worst_output(t->dec_blob + at, n), w_text = worst_output(t->blob + t->off[i], t->len[i]);
+        worst = HR_MAX(worst, HR_MAX(w, w_text)); /* w_text: control tokens shown with show_special */
         at += n;
     }
-    t->max_detok = 3 * (longest + sizeof(((hr_detok *)0)->pending)) + 1;
+    /* + up to 3 held-back bytes, each possibly a U+FFFD, + the NUL */
+    t->max_detok = worst + 9 + 1;
     return HR_OK;
 }
 
