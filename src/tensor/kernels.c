@@ -65,9 +65,6 @@ HR_DEFINE_TILE(tile_ref_q6_K, hr_ref_dot_q6_K)
 HR_DEFINE_TILE(tile_avx2_q4_K, hr_avx2_dot_q4_K)
 HR_DEFINE_TILE(tile_avx2_q5_K, hr_avx2_dot_q5_K)
 HR_DEFINE_TILE(tile_avx2_q6_K, hr_avx2_dot_q6_K)
-HR_DEFINE_TILE(tile_avx2_f32, hr_avx2_dot_f32)
-HR_DEFINE_TILE(tile_avx2_f16, hr_avx2_dot_f16)
-HR_DEFINE_TILE(tile_avx2_bf16, hr_avx2_dot_bf16)
 HR_DEFINE_TILE(tile_avx512_f32, hr_avx512_dot_f32)
 HR_DEFINE_TILE(tile_avx512_f16, hr_avx512_dot_f16)
 HR_DEFINE_TILE(tile_avx512_bf16, hr_avx512_dot_bf16)
@@ -98,9 +95,9 @@ static void init_k_avx2(hr_kernels *k) {
 }
 
 static void init_avx2(hr_kernels *k) {
-    set(k, HR_DTYPE_F32, hr_ref_copy_f32, hr_ref_dequantize_f32, hr_avx2_dot_f32, tile_avx2_f32);
-    set(k, HR_DTYPE_F16, hr_ref_copy_f32, hr_ref_dequantize_f16, hr_avx2_dot_f16, tile_avx2_f16);
-    set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_avx2_dot_bf16, tile_avx2_bf16);
+    set(k, HR_DTYPE_F32, hr_ref_copy_f32, hr_ref_dequantize_f32, hr_avx2_dot_f32, hr_avx2_tile_f32);
+    set(k, HR_DTYPE_F16, hr_ref_copy_f32, hr_ref_dequantize_f16, hr_avx2_dot_f16, hr_avx2_tile_f16);
+    set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_avx2_dot_bf16, hr_avx2_tile_bf16);
     set(k, HR_DTYPE_Q8_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q8_0, hr_avx2_dot_q8_0, hr_avx2_tile_q8_0);
     set(k, HR_DTYPE_Q4_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q4_0, hr_avx2_dot_q4_0, hr_avx2_tile_q4_0);
     init_k_avx2(k);

@@ -1,9 +1,9 @@
-/* kernels_avx2.c: AVX2 + FMA + F16C kernels for f32, f16, bf16 (against f32 activations) and q8_0,
- * q4_0 (against q8_0 activations), plus the q8_0 activation quantizer.
+/* kernels_avx2.c: AVX2 + FMA + F16C kernels for q8_0 and q4_0 weights (against q8_0 activations)
+ * and the q8_0 activation quantizer (float weights: kernels_float_avx2.c).
  *
  * Reduction order (what makes results batch-invariant): each dot keeps one 8-lane f32 accumulator
  * per (weight row, activation row) pair, adds blocks in increasing order, and finishes with
- * hsum8() then, for float types, the scalar tail. The tiles below do exactly this per pair; they only
+ * hsum8(). The tiles below do exactly this per pair; they only
  * share the loads and nibble unpacking between pairs. */
 #include <immintrin.h>
 #include <math.h>
@@ -19,49 +19,6 @@ static inline float hsum8(__m256 v) {
 }
 
 static inline float f16_to_f32(hr_f16 h) { return _cvtsh_ss(h); }
-
-/* ---- float weights against f32 activations: 4 accumulators of 8 lanes over 32-element steps,
- * then 8-element steps into acc0, then a scalar tail ---- */
-
-#define HR_FLOAT_DOT_BODY(LOAD)                                                                                        \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                     \
-    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();                                                     \
-    int64_t i = 0;                                                                                                     \
-    for (; i + 32 <= k; i += 32) {                                                                                     \
-        acc0 = _mm256_fmadd_ps(LOAD(i), _mm256_loadu_ps(y + i), acc0);                                                 \
-        acc1 = _mm256_fmadd_ps(LOAD(i + 8), _mm256_loadu_ps(y + i + 8), acc1);                                         \
-        acc2 = _mm256_fmadd_ps(LOAD(i + 16), _mm256_loadu_ps(y + i + 16), acc2);                                       \
-        acc3 = _mm256_fmadd_ps(LOAD(i + 24), _mm256_loadu_ps(y + i + 24), acc3);                                       \
-    }                                                                                                                  \
-    for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(LOAD(i), _mm256_loadu_ps(y + i), acc0);                          \
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-
-float hr_avx2_dot_f32(int64_t k, const void *w, const void *a) {
-    const float *x = w, *y = a;
-#define LOAD_F32(j) _mm256_loadu_ps(x + (j))
-    HR_FLOAT_DOT_BODY(LOAD_F32)
-    for (; i < k; i++) sum = fmaf(x[i], y[i], sum);
-    return sum;
-}
-
-float hr_avx2_dot_f16(int64_t k, const void *w, const void *a) {
-    const hr_f16 *x = w;
-    const float *y = a;
-#define LOAD_F16(j) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + (j))))
-    HR_FLOAT_DOT_BODY(LOAD_F16)
-    for (; i < k; i++) sum = fmaf(f16_to_f32(x[i]), y[i], sum);
-    return sum;
-}
-
-float hr_avx2_dot_bf16(int64_t k, const void *w, const void *a) {
-    const hr_bf16 *x = w;
-    const float *y = a;
-#define LOAD_BF16(j)                                                                                                   \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + (j)))), 16))
-    HR_FLOAT_DOT_BODY(LOAD_BF16)
-    for (; i < k; i++) sum = fmaf(hr_bf16_to_f32(x[i]), y[i], sum);
-    return sum;
-}
 
 /* ---- q8_0 activation quantizer: same formula as the reference (d = amax/127, q = round(x/d),
  * half away from zero), so it produces the same bytes ---- */
@@ -124,79 +81,133 @@ static inline __m256 dot_i8(__m256i ax, __m256i x, __m256i y) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
 }
 
-#define HR_TILE_R 2
-#define HR_TILE_T 4
+/* One weight block ready for the dots: its signed bytes, their absolute values and its scale. */
+typedef struct wblk {
+    __m256i q, a;
+    float d;
+} wblk;
 
-/* R x T dot products of q8_0 (q4 = false) or q4_0 (q4 = true) rows against q8_0 activation rows.
- * With R = T = 1 this is the vec_dot; larger tiles run the identical per-pair sequence. */
-static inline __attribute__((always_inline)) void tile_q(int64_t k, const char *w, size_t ws, const char *a, size_t as,
-                                                         float *y, size_t ys, const int R, const int T, const bool q4) {
-    const int64_t nb = k / HR_QK8_0;
-    const size_t wbytes = q4 ? sizeof(hr_block_q4_0) : sizeof(hr_block_q8_0);
-    __m256 acc[HR_TILE_R][HR_TILE_T];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        __m256i xq[HR_TILE_R], xa[HR_TILE_R];
-        float dx[HR_TILE_R];
-        for (int r = 0; r < R; r++) {
-            const char *blk = w + (size_t)r * ws + (size_t)ib * wbytes;
-            if (q4) {
-                const hr_block_q4_0 *b = (const hr_block_q4_0 *)blk;
-                dx[r] = f16_to_f32(b->d);
-                xq[r] = unpack_q4_0(b->qs);
-            } else {
-                const hr_block_q8_0 *b = (const hr_block_q8_0 *)blk;
-                dx[r] = f16_to_f32(b->d);
-                xq[r] = _mm256_loadu_si256((const __m256i *)b->qs);
-            }
-            xa[r] = _mm256_sign_epi8(xq[r], xq[r]);
-        }
-        for (int t = 0; t < T; t++) {
-            const hr_block_q8_0 *b = (const hr_block_q8_0 *)(a + (size_t)t * as) + ib;
-            const float dy = f16_to_f32(b->d);
-            const __m256i yq = _mm256_loadu_si256((const __m256i *)b->qs);
-            for (int r = 0; r < R; r++) {
-                const __m256 d = _mm256_set1_ps(dx[r] * dy);
-                acc[r][t] = _mm256_fmadd_ps(d, dot_i8(xa[r], xq[r], yq), acc[r][t]);
-            }
-        }
+static inline wblk load_wblk(const char *row, int64_t ib, const bool q4) {
+    wblk x;
+    if (q4) {
+        const hr_block_q4_0 *b = (const hr_block_q4_0 *)row + ib;
+        x.d = f16_to_f32(b->d);
+        x.q = unpack_q4_0(b->qs);
+    } else {
+        const hr_block_q8_0 *b = (const hr_block_q8_0 *)row + ib;
+        x.d = f16_to_f32(b->d);
+        x.q = _mm256_loadu_si256((const __m256i *)b->qs);
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[(size_t)t * ys + (size_t)r] = hsum8(acc[r][t]);
+    x.a = _mm256_sign_epi8(x.q, x.q);
+    return x;
 }
 
-float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) {
-    float out;
-    tile_q(k, w, 0, a, 0, &out, 0, 1, 1, false);
-    return out;
+/* The per-pair step every shape runs, block after block: acc += (dx * dy) * sum_i8(x, y). */
+static inline __m256 step(__m256 acc, wblk x, __m256i yq, float dy) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(x.d * dy), dot_i8(x.a, x.q, yq), acc);
 }
 
-float hr_avx2_dot_q4_0(int64_t k, const void *w, const void *a) {
-    float out;
-    tile_q(k, w, 0, a, 0, &out, 0, 1, 1, true);
-    return out;
+#define ACT(t)   ((const hr_block_q8_0 *)(a + (size_t)(t)*as) + ib)
+#define ACT_Q(t) _mm256_loadu_si256((const __m256i *)ACT(t)->qs)
+#define ACT_D(t) f16_to_f32(ACT(t)->d)
+
+/* The shapes are written out so every compiler keeps the accumulators in registers. */
+
+static inline __attribute__((always_inline)) float tile_1x1(int64_t nb, const char *w, const char *a, const bool q4) {
+    const size_t as = 0;
+    __m256 c = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) c = step(c, load_wblk(w, ib, q4), ACT_Q(0), ACT_D(0));
+    return hsum8(c);
 }
 
-/* Full HR_TILE_R x HR_TILE_T tiles, the edges one pair at a time (same per-pair sequence). */
+/* 2 rows x 1 token (decode) */
+static inline __attribute__((always_inline)) void tile_2x1(int64_t nb, const char *w, size_t ws, const char *a,
+                                                           float *y, const bool q4) {
+    const size_t as = 0;
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i yq = ACT_Q(0);
+        const float dy = ACT_D(0);
+        c0 = step(c0, load_wblk(w, ib, q4), yq, dy);
+        c1 = step(c1, load_wblk(w + ws, ib, q4), yq, dy);
+    }
+    y[0] = hsum8(c0);
+    y[1] = hsum8(c1);
+}
+
+/* 1 row x 4 tokens */
+static inline __attribute__((always_inline)) void tile_1x4(int64_t nb, const char *w, const char *a, size_t as,
+                                                           float *y, size_t ys, const bool q4) {
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const wblk x = load_wblk(w, ib, q4);
+        c0 = step(c0, x, ACT_Q(0), ACT_D(0));
+        c1 = step(c1, x, ACT_Q(1), ACT_D(1));
+        c2 = step(c2, x, ACT_Q(2), ACT_D(2));
+        c3 = step(c3, x, ACT_Q(3), ACT_D(3));
+    }
+    y[0] = hsum8(c0);
+    y[ys] = hsum8(c1);
+    y[2 * ys] = hsum8(c2);
+    y[3 * ys] = hsum8(c3);
+}
+
+/* 2 rows x 4 tokens (the batch tile) */
+static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const char *w, size_t ws, const char *a,
+                                                           size_t as, float *y, size_t ys, const bool q4) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const wblk x0 = load_wblk(w, ib, q4), x1 = load_wblk(w + ws, ib, q4);
+        __m256i yq = ACT_Q(0);
+        float dy = ACT_D(0);
+        c00 = step(c00, x0, yq, dy);
+        c10 = step(c10, x1, yq, dy);
+        yq = ACT_Q(1);
+        dy = ACT_D(1);
+        c01 = step(c01, x0, yq, dy);
+        c11 = step(c11, x1, yq, dy);
+        yq = ACT_Q(2);
+        dy = ACT_D(2);
+        c02 = step(c02, x0, yq, dy);
+        c12 = step(c12, x1, yq, dy);
+        yq = ACT_Q(3);
+        dy = ACT_D(3);
+        c03 = step(c03, x0, yq, dy);
+        c13 = step(c13, x1, yq, dy);
+    }
+    y[0] = hsum8(c00);
+    y[1] = hsum8(c10);
+    y[ys] = hsum8(c01);
+    y[ys + 1] = hsum8(c11);
+    y[2 * ys] = hsum8(c02);
+    y[2 * ys + 1] = hsum8(c12);
+    y[3 * ys] = hsum8(c03);
+    y[3 * ys + 1] = hsum8(c13);
+}
+
+float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a, false); }
+float hr_avx2_dot_q4_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a, true); }
+
+/* 2 x 4 tiles, then the odd row, then leftover tokens in 2 x 1 and 1 x 1. */
 static inline __attribute__((always_inline)) void tile_driver(int64_t k, const char *w, size_t ws, int nr,
                                                               const char *a, size_t as, int nt, float *y, size_t ys,
                                                               const bool q4) {
+    const int64_t nb = k / HR_QK8_0;
     int t = 0;
-    for (; t + HR_TILE_T <= nt; t += HR_TILE_T) {
+    for (; t + 4 <= nt; t += 4) {
+        const char *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ys;
         int r = 0;
-        for (; r + HR_TILE_R <= nr; r += HR_TILE_R)
-            tile_q(k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, HR_TILE_R, HR_TILE_T,
-                   q4);
-        for (; r < nr; r++)
-            tile_q(k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 1, HR_TILE_T, q4);
+        for (; r + 2 <= nr; r += 2) tile_2x4(nb, w + (size_t)r * ws, ws, at, as, yt + r, ys, q4);
+        for (; r < nr; r++) tile_1x4(nb, w + (size_t)r * ws, at, as, yt + r, ys, q4);
     }
     for (; t < nt; t++) {
+        const char *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ys;
         int r = 0;
-        for (; r + HR_TILE_R <= nr; r += HR_TILE_R)
-            tile_q(k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, HR_TILE_R, 1, q4);
-        for (; r < nr; r++)
-            tile_q(k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 1, 1, q4);
+        for (; r + 2 <= nr; r += 2) tile_2x1(nb, w + (size_t)r * ws, ws, at, yt + r, q4);
+        for (; r < nr; r++) yt[r] = tile_1x1(nb, w + (size_t)r * ws, at, q4);
     }
 }
 

@@ -1,0 +1,161 @@
+/* kernels_float_avx2.c: AVX2 + FMA + F16C dots of f32, f16 and bf16 weights against f32 activations,
+ * and their register-blocked tiles.
+ *
+ * Reduction order (the batch-invariance contract): each (weight row, activation row) pair owns one
+ * 8-lane accumulator; element groups [8i, 8i + 8) are added in increasing i with one FMA each; then
+ * hsum8(); then the k % 8 tail elements in order with scalar fmaf. A tile of R rows x T tokens runs
+ * exactly this per pair while sharing each weight load (and its f16/bf16 conversion) across T tokens
+ * and each activation load across R rows. One chain per pair is latency-bound for a lone dot, but
+ * decode uses 4-row tiles (4 chains) and batches use 2 x 4 tiles (8 chains). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "tensor/kernels_internal.h"
+
+enum { W_F32, W_F16, W_BF16 };
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256 load8(const char *row, int64_t j, const int kind) {
+    if (kind == W_F32) return _mm256_loadu_ps((const float *)row + j);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + j));
+    if (kind == W_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline float load1(const char *row, int64_t j, const int kind) {
+    if (kind == W_F32) return ((const float *)row)[j];
+    if (kind == W_F16) return _cvtsh_ss(((const uint16_t *)row)[j]);
+    return hr_bf16_to_f32(((const uint16_t *)row)[j]);
+}
+
+/* One pair's finish: the fixed horizontal sum, then the tail elements in order. */
+static inline float finish(__m256 acc, const char *wrow, const float *arow, int64_t i, int64_t k, const int kind) {
+    float sum = hsum8(acc);
+    for (int64_t j = i; j < k; j++) sum = fmaf(load1(wrow, j, kind), arow[j], sum);
+    return sum;
+}
+
+/* The shapes are written out (not loops over R and T) so that every compiler keeps the
+ * accumulators in registers. Each pair's sequence is the same in all of them. */
+
+static inline __attribute__((always_inline)) void tile_1x1(int64_t k, const char *w, const float *a, float *y,
+                                                           const int kind) {
+    __m256 c = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) c = _mm256_fmadd_ps(load8(w, i, kind), _mm256_loadu_ps(a + i), c);
+    *y = finish(c, w, a, i, k, kind);
+}
+
+/* 4 rows x 1 token (decode) */
+static inline __attribute__((always_inline)) void tile_4x1(int64_t k, const char *w, size_t ws, const float *a,
+                                                           float *y, const int kind) {
+    const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m256 v = _mm256_loadu_ps(a + i);
+        c0 = _mm256_fmadd_ps(load8(w0, i, kind), v, c0);
+        c1 = _mm256_fmadd_ps(load8(w1, i, kind), v, c1);
+        c2 = _mm256_fmadd_ps(load8(w2, i, kind), v, c2);
+        c3 = _mm256_fmadd_ps(load8(w3, i, kind), v, c3);
+    }
+    y[0] = finish(c0, w0, a, i, k, kind);
+    y[1] = finish(c1, w1, a, i, k, kind);
+    y[2] = finish(c2, w2, a, i, k, kind);
+    y[3] = finish(c3, w3, a, i, k, kind);
+}
+
+/* 1 row x 4 tokens (the odd row of a batch) */
+static inline __attribute__((always_inline)) void tile_1x4(int64_t k, const char *w, const char *a, size_t as, float *y,
+                                                           size_t ys, const int kind) {
+    const float *a0 = (const float *)a, *a1 = (const float *)(a + as), *a2 = (const float *)(a + 2 * as),
+                *a3 = (const float *)(a + 3 * as);
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m256 x = load8(w, i, kind);
+        c0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a0 + i), c0);
+        c1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a1 + i), c1);
+        c2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a2 + i), c2);
+        c3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a3 + i), c3);
+    }
+    y[0] = finish(c0, w, a0, i, k, kind);
+    y[ys] = finish(c1, w, a1, i, k, kind);
+    y[2 * ys] = finish(c2, w, a2, i, k, kind);
+    y[3 * ys] = finish(c3, w, a3, i, k, kind);
+}
+
+/* 2 rows x 4 tokens (the batch tile): 8 chains, 6 loads per 8 FMAs */
+static inline __attribute__((always_inline)) void tile_2x4(int64_t k, const char *w, size_t ws, const char *a,
+                                                           size_t as, float *y, size_t ys, const int kind) {
+    const char *w0 = w, *w1 = w + ws;
+    const float *a0 = (const float *)a, *a1 = (const float *)(a + as), *a2 = (const float *)(a + 2 * as),
+                *a3 = (const float *)(a + 3 * as);
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m256 x0 = load8(w0, i, kind), x1 = load8(w1, i, kind);
+        __m256 v = _mm256_loadu_ps(a0 + i);
+        c00 = _mm256_fmadd_ps(x0, v, c00);
+        c10 = _mm256_fmadd_ps(x1, v, c10);
+        v = _mm256_loadu_ps(a1 + i);
+        c01 = _mm256_fmadd_ps(x0, v, c01);
+        c11 = _mm256_fmadd_ps(x1, v, c11);
+        v = _mm256_loadu_ps(a2 + i);
+        c02 = _mm256_fmadd_ps(x0, v, c02);
+        c12 = _mm256_fmadd_ps(x1, v, c12);
+        v = _mm256_loadu_ps(a3 + i);
+        c03 = _mm256_fmadd_ps(x0, v, c03);
+        c13 = _mm256_fmadd_ps(x1, v, c13);
+    }
+    y[0] = finish(c00, w0, a0, i, k, kind);
+    y[1] = finish(c10, w1, a0, i, k, kind);
+    y[ys] = finish(c01, w0, a1, i, k, kind);
+    y[ys + 1] = finish(c11, w1, a1, i, k, kind);
+    y[2 * ys] = finish(c02, w0, a2, i, k, kind);
+    y[2 * ys + 1] = finish(c12, w1, a2, i, k, kind);
+    y[3 * ys] = finish(c03, w0, a3, i, k, kind);
+    y[3 * ys + 1] = finish(c13, w1, a3, i, k, kind);
+}
+
+static inline __attribute__((always_inline)) void tile_driver(int64_t k, const char *w, size_t ws, int nr,
+                                                              const char *a, size_t as, int nt, float *y, size_t ys,
+                                                              const int kind) {
+    int t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        const char *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ys;
+        int r = 0;
+        for (; r + 2 <= nr; r += 2) tile_2x4(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind);
+        for (; r < nr; r++) tile_1x4(k, w + (size_t)r * ws, at, as, yt + r, ys, kind);
+    }
+    for (; t < nt; t++) {
+        const float *at = (const float *)(a + (size_t)t * as);
+        float *yt = y + (size_t)t * ys;
+        int r = 0;
+        for (; r + 4 <= nr; r += 4) tile_4x1(k, w + (size_t)r * ws, ws, at, yt + r, kind);
+        for (; r < nr; r++) tile_1x1(k, w + (size_t)r * ws, at, yt + r, kind);
+    }
+}
+
+#define HR_FLOAT_KERNELS(name, kind)                                                                                   \
+    float hr_avx2_dot_##name(int64_t k, const void *w, const void *a) {                                                \
+        float out;                                                                                                     \
+        tile_1x1(k, w, a, &out, kind);                                                                                 \
+        return out;                                                                                                    \
+    }                                                                                                                  \
+    void hr_avx2_tile_##name(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,        \
+                             int nt, float *y, size_t y_stride) {                                                      \
+        tile_driver(k, w, w_stride, nr, a, a_stride, nt, y, y_stride, kind);                                           \
+    }
+
+HR_FLOAT_KERNELS(f32, W_F32)
+HR_FLOAT_KERNELS(f16, W_F16)
+HR_FLOAT_KERNELS(bf16, W_BF16)
