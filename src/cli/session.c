@@ -145,7 +145,10 @@ static hr_status open_kv(hr_session *s, hr_error *err) {
     uint64_t need_blocks = (uint64_t)(s->n_ctx + kc.block_size - 1) / kc.block_size;
     kc.budget_bytes = s->o.kv_budget ? s->o.kv_budget : fixed + need_blocks * block_bytes * (uint64_t)n_seqs;
     uint64_t have_blocks = kc.budget_bytes > fixed ? (kc.budget_bytes - fixed) / block_bytes : 0;
-    if (have_blocks < need_blocks) {
+    /* paged: each request is checked against the pool when submitted; a budget without room for even
+     * one block (or, contiguous, one --ctx slot) is refused here */
+    uint64_t min_blocks = s->o.layout == HR_LAYOUT_CONTIGUOUS ? need_blocks : 1;
+    if (have_blocks < min_blocks) {
         char b1[32], b2[32];
         return hr_error_set(err, HR_ERR_BUDGET,
                             "--kv-budget %s holds %llu tokens at %s/%s; the context is %d: raise --kv-budget to %s "
