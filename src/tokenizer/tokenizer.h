@@ -1,5 +1,6 @@
 /* tokenizer.h: vocabularies from GGUF metadata (SentencePiece-style `llama`, byte-level BPE `gpt2`),
- * special tokens, encoding, streaming-safe decoding.
+ * special tokens, encoding, streaming-safe decoding. docs/TOKENIZER.md has the rules in full
+ * (pre-tokenizers, special-token policy, invalid UTF-8, decoding) and the conformance figures.
  *
  * A tokenizer is immutable after load and may be used from several threads at once; per-stream
  * decoding state lives in hr_detok, owned by the caller. */
@@ -16,15 +17,17 @@
 typedef struct hr_tokenizer hr_tokenizer;
 
 /* Reads tokenizer.ggml.* from g (which may be closed afterwards: everything is copied). Errors name
- * the missing or malformed key, or the unsupported tokenizer.ggml.model / .pre value. */
+ * the missing or malformed key (HR_ERR_NOT_FOUND / HR_ERR_FORMAT), or the unsupported
+ * tokenizer.ggml.model / .pre value (HR_ERR_UNSUPPORTED: e.g. WordPiece `bert`). */
 hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err);
 void hr_tokenizer_destroy(hr_tokenizer *t); /* NULL allowed */
 
 int32_t hr_tokenizer_n_vocab(const hr_tokenizer *t);
 int32_t hr_tokenizer_bos(const hr_tokenizer *t); /* -1 when the vocabulary has none */
 int32_t hr_tokenizer_eos(const hr_tokenizer *t);
-bool hr_tokenizer_add_bos_default(
-    const hr_tokenizer *t); /* tokenizer.ggml.add_bos_token, else the model type's default */
+/* tokenizer.ggml.add_bos_token, else the vocabulary type's default (SPM and llama-3-style BPE: true);
+ * false when the vocabulary has no BOS. */
+bool hr_tokenizer_add_bos_default(const hr_tokenizer *t);
 /* True for tokens that end a generation (EOS, EOT, and other end-of-generation ids). */
 bool hr_tokenizer_is_eog(const hr_tokenizer *t, int32_t id);
 
@@ -60,7 +63,8 @@ int32_t hr_tokenizer_unk(const hr_tokenizer *t);
 int32_t hr_tokenizer_pad(const hr_tokenizer *t);
 /* Id of the token whose text is exactly text[0..len), or -1. */
 int32_t hr_tokenizer_find(const hr_tokenizer *t, const char *text, size_t len);
-/* "spm" or "bpe", and the pre-tokenizer name in use (tokenizer.ggml.pre, "default" when absent). */
+/* "spm" or "bpe", and the pre-tokenizer in use (tokenizer.ggml.pre, "default" when absent; "none" for
+ * SPM, which has no pre-tokenizer). */
 const char *hr_tokenizer_kind_name(const hr_tokenizer *t);
 const char *hr_tokenizer_pre_name(const hr_tokenizer *t);
 
