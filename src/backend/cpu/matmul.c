@@ -2,10 +2,11 @@
  *
  * One call runs in two phases on the pool: (1) quantize each activation row into the scratch
  * (skipped for f32 activations, which are used in place), (2) split output rows over threads.
- * Decode (T = 1) streams each thread's rows once. For T > 1 a thread walks its rows in blocks of
- * HR_MM_ROWS against blocks of HR_MM_TOKENS tokens, so a block of weights is fetched from memory
- * once and reused from cache for every token of the block; the kernel table's vec_dot_tile does the
- * register-level tiling. Neither the split nor the blocking changes any element's bits (matmul.h). */
+ * Decode (T = 1) streams each thread's rows once, four rows at a time. For T > 1 a thread walks its
+ * rows in blocks of about HR_MM_BLOCK_BYTES against blocks of HR_MM_TOKENS tokens, so weights come
+ * from memory once per HR_MM_TOKENS tokens and from cache for the rest; the kernel table's
+ * vec_dot_tile does the register-level tiling. Neither the split nor the blocking changes any
+ * element's bits (see matmul.h). */
 #include "backend/cpu/matmul.h"
 
 #include "common/util.h"
@@ -14,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HR_MM_ROWS   16 /* weight rows per cache block (a multiple of every tile height) */
-#define HR_MM_TOKENS 64 /* tokens per cache block */
-#define HR_MM_ALIGN  64
+#define HR_MM_BLOCK_BYTES (256 * 1024) /* weight bytes per cache block: about half an L2 */
+#define HR_MM_TOKENS      64           /* tokens per cache block */
+#define HR_MM_ALIGN       64
 
 struct hr_matmul_ctx {
     const hr_kernels *kernels; /* borrowed */
@@ -30,6 +31,7 @@ struct hr_matmul_ctx {
         const hr_type_kernels *tk;
         const char *W;
         size_t w_stride;
+        int64_t rows_per_block; /* a multiple of 4 (every tile height divides it) */
         int64_t n, k, T;
         const float *X;
         float *Y;
@@ -87,10 +89,11 @@ static void quantize_task(void *arg, int ith, int nth) {
 static void compute_task(void *arg, int ith, int nth) {
     hr_matmul_ctx *m = arg;
     const int64_t n = m->job.n, T = m->job.T;
-    /* contiguous row ranges whose boundaries are multiples of HR_MM_ROWS (except the last) */
-    const int64_t n_blocks = (n + HR_MM_ROWS - 1) / HR_MM_ROWS;
-    const int64_t r0 = HR_MIN(n, n_blocks * ith / nth * HR_MM_ROWS);
-    const int64_t r1 = HR_MIN(n, n_blocks * (ith + 1) / nth * HR_MM_ROWS);
+    /* contiguous ranges of whole row blocks (the last block may be short) */
+    const int64_t rb = T == 1 ? 4 : m->job.rows_per_block;
+    const int64_t n_blocks = (n + rb - 1) / rb;
+    const int64_t r0 = HR_MIN(n, n_blocks * ith / nth * rb);
+    const int64_t r1 = HR_MIN(n, n_blocks * (ith + 1) / nth * rb);
     const hr_vec_dot_tile_fn tile = m->job.tk->vec_dot_tile;
     if (T == 1) {
         if (r1 > r0)
@@ -100,8 +103,8 @@ static void compute_task(void *arg, int ith, int nth) {
     }
     for (int64_t t0 = 0; t0 < T; t0 += HR_MM_TOKENS) {
         const int nt = (int)HR_MIN(HR_MM_TOKENS, T - t0);
-        for (int64_t i0 = r0; i0 < r1; i0 += HR_MM_ROWS) {
-            const int nr = (int)HR_MIN(HR_MM_ROWS, r1 - i0);
+        for (int64_t i0 = r0; i0 < r1; i0 += rb) {
+            const int nr = (int)HR_MIN(rb, r1 - i0);
             tile(m->job.k, m->job.W + (size_t)i0 * m->job.w_stride, m->job.w_stride, nr,
                  m->job.A + (size_t)t0 * m->job.a_stride, m->job.a_stride, nt, m->job.Y + t0 * n + i0, (size_t)n);
         }
@@ -118,6 +121,7 @@ void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t 
     m->job.tk = tk;
     m->job.W = W;
     m->job.w_stride = hr_dtype_row_bytes(wt, k);
+    m->job.rows_per_block = HR_MAX(4, HR_MIN(64, (int64_t)(HR_MM_BLOCK_BYTES / HR_MAX(1, m->job.w_stride))) / 4 * 4);
     m->job.n = n;
     m->job.k = k;
     m->job.T = T;
