@@ -28,6 +28,8 @@ typedef struct {
     int32_t tokens[SH_MAX_TOK];
     int doc;
     int prefix_hits;
+    bool swapped;
+    int units; /* swap slots held while swapped */
 } sh_seq;
 
 typedef struct {
@@ -35,6 +37,7 @@ typedef struct {
     sh_block blk[SH_MAX_BLOCKS];
     sh_seq seq[SH_MAX_SEQS];
     uint64_t clock, evicted, hits;
+    int swap_total, swap_free;
 } shadow;
 
 static int sh_count(const shadow *s, int what) { /* 0 free, 1 used, 2 cached */
@@ -71,12 +74,19 @@ static int sh_alloc(shadow *s) {
     return best;
 }
 
-static void sh_release(shadow *s, sh_seq *q) {
+static void sh_release_blocks(shadow *s, sh_seq *q) {
     for (int i = q->n_table - 1; i >= 0; i--) {
         sh_block *b = &s->blk[q->table[i]];
         if (--b->refcnt == 0 && b->in_map) b->stamp = ++s->clock;
     }
     q->n_table = 0;
+}
+
+static void sh_release(shadow *s, sh_seq *q) {
+    sh_release_blocks(s, q);
+    if (q->swapped) s->swap_free += q->units;
+    q->swapped = false;
+    q->units = 0;
     q->n_tokens = 0;
     q->prefix_hits = 0;
 }
@@ -109,7 +119,8 @@ static int32_t next_token(hr_rng *r, const sh_seq *q, int pos) {
     return (int32_t)(hr_rng_next(r) % 4);
 }
 
-static bool compare(const hr_kv_pool *p, const shadow *s, hr_kv_seq *handles, int step, const char *op) {
+static bool compare(const hr_kv_pool *p, const hr_kv_swap *w, const shadow *s, hr_kv_seq *handles, int step,
+                    const char *op) {
     hr_error err = {0};
     hr_status rc = hr_kv_pool_check(p, &err);
     CHECKF(rc == HR_OK, "step %d after %s: %s", step, op, err.msg);
@@ -122,11 +133,18 @@ static bool compare(const hr_kv_pool *p, const shadow *s, hr_kv_seq *handles, in
            op, l.blocks_used, l.blocks_cached, l.blocks_free, (unsigned long long)l.blocks_evicted_total,
            (unsigned long long)l.prefix_hit_tokens_total, sh_count(s, 1), sh_count(s, 2), sh_count(s, 0),
            (unsigned long long)s->evicted, (unsigned long long)s->hits);
-    uint64_t waste = 0;
+    uint64_t waste = 0, swapped = 0, bb = hr_kv_block_bytes(hr_kv_pool_config(p));
+    hr_kv_swap_ledger wl;
+    hr_kv_swap_get_ledger(w, &wl);
+    for (int i = 0; i < SH_MAX_SEQS; i++) swapped += s->seq[i].active ? (uint64_t)s->seq[i].units * bb : 0;
+    CHECKF(l.bytes_swapped == swapped && wl.slots_used == s->swap_total - s->swap_free,
+           "step %d after %s: swapped %llu bytes (shadow %llu), slots used %d (shadow %d)", step, op,
+           (unsigned long long)l.bytes_swapped, (unsigned long long)swapped, wl.slots_used,
+           s->swap_total - s->swap_free);
     for (int i = 0; i < SH_MAX_SEQS; i++) {
         if (!s->seq[i].active) continue;
         const sh_seq *q = &s->seq[i];
-        waste += (uint64_t)q->n_table * SH_B - q->n_tokens;
+        waste += q->swapped ? 0 : (uint64_t)q->n_table * SH_B - q->n_tokens;
         hr_kv_seq_ledger sl;
         CHECK(hr_kv_seq_get_ledger(p, handles[i], &sl, &err) == HR_OK);
         bool sok = hr_kv_seq_n_tokens(p, handles[i]) == q->n_tokens && sl.blocks_own + sl.blocks_shared == q->n_table &&
@@ -149,21 +167,28 @@ static void write_tokens(hr_kv_pool *p, hr_kv_seq h, int from, int to) {
     }
 }
 
-static void test_random(uint64_t seed, int n_ops, int n_blocks) {
+static void test_random(uint64_t seed, int n_ops, int n_blocks, hr_kv_format fmt) {
     hr_kv_config c = {.n_layers = 1,
                       .n_kv_heads = 1,
                       .head_dim = 8,
                       .block_size = SH_B,
-                      .k_format = HR_KV_F16,
-                      .v_format = HR_KV_F16,
-                      .max_seqs = SH_MAX_SEQS};
-    c.budget_bytes = hr_kv_block_bytes(&c) * (uint64_t)n_blocks;
+                      .k_format = fmt,
+                      .v_format = fmt,
+                      .max_seqs = SH_MAX_SEQS,
+                      .stage_blocks = n_blocks}; /* q4/kivi2: never the limit here (test_kv_formats covers it) */
+    c.budget_bytes = hr_kv_block_bytes(&c) * (uint64_t)n_blocks + hr_kv_fixed_bytes(&c);
+    /* a block being filled (q4/kivi2) also swaps its f16 tail buffer, in this many extra slots */
+    int stage_units = (int)((hr_kv_stage_block_bytes(&c) + hr_kv_block_bytes(&c) - 1) / hr_kv_block_bytes(&c));
     hr_kv_pool *p = NULL;
     hr_error err = {0};
     CHECK(hr_kv_pool_create(&c, &p, &err) == HR_OK);
     static shadow s;
     memset(&s, 0, sizeof s);
     s.n_blocks = n_blocks;
+    hr_kv_swap *w = NULL;
+    hr_kv_swap_config wc = {.budget_bytes = hr_kv_block_bytes(&c) * (uint64_t)(n_blocks / 2)};
+    CHECK(hr_kv_swap_create(p, &wc, &w, &err) == HR_OK);
+    s.swap_total = s.swap_free = n_blocks / 2;
     hr_kv_seq handles[SH_MAX_SEQS];
     hr_rng r;
     hr_rng_seed(&r, seed);
@@ -171,7 +196,7 @@ static void test_random(uint64_t seed, int n_ops, int n_blocks) {
         for (int i = 0; i < SH_MAX_TOK; i++) docs[d][i] = (int32_t)(hr_rng_next(&r) % 4);
     int counts[8] = {0};
     for (int step = 0; step < n_ops; step++) {
-        int op = (int)(hr_rng_next(&r) % 8);
+        int op = (int)(hr_rng_next(&r) % 10);
         int si = (int)(hr_rng_next(&r) % SH_MAX_SEQS);
         sh_seq *q = &s.seq[si];
         const char *name = "?";
@@ -206,6 +231,50 @@ static void test_random(uint64_t seed, int n_ops, int n_blocks) {
                 CHECKF(got == want, "step %d: share_prefix found %d, shadow %d", step, got, want);
             }
             counts[0]++;
+        } else if (q->swapped && op <= 4) { /* a swapped-out sequence cannot grow or fork */
+            name = "use_swapped";
+            hr_kv_seq h;
+            CHECK(hr_kv_seq_reserve(p, handles[si], q->n_tokens + 1, &err) == HR_ERR_INVALID_ARG);
+            CHECK(hr_kv_seq_fork(p, handles[si], &h, &err) == HR_ERR_INVALID_ARG);
+        } else if (op == 8 || op == 9) {
+            int units = (q->n_tokens + SH_B - 1) / SH_B;
+            int n_blocks_in = units;
+            if (!q->swapped) units += (q->n_tokens % SH_B != 0) * stage_units;
+            if (!q->swapped) {
+                name = "swap_out";
+                hr_status want = units > s.swap_total ? HR_ERR_BUDGET : units > s.swap_free ? HR_ERR_FULL : HR_OK;
+                hr_status rc = hr_kv_seq_swap_out(p, w, handles[si], &err);
+                CHECKF(rc == want, "step %d: swap out rc %d, shadow %d", step, rc, want);
+                if (rc == HR_OK) {
+                    sh_release_blocks(&s, q);
+                    q->swapped = true;
+                    q->units = units;
+                    s.swap_free -= units;
+                }
+                counts[6]++;
+            } else {
+                name = "swap_in";
+                units = n_blocks_in;
+                bool fits = units <= sh_count(&s, 0) + sh_count(&s, 2);
+                hr_status rc = hr_kv_seq_swap_in(p, handles[si], &err);
+                CHECKF(rc == (fits ? HR_OK : HR_ERR_FULL), "step %d: swap in rc %d, shadow fits %d", step, rc, fits);
+                if (rc == HR_OK) {
+                    for (int i = 0; i < units; i++) q->table[q->n_table++] = sh_alloc(&s);
+                    for (int i = 0; i < units; i++) { /* all blocks first, then they become shareable */
+                        int b = q->table[i];
+                        if ((i + 1) * SH_B > q->n_tokens) continue;
+                        uint64_t key = fnv(q->tokens, (i + 1) * SH_B);
+                        if (sh_find(&s, key) < 0) {
+                            s.blk[b].in_map = true;
+                            s.blk[b].key = key;
+                        }
+                    }
+                    q->swapped = false;
+                    s.swap_free += q->units;
+                    q->units = 0;
+                }
+                counts[7]++;
+            }
         } else if (op <= 2) { /* reserve + write + commit a chunk */
             name = "append";
             int n = 1 + (int)(hr_rng_next(&r) % 30);
@@ -270,12 +339,12 @@ static void test_random(uint64_t seed, int n_ops, int n_blocks) {
             q->active = false;
             counts[5]++;
         }
-        if (!compare(p, &s, handles, step, name)) break;
+        if (!compare(p, w, &s, handles, step, name)) break;
     }
-    printf("seed %llu: %d ops (create %d, append %d, fill %d, fork %d, reset %d, free %d), evicted %llu, hit "
-           "tokens %llu\n",
-           (unsigned long long)seed, n_ops, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5],
-           (unsigned long long)s.evicted, (unsigned long long)s.hits);
+    printf("%s seed %llu: %d ops (create %d, append %d, fill %d, fork %d, reset %d, free %d, swap out %d, in %d), "
+           "evicted %llu, hit tokens %llu\n",
+           hr_kv_format_name(fmt), (unsigned long long)seed, n_ops, counts[0], counts[1], counts[2], counts[3],
+           counts[4], counts[5], counts[6], counts[7], (unsigned long long)s.evicted, (unsigned long long)s.hits);
     CHECK(s.hits > 0 && s.evicted > 0);
     for (int i = 0; i < SH_MAX_SEQS; i++)
         if (s.seq[i].active) hr_kv_seq_free(p, handles[i]);
@@ -284,6 +353,7 @@ static void test_random(uint64_t seed, int n_ops, int n_blocks) {
     CHECK(l.blocks_used == 0 && l.blocks_free + l.blocks_cached == n_blocks && l.waste_slots == 0);
     CHECK(hr_kv_pool_check(p, &err) == HR_OK);
     hr_kv_pool_destroy(p);
+    hr_kv_swap_destroy(w);
 }
 
 /* ---- targeted tests ------------------------------------------------------------------------------ */
@@ -481,8 +551,10 @@ int main(void) {
     test_share_1000(32);
     test_lru();
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) test_shared_data((hr_kv_format)f);
-    test_random(1, 4000, 24);
-    test_random(2, 4000, 48);
-    test_random(3, 3000, 12);
+    test_random(1, 4000, 24, HR_KV_F16);
+    test_random(2, 4000, 48, HR_KV_F16);
+    test_random(3, 3000, 12, HR_KV_F16);
+    test_random(4, 3000, 24, HR_KV_KIVI2);
+    test_random(5, 3000, 16, HR_KV_Q4);
     return hr_test_finish();
 }

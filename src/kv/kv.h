@@ -126,6 +126,44 @@ void hr_kv_attention(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx
                      float scale, float *out, float *scratch);
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
 
+/* ---- swap tier ---------------------------------------------------------------------------------
+ * A second, slower tier (a file for the CPU backend) where a preempted sequence's blocks can wait
+ * instead of being recomputed. It has its own byte budget, fixed at create: the file is divided into
+ * slots of one block each (hr_kv_block_bytes); a block's f16 tail buffer (q4/kivi2) takes further
+ * slots. Swapping out copies the sequence's blocks to the tier and releases them from the pool
+ * (shared blocks stay for their other holders; full hashed blocks stay in the prefix cache);
+ * swapping in allocates fresh blocks and copies them back bit for bit. A swapped-out sequence keeps
+ * its handle and token count; it can be freed or reset (its slots return to the tier) but not
+ * reserved, written, forked or attended until it is swapped in. One thread (the pool's owner) calls
+ * these. Destroy the swap tier after the sequences in it are swapped in or freed. */
+
+typedef struct hr_kv_swap hr_kv_swap;
+
+typedef struct hr_kv_swap_config {
+    const char *path;      /* file to create (truncated; removed at destroy); NULL: an anonymous temp file */
+    uint64_t budget_bytes; /* the tier gets floor(budget / block bytes) slots */
+} hr_kv_swap_config;
+
+typedef struct hr_kv_swap_ledger {
+    int slots_total, slots_used;
+    uint64_t bytes_total, bytes_used;
+    uint64_t blocks_out_total, blocks_in_total; /* blocks copied out / back since create */
+} hr_kv_swap_ledger;
+
+/* HR_ERR_BUDGET when the budget holds no slot (the message says what one slot takes); HR_ERR_IO when
+ * the file cannot be created or sized. */
+hr_status hr_kv_swap_create(const hr_kv_pool *pool, const hr_kv_swap_config *cfg, hr_kv_swap **out, hr_error *err);
+void hr_kv_swap_destroy(hr_kv_swap *swap); /* NULL allowed */
+void hr_kv_swap_get_ledger(const hr_kv_swap *swap, hr_kv_swap_ledger *out);
+
+/* Moves seq's blocks to the tier. HR_ERR_FULL when the tier lacks free slots now, HR_ERR_BUDGET when
+ * it could never hold them, HR_ERR_IO on a write error; on any error nothing changed. */
+hr_status hr_kv_seq_swap_out(hr_kv_pool *pool, hr_kv_swap *swap, hr_kv_seq seq, hr_error *err);
+/* Brings them back. HR_ERR_FULL when the pool lacks free blocks (or tail buffers) now, HR_ERR_IO on a
+ * read error; on any error nothing changed. */
+hr_status hr_kv_seq_swap_in(hr_kv_pool *pool, hr_kv_seq seq, hr_error *err);
+bool hr_kv_seq_is_swapped(const hr_kv_pool *pool, hr_kv_seq seq);
+
 /* ---- ledger ------------------------------------------------------------------------------------ */
 
 typedef struct hr_kv_seq_ledger {
@@ -147,6 +185,7 @@ typedef struct hr_kv_pool_ledger {
     uint64_t waste_bytes;
     uint64_t prefix_hit_tokens_total;
     uint64_t blocks_evicted_total; /* cached blocks reclaimed for new work */
+    uint64_t bytes_swapped;        /* bytes of this pool's sequences now in swap tiers */
 } hr_kv_pool_ledger;
 
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *pool, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err);

@@ -146,11 +146,9 @@ typedef struct kv_seq {
     uint64_t last_hash; /* chain hash of the last full committed block (or the root) */
     uint64_t bytes_peak;
     int prefix_hit_tokens;
-    /* swap tier */
-    int n_swapped_blocks;
-    struct hr_kv_swap *swap; /* the tier holding the swapped copy */
-    int32_t *swap_slots;     /* slot per swapped block, then one for the staging copy */
-    int swap_cap;
+    /* swap tier (swap.c) */
+    struct hr_kv_swap *swap; /* the tier holding the swapped copy, while swapped */
+    struct kv_swap_rec *rec; /* what is there and how to restore it */
     uint64_t bytes_swapped;
 } kv_seq;
 
@@ -190,7 +188,7 @@ struct hr_kv_pool {
 
     /* ledger figures readable from any thread */
     atomic_int n_used, n_cached, n_free;
-    atomic_uint_fast64_t waste_slots, prefix_hits, evicted;
+    atomic_uint_fast64_t waste_slots, prefix_hits, evicted, bytes_swapped;
 };
 
 static inline uint8_t *kv_block_ptr(const hr_kv_pool *p, int layer, int kind, int32_t block) {
@@ -213,6 +211,7 @@ static inline bool kv_fmt_deferred(hr_kv_format f) { return f == HR_KV_Q4 || f =
 bool kv_prefix_map_init(hr_kv_pool *p);
 uint64_t kv_prefix_root(const hr_kv_pool *p);
 void kv_prefix_map_remove(hr_kv_pool *p, int32_t b);
+void kv_prefix_map_add(hr_kv_pool *p, int32_t b); /* b's hash is set; inserts unless present */
 int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash);
 
 /* swap.c: forgets a swapped-out sequence's copy (its slots return to the swap tier). */

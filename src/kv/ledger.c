@@ -22,6 +22,7 @@ void hr_kv_pool_get_ledger(const hr_kv_pool *p, hr_kv_pool_ledger *out) {
     out->waste_bytes = out->waste_slots * (p->block_bytes / (uint64_t)p->cfg.block_size);
     out->prefix_hit_tokens_total = atomic_load_explicit(&p->prefix_hits, memory_order_relaxed);
     out->blocks_evicted_total = atomic_load_explicit(&p->evicted, memory_order_relaxed);
+    out->bytes_swapped = atomic_load_explicit(&p->bytes_swapped, memory_order_relaxed);
 }
 
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err) {

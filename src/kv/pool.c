@@ -254,6 +254,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     atomic_init(&p->waste_slots, 0);
     atomic_init(&p->prefix_hits, 0);
     atomic_init(&p->evicted, 0);
+    atomic_init(&p->bytes_swapped, 0);
     *out = p;
     return HR_OK;
 }
@@ -263,7 +264,7 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     if (p->seqs) {
         for (int i = 0; i < p->cfg.max_seqs; i++) {
             free(p->seqs[i].table);
-            free(p->seqs[i].swap_slots);
+            if (p->seqs[i].swapped) kv_swap_drop(p, &p->seqs[i]);
         }
     }
     if (p->arena) munmap(p->arena, p->arena_bytes);
@@ -318,13 +319,11 @@ hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
     for (int i = 0; i < p->cfg.max_seqs; i++) {
         kv_seq *s = &p->seqs[i];
         if (s->active) continue;
-        int32_t *table = s->table, *slots = s->swap_slots;
-        int cap = s->cap, swap_cap = s->swap_cap;
+        int32_t *table = s->table;
+        int cap = s->cap;
         memset(s, 0, sizeof *s);
         s->table = table; /* keep the allocations of the previous user of this slot */
         s->cap = cap;
-        s->swap_slots = slots;
-        s->swap_cap = swap_cap;
         s->active = true;
         s->last_hash = kv_prefix_root(p);
         *out = i;

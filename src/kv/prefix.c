@@ -62,6 +62,10 @@ static void kv_prefix_map_insert(hr_kv_pool *p, int32_t b) {
     p->flags[b] |= KV_FLAG_IN_MAP;
 }
 
+void kv_prefix_map_add(hr_kv_pool *p, int32_t b) {
+    if (kv_prefix_map_find(p, p->hash[b]) < 0) kv_prefix_map_insert(p, b);
+}
+
 void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
     uint64_t i = p->hash[b] & p->map_mask;
     while (p->map[i] != b) {
@@ -109,7 +113,7 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
         p->hash[b] = h;
         memcpy(p->tokens + (size_t)b * B, pend, (size_t)B * sizeof *pend);
         p->flags[b] |= KV_FLAG_HASHED;
-        if (kv_prefix_map_find(p, h) < 0) kv_prefix_map_insert(p, b);
+        kv_prefix_map_add(p, b);
         s->last_hash = h;
     }
     atomic_fetch_sub_explicit(&p->waste_slots, (uint64_t)n, memory_order_relaxed);

@@ -1,7 +1,299 @@
-/* swap.c: the swap tier (filled in below). */
+/* swap.c: the swap tier: a file with a fixed number of block-sized slots, where a preempted
+ * sequence's blocks wait (hr_kv_seq_swap_out) until they are copied back bit for bit
+ * (hr_kv_seq_swap_in).
+ *
+ * Slot layout: one block = [L][K block bytes | V block bytes], exactly the bytes the pool holds, so a
+ * round trip is a copy. A block with an f16 tail buffer (q4/kivi2, still being filled) also stores the
+ * buffer, cut into as many further slots as it needs. Besides the bytes, a swapped sequence keeps a
+ * small record in memory per block: its slot(s), and for full blocks the prefix hash, parent hash and
+ * tokens, so the blocks come back shareable; for blocks being filled, the per-layer fill counts.
+ * Both directions plan first (count, check space, allocate the record) and then act, so an error
+ * leaves everything as it was. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
 #include "kv/kv_internal.h"
 
-void kv_swap_drop(hr_kv_pool *p, kv_seq *s) {
-    (void)p;
-    s->swapped = false;
+struct hr_kv_swap {
+    int fd;
+    char *path;          /* removed at destroy; NULL for an anonymous (already unlinked) file */
+    uint64_t slot_bytes; /* one block, all layers, K and V */
+    int n_slots, n_free;
+    int32_t *free_slots; /* stack */
+    int stage_units;     /* slots one tail buffer takes */
+    uint64_t out_total, in_total;
+};
+
+typedef struct kv_swap_rec {
+    int n_blocks, n_units;
+    int32_t *units; /* n_units slot ids: one per block, then stage_units per staged block */
+    uint8_t *flags; /* per block: KV_FLAG_HASHED, and bit 7 = had a tail buffer */
+    uint64_t *hash, *parent;
+    int32_t *tokens;  /* [n_blocks][B] */
+    uint16_t *filled; /* [n_blocks][L] */
+} kv_swap_rec;
+
+enum { REC_STAGED = 0x80 };
+
+/* ---- create / destroy ---------------------------------------------------------------------------- */
+
+hr_status hr_kv_swap_create(const hr_kv_pool *p, const hr_kv_swap_config *cfg, hr_kv_swap **out, hr_error *err) {
+    uint64_t slot = p->block_bytes;
+    if (!cfg || cfg->budget_bytes < slot) {
+        char b1[32], b2[32];
+        return hr_error_set(err, HR_ERR_BUDGET, "KV swap budget %s holds no slot: one block takes %s; raise it",
+                            hr_format_size(cfg ? cfg->budget_bytes : 0, b1, sizeof b1),
+                            hr_format_size(slot, b2, sizeof b2));
+    }
+    uint64_t n = cfg->budget_bytes / slot;
+    if (n > (1u << 30)) n = 1u << 30;
+    hr_kv_swap *w = calloc(1, sizeof *w);
+    if (!w) return hr_error_set(err, HR_ERR_NOMEM, "KV swap: out of memory");
+    w->fd = -1;
+    w->slot_bytes = slot;
+    w->n_slots = (int)n;
+    w->stage_units = p->stage ? (int)((p->stage_slot_bytes + slot - 1) / slot) : 0;
+    w->free_slots = malloc((size_t)n * sizeof *w->free_slots);
+    if (!w->free_slots) {
+        free(w);
+        return hr_error_set(err, HR_ERR_NOMEM, "KV swap: out of memory for %llu slots", (unsigned long long)n);
+    }
+    for (int i = (int)n - 1; i >= 0; i--) w->free_slots[w->n_free++] = i;
+    if (cfg->path) {
+        w->path = strdup(cfg->path);
+        w->fd = open(cfg->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    } else {
+        const char *dir = getenv("TMPDIR");
+        char tmpl[4096];
+        snprintf(tmpl, sizeof tmpl, "%s/headroom-kv-swap-XXXXXX", dir && *dir ? dir : "/tmp");
+        w->fd = mkstemp(tmpl);
+        if (w->fd >= 0) unlink(tmpl); /* anonymous: gone when closed */
+    }
+    if (w->fd < 0 || ftruncate(w->fd, (off_t)(n * slot)) != 0) {
+        int e = errno;
+        hr_kv_swap_destroy(w);
+        return hr_error_set(err, HR_ERR_IO, "KV swap: cannot create a %llu-byte file at %s: %s",
+                            (unsigned long long)(n * slot), cfg->path ? cfg->path : "$TMPDIR", strerror(e));
+    }
+    *out = w;
+    return HR_OK;
 }
+
+void hr_kv_swap_destroy(hr_kv_swap *w) {
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    if (w->path) unlink(w->path);
+    free(w->path);
+    free(w->free_slots);
+    free(w);
+}
+
+void hr_kv_swap_get_ledger(const hr_kv_swap *w, hr_kv_swap_ledger *out) {
+    memset(out, 0, sizeof *out);
+    out->slots_total = w->n_slots;
+    out->slots_used = w->n_slots - w->n_free;
+    out->bytes_total = (uint64_t)w->n_slots * w->slot_bytes;
+    out->bytes_used = (uint64_t)out->slots_used * w->slot_bytes;
+    out->blocks_out_total = w->out_total;
+    out->blocks_in_total = w->in_total;
+}
+
+/* ---- I/O ----------------------------------------------------------------------------------------- */
+
+static bool kv_pwrite_all(int fd, const void *buf, size_t n, off_t off) {
+    const uint8_t *b = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, b, n, off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        b += w, n -= (size_t)w, off += w;
+    }
+    return true;
+}
+
+static bool kv_pread_all(int fd, void *buf, size_t n, off_t off) {
+    uint8_t *b = buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, b, n, off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        b += r, n -= (size_t)r, off += r;
+    }
+    return true;
+}
+
+/* Copies block b to (or from) slot: each layer's K then V bytes, in order. */
+static bool kv_block_io(hr_kv_pool *p, hr_kv_swap *w, int32_t b, int32_t slot, bool out) {
+    off_t off = (off_t)((uint64_t)slot * w->slot_bytes);
+    for (int l = 0; l < p->cfg.n_layers; l++) {
+        uint8_t *k = kv_block_ptr(p, l, KV_K, b), *v = kv_block_ptr(p, l, KV_V, b);
+        bool ok = out ? kv_pwrite_all(w->fd, k, p->k_block_bytes, off) : kv_pread_all(w->fd, k, p->k_block_bytes, off);
+        off += (off_t)p->k_block_bytes;
+        ok = ok &&
+             (out ? kv_pwrite_all(w->fd, v, p->v_block_bytes, off) : kv_pread_all(w->fd, v, p->v_block_bytes, off));
+        off += (off_t)p->v_block_bytes;
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* Copies a tail buffer to (or from) its stage_units slots, one slot's worth at a time. */
+static bool kv_stage_io(hr_kv_pool *p, hr_kv_swap *w, int32_t stage_slot, const int32_t *units, bool out) {
+    uint8_t *buf = p->stage + (size_t)stage_slot * p->stage_slot_bytes;
+    uint64_t left = p->stage_slot_bytes;
+    for (int u = 0; left > 0; u++) {
+        size_t n = (size_t)(left < w->slot_bytes ? left : w->slot_bytes);
+        off_t off = (off_t)((uint64_t)units[u] * w->slot_bytes);
+        if (!(out ? kv_pwrite_all(w->fd, buf, n, off) : kv_pread_all(w->fd, buf, n, off))) return false;
+        buf += n, left -= n;
+    }
+    return true;
+}
+
+static void kv_rec_free(kv_swap_rec *r) {
+    if (!r) return;
+    free(r->units);
+    free(r->flags);
+    free(r->hash);
+    free(r->parent);
+    free(r->tokens);
+    free(r->filled);
+    free(r);
+}
+
+/* ---- out / in ------------------------------------------------------------------------------------ */
+
+hr_status hr_kv_seq_swap_out(hr_kv_pool *p, hr_kv_swap *w, hr_kv_seq seq, hr_error *err) {
+    if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap out: %d is not a sequence", seq);
+    kv_seq *s = &p->seqs[seq];
+    if (s->swapped) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap out: sequence %d is already out", seq);
+    int B = p->cfg.block_size, L = p->cfg.n_layers;
+    int nb = (s->n_tokens + B - 1) / B; /* reserved blocks past the tokens are released, not copied */
+    int n_staged = 0;
+    for (int i = 0; i < nb; i++) n_staged += p->stage && p->blk_stage[s->table[i]] >= 0;
+    int units = nb + n_staged * w->stage_units;
+    if (units > w->n_slots)
+        return hr_error_set(err, HR_ERR_BUDGET, "KV swap out: sequence %d needs %d slots, the tier has %d in all", seq,
+                            units, w->n_slots);
+    if (units > w->n_free)
+        return hr_error_set(err, HR_ERR_FULL, "KV swap out: sequence %d needs %d slots, %d of %d free", seq, units,
+                            w->n_free, w->n_slots);
+    kv_swap_rec *r = calloc(1, sizeof *r);
+    if (r) {
+        r->units = malloc((size_t)(units + 1) * sizeof *r->units);
+        r->flags = calloc((size_t)nb + 1, 1);
+        r->hash = calloc((size_t)nb + 1, sizeof *r->hash);
+        r->parent = calloc((size_t)nb + 1, sizeof *r->parent);
+        r->tokens = malloc(((size_t)nb * B + 1) * sizeof *r->tokens);
+        r->filled = calloc((size_t)nb * L + 1, sizeof *r->filled);
+    }
+    if (!r || !r->units || !r->flags || !r->hash || !r->parent || !r->tokens || !r->filled) {
+        kv_rec_free(r);
+        return hr_error_set(err, HR_ERR_NOMEM, "KV swap out: out of memory for the record of %d blocks", nb);
+    }
+    r->n_blocks = nb;
+    r->n_units = units;
+    for (int u = 0; u < units; u++) r->units[u] = w->free_slots[w->n_free - 1 - u];
+    int extra = nb;
+    for (int i = 0; i < nb; i++) {
+        int32_t b = s->table[i];
+        bool ok = kv_block_io(p, w, b, r->units[i], true);
+        r->flags[i] = p->flags[b] & KV_FLAG_HASHED;
+        r->hash[i] = p->hash[b];
+        r->parent[i] = p->parent[b];
+        memcpy(r->tokens + (size_t)i * B, p->tokens + (size_t)b * B, (size_t)B * sizeof *r->tokens);
+        if (ok && p->stage && p->blk_stage[b] >= 0) {
+            r->flags[i] |= REC_STAGED;
+            for (int l = 0; l < L; l++) r->filled[(size_t)i * L + l] = atomic_load(&p->filled[(size_t)b * L + l]);
+            ok = kv_stage_io(p, w, p->blk_stage[b], r->units + extra, true);
+            extra += w->stage_units;
+        }
+        if (!ok) {
+            int e = errno;
+            kv_rec_free(r);
+            return hr_error_set(err, HR_ERR_IO, "KV swap out: writing block %d of sequence %d failed: %s", i, seq,
+                                strerror(e));
+        }
+    }
+    w->n_free -= units; /* commit: the slots were the top of the stack */
+    w->out_total += (uint64_t)nb;
+    kv_seq_release_blocks(p, s);
+    s->swapped = true;
+    s->swap = w;
+    s->rec = r;
+    s->bytes_swapped = (uint64_t)units * w->slot_bytes;
+    atomic_fetch_add_explicit(&p->bytes_swapped, s->bytes_swapped, memory_order_relaxed);
+    return HR_OK;
+}
+
+hr_status hr_kv_seq_swap_in(hr_kv_pool *p, hr_kv_seq seq, hr_error *err) {
+    if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap in: %d is not a sequence", seq);
+    kv_seq *s = &p->seqs[seq];
+    if (!s->swapped) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap in: sequence %d is not swapped out", seq);
+    kv_swap_rec *r = s->rec;
+    hr_kv_swap *w = s->swap;
+    int B = p->cfg.block_size, L = p->cfg.n_layers;
+    int n_staged = 0;
+    for (int i = 0; i < r->n_blocks; i++) n_staged += (r->flags[i] & REC_STAGED) != 0;
+    if (r->n_blocks > hr_kv_pool_n_free(p) || (p->stage && n_staged > p->n_stage_free))
+        return hr_error_set(err, HR_ERR_FULL, "KV swap in: sequence %d needs %d blocks (%d free or evictable)", seq,
+                            r->n_blocks, hr_kv_pool_n_free(p));
+    hr_status rc = kv_table_reserve(s, r->n_blocks, err);
+    if (rc != HR_OK) return rc;
+    /* read into fresh blocks; on a read error give them back and leave the copy in the tier */
+    int extra = r->n_blocks;
+    for (int i = 0; i < r->n_blocks; i++) {
+        int32_t b = kv_block_alloc(p);
+        s->table[s->n_table++] = b;
+        bool ok = kv_block_io(p, w, b, r->units[i], false);
+        if (ok && (r->flags[i] & REC_STAGED)) {
+            int32_t slot = kv_stage_take(p, b);
+            for (int l = 0; l < L; l++) atomic_store(&p->filled[(size_t)b * L + l], r->filled[(size_t)i * L + l]);
+            ok = kv_stage_io(p, w, slot, r->units + extra, false);
+            extra += w->stage_units;
+        }
+        if (!ok) {
+            int e = errno;
+            int n_tokens = s->n_tokens;
+            s->n_tokens = s->n_table * B; /* release without touching the waste figure */
+            kv_seq_release_blocks(p, s);
+            s->n_tokens = n_tokens;
+            return hr_error_set(err, HR_ERR_IO, "KV swap in: reading block %d of sequence %d failed: %s", i, seq,
+                                strerror(e));
+        }
+    }
+    for (int i = 0; i < r->n_blocks; i++) {
+        int32_t b = s->table[i];
+        if (!(r->flags[i] & KV_FLAG_HASHED)) continue;
+        p->hash[b] = r->hash[i];
+        p->parent[b] = r->parent[i];
+        memcpy(p->tokens + (size_t)b * B, r->tokens + (size_t)i * B, (size_t)B * sizeof *p->tokens);
+        p->flags[b] |= KV_FLAG_HASHED;
+        kv_prefix_map_add(p, b); /* shareable again unless the cache already has this block */
+    }
+    atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)s->n_table * B - (uint64_t)s->n_tokens, memory_order_relaxed);
+    w->in_total += (uint64_t)r->n_blocks;
+    kv_swap_drop(p, s);
+    kv_update_peak(p, s);
+    return HR_OK;
+}
+
+void kv_swap_drop(hr_kv_pool *p, kv_seq *s) {
+    kv_swap_rec *r = s->rec;
+    hr_kv_swap *w = s->swap;
+    if (r && w)
+        for (int u = r->n_units - 1; u >= 0; u--) w->free_slots[w->n_free++] = r->units[u];
+    atomic_fetch_sub_explicit(&p->bytes_swapped, s->bytes_swapped, memory_order_relaxed);
+    kv_rec_free(r);
+    s->rec = NULL;
+    s->swap = NULL;
+    s->swapped = false;
+    s->bytes_swapped = 0;
+}
+
+bool hr_kv_seq_is_swapped(const hr_kv_pool *p, hr_kv_seq seq) { return kv_seq_valid(p, seq) && p->seqs[seq].swapped; }
