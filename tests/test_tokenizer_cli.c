@@ -1,0 +1,144 @@
+/* test_tokenizer_cli.c: `headroom tokenize` through the built binary, on a tiny SentencePiece-style
+ * vocabulary this test writes: the default table, --ids, --pieces, --count, --no-bos,
+ * --parse-special, -f FILE and `--` before a text that starts with '-'; every usage error exits 2
+ * with one line on stderr, and a missing or unsupported model exits 1 naming the problem. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "gguf/gguf.h"
+#include "harness.h"
+
+static char out_path[4200], err_path[4200];
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    size_t got = fread(b, 1, (size_t)len, f);
+    b[got] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Runs `headroom tokenize ARGS`; returns the exit code and leaves stdout/stderr in the files. */
+static int run(const char *args) {
+    char cmd[32768];
+    snprintf(cmd, sizeof cmd, "%s tokenize %s >%s 2>%s </dev/null", HR_HEADROOM_BIN, args, out_path, err_path);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static void expect(const char *args, int want_rc, const char *want_out, const char *err_has) {
+    int rc = run(args);
+    char *out = slurp(out_path), *err = slurp(err_path);
+    CHECKF(rc == want_rc, "'%s' exited %d, want %d (stderr: %s)", args, rc, want_rc, err ? err : "");
+    if (want_out) CHECKF(out && strcmp(out, want_out) == 0, "'%s' printed [%s], want [%s]", args, out, want_out);
+    if (err_has) {
+        CHECKF(err && strstr(err, err_has), "'%s' stderr [%s] lacks '%s'", args, err ? err : "", err_has);
+        /* one line */
+        CHECKF(err && strchr(err, '\n') == err + strlen(err) - 1, "'%s' stderr is not one line: [%s]", args, err);
+    }
+    free(out);
+    free(err);
+}
+
+/* tokens: <unk> <s> </s> ▁ a b ▁a ▁b ab <|eot|>(control) <0x2D> ("-") */
+static void write_vocab(const char *path) {
+    const char *tok[] = {"<unk>",
+                         "<s>",
+                         "</s>",
+                         "\xE2\x96\x81",
+                         "a",
+                         "b",
+                         "\xE2\x96\x81"
+                         "a",
+                         "\xE2\x96\x81"
+                         "b",
+                         "ab",
+                         "<|eot|>",
+                         "<0x2D>",
+                         "<0x0A>"};
+    float score[] = {0, 0, 0, -1, -2, -2, -1.5f, -1.5f, -0.5f, 0, 0, 0};
+    int32_t type[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 3, 6, 6};
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    hr_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", tok, 12);
+    hr_gguf_writer_set_array(w, "tokenizer.ggml.scores", HR_GGUF_F32, score, 12);
+    hr_gguf_writer_set_array(w, "tokenizer.ggml.token_type", HR_GGUF_I32, type, 12);
+    hr_error err = {0};
+    CHECKF(hr_gguf_writer_write_file(w, path, &err) == HR_OK, "%s", err.msg);
+    hr_gguf_writer_destroy(w);
+}
+
+int main(void) {
+    FILE *probe = fopen(HR_HEADROOM_BIN, "rb");
+    if (!probe) HR_SKIP("the headroom binary is not built (%s)", HR_HEADROOM_BIN);
+    fclose(probe);
+    const char *dir = hr_test_tmpdir();
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    char vocab[4200], text[4200], bert[4200], args[16384];
+    snprintf(vocab, sizeof vocab, "%s/spm.gguf", dir);
+    snprintf(text, sizeof text, "%s/text.txt", dir);
+    snprintf(bert, sizeof bert, "%s/bert.gguf", dir);
+    write_vocab(vocab);
+    FILE *f = fopen(text, "wb");
+    fputs("ab b\n", f);
+    fclose(f);
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    CHECK(hr_gguf_writer_write_file(w, bert, NULL) == HR_OK);
+    hr_gguf_writer_destroy(w);
+
+    /* "▁ab" -> ▁ + ab (ab, -0.5, beats ▁a); " b" -> ▁b */
+    snprintf(args, sizeof args, "-m %s 'ab b'", vocab);
+    expect(args, 0,
+           "1\t'<s>'\n3\t'\xE2\x96\x81'\n8\t'ab'\n7\t'\xE2\x96\x81"
+           "b'\n",
+           NULL);
+    snprintf(args, sizeof args, "-m %s --ids 'ab b'", vocab);
+    expect(args, 0, "1 3 8 7\n", NULL);
+    snprintf(args, sizeof args, "-m %s --ids --no-bos 'ab b'", vocab);
+    expect(args, 0, "3 8 7\n", NULL);
+    snprintf(args, sizeof args, "-m %s --pieces --no-bos -f %s", vocab, text); /* the newline: byte token */
+    expect(args, 0,
+           "'\xE2\x96\x81'\n'ab'\n'\xE2\x96\x81"
+           "b'\n'<0x0A>'\n",
+           NULL);
+    snprintf(args, sizeof args, "-m %s --count -f %s", vocab, text);
+    expect(args, 0, "5\n", NULL);
+    snprintf(args, sizeof args, "-m %s --ids --no-bos 'a<|eot|>'", vocab); /* plain text: bytes/unk */
+    int rc = run(args);
+    char *out = slurp(out_path);
+    CHECKF(rc == 0 && out && !strstr(out, " 9"), "control token parsed without --parse-special: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "-m %s --ids --no-bos --parse-special 'a<|eot|>'", vocab);
+    expect(args, 0, "6 9\n", NULL);
+    snprintf(args, sizeof args, "-m %s --ids --no-bos -- -a", vocab); /* "▁-a": ▁, <0x2D>, a */
+    expect(args, 0, "3 10 4\n", NULL);
+    snprintf(args, sizeof args, "-m %s --ids --stats a", vocab);
+    expect(args, 0, "1 6\n", "tokens in");
+
+    expect("--help", 0, NULL, NULL);
+    expect("'x'", 2, "", "-m FILE.gguf is required");
+    snprintf(args, sizeof args, "-m %s", vocab);
+    expect(args, 2, "", "neither");
+    snprintf(args, sizeof args, "-m %s -f %s x", vocab, text);
+    expect(args, 2, "", "both");
+    snprintf(args, sizeof args, "-m %s a b", vocab);
+    expect(args, 2, "", "exactly one TEXT");
+    snprintf(args, sizeof args, "-m %s --frobnicate x", vocab);
+    expect(args, 2, "", "unknown option '--frobnicate'");
+    expect("-m", 2, "", "-m");
+    snprintf(args, sizeof args, "-m %s/absent.gguf x", dir);
+    expect(args, 1, "", "absent.gguf");
+    snprintf(args, sizeof args, "-m %s x", bert);
+    expect(args, 1, "", "'bert' is not supported");
+    snprintf(args, sizeof args, "-m %s -f %s/absent.txt", vocab, dir);
+    expect(args, 1, "", "absent.txt");
+    return hr_test_finish();
+}
