@@ -156,7 +156,7 @@ static hr_status cur_skip(cursor *c, const char *item, uint64_t n) {
 /* A GGUF string: u64 length, then that many bytes. A length larger than the whole file is reported
  * as absurd (a corrupt or foreign field) rather than as truncation. */
 static hr_status cur_str(cursor *c, const char *item, hr_gguf_str *out) {
-    uint64_t len;
+    uint64_t len = 0;
     hr_status rc = cur_u64(c, item, &len);
     if (rc != HR_OK) return rc;
     if (len > c->size) {
@@ -247,8 +247,8 @@ static hr_status parse_array(cursor *c, unsigned depth, arr_node *node) {
         return hr_error_set(c->err, HR_ERR_FORMAT,
                             "array in %s %" PRIu64 " at offset %" PRIu64 " is nested deeper than %d levels", c->section,
                             c->index, c->pos, HR_GGUF_MAX_ARRAY_DEPTH);
-    uint32_t type;
-    uint64_t n;
+    uint32_t type = 0;
+    uint64_t n = 0;
     hr_status rc = cur_u32(c, "array element type", &type);
     if (rc != HR_OK) return rc;
     if (!valid_type(type))
