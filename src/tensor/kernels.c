@@ -62,9 +62,6 @@ HR_DEFINE_TILE(tile_ref_q4_0, hr_ref_dot_q4_0)
 HR_DEFINE_TILE(tile_ref_q4_K, hr_ref_dot_q4_K)
 HR_DEFINE_TILE(tile_ref_q5_K, hr_ref_dot_q5_K)
 HR_DEFINE_TILE(tile_ref_q6_K, hr_ref_dot_q6_K)
-HR_DEFINE_TILE(tile_avx2_q4_K, hr_avx2_dot_q4_K)
-HR_DEFINE_TILE(tile_avx2_q5_K, hr_avx2_dot_q5_K)
-HR_DEFINE_TILE(tile_avx2_q6_K, hr_avx2_dot_q6_K)
 HR_DEFINE_TILE(tile_avx512_f32, hr_avx512_dot_f32)
 HR_DEFINE_TILE(tile_avx512_f16, hr_avx512_dot_f16)
 HR_DEFINE_TILE(tile_avx512_bf16, hr_avx512_dot_bf16)
@@ -89,9 +86,9 @@ static void init_scalar(hr_kernels *k) {
 
 /* The K-quants' AVX2 dots serve the AVX-512 table too (they are exact integer sums per super-block). */
 static void init_k_avx2(hr_kernels *k) {
-    set(k, HR_DTYPE_Q4_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q4_K, hr_avx2_dot_q4_K, tile_avx2_q4_K);
-    set(k, HR_DTYPE_Q5_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q5_K, hr_avx2_dot_q5_K, tile_avx2_q5_K);
-    set(k, HR_DTYPE_Q6_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q6_K, hr_avx2_dot_q6_K, tile_avx2_q6_K);
+    set(k, HR_DTYPE_Q4_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q4_K, hr_avx2_dot_q4_K, hr_avx2_tile_q4_K);
+    set(k, HR_DTYPE_Q5_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q5_K, hr_avx2_dot_q5_K, hr_avx2_tile_q5_K);
+    set(k, HR_DTYPE_Q6_K, hr_ref_quantize_q8_K, hr_ref_dequantize_q6_K, hr_avx2_dot_q6_K, hr_avx2_tile_q6_K);
 }
 
 static void init_avx2(hr_kernels *k) {

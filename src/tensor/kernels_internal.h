@@ -76,6 +76,12 @@ void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t w_stride, int nr, const 
 float hr_avx2_dot_q4_K(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_q5_K(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_q6_K(int64_t k, const void *w, const void *a);
+void hr_avx2_tile_q4_K(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                       float *y, size_t y_stride);
+void hr_avx2_tile_q5_K(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                       float *y, size_t y_stride);
+void hr_avx2_tile_q6_K(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                       float *y, size_t y_stride);
 
 /* AVX-512 kernels (kernels_avx512.c); only called when the CPU has AVX-512 F/BW/VL. */
 float hr_avx512_dot_f32(int64_t k, const void *w, const void *a);
