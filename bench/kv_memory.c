@@ -1,0 +1,122 @@
+/* kv_memory.c: how many sequences a KV byte budget holds, per format, against contiguous
+ * per-sequence allocation of the maximum context (llama.cpp's slots), and the waste paging leaves
+ * under a mixed-length workload. Pure accounting through the real block pool: no model runs.
+ *
+ * usage: bench_kv_memory [BUDGET] [SEQ_TOKENS] [MAX_CTX]    (defaults 1GiB 1024 2048)
+ * Shape: TinyLlama-1.1B (22 layers, 4 KV heads, head dim 64), block size 16. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "kv/kv.h"
+
+static hr_kv_config shape(hr_kv_format k, hr_kv_format v, uint64_t budget, int max_seqs) {
+    return (hr_kv_config){.n_layers = 22, .n_kv_heads = 4, .head_dim = 64, .block_size = 16, .k_format = k,
+                          .v_format = v, .budget_bytes = budget, .max_seqs = max_seqs};
+}
+
+/* Sequences of n_tokens each that fit: create and reserve until the pool refuses. The sequence
+ * table grows (by re-creating the pool) until it is not the limit. */
+static int fit_sequences(hr_kv_format f, uint64_t budget, int n_tokens, uint64_t *fixed_out) {
+    for (int max_seqs = 64;; max_seqs *= 2) {
+        hr_kv_config c = shape(f, f, budget, max_seqs);
+        hr_kv_pool *p = NULL;
+        hr_error err;
+        if (hr_kv_pool_create(&c, &p, &err) != HR_OK) {
+            fprintf(stderr, "%s: %s\n", hr_kv_format_name(f), err.msg);
+            return -1;
+        }
+        int n = 0;
+        bool table_full = false;
+        for (;;) {
+            hr_kv_seq s;
+            if (hr_kv_seq_create(p, &s, NULL) != HR_OK) {
+                table_full = true;
+                break;
+            }
+            if (hr_kv_seq_reserve(p, s, n_tokens, NULL) != HR_OK) break;
+            n++;
+        }
+        hr_kv_pool_destroy(p);
+        if (!table_full) {
+            *fixed_out = hr_kv_fixed_bytes(&c);
+            return n;
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    uint64_t budget = 1ull << 30;
+    int seq_tokens = argc > 2 ? atoi(argv[2]) : 1024, max_ctx = argc > 3 ? atoi(argv[3]) : 2048;
+    hr_error err;
+    if (argc > 1 && hr_parse_size(argv[1], &budget, &err) != HR_OK) {
+        fprintf(stderr, "bench_kv_memory: %s\n", err.msg);
+        return 2;
+    }
+    if (seq_tokens < 1 || max_ctx < seq_tokens) {
+        fprintf(stderr, "usage: bench_kv_memory [BUDGET] [SEQ_TOKENS] [MAX_CTX >= SEQ_TOKENS]\n");
+        return 2;
+    }
+    char b[32];
+    printf("budget %s, TinyLlama-1.1B shape (22 layers x 4 KV heads x 64), block 16, %d-token sequences\n\n",
+           hr_format_size(budget, b, sizeof b), seq_tokens);
+    /* contiguous: every admitted sequence reserves max_ctx tokens of f16 up front */
+    hr_kv_config f16c = shape(HR_KV_F16, HR_KV_F16, budget, 1);
+    double f16_token = (double)hr_kv_block_bytes(&f16c) / 16.0;
+    int contiguous = (int)(budget / (uint64_t)(f16_token * max_ctx));
+    printf("%-26s %14s %12s %10s\n", "layout / format", "bytes/token", "sequences", "vs contig");
+    printf("%-26s %14.0f %12d %9.2fx\n", "contiguous f16 (max ctx)", f16_token, contiguous, 1.0);
+    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_BF16, HR_KV_Q8, HR_KV_FP8, HR_KV_Q4, HR_KV_KIVI2};
+    for (size_t i = 0; i < HR_ARRAY_LEN(fmts); i++) {
+        uint64_t fixed = 0;
+        int n = fit_sequences(fmts[i], budget, seq_tokens, &fixed);
+        hr_kv_config c = shape(fmts[i], fmts[i], budget, 1);
+        char label[48];
+        snprintf(label, sizeof label, "paged %s", hr_kv_format_name(fmts[i]));
+        printf("%-26s %14.1f %12d %9.2fx", label, (double)hr_kv_block_bytes(&c) / 16.0, n,
+               contiguous ? (double)n / contiguous : 0.0);
+        if (fixed) printf("   (incl. %s of f16 tail buffers)", hr_format_size(fixed, b, sizeof b));
+        printf("\n");
+    }
+
+    /* waste under a mixed workload: sequences of 64..2048 tokens admitted until the pool is full */
+    hr_kv_config c = shape(HR_KV_F16, HR_KV_F16, budget, 4096);
+    hr_kv_pool *p = NULL;
+    if (hr_kv_pool_create(&c, &p, &err) != HR_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    hr_rng rng;
+    hr_rng_seed(&rng, 1);
+    long tokens = 0;
+    int n = 0;
+    for (;;) {
+        int len = 64 + (int)(hr_rng_uniform(&rng) * (2048 - 64 + 1));
+        hr_kv_seq s;
+        if (hr_kv_seq_create(p, &s, NULL) != HR_OK) break;
+        if (hr_kv_seq_reserve(p, s, len, NULL) != HR_OK) {
+            hr_kv_seq_free(p, s);
+            break;
+        }
+        /* fill the slots as a real run would: commit every token */
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)len);
+        for (int t = 0; t < len; t++) toks[t] = (int32_t)(hr_rng_next(&rng) % 32000);
+        hr_kv_seq_commit(p, s, toks, len);
+        free(toks);
+        tokens += len;
+        n++;
+    }
+    hr_kv_pool_ledger l;
+    hr_kv_pool_get_ledger(p, &l);
+    double slots = (double)l.blocks_used * 16.0;
+    printf("\nmixed workload (lengths uniform in 64..2048, f16): %d sequences, %ld tokens in %d of %d blocks\n", n,
+           tokens, l.blocks_used, l.blocks_total);
+    printf("waste (allocated slots not filled): %llu slots = %.2f%% of used slots, %.2f%% of the pool (%s)\n",
+           (unsigned long long)l.waste_slots, 100.0 * (double)l.waste_slots / slots,
+           100.0 * (double)l.waste_bytes / (double)l.bytes_total, hr_format_size(l.waste_bytes, b, sizeof b));
+    printf("contiguous slots of %d tokens would hold %d of these sequences, wasting %.1f%% of their reservation\n",
+           max_ctx, contiguous, 100.0 * (1.0 - (double)(64 + 2048) / 2.0 / (double)max_ctx));
+    hr_kv_pool_destroy(p);
+    return 0;
+}
