@@ -244,6 +244,24 @@ static void test_spm(void) {
     hr_tokenizer_destroy(t);
 }
 
+/* A vocabulary with a token that spans a word start ("a▁b"): the encoder must then merge across words
+ * (its word-by-word shortcut is only valid when no token contains U+2581 after another character). */
+static void test_spm_cross_word(void) {
+    const char *tok[] = {"<unk>", "<s>", "</s>", SP, "a", "b", "a" SP, "a" SP "b"};
+    float score[] = {0, 0, 0, -3, -3, -3, -1, 0};
+    int32_t type[] = {2, 3, 3, 1, 1, 1, 1, 1};
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    hr_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", tok, 8);
+    hr_gguf_writer_set_array(w, "tokenizer.ggml.scores", HR_GGUF_F32, score, 8);
+    hr_gguf_writer_set_array(w, "tokenizer.ggml.token_type", HR_GGUF_I32, type, 8);
+    hr_tokenizer *t = load_from_writer(w, HR_OK, NULL);
+    if (!t) return;
+    CHECK(ENC(t, "a b", k_plain, 3, 7)); /* ▁ + "a▁b" */
+    CHECK(ENC(t, "a b a b", k_plain, 3, 7, 3, 7));
+    hr_tokenizer_destroy(t);
+}
+
 static void test_bpe(void) {
     hr_tokenizer *t = load_from_writer(bpe_writer("gpt-2"), HR_OK, NULL);
     if (!t) return;
@@ -402,6 +420,7 @@ static void test_threads(void) {
 int main(void) {
     test_threads();
     test_spm();
+    test_spm_cross_word();
     test_bpe();
     test_llama3_style();
     test_load_errors();

@@ -278,8 +278,9 @@ hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err)
         st = setup_bytes(t, err);
         t->spm_split_words = true;
         for (int32_t i = 0; i < t->n_vocab && t->spm_split_words; i++) {
-            const char *s = t->blob + t->off[i], *hit = s;
-            while ((hit = strstr(hit + 1, "\xE2\x96\x81")) != NULL)
+            /* any U+2581 after the first byte must follow another U+2581 */
+            const char *s = t->blob + t->off[i], *end = s + t->len[i], *hit = s;
+            while (hit + 1 < end && (hit = memmem(hit + 1, (size_t)(end - hit - 1), "\xE2\x96\x81", 3)) != NULL)
                 if (hit < s + 3 || memcmp(hit - 3, "\xE2\x96\x81", 3) != 0) t->spm_split_words = false;
         }
     }
