@@ -262,6 +262,28 @@ static void test_spm_cross_word(void) {
     hr_tokenizer_destroy(t);
 }
 
+/* Phi-3 (by general.name, as llama.cpp): a parsed special token eats the whitespace after it, except
+ * <s>, <unk> and <|endoftext|>. */
+static void test_phi3_rstrip(void) {
+    for (int phi = 0; phi < 2; phi++) {
+        hr_gguf_writer *w = spm_writer();
+        hr_gguf_writer_set_str(w, "general.name", phi ? "Phi-3-mini-4k-instruct" : "tiny");
+        hr_tokenizer *t = load_from_writer(w, HR_OK, NULL);
+        if (!t) return;
+        if (phi) {
+            CHECK(ENC(t, "<|eot|> \n a", k_special, SPM_EOT, SPM_SPA)); /* " \n " eaten, then the prefix */
+            CHECK(ENC(t, "<s> a", k_special, 1, SPM_SP, SPM_SPA));      /* <s> keeps it */
+            /* not parsed as a token: nothing is stripped */
+            CHECK(ENC(t, "<|eot|> a", k_plain, SPM_SP, 3 + '<', 3 + '|', 3 + 'e', 3 + 'o', 3 + 't', 3 + '|', 3 + '>',
+                      SPM_SPA));
+        } else {
+            /* other models keep the whitespace: dummy prefix + ' ' + '\n', then "▁a" */
+            CHECK(ENC(t, "<|eot|> \n a", k_special, SPM_EOT, SPM_SP, SPM_SP, 3 + '\n', SPM_SPA));
+        }
+        hr_tokenizer_destroy(t);
+    }
+}
+
 static void test_bpe(void) {
     hr_tokenizer *t = load_from_writer(bpe_writer("gpt-2"), HR_OK, NULL);
     if (!t) return;
@@ -421,6 +443,7 @@ int main(void) {
     test_threads();
     test_spm();
     test_spm_cross_word();
+    test_phi3_rstrip();
     test_bpe();
     test_llama3_style();
     test_load_errors();

@@ -45,7 +45,32 @@ static bool is_special_type(uint8_t ty) {
     return ty == HR_TOKTYPE_CONTROL || ty == HR_TOKTYPE_USER_DEFINED || ty == HR_TOKTYPE_UNKNOWN;
 }
 
-hr_status hr_special_setup(hr_tokenizer *t) {
+/* Phi-3's Hugging Face tokenizer strips the whitespace that follows its special tokens (rstrip), except
+ * after <unk>, <s> and <|endoftext|>; llama.cpp applies this by model name, and so does headroom. */
+static hr_status setup_strip(hr_tokenizer *t, const char *model_name) {
+    char lower[128];
+    size_t n = 0;
+    for (; model_name[n] && n + 1 < sizeof lower; n++)
+        lower[n] = (char)(model_name[n] >= 'A' && model_name[n] <= 'Z' ? model_name[n] + 32 : model_name[n]);
+    lower[n] = '\0';
+    if (!strstr(lower, "phi-3") && !strstr(lower, "phi3")) return HR_OK;
+    t->strip = calloc((size_t)t->n_vocab, 1);
+    if (!t->strip) return HR_ERR_NOMEM;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (is_special_type(t->types[i])) t->strip[i] = HR_STRIP_RIGHT;
+    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+    for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+        int32_t id = hr_tok_lookup(t, keep[k], strlen(keep[k]));
+        if (id >= 0 && id < t->n_vocab) t->strip[id] = 0;
+    }
+    int32_t eos_text = hr_tok_lookup(t, "</s>", 4);
+    if (eos_text >= 0 && eos_text < t->n_vocab) t->strip[eos_text] = HR_STRIP_RIGHT;
+    return HR_OK;
+}
+
+hr_status hr_special_setup(hr_tokenizer *t, const char *model_name) {
+    hr_status st = setup_strip(t, model_name ? model_name : "");
+    if (st != HR_OK) return st;
     size_t total = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         if (is_special_type(t->types[i]) && t->len[i] > 0) {
@@ -100,6 +125,7 @@ hr_status hr_special_setup(hr_tokenizer *t) {
 }
 
 void hr_special_free(hr_tokenizer *t) {
+    free(t->strip);
     free(t->special_ids);
     free(t->special_rank);
     free(t->trie_term);
@@ -116,6 +142,10 @@ static int cmp_cand(const void *a, const void *b) {
     const cand *x = a, *y = b;
     if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
     return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static bool is_c_space(char ch) {
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\v' || ch == '\f' || ch == '\r';
 }
 
 static int cmp_pos(const void *a, const void *b) {
@@ -172,12 +202,18 @@ hr_status hr_special_partition(const hr_tokenizer *t, const char *text, size_t l
         return HR_ERR_NOMEM;
     }
     size_t nf = 0, at = 0;
-    for (size_t i = 0; i < n_taken; i++) {
-        if (c[i].pos > at) f[nf++] = (hr_fragment){at, c[i].pos - at, -1};
+    for (size_t i = 0; i <= n_taken; i++) {
+        size_t end = i < n_taken ? c[i].pos : len;
+        /* the raw text between two matches, minus the whitespace an adjacent token strips (C isspace) */
+        if (i > 0 && t->strip && (t->strip[c[i - 1].id] & HR_STRIP_RIGHT))
+            while (at < end && is_c_space(text[at])) at++;
+        if (i < n_taken && t->strip && (t->strip[c[i].id] & HR_STRIP_LEFT))
+            while (end > at && is_c_space(text[end - 1])) end--;
+        if (end > at) f[nf++] = (hr_fragment){at, end - at, -1};
+        if (i == n_taken) break;
         f[nf++] = (hr_fragment){c[i].pos, c[i].len, c[i].id};
         at = c[i].pos + c[i].len;
     }
-    if (at < len) f[nf++] = (hr_fragment){at, len - at, -1};
     free(c);
     *out = f;
     *n_out = nf;

@@ -31,6 +31,9 @@ enum {
     HR_TOKTYPE_BYTE = 6,
 };
 
+/* Special-token attributes llama.cpp sets by model name (phi-3: specials eat the whitespace after them). */
+enum { HR_STRIP_LEFT = 1, HR_STRIP_RIGHT = 2 };
+
 typedef enum hr_vocab_kind { HR_VOCAB_SPM = 1, HR_VOCAB_BPE = 2 } hr_vocab_kind;
 
 #define HR_PRETOK_MAX_REGEX 8
@@ -109,6 +112,7 @@ struct hr_tokenizer {
     uint32_t trie_mask;
     int32_t *trie_term; /* node -> token id ending here, or -1 */
     int32_t trie_nodes;
+    uint8_t *strip;          /* NULL, or per token HR_STRIP_*: whitespace a matched special token eats */
     bool special_first[256]; /* bytes that begin some special token */
     bool user_first[256];    /* bytes that begin some user-defined token (parsed even without parse_special) */
 };
@@ -150,7 +154,7 @@ hr_status hr_pretok_split(const hr_tokenizer *t, const char *text, size_t len, h
                           hr_error *err);
 
 /* special.c */
-hr_status hr_special_setup(hr_tokenizer *t);
+hr_status hr_special_setup(hr_tokenizer *t, const char *model_name);
 void hr_special_free(hr_tokenizer *t);
 /* A fragment of the input: either raw text [start, start+len) or a special token id. */
 typedef struct hr_fragment {

@@ -286,7 +286,9 @@ hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err)
     }
     if (st == HR_OK) {
         load_specials(t, g);
-        st = hr_special_setup(t);
+        char name[128] = "";
+        if (hr_gguf_get_cstr(g, "general.name", name, sizeof name, NULL) != HR_OK) name[0] = '\0';
+        st = hr_special_setup(t, name);
         if (st == HR_OK) st = hr_decode_setup(t);
         if (st != HR_OK) hr_error_set(err, st, "tokenizer: out of memory");
     }
