@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -95,7 +96,9 @@ typedef struct arm {
 static hr_status arm_open(arm *a, const hr_model *m, int n_ctx, int block_size, int n_threads, hr_error *err) {
     const hr_hparams *hp = hr_model_hparams(m);
     hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = block_size, .k_format = a->f.k, .v_format = a->f.v, .max_seqs = 1};
+                       .block_size = block_size, .k_format = a->f.k, .v_format = a->f.v, .max_seqs = 1,
+                       /* a chunk fills all its blocks in one forward: each needs an f16 tail buffer */
+                       .stage_blocks = (n_ctx + block_size - 1) / block_size + 1};
     uint64_t bb = hr_kv_block_bytes(&kc);
     if (!bb) return hr_error_set(err, HR_ERR_INVALID_ARG, "format %s cannot be used with this model", a->f.label);
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + bb * (uint64_t)((n_ctx + block_size - 1) / block_size);
@@ -299,10 +302,10 @@ int hr_cmd_eval(int argc, char **argv) {
                 a->n++;
             }
         }
-        if (!json) fprintf(stderr, "\rchunk %d/%d", c + 1, n_chunks);
+        if (!json && isatty(2)) fprintf(stderr, "\rchunk %d/%d", c + 1, n_chunks);
     }
     free(chunk);
-    if (!json) fprintf(stderr, "\n");
+    if (!json && isatty(2)) fprintf(stderr, "\n");
     double ref_ppl = exp(arms[0].nll / (double)arms[0].n);
     if (json) {
         json_t *root = json_object(), *res = json_array();
