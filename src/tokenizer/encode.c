@@ -60,7 +60,10 @@ static hr_status encode_ivec(const hr_tokenizer *t, const char *text, size_t len
     size_t n_frags = 0;
     hr_status st = hr_special_partition(t, clean, clean_len, o->parse_special, &frags, &n_frags);
     hr_bpe_scratch *scratch = NULL;
-    if (st == HR_OK && t->kind == HR_VOCAB_BPE && !(scratch = hr_bpe_scratch_create())) st = HR_ERR_NOMEM;
+    hr_pretok_scratch *pre = NULL;
+    if (st == HR_OK && t->kind == HR_VOCAB_BPE &&
+        (!(scratch = hr_bpe_scratch_create()) || !(pre = hr_pretok_scratch_create(t))))
+        st = HR_ERR_NOMEM;
     if (st == HR_OK && o->add_bos && t->bos >= 0 && !hr_ivec_push(out, t->bos)) st = HR_ERR_NOMEM;
     bool prev_special = true; /* SentencePiece: a fragment at the start or after a special token gets the prefix */
     for (size_t i = 0; i < n_frags && st == HR_OK; i++) {
@@ -74,12 +77,13 @@ static hr_status encode_ivec(const hr_tokenizer *t, const char *text, size_t len
             st = spm_fragment(t, clean + f->start, f->len, t->add_space_prefix && prev_special, out);
         } else {
             bpe_ctx ctx = {t, out, scratch};
-            st = hr_pretok_split(t, clean + f->start, f->len, bpe_piece, &ctx, err);
+            st = hr_pretok_split(t, pre, clean + f->start, f->len, bpe_piece, &ctx, err);
         }
         prev_special = false;
     }
     if (st == HR_OK && o->add_eos && t->eos >= 0 && !hr_ivec_push(out, t->eos)) st = HR_ERR_NOMEM;
     hr_bpe_scratch_destroy(scratch);
+    hr_pretok_scratch_destroy(pre);
     free(frags);
     free(clean);
     if (st == HR_ERR_NOMEM)

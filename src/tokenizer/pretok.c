@@ -5,7 +5,8 @@
  * starts as one piece; each regex of the sequence splits every current piece into its matches and the
  * unmatched gaps between them (gaps are pieces too, nothing is dropped), the piece's end acting as the
  * subject's end for `$` and lookaheads. Compiled patterns are shared read-only; match data, the match
- * context and the JIT stack are created per call, so encoding is thread-safe. */
+ * context and the JIT stack live in a scratch object that each encode call creates for itself, so
+ * encoding is thread-safe. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,13 @@
 #define RX_BLOOM " ?[^(\\s|.,!?…。，、।۔،)]+"
 #define RX_CJK   "[一-龥ࠀ-一가-퟿]+"
 #define RX_DEEPSEEK_LETTERS                                                                                                                                                                        \
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-"                             \
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-"                                    \
+    "ἕἘ-"                                                                                                                                                                                      \
     "Ἕἠ-"                                                                                                                                                                                      \
     "ὅὈ-"                                                                                                                                                                                      \
     "Ὅὐ-ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-" \
-    "ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-"                                       \
+    "ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-"                                                \
+    "𐲲𐳀-"                                                                                                                                                                                    \
     "𐳲𑢠-"                                                                                                                                                                                    \
     "𑣟𞤀-"                                                                                                                                                                                    \
     "𞥃]+"
@@ -162,33 +165,51 @@ static hr_status split_one(const pcre2_code *re, const char *text, const span_ve
     return HR_OK;
 }
 
-hr_status hr_pretok_split(const hr_tokenizer *t, const char *text, size_t len, hr_piece_fn fn, void *ctx,
-                          hr_error *err) {
-    if (len == 0) return HR_OK;
-    span_vec a = {0}, b = {0};
-    pcre2_match_data *md = NULL;
-    pcre2_match_context *mctx = pcre2_match_context_create(NULL);
-    pcre2_jit_stack *jit = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-    hr_status st = HR_OK;
-    if (!mctx || !jit || !span_push(&a, 0, len)) st = hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory");
-    if (st == HR_OK) pcre2_jit_stack_assign(mctx, NULL, jit);
-    for (int r = 0; r < t->n_regex && st == HR_OK; r++) {
-        pcre2_match_data_free(md);
-        md = pcre2_match_data_create_from_pattern(t->regex[r], NULL);
-        if (!md) {
-            st = hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory");
-            break;
-        }
-        b.n = 0;
-        st = split_one(t->regex[r], text, &a, &b, md, mctx, err);
-        span_vec tmp = a;
-        a = b, b = tmp;
+struct hr_pretok_scratch {
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jit;
+    pcre2_match_data *md[HR_PRETOK_MAX_REGEX];
+    span_vec a, b;
+};
+
+hr_pretok_scratch *hr_pretok_scratch_create(const hr_tokenizer *t) {
+    hr_pretok_scratch *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->mctx = pcre2_match_context_create(NULL);
+    s->jit = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    bool ok = s->mctx && s->jit;
+    for (int r = 0; r < t->n_regex && ok; r++)
+        ok = (s->md[r] = pcre2_match_data_create_from_pattern(t->regex[r], NULL));
+    if (!ok) {
+        hr_pretok_scratch_destroy(s);
+        return NULL;
     }
-    for (size_t i = 0; i < a.n && st == HR_OK; i++) st = fn(ctx, text + a.v[i].start, a.v[i].len);
-    pcre2_match_data_free(md);
-    pcre2_jit_stack_free(jit);
-    pcre2_match_context_free(mctx);
-    free(a.v);
-    free(b.v);
+    pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
+    return s;
+}
+
+void hr_pretok_scratch_destroy(hr_pretok_scratch *s) {
+    if (!s) return;
+    for (int r = 0; r < HR_PRETOK_MAX_REGEX; r++) pcre2_match_data_free(s->md[r]);
+    pcre2_jit_stack_free(s->jit);
+    pcre2_match_context_free(s->mctx);
+    free(s->a.v);
+    free(s->b.v);
+    free(s);
+}
+
+hr_status hr_pretok_split(const hr_tokenizer *t, hr_pretok_scratch *s, const char *text, size_t len, hr_piece_fn fn,
+                          void *ctx, hr_error *err) {
+    if (len == 0) return HR_OK;
+    s->a.n = 0;
+    if (!span_push(&s->a, 0, len)) return hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory");
+    hr_status st = HR_OK;
+    for (int r = 0; r < t->n_regex && st == HR_OK; r++) {
+        s->b.n = 0;
+        st = split_one(t->regex[r], text, &s->a, &s->b, s->md[r], s->mctx, err);
+        span_vec tmp = s->a;
+        s->a = s->b, s->b = tmp;
+    }
+    for (size_t i = 0; i < s->a.n && st == HR_OK; i++) st = fn(ctx, text + s->a.v[i].start, s->a.v[i].len);
     return st;
 }

@@ -148,10 +148,14 @@ void hr_bpe_scratch_destroy(hr_bpe_scratch *s);
 /* pretok.c */
 hr_status hr_pretok_setup(hr_tokenizer *t, const char *pre, hr_error *err);
 void hr_pretok_free(hr_tokenizer *t);
+/* Per-call matching state (match data per regex, match context, JIT stack, piece lists). */
+typedef struct hr_pretok_scratch hr_pretok_scratch;
+hr_pretok_scratch *hr_pretok_scratch_create(const hr_tokenizer *t); /* NULL when out of memory */
+void hr_pretok_scratch_destroy(hr_pretok_scratch *s);               /* NULL allowed */
 /* Splits text[0..len) with the tokenizer's regex sequence and calls fn for each piece in order. */
 typedef hr_status (*hr_piece_fn)(void *ctx, const char *piece, size_t len);
-hr_status hr_pretok_split(const hr_tokenizer *t, const char *text, size_t len, hr_piece_fn fn, void *ctx,
-                          hr_error *err);
+hr_status hr_pretok_split(const hr_tokenizer *t, hr_pretok_scratch *s, const char *text, size_t len, hr_piece_fn fn,
+                          void *ctx, hr_error *err);
 
 /* special.c */
 hr_status hr_special_setup(hr_tokenizer *t, const char *model_name);
