@@ -54,7 +54,7 @@ static void test_round_trip(hr_kv_format f, const char *path) {
     hr_kv_swap *w = NULL;
     hr_kv_swap_config sc = {.path = path, .budget_bytes = bb * 40};
     CHECKF(hr_kv_swap_create(p, &sc, &w, &err) == HR_OK, "%s", err.msg);
-    hr_kv_seq a, ctl;
+    hr_kv_seq a = -1, ctl = -1;
     CHECK(hr_kv_seq_create(p, &a, &err) == HR_OK && hr_kv_seq_create(p, &ctl, &err) == HR_OK);
     put(p, a, 0, 45); /* 2 full blocks and a partial one (in its f16 tail buffer for q4/kivi2) */
     put(p, ctl, 0, 45);
@@ -102,7 +102,7 @@ static void test_shared_and_budgets(void) {
     CHECK(hr_kv_swap_create(p, &sc, &w, &err) == HR_ERR_BUDGET);
     sc.budget_bytes = bb * 3 + bb / 2; /* 3 slots */
     CHECK(hr_kv_swap_create(p, &sc, &w, &err) == HR_OK);
-    hr_kv_seq a, b, c;
+    hr_kv_seq a = -1, b = -1, c = -1;
     CHECK(hr_kv_seq_create(p, &a, &err) == HR_OK);
     put(p, a, 0, 40);
     /* b shares a's two full blocks, then adds its own */
