@@ -6,6 +6,8 @@
 #include "common/util.h"
 #include "harness.h"
 #include "kv/kv.h"
+#include "kv/kv_internal.h"
+#include "tensor/tensor.h"
 
 static void ref_attention(const float *K, const float *V, int n_ctx, int Hkv, int D, const float *q, int H, float scale,
                           double *out) {
@@ -117,7 +119,57 @@ static void test_attention(hr_kv_format fmt, double tol) {
     hr_kv_pool_destroy(p);
 }
 
+/* kv's private inline conversions agree with tensor/'s, and e4m3 rounds to the nearest code. */
+static void test_conversions(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = kv_f16_to_f32((uint16_t)h), b = hr_f16_to_f32((hr_f16)h);
+        bad += memcmp(&a, &b, 4) != 0 && !(a != a && b != b);
+        a = kv_bf16_to_f32((uint16_t)h), b = hr_bf16_to_f32((hr_bf16)h);
+        bad += memcmp(&a, &b, 4) != 0 && !(a != a && b != b);
+    }
+    CHECKF(bad == 0, "%d f16/bf16 -> f32 mismatches", bad);
+    hr_rng r;
+    hr_rng_seed(&r, 11);
+    bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = (uint32_t)hr_rng_next(&r);
+        float x;
+        memcpy(&x, &u, 4);
+        if (i % 2) x = (float)(hr_rng_normal(&r) * pow(2.0, (double)(i % 40) - 26));
+        if (x != x) continue;
+        bad += kv_f32_to_f16(x) != hr_f32_to_f16(x);
+        bad += kv_f32_to_bf16(x) != hr_f32_to_bf16(x);
+    }
+    CHECKF(bad == 0, "%d f32 -> f16/bf16 mismatches", bad);
+    /* e4m3: every code round-trips; random values go to the nearest code (ties to even code) */
+    bad = 0;
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue; /* NaN */
+        bad += kv_f32_to_e4m3(kv_e4m3_to_f32((uint8_t)c)) != (c == 0x80 ? 0x80 : c);
+    }
+    CHECKF(bad == 0, "%d e4m3 codes do not round-trip", bad);
+    CHECK(kv_e4m3_to_f32(0x7e) == 448.0f && kv_e4m3_to_f32(0x01) == 0x1p-9f && kv_e4m3_to_f32(0x08) == 0x1p-6f);
+    CHECK(kv_f32_to_e4m3(1e9f) == 0x7e && kv_f32_to_e4m3(-1e9f) == 0xfe);
+    bad = 0;
+    for (int i = 0; i < 100000; i++) {
+        float x = (float)(hr_rng_uniform(&r) * 460.0);
+        uint8_t c = kv_f32_to_e4m3(x);
+        double best = INFINITY;
+        for (int k = 0; k < 0x7f; k++) best = fmin(best, fabs((double)kv_e4m3_to_f32((uint8_t)k) - x));
+        bad += fabs((double)kv_e4m3_to_f32(c) - x) > best;
+    }
+    CHECKF(bad == 0, "%d values not rounded to the nearest e4m3 code", bad);
+    hr_kv_format f;
+    hr_error err = {0};
+    CHECK(hr_kv_format_parse("q8_0", &f, &err) == HR_OK && f == HR_KV_Q8);
+    CHECK(hr_kv_format_parse("fp16", &f, &err) == HR_OK && f == HR_KV_F16);
+    for (int i = 0; i < HR_KV_FORMAT_COUNT; i++)
+        CHECK(hr_kv_format_parse(hr_kv_format_name((hr_kv_format)i), &f, &err) == HR_OK && f == (hr_kv_format)i);
+}
+
 int main(void) {
+    test_conversions();
     test_budget();
     test_attention(HR_KV_F32, 1e-5);
     test_attention(HR_KV_F16, 5e-3);

@@ -29,10 +29,23 @@ const char *hr_kv_format_name(hr_kv_format f) {
     return kv_format_names[f];
 }
 
+/* Other spellings users bring from llama.cpp / vLLM flags. */
+static const struct {
+    const char *name;
+    hr_kv_format f;
+} kv_format_aliases[] = {{"fp32", HR_KV_F32}, {"fp16", HR_KV_F16}, {"q8_0", HR_KV_Q8},  {"int8", HR_KV_Q8},
+                         {"q4_0", HR_KV_Q4},  {"int4", HR_KV_Q4},  {"e4m3", HR_KV_FP8}, {"fp8_e4m3", HR_KV_FP8}};
+
 hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err) {
     for (int i = 0; name && i < HR_KV_FORMAT_COUNT; i++) {
         if (strcmp(name, kv_format_names[i]) == 0) {
             *out = (hr_kv_format)i;
+            return HR_OK;
+        }
+    }
+    for (size_t i = 0; name && i < sizeof kv_format_aliases / sizeof kv_format_aliases[0]; i++) {
+        if (strcmp(name, kv_format_aliases[i].name) == 0) {
+            *out = kv_format_aliases[i].f;
             return HR_OK;
         }
     }

@@ -39,7 +39,8 @@ typedef enum hr_kv_format {
 #define HR_KV_FORMAT_COUNT 7
 
 const char *hr_kv_format_name(hr_kv_format f);
-/* Parses a format name ("f16", "q8", "kivi2", ...). On error the message lists the valid names. */
+/* Parses a format name ("f16", "q8", "kivi2", ...; also fp32, fp16, q8_0, int8, q4_0, int4, e4m3,
+ * fp8_e4m3). On error the message lists the valid names. */
 hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err);
 
 typedef struct hr_kv_config {
