@@ -123,6 +123,17 @@ int main(void) {
     const hr_cpu_features f = hr_cpu_detect();
     if (!(f.avx2 && f.fma && f.f16c)) HR_SKIP("this CPU has no AVX2+FMA+F16C; only the scalar reference runs");
     test_f16c(&rng);
+    /* force_isa picks lower ISAs and clamps higher ones to what the CPU has */
+    hr_kernels probe;
+    hr_kernels_init(&probe, f, "scalar");
+    CHECK(!strcmp(probe.isa, "scalar") && probe.type[HR_DTYPE_Q4_K].vec_dot && probe.type[HR_DTYPE_BF16].vec_dot_tile);
+    hr_kernels_init(&probe, f, "avx512");
+    CHECK(!strcmp(probe.isa, f.avx512f && f.avx512bw && f.avx512vl ? "avx512" : "avx2"));
+    hr_kernels_init(&probe, f, NULL);
+    CHECK(strcmp(probe.isa, "scalar") != 0);
+    hr_cpu_features none = {0};
+    hr_kernels_init(&probe, none, "avx2");
+    CHECK(!strcmp(probe.isa, "scalar"));
     int ran = 0;
     static const char *isas[] = {"scalar", "avx2", "avx512"};
     for (size_t i = 0; i < HR_ARRAY_LEN(isas); i++) {
