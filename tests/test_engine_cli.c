@@ -80,6 +80,7 @@ int main(void) {
         "--admission adaptive --kv-budget 60KiB --prefill-chunk 3",
         "--kv-layout contiguous --ctx 64 --kv-budget 100KiB",
         "--admission optimistic --preempt recompute --kv-budget 50KiB --max-running 4",
+        "--admission optimistic --preempt swap --kv-budget 50KiB --max-running 4",
     };
     char pfile[4300];
     snprintf(pfile, sizeof pfile, "%s/prompts.txt", dir);
@@ -107,7 +108,8 @@ int main(void) {
                json_integer_value(json_object_get(eng, "peak_running")),
                json_integer_value(json_object_get(eng, "preemptions")));
         /* stories260K: 10 KiB per 16-token block; 6 x ~48 tokens do not fit 50-60 KiB at once */
-        if (stories && (c == 2 || c == 5)) CHECK(json_integer_value(json_object_get(eng, "preemptions")) > 0);
+        if (stories && c == 6) CHECK(json_integer_value(json_object_get(eng, "preempt_swap")) > 0);
+        if (stories && (c == 2 || c == 5 || c == 6)) CHECK(json_integer_value(json_object_get(eng, "preemptions")) > 0);
         if (stories && c == 4) CHECK(json_integer_value(json_object_get(eng, "peak_running")) == 2);
         json_decref(j);
     }

@@ -15,6 +15,7 @@
 
 typedef struct rig {
     hr_kv_pool *kv;
+    hr_kv_swap *swap;
     hr_model_ctx *ctx;
     hr_engine *e;
 } rig;
@@ -30,6 +31,8 @@ typedef struct rig_opts {
     hr_kv_layout layout;
     hr_kv_format fmt;
     const hr_tokenizer *tok;
+    int swap_blocks; /* > 0: a swap tier of this many blocks */
+    hr_preempt_mode preempt;
 } rig_opts;
 
 static rig rig_open(const hr_model *m, const rig_opts *o) {
@@ -54,14 +57,22 @@ static rig rig_open(const hr_model *m, const rig_opts *o) {
                            .max_queue = o->max_queue,
                            .prefill_chunk = o->prefill_chunk,
                            .admission = o->admission,
-                           .preempt = HR_PREEMPT_RECOMPUTE,
+                           .preempt = o->preempt,
                            .layout = o->layout};
     if (hr_kv_pool_create(&kc, &r.kv, &err) || hr_model_ctx_create(m, r.kv, &mp, &r.ctx, &err)) {
         fprintf(stderr, "rig: %s\n", err.msg);
         exit(1);
     }
+    if (o->swap_blocks > 0) {
+        hr_kv_swap_config sc = {.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)o->swap_blocks};
+        if (hr_kv_swap_create(r.kv, &sc, &r.swap, &err)) {
+            fprintf(stderr, "rig swap: %s\n", err.msg);
+            exit(1);
+        }
+    }
     ep.ctx = r.ctx;
     ep.kv = r.kv;
+    ep.swap = r.swap;
     if (hr_engine_create(&ep, &r.e, &err)) {
         fprintf(stderr, "rig engine: %s\n", err.msg);
         exit(1);
@@ -71,6 +82,7 @@ static rig rig_open(const hr_model *m, const rig_opts *o) {
 
 static void rig_close(rig *r) {
     hr_engine_destroy(r->e);
+    hr_kv_swap_destroy(r->swap);
     hr_model_ctx_destroy(r->ctx);
     hr_kv_pool_destroy(r->kv);
 }

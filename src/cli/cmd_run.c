@@ -54,7 +54,10 @@ static void usage(FILE *f) {
             "                         reserve (prompt + -n must fit; never preempts), optimistic (prompt must\n"
             "                         fit; preempt when the pool runs out)\n"
             "      --preempt M        recompute (drop blocks, re-prefill later; cached prefix blocks reused),\n"
-            "                         swap (to the swap tier; recompute until kv/ offers one), auto (default)\n"
+            "                         swap (move its blocks to the swap tier and back), auto (default: swap when\n"
+            "                         moving the bytes is cheaper than recomputing, given a --swap-space)\n"
+            "      --swap-space SIZE  swap tier size (an anonymous temp file; default none, or the KV budget\n"
+            "                         with --preempt swap)\n"
             "  -t, --threads N        worker threads (default: all cores)\n"
             "      --isa NAME         force kernels: scalar, avx2, avx512 (default: best available)\n"
             "output:\n"
@@ -222,7 +225,9 @@ int hr_cmd_run(int argc, char **argv) {
     } else if (pl.n > 1) {
         rc = print_many(s, g, pl.n, seconds, json) ? 1 : 0;
     } else if (json) {
-        print_json(hr_generation_to_json(s, &g[0]));
+        json_t *root = hr_generation_to_json(s, &g[0]);
+        json_object_set_new(root, "engine", hr_session_engine_json(s, seconds));
+        print_json(root);
         rc = 0;
     } else {
         printf("\n");

@@ -15,6 +15,7 @@ struct hr_session {
     hr_model *model;
     hr_tokenizer *tok;
     hr_kv_pool *kv;
+    hr_kv_swap *swap;
     hr_model_ctx *ctx;
     hr_engine *engine;
     int n_ctx;
@@ -41,8 +42,8 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
     bool known = IS("-m") || IS("--model") || IS("-c") || IS("--ctx") || IS("--kv-budget") || IS("--kv-type") ||
                  IS("--kv-type-k") || IS("--kv-type-v") || IS("--block-size") || IS("-b") || IS("--batch") ||
                  IS("--max-batch-tokens") || IS("--prefill-chunk") || IS("--max-running") || IS("--max-queue") ||
-                 IS("--admission") || IS("--preempt") || IS("--kv-layout") || IS("-t") || IS("--threads") ||
-                 IS("--isa") || IS("--temp") || IS("--top-k") || IS("--top-p") || IS("--min-p") ||
+                 IS("--admission") || IS("--preempt") || IS("--kv-layout") || IS("--swap-space") || IS("-t") ||
+                 IS("--threads") || IS("--isa") || IS("--temp") || IS("--top-k") || IS("--top-p") || IS("--min-p") ||
                  IS("--repeat-penalty") || IS("--presence-penalty") || IS("--frequency-penalty") ||
                  IS("--repeat-last-n") || IS("--seed");
     if (!known) return false;
@@ -75,6 +76,8 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
         ok = hr_arg_int(cmd, a, v, 1, 1 << 16, &o->prefill_chunk);
     else if (IS("--max-running"))
         ok = hr_arg_int(cmd, a, v, 1, 4096, &o->max_running);
+    else if (IS("--swap-space"))
+        ok = hr_arg_size(cmd, a, v, &o->swap_space);
     else if (IS("--max-queue"))
         ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->max_queue);
     else if (IS("--admission") || IS("--preempt") || IS("--kv-layout")) {
@@ -180,9 +183,21 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
         .n_threads = o->n_threads, .max_batch_tokens = o->n_batch, .max_ctx = s->n_ctx, .force_isa = o->isa};
     if ((st = hr_model_ctx_create(s->model, s->kv, &mp, &s->ctx, err))) goto fail;
     if ((st = hr_sampler_params_check(&o->sampling, err))) goto fail;
+    /* the swap tier: --swap-space, or with --preempt swap as large as the pool */
+    uint64_t swap_bytes = o->swap_space;
+    if (!swap_bytes && o->preempt == HR_PREEMPT_SWAP)
+        swap_bytes = (uint64_t)hr_kv_pool_n_blocks(s->kv) * hr_kv_block_bytes(hr_kv_pool_config(s->kv));
+    if (swap_bytes && o->preempt != HR_PREEMPT_RECOMPUTE) {
+        hr_kv_swap_config sc = {.path = NULL, .budget_bytes = swap_bytes};
+        if ((st = hr_kv_swap_create(s->kv, &sc, &s->swap, err))) {
+            hr_error_prefix(err, "--swap-space");
+            goto fail;
+        }
+    }
     hr_engine_params ep = {.model = s->model,
                            .ctx = s->ctx,
                            .kv = s->kv,
+                           .swap = s->swap,
                            .tok = s->tok,
                            .n_ctx = s->n_ctx,
                            .max_batch_tokens = o->n_batch,
@@ -201,7 +216,8 @@ fail:
 
 void hr_session_close(hr_session *s) {
     if (!s) return;
-    hr_engine_destroy(s->engine);
+    hr_engine_destroy(s->engine); /* frees every sequence, swapped ones too, before the tier goes */
+    hr_kv_swap_destroy(s->swap);
     hr_model_ctx_destroy(s->ctx);
     hr_kv_pool_destroy(s->kv);
     hr_tokenizer_destroy(s->tok);
@@ -396,6 +412,8 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
     json_object_set_new(o, "peak_running", json_integer(st.peak_running));
     json_object_set_new(o, "preemptions", json_integer((json_int_t)st.preemptions));
     json_object_set_new(o, "recomputed_tokens", json_integer((json_int_t)st.recomputed_tokens));
+    json_object_set_new(o, "preempt_swap", json_integer((json_int_t)st.preempt_swap));
+    json_object_set_new(o, "swapped_bytes", json_integer((json_int_t)st.swapped_bytes));
     json_object_set_new(o, "prefix_hit_tokens", json_integer((json_int_t)st.prefix_hit_tokens));
     json_object_set_new(o, "predicted_output", json_integer(st.predicted_output));
     json_object_set_new(o, "forward_seconds", json_real(st.forward_seconds));

@@ -31,6 +31,7 @@ typedef struct hr_session_opts {
     hr_admission admission;
     hr_preempt_mode preempt;
     hr_kv_layout layout;
+    uint64_t swap_space; /* bytes of the swap tier (an anonymous temp file); 0: none (--preempt swap: = kv budget) */
     int n_threads;
     const char *isa;
     hr_sampler_params sampling;

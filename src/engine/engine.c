@@ -86,7 +86,7 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     e->n_vocab = hp->n_vocab;
     e->block_size = kc->block_size;
     e->n_blocks = n_blocks;
-    e->swap_ok = false; /* kv.h offers no swap tier calls yet: swap preemption falls back to recompute */
+    e->swap_ok = p.swap != NULL && p.preempt != HR_PREEMPT_RECOMPUTE;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     atomic_init(&e->n_queued, 0);

@@ -41,7 +41,7 @@ typedef enum hr_admission {
 typedef enum hr_preempt_mode {
     HR_PREEMPT_AUTO = 0,      /* swap when moving its bytes is cheaper than recomputing, else recompute */
     HR_PREEMPT_RECOMPUTE = 1, /* drop its blocks; re-prefill later (cached prefix blocks are reused) */
-    HR_PREEMPT_SWAP = 2,      /* copy its blocks to the swap tier; falls back to recompute without one */
+    HR_PREEMPT_SWAP = 2,      /* copy its blocks to the swap tier (recompute when there is none, or it is full) */
 } hr_preempt_mode;
 
 /* How KV is laid out per sequence. */
@@ -61,6 +61,7 @@ typedef struct hr_engine_params {
     const hr_model *model;   /* borrowed, for the engine's lifetime */
     hr_model_ctx *ctx;       /* borrowed: its max_batch_tokens must be >= max_batch_tokens */
     hr_kv_pool *kv;          /* borrowed: the pool ctx writes to */
+    hr_kv_swap *swap;        /* borrowed, optional: the tier swap preemption moves blocks to */
     const hr_tokenizer *tok; /* borrowed, optional: end-of-generation tokens, text, stop strings */
     int n_ctx;               /* longest sequence (prompt + output); 0: the model's training context */
     int max_batch_tokens;    /* tokens per step (0: 512) */

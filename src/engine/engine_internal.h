@@ -88,7 +88,8 @@ struct hr_engine {
     hr_engine_stats st;
     int obs[HR_ENGINE_OBS]; /* completion lengths, a ring */
     int n_obs;
-    int predicted; /* p-th percentile of obs, 0 until enough observations */
+    int predicted;           /* p-th percentile of obs, 0 until enough observations */
+    double swap_bytes_per_s; /* measured swap bandwidth (EMA), 0 until the first swap */
 
     /* per-step buffers, sized at create */
     int32_t *b_tokens, *b_pos;

@@ -73,26 +73,65 @@ void sched_release_seq(hr_engine *e, hr_request *r) {
 
 /* ---- preemption -------------------------------------------------------------------------------- */
 
-/* Takes r's blocks away and puts it back in the waiting list, at its rank. Recompute: the sequence
- * is released (its full blocks stay in the prefix cache, so re-prefill often finds them); the tokens,
- * the sampler state and the output stay in the request, so it resumes where it stopped. */
+/* Whether moving v's blocks out and back costs less time than recomputing its tokens: recompute at
+ * the measured forward rate (tokens/s), swap at the measured swap bandwidth (2 GB/s until measured). */
+static bool swap_cheaper(const hr_engine *e, const hr_request *v) {
+    double tok_s = e->st.forward_seconds > 0 ? (double)e->st.batch_tokens / e->st.forward_seconds : 1000.0;
+    double bw = e->swap_bytes_per_s > 0 ? e->swap_bytes_per_s : 2e9;
+    double bytes = (double)blocks_of(e, v->n_computed) * (double)hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
+    return 2 * bytes / bw < v->n_computed / tok_s;
+}
+
+static void note_swap_speed(hr_engine *e, uint64_t bytes, double seconds) {
+    if (seconds <= 0) return;
+    double bw = (double)bytes / seconds;
+    e->swap_bytes_per_s = e->swap_bytes_per_s > 0 ? 0.8 * e->swap_bytes_per_s + 0.2 * bw : bw;
+}
+
+/* Swap preemption: v keeps its sequence handle and computed tokens; its blocks go to the tier. */
+static bool try_swap_out(hr_engine *e, hr_request *v) {
+    if (!e->swap_ok || v->n_computed == 0) return false;
+    if (e->p.preempt == HR_PREEMPT_AUTO && !swap_cheaper(e, v)) return false;
+    snapshot_ledger(e, v);
+    double t0 = hr_time_now();
+    if (hr_kv_seq_swap_out(e->p.kv, e->p.swap, v->seq, NULL) != HR_OK) return false; /* tier full: recompute */
+    hr_kv_seq_ledger l;
+    uint64_t bytes = hr_kv_seq_get_ledger(e->p.kv, v->seq, &l, NULL) == HR_OK ? l.bytes_swapped : 0;
+    note_swap_speed(e, bytes, hr_time_now() - t0);
+    v->swapped = true;
+    v->n_slots = 0;
+    e->st.preempt_swap++;
+    e->st.swapped_bytes += bytes;
+    pthread_mutex_lock(&v->mu);
+    v->stats.swapped_bytes += bytes;
+    pthread_mutex_unlock(&v->mu);
+    return true;
+}
+
+/* Takes r's blocks away and puts it back in the waiting list, at its rank. Swap (when the mode and
+ * the tier allow): the blocks move to the tier and come back bit for bit. Recompute: the sequence is
+ * released (its full blocks stay in the prefix cache, so re-prefill often finds them). Either way the
+ * tokens, the sampler state and the output stay in the request, so it resumes where it stopped. */
 static void preempt(hr_engine *e, hr_request *v) {
     int i = list_find(&e->running, v);
     if (i >= 0) list_remove_at(&e->running, i);
     e->budget_left += v->n_sched;
     v->n_sched = 0;
-    sched_release_seq(e, v);
+    if (!try_swap_out(e, v)) {
+        sched_release_seq(e, v);
+        e->st.preempt_recompute++;
+    }
     v->state = HR_REQ_PREEMPTED;
     pthread_mutex_lock(&v->mu);
     v->stats.state = HR_REQ_PREEMPTED;
     v->stats.n_preemptions++;
     pthread_mutex_unlock(&v->mu);
     e->st.preemptions++;
-    e->st.preempt_recompute++;
     e->preempted_this_step = true;
     atomic_fetch_add(&e->n_queued, 1);
     if (list_insert(&e->waiting, v) != HR_OK) { /* cannot queue it again: it must still end */
         atomic_fetch_sub(&e->n_queued, 1);
+        sched_release_seq(e, v);
         req_finish(v, e->p.tok, HR_REQ_FAILED, HR_FINISH_ERROR, HR_ERR_NOMEM,
                    "out of memory re-queueing after preemption");
         e->st.failed++;
@@ -164,12 +203,47 @@ static void schedule_running(hr_engine *e, bool decodes) {
     }
 }
 
-/* Tries to start the head of the waiting list: takes a sequence, shares its cached prefix, and checks
- * its claim against the headroom. On refusal everything is undone and false is returned. */
+/* A sequence handle for r. When every slot is taken and swapped-out requests hold some, the
+ * lowest-ranked of them falls back to recompute (its copy is dropped) so that the handles held by
+ * waiting requests can never block the whole queue. */
+static bool take_seq(hr_engine *e, hr_request *r) {
+    for (;;) {
+        if (hr_kv_seq_create(e->p.kv, &r->seq, NULL) == HR_OK) return true;
+        r->seq = -1;
+        int j = e->waiting.n - 1;
+        while (j >= 0 && !(e->waiting.v[j]->swapped && e->waiting.v[j] != r)) j--;
+        if (j < 0) return false;
+        sched_release_seq(e, e->waiting.v[j]);
+    }
+}
+
+/* Brings a swapped-out r back when its whole claim fits the headroom. */
+static bool swap_back_in(hr_engine *e, hr_request *r) {
+    if (headroom_blocks(e) < blocks_of(e, sched_claim_slots(e, r))) return false;
+    double t0 = hr_time_now();
+    hr_kv_seq_ledger l;
+    uint64_t bytes = hr_kv_seq_get_ledger(e->p.kv, r->seq, &l, NULL) == HR_OK ? l.bytes_swapped : 0;
+    hr_status st = hr_kv_seq_swap_in(e->p.kv, r->seq, NULL);
+    if (st == HR_ERR_FULL) return false;
+    if (st != HR_OK) { /* the copy is unreadable: recompute instead */
+        sched_release_seq(e, r);
+        return true;
+    }
+    note_swap_speed(e, bytes, hr_time_now() - t0);
+    r->swapped = false;
+    r->n_slots = blocks_of(e, r->n_computed) * e->block_size;
+    return true;
+}
+
+/* Tries to start the head of the waiting list: takes a sequence (or swaps its blocks back in), shares
+ * its cached prefix, and checks its claim against the headroom. On refusal everything is undone and
+ * false is returned. */
 static bool try_admit(hr_engine *e, hr_request *r) {
     hr_kv_pool *kv = e->p.kv;
-    if (r->seq < 0) {
-        if (hr_kv_seq_create(kv, &r->seq, NULL) != HR_OK) return false; /* no sequence slot free now */
+    if (r->swapped && !swap_back_in(e, r)) return false;
+    bool fresh = r->seq < 0;
+    if (fresh) {
+        if (!take_seq(e, r)) return false; /* no sequence slot free now */
         if (e->p.layout == HR_LAYOUT_PAGED) {
             int cached = 0;
             if (hr_kv_seq_share_prefix(kv, r->seq, r->tokens, r->n_known, &cached, NULL) == HR_OK) {
@@ -179,7 +253,7 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     }
     int claim = sched_claim_slots(e, r);
     int need = blocks_of(e, claim) - blocks_of(e, r->n_slots);
-    if (headroom_blocks(e) < need) {
+    if (fresh && headroom_blocks(e) < need) {
         hr_kv_seq_free(kv, r->seq);
         r->seq = -1;
         r->n_computed = r->n_slots = 0;
@@ -190,11 +264,12 @@ static bool try_admit(hr_engine *e, hr_request *r) {
         if (hr_kv_seq_reserve(kv, r->seq, claim, &err) != HR_OK) {
             hr_kv_seq_free(kv, r->seq);
             r->seq = -1;
+            r->n_computed = r->n_slots = 0;
             return false;
         }
         r->n_slots = claim;
     }
-    int hits = r->n_computed;
+    int hits = fresh ? r->n_computed : 0;
     list_remove_at(&e->waiting, 0);
     atomic_fetch_sub(&e->n_queued, 1);
     if (list_insert(&e->running, r) != HR_OK) {
