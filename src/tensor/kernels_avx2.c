@@ -3,8 +3,8 @@
  *
  * Reduction order (what makes results batch-invariant): each dot keeps one 8-lane f32 accumulator
  * per (weight row, activation row) pair, adds blocks in increasing order, and finishes with
- * hsum8(). The tiles below do exactly this per pair; they only
- * share the loads and nibble unpacking between pairs. */
+ * hsum8(). The tiles below do exactly this per pair; they only share the loads and the nibble
+ * unpacking between pairs. */
 #include <immintrin.h>
 #include <math.h>
 

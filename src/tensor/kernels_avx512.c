@@ -1,6 +1,7 @@
-/* kernels_avx512.c: AVX-512 (F/BW only; no DQ/VNNI instructions) dots for f32, f16, bf16 (against f32 activations) and
- * q8_0, q4_0 (against q8_0 activations). Only reached when hr_cpu_detect reports AVX-512; every function is tested
- * against the scalar reference on machines that have it.
+/* kernels_avx512.c: AVX-512 dots for f32, f16, bf16 (against f32 activations) and q8_0, q4_0 (against
+ * q8_0 activations), using only AVX-512F/BW instructions (what hr_kernels_init checks). Only reached
+ * when hr_cpu_detect reports AVX-512; test_tensor_simd checks every function against the scalar
+ * reference on machines that have it (the AVX2-only dev machine compiles but cannot run them).
  *
  * Reduction order: one 16-lane f32 accumulator set per dot, blocks in increasing order, a fixed
  * horizontal sum, then (float types) a scalar tail. The AVX-512 table's tiles call these per pair. */
