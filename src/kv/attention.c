@@ -58,6 +58,14 @@ void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *
     }
 }
 
+float kv_softmax_ref(float *s, int n, float scale) {
+    float mx = -INFINITY;
+    for (int t = 0; t < n; t++) mx = fmaxf(mx, s[t] *= scale);
+    float sum = 0.0f;
+    for (int t = 0; t < n; t++) sum += (s[t] = expf(s[t] - mx));
+    return sum;
+}
+
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
     /* scores (n_ctx, padded to a block) + one head-row for per-channel formats + slack for SIMD */
     int B = p->cfg.block_size;
@@ -100,17 +108,8 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
                 p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row,
                             scores + (size_t)j * B);
         }
-        /* softmax with the max subtracted, in token order; blocks are packed, so token t is scores[t] */
-        float mx = -INFINITY;
-        for (int t = 0; t < n_ctx; t++) {
-            scores[t] *= scale;
-            mx = fmaxf(mx, scores[t]);
-        }
-        float sum = 0.0f;
-        for (int t = 0; t < n_ctx; t++) {
-            scores[t] = expf(scores[t] - mx);
-            sum += scores[t];
-        }
+        /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
+        float sum = p->softmax(scores, n_ctx, scale);
         /* out = sum_t p_t v_t, normalized once at the end */
         memset(oh, 0, (size_t)D * sizeof *oh);
         for (int j = 0; j < n_blk; j++) {

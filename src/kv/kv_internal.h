@@ -126,6 +126,10 @@ void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops);
 /* Overwrites entries that have an AVX2 version. Only call where the CPU has AVX2+FMA+F16C. */
 void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops);
 
+/* s[t] = exp(scale * s[t] - max), returns the sum; the reduction order depends only on n. */
+float kv_softmax_ref(float *s, int n, float scale);
+float kv_softmax_avx2(float *s, int n, float scale);
+
 /* ---- pool ------------------------------------------------------------------------------------ */
 
 enum { KV_BLK_FREE = 0, KV_BLK_USED = 1, KV_BLK_CACHED = 2 };
@@ -157,6 +161,7 @@ struct hr_kv_pool {
     int n_blocks;
     kv_fmt kf, vf, sf; /* sf: F16 at the same shape, to read staged blocks */
     kv_fmt_ops kops, vops, sops;
+    float (*softmax)(float *s, int n, float scale);
     bool avx2;
 
     size_t k_block_bytes, v_block_bytes; /* one layer, one block */

@@ -202,6 +202,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     kv_fmt_ops_ref(&kf, &p->kops);
     kv_fmt_ops_ref(&vf, &p->vops);
     kv_fmt_ops_ref(&p->sf, &p->sops);
+    p->softmax = p->avx2 ? kv_softmax_avx2 : kv_softmax_ref;
     if (p->avx2) {
         kv_fmt_ops_avx2(&kf, &p->kops);
         kv_fmt_ops_avx2(&vf, &p->vops);
