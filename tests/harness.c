@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int hr_test_passed, hr_test_failed;
@@ -24,6 +25,46 @@ const char *hr_test_tmpdir(void) {
         mkdir(dir, 0700);
     }
     return dir;
+}
+
+char *hr_test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (!b) {
+        fclose(f);
+        return NULL;
+    }
+    size_t got = fread(b, 1, (size_t)len, f);
+    b[got] = 0;
+    fclose(f);
+    if (n) *n = got;
+    return b;
+}
+
+int hr_test_run_cli(const char *args, char **out, char **err) {
+#ifdef HR_HEADROOM_BIN
+    static char out_path[4200], err_path[4200];
+    snprintf(out_path, sizeof out_path, "%s/cli-stdout", hr_test_tmpdir());
+    snprintf(err_path, sizeof err_path, "%s/cli-stderr", hr_test_tmpdir());
+    size_t len = strlen(args) + 2 * sizeof out_path + 4096;
+    char *cmd = malloc(len);
+    if (!cmd) return 128;
+    snprintf(cmd, len, "%s %s >%s 2>%s </dev/null", HR_HEADROOM_BIN, args, out_path, err_path);
+    int rc = system(cmd);
+    free(cmd);
+    if (out) *out = hr_test_slurp(out_path, NULL);
+    if (err) *err = hr_test_slurp(err_path, NULL);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+#else
+    (void)args;
+    if (out) *out = NULL;
+    if (err) *err = NULL;
+    return 128;
+#endif
 }
 
 int hr_test_finish(void) {

@@ -10,34 +10,34 @@
 
 extern int hr_test_passed, hr_test_failed;
 
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (cond) {                                                                 \
-            hr_test_passed++;                                                       \
-        } else {                                                                    \
-            hr_test_failed++;                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                           \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (cond) {                                                                                                    \
+            hr_test_passed++;                                                                                          \
+        } else {                                                                                                       \
+            hr_test_failed++;                                                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                                   \
+        }                                                                                                              \
     } while (0)
 
-#define CHECKF(cond, ...)                                                           \
-    do {                                                                            \
-        if (cond) {                                                                 \
-            hr_test_passed++;                                                       \
-        } else {                                                                    \
-            hr_test_failed++;                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                           \
-            fputc('\n', stderr);                                                    \
-        }                                                                           \
+#define CHECKF(cond, ...)                                                                                              \
+    do {                                                                                                               \
+        if (cond) {                                                                                                    \
+            hr_test_passed++;                                                                                          \
+        } else {                                                                                                       \
+            hr_test_failed++;                                                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
     } while (0)
 
-#define HR_SKIP(...)                     \
-    do {                                 \
-        fprintf(stdout, "SKIP: ");       \
-        fprintf(stdout, __VA_ARGS__);    \
-        fputc('\n', stdout);             \
-        exit(77);                        \
+#define HR_SKIP(...)                                                                                                   \
+    do {                                                                                                               \
+        fprintf(stdout, "SKIP: ");                                                                                     \
+        fprintf(stdout, __VA_ARGS__);                                                                                  \
+        fputc('\n', stdout);                                                                                           \
+        exit(77);                                                                                                      \
     } while (0)
 
 /* Path to a file under ../shared, or NULL when it is absent. */
@@ -45,6 +45,14 @@ const char *hr_test_shared_path(const char *rel);
 
 /* A fresh scratch directory for this test (under the build tree); files go inside it. */
 const char *hr_test_tmpdir(void);
+
+/* The whole file as a NUL-terminated malloc'd buffer (length in *n when n is not NULL), or NULL. */
+char *hr_test_slurp(const char *path, size_t *n);
+
+/* Runs the built `headroom` with args (a shell-quoted string), stdin from /dev/null. Returns the exit
+ * code (128 when it did not exit normally); *out and *err (each may be NULL) receive malloc'd copies
+ * of what it printed on stdout and stderr. */
+int hr_test_run_cli(const char *args, char **out, char **err);
 
 int hr_test_finish(void);
 

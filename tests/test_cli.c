@@ -10,30 +10,6 @@
 #include "gguf/gguf.h"
 #include "harness.h"
 
-static char out_path[4200], err_path[4200];
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    size_t got = fread(b, 1, (size_t)len, f);
-    b[got] = 0;
-    fclose(f);
-    if (n) *n = got;
-    return b;
-}
-
-/* Runs the binary with args (a shell-quoted string); returns the exit code. */
-static int run(const char *args) {
-    char cmd[16384];
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", HR_HEADROOM_BIN, args, out_path, err_path);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
 static int count_lines(const char *s) {
     int n = 0;
     for (; *s; s++) n += *s == '\n';
@@ -42,8 +18,8 @@ static int count_lines(const char *s) {
 
 /* A failing run: non-zero exit, exactly one line on stderr containing `needle`, empty stdout. */
 static void expect_failure(const char *args, const char *needle) {
-    int rc = run(args);
-    char *out = slurp(out_path, NULL), *err = slurp(err_path, NULL);
+    char *out = NULL, *err = NULL;
+    int rc = hr_test_run_cli(args, &out, &err);
     CHECKF(rc != 0, "'%s' exited 0", args);
     CHECKF(out && out[0] == 0, "'%s' printed to stdout: %s", args, out ? out : "");
     CHECKF(err && count_lines(err) == 1, "'%s' printed %d stderr lines: %s", args, err ? count_lines(err) : -1,
@@ -54,8 +30,8 @@ static void expect_failure(const char *args, const char *needle) {
 }
 
 static json_t *run_json(const char *args) {
-    int rc = run(args);
-    char *out = slurp(out_path, NULL);
+    char *out = NULL;
+    int rc = hr_test_run_cli(args, &out, NULL);
     CHECKF(rc == 0, "'%s' exited %d", args, rc);
     json_error_t je;
     json_t *j = out ? json_loads(out, 0, &je) : NULL;
@@ -72,8 +48,6 @@ static void write_file(const char *path, const void *data, size_t n) {
 
 int main(void) {
     const char *dir = hr_test_tmpdir();
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
     char args[8192], path[4200], path2[4200];
 
     /* bad files */
@@ -87,9 +61,9 @@ int main(void) {
     /* a truncated download: a real model cut in half */
     snprintf(path, sizeof path, "%s/tiny.gguf", dir);
     snprintf(args, sizeof args, "synth --shape tiny --type q8_0 -o %s", path);
-    CHECK(run(args) == 0);
+    CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
     size_t n = 0;
-    char *full = slurp(path, &n);
+    char *full = hr_test_slurp(path, &n);
     CHECK(full && n > 1000);
     snprintf(path2, sizeof path2, "%s/truncated.gguf", dir);
     write_file(path2, full, n / 2);
@@ -163,8 +137,8 @@ int main(void) {
     for (int i = 0; i < 3; i++) free(texts[i]);
     /* plain output: the completion on stdout, statistics on stderr */
     snprintf(args, sizeof args, "run -m %s -p 'Once upon a time' -n 8 --temp 0", stories);
-    CHECK(run(args) == 0);
-    char *out = slurp(out_path, NULL), *err = slurp(err_path, NULL);
+    char *out = NULL, *err = NULL;
+    CHECK(hr_test_run_cli(args, &out, &err) == 0);
     CHECK(out && !strncmp(out, ", there was a little girl\n", 26));
     CHECK(err && strstr(err, "tok/s") && strstr(err, "kv cache"));
     free(out);

@@ -9,32 +9,19 @@
 #include "gguf/gguf.h"
 #include "harness.h"
 
-static char out_path[4200], err_path[4200];
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    size_t got = fread(b, 1, (size_t)len, f);
-    b[got] = 0;
-    fclose(f);
-    return b;
-}
-
-/* Runs `headroom tokenize ARGS`; returns the exit code and leaves stdout/stderr in the files. */
-static int run(const char *args) {
-    char cmd[32768];
-    snprintf(cmd, sizeof cmd, "%s tokenize %s >%s 2>%s </dev/null", HR_HEADROOM_BIN, args, out_path, err_path);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+/* Runs `headroom tokenize ARGS`; returns the exit code, stdout and stderr. */
+static int run(const char *args, char **out, char **err) {
+    size_t len = strlen(args) + 16;
+    char *full = malloc(len);
+    snprintf(full, len, "tokenize %s", args);
+    int rc = hr_test_run_cli(full, out, err);
+    free(full);
+    return rc;
 }
 
 static void expect(const char *args, int want_rc, const char *want_out, const char *err_has) {
-    int rc = run(args);
-    char *out = slurp(out_path), *err = slurp(err_path);
+    char *out = NULL, *err = NULL;
+    int rc = run(args, &out, &err);
     CHECKF(rc == want_rc, "'%s' exited %d, want %d (stderr: %s)", args, rc, want_rc, err ? err : "");
     if (want_out) CHECKF(out && strcmp(out, want_out) == 0, "'%s' printed [%s], want [%s]", args, out, want_out);
     if (err_has) {
@@ -79,8 +66,6 @@ int main(void) {
     if (!probe) HR_SKIP("the headroom binary is not built (%s)", HR_HEADROOM_BIN);
     fclose(probe);
     const char *dir = hr_test_tmpdir();
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
     char vocab[4200], text[4200], bert[4200], args[16384];
     snprintf(vocab, sizeof vocab, "%s/spm.gguf", dir);
     snprintf(text, sizeof text, "%s/text.txt", dir);
@@ -112,8 +97,8 @@ int main(void) {
     snprintf(args, sizeof args, "-m %s --count -f %s", vocab, text);
     expect(args, 0, "5\n", NULL);
     snprintf(args, sizeof args, "-m %s --ids --no-bos 'a<|eot|>'", vocab); /* plain text: bytes/unk */
-    int rc = run(args);
-    char *out = slurp(out_path);
+    char *out = NULL;
+    int rc = run(args, &out, NULL);
     CHECKF(rc == 0 && out && !strstr(out, " 9"), "control token parsed without --parse-special: %s", out);
     free(out);
     snprintf(args, sizeof args, "-m %s --ids --no-bos --parse-special 'a<|eot|>'", vocab);
