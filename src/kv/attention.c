@@ -73,6 +73,113 @@ size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
     return n + (size_t)p->cfg.head_dim + 16;
 }
 
+/* ---- attention under a policy ---------------------------------------------------------------------
+ * The blocks a query reads are [0, sink_blocks) and [lo / B, n_blk) for window-like policies (lo = the
+ * first position its window sees), or every block still in the table for token-level ones. Their
+ * scores are packed block after block as in the full path, so with nothing masked the result is the
+ * full path's bit for bit. A token the policy hides gets a score of -inf before the softmax and a
+ * weight of exactly 0 after it. */
+
+typedef struct kv_view {
+    int n_ctx, n_blk;
+    int sink_blocks, first_blk; /* visible: [0, sink_blocks) and [first_blk, n_blk) */
+    int sinks, lo;              /* window-like: position t visible iff t < sinks || t >= lo */
+    const uint64_t *mask;       /* token-level: the sequence's masks, else NULL */
+} kv_view;
+
+static inline int kv_view_next(const kv_view *v, int j) { return j + 1 == v->sink_blocks ? v->first_blk : j + 1; }
+
+/* Hides the tokens of logical block j (n of them) that the view masks: score -inf or weight 0. */
+static void kv_view_mask(const hr_kv_pool *p, const kv_view *v, int layer, int kh, int j, int n, float *sc,
+                         float fill) {
+    int B = p->cfg.block_size;
+    if (v->mask) {
+        const uint64_t *m = v->mask + kv_meta_index(p, j, layer, kh) * kv_mask_words(p);
+        for (int t = 0; t < n; t++)
+            if (!((m[t / 64] >> (t % 64)) & 1)) sc[t] = fill;
+        return;
+    }
+    int p0 = j * B;
+    if (p0 >= v->lo || p0 + n <= v->sinks) return; /* wholly visible */
+    for (int t = 0; t < n; t++)
+        if (p0 + t >= v->sinks && p0 + t < v->lo) sc[t] = fill;
+}
+
+static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, int n_ctx, const float *q, int n_heads,
+                             float scale, float *out, float *scratch) {
+    const hr_kv_config *c = &p->cfg;
+    int B = c->block_size, D = c->head_dim, Hkv = c->n_kv_heads;
+    int group = n_heads / Hkv;
+    kv_view v = {.n_ctx = n_ctx, .n_blk = (n_ctx + B - 1) / B, .sinks = kv_policy_sinks(s)};
+    int W = kv_layer_window(p, s, layer);
+    v.lo = W > 0 && n_ctx - W > 0 ? n_ctx - W : 0;
+    v.first_blk = v.lo / B;
+    v.sink_blocks = (v.sinks + B - 1) / B;
+    if (v.sink_blocks >= v.first_blk) v.sink_blocks = v.first_blk = 0; /* the two ranges meet */
+    if (v.lo <= v.sinks) v.lo = 0;
+    v.mask = kv_token_level(s) ? s->mask : NULL;
+    /* token-level: add the weights to the scores (h2o: every query; snapkv: the observation window) */
+    atomic_uint_fast64_t *acc = NULL;
+    if (s->pol.kind == HR_KV_POLICY_H2O) acc = s->score;
+    if (s->pol.kind == HR_KV_POLICY_SNAPKV && !s->snap_done) {
+        int end = kv_snap_end(s);
+        if (n_ctx <= end && n_ctx > end - kv_snap_window(&s->pol)) acc = s->score;
+    }
+
+    int32_t last = s->table[v.n_blk - 1];
+    int32_t slot = (p->stage && n_ctx % B != 0) ? p->blk_stage[last] : -1;
+    const uint16_t *stk = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_K) : NULL;
+    const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
+    int n_vis = 0;
+    for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) n_vis += s->table[j] >= 0;
+    float *scores = scratch;
+    float *row = scratch + (size_t)n_vis * B; /* scratch holds n_vis * B scores, then one head-row */
+
+    for (int h = 0; h < n_heads; h++) {
+        int kh = h / group;
+        const float *qh = q + (size_t)h * D;
+        float *oh = out + (size_t)h * D;
+        int n_sc = 0, k = 0;
+        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
+            int32_t b = s->table[j];
+            if (b < 0) continue; /* dropped: a query over an older prefix would have needed it */
+            int n = (j == v.n_blk - 1) ? n_ctx - j * B : B;
+            float *sc = scores + (size_t)k * B;
+            if (j == v.n_blk - 1 && stk && p->kf.deferred)
+                p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, sc);
+            else
+                p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row, sc);
+            kv_view_mask(p, &v, layer, kh, j, n, sc, -INFINITY);
+            n_sc = k * B + n;
+            k++;
+        }
+        float sum = p->softmax(scores, n_sc, scale);
+        float inv = 1.0f / sum;
+        memset(oh, 0, (size_t)D * sizeof *oh);
+        k = 0;
+        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
+            int32_t b = s->table[j];
+            if (b < 0) continue;
+            int n = (j == v.n_blk - 1) ? n_ctx - j * B : B;
+            float *sc = scores + (size_t)k * B;
+            kv_view_mask(p, &v, layer, kh, j, n, sc, 0.0f);
+            if (j == v.n_blk - 1 && stv && p->vf.deferred)
+                p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, sc, oh);
+            else
+                p->vops.accum(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, sc, oh);
+            if (acc) {
+                atomic_uint_fast64_t *a = acc + kv_meta_index(p, j, layer, kh) * B;
+                for (int t = 0; t < n; t++)
+                    if (sc[t] > 0.0f)
+                        atomic_fetch_add_explicit(&a[t], (uint64_t)((double)(sc[t] * inv) * 4294967296.0 + 0.5),
+                                                  memory_order_relaxed);
+            }
+            k++;
+        }
+        for (int d = 0; d < D; d++) oh[d] *= inv;
+    }
+}
+
 void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads, float scale,
                      float *out, float *scratch) {
     const hr_kv_config *c = &p->cfg;
@@ -83,6 +190,10 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
     KV_ASSERT(n_ctx >= 0 && n_ctx <= s->n_table * B);
     if (n_ctx <= 0) {
         memset(out, 0, (size_t)n_heads * D * sizeof *out);
+        return;
+    }
+    if (s->pol.kind != HR_KV_POLICY_FULL || p->native_window[layer] > 0 || s->n_holes > 0) {
+        attention_policy(p, layer, s, n_ctx, q, n_heads, scale, out, scratch);
         return;
     }
     int group = n_heads / Hkv;

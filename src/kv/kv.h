@@ -120,12 +120,77 @@ void hr_kv_seq_reset(hr_kv_pool *pool, hr_kv_seq seq);
 void hr_kv_write(hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, const float *k, const float *v);
 
 /* out[h][:] = softmax(scale * q[h] . K[0..n_ctx)) . V for each query head h of one token, reading
- * the sequence's blocks in their formats directly (no dequantized copy of the cache).
+ * the sequence's blocks in their formats directly (no dequantized copy of the cache). Under a policy
+ * (or a model sliding window) only the positions it keeps take part, masked exactly; h2o and snapkv
+ * sequences also add each token's softmax weight to its accumulated score (full sequences skip all of
+ * this: their path is the same code as before policies). For a query past the context the scratch
+ * was sized for, use hr_kv_seq_attention_scratch_floats.
  * q, out: [H][D]; heads map to KV heads by h / (H / Hkv). scratch: at least
  * hr_kv_attention_scratch_floats(pool, n_ctx) floats, private to the calling thread. */
 void hr_kv_attention(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
                      float scale, float *out, float *scratch);
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
+
+/* ---- eviction policies -------------------------------------------------------------------------
+ * A policy bounds what a sequence keeps (docs/POLICIES.md). Positions are logical: a sequence's
+ * block table keeps one entry per block of positions, and whole blocks a policy drops leave the
+ * table as holes (their block returns to the pool; a full hashed block goes to the prefix cache).
+ * Keys stay rotated at their original positions. Attention applies each policy's exact token mask.
+ *   full            keep everything (default)
+ *   window:W        keep the last W tokens: a query at position p sees positions > p - W
+ *   sinks:S,window:W  also keep the first S tokens (StreamingLLM attention sinks)
+ *   h2o:B           per layer and KV head: B tokens, the B/2 most recent and the B - B/2 with the
+ *                   highest accumulated attention (heavy hitters); per-block token masks
+ *   snapkv:B[,window:W]  at the end of prefill keep, per layer and KV head, the last W prompt tokens
+ *                   (default 32, at most B/2) and the B - W prompt tokens they attend to most
+ *                   (max-pooled over 5 positions); later tokens are all kept
+ * A model whose metadata declares a sliding window gets it per layer from hr_kv_pool_set_sliding_window
+ * (the forward pass does this); window policies then use the smaller of the two. */
+typedef enum hr_kv_policy_kind {
+    HR_KV_POLICY_FULL = 0,
+    HR_KV_POLICY_WINDOW = 1,
+    HR_KV_POLICY_SINKS = 2,
+    HR_KV_POLICY_H2O = 3,
+    HR_KV_POLICY_SNAPKV = 4,
+} hr_kv_policy_kind;
+
+typedef struct hr_kv_policy {
+    hr_kv_policy_kind kind;
+    int window; /* WINDOW, SINKS: tokens kept at the end; SNAPKV: observation window (0: default) */
+    int sinks;  /* SINKS: tokens kept at the start */
+    int budget; /* H2O, SNAPKV: tokens kept per layer and KV head */
+} hr_kv_policy;
+
+/* Parses "full", "window:256", "sinks:4,window:64", "h2o:128", "snapkv:128", "snapkv:128,window:16".
+ * Checks only the syntax and that numbers are positive; hr_kv_policy_check checks a pool can use it.
+ * Errors say what is valid. */
+hr_status hr_kv_policy_parse(const char *text, hr_kv_policy *out, hr_error *err);
+/* The canonical text of a policy ("sinks:4,window:64"); returns buf. */
+const char *hr_kv_policy_str(const hr_kv_policy *pol, char *buf, size_t cap);
+/* Whether pool can run pol: a window of at least one block, a budget of at least two tokens (and
+ * larger than the snapkv window), and, where the model has a sliding window, no h2o/snapkv and no
+ * window larger than the model's. HR_ERR_INVALID_ARG with a message naming what is valid. */
+hr_status hr_kv_policy_check(const hr_kv_pool *pool, const hr_kv_policy *pol, hr_error *err);
+
+/* The model's own sliding window for one layer (layer -1: all layers), 0 = none. Queries in that layer
+ * see only positions > p - window; blocks no layer can see again leave the table. Set it before any
+ * sequence holds tokens. HR_ERR_INVALID_ARG for a bad layer or a negative window. */
+hr_status hr_kv_pool_set_sliding_window(hr_kv_pool *pool, int layer, int window, hr_error *err);
+/* The policy every new sequence starts with (initially full). Checked as hr_kv_policy_check. */
+hr_status hr_kv_pool_set_default_policy(hr_kv_pool *pool, const hr_kv_policy *pol, hr_error *err);
+/* Sets a sequence's policy (per request). Allowed while nothing of the sequence has been evicted (a
+ * fresh sequence, or one that only took a shared prefix); reset keeps the policy. Checked as
+ * hr_kv_policy_check; HR_ERR_NOMEM when h2o/snapkv bookkeeping cannot be allocated. */
+hr_status hr_kv_seq_set_policy(hr_kv_pool *pool, hr_kv_seq seq, const hr_kv_policy *pol, hr_error *err);
+hr_kv_policy hr_kv_seq_policy(const hr_kv_pool *pool, hr_kv_seq seq);
+/* snapkv: the prompt has n_prompt tokens; its last `window` queries are observed and the cache is
+ * compressed by the commit that reaches n_prompt. Without this call the prompt is taken to end where
+ * the first hr_kv_seq_reserve of the sequence ends (a prompt prefilled in one chunk). */
+void hr_kv_seq_set_prompt_len(hr_kv_pool *pool, hr_kv_seq seq, int n_prompt);
+/* Attention scratch (floats) a query of seq at n_ctx needs under its policy: at most
+ * hr_kv_attention_scratch_floats(pool, n_ctx); for window/sinks bounded by the window whatever the
+ * position (so a sequence may run past the context the scratch was sized for). */
+size_t hr_kv_seq_attention_scratch_floats(const hr_kv_pool *pool, hr_kv_seq seq, int n_ctx);
 
 /* ---- swap tier ---------------------------------------------------------------------------------
  * A second, slower tier (a file for the CPU backend) where a preempted sequence's blocks can wait
@@ -172,11 +237,15 @@ typedef struct hr_kv_seq_ledger {
     int blocks_shared;  /* blocks held together with other sequences or the prefix cache */
     uint64_t bytes_now; /* bytes of the blocks it holds */
     uint64_t bytes_peak;
-    int tokens_resident;
+    int tokens_resident; /* committed tokens in the pool, less those its policy evicted */
     int tokens_total;
     hr_kv_format k_format, v_format;
     uint64_t bytes_swapped; /* bytes of this sequence now in the swap tier */
     int prefix_hit_tokens;  /* tokens whose K/V came from the prefix cache */
+    hr_kv_policy policy;
+    int tokens_evicted;  /* committed tokens no later query can see in any layer and KV head */
+    int blocks_evicted;  /* blocks the policy took out of the table over the sequence's life */
+    int tokens_kept_max; /* the most tokens a next query sees in one layer and KV head */
 } hr_kv_seq_ledger;
 
 typedef struct hr_kv_pool_ledger {
@@ -185,8 +254,9 @@ typedef struct hr_kv_pool_ledger {
     uint64_t waste_slots; /* slots in used blocks not yet filled */
     uint64_t waste_bytes;
     uint64_t prefix_hit_tokens_total;
-    uint64_t blocks_evicted_total; /* cached blocks reclaimed for new work */
-    uint64_t bytes_swapped;        /* bytes of this pool's sequences now in swap tiers */
+    uint64_t blocks_evicted_total;        /* cached blocks reclaimed for new work */
+    uint64_t bytes_swapped;               /* bytes of this pool's sequences now in swap tiers */
+    uint64_t policy_blocks_evicted_total; /* blocks sequences' policies took out of their tables */
 } hr_kv_pool_ledger;
 
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *pool, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err);

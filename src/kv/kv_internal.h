@@ -154,6 +154,19 @@ typedef struct kv_seq {
     struct hr_kv_swap *swap; /* the tier holding the swapped copy, while swapped */
     struct kv_swap_rec *rec; /* what is there and how to restore it */
     uint64_t bytes_swapped;
+    /* eviction policy (policy*.c). Logical block j covers positions [j*B, (j+1)*B); a block the
+     * policy dropped stays in the table as a hole (-1). */
+    hr_kv_policy pol;
+    int n_holes;        /* table entries that are -1 */
+    int blocks_evicted; /* blocks the policy dropped over the sequence's life (kept across reset) */
+    int evict_from;     /* window: blocks in [sink blocks, evict_from) are already holes */
+    int reserve_end;    /* where the first reserve ended: snapkv's prompt end when none was set */
+    int prompt_len;     /* snapkv: hr_kv_seq_set_prompt_len, 0 = unknown */
+    bool snap_done;     /* snapkv: the prompt was compressed */
+    /* h2o / snapkv bookkeeping, per logical block (metadata outside the budget) */
+    int meta_cap, meta_n;        /* blocks allocated / initialized */
+    uint64_t *mask;              /* [meta_cap][L][Hkv][MW]: bit t set = token t kept */
+    atomic_uint_fast64_t *score; /* [meta_cap][L][Hkv][B]: softmax weight received, fixed point 2^-32 */
 } kv_seq;
 
 struct hr_kv_pool {
@@ -191,9 +204,13 @@ struct hr_kv_pool {
     kv_seq *seqs;
     int32_t *pending; /* [max_seqs][B]: tokens of each sequence's open block */
 
+    /* policies */
+    hr_kv_policy default_pol; /* what hr_kv_seq_create gives a sequence */
+    int32_t *native_window;   /* [L]: the model's sliding window per layer, 0 = none */
+
     /* ledger figures readable from any thread */
     atomic_int n_used, n_cached, n_free;
-    atomic_uint_fast64_t waste_slots, prefix_hits, evicted, bytes_swapped;
+    atomic_uint_fast64_t waste_slots, prefix_hits, evicted, bytes_swapped, policy_evicted;
 };
 
 static inline uint8_t *kv_block_ptr(const hr_kv_pool *p, int layer, int kind, int32_t block) {
@@ -222,8 +239,58 @@ int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash);
 /* swap.c: forgets a swapped-out sequence's copy (its slots return to the swap tier). */
 void kv_swap_drop(hr_kv_pool *p, kv_seq *s);
 
+/* ---- policies (policy.c, policy_window.c, policy_h2o.c, policy_snapkv.c) -----------------------
+ * The interface one policy implements: `check` validates its parameters against a pool, and
+ * `after_commit` runs when a commit leaves the sequence at n_tokens: it drops what no later query
+ * can see (holes for whole blocks, mask bits for tokens). Attention reads the result through
+ * kv_layer_window / kv_policy_sinks (window-like policies) or the masks (token-level ones). */
+typedef struct kv_policy_ops {
+    hr_kv_policy_kind kind;
+    const char *name;
+    bool token_level; /* keeps per-block masks and scores */
+    hr_status (*check)(const hr_kv_pool *p, const hr_kv_policy *pol, hr_error *err);
+    void (*after_commit)(hr_kv_pool *p, kv_seq *s);
+} kv_policy_ops;
+
+extern const kv_policy_ops kv_pol_full, kv_pol_window, kv_pol_sinks, kv_pol_h2o, kv_pol_snapkv;
+const kv_policy_ops *kv_policy_ops_of(hr_kv_policy_kind k);
+
+static inline int kv_mask_words(const hr_kv_pool *p) { return (p->cfg.block_size + 63) / 64; }
+static inline size_t kv_meta_index(const hr_kv_pool *p, int j, int layer, int kh) {
+    return ((size_t)j * p->cfg.n_layers + (size_t)layer) * p->cfg.n_kv_heads + (size_t)kh;
+}
+static inline bool kv_token_level(const kv_seq *s) {
+    return s->pol.kind == HR_KV_POLICY_H2O || s->pol.kind == HR_KV_POLICY_SNAPKV;
+}
+/* The tokens a query in `layer` sees at the end (0 = all): the policy's window and the model's own,
+ * the smaller where both exist. */
+static inline int kv_layer_window(const hr_kv_pool *p, const kv_seq *s, int layer) {
+    int w = (s->pol.kind == HR_KV_POLICY_WINDOW || s->pol.kind == HR_KV_POLICY_SINKS) ? s->pol.window : 0;
+    int n = p->native_window[layer];
+    return (w > 0 && n > 0) ? (w < n ? w : n) : (w > 0 ? w : n);
+}
+static inline int kv_policy_sinks(const kv_seq *s) { return s->pol.kind == HR_KV_POLICY_SINKS ? s->pol.sinks : 0; }
+/* snapkv: where the prompt ends (0 unknown) and the observation window. */
+static inline int kv_snap_end(const kv_seq *s) { return s->prompt_len > 0 ? s->prompt_len : s->reserve_end; }
+int kv_snap_window(const hr_kv_policy *pol);
+
+/* Runs the sequence's policy after a commit (prefix.c). */
+void kv_policy_after_commit(hr_kv_pool *p, kv_seq *s);
+/* Makes the mask/score arrays cover n blocks, initializing new ones (all kept, zero score). */
+hr_status kv_policy_meta_grow(hr_kv_pool *p, kv_seq *s, int n, hr_error *err);
+/* Takes logical block j out of the table (a hole): unref, counters. */
+void kv_policy_drop_block(hr_kv_pool *p, kv_seq *s, int j);
+/* Drops every resident block of [0, n_tokens / B) whose tokens are all masked in every layer/head. */
+void kv_policy_drop_masked_blocks(hr_kv_pool *p, kv_seq *s);
+/* Keeps, for each (layer, KV head), the k tokens of [0, end) with the highest key among those still
+ * kept (ties: the later position); clears the others' mask bits. key[pos] for each position. */
+void kv_policy_keep_top(hr_kv_pool *p, kv_seq *s, int layer, int kh, int end, int k, const uint64_t *key);
+/* ledger figures (ledger.c) */
+void kv_policy_ledger(const hr_kv_pool *p, const kv_seq *s, hr_kv_seq_ledger *l);
+
 /* pool.c helpers used by prefix.c and swap.c */
 void kv_block_ref(hr_kv_pool *p, int32_t b);
+void kv_block_release(hr_kv_pool *p, int32_t b); /* one table less holds b */
 bool kv_deferred(const hr_kv_pool *p);
 void kv_stage_release(hr_kv_pool *p, int32_t b); /* returns b's staging slot, if any */
 int32_t kv_stage_take(hr_kv_pool *p, int32_t b); /* gives b a slot (one must be free) */

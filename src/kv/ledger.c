@@ -23,6 +23,7 @@ void hr_kv_pool_get_ledger(const hr_kv_pool *p, hr_kv_pool_ledger *out) {
     out->prefix_hit_tokens_total = atomic_load_explicit(&p->prefix_hits, memory_order_relaxed);
     out->blocks_evicted_total = atomic_load_explicit(&p->evicted, memory_order_relaxed);
     out->bytes_swapped = atomic_load_explicit(&p->bytes_swapped, memory_order_relaxed);
+    out->policy_blocks_evicted_total = atomic_load_explicit(&p->policy_evicted, memory_order_relaxed);
 }
 
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err) {
@@ -32,13 +33,14 @@ hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_led
     memset(&l, 0, sizeof l);
     for (int i = 0; i < s->n_table; i++) {
         int32_t b = s->table[i];
+        if (b < 0) continue; /* a block its policy dropped */
         /* shared: another table holds it, or it is the prefix cache's copy another prompt may take */
         if (p->refcnt[b] > 1 || ((p->flags[b] & KV_FLAG_IN_MAP) && i * p->cfg.block_size < s->prefix_hit_tokens))
             l.blocks_shared++;
         else
             l.blocks_own++;
     }
-    l.bytes_now = (uint64_t)s->n_table * p->block_bytes;
+    l.bytes_now = (uint64_t)(s->n_table - s->n_holes) * p->block_bytes;
     l.bytes_peak = s->bytes_peak > l.bytes_now ? s->bytes_peak : l.bytes_now;
     l.tokens_total = s->n_tokens;
     l.tokens_resident = s->swapped ? 0 : s->n_tokens;
@@ -46,6 +48,8 @@ hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_led
     l.v_format = p->cfg.v_format;
     l.bytes_swapped = s->bytes_swapped;
     l.prefix_hit_tokens = s->prefix_hit_tokens;
+    kv_policy_ledger(p, s, &l);
+    if (!s->swapped) l.tokens_resident = s->n_tokens - l.tokens_evicted;
     *out = l;
     return HR_OK;
 }
@@ -94,8 +98,13 @@ hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
             rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d has %d tokens in %d blocks", si, s->n_tokens,
                               s->n_table);
         waste += (uint64_t)s->n_table * B - (uint64_t)(s->swapped ? 0 : s->n_tokens);
+        int holes = 0;
         for (int i = 0; i < s->n_table && rc == HR_OK; i++) {
             int32_t b = s->table[i];
+            if (b == -1 && (i + 1) * B <= s->n_tokens) { /* a block its policy dropped: only full ones */
+                holes++;
+                continue;
+            }
             if (b < 0 || b >= n) {
                 rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d entry %d holds bad block %d", si, i, b);
                 break;
@@ -109,6 +118,9 @@ hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
                 rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d block %d (entry %d) is full but unhashed", si,
                                   b, i);
         }
+        if (rc == HR_OK && holes != s->n_holes)
+            rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d has %d holes but counts %d", si, holes,
+                              s->n_holes);
     }
     for (int b = 0; b < n && rc == HR_OK; b++) {
         if (held[b] != p->refcnt[b])

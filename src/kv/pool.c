@@ -3,20 +3,24 @@
  *
  * Block states and the functions behind each transition:
  *
- *            kv_block_alloc                      kv_block_unref (refcount -> 0, not hashed)
+ *            kv_block_alloc                    kv_block_release (refcount -> 0, not hashed)
  *     FREE -----------------> USED (refcnt >= 1) ---------------------------------------> FREE
  *       ^                      |  ^
  *       |  kv_block_alloc      |  | share_prefix / fork (refcnt++), share_prefix takes a
  *       |  evicts LRU head     |  | CACHED block back to USED
  *       |                      v  |
  *       +----------------- CACHED (refcnt 0, hash in the prefix map, in the LRU)
- *                kv_block_unref (refcount -> 0, hashed)
+ *                kv_block_release (refcount -> 0, hashed)
  *
  * Invariants (see kv.h): free + used + cached == total; refcnt == number of tables holding a block;
  * only USED blocks are in tables; CACHED blocks are exactly the LRU list and are all in the map.
  * Allocation takes never-hashed FREE blocks first and evicts the least recently used CACHED block
  * only when none is left. A sequence's blocks are released last-to-first, so a freed sequence's tail
- * blocks are evicted before its head blocks (heads are the ones other prompts share). */
+ * blocks are evicted before its head blocks (heads are the ones other prompts share).
+ *
+ * Eviction policies (policy*.c) release single blocks from the middle of a table the same way and
+ * leave a hole (-1) in their place: positions stay logical, so reserve, commit and the waste figure
+ * work unchanged; every walk over a table here skips holes. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -141,7 +145,7 @@ void kv_block_ref(hr_kv_pool *p, int32_t b) {
     p->refcnt[b]++;
 }
 
-static void kv_block_unref(hr_kv_pool *p, int32_t b) {
+void kv_block_release(hr_kv_pool *p, int32_t b) {
     KV_ASSERT(p->state[b] == KV_BLK_USED && p->refcnt[b] > 0);
     if (--p->refcnt[b] > 0) return;
     kv_stage_release(p, b);
@@ -236,8 +240,11 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->blk_stage = malloc((size_t)n * sizeof *p->blk_stage);
     p->stage_free = malloc((size_t)(p->n_stage + 1) * sizeof *p->stage_free);
     p->filled = p->stage ? calloc((size_t)n * cfg->n_layers, sizeof *p->filled) : NULL;
+    p->native_window = calloc((size_t)cfg->n_layers, sizeof *p->native_window);
+    p->default_pol = (hr_kv_policy){.kind = HR_KV_POLICY_FULL};
     bool ok = p->refcnt && p->state && p->flags && p->hash && p->parent && p->tokens && p->prev && p->next && p->seqs &&
-              p->pending && p->blk_stage && p->stage_free && (p->filled || !p->stage) && kv_prefix_map_init(p);
+              p->pending && p->blk_stage && p->stage_free && (p->filled || !p->stage) && p->native_window &&
+              kv_prefix_map_init(p);
     if (!ok) {
         hr_kv_pool_destroy(p);
         return hr_error_set(err, HR_ERR_NOMEM, "KV pool: out of memory for the metadata of %d blocks", n);
@@ -256,6 +263,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     atomic_init(&p->prefix_hits, 0);
     atomic_init(&p->evicted, 0);
     atomic_init(&p->bytes_swapped, 0);
+    atomic_init(&p->policy_evicted, 0);
     *out = p;
     return HR_OK;
 }
@@ -265,6 +273,8 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     if (p->seqs) {
         for (int i = 0; i < p->cfg.max_seqs; i++) {
             free(p->seqs[i].table);
+            free(p->seqs[i].mask);
+            free(p->seqs[i].score);
             if (p->seqs[i].swapped) kv_swap_drop(p, &p->seqs[i]);
         }
     }
@@ -283,6 +293,7 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     free(p->stage_free);
     free(p->filled);
     free(p->map);
+    free(p->native_window);
     free(p);
 }
 
@@ -312,7 +323,7 @@ hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err) {
 }
 
 void kv_update_peak(hr_kv_pool *p, kv_seq *s) {
-    uint64_t now = (uint64_t)s->n_table * p->block_bytes;
+    uint64_t now = (uint64_t)(s->n_table - s->n_holes) * p->block_bytes;
     if (now > s->bytes_peak) s->bytes_peak = now;
 }
 
@@ -321,10 +332,16 @@ hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
         kv_seq *s = &p->seqs[i];
         if (s->active) continue;
         int32_t *table = s->table;
-        int cap = s->cap;
+        int cap = s->cap, meta_cap = s->meta_cap;
+        uint64_t *mask = s->mask;
+        atomic_uint_fast64_t *score = s->score;
         memset(s, 0, sizeof *s);
         s->table = table; /* keep the allocations of the previous user of this slot */
         s->cap = cap;
+        s->mask = mask;
+        s->score = score;
+        s->meta_cap = meta_cap;
+        s->pol = p->default_pol;
         s->active = true;
         s->last_hash = kv_prefix_root(p);
         *out = i;
@@ -345,6 +362,7 @@ hr_status hr_kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error
     if (n_tokens < 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV reserve: n_tokens %d < 0", n_tokens);
     int need_blocks = (int)(((int64_t)n_tokens + B - 1) / B);
     int add = need_blocks - s->n_table;
+    if (s->reserve_end == 0 && n_tokens > s->n_tokens) s->reserve_end = n_tokens; /* snapkv's default prompt end */
     if (add <= 0) return HR_OK;
     if (add > hr_kv_pool_n_free(p))
         return hr_error_set(err, HR_ERR_FULL,
@@ -356,6 +374,7 @@ hr_status hr_kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error
                             "retry after commits or raise stage_blocks",
                             add, p->n_stage_free, p->n_stage);
     hr_status rc = kv_table_reserve(s, need_blocks, err);
+    if (rc == HR_OK) rc = kv_policy_meta_grow(p, s, need_blocks, err);
     if (rc != HR_OK) return rc;
     for (int i = 0; i < add; i++) {
         int32_t b = kv_block_alloc(p);
@@ -372,8 +391,11 @@ void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s) {
     int B = p->cfg.block_size;
     uint64_t waste = (uint64_t)s->n_table * B - (uint64_t)s->n_tokens;
     if (s->n_table > 0) atomic_fetch_sub_explicit(&p->waste_slots, waste, memory_order_relaxed);
-    for (int i = s->n_table - 1; i >= 0; i--) kv_block_unref(p, s->table[i]);
+    for (int i = s->n_table - 1; i >= 0; i--)
+        if (s->table[i] >= 0) kv_block_release(p, s->table[i]);
     s->n_table = 0;
+    s->n_holes = 0;
+    s->evict_from = 0;
 }
 
 void hr_kv_seq_reset(hr_kv_pool *p, hr_kv_seq seq) {
@@ -384,6 +406,9 @@ void hr_kv_seq_reset(hr_kv_pool *p, hr_kv_seq seq) {
     s->n_tokens = 0;
     s->prefix_hit_tokens = 0;
     s->last_hash = kv_prefix_root(p);
+    s->meta_n = 0; /* masks and scores start again (all kept) */
+    s->snap_done = false;
+    s->reserve_end = 0;
 }
 
 void hr_kv_seq_free(hr_kv_pool *p, hr_kv_seq seq) {
@@ -407,15 +432,28 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
     if (rc != HR_OK) return rc;
     s = &p->seqs[src];
     kv_seq *d = &p->seqs[c];
+    d->pol = s->pol;
     rc = kv_table_reserve(d, n_full + (tail ? 1 : 0), err);
+    if (rc == HR_OK) rc = kv_policy_meta_grow(p, d, s->meta_n < s->n_table ? s->meta_n : s->n_table, err);
     if (rc != HR_OK) {
         d->active = false;
         return rc;
     }
+    if (kv_token_level(s) && d->meta_n > 0) { /* the child starts from the parent's masks and scores */
+        size_t per = (size_t)p->cfg.n_layers * p->cfg.n_kv_heads;
+        memcpy(d->mask, s->mask, (size_t)d->meta_n * per * kv_mask_words(p) * sizeof *d->mask);
+        for (size_t i = 0; i < (size_t)d->meta_n * per * (size_t)B; i++)
+            atomic_init(&d->score[i], atomic_load_explicit(&s->score[i], memory_order_relaxed));
+    }
     for (int i = 0; i < n_full; i++) {
-        kv_block_ref(p, s->table[i]);
+        if (s->table[i] >= 0) kv_block_ref(p, s->table[i]);
         d->table[d->n_table++] = s->table[i];
     }
+    d->n_holes = s->n_holes;
+    d->evict_from = s->evict_from;
+    d->reserve_end = s->reserve_end;
+    d->prompt_len = s->prompt_len;
+    d->snap_done = s->snap_done;
     if (tail) {
         int32_t from = s->table[n_full], to = kv_block_alloc(p);
         for (int l = 0; l < L; l++) {

@@ -117,6 +117,7 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
         s->last_hash = h;
     }
     atomic_fetch_sub_explicit(&p->waste_slots, (uint64_t)n, memory_order_relaxed);
+    kv_policy_after_commit(p, s); /* the policy drops what no later query can see */
 }
 
 hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n_tokens, int *n_cached,

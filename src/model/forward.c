@@ -80,6 +80,8 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
         goto fail;
     }
+    /* the model's own sliding window (mistral): attention masks it and drops blocks past it */
+    if (hp->sliding_window > 0 && (st = hr_kv_pool_set_sliding_window(kv, -1, hp->sliding_window, err))) goto fail;
     for (int i = 0; i < hp->n_rot / 2; i++) {
         double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
         if (m->rope_freqs) f /= m->rope_freqs[i];
@@ -169,9 +171,14 @@ static hr_status check_batch(const hr_model_ctx *c, const hr_batch *b, hr_error 
         if (b->tokens[t] < 0 || b->tokens[t] >= c->m->hp.n_vocab)
             return hr_error_set(err, HR_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%d)", b->tokens[t],
                                 c->m->hp.n_vocab - 1);
-        if (b->pos[t] < 0 || b->pos[t] >= c->max_ctx)
-            return hr_error_set(err, HR_ERR_RANGE, "position %d is outside the context (0..%d)", b->pos[t],
-                                c->max_ctx - 1);
+        /* past max_ctx only where the sequence's policy bounds what attention reads (window, sinks) */
+        if (b->pos[t] < 0 ||
+            (b->pos[t] >= c->max_ctx &&
+             hr_kv_seq_attention_scratch_floats(c->kv, b->seq[t], b->pos[t] + 1) > c->att_scratch_floats))
+            return hr_error_set(err, HR_ERR_RANGE,
+                                "position %d is outside the context (0..%d); a window or sinks KV policy lets a "
+                                "sequence run past it",
+                                b->pos[t], c->max_ctx - 1);
     }
     return HR_OK;
 }

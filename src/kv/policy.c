@@ -1,0 +1,366 @@
+/* policy.c: the eviction-policy interface: parsing and checking policy strings, setting a policy on a
+ * pool or a sequence, the per-block mask/score bookkeeping of token-level policies, dropping blocks,
+ * and the ledger figures. `full` lives here too (it keeps everything; only a model sliding window
+ * makes it drop blocks, through the window code).
+ *
+ * Invariants (checked by hr_kv_pool_check and tests/test_kv_policy.c):
+ *   1. a hole (-1 table entry) is a whole block no query at n_ctx > n_tokens can see in any layer;
+ *      s->n_holes counts them, and the waste figure is unchanged by holes (a hole's B slots were
+ *      all filled).
+ *   2. a dropped block is released like any other: a full hashed block goes to the prefix cache.
+ *   3. token-level policies never clear the bit of a token a later query must see (the recent half
+ *      for h2o, the observation window and everything after the prompt for snapkv). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_internal.h"
+
+/* ---- full ---------------------------------------------------------------------------------------- */
+
+static hr_status full_check(const hr_kv_pool *p, const hr_kv_policy *pol, hr_error *err) { return HR_OK; }
+static void full_after_commit(hr_kv_pool *p, kv_seq *s) { kv_pol_window.after_commit(p, s); /* model windows */ }
+
+const kv_policy_ops kv_pol_full = {.kind = HR_KV_POLICY_FULL,
+                                   .name = "full",
+                                   .token_level = false,
+                                   .check = full_check,
+                                   .after_commit = full_after_commit};
+
+const kv_policy_ops *kv_policy_ops_of(hr_kv_policy_kind k) {
+    switch (k) {
+    case HR_KV_POLICY_FULL: return &kv_pol_full;
+    case HR_KV_POLICY_WINDOW: return &kv_pol_window;
+    case HR_KV_POLICY_SINKS: return &kv_pol_sinks;
+    case HR_KV_POLICY_H2O: return &kv_pol_h2o;
+    case HR_KV_POLICY_SNAPKV: return &kv_pol_snapkv;
+    }
+    return NULL;
+}
+
+int kv_snap_window(const hr_kv_policy *pol) {
+    if (pol->window > 0) return pol->window;
+    int w = pol->budget / 2;
+    return w < 32 ? w : 32;
+}
+
+/* ---- parsing ------------------------------------------------------------------------------------- */
+
+#define KV_POLICY_HELP                                                                                                 \
+    "valid policies: full, window:W, sinks:S,window:W, h2o:B, snapkv:B (or snapkv:B,window:W), with W, S, B "          \
+    "positive token counts"
+
+static bool kv_parse_count(const char *v, int *out) {
+    if (!*v) return false;
+    long n = 0;
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9') return false;
+        n = n * 10 + (*c - '0');
+        if (n > (1L << 30)) return false;
+    }
+    *out = (int)n;
+    return true;
+}
+
+hr_status hr_kv_policy_parse(const char *text, hr_kv_policy *out, hr_error *err) {
+    if (!text || !*text) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV policy is empty; " KV_POLICY_HELP);
+    char buf[128];
+    if (strlen(text) >= sizeof buf)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV policy '%.40s...' is too long; " KV_POLICY_HELP, text);
+    snprintf(buf, sizeof buf, "%s", text);
+    hr_kv_policy pol = {.kind = HR_KV_POLICY_FULL};
+    int have_window = 0, have_sinks = 0, have_h2o = 0, have_snap = 0, have_full = 0;
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(item, ':');
+        const char *val = colon ? colon + 1 : NULL;
+        if (colon) *colon = 0;
+        int n = 0;
+        if (!strcmp(item, "full") && !val) {
+            have_full++;
+            continue;
+        }
+        if (strcmp(item, "window") && strcmp(item, "sinks") && strcmp(item, "h2o") && strcmp(item, "snapkv"))
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "KV policy '%s': unknown item '%s'; " KV_POLICY_HELP, text,
+                                item);
+        if (!val || !kv_parse_count(val, &n))
+            return hr_error_set(err, HR_ERR_INVALID_ARG,
+                                "KV policy '%s': '%s' needs a token count (e.g. %s:64); " KV_POLICY_HELP, text, item,
+                                item);
+        if (n == 0)
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "KV policy '%s': %s:0 keeps nothing; use a positive count",
+                                text, item);
+        if (!strcmp(item, "window")) have_window++, pol.window = n;
+        if (!strcmp(item, "sinks")) have_sinks++, pol.sinks = n;
+        if (!strcmp(item, "h2o")) have_h2o++, pol.budget = n;
+        if (!strcmp(item, "snapkv")) have_snap++, pol.budget = n;
+    }
+    int kinds = (have_full > 0) + (have_h2o > 0) + (have_snap > 0) + (have_window > 0 && !have_snap);
+    if (have_window > 1 || have_sinks > 1 || have_h2o > 1 || have_snap > 1 || have_full > 1 || kinds > 1 ||
+        (have_sinks && !have_window) || (have_sinks && (have_h2o || have_snap)) || (have_window && have_h2o))
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV policy '%s' mixes items that do not go together; " KV_POLICY_HELP, text);
+    if (have_h2o)
+        pol.kind = HR_KV_POLICY_H2O;
+    else if (have_snap)
+        pol.kind = HR_KV_POLICY_SNAPKV;
+    else if (have_sinks)
+        pol.kind = HR_KV_POLICY_SINKS;
+    else if (have_window)
+        pol.kind = HR_KV_POLICY_WINDOW;
+    *out = pol;
+    return HR_OK;
+}
+
+const char *hr_kv_policy_str(const hr_kv_policy *pol, char *buf, size_t cap) {
+    switch (pol->kind) {
+    case HR_KV_POLICY_FULL: snprintf(buf, cap, "full"); break;
+    case HR_KV_POLICY_WINDOW: snprintf(buf, cap, "window:%d", pol->window); break;
+    case HR_KV_POLICY_SINKS: snprintf(buf, cap, "sinks:%d,window:%d", pol->sinks, pol->window); break;
+    case HR_KV_POLICY_H2O: snprintf(buf, cap, "h2o:%d", pol->budget); break;
+    case HR_KV_POLICY_SNAPKV:
+        if (pol->window)
+            snprintf(buf, cap, "snapkv:%d,window:%d", pol->budget, pol->window);
+        else
+            snprintf(buf, cap, "snapkv:%d", pol->budget);
+        break;
+    default: snprintf(buf, cap, "?");
+    }
+    return buf;
+}
+
+static int kv_native_max(const hr_kv_pool *p) {
+    int mx = 0;
+    for (int l = 0; l < p->cfg.n_layers; l++) mx = p->native_window[l] > mx ? p->native_window[l] : mx;
+    return mx;
+}
+
+hr_status hr_kv_policy_check(const hr_kv_pool *p, const hr_kv_policy *pol, hr_error *err) {
+    const kv_policy_ops *ops = pol ? kv_policy_ops_of(pol->kind) : NULL;
+    if (!ops) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV policy: unknown kind; " KV_POLICY_HELP);
+    int nat = kv_native_max(p);
+    char name[64];
+    hr_kv_policy_str(pol, name, sizeof name);
+    if (nat > 0 && ops->token_level)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV policy %s: this model attends through its own sliding window of %d tokens, which "
+                            "already bounds its cache; token eviction needs full attention (use full, window:W or "
+                            "sinks:S,window:W with W <= %d)",
+                            name, nat, nat);
+    if (nat > 0 && (pol->kind == HR_KV_POLICY_WINDOW || pol->kind == HR_KV_POLICY_SINKS) && pol->window > nat)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV policy %s: the model's sliding window is %d tokens; a policy window can only be "
+                            "smaller (window:W with W <= %d, or full for the model's own)",
+                            name, nat, nat);
+    return ops->check(p, pol, err);
+}
+
+/* ---- setting ------------------------------------------------------------------------------------- */
+
+hr_status hr_kv_pool_set_sliding_window(hr_kv_pool *p, int layer, int window, hr_error *err) {
+    if (layer < -1 || layer >= p->cfg.n_layers || window < 0)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV sliding window: layer %d (0..%d or -1 for all), window %d (>= 0)", layer,
+                            p->cfg.n_layers - 1, window);
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        if (layer < 0 || l == layer) p->native_window[l] = window;
+    return HR_OK;
+}
+
+hr_status hr_kv_pool_set_default_policy(hr_kv_pool *p, const hr_kv_policy *pol, hr_error *err) {
+    hr_status rc = hr_kv_policy_check(p, pol, err);
+    if (rc == HR_OK) p->default_pol = *pol;
+    return rc;
+}
+
+hr_status kv_policy_meta_grow(hr_kv_pool *p, kv_seq *s, int n, hr_error *err) {
+    if (!kv_token_level(s) || n <= s->meta_n) return HR_OK;
+    size_t per = (size_t)p->cfg.n_layers * p->cfg.n_kv_heads;
+    int MW = kv_mask_words(p), B = p->cfg.block_size;
+    if (n > s->meta_cap) {
+        int cap = s->meta_cap ? s->meta_cap : 8;
+        while (cap < n) cap *= 2;
+        uint64_t *m = realloc(s->mask, (size_t)cap * per * MW * sizeof *m);
+        if (!m) return hr_error_set(err, HR_ERR_NOMEM, "KV policy: out of memory for the masks of %d blocks", cap);
+        s->mask = m;
+        atomic_uint_fast64_t *sc = realloc(s->score, (size_t)cap * per * B * sizeof *sc);
+        if (!sc) return hr_error_set(err, HR_ERR_NOMEM, "KV policy: out of memory for the scores of %d blocks", cap);
+        s->score = sc;
+        s->meta_cap = cap;
+    }
+    for (int j = s->meta_n; j < n; j++) {
+        for (size_t i = 0; i < per; i++) {
+            uint64_t *m = s->mask + ((size_t)j * per + i) * MW;
+            for (int w = 0; w < MW; w++) {
+                int bits = B - 64 * w;
+                m[w] = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+            }
+        }
+        atomic_uint_fast64_t *sc = s->score + (size_t)j * per * B;
+        for (size_t i = 0; i < per * (size_t)B; i++) atomic_init(&sc[i], 0);
+    }
+    s->meta_n = n;
+    return HR_OK;
+}
+
+hr_status hr_kv_seq_set_policy(hr_kv_pool *p, hr_kv_seq seq, const hr_kv_policy *pol, hr_error *err) {
+    if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV set_policy: %d is not a sequence", seq);
+    kv_seq *s = &p->seqs[seq];
+    hr_status rc = hr_kv_policy_check(p, pol, err);
+    if (rc != HR_OK) return rc;
+    if (s->n_holes > 0 || s->snap_done || (kv_token_level(s) && s->n_tokens > 0))
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV set_policy: sequence %d has already evicted under its policy; set the policy before "
+                            "its first forward (or reset it)",
+                            seq);
+    hr_kv_policy old = s->pol;
+    s->pol = *pol;
+    s->meta_n = 0;
+    rc = kv_policy_meta_grow(p, s, s->n_table, err);
+    if (rc != HR_OK) s->pol = old;
+    return rc;
+}
+
+hr_kv_policy hr_kv_seq_policy(const hr_kv_pool *p, hr_kv_seq seq) {
+    hr_kv_policy none = {.kind = HR_KV_POLICY_FULL};
+    return kv_seq_valid(p, seq) ? p->seqs[seq].pol : none;
+}
+
+void hr_kv_seq_set_prompt_len(hr_kv_pool *p, hr_kv_seq seq, int n_prompt) {
+    if (kv_seq_valid(p, seq) && n_prompt >= 0) p->seqs[seq].prompt_len = n_prompt;
+}
+
+size_t hr_kv_seq_attention_scratch_floats(const hr_kv_pool *p, hr_kv_seq seq, int n_ctx) {
+    size_t all = hr_kv_attention_scratch_floats(p, n_ctx);
+    if (!kv_seq_valid(p, seq)) return all;
+    const kv_seq *s = &p->seqs[seq];
+    int B = p->cfg.block_size, wmax = 0;
+    for (int l = 0; l < p->cfg.n_layers; l++) {
+        int w = kv_layer_window(p, s, l);
+        if (w == 0) return all; /* some layer sees everything */
+        wmax = w > wmax ? w : wmax;
+    }
+    int S = kv_policy_sinks(s);
+    size_t slots = (size_t)((S + B - 1) / B + (wmax + B - 1) / B + 1) * B;
+    size_t bounded = slots + (size_t)p->cfg.head_dim + 16;
+    return bounded < all ? bounded : all;
+}
+
+/* ---- dropping ------------------------------------------------------------------------------------ */
+
+void kv_policy_drop_block(hr_kv_pool *p, kv_seq *s, int j) {
+    int32_t b = s->table[j];
+    KV_ASSERT(b >= 0 && (j + 1) * p->cfg.block_size <= s->n_tokens);
+    s->table[j] = -1;
+    s->n_holes++;
+    s->blocks_evicted++;
+    atomic_fetch_add_explicit(&p->policy_evicted, 1, memory_order_relaxed);
+    kv_block_release(p, b);
+}
+
+void kv_policy_drop_masked_blocks(hr_kv_pool *p, kv_seq *s) {
+    int B = p->cfg.block_size, MW = kv_mask_words(p);
+    size_t per = (size_t)p->cfg.n_layers * p->cfg.n_kv_heads;
+    int n_full = s->n_tokens / B;
+    for (int j = 0; j < n_full && j < s->meta_n; j++) {
+        if (s->table[j] < 0) continue;
+        const uint64_t *m = s->mask + (size_t)j * per * MW;
+        uint64_t any = 0;
+        for (size_t i = 0; i < per * (size_t)MW; i++) any |= m[i];
+        if (!any) kv_policy_drop_block(p, s, j);
+    }
+}
+
+typedef struct kv_cand {
+    uint64_t key;
+    int pos;
+} kv_cand;
+
+static int kv_cand_cmp(const void *a, const void *b) {
+    const kv_cand *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return y->pos - x->pos; /* later position first */
+}
+
+void kv_policy_keep_top(hr_kv_pool *p, kv_seq *s, int layer, int kh, int end, int k, const uint64_t *key) {
+    int B = p->cfg.block_size, MW = kv_mask_words(p);
+    int n_kept = 0;
+    for (int pos = 0; pos < end; pos++) {
+        int j = pos / B, t = pos % B;
+        if (s->table[j] < 0) {
+            pos = (j + 1) * B - 1;
+            continue;
+        }
+        n_kept += (s->mask[kv_meta_index(p, j, layer, kh) * MW + t / 64] >> (t % 64)) & 1;
+    }
+    if (n_kept <= k) return;
+    kv_cand *c = malloc((size_t)n_kept * sizeof *c);
+    if (!c) return; /* keep more than the budget rather than fail a commit */
+    int n = 0;
+    for (int pos = 0; pos < end; pos++) {
+        int j = pos / B, t = pos % B;
+        if (s->table[j] < 0) {
+            pos = (j + 1) * B - 1;
+            continue;
+        }
+        if ((s->mask[kv_meta_index(p, j, layer, kh) * MW + t / 64] >> (t % 64)) & 1)
+            c[n++] = (kv_cand){.key = key[pos], .pos = pos};
+    }
+    qsort(c, (size_t)n, sizeof *c, kv_cand_cmp);
+    for (int i = k; i < n; i++) {
+        int j = c[i].pos / B, t = c[i].pos % B;
+        s->mask[kv_meta_index(p, j, layer, kh) * MW + t / 64] &= ~(1ull << (t % 64));
+    }
+    free(c);
+}
+
+void kv_policy_after_commit(hr_kv_pool *p, kv_seq *s) { kv_policy_ops_of(s->pol.kind)->after_commit(p, s); }
+
+/* ---- ledger -------------------------------------------------------------------------------------- */
+
+void kv_policy_ledger(const hr_kv_pool *p, const kv_seq *s, hr_kv_seq_ledger *l) {
+    int B = p->cfg.block_size, L = p->cfg.n_layers, Hkv = p->cfg.n_kv_heads, MW = kv_mask_words(p);
+    l->policy = s->pol;
+    l->blocks_evicted = s->blocks_evicted;
+    int n = s->n_tokens, evicted = 0, kept_max = 0;
+    if (kv_token_level(s)) {
+        for (int l_ = 0; l_ < L; l_++)
+            for (int kh = 0; kh < Hkv; kh++) {
+                int kept = 0;
+                for (int j = 0; j * B < n && j < s->meta_n; j++) {
+                    if (s->table[j] < 0) continue;
+                    const uint64_t *m = s->mask + kv_meta_index(p, j, l_, kh) * MW;
+                    for (int t = 0; t < B && j * B + t < n; t++) kept += (m[t / 64] >> (t % 64)) & 1;
+                }
+                kept_max = kept > kept_max ? kept : kept_max;
+            }
+        for (int pos = 0; pos < n; pos++) {
+            int j = pos / B, t = pos % B;
+            bool seen = false;
+            if (j < s->meta_n && s->table[j] >= 0)
+                for (int i = 0; i < L * Hkv && !seen; i++)
+                    seen = (s->mask[((size_t)j * L * Hkv + i) * MW + t / 64] >> (t % 64)) & 1;
+            evicted += !seen;
+        }
+    } else {
+        int S = kv_policy_sinks(s), wmax = 0;
+        bool all = false;
+        for (int l_ = 0; l_ < L; l_++) {
+            int w = kv_layer_window(p, s, l_);
+            all |= w == 0;
+            wmax = w > wmax ? w : wmax;
+        }
+        /* the next query sits at position n: it sees positions > n - w, and the sinks */
+        int lo = all ? 0 : n + 1 - wmax;
+        if (lo < 0) lo = 0;
+        int sinks = S < n ? S : n;
+        if (lo <= sinks) {
+            evicted = 0;
+            kept_max = n;
+        } else {
+            evicted = lo - sinks;
+            kept_max = n - evicted;
+        }
+    }
+    l->tokens_evicted = evicted;
+    l->tokens_kept_max = kept_max;
+}
