@@ -245,7 +245,8 @@ typedef struct hr_kv_seq_ledger {
     hr_kv_policy policy;
     int tokens_evicted;  /* committed tokens no later query can see in any layer and KV head */
     int blocks_evicted;  /* blocks the policy took out of the table over the sequence's life */
-    int tokens_kept_max; /* the most tokens a next query sees in one layer and KV head */
+    int tokens_kept_max; /* the most committed tokens the next query sees in one layer and KV head
+                          * (window:W keeps W - 1 of them besides the query itself; h2o:B keeps B) */
 } hr_kv_seq_ledger;
 
 typedef struct hr_kv_pool_ledger {
