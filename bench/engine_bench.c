@@ -133,9 +133,17 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
 /* ---- mixed ------------------------------------------------------------------------------------- */
 
 typedef struct mixed_result {
+    double cpu_seconds; /* user + system time of this process during the run */
     double seconds, per_minute, tok_s, ttft_p50;
     int peak, completed;
     double preempt, recomputed;
@@ -143,6 +151,7 @@ typedef struct mixed_result {
 
 static mixed_result run_mixed(const bench *b, const work *w, int n, hr_admission adm, hr_kv_layout layout) {
     rig r = rig_open(b, adm, layout, 64, n + 1);
+    double cpu0 = cpu_seconds();
     hr_request **h = calloc((size_t)n, sizeof *h);
     hr_error err = {0};
     double t0 = hr_time_now();
@@ -151,7 +160,7 @@ static mixed_result run_mixed(const bench *b, const work *w, int n, hr_admission
         if (hr_engine_submit(r.e, &p, &h[i], &err) != HR_OK) die("submit", &err);
     }
     if (hr_engine_run_until_idle(r.e, &err) != HR_OK) die("run", &err);
-    mixed_result res = {.seconds = hr_time_now() - t0};
+    mixed_result res = {.seconds = hr_time_now() - t0, .cpu_seconds = cpu_seconds() - cpu0};
     hr_engine_stats st;
     hr_engine_get_stats(r.e, &st);
     double *ttft = calloc((size_t)n, sizeof *ttft);
@@ -159,7 +168,7 @@ static mixed_result run_mixed(const bench *b, const work *w, int n, hr_admission
         hr_request_stats s;
         hr_request_get_stats(h[i], &s);
         res.completed += s.state == HR_REQ_COMPLETED;
-        ttft[i] = s.t_first_token - s.t_submit;
+        ttft[i] = s.t_first_token > 0 ? s.t_first_token - s.t_submit : 0;
         hr_request_release(h[i]);
     }
     res.ttft_p50 = median(ttft, n);
@@ -192,23 +201,32 @@ static void bench_mixed(bench *b, int n, int repeats, uint64_t seed) {
         {HR_ADMIT_OPTIMISTIC, HR_LAYOUT_PAGED, "paged, optimistic"},
         {HR_ADMIT_ADAPTIVE, HR_LAYOUT_PAGED, "paged, adaptive"},
     };
-    printf("| layout, admission | req/min | vs contiguous | gen tok/s | TTFT p50 s | peak running | preemptions | "
-           "recomputed tokens | wall s |\n|---|---|---|---|---|---|---|---|---|\n");
-    double base = 0;
-    for (size_t c = 0; c < HR_ARRAY_LEN(cfg); c++) {
-        double pm[9], ts[9], tt[9], pk[9], pr[9], rc[9], sec[9];
-        for (int k = 0; k < repeats; k++) {
-            mixed_result r = run_mixed(b, w, n, cfg[c].adm, cfg[c].layout);
-            if (r.completed != n) fprintf(stderr, "warning: %s: %d of %d completed\n", cfg[c].name, r.completed, n);
-            pm[k] = r.per_minute, ts[k] = r.tok_s, tt[k] = r.ttft_p50, pk[k] = r.peak, pr[k] = r.preempt;
-            rc[k] = r.recomputed, sec[k] = r.seconds;
+    /* repeats outside, configurations inside: a load change on a shared machine hits all of them */
+    enum { NC = 4, MAXR = 9 };
+    mixed_result res[NC][MAXR];
+    for (int k = 0; k < repeats; k++) {
+        for (int c = 0; c < NC; c++) {
+            res[c][k] = run_mixed(b, w, n, cfg[c].adm, cfg[c].layout);
+            if (res[c][k].completed != n)
+                fprintf(stderr, "warning: %s: %d of %d completed\n", cfg[c].name, res[c][k].completed, n);
         }
-        double mpm = median(pm, repeats);
-        if (c == 0) base = mpm;
-        printf("| %s | %.1f | %.2fx | %.0f | %.2f | %.0f | %.0f | %.0f | %.1f |\n", cfg[c].name, mpm,
-               base > 0 ? mpm / base : 0, median(ts, repeats), median(tt, repeats), median(pk, repeats),
-               median(pr, repeats), median(rc, repeats), median(sec, repeats));
-        fflush(stdout);
+    }
+    printf("| layout, admission | req/min | vs contiguous | gen tok/s | TTFT p50 s | peak running | preemptions | "
+           "recomputed tokens | wall s | CPU s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    double base = 0;
+    for (int c = 0; c < NC; c++) {
+        double v[10][MAXR];
+        for (int k = 0; k < repeats; k++) {
+            const mixed_result *r = &res[c][k];
+            double row[10] = {r->per_minute, r->tok_s,      r->ttft_p50, r->peak,
+                              r->preempt,    r->recomputed, r->seconds,  r->cpu_seconds};
+            for (int f = 0; f < 8; f++) v[f][k] = row[f];
+        }
+        double md[8];
+        for (int f = 0; f < 8; f++) md[f] = median(v[f], repeats);
+        if (c == 0) base = md[0];
+        printf("| %s | %.1f | %.2fx | %.0f | %.2f | %.0f | %.0f | %.0f | %.1f | %.1f |\n", cfg[c].name, md[0],
+               base > 0 ? md[0] / base : 0, md[1], md[2], md[3], md[4], md[5], md[6], md[7]);
     }
     for (int i = 0; i < n; i++) free(w[i].prompt);
     free(w);

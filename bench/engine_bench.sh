@@ -21,6 +21,7 @@ HR=$BUILD/headroom
 
 # The C bench is not a CMake target yet: link it against the build's static libraries.
 build_c_bench() {
+    cmake --build "$BUILD" -j2 >/dev/null # the libraries must match today's headers
     cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -Isrc bench/engine_bench.c \
         -L"$BUILD" -lhr_engine -lhr_model -lhr_tokenizer -lhr_sampler -lhr_kv -lhr_backend_cpu -lhr_gguf \
         -lhr_tensor -lhr_common $(pkg-config --libs libpcre2-8) -lm -lpthread -o "$BUILD/engine_bench"
