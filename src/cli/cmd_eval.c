@@ -6,7 +6,14 @@
  * position predicts the next token, with at least ctx/2 tokens of context). The same chunk runs once
  * with an f32 cache (the reference) and once per format asked for; for each format we report
  * perplexity, its change against the reference, the mean KL divergence KL(P_ref || P_format) and the
- * top-1 agreement over the scored positions, and the KV bytes each token costs. */
+ * top-1 agreement over the scored positions, and the KV bytes each token costs.
+ *
+ * Eviction policies (--policy): every format runs under every policy asked for. A policy only acts
+ * between forward passes, so a policy arm runs each chunk as a prompt and a generation: the first
+ * half in one forward (the prompt: snapkv compresses it at its end, h2o evicts down to its budget),
+ * then the scored second half one token per forward, teacher-forced, the policy evicting after each.
+ * Full arms run the chunk in one forward (the same logits: attention is chunk-invariant). The KV
+ * bytes a sequence holds at the end of a chunk are reported too. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,25 +28,31 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-#define MAX_FORMATS 16
+#define MAX_FORMATS  16
+#define MAX_POLICIES 8
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: headroom eval -m FILE.gguf [--kv-type LIST] [options] TEXT_FILE\n\n"
-            "Measures what each KV cache format does to quality on TEXT_FILE, against an f32 cache.\n"
-            "Scoring: chunks of --ctx tokens, the first replaced by BOS, the second half of each chunk\n"
-            "scored (the method of llama.cpp's perplexity tool, so figures compare with its own).\n\n"
-            "  -m FILE          GGUF model\n"
-            "  --kv-type LIST   formats to measure, comma-separated: f32, f16, bf16, q8, q4, fp8, kivi2;\n"
-            "                   K/V for different K and V formats (e.g. q4/f16); 'all' for every format\n"
-            "                   (default: f16,q8)\n"
-            "  -c, --ctx N      chunk length in tokens (default 256, at most the model's context)\n"
-            "  --chunks N       score at most N chunks (default: the whole text)\n"
-            "  --block-size N   KV block size (default 16)\n"
-            "  -t, --threads N  worker threads (default: all cores)\n"
-            "  --json           one JSON object instead of the table\n"
-            "Output columns: perplexity, its change against f32, mean KL divergence from the f32 run\n"
-            "(nats), top-1 agreement with the f32 run, KV bytes per token (all layers, K and V).\n");
+    fprintf(f, "usage: headroom eval -m FILE.gguf [--kv-type LIST] [options] TEXT_FILE\n\n"
+               "Measures what each KV cache format does to quality on TEXT_FILE, against an f32 cache.\n"
+               "Scoring: chunks of --ctx tokens, the first replaced by BOS, the second half of each chunk\n"
+               "scored (the method of llama.cpp's perplexity tool, so figures compare with its own).\n\n"
+               "  -m FILE          GGUF model\n"
+               "  --kv-type LIST   formats to measure, comma-separated: f32, f16, bf16, q8, q4, fp8, kivi2;\n"
+               "                   K/V for different K and V formats (e.g. q4/f16); 'all' for every format\n"
+               "                   (default: f16,q8)\n"
+               "  -c, --ctx N      chunk length in tokens (default 256, at most the model's context)\n"
+               "  --chunks N       score at most N chunks (default: the whole text)\n"
+               "  --policy P       KV eviction policy to measure; repeat the flag (or separate with ';') for\n"
+               "                   several: full, window:W, sinks:S,window:W, h2o:B, snapkv:B[,window:W]\n"
+               "                   (default: full). Each format runs under each policy; policy runs score\n"
+               "                   the second half of a chunk one token at a time after a first-half prompt\n"
+               "  --block-size N   KV block size (default 16)\n"
+               "  -t, --threads N  worker threads (default: all cores)\n"
+               "  --json           one JSON object instead of the table\n"
+               "Output columns: KV bytes per token (all layers, K and V), KV bytes one sequence holds at the\n"
+               "end of a chunk (after its policy), the most tokens one layer and KV head keeps then,\n"
+               "perplexity, its change against the f32 full-cache run,\n"
+               "mean KL divergence from that run (nats), top-1 agreement with it.\n");
 }
 
 typedef struct fmt_pair {
@@ -85,6 +98,11 @@ static bool parse_formats(const char *list, fmt_pair *out, int *n) {
 /* One cache configuration under test: its pool, forward context and running sums. */
 typedef struct arm {
     fmt_pair f;
+    hr_kv_policy pol;
+    char pol_label[48];
+    uint64_t seq_bytes; /* the most KV bytes the sequence held at the end of a chunk */
+    int n_vocab;
+    int kept; /* the most tokens one layer and KV head kept at the end of a chunk */
     hr_kv_pool *kv;
     hr_model_ctx *ctx;
     double nll, kl;
@@ -95,8 +113,14 @@ typedef struct arm {
 
 static hr_status arm_open(arm *a, const hr_model *m, int n_ctx, int block_size, int n_threads, hr_error *err) {
     const hr_hparams *hp = hr_model_hparams(m);
-    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = block_size, .k_format = a->f.k, .v_format = a->f.v, .max_seqs = 1,
+    a->n_vocab = hp->n_vocab;
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = block_size,
+                       .k_format = a->f.k,
+                       .v_format = a->f.v,
+                       .max_seqs = 1,
                        /* a chunk fills all its blocks in one forward: each needs an f16 tail buffer */
                        .stage_blocks = (n_ctx + block_size - 1) / block_size + 1};
     uint64_t bb = hr_kv_block_bytes(&kc);
@@ -106,7 +130,30 @@ static hr_status arm_open(arm *a, const hr_model *m, int n_ctx, int block_size, 
     hr_status st = hr_kv_pool_create(&kc, &a->kv, err);
     if (st) return st;
     hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = n_ctx, .max_ctx = n_ctx};
-    return hr_model_ctx_create(m, a->kv, &mp, &a->ctx, err);
+    if ((st = hr_model_ctx_create(m, a->kv, &mp, &a->ctx, err))) return st;
+    return hr_kv_policy_check(a->kv, &a->pol, err); /* after the model's own sliding window is known */
+}
+
+static bool parse_policies(char **items, int n_items, hr_kv_policy *out, int *n) {
+    *n = 0;
+    for (int i = 0; i < n_items; i++) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", items[i]);
+        for (char *save = NULL, *tok = strtok_r(buf, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+            if (*n == MAX_POLICIES) {
+                fprintf(stderr, "headroom eval: at most %d policies\n", MAX_POLICIES);
+                return false;
+            }
+            hr_error err;
+            if (hr_kv_policy_parse(tok, &out[*n], &err)) {
+                fprintf(stderr, "headroom eval: --policy: %s\n", err.msg);
+                return false;
+            }
+            (*n)++;
+        }
+    }
+    if (*n == 0) out[(*n)++] = (hr_kv_policy){.kind = HR_KV_POLICY_FULL};
+    return true;
 }
 
 static void arm_close(arm *a) {
@@ -120,10 +167,34 @@ static hr_status arm_forward(arm *a, const int32_t *toks, int n, float *logits, 
     hr_kv_seq s;
     hr_status st = hr_kv_seq_create(a->kv, &s, err);
     if (st) return st;
-    if ((st = hr_kv_seq_reserve(a->kv, s, n, err))) goto out;
+    if ((st = hr_kv_seq_set_policy(a->kv, s, &a->pol, err))) goto out;
     for (int i = 0; i < n; i++) pos[i] = i, seqs[i] = s, want[i] = 1;
-    hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
-    st = hr_model_forward(a->ctx, &b, logits, err);
+    if (a->pol.kind == HR_KV_POLICY_FULL) {
+        hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_kv_seq_reserve(a->kv, s, n, err)) || (st = hr_model_forward(a->ctx, &b, logits, err))) goto out;
+        hr_kv_seq_commit(a->kv, s, toks, n);
+    } else {
+        /* the first half as a prompt, then one token per forward: the policy acts between them */
+        int first = n / 2;
+        hr_kv_seq_set_prompt_len(a->kv, s, first);
+        memset(want, 0, (size_t)first);
+        hr_batch b = {.n_tokens = first, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_kv_seq_reserve(a->kv, s, first, err)) || (st = hr_model_forward(a->ctx, &b, NULL, err))) goto out;
+        hr_kv_seq_commit(a->kv, s, toks, first);
+        for (int i = first; i < n; i++) {
+            hr_batch d = {.n_tokens = 1, .tokens = toks + i, .pos = pos + i, .seq = seqs, .want_logits = want + i};
+            want[i] = 1;
+            if ((st = hr_kv_seq_reserve(a->kv, s, i + 1, err)) ||
+                (st = hr_model_forward(a->ctx, &d, logits + (size_t)i * a->n_vocab, err)))
+                goto out;
+            hr_kv_seq_commit(a->kv, s, toks + i, 1);
+        }
+    }
+    hr_kv_seq_ledger l;
+    if (hr_kv_seq_get_ledger(a->kv, s, &l, NULL) == HR_OK) {
+        if (l.bytes_now > a->seq_bytes) a->seq_bytes = l.bytes_now;
+        if (l.tokens_kept_max > a->kept) a->kept = l.tokens_kept_max;
+    }
 out:
     hr_kv_seq_free(a->kv, s);
     return st;
@@ -163,6 +234,8 @@ int hr_cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *formats = "f16,q8";
     int n_ctx = 256, max_chunks = 0, block_size = 16, n_threads = 0;
     bool json = false;
+    char *policy_args[MAX_POLICIES];
+    int n_policy_args = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -172,6 +245,13 @@ int hr_cmd_eval(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = hr_arg_value("eval", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--policy")) {
+            if (!(v = hr_arg_value("eval", argc, argv, &i))) return 2;
+            if (n_policy_args == MAX_POLICIES) {
+                fprintf(stderr, "headroom eval: at most %d --policy flags\n", MAX_POLICIES);
+                return 2;
+            }
+            policy_args[n_policy_args++] = (char *)v;
         } else if (!strcmp(a, "--kv-type")) {
             if (!(formats = hr_arg_value("eval", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
@@ -180,11 +260,9 @@ int hr_cmd_eval(int argc, char **argv) {
             if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1 << 30, &max_chunks))
                 return 2;
         } else if (!strcmp(a, "--block-size")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size))
-                return 2;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads))
-                return 2;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads)) return 2;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "headroom eval: unknown option '%s' (see headroom eval --help)\n", a);
             return 2;
@@ -202,6 +280,10 @@ int hr_cmd_eval(int argc, char **argv) {
     fmt_pair fp[MAX_FORMATS];
     int n_fmt = 0;
     if (!parse_formats(formats, fp, &n_fmt)) return 2;
+    hr_kv_policy pols[MAX_POLICIES];
+    int n_pol = 0;
+    if (!parse_policies(policy_args, n_policy_args, pols, &n_pol)) return 2;
+    int n_arms = n_fmt * n_pol; /* arms 1..n_arms: format-major, then policy */
 
     hr_error err = {0};
     hr_model *m = NULL;
@@ -220,7 +302,7 @@ int hr_cmd_eval(int argc, char **argv) {
     uint8_t *want = NULL;
     float *ref_logits = NULL, *logits = NULL;
     double *lp_ref = NULL, *lp = NULL;
-    arm arms[MAX_FORMATS + 1];
+    static arm arms[MAX_FORMATS * MAX_POLICIES + 1];
     memset(arms, 0, sizeof arms);
     if (!text) {
         fprintf(stderr, "headroom eval: cannot read '%s'\n", text_path);
@@ -258,8 +340,13 @@ int hr_cmd_eval(int argc, char **argv) {
     }
     /* arm 0 is the f32 reference */
     arms[0].f = (fmt_pair){.k = HR_KV_F32, .v = HR_KV_F32, .label = "f32 (ref)"};
-    for (int i = 0; i < n_fmt; i++) arms[i + 1].f = fp[i];
-    for (int i = 0; i <= n_fmt; i++) {
+    arms[0].pol = (hr_kv_policy){.kind = HR_KV_POLICY_FULL};
+    for (int i = 0; i < n_arms; i++) {
+        arms[i + 1].f = fp[i / n_pol];
+        arms[i + 1].pol = pols[i % n_pol];
+    }
+    for (int i = 0; i <= n_arms; i++) hr_kv_policy_str(&arms[i].pol, arms[i].pol_label, sizeof arms[i].pol_label);
+    for (int i = 0; i <= n_arms; i++) {
         if (arm_open(&arms[i], m, n_ctx, block_size, n_threads, &err)) {
             if (i == 0) {
                 fprintf(stderr, "headroom eval: %s\n", err.msg);
@@ -284,7 +371,7 @@ int hr_cmd_eval(int argc, char **argv) {
             arms[0].nll -= lp_ref[chunk[j + 1]];
             arms[0].n++;
         }
-        for (int i = 1; i <= n_fmt; i++) {
+        for (int i = 1; i <= n_arms; i++) {
             arm *a = &arms[i];
             if (a->error[0]) continue;
             if (arm_forward(a, chunk, n_ctx, logits, pos, seqs, want, &err)) {
@@ -315,12 +402,13 @@ int hr_cmd_eval(int argc, char **argv) {
         json_object_set_new(root, "chunks", json_integer(n_chunks));
         json_object_set_new(root, "tokens_scored", json_integer(arms[0].n));
         json_object_set_new(root, "perplexity_f32", json_real(ref_ppl));
-        for (int i = 0; i <= n_fmt; i++) {
+        for (int i = 0; i <= n_arms; i++) {
             arm *a = &arms[i];
             json_t *o = json_object();
             json_object_set_new(o, "kv_type", json_string(i == 0 ? "f32" : a->f.label));
             json_object_set_new(o, "kv_type_k", json_string(hr_kv_format_name(a->f.k)));
             json_object_set_new(o, "kv_type_v", json_string(hr_kv_format_name(a->f.v)));
+            json_object_set_new(o, "policy", json_string(a->pol_label));
             if (a->error[0]) {
                 json_object_set_new(o, "error", json_string(a->error));
             } else {
@@ -330,6 +418,8 @@ int hr_cmd_eval(int argc, char **argv) {
                 json_object_set_new(o, "kl_mean", json_real(i == 0 ? 0.0 : a->kl / (double)a->n));
                 json_object_set_new(o, "top1_agreement", json_real(i == 0 ? 1.0 : (double)a->agree / (double)a->n));
                 json_object_set_new(o, "kv_bytes_per_token", json_real(a->bytes_per_token_x1000 / 1000.0));
+                json_object_set_new(o, "kv_bytes_per_seq", json_integer((json_int_t)a->seq_bytes));
+                json_object_set_new(o, "tokens_kept", json_integer(a->kept));
             }
             json_array_append_new(res, o);
         }
@@ -340,23 +430,24 @@ int hr_cmd_eval(int argc, char **argv) {
         json_decref(root);
     } else {
         printf("%s: %d chunks of %d tokens, %ld tokens scored\n", text_path, n_chunks, n_ctx, arms[0].n);
-        printf("%-12s %12s %11s %9s %11s %10s\n", "kv type", "bytes/token", "perplexity", "change", "mean KL",
-               "top-1 agree");
-        for (int i = 0; i <= n_fmt; i++) {
+        printf("%-12s %-20s %12s %10s %6s %11s %9s %11s %10s\n", "kv type", "policy", "bytes/token", "bytes/seq",
+               "kept", "perplexity", "change", "mean KL", "top-1 agree");
+        for (int i = 0; i <= n_arms; i++) {
             arm *a = &arms[i];
             if (a->error[0]) {
-                printf("%-12s unavailable: %s\n", a->f.label, a->error);
+                printf("%-12s %-20s unavailable: %s\n", a->f.label, a->pol_label, a->error);
                 continue;
             }
             double ppl = exp(a->nll / (double)a->n);
-            printf("%-12s %12.1f %11.4f %+8.2f%% %11.6f %9.2f%%\n", a->f.label, a->bytes_per_token_x1000 / 1000.0,
-                   ppl, 100.0 * (ppl / ref_ppl - 1.0), i == 0 ? 0.0 : a->kl / (double)a->n,
+            printf("%-12s %-20s %12.1f %10llu %6d %11.4f %+8.2f%% %11.6f %9.2f%%\n", a->f.label, a->pol_label,
+                   a->bytes_per_token_x1000 / 1000.0, (unsigned long long)a->seq_bytes, a->kept, ppl,
+                   100.0 * (ppl / ref_ppl - 1.0), i == 0 ? 0.0 : a->kl / (double)a->n,
                    i == 0 ? 100.0 : 100.0 * (double)a->agree / (double)a->n);
         }
     }
     rc = 0;
 done:
-    for (int i = 0; i <= n_fmt; i++) arm_close(&arms[i]);
+    for (int i = 0; i <= n_arms; i++) arm_close(&arms[i]);
     free(text), free(toks), free(pos), free(seqs), free(want), free(ref_logits), free(logits), free(lp_ref), free(lp);
     hr_tokenizer_destroy(tok);
     hr_model_destroy(m);
