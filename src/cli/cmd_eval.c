@@ -29,7 +29,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define MAX_FORMATS  16
-#define MAX_POLICIES 8
+#define MAX_POLICIES 16
 
 static void usage(FILE *f) {
     fprintf(f, "usage: headroom eval -m FILE.gguf [--kv-type LIST] [options] TEXT_FILE\n\n"
