@@ -212,6 +212,9 @@ static void load_specials(hr_tokenizer *t, const hr_gguf *g) {
     if (t->eos >= 0) t->is_eog[t->eos] = 1;
     if (t->eot >= 0) t->is_eog[t->eot] = 1;
     if (t->eom >= 0) t->is_eog[t->eom] = 1;
+    /* A generated BOS starts a new document, so it ends this one: llama2.c-trained models (stories260K)
+     * end a story by emitting BOS rather than EOS. */
+    if (t->bos >= 0) t->is_eog[t->bos] = 1;
 }
 
 static hr_status setup_bytes(hr_tokenizer *t, hr_error *err) {
