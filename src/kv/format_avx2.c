@@ -177,68 +177,305 @@ static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p,
     }
 }
 
-/* ---- Q4 / KIVI2: 8 channels' codes are 8*bits consecutive bits; a variable shift spreads them ---- */
+/* ---- Q4 / KIVI2 ------------------------------------------------------------------------------------
+ * A 16-byte chunk of a token row holds 32 (4-bit) or 64 (2-bit) channels laid out so that, zero-
+ * extended, shift i and a mask give channels [16i, 16i + 16) of the chunk in order (format.c). The
+ * fast paths need D a multiple of the chunk width and D <= 256 (else the reference runs). */
 
-static inline __m256 codes8_u4(const uint8_t *p) { /* 4 bytes -> 8 nibbles, low nibble first */
-    uint32_t x;
-    memcpy(&x, p, 4);
-    __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)x), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-    return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xf)));
-}
-static inline __m256 codes8_u2(const uint8_t *p) { /* 2 bytes -> 8 crumbs, lowest bits first */
-    uint16_t x;
-    memcpy(&x, p, 2);
-    __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)x), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-    return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x3)));
-}
-static inline __m256 load_codes8(const uint8_t *codes, int bits, int c) {
-    return bits == 4 ? codes8_u4(codes + c / 2) : codes8_u2(codes + c / 4);
-}
+enum { KV_QMAX_D = 256 };
 
-static void dot_lowbit_k(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
-    int D = f->D, bits = f->bits;
+/* q' = q * scale rounded to int16 against its max |q'| (the same numbers as format.c's reference:
+ * same products, same rounding), stored in channel order; returns the step, sets bias. */
+static float qrow_i16(const kv_fmt *f, const uint8_t *head, const float *q, float *row, int16_t *q16, float *bias) {
+    int D = f->D;
     const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
     const uint16_t *mn = sc + D;
-    __m256 vb = _mm256_setzero_ps();
+    __m256 vmax = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int c = 0; c < D; c += 8) {
         __m256 qv = _mm256_loadu_ps(q + c);
-        _mm256_storeu_ps(row + c, _mm256_mul_ps(qv, load_f16x8(sc + c)));
+        __m256 r = _mm256_mul_ps(qv, load_f16x8(sc + c));
+        _mm256_storeu_ps(row + c, r);
+        vmax = _mm256_max_ps(vmax, _mm256_and_ps(r, absmask));
         vb = _mm256_fmadd_ps(qv, load_f16x8(mn + c), vb);
     }
-    float bias = hsum8(vb);
-    for (int t = 0; t < n; t++) {
-        const uint8_t *codes = head + f->code_off + (size_t)t * D * bits / 8;
-        __m256 acc = _mm256_setzero_ps();
-        if (bits == 4)
-            for (int c = 0; c < D; c += 8)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), codes8_u4(codes + c / 2), acc);
-        else
-            for (int c = 0; c < D; c += 8)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), codes8_u2(codes + c / 4), acc);
-        scores[t] = hsum8(acc) + bias;
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4);
+    *bias = hsum8(vb);
+    __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    for (int c = 0; c < D; c += 16) {
+        __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + c), inv));
+        __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + c + 8), inv));
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8); /* channel order */
+        _mm256_storeu_si256((__m256i *)(q16 + c), w);
+    }
+    return amax / 32767.0f;
+}
+
+/* Integer dot of one token's 16-byte code chunk with the chunk's q16 (4-bit: 32 channels). */
+static inline __m256i idot_u4(const uint8_t *codes, const int16_t *q16) {
+    __m256i y = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    __m256i lo = _mm256_and_si256(y, _mm256_set1_epi16(0x0f)), hi = _mm256_srli_epi16(y, 4);
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256((const __m256i *)q16)),
+                            _mm256_madd_epi16(hi, _mm256_loadu_si256((const __m256i *)(q16 + 16))));
+}
+static inline __m256i idot_u2(const uint8_t *codes, const int16_t *q16) { /* 2-bit: 64 channels */
+    __m256i y = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    __m256i m = _mm256_set1_epi16(3);
+    __m256i s0 = _mm256_madd_epi16(_mm256_and_si256(y, m), _mm256_loadu_si256((const __m256i *)q16));
+    __m256i s1 = _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(y, 2), m),
+                                   _mm256_loadu_si256((const __m256i *)(q16 + 16)));
+    __m256i s2 = _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(y, 4), m),
+                                   _mm256_loadu_si256((const __m256i *)(q16 + 32)));
+    __m256i s3 = _mm256_madd_epi16(_mm256_srli_epi16(y, 6), _mm256_loadu_si256((const __m256i *)(q16 + 48)));
+    return _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3));
+}
+
+/* Exact integer sums, so grouping tokens by four changes nothing: scores depend on the data only. */
+#define KV_DEF_DOT_LOWBIT(name, IDOT, BITS)                                                                            \
+    static void name(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {         \
+        int D = f->D, rb = D * BITS / 8, t = 0;                                                                        \
+        int16_t q16[KV_QMAX_D];                                                                                        \
+        float bias, step = qrow_i16(f, head, q, row, q16, &bias);                                                      \
+        const uint8_t *codes = head + f->code_off;                                                                     \
+        __m128 vstep = _mm_set1_ps(step), vbias = _mm_set1_ps(bias);                                                   \
+        for (; t + 4 <= n; t += 4) {                                                                                   \
+            const uint8_t *c0 = codes + (size_t)t * rb, *c1 = c0 + rb, *c2 = c1 + rb, *c3 = c2 + rb;                   \
+            __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;                                            \
+            for (int j = 0, k = 0; k < rb; j += 128 / BITS, k += 16) {                                                 \
+                a0 = _mm256_add_epi32(a0, IDOT(c0 + k, q16 + j));                                                      \
+                a1 = _mm256_add_epi32(a1, IDOT(c1 + k, q16 + j));                                                      \
+                a2 = _mm256_add_epi32(a2, IDOT(c2 + k, q16 + j));                                                      \
+                a3 = _mm256_add_epi32(a3, IDOT(c3 + k, q16 + j));                                                      \
+            }                                                                                                          \
+            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));                       \
+            __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));                      \
+            _mm_storeu_ps(scores + t, _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(s), vstep), vbias));                       \
+        }                                                                                                              \
+        for (; t < n; t++) {                                                                                           \
+            __m256i a = _mm256_setzero_si256();                                                                        \
+            for (int j = 0, k = 0; k < rb; j += 128 / BITS, k += 16)                                                   \
+                a = _mm256_add_epi32(a, IDOT(codes + (size_t)t * rb + k, q16 + j));                                    \
+            __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));                      \
+            s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));                                                            \
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));                                                             \
+            scores[t] = _mm_cvtss_f32(_mm_add_ss(_mm_mul_ss(_mm_cvtepi32_ps(s), vstep), vbias));                       \
+        }                                                                                                              \
+    }
+KV_DEF_DOT_LOWBIT(dot_q4_k, idot_u4, 4)
+KV_DEF_DOT_LOWBIT(dot_kivi2_k, idot_u2, 2)
+
+static inline __m256 cvt_u8x8(__m256i x) { return _mm256_cvtepi32_ps(x); }
+
+/* P.V for 4-bit V: a pass holds one 32-channel chunk (G = 32 there) in four registers; per token the
+ * weight p * scale multiplies the codes and the mins are summed apart (p * min once per token). */
+static void acc_q4_v(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    int D = f->D, rb = D / 2, ng = D / 32;
+    const uint16_t *sm = (const uint16_t *)(head + f->scale_off);
+    const __m256i m4 = _mm256_set1_epi32(0x0f);
+    for (int g = 0; g < ng; g++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        float wmin = 0.0f;
+        const uint8_t *codes = head + f->code_off + (size_t)g * 16;
+        for (int t = 0; t < n; t++, codes += rb) {
+            const uint16_t *pair = sm + ((size_t)t * ng + g) * 2;
+            __m256 ws = _mm256_set1_ps(p[t] * _cvtsh_ss(pair[0]));
+            wmin += p[t] * _cvtsh_ss(pair[1]);
+            __m256i x0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)codes));
+            __m256i x1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + 8)));
+            a0 = _mm256_fmadd_ps(ws, cvt_u8x8(_mm256_and_si256(x0, m4)), a0);
+            a1 = _mm256_fmadd_ps(ws, cvt_u8x8(_mm256_and_si256(x1, m4)), a1);
+            a2 = _mm256_fmadd_ps(ws, cvt_u8x8(_mm256_srli_epi32(x0, 4)), a2);
+            a3 = _mm256_fmadd_ps(ws, cvt_u8x8(_mm256_srli_epi32(x1, 4)), a3);
+        }
+        float *o = acc + g * 32;
+        __m256 wm = _mm256_set1_ps(wmin);
+        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_add_ps(a0, wm)));
+        _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), _mm256_add_ps(a1, wm)));
+        _mm256_storeu_ps(o + 16, _mm256_add_ps(_mm256_loadu_ps(o + 16), _mm256_add_ps(a2, wm)));
+        _mm256_storeu_ps(o + 24, _mm256_add_ps(_mm256_loadu_ps(o + 24), _mm256_add_ps(a3, wm)));
     }
 }
 
-static void acc_lowbit_v(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
-    int D = f->D, G = f->G, ng = D / G, bits = f->bits;
+/* 2-bit V: a pass holds one 64-channel chunk (two groups of 32) in eight registers. */
+static void acc_kivi2_v(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    int D = f->D, rb = D / 4, ng = D / 32;
     const uint16_t *sm = (const uint16_t *)(head + f->scale_off);
-    for (int c0 = 0; c0 < D; c0 += 32) {
-        int w = (D - c0 >= 32 ? 32 : D - c0) / 8;
-        __m256 a[4];
-        for (int i = 0; i < 4; i++) a[i] = i < w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();
-        for (int t = 0; t < n; t++) {
-            const uint8_t *codes = head + f->code_off + (size_t)t * D * bits / 8;
-            for (int i = 0; i < 4; i++)
-                if (i < w) {
-                    int c = c0 + 8 * i;
-                    const uint16_t *pair = sm + ((size_t)t * ng + c / G) * 2;
-                    __m256 ws = _mm256_set1_ps(p[t] * kv_f16_to_f32(pair[0]));
-                    __m256 wm = _mm256_set1_ps(p[t] * kv_f16_to_f32(pair[1]));
-                    a[i] = _mm256_fmadd_ps(ws, load_codes8(codes, bits, c), _mm256_add_ps(a[i], wm));
-                }
+    const __m256i m2 = _mm256_set1_epi32(3);
+    for (int g = 0; g < ng; g += 2) {
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+        float wmin0 = 0.0f, wmin1 = 0.0f;
+        const uint8_t *codes = head + f->code_off + (size_t)g / 2 * 16;
+        for (int t = 0; t < n; t++, codes += rb) {
+            const uint16_t *pair = sm + ((size_t)t * ng + g) * 2;
+            __m256 w0 = _mm256_set1_ps(p[t] * _cvtsh_ss(pair[0])), w1 = _mm256_set1_ps(p[t] * _cvtsh_ss(pair[2]));
+            wmin0 += p[t] * _cvtsh_ss(pair[1]);
+            wmin1 += p[t] * _cvtsh_ss(pair[3]);
+            __m256i x0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)codes));
+            __m256i x1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + 8)));
+            a[0] = _mm256_fmadd_ps(w0, cvt_u8x8(_mm256_and_si256(x0, m2)), a[0]);
+            a[1] = _mm256_fmadd_ps(w0, cvt_u8x8(_mm256_and_si256(x1, m2)), a[1]);
+            a[2] = _mm256_fmadd_ps(w0, cvt_u8x8(_mm256_and_si256(_mm256_srli_epi32(x0, 2), m2)), a[2]);
+            a[3] = _mm256_fmadd_ps(w0, cvt_u8x8(_mm256_and_si256(_mm256_srli_epi32(x1, 2), m2)), a[3]);
+            a[4] = _mm256_fmadd_ps(w1, cvt_u8x8(_mm256_and_si256(_mm256_srli_epi32(x0, 4), m2)), a[4]);
+            a[5] = _mm256_fmadd_ps(w1, cvt_u8x8(_mm256_and_si256(_mm256_srli_epi32(x1, 4), m2)), a[5]);
+            a[6] = _mm256_fmadd_ps(w1, cvt_u8x8(_mm256_srli_epi32(x0, 6)), a[6]);
+            a[7] = _mm256_fmadd_ps(w1, cvt_u8x8(_mm256_srli_epi32(x1, 6)), a[7]);
         }
-        for (int i = 0; i < w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
+        float *o = acc + g * 32;
+        for (int i = 0; i < 8; i++) {
+            __m256 wm = _mm256_set1_ps(i < 4 ? wmin0 : wmin1);
+            _mm256_storeu_ps(o + 8 * i, _mm256_add_ps(_mm256_loadu_ps(o + 8 * i), _mm256_add_ps(a[i], wm)));
+        }
     }
+}
+
+/* ---- Q4 / KIVI2 encoders: kv_lowbit_fit (format.c) on 8 fits at once ---------------------------------
+ * Lane l of every vector below is one fit, and it runs exactly the reference's operations in its
+ * order (no contraction into FMA, min/max with the reference's operand order), so scales and codes
+ * are bit for bit those of the scalar encoder. K: 8 channels of a block; V: 8 tokens of one group. */
+
+#define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+static inline __m256 quant8(__m256 x, __m256 s, __m256 m, __m256 lv) { /* kv_quant */
+    __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_sub_ps(x, m), s), RNE);
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_setzero_ps()), lv);
+    return _mm256_and_ps(r, _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+
+static __m256 fit_err8(const float *xt, int n, __m256 lv, __m256 s, __m256 m, __m128i *sh, __m128i *mh) {
+    *sh = _mm256_cvtps_ph(_mm256_max_ps(s, _mm256_setzero_ps()), RNE);
+    *mh = _mm256_cvtps_ph(m, RNE);
+    __m256 sr = _mm256_cvtph_ps(*sh), mr = _mm256_cvtph_ps(*mh), e = _mm256_setzero_ps();
+    for (int i = 0; i < n; i++) {
+        __m256 x = _mm256_loadu_ps(xt + 8 * i);
+        __m256 d = _mm256_sub_ps(x, _mm256_add_ps(_mm256_mul_ps(sr, quant8(x, sr, mr, lv)), mr));
+        e = _mm256_add_ps(e, _mm256_mul_ps(d, d));
+    }
+    return e;
+}
+
+static inline __m128i blend_h8(__m128i a, __m128i b, __m256 mask) { /* lanes of b where mask */
+    __m256i m = _mm256_castps_si256(mask);
+    __m128i m16 = _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    return _mm_blendv_epi8(a, b, m16);
+}
+
+/* xt: [n][8]. Sets the 8 f16 scales and mins, returns the rounded values in *s, *m. */
+static void fit8(const float *xt, int n, int bits, __m128i *s16, __m128i *m16, __m256 *s, __m256 *m) {
+    const __m256 lv = _mm256_set1_ps((float)((1 << bits) - 1)), fn = _mm256_set1_ps((float)n);
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 lo = _mm256_loadu_ps(xt), hi = lo;
+    for (int i = 1; i < n; i++) {
+        __m256 x = _mm256_loadu_ps(xt + 8 * i);
+        lo = _mm256_min_ps(x, lo); /* x < lo ? x : lo */
+        hi = _mm256_max_ps(x, hi); /* x > hi ? x : hi */
+    }
+    __m256 range = _mm256_sub_ps(hi, lo);
+    __m128i bs, bm;
+    __m256 best = fit_err8(xt, n, lv, _mm256_div_ps(range, lv), lo, &bs, &bm);
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++) {
+            __m256 l =
+                _mm256_add_ps(lo, _mm256_div_ps(_mm256_mul_ps(range, _mm256_set1_ps((float)a)), _mm256_set1_ps(16.0f)));
+            __m256 h =
+                _mm256_sub_ps(hi, _mm256_div_ps(_mm256_mul_ps(range, _mm256_set1_ps((float)b)), _mm256_set1_ps(16.0f)));
+            __m256 sc = _mm256_div_ps(_mm256_sub_ps(h, l), lv);
+            __m256 sq = zero, sx = zero, sqq = zero, sqx = zero;
+            for (int i = 0; i < n; i++) {
+                __m256 x = _mm256_loadu_ps(xt + 8 * i), c = quant8(x, sc, l, lv);
+                sq = _mm256_add_ps(sq, c);
+                sx = _mm256_add_ps(sx, x);
+                sqq = _mm256_add_ps(sqq, _mm256_mul_ps(c, c));
+                sqx = _mm256_add_ps(sqx, _mm256_mul_ps(c, x));
+            }
+            __m256 det = _mm256_sub_ps(_mm256_mul_ps(fn, sqq), _mm256_mul_ps(sq, sq));
+            __m256 s2 = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(fn, sqx), _mm256_mul_ps(sq, sx)), det);
+            __m256 upd = _mm256_and_ps(_mm256_cmp_ps(det, zero, _CMP_GT_OQ), _mm256_cmp_ps(s2, zero, _CMP_GT_OQ));
+            __m256 l2 = _mm256_div_ps(_mm256_sub_ps(sx, _mm256_mul_ps(s2, sq)), fn);
+            sc = _mm256_blendv_ps(sc, s2, upd);
+            l = _mm256_blendv_ps(l, l2, upd);
+            __m128i cs, cm;
+            __m256 e = fit_err8(xt, n, lv, sc, l, &cs, &cm);
+            __m256 better = _mm256_cmp_ps(e, best, _CMP_LT_OQ);
+            best = _mm256_blendv_ps(best, e, better);
+            bs = blend_h8(bs, cs, better);
+            bm = blend_h8(bm, cm, better);
+        }
+    *s16 = bs;
+    *m16 = bm;
+    *s = _mm256_cvtph_ps(bs);
+    *m = _mm256_cvtph_ps(bm);
+}
+
+/* format.c's kv_code_byte: where channel c's code sits in a token row, and its shift. */
+static inline int code_byte(int D, int bits, int c, int *shift) {
+    int per = 8 / bits, W = 16 * per, base = c - c % W;
+    int w = D - base < W ? D - base : W, nb = w / per, r = c - base;
+    *shift = (r / nb) * bits;
+    return base / per + r % nb;
+}
+
+static void encb_lowbit_k(const kv_fmt *f, uint8_t *head, const uint16_t *stage) {
+    int B = f->B, D = f->D, bits = f->bits, per = 8 / bits;
+    uint16_t *sc = (uint16_t *)(head + f->scale_off);
+    uint16_t *mn = sc + D;
+    uint8_t *codes = head + f->code_off;
+    const __m256 lv = _mm256_set1_ps((float)((1 << bits) - 1));
+    float xt[256 * 8] = {0}; /* B <= 256 */
+    int32_t q[8];
+    memset(codes, 0, (size_t)B * D / per);
+    for (int c0 = 0; c0 < D; c0 += 8) {
+        for (int t = 0; t < B; t++) _mm256_storeu_ps(xt + 8 * t, load_f16x8(stage + (size_t)t * D + c0));
+        __m128i s16, m16;
+        __m256 s, m;
+        fit8(xt, B, bits, &s16, &m16, &s, &m);
+        _mm_storeu_si128((__m128i *)(sc + c0), s16);
+        _mm_storeu_si128((__m128i *)(mn + c0), m16);
+        int sh[8], byte[8];
+        for (int l = 0; l < 8; l++) byte[l] = code_byte(D, bits, c0 + l, &sh[l]);
+        for (int t = 0; t < B; t++) {
+            _mm256_storeu_si256((__m256i *)q, _mm256_cvtps_epi32(quant8(_mm256_loadu_ps(xt + 8 * t), s, m, lv)));
+            uint8_t *row = codes + (size_t)t * D / per;
+            for (int l = 0; l < 8; l++) row[byte[l]] |= (uint8_t)(q[l] << sh[l]);
+        }
+    }
+}
+
+static void encb_lowbit_v(const kv_fmt *f, uint8_t *head, const uint16_t *stage) {
+    int B = f->B, D = f->D, G = f->G, ng = D / G, bits = f->bits, per = 8 / bits;
+    uint8_t *codes = head + f->code_off;
+    uint16_t *sm = (uint16_t *)(head + f->scale_off);
+    const __m256 lv = _mm256_set1_ps((float)((1 << bits) - 1));
+    float xt[32 * 8] = {0}; /* G <= 32 */
+    int32_t q[8];
+    uint16_t s16[8], m16[8];
+    memset(codes, 0, (size_t)B * D / per);
+    for (int g = 0; g < ng; g++)
+        for (int t0 = 0; t0 < B; t0 += 8) {
+            for (int l = 0; l < 8; l++) { /* lanes past the block repeat its last token */
+                const uint16_t *xg = stage + (size_t)(t0 + l < B ? t0 + l : B - 1) * D + g * G;
+                for (int i = 0; i < G; i++) xt[8 * i + l] = _cvtsh_ss(xg[i]);
+            }
+            __m128i sh16, mh16;
+            __m256 s, m;
+            fit8(xt, G, bits, &sh16, &mh16, &s, &m);
+            _mm_storeu_si128((__m128i *)s16, sh16);
+            _mm_storeu_si128((__m128i *)m16, mh16);
+            int nl = B - t0 < 8 ? B - t0 : 8;
+            for (int l = 0; l < nl; l++) {
+                sm[((size_t)(t0 + l) * ng + g) * 2] = s16[l];
+                sm[((size_t)(t0 + l) * ng + g) * 2 + 1] = m16[l];
+            }
+            for (int i = 0; i < G; i++) {
+                _mm256_storeu_si256((__m256i *)q, _mm256_cvtps_epi32(quant8(_mm256_loadu_ps(xt + 8 * i), s, m, lv)));
+                int sh, byte = code_byte(D, bits, g * G + i, &sh);
+                for (int l = 0; l < nl; l++) codes[(size_t)(t0 + l) * D / per + byte] |= (uint8_t)(q[l] << sh);
+            }
+        }
 }
 
 /* ---- softmax ------------------------------------------------------------------------------------- */
@@ -297,9 +534,15 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
     case HR_KV_Q4:
     case HR_KV_KIVI2:
         if (f->role == KV_K)
-            ops->dot = dot_lowbit_k;
+            ops->enc_block = encb_lowbit_k;
         else
-            ops->accum = acc_lowbit_v;
+            ops->enc_block = encb_lowbit_v;
+        /* fast paths: whole 16-byte code chunks, one V group per 32 channels */
+        if (f->D > KV_QMAX_D || f->D % (f->bits == 4 ? 32 : 64) != 0 || f->G != 32) break;
+        if (f->role == KV_K)
+            ops->dot = f->bits == 4 ? dot_q4_k : dot_kivi2_k;
+        else
+            ops->accum = f->bits == 4 ? acc_q4_v : acc_kivi2_v;
         break;
     }
 }
