@@ -190,6 +190,11 @@ static void acc_bf16(const kv_fmt *f, const uint8_t *head, int n, const float *p
         for (int c = 0; c < f->D; c++) acc[c] += p[t] * kv_bf16_to_f32(v[c]);
 }
 
+static inline int kv_q16(float x, float inv) {
+    float r = rintf(x * inv);
+    return r > 32767.0f ? 32767 : r < -32767.0f ? -32767 : (int)r;
+}
+
 /* ---- Q8: symmetric int8, per token and group --------------------------------------------------- */
 
 static void enc_q8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
@@ -210,18 +215,25 @@ static void enc_q8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
         sc[g] = s16;
     }
 }
+/* q is rounded to int16 once per block against its largest magnitude (a step of amax / 32767, far
+ * below the int8 codes' own error), so each group's sum is exact integer arithmetic: the same in
+ * every kernel, which lets the SIMD kernel use integer multiply-adds and match this bit for bit. */
 static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
     int ng = f->D / f->G;
+    float amax = 0.0f;
+    for (int c = 0; c < f->D; c++) amax = fmaxf(amax, fabsf(q[c]));
+    float inv = amax > 0.0f ? 32767.0f / amax : 0.0f, step = amax / 32767.0f;
+    for (int c = 0; c < f->D; c++) row[c] = (float)kv_q16(q[c], inv); /* exact integers */
     for (int t = 0; t < n; t++) {
         const int8_t *qs = (const int8_t *)head + (size_t)t * f->D;
         const uint16_t *sc = (const uint16_t *)(head + f->scale_off) + (size_t)t * ng;
         float s = 0.0f;
         for (int g = 0; g < ng; g++) {
-            float sg = 0.0f;
-            for (int c = 0; c < f->G; c++) sg += q[g * f->G + c] * (float)qs[g * f->G + c];
-            s += sg * kv_f16_to_f32(sc[g]);
+            int32_t sg = 0;
+            for (int c = g * f->G; c < (g + 1) * f->G; c++) sg += (int32_t)row[c] * qs[c];
+            s += (float)sg * kv_f16_to_f32(sc[g]);
         }
-        scores[t] = s;
+        scores[t] = s * step;
     }
 }
 static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
@@ -387,10 +399,6 @@ static float kv_qrow_step(const kv_fmt *f, const uint8_t *head, const float *q, 
     *bias = b;
     *inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
     return amax / 32767.0f;
-}
-static inline int kv_q16(float x, float inv) {
-    float r = rintf(x * inv);
-    return r > 32767.0f ? 32767 : r < -32767.0f ? -32767 : (int)r;
 }
 static void dot_lowbit_k(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
     int D = f->D, bits = f->bits, per = 8 / bits;

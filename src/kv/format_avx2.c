@@ -91,22 +91,83 @@ static inline __m256 load_i8x8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
+enum { KV_QMAX_D = 256 }; /* int16 query rows live on the stack: fast paths need D <= this */
+
+/* x rounded to int16 against its max |x| (format.c's kv_q16: same products, same rounding), in
+ * channel order; returns the step. D % 16 == 0. */
+static float row_i16(const float *x, int D, int16_t *q16) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 vmax = _mm256_setzero_ps();
+    for (int c = 0; c < D; c += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + c), absmask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4);
+    __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    for (int c = 0; c < D; c += 16) {
+        __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + c), inv));
+        __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + c + 8), inv));
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8); /* channel order */
+        _mm256_storeu_si256((__m256i *)(q16 + c), w);
+    }
+    return amax / 32767.0f;
+}
+
+static inline __m128i hsum4_epi32(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+static inline int32_t hsum_epi32(__m256i a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
+static inline __m256i idot_i8x16(const int8_t *k, const int16_t *q16) {
+    return _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)k)),
+                             _mm256_loadu_si256((const __m256i *)q16));
+}
+
+/* Exact integer group sums (int16 q x int8 k), then the reference's float steps in its order: the
+ * same scores as format.c bit for bit. Four tokens at a time. Needs G % 16 == 0. */
 static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
-    int D = f->D, G = f->G, ng = D / G;
-    for (int t = 0; t < n; t++) {
-        const int8_t *qs = (const int8_t *)head + (size_t)t * D;
-        const uint16_t *sc = (const uint16_t *)(head + f->scale_off) + (size_t)t * ng;
-        __m256 acc = _mm256_setzero_ps();
+    int D = f->D, G = f->G, ng = D / G, t = 0;
+    (void)row;
+    int16_t q16[KV_QMAX_D];
+    float step = row_i16(q, D, q16);
+    const int8_t *k = (const int8_t *)head;
+    const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
+    for (; t + 4 <= n; t += 4) {
+        const int8_t *k0 = k + (size_t)t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+        const uint16_t *st = sc + (size_t)t * ng;
+        __m128 tot = _mm_setzero_ps();
         for (int g = 0; g < ng; g++) {
-            __m256 part = _mm256_setzero_ps();
-            for (int c = g * G; c < g * G + G; c += 8)
-                part = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load_i8x8(qs + c), part);
-            acc = _mm256_fmadd_ps(part, _mm256_set1_ps(kv_f16_to_f32(sc[g])), acc);
+            __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = g * G; c < (g + 1) * G; c += 16) {
+                a0 = _mm256_add_epi32(a0, idot_i8x16(k0 + c, q16 + c));
+                a1 = _mm256_add_epi32(a1, idot_i8x16(k1 + c, q16 + c));
+                a2 = _mm256_add_epi32(a2, idot_i8x16(k2 + c, q16 + c));
+                a3 = _mm256_add_epi32(a3, idot_i8x16(k3 + c, q16 + c));
+            }
+            __m128 s4 = _mm_setr_ps(_cvtsh_ss(st[g]), _cvtsh_ss(st[ng + g]), _cvtsh_ss(st[2 * ng + g]),
+                                    _cvtsh_ss(st[3 * ng + g]));
+            tot = _mm_add_ps(tot, _mm_mul_ps(_mm_cvtepi32_ps(hsum4_epi32(a0, a1, a2, a3)), s4));
         }
-        scores[t] = hsum8(acc);
+        _mm_storeu_ps(scores + t, _mm_mul_ps(tot, _mm_set1_ps(step)));
+    }
+    for (; t < n; t++) {
+        const int8_t *kt = k + (size_t)t * D;
+        float s = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            __m256i a = _mm256_setzero_si256();
+            for (int c = g * G; c < (g + 1) * G; c += 16) a = _mm256_add_epi32(a, idot_i8x16(kt + c, q16 + c));
+            s += (float)hsum_epi32(a) * _cvtsh_ss(sc[(size_t)t * ng + g]);
+        }
+        scores[t] = s * step;
     }
 }
 
+/* P.V: 32 output channels in registers while the tokens stream by; one weight p * scale per token
+ * and group (G >= 8, so one per register). */
 static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
     int D = f->D, G = f->G, ng = D / G;
     const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
@@ -117,11 +178,16 @@ static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, 
         for (int t = 0; t < n; t++) {
             const int8_t *qs = (const int8_t *)head + (size_t)t * D + c0;
             const uint16_t *st = sc + (size_t)t * ng;
-            for (int i = 0; i < 4; i++)
-                if (i < w) {
-                    __m256 wv = _mm256_set1_ps(p[t] * kv_f16_to_f32(st[(c0 + 8 * i) / G]));
-                    a[i] = _mm256_fmadd_ps(wv, load_i8x8(qs + 8 * i), a[i]);
-                }
+            if (G >= 32 && w == 4) { /* one group for the whole pass */
+                __m256 wv = _mm256_set1_ps(p[t] * _cvtsh_ss(st[c0 / G]));
+                for (int i = 0; i < 4; i++) a[i] = _mm256_fmadd_ps(wv, load_i8x8(qs + 8 * i), a[i]);
+            } else {
+                for (int i = 0; i < 4; i++)
+                    if (i < w) {
+                        __m256 wv = _mm256_set1_ps(p[t] * _cvtsh_ss(st[(c0 + 8 * i) / G]));
+                        a[i] = _mm256_fmadd_ps(wv, load_i8x8(qs + 8 * i), a[i]);
+                    }
+            }
         }
         for (int i = 0; i < w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
     }
@@ -182,36 +248,20 @@ static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p,
  * extended, shift i and a mask give channels [16i, 16i + 16) of the chunk in order (format.c). The
  * fast paths need D a multiple of the chunk width and D <= 256 (else the reference runs). */
 
-enum { KV_QMAX_D = 256 };
-
 /* q' = q * scale rounded to int16 against its max |q'| (the same numbers as format.c's reference:
  * same products, same rounding), stored in channel order; returns the step, sets bias. */
 static float qrow_i16(const kv_fmt *f, const uint8_t *head, const float *q, float *row, int16_t *q16, float *bias) {
     int D = f->D;
     const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
     const uint16_t *mn = sc + D;
-    __m256 vmax = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 vb = _mm256_setzero_ps();
     for (int c = 0; c < D; c += 8) {
         __m256 qv = _mm256_loadu_ps(q + c);
-        __m256 r = _mm256_mul_ps(qv, load_f16x8(sc + c));
-        _mm256_storeu_ps(row + c, r);
-        vmax = _mm256_max_ps(vmax, _mm256_and_ps(r, absmask));
+        _mm256_storeu_ps(row + c, _mm256_mul_ps(qv, load_f16x8(sc + c)));
         vb = _mm256_fmadd_ps(qv, load_f16x8(mn + c), vb);
     }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float amax = _mm_cvtss_f32(m4);
     *bias = hsum8(vb);
-    __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
-    for (int c = 0; c < D; c += 16) {
-        __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + c), inv));
-        __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + c + 8), inv));
-        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8); /* channel order */
-        _mm256_storeu_si256((__m256i *)(q16 + c), w);
-    }
-    return amax / 32767.0f;
+    return row_i16(row, D, q16);
 }
 
 /* Integer dot of one token's 16-byte code chunk with the chunk's q16 (4-bit: 32 channels). */
@@ -529,7 +579,10 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
     case HR_KV_F32: ops->dot = dot_f32, ops->accum = acc_f32; break;
     case HR_KV_F16: ops->dot = dot_f16, ops->accum = acc_f16; break;
     case HR_KV_BF16: ops->dot = dot_bf16, ops->accum = acc_bf16; break;
-    case HR_KV_Q8: ops->dot = dot_q8, ops->accum = acc_q8; break;
+    case HR_KV_Q8:
+        ops->accum = acc_q8;
+        if (f->G % 16 == 0 && f->D <= KV_QMAX_D) ops->dot = dot_q8;
+        break;
     case HR_KV_FP8: ops->dot = dot_fp8, ops->accum = acc_fp8; break;
     case HR_KV_Q4:
     case HR_KV_KIVI2:
