@@ -243,6 +243,69 @@ static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p,
     }
 }
 
+/* 16 e4m3 codes as f16 bits: magnitude bits << 7 make an f16 of the same mantissa with exponent bias
+ * 15 instead of 7, i.e. the value times 2^-8 exactly (subnormals too); the 2^8 goes into the token's
+ * scale. Two F16C conversions then replace a shift-mask-multiply per 8 codes. */
+static inline void load_e4m3x16(const uint8_t *p, __m256 *lo, __m256 *hi) {
+    __m256i y = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(y, _mm256_set1_epi16(0x7f)), 7),
+                                _mm256_slli_epi16(_mm256_and_si256(y, _mm256_set1_epi16(0x80)), 8));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+static void dot_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    int D = f->D, t = 0;
+    (void)row;
+    const float *sc = (const float *)(head + f->scale_off);
+    for (; t + 4 <= n; t += 4) {
+        const uint8_t *k0 = head + (size_t)t * D;
+        __m256 a[4];
+        for (int i = 0; i < 4; i++) a[i] = _mm256_setzero_ps();
+        for (int c = 0; c < D; c += 16) {
+            __m256 q0 = _mm256_loadu_ps(q + c), q1 = _mm256_loadu_ps(q + c + 8);
+            for (int i = 0; i < 4; i++) {
+                __m256 lo, hi;
+                load_e4m3x16(k0 + (size_t)i * D + c, &lo, &hi);
+                a[i] = _mm256_fmadd_ps(q1, hi, _mm256_fmadd_ps(q0, lo, a[i]));
+            }
+        }
+        __m128 s4 = _mm_mul_ps(_mm_loadu_ps(sc + t), _mm_set1_ps(256.0f));
+        _mm_storeu_ps(scores + t, _mm_mul_ps(hsum4(a[0], a[1], a[2], a[3]), s4));
+    }
+    for (; t < n; t++) {
+        const uint8_t *kt = head + (size_t)t * D;
+        __m256 a = _mm256_setzero_ps();
+        for (int c = 0; c < D; c += 16) {
+            __m256 lo, hi;
+            load_e4m3x16(kt + c, &lo, &hi);
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), hi, _mm256_fmadd_ps(_mm256_loadu_ps(q + c), lo, a));
+        }
+        scores[t] = hsum8(a) * (sc[t] * 256.0f);
+    }
+}
+
+static void acc_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    int D = f->D;
+    const float *sc = (const float *)(head + f->scale_off);
+    for (int c0 = 0; c0 < D; c0 += 32) {
+        int w = (D - c0 >= 32 ? 32 : D - c0) / 16;
+        __m256 a[4];
+        for (int i = 0; i < 4; i++) a[i] = i < 2 * w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            __m256 wv = _mm256_set1_ps(p[t] * (sc[t] * 256.0f));
+            const uint8_t *vt = head + (size_t)t * D + c0;
+            for (int i = 0; i < w; i++) {
+                __m256 lo, hi;
+                load_e4m3x16(vt + 16 * i, &lo, &hi);
+                a[2 * i] = _mm256_fmadd_ps(wv, lo, a[2 * i]);
+                a[2 * i + 1] = _mm256_fmadd_ps(wv, hi, a[2 * i + 1]);
+            }
+        }
+        for (int i = 0; i < 2 * w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
+    }
+}
+
 /* ---- Q4 / KIVI2 ------------------------------------------------------------------------------------
  * A 16-byte chunk of a token row holds 32 (4-bit) or 64 (2-bit) channels laid out so that, zero-
  * extended, shift i and a mask give channels [16i, 16i + 16) of the chunk in order (format.c). The
@@ -583,7 +646,12 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
         ops->accum = acc_q8;
         if (f->G % 16 == 0 && f->D <= KV_QMAX_D) ops->dot = dot_q8;
         break;
-    case HR_KV_FP8: ops->dot = dot_fp8, ops->accum = acc_fp8; break;
+    case HR_KV_FP8:
+        if (f->D % 16 == 0)
+            ops->dot = dot_fp8_16, ops->accum = acc_fp8_16;
+        else
+            ops->dot = dot_fp8, ops->accum = acc_fp8;
+        break;
     case HR_KV_Q4:
     case HR_KV_KIVI2:
         if (f->role == KV_K)
