@@ -1,10 +1,13 @@
 /* test_threadpool.c: every thread runs once per run with its own index; writes are visible after
- * run returns; many back-to-back runs (the spin path) and runs after a sleep (the futex path). */
+ * run returns; many back-to-back runs (the spin path) and runs after a sleep (the futex path).
+ * Item runs: every item runs exactly once whatever the pool size and item count, its plain writes
+ * are visible after the run, and item runs interleave with static runs (late workers skip). */
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
 #include "backend/cpu/threadpool.h"
+#include "common/util.h"
 #include "harness.h"
 
 typedef struct {
@@ -48,7 +51,64 @@ static void check_pool(int n) {
     hr_threadpool_destroy(tp);
 }
 
+enum { MAX_ITEMS = 5000 };
+
+typedef struct {
+    int n_threads;
+    int64_t n_items;
+    int value[MAX_ITEMS]; /* plain writes */
+    _Atomic int runs[MAX_ITEMS];
+    _Atomic int bad_ith;
+} items_t;
+
+static void item_task(void *arg, int64_t item, int ith) {
+    items_t *c = arg;
+    if (item < 0 || item >= c->n_items || ith < 0 || ith >= c->n_threads) {
+        atomic_fetch_add(&c->bad_ith, 1);
+        return;
+    }
+    c->value[item] = (int)item * 3 + 1;
+    atomic_fetch_add(&c->runs[item], 1);
+}
+
+static void check_items(int n) {
+    hr_threadpool *tp = NULL;
+    hr_error err;
+    CHECK(hr_threadpool_create(n, &tp, &err) == HR_OK);
+    if (!tp) return;
+    static items_t c;
+    static const int64_t counts[] = {0, 1, 2, 3, 7, 64, 1000, MAX_ITEMS};
+    ctx_t s;
+    memset(&s, 0, sizeof s);
+    s.n = n;
+    int bad = 0, static_runs = 0;
+    for (int round = 0; round < 400; round++) {
+        memset(&c, 0, sizeof c);
+        c.n_threads = n;
+        c.n_items = counts[round % HR_ARRAY_LEN(counts)];
+        hr_threadpool_run_items(tp, item_task, &c, c.n_items);
+        for (int64_t i = 0; i < c.n_items; i++) bad += atomic_load(&c.runs[i]) != 1 || c.value[i] != (int)i * 3 + 1;
+        bad += atomic_load(&c.bad_ith) != 0;
+        if (round % 3 == 0) { /* a static run right after an item run that some workers skipped */
+            hr_threadpool_run(tp, task, &s);
+            static_runs++;
+        }
+        if (round == 200) {
+            struct timespec ts = {0, 30 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    CHECKF(bad == 0, "%d item checks failed with %d threads", bad, n);
+    CHECKF(atomic_load(&s.calls) == static_runs * n, "static runs between item runs: %d calls, want %d",
+           atomic_load(&s.calls), static_runs * n);
+    hr_threadpool_destroy(tp);
+}
+
 int main(void) {
+    check_items(1);
+    check_items(2);
+    check_items(3);
+    check_items(7);
     check_pool(1);
     check_pool(2);
     check_pool(4);

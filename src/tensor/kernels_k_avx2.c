@@ -1,15 +1,20 @@
 /* kernels_k_avx2.c: AVX2 dots and tiles of the K-quants (q4_K, q5_K, q6_K) against q8_K activations.
  *
- * Per super-block, a weight block is unpacked once into eight 32-byte vectors of small unsigned
- * values (plus its per-sub-block 16-bit scales), then dotted with each activation row of the tile.
- * The integer part (sum of scale * q * y, minus the q6_K offset) is exact, so how it is grouped does
- * not matter; the float part is one fixed sequence per (row, token) pair, the same for the lone dot
- * and for every tile:
- *     acc = fma(set1(d_w * d_y), cvt(sumi), acc)        blocks in order
- *     ms  = fmaf(dmin_w * d_y, (float)summ, ms)          (q4_K, q5_K: the mins term)
- *     result = hsum8(acc) - ms                           (q6_K: hsum8(acc))  */
+ * A super-block (256 weights) is eight 32-weight chunks; chunk j's weights become 32 unsigned bytes
+ * q_j (0..15, 0..31 or 0..63) and its scale(s) a vector sc_j of 16-bit lanes. The integer part per
+ * (row, token) pair and super-block is eight int32 lanes
+ *     s = sum_j madd(maddubs(q_j, y_j), sc_j)        (q6_K: minus 32 * madd(scales16, bsums))
+ * which is exact, so it does not matter whether q_j is made on the fly (decode: one token, nothing
+ * to share) or once per super-block for a tile of tokens. The float part is one fixed sequence per
+ * pair, the same for the lone dot and every tile:
+ *     acc  = fma(set1(d_w) * set1(d_y), cvt(s), acc)                   super-blocks in order
+ *     macc = fma(set1(dmin_w) * set1(d_y), cvt(madd(mins16, bsums)), macc)   (q4_K, q5_K)
+ *     result = hsum8(acc) - hsum8(macc)
+ * so the only horizontal sums are two per pair, at the end. The scales are decoded with vector
+ * shuffles (no per-sub-block scalar work). */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "tensor/kernels_internal.h"
 
@@ -18,6 +23,8 @@
 /* gcc -O2 does not unroll the fixed 4- and 8-step loops by itself; unrolled, the block stays in registers. */
 #define HR_UNROLL _Pragma("GCC unroll 8")
 
+enum { K_Q4, K_Q5, K_Q6 };
+
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -25,152 +32,159 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
+/* A super-block's scales, ready to shuffle out per chunk. */
+typedef struct kscale {
+    __m256i src_lo, src_hi; /* 16-bit scales that chunks 0-3 and 4-7 pick from */
+    __m256i corr16;         /* q4_K/q5_K: min m_j at 16-bit lanes 2j, 2j+1; q6_K: the 16 scales */
+    __m256 d, dmin;         /* broadcast */
+} kscale;
+
+/* q4_K/q5_K: the 6-bit scales and mins of scales[12] (hr_get_scale_min_k4, four at a time). */
+static inline kscale scales_k4(const uint8_t *scales, hr_f16 d, hr_f16 dmin) {
+    uint32_t w[3];
+    memcpy(w, scales, sizeof w);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const uint32_t sc_lo = w[0] & m6, mn_lo = w[1] & m6;
+    const uint32_t sc_hi = (w[2] & m4) | (((w[0] >> 6) & m2) << 4);
+    const uint32_t mn_hi = ((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4);
+    const __m128i b = _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi); /* 8 scales, 8 mins */
+    kscale k;
+    k.src_lo = k.src_hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(b));
+    k.corr16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(b, b));
+    k.d = _mm256_set1_ps(_cvtsh_ss(d));
+    k.dmin = _mm256_set1_ps(_cvtsh_ss(dmin));
+    return k;
 }
 
-/* One super-block of weights, unpacked: q[j] holds elements 32j..32j+31 as unsigned bytes, sc[j]
- * the 16-bit scale(s) for them; mins16 (q4_K/q5_K) pairs each 16-element bsum with its sub-block's
- * min, scales16 (q6_K) each 16-element bsum with its scale. */
-typedef struct kblock {
-    __m256i q[8], sc[8];
-    __m256i mins16;   /* q4_K/q5_K: m[j] in 16-bit lanes 2j and 2j+1 */
-    __m256i scales16; /* q6_K: the 16 int8 scales as 16-bit lanes */
-    float d, dmin;
-} kblock;
+static inline kscale scales_q6(const hr_block_q6_K *x) {
+    kscale k;
+    k.corr16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    k.src_lo = _mm256_permute2x128_si256(k.corr16, k.corr16, 0x00);
+    k.src_hi = _mm256_permute2x128_si256(k.corr16, k.corr16, 0x11);
+    k.d = _mm256_set1_ps(_cvtsh_ss(x->d));
+    k.dmin = _mm256_setzero_ps();
+    return k;
+}
 
-static inline void unpack_scales_k4(const uint8_t scales[HR_K_SCALE_SIZE], kblock *b) {
-    int16_t mins[16];
-    HR_UNROLL
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        hr_get_scale_min_k4(j, scales, &sc, &m);
-        b->sc[j] = _mm256_set1_epi16(sc);
-        mins[2 * j] = mins[2 * j + 1] = m;
+/* sc_j: q4_K/q5_K: scale j in all 16 lanes; q6_K: scale 2j in lanes 0-7, 2j + 1 in lanes 8-15. */
+static inline __m256i scale_j(const kscale *k, int j, const int kind) {
+    if (kind != K_Q6) return _mm256_shuffle_epi8(k->src_lo, _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
+    const int i = j & 3;
+    const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16((short)(((4 * i + 3) << 8) | (4 * i + 2))),
+                                          _mm_set1_epi16((short)(((4 * i + 1) << 8) | (4 * i))));
+    return _mm256_shuffle_epi8(j < 4 ? k->src_lo : k->src_hi, ctrl);
+}
+
+static inline kscale block_scales(const char *row, int64_t i, const int kind) {
+    if (kind == K_Q4) {
+        const hr_block_q4_K *x = (const hr_block_q4_K *)row + i;
+        return scales_k4(x->scales, x->d, x->dmin);
     }
-    b->mins16 = _mm256_loadu_si256((const __m256i *)mins);
+    if (kind == K_Q5) {
+        const hr_block_q5_K *x = (const hr_block_q5_K *)row + i;
+        return scales_k4(x->scales, x->d, x->dmin);
+    }
+    return scales_q6((const hr_block_q6_K *)row + i);
 }
 
-static inline void unpack_q4_K(const hr_block_q4_K *x, kblock *b) {
+/* q_j of super-block i: 32 unsigned bytes (q4_K: low nibbles of qs[32 (j/2)..] for even j, high for
+ * odd; q5_K: plus bit j of qh[l] as 16; q6_K: 4 low bits from ql, 2 high from qh, value + 32). */
+static inline __m256i chunk_j(const char *row, int64_t i, int j, const int kind) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    HR_UNROLL
-    for (int c = 0; c < 4; c++) {
-        const __m256i q4 = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
-        b->q[2 * c] = _mm256_and_si256(q4, m4);
-        b->q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-    }
-    unpack_scales_k4(x->scales, b);
-    b->d = _cvtsh_ss(x->d);
-    b->dmin = _cvtsh_ss(x->dmin);
-}
-
-static inline void unpack_q5_K(const hr_block_q5_K *x, kblock *b) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
-    const __m256i hbits = _mm256_loadu_si256((const __m256i *)x->qh);
-    HR_UNROLL
-    for (int j = 0; j < 8; j++) {
-        const __m256i q4 = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * (j / 2)));
+    if (kind == K_Q4 || kind == K_Q5) {
+        const uint8_t *qs = kind == K_Q4 ? ((const hr_block_q4_K *)row + i)->qs : ((const hr_block_q5_K *)row + i)->qs;
+        const __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
         const __m256i nib = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4) : _mm256_and_si256(q4, m4);
-        const __m256i bit = _mm256_set1_epi8((char)(1 << j)); /* bit j of qh[l] is element 32j + l's fifth */
-        const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit), sixteen);
-        b->q[j] = _mm256_or_si256(nib, h);
+        if (kind == K_Q4) return nib;
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)((const hr_block_q5_K *)row + i)->qh);
+        const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+        const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit), _mm256_set1_epi8(16));
+        return _mm256_or_si256(nib, h);
     }
-    unpack_scales_k4(x->scales, b);
-    b->d = _cvtsh_ss(x->d);
-    b->dmin = _cvtsh_ss(x->dmin);
+    const hr_block_q6_K *x = (const hr_block_q6_K *)row + i;
+    const int h = j / 4, sub = j % 4;
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (sub & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+    const __m256i lo = sub < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * sub), _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-/* q6_K: stored values u = q + 32 in 0..63; the -32 is applied through the bsums. */
-static inline void unpack_q6_K(const hr_block_q6_K *x, kblock *b) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    HR_UNROLL
-    for (int h = 0; h < 2; h++) {
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-        b->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        b->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        b->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        b->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+/* The float step of one pair and super-block (see the top of the file). */
+static inline __attribute__((always_inline)) void pair_step(__m256 *acc, __m256 *macc, __m256i s, const kscale *k,
+                                                            const hr_block_q8_K *yb, const int kind) {
+    const __m256i corr = _mm256_madd_epi16(k->corr16, _mm256_loadu_si256((const __m256i *)yb->bsums));
+    const __m256 dy = _mm256_set1_ps(yb->d);
+    if (kind == K_Q6) s = _mm256_sub_epi32(s, _mm256_slli_epi32(corr, 5));
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(k->d, dy), _mm256_cvtepi32_ps(s), *acc);
+    if (kind != K_Q6) *macc = _mm256_fmadd_ps(_mm256_mul_ps(k->dmin, dy), _mm256_cvtepi32_ps(corr), *macc);
+}
+
+/* Decode: one row, one token; chunks made on the fly. */
+static inline __attribute__((always_inline)) float dot_1x1(int64_t k, const char *w, const char *a, const int kind) {
+    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k / HR_QK_K; i++) {
+        const hr_block_q8_K *yb = (const hr_block_q8_K *)a + i;
+        const kscale ks = block_scales(w, i, kind);
+        __m256i s = _mm256_setzero_si256();
+        HR_UNROLL
+        for (int j = 0; j < 8; j++) {
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * j));
+            s = _mm256_add_epi32(
+                s, _mm256_madd_epi16(_mm256_maddubs_epi16(chunk_j(w, i, j, kind), yv), scale_j(&ks, j, kind)));
+        }
+        pair_step(&acc, &macc, s, &ks, yb, kind);
     }
-    HR_UNROLL
-    for (int j = 0; j < 8; j++) /* 16-bit lanes 0-7 come from bytes 0-15 (group 2j), 8-15 from group 2j+1 */
-        b->sc[j] = _mm256_set_m128i(_mm_set1_epi16(x->scales[2 * j + 1]), _mm_set1_epi16(x->scales[2 * j]));
-    b->scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
-    b->d = _cvtsh_ss(x->d);
-    b->dmin = 0;
+    return hsum8(acc) - hsum8(macc);
 }
 
-/* Exact integer sum over the block of sc * q * y, as 8 lanes. */
-static inline __m256i dot_kblock(const kblock *b, const hr_block_q8_K *y) {
-    __m256i s = _mm256_setzero_si256();
-    HR_UNROLL
-    for (int j = 0; j < 8; j++) {
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * j));
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(b->q[j], yv), b->sc[j]));
-    }
-    return s;
-}
-
-enum { K_Q4, K_Q5, K_Q6 };
-
-static inline void unpack(const char *row, int64_t i, const int kind, kblock *b) {
-    if (kind == K_Q4)
-        unpack_q4_K((const hr_block_q4_K *)row + i, b);
-    else if (kind == K_Q5)
-        unpack_q5_K((const hr_block_q5_K *)row + i, b);
-    else
-        unpack_q6_K((const hr_block_q6_K *)row + i, b);
-}
-
-/* One row against nt <= HR_K_TILE_TOKENS activation rows. */
+/* One row against 1 < nt <= HR_K_TILE_TOKENS activation rows: each super-block unpacked once. */
 static inline __attribute__((always_inline)) void row_tile(int64_t k, const char *w, const char *a, size_t as, int nt,
                                                            float *y, size_t ys, const int kind) {
-    __m256 acc[HR_K_TILE_TOKENS];
-    float ms[HR_K_TILE_TOKENS];
-    for (int t = 0; t < nt; t++) {
-        acc[t] = _mm256_setzero_ps();
-        ms[t] = 0;
-    }
-    kblock b;
+    __m256 acc[HR_K_TILE_TOKENS], macc[HR_K_TILE_TOKENS];
+    for (int t = 0; t < nt; t++) acc[t] = macc[t] = _mm256_setzero_ps();
+    __m256i q[8], sc[8];
     for (int64_t i = 0; i < k / HR_QK_K; i++) {
-        unpack(w, i, kind, &b);
+        const kscale ks = block_scales(w, i, kind);
+        HR_UNROLL
+        for (int j = 0; j < 8; j++) {
+            q[j] = chunk_j(w, i, j, kind);
+            sc[j] = scale_j(&ks, j, kind);
+        }
         for (int t = 0; t < nt; t++) {
             const hr_block_q8_K *yb = (const hr_block_q8_K *)(a + (size_t)t * as) + i;
-            const __m256i bsums = _mm256_loadu_si256((const __m256i *)yb->bsums);
-            __m256i s = dot_kblock(&b, yb);
-            if (kind == K_Q6) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(b.scales16, bsums), 5));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * yb->d), _mm256_cvtepi32_ps(s), acc[t]);
-            if (kind != K_Q6) {
-                const int32_t summ = hsum_i32(_mm256_madd_epi16(b.mins16, bsums));
-                ms[t] = fmaf(b.dmin * yb->d, (float)summ, ms[t]);
+            __m256i s = _mm256_setzero_si256();
+            HR_UNROLL
+            for (int j = 0; j < 8; j++) {
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * j));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], yv), sc[j]));
             }
+            pair_step(&acc[t], &macc[t], s, &ks, yb, kind);
         }
     }
-    for (int t = 0; t < nt; t++) y[(size_t)t * ys] = hsum8(acc[t]) - ms[t];
+    for (int t = 0; t < nt; t++) y[(size_t)t * ys] = hsum8(acc[t]) - hsum8(macc[t]);
 }
 
 static inline __attribute__((always_inline)) void tile_k(int64_t k, const char *w, size_t ws, int nr, const char *a,
                                                          size_t as, int nt, float *y, size_t ys, const int kind) {
+    if (nt == 1) {
+        for (int r = 0; r < nr; r++) y[r] = dot_1x1(k, w + (size_t)r * ws, a, kind);
+        return;
+    }
     for (int t = 0; t < nt; t += HR_K_TILE_TOKENS) {
         const int n = nt - t < HR_K_TILE_TOKENS ? nt - t : HR_K_TILE_TOKENS;
-        for (int r = 0; r < nr; r++)
-            row_tile(k, w + (size_t)r * ws, a + (size_t)t * as, as, n, y + (size_t)t * ys + r, ys, kind);
+        for (int r = 0; r < nr; r++) {
+            float *yr = y + (size_t)t * ys + r;
+            if (n == 1)
+                *yr = dot_1x1(k, w + (size_t)r * ws, a + (size_t)t * as, kind);
+            else
+                row_tile(k, w + (size_t)r * ws, a + (size_t)t * as, as, n, yr, ys, kind);
+        }
     }
 }
 
 #define HR_K_KERNELS(name, kind)                                                                                       \
-    float hr_avx2_dot_##name(int64_t k, const void *w, const void *a) {                                                \
-        float out;                                                                                                     \
-        row_tile(k, w, a, 0, 1, &out, 0, kind);                                                                        \
-        return out;                                                                                                    \
-    }                                                                                                                  \
+    float hr_avx2_dot_##name(int64_t k, const void *w, const void *a) { return dot_1x1(k, w, a, kind); }               \
     void hr_avx2_tile_##name(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,        \
                              int nt, float *y, size_t y_stride) {                                                      \
         tile_k(k, w, w_stride, nr, a, a_stride, nt, y, y_stride, kind);                                                \

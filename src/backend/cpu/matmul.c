@@ -1,12 +1,13 @@
 /* matmul.c: hr_matmul (see matmul.h).
  *
  * One call runs in two phases on the pool: (1) quantize each activation row into the scratch
- * (skipped for f32 activations, which are used in place), (2) split output rows over threads.
- * Decode (T = 1) streams each thread's rows once, four rows at a time. For T > 1 a thread walks its
- * rows in blocks of about HR_MM_BLOCK_BYTES against blocks of HR_MM_TOKENS tokens, so weights come
- * from memory once per HR_MM_TOKENS tokens and from cache for the rest; the kernel table's
- * vec_dot_tile does the register-level tiling. Neither the split nor the blocking changes any
- * element's bits (see matmul.h). */
+ * (skipped for f32 activations, which are used in place), (2) compute output rows in chunks handed
+ * out dynamically (hr_threadpool_run_items), so on a loaded machine a thread that loses its core
+ * does not hold the others up. Decode (T = 1) streams each chunk of rows once, four rows at a time.
+ * For T > 1 a chunk is a block of rows of about HR_MM_BLOCK_BYTES that is walked against blocks of
+ * HR_MM_TOKENS tokens, so weights come from memory once per HR_MM_TOKENS tokens and from cache for
+ * the rest; the kernel table's vec_dot_tile does the register-level tiling. Neither the chunking
+ * nor the blocking nor which thread runs a chunk changes any element's bits (see matmul.h). */
 #include "backend/cpu/matmul.h"
 
 #include "common/util.h"
@@ -18,6 +19,8 @@
 #define HR_MM_BLOCK_BYTES (256 * 1024) /* weight bytes per cache block: about half an L2 */
 #define HR_MM_TOKENS      64           /* tokens per cache block */
 #define HR_MM_ALIGN       64
+#define HR_MM_CHUNKS      8  /* decode: chunks per thread (balance vs. hand-out cost) */
+#define HR_MM_MIN_ROWS    16 /* decode: rows per chunk at least */
 
 struct hr_matmul_ctx {
     const hr_kernels *kernels; /* borrowed */
@@ -31,7 +34,7 @@ struct hr_matmul_ctx {
         const hr_type_kernels *tk;
         const char *W;
         size_t w_stride;
-        int64_t rows_per_block; /* a multiple of 4 (every tile height divides it) */
+        int64_t rows_per_block; /* rows per chunk, a multiple of 4 (every tile height divides it) */
         int64_t n, k, T;
         const float *X;
         float *Y;
@@ -77,37 +80,23 @@ void hr_matmul_ctx_destroy(hr_matmul_ctx *m) {
     free(m);
 }
 
-/* Phase 1: thread ith quantizes its share of the token rows. */
-static void quantize_task(void *arg, int ith, int nth) {
+/* Phase 1: item t quantizes token row t. */
+static void quantize_item(void *arg, int64_t t, int ith) {
     hr_matmul_ctx *m = arg;
-    const int64_t T = m->job.T;
-    for (int64_t t = T * ith / nth; t < T * (ith + 1) / nth; t++)
-        m->job.tk->quantize_act(m->job.X + t * m->job.k, (char *)m->act + (size_t)t * m->act_row_cap, m->job.k);
+    m->job.tk->quantize_act(m->job.X + t * m->job.k, (char *)m->act + (size_t)t * m->act_row_cap, m->job.k);
 }
 
-/* Phase 2: thread ith computes rows [r0, r1) for all tokens. */
-static void compute_task(void *arg, int ith, int nth) {
+/* Phase 2: item c computes the rows of chunk c for all tokens. */
+static void compute_item(void *arg, int64_t c, int ith) {
     hr_matmul_ctx *m = arg;
-    const int64_t n = m->job.n, T = m->job.T;
-    /* contiguous ranges of whole row blocks (the last block may be short) */
-    const int64_t rb = T == 1 ? 4 : m->job.rows_per_block;
-    const int64_t n_blocks = (n + rb - 1) / rb;
-    const int64_t r0 = HR_MIN(n, n_blocks * ith / nth * rb);
-    const int64_t r1 = HR_MIN(n, n_blocks * (ith + 1) / nth * rb);
-    const hr_vec_dot_tile_fn tile = m->job.tk->vec_dot_tile;
-    if (T == 1) {
-        if (r1 > r0)
-            tile(m->job.k, m->job.W + (size_t)r0 * m->job.w_stride, m->job.w_stride, (int)(r1 - r0), m->job.A, 0, 1,
-                 m->job.Y + r0, (size_t)n);
-        return;
-    }
+    const int64_t n = m->job.n, T = m->job.T, rb = m->job.rows_per_block;
+    const int64_t i0 = c * rb;
+    const int nr = (int)HR_MIN(rb, n - i0);
+    const char *W = m->job.W + (size_t)i0 * m->job.w_stride;
     for (int64_t t0 = 0; t0 < T; t0 += HR_MM_TOKENS) {
         const int nt = (int)HR_MIN(HR_MM_TOKENS, T - t0);
-        for (int64_t i0 = r0; i0 < r1; i0 += rb) {
-            const int nr = (int)HR_MIN(rb, r1 - i0);
-            tile(m->job.k, m->job.W + (size_t)i0 * m->job.w_stride, m->job.w_stride, nr,
-                 m->job.A + (size_t)t0 * m->job.a_stride, m->job.a_stride, nt, m->job.Y + t0 * n + i0, (size_t)n);
-        }
+        m->job.tk->vec_dot_tile(m->job.k, W, m->job.w_stride, nr, m->job.A + (size_t)t0 * m->job.a_stride,
+                                m->job.a_stride, nt, m->job.Y + t0 * n + i0, (size_t)n);
     }
 }
 
@@ -121,7 +110,13 @@ void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t 
     m->job.tk = tk;
     m->job.W = W;
     m->job.w_stride = hr_dtype_row_bytes(wt, k);
-    m->job.rows_per_block = HR_MAX(4, HR_MIN(64, (int64_t)(HR_MM_BLOCK_BYTES / HR_MAX(1, m->job.w_stride))) / 4 * 4);
+    if (T == 1) { /* a few chunks per thread, whole 4-row tiles */
+        const int64_t per = n / ((int64_t)hr_threadpool_size(m->tp) * HR_MM_CHUNKS);
+        m->job.rows_per_block = HR_MAX(HR_MM_MIN_ROWS, (per + 3) / 4 * 4);
+    } else { /* a cache block of rows */
+        m->job.rows_per_block =
+            HR_MAX(4, HR_MIN(64, (int64_t)(HR_MM_BLOCK_BYTES / HR_MAX(1, m->job.w_stride))) / 4 * 4);
+    }
     m->job.n = n;
     m->job.k = k;
     m->job.T = T;
@@ -135,9 +130,9 @@ void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t 
         m->job.a_stride = m->act_row_cap;
         /* one row is cheaper to quantize here than to hand out */
         if (T == 1)
-            quantize_task(m, 0, 1);
+            quantize_item(m, 0, 0);
         else
-            hr_threadpool_run(m->tp, quantize_task, m);
+            hr_threadpool_run_items(m->tp, quantize_item, m, T);
     }
-    hr_threadpool_run(m->tp, compute_task, m);
+    hr_threadpool_run_items(m->tp, compute_item, m, (n + m->job.rows_per_block - 1) / m->job.rows_per_block);
 }

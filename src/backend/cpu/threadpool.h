@@ -1,11 +1,14 @@
-/* threadpool.h: a fork/join pool for the CPU kernels. One run hands the same function to every
- * thread (the caller is thread 0) and returns when all have finished; nothing is allocated per run.
+/* threadpool.h: a fork/join pool for the CPU kernels. One run hands out numbered shares of work
+ * (n shares to hr_threadpool_run, any number of items to hr_threadpool_run_items) to the caller and
+ * to whichever workers join, and returns when all have finished; nothing is allocated per run.
  * Workers spin briefly on a generation counter after each run, then sleep on a futex, so a step's
- * many small runs start in well under a microsecond-scale wake-up while an idle pool costs no CPU.
+ * many small runs start without a wake-up while an idle pool costs no CPU.
  *
  * A pool is driven by one thread at a time (the engine thread); runs do not nest. */
 #ifndef HR_BACKEND_CPU_THREADPOOL_H
 #define HR_BACKEND_CPU_THREADPOOL_H
+
+#include <stdint.h>
 
 #include "common/status.h"
 
@@ -18,10 +21,23 @@ hr_status hr_threadpool_create(int n_threads, hr_threadpool **out, hr_error *err
 void hr_threadpool_destroy(hr_threadpool *tp);
 int hr_threadpool_size(const hr_threadpool *tp);
 
-/* Work for thread ith of nth (0 <= ith < nth). */
+/* Share ith of nth (0 <= ith < nth). */
 typedef void (*hr_task_fn)(void *ctx, int ith, int nth);
-/* Calls fn(ctx, i, n) once on every thread of the pool (the caller is thread 0) and returns when all
- * calls have returned. Everything written by fn on any thread is visible to the caller afterwards. */
+/* Calls fn(ctx, i, n) exactly once for every i in [0, n) (n = the pool size) and returns when all
+ * calls have returned; everything written by fn is visible to the caller afterwards. The calls run
+ * concurrently on the pool's threads, at most one at a time per i, but share i need not run on
+ * worker i: a worker that is late (asleep, or descheduled on a loaded machine) leaves its share to
+ * whoever is free, so one lagging thread does not hold up the run. Index per-share scratch by i. */
 void hr_threadpool_run(hr_threadpool *tp, hr_task_fn fn, void *ctx);
+
+/* Work item `item` (0 <= item < n_items), run on thread ith (0 = the caller). */
+typedef void (*hr_item_fn)(void *ctx, int64_t item, int ith);
+/* Calls fn(ctx, item, ith) exactly once for every item, the items handed out one at a time in
+ * increasing order to the caller and to the workers that join in; returns when all have returned,
+ * with their writes visible to the caller. A worker that arrives after the caller has taken the
+ * last item skips the run, so a descheduled worker (a loaded machine) delays a run by at most the
+ * item it is inside, never by its wake-up. Which thread runs an item is not fixed: fn's result must
+ * not depend on ith (use ith only to pick per-thread scratch). */
+void hr_threadpool_run_items(hr_threadpool *tp, hr_item_fn fn, void *ctx, int64_t n_items);
 
 #endif
