@@ -3,6 +3,9 @@
  * under a mixed-length workload. Pure accounting through the real block pool: no model runs.
  *
  * usage: bench_kv_memory [BUDGET] [SEQ_TOKENS] [MAX_CTX]    (defaults 1GiB 1024 2048)
+ *        bench_kv_memory --fill BUDGET FORMAT [none]    create a pool and write every slot of every
+ *        block through hr_kv_write ("none": create only), then print the budget and VmHWM (peak RSS);
+ *        bench/kv_bench.sh runs it under /usr/bin/time -v.
  * Shape: TinyLlama-1.1B (22 layers, 4 KV heads, head dim 64), block size 16. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,42 +14,117 @@
 #include "common/util.h"
 #include "kv/kv.h"
 
+static bool kv_fmt_stage(hr_kv_format f) { return f == HR_KV_Q4 || f == HR_KV_KIVI2; }
+
 static hr_kv_config shape(hr_kv_format k, hr_kv_format v, uint64_t budget, int max_seqs) {
-    return (hr_kv_config){.n_layers = 22, .n_kv_heads = 4, .head_dim = 64, .block_size = 16, .k_format = k,
-                          .v_format = v, .budget_bytes = budget, .max_seqs = max_seqs};
+    return (hr_kv_config){.n_layers = 22,
+                          .n_kv_heads = 4,
+                          .head_dim = 64,
+                          .block_size = 16,
+                          .k_format = k,
+                          .v_format = v,
+                          .budget_bytes = budget,
+                          .max_seqs = max_seqs};
 }
 
-/* Sequences of n_tokens each that fit: create and reserve until the pool refuses. The sequence
- * table grows (by re-creating the pool) until it is not the limit. */
+/* Concurrent sequences of n_tokens each that fit, as in decode: every sequence has n_tokens
+ * committed and one more slot reserved for the token it generates next. Sequences are built the way
+ * the engine builds them (reserve a block, commit it), so for q4/kivi2 a block holds its f16 tail
+ * buffer only while it is being filled: a decoding sequence holds exactly one, and the pool is
+ * created with one per sequence (stage_blocks): the buffers come out of the same budget, so start
+ * from the analytic count and lower stage_blocks to what fits until it is stable. Accounting only: commits without
+ * hr_kv_write, so run a Release build (debug builds assert that every layer was written). */
 static int fit_sequences(hr_kv_format f, uint64_t budget, int n_tokens, uint64_t *fixed_out) {
-    for (int max_seqs = 64;; max_seqs *= 2) {
-        hr_kv_config c = shape(f, f, budget, max_seqs);
+    hr_kv_config c = shape(f, f, budget, 1);
+    uint64_t blocks_per_seq = (uint64_t)n_tokens / 16 + 1; /* n_tokens + 1 slots */
+    uint64_t per_seq = blocks_per_seq * hr_kv_block_bytes(&c) + hr_kv_stage_block_bytes(&c);
+    int guess = (int)(budget / per_seq) + 1;
+    int32_t *toks = calloc((size_t)n_tokens, sizeof *toks);
+    int n = 0;
+    for (int iter = 0; iter < 4 && toks; iter++) {
+        c = shape(f, f, budget, guess + 1);
+        if (kv_fmt_stage(f)) c.stage_blocks = guess;
         hr_kv_pool *p = NULL;
         hr_error err;
         if (hr_kv_pool_create(&c, &p, &err) != HR_OK) {
             fprintf(stderr, "%s: %s\n", hr_kv_format_name(f), err.msg);
+            free(toks);
             return -1;
         }
-        int n = 0;
-        bool table_full = false;
-        for (;;) {
+        n = 0;
+        for (bool ok = true; ok;) {
             hr_kv_seq s;
-            if (hr_kv_seq_create(p, &s, NULL) != HR_OK) {
-                table_full = true;
-                break;
+            if (hr_kv_seq_create(p, &s, NULL) != HR_OK) break;
+            for (int t = 0; ok && t < n_tokens; t += 16) {
+                int m = n_tokens - t < 16 ? n_tokens - t : 16;
+                ok = hr_kv_seq_reserve(p, s, t + m, NULL) == HR_OK;
+                if (ok) hr_kv_seq_commit(p, s, toks + t, m);
             }
-            if (hr_kv_seq_reserve(p, s, n_tokens, NULL) != HR_OK) break;
-            n++;
+            ok = ok && hr_kv_seq_reserve(p, s, n_tokens + 1, NULL) == HR_OK; /* the next token's slot */
+            if (ok) n++;
         }
+        *fixed_out = hr_kv_fixed_bytes(&c);
         hr_kv_pool_destroy(p);
-        if (!table_full) {
-            *fixed_out = hr_kv_fixed_bytes(&c);
-            return n;
-        }
+        /* with one buffer per sequence that fits, fewer buffers leave room for more blocks */
+        if (!kv_fmt_stage(f) || n >= guess || n < 1) break;
+        guess = n;
     }
+    free(toks);
+    return n;
+}
+
+/* Peak RSS of a process holding one pool of `budget` bytes, filled (every block written) or not. */
+static int fill_pool(const char *budget_s, const char *fmt_s, bool fill) {
+    uint64_t budget;
+    hr_kv_format f;
+    hr_error err;
+    if (hr_parse_size(budget_s, &budget, &err) != HR_OK || hr_kv_format_parse(fmt_s, &f, &err) != HR_OK) {
+        fprintf(stderr, "bench_kv_memory: %s\n", err.msg);
+        return 2;
+    }
+    hr_kv_config c = shape(f, f, budget, 4096);
+    if (kv_fmt_stage(f)) c.stage_blocks = 4;
+    hr_kv_pool *p = NULL;
+    if (hr_kv_pool_create(&c, &p, &err) != HR_OK) {
+        fprintf(stderr, "bench_kv_memory: %s\n", err.msg);
+        return 1;
+    }
+    long tokens = 0;
+    float kv[4 * 64];
+    for (int i = 0; i < 4 * 64; i++) kv[i] = (float)(i % 13) - 6.0f;
+    for (int32_t tok = 0; fill;) { /* sequences of up to 2048 tokens, a block at a time, until full */
+        hr_kv_seq s;
+        if (hr_kv_seq_create(p, &s, NULL) != HR_OK) break;
+        int n = 0;
+        for (; n < 2048; n += 16) {
+            if (hr_kv_seq_reserve(p, s, n + 16, NULL) != HR_OK) break;
+            for (int t = n; t < n + 16; t++)
+                for (int l = 0; l < 22; l++) hr_kv_write(p, l, s, t, kv, kv);
+            int32_t toks[16];
+            for (int t = 0; t < 16; t++) toks[t] = tok++;
+            hr_kv_seq_commit(p, s, toks, 16);
+        }
+        tokens += n;
+        if (n < 2048) break;
+    }
+    char b1[32], b2[32], b3[32];
+    hr_kv_pool_ledger l;
+    hr_kv_pool_get_ledger(p, &l);
+    printf("format %s, budget %s, pool %s in %d blocks (+ %s tail buffers), %ld tokens written\n", fmt_s,
+           hr_format_size(budget, b1, sizeof b1), hr_format_size(l.bytes_total, b2, sizeof b2), l.blocks_total,
+           hr_format_size(hr_kv_fixed_bytes(&c), b3, sizeof b3), tokens);
+    FILE *st = fopen("/proc/self/status", "r");
+    char line[256];
+    while (st && fgets(line, sizeof line, st))
+        if (!strncmp(line, "VmHWM:", 6) || !strncmp(line, "VmRSS:", 6)) printf("%s", line);
+    if (st) fclose(st);
+    hr_kv_pool_destroy(p);
+    return 0;
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 4 && !strcmp(argv[1], "--fill"))
+        return fill_pool(argv[2], argv[3], !(argc > 4 && !strcmp(argv[4], "none")));
     uint64_t budget = 1ull << 30;
     int seq_tokens = argc > 2 ? atoi(argv[2]) : 1024, max_ctx = argc > 3 ? atoi(argv[3]) : 2048;
     hr_error err;
@@ -65,7 +143,8 @@ int main(int argc, char **argv) {
     hr_kv_config f16c = shape(HR_KV_F16, HR_KV_F16, budget, 1);
     double f16_token = (double)hr_kv_block_bytes(&f16c) / 16.0;
     int contiguous = (int)(budget / (uint64_t)(f16_token * max_ctx));
-    printf("%-26s %14s %12s %10s\n", "layout / format", "bytes/token", "sequences", "vs contig");
+    printf("%-26s %14s %12s %10s %18s\n", "layout / format", "bytes/token", "sequences", "vs contig",
+           "contig same format");
     printf("%-26s %14.0f %12d %9.2fx\n", "contiguous f16 (max ctx)", f16_token, contiguous, 1.0);
     static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_BF16, HR_KV_Q8, HR_KV_FP8, HR_KV_Q4, HR_KV_KIVI2};
     for (size_t i = 0; i < HR_ARRAY_LEN(fmts); i++) {
@@ -74,8 +153,9 @@ int main(int argc, char **argv) {
         hr_kv_config c = shape(fmts[i], fmts[i], budget, 1);
         char label[48];
         snprintf(label, sizeof label, "paged %s", hr_kv_format_name(fmts[i]));
-        printf("%-26s %14.1f %12d %9.2fx", label, (double)hr_kv_block_bytes(&c) / 16.0, n,
-               contiguous ? (double)n / contiguous : 0.0);
+        double tok_bytes = (double)hr_kv_block_bytes(&c) / 16.0;
+        printf("%-26s %14.1f %12d %9.2fx %18d", label, tok_bytes, n, contiguous ? (double)n / contiguous : 0.0,
+               (int)((double)budget / (tok_bytes * max_ctx)));
         if (fixed) printf("   (incl. %s of f16 tail buffers)", hr_format_size(fixed, b, sizeof b));
         printf("\n");
     }
