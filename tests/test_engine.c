@@ -376,6 +376,24 @@ static void test_thread(const hr_model *m) {
         bad += c[i].n != NGEN || memcmp(c[i].got, ref_greedy[i], sizeof(int32_t) * NGEN) != 0;
         hr_request_release(c[i].h);
     }
+    /* cancels from this thread while the engine thread runs: each ends exactly once, cancelled or
+     * (if it was quicker) completed; never failed, never lost */
+    hr_request *late[8];
+    for (int i = 0; i < 8; i++) {
+        hr_request_params p = {.prompt = prompts[i], .n_prompt = plen[i], .max_tokens = 200, .ignore_eos = true};
+        p.sampling = hr_sampler_default_params();
+        CHECK(hr_engine_submit(r.e, &p, &late[i], &err) == HR_OK);
+    }
+    for (int i = 0; i < 8; i++) hr_engine_cancel(r.e, late[i]);
+    int ended = 0;
+    for (int i = 0; i < 8; i++) {
+        hr_request_wait_done(late[i]);
+        hr_request_stats s;
+        hr_request_get_stats(late[i], &s);
+        ended += s.state == HR_REQ_CANCELLED || s.state == HR_REQ_COMPLETED;
+        hr_request_release(late[i]);
+    }
+    CHECK(ended == 8);
     hr_engine_stop(r.e);
     CHECKF(bad == 0, "threaded engine: %d of %d streams differ", bad, N);
     CHECK(rig_pool_clean(&r));

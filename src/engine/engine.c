@@ -287,7 +287,9 @@ static void observe_completion(hr_engine *e, int n_output) {
     double now = hr_time_now();
     if (e->last_done_t > 0 && now > e->last_done_t) {
         double rate = 1.0 / (now - e->last_done_t);
+        pthread_mutex_lock(&e->mu); /* submitters read it for their retry hints */
         e->done_rate = e->done_rate > 0 ? 0.9 * e->done_rate + 0.1 * rate : rate;
+        pthread_mutex_unlock(&e->mu);
     }
     e->last_done_t = now;
     if (n < 8) return; /* too few to predict from: admission claims max_tokens meanwhile */
