@@ -1,10 +1,9 @@
-/* kernels_avx2.c: AVX2 + FMA + F16C kernels for q8_0 and q4_0 weights (against q8_0 activations)
- * and the q8_0 activation quantizer (float weights: kernels_float_avx2.c).
+/* kernels_avx2.c: AVX2 + FMA + F16C kernels for q8_0 weights (against q8_0 activations) and the
+ * q8_0 activation quantizer (q4_0: kernels_q4_avx2.c; float weights: kernels_float_avx2.c).
  *
  * Reduction order (what makes results batch-invariant): each dot keeps one 8-lane f32 accumulator
  * per (weight row, activation row) pair, adds blocks in increasing order, and finishes with
- * hsum8(). The tiles below do exactly this per pair; they only share the loads and the nibble
- * unpacking between pairs. */
+ * hsum8(). The tiles below do exactly this per pair; they only share the loads between pairs. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -65,103 +64,75 @@ void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k) {
     }
 }
 
-/* ---- q8_0 and q4_0 weights against q8_0 activations ----
+/* ---- q8_0 weights against q8_0 activations ----
  *
  * Per (weight row, activation row) pair and block, the integer part is eight int32 lanes, lane l
- * holding the exact sum of x * y over elements 4l..4l+3 of the block, computed one of two ways:
- *   signed:   madd(maddubs(|x|, sign(y, x)), 1)                   (q8_0; q4_0 in batch tiles)
- *   offset:   madd(maddubs(u, y), 1) - 8 * madd(maddubs(1, y), 1)  (q4_0 decode; u = x + 8 >= 0)
- * Both are exact (no int16 saturation: |x| <= 127 and u <= 15 against |y| <= 127), so the lanes do
- * not depend on which was used. The offset form costs 3 operations per pair plus 3 per activation
- * block (shared by the 4 rows of a decode tile); the signed one 3 per pair plus 2 per weight block
- * (shared by the 4 tokens of a batch tile). The float part is then one fixed sequence per pair:
+ * the exact sum of x * y over elements 4l..4l+3: madd(maddubs(|x|, sign(y, x)), 1) (no int16
+ * saturation: |x|, |y| <= 127). The float part is one fixed sequence per pair:
  *     acc = fma(set1(dx) * set1(dy), cvt(lanes), acc)     blocks in order;  result = hsum8(acc) */
-
-static inline __m256i ones16(void) { return _mm256_set1_epi16(1); }
 
 /* An activation block as every row of a tile uses it. */
 typedef struct ablk {
-    __m256i q;  /* the 32 signed bytes */
-    __m256i y8; /* q4_0 only: 8 * (sum of each group of 4 bytes), int32 lanes */
-    __m256 d;   /* scale, broadcast */
+    __m256i q; /* the 32 signed bytes */
+    __m256 d;  /* scale, broadcast */
 } ablk;
 
-static inline __attribute__((always_inline)) ablk load_ablk(const char *a, int64_t ib, const int q4) {
+static inline __attribute__((always_inline)) ablk load_ablk(const char *a, int64_t ib) {
     const hr_block_q8_0 *b = (const hr_block_q8_0 *)a + ib;
     ablk y;
     y.q = _mm256_loadu_si256((const __m256i *)b->qs);
     y.d = _mm256_set1_ps(f16_to_f32(b->d));
-    if (q4 == 1)
-        y.y8 = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y.q), ones16()), 3);
-    else
-        y.y8 = _mm256_setzero_si256();
     return y;
 }
 
-/* A weight block as every token of a tile uses it: q4_0 keeps its nibbles unsigned (0..15), q8_0
- * keeps its bytes and their absolute values. */
+/* A weight block as every token of a tile uses it: its bytes and their absolute values. */
 typedef struct wblk {
     __m256i q, a;
     __m256 d;
 } wblk;
 
-/* `q4` 1: q4_0 in the offset form, 2: q4_0 signed, 0: q8_0 */
-static inline __attribute__((always_inline)) wblk load_wblk(const char *row, int64_t ib, const int q4) {
+static inline __attribute__((always_inline)) wblk load_wblk(const char *row, int64_t ib) {
+    const hr_block_q8_0 *b = (const hr_block_q8_0 *)row + ib;
     wblk x;
-    if (q4) {
-        const hr_block_q4_0 *b = (const hr_block_q4_0 *)row + ib;
-        const __m128i tmp = _mm_loadu_si128((const __m128i *)b->qs);
-        const __m256i bytes = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
-        x.q = _mm256_and_si256(bytes, _mm256_set1_epi8(0x0F));
-        if (q4 == 2) x.q = _mm256_sub_epi8(x.q, _mm256_set1_epi8(8));
-        x.a = q4 == 2 ? _mm256_sign_epi8(x.q, x.q) : x.q;
-        x.d = _mm256_set1_ps(f16_to_f32(b->d));
-    } else {
-        const hr_block_q8_0 *b = (const hr_block_q8_0 *)row + ib;
-        x.q = _mm256_loadu_si256((const __m256i *)b->qs);
-        x.a = _mm256_sign_epi8(x.q, x.q);
-        x.d = _mm256_set1_ps(f16_to_f32(b->d));
-    }
+    x.q = _mm256_loadu_si256((const __m256i *)b->qs);
+    x.a = _mm256_sign_epi8(x.q, x.q);
+    x.d = _mm256_set1_ps(f16_to_f32(b->d));
     return x;
 }
 
 /* The per-pair step every shape runs, block after block. */
-static inline __attribute__((always_inline)) __m256 step(__m256 acc, const wblk *x, const ablk *y, const int q4) {
-    __m256i s;
-    if (q4 == 1)
-        s = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(x->q, y->q), ones16()), y->y8);
-    else
-        s = _mm256_madd_epi16(_mm256_maddubs_epi16(x->a, _mm256_sign_epi8(y->q, x->q)), ones16());
+static inline __attribute__((always_inline)) __m256 step(__m256 acc, const wblk *x, const ablk *y) {
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(x->a, _mm256_sign_epi8(y->q, x->q)), _mm256_set1_epi16(1));
     return _mm256_fmadd_ps(_mm256_mul_ps(x->d, y->d), _mm256_cvtepi32_ps(s), acc);
 }
 
 /* The shapes are written out so every compiler keeps the accumulators in registers. */
 
-static inline __attribute__((always_inline)) float tile_1x1(int64_t nb, const char *w, const char *a, const int q4) {
+static inline __attribute__((always_inline)) float tile_1x1(int64_t nb, const char *w, const char *a) {
     __m256 c = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const ablk y = load_ablk(a, ib, q4);
-        const wblk x = load_wblk(w, ib, q4);
-        c = step(c, &x, &y, q4);
+        const ablk y = load_ablk(a, ib);
+        const wblk x = load_wblk(w, ib);
+        c = step(c, &x, &y);
     }
     return hsum8(c);
 }
 
 /* 4 rows x 1 token (decode): four independent chains, the activation block loaded once. */
 static inline __attribute__((always_inline)) void tile_4x1(int64_t nb, const char *w, size_t ws, const char *a,
-                                                           float *y, const int q4) {
+                                                           float *y) {
     const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const ablk v = load_ablk(a, ib, q4);
-        wblk x = load_wblk(w0, ib, q4);
-        c0 = step(c0, &x, &v, q4);
-        x = load_wblk(w1, ib, q4);
-        c1 = step(c1, &x, &v, q4);
-        x = load_wblk(w2, ib, q4);
-        c2 = step(c2, &x, &v, q4);
-        x = load_wblk(w3, ib, q4);
-        c3 = step(c3, &x, &v, q4);
+        const ablk v = load_ablk(a, ib);
+        wblk x = load_wblk(w0, ib);
+        c0 = step(c0, &x, &v);
+        x = load_wblk(w1, ib);
+        c1 = step(c1, &x, &v);
+        x = load_wblk(w2, ib);
+        c2 = step(c2, &x, &v);
+        x = load_wblk(w3, ib);
+        c3 = step(c3, &x, &v);
     }
     y[0] = hsum8(c0);
     y[1] = hsum8(c1);
@@ -171,19 +142,19 @@ static inline __attribute__((always_inline)) void tile_4x1(int64_t nb, const cha
 
 /* 1 row x 4 tokens */
 static inline __attribute__((always_inline)) void tile_1x4(int64_t nb, const char *w, const char *a, size_t as,
-                                                           float *y, size_t ys, const int q4) {
+                                                           float *y, size_t ys) {
     const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const wblk x = load_wblk(w, ib, q4);
-        ablk v = load_ablk(a0, ib, q4);
-        c0 = step(c0, &x, &v, q4);
-        v = load_ablk(a1, ib, q4);
-        c1 = step(c1, &x, &v, q4);
-        v = load_ablk(a2, ib, q4);
-        c2 = step(c2, &x, &v, q4);
-        v = load_ablk(a3, ib, q4);
-        c3 = step(c3, &x, &v, q4);
+        const wblk x = load_wblk(w, ib);
+        ablk v = load_ablk(a0, ib);
+        c0 = step(c0, &x, &v);
+        v = load_ablk(a1, ib);
+        c1 = step(c1, &x, &v);
+        v = load_ablk(a2, ib);
+        c2 = step(c2, &x, &v);
+        v = load_ablk(a3, ib);
+        c3 = step(c3, &x, &v);
     }
     y[0] = hsum8(c0);
     y[ys] = hsum8(c1);
@@ -194,24 +165,24 @@ static inline __attribute__((always_inline)) void tile_1x4(int64_t nb, const cha
 /* 2 rows x 4 tokens (the batch tile): 8 chains; each weight block unpacked once for 4 tokens, each
  * activation block loaded once for 2 rows. */
 static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const char *w, size_t ws, const char *a,
-                                                           size_t as, float *y, size_t ys, const int q4) {
+                                                           size_t as, float *y, size_t ys) {
     const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const wblk x0 = load_wblk(w, ib, q4), x1 = load_wblk(w + ws, ib, q4);
-        ablk v = load_ablk(a0, ib, q4);
-        c00 = step(c00, &x0, &v, q4);
-        c10 = step(c10, &x1, &v, q4);
-        v = load_ablk(a1, ib, q4);
-        c01 = step(c01, &x0, &v, q4);
-        c11 = step(c11, &x1, &v, q4);
-        v = load_ablk(a2, ib, q4);
-        c02 = step(c02, &x0, &v, q4);
-        c12 = step(c12, &x1, &v, q4);
-        v = load_ablk(a3, ib, q4);
-        c03 = step(c03, &x0, &v, q4);
-        c13 = step(c13, &x1, &v, q4);
+        const wblk x0 = load_wblk(w, ib), x1 = load_wblk(w + ws, ib);
+        ablk v = load_ablk(a0, ib);
+        c00 = step(c00, &x0, &v);
+        c10 = step(c10, &x1, &v);
+        v = load_ablk(a1, ib);
+        c01 = step(c01, &x0, &v);
+        c11 = step(c11, &x1, &v);
+        v = load_ablk(a2, ib);
+        c02 = step(c02, &x0, &v);
+        c12 = step(c12, &x1, &v);
+        v = load_ablk(a3, ib);
+        c03 = step(c03, &x0, &v);
+        c13 = step(c13, &x1, &v);
     }
     y[0] = hsum8(c00);
     y[1] = hsum8(c10);
@@ -223,37 +194,26 @@ static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const cha
     y[3 * ys + 1] = hsum8(c13);
 }
 
-float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a, 0); }
-float hr_avx2_dot_q4_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a, 1); }
+float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a); }
 
 /* 2 x 4 tiles, then the odd row; leftover tokens in 4 x 1 and 1 x 1. */
-static inline __attribute__((always_inline)) void tile_driver(int64_t k, const char *w, size_t ws, int nr,
-                                                              const char *a, size_t as, int nt, float *y, size_t ys,
-                                                              const int q4) {
+void hr_avx2_tile_q8_0(int64_t k, const void *wv, size_t ws, int nr, const void *av, size_t as, int nt, float *y,
+                       size_t ys) {
+    const char *w = wv, *a = av;
     const int64_t nb = k / HR_QK8_0;
     int t = 0;
     for (; t + 4 <= nt; t += 4) {
         const char *at = a + (size_t)t * as;
         float *yt = y + (size_t)t * ys;
         int r = 0;
-        for (; r + 2 <= nr; r += 2) tile_2x4(nb, w + (size_t)r * ws, ws, at, as, yt + r, ys, q4 ? 2 : 0);
-        for (; r < nr; r++) tile_1x4(nb, w + (size_t)r * ws, at, as, yt + r, ys, q4 ? 2 : 0);
+        for (; r + 2 <= nr; r += 2) tile_2x4(nb, w + (size_t)r * ws, ws, at, as, yt + r, ys);
+        for (; r < nr; r++) tile_1x4(nb, w + (size_t)r * ws, at, as, yt + r, ys);
     }
     for (; t < nt; t++) {
         const char *at = a + (size_t)t * as;
         float *yt = y + (size_t)t * ys;
         int r = 0;
-        for (; r + 4 <= nr; r += 4) tile_4x1(nb, w + (size_t)r * ws, ws, at, yt + r, q4);
-        for (; r < nr; r++) yt[r] = tile_1x1(nb, w + (size_t)r * ws, at, q4);
+        for (; r + 4 <= nr; r += 4) tile_4x1(nb, w + (size_t)r * ws, ws, at, yt + r);
+        for (; r < nr; r++) yt[r] = tile_1x1(nb, w + (size_t)r * ws, at);
     }
-}
-
-void hr_avx2_tile_q8_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
-                       float *y, size_t y_stride) {
-    tile_driver(k, w, w_stride, nr, a, a_stride, nt, y, y_stride, 0);
-}
-
-void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
-                       float *y, size_t y_stride) {
-    tile_driver(k, w, w_stride, nr, a, a_stride, nt, y, y_stride, 1);
 }
