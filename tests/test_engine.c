@@ -169,6 +169,50 @@ static void test_preemption(const hr_model *m) {
     free(q);
 }
 
+/* Adaptive admission learns completion lengths: after a wave of 8-token completions it claims
+ * prompt + 8 instead of prompt + max_tokens, so more requests run at once than under reserve, and
+ * those that outgrow the prediction are preempted without changing a token. */
+static void test_adaptive(const hr_model *m) {
+    int peak[2] = {0, 0};
+    static int32_t out_reserve[32][100];
+    for (int mode = 0; mode < 2; mode++) {
+        rig_opts o = opts(24, 32, 64, 0, mode ? HR_ADMIT_ADAPTIVE : HR_ADMIT_RESERVE);
+        rig r = rig_open(m, &o);
+        rig_req *q = malloc(sizeof *q * 32);
+        fill(q, 16, false);
+        for (int i = 0; i < 16; i++) q[i].max_tokens = 8;
+        rig_run(&r, q, 16);
+        hr_engine_stats st0;
+        hr_engine_get_stats(r.e, &st0);
+        fill(q, 32, false); /* 8-token prompts, 100-token outputs: reserve claims 7 blocks, adaptive 1 */
+        for (int i = 0; i < 32; i++) q[i].n_prompt = 8, q[i].max_tokens = 100;
+        rig_run(&r, q, 32);
+        hr_engine_stats st;
+        hr_engine_get_stats(r.e, &st);
+        int bad = 0;
+        for (int i = 0; i < 32; i++) {
+            if (!mode) memcpy(out_reserve[i], q[i].out, sizeof out_reserve[i]);
+            bad += q[i].n_out != 100 || memcmp(out_reserve[i], q[i].out, sizeof out_reserve[i]) != 0;
+        }
+        CHECKF(bad == 0, "adaptive: %d of 32 differ from reserve (which never preempts)", bad);
+        CHECK(rig_pool_clean(&r));
+        if (mode) {
+            CHECKF(st0.predicted_output == 8, "predicted %d after 16 completions of 8", st0.predicted_output);
+            CHECK(st.preemptions > 0); /* 100-token outputs outgrow the prediction of 8 */
+        } else {
+            CHECK(st.preemptions == 0);
+        }
+        peak[mode] = st.peak_running;
+        printf("%-8s: 16 x 8 tokens, then 32 x (8 + 100) in 24 blocks: prediction %d, peak %d running, %llu "
+               "preemptions, %llu recomputed tokens\n",
+               mode ? "adaptive" : "reserve", st0.predicted_output, st.peak_running, (unsigned long long)st.preemptions,
+               (unsigned long long)st.recomputed_tokens);
+        free(q);
+        rig_close(&r);
+    }
+    CHECKF(peak[1] > peak[0], "adaptive peak %d not above reserve's %d", peak[1], peak[0]);
+}
+
 /* Swap preemption (and auto): the blocks go to the tier and come back bit for bit, so the tokens are
  * the same again; auto picks swap or recompute per victim. */
 static void test_swap(const hr_model *m) {
@@ -407,6 +451,7 @@ int main(void) {
     make_reference(m);
     test_batch_invariance(m);
     test_preemption(m);
+    test_adaptive(m);
     test_swap(m);
     test_contiguous(m);
     test_refusals(m);
