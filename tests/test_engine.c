@@ -300,6 +300,40 @@ static void test_refusals(const hr_model *m) {
     rig_close(&r);
 }
 
+/* A forward pass that fails (positions past the forward context's max_ctx, injected by giving the
+ * engine a longer n_ctx) fails the requests of that batch with the reason; the engine goes on and
+ * the next request completes; the pool is clean. */
+static void test_forward_failure(const hr_model *m) {
+    rig_opts o = opts(64, 4, 128, 0, HR_ADMIT_RESERVE);
+    o.n_ctx = 256;
+    o.ctx_max = 64;
+    rig r = rig_open(m, &o);
+    hr_error err = {0};
+    int32_t longp[70];
+    for (int i = 0; i < 70; i++) longp[i] = 1 + i;
+    hr_request_params p = {.prompt = longp, .n_prompt = 70, .max_tokens = 4};
+    p.sampling = hr_sampler_default_params();
+    hr_request *a = NULL, *c = NULL;
+    CHECK(hr_engine_submit(r.e, &p, &a, &err) == HR_OK);
+    CHECK(hr_engine_run_until_idle(r.e, &err) == HR_OK);
+    hr_request_stats s;
+    hr_request_get_stats(a, &s);
+    CHECKF(s.state == HR_REQ_FAILED && s.finish == HR_FINISH_ERROR && s.error_code == HR_ERR_RANGE &&
+               strstr(s.error, "forward pass") && strstr(s.error, "context"),
+           "state %s, error '%s'", hr_request_state_name(s.state), s.error);
+    p.n_prompt = 10;
+    CHECK(hr_engine_submit(r.e, &p, &c, &err) == HR_OK);
+    CHECK(hr_engine_run_until_idle(r.e, &err) == HR_OK);
+    hr_request_get_stats(c, &s);
+    CHECK(s.state == HR_REQ_COMPLETED && s.n_output == 4);
+    hr_engine_stats st;
+    hr_engine_get_stats(r.e, &st);
+    CHECK(st.failed == 1 && st.completed == 1 && rig_pool_clean(&r));
+    hr_request_release(a);
+    hr_request_release(c);
+    rig_close(&r);
+}
+
 /* One sequence at a time: a high-priority request submitted last runs before the earlier low ones,
  * and equal priorities run in arrival order. */
 static void test_priorities(const hr_model *m) {
@@ -456,6 +490,7 @@ int main(void) {
     test_contiguous(m);
     test_refusals(m);
     test_priorities(m);
+    test_forward_failure(m);
     test_random_cancel(m);
     test_thread(m);
     hr_model_destroy(m);

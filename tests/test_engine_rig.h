@@ -32,6 +32,7 @@ typedef struct rig_opts {
     hr_kv_format fmt;
     const hr_tokenizer *tok;
     int swap_blocks; /* > 0: a swap tier of this many blocks */
+    int ctx_max;     /* > 0: the forward context's max_ctx (below n_ctx: forward failures on demand) */
     hr_preempt_mode preempt;
 } rig_opts;
 
@@ -48,7 +49,8 @@ static rig rig_open(const hr_model *m, const rig_opts *o) {
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * (uint64_t)o->n_blocks;
     hr_error err = {0};
     int n_ctx = o->n_ctx ? o->n_ctx : hp->n_ctx_train;
-    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = o->max_batch, .max_ctx = n_ctx};
+    hr_model_ctx_params mp = {
+        .n_threads = 2, .max_batch_tokens = o->max_batch, .max_ctx = o->ctx_max ? o->ctx_max : n_ctx};
     hr_engine_params ep = {.model = m,
                            .tok = o->tok,
                            .n_ctx = n_ctx,
