@@ -1,12 +1,15 @@
 /* test_kv_formats.c: attention through every KV format against a float64 attention computed here,
  * at head_dim 8, 64, 80, 128, GQA ratios 1, 2, 4, 8 and context lengths 1, 15, 16, 17, 100, 1000,
  * with a stated tolerance per format; and the AVX2 kernels against the scalar reference (1e-5
- * relative). Keys carry outlier channels (a few channels with a large fixed offset, a few with a wider
- * spread), as real keys do: that is what per-channel key quantization is for. Tokens are written one at a time and
- * attention runs when the context reaches each length, as in decoding. */
+ * relative; the q4/kivi2 encoders bit for bit). Keys carry outlier channels (a few channels with a
+ * large fixed offset, a few with a wider spread), as real keys do: that is what per-channel key
+ * quantization is for. Tokens are written one at a time and attention runs when the context reaches
+ * each length, as in decoding. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "harness.h"
@@ -257,6 +260,58 @@ static void test_stage_limit(void) {
     hr_kv_pool_destroy(p);
 }
 
+/* The AVX2 encoders of q4/kivi2 (the error-minimizing fit on eight groups at once) must store the
+ * scalar encoder's bytes exactly, at every head_dim (whole 16-byte code chunks or not). The bytes are
+ * read back through the swap tier, which copies blocks verbatim to a file. */
+static void test_encoder_bytes(hr_kv_format f, int D, hr_rng *rng) {
+    enum { N = 48 };
+    static float k[N][HKV * DMAX], v[N][HKV * DMAX];
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < HKV * D; i++) {
+            k[t][i] = hr_rng_normal(rng) * (i % 5 == 1 ? 3.0f : 1.0f) + (i % 11 == 4 ? 4.0f : 0.0f);
+            v[t][i] = hr_rng_normal(rng);
+        }
+    char path[2][64];
+    for (int scalar = 0; scalar < 2; scalar++) {
+        hr_kv_config c = {.n_layers = 2,
+                          .n_kv_heads = HKV,
+                          .head_dim = D,
+                          .block_size = 16,
+                          .k_format = f,
+                          .v_format = f,
+                          .max_seqs = 1,
+                          .force_scalar = scalar == 1,
+                          .stage_blocks = N / 16};
+        c.budget_bytes = hr_kv_block_bytes(&c) * 4 + hr_kv_fixed_bytes(&c);
+        hr_kv_pool *p = NULL;
+        hr_kv_swap *sw = NULL;
+        hr_error err = {0};
+        hr_kv_seq s;
+        snprintf(path[scalar], sizeof path[scalar], "/tmp/test_kv_formats_%d_%d.swap", (int)getpid(), scalar);
+        hr_kv_swap_config sc = {.path = path[scalar], .budget_bytes = hr_kv_block_bytes(&c) * 8};
+        CHECK(hr_kv_pool_create(&c, &p, &err) == HR_OK && hr_kv_seq_create(p, &s, &err) == HR_OK);
+        CHECK(hr_kv_swap_create(p, &sc, &sw, &err) == HR_OK);
+        CHECK(hr_kv_seq_reserve(p, s, N, &err) == HR_OK);
+        int32_t tok[N] = {0};
+        for (int t = 0; t < N; t++)
+            for (int l = 0; l < 2; l++) hr_kv_write(p, l, s, t, k[t], v[t]);
+        hr_kv_seq_commit(p, s, tok, N);
+        CHECKF(hr_kv_seq_swap_out(p, sw, s, &err) == HR_OK, "%s", err.msg);
+        FILE *fp = fopen(path[scalar], "rb");
+        static unsigned char buf[2][1 << 20];
+        size_t got = fp ? fread(buf[scalar], 1, sizeof buf[scalar], fp) : 0;
+        if (fp) fclose(fp);
+        CHECK(got > 0);
+        if (scalar == 1) {
+            CHECKF(memcmp(buf[0], buf[1], got) == 0, "%s D=%d: AVX2 and scalar encoders store different bytes",
+                   hr_kv_format_name(f), D);
+        }
+        hr_kv_seq_free(p, s);
+        hr_kv_swap_destroy(sw);
+        hr_kv_pool_destroy(p);
+    }
+}
+
 int main(void) {
     hr_rng rng;
     hr_rng_seed(&rng, 2026);
@@ -270,6 +325,11 @@ int main(void) {
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
         run_case(64, (hr_kv_format)f, (hr_kv_format)((f + 3) % HR_KV_FORMAT_COUNT), &rng);
         run_case(8, (hr_kv_format)f, (hr_kv_format)((f + 1) % HR_KV_FORMAT_COUNT), &rng);
+    }
+    static const int enc_dims[] = {8, 16, 40, 64, 80, 128};
+    for (int i = 0; i < 6; i++) {
+        test_encoder_bytes(HR_KV_Q4, enc_dims[i], &rng);
+        test_encoder_bytes(HR_KV_KIVI2, enc_dims[i], &rng);
     }
     printf("worst max-abs error vs float64 (K = V format):");
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) printf(" %s %.2g", hr_kv_format_name(f), worst_err[f][f]);
