@@ -193,6 +193,39 @@ static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, 
     }
 }
 
+/* Encoder: format.c's enc_q8 with the same operations per element (max |x|, the f16 scale, one
+ * reciprocal, round to nearest even, saturate), so the same bytes. */
+static inline float hmax8(__m256 v) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+static inline void store_i32x8_as_i8(int8_t *dst, __m256i v) {
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64((__m128i *)dst, _mm_packs_epi16(w, w));
+}
+static void enc_q8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    int D = f->D, G = f->G, ng = D / G;
+    int8_t *qs = (int8_t *)head + (size_t)t * D;
+    uint16_t *sc = (uint16_t *)(head + f->scale_off) + (size_t)t * ng;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int g = 0; g < ng; g++) {
+        const float *xg = x + g * G;
+        __m256 vmax = _mm256_setzero_ps();
+        for (int c = 0; c < G; c += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(xg + c), absmask));
+        uint16_t s16 = kv_f32_to_f16(hmax8(vmax) / 127.0f);
+        float s = _cvtsh_ss(s16);
+        __m256 inv = _mm256_set1_ps(s > 0.0f ? 1.0f / s : 0.0f);
+        for (int c = 0; c < G; c += 8) {
+            __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + c), inv));
+            r = _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
+            store_i32x8_as_i8(qs + g * G + c, r);
+        }
+        sc[g] = s16;
+    }
+}
+
 /* ---- FP8 e4m3: magnitude bits moved to f32 bit 20 and scaled by 2^120 (exact, see kv_internal.h) -- */
 
 static inline __m256 load_e4m3x8(const uint8_t *p) {
@@ -304,6 +337,38 @@ static void acc_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float 
         }
         for (int i = 0; i < 2 * w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
     }
+}
+
+/* Encoder: format.c's enc_fp8 and kv_f32_to_e4m3 per element: round to nearest even on the bits
+ * (normals: 3 mantissa bits kept, the carry moves into the exponent; subnormals: steps of 2^-9),
+ * saturating at 448. Same bytes as the reference for finite input. */
+static void enc_fp8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    int D = f->D;
+    uint8_t *qs = head + (size_t)t * D;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 vmax = _mm256_setzero_ps();
+    for (int c = 0; c < D; c += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + c), absmask));
+    float s = hmax8(vmax) / 448.0f;
+    __m256 inv = _mm256_set1_ps(s > 0.0f ? 1.0f / s : 0.0f);
+    for (int c = 0; c < D; c += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + c), inv);
+        __m256i u = _mm256_castps_si256(v);
+        __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
+        __m256 a = _mm256_and_ps(v, absmask);
+        __m256i ua = _mm256_castps_si256(a);
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(ua, 20), _mm256_set1_epi32(1));
+        __m256i nrm = _mm256_sub_epi32(
+            _mm256_srli_epi32(_mm256_add_epi32(ua, _mm256_add_epi32(_mm256_set1_epi32(0x7ffff), odd)), 20),
+            _mm256_set1_epi32(120 << 3));
+        __m256i sub = _mm256_cvtps_epi32(_mm256_mul_ps(a, _mm256_set1_ps(512.0f)));
+        __m256i code = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(nrm), _mm256_castsi256_ps(sub),
+                                                            _mm256_cmp_ps(a, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ)));
+        code = _mm256_min_epi32(code, _mm256_set1_epi32(0x7e));
+        code = _mm256_or_si256(code, sign);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+        _mm_storel_epi64((__m128i *)(qs + c), _mm_packus_epi16(w, w));
+    }
+    memcpy(head + f->scale_off + (size_t)t * 4, &s, 4);
 }
 
 /* ---- Q4 / KIVI2 ------------------------------------------------------------------------------------
@@ -643,10 +708,12 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
     case HR_KV_F16: ops->dot = dot_f16, ops->accum = acc_f16; break;
     case HR_KV_BF16: ops->dot = dot_bf16, ops->accum = acc_bf16; break;
     case HR_KV_Q8:
+        ops->enc_token = enc_q8;
         ops->accum = acc_q8;
         if (f->G % 16 == 0 && f->D <= KV_QMAX_D) ops->dot = dot_q8;
         break;
     case HR_KV_FP8:
+        ops->enc_token = enc_fp8;
         if (f->D % 16 == 0)
             ops->dot = dot_fp8_16, ops->accum = acc_fp8_16;
         else
