@@ -1,6 +1,8 @@
 /* test_matmul.c: hr_matmul against the scalar reference, and its batch-invariance promise: every
- * element's bits are the same for T = 1 as inside a batch of 70 (with any other rows) and for 1, 2
- * or 3 threads, for every type and every ISA this CPU has. */
+ * element's bits are the same for T = 1 as inside a batch of 70 (with any other rows), as in batches
+ * of 2, 3, 5, 16 and 17 tokens (every tile shape and leftover), for 1, 2 or 3 threads, and for a
+ * matrix of only its first 37 or 5 rows (rows not a multiple of any tile height, other chunking),
+ * for every type and every ISA this CPU has. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,20 @@ static void check_type(const hr_kernels *kern, hr_dtype wt, int64_t k, hr_rng *r
     hr_matmul(r2.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb);
     hr_matmul(r3.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb3);
     CHECKF(!memcmp(Yb, Yb3, sizeof(float) * T_BATCH * N_ROWS), "%s/%s: 2 vs 3 threads differ", kern->isa, info->name);
+
+    /* the first T tokens as a batch of their own, against the first n rows only */
+    static const int small_T[] = {2, 3, 5, 16, 17};
+    static const int sub_rows[] = {37, 5, N_ROWS};
+    int bad_small = 0;
+    for (size_t i = 0; i < HR_ARRAY_LEN(small_T); i++)
+        for (size_t j = 0; j < HR_ARRAY_LEN(sub_rows); j++) {
+            const int T = small_T[i], n = sub_rows[j];
+            hr_matmul(r2.mm, W, wt, n, k, X, T, Yo);
+            for (int t = 0; t < T; t++)
+                bad_small += memcmp(Yo + t * n, Yb + t * N_ROWS, sizeof(float) * (size_t)n) != 0;
+        }
+    CHECKF(bad_small == 0, "%s/%s k=%lld: %d token rows differ in small batches or sub-matrices", kern->isa, info->name,
+           (long long)k, bad_small);
 
     /* token t alone (1 thread) and token t at position (t * 7) % T of another batch */
     int bad_single = 0, bad_other = 0, bad_ref = 0;

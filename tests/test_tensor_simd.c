@@ -2,7 +2,8 @@
  *   float weights (f32/f16/bf16 . f32): |got - ref| <= 1e-5 * sum|w*x| at k = 1..4128, odd sizes too
  *   quantized (q8_0/q4_0 . q8_0, K-quants . q8_K): the activation quantizer writes the reference's
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
- *   tiles: every element bit-identical to the table's own vec_dot
+ *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
+ *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
  * and f32 -> f16 against the CPU's F16C instruction on random bit patterns. */
 #include <immintrin.h>
 #include <math.h>
@@ -52,7 +53,8 @@ static void check_kernels(const hr_kernels *kern, hr_rng *rng) {
     static const int64_t float_ks[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 65, 96, 100, 4096, 4128};
     static const int64_t q_ks[] = {32, 64, 96, 4096, 4128};
     static const int64_t k_ks[] = {256, 512, 4096};
-    enum { NR = 5, NT = 7 };
+    enum { NR = 9, NT = 17 };
+    static const int shapes[][2] = {{1, 1}, {4, 1}, {5, 1}, {1, 4}, {2, 4}, {3, 5}, {5, 7}, {8, 16}, {NR, NT}};
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
         const hr_dtype t = types[ti];
         const hr_dtype_info *info = hr_dtype_get_info(t);
@@ -81,12 +83,19 @@ static void check_kernels(const hr_kernels *kern, hr_rng *rng) {
                 hr_quantize_row_ref(info->vec_dot_type, x + a * k, Aref + a * arow, k);
                 bad_q += memcmp(A + a * arow, Aref + a * arow, arow) != 0;
             }
-            float y[NR * NT];
-            tk->vec_dot_tile(k, W, wrow, NR, A, arow, NT, y, NR);
+            float y[NR * NT], dots[NR * NT];
+            for (int a = 0; a < NT; a++)
+                for (int r = 0; r < NR; r++) dots[a * NR + r] = tk->vec_dot(k, W + r * wrow, A + a * arow);
+            for (size_t si = 0; si < HR_ARRAY_LEN(shapes); si++) {
+                const int nr = shapes[si][0], nt = shapes[si][1];
+                tk->vec_dot_tile(k, W, wrow, nr, A, arow, nt, y, NR);
+                for (int a = 0; a < nt; a++)
+                    for (int r = 0; r < nr; r++)
+                        bad_tile += memcmp(&dots[a * NR + r], &y[a * NR + r], sizeof y[0]) != 0;
+            }
             for (int a = 0; a < NT; a++) {
                 for (int r = 0; r < NR; r++) {
-                    const float got = tk->vec_dot(k, W + r * wrow, A + a * arow);
-                    bad_tile += memcmp(&got, &y[a * NR + r], sizeof got) != 0;
+                    const float got = dots[a * NR + r];
                     double mag;
                     const double want = exact_q_dot(t, k, W + r * wrow, A + a * arow, &mag);
                     const double tol = info->block_elems == 1 ? 1e-5 : 1e-6;
