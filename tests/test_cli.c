@@ -48,7 +48,7 @@ static void write_file(const char *path, const void *data, size_t n) {
 
 int main(void) {
     const char *dir = hr_test_tmpdir();
-    char args[8192], path[4200], path2[4200];
+    char args[16384], path[4200], path2[4200];
 
     /* bad files */
     expect_failure("run -m /nonexistent/model.gguf -p hi", "/nonexistent/model.gguf");
@@ -97,6 +97,31 @@ int main(void) {
     CHECK(j && json_array_size(json_object_get(j, "completion_token_ids")) == 5);
     CHECK(j && json_integer_value(json_object_get(j, "kv_bytes")) > 0);
     json_decref(j);
+    /* chat mode: the prompt is rendered with the template (ChatML here) and tokenized with special
+     * tokens parsed, so its token count equals that of the rendered text */
+    char qwen[4200];
+    snprintf(qwen, sizeof qwen, "%s/qwen2-tiny.gguf", dir);
+    snprintf(args, sizeof args, "synth --shape qwen2-tiny --type f32 -o %s", qwen);
+    CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
+    snprintf(args, sizeof args,
+             "run -m %s --chat-template chatml --system 'Be brief.' -p 'Hi there' -n 1 --temp 0 --json --ignore-eos",
+             qwen);
+    j = run_json(args);
+    long chat_tokens = j ? (long)json_integer_value(json_object_get(j, "prompt_tokens")) : -1;
+    json_decref(j);
+    static const char rendered[] = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                                   "<|im_start|>assistant\n";
+    snprintf(path2, sizeof path2, "%s/chat.txt", dir);
+    write_file(path2, rendered, sizeof rendered - 1);
+    snprintf(args, sizeof args, "tokenize -m %s --count --no-bos --parse-special -f %s", qwen, path2);
+    char *count = NULL;
+    CHECK(hr_test_run_cli(args, &count, NULL) == 0);
+    CHECKF(count && chat_tokens == atol(count), "chat prompt has %ld tokens, the rendered text %s", chat_tokens,
+           count ? count : "?");
+    free(count);
+    snprintf(args, sizeof args, "run -m %s --chat-template bogus -p hi", qwen);
+    expect_failure(args, "chatml");
+
     /* the demo model: no -m */
     j = run_json("run -p hello -n 3 --json --ignore-eos --seed 3");
     CHECK(j && json_integer_value(json_object_get(j, "completion_tokens")) == 3);

@@ -23,6 +23,12 @@ static void usage(FILE *f) {
             "  -p, --prompt TEXT      a prompt (repeatable: all run concurrently)\n"
             "      --prompts FILE     more prompts, one per line (blank lines skipped)\n"
             "      --no-bos           do not prepend the BOS token\n"
+            "      --chat             treat each prompt as a user message and render it with the model's chat\n"
+            "                         template (tokenizer.chat_template; an unrecognized one warns and falls\n"
+            "                         back to chatml)\n"
+            "      --system TEXT      a system message before the user's (implies --chat)\n"
+            "      --chat-template NAME  use this template family instead of the model's (implies --chat):\n"
+            "                         chatml, llama2, llama3, mistral, mistral-v1, phi3, gemma, zephyr, deepseek\n"
             "generation:\n"
             "  -n, --n-predict N      tokens to generate (default 128)\n"
             "      --temp T           temperature, 0 = greedy (default 0.8)\n"
@@ -170,6 +176,14 @@ int hr_cmd_run(int argc, char **argv) {
             o.no_bos = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             o.ignore_eos = true;
+        } else if (!strcmp(a, "--chat")) {
+            o.chat = true;
+        } else if (!strcmp(a, "--system")) {
+            if (!(o.system = hr_arg_value("run", argc, argv, &i))) goto out;
+            o.chat = true;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!(o.chat_template = hr_arg_value("run", argc, argv, &i))) goto out;
+            o.chat = true;
         } else if (hr_session_parse_common(&o, "run", argc, argv, &i, &v)) {
             if (!v) goto out; /* the parser printed the problem */
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
@@ -208,6 +222,7 @@ int hr_cmd_run(int argc, char **argv) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
         goto out;
     }
+    if (hr_session_warning(s)[0]) fprintf(stderr, "headroom run: warning: %s\n", hr_session_warning(s));
     if (!o.model_path && !json)
         fprintf(stderr,
                 "headroom: no -m given: using the built-in demo model (tiny, random weights: its text is noise)\n");

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "common/util.h"
 #include "model/synth.h"
+#include "tokenizer/chat.h"
 
 struct hr_session {
     hr_session_opts o;
@@ -19,6 +20,8 @@ struct hr_session {
     hr_model_ctx *ctx;
     hr_engine *engine;
     int n_ctx;
+    hr_chat_template chat_tpl; /* chat mode: the template prompts are rendered with */
+    char warning[256];         /* a startup warning for the CLI to print ("" when none) */
 };
 
 hr_session_opts hr_session_default_opts(void) {
@@ -171,6 +174,16 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
     hr_status st = o->model_path ? hr_model_load(o->model_path, &s->model, err) : load_demo(s, err);
     if (st) goto fail;
     if ((st = hr_tokenizer_load(hr_model_gguf(s->model), &s->tok, err))) goto fail;
+    if (o->chat_template) {
+        s->chat_tpl = hr_chat_template_by_name(o->chat_template);
+        if (s->chat_tpl == HR_CHAT_UNKNOWN) {
+            st = hr_error_set(err, HR_ERR_INVALID_ARG, "unknown --chat-template '%s' (known: %s)", o->chat_template,
+                              hr_chat_template_names());
+            goto fail;
+        }
+    } else if (o->chat) {
+        s->chat_tpl = hr_chat_template_from_gguf(hr_model_gguf(s->model), s->warning, sizeof s->warning);
+    }
     const hr_hparams *hp = hr_model_hparams(s->model);
     if (hr_tokenizer_n_vocab(s->tok) > hp->n_vocab) {
         st = hr_error_set(err, HR_ERR_FORMAT, "the vocabulary has %d tokens but the model's embedding has %d rows",
@@ -232,18 +245,40 @@ hr_kv_pool *hr_session_kv(hr_session *s) { return s->kv; }
 hr_model_ctx *hr_session_ctx(hr_session *s) { return s->ctx; }
 hr_engine *hr_session_engine(hr_session *s) { return s->engine; }
 const hr_session_opts *hr_session_options(const hr_session *s) { return &s->o; }
+const char *hr_session_warning(const hr_session *s) { return s->warning; }
 
 /* ---- generation through the engine --------------------------------------------------------------- */
 
-/* Tokenizes prompt into g->prompt_ids. */
+/* Renders a chat prompt (optional system message, then the user's) with the session's template. The
+ * template writes BOS text itself, so the result is tokenized with special tokens parsed and no BOS
+ * added. */
+static hr_status render_chat(hr_session *s, const char *user, char **out, hr_error *err) {
+    hr_chat_msg msgs[2];
+    size_t n = 0;
+    if (s->o.system) msgs[n++] = (hr_chat_msg){.role = "system", .content = s->o.system};
+    msgs[n++] = (hr_chat_msg){.role = "user", .content = user};
+    int32_t bos = hr_tokenizer_bos(s->tok), eos = hr_tokenizer_eos(s->tok);
+    return hr_chat_render(s->chat_tpl, msgs, n, true, bos >= 0 ? hr_tokenizer_piece(s->tok, bos) : NULL,
+                          eos >= 0 ? hr_tokenizer_piece(s->tok, eos) : NULL, out, err);
+}
+
+/* Tokenizes prompt into g->prompt_ids (rendered as a chat turn first in chat mode). */
 static hr_status tokenize(hr_session *s, const char *prompt, hr_generation *g, hr_error *err) {
     hr_tokenize_opts to = {.add_bos = !s->o.no_bos && hr_tokenizer_add_bos_default(s->tok)};
+    char *rendered = NULL;
+    if (s->o.chat) {
+        hr_status st = render_chat(s, prompt, &rendered, err);
+        if (st) return st;
+        prompt = rendered;
+        to = (hr_tokenize_opts){.add_bos = false, .parse_special = true};
+    }
     size_t n = 0, len = strlen(prompt);
     hr_status st = hr_tokenizer_encode(s->tok, prompt, len, &to, NULL, 0, &n, err);
+    g->prompt_ids = st ? NULL : malloc(sizeof(int32_t) * (n + 1));
+    if (!st && !g->prompt_ids) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    if (!st) st = hr_tokenizer_encode(s->tok, prompt, len, &to, g->prompt_ids, n, &n, err);
+    free(rendered);
     if (st) return st;
-    g->prompt_ids = malloc(sizeof(int32_t) * (n + 1));
-    if (!g->prompt_ids) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-    if ((st = hr_tokenizer_encode(s->tok, prompt, len, &to, g->prompt_ids, n, &n, err))) return st;
     g->n_prompt = (int)n;
     if (g->n_prompt == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty after tokenization");
     if (g->n_prompt >= s->n_ctx)

@@ -39,7 +39,10 @@ typedef struct hr_session_opts {
     bool no_bos, ignore_eos;
     const char *stop[HR_SESSION_MAX_STOP];
     int n_stop;
-    int n_prompts_hint; /* prompts this run will submit: sizes the default budget */
+    int n_prompts_hint;        /* prompts this run will submit: sizes the default budget */
+    bool chat;                 /* each prompt is a user message rendered with the chat template */
+    const char *system;        /* --system: a system message before it (chat mode) */
+    const char *chat_template; /* --chat-template NAME: overrides the model's template */
 } hr_session_opts;
 
 hr_session_opts hr_session_default_opts(void);
@@ -59,6 +62,8 @@ hr_kv_pool *hr_session_kv(hr_session *s);
 hr_model_ctx *hr_session_ctx(hr_session *s);
 hr_engine *hr_session_engine(hr_session *s);
 const hr_session_opts *hr_session_options(const hr_session *s);
+/* A startup warning for the user (e.g. an unrecognized chat template and the fallback used), or "". */
+const char *hr_session_warning(const hr_session *s);
 
 typedef struct hr_generation {
     hr_status status; /* HR_OK, or why this prompt was refused or failed (error holds the message) */
