@@ -286,7 +286,7 @@ static void test_encoder_bytes(hr_kv_format f, int D, hr_rng *rng) {
         hr_kv_pool *p = NULL;
         hr_kv_swap *sw = NULL;
         hr_error err = {0};
-        hr_kv_seq s;
+        hr_kv_seq s = 0;
         snprintf(path[scalar], sizeof path[scalar], "/tmp/test_kv_formats_%d_%d.swap", (int)getpid(), scalar);
         hr_kv_swap_config sc = {.path = path[scalar], .budget_bytes = hr_kv_block_bytes(&c) * 8};
         CHECK(hr_kv_pool_create(&c, &p, &err) == HR_OK && hr_kv_seq_create(p, &s, &err) == HR_OK);
