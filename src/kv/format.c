@@ -2,8 +2,10 @@
  * kernels (encode, fused dequantize-and-dot for q.K, fused weighted accumulate for P.V).
  *
  * The scalar kernels are the definition of correct; format_avx2.c must agree with them to 1e-5
- * relative. Quantized blocks are never expanded: a dot reads codes and scales and multiplies as it
- * goes; the only temporary is one head-row (D floats) for the per-channel formats (q[c] * scale[c]).
+ * relative, and its encoders must store the same bytes. Quantized blocks are never expanded: a dot
+ * reads codes and scales and multiplies as it goes; the only temporary is one head-row (D floats):
+ * for q8, q4 and kivi2 the query (times the per-channel K scales for q4/kivi2) rounded to int16 once
+ * per block, so that every token's dot is an exact integer sum, identical in every kernel.
  *
  * Head-region layouts (B tokens, D = head_dim, G = group):
  *   F32   : f32 [B][D]
@@ -14,7 +16,7 @@
  *   Q4  K : f16 scale [D], f16 min [D], then u4 [B][D/2]    (per channel over the block, like KIVI)
  *   Q4  V : u4 [B][D/2], then f16 (scale, min) [B][D/G]     (per token, asymmetric, G <= 32)
  *   KIVI2 K: f16 scale [D], f16 min [D], then u2 [B][D/4]   (per channel over the block)
- *   KIVI2 V: u2 [B][D/4], then f16 (scale, min) [B][D/G]    (per token, asymmetric, G <= 16)
+ *   KIVI2 V: u2 [B][D/4], then f16 (scale, min) [B][D/G]    (per token, asymmetric, G <= 32)
  * Packed codes (per = 8/bits codes a byte): a token row is cut into chunks of 16 bytes (32 channels
  * at 4 bits, 64 at 2; the last chunk may be narrower); in a chunk of w channels, byte k holds
  * channels k, k + w/per, ... at bits 0, bits, ... (kv_code_byte). One 16-byte load then unpacks into

@@ -1,6 +1,11 @@
 /* format_avx2.c: AVX2/FMA/F16C versions of the format kernels in format.c (same contracts; agree
- * with the scalar reference to 1e-5 relative). Compiled with -mavx2 -mfma -mf16c; called only when
- * the pool found those features at create. */
+ * with the scalar reference to 1e-5 relative; encoders store the reference's bytes exactly).
+ * Compiled with -mavx2 -mfma -mf16c; called only when the pool found those features at create.
+ *
+ * q.K for q8/q4/kivi2 is integer (vpmaddwd of the int16 query row with codes zero- or sign-extended
+ * to 16 bits), exact and so identical to the reference's sums whatever the grouping of tokens; P.V
+ * stays in f32 FMAs with one weight per token and group. Shapes without a fast path (head_dim not a
+ * multiple of the code chunk, or above KV_QMAX_D) keep the reference kernel for that entry. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
