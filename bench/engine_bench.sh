@@ -8,23 +8,21 @@
 #       prompts x 4 configurations x 3 repeats);
 #   (c) a burst of 10x the concurrency the budget holds: completed or refused with a reason, none
 #       lost, max RSS under /usr/bin/time -v.
-# usage: bench/engine_bench.sh [a|b|c|all]   (env: BUILD=build-eng REPEATS=3 NGEN=12 MODEL=/tmp/tl-q8.gguf)
+# usage: bench/engine_bench.sh [a|b|c|all]   (env: BUILD=build REPEATS=3 NGEN=12 MODEL=/tmp/tl-q8.gguf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-eng}
+BUILD=${BUILD:-build}
 REPEATS=${REPEATS:-3}
 NGEN=${NGEN:-12}
 MODEL=${MODEL:-/tmp/tl-q8.gguf}
 WHAT=${1:-all}
 HR=$BUILD/headroom
-[ -x "$HR" ] || { echo "build first: cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release && cmake --build $BUILD -j2" >&2; exit 1; }
+[ -x "$HR" ] || { echo "build first: make build" >&2; exit 1; }
 
-# The C bench is not a CMake target yet: link it against the build's static libraries.
+# The C bench is CMake's bench_engine_bench target (every bench/<name>.c builds as bench_<name>).
 build_c_bench() {
-    cmake --build "$BUILD" -j2 >/dev/null # the libraries must match today's headers
-    cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -Isrc bench/engine_bench.c \
-        -L"$BUILD" -lhr_engine -lhr_model -lhr_tokenizer -lhr_sampler -lhr_kv -lhr_backend_cpu -lhr_gguf \
-        -lhr_tensor -lhr_common $(pkg-config --libs libpcre2-8) -lm -lpthread -o "$BUILD/engine_bench"
+    cmake --build "$BUILD" -j2 --target bench_engine_bench >/dev/null
+    ln -sf bench_engine_bench "$BUILD/engine_bench"
 }
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
