@@ -36,7 +36,7 @@ typedef struct rig_opts {
     hr_preempt_mode preempt;
 } rig_opts;
 
-static rig rig_open(const hr_model *m, const rig_opts *o) {
+static inline rig rig_open(const hr_model *m, const rig_opts *o) {
     rig r = {0};
     const hr_hparams *hp = hr_model_hparams(m);
     hr_kv_config kc = {.n_layers = hp->n_layer,
@@ -82,7 +82,7 @@ static rig rig_open(const hr_model *m, const rig_opts *o) {
     return r;
 }
 
-static void rig_close(rig *r) {
+static inline void rig_close(rig *r) {
     hr_engine_destroy(r->e);
     hr_kv_swap_destroy(r->swap);
     hr_model_ctx_destroy(r->ctx);
@@ -90,7 +90,7 @@ static void rig_close(rig *r) {
 }
 
 /* The pool holds no used block and passes its own check: every block is free or cached. */
-static bool rig_pool_clean(const rig *r) {
+static inline bool rig_pool_clean(const rig *r) {
     hr_kv_pool_ledger l;
     hr_kv_pool_get_ledger(r->kv, &l);
     hr_error err = {0};
@@ -111,7 +111,7 @@ typedef struct rig_req {
 } rig_req;
 
 /* Submits every request, steps the engine until all are final, collects outputs and stats. */
-static void rig_run(rig *r, rig_req *q, int n) {
+static inline void rig_run(rig *r, rig_req *q, int n) {
     hr_request **h = calloc((size_t)n, sizeof *h);
     hr_error err = {0};
     for (int i = 0; i < n; i++) {

@@ -47,6 +47,9 @@ static void usage(FILE *f) {
             "                         sequence per prompt that can run at once)\n"
             "      --kv-type F        KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2 (default f16)\n"
             "      --kv-type-k F, --kv-type-v F  the format of K or V alone\n"
+            "      --kv-policy P      what stays resident: full (default), window:W, sinks:S,window:W,\n"
+            "                         h2o:B, snapkv:B (docs/POLICIES.md); a model's own sliding window\n"
+            "                         (Mistral) always applies\n"
             "      --block-size N     tokens per KV block, 8..256 (default 16)\n"
             "      --kv-layout L      paged (blocks on demand, prefix sharing; default) or contiguous (each\n"
             "                         sequence reserves --ctx slots up front, like llama.cpp slots)\n"
@@ -176,6 +179,8 @@ int hr_cmd_run(int argc, char **argv) {
             o.no_bos = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             o.ignore_eos = true;
+        } else if (!strcmp(a, "--kv-policy")) {
+            if (!(o.kv_policy = hr_arg_value("run", argc, argv, &i))) goto out;
         } else if (!strcmp(a, "--chat")) {
             o.chat = true;
         } else if (!strcmp(a, "--system")) {

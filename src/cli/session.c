@@ -192,6 +192,14 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
     }
     s->n_ctx = o->n_ctx ? o->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
     if ((st = open_kv(s, err))) goto fail;
+    if (o->kv_policy) {
+        hr_kv_policy pol;
+        if ((st = hr_kv_policy_parse(o->kv_policy, &pol, err)) ||
+            (st = hr_kv_pool_set_default_policy(s->kv, &pol, err))) {
+            hr_error_prefix(err, "--kv-policy");
+            goto fail;
+        }
+    }
     hr_model_ctx_params mp = {
         .n_threads = o->n_threads, .max_batch_tokens = o->n_batch, .max_ctx = s->n_ctx, .force_isa = o->isa};
     if ((st = hr_model_ctx_create(s->model, s->kv, &mp, &s->ctx, err))) goto fail;

@@ -43,6 +43,7 @@ typedef struct hr_session_opts {
     bool chat;                 /* each prompt is a user message rendered with the chat template */
     const char *system;        /* --system: a system message before it (chat mode) */
     const char *chat_template; /* --chat-template NAME: overrides the model's template */
+    const char *kv_policy;     /* --kv-policy: every sequence's eviction/window policy (NULL: full) */
 } hr_session_opts;
 
 hr_session_opts hr_session_default_opts(void);

@@ -170,6 +170,7 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
         if (!p->stop[i] || !p->stop[i][0]) return hr_error_set(err, HR_ERR_INVALID_ARG, "stop string %d is empty", i);
     hr_status st = hr_sampler_params_check(&p->sampling, err);
     if (st != HR_OK) return st;
+    if (p->kv_policy && (st = hr_kv_policy_check(e->p.kv, p->kv_policy, err)) != HR_OK) return st;
     if ((int64_t)p->n_prompt + p->max_tokens > e->p.n_ctx)
         return hr_error_set(err, HR_ERR_RANGE,
                             "the prompt has %d tokens and max_tokens is %d: together beyond the context of %d tokens "

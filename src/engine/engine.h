@@ -93,10 +93,13 @@ typedef struct hr_request_params {
     bool ignore_eos;
     const char *const *stop; /* stop strings (copied; need a tokenizer); the text ends before the first */
     int n_stop;
+    const hr_kv_policy *kv_policy; /* eviction/window policy of this request (copied); NULL: the pool's
+                                      default (hr_kv_pool_set_default_policy) */
 } hr_request_params;
 
 /* Accepts a request or refuses it with a reason, setting *out only on HR_OK:
- *   HR_ERR_INVALID_ARG  empty prompt, max_tokens < 1, token ids outside the vocabulary, bad sampling
+ *   HR_ERR_INVALID_ARG  empty prompt, max_tokens < 1, token ids outside the vocabulary, bad sampling,
+ *                       a KV policy the pool cannot use
  *   HR_ERR_RANGE        prompt + max_tokens is beyond the context (n_ctx)
  *   HR_ERR_BUDGET       prompt + max_tokens can never fit in the whole KV pool
  *   HR_ERR_FULL         the waiting queue holds max_queue requests; the message says when to retry

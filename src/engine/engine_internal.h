@@ -29,13 +29,15 @@ struct hr_request {
     hr_request_state state;
     int32_t *tokens; /* [n_prompt + max_tokens]: prompt, then sampled output */
     int n_prompt, max_tokens;
-    int n_known;    /* n_prompt + sampled tokens */
-    int n_computed; /* tokens whose K/V are committed in seq */
-    int n_hw;       /* most tokens ever computed (to count recompute) */
-    int n_slots;    /* KV slots held by seq (shared prefix + reserved) */
-    int n_sched;    /* tokens scheduled in this step */
-    hr_kv_seq seq;  /* -1 when the request holds no sequence */
-    bool swapped;   /* its KV is in the swap tier (seq kept) */
+    int n_known;     /* n_prompt + sampled tokens */
+    int n_computed;  /* tokens whose K/V are committed in seq */
+    int n_hw;        /* most tokens ever computed (to count recompute) */
+    int n_slots;     /* KV slots held by seq (shared prefix + reserved) */
+    int n_sched;     /* tokens scheduled in this step */
+    hr_kv_seq seq;   /* -1 when the request holds no sequence */
+    bool swapped;    /* its KV is in the swap tier (seq kept) */
+    bool has_policy; /* policy applies to its sequence (else the pool's default) */
+    hr_kv_policy policy;
     hr_sampler *sampler;
     bool ignore_eos;
     char *stop[HR_ENGINE_MAX_STOP];

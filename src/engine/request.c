@@ -82,6 +82,10 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out,
     r->max_tokens = p->max_tokens;
     r->seq = -1;
     r->ignore_eos = p->ignore_eos;
+    if (p->kv_policy) {
+        r->has_policy = true;
+        r->policy = *p->kv_policy;
+    }
     r->tokens = malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     r->text = calloc(1, 64);
     r->text_cap = 64;

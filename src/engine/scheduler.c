@@ -91,6 +91,9 @@ static void note_swap_speed(hr_engine *e, uint64_t bytes, double seconds) {
 /* Swap preemption: v keeps its sequence handle and computed tokens; its blocks go to the tier. */
 static bool try_swap_out(hr_engine *e, hr_request *v) {
     if (!e->swap_ok || v->n_computed == 0) return false;
+    hr_kv_seq_ledger pl;
+    if (hr_kv_seq_get_ledger(e->p.kv, v->seq, &pl, NULL) != HR_OK || pl.blocks_evicted > 0)
+        return false; /* its policy dropped blocks: only recompute can bring it back */
     if (e->p.preempt == HR_PREEMPT_AUTO && !swap_cheaper(e, v)) return false;
     snapshot_ledger(e, v);
     double t0 = hr_time_now();
@@ -244,6 +247,13 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     bool fresh = r->seq < 0;
     if (fresh) {
         if (!take_seq(e, r)) return false; /* no sequence slot free now */
+        /* the request's policy goes on before anything is shared or computed (checked at submit) */
+        if (r->has_policy && hr_kv_seq_set_policy(kv, r->seq, &r->policy, NULL) != HR_OK) {
+            hr_kv_seq_free(kv, r->seq);
+            r->seq = -1;
+            return false;
+        }
+        hr_kv_seq_set_prompt_len(kv, r->seq, r->n_prompt);
         if (e->p.layout == HR_LAYOUT_PAGED) {
             int cached = 0;
             if (hr_kv_seq_share_prefix(kv, r->seq, r->tokens, r->n_known, &cached, NULL) == HR_OK) {

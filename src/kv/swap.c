@@ -174,6 +174,12 @@ hr_status hr_kv_seq_swap_out(hr_kv_pool *p, hr_kv_swap *w, hr_kv_seq seq, hr_err
     if (s->swapped) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap out: sequence %d is already out", seq);
     int B = p->cfg.block_size, L = p->cfg.n_layers;
     int nb = (s->n_tokens + B - 1) / B; /* reserved blocks past the tokens are released, not copied */
+    for (int i = 0; i < nb; i++)
+        if (s->table[i] < 0)
+            return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                                "KV swap out: sequence %d has blocks its eviction policy dropped; preempt it by "
+                                "recompute",
+                                seq);
     int n_staged = 0;
     for (int i = 0; i < nb; i++) n_staged += p->stage && p->blk_stage[s->table[i]] >= 0;
     int units = nb + n_staged * w->stage_units;
