@@ -145,7 +145,8 @@ static hr_status open_kv(hr_session *s, hr_error *err) {
                        .block_size = s->o.block_size,
                        .k_format = s->o.k_format,
                        .v_format = s->o.v_format,
-                       .max_seqs = n_seqs};
+                       .max_seqs = n_seqs,
+                       .prefault = true};
     uint64_t block_bytes = hr_kv_block_bytes(&kc), fixed = hr_kv_fixed_bytes(&kc);
     if (block_bytes == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "--block-size/--kv-type: no valid KV block");
     uint64_t need_blocks = (uint64_t)(s->n_ctx + kc.block_size - 1) / kc.block_size;

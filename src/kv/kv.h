@@ -54,6 +54,8 @@ typedef struct hr_kv_config {
     int max_seqs;          /* capacity of the sequence table */
     bool force_scalar;     /* use the scalar reference kernels even where AVX2 exists (tests, eval) */
     int stage_blocks;      /* q4/kivi2 only: f16 tail buffers, one per block being filled (0: 2 * max_seqs) */
+    bool prefault;         /* map the arena resident at create (MAP_POPULATE): RSS = budget from the start,
+                              and a budget the machine cannot hold fails here, not mid-run */
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;

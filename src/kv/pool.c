@@ -216,7 +216,8 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     /* one page-aligned mapping for all layers' blocks and the staging buffers; it never grows */
     size_t blocks_bytes = (size_t)nb * block_bytes;
     p->arena_bytes = blocks_bytes + (size_t)fixed;
-    void *mem = mmap(NULL, p->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | (cfg->prefault ? MAP_POPULATE : 0);
+    void *mem = mmap(NULL, p->arena_bytes, PROT_READ | PROT_WRITE, map_flags, -1, 0);
     if (mem == MAP_FAILED) {
         free(p);
         char b1[32];
