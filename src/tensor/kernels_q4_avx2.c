@@ -174,14 +174,47 @@ static void tile_2x4(int64_t nb, const char *w, size_t ws, const char *a, size_t
 
 float hr_avx2_dot_q4_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK4_0, w, a); }
 
-/* 2 x 4 tiles, then the odd row; leftover tokens of a batch in 4 x 1 and 1 x 1. A lone token
- * (decode) goes row after row in 1 x 1: its weights come from DRAM, and one sequential stream per
- * thread is prefetched better than four interleaved row streams (2 threads, 32768 x 2048: 1.2-1.7x
- * the 4 x 1 rate), while in a batch the rows are already in cache and 4 x 1 is faster. */
+/* Decode: nr rows x 1 token, row after row (one sequential stream; see below). The activation pairs
+ * are prepared once into a stack table and shared by all nr rows, which halves the per-block work
+ * of the lone-row loop; the values are the ones load_apair gives, so the bits do not change. Rows
+ * longer than the table fall back to preparing on the fly. */
+#define HR_Q4_PREP_PAIRS 256 /* 32 KiB of stack: k <= 16384 */
+static void rows_1tok(int64_t nb, const char *w, size_t ws, int nr, const char *a, float *y) {
+    const int64_t np = nb / 2;
+    if (np + 1 > HR_Q4_PREP_PAIRS) {
+        for (int r = 0; r < nr; r++) y[r] = tile_1x1(nb, w + (size_t)r * ws, a);
+        return;
+    }
+    apair prep[HR_Q4_PREP_PAIRS];
+    for (int64_t p = 0; p < np; p++) prep[p] = load_apair(a, 2 * p, true);
+    if (nb & 1) prep[np] = load_apair(a, nb - 1, false);
+    for (int r = 0; r < nr; r++) {
+        const char *row = w + (size_t)r * ws;
+        __m256 c = _mm256_setzero_ps();
+        for (int64_t p = 0; p < np; p++) {
+            const wpair x = load_wpair(row, 2 * p, true);
+            c = step(c, &x, &prep[p]);
+        }
+        if (nb & 1) {
+            const wpair x = load_wpair(row, nb - 1, false);
+            c = step(c, &x, &prep[np]);
+        }
+        y[r] = hsum8(c);
+    }
+}
+
+/* A lone token (decode) goes row after row (rows_1tok): its weights come from DRAM, and one
+ * sequential stream per thread is prefetched better than four interleaved row streams (2 threads,
+ * 32768 x 2048: 1.2-1.7x the 4 x 1 rate). A batch runs 2 x 4 tiles, then the odd row, and its
+ * leftover tokens in 4 x 1 and 1 x 1 (its rows are in cache by then, where 4 x 1 is faster). */
 void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t ws, int nr, const void *a, size_t as, int nt, float *y,
                        size_t ys) {
     const int64_t nb = k / HR_QK4_0;
     const char *W = w, *A = a;
+    if (nt == 1) {
+        rows_1tok(nb, W, ws, nr, A, y);
+        return;
+    }
     int t = 0;
     for (; t + 4 <= nt; t += 4) {
         const char *at = A + (size_t)t * as;
@@ -194,7 +227,7 @@ void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t ws, int nr, const void *
         const char *at = A + (size_t)t * as;
         float *yt = y + (size_t)t * ys;
         int r = 0;
-        for (; r + 4 <= nr && nt > 1; r += 4) tile_4x1(nb, W + (size_t)r * ws, ws, at, yt + r);
+        for (; r + 4 <= nr; r += 4) tile_4x1(nb, W + (size_t)r * ws, ws, at, yt + r);
         for (; r < nr; r++) yt[r] = tile_1x1(nb, W + (size_t)r * ws, at);
     }
 }
