@@ -76,11 +76,11 @@ int main(void) {
     static const char *configs[] = {
         "",
         "--admission reserve",
-        "--admission optimistic --kv-budget 60KiB --max-batch-tokens 32",
-        "--admission adaptive --kv-budget 60KiB --prefill-chunk 3",
+        "--admission optimistic --ctx 64 --kv-budget 60KiB --max-batch-tokens 32",
+        "--admission adaptive --ctx 64 --kv-budget 60KiB --prefill-chunk 3",
         "--kv-layout contiguous --ctx 64 --kv-budget 100KiB",
-        "--admission optimistic --preempt recompute --kv-budget 50KiB --max-running 4",
-        "--admission optimistic --preempt swap --kv-budget 50KiB --max-running 4",
+        "--admission optimistic --preempt recompute --ctx 64 --kv-budget 50KiB --max-running 4",
+        "--admission optimistic --preempt swap --ctx 64 --kv-budget 50KiB --max-running 4",
     };
     char pfile[4300];
     snprintf(pfile, sizeof pfile, "%s/prompts.txt", dir);
@@ -113,17 +113,25 @@ int main(void) {
         if (stories && c == 4) CHECK(json_integer_value(json_object_get(eng, "peak_running")) == 2);
         json_decref(j);
     }
-    /* a prompt that can never fit next to ones that do: reported, the others complete, exit 1 */
+    /* a budget that cannot hold one --ctx sequence is a startup error that says what fits */
     snprintf(args, sizeof args,
              "run -m %s -n 300 --ctx 512 --kv-budget 40KiB --temp 0 --json -p 'Once upon a time' -p 'The dog'", model);
+    CHECK(run(args) == 1);
+    char *berr = slurp(err_path);
+    CHECKF(berr && strstr(berr, "holds 64 tokens") && strstr(berr, "raise --kv-budget to 320.0 KiB"), "%s",
+           berr ? berr : "");
+    free(berr);
+    /* a prompt longer than the context next to one that fits: reported with its reason, the other
+     * completes, exit 1 */
+    char longp[1024] = "";
+    for (int i = 0; i < 70; i++) strcat(longp, i % 2 ? "dog " : "cat ");
+    snprintf(args, sizeof args, "run -m %s -n 40 --ctx 48 --temp 0 --json -p 'Once upon a time' -p '%s'", model, longp);
     json_t *j = run_json(args, 1);
     json_t *res = json_object_get(j, "results");
     CHECK(json_array_size(res) == 2);
-    for (int i = 0; i < 2; i++) {
-        json_t *r = json_array_get(res, i);
-        const char *code = json_string_value(json_object_get(r, "error_code"));
-        CHECKF(code && !strcmp(code, "budget"), "result %d: error_code %s", i, code ? code : "(none)");
-    }
+    const char *code0 = json_string_value(json_object_get(json_array_get(res, 0), "error_code"));
+    const char *code1 = json_string_value(json_object_get(json_array_get(res, 1), "error_code"));
+    CHECKF(!code0 && code1 && !strcmp(code1, "range"), "error codes %s / %s", code0 ? code0 : "-", code1 ? code1 : "-");
     json_decref(j);
     /* plain text: one block per prompt, in order */
     snprintf(args, sizeof args, "run -m %s -n 8 --temp 0 -p 'Once upon a time' -p 'The dog'", model);

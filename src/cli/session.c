@@ -152,10 +152,9 @@ static hr_status open_kv(hr_session *s, hr_error *err) {
     uint64_t need_blocks = (uint64_t)(s->n_ctx + kc.block_size - 1) / kc.block_size;
     kc.budget_bytes = s->o.kv_budget ? s->o.kv_budget : fixed + need_blocks * block_bytes * (uint64_t)n_seqs;
     uint64_t have_blocks = kc.budget_bytes > fixed ? (kc.budget_bytes - fixed) / block_bytes : 0;
-    /* paged: each request is checked against the pool when submitted; a budget without room for even
-     * one block (or, contiguous, one --ctx slot) is refused here */
-    uint64_t min_blocks = s->o.layout == HR_LAYOUT_CONTIGUOUS ? need_blocks : 1;
-    if (have_blocks < min_blocks) {
+    /* a budget that cannot hold even one --ctx sequence is a startup error that says what fits (each
+     * request is also checked against the pool when submitted) */
+    if (have_blocks < need_blocks) {
         char b1[32], b2[32];
         return hr_error_set(err, HR_ERR_BUDGET,
                             "--kv-budget %s holds %llu tokens at %s/%s; the context is %d: raise --kv-budget to %s "
@@ -163,7 +162,7 @@ static hr_status open_kv(hr_session *s, hr_error *err) {
                             hr_format_size(kc.budget_bytes, b1, sizeof b1),
                             (unsigned long long)(have_blocks * (uint64_t)kc.block_size), hr_kv_format_name(kc.k_format),
                             hr_kv_format_name(kc.v_format), s->n_ctx,
-                            hr_format_size(need_blocks * block_bytes, b2, sizeof b2));
+                            hr_format_size(fixed + need_blocks * block_bytes, b2, sizeof b2));
     }
     return hr_kv_pool_create(&kc, &s->kv, err);
 }
