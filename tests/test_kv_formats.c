@@ -24,11 +24,11 @@ enum { HKV = 2, NMAX = 1000, DMAX = 128, GMAX = 8 };
  * peaky; its mean error is the figure to watch. */
 static const double tol_max[HR_KV_FORMAT_COUNT] = {
     [HR_KV_F32] = 1e-5, [HR_KV_F16] = 3e-3, [HR_KV_BF16] = 3e-2, [HR_KV_Q8] = 7e-2,
-    [HR_KV_Q4] = 0.5,   [HR_KV_FP8] = 0.3,  [HR_KV_KIVI2] = 2.0,
+    [HR_KV_Q4] = 0.5,   [HR_KV_FP8] = 0.3,  [HR_KV_KIVI2] = 2.0, [HR_KV_Q4H] = 0.8,
 };
 static const double tol_mean[HR_KV_FORMAT_COUNT] = {
     [HR_KV_F32] = 1e-6, [HR_KV_F16] = 6e-4, [HR_KV_BF16] = 4e-3,  [HR_KV_Q8] = 2e-2,
-    [HR_KV_Q4] = 0.1,   [HR_KV_FP8] = 0.05, [HR_KV_KIVI2] = 0.35,
+    [HR_KV_Q4] = 0.1,   [HR_KV_FP8] = 0.05, [HR_KV_KIVI2] = 0.35, [HR_KV_Q4H] = 0.15,
 };
 
 static float Kd[NMAX][HKV][DMAX], Vd[NMAX][HKV][DMAX];
@@ -94,7 +94,7 @@ static void run_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng) {
     static const int ratios[] = {1, 2, 4, 8};
     static float q[GMAX * HKV * DMAX], os[GMAX * HKV * DMAX], ov[GMAX * HKV * DMAX];
     static double ref[GMAX * HKV * DMAX];
-    static float scratch[NMAX + DMAX + 64];
+    static float scratch[NMAX + 2 * DMAX + 64];
     CHECK(hr_kv_attention_scratch_floats(ps, NMAX) <= HR_ARRAY_LEN(scratch));
     int li = 0;
     for (int pos = 0; pos < NMAX; pos++) { /* as in decoding: reserve, write, commit one token */
@@ -312,6 +312,31 @@ static void test_encoder_bytes(hr_kv_format f, int D, hr_rng *rng) {
     }
 }
 
+/* q4h rotates keys by a Hadamard transform: head_dim 80 is refused with a message saying why. */
+static void test_q4h_refusal(void) {
+    hr_kv_config c = {.n_layers = 1,
+                      .n_kv_heads = 2,
+                      .head_dim = 80,
+                      .block_size = 16,
+                      .k_format = HR_KV_Q4H,
+                      .v_format = HR_KV_Q4H,
+                      .max_seqs = 1,
+                      .budget_bytes = 1 << 20};
+    hr_kv_pool *p = NULL;
+    hr_error err = {0};
+    CHECK(hr_kv_pool_create(&c, &p, &err) == HR_ERR_INVALID_ARG && p == NULL);
+    CHECKF(strstr(err.msg, "power of two") && strstr(err.msg, "80"), "message: %s", err.msg);
+    CHECK(hr_kv_block_bytes(&c) == 0);
+    c.v_format = HR_KV_F16;
+    CHECK(hr_kv_pool_create(&c, &p, &err) == HR_ERR_INVALID_ARG && p == NULL);
+    c.head_dim = 64;
+    CHECK(hr_kv_pool_create(&c, &p, &err) == HR_OK);
+    hr_kv_pool_destroy(p);
+    hr_kv_format f;
+    CHECK(hr_kv_format_parse("q4h", &f, &err) == HR_OK && f == HR_KV_Q4H);
+    CHECK(hr_kv_format_parse("q4_hadamard", &f, &err) == HR_OK && f == HR_KV_Q4H);
+}
+
 int main(void) {
     hr_rng rng;
     hr_rng_seed(&rng, 2026);
@@ -320,7 +345,13 @@ int main(void) {
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) test_chunk_invariance((hr_kv_format)f, &rng);
     static const int dims[] = {8, 64, 80, 128};
     for (int di = 0; di < 4; di++)
-        for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) run_case(dims[di], (hr_kv_format)f, (hr_kv_format)f, &rng);
+        for (int f = 0; f < HR_KV_FORMAT_COUNT; f++)
+            if (f != HR_KV_Q4H || dims[di] != 80) /* q4h K needs a power of two: test_q4h_refusal */
+                run_case(dims[di], (hr_kv_format)f, (hr_kv_format)f, &rng);
+    test_q4h_refusal();
+    run_case(80, HR_KV_F16, HR_KV_Q4H, &rng); /* q4h V alone has no rotation: any multiple of 8 */
+    run_case(64, HR_KV_Q4H, HR_KV_F16, &rng);
+    run_case(64, HR_KV_Q4, HR_KV_F16, &rng);
     /* K and V formats chosen separately */
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
         run_case(64, (hr_kv_format)f, (hr_kv_format)((f + 3) % HR_KV_FORMAT_COUNT), &rng);

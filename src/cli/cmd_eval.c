@@ -37,7 +37,7 @@ static void usage(FILE *f) {
                "Scoring: chunks of --ctx tokens, the first replaced by BOS, the second half of each chunk\n"
                "scored (the method of llama.cpp's perplexity tool, so figures compare with its own).\n\n"
                "  -m FILE          GGUF model\n"
-               "  --kv-type LIST   formats to measure, comma-separated: f32, f16, bf16, q8, q4, fp8, kivi2;\n"
+               "  --kv-type LIST   formats to measure, comma-separated: f32, f16, bf16, q8, q4, fp8, kivi2, q4h;\n"
                "                   K/V for different K and V formats (e.g. q4/f16); 'all' for every format\n"
                "                   (default: f16,q8)\n"
                "  -c, --ctx N      chunk length in tokens (default 256, at most the model's context)\n"

@@ -45,7 +45,7 @@ static void usage(FILE *f) {
             "  -c, --ctx N            context length (default: the model's, at most 4096)\n"
             "      --kv-budget SIZE   KV pool size, e.g. 256MiB; allocated once, never grows (default: one --ctx\n"
             "                         sequence per prompt that can run at once)\n"
-            "      --kv-type F        KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2 (default f16)\n"
+            "      --kv-type F        KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2, q4h (default f16)\n"
             "      --kv-type-k F, --kv-type-v F  the format of K or V alone\n"
             "      --kv-policy P      what stays resident: full (default), window:W, sinks:S,window:W,\n"
             "                         h2o:B, snapkv:B (docs/POLICIES.md); a model's own sliding window\n"

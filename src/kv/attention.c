@@ -70,7 +70,16 @@ size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
     /* scores (n_ctx, padded to a block) + one head-row for per-channel formats + slack for SIMD */
     int B = p->cfg.block_size;
     size_t n = ((size_t)(n_ctx > 0 ? n_ctx : 0) + B - 1) / B * B;
-    return n + (size_t)p->cfg.head_dim + 16;
+    return n + (size_t)p->cfg.head_dim + 16 + (p->kf.rotate ? (size_t)p->cfg.head_dim : 0);
+}
+
+/* The query a head's q.K uses: for keys stored rotated (q4h) the query rotated by the same
+ * transform, once per head, into qr (D floats of scratch); otherwise the query itself. */
+static inline const float *kv_query(const hr_kv_pool *p, const float *qh, float *qr) {
+    if (!p->kf.rotate) return qh;
+    memcpy(qr, qh, (size_t)p->cfg.head_dim * sizeof *qr);
+    kv_hadamard(qr, p->cfg.head_dim);
+    return qr;
 }
 
 /* ---- attention under a policy ---------------------------------------------------------------------
@@ -134,10 +143,11 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
     for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) n_vis += s->table[j] >= 0;
     float *scores = scratch;
     float *row = scratch + (size_t)n_vis * B; /* scratch holds n_vis * B scores, then one head-row */
+    float *qr = row + D + 16;                 /* then a rotated query (q4h) */
 
     for (int h = 0; h < n_heads; h++) {
         int kh = h / group;
-        const float *qh = q + (size_t)h * D;
+        const float *qh = kv_query(p, q + (size_t)h * D, qr);
         float *oh = out + (size_t)h * D;
         int n_sc = 0, k = 0;
         for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
@@ -204,10 +214,11 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
     const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
     float *scores = scratch;
     float *row = scratch + (size_t)n_blk * B;
+    float *qr = row + D + 16; /* a rotated query (q4h) */
 
     for (int h = 0; h < n_heads; h++) {
         int kh = h / group;
-        const float *qh = q + (size_t)h * D;
+        const float *qh = kv_query(p, q + (size_t)h * D, qr);
         float *oh = out + (size_t)h * D;
         /* scores = q . k for every cached token, block by block */
         for (int j = 0; j < n_blk; j++) {

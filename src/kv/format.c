@@ -17,17 +17,22 @@
  *   Q4  V : u4 [B][D/2], then f16 (scale, min) [B][D/G]     (per token, asymmetric, G <= 32)
  *   KIVI2 K: f16 scale [D], f16 min [D], then u2 [B][D/4]   (per channel over the block)
  *   KIVI2 V: u2 [B][D/4], then f16 (scale, min) [B][D/G]    (per token, asymmetric, G <= 32)
+ *   Q4H K : u4 [B][D/2], then f16 (scale, min) [B][D/G]     (Q4 V's layout, of the key rotated by
+ *           the normalized Hadamard transform of the head; D a power of two, G = min(32, D))
+ *   Q4H V : exactly Q4 V's layout, encoded token by token at write time
  * Packed codes (per = 8/bits codes a byte): a token row is cut into chunks of 16 bytes (32 channels
  * at 4 bits, 64 at 2; the last chunk may be narrower); in a chunk of w channels, byte k holds
  * channels k, k + w/per, ... at bits 0, bits, ... (kv_code_byte). One 16-byte load then unpacks into
  * runs of 16 consecutive channels with one shift and mask each, no shuffles. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kv/kv_internal.h"
 
-static const char *const kv_format_names[HR_KV_FORMAT_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "fp8", "kivi2"};
+static const char *const kv_format_names[HR_KV_FORMAT_COUNT] = {"f32", "f16", "bf16",  "q8",
+                                                                "q4",  "fp8", "kivi2", "q4h"};
 
 const char *hr_kv_format_name(hr_kv_format f) {
     if ((unsigned)f >= HR_KV_FORMAT_COUNT) return "?";
@@ -38,8 +43,9 @@ const char *hr_kv_format_name(hr_kv_format f) {
 static const struct {
     const char *name;
     hr_kv_format f;
-} kv_format_aliases[] = {{"fp32", HR_KV_F32}, {"fp16", HR_KV_F16}, {"q8_0", HR_KV_Q8},  {"int8", HR_KV_Q8},
-                         {"q4_0", HR_KV_Q4},  {"int4", HR_KV_Q4},  {"e4m3", HR_KV_FP8}, {"fp8_e4m3", HR_KV_FP8}};
+} kv_format_aliases[] = {{"fp32", HR_KV_F32}, {"fp16", HR_KV_F16},     {"q8_0", HR_KV_Q8},
+                         {"int8", HR_KV_Q8},  {"q4_0", HR_KV_Q4},      {"int4", HR_KV_Q4},
+                         {"e4m3", HR_KV_FP8}, {"fp8_e4m3", HR_KV_FP8}, {"q4_hadamard", HR_KV_Q4H}};
 
 hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err) {
     for (int i = 0; name && i < HR_KV_FORMAT_COUNT; i++) {
@@ -55,7 +61,7 @@ hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err)
         }
     }
     return hr_error_set(err, HR_ERR_INVALID_ARG,
-                        "unknown KV format '%s': expected one of f32, f16, bf16, q8, q4, fp8, kivi2",
+                        "unknown KV format '%s': expected one of f32, f16, bf16, q8, q4, fp8, kivi2, q4h",
                         name ? name : "(null)");
 }
 
@@ -108,6 +114,25 @@ hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr
             f->code_off = 0;
             f->scale_off = BD * f->bits / 8;
             f->head_bytes = f->scale_off + (size_t)B * (D / f->G) * 4;
+        }
+        break;
+    case HR_KV_Q4H:
+        if (role == KV_K && (D & (D - 1)) != 0)
+            return hr_error_set(err, HR_ERR_INVALID_ARG,
+                                "KV format q4h rotates keys by a Hadamard transform, which needs head_dim a "
+                                "power of two; %d is not: use q4 (per-channel K scales) instead",
+                                D);
+        f->bits = 4;
+        f->G = kv_group(D, 32);
+        f->code_off = 0;
+        f->scale_off = BD / 2;
+        f->head_bytes = f->scale_off + (size_t)B * (D / f->G) * 4;
+        if (role == KV_K) {
+            /* measurement-only variants (docs/bench-q4h.md): HEADROOM_KV_Q4H_VARIANT=norot stores the
+             * keys unrotated (plain per-token 4-bit K), =sym uses symmetric codes, =norot,sym both */
+            const char *var = getenv("HEADROOM_KV_Q4H_VARIANT");
+            f->rotate = !(var && strstr(var, "norot"));
+            f->sym = var && strstr(var, "sym");
         }
         break;
     }
@@ -447,6 +472,96 @@ static void acc_lowbit_v(const kv_fmt *f, const uint8_t *head, int n, const floa
     }
 }
 
+/* ---- Q4H: keys rotated by a Hadamard transform, then 4-bit per token ---------------------------- */
+
+void kv_hadamard(float *x, int n) {
+    for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    float norm = 1.0f / sqrtf((float)n);
+    for (int i = 0; i < n; i++) x[i] *= norm;
+}
+
+/* Symmetric 4-bit fit (test variant): x ~ s * (code - 8), s from the largest magnitude or that
+ * clipped by up to 3/16; the least squared error wins. Stored as (s, -8 s) in Q4 V's layout. */
+static void kv_sym_fit(const float *x, int n, uint16_t *s16, uint16_t *m16, float *s, float *m) {
+    float amax = 0.0f, best = INFINITY;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    for (int a = 0; a < 4; a++) {
+        uint16_t cs = kv_f32_to_f16(amax * (1.0f - (float)a / 16.0f) / 7.0f);
+        uint16_t cm = kv_f32_to_f16(-8.0f * kv_f16_to_f32(cs));
+        float sr = kv_f16_to_f32(cs), mr = kv_f16_to_f32(cm), e = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float d = x[i] - (sr * (float)kv_quant(x[i], sr, mr, 15) + mr);
+            e += d * d;
+        }
+        if (e < best) {
+            best = e;
+            *s16 = cs;
+            *m16 = cm;
+        }
+    }
+    *s = kv_f16_to_f32(*s16);
+    *m = kv_f16_to_f32(*m16);
+}
+
+/* One token of D values (rotated or not) into 4-bit codes with (scale, min) per group of G, in Q4 V's
+ * layout. Used by Q4H's K (after the rotation) and V (as is). */
+static void enc_q4tok(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    int D = f->D, G = f->G, ng = D / G;
+    uint8_t *codes = head + f->code_off + (size_t)t * D / 2;
+    uint16_t *sm = (uint16_t *)(head + f->scale_off) + (size_t)t * ng * 2;
+    memset(codes, 0, (size_t)D / 2);
+    for (int g = 0; g < ng; g++) {
+        float s, m;
+        if (f->sym)
+            kv_sym_fit(x + g * G, G, &sm[2 * g], &sm[2 * g + 1], &s, &m);
+        else
+            kv_lowbit_fit(x + g * G, G, 4, &sm[2 * g], &sm[2 * g + 1], &s, &m);
+        for (int c = 0; c < G; c++) kv_code_put(codes, D, 4, g * G + c, kv_quant(x[g * G + c], s, m, 15));
+    }
+}
+
+static void enc_q4h_k(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    float y[1024]; /* D <= 1024 */
+    memcpy(y, x, (size_t)f->D * sizeof *y);
+    if (f->rotate) kv_hadamard(y, f->D);
+    enc_q4tok(f, head, t, y);
+}
+
+/* q is the rotated query (attention rotates it once per head): q . k = (H q) . (H k). As for q8 the
+ * query is rounded to int16 once per block against its largest magnitude, so each group's sum of
+ * q16 * code is exact integer arithmetic; then score = step * sum_g scale_g * sum_g' + sum_g min_g *
+ * qsum_g, with qsum_g the group's sum of q (float, once per block). */
+static void dot_q4h_k(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    int D = f->D, G = f->G, ng = D / G;
+    float amax = 0.0f, qsum[32]; /* ng <= 32 */
+    for (int c = 0; c < D; c++) amax = fmaxf(amax, fabsf(q[c]));
+    float inv = amax > 0.0f ? 32767.0f / amax : 0.0f, step = amax / 32767.0f;
+    for (int g = 0; g < ng; g++) {
+        float sg = 0.0f;
+        for (int c = g * G; c < (g + 1) * G; c++) sg += q[c];
+        qsum[g] = sg;
+    }
+    for (int c = 0; c < D; c++) row[c] = (float)kv_q16(q[c], inv); /* exact integers */
+    for (int t = 0; t < n; t++) {
+        const uint8_t *codes = head + f->code_off + (size_t)t * D / 2;
+        const uint16_t *sm = (const uint16_t *)(head + f->scale_off) + (size_t)t * ng * 2;
+        float s = 0.0f, b = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            int32_t sg = 0;
+            for (int c = g * G; c < (g + 1) * G; c++) sg += (int32_t)row[c] * kv_code(codes, D, 4, c);
+            s += (float)sg * kv_f16_to_f32(sm[2 * g]);
+            b += qsum[g] * kv_f16_to_f32(sm[2 * g + 1]);
+        }
+        scores[t] = s * step + b;
+    }
+}
+
 /* K role of a low-bit format read as V would need per-channel accumulation, V role as K a
  * per-token dot: both are valid combinations because K and V formats are chosen separately, and the
  * role fixes the layout. The K role is only ever dotted and the V role only ever accumulated. */
@@ -465,6 +580,12 @@ void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops) {
             *ops = (kv_fmt_ops){NULL, encb_lowbit_k, dot_lowbit_k, NULL};
         else
             *ops = (kv_fmt_ops){NULL, encb_lowbit_v, NULL, acc_lowbit_v};
+        break;
+    case HR_KV_Q4H:
+        if (f->role == KV_K)
+            *ops = (kv_fmt_ops){enc_q4h_k, NULL, dot_q4h_k, NULL};
+        else
+            *ops = (kv_fmt_ops){enc_q4tok, NULL, NULL, acc_lowbit_v};
         break;
     }
 }

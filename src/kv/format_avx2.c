@@ -737,5 +737,8 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
         else
             ops->accum = f->bits == 4 ? acc_q4_v : acc_kivi2_v;
         break;
+    case HR_KV_Q4H: /* V has q4's V layout; K keeps the reference dot (no AVX2 path yet) */
+        if (f->role == KV_V && f->D <= KV_QMAX_D && f->D % 32 == 0 && f->G == 32) ops->accum = acc_q4_v;
+        break;
     }
 }

@@ -34,13 +34,15 @@ typedef enum hr_kv_format {
     HR_KV_Q4 = 4,    /* 4-bit, robust to outlier key channels */
     HR_KV_FP8 = 5,   /* e4m3 with per-head scales */
     HR_KV_KIVI2 = 6, /* 2-bit KIVI: K per channel over a full block, V per token, tail block in f16 */
+    HR_KV_Q4H = 7,   /* 4-bit per token: K rotated per head by a Hadamard transform (head_dim a power of
+                        two), V as q4's V; encoded at write time, no tail buffer */
 } hr_kv_format;
 
-#define HR_KV_FORMAT_COUNT 7
+#define HR_KV_FORMAT_COUNT 8
 
 const char *hr_kv_format_name(hr_kv_format f);
-/* Parses a format name ("f16", "q8", "kivi2", ...; also fp32, fp16, q8_0, int8, q4_0, int4, e4m3,
- * fp8_e4m3). On error the message lists the valid names. */
+/* Parses a format name ("f16", "q8", "kivi2", "q4h", ...; also fp32, fp16, q8_0, int8, q4_0, int4,
+ * e4m3, fp8_e4m3, q4_hadamard). On error the message lists the valid names. */
 hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err);
 
 typedef struct hr_kv_config {

@@ -103,6 +103,8 @@ typedef struct kv_fmt {
     int bits;         /* code bits for Q4 / KIVI2 */
     bool deferred;    /* encoded when the block fills (Q4, KIVI2) */
     bool per_channel; /* K of Q4/KIVI2: scale and min per channel over the block's tokens */
+    bool rotate;      /* K of Q4H: keys are stored Hadamard-rotated; attention passes dot a rotated q */
+    bool sym;         /* Q4H test variant: symmetric codes (min fixed at -8 * scale) */
     size_t code_off;  /* where the element codes start */
     size_t scale_off; /* where the scales start */
     size_t head_bytes;
@@ -119,6 +121,10 @@ typedef struct kv_fmt_ops {
     void (*dot)(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores);
     void (*accum)(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc);
 } kv_fmt_ops;
+
+/* x <- H x / sqrt(n), the normalized Walsh-Hadamard transform (orthogonal and its own inverse); n a
+ * power of two. Butterflies in a fixed order, so every caller gets the same bits. */
+void kv_hadamard(float *x, int n);
 
 /* Fills f for a format/role/shape. HR_ERR_INVALID_ARG when the head size cannot use the format. */
 hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr_error *err);
