@@ -135,7 +135,10 @@ static void run_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng) {
                    hr_kv_format_name(vf), D, ratios[ri], n_ctx, mean, tolm);
             CHECKF(e <= tol, "K %s V %s D=%d gqa=%d n_ctx=%d: max abs error %.3g > %.3g", hr_kv_format_name(kf),
                    hr_kv_format_name(vf), D, ratios[ri], n_ctx, e, tol);
-            CHECKF(rel <= 1e-5, "K %s V %s D=%d gqa=%d n_ctx=%d: %s vs scalar differ by %.3g relative",
+            /* an f16 V rounds the probabilities to f16 (as llama.cpp does), so the ISAs' last-bit exp
+             * differences can move a probability by one f16 step (2^-11 relative) */
+            double rel_tol = vf == HR_KV_F16 ? 1e-3 : 1e-5;
+            CHECKF(rel <= rel_tol, "K %s V %s D=%d gqa=%d n_ctx=%d: %s vs scalar differ by %.3g relative",
                    hr_kv_format_name(kf), hr_kv_format_name(vf), D, ratios[ri], n_ctx, hr_kv_pool_isa(pv), rel);
         }
     }

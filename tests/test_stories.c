@@ -1,7 +1,8 @@
-/* test_stories.c: the correctness bar. On ../shared/models/stories260K.gguf and its q8_0 variant,
- * every prompt in ../shared/vectors/stories260K-greedy.jsonl must give exactly the recorded prompt
- * token ids and the recorded 48 greedy completion ids. Run twice: each prompt alone, and all
- * prompts together in one ragged batch per step (which must change nothing). */
+/* test_stories.c: the correctness bar. On ../shared/models/stories260K.gguf every prompt in
+ * ../shared/vectors/stories260K-greedy.jsonl must give exactly the recorded prompt token ids and the
+ * recorded 48 greedy completion ids; on its q8_0 variant, exactly llama.cpp's own q8_0 completions
+ * (tests/vectors/stories260K-q8_0-llamacpp.jsonl). Run with the reference engine's f16 KV cache, each
+ * prompt alone and all prompts together in one ragged batch per step (which must change nothing). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,7 @@ static int load_vectors(const char *path, vec *v) {
  * teacher-forced agreement. The decoded ids are left in got (for comparing runs). */
 static int32_t got[MAXP][NGEN];
 
-static int run_model(const char *model_path, vec *v, int n, bool together, bool exact) {
+static int run_model(const char *model_path, vec *v, int n, bool together, bool exact, hr_kv_format kvf) {
     hr_error err = {0};
     hr_model *m = NULL;
     hr_tokenizer *tok = NULL;
@@ -58,7 +59,7 @@ static int run_model(const char *model_path, vec *v, int n, bool together, bool 
     }
     const hr_hparams *hp = hr_model_hparams(m);
     hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = 16, .k_format = HR_KV_F32, .v_format = HR_KV_F32, .max_seqs = MAXP};
+                       .block_size = 16, .k_format = kvf, .v_format = kvf, .max_seqs = MAXP};
     kc.budget_bytes = hr_kv_block_bytes(&kc) * 8 * MAXP;
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;
@@ -124,8 +125,8 @@ static int run_model(const char *model_path, vec *v, int n, bool together, bool 
                    v[i].prompt);
         pass += same;
     }
-    printf("%s (%s): prompt ids %d/%d, completions %d/%d exact\n", strrchr(model_path, '/') + 1,
-           together ? "all prompts batched" : "one at a time", pass_ids, n, pass, n);
+    printf("%s (%s KV, %s): prompt ids %d/%d, completions %d/%d exact\n", strrchr(model_path, '/') + 1,
+           hr_kv_format_name(kvf), together ? "all prompts batched" : "one at a time", pass_ids, n, pass, n);
     free(logits);
     hr_model_ctx_destroy(ctx);
     hr_kv_pool_destroy(kv);
@@ -136,13 +137,13 @@ static int run_model(const char *model_path, vec *v, int n, bool together, bool 
 
 /* Teacher-forced agreement: feed prompt + reference completion in one pass and count the positions
  * whose argmax is the reference's next token (no cascading after a first difference). */
-static double teacher_forced_agreement(const char *model_path, vec *v, int n) {
+static double teacher_forced_agreement(const char *model_path, vec *v, int n, hr_kv_format kvf) {
     hr_error err = {0};
     hr_model *m = NULL;
     if (hr_model_load(model_path, &m, &err)) return 0;
     const hr_hparams *hp = hr_model_hparams(m);
     hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = 16, .k_format = HR_KV_F32, .v_format = HR_KV_F32, .max_seqs = 1};
+                       .block_size = 16, .k_format = kvf, .v_format = kvf, .max_seqs = 1};
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * 16;
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;
@@ -179,26 +180,34 @@ int main(void) {
     const char *m32 = hr_test_shared_path("models/stories260K.gguf");
     const char *m8 = hr_test_shared_path("models/stories260K-q8_0.gguf");
     if (!vpath || !m32 || !m8) HR_SKIP("../shared (stories260K models and vectors) is absent");
-    vec v[MAXP];
+    vec v[MAXP], v8[MAXP];
     int n = load_vectors(vpath, v);
     CHECK(n >= 8);
-    /* f32: the hard bar, every completion exact, alone and batched */
-    run_model(m32, v, n, false, true);
-    run_model(m32, v, n, true, true);
-    CHECK(teacher_forced_agreement(m32, v, n) == 1.0);
-    /* q8_0: prompt ids exact; completions reported. The reference engine's own rounding (f16
-     * attention, its accumulation order) decides a few near-ties on this 64-wide model differently
-     * (see docs/BENCHMARKS.md "stories260K q8_0"); teacher-forced agreement must stay >= 98%, and
-     * batching must change nothing. */
+    /* f32: the hard bar, every completion exact, alone and batched, with the reference engine's f16
+     * KV cache (llama.cpp's default) and with an f32 one */
+    run_model(m32, v, n, false, true, HR_KV_F16);
+    run_model(m32, v, n, true, true, HR_KV_F16);
+    run_model(m32, v, n, false, true, HR_KV_F32);
+    CHECK(teacher_forced_agreement(m32, v, n, HR_KV_F16) == 1.0);
+    /* q8_0: exactly what llama.cpp outputs for it (f16 KV, non-flash attention). That differs from the
+     * F32 model's completions on prompts 3, 4 and 7: the q8_0 weights move near-tie logits of this
+     * 64-wide model (tests/vectors/README.md), so against those only teacher-forced agreement is
+     * checked (>= 98%). */
+    int n8 = load_vectors(HR_SOURCE_DIR "/tests/vectors/stories260K-q8_0-llamacpp.jsonl", v8);
+    CHECK(n8 == n);
+    for (int i = 0; i < n8 && i < n; i++)
+        CHECK(v8[i].np == v[i].np && !memcmp(v8[i].ptoks, v[i].ptoks, sizeof(int32_t) * (size_t)v[i].np));
     int32_t alone[MAXP][NGEN];
-    int exact_alone = run_model(m8, v, n, false, false);
+    run_model(m8, v8, n8, false, true, HR_KV_F16);
     memcpy(alone, got, sizeof alone);
-    int exact_batched = run_model(m8, v, n, true, false);
-    CHECK(exact_alone == exact_batched && !memcmp(alone, got, sizeof alone));
-    double agree8 = teacher_forced_agreement(m8, v, n);
-    printf("stories260K-q8_0.gguf: %d/%d completions exact, teacher-forced top-1 agreement %.2f%%\n", exact_alone, n,
-           100.0 * agree8);
+    run_model(m8, v8, n8, true, true, HR_KV_F16);
+    CHECK(!memcmp(alone, got, sizeof alone));
+    int exact_f32ref = run_model(m8, v, n, false, false, HR_KV_F16);
+    double agree8 = teacher_forced_agreement(m8, v, n, HR_KV_F16);
+    printf("stories260K-q8_0.gguf: %d/%d F32-model completions exact, teacher-forced top-1 agreement %.2f%%\n",
+           exact_f32ref, n, 100.0 * agree8);
     CHECK(agree8 >= 0.98);
     for (int i = 0; i < n; i++) free(v[i].prompt);
+    for (int i = 0; i < n8; i++) free(v8[i].prompt);
     return hr_test_finish();
 }

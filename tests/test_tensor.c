@@ -21,7 +21,7 @@ static void test_info(void) {
     CHECK(hr_dtype_get_info(HR_DTYPE_Q6_K)->block_bytes == 210);
     CHECK(hr_dtype_get_info(HR_DTYPE_Q8_K)->block_bytes == 292);
     CHECK(hr_dtype_get_info(HR_DTYPE_BF16)->block_bytes == 2);
-    CHECK(hr_dtype_get_info(HR_DTYPE_F16)->vec_dot_type == HR_DTYPE_F32);
+    CHECK(hr_dtype_get_info(HR_DTYPE_F16)->vec_dot_type == HR_DTYPE_F16);
     CHECK(hr_dtype_get_info(HR_DTYPE_Q4_0)->vec_dot_type == HR_DTYPE_Q8_0);
     CHECK(hr_dtype_get_info(HR_DTYPE_Q6_K)->vec_dot_type == HR_DTYPE_Q8_K);
     CHECK(!strcmp(hr_dtype_get_info(HR_DTYPE_Q5_K)->name, "q5_K"));

@@ -10,7 +10,14 @@
  * is read from its f16 tail buffer while it has one (until the commit of its last token); every
  * block the query sees whole is read encoded (the write that completed it encoded it). So the
  * result is the same whether the tokens came in one prefill chunk or one by one. A query over an
- * older prefix of a committed sequence reads the encoded block even for its partial last block. */
+ * older prefix of a committed sequence reads the encoded block even for its partial last block.
+ *
+ * f16 cache (llama.cpp's default, read as ggml's non-flash-attention path does): ggml multiplies an
+ * f16 K or V by an f32 operand after converting that operand to f16 (f16's vec_dot_type). So with
+ * an f16 K the query is rounded to f16 before q.k, and with an f16 V the softmax probabilities are
+ * normalized first and rounded to f16 before P.V (no division at the end). On small models whose
+ * logits sit near ties (stories260K q8_0) this decides greedy tokens; it is what makes headroom's
+ * output equal llama.cpp's there. Other formats keep f32 q and P and normalize once at the end. */
 #include <math.h>
 #include <string.h>
 
@@ -58,6 +65,10 @@ void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *
     }
 }
 
+void kv_scale_round_f16_ref(float *x, int n, float scale) {
+    for (int t = 0; t < n; t++) x[t] = kv_f16_to_f32(kv_f32_to_f16(x[t] * scale));
+}
+
 float kv_softmax_ref(float *s, int n, float scale) {
     float mx = -INFINITY;
     for (int t = 0; t < n; t++) mx = fmaxf(mx, s[t] *= scale);
@@ -66,21 +77,38 @@ float kv_softmax_ref(float *s, int n, float scale) {
     return sum;
 }
 
+/* The query a head's q.K reads, in buf (head_dim floats) when it differs from q itself:
+ *   - keys stored rotated (q4h): the query rotated by the same transform, once per head;
+ *   - an f16 K: the query rounded to f16, as the reference engine reads an f16 cache;
+ *   - otherwise the query itself. */
+static const float *kv_query(const hr_kv_pool *p, const float *qh, float *buf) {
+    if (p->kf.rotate) {
+        memcpy(buf, qh, (size_t)p->cfg.head_dim * sizeof *buf);
+        kv_hadamard(buf, p->cfg.head_dim);
+        return buf;
+    }
+    if (p->kf.format != HR_KV_F16) return qh;
+    memcpy(buf, qh, (size_t)p->cfg.head_dim * sizeof *buf);
+    p->scale_round_f16(buf, p->cfg.head_dim, 1.0f);
+    return buf;
+}
+
+/* After the softmax (sc: n exp weights summing to sum): with an f16 V the weights become
+ * f16(e / sum) and 1 is returned (nothing left to divide by); otherwise 1 / sum, for the end. */
+static float kv_weights(const hr_kv_pool *p, float *sc, int n, float sum) {
+    float inv = 1.0f / sum;
+    if (p->vf.format != HR_KV_F16) return inv;
+    p->scale_round_f16(sc, n, inv);
+    return 1.0f;
+}
+
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
     /* scores (n_ctx, padded to a block) + one head-row for per-channel formats + slack for SIMD */
     int B = p->cfg.block_size;
     size_t n = ((size_t)(n_ctx > 0 ? n_ctx : 0) + B - 1) / B * B;
-    return n + (size_t)p->cfg.head_dim + 16 + (p->kf.rotate ? (size_t)p->cfg.head_dim : 0);
+    return n + (size_t)p->cfg.head_dim + 16;
 }
 
-/* The query a head's q.K uses: for keys stored rotated (q4h) the query rotated by the same
- * transform, once per head, into qr (D floats of scratch); otherwise the query itself. */
-static inline const float *kv_query(const hr_kv_pool *p, const float *qh, float *qr) {
-    if (!p->kf.rotate) return qh;
-    memcpy(qr, qh, (size_t)p->cfg.head_dim * sizeof *qr);
-    kv_hadamard(qr, p->cfg.head_dim);
-    return qr;
-}
 
 /* ---- attention under a policy ---------------------------------------------------------------------
  * The blocks a query reads are [0, sink_blocks) and [lo / B, n_blk) for window-like policies (lo = the
@@ -143,11 +171,11 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
     for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) n_vis += s->table[j] >= 0;
     float *scores = scratch;
     float *row = scratch + (size_t)n_vis * B; /* scratch holds n_vis * B scores, then one head-row */
-    float *qr = row + D + 16;                 /* then a rotated query (q4h) */
+    float q16[KV_MAX_HEAD_DIM];
 
     for (int h = 0; h < n_heads; h++) {
         int kh = h / group;
-        const float *qh = kv_query(p, q + (size_t)h * D, qr);
+        const float *qh = kv_query(p, q + (size_t)h * D, q16);
         float *oh = out + (size_t)h * D;
         int n_sc = 0, k = 0;
         for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
@@ -163,8 +191,7 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
             n_sc = k * B + n;
             k++;
         }
-        float sum = p->softmax(scores, n_sc, scale);
-        float inv = 1.0f / sum;
+        float inv = kv_weights(p, scores, n_sc, p->softmax(scores, n_sc, scale));
         memset(oh, 0, (size_t)D * sizeof *oh);
         k = 0;
         for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
@@ -214,11 +241,11 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
     const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
     float *scores = scratch;
     float *row = scratch + (size_t)n_blk * B;
-    float *qr = row + D + 16; /* a rotated query (q4h) */
+    float q16[KV_MAX_HEAD_DIM];
 
     for (int h = 0; h < n_heads; h++) {
         int kh = h / group;
-        const float *qh = kv_query(p, q + (size_t)h * D, qr);
+        const float *qh = kv_query(p, q + (size_t)h * D, q16);
         float *oh = out + (size_t)h * D;
         /* scores = q . k for every cached token, block by block */
         for (int j = 0; j < n_blk; j++) {
@@ -231,8 +258,8 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
                             scores + (size_t)j * B);
         }
         /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
-        float sum = p->softmax(scores, n_ctx, scale);
-        /* out = sum_t p_t v_t, normalized once at the end */
+        float inv = kv_weights(p, scores, n_ctx, p->softmax(scores, n_ctx, scale));
+        /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
         memset(oh, 0, (size_t)D * sizeof *oh);
         for (int j = 0; j < n_blk; j++) {
             int n = (j == n_blk - 1) ? n_ctx - j * B : B;
@@ -243,7 +270,6 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
                 p->vops.accum(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,
                               scores + (size_t)j * B, oh);
         }
-        float inv = 1.0f / sum;
         for (int d = 0; d < D; d++) oh[d] *= inv;
     }
 }

@@ -707,6 +707,16 @@ float kv_softmax_avx2(float *s, int n, float scale) {
     return sum;
 }
 
+void kv_scale_round_f16_avx2(float *x, int n, float scale) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    int t = 0;
+    for (; t + 8 <= n; t += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + t), vs), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(x + t, _mm256_cvtph_ps(h));
+    }
+    for (; t < n; t++) x[t] = _cvtsh_ss(_cvtss_sh(x[t] * scale, _MM_FROUND_TO_NEAREST_INT));
+}
+
 void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
     switch (f->format) {
     case HR_KV_F32: ops->dot = dot_f32, ops->accum = acc_f32; break;

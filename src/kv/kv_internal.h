@@ -135,6 +135,11 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops);
 /* s[t] = exp(scale * s[t] - max), returns the sum; the reduction order depends only on n. */
 float kv_softmax_ref(float *s, int n, float scale);
 float kv_softmax_avx2(float *s, int n, float scale);
+#define KV_MAX_HEAD_DIM 1024 /* what hr_kv_pool_create accepts */
+
+/* x[t] = f16(x[t] * scale) (round to nearest even), kept as f32; the same bits on both paths. */
+void kv_scale_round_f16_ref(float *x, int n, float scale);
+void kv_scale_round_f16_avx2(float *x, int n, float scale);
 
 /* ---- pool ------------------------------------------------------------------------------------ */
 
@@ -181,6 +186,7 @@ struct hr_kv_pool {
     kv_fmt kf, vf, sf; /* sf: F16 at the same shape, to read staged blocks */
     kv_fmt_ops kops, vops, sops;
     float (*softmax)(float *s, int n, float scale);
+    void (*scale_round_f16)(float *x, int n, float scale);
     bool avx2;
 
     size_t k_block_bytes, v_block_bytes; /* one layer, one block */

@@ -36,8 +36,9 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV n_layers must be 1..4096, got %d", cfg->n_layers);
     if (cfg->n_kv_heads < 1 || cfg->n_kv_heads > 1024)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV n_kv_heads must be 1..1024, got %d", cfg->n_kv_heads);
-    if (cfg->head_dim < 1 || cfg->head_dim > 1024)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV head_dim must be 1..1024, got %d", cfg->head_dim);
+    if (cfg->head_dim < 1 || cfg->head_dim > KV_MAX_HEAD_DIM)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV head_dim must be 1..%d, got %d", KV_MAX_HEAD_DIM,
+                            cfg->head_dim);
     if (cfg->block_size < 8 || cfg->block_size > 256)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV block_size must be 8..256 tokens, got %d (16 is usual)",
                             cfg->block_size);
@@ -207,6 +208,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     kv_fmt_ops_ref(&vf, &p->vops);
     kv_fmt_ops_ref(&p->sf, &p->sops);
     p->softmax = p->avx2 ? kv_softmax_avx2 : kv_softmax_ref;
+    p->scale_round_f16 = p->avx2 ? kv_scale_round_f16_avx2 : kv_scale_round_f16_ref;
     if (p->avx2) {
         kv_fmt_ops_avx2(&kf, &p->kops);
         kv_fmt_ops_avx2(&vf, &p->vops);

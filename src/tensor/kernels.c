@@ -75,7 +75,7 @@ static void set(hr_kernels *k, hr_dtype t, hr_quantize_row_fn q, hr_dequantize_r
 
 static void init_scalar(hr_kernels *k) {
     set(k, HR_DTYPE_F32, hr_ref_copy_f32, hr_ref_dequantize_f32, hr_ref_dot_f32, tile_ref_f32);
-    set(k, HR_DTYPE_F16, hr_ref_copy_f32, hr_ref_dequantize_f16, hr_ref_dot_f16, tile_ref_f16);
+    set(k, HR_DTYPE_F16, hr_ref_quantize_f16, hr_ref_dequantize_f16, hr_ref_dot_f16, tile_ref_f16);
     set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_ref_dot_bf16, tile_ref_bf16);
     set(k, HR_DTYPE_Q8_0, hr_ref_quantize_q8_0, hr_ref_dequantize_q8_0, hr_ref_dot_q8_0, tile_ref_q8_0);
     set(k, HR_DTYPE_Q4_0, hr_ref_quantize_q8_0, hr_ref_dequantize_q4_0, hr_ref_dot_q4_0, tile_ref_q4_0);
@@ -93,7 +93,7 @@ static void init_k_avx2(hr_kernels *k) {
 
 static void init_avx2(hr_kernels *k) {
     set(k, HR_DTYPE_F32, hr_ref_copy_f32, hr_ref_dequantize_f32, hr_avx2_dot_f32, hr_avx2_tile_f32);
-    set(k, HR_DTYPE_F16, hr_ref_copy_f32, hr_ref_dequantize_f16, hr_avx2_dot_f16, hr_avx2_tile_f16);
+    set(k, HR_DTYPE_F16, hr_avx2_quantize_f16, hr_ref_dequantize_f16, hr_avx2_dot_f16, hr_avx2_tile_f16);
     set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_avx2_dot_bf16, hr_avx2_tile_bf16);
     set(k, HR_DTYPE_Q8_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q8_0, hr_avx2_dot_q8_0, hr_avx2_tile_q8_0);
     set(k, HR_DTYPE_Q4_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q4_0, hr_avx2_dot_q4_0, hr_avx2_tile_q4_0);
@@ -102,7 +102,7 @@ static void init_avx2(hr_kernels *k) {
 
 static void init_avx512(hr_kernels *k) {
     set(k, HR_DTYPE_F32, hr_ref_copy_f32, hr_ref_dequantize_f32, hr_avx512_dot_f32, tile_avx512_f32);
-    set(k, HR_DTYPE_F16, hr_ref_copy_f32, hr_ref_dequantize_f16, hr_avx512_dot_f16, tile_avx512_f16);
+    set(k, HR_DTYPE_F16, hr_avx2_quantize_f16, hr_ref_dequantize_f16, hr_avx512_dot_f16, tile_avx512_f16);
     set(k, HR_DTYPE_BF16, hr_ref_copy_f32, hr_ref_dequantize_bf16, hr_avx512_dot_bf16, tile_avx512_bf16);
     set(k, HR_DTYPE_Q8_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q8_0, hr_avx512_dot_q8_0, tile_avx512_q8_0);
     set(k, HR_DTYPE_Q4_0, hr_avx2_quantize_q8_0, hr_ref_dequantize_q4_0, hr_avx512_dot_q4_0, tile_avx512_q4_0);

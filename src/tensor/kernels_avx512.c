@@ -1,4 +1,4 @@
-/* kernels_avx512.c: AVX-512 dots for f32, f16, bf16 (against f32 activations) and q8_0, q4_0 (against
+/* kernels_avx512.c: AVX-512 dots for f32, bf16 (against f32 activations), f16 (against f16) and q8_0, q4_0 (against
  * q8_0 activations), using only AVX-512F/BW instructions (what hr_kernels_init checks). Only reached
  * when hr_cpu_detect reports AVX-512; test_tensor_simd checks every function against the scalar
  * reference on machines that have it (the AVX2-only dev machine compiles but cannot run them).
@@ -21,33 +21,37 @@ static inline float hsum16(__m512 v) {
     return _mm_cvtss_f32(s);
 }
 
-#define HR_FLOAT_DOT512_BODY(LOAD)                                                                                     \
+#define HR_FLOAT_DOT512_BODY(LOAD, LOADA)                                                                              \
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                                                     \
     __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();                                                     \
     int64_t i = 0;                                                                                                     \
     for (; i + 64 <= k; i += 64) {                                                                                     \
-        acc0 = _mm512_fmadd_ps(LOAD(i), _mm512_loadu_ps(y + i), acc0);                                                 \
-        acc1 = _mm512_fmadd_ps(LOAD(i + 16), _mm512_loadu_ps(y + i + 16), acc1);                                       \
-        acc2 = _mm512_fmadd_ps(LOAD(i + 32), _mm512_loadu_ps(y + i + 32), acc2);                                       \
-        acc3 = _mm512_fmadd_ps(LOAD(i + 48), _mm512_loadu_ps(y + i + 48), acc3);                                       \
+        acc0 = _mm512_fmadd_ps(LOAD(i), LOADA(i), acc0);                                                               \
+        acc1 = _mm512_fmadd_ps(LOAD(i + 16), LOADA(i + 16), acc1);                                                     \
+        acc2 = _mm512_fmadd_ps(LOAD(i + 32), LOADA(i + 32), acc2);                                                     \
+        acc3 = _mm512_fmadd_ps(LOAD(i + 48), LOADA(i + 48), acc3);                                                     \
     }                                                                                                                  \
-    for (; i + 16 <= k; i += 16) acc0 = _mm512_fmadd_ps(LOAD(i), _mm512_loadu_ps(y + i), acc0);                        \
+    for (; i + 16 <= k; i += 16) acc0 = _mm512_fmadd_ps(LOAD(i), LOADA(i), acc0);                                      \
     float sum = hsum16(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+
+/* f32 activations */
+#define LOAD_Y(j) _mm512_loadu_ps(y + (j))
 
 float hr_avx512_dot_f32(int64_t k, const void *w, const void *a) {
     const float *x = w, *y = a;
 #define LOAD_F32(j) _mm512_loadu_ps(x + (j))
-    HR_FLOAT_DOT512_BODY(LOAD_F32)
+    HR_FLOAT_DOT512_BODY(LOAD_F32, LOAD_Y)
     for (; i < k; i++) sum = fmaf(x[i], y[i], sum);
     return sum;
 }
 
+/* f16 weights against f16 activations (ggml's vec_dot_type for f16) */
 float hr_avx512_dot_f16(int64_t k, const void *w, const void *a) {
-    const hr_f16 *x = w;
-    const float *y = a;
-#define LOAD_F16(j) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + (j))))
-    HR_FLOAT_DOT512_BODY(LOAD_F16)
-    for (; i < k; i++) sum = fmaf(_cvtsh_ss(x[i]), y[i], sum);
+    const hr_f16 *x = w, *yh = a;
+#define LOAD_F16(j)     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + (j))))
+#define LOAD_F16_ACT(j) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(yh + (j))))
+    HR_FLOAT_DOT512_BODY(LOAD_F16, LOAD_F16_ACT)
+    for (; i < k; i++) sum = fmaf(_cvtsh_ss(x[i]), _cvtsh_ss(yh[i]), sum);
     return sum;
 }
 
@@ -56,7 +60,7 @@ float hr_avx512_dot_bf16(int64_t k, const void *w, const void *a) {
     const float *y = a;
 #define LOAD_BF16(j)                                                                                                   \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + (j)))), 16))
-    HR_FLOAT_DOT512_BODY(LOAD_BF16)
+    HR_FLOAT_DOT512_BODY(LOAD_BF16, LOAD_Y)
     for (; i < k; i++) sum = fmaf(hr_bf16_to_f32(x[i]), y[i], sum);
     return sum;
 }

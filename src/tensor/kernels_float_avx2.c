@@ -1,5 +1,5 @@
-/* kernels_float_avx2.c: AVX2 + FMA + F16C dots of f32, f16 and bf16 weights against f32 activations,
- * and their register-blocked tiles.
+/* kernels_float_avx2.c: AVX2 + FMA + F16C dots of f32 and bf16 weights against f32 activations and of
+ * f16 weights against f16 activations (ggml's vec_dot_type for f16), and their register-blocked tiles.
  *
  * Reduction order (the batch-invariance contract): each (weight row, activation row) pair owns one
  * 8-lane accumulator; element groups [8i, 8i + 8) are added in increasing i with one FMA each; then
@@ -13,6 +13,8 @@
 #include "tensor/kernels_internal.h"
 
 enum { W_F32, W_F16, W_BF16 };
+/* the activation element type that goes with a weight kind: f16 with f16, else f32 */
+#define AK(kind) ((kind) == W_F16 ? W_F16 : W_F32)
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -35,31 +37,31 @@ static inline float load1(const char *row, int64_t j, const int kind) {
 }
 
 /* One pair's finish: the fixed horizontal sum, then the tail elements in order. */
-static inline float finish(__m256 acc, const char *wrow, const float *arow, int64_t i, int64_t k, const int kind) {
+static inline float finish(__m256 acc, const char *wrow, const char *arow, int64_t i, int64_t k, const int kind) {
     float sum = hsum8(acc);
-    for (int64_t j = i; j < k; j++) sum = fmaf(load1(wrow, j, kind), arow[j], sum);
+    for (int64_t j = i; j < k; j++) sum = fmaf(load1(wrow, j, kind), load1(arow, j, AK(kind)), sum);
     return sum;
 }
 
 /* The shapes are written out (not loops over R and T) so that every compiler keeps the
  * accumulators in registers. Each pair's sequence is the same in all of them. */
 
-static inline __attribute__((always_inline)) void tile_1x1(int64_t k, const char *w, const float *a, float *y,
+static inline __attribute__((always_inline)) void tile_1x1(int64_t k, const char *w, const char *a, float *y,
                                                            const int kind) {
     __m256 c = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 8 <= k; i += 8) c = _mm256_fmadd_ps(load8(w, i, kind), _mm256_loadu_ps(a + i), c);
+    for (; i + 8 <= k; i += 8) c = _mm256_fmadd_ps(load8(w, i, kind), load8(a, i, AK(kind)), c);
     *y = finish(c, w, a, i, k, kind);
 }
 
 /* 4 rows x 1 token (decode) */
-static inline __attribute__((always_inline)) void tile_4x1(int64_t k, const char *w, size_t ws, const float *a,
-                                                           float *y, const int kind) {
+static inline __attribute__((always_inline)) void tile_4x1(int64_t k, const char *w, size_t ws, const char *a, float *y,
+                                                           const int kind) {
     const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) {
-        const __m256 v = _mm256_loadu_ps(a + i);
+        const __m256 v = load8(a, i, AK(kind));
         c0 = _mm256_fmadd_ps(load8(w0, i, kind), v, c0);
         c1 = _mm256_fmadd_ps(load8(w1, i, kind), v, c1);
         c2 = _mm256_fmadd_ps(load8(w2, i, kind), v, c2);
@@ -74,16 +76,15 @@ static inline __attribute__((always_inline)) void tile_4x1(int64_t k, const char
 /* 1 row x 4 tokens (the odd row of a batch) */
 static inline __attribute__((always_inline)) void tile_1x4(int64_t k, const char *w, const char *a, size_t as, float *y,
                                                            size_t ys, const int kind) {
-    const float *a0 = (const float *)a, *a1 = (const float *)(a + as), *a2 = (const float *)(a + 2 * as),
-                *a3 = (const float *)(a + 3 * as);
+    const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) {
         const __m256 x = load8(w, i, kind);
-        c0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a0 + i), c0);
-        c1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a1 + i), c1);
-        c2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a2 + i), c2);
-        c3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(a3 + i), c3);
+        c0 = _mm256_fmadd_ps(x, load8(a0, i, AK(kind)), c0);
+        c1 = _mm256_fmadd_ps(x, load8(a1, i, AK(kind)), c1);
+        c2 = _mm256_fmadd_ps(x, load8(a2, i, AK(kind)), c2);
+        c3 = _mm256_fmadd_ps(x, load8(a3, i, AK(kind)), c3);
     }
     y[0] = finish(c0, w, a0, i, k, kind);
     y[ys] = finish(c1, w, a1, i, k, kind);
@@ -95,23 +96,22 @@ static inline __attribute__((always_inline)) void tile_1x4(int64_t k, const char
 static inline __attribute__((always_inline)) void tile_2x4(int64_t k, const char *w, size_t ws, const char *a,
                                                            size_t as, float *y, size_t ys, const int kind) {
     const char *w0 = w, *w1 = w + ws;
-    const float *a0 = (const float *)a, *a1 = (const float *)(a + as), *a2 = (const float *)(a + 2 * as),
-                *a3 = (const float *)(a + 3 * as);
+    const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) {
         const __m256 x0 = load8(w0, i, kind), x1 = load8(w1, i, kind);
-        __m256 v = _mm256_loadu_ps(a0 + i);
+        __m256 v = load8(a0, i, AK(kind));
         c00 = _mm256_fmadd_ps(x0, v, c00);
         c10 = _mm256_fmadd_ps(x1, v, c10);
-        v = _mm256_loadu_ps(a1 + i);
+        v = load8(a1, i, AK(kind));
         c01 = _mm256_fmadd_ps(x0, v, c01);
         c11 = _mm256_fmadd_ps(x1, v, c11);
-        v = _mm256_loadu_ps(a2 + i);
+        v = load8(a2, i, AK(kind));
         c02 = _mm256_fmadd_ps(x0, v, c02);
         c12 = _mm256_fmadd_ps(x1, v, c12);
-        v = _mm256_loadu_ps(a3 + i);
+        v = load8(a3, i, AK(kind));
         c03 = _mm256_fmadd_ps(x0, v, c03);
         c13 = _mm256_fmadd_ps(x1, v, c13);
     }
@@ -125,32 +125,31 @@ static inline __attribute__((always_inline)) void tile_2x4(int64_t k, const char
     y[3 * ys + 1] = finish(c13, w1, a3, i, k, kind);
 }
 
-/* 3 rows x 4 tokens: 12 chains in 12 registers, the 3 weight vectors in 3 more, activations taken
- * straight from memory by the FMAs: 7 loads per 12 FMAs (2 x 4: 6 per 8). */
+/* 3 rows x 4 tokens: 12 chains in 12 registers, the 3 weight vectors in 3 more, f32 activations taken
+ * straight from memory by the FMAs: 7 loads per 12 FMAs (2 x 4: 6 per 8); f16 ones are converted. */
 static inline __attribute__((always_inline)) void tile_3x4(int64_t k, const char *w, size_t ws, const char *a,
                                                            size_t as, float *y, size_t ys, const int kind) {
     const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws;
-    const float *a0 = (const float *)a, *a1 = (const float *)(a + as), *a2 = (const float *)(a + 2 * as),
-                *a3 = (const float *)(a + 3 * as);
+    const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c22 = _mm256_setzero_ps(), c23 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) {
         const __m256 x0 = load8(w0, i, kind), x1 = load8(w1, i, kind), x2 = load8(w2, i, kind);
-        __m256 v = _mm256_loadu_ps(a0 + i);
+        __m256 v = load8(a0, i, AK(kind));
         c00 = _mm256_fmadd_ps(x0, v, c00);
         c10 = _mm256_fmadd_ps(x1, v, c10);
         c20 = _mm256_fmadd_ps(x2, v, c20);
-        v = _mm256_loadu_ps(a1 + i);
+        v = load8(a1, i, AK(kind));
         c01 = _mm256_fmadd_ps(x0, v, c01);
         c11 = _mm256_fmadd_ps(x1, v, c11);
         c21 = _mm256_fmadd_ps(x2, v, c21);
-        v = _mm256_loadu_ps(a2 + i);
+        v = load8(a2, i, AK(kind));
         c02 = _mm256_fmadd_ps(x0, v, c02);
         c12 = _mm256_fmadd_ps(x1, v, c12);
         c22 = _mm256_fmadd_ps(x2, v, c22);
-        v = _mm256_loadu_ps(a3 + i);
+        v = load8(a3, i, AK(kind));
         c03 = _mm256_fmadd_ps(x0, v, c03);
         c13 = _mm256_fmadd_ps(x1, v, c13);
         c23 = _mm256_fmadd_ps(x2, v, c23);
@@ -182,7 +181,7 @@ static inline __attribute__((always_inline)) void tile_driver(int64_t k, const c
         for (; r < nr; r++) tile_1x4(k, w + (size_t)r * ws, at, as, yt + r, ys, kind);
     }
     for (; t < nt; t++) {
-        const float *at = (const float *)(a + (size_t)t * as);
+        const char *at = a + (size_t)t * as;
         float *yt = y + (size_t)t * ys;
         int r = 0;
         for (; r + 4 <= nr; r += 4) tile_4x1(k, w + (size_t)r * ws, ws, at, yt + r, kind);
@@ -200,6 +199,14 @@ static inline __attribute__((always_inline)) void tile_driver(int64_t k, const c
                              int nt, float *y, size_t y_stride) {                                                      \
         tile_driver(k, w, w_stride, nr, a, a_stride, nt, y, y_stride, kind);                                           \
     }
+
+void hr_avx2_quantize_f16(const float *x, void *dst, int64_t k) {
+    uint16_t *y = dst;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < k; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
 
 HR_FLOAT_KERNELS(f32, W_F32)
 HR_FLOAT_KERNELS(f16, W_F16)

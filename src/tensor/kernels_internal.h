@@ -59,6 +59,7 @@ static inline void hr_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint
 /* AVX2 kernels (kernels_avx2.c, kernels_q4_avx2.c, kernels_float_avx2.c, kernels_k_avx2.c); only called when the
  * CPU has AVX2+FMA+F16C. */
 void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k);
+void hr_avx2_quantize_f16(const float *x, void *dst, int64_t k); /* F16C, round-to-nearest-even */
 float hr_avx2_dot_f32(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_f16(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_bf16(int64_t k, const void *w, const void *a);

@@ -43,10 +43,9 @@ float hr_ref_dot_f32(int64_t k, const void *w, const void *a) {
 }
 
 float hr_ref_dot_f16(int64_t k, const void *w, const void *a) {
-    const hr_f16 *x = w;
-    const float *y = a;
+    const hr_f16 *x = w, *y = a;
     double sum = 0;
-    for (int64_t i = 0; i < k; i++) sum += (double)hr_f16_to_f32(x[i]) * (double)y[i];
+    for (int64_t i = 0; i < k; i++) sum += (double)hr_f16_to_f32(x[i]) * (double)hr_f16_to_f32(y[i]);
     return (float)sum;
 }
 

@@ -16,7 +16,7 @@ _Static_assert(sizeof(hr_block_q8_K) == 292, "q8_K block must match ggml");
 /* Indexed by hr_dtype (= ggml type id); name == NULL marks an id headroom does not compute with. */
 static const hr_dtype_info dtype_table[31] = {
     [HR_DTYPE_F32] = {"f32", 1, 4, HR_DTYPE_F32},
-    [HR_DTYPE_F16] = {"f16", 1, 2, HR_DTYPE_F32},
+    [HR_DTYPE_F16] = {"f16", 1, 2, HR_DTYPE_F16}, /* activations rounded to f16, as ggml does */
     [HR_DTYPE_BF16] = {"bf16", 1, 2, HR_DTYPE_F32},
     [HR_DTYPE_Q8_0] = {"q8_0", HR_QK8_0, sizeof(hr_block_q8_0), HR_DTYPE_Q8_0},
     [HR_DTYPE_Q4_0] = {"q4_0", HR_QK4_0, sizeof(hr_block_q4_0), HR_DTYPE_Q8_0},

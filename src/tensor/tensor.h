@@ -94,8 +94,9 @@ hr_bf16 hr_f32_to_bf16(float f);
 void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k);
 void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k);
 /* Dot of a weight row of type t with an activation row already in info(t)->vec_dot_type. Returns
- * the sum in f32. Activation types: f32/f16/bf16 weights -> f32; q8_0/q4_0 -> q8_0; q4_K/q5_K/q6_K
- * -> q8_K (quantized on the fly, as llama.cpp does). */
+ * the sum in f32. Activation types: f32/bf16 weights -> f32; f16 -> f16; q8_0/q4_0 -> q8_0;
+ * q4_K/q5_K/q6_K -> q8_K (converted or quantized on the fly, as llama.cpp does: ggml's vec_dot_type
+ * for f16 is f16, so its f16 matmuls see activations rounded to f16). */
 float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_row);
 
 /* ---- run-time dispatched kernels ----

@@ -53,10 +53,12 @@ hr_status hr_matmul_ctx_create(const hr_kernels *k, hr_threadpool *tp, int64_t m
                             "matmul scratch for %lld tokens x %lld elements is out of range (expected 1..2^24 x "
                             "1..2^30)",
                             (long long)max_tokens, (long long)max_k);
-    /* the largest activation row of any type: q8_0 (34/32), q8_K (292/256) or f32 when copied */
+    /* the largest converted activation row of any type: q8_0 (34/32), q8_K (292/256) or f16 (2 bytes
+     * an element); f32 activations are read in place */
     const size_t kq0 = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0);
     const size_t kqk = (size_t)(max_k + HR_QK_K - 1) / HR_QK_K * sizeof(hr_block_q8_K);
-    const size_t cap = round_up(HR_MAX(kq0, kqk), HR_MM_ALIGN);
+    const size_t kh = (size_t)max_k * sizeof(hr_f16);
+    const size_t cap = round_up(HR_MAX(HR_MAX(kq0, kqk), kh), HR_MM_ALIGN);
     hr_matmul_ctx *m = calloc(1, sizeof *m);
     if (!m) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the matmul context");
     m->act = aligned_alloc(HR_MM_ALIGN, cap * (size_t)max_tokens);
