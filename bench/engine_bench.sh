@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# engine_bench.sh: the engine's benchmarks (docs/bench-engine.md holds the figures).
+# engine_bench.sh: the engine's benchmarks (docs/BENCHMARKS.md holds the figures).
 #   (a) aggregate generation tokens/s through `headroom run` on a tinyllama-1.1b-shaped q8_0 model at
 #       1, 4, 16, 64 concurrent sequences, 2 threads (medians of REPEATS runs);
 #   (b) one KV byte budget, a mixed workload (prompts 64-2048, outputs 16-512): requests/min, peak

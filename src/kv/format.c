@@ -128,7 +128,7 @@ hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr
         f->scale_off = BD / 2;
         f->head_bytes = f->scale_off + (size_t)B * (D / f->G) * 4;
         if (role == KV_K) {
-            /* measurement-only variants (docs/bench-q4h.md): HEADROOM_KV_Q4H_VARIANT=norot stores the
+            /* measurement-only variants (docs/BENCHMARKS.md, the q4h section): HEADROOM_KV_Q4H_VARIANT=norot stores the
              * keys unrotated (plain per-token 4-bit K), =sym uses symmetric codes, =norot,sym both */
             const char *var = getenv("HEADROOM_KV_Q4H_VARIANT");
             f->rotate = !(var && strstr(var, "norot"));
