@@ -482,6 +482,60 @@ static void acc_q4_v(const kv_fmt *f, const uint8_t *head, int n, const float *p
     }
 }
 
+/* q4h K (keys Hadamard-rotated, q is the rotated query): per token and group of 32 channels an exact
+ * integer sum of int16 q x 4-bit code, then the reference's float steps in its order (scale per
+ * group, min times the group's float sum of q), so the scores equal format.c's bit for bit. A
+ * group's 16 code bytes hold channels k (low nibble) and k + 16 (high nibble). Four tokens at a time.
+ * Needs D % 32 == 0 (G = 32) and D <= KV_QMAX_D. */
+static void dot_q4h_k(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    int D = f->D, ng = D / 32, rb = D / 2, t = 0;
+    (void)row;
+    int16_t q16[KV_QMAX_D];
+    float step = row_i16(q, D, q16), qsum[KV_QMAX_D / 32];
+    for (int g = 0; g < ng; g++) {
+        float sg = 0.0f;
+        for (int c = g * 32; c < (g + 1) * 32; c++) sg += q[c];
+        qsum[g] = sg;
+    }
+    const __m256i m4 = _mm256_set1_epi16(0x0f);
+    const uint8_t *codes = head + f->code_off;
+    const uint16_t *sm = (const uint16_t *)(head + f->scale_off);
+    for (; t + 4 <= n; t += 4) {
+        __m128 s = _mm_setzero_ps(), b = _mm_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            __m256i ql = _mm256_loadu_si256((const __m256i *)(q16 + g * 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(q16 + g * 32 + 16));
+            __m256i a[4];
+            for (int i = 0; i < 4; i++) {
+                __m256i x = _mm256_cvtepu8_epi16(
+                    _mm_loadu_si128((const __m128i *)(codes + (size_t)(t + i) * rb + (size_t)g * 16)));
+                a[i] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(x, m4), ql),
+                                        _mm256_madd_epi16(_mm256_srli_epi16(x, 4), qh));
+            }
+            const uint16_t *p0 = sm + ((size_t)t * ng + g) * 2, *p1 = p0 + 2 * ng, *p2 = p1 + 2 * ng, *p3 = p2 + 2 * ng;
+            __m128 sc4 = _mm_setr_ps(_cvtsh_ss(p0[0]), _cvtsh_ss(p1[0]), _cvtsh_ss(p2[0]), _cvtsh_ss(p3[0]));
+            __m128 mn4 = _mm_setr_ps(_cvtsh_ss(p0[1]), _cvtsh_ss(p1[1]), _cvtsh_ss(p2[1]), _cvtsh_ss(p3[1]));
+            s = _mm_add_ps(s, _mm_mul_ps(_mm_cvtepi32_ps(hsum4_epi32(a[0], a[1], a[2], a[3])), sc4));
+            b = _mm_add_ps(b, _mm_mul_ps(_mm_set1_ps(qsum[g]), mn4));
+        }
+        _mm_storeu_ps(scores + t, _mm_add_ps(_mm_mul_ps(s, _mm_set1_ps(step)), b));
+    }
+    for (; t < n; t++) {
+        float s = 0.0f, b = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            __m256i x =
+                _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + (size_t)t * rb + (size_t)g * 16)));
+            __m256i a = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_and_si256(x, m4), _mm256_loadu_si256((const __m256i *)(q16 + g * 32))),
+                _mm256_madd_epi16(_mm256_srli_epi16(x, 4), _mm256_loadu_si256((const __m256i *)(q16 + g * 32 + 16))));
+            const uint16_t *pair = sm + ((size_t)t * ng + g) * 2;
+            s += (float)hsum_epi32(a) * _cvtsh_ss(pair[0]);
+            b += qsum[g] * _cvtsh_ss(pair[1]);
+        }
+        scores[t] = s * step + b;
+    }
+}
+
 /* 2-bit V: a pass holds one 64-channel chunk (two groups of 32) in eight registers. */
 static void acc_kivi2_v(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
     int D = f->D, rb = D / 4, ng = D / 32;
@@ -747,8 +801,12 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
         else
             ops->accum = f->bits == 4 ? acc_q4_v : acc_kivi2_v;
         break;
-    case HR_KV_Q4H: /* V has q4's V layout; K keeps the reference dot (no AVX2 path yet) */
-        if (f->role == KV_V && f->D <= KV_QMAX_D && f->D % 32 == 0 && f->G == 32) ops->accum = acc_q4_v;
+    case HR_KV_Q4H: /* fast paths: whole groups of 32 channels (V has q4's V layout); encoders stay scalar */
+        if (f->D > KV_QMAX_D || f->D % 32 != 0 || f->G != 32) break;
+        if (f->role == KV_K)
+            ops->dot = dot_q4h_k;
+        else
+            ops->accum = acc_q4_v;
         break;
     }
 }
