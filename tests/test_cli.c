@@ -160,6 +160,13 @@ int main(void) {
     CHECK(texts[0] && texts[1] && !strcmp(texts[0], texts[1]));
     CHECK(texts[0] && texts[2] && strcmp(texts[0], texts[2]));
     for (int i = 0; i < 3; i++) free(texts[i]);
+    /* a window policy runs past the 512-token context and keeps at most the window resident */
+    snprintf(args, sizeof args,
+             "run -m %s -p 'Once upon a time' -n 700 --temp 0 --ignore-eos --kv-policy window:64 --json", stories);
+    j = run_json(args);
+    CHECK(j && json_integer_value(json_object_get(j, "completion_tokens")) == 700);
+    CHECK(j && json_integer_value(json_object_get(j, "kv_bytes")) <= 6 * 16 * 640); /* <= 6 f16 blocks */
+    json_decref(j);
     /* plain output: the completion on stdout, statistics on stderr */
     snprintf(args, sizeof args, "run -m %s -p 'Once upon a time' -n 8 --temp 0", stories);
     char *out = NULL, *err = NULL;

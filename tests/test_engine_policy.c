@@ -3,7 +3,8 @@
  * drops blocks (its ledger says so) while the full one keeps all; with a window wider than the whole
  * sequence the tokens equal the full run's exactly; a policy the pool cannot use is refused at
  * submit; a windowed request preempted under a tight pool is recomputed (never swapped) and still
- * completes; the pool ends as it started. */
+ * completes; a windowed request runs past the context (n_ctx) holding no more than its window; the
+ * pool ends as it started. */
 #include <string.h>
 
 #include "model/synth.h"
@@ -27,7 +28,7 @@ static hr_model *build_model(void **mem) {
 }
 
 typedef struct out {
-    int32_t ids[256];
+    int32_t ids[512];
     int n;
     hr_request_stats st;
 } out;
@@ -89,6 +90,23 @@ int main(void) {
     hr_request_params p = {
         .prompt = prompt, .n_prompt = 40, .max_tokens = 4, .sampling = hr_sampler_default_params(), .kv_policy = &bad};
     CHECK(hr_engine_submit(r.e, &p, &rq, &err) == HR_ERR_INVALID_ARG && rq == NULL && strstr(err.msg, "window"));
+
+    /* past the context: n_ctx is 256; a windowed request generates 400 tokens after a 40-token
+     * prompt, holding at most a window's blocks; the same request without a window is refused */
+    p = (hr_request_params){.prompt = prompt,
+                            .n_prompt = 40,
+                            .max_tokens = 400,
+                            .sampling = hr_sampler_default_params(),
+                            .ignore_eos = true};
+    CHECK(hr_engine_submit(r.e, &p, &rq, &err) == HR_ERR_RANGE && rq == NULL);
+    const hr_kv_policy *long_pol[1] = {&win32};
+    out lo;
+    run_all(r.e, prompt, 40, 400, long_pol, 1, &lo);
+    CHECKF(lo.n == 400 && lo.st.finish == HR_FINISH_LENGTH, "past the context: %d tokens, finish %d", lo.n,
+           (int)lo.st.finish);
+    CHECKF(lo.st.kv.bytes_peak <= o[1].st.kv.bytes_peak + hr_kv_block_bytes(hr_kv_pool_config(r.kv)),
+           "peak %llu vs window peak %llu", (unsigned long long)lo.st.kv.bytes_peak,
+           (unsigned long long)o[1].st.kv.bytes_peak);
 
     hr_kv_pool_ledger after;
     hr_kv_pool_get_ledger(r.kv, &after);

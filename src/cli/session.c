@@ -21,7 +21,9 @@ struct hr_session {
     hr_engine *engine;
     int n_ctx;
     hr_chat_template chat_tpl; /* chat mode: the template prompts are rendered with */
-    char warning[256];         /* a startup warning for the CLI to print ("" when none) */
+    bool has_policy;           /* --kv-policy given: every request carries it */
+    hr_kv_policy policy;
+    char warning[256]; /* a startup warning for the CLI to print ("" when none) */
 };
 
 hr_session_opts hr_session_default_opts(void) {
@@ -193,12 +195,12 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
     s->n_ctx = o->n_ctx ? o->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
     if ((st = open_kv(s, err))) goto fail;
     if (o->kv_policy) {
-        hr_kv_policy pol;
-        if ((st = hr_kv_policy_parse(o->kv_policy, &pol, err)) ||
-            (st = hr_kv_pool_set_default_policy(s->kv, &pol, err))) {
+        if ((st = hr_kv_policy_parse(o->kv_policy, &s->policy, err)) ||
+            (st = hr_kv_pool_set_default_policy(s->kv, &s->policy, err))) {
             hr_error_prefix(err, "--kv-policy");
             goto fail;
         }
+        s->has_policy = true;
     }
     hr_model_ctx_params mp = {
         .n_threads = o->n_threads, .max_batch_tokens = o->n_batch, .max_ctx = s->n_ctx, .force_isa = o->isa};
@@ -300,7 +302,9 @@ static void submit_one(hr_session *s, const char *prompt, hr_generation *g, hr_r
     hr_error e = {0};
     *h = NULL;
     hr_status st = tokenize(s, prompt, g, &e);
-    int max_new = HR_MIN(s->o.n_predict, s->n_ctx - g->n_prompt);
+    /* a window or sinks policy lets a sequence run past the context; otherwise it ends there */
+    int span = s->has_policy ? hr_engine_policy_span(&s->policy) : 0;
+    int max_new = span > 0 ? s->o.n_predict : HR_MIN(s->o.n_predict, s->n_ctx - g->n_prompt);
     if (st == HR_OK && max_new > 0) {
         hr_request_params p = {.prompt = g->prompt_ids,
                                .n_prompt = g->n_prompt,
@@ -308,7 +312,8 @@ static void submit_one(hr_session *s, const char *prompt, hr_generation *g, hr_r
                                .sampling = s->o.sampling,
                                .ignore_eos = s->o.ignore_eos,
                                .stop = (const char *const *)s->o.stop,
-                               .n_stop = s->o.n_stop};
+                               .n_stop = s->o.n_stop,
+                               .kv_policy = s->has_policy ? &s->policy : NULL};
         st = hr_engine_submit(s->engine, &p, h, &e);
     }
     g->status = st;

@@ -171,12 +171,19 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
     hr_status st = hr_sampler_params_check(&p->sampling, err);
     if (st != HR_OK) return st;
     if (p->kv_policy && (st = hr_kv_policy_check(e->p.kv, p->kv_policy, err)) != HR_OK) return st;
-    if ((int64_t)p->n_prompt + p->max_tokens > e->p.n_ctx)
+    /* a window or sinks policy bounds what the cache keeps, so such a request may run past n_ctx (its
+     * prompt must still fit); every other request lives within n_ctx */
+    int span = p->kv_policy ? hr_engine_policy_span(p->kv_policy) : 0;
+    if (span > 0 && p->n_prompt > e->p.n_ctx)
+        return hr_error_set(err, HR_ERR_RANGE, "the prompt has %d tokens: beyond the context of %d tokens", p->n_prompt,
+                            e->p.n_ctx);
+    if (span == 0 && (int64_t)p->n_prompt + p->max_tokens > e->p.n_ctx)
         return hr_error_set(err, HR_ERR_RANGE,
                             "the prompt has %d tokens and max_tokens is %d: together beyond the context of %d tokens "
                             "(shorten the prompt, lower max_tokens or raise --ctx)",
                             p->n_prompt, p->max_tokens, e->p.n_ctx);
     int64_t life = (int64_t)p->n_prompt + p->max_tokens - 1;
+    if (span > 0) life = HR_MIN(life, (int64_t)span + 2 * e->block_size); /* resident at most */
     int64_t need = (life + e->block_size - 1) / e->block_size;
     if (need > e->n_blocks) {
         uint64_t bb = hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
@@ -319,7 +326,7 @@ static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
     bool stopped = req_push_token(r, e->p.tok, tok);
     if (stopped)
         complete(e, r, HR_FINISH_STOP);
-    else if (r->n_known - r->n_prompt >= r->max_tokens || r->n_known >= e->p.n_ctx)
+    else if (r->n_known - r->n_prompt >= r->max_tokens || (r->span == 0 && r->n_known >= e->p.n_ctx))
         complete(e, r, HR_FINISH_LENGTH);
 }
 

@@ -97,10 +97,16 @@ typedef struct hr_request_params {
                                       default (hr_kv_pool_set_default_policy) */
 } hr_request_params;
 
+/* Positions a policy keeps resident at most (window: W, sinks: S + W), 0 when it does not bound them.
+ * A request with a bounded policy may run past n_ctx (positions keep growing; keys keep their
+ * original RoPE positions, see docs/POLICIES.md); its claim on the pool is bounded by the span. */
+int hr_engine_policy_span(const hr_kv_policy *pol);
+
 /* Accepts a request or refuses it with a reason, setting *out only on HR_OK:
  *   HR_ERR_INVALID_ARG  empty prompt, max_tokens < 1, token ids outside the vocabulary, bad sampling,
  *                       a KV policy the pool cannot use
- *   HR_ERR_RANGE        prompt + max_tokens is beyond the context (n_ctx)
+ *   HR_ERR_RANGE        prompt + max_tokens is beyond the context (n_ctx), unless its policy is a window
+ *                       or sinks (then only the prompt must fit)
  *   HR_ERR_BUDGET       prompt + max_tokens can never fit in the whole KV pool
  *   HR_ERR_FULL         the waiting queue holds max_queue requests; the message says when to retry
  * The caller owns one reference to *out and drops it with hr_request_release. Any thread. */

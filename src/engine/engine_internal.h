@@ -38,6 +38,7 @@ struct hr_request {
     bool swapped;    /* its KV is in the swap tier (seq kept) */
     bool has_policy; /* policy applies to its sequence (else the pool's default) */
     hr_kv_policy policy;
+    int span; /* window/sinks: the most positions its cache keeps (it may run past n_ctx); 0: unbounded */
     hr_sampler *sampler;
     bool ignore_eos;
     char *stop[HR_ENGINE_MAX_STOP];

@@ -35,8 +35,19 @@ int sched_claim_slots(const hr_engine *e, const hr_request *r) {
     }
 }
 
+int hr_engine_policy_span(const hr_kv_policy *pol) {
+    switch (pol->kind) {
+    case HR_KV_POLICY_WINDOW: return pol->window;
+    case HR_KV_POLICY_SINKS: return pol->sinks + pol->window;
+    default: return 0;
+    }
+}
+
 static int outstanding_blocks(const hr_engine *e, const hr_request *r) {
     int need = blocks_of(e, sched_claim_slots(e, r)) - blocks_of(e, r->n_slots);
+    /* a window keeps at most span positions (+ a partial block at each end): the blocks it leaves
+     * behind return to the pool as new ones are taken, so it never needs more than that ahead */
+    if (r->span > 0) need = HR_MIN(need, blocks_of(e, r->span) + 2);
     return need > 0 ? need : 0;
 }
 
@@ -222,7 +233,9 @@ static bool take_seq(hr_engine *e, hr_request *r) {
 
 /* Brings a swapped-out r back when its whole claim fits the headroom. */
 static bool swap_back_in(hr_engine *e, hr_request *r) {
-    if (headroom_blocks(e) < blocks_of(e, sched_claim_slots(e, r))) return false;
+    int whole = blocks_of(e, sched_claim_slots(e, r));
+    if (r->span > 0) whole = HR_MIN(whole, blocks_of(e, r->span) + 2);
+    if (headroom_blocks(e) < whole) return false;
     double t0 = hr_time_now();
     hr_kv_seq_ledger l;
     uint64_t bytes = hr_kv_seq_get_ledger(e->p.kv, r->seq, &l, NULL) == HR_OK ? l.bytes_swapped : 0;
@@ -262,7 +275,7 @@ static bool try_admit(hr_engine *e, hr_request *r) {
         }
     }
     int claim = sched_claim_slots(e, r);
-    int need = blocks_of(e, claim) - blocks_of(e, r->n_slots);
+    int need = outstanding_blocks(e, r);
     if (fresh && headroom_blocks(e) < need) {
         hr_kv_seq_free(kv, r->seq);
         r->seq = -1;
