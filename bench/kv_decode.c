@@ -117,7 +117,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_kv_decode [ROUNDS >= 1] [MAX_CTX >= 1024] [--scalar]\n");
         return 2;
     }
-    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_F32, HR_KV_BF16, HR_KV_Q8, HR_KV_FP8, HR_KV_Q4, HR_KV_KIVI2};
+    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_F32, HR_KV_BF16,  HR_KV_Q8,
+                                        HR_KV_FP8, HR_KV_Q4,  HR_KV_KIVI2, HR_KV_Q4H};
     enum { NF = sizeof fmts / sizeof fmts[0] };
     const int ctxs[N_CTX] = {1024, max_ctx};
     bench_fmt bf[NF];
