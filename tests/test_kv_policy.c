@@ -459,13 +459,15 @@ int main(void) {
     run_window("sinks:20,window:16", HR_KV_F32, 1e-5, NULL, 90);
     run_window("sinks:4,window:32", HR_KV_Q4, 0.5, NULL, 110);
     run_window("window:24", HR_KV_KIVI2, 2.0, NULL, 80);
-    run_window("full", HR_KV_F32, 1e-5, native_l0, 90);  /* one layer windowed: nothing leaves */
-    run_window("full", HR_KV_F32, 1e-5, native_all, 90); /* every layer: blocks past 48 leave */
+    run_window("sinks:4,window:32", HR_KV_Q4H, 0.8, NULL, 110); /* rotated query, bounded scratch */
+    run_window("full", HR_KV_F32, 1e-5, native_l0, 90);         /* one layer windowed: nothing leaves */
+    run_window("full", HR_KV_F32, 1e-5, native_all, 90);        /* every layer: blocks past 48 leave */
     run_window("window:16", HR_KV_F32, 1e-5, native_all, 90);
     test_window_equals_full();
     test_h2o();
     test_snapkv();
     test_random(HR_KV_F32, 1);
     test_random(HR_KV_Q4, 2);
+    test_random(HR_KV_Q4H, 3);
     return hr_test_finish();
 }
