@@ -99,8 +99,8 @@ typedef struct kv_fmt {
     hr_kv_format format;
     int role;         /* KV_K or KV_V */
     int B, D;         /* tokens per block, head_dim */
-    int G;            /* group size for per-token group scales (Q8, Q4-V, KIVI2-V) */
-    int bits;         /* code bits for Q4 / KIVI2 */
+    int G;            /* group size for per-token group scales (Q8, Q4-V, KIVI2-V, Q4H) */
+    int bits;         /* code bits for Q4 / KIVI2 / Q4H */
     bool deferred;    /* encoded when the block fills (Q4, KIVI2) */
     bool per_channel; /* K of Q4/KIVI2: scale and min per channel over the block's tokens */
     bool rotate;      /* K of Q4H: keys are stored Hadamard-rotated; attention passes dot a rotated q */
