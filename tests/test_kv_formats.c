@@ -364,6 +364,7 @@ int main(void) {
     for (int i = 0; i < 6; i++) {
         test_encoder_bytes(HR_KV_Q4, enc_dims[i], &rng);
         test_encoder_bytes(HR_KV_KIVI2, enc_dims[i], &rng);
+        if (enc_dims[i] != 40 && enc_dims[i] != 80) test_encoder_bytes(HR_KV_Q4H, enc_dims[i], &rng);
     }
     printf("worst max-abs error vs float64 (K = V format):");
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) printf(" %s %.2g", hr_kv_format_name(f), worst_err[f][f]);

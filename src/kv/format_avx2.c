@@ -715,6 +715,41 @@ static void encb_lowbit_v(const kv_fmt *f, uint8_t *head, const uint16_t *stage)
         }
 }
 
+/* q4h: one token's ng = D / 32 groups of 32 channels as the lanes of fit8 (lanes past ng repeat the
+ * last group), the reference's bytes exactly. x is the rotated key (K) or the value (V). Needs
+ * D % 32 == 0 and D <= 256. */
+static void enc_q4tok(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    int D = f->D, ng = D / 32;
+    uint8_t *row = head + f->code_off + (size_t)t * D / 2;
+    uint16_t *sm = (uint16_t *)(head + f->scale_off) + (size_t)t * ng * 2;
+    const __m256 lv = _mm256_set1_ps(15.0f);
+    float xt[32 * 8];
+    int32_t q[8];
+    uint16_t s16[8], m16[8];
+    for (int i = 0; i < 32; i++)
+        for (int l = 0; l < 8; l++) xt[8 * i + l] = x[(l < ng ? l : ng - 1) * 32 + i];
+    __m128i sh16, mh16;
+    __m256 s, m;
+    fit8(xt, 32, 4, &sh16, &mh16, &s, &m);
+    _mm_storeu_si128((__m128i *)s16, sh16);
+    _mm_storeu_si128((__m128i *)m16, mh16);
+    for (int l = 0; l < ng; l++) {
+        sm[2 * l] = s16[l];
+        sm[2 * l + 1] = m16[l];
+    }
+    memset(row, 0, (size_t)D / 2);
+    for (int i = 0; i < 32; i++) { /* channel l * 32 + i: byte l * 16 + i % 16, bits 4 * (i / 16) */
+        _mm256_storeu_si256((__m256i *)q, _mm256_cvtps_epi32(quant8(_mm256_loadu_ps(xt + 8 * i), s, m, lv)));
+        for (int l = 0; l < ng; l++) row[l * 16 + i % 16] |= (uint8_t)(q[l] << (4 * (i / 16)));
+    }
+}
+static void enc_q4h_k(const kv_fmt *f, uint8_t *head, int t, const float *x) {
+    float y[KV_QMAX_D];
+    memcpy(y, x, (size_t)f->D * sizeof *y);
+    if (f->rotate) kv_hadamard(y, f->D);
+    enc_q4tok(f, head, t, y);
+}
+
 /* ---- softmax ------------------------------------------------------------------------------------- */
 
 /* exp for x <= 0 (after the max is subtracted): Cody-Waite reduction by ln 2 and a degree-6
@@ -801,12 +836,15 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
         else
             ops->accum = f->bits == 4 ? acc_q4_v : acc_kivi2_v;
         break;
-    case HR_KV_Q4H: /* fast paths: whole groups of 32 channels (V has q4's V layout); encoders stay scalar */
+    case HR_KV_Q4H: /* fast paths: whole groups of 32 channels (V has q4's V layout) */
         if (f->D > KV_QMAX_D || f->D % 32 != 0 || f->G != 32) break;
-        if (f->role == KV_K)
+        if (f->role == KV_K) {
             ops->dot = dot_q4h_k;
-        else
+            if (!f->sym) ops->enc_token = enc_q4h_k; /* the symmetric test variant stays scalar */
+        } else {
+            ops->enc_token = enc_q4tok;
             ops->accum = acc_q4_v;
+        }
         break;
     }
 }
