@@ -24,23 +24,6 @@ static int32_t ref_greedy[NP][RIG_MAX_OUT];
 static int32_t ref_sampled[NP][RIG_MAX_OUT];
 static const int NGEN = 24;
 
-static hr_model *build_model(void **mem) {
-    hr_error err = {0};
-    hr_synth_shape shape;
-    hr_gguf_writer *w = NULL;
-    size_t size;
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    if (hr_synth_shape_by_name("tiny", &shape, &err) || hr_synth_build(&shape, HR_DTYPE_F32, 7, &w, &err) ||
-        hr_gguf_writer_write_memory(w, mem, &size, &err) || hr_gguf_open_memory(*mem, size, &g, &err) ||
-        hr_model_load_gguf(g, &m, &err)) {
-        fprintf(stderr, "model: %s\n", err.msg);
-        exit(1);
-    }
-    hr_gguf_writer_destroy(w);
-    return m;
-}
-
 /* Prompts of 3..80 tokens; every fourth shares a 40-token prefix with prompt 0 (prefix-cache hits). */
 static void make_prompts(void) {
     hr_rng rng;
@@ -480,7 +463,7 @@ static void test_thread(const hr_model *m) {
 
 int main(void) {
     void *mem = NULL;
-    hr_model *m = build_model(&mem);
+    hr_model *m = rig_build_model("tiny", 7, 0, &mem);
     make_prompts();
     make_reference(m);
     test_batch_invariance(m);

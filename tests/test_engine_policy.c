@@ -10,23 +10,6 @@
 #include "model/synth.h"
 #include "test_engine_rig.h"
 
-static hr_model *build_model(void **mem) {
-    hr_error err = {0};
-    hr_synth_shape shape;
-    hr_gguf_writer *w = NULL;
-    size_t size;
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    if (hr_synth_shape_by_name("tiny", &shape, &err) || hr_synth_build(&shape, HR_DTYPE_F32, 3, &w, &err) ||
-        hr_gguf_writer_write_memory(w, mem, &size, &err) || hr_gguf_open_memory(*mem, size, &g, &err) ||
-        hr_model_load_gguf(g, &m, &err)) {
-        fprintf(stderr, "model: %s\n", err.msg);
-        exit(1);
-    }
-    hr_gguf_writer_destroy(w);
-    return m;
-}
-
 typedef struct out {
     int32_t ids[512];
     int n;
@@ -58,7 +41,7 @@ static void run_all(hr_engine *e, const int32_t *prompt, int n_prompt, int max_t
 
 int main(void) {
     void *mem = NULL;
-    hr_model *m = build_model(&mem);
+    hr_model *m = rig_build_model("tiny", 3, 0, &mem);
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = 3 + (i * 37) % 500;
     hr_kv_policy win32, wide, bad;

@@ -11,24 +11,6 @@
 #define SUFFIX 60
 #define NGEN   16
 
-static hr_model *build_model(void **mem) {
-    hr_error err = {0};
-    hr_synth_shape shape;
-    hr_gguf_writer *w = NULL;
-    size_t size;
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    if (hr_synth_shape_by_name("tiny", &shape, &err)) exit(1);
-    shape.n_ctx = 2048; /* room for a 1,060-token prompt */
-    if (hr_synth_build(&shape, HR_DTYPE_F32, 9, &w, &err) || hr_gguf_writer_write_memory(w, mem, &size, &err) ||
-        hr_gguf_open_memory(*mem, size, &g, &err) || hr_model_load_gguf(g, &m, &err)) {
-        fprintf(stderr, "model: %s\n", err.msg);
-        exit(1);
-    }
-    hr_gguf_writer_destroy(w);
-    return m;
-}
-
 /* Runs one greedy request to the end; returns its stats, output ids in ids. */
 static hr_request_stats run_one(hr_engine *e, const int32_t *prompt, int n, int32_t *ids) {
     hr_request *r = NULL;
@@ -56,7 +38,7 @@ static hr_request_stats run_one(hr_engine *e, const int32_t *prompt, int n, int3
 
 int main(void) {
     void *mem = NULL;
-    hr_model *m = build_model(&mem);
+    hr_model *m = rig_build_model("tiny", 9, 2048, &mem);
     static int32_t a[SHARED + SUFFIX], b[SHARED + SUFFIX];
     hr_rng rng;
     hr_rng_seed(&rng, 5);

@@ -10,6 +10,7 @@
 #include "common/util.h"
 #include "engine/engine.h"
 #include "harness.h"
+#include "model/synth.h"
 
 #define RIG_MAX_OUT 512
 
@@ -35,6 +36,26 @@ typedef struct rig_opts {
     int ctx_max;     /* > 0: the forward context's max_ctx (below n_ctx: forward failures on demand) */
     hr_preempt_mode preempt;
 } rig_opts;
+
+/* A synthetic model (f32 weights) of a named shape, built in memory; n_ctx > 0 overrides its context.
+ * *mem holds the file the model reads: free it after hr_model_destroy. Exits on failure. */
+static inline hr_model *rig_build_model(const char *shape_name, uint64_t seed, int n_ctx, void **mem) {
+    hr_error err = {0};
+    hr_synth_shape shape;
+    hr_gguf_writer *w = NULL;
+    size_t size;
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_synth_shape_by_name(shape_name, &shape, &err) == HR_OK && n_ctx > 0) shape.n_ctx = n_ctx;
+    if (err.msg[0] || hr_synth_build(&shape, HR_DTYPE_F32, seed, &w, &err) ||
+        hr_gguf_writer_write_memory(w, mem, &size, &err) || hr_gguf_open_memory(*mem, size, &g, &err) ||
+        hr_model_load_gguf(g, &m, &err)) {
+        fprintf(stderr, "model: %s\n", err.msg);
+        exit(1);
+    }
+    hr_gguf_writer_destroy(w);
+    return m;
+}
 
 static inline rig rig_open(const hr_model *m, const rig_opts *o) {
     rig r = {0};
