@@ -58,7 +58,7 @@ static void check_type(const hr_kernels *kern, hr_dtype wt, int64_t k, hr_rng *r
     CHECKF(!memcmp(Yb, Yb3, sizeof(float) * T_BATCH * N_ROWS), "%s/%s: 2 vs 3 threads differ", kern->isa, info->name);
 
     /* the first T tokens as a batch of their own, against the first n rows only */
-    static const int small_T[] = {2, 3, 5, 16, 17};
+    static const int small_T[] = {2, 3, 4, 5, 8, 16, 17};
     static const int sub_rows[] = {37, 5, N_ROWS};
     int bad_small = 0;
     for (size_t i = 0; i < HR_ARRAY_LEN(small_T); i++)

@@ -194,6 +194,79 @@ static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const cha
     y[3 * ys + 1] = hsum8(c13);
 }
 
+/* R rows x C tokens (the batch tile), R * C chains kept in registers: each weight block loaded and
+ * made absolute once for C tokens, each activation block loaded once for R rows. The scales come
+ * from tables of floats prepared once per tile call (wd: row r's block ib at wd[r * nb + ib]; ad:
+ * token t's at ad[t * nb + ib]), the same values load_wblk/load_ablk convert, so the step per pair
+ * is the one above and every element has the bits of tile_1x1. R and C are constants at every call
+ * (the loops unroll and the arrays live in registers). */
+#define HR_Q8_TR 4 /* rows of the batch tile */
+#define HR_Q8_TC 4 /* tokens of the batch tile */
+static inline __attribute__((always_inline)) void tile_rxc(const int R, const int C, int64_t nb, const char *w,
+                                                           size_t ws, const float *wd, const char *a, size_t as,
+                                                           const float *ad, float *y, size_t ys) {
+    __m256 c[HR_Q8_TR][HR_Q8_TC];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) c[r][t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        ablk v[HR_Q8_TC];
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) {
+            v[t].q = _mm256_loadu_si256((const __m256i *)((const hr_block_q8_0 *)(a + (size_t)t * as) + ib)->qs);
+            v[t].d = _mm256_broadcast_ss(ad + t * nb + ib);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            wblk x;
+            x.q = _mm256_loadu_si256((const __m256i *)((const hr_block_q8_0 *)(w + (size_t)r * ws) + ib)->qs);
+            x.a = _mm256_sign_epi8(x.q, x.q);
+            x.d = _mm256_broadcast_ss(wd + r * nb + ib);
+#pragma GCC unroll 4
+            for (int t = 0; t < C; t++) c[r][t] = step(c[r][t], &x, &v[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) y[(size_t)t * ys + r] = hsum8(c[r][t]);
+}
+
+/* The scales of n rows (stride rs) of nb q8_0 blocks as floats, row after row. */
+static void prep_scales(int64_t nb, const char *rows, size_t rs, int n, float *out) {
+    for (int i = 0; i < n; i++) {
+        const hr_block_q8_0 *b = (const hr_block_q8_0 *)(rows + (size_t)i * rs);
+        for (int64_t ib = 0; ib < nb; ib++) out[i * nb + ib] = f16_to_f32(b[ib].d);
+    }
+}
+
+/* Batch tiles over up to HR_Q8_PREP_ROWS rows and all nt >= HR_Q8_TC tokens' full tile groups (the
+ * caller runs the rest): the weight scales are prepared once for all token groups, the activation
+ * scales once per group for all rows. */
+#define HR_Q8_PREP_ROWS 64
+#define HR_Q8_PREP_NB   512 /* k <= 16384 */
+static _Thread_local float t_wd[HR_Q8_PREP_ROWS * HR_Q8_PREP_NB];
+static void rows_tiles(int64_t nb, const char *w, size_t ws, int nr, const char *a, size_t as, int ngroups, float *y,
+                       size_t ys) {
+    float ad[HR_Q8_TC * HR_Q8_PREP_NB];
+    for (int r0 = 0; r0 < nr; r0 += HR_Q8_PREP_ROWS) {
+        const int n = nr - r0 < HR_Q8_PREP_ROWS ? nr - r0 : HR_Q8_PREP_ROWS;
+        const char *wr = w + (size_t)r0 * ws;
+        prep_scales(nb, wr, ws, n, t_wd);
+        for (int g = 0; g < ngroups; g++) {
+            const char *at = a + (size_t)g * HR_Q8_TC * as;
+            float *yt = y + (size_t)g * HR_Q8_TC * ys + r0;
+            prep_scales(nb, at, as, HR_Q8_TC, ad);
+            int r = 0;
+            for (; r + HR_Q8_TR <= n; r += HR_Q8_TR)
+                tile_rxc(HR_Q8_TR, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nb, at, as, ad, yt + r, ys);
+            for (; r < n; r++)
+                tile_rxc(1, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nb, at, as, ad, yt + r, ys);
+        }
+    }
+}
+
 float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a); }
 
 /* Decode: nr rows x 1 token, row after row, the activation blocks (bytes and broadcast scale)
@@ -231,6 +304,10 @@ void hr_avx2_tile_q8_0(int64_t k, const void *wv, size_t ws, int nr, const void 
         return;
     }
     int t = 0;
+    if (nb <= HR_Q8_PREP_NB && nt >= HR_Q8_TC) {
+        rows_tiles(nb, w, ws, nr, a, as, nt / HR_Q8_TC, y, ys);
+        t = nt / HR_Q8_TC * HR_Q8_TC;
+    }
     for (; t + 4 <= nt; t += 4) {
         const char *at = a + (size_t)t * as;
         float *yt = y + (size_t)t * ys;
