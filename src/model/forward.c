@@ -7,6 +7,8 @@
  * (matmul rows, attention over its own sequence), so a token's output does not depend on which other
  * tokens share the batch: the basis of headroom's batch-invariance promise. */
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,27 +26,37 @@ struct hr_model_ctx {
     hr_threadpool *tp;
     hr_matmul_ctx *mm;
     int max_tokens, max_ctx;
-    float *inv_freq;     /* (n_rot/2) */
+    float *inv_freq; /* (n_rot/2) */
     /* scratch, sized once for max_tokens */
-    float *x;            /* (T, E) residual stream */
-    float *xb;           /* (T, E) normed input / projection output */
-    float *q;            /* (T, H*D) */
-    float *k, *v;        /* (T, Hkv*D) */
-    float *att;          /* (T, H*D) */
-    float *hg, *hu;      /* (T, F) */
-    float *att_scratch;  /* (n_threads, scratch_floats) */
+    float *x;                          /* (T, E) residual stream */
+    float *xb;                         /* (T, E) normed input / projection output */
+    float *q;                          /* (T, H*D) */
+    float *k, *v;                      /* (T, Hkv*D) */
+    float *att;                        /* (T, H*D) */
+    float *hg, *hu;                    /* (T, 2F) (room for the fused gate|up rows), (T, F) */
+    float *qkv;                        /* (T, H*D + 2*Hkv*D) fused Q|K|V rows */
+    unsigned char *fuse_qkv, *fuse_gu; /* (L) layer's Q/K/V (gate/up) weights lie back to back */
+    float *att_scratch;                /* (n_threads, scratch_floats) */
     size_t att_scratch_floats;
-    int32_t *out_rows;   /* (T) indices of tokens that want logits */
+    int32_t *out_rows; /* (T) indices of tokens that want logits */
 };
 
 static void *xalloc(size_t n_floats) { return aligned_alloc(64, ((n_floats * sizeof(float) + 63) / 64) * 64); }
+
+/* b's rows follow a's in memory with the same type and width, so one product over a's rows extended
+ * by b's computes both (matmul.h: an output element's bits do not depend on the rows around it). */
+static bool adjacent(const hr_weight *a, const hr_weight *b) {
+    return a->type == b->type && a->cols == b->cols && a->row_bytes == b->row_bytes &&
+           (const uint8_t *)a->data + (size_t)a->rows * a->row_bytes == (const uint8_t *)b->data;
+}
 
 hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
                               hr_error *err) {
     const hr_hparams *hp = &m->hp;
     const hr_kv_config *kc = hr_kv_pool_config(kv);
     if (kc->n_layers != hp->n_layer || kc->n_kv_heads != hp->n_head_kv || kc->head_dim != hp->head_dim)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV pool shape (%d layers, %d KV heads, dim %d) does not match the model (%d, %d, %d)",
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV pool shape (%d layers, %d KV heads, dim %d) does not match the model (%d, %d, %d)",
                             kc->n_layers, kc->n_kv_heads, kc->head_dim, hp->n_layer, hp->n_head_kv, hp->head_dim);
     if (p->max_batch_tokens < 1 || p->max_ctx < 1)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "max_batch_tokens and max_ctx must be positive");
@@ -70,18 +82,26 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
     c->k = xalloc(T * kvd);
     c->v = xalloc(T * kvd);
     c->att = xalloc(T * qd);
-    c->hg = xalloc(T * hp->n_ff);
+    c->hg = xalloc(2 * T * hp->n_ff);
+    c->qkv = xalloc(T * (size_t)(qd + 2 * kvd));
+    c->fuse_qkv = calloc((size_t)hp->n_layer, 1);
+    c->fuse_gu = calloc((size_t)hp->n_layer, 1);
     c->hu = xalloc(T * hp->n_ff);
     c->att_scratch_floats = (hr_kv_attention_scratch_floats(kv, c->max_ctx) + 15) & ~(size_t)15;
     c->att_scratch = xalloc(c->att_scratch_floats * (size_t)n_threads);
     c->out_rows = malloc(sizeof(int32_t) * T);
-    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hg || !c->hu ||
-        !c->att_scratch || !c->out_rows) {
+    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hg || !c->hu || !c->att_scratch ||
+        !c->out_rows || !c->qkv || !c->fuse_qkv || !c->fuse_gu) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
         goto fail;
     }
     /* the model's own sliding window (mistral): attention masks it and drops blocks past it */
     if (hp->sliding_window > 0 && (st = hr_kv_pool_set_sliding_window(kv, -1, hp->sliding_window, err))) goto fail;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hr_layer *L = &m->layers[il];
+        c->fuse_qkv[il] = adjacent(&L->wq, &L->wk) && adjacent(&L->wk, &L->wv);
+        c->fuse_gu[il] = adjacent(&L->w_gate, &L->w_up);
+    }
     for (int i = 0; i < hp->n_rot / 2; i++) {
         double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
         if (m->rope_freqs) f /= m->rope_freqs[i];
@@ -107,6 +127,9 @@ void hr_model_ctx_destroy(hr_model_ctx *c) {
     free(c->att);
     free(c->hg);
     free(c->hu);
+    free(c->qkv);
+    free(c->fuse_qkv);
+    free(c->fuse_gu);
     free(c->att_scratch);
     free(c->out_rows);
     free(c);
@@ -117,6 +140,43 @@ int hr_model_ctx_n_threads(const hr_model_ctx *c) { return hr_threadpool_size(c-
 
 static void matmul(hr_model_ctx *c, const hr_weight *w, const float *X, int64_t T, float *Y) {
     hr_matmul(c->mm, w->data, w->type, w->rows, w->cols, X, T, Y);
+}
+
+/* Q, K, V of the normed rows xb: one product (one fork/join, one activation quantization) when the
+ * three weights lie back to back, its rows then split into q, k and v. */
+static void project_qkv(hr_model_ctx *c, int il, int T) {
+    const hr_layer *L = &c->m->layers[il];
+    if (!c->fuse_qkv[il]) {
+        matmul(c, &L->wq, c->xb, T, c->q);
+        matmul(c, &L->wk, c->xb, T, c->k);
+        matmul(c, &L->wv, c->xb, T, c->v);
+        return;
+    }
+    const int64_t qd = L->wq.rows, kvd = L->wk.rows, n = qd + 2 * kvd;
+    hr_matmul(c->mm, L->wq.data, L->wq.type, n, L->wq.cols, c->xb, T, c->qkv);
+    for (int t = 0; t < T; t++) {
+        const float *row = c->qkv + (size_t)t * n;
+        memcpy(c->q + (size_t)t * qd, row, sizeof(float) * (size_t)qd);
+        memcpy(c->k + (size_t)t * kvd, row + qd, sizeof(float) * (size_t)kvd);
+        memcpy(c->v + (size_t)t * kvd, row + qd + kvd, sizeof(float) * (size_t)kvd);
+    }
+}
+
+/* hg = silu(xb W_gate^T) * (xb W_up^T): one product when the two weights lie back to back, each
+ * output row then [gate | up]; SwiGLU in place, then the gate halves packed into (T, F). */
+static void ffn_gate_up(hr_model_ctx *c, int il, int T) {
+    const hr_layer *L = &c->m->layers[il];
+    const int64_t F = L->w_gate.rows;
+    if (!c->fuse_gu[il]) {
+        matmul(c, &L->w_gate, c->xb, T, c->hg);
+        matmul(c, &L->w_up, c->xb, T, c->hu);
+        for (int t = 0; t < T; t++) hr_op_swiglu(c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F);
+        return;
+    }
+    hr_matmul(c->mm, L->w_gate.data, L->w_gate.type, 2 * F, L->w_gate.cols, c->xb, T, c->hg);
+    for (int t = 0; t < T; t++) hr_op_swiglu(c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F);
+    /* row t moves down to t*F: never past a row not yet moved, so ascending order is safe */
+    for (int t = 1; t < T; t++) memmove(c->hg + (size_t)t * F, c->hg + (size_t)t * 2 * F, sizeof(float) * (size_t)F);
 }
 
 /* ---- attention phase: K/V writes, then per-token attention, each split over the thread pool ---- */
@@ -158,7 +218,8 @@ static void apply_rope(hr_model_ctx *c, const hr_batch *b) {
     int D = hp->head_dim, qd = hp->n_head * D, kvd = hp->n_head_kv * D;
     for (int t = 0; t < b->n_tokens; t++) {
         float pos = (float)b->pos[t] * hp->rope_linear_scale;
-        for (int h = 0; h < hp->n_head; h++) hr_op_rope(c->q + (size_t)t * qd + h * D, hp->n_rot, c->inv_freq, pos, hp->rope_neox);
+        for (int h = 0; h < hp->n_head; h++)
+            hr_op_rope(c->q + (size_t)t * qd + h * D, hp->n_rot, c->inv_freq, pos, hp->rope_neox);
         for (int h = 0; h < hp->n_head_kv; h++)
             hr_op_rope(c->k + (size_t)t * kvd + h * D, hp->n_rot, c->inv_freq, pos, hp->rope_neox);
     }
@@ -172,9 +233,8 @@ static hr_status check_batch(const hr_model_ctx *c, const hr_batch *b, hr_error 
             return hr_error_set(err, HR_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%d)", b->tokens[t],
                                 c->m->hp.n_vocab - 1);
         /* past max_ctx only where the sequence's policy bounds what attention reads (window, sinks) */
-        if (b->pos[t] < 0 ||
-            (b->pos[t] >= c->max_ctx &&
-             hr_kv_seq_attention_scratch_floats(c->kv, b->seq[t], b->pos[t] + 1) > c->att_scratch_floats))
+        if (b->pos[t] < 0 || (b->pos[t] >= c->max_ctx && hr_kv_seq_attention_scratch_floats(
+                                                             c->kv, b->seq[t], b->pos[t] + 1) > c->att_scratch_floats))
             return hr_error_set(err, HR_ERR_RANGE,
                                 "position %d is outside the context (0..%d); a window or sinks KV policy lets a "
                                 "sequence run past it",
@@ -188,7 +248,7 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
     if (st) return st;
     const hr_model *m = c->m;
     const hr_hparams *hp = &m->hp;
-    const int T = b->n_tokens, E = hp->n_embd, F = hp->n_ff;
+    const int T = b->n_tokens, E = hp->n_embd;
     const int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
 
     /* x = token_embd[tokens] */
@@ -198,24 +258,27 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
 
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_layer *L = &m->layers[il];
-        for (int t = 0; t < T; t++) hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
-        matmul(c, &L->wq, c->xb, T, c->q);
-        matmul(c, &L->wk, c->xb, T, c->k);
-        matmul(c, &L->wv, c->xb, T, c->v);
+        for (int t = 0; t < T; t++)
+            hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
+        project_qkv(c, il, T);
         add_bias(c->q, L->bq, T, qd);
         add_bias(c->k, L->bk, T, kvd);
         add_bias(c->v, L->bv, T, kvd);
         apply_rope(c, b);
         attn_job job = {.c = c, .b = b, .layer = il};
-        hr_threadpool_run(c->tp, kv_write_task, &job);
-        hr_threadpool_run(c->tp, attention_task, &job);
+        if (T == 1) { /* one token: one thread's work either way, so no fork/join */
+            kv_write_task(&job, 0, 1);
+            attention_task(&job, 0, 1);
+        } else {
+            hr_threadpool_run(c->tp, kv_write_task, &job);
+            hr_threadpool_run(c->tp, attention_task, &job);
+        }
         matmul(c, &L->wo, c->att, T, c->xb);
         for (int t = 0; t < T; t++) hr_op_add(c->x + (size_t)t * E, c->xb + (size_t)t * E, E);
 
-        for (int t = 0; t < T; t++) hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
-        matmul(c, &L->w_gate, c->xb, T, c->hg);
-        matmul(c, &L->w_up, c->xb, T, c->hu);
-        for (int t = 0; t < T; t++) hr_op_swiglu(c->hg + (size_t)t * F, c->hu + (size_t)t * F, F);
+        for (int t = 0; t < T; t++)
+            hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
+        ffn_gate_up(c, il, T);
         matmul(c, &L->w_down, c->hg, T, c->xb);
         for (int t = 0; t < T; t++) hr_op_add(c->x + (size_t)t * E, c->xb + (size_t)t * E, E);
     }
