@@ -172,6 +172,63 @@ static void tile_2x4(int64_t nb, const char *w, size_t ws, const char *a, size_t
     y[3 * ys + 1] = hsum8(c13);
 }
 
+/* R rows x C tokens (the batch tile), R * C chains: each weight pair unpacked once for C tokens; the
+ * activation pairs come from a table prepared once per tile call for all rows (ap: token t's pair p at
+ * ap[t * npp + p], the values load_apair gives), so the step per (row, token) pair is the one above
+ * and every element has the bits of tile_1x1. R and C are constants at every call. */
+#ifndef HR_Q4_TR
+#define HR_Q4_TR 4 /* rows of the batch tile */
+#endif
+#ifndef HR_Q4_TC
+#define HR_Q4_TC 4 /* tokens of the batch tile */
+#endif
+static inline __attribute__((always_inline)) void tile_rxc(const int R, const int C, int64_t nb, const char *w,
+                                                           size_t ws, const apair *ap, int64_t npp, float *y,
+                                                           size_t ys) {
+    __m256 c[HR_Q4_TR][HR_Q4_TC];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) c[r][t] = _mm256_setzero_ps();
+    HR_PAIRS({
+        const int64_t p = ib / 2;
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+            const wpair x = load_wpair(w + (size_t)r * ws, ib, two);
+            _Pragma("GCC unroll 8") for (int t = 0; t < C; t++) c[r][t] = step(c[r][t], &x, &ap[t * npp + p]);
+        }
+    });
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) y[(size_t)t * ys + r] = hsum8(c[r][t]);
+}
+
+/* The activation pairs of C tokens (stride as), token after token, npp = ceil(nb / 2) each. */
+static void prep_apairs(int64_t nb, const char *a, size_t as, int C, apair *out) {
+    const int64_t npp = (nb + 1) / 2;
+    for (int t = 0; t < C; t++) {
+        const char *at = a + (size_t)t * as;
+        for (int64_t p = 0; p < nb / 2; p++) out[t * npp + p] = load_apair(at, 2 * p, true);
+        if (nb & 1) out[t * npp + nb / 2] = load_apair(at, nb - 1, false);
+    }
+}
+
+/* Batch tiles over all nr rows and ngroups groups of HR_Q4_TC tokens (the caller runs the rest). */
+#define HR_Q4_TILE_PAIRS 256 /* k <= 16384 */
+static _Thread_local apair t_ap[HR_Q4_TC * HR_Q4_TILE_PAIRS];
+static void rows_tiles(int64_t nb, const char *w, size_t ws, int nr, const char *a, size_t as, int ngroups, float *y,
+                       size_t ys) {
+    const int64_t npp = (nb + 1) / 2;
+    for (int g = 0; g < ngroups; g++) {
+        float *yt = y + (size_t)g * HR_Q4_TC * ys;
+        prep_apairs(nb, a + (size_t)g * HR_Q4_TC * as, as, HR_Q4_TC, t_ap);
+        int r = 0;
+        for (; r + HR_Q4_TR <= nr; r += HR_Q4_TR)
+            tile_rxc(HR_Q4_TR, HR_Q4_TC, nb, w + (size_t)r * ws, ws, t_ap, npp, yt + r, ys);
+        for (; r < nr; r++) tile_rxc(1, HR_Q4_TC, nb, w + (size_t)r * ws, ws, t_ap, npp, yt + r, ys);
+    }
+}
+
 float hr_avx2_dot_q4_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK4_0, w, a); }
 
 /* Decode: nr rows x 1 token, row after row (one sequential stream; see below). The activation pairs
@@ -216,6 +273,10 @@ void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t ws, int nr, const void *
         return;
     }
     int t = 0;
+    if ((nb + 1) / 2 <= HR_Q4_TILE_PAIRS && nt >= HR_Q4_TC) {
+        rows_tiles(nb, W, ws, nr, A, as, nt / HR_Q4_TC, y, ys);
+        t = nt / HR_Q4_TC * HR_Q4_TC;
+    }
     for (; t + 4 <= nt; t += 4) {
         const char *at = A + (size_t)t * as;
         float *yt = y + (size_t)t * ys;
