@@ -2,7 +2,7 @@
  * q8_0 activation quantizer (q4_0: kernels_q4_avx2.c; float weights: kernels_float_avx2.c).
  *
  * Reduction order (what makes results batch-invariant): each dot keeps one 8-lane f32 accumulator
- * per (weight row, activation row) pair, adds blocks in increasing order, and finishes with
+ * per (weight row, activation row) pair, adds block pairs in increasing order, and finishes with
  * hsum8(). The tiles below do exactly this per pair; they only share the loads between pairs. */
 #include <immintrin.h>
 #include <math.h>
@@ -66,43 +66,73 @@ void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k) {
 
 /* ---- q8_0 weights against q8_0 activations ----
  *
- * Per (weight row, activation row) pair and block, the integer part is eight int32 lanes, lane l
- * the exact sum of x * y over elements 4l..4l+3: madd(maddubs(|x|, sign(y, x)), 1) (no int16
- * saturation: |x|, |y| <= 127). The float part is one fixed sequence per pair:
- *     acc = fma(set1(dx) * set1(dy), cvt(lanes), acc)     blocks in order;  result = hsum8(acc) */
+ * Blocks go in pairs (b, b + 1; an odd last block pairs with zeros). Their bytes are interleaved
+ * four at a time, lo = unpacklo_epi32(b, b + 1) and hi = unpackhi_epi32(b, b + 1), so after
+ * madd(maddubs(|x|, sign(y, x)), 1) (exact: |x|, |y| <= 127) the int32 lanes alternate b, b + 1 and
+ * lo + hi holds the pair's integer sums, four lanes per block. The float part is one fixed
+ * sequence per (weight row, activation row) pair, the same in the dot and in every tile:
+ *     acc = fma([dx_b, dx_b+1] x4 * [dy_b, dy_b+1] x4, cvt(lo + hi), acc)   pairs in order
+ *     result = hsum8(acc) */
 
-/* An activation block as every row of a tile uses it. */
+/* The scale pair [d_b, d_b+1] x4 (d_b+1 = 0 when !two). */
+static inline __attribute__((always_inline)) __m256 dpair(const hr_block_q8_0 *b, const bool two) {
+    const int h = b[0].d | (two ? (int)b[1].d << 16 : 0);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
+    return _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(f)));
+}
+
+/* An activation block pair as every row of a tile uses it. */
 typedef struct ablk {
-    __m256i q; /* the 32 signed bytes */
-    __m256 d;  /* scale, broadcast */
+    __m256i lo, hi; /* the interleaved signed bytes */
+    __m256 d;       /* scale pair */
 } ablk;
 
-static inline __attribute__((always_inline)) ablk load_ablk(const char *a, int64_t ib) {
+static inline __attribute__((always_inline)) void pair_bytes(const hr_block_q8_0 *b, const bool two, __m256i *lo,
+                                                             __m256i *hi) {
+    const __m256i q0 = _mm256_loadu_si256((const __m256i *)b[0].qs);
+    const __m256i q1 = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
+    *lo = _mm256_unpacklo_epi32(q0, q1);
+    *hi = _mm256_unpackhi_epi32(q0, q1);
+}
+
+/* The pair at block ib (< nb) of a row of nb blocks. */
+static inline __attribute__((always_inline)) ablk load_ablk(const char *a, int64_t ib, int64_t nb) {
     const hr_block_q8_0 *b = (const hr_block_q8_0 *)a + ib;
+    const bool two = ib + 1 < nb;
     ablk y;
-    y.q = _mm256_loadu_si256((const __m256i *)b->qs);
-    y.d = _mm256_set1_ps(f16_to_f32(b->d));
+    pair_bytes(b, two, &y.lo, &y.hi);
+    y.d = dpair(b, two);
     return y;
 }
 
-/* A weight block as every token of a tile uses it: its bytes and their absolute values. */
+/* A weight block pair as every token of a tile uses it: its bytes and their absolute values. */
 typedef struct wblk {
-    __m256i q, a;
+    __m256i lo, hi, alo, ahi;
     __m256 d;
 } wblk;
 
-static inline __attribute__((always_inline)) wblk load_wblk(const char *row, int64_t ib) {
-    const hr_block_q8_0 *b = (const hr_block_q8_0 *)row + ib;
+static inline __attribute__((always_inline)) wblk wblk_bytes(const hr_block_q8_0 *b, const bool two) {
     wblk x;
-    x.q = _mm256_loadu_si256((const __m256i *)b->qs);
-    x.a = _mm256_sign_epi8(x.q, x.q);
-    x.d = _mm256_set1_ps(f16_to_f32(b->d));
+    pair_bytes(b, two, &x.lo, &x.hi);
+    x.alo = _mm256_sign_epi8(x.lo, x.lo);
+    x.ahi = _mm256_sign_epi8(x.hi, x.hi);
     return x;
 }
 
-/* The per-pair step every shape runs, block after block. */
+static inline __attribute__((always_inline)) wblk load_wblk(const char *row, int64_t ib, int64_t nb) {
+    const hr_block_q8_0 *b = (const hr_block_q8_0 *)row + ib;
+    const bool two = ib + 1 < nb;
+    wblk x = wblk_bytes(b, two);
+    x.d = dpair(b, two);
+    return x;
+}
+
+/* The per-pair step every shape runs, block pair after block pair. */
 static inline __attribute__((always_inline)) __m256 step(__m256 acc, const wblk *x, const ablk *y) {
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(x->a, _mm256_sign_epi8(y->q, x->q)), _mm256_set1_epi16(1));
+    const __m256i one = _mm256_set1_epi16(1);
+    const __m256i s =
+        _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(x->alo, _mm256_sign_epi8(y->lo, x->lo)), one),
+                         _mm256_madd_epi16(_mm256_maddubs_epi16(x->ahi, _mm256_sign_epi8(y->hi, x->hi)), one));
     return _mm256_fmadd_ps(_mm256_mul_ps(x->d, y->d), _mm256_cvtepi32_ps(s), acc);
 }
 
@@ -110,9 +140,9 @@ static inline __attribute__((always_inline)) __m256 step(__m256 acc, const wblk 
 
 static inline __attribute__((always_inline)) float tile_1x1(int64_t nb, const char *w, const char *a) {
     __m256 c = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const ablk y = load_ablk(a, ib);
-        const wblk x = load_wblk(w, ib);
+    for (int64_t ib = 0; ib < nb; ib += 2) {
+        const ablk y = load_ablk(a, ib, nb);
+        const wblk x = load_wblk(w, ib, nb);
         c = step(c, &x, &y);
     }
     return hsum8(c);
@@ -123,15 +153,15 @@ static inline __attribute__((always_inline)) void tile_4x1(int64_t nb, const cha
                                                            float *y) {
     const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const ablk v = load_ablk(a, ib);
-        wblk x = load_wblk(w0, ib);
+    for (int64_t ib = 0; ib < nb; ib += 2) {
+        const ablk v = load_ablk(a, ib, nb);
+        wblk x = load_wblk(w0, ib, nb);
         c0 = step(c0, &x, &v);
-        x = load_wblk(w1, ib);
+        x = load_wblk(w1, ib, nb);
         c1 = step(c1, &x, &v);
-        x = load_wblk(w2, ib);
+        x = load_wblk(w2, ib, nb);
         c2 = step(c2, &x, &v);
-        x = load_wblk(w3, ib);
+        x = load_wblk(w3, ib, nb);
         c3 = step(c3, &x, &v);
     }
     y[0] = hsum8(c0);
@@ -145,15 +175,15 @@ static inline __attribute__((always_inline)) void tile_1x4(int64_t nb, const cha
                                                            float *y, size_t ys) {
     const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const wblk x = load_wblk(w, ib);
-        ablk v = load_ablk(a0, ib);
+    for (int64_t ib = 0; ib < nb; ib += 2) {
+        const wblk x = load_wblk(w, ib, nb);
+        ablk v = load_ablk(a0, ib, nb);
         c0 = step(c0, &x, &v);
-        v = load_ablk(a1, ib);
+        v = load_ablk(a1, ib, nb);
         c1 = step(c1, &x, &v);
-        v = load_ablk(a2, ib);
+        v = load_ablk(a2, ib, nb);
         c2 = step(c2, &x, &v);
-        v = load_ablk(a3, ib);
+        v = load_ablk(a3, ib, nb);
         c3 = step(c3, &x, &v);
     }
     y[0] = hsum8(c0);
@@ -169,18 +199,18 @@ static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const cha
     const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const wblk x0 = load_wblk(w, ib), x1 = load_wblk(w + ws, ib);
-        ablk v = load_ablk(a0, ib);
+    for (int64_t ib = 0; ib < nb; ib += 2) {
+        const wblk x0 = load_wblk(w, ib, nb), x1 = load_wblk(w + ws, ib, nb);
+        ablk v = load_ablk(a0, ib, nb);
         c00 = step(c00, &x0, &v);
         c10 = step(c10, &x1, &v);
-        v = load_ablk(a1, ib);
+        v = load_ablk(a1, ib, nb);
         c01 = step(c01, &x0, &v);
         c11 = step(c11, &x1, &v);
-        v = load_ablk(a2, ib);
+        v = load_ablk(a2, ib, nb);
         c02 = step(c02, &x0, &v);
         c12 = step(c12, &x1, &v);
-        v = load_ablk(a3, ib);
+        v = load_ablk(a3, ib, nb);
         c03 = step(c03, &x0, &v);
         c13 = step(c13, &x1, &v);
     }
@@ -194,35 +224,35 @@ static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const cha
     y[3 * ys + 1] = hsum8(c13);
 }
 
-/* R rows x C tokens (the batch tile), R * C chains kept in registers: each weight block loaded and
- * made absolute once for C tokens, each activation block loaded once for R rows. The scales come
- * from tables of floats prepared once per tile call (wd: row r's block ib at wd[r * nb + ib]; ad:
- * token t's at ad[t * nb + ib]), the same values load_wblk/load_ablk convert, so the step per pair
- * is the one above and every element has the bits of tile_1x1. R and C are constants at every call
+/* R rows x C tokens (the batch tile), R * C chains kept in registers: each weight block pair loaded
+ * and made absolute once for C tokens, each activation block pair loaded once for R rows. The
+ * scales come from tables of floats prepared once per tile call (wd: row r's block ib at
+ * wd[r * nbp + ib]; ad: token t's at ad[t * nbp + ib]; nbp = nb rounded up to even, the pad 0), the
+ * same values load_wblk/load_ablk convert, so the step per pair is the one above and every element
+ * has the bits of tile_1x1. R and C are constants at every call
  * (the loops unroll and the arrays live in registers). */
 #define HR_Q8_TR 4 /* rows of the batch tile */
 #define HR_Q8_TC 4 /* tokens of the batch tile */
 static inline __attribute__((always_inline)) void tile_rxc(const int R, const int C, int64_t nb, const char *w,
                                                            size_t ws, const float *wd, const char *a, size_t as,
-                                                           const float *ad, float *y, size_t ys) {
+                                                           const float *ad, int64_t nbp, float *y, size_t ys) {
     __m256 c[HR_Q8_TR][HR_Q8_TC];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < C; t++) c[r][t] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
+    for (int64_t ib = 0; ib < nb; ib += 2) {
+        const bool two = ib + 1 < nb;
         ablk v[HR_Q8_TC];
 #pragma GCC unroll 4
         for (int t = 0; t < C; t++) {
-            v[t].q = _mm256_loadu_si256((const __m256i *)((const hr_block_q8_0 *)(a + (size_t)t * as) + ib)->qs);
-            v[t].d = _mm256_broadcast_ss(ad + t * nb + ib);
+            pair_bytes((const hr_block_q8_0 *)(a + (size_t)t * as) + ib, two, &v[t].lo, &v[t].hi);
+            v[t].d = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(ad + t * nbp + ib)));
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            wblk x;
-            x.q = _mm256_loadu_si256((const __m256i *)((const hr_block_q8_0 *)(w + (size_t)r * ws) + ib)->qs);
-            x.a = _mm256_sign_epi8(x.q, x.q);
-            x.d = _mm256_broadcast_ss(wd + r * nb + ib);
+            wblk x = wblk_bytes((const hr_block_q8_0 *)(w + (size_t)r * ws) + ib, two);
+            x.d = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(wd + r * nbp + ib)));
 #pragma GCC unroll 4
             for (int t = 0; t < C; t++) c[r][t] = step(c[r][t], &x, &v[t]);
         }
@@ -233,11 +263,14 @@ static inline __attribute__((always_inline)) void tile_rxc(const int R, const in
         for (int t = 0; t < C; t++) y[(size_t)t * ys + r] = hsum8(c[r][t]);
 }
 
-/* The scales of n rows (stride rs) of nb q8_0 blocks as floats, row after row. */
+/* The scales of n rows (stride rs) of nb q8_0 blocks as floats, row after row at stride nbp (nb
+ * rounded up to even; the pad is 0, as dpair gives for a lone last block). */
 static void prep_scales(int64_t nb, const char *rows, size_t rs, int n, float *out) {
+    const int64_t nbp = (nb + 1) & ~(int64_t)1;
     for (int i = 0; i < n; i++) {
         const hr_block_q8_0 *b = (const hr_block_q8_0 *)(rows + (size_t)i * rs);
-        for (int64_t ib = 0; ib < nb; ib++) out[i * nb + ib] = f16_to_f32(b[ib].d);
+        for (int64_t ib = 0; ib < nb; ib++) out[i * nbp + ib] = f16_to_f32(b[ib].d);
+        if (nb & 1) out[i * nbp + nb] = 0.0f;
     }
 }
 
@@ -249,6 +282,7 @@ static void prep_scales(int64_t nb, const char *rows, size_t rs, int n, float *o
 static _Thread_local float t_wd[HR_Q8_PREP_ROWS * HR_Q8_PREP_NB];
 static void rows_tiles(int64_t nb, const char *w, size_t ws, int nr, const char *a, size_t as, int ngroups, float *y,
                        size_t ys) {
+    const int64_t nbp = (nb + 1) & ~(int64_t)1;
     float ad[HR_Q8_TC * HR_Q8_PREP_NB];
     for (int r0 = 0; r0 < nr; r0 += HR_Q8_PREP_ROWS) {
         const int n = nr - r0 < HR_Q8_PREP_ROWS ? nr - r0 : HR_Q8_PREP_ROWS;
@@ -260,9 +294,9 @@ static void rows_tiles(int64_t nb, const char *w, size_t ws, int nr, const char 
             prep_scales(nb, at, as, HR_Q8_TC, ad);
             int r = 0;
             for (; r + HR_Q8_TR <= n; r += HR_Q8_TR)
-                tile_rxc(HR_Q8_TR, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nb, at, as, ad, yt + r, ys);
+                tile_rxc(HR_Q8_TR, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nbp, at, as, ad, nbp, yt + r, ys);
             for (; r < n; r++)
-                tile_rxc(1, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nb, at, as, ad, yt + r, ys);
+                tile_rxc(1, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nbp, at, as, ad, nbp, yt + r, ys);
         }
     }
 }
@@ -272,20 +306,20 @@ float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) { return tile_1x
 /* Decode: nr rows x 1 token, row after row, the activation blocks (bytes and broadcast scale)
  * prepared once into a stack table for all nr rows (same values as load_ablk, so the same bits).
  * Rows longer than the table fall back to tile_1x1. */
-#define HR_Q8_PREP_BLOCKS 512 /* 32 KiB of stack: k <= 16384 */
+#define HR_Q8_PREP_BLOCKS 512 /* 256 pairs, 24 KiB of stack: k <= 16384 */
 static void rows_1tok(int64_t nb, const char *w, size_t ws, int nr, const char *a, float *y) {
     if (nb > HR_Q8_PREP_BLOCKS) {
         for (int r = 0; r < nr; r++) y[r] = tile_1x1(nb, w + (size_t)r * ws, a);
         return;
     }
-    ablk prep[HR_Q8_PREP_BLOCKS];
-    for (int64_t ib = 0; ib < nb; ib++) prep[ib] = load_ablk(a, ib);
+    ablk prep[HR_Q8_PREP_BLOCKS / 2];
+    for (int64_t ib = 0; ib < nb; ib += 2) prep[ib / 2] = load_ablk(a, ib, nb);
     for (int r = 0; r < nr; r++) {
         const char *row = w + (size_t)r * ws;
         __m256 c = _mm256_setzero_ps();
-        for (int64_t ib = 0; ib < nb; ib++) {
-            const wblk x = load_wblk(row, ib);
-            c = step(c, &x, &prep[ib]);
+        for (int64_t ib = 0; ib < nb; ib += 2) {
+            const wblk x = load_wblk(row, ib, nb);
+            c = step(c, &x, &prep[ib / 2]);
         }
         y[r] = hsum8(c);
     }
