@@ -170,8 +170,13 @@ static rig rig_open(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt
     rig r = {0};
     r.m = build(shape, type, &r.mem);
     const hr_hparams *hp = hr_model_hparams(r.m);
-    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = 16, .k_format = fmt, .v_format = fmt, .max_seqs = 16};
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = 16,
+                       .k_format = fmt,
+                       .v_format = fmt,
+                       .max_seqs = 16};
     kc.budget_bytes = hr_kv_block_bytes(&kc) * 64;
     hr_error err = {0};
     hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = max_tokens, .max_ctx = 256};

@@ -35,7 +35,8 @@ static int load_vectors(const char *path, vec *v) {
         v[n].np = (int)json_array_size(pt);
         v[n].nc = (int)json_array_size(ct);
         for (int i = 0; i < v[n].np && i < 64; i++) v[n].ptoks[i] = (int32_t)json_integer_value(json_array_get(pt, i));
-        for (int i = 0; i < v[n].nc && i < NGEN; i++) v[n].ctoks[i] = (int32_t)json_integer_value(json_array_get(ct, i));
+        for (int i = 0; i < v[n].nc && i < NGEN; i++)
+            v[n].ctoks[i] = (int32_t)json_integer_value(json_array_get(ct, i));
         json_decref(o);
         n++;
     }
@@ -58,8 +59,13 @@ static int run_model(const char *model_path, vec *v, int n, bool together, bool 
         return 0;
     }
     const hr_hparams *hp = hr_model_hparams(m);
-    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = 16, .k_format = kvf, .v_format = kvf, .max_seqs = MAXP};
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = 16,
+                       .k_format = kvf,
+                       .v_format = kvf,
+                       .max_seqs = MAXP};
     kc.budget_bytes = hr_kv_block_bytes(&kc) * 8 * MAXP;
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;
@@ -142,8 +148,13 @@ static double teacher_forced_agreement(const char *model_path, vec *v, int n, hr
     hr_model *m = NULL;
     if (hr_model_load(model_path, &m, &err)) return 0;
     const hr_hparams *hp = hr_model_hparams(m);
-    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = 16, .k_format = kvf, .v_format = kvf, .max_seqs = 1};
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = 16,
+                       .k_format = kvf,
+                       .v_format = kvf,
+                       .max_seqs = 1};
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * 16;
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;

@@ -33,8 +33,7 @@ typedef struct hr_error {
 
 /* Records code and a printf-style message in err (NULL allowed) and returns code, so that
  * `return hr_error_set(err, HR_ERR_FORMAT, "...")` reads naturally. */
-hr_status hr_error_set(hr_error *err, hr_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+hr_status hr_error_set(hr_error *err, hr_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Prefixes the message already in err with "prefix: " (for adding context while unwinding). */
 void hr_error_prefix(hr_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

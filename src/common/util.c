@@ -40,8 +40,7 @@ hr_status hr_parse_size(const char *text, uint64_t *out_bytes, hr_error *err) {
         for (int i = 0; i < power; i++) mult *= 1024.0;
     }
     double bytes = v * mult;
-    if (bytes >= 18446744073709551615.0)
-        return hr_error_set(err, HR_ERR_RANGE, "size '%s' is too large", text);
+    if (bytes >= 18446744073709551615.0) return hr_error_set(err, HR_ERR_RANGE, "size '%s' is too large", text);
     *out_bytes = (uint64_t)bytes;
     return HR_OK;
 }

@@ -23,22 +23,18 @@ typedef struct hr_rng {
 } hr_rng;
 void hr_rng_seed(hr_rng *rng, uint64_t seed);
 uint64_t hr_rng_next(hr_rng *rng);
-double hr_rng_uniform(hr_rng *rng);  /* in [0, 1) with 53 bits */
-float hr_rng_normal(hr_rng *rng);     /* standard normal (Box-Muller) */
+double hr_rng_uniform(hr_rng *rng); /* in [0, 1) with 53 bits */
+float hr_rng_normal(hr_rng *rng);   /* standard normal (Box-Muller) */
 
 /* Seconds from a monotonic clock. */
 double hr_time_now(void);
 
 /* a*b and a+b that report overflow instead of wrapping. */
-static inline bool hr_mul_overflows(uint64_t a, uint64_t b, uint64_t *out) {
-    return __builtin_mul_overflow(a, b, out);
-}
-static inline bool hr_add_overflows(uint64_t a, uint64_t b, uint64_t *out) {
-    return __builtin_add_overflow(a, b, out);
-}
+static inline bool hr_mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline bool hr_add_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_add_overflow(a, b, out); }
 
 #define HR_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define HR_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define HR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define HR_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define HR_MAX(a, b)    ((a) > (b) ? (a) : (b))
 
 #endif

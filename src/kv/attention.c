@@ -109,7 +109,6 @@ size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
     return n + (size_t)p->cfg.head_dim + 16;
 }
 
-
 /* ---- attention under a policy ---------------------------------------------------------------------
  * The blocks a query reads are [0, sink_blocks) and [lo / B, n_blk) for window-like policies (lo = the
  * first position its window sees), or every block still in the table for token-level ones. Their

@@ -17,8 +17,8 @@ static hr_status get_int_key(const hr_gguf *g, const char *arch, const char *suf
     hr_status st = hr_gguf_get_int(g, key, &v, err);
     if (st == HR_ERR_NOT_FOUND) {
         if (required)
-            return hr_error_set(err, HR_ERR_FORMAT, "model metadata lacks the required key '%s' (architecture %s)",
-                                key, arch);
+            return hr_error_set(err, HR_ERR_FORMAT, "model metadata lacks the required key '%s' (architecture %s)", key,
+                                arch);
         v = dflt;
     } else if (st != HR_OK) {
         return st;
@@ -36,8 +36,10 @@ static hr_status get_float_key(const hr_gguf *g, const char *arch, const char *s
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     double v;
     hr_status st = hr_gguf_get_float(g, key, &v, err);
-    if (st == HR_ERR_NOT_FOUND) v = dflt;
-    else if (st != HR_OK) return st;
+    if (st == HR_ERR_NOT_FOUND)
+        v = dflt;
+    else if (st != HR_OK)
+        return st;
     *out = v;
     return HR_OK;
 }
@@ -61,8 +63,7 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     if ((st = get_int_key(g, a, "embedding_length", true, 0, 1, big, &hp->n_embd, err))) return st;
     if ((st = get_int_key(g, a, "feed_forward_length", true, 0, 1, big, &hp->n_ff, err))) return st;
     if ((st = get_int_key(g, a, "attention.head_count", true, 0, 1, 4096, &hp->n_head, err))) return st;
-    if ((st = get_int_key(g, a, "attention.head_count_kv", false, hp->n_head, 1, 4096, &hp->n_head_kv, err)))
-        return st;
+    if ((st = get_int_key(g, a, "attention.head_count_kv", false, hp->n_head, 1, 4096, &hp->n_head_kv, err))) return st;
     if ((st = get_int_key(g, a, "block_count", true, 0, 1, 4096, &hp->n_layer, err))) return st;
     if ((st = get_int_key(g, a, "context_length", true, 0, 1, 1 << 30, &hp->n_ctx_train, err))) return st;
     if (hp->n_head % hp->n_head_kv)
@@ -73,8 +74,7 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     if ((st = get_int_key(g, a, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim, &hp->n_rot, err)))
         return st;
     if (hp->n_rot % 2) return hr_error_set(err, HR_ERR_FORMAT, "rope.dimension_count %d is odd", hp->n_rot);
-    if ((st = get_int_key(g, a, "attention.sliding_window", false, 0, 0, 1 << 30, &hp->sliding_window, err)))
-        return st;
+    if ((st = get_int_key(g, a, "attention.sliding_window", false, 0, 0, 1 << 30, &hp->sliding_window, err))) return st;
     double eps, base, factor = 1.0;
     if ((st = get_float_key(g, a, "attention.layer_norm_rms_epsilon", 1e-5, &eps, err))) return st;
     if ((st = get_float_key(g, a, "rope.freq_base", hp->arch == HR_ARCH_QWEN2 ? 1000000.0 : 10000.0, &base, err)))
@@ -87,7 +87,8 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     if (hr_gguf_get_cstr(g, key, stype, sizeof stype, NULL) == HR_OK && strcmp(stype, "none")) {
         if ((st = get_float_key(g, a, "rope.scaling.factor", 1.0, &factor, err))) return st;
         if (!strcmp(stype, "linear")) {
-            if (!(factor > 0)) return hr_error_set(err, HR_ERR_FORMAT, "rope.scaling.factor %g is not positive", factor);
+            if (!(factor > 0))
+                return hr_error_set(err, HR_ERR_FORMAT, "rope.scaling.factor %g is not positive", factor);
             hp->rope_linear_scale = (float)(1.0 / factor);
         } else if (strcmp(stype, "llama3")) {
             return hr_error_set(err, HR_ERR_UNSUPPORTED,
@@ -104,12 +105,12 @@ static hr_status bind_matrix(hr_model *m, const char *name, int64_t cols, int64_
     const hr_gguf_tensor *t = hr_gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (optional) return HR_ERR_NOT_FOUND;
-        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name,
-                            name);
+        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name, name);
     }
     if (!hr_dtype_supported(t->type) || t->type == HR_DTYPE_Q8_K)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED, "tensor '%s' has type %s, which headroom does not support (supported: %s)",
-                            name, hr_gguf_tensor_type_name(t->type), hr_dtype_supported_list());
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "tensor '%s' has type %s, which headroom does not support (supported: %s)", name,
+                            hr_gguf_tensor_type_name(t->type), hr_dtype_supported_list());
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
         return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
                             name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)cols,
@@ -132,8 +133,7 @@ static hr_status bind_vector(hr_model *m, const char *name, int64_t n, bool opti
     const hr_gguf_tensor *t = hr_gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (optional) return HR_ERR_NOT_FOUND;
-        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name,
-                            name);
+        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name, name);
     }
     if (t->n_dims != 1 || t->ne[0] != n)
         return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s' has %u dims and %lld elements, expected a vector of %lld",
@@ -144,8 +144,7 @@ static hr_status bind_vector(hr_model *m, const char *name, int64_t n, bool opti
         memcpy(v, t->data, sizeof(float) * (size_t)n);
     } else if (t->type == HR_DTYPE_F16 || t->type == HR_DTYPE_BF16) {
         const uint16_t *h = t->data;
-        for (int64_t i = 0; i < n; i++)
-            v[i] = t->type == HR_DTYPE_F16 ? hr_f16_to_f32(h[i]) : hr_bf16_to_f32(h[i]);
+        for (int64_t i = 0; i < n; i++) v[i] = t->type == HR_DTYPE_F16 ? hr_f16_to_f32(h[i]) : hr_bf16_to_f32(h[i]);
     } else {
         free(v);
         return hr_error_set(err, HR_ERR_UNSUPPORTED, "vector tensor '%s' has type %s (expected f32, f16 or bf16)", name,
@@ -229,8 +228,10 @@ hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) {
         goto fail;
     }
     st = bind_vector(m, "rope_freqs.weight", m->hp.n_rot / 2, true, &m->rope_freqs, err);
-    if (st == HR_OK) m->hp.has_rope_freqs = true;
-    else if (st != HR_ERR_NOT_FOUND) goto fail;
+    if (st == HR_OK)
+        m->hp.has_rope_freqs = true;
+    else if (st != HR_ERR_NOT_FOUND)
+        goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");

@@ -25,17 +25,17 @@ typedef enum hr_arch {
 typedef struct hr_hparams {
     hr_arch arch;
     char arch_name[32];
-    char name[128];      /* general.name, or "" */
+    char name[128]; /* general.name, or "" */
     int n_vocab;
-    int n_ctx_train;     /* {arch}.context_length */
-    int n_embd;          /* E */
-    int n_ff;            /* F */
-    int n_head;          /* H */
-    int n_head_kv;       /* Hkv */
-    int n_layer;         /* L */
-    int head_dim;        /* D */
-    int n_rot;           /* dims RoPE rotates (<= D) */
-    int rope_neox;       /* 0: adjacent pairs (llama, mistral); 1: halves (qwen2) */
+    int n_ctx_train; /* {arch}.context_length */
+    int n_embd;      /* E */
+    int n_ff;        /* F */
+    int n_head;      /* H */
+    int n_head_kv;   /* Hkv */
+    int n_layer;     /* L */
+    int head_dim;    /* D */
+    int n_rot;       /* dims RoPE rotates (<= D) */
+    int rope_neox;   /* 0: adjacent pairs (llama, mistral); 1: halves (qwen2) */
     float norm_eps;
     float rope_base;
     float rope_linear_scale; /* positions are multiplied by this (1 / rope.scaling.factor for "linear") */
@@ -80,9 +80,9 @@ typedef struct hr_batch {
 typedef struct hr_model_ctx hr_model_ctx;
 
 typedef struct hr_model_ctx_params {
-    int n_threads;        /* 0 = number of online CPUs */
-    int max_batch_tokens; /* the largest T a forward call may get */
-    int max_ctx;          /* the longest sequence attention must handle */
+    int n_threads;         /* 0 = number of online CPUs */
+    int max_batch_tokens;  /* the largest T a forward call may get */
+    int max_ctx;           /* the longest sequence attention must handle */
     const char *force_isa; /* NULL, "scalar", "avx2", "avx512" */
 } hr_model_ctx_params;
 

@@ -14,26 +14,26 @@ typedef struct hr_weight {
 } hr_weight;
 
 typedef struct hr_layer {
-    float *attn_norm;      /* (E) owned f32 copy */
-    hr_weight wq;          /* (H*D, E) */
-    hr_weight wk;          /* (Hkv*D, E) */
-    hr_weight wv;          /* (Hkv*D, E) */
-    hr_weight wo;          /* (E, H*D) */
-    float *bq, *bk, *bv;   /* (H*D), (Hkv*D), (Hkv*D) owned, qwen2 only, else NULL */
-    float *ffn_norm;       /* (E) */
-    hr_weight w_gate;      /* (F, E) */
-    hr_weight w_up;        /* (F, E) */
-    hr_weight w_down;      /* (E, F) */
+    float *attn_norm;    /* (E) owned f32 copy */
+    hr_weight wq;        /* (H*D, E) */
+    hr_weight wk;        /* (Hkv*D, E) */
+    hr_weight wv;        /* (Hkv*D, E) */
+    hr_weight wo;        /* (E, H*D) */
+    float *bq, *bk, *bv; /* (H*D), (Hkv*D), (Hkv*D) owned, qwen2 only, else NULL */
+    float *ffn_norm;     /* (E) */
+    hr_weight w_gate;    /* (F, E) */
+    hr_weight w_up;      /* (F, E) */
+    hr_weight w_down;    /* (E, F) */
 } hr_layer;
 
 struct hr_model {
-    hr_gguf *gguf;         /* owned; weights point into its mapping */
+    hr_gguf *gguf; /* owned; weights point into its mapping */
     hr_hparams hp;
-    hr_weight tok_embd;    /* (V, E) */
-    float *output_norm;    /* (E) */
-    hr_weight output;      /* (V, E); equals tok_embd when tied */
-    float *rope_freqs;     /* (n_rot/2) owned, or NULL */
-    hr_layer *layers;      /* (L) */
+    hr_weight tok_embd; /* (V, E) */
+    float *output_norm; /* (E) */
+    hr_weight output;   /* (V, E); equals tok_embd when tied */
+    float *rope_freqs;  /* (n_rot/2) owned, or NULL */
+    hr_layer *layers;   /* (L) */
     uint64_t weight_bytes;
     const char *type_name;
 };

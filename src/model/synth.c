@@ -8,21 +8,78 @@
 #include "model/synth_internal.h"
 
 static const hr_synth_shape k_shapes[] = {
-    {.name = "tiny", .arch = "llama", .n_vocab = 512, .n_embd = 64, .n_ff = 192, .n_head = 4, .n_head_kv = 2,
-     .n_layer = 2, .n_ctx = 512, .rope_base = 10000.0f, .vocab = HR_SYNTH_VOCAB_SPM},
-    {.name = "tinyllama-1.1b", .arch = "llama", .n_vocab = 32000, .n_embd = 2048, .n_ff = 5632, .n_head = 32,
-     .n_head_kv = 4, .n_layer = 22, .n_ctx = 2048, .rope_base = 10000.0f, .vocab = HR_SYNTH_VOCAB_SPM},
-    {.name = "llama-3.2-1b", .arch = "llama", .n_vocab = 128256, .n_embd = 2048, .n_ff = 8192, .n_head = 32,
-     .n_head_kv = 8, .n_layer = 16, .n_ctx = 131072, .rope_base = 500000.0f, .tied_output = true,
-     .llama3_rope = true, .vocab = HR_SYNTH_VOCAB_BPE},
-    {.name = "qwen2.5-0.5b", .arch = "qwen2", .n_vocab = 151936, .n_embd = 896, .n_ff = 4864, .n_head = 14,
-     .n_head_kv = 2, .n_layer = 24, .n_ctx = 32768, .rope_base = 1000000.0f, .tied_output = true, .qkv_bias = true,
-     .vocab = HR_SYNTH_VOCAB_BPE},
-    {.name = "mistral-tiny", .arch = "mistral", .n_vocab = 512, .n_embd = 128, .n_ff = 256, .n_head = 8,
-     .n_head_kv = 2, .n_layer = 2, .n_ctx = 1024, .rope_base = 10000.0f, .sliding_window = 256,
+    {.name = "tiny",
+     .arch = "llama",
+     .n_vocab = 512,
+     .n_embd = 64,
+     .n_ff = 192,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
      .vocab = HR_SYNTH_VOCAB_SPM},
-    {.name = "qwen2-tiny", .arch = "qwen2", .n_vocab = 2048, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 1,
-     .n_layer = 2, .n_ctx = 512, .rope_base = 1000000.0f, .tied_output = true, .qkv_bias = true,
+    {.name = "tinyllama-1.1b",
+     .arch = "llama",
+     .n_vocab = 32000,
+     .n_embd = 2048,
+     .n_ff = 5632,
+     .n_head = 32,
+     .n_head_kv = 4,
+     .n_layer = 22,
+     .n_ctx = 2048,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_SPM},
+    {.name = "llama-3.2-1b",
+     .arch = "llama",
+     .n_vocab = 128256,
+     .n_embd = 2048,
+     .n_ff = 8192,
+     .n_head = 32,
+     .n_head_kv = 8,
+     .n_layer = 16,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .tied_output = true,
+     .llama3_rope = true,
+     .vocab = HR_SYNTH_VOCAB_BPE},
+    {.name = "qwen2.5-0.5b",
+     .arch = "qwen2",
+     .n_vocab = 151936,
+     .n_embd = 896,
+     .n_ff = 4864,
+     .n_head = 14,
+     .n_head_kv = 2,
+     .n_layer = 24,
+     .n_ctx = 32768,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .qkv_bias = true,
+     .vocab = HR_SYNTH_VOCAB_BPE},
+    {.name = "mistral-tiny",
+     .arch = "mistral",
+     .n_vocab = 512,
+     .n_embd = 128,
+     .n_ff = 256,
+     .n_head = 8,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 1024,
+     .rope_base = 10000.0f,
+     .sliding_window = 256,
+     .vocab = HR_SYNTH_VOCAB_SPM},
+    {.name = "qwen2-tiny",
+     .arch = "qwen2",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 2,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .qkv_bias = true,
      .vocab = HR_SYNTH_VOCAB_BPE},
 };
 
@@ -47,8 +104,8 @@ static uint64_t name_hash(const char *s, uint64_t seed) {
 
 /* Fills rows x cols values uniform in [-a, a] with a = sqrt(3 / cols) (variance 1/cols) and stores them
  * in type t (or f16 when the row length does not fit t's block). Returns the type used. */
-static hr_status add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t,
-                            uint64_t seed, float scale, hr_error *err) {
+static hr_status add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t, uint64_t seed,
+                            float scale, hr_error *err) {
     const hr_dtype_info *info = hr_dtype_get_info(t);
     if (!info || t == HR_DTYPE_Q8_K)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "type %d cannot store weights", (int)t);
@@ -95,8 +152,10 @@ static void add_llama3_rope_freqs(hr_gguf_writer *w, int n_rot, float base) {
         double freq = pow(base, -2.0 * i / n_rot);
         double wavelen = 2.0 * M_PI / freq;
         double s;
-        if (wavelen < old_ctx / high) s = 1.0;
-        else if (wavelen > old_ctx / low) s = factor;
+        if (wavelen < old_ctx / high)
+            s = 1.0;
+        else if (wavelen > old_ctx / low)
+            s = factor;
         else {
             double smooth = (old_ctx / wavelen - low) / (high - low);
             s = 1.0 / ((1.0 - smooth) / factor + smooth);

@@ -19,13 +19,13 @@ typedef enum hr_synth_vocab {
 
 typedef struct hr_synth_shape {
     const char *name;
-    const char *arch;      /* "llama", "mistral", "qwen2" */
+    const char *arch; /* "llama", "mistral", "qwen2" */
     int n_vocab, n_embd, n_ff, n_head, n_head_kv, n_layer, n_ctx;
     float rope_base;
     bool tied_output;
-    bool qkv_bias;         /* qwen2 */
-    bool llama3_rope;      /* write rope_freqs.weight with Llama-3 frequency factors */
-    int sliding_window;    /* mistral: 0 = none */
+    bool qkv_bias;      /* qwen2 */
+    bool llama3_rope;   /* write rope_freqs.weight with Llama-3 frequency factors */
+    int sliding_window; /* mistral: 0 = none */
     hr_synth_vocab vocab;
 } hr_synth_shape;
 

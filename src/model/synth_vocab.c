@@ -44,7 +44,7 @@ hr_status hr_synth_vocab_spm(hr_gguf_writer *w, int n_vocab, hr_error *err) {
     push(&t, "<unk>");
     push(&t, "<s>");
     push(&t, "</s>");
-    types[0] = 2; /* unknown */
+    types[0] = 2;            /* unknown */
     types[1] = types[2] = 3; /* control */
     scores[0] = scores[1] = scores[2] = 0.0f;
     for (int b = 0; b < 256; b++) {
@@ -56,15 +56,15 @@ hr_status hr_synth_vocab_spm(hr_gguf_writer *w, int n_vocab, hr_error *err) {
     }
     /* normal pieces, shortest first; score = -index so the merge order prefers earlier pieces */
     char buf[32];
-    const char *singles[] = {SP, ".", ",", "!", "?", "'", "\"", "-", ":", ";", "0", "1", "2", "3", "4",
-                             "5", "6", "7", "8", "9", "\n"};
+    const char *singles[] = {SP,  ".", ",", "!", "?", "'", "\"", "-", ":", ";", "0",
+                             "1", "2", "3", "4", "5", "6", "7",  "8", "9", "\n"};
     int normal = 0;
-#define ADD(str)                                                        \
-    do {                                                                \
-        if (t.n >= n_vocab) goto pad;                                   \
-        types[t.n] = 1;                                                 \
-        scores[t.n] = -(float)(normal++);                               \
-        if (push(&t, (str)) < 0) goto nomem;                            \
+#define ADD(str)                                                                                                       \
+    do {                                                                                                               \
+        if (t.n >= n_vocab) goto pad;                                                                                  \
+        types[t.n] = 1;                                                                                                \
+        scores[t.n] = -(float)(normal++);                                                                              \
+        if (push(&t, (str)) < 0) goto nomem;                                                                           \
     } while (0)
     for (size_t i = 0; i < sizeof singles / sizeof *singles; i++) ADD(singles[i]);
     for (int i = 0; i < 26; i++) {
@@ -155,14 +155,14 @@ hr_status hr_synth_vocab_bpe(hr_gguf_writer *w, int n_vocab, const char *pre, hr
         if (push(&t, a) < 0) goto nomem;
     }
     int n_normal = n_vocab - 8; /* keep room for the special tokens below */
-#define MERGE(l, r)                                              \
-    do {                                                         \
-        if (t.n >= n_normal) goto specials;                      \
-        snprintf(m, sizeof m, "%s %s", (l), (r));                \
-        if (push(&merges, m) < 0) goto nomem;                    \
-        snprintf(m, sizeof m, "%s%s", (l), (r));                 \
-        types[t.n] = 1;                                          \
-        if (push(&t, m) < 0) goto nomem;                         \
+#define MERGE(l, r)                                                                                                    \
+    do {                                                                                                               \
+        if (t.n >= n_normal) goto specials;                                                                            \
+        snprintf(m, sizeof m, "%s %s", (l), (r));                                                                      \
+        if (push(&merges, m) < 0) goto nomem;                                                                          \
+        snprintf(m, sizeof m, "%s%s", (l), (r));                                                                       \
+        types[t.n] = 1;                                                                                                \
+        if (push(&t, m) < 0) goto nomem;                                                                               \
     } while (0)
     for (int i = 0; i < 26; i++) {
         snprintf(b, sizeof b, "%c", k_letters[i]);

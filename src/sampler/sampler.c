@@ -18,17 +18,23 @@ struct hr_sampler {
     hr_sampler_params p;
     int n_vocab;
     hr_rng rng;
-    cand *cands;       /* (n_vocab) */
-    float *work;       /* (n_vocab) penalized logits */
-    int32_t *history;  /* ring of the last hist_cap tokens */
+    cand *cands;      /* (n_vocab) */
+    float *work;      /* (n_vocab) penalized logits */
+    int32_t *history; /* ring of the last hist_cap tokens */
     int hist_cap, hist_len, hist_head;
-    uint16_t *counts;  /* (n_vocab) occurrences within the window, rebuilt per sample */
+    uint16_t *counts; /* (n_vocab) occurrences within the window, rebuilt per sample */
 };
 
 hr_sampler_params hr_sampler_default_params(void) {
-    return (hr_sampler_params){.temperature = 0.0f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                               .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
-                               .penalty_last_n = 64, .seed = 0};
+    return (hr_sampler_params){.temperature = 0.0f,
+                               .top_k = 40,
+                               .top_p = 0.95f,
+                               .min_p = 0.05f,
+                               .repeat_penalty = 1.0f,
+                               .presence_penalty = 0.0f,
+                               .frequency_penalty = 0.0f,
+                               .penalty_last_n = 64,
+                               .seed = 0};
 }
 
 hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err) {

@@ -12,14 +12,14 @@
 #include "common/status.h"
 
 typedef struct hr_sampler_params {
-    float temperature;        /* <= 0: greedy */
-    int top_k;                /* <= 0: off */
-    float top_p;              /* >= 1: off */
-    float min_p;              /* <= 0: off */
-    float repeat_penalty;     /* 1: off; >1 divides positive logits of recent tokens (multiplies negative) */
-    float presence_penalty;   /* subtracted once from each recent token's logit */
-    float frequency_penalty;  /* subtracted per occurrence */
-    int penalty_last_n;       /* window of recent tokens the penalties look at (0: off, -1: all) */
+    float temperature;       /* <= 0: greedy */
+    int top_k;               /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off; >1 divides positive logits of recent tokens (multiplies negative) */
+    float presence_penalty;  /* subtracted once from each recent token's logit */
+    float frequency_penalty; /* subtracted per occurrence */
+    int penalty_last_n;      /* window of recent tokens the penalties look at (0: off, -1: all) */
     uint64_t seed;
 } hr_sampler_params;
 
