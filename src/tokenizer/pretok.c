@@ -31,6 +31,8 @@
     "((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RX_BLOOM " ?[^(\\s|.,!?…。，、।۔،)]+"
 #define RX_CJK   "[一-龥ࠀ-一가-퟿]+"
+/* the Unicode letter table below aligns by bytes, not characters: kept out of clang-format */
+// clang-format off
 #define RX_DEEPSEEK_LETTERS                                                                                                                                                                        \
     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-"                                           \
     "ᶚḀ-"                                                                                                                                                                                      \
@@ -50,6 +52,7 @@ typedef struct pre_set {
     const char *regex[HR_PRETOK_MAX_REGEX];
 } pre_set;
 
+// clang-format on
 static const pre_set k_sets[] = {
     {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
     {"gpt-2|phi-2|mpt|olmo|jais|trillion|roberta-bpe|jina-es|jina-de|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|"
