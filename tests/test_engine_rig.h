@@ -42,18 +42,12 @@ typedef struct rig_opts {
 static inline hr_model *rig_build_model(const char *shape_name, uint64_t seed, int n_ctx, void **mem) {
     hr_error err = {0};
     hr_synth_shape shape;
-    hr_gguf_writer *w = NULL;
-    size_t size;
-    hr_gguf *g = NULL;
     hr_model *m = NULL;
     if (hr_synth_shape_by_name(shape_name, &shape, &err) == HR_OK && n_ctx > 0) shape.n_ctx = n_ctx;
-    if (err.msg[0] || hr_synth_build(&shape, HR_DTYPE_F32, seed, &w, &err) ||
-        hr_gguf_writer_write_memory(w, mem, &size, &err) || hr_gguf_open_memory(*mem, size, &g, &err) ||
-        hr_model_load_gguf(g, &m, &err)) {
+    if (err.msg[0] || hr_synth_model(&shape, HR_DTYPE_F32, seed, &m, mem, &err)) {
         fprintf(stderr, "model: %s\n", err.msg);
         exit(1);
     }
-    hr_gguf_writer_destroy(w);
     return m;
 }
 

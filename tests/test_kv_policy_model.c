@@ -29,15 +29,10 @@ static rig rig_open(int sliding_window, int max_ctx, int max_batch) {
     hr_synth_shape shape;
     hr_synth_shape_by_name("mistral-tiny", &shape, &err);
     shape.sliding_window = sliding_window;
-    hr_gguf_writer *w = NULL;
-    size_t size = 0;
-    hr_gguf *g = NULL;
-    if (hr_synth_build(&shape, HR_DTYPE_F32, 5, &w, &err) || hr_gguf_writer_write_memory(w, &r.mem, &size, &err) ||
-        hr_gguf_open_memory(r.mem, size, &g, &err) || hr_model_load_gguf(g, &r.m, &err)) {
+    if (hr_synth_model(&shape, HR_DTYPE_F32, 5, &r.m, &r.mem, &err)) {
         fprintf(stderr, "build: %s\n", err.msg);
         exit(1);
     }
-    hr_gguf_writer_destroy(w);
     const hr_hparams *hp = hr_model_hparams(r.m);
     hr_kv_config kc = {.n_layers = hp->n_layer,
                        .n_kv_heads = hp->n_head_kv,

@@ -146,16 +146,11 @@ static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
 
 static hr_model *build(const hr_synth_shape *shape, hr_dtype type, void **mem) {
     hr_error err = {0};
-    hr_gguf_writer *w = NULL;
-    size_t size;
-    hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (hr_synth_build(shape, type, 5, &w, &err) || hr_gguf_writer_write_memory(w, mem, &size, &err) ||
-        hr_gguf_open_memory(*mem, size, &g, &err) || hr_model_load_gguf(g, &m, &err)) {
+    if (hr_synth_model(shape, type, 5, &m, mem, &err)) {
         fprintf(stderr, "build %s: %s\n", shape->name, err.msg);
         exit(1);
     }
-    hr_gguf_writer_destroy(w);
     return m;
 }
 

@@ -125,15 +125,7 @@ static hr_status load_demo(hr_session *s, hr_error *err) {
     hr_synth_shape shape;
     hr_status st = hr_synth_shape_by_name("tiny", &shape, err);
     if (st) return st;
-    hr_gguf_writer *w = NULL;
-    if ((st = hr_synth_build(&shape, HR_DTYPE_F32, 42, &w, err))) return st;
-    size_t size = 0;
-    st = hr_gguf_writer_write_memory(w, &s->demo_file, &size, err);
-    hr_gguf_writer_destroy(w);
-    if (st) return st;
-    hr_gguf *g = NULL;
-    if ((st = hr_gguf_open_memory(s->demo_file, size, &g, err))) return st;
-    return hr_model_load_gguf(g, &s->model, err);
+    return hr_synth_model(&shape, HR_DTYPE_F32, 42, &s->model, &s->demo_file, err);
 }
 
 /* Sizes and creates the KV pool: the budget must hold at least one n_ctx sequence. The default

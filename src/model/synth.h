@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "tensor/tensor.h"
 
 typedef enum hr_synth_vocab {
@@ -39,6 +40,12 @@ const char *hr_synth_shape_names(void);
  * (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K where the row length allows; norms stay f32).
  * Weights are N(0, 1/sqrt(fan_in)) from seed, so logits stay in a sane range. */
 hr_status hr_synth_build(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
+                         hr_error *err);
+
+/* Builds the model in memory and loads it: *out is ready to run, and *file receives the GGUF image
+ * it reads (free it after hr_model_destroy). On error nothing is left allocated. For the built-in
+ * demo model and for tests. */
+hr_status hr_synth_model(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_model **out, void **file,
                          hr_error *err);
 
 #endif
