@@ -224,79 +224,71 @@ static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const cha
     y[3 * ys + 1] = hsum8(c13);
 }
 
-/* R rows x C tokens (the batch tile), R * C chains kept in registers: each weight block pair loaded
- * and made absolute once for C tokens, each activation block pair loaded once for R rows. The
- * scales come from tables of floats prepared once per tile call (wd: row r's block ib at
- * wd[r * nbp + ib]; ad: token t's at ad[t * nbp + ib]; nbp = nb rounded up to even, the pad 0), the
- * same values load_wblk/load_ablk convert, so the step per pair is the one above and every element
- * has the bits of tile_1x1. R and C are constants at every call
- * (the loops unroll and the arrays live in registers). */
-#define HR_Q8_TR 4 /* rows of the batch tile */
-#define HR_Q8_TC 4 /* tokens of the batch tile */
-static inline __attribute__((always_inline)) void tile_rxc(const int R, const int C, int64_t nb, const char *w,
-                                                           size_t ws, const float *wd, const char *a, size_t as,
-                                                           const float *ad, int64_t nbp, float *y, size_t ys) {
-    __m256 c[HR_Q8_TR][HR_Q8_TC];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < C; t++) c[r][t] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib += 2) {
-        const bool two = ib + 1 < nb;
-        ablk v[HR_Q8_TC];
-#pragma GCC unroll 4
-        for (int t = 0; t < C; t++) {
-            pair_bytes((const hr_block_q8_0 *)(a + (size_t)t * as) + ib, two, &v[t].lo, &v[t].hi);
-            v[t].d = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(ad + t * nbp + ib)));
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            wblk x = wblk_bytes((const hr_block_q8_0 *)(w + (size_t)r * ws) + ib, two);
-            x.d = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(wd + r * nbp + ib)));
-#pragma GCC unroll 4
-            for (int t = 0; t < C; t++) c[r][t] = step(c[r][t], &x, &v[t]);
-        }
+/* The batch tile: one weight row x HR_Q8_TC tokens, over the block pairs [p0, p1) of a k-block.
+ * The tokens' block pairs are packed beforehand (ap: pair p's tokens at ap[(p - p0) * HR_Q8_TC + t],
+ * the values load_ablk makes), so the loop reads them from L1 as memory operands; the weight pair is
+ * loaded and made absolute once for all the tokens. The HR_Q8_TC accumulators start at zero
+ * (first) or from acc, and end in y (last: hsum8) or back in acc, so splitting k into blocks keeps
+ * the one sequence of operations per element: every element has the bits of tile_1x1. With AVX2's
+ * 16 registers: 8 accumulators, the weight pair (4) and the step's temporaries; a 4 x 4 tile
+ * spilled its accumulators to the stack, and a 2 x 4 one did the weight work twice as often. */
+#define HR_Q8_TC 8  /* tokens of the batch tile */
+#define HR_Q8_KP 16 /* block pairs per k-block: the packed tokens (16 x 8 x 96 bytes) stay in L1 */
+static inline __attribute__((always_inline)) void tile_row(int64_t p0, int64_t p1, int64_t nb, const char *w,
+                                                           const ablk *ap, __m256 *acc, bool first, bool last, float *y,
+                                                           size_t ys) {
+    __m256 c[HR_Q8_TC];
+#pragma GCC unroll 8
+    for (int t = 0; t < HR_Q8_TC; t++) c[t] = first ? _mm256_setzero_ps() : acc[t];
+    const int64_t pfull = p1 * 2 <= nb ? p1 : p1 - 1; /* pairs with two blocks */
+    for (int64_t p = p0; p < pfull; p++) {
+        /* hide from the compiler that the pairs' loads are of the same table, so it does not keep
+         * them live across iterations */
+        const ablk *v = ap + (p - p0) * HR_Q8_TC;
+        __asm__("" : "+r"(v));
+        const wblk x = load_wblk(w, 2 * p, nb);
+#pragma GCC unroll 8
+        for (int t = 0; t < HR_Q8_TC; t++) c[t] = step(c[t], &x, v + t);
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < C; t++) y[(size_t)t * ys + r] = hsum8(c[r][t]);
-}
-
-/* The scales of n rows (stride rs) of nb q8_0 blocks as floats, row after row at stride nbp (nb
- * rounded up to even; the pad is 0, as dpair gives for a lone last block). */
-static void prep_scales(int64_t nb, const char *rows, size_t rs, int n, float *out) {
-    const int64_t nbp = (nb + 1) & ~(int64_t)1;
-    for (int i = 0; i < n; i++) {
-        const hr_block_q8_0 *b = (const hr_block_q8_0 *)(rows + (size_t)i * rs);
-        for (int64_t ib = 0; ib < nb; ib++) out[i * nbp + ib] = f16_to_f32(b[ib].d);
-        if (nb & 1) out[i * nbp + nb] = 0.0f;
+    if (pfull < p1) { /* the lone last block */
+        const ablk *v = ap + (pfull - p0) * HR_Q8_TC;
+        const wblk x = load_wblk(w, 2 * pfull, nb);
+#pragma GCC unroll 8
+        for (int t = 0; t < HR_Q8_TC; t++) c[t] = step(c[t], &x, v + t);
+    }
+    if (last) {
+#pragma GCC unroll 8
+        for (int t = 0; t < HR_Q8_TC; t++) y[(size_t)t * ys] = hsum8(c[t]);
+    } else {
+#pragma GCC unroll 8
+        for (int t = 0; t < HR_Q8_TC; t++) acc[t] = c[t];
     }
 }
 
-/* Batch tiles over up to HR_Q8_PREP_ROWS rows and all nt >= HR_Q8_TC tokens' full tile groups (the
- * caller runs the rest): the weight scales are prepared once for all token groups, the activation
- * scales once per group for all rows. */
-#define HR_Q8_PREP_ROWS 64
-#define HR_Q8_PREP_NB   512 /* k <= 16384 */
-static _Thread_local float t_wd[HR_Q8_PREP_ROWS * HR_Q8_PREP_NB];
+/* Batch tiles over nr <= HR_Q8_ROWS rows and ngroups groups of HR_Q8_TC tokens (the caller runs the
+ * rest): for each group and k-block, the group's pairs are packed once for all rows, then each row
+ * runs them, its accumulators kept between k-blocks in t_acc. */
+#define HR_Q8_ROWS 64
+static _Thread_local ablk t_ap[HR_Q8_KP * HR_Q8_TC];
+static _Thread_local __m256 t_acc[HR_Q8_ROWS * HR_Q8_TC];
 static void rows_tiles(int64_t nb, const char *w, size_t ws, int nr, const char *a, size_t as, int ngroups, float *y,
                        size_t ys) {
-    const int64_t nbp = (nb + 1) & ~(int64_t)1;
-    float ad[HR_Q8_TC * HR_Q8_PREP_NB];
-    for (int r0 = 0; r0 < nr; r0 += HR_Q8_PREP_ROWS) {
-        const int n = nr - r0 < HR_Q8_PREP_ROWS ? nr - r0 : HR_Q8_PREP_ROWS;
+    const int64_t npair = (nb + 1) / 2;
+    for (int r0 = 0; r0 < nr; r0 += HR_Q8_ROWS) {
+        const int n = nr - r0 < HR_Q8_ROWS ? nr - r0 : HR_Q8_ROWS;
         const char *wr = w + (size_t)r0 * ws;
-        prep_scales(nb, wr, ws, n, t_wd);
         for (int g = 0; g < ngroups; g++) {
             const char *at = a + (size_t)g * HR_Q8_TC * as;
             float *yt = y + (size_t)g * HR_Q8_TC * ys + r0;
-            prep_scales(nb, at, as, HR_Q8_TC, ad);
-            int r = 0;
-            for (; r + HR_Q8_TR <= n; r += HR_Q8_TR)
-                tile_rxc(HR_Q8_TR, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nbp, at, as, ad, nbp, yt + r, ys);
-            for (; r < n; r++)
-                tile_rxc(1, HR_Q8_TC, nb, wr + (size_t)r * ws, ws, t_wd + r * nbp, at, as, ad, nbp, yt + r, ys);
+            for (int64_t p0 = 0; p0 < npair; p0 += HR_Q8_KP) {
+                const int64_t p1 = p0 + HR_Q8_KP < npair ? p0 + HR_Q8_KP : npair;
+                for (int64_t p = p0; p < p1; p++)
+                    for (int t = 0; t < HR_Q8_TC; t++)
+                        t_ap[(p - p0) * HR_Q8_TC + t] = load_ablk(at + (size_t)t * as, 2 * p, nb);
+                for (int r = 0; r < n; r++)
+                    tile_row(p0, p1, nb, wr + (size_t)r * ws, t_ap, t_acc + r * HR_Q8_TC, p0 == 0, p1 == npair, yt + r,
+                             ys);
+            }
         }
     }
 }
@@ -338,7 +330,7 @@ void hr_avx2_tile_q8_0(int64_t k, const void *wv, size_t ws, int nr, const void 
         return;
     }
     int t = 0;
-    if (nb <= HR_Q8_PREP_NB && nt >= HR_Q8_TC) {
+    if (nt >= HR_Q8_TC) {
         rows_tiles(nb, w, ws, nr, a, as, nt / HR_Q8_TC, y, ys);
         t = nt / HR_Q8_TC * HR_Q8_TC;
     }
