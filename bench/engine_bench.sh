@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # engine_bench.sh: the engine's benchmarks (docs/BENCHMARKS.md holds the figures).
 #   (a) aggregate generation tokens/s through `headroom run` on a tinyllama-1.1b-shaped q8_0 model at
-#       1, 4, 16, 64 concurrent sequences, 2 threads (medians of REPEATS runs);
+#       1, 4, 16, 64 concurrent sequences, 2 threads: the steady decode rate (steps without prompt
+#       tokens) and the whole run's rate (medians of REPEATS runs, sizes interleaved per repeat);
 #   (b) one KV byte budget, a mixed workload (prompts 64-2048, outputs 16-512): requests/min, peak
 #       concurrency, preemptions, recomputed tokens for contiguous vs paged x each admission mode
 #       (bench/engine_bench.c on a small synthetic model: tinyllama is too slow on 2 cores for 2k
 #       prompts x 4 configurations x 3 repeats);
 #   (c) a burst of 10x the concurrency the budget holds: completed or refused with a reason, none
 #       lost, max RSS under /usr/bin/time -v.
-# usage: bench/engine_bench.sh [a|b|c|all]   (env: BUILD=build REPEATS=3 NGEN=12 MODEL=/tmp/tl-q8.gguf)
+# usage: bench/engine_bench.sh [a|b|c|all]   (env: BUILD=build REPEATS=3 NGEN=32 MODEL=/tmp/tl-q8.gguf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 REPEATS=${REPEATS:-3}
-NGEN=${NGEN:-12}
+NGEN=${NGEN:-32}
 MODEL=${MODEL:-/tmp/tl-q8.gguf}
 WHAT=${1:-all}
 HR=$BUILD/headroom
@@ -33,28 +34,38 @@ bench_a() {
         "$HR" synth --shape tinyllama-1.1b --type q8_0 -o "$MODEL"
     fi
     echo "## (a) aggregate generation tokens/s, tinyllama-1.1b shape, q8_0, 2 threads, $NGEN tokens per sequence"
-    echo "(tokens generated / wall time of the whole run, prefill included; median of $REPEATS)"
+    echo "(decode: tokens sampled in steps without prompt tokens / their seconds, the steady-state rate;"
+    echo " whole run: all generated tokens / wall time with prefill; medians of $REPEATS, sizes interleaved)"
     echo
-    echo "| concurrent sequences | aggregate tok/s | vs 1 | per-sequence tok/s | engine steps |"
-    echo "|---|---|---|---|---|"
-    local base=""
-    for c in 1 4 16 64; do
-        local pf; pf=$(mktemp)
+    echo "| concurrent sequences | decode tok/s | vs 1 | per-sequence decode tok/s | whole-run tok/s | vs 1 | engine steps |"
+    echo "|---|---|---|---|---|---|---|"
+    local sizes=(1 4 16 64)
+    local -A dec run stp
+    for c in "${sizes[@]}"; do
+        local pf="/tmp/headroom-engine-bench-$c.txt"
+        : >"$pf"
         for i in $(seq 1 "$c"); do echo "Story $i: once upon a time there was a little dog" >>"$pf"; done
-        local runs=()
-        local steps=0
-        for _ in $(seq 1 "$REPEATS"); do
+    done
+    for _ in $(seq 1 "$REPEATS"); do
+        for c in "${sizes[@]}"; do
             local out
-            out=$("$HR" run -m "$MODEL" --prompts "$pf" -n "$NGEN" --temp 0 --ignore-eos \
-                -t 2 --ctx 256 --max-running 64 --json)
-            runs+=("$(echo "$out" | python3 -c 'import sys,json; e=json.load(sys.stdin)["engine"]; print(e["generation_tokens_per_second"], e["steps"])')")
+            out=$("$HR" run -m "$MODEL" --prompts "/tmp/headroom-engine-bench-$c.txt" -n "$NGEN" --temp 0 \
+                --ignore-eos -t 2 --ctx 256 --max-running 64 --json)
+            read -r d g s < <(echo "$out" | python3 -c 'import sys,json; e=json.load(sys.stdin)["engine"]; print(e["decode_tokens_per_second"], e["generation_tokens_per_second"], e["steps"])')
+            dec[$c]+="$d "
+            run[$c]+="$g "
+            stp[$c]=$s
         done
-        local tps; tps=$(printf '%s\n' "${runs[@]}" | awk '{print $1}' | median)
-        steps=$(printf '%s\n' "${runs[@]}" | awk '{print $2}' | median)
-        [ -z "$base" ] && base=$tps
-        awk -v c="$c" -v t="$tps" -v b="$base" -v s="$steps" \
-            'BEGIN {printf "| %d | %.1f | %.2fx | %.2f | %s |\n", c, t, t / b, t / c, s}'
-        rm -f "$pf"
+    done
+    local bd="" br=""
+    for c in "${sizes[@]}"; do
+        local d g
+        d=$(echo "${dec[$c]}" | tr ' ' '\n' | grep . | median)
+        g=$(echo "${run[$c]}" | tr ' ' '\n' | grep . | median)
+        [ -z "$bd" ] && bd=$d && br=$g
+        awk -v c="$c" -v d="$d" -v bd="$bd" -v g="$g" -v br="$br" -v s="${stp[$c]}" \
+            'BEGIN {printf "| %d | %.1f | %.2fx | %.2f | %.1f | %.2fx | %s |\n", c, d, d / bd, d / c, g, g / br, s}'
+        rm -f "/tmp/headroom-engine-bench-$c.txt"
     done
 }
 

@@ -72,6 +72,15 @@ static void make_reference(const hr_model *m) {
             rig_run(&r, q, 1);
             CHECK(q[0].n_out == NGEN && q[0].stats.state == HR_REQ_COMPLETED);
             memcpy(s ? ref_sampled[i] : ref_greedy[i], q[0].out, sizeof(int32_t) * NGEN);
+            /* one prefill step samples the first token; every later step is pure decode */
+            hr_engine_stats st;
+            hr_engine_get_stats(r.e, &st);
+            CHECKF(st.generated_tokens == NGEN && st.decode_steps == NGEN - 1 && st.decode_tokens == NGEN - 1 &&
+                       st.steps == NGEN,
+                   "decode stats: %llu steps, %llu decode steps, %llu decode tokens for a %d-token prompt and %d "
+                   "generated",
+                   (unsigned long long)st.steps, (unsigned long long)st.decode_steps,
+                   (unsigned long long)st.decode_tokens, plen[i], NGEN);
             rig_close(&r);
         }
     }

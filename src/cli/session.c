@@ -457,6 +457,11 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
     json_object_set_new(o, "prefix_hit_tokens", json_integer((json_int_t)st.prefix_hit_tokens));
     json_object_set_new(o, "predicted_output", json_integer(st.predicted_output));
     json_object_set_new(o, "forward_seconds", json_real(st.forward_seconds));
+    json_object_set_new(o, "decode_steps", json_integer((json_int_t)st.decode_steps));
+    json_object_set_new(o, "decode_tokens", json_integer((json_int_t)st.decode_tokens));
+    json_object_set_new(o, "decode_seconds", json_real(st.decode_seconds));
+    json_object_set_new(o, "decode_tokens_per_second",
+                        json_real(st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0));
     json_object_set_new(o, "admission", json_string(hr_admission_name(s->o.admission)));
     json_object_set_new(o, "preempt", json_string(hr_preempt_mode_name(s->o.preempt)));
     json_object_set_new(o, "kv_layout", json_string(hr_kv_layout_name(s->o.layout)));

@@ -392,8 +392,14 @@ static bool step(hr_engine *e) {
         } else {
             e->st.steps++;
             e->st.batch_tokens += (uint64_t)T;
+            const uint64_t prefill0 = e->st.prefill_tokens;
             commit_batch(e);
             for (int i = 0; i < rows; i++) sample_row(e, e->b_sample[i], e->logits + (size_t)i * e->n_vocab);
+            if (e->st.prefill_tokens == prefill0 && rows == T) {
+                e->st.decode_steps++;
+                e->st.decode_tokens += (uint64_t)rows;
+                e->st.decode_seconds += hr_time_now() - t0;
+            }
         }
         for (int i = 0; i < e->running.n; i++) e->running.v[i]->n_sched = 0;
     }

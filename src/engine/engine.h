@@ -204,6 +204,11 @@ typedef struct hr_engine_stats {
     int n_waiting, n_running, peak_running;
     int predicted_output; /* adaptive admission's current prediction (0: none yet) */
     double forward_seconds;
+    /* steady-state generation: steps whose batch held no prompt (or recompute) token, the tokens
+     * they sampled and their seconds (forward and sampling); decode_tokens / decode_seconds is the
+     * aggregate generation rate with prefill left out */
+    uint64_t decode_steps, decode_tokens;
+    double decode_seconds;
     bool swap_available;
 } hr_engine_stats;
 
