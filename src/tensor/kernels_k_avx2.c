@@ -4,21 +4,29 @@
  * q_j (0..15, 0..31 or 0..63) and its scale(s) a vector sc_j of 16-bit lanes. The integer part per
  * (row, token) pair and super-block is eight int32 lanes
  *     s = sum_j madd(maddubs(q_j, y_j), sc_j)        (q6_K: minus 32 * madd(scales16, bsums))
- * which is exact, so it does not matter whether q_j is made on the fly (decode: one token, nothing
- * to share) or once per super-block for a tile of tokens. The float part is one fixed sequence per
- * pair, the same for the lone dot and every tile:
+ * which is exact, so it does not matter how it is grouped: the lone dot (decode: one token, nothing
+ * to share) makes q_j on the fly, chunk by chunk; the batch tile interleaves chunk pairs and does
+ * one madd per pair (see mix2 below), giving the same integers. The float part is one fixed
+ * sequence per pair, the same for the lone dot and every tile:
  *     acc  = fma(set1(d_w) * set1(d_y), cvt(s), acc)                   super-blocks in order
  *     macc = fma(set1(dmin_w) * set1(d_y), cvt(madd(mins16, bsums)), macc)   (q4_K, q5_K)
  *     result = hsum8(acc) - hsum8(macc)
  * so the only horizontal sums are two per pair, at the end. The scales are decoded with vector
- * shuffles (no per-sub-block scalar work). */
+ * shuffles (no per-sub-block scalar work).
+ *
+ * The batch tile (vec_dot_tile, nt > 1) is 1 weight row x 8 tokens: the 8 tokens' super-blocks are
+ * packed once per k-block (interleaved bytes, bsums, broadcast d) into a thread-local table read as
+ * memory operands, each chunk pair of the row is unpacked once for the 8 tokens, and the 8 integer
+ * sums stay in registers while the float accumulators go through memory (exact) between
+ * super-blocks. Rows go in chunks of at most 32 (about 192 KiB of weights); per chunk the first
+ * group of 8 tokens streams the rows whole (one sequential read the prefetcher follows, its table
+ * in L2), the later groups take k-blocks of 4 super-blocks (table in L1, weights in L2), and the
+ * tokens past the groups of 8 run 1 x 4, 1 x 3 and 1 x 2 tiles. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
 #include "tensor/kernels_internal.h"
-
-#define HR_K_TILE_TOKENS 64 /* activation rows handled per unpacked weight block */
 
 /* gcc -O2 does not unroll the fixed 4- and 8-step loops by itself; unrolled, the block stays in registers. */
 #define HR_UNROLL _Pragma("GCC unroll 8")
@@ -110,14 +118,19 @@ static inline __m256i chunk_j(const char *row, int64_t i, int j, const int kind)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-/* The float step of one pair and super-block (see the top of the file). */
+/* The float step of one pair and super-block (see the top of the file); bsums and dy are the
+ * activation block's bsums and broadcast d. */
 static inline __attribute__((always_inline)) void pair_step(__m256 *acc, __m256 *macc, __m256i s, const kscale *k,
-                                                            const hr_block_q8_K *yb, const int kind) {
-    const __m256i corr = _mm256_madd_epi16(k->corr16, _mm256_loadu_si256((const __m256i *)yb->bsums));
-    const __m256 dy = _mm256_set1_ps(yb->d);
+                                                            __m256i bsums, __m256 dy, const int kind) {
+    const __m256i corr = _mm256_madd_epi16(k->corr16, bsums);
     if (kind == K_Q6) s = _mm256_sub_epi32(s, _mm256_slli_epi32(corr, 5));
     *acc = _mm256_fmadd_ps(_mm256_mul_ps(k->d, dy), _mm256_cvtepi32_ps(s), *acc);
     if (kind != K_Q6) *macc = _mm256_fmadd_ps(_mm256_mul_ps(k->dmin, dy), _mm256_cvtepi32_ps(corr), *macc);
+}
+
+static inline __attribute__((always_inline)) void pair_step_blk(__m256 *acc, __m256 *macc, __m256i s, const kscale *k,
+                                                                const hr_block_q8_K *yb, const int kind) {
+    pair_step(acc, macc, s, k, _mm256_loadu_si256((const __m256i *)yb->bsums), _mm256_set1_ps(yb->d), kind);
 }
 
 /* Decode: one row, one token; chunks made on the fly. */
@@ -133,52 +146,205 @@ static inline __attribute__((always_inline)) float dot_1x1(int64_t k, const char
             s = _mm256_add_epi32(
                 s, _mm256_madd_epi16(_mm256_maddubs_epi16(chunk_j(w, i, j, kind), yv), scale_j(&ks, j, kind)));
         }
-        pair_step(&acc, &macc, s, &ks, yb, kind);
+        pair_step_blk(&acc, &macc, s, &ks, yb, kind);
     }
     return hsum8(acc) - hsum8(macc);
 }
 
-/* One row against 1 < nt <= HR_K_TILE_TOKENS activation rows: each super-block unpacked once. */
-static inline __attribute__((always_inline)) void row_tile(int64_t k, const char *w, const char *a, size_t as, int nt,
-                                                           float *y, size_t ys, const int kind) {
-    __m256 acc[HR_K_TILE_TOKENS], macc[HR_K_TILE_TOKENS];
-    for (int t = 0; t < nt; t++) acc[t] = macc[t] = _mm256_setzero_ps();
-    __m256i q[8], sc[8];
-    for (int64_t i = 0; i < k / HR_QK_K; i++) {
-        const kscale ks = block_scales(w, i, kind);
-        HR_UNROLL
-        for (int j = 0; j < 8; j++) {
-            q[j] = chunk_j(w, i, j, kind);
-            sc[j] = scale_j(&ks, j, kind);
-        }
-        for (int t = 0; t < nt; t++) {
-            const hr_block_q8_K *yb = (const hr_block_q8_K *)(a + (size_t)t * as) + i;
-            __m256i s = _mm256_setzero_si256();
-            HR_UNROLL
-            for (int j = 0; j < 8; j++) {
-                const __m256i yv = _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * j));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], yv), sc[j]));
-            }
-            pair_step(&acc[t], &macc[t], s, &ks, yb, kind);
-        }
-    }
-    for (int t = 0; t < nt; t++) y[(size_t)t * ys] = hsum8(acc[t]) - hsum8(macc[t]);
+/* ---- the batch tile ----
+ * Chunks go in pairs (2jj, 2jj + 1) whose bytes are interleaved two at a time: dword i of m1 is
+ * [a[4i], a[4i+1], b[4i], b[4i+1]] and of m2 [a[4i+2], a[4i+3], b[4i+2], b[4i+3]] (a, b the two
+ * chunks), for weights and activations alike. Then maddubs(m1) + maddubs(m2) (int16, exact: at most
+ * four products of |q| <= 63 and |y| <= 128) has chunk a's four products of dword i in its 16-bit
+ * lane 2i and chunk b's in lane 2i + 1, and one madd with the scales [sc_a, sc_b] alternating gives
+ * int32 lane i the same sum as madd(maddubs(a), sc_a) + madd(maddubs(b), sc_b): s is the same
+ * integer vector with one multiply fewer per chunk pair. */
+static inline __attribute__((always_inline)) void mix2(__m256i a, __m256i b, __m256i *m1, __m256i *m2) {
+    *m1 = _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
+    *m2 = _mm256_blend_epi16(_mm256_srli_epi32(a, 16), b, 0xAA);
 }
 
+/* The weights of chunk pair jj of super-block i, interleaved. */
+static inline __attribute__((always_inline)) void chunk_pair(const char *row, int64_t i, int jj, const int kind,
+                                                             __m256i *m1, __m256i *m2) {
+    if (kind == K_Q6) {
+        mix2(chunk_j(row, i, 2 * jj, kind), chunk_j(row, i, 2 * jj + 1, kind), m1, m2);
+        return;
+    }
+    /* q4_K/q5_K: the pair is the low and high nibbles of the same 32 bytes x */
+    const uint8_t *qs = kind == K_Q4 ? ((const hr_block_q4_K *)row + i)->qs : ((const hr_block_q5_K *)row + i)->qs;
+    const __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * jj));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    *m1 = _mm256_and_si256(_mm256_blend_epi16(x, _mm256_slli_epi32(x, 12), 0xAA), m4);
+    *m2 = _mm256_and_si256(_mm256_blend_epi16(_mm256_srli_epi32(x, 16), _mm256_srli_epi32(x, 4), 0xAA), m4);
+    if (kind == K_Q5) {
+        /* bit j of qh[l] adds 16 to element l of chunk j: interleave the qh bytes like the nibbles,
+         * the ones of chunk 2jj + 1 shifted down by one (bit 7 takes a neighbour's bit 0; only bits
+         * up to 6 are used), then move bit 2jj of every byte to bit 4 */
+        const __m256i h = _mm256_loadu_si256((const __m256i *)((const hr_block_q5_K *)row + i)->qh);
+        const __m256i g1 = _mm256_blend_epi16(h, _mm256_slli_epi32(h, 15), 0xAA);
+        const __m256i g2 = _mm256_blend_epi16(_mm256_srli_epi32(h, 16), _mm256_srli_epi32(h, 1), 0xAA);
+        const int sh = 4 - 2 * jj;
+        const __m256i m16 = _mm256_set1_epi8(16);
+        const __m256i b1 = sh > 0 ? _mm256_slli_epi16(g1, sh) : sh < 0 ? _mm256_srli_epi16(g1, -sh) : g1;
+        const __m256i b2 = sh > 0 ? _mm256_slli_epi16(g2, sh) : sh < 0 ? _mm256_srli_epi16(g2, -sh) : g2;
+        *m1 = _mm256_or_si256(*m1, _mm256_and_si256(b1, m16));
+        *m2 = _mm256_or_si256(*m2, _mm256_and_si256(b2, m16));
+    }
+}
+
+/* The scales of chunk pair jj, alternating per 16-bit lane like the interleaved products (q6_K:
+ * lanes 0-7 hold the chunks' first-16 scales, lanes 8-15 their second-16 ones). */
+static inline __attribute__((always_inline)) __m256i scale_pair(const kscale *k, int jj, const int kind) {
+    if (kind != K_Q6) {
+        const int b = 4 * jj; /* byte of scale 2jj */
+        return _mm256_shuffle_epi8(k->src_lo, _mm256_set1_epi32((b + 3) << 24 | (b + 2) << 16 | (b + 1) << 8 | b));
+    }
+    const int b = 8 * (jj & 1); /* byte of scale 4jj (mod 8) */
+    const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi32((b + 7) << 24 | (b + 6) << 16 | (b + 3) << 8 | (b + 2)),
+                                          _mm_set1_epi32((b + 5) << 24 | (b + 4) << 16 | (b + 1) << 8 | b));
+    return _mm256_shuffle_epi8(jj < 2 ? k->src_lo : k->src_hi, ctrl);
+}
+
+/* A token's super-block as the batch tile reads it. */
+typedef struct kact {
+    __m256i y[8];  /* chunk pair jj interleaved: y[2jj], y[2jj + 1] */
+    __m256i bsums; /* as in the block */
+    __m256 d;      /* broadcast */
+} kact;
+
+static inline __attribute__((always_inline)) kact load_kact(const char *a, int64_t i) {
+    const hr_block_q8_K *yb = (const hr_block_q8_K *)a + i;
+    kact v;
+    HR_UNROLL
+    for (int jj = 0; jj < 4; jj++)
+        mix2(_mm256_loadu_si256((const __m256i *)(yb->qs + 64 * jj)),
+             _mm256_loadu_si256((const __m256i *)(yb->qs + 64 * jj + 32)), &v.y[2 * jj], &v.y[2 * jj + 1]);
+    v.bsums = _mm256_loadu_si256((const __m256i *)yb->bsums);
+    v.d = _mm256_set1_ps(yb->d);
+    return v;
+}
+
+/* The batch tile: one weight row x C tokens (C = HR_K_TC, or 4, 3 and 2 for a batch's leftover
+ * tokens) over the super-blocks [i0, i1) of a k-block. The tokens' super-blocks are packed
+ * beforehand (ap: super-block i's tokens at ap[(i - i0) * C + t]) and read as memory operands; each
+ * chunk pair of the row is unpacked once for all the tokens, whose C integer sums stay in
+ * registers. The float accumulators (acc[t], and macc at acc[C + t]) go through memory at every
+ * super-block (an exact store and load) and stay there between k-blocks, so every element has the
+ * one sequence of dot_1x1 and its bits. With AVX2's 16 registers: 8 sums, the chunk pair and its
+ * scales, and the step's temporaries; the former 1 row x up to 64 tokens tile kept a whole
+ * super-block's 8 chunks and 8 scale vectors live, and gcc spilled them. */
+#define HR_K_TC 8 /* tokens of the batch tile */
+#define HR_K_KS 4 /* super-blocks per k-block: the packed tokens (4 x 8 x 320 bytes) stay in L1 */
+static inline __attribute__((always_inline)) void tile_row(const int C, int64_t i0, int64_t i1, const char *w,
+                                                           const kact *ap, __m256 *acc, bool first, bool last, float *y,
+                                                           size_t ys, const int kind) {
+    if (first) {
+        HR_UNROLL
+        for (int t = 0; t < 2 * C; t++) acc[t] = _mm256_setzero_ps();
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const kscale ks = block_scales(w, i, kind);
+        __m256i s[HR_K_TC];
+        HR_UNROLL
+        for (int jj = 0; jj < 4; jj++) {
+            /* hide from the compiler that the loads are of the same table, so it does not keep them
+             * live across rows */
+            const kact *v = ap + (i - i0) * C;
+            __asm__("" : "+r"(v));
+            __m256i q1, q2;
+            chunk_pair(w, i, jj, kind, &q1, &q2);
+            const __m256i sc = scale_pair(&ks, jj, kind);
+            HR_UNROLL
+            for (int t = 0; t < C; t++) {
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q1, v[t].y[2 * jj]),
+                                                   _mm256_maddubs_epi16(q2, v[t].y[2 * jj + 1]));
+                const __m256i m = _mm256_madd_epi16(p, sc);
+                s[t] = jj ? _mm256_add_epi32(s[t], m) : m;
+                /* one running sum per token in its register (gcc otherwise regroups the exact
+                 * integer sum into a tree and spills the partial sums) */
+                __asm__("" : "+x"(s[t]));
+            }
+        }
+        const kact *v = ap + (i - i0) * C;
+        __m256 *c = acc; /* hidden too, so gcc does not try to keep the accumulators in registers */
+        __asm__("" : "+r"(v), "+r"(c));
+        HR_UNROLL
+        for (int t = 0; t < C; t++) pair_step(&c[t], &c[C + t], s[t], &ks, v[t].bsums, v[t].d, kind);
+    }
+    if (last) {
+        HR_UNROLL
+        for (int t = 0; t < C; t++) y[(size_t)t * ys] = hsum8(acc[t]) - hsum8(acc[C + t]);
+    }
+}
+
+/* One group of C tokens over the n rows of a row chunk (wr, yt: the chunk's first row), k-block
+ * after k-block: the group's super-blocks are packed once for all the rows, then each row runs
+ * them, its accumulators kept in t_acc between k-blocks. The first group over a chunk (stream)
+ * takes k-blocks of up to HR_K_KS_STREAM super-blocks, so that the weights, which then come from
+ * memory, are read row after row as one sequential stream (the hardware prefetcher follows it;
+ * short runs of 32 interleaved rows left a thread waiting on memory, 0.4x the rate); its packed
+ * tokens are then read from L2. The later groups find the chunk in L2 and take short k-blocks
+ * whose packed tokens stay in L1. */
+#define HR_K_KS_STREAM   64           /* super-blocks: k <= 16384 in one k-block (8 x 64 x 320 bytes) */
+#define HR_K_ROWS        32           /* rows per chunk at most */
+#define HR_K_CHUNK_BYTES (192 * 1024) /* weight bytes per chunk at most (then at least one row) */
+static _Thread_local kact t_ap[HR_K_KS_STREAM * HR_K_TC];
+static _Thread_local __m256 t_acc[HR_K_ROWS * 2 * HR_K_TC];
+static inline __attribute__((always_inline)) void group_pass(const int C, int64_t nsb, const char *wr, size_t ws, int n,
+                                                             const char *at, size_t as, float *yt, size_t ys,
+                                                             bool stream, const int kind) {
+    const int64_t ks = stream ? HR_K_KS_STREAM : HR_K_KS;
+    for (int64_t i0 = 0; i0 < nsb; i0 += ks) {
+        const int64_t i1 = i0 + ks < nsb ? i0 + ks : nsb;
+        for (int64_t i = i0; i < i1; i++)
+            for (int t = 0; t < C; t++) t_ap[(i - i0) * C + t] = load_kact(at + (size_t)t * as, i);
+        for (int r = 0; r < n; r++)
+            tile_row(C, i0, i1, wr + (size_t)r * ws, t_ap, t_acc + r * 2 * C, i0 == 0, i1 == nsb, yt + r, ys, kind);
+    }
+}
+
+/* How a batch's tokens past its groups of 8 (r = nt % 8, or 9 when nt % 8 == 1 and nt > 8) split
+ * into the narrower tiles, so that no token runs alone (0 ends a list). */
+static const signed char leftover_tiles[10][3] = {{0}, {0}, {2}, {3}, {4}, {3, 2}, {4, 2}, {4, 3}, {0}, {4, 3, 2}};
+
+/* A lone token (decode) runs dot_1x1 row after row. A batch goes chunk of rows after chunk of rows,
+ * each running all the groups of 8 tokens and then the leftover tokens in 1 x 4, 1 x 3 and 1 x 2
+ * tiles (no token alone). */
 static inline __attribute__((always_inline)) void tile_k(int64_t k, const char *w, size_t ws, int nr, const char *a,
                                                          size_t as, int nt, float *y, size_t ys, const int kind) {
     if (nt == 1) {
         for (int r = 0; r < nr; r++) y[r] = dot_1x1(k, w + (size_t)r * ws, a, kind);
         return;
     }
-    for (int t = 0; t < nt; t += HR_K_TILE_TOKENS) {
-        const int n = nt - t < HR_K_TILE_TOKENS ? nt - t : HR_K_TILE_TOKENS;
-        for (int r = 0; r < nr; r++) {
-            float *yr = y + (size_t)t * ys + r;
-            if (n == 1)
-                *yr = dot_1x1(k, w + (size_t)r * ws, a + (size_t)t * as, kind);
-            else
-                row_tile(k, w + (size_t)r * ws, a + (size_t)t * as, as, n, yr, ys, kind);
+    const int64_t nsb = k / HR_QK_K;
+    if (nr < 1) return;
+    if (nsb == 0) { /* k = 0: the dot is hsum8 of zeros */
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++) y[(size_t)t * ys + r] = 0.0f;
+        return;
+    }
+    int ng = nt / HR_K_TC, rest = nt % HR_K_TC;
+    if (rest == 1) ng--, rest += HR_K_TC;
+    const size_t fit = HR_K_CHUNK_BYTES / ws;
+    int rows = fit < 1 ? 1 : fit < HR_K_ROWS ? (int)fit : HR_K_ROWS;
+    const int nchunks = (nr + rows - 1) / rows;
+    rows = (nr + nchunks - 1) / nchunks; /* chunks of even size */
+    for (int r0 = 0; r0 < nr; r0 += rows) {
+        const int n = nr - r0 < rows ? nr - r0 : rows;
+        const char *wr = w + (size_t)r0 * ws;
+        for (int g = 0; g < ng; g++)
+            group_pass(HR_K_TC, nsb, wr, ws, n, a + (size_t)g * HR_K_TC * as, as, y + (size_t)g * HR_K_TC * ys + r0, ys,
+                       g == 0, kind);
+        int t = ng * HR_K_TC;
+        for (int i = 0; i < 3 && leftover_tiles[rest][i]; t += leftover_tiles[rest][i++]) {
+            const char *at = a + (size_t)t * as;
+            float *yt = y + (size_t)t * ys + r0;
+            switch (leftover_tiles[rest][i]) {
+            case 4: group_pass(4, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
+            case 3: group_pass(3, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
+            default: group_pass(2, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
+            }
         }
     }
 }

@@ -10,7 +10,16 @@
  * The float part is one fixed sequence per (row, token) pair, the same in the dot and every tile:
  *     acc = fma([dx_b x4, dx_b+1 x4] * [dy_b x4, dy_b+1 x4], cvt(s), acc)    pairs in order
  *     result = hsum8(acc)
- * An odd last block is a pair whose second half is zero (bytes, activations and scales). */
+ * An odd last block is a pair whose second half is zero (bytes, activations and scales).
+ *
+ * The batch tile (vec_dot_tile, nt > 1) is 1 weight row x 8 tokens: the 8 tokens' prepared pairs
+ * (y_lo, y_hi, the 8 * sums, the scales) are packed once per k-block into a thread-local table read
+ * as memory operands, each weight pair is unpacked once for the 8 tokens, and the 8 accumulators
+ * stay in registers, kept in memory (exact) between k-blocks. Rows go in chunks of at most 64
+ * (about 192 KiB of weights); per chunk the first group of 8 tokens streams the rows whole (up to
+ * k = 8192 at a time: one sequential read the prefetcher follows, its table in L2), the later
+ * groups take k-blocks of 16 pairs (table in L1, weights in L2), and the tokens past the groups of
+ * 8 run 1 x 4, 1 x 3 and 1 x 2 tiles. A lone token (decode) goes row after row. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -23,14 +32,13 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* [f16 at p x4, f16 at p + stride x4] as floats (or zeros above when !two). The 32-bit loads also
- * take two bytes after each scale; those lanes are dropped by the permute. */
+/* [f16 at p x4, f16 at p + stride x4] as floats (or zeros above when !two). */
 static inline __m256 scale_pair(const char *p, size_t stride, const bool two) {
-    int32_t v0, v1 = 0;
-    memcpy(&v0, p, 4);
-    if (two) memcpy(&v1, p + stride, 4);
-    const __m128 f = _mm_cvtph_ps(_mm_setr_epi32(v0 & 0xFFFF, v1 & 0xFFFF, 0, 0));
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+    uint16_t h0, h1 = 0;
+    memcpy(&h0, p, 2);
+    if (two) memcpy(&h1, p + stride, 2);
+    const __m128i h = _mm_cvtsi32_si128((int)(h0 | (uint32_t)h1 << 16));
+    return _mm256_cvtph_ps(_mm_shuffle_epi8(h, _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3)));
 }
 
 typedef struct apair {
@@ -101,131 +109,71 @@ static float tile_1x1(int64_t nb, const char *w, const char *a) {
     return hsum8(c);
 }
 
-/* 4 rows x 1 token (decode): four chains, the activation pair prepared once for the four. */
-static void tile_4x1(int64_t nb, const char *w, size_t ws, const char *a, float *y) {
-    const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
-    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-    HR_PAIRS({
-        const apair v = load_apair(a, ib, two);
-        wpair x = load_wpair(w0, ib, two);
-        c0 = step(c0, &x, &v);
-        x = load_wpair(w1, ib, two);
-        c1 = step(c1, &x, &v);
-        x = load_wpair(w2, ib, two);
-        c2 = step(c2, &x, &v);
-        x = load_wpair(w3, ib, two);
-        c3 = step(c3, &x, &v);
-    });
-    y[0] = hsum8(c0);
-    y[1] = hsum8(c1);
-    y[2] = hsum8(c2);
-    y[3] = hsum8(c3);
-}
-
-/* 1 row x 4 tokens */
-static void tile_1x4(int64_t nb, const char *w, const char *a, size_t as, float *y, size_t ys) {
-    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-    HR_PAIRS({
-        const wpair x = load_wpair(w, ib, two);
-        apair v = load_apair(a, ib, two);
-        c0 = step(c0, &x, &v);
-        v = load_apair(a + as, ib, two);
-        c1 = step(c1, &x, &v);
-        v = load_apair(a + 2 * as, ib, two);
-        c2 = step(c2, &x, &v);
-        v = load_apair(a + 3 * as, ib, two);
-        c3 = step(c3, &x, &v);
-    });
-    y[0] = hsum8(c0);
-    y[ys] = hsum8(c1);
-    y[2 * ys] = hsum8(c2);
-    y[3 * ys] = hsum8(c3);
-}
-
-/* 2 rows x 4 tokens (the batch tile): 8 chains; weights unpacked once for 4 tokens, each activation
- * pair prepared once for 2 rows. */
-static void tile_2x4(int64_t nb, const char *w, size_t ws, const char *a, size_t as, float *y, size_t ys) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
-    HR_PAIRS({
-        const wpair x0 = load_wpair(w, ib, two), x1 = load_wpair(w + ws, ib, two);
-        apair v = load_apair(a, ib, two);
-        c00 = step(c00, &x0, &v);
-        c10 = step(c10, &x1, &v);
-        v = load_apair(a + as, ib, two);
-        c01 = step(c01, &x0, &v);
-        c11 = step(c11, &x1, &v);
-        v = load_apair(a + 2 * as, ib, two);
-        c02 = step(c02, &x0, &v);
-        c12 = step(c12, &x1, &v);
-        v = load_apair(a + 3 * as, ib, two);
-        c03 = step(c03, &x0, &v);
-        c13 = step(c13, &x1, &v);
-    });
-    y[0] = hsum8(c00);
-    y[1] = hsum8(c10);
-    y[ys] = hsum8(c01);
-    y[ys + 1] = hsum8(c11);
-    y[2 * ys] = hsum8(c02);
-    y[2 * ys + 1] = hsum8(c12);
-    y[3 * ys] = hsum8(c03);
-    y[3 * ys + 1] = hsum8(c13);
-}
-
-/* R rows x C tokens (the batch tile), R * C chains: each weight pair unpacked once for C tokens; the
- * activation pairs come from a table prepared once per tile call for all rows (ap: token t's pair p at
- * ap[t * npp + p], the values load_apair gives), so the step per (row, token) pair is the one above
- * and every element has the bits of tile_1x1. R and C are constants at every call. */
-#ifndef HR_Q4_TR
-#define HR_Q4_TR 4 /* rows of the batch tile */
-#endif
-#ifndef HR_Q4_TC
-#define HR_Q4_TC 4 /* tokens of the batch tile */
-#endif
-static inline __attribute__((always_inline)) void tile_rxc(const int R, const int C, int64_t nb, const char *w,
-                                                           size_t ws, const apair *ap, int64_t npp, float *y,
-                                                           size_t ys) {
-    __m256 c[HR_Q4_TR][HR_Q4_TC];
+/* The batch tile: one weight row x C tokens (C = HR_Q4_TC, or 4, 3 and 2 for a batch's leftover
+ * tokens), over the block pairs [p0, p1) of a k-block. The tokens' activation pairs are packed
+ * beforehand into a table (ap: pair p's tokens at ap[(p - p0) * C + t], the values load_apair
+ * gives) that is read as memory operands; the weight pair is unpacked once for all the tokens. The
+ * C accumulators start at zero (first) or from acc, and end in y (last: hsum8) or back in acc, so
+ * splitting k into blocks keeps the one sequence of operations per element: every element has the
+ * bits of tile_1x1. With AVX2's 16 registers: 8 accumulators, the weight pair (3) and the step's
+ * temporaries. A 4 x 4 tile spilled its accumulators to the stack, and so did a 2 rows x 4 tokens
+ * one (each token's activation operands loaded once for both rows): its two weight pairs leave too
+ * few registers for 8 accumulators. */
+#define HR_Q4_TC 8  /* tokens of the batch tile */
+#define HR_Q4_KP 16 /* block pairs per k-block: the packed tokens (16 x 8 x 128 bytes) stay in L1 */
+static inline __attribute__((always_inline)) void tile_row(const int C, int64_t p0, int64_t p1, int64_t nb,
+                                                           const char *w, const apair *ap, __m256 *acc, bool first,
+                                                           bool last, float *y, size_t ys) {
+    __m256 c[HR_Q4_TC];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
+    for (int t = 0; t < C; t++) c[t] = first ? _mm256_setzero_ps() : acc[t];
+    const int64_t pfull = p1 * 2 <= nb ? p1 : p1 - 1; /* pairs with two blocks */
+    for (int64_t p = p0; p < pfull; p++) {
+        /* hide from the compiler that the pairs' loads are of the same table, so it does not keep
+         * them live across iterations */
+        const apair *v = ap + (p - p0) * C;
+        __asm__("" : "+r"(v));
+        const wpair x = load_wpair(w, 2 * p, true);
 #pragma GCC unroll 8
-        for (int t = 0; t < C; t++) c[r][t] = _mm256_setzero_ps();
-    HR_PAIRS({
-        const int64_t p = ib / 2;
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-            const wpair x = load_wpair(w + (size_t)r * ws, ib, two);
-            _Pragma("GCC unroll 8") for (int t = 0; t < C; t++) c[r][t] = step(c[r][t], &x, &ap[t * npp + p]);
-        }
-    });
+        for (int t = 0; t < C; t++) c[t] = step(c[t], &x, v + t);
+    }
+    if (pfull < p1) { /* the lone last block */
+        const apair *v = ap + (pfull - p0) * C;
+        const wpair x = load_wpair(w, 2 * pfull, false);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) c[t] = step(c[t], &x, v + t);
+    }
+    if (last) {
 #pragma GCC unroll 8
-        for (int t = 0; t < C; t++) y[(size_t)t * ys + r] = hsum8(c[r][t]);
-}
-
-/* The activation pairs of C tokens (stride as), token after token, npp = ceil(nb / 2) each. */
-static void prep_apairs(int64_t nb, const char *a, size_t as, int C, apair *out) {
-    const int64_t npp = (nb + 1) / 2;
-    for (int t = 0; t < C; t++) {
-        const char *at = a + (size_t)t * as;
-        for (int64_t p = 0; p < nb / 2; p++) out[t * npp + p] = load_apair(at, 2 * p, true);
-        if (nb & 1) out[t * npp + nb / 2] = load_apair(at, nb - 1, false);
+        for (int t = 0; t < C; t++) y[(size_t)t * ys] = hsum8(c[t]);
+    } else {
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) acc[t] = c[t];
     }
 }
 
-/* Batch tiles over all nr rows and ngroups groups of HR_Q4_TC tokens (the caller runs the rest). */
-#define HR_Q4_TILE_PAIRS 256 /* k <= 16384 */
-static _Thread_local apair t_ap[HR_Q4_TC * HR_Q4_TILE_PAIRS];
-static void rows_tiles(int64_t nb, const char *w, size_t ws, int nr, const char *a, size_t as, int ngroups, float *y,
-                       size_t ys) {
-    const int64_t npp = (nb + 1) / 2;
-    for (int g = 0; g < ngroups; g++) {
-        float *yt = y + (size_t)g * HR_Q4_TC * ys;
-        prep_apairs(nb, a + (size_t)g * HR_Q4_TC * as, as, HR_Q4_TC, t_ap);
-        int r = 0;
-        for (; r + HR_Q4_TR <= nr; r += HR_Q4_TR)
-            tile_rxc(HR_Q4_TR, HR_Q4_TC, nb, w + (size_t)r * ws, ws, t_ap, npp, yt + r, ys);
-        for (; r < nr; r++) tile_rxc(1, HR_Q4_TC, nb, w + (size_t)r * ws, ws, t_ap, npp, yt + r, ys);
+/* One group of C tokens over the n rows of a row chunk (wr, yt: the chunk's first row), k-block
+ * after k-block: the group's pairs are packed once for all the rows, then each row runs them, its
+ * accumulators kept in t_acc between k-blocks. The first group over a chunk (stream) takes k-blocks
+ * of up to HR_Q4_KP_STREAM pairs, so that the weights, which then come from memory, are read row
+ * after row as one sequential stream that the hardware prefetcher follows; its packed tokens are
+ * then read from L2. The later groups find the chunk in L2 and take short k-blocks whose packed
+ * tokens stay in L1. */
+#define HR_Q4_KP_STREAM   128          /* pairs: k <= 8192 in one k-block (8 x 128 x 128 bytes) */
+#define HR_Q4_ROWS        64           /* rows per chunk at most */
+#define HR_Q4_CHUNK_BYTES (192 * 1024) /* weight bytes per chunk at most (then at least one row) */
+static _Thread_local apair t_ap[HR_Q4_KP_STREAM * HR_Q4_TC];
+static _Thread_local __m256 t_acc[HR_Q4_ROWS * HR_Q4_TC];
+static inline __attribute__((always_inline)) void group_pass(const int C, int64_t nb, const char *wr, size_t ws, int n,
+                                                             const char *at, size_t as, float *yt, size_t ys,
+                                                             bool stream) {
+    const int64_t npair = (nb + 1) / 2, kp = stream ? HR_Q4_KP_STREAM : HR_Q4_KP;
+    for (int64_t p0 = 0; p0 < npair; p0 += kp) {
+        const int64_t p1 = p0 + kp < npair ? p0 + kp : npair;
+        for (int64_t p = p0; p < p1; p++)
+            for (int t = 0; t < C; t++) t_ap[(p - p0) * C + t] = load_apair(at + (size_t)t * as, 2 * p, 2 * p + 1 < nb);
+        for (int r = 0; r < n; r++)
+            tile_row(C, p0, p1, nb, wr + (size_t)r * ws, t_ap, t_acc + r * HR_Q4_TC, p0 == 0, p1 == npair, yt + r, ys);
     }
 }
 
@@ -260,10 +208,15 @@ static void rows_1tok(int64_t nb, const char *w, size_t ws, int nr, const char *
     }
 }
 
+/* How a batch's tokens past its groups of 8 (r = nt % 8, or 9 when nt % 8 == 1 and nt > 8) split
+ * into the narrower tiles, so that no token runs alone (0 ends a list). */
+static const signed char leftover_tiles[10][3] = {{0}, {0}, {2}, {3}, {4}, {3, 2}, {4, 2}, {4, 3}, {0}, {4, 3, 2}};
+
 /* A lone token (decode) goes row after row (rows_1tok): its weights come from DRAM, and one
  * sequential stream per thread is prefetched better than four interleaved row streams (2 threads,
- * 32768 x 2048: 1.2-1.7x the 4 x 1 rate). A batch runs 2 x 4 tiles, then the odd row, and its
- * leftover tokens in 4 x 1 and 1 x 1 (its rows are in cache by then, where 4 x 1 is faster). */
+ * 32768 x 2048: 1.2-1.7x the 4 x 1 rate that a 4 rows x 1 token tile got). A batch goes chunk of
+ * rows after chunk of rows, each running all the groups of 8 tokens and then the leftover tokens
+ * in 1 x 4, 1 x 3 and 1 x 2 tiles (no token alone). */
 void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t ws, int nr, const void *a, size_t as, int nt, float *y,
                        size_t ys) {
     const int64_t nb = k / HR_QK4_0;
@@ -272,23 +225,33 @@ void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t ws, int nr, const void *
         rows_1tok(nb, W, ws, nr, A, y);
         return;
     }
-    int t = 0;
-    if ((nb + 1) / 2 <= HR_Q4_TILE_PAIRS && nt >= HR_Q4_TC) {
-        rows_tiles(nb, W, ws, nr, A, as, nt / HR_Q4_TC, y, ys);
-        t = nt / HR_Q4_TC * HR_Q4_TC;
+    if (nr < 1) return;
+    if (nb == 0) { /* k = 0: the dot is hsum8 of zeros */
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++) y[(size_t)t * ys + r] = 0.0f;
+        return;
     }
-    for (; t + 4 <= nt; t += 4) {
-        const char *at = A + (size_t)t * as;
-        float *yt = y + (size_t)t * ys;
-        int r = 0;
-        for (; r + 2 <= nr; r += 2) tile_2x4(nb, W + (size_t)r * ws, ws, at, as, yt + r, ys);
-        for (; r < nr; r++) tile_1x4(nb, W + (size_t)r * ws, at, as, yt + r, ys);
-    }
-    for (; t < nt; t++) {
-        const char *at = A + (size_t)t * as;
-        float *yt = y + (size_t)t * ys;
-        int r = 0;
-        for (; r + 4 <= nr; r += 4) tile_4x1(nb, W + (size_t)r * ws, ws, at, yt + r);
-        for (; r < nr; r++) yt[r] = tile_1x1(nb, W + (size_t)r * ws, at);
+    int ng = nt / HR_Q4_TC, rest = nt % HR_Q4_TC;
+    if (rest == 1) ng--, rest += HR_Q4_TC;
+    const size_t fit = HR_Q4_CHUNK_BYTES / ws;
+    int rows = fit < 1 ? 1 : fit < HR_Q4_ROWS ? (int)fit : HR_Q4_ROWS;
+    const int nchunks = (nr + rows - 1) / rows;
+    rows = (nr + nchunks - 1) / nchunks; /* chunks of even size */
+    for (int r0 = 0; r0 < nr; r0 += rows) {
+        const int n = nr - r0 < rows ? nr - r0 : rows;
+        const char *wr = W + (size_t)r0 * ws;
+        for (int g = 0; g < ng; g++)
+            group_pass(HR_Q4_TC, nb, wr, ws, n, A + (size_t)g * HR_Q4_TC * as, as, y + (size_t)g * HR_Q4_TC * ys + r0,
+                       ys, g == 0);
+        int t = ng * HR_Q4_TC;
+        for (int i = 0; i < 3 && leftover_tiles[rest][i]; t += leftover_tiles[rest][i++]) {
+            const char *at = A + (size_t)t * as;
+            float *yt = y + (size_t)t * ys + r0;
+            switch (leftover_tiles[rest][i]) {
+            case 4: group_pass(4, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
+            case 3: group_pass(3, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
+            default: group_pass(2, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
+            }
+        }
     }
 }
