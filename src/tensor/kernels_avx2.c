@@ -17,8 +17,6 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static inline float f16_to_f32(hr_f16 h) { return _cvtsh_ss(h); }
-
 /* ---- q8_0 activation quantizer: same formula as the reference (d = amax/127, q = round(x/d),
  * half away from zero), so it produces the same bytes ---- */
 
