@@ -58,7 +58,8 @@ wait_quiet() {
     done
 }
 # measure CMD...: runs it up to 3 times until other processes took under 10% of the CPUs meanwhile;
-# prints that share (in %) and the stdout of the least disturbed try
+# prints that share (in %) and the stdout of the least disturbed try. bench.mjs retries each of its
+# timed phases itself and reports their share as others_pct, which then counts instead.
 measure() {
     local best="" bestp=101 p b0 a0 b1 a1
     for _ in 1 2 3; do
@@ -68,6 +69,7 @@ measure() {
         read -r b1 a1 < <(cpu)
         p=$(awk -v b=$((b1 - b0)) -v a=$((a1 - a0)) -v hz="$(getconf CLK_TCK)" \
             '{p = 100 * (b - ($1 + $2) * hz) / a; print (p < 0) ? 0 : int(p + 0.5)}' "$tmp/time")
+        p=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("others_pct", sys.argv[1]))' "$p" <"$tmp/out")
         ((p < bestp)) && { bestp=$p; best=$(cat "$tmp/out"); }
         ((p < 10)) && break
     done
@@ -101,7 +103,7 @@ for t in $TYPES; do
         for side in $( ((r % 2)) && echo "headroom llama.cpp" || echo "llama.cpp headroom"); do
             if [ "$side" = llama.cpp ]; then
                 if ! res=$(measure node "$here/bench.mjs" "$f" --threads "$THREADS" --prompt "$PROMPT" \
-                           --gen "$GEN" --repeats 1 --parallel "$PARALLEL"); then
+                           --gen "$GEN" --repeats 1 --parallel "$PARALLEL" --quiet "$QUIET"); then
                     echo "llama.cpp could not run $f (its error is above)" >&2
                     break 2
                 fi
@@ -131,6 +133,7 @@ for t in $TYPES; do
 done
 echo "(tok/s, medians of $REPEATS alternating runs; ratio = headroom / llama.cpp; $SHAPE shape, random weights;"
 echo " $THREADS threads, $PROMPT-token prompt, $GEN generated tokens, greedy, f16 KV, no flash attention;"
-echo " others = the most of the CPUs other processes took during a kept run (each run is tried up to 3 times for <10%);"
+echo " others = the most of the CPUs other processes took during a kept run (each run is tried up to 3 times for <10%;"
+echo "         llama.cpp's timed phases each, headroom's whole run);"
 echo " llama.cpp: ${info:-not run}; headroom $HR built $hr_built, tree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' with uncommitted src changes');"
 echo " every run in $LOG)"
