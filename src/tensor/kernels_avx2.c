@@ -3,7 +3,17 @@
  *
  * Reduction order (what makes results batch-invariant): each dot keeps one 8-lane f32 accumulator
  * per (weight row, activation row) pair, adds block pairs in increasing order, and finishes with
- * hsum8(). The tiles below do exactly this per pair; they only share the loads between pairs. */
+ * hsum8(). The tiles below do exactly this per pair; they only share the loads between pairs.
+ *
+ * Shapes: the dot is 1 x 1. Decode (vec_dot_tile, nt == 1) goes row after row against the token's
+ * block pairs prepared once into a stack table. The batch tile (nt > 1) is 1 weight row x 8 tokens:
+ * the 8 tokens' prepared pairs are packed once per k-block into a thread-local table read as memory
+ * operands, each weight pair is loaded and made absolute once for the 8 tokens, and the 8
+ * accumulators stay in registers, kept in memory (exact) between k-blocks. Rows go in chunks of at
+ * most 64 (about 192 KiB of weights, the chunks evenly sized); per chunk the first group of 8
+ * tokens streams the rows whole (up to k = 8192 at a time: one sequential read the prefetcher
+ * follows, its table in L2), the later groups take k-blocks of 16 pairs (table in L1, weights in
+ * L2), and the tokens past the groups of 8 run 1 x 4, 1 x 3 and 1 x 2 tiles (no token alone). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -93,10 +103,9 @@ static inline __attribute__((always_inline)) void pair_bytes(const hr_block_q8_0
     *hi = _mm256_unpackhi_epi32(q0, q1);
 }
 
-/* The pair at block ib (< nb) of a row of nb blocks. */
-static inline __attribute__((always_inline)) ablk load_ablk(const char *a, int64_t ib, int64_t nb) {
+/* The pair at block ib (two: with block ib + 1, else the lone last block). */
+static inline __attribute__((always_inline)) ablk load_ablk(const char *a, int64_t ib, const bool two) {
     const hr_block_q8_0 *b = (const hr_block_q8_0 *)a + ib;
-    const bool two = ib + 1 < nb;
     ablk y;
     pair_bytes(b, two, &y.lo, &y.hi);
     y.d = dpair(b, two);
@@ -109,18 +118,12 @@ typedef struct wblk {
     __m256 d;
 } wblk;
 
-static inline __attribute__((always_inline)) wblk wblk_bytes(const hr_block_q8_0 *b, const bool two) {
+static inline __attribute__((always_inline)) wblk load_wblk(const char *row, int64_t ib, const bool two) {
+    const hr_block_q8_0 *b = (const hr_block_q8_0 *)row + ib;
     wblk x;
     pair_bytes(b, two, &x.lo, &x.hi);
     x.alo = _mm256_sign_epi8(x.lo, x.lo);
     x.ahi = _mm256_sign_epi8(x.hi, x.hi);
-    return x;
-}
-
-static inline __attribute__((always_inline)) wblk load_wblk(const char *row, int64_t ib, int64_t nb) {
-    const hr_block_q8_0 *b = (const hr_block_q8_0 *)row + ib;
-    const bool two = ib + 1 < nb;
-    wblk x = wblk_bytes(b, two);
     x.d = dpair(b, two);
     return x;
 }
@@ -134,216 +137,163 @@ static inline __attribute__((always_inline)) __m256 step(__m256 acc, const wblk 
     return _mm256_fmadd_ps(_mm256_mul_ps(x->d, y->d), _mm256_cvtepi32_ps(s), acc);
 }
 
-/* The shapes are written out so every compiler keeps the accumulators in registers. */
-
 static inline __attribute__((always_inline)) float tile_1x1(int64_t nb, const char *w, const char *a) {
     __m256 c = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib += 2) {
-        const ablk y = load_ablk(a, ib, nb);
-        const wblk x = load_wblk(w, ib, nb);
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        const ablk y = load_ablk(a, ib, true);
+        const wblk x = load_wblk(w, ib, true);
+        c = step(c, &x, &y);
+    }
+    if (ib < nb) {
+        const ablk y = load_ablk(a, ib, false);
+        const wblk x = load_wblk(w, ib, false);
         c = step(c, &x, &y);
     }
     return hsum8(c);
 }
 
-/* 4 rows x 1 token (decode): four independent chains, the activation block loaded once. */
-static inline __attribute__((always_inline)) void tile_4x1(int64_t nb, const char *w, size_t ws, const char *a,
-                                                           float *y) {
-    const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
-    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib += 2) {
-        const ablk v = load_ablk(a, ib, nb);
-        wblk x = load_wblk(w0, ib, nb);
-        c0 = step(c0, &x, &v);
-        x = load_wblk(w1, ib, nb);
-        c1 = step(c1, &x, &v);
-        x = load_wblk(w2, ib, nb);
-        c2 = step(c2, &x, &v);
-        x = load_wblk(w3, ib, nb);
-        c3 = step(c3, &x, &v);
-    }
-    y[0] = hsum8(c0);
-    y[1] = hsum8(c1);
-    y[2] = hsum8(c2);
-    y[3] = hsum8(c3);
-}
-
-/* 1 row x 4 tokens */
-static inline __attribute__((always_inline)) void tile_1x4(int64_t nb, const char *w, const char *a, size_t as,
-                                                           float *y, size_t ys) {
-    const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
-    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib += 2) {
-        const wblk x = load_wblk(w, ib, nb);
-        ablk v = load_ablk(a0, ib, nb);
-        c0 = step(c0, &x, &v);
-        v = load_ablk(a1, ib, nb);
-        c1 = step(c1, &x, &v);
-        v = load_ablk(a2, ib, nb);
-        c2 = step(c2, &x, &v);
-        v = load_ablk(a3, ib, nb);
-        c3 = step(c3, &x, &v);
-    }
-    y[0] = hsum8(c0);
-    y[ys] = hsum8(c1);
-    y[2 * ys] = hsum8(c2);
-    y[3 * ys] = hsum8(c3);
-}
-
-/* 2 rows x 4 tokens (the batch tile): 8 chains; each weight block unpacked once for 4 tokens, each
- * activation block loaded once for 2 rows. */
-static inline __attribute__((always_inline)) void tile_2x4(int64_t nb, const char *w, size_t ws, const char *a,
-                                                           size_t as, float *y, size_t ys) {
-    const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib += 2) {
-        const wblk x0 = load_wblk(w, ib, nb), x1 = load_wblk(w + ws, ib, nb);
-        ablk v = load_ablk(a0, ib, nb);
-        c00 = step(c00, &x0, &v);
-        c10 = step(c10, &x1, &v);
-        v = load_ablk(a1, ib, nb);
-        c01 = step(c01, &x0, &v);
-        c11 = step(c11, &x1, &v);
-        v = load_ablk(a2, ib, nb);
-        c02 = step(c02, &x0, &v);
-        c12 = step(c12, &x1, &v);
-        v = load_ablk(a3, ib, nb);
-        c03 = step(c03, &x0, &v);
-        c13 = step(c13, &x1, &v);
-    }
-    y[0] = hsum8(c00);
-    y[1] = hsum8(c10);
-    y[ys] = hsum8(c01);
-    y[ys + 1] = hsum8(c11);
-    y[2 * ys] = hsum8(c02);
-    y[2 * ys + 1] = hsum8(c12);
-    y[3 * ys] = hsum8(c03);
-    y[3 * ys + 1] = hsum8(c13);
-}
-
-/* The batch tile: one weight row x HR_Q8_TC tokens, over the block pairs [p0, p1) of a k-block.
- * The tokens' block pairs are packed beforehand (ap: pair p's tokens at ap[(p - p0) * HR_Q8_TC + t],
- * the values load_ablk makes), so the loop reads them from L1 as memory operands; the weight pair is
- * loaded and made absolute once for all the tokens. The HR_Q8_TC accumulators start at zero
- * (first) or from acc, and end in y (last: hsum8) or back in acc, so splitting k into blocks keeps
- * the one sequence of operations per element: every element has the bits of tile_1x1. With AVX2's
- * 16 registers: 8 accumulators, the weight pair (4) and the step's temporaries; a 4 x 4 tile
- * spilled its accumulators to the stack, and a 2 x 4 one did the weight work twice as often. */
+/* The batch tile: one weight row x C tokens (C = HR_Q8_TC, or 4, 3 and 2 for a batch's leftover
+ * tokens), over the block pairs [p0, p1) of a k-block. The tokens' block pairs are packed
+ * beforehand into a table (ap: pair p's tokens at ap[(p - p0) * C + t], the values load_ablk
+ * makes) that is read as memory operands; the weight pair is loaded and made absolute once for all
+ * the tokens. The C accumulators start at zero (first) or from acc, and end in y (last: hsum8) or
+ * back in acc, so splitting k into blocks keeps the one sequence of operations per element: every
+ * element has the bits of tile_1x1. With AVX2's 16 registers: 8 accumulators, the weight pair (4)
+ * and the step's temporaries; a 4 x 4 tile spilled its accumulators to the stack, and a 2 x 4 one
+ * did the weight work twice as often. */
 #define HR_Q8_TC 8  /* tokens of the batch tile */
 #define HR_Q8_KP 16 /* block pairs per k-block: the packed tokens (16 x 8 x 96 bytes) stay in L1 */
-static inline __attribute__((always_inline)) void tile_row(int64_t p0, int64_t p1, int64_t nb, const char *w,
-                                                           const ablk *ap, __m256 *acc, bool first, bool last, float *y,
-                                                           size_t ys) {
+static inline __attribute__((always_inline)) void tile_row(const int C, int64_t p0, int64_t p1, int64_t nb,
+                                                           const char *w, const ablk *ap, __m256 *acc, bool first,
+                                                           bool last, float *y, size_t ys) {
     __m256 c[HR_Q8_TC];
 #pragma GCC unroll 8
-    for (int t = 0; t < HR_Q8_TC; t++) c[t] = first ? _mm256_setzero_ps() : acc[t];
+    for (int t = 0; t < C; t++) c[t] = first ? _mm256_setzero_ps() : acc[t];
     const int64_t pfull = p1 * 2 <= nb ? p1 : p1 - 1; /* pairs with two blocks */
     for (int64_t p = p0; p < pfull; p++) {
         /* hide from the compiler that the pairs' loads are of the same table, so it does not keep
          * them live across iterations */
-        const ablk *v = ap + (p - p0) * HR_Q8_TC;
+        const ablk *v = ap + (p - p0) * C;
         __asm__("" : "+r"(v));
-        const wblk x = load_wblk(w, 2 * p, nb);
+        const wblk x = load_wblk(w, 2 * p, true);
 #pragma GCC unroll 8
-        for (int t = 0; t < HR_Q8_TC; t++) c[t] = step(c[t], &x, v + t);
+        for (int t = 0; t < C; t++) c[t] = step(c[t], &x, v + t);
     }
     if (pfull < p1) { /* the lone last block */
-        const ablk *v = ap + (pfull - p0) * HR_Q8_TC;
-        const wblk x = load_wblk(w, 2 * pfull, nb);
+        const ablk *v = ap + (pfull - p0) * C;
+        const wblk x = load_wblk(w, 2 * pfull, false);
 #pragma GCC unroll 8
-        for (int t = 0; t < HR_Q8_TC; t++) c[t] = step(c[t], &x, v + t);
+        for (int t = 0; t < C; t++) c[t] = step(c[t], &x, v + t);
     }
     if (last) {
 #pragma GCC unroll 8
-        for (int t = 0; t < HR_Q8_TC; t++) y[(size_t)t * ys] = hsum8(c[t]);
+        for (int t = 0; t < C; t++) y[(size_t)t * ys] = hsum8(c[t]);
     } else {
 #pragma GCC unroll 8
-        for (int t = 0; t < HR_Q8_TC; t++) acc[t] = c[t];
+        for (int t = 0; t < C; t++) acc[t] = c[t];
     }
 }
 
-/* Batch tiles over nr <= HR_Q8_ROWS rows and ngroups groups of HR_Q8_TC tokens (the caller runs the
- * rest): for each group and k-block, the group's pairs are packed once for all rows, then each row
- * runs them, its accumulators kept between k-blocks in t_acc. */
-#define HR_Q8_ROWS 64
-static _Thread_local ablk t_ap[HR_Q8_KP * HR_Q8_TC];
+/* One group of C tokens over the n rows of a row chunk (wr, yt: the chunk's first row), k-block
+ * after k-block: the group's pairs are packed once for all the rows, then each row runs them, its
+ * accumulators kept in t_acc between k-blocks. The first group over a chunk (stream) takes k-blocks
+ * of up to HR_Q8_KP_STREAM pairs, so that the weights, which then come from memory, are read row
+ * after row as one sequential stream that the hardware prefetcher follows; its packed tokens are
+ * then read from L2. The later groups find the chunk in L2 and take short k-blocks whose packed
+ * tokens stay in L1. */
+#define HR_Q8_KP_STREAM   128          /* pairs: k <= 8192 in one k-block (8 x 128 x 96 bytes) */
+#define HR_Q8_ROWS        64           /* rows per chunk at most */
+#define HR_Q8_CHUNK_BYTES (192 * 1024) /* weight bytes per chunk at most (then at least one row) */
+static _Thread_local ablk t_ap[HR_Q8_KP_STREAM * HR_Q8_TC];
 static _Thread_local __m256 t_acc[HR_Q8_ROWS * HR_Q8_TC];
-static void rows_tiles(int64_t nb, const char *w, size_t ws, int nr, const char *a, size_t as, int ngroups, float *y,
-                       size_t ys) {
-    const int64_t npair = (nb + 1) / 2;
-    for (int r0 = 0; r0 < nr; r0 += HR_Q8_ROWS) {
-        const int n = nr - r0 < HR_Q8_ROWS ? nr - r0 : HR_Q8_ROWS;
-        const char *wr = w + (size_t)r0 * ws;
-        for (int g = 0; g < ngroups; g++) {
-            const char *at = a + (size_t)g * HR_Q8_TC * as;
-            float *yt = y + (size_t)g * HR_Q8_TC * ys + r0;
-            for (int64_t p0 = 0; p0 < npair; p0 += HR_Q8_KP) {
-                const int64_t p1 = p0 + HR_Q8_KP < npair ? p0 + HR_Q8_KP : npair;
-                for (int64_t p = p0; p < p1; p++)
-                    for (int t = 0; t < HR_Q8_TC; t++)
-                        t_ap[(p - p0) * HR_Q8_TC + t] = load_ablk(at + (size_t)t * as, 2 * p, nb);
-                for (int r = 0; r < n; r++)
-                    tile_row(p0, p1, nb, wr + (size_t)r * ws, t_ap, t_acc + r * HR_Q8_TC, p0 == 0, p1 == npair, yt + r,
-                             ys);
-            }
-        }
+static inline __attribute__((always_inline)) void group_pass(const int C, int64_t nb, const char *wr, size_t ws, int n,
+                                                             const char *at, size_t as, float *yt, size_t ys,
+                                                             bool stream) {
+    const int64_t npair = (nb + 1) / 2, kp = stream ? HR_Q8_KP_STREAM : HR_Q8_KP;
+    for (int64_t p0 = 0; p0 < npair; p0 += kp) {
+        const int64_t p1 = p0 + kp < npair ? p0 + kp : npair;
+        for (int64_t p = p0; p < p1; p++)
+            for (int t = 0; t < C; t++) t_ap[(p - p0) * C + t] = load_ablk(at + (size_t)t * as, 2 * p, 2 * p + 1 < nb);
+        for (int r = 0; r < n; r++)
+            tile_row(C, p0, p1, nb, wr + (size_t)r * ws, t_ap, t_acc + r * HR_Q8_TC, p0 == 0, p1 == npair, yt + r, ys);
     }
 }
 
 float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a); }
 
-/* Decode: nr rows x 1 token, row after row, the activation blocks (bytes and broadcast scale)
- * prepared once into a stack table for all nr rows (same values as load_ablk, so the same bits).
+/* Decode: nr rows x 1 token, row after row, the activation pairs (bytes and broadcast scales)
+ * prepared once into a stack table for all nr rows (the values load_ablk makes, so the same bits).
  * Rows longer than the table fall back to tile_1x1. */
-#define HR_Q8_PREP_BLOCKS 512 /* 256 pairs, 24 KiB of stack: k <= 16384 */
+#define HR_Q8_PREP_PAIRS 256 /* 24 KiB of stack: k <= 16384 */
 static void rows_1tok(int64_t nb, const char *w, size_t ws, int nr, const char *a, float *y) {
-    if (nb > HR_Q8_PREP_BLOCKS) {
+    const int64_t np = nb / 2;
+    if ((nb + 1) / 2 > HR_Q8_PREP_PAIRS) {
         for (int r = 0; r < nr; r++) y[r] = tile_1x1(nb, w + (size_t)r * ws, a);
         return;
     }
-    ablk prep[HR_Q8_PREP_BLOCKS / 2];
-    for (int64_t ib = 0; ib < nb; ib += 2) prep[ib / 2] = load_ablk(a, ib, nb);
+    ablk prep[HR_Q8_PREP_PAIRS];
+    for (int64_t p = 0; p < np; p++) prep[p] = load_ablk(a, 2 * p, true);
+    if (nb & 1) prep[np] = load_ablk(a, nb - 1, false);
     for (int r = 0; r < nr; r++) {
         const char *row = w + (size_t)r * ws;
         __m256 c = _mm256_setzero_ps();
-        for (int64_t ib = 0; ib < nb; ib += 2) {
-            const wblk x = load_wblk(row, ib, nb);
-            c = step(c, &x, &prep[ib / 2]);
+        for (int64_t p = 0; p < np; p++) {
+            const wblk x = load_wblk(row, 2 * p, true);
+            c = step(c, &x, &prep[p]);
+        }
+        if (nb & 1) {
+            const wblk x = load_wblk(row, nb - 1, false);
+            c = step(c, &x, &prep[np]);
         }
         y[r] = hsum8(c);
     }
 }
 
+/* How a batch's tokens past its groups of 8 (r = nt % 8, or 9 when nt % 8 == 1 and nt > 8) split
+ * into the narrower tiles, so that no token runs alone (0 ends a list). */
+static const signed char leftover_tiles[10][3] = {{0}, {0}, {2}, {3}, {4}, {3, 2}, {4, 2}, {4, 3}, {0}, {4, 3, 2}};
+
 /* A lone token (decode) goes row after row (rows_1tok): its weights come from DRAM, and one
  * sequential stream per thread is prefetched better than four interleaved row streams (2 threads,
- * 32768 x 2048: 1.2-1.5x the 4 x 1 rate). A batch runs 2 x 4 tiles, then the odd row, and its
- * leftover tokens in 4 x 1 and 1 x 1 (its rows are in cache by then, where 4 x 1 is faster). */
+ * 32768 x 2048: 1.2-1.5x the 4 x 1 rate). A batch goes chunk of rows after chunk of rows, each
+ * running all the groups of 8 tokens and then the leftover tokens in 1 x 4, 1 x 3 and 1 x 2 tiles
+ * (no token alone). */
 void hr_avx2_tile_q8_0(int64_t k, const void *wv, size_t ws, int nr, const void *av, size_t as, int nt, float *y,
                        size_t ys) {
-    const char *w = wv, *a = av;
+    const char *W = wv, *A = av;
     const int64_t nb = k / HR_QK8_0;
     if (nt == 1) {
-        rows_1tok(nb, w, ws, nr, a, y);
+        rows_1tok(nb, W, ws, nr, A, y);
         return;
     }
-    int t = 0;
-    if (nt >= HR_Q8_TC) {
-        rows_tiles(nb, w, ws, nr, a, as, nt / HR_Q8_TC, y, ys);
-        t = nt / HR_Q8_TC * HR_Q8_TC;
+    if (nr < 1) return;
+    if (nb == 0) { /* k = 0: the dot is hsum8 of zeros */
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++) y[(size_t)t * ys + r] = 0.0f;
+        return;
     }
-    for (; t + 4 <= nt; t += 4) {
-        const char *at = a + (size_t)t * as;
-        float *yt = y + (size_t)t * ys;
-        int r = 0;
-        for (; r + 2 <= nr; r += 2) tile_2x4(nb, w + (size_t)r * ws, ws, at, as, yt + r, ys);
-        for (; r < nr; r++) tile_1x4(nb, w + (size_t)r * ws, at, as, yt + r, ys);
-    }
-    for (; t < nt; t++) {
-        const char *at = a + (size_t)t * as;
-        float *yt = y + (size_t)t * ys;
-        int r = 0;
-        for (; r + 4 <= nr; r += 4) tile_4x1(nb, w + (size_t)r * ws, ws, at, yt + r);
-        for (; r < nr; r++) yt[r] = tile_1x1(nb, w + (size_t)r * ws, at);
+    int ng = nt / HR_Q8_TC, rest = nt % HR_Q8_TC;
+    if (rest == 1) ng--, rest += HR_Q8_TC;
+    const size_t fit = HR_Q8_CHUNK_BYTES / ws;
+    int rows = fit < 1 ? 1 : fit < HR_Q8_ROWS ? (int)fit : HR_Q8_ROWS;
+    const int nchunks = (nr + rows - 1) / rows;
+    rows = (nr + nchunks - 1) / nchunks; /* chunks of even size */
+    for (int r0 = 0; r0 < nr; r0 += rows) {
+        const int n = nr - r0 < rows ? nr - r0 : rows;
+        const char *wr = W + (size_t)r0 * ws;
+        for (int g = 0; g < ng; g++)
+            group_pass(HR_Q8_TC, nb, wr, ws, n, A + (size_t)g * HR_Q8_TC * as, as, y + (size_t)g * HR_Q8_TC * ys + r0,
+                       ys, g == 0);
+        int t = ng * HR_Q8_TC;
+        for (int i = 0; i < 3 && leftover_tiles[rest][i]; t += leftover_tiles[rest][i++]) {
+            const char *at = A + (size_t)t * as;
+            float *yt = y + (size_t)t * ys + r0;
+            switch (leftover_tiles[rest][i]) {
+            case 4: group_pass(4, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
+            case 3: group_pass(3, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
+            default: group_pass(2, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
+            }
+        }
     }
 }
