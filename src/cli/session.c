@@ -44,6 +44,11 @@ hr_session_opts hr_session_default_opts(void) {
 bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char **argv, int *i, const char **value) {
     const char *a = argv[*i];
 #define IS(x) (!strcmp(a, x))
+    if (IS("--mmap")) { /* the one flag here without a value */
+        o->mmap_weights = true;
+        *value = a;
+        return true;
+    }
     bool known = IS("-m") || IS("--model") || IS("-c") || IS("--ctx") || IS("--kv-budget") || IS("--kv-type") ||
                  IS("--kv-type-k") || IS("--kv-type-v") || IS("--block-size") || IS("-b") || IS("--batch") ||
                  IS("--max-batch-tokens") || IS("--prefill-chunk") || IS("--max-running") || IS("--max-queue") ||
@@ -165,7 +170,9 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
     hr_session *s = calloc(1, sizeof *s);
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     s->o = *o;
-    hr_status st = o->model_path ? hr_model_load(o->model_path, &s->model, err) : load_demo(s, err);
+    hr_status st = o->model_path ? hr_model_load_hold(o->model_path, o->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT,
+                                                      &s->model, err)
+                                 : load_demo(s, err);
     if (st) goto fail;
     if ((st = hr_tokenizer_load(hr_model_gguf(s->model), &s->tok, err))) goto fail;
     if (o->chat_template) {

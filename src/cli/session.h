@@ -20,6 +20,7 @@
 
 typedef struct hr_session_opts {
     const char *model_path; /* NULL: the built-in demo model */
+    bool mmap_weights;      /* --mmap: map the file instead of reading it into huge-page memory */
     int n_ctx;              /* 0: the model's, capped at 4096 */
     uint64_t kv_budget;     /* 0: one n_ctx sequence per concurrent prompt (at most max_running) */
     hr_kv_format k_format, v_format;

@@ -609,7 +609,40 @@ hr_status hr_gguf_open_memory(const void *data, size_t size, hr_gguf **out, hr_e
     return open_bytes(data ? data : empty, size, false, out, err);
 }
 
+/* Reads the n bytes of fd into fresh private memory that asks for huge pages, then makes it
+ * read-only; NULL with errno set on failure. */
+static void *read_resident(int fd, size_t n) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE); /* advice only: without THP the pages are 4 KiB */
+#endif
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)p + done, n - done, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO; /* 0: the file shrank under us */
+            munmap(p, n);
+            errno = e;
+            return NULL;
+        }
+        done += (size_t)r;
+    }
+    if (mprotect(p, n, PROT_READ) != 0) {
+        int e = errno;
+        munmap(p, n);
+        errno = e;
+        return NULL;
+    }
+    return p;
+}
+
 hr_status hr_gguf_open(const char *path, hr_gguf **out, hr_error *err) {
+    return hr_gguf_open_hold(path, HR_GGUF_MMAP, out, err);
+}
+
+hr_status hr_gguf_open_hold(const char *path, hr_gguf_hold hold, hr_gguf **out, hr_error *err) {
     if (!path || !out) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_gguf_open: path or out is NULL");
     char ebuf[128];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -638,12 +671,22 @@ hr_status hr_gguf_open(const char *path, hr_gguf **out, hr_error *err) {
         close(fd);
         return hr_error_set(err, HR_ERR_IO, "'%s' is too large to map on this machine", path);
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    close(fd);
-    if (map == MAP_FAILED)
-        return hr_error_set(err, HR_ERR_IO, "cannot mmap '%s' (%lld bytes): %s", path, (long long)st.st_size,
-                            strerror_r(map_errno, ebuf, sizeof ebuf));
+    void *map;
+    if (hold == HR_GGUF_RESIDENT) {
+        map = read_resident(fd, (size_t)st.st_size);
+        int read_errno = errno;
+        close(fd);
+        if (!map)
+            return hr_error_set(err, HR_ERR_IO, "cannot read '%s' (%lld bytes) into memory: %s", path,
+                                (long long)st.st_size, strerror_r(read_errno, ebuf, sizeof ebuf));
+    } else {
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        int map_errno = errno;
+        close(fd);
+        if (map == MAP_FAILED)
+            return hr_error_set(err, HR_ERR_IO, "cannot mmap '%s' (%lld bytes): %s", path, (long long)st.st_size,
+                                strerror_r(map_errno, ebuf, sizeof ebuf));
+    }
     hr_status rc = open_bytes(map, (uint64_t)st.st_size, true, out, err);
     if (rc != HR_OK) hr_error_prefix(err, "%s", path);
     return rc;

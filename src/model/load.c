@@ -248,8 +248,12 @@ fail:
 }
 
 hr_status hr_model_load(const char *path, hr_model **out, hr_error *err) {
+    return hr_model_load_hold(path, HR_GGUF_MMAP, out, err);
+}
+
+hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, hr_model **out, hr_error *err) {
     hr_gguf *g = NULL;
-    hr_status st = hr_gguf_open(path, &g, err);
+    hr_status st = hr_gguf_open_hold(path, hold, &g, err);
     if (st) return st;
     st = hr_model_load_gguf(g, out, err);
     if (st) hr_error_prefix(err, "%s", path);

@@ -51,6 +51,8 @@ typedef struct hr_model hr_model;
  * checking shapes and types. Errors name the architecture, key or tensor (and the supported list).
  * The model keeps the file mapped until hr_model_destroy. */
 hr_status hr_model_load(const char *path, hr_model **out, hr_error *err);
+/* The same, choosing how the weights are held (gguf.h: mapped, or resident in huge pages). */
+hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, hr_model **out, hr_error *err);
 /* The same from an already opened GGUF; the model takes ownership of g (closing it on destroy, and on
  * failure). */
 hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err);
