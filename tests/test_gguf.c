@@ -302,10 +302,36 @@ static void test_round_trip(void) {
                 CHECK(hr_gguf_file_size(g) == size);
             }
             hr_gguf_close(g);
+            /* Read resident (private huge-page memory): the same view again. */
+            g = NULL;
+            CHECKF(hr_gguf_open_hold(path, HR_GGUF_RESIDENT, &g, &err) == HR_OK, "%s", err.msg);
+            if (g) {
+                check_sample(g, versions[vi], aligns[ai]);
+                CHECK(hr_gguf_file_size(g) == size);
+            }
+            hr_gguf_close(g);
             free(data);
             hr_gguf_writer_destroy(w);
         }
     }
+}
+
+/* Errors of the resident read name the file as the mapped open does. */
+static void test_resident_errors(void) {
+    hr_error err = {0};
+    hr_gguf *g = NULL;
+    CHECK(hr_gguf_open_hold("/nonexistent/x.gguf", HR_GGUF_RESIDENT, &g, &err) == HR_ERR_IO && !g);
+    CHECKF(strstr(err.msg, "/nonexistent/x.gguf") != NULL, "%s", err.msg);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/resident-bad.gguf", hr_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("GGUX not a gguf file at all", f);
+        fclose(f);
+    }
+    CHECK(hr_gguf_open_hold(path, HR_GGUF_RESIDENT, &g, &err) == HR_ERR_FORMAT && !g);
+    CHECKF(strstr(err.msg, "resident-bad.gguf") != NULL && strstr(err.msg, "magic") != NULL, "%s", err.msg);
 }
 
 /* A file with no metadata and no tensors is still a valid GGUF. */
@@ -632,6 +658,7 @@ static int test_shared_vocabs(void) {
 }
 
 int main(void) {
+    test_resident_errors();
     fill_tensors();
     test_round_trip();
     test_empty_file();
