@@ -43,7 +43,7 @@ fi
 # another engineer may be rebuilding: wait for the binary, then run a private copy of it throughout
 for _ in $(seq 60); do [ -x "$HR" ] && break; sleep 10; done
 [ -x "$HR" ] || { echo "no $HR after 10 minutes: make build" >&2; exit 1; }
-hr_built=$(date -r "$HR" "+%F %T")
+hr_built="$HR built $(date -r "$HR" "+%F %T"), tree then at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' with uncommitted src changes')"
 tmp=$(mktemp -d /tmp/headroom-sbs.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cp "$HR" "$tmp/headroom"
@@ -135,5 +135,5 @@ echo "(tok/s, medians of $REPEATS alternating runs; ratio = headroom / llama.cpp
 echo " $THREADS threads, $PROMPT-token prompt, $GEN generated tokens, greedy, f16 KV, no flash attention;"
 echo " others = the most of the CPUs other processes took during a kept run (each run is tried up to 3 times for <10%;"
 echo "         llama.cpp's timed phases each, headroom's whole run);"
-echo " llama.cpp: ${info:-not run}; headroom $HR built $hr_built, tree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' with uncommitted src changes');"
+echo " llama.cpp: ${info:-not run}; headroom $hr_built;"
 echo " every run in $LOG)"
