@@ -5,8 +5,8 @@
 #
 # usage: bench/llamacpp/side_by_side.sh [TYPES] [REPEATS]     e.g. ... "f16 q8_0 q4_0 q4_K" 3
 # env:   BUILD (build), MODELS (/tmp/headroom-bench), THREADS (2), PROMPT (512 tokens), GEN (64),
-#        SHAPE (tinyllama-1.1b), PARALLEL (0; N > 0 adds llama.cpp's aggregate generation speed with
-#        N sequences decoding together), LOG (/tmp/headroom-side-by-side.jsonl: every run's JSON),
+#        SHAPE (tinyllama-1.1b), PARALLEL (0; N > 0 adds both engines' aggregate generation speed with
+#        N sequences decoding together: headroom's engine decode_tokens_per_second), LOG (/tmp/headroom-side-by-side.jsonl: every run's JSON),
 #        QUIET (60: before each try, wait up to this many seconds for the CPUs to be under 10% busy;
 #        llama.cpp's spinning threads slow down many times over when another process takes a core)
 #
@@ -77,7 +77,7 @@ measure() {
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 m() { printf "%s\n" "$@" | median; }
-jget() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+jget() { python3 -c 'import json,sys; j=json.load(sys.stdin); [j := j[k] for k in sys.argv[1].split(".")]; print(j)' "$1"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a / b}'; }
 
 mkdir -p "$MODELS"
@@ -90,15 +90,24 @@ prompt=${words[0]}
 for ((i = 1; i < PROMPT - 1; i++)); do prompt+=" ${words[i % ${#words[@]}]}"; done
 n=$(hr tokenize -m "$first" --count "$prompt")
 [ "$n" = "$PROMPT" ] || { echo "headroom prompt is $n tokens, not $PROMPT" >&2; exit 1; }
+# with PARALLEL: that many 4-token prompts at once (bench.mjs's parallel sequences start from 4 tokens too)
+par=(); for ((i = 0; i < PARALLEL; i++)); do par+=(-p "the cat sat"); done
+[ "$PARALLEL" = 0 ] || [ "$(hr tokenize -m "$first" --count "the cat sat")" = 4 ] || { echo "short prompt is not 4 tokens" >&2; exit 1; }
+
+# keep SIDE TYPE REPEAT RES: log a measured run, and track the most other processes took during one
+keep() {
+    others=$((${4%% *} > others ? ${4%% *} : others))
+    printf '{"engine":"%s","type":"%s","repeat":%d,"others_pct":%d,"result":%s}\n' "$1" "$2" "$3" "${4%% *}" "${4#* }" >>"$LOG"
+}
 
 printf "%-6s %13s %12s %6s %13s %12s %6s" type "llama.cpp pp" "headroom pp" ratio "llama.cpp tg" "headroom tg" ratio
-if [ "$PARALLEL" -gt 0 ]; then printf " %18s" "llama.cpp tg x$PARALLEL"; fi
+if [ "$PARALLEL" -gt 0 ]; then printf " %17s %16s %6s" "llama.cpp tg x$PARALLEL" "headroom tg x$PARALLEL" ratio; fi
 printf " %7s\n" "others"
 info=""
 for t in $TYPES; do
     f=$MODELS/$SHAPE-$t.gguf
     [ -f "$f" ] || hr synth --shape "$SHAPE" --type "$t" -o "$f" >/dev/null
-    lpp=(); ltg=(); lpar=(); hpp=(); htg=(); others=0
+    lpp=(); ltg=(); lpar=(); hpp=(); htg=(); hpar=(); others=0
     for ((r = 0; r < REPEATS; r++)); do
         for side in $( ((r % 2)) && echo "headroom llama.cpp" || echo "llama.cpp headroom"); do
             if [ "$side" = llama.cpp ]; then
@@ -119,20 +128,30 @@ for t in $TYPES; do
                 out=${res#* }
                 hpp+=("$(echo "$out" | jget prompt_tokens_per_second)")
                 htg+=("$(echo "$out" | jget generation_tokens_per_second)")
+                if [ "$PARALLEL" -gt 0 ]; then
+                    keep "$side" "$t" "$r" "$res"
+                    res=$(measure "$tmp/headroom" run -m "$f" "${par[@]}" -n "$GEN" --temp 0 --ignore-eos \
+                          -t "$THREADS" --ctx 1024 --json)
+                    hpar+=("$(echo "${res#* }" | jget engine.decode_tokens_per_second)")
+                fi
             fi
-            others=$((${res%% *} > others ? ${res%% *} : others))
-            printf '{"engine":"%s","type":"%s","repeat":%d,"others_pct":%d,"result":%s}\n' \
-                "$side" "$t" "$r" "${res%% *}" "$out" >>"$LOG"
+            keep "$side" "$t" "$r" "$res"
         done
     done
     [ ${#lpp[@]} -gt 0 ] && [ ${#hpp[@]} -gt 0 ] || { printf "%-6s llama.cpp failed\n" "$t"; continue; }
     lp=$(m "${lpp[@]}"); hp=$(m "${hpp[@]}"); lt=$(m "${ltg[@]}"); ht=$(m "${htg[@]}")
     printf "%-6s %13.1f %12.1f %6s %13.2f %12.2f %6s" "$t" "$lp" "$hp" "$(ratio "$hp" "$lp")" "$lt" "$ht" "$(ratio "$ht" "$lt")"
-    if [ "$PARALLEL" -gt 0 ]; then printf " %18.2f" "$(m "${lpar[@]}")"; fi
+    if [ "$PARALLEL" -gt 0 ]; then
+        lx=$(m "${lpar[@]}"); hx=$(m "${hpar[@]}")
+        printf " %17.2f %16.2f %6s" "$lx" "$hx" "$(ratio "$hx" "$lx")"
+    fi
     printf " %6d%%\n" "$others"
 done
 echo "(tok/s, medians of $REPEATS alternating runs; ratio = headroom / llama.cpp; $SHAPE shape, random weights;"
 echo " $THREADS threads, $PROMPT-token prompt, $GEN generated tokens, greedy, f16 KV, no flash attention;"
+if [ "$PARALLEL" -gt 0 ]; then
+    echo " tg x$PARALLEL: aggregate tok/s of $PARALLEL sequences decoding together after 4-token prompts, decode steps only;"
+fi
 echo " others = the most of the CPUs other processes took during a kept run (each run is tried up to 3 times for <10%;"
 echo "         llama.cpp's timed phases each, headroom's whole run);"
 echo " llama.cpp: ${info:-not run}; headroom $hr_built;"
