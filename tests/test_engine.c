@@ -75,8 +75,8 @@ static void make_reference(const hr_model *m) {
             /* one prefill step samples the first token; every later step is pure decode */
             hr_engine_stats st;
             hr_engine_get_stats(r.e, &st);
-            CHECKF(st.generated_tokens == NGEN && st.decode_steps == NGEN - 1 && st.decode_tokens == NGEN - 1 &&
-                       st.steps == NGEN,
+            CHECKF(st.generated_tokens == (uint64_t)NGEN && st.decode_steps == (uint64_t)NGEN - 1 &&
+                       st.decode_tokens == (uint64_t)NGEN - 1 && st.steps == (uint64_t)NGEN,
                    "decode stats: %llu steps, %llu decode steps, %llu decode tokens for a %d-token prompt and %d "
                    "generated",
                    (unsigned long long)st.steps, (unsigned long long)st.decode_steps,
