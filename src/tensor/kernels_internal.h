@@ -85,6 +85,41 @@ void hr_avx2_tile_q5_K(int64_t k, const void *w, size_t w_stride, int nr, const 
 void hr_avx2_tile_q6_K(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                        float *y, size_t y_stride);
 
+/* ---- how the AVX2 batch tiles (q8_0, q4_0, K-quants) split a call of nr rows x nt >= 2 tokens ----
+ * Tokens: groups of HR_TILE_TC, then the rest in narrower tiles of 4, 3 and 2 tokens, so that no
+ * token runs alone (hr_tile_rest_widths). Rows: chunks of at most max_rows rows and chunk_bytes of
+ * weights (at least one row), of even size (hr_tile_chunk_rows). */
+#define HR_TILE_TC 8 /* tokens of the widest batch tile */
+
+/* The groups of HR_TILE_TC tokens of nt; *rest: the tokens after them (0..HR_TILE_TC + 1: a lone
+ * last token joins the last group's tokens instead). */
+static inline int hr_tile_groups(int nt, int *rest) {
+    int ng = nt / HR_TILE_TC;
+    *rest = nt % HR_TILE_TC;
+    if (*rest == 1 && ng > 0) ng--, *rest += HR_TILE_TC;
+    return ng;
+}
+
+/* The widths the rest splits into, 0-terminated (rest 0..9). */
+static inline const signed char *hr_tile_rest_widths(int rest) {
+    static const signed char widths[HR_TILE_TC + 2][4] = {{0},    {0},    {2},    {3}, {4},
+                                                          {3, 2}, {4, 2}, {4, 3}, {0}, {4, 3, 2}};
+    return widths[rest];
+}
+
+static inline int hr_tile_chunk_rows(int nr, size_t row_bytes, int max_rows, size_t chunk_bytes) {
+    const size_t fit = chunk_bytes / row_bytes;
+    const int rows = fit < 1 ? 1 : fit < (size_t)max_rows ? (int)fit : max_rows;
+    const int nchunks = (nr + rows - 1) / rows;
+    return (nr + nchunks - 1) / nchunks;
+}
+
+/* k = 0: every dot is hsum8 of zeros. */
+static inline void hr_tile_zero(int nr, int nt, float *y, size_t ys) {
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++) y[(size_t)t * ys + r] = 0.0f;
+}
+
 /* AVX-512 kernels (kernels_avx512.c); only called when the CPU has AVX-512 F/BW/VL. */
 float hr_avx512_dot_f32(int64_t k, const void *w, const void *a);
 float hr_avx512_dot_f16(int64_t k, const void *w, const void *a);

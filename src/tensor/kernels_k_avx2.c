@@ -234,8 +234,8 @@ static inline __attribute__((always_inline)) kact load_kact(const char *a, int64
  * one sequence of dot_1x1 and its bits. With AVX2's 16 registers: 8 sums, the chunk pair and its
  * scales, and the step's temporaries; the former 1 row x up to 64 tokens tile kept a whole
  * super-block's 8 chunks and 8 scale vectors live, and gcc spilled them. */
-#define HR_K_TC 8 /* tokens of the batch tile */
-#define HR_K_KS 4 /* super-blocks per k-block: the packed tokens (4 x 8 x 320 bytes) stay in L1 */
+#define HR_K_TC HR_TILE_TC /* tokens of the batch tile */
+#define HR_K_KS 4          /* super-blocks per k-block: the packed tokens (4 x 8 x 320 bytes) stay in L1 */
 static inline __attribute__((always_inline)) void tile_row(const int C, int64_t i0, int64_t i1, const char *w,
                                                            const kact *ap, __m256 *acc, bool first, bool last, float *y,
                                                            size_t ys, const int kind) {
@@ -304,10 +304,6 @@ static inline __attribute__((always_inline)) void group_pass(const int C, int64_
     }
 }
 
-/* How a batch's tokens past its groups of 8 (r = nt % 8, or 9 when nt % 8 == 1 and nt > 8) split
- * into the narrower tiles, so that no token runs alone (0 ends a list). */
-static const signed char leftover_tiles[10][3] = {{0}, {0}, {2}, {3}, {4}, {3, 2}, {4, 2}, {4, 3}, {0}, {4, 3, 2}};
-
 /* A lone token (decode) runs dot_1x1 row after row. A batch goes chunk of rows after chunk of rows,
  * each running all the groups of 8 tokens and then the leftover tokens in 1 x 4, 1 x 3 and 1 x 2
  * tiles (no token alone). */
@@ -319,17 +315,14 @@ static inline __attribute__((always_inline)) void tile_k(int64_t k, const char *
     }
     const int64_t nsb = k / HR_QK_K;
     if (nr < 1) return;
-    if (nsb == 0) { /* k = 0: the dot is hsum8 of zeros */
-        for (int t = 0; t < nt; t++)
-            for (int r = 0; r < nr; r++) y[(size_t)t * ys + r] = 0.0f;
+    if (nsb == 0) {
+        hr_tile_zero(nr, nt, y, ys);
         return;
     }
-    int ng = nt / HR_K_TC, rest = nt % HR_K_TC;
-    if (rest == 1) ng--, rest += HR_K_TC;
-    const size_t fit = HR_K_CHUNK_BYTES / ws;
-    int rows = fit < 1 ? 1 : fit < HR_K_ROWS ? (int)fit : HR_K_ROWS;
-    const int nchunks = (nr + rows - 1) / rows;
-    rows = (nr + nchunks - 1) / nchunks; /* chunks of even size */
+    int rest;
+    const int ng = hr_tile_groups(nt, &rest);
+    const signed char *widths = hr_tile_rest_widths(rest);
+    const int rows = hr_tile_chunk_rows(nr, ws, HR_K_ROWS, HR_K_CHUNK_BYTES);
     for (int r0 = 0; r0 < nr; r0 += rows) {
         const int n = nr - r0 < rows ? nr - r0 : rows;
         const char *wr = w + (size_t)r0 * ws;
@@ -337,10 +330,10 @@ static inline __attribute__((always_inline)) void tile_k(int64_t k, const char *
             group_pass(HR_K_TC, nsb, wr, ws, n, a + (size_t)g * HR_K_TC * as, as, y + (size_t)g * HR_K_TC * ys + r0, ys,
                        g == 0, kind);
         int t = ng * HR_K_TC;
-        for (int i = 0; i < 3 && leftover_tiles[rest][i]; t += leftover_tiles[rest][i++]) {
+        for (int i = 0; widths[i]; t += widths[i++]) {
             const char *at = a + (size_t)t * as;
             float *yt = y + (size_t)t * ys + r0;
-            switch (leftover_tiles[rest][i]) {
+            switch (widths[i]) {
             case 4: group_pass(4, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
             case 3: group_pass(3, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
             default: group_pass(2, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;

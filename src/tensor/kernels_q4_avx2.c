@@ -119,8 +119,8 @@ static float tile_1x1(int64_t nb, const char *w, const char *a) {
  * temporaries. A 4 x 4 tile spilled its accumulators to the stack, and so did a 2 rows x 4 tokens
  * one (each token's activation operands loaded once for both rows): its two weight pairs leave too
  * few registers for 8 accumulators. */
-#define HR_Q4_TC 8  /* tokens of the batch tile */
-#define HR_Q4_KP 16 /* block pairs per k-block: the packed tokens (16 x 8 x 128 bytes) stay in L1 */
+#define HR_Q4_TC HR_TILE_TC /* tokens of the batch tile */
+#define HR_Q4_KP 16         /* block pairs per k-block: the packed tokens (16 x 8 x 128 bytes) stay in L1 */
 static inline __attribute__((always_inline)) void tile_row(const int C, int64_t p0, int64_t p1, int64_t nb,
                                                            const char *w, const apair *ap, __m256 *acc, bool first,
                                                            bool last, float *y, size_t ys) {
@@ -213,10 +213,6 @@ static void rows_1tok(int64_t nb, const char *w, size_t ws, int nr, const char *
     }
 }
 
-/* How a batch's tokens past its groups of 8 (r = nt % 8, or 9 when nt % 8 == 1 and nt > 8) split
- * into the narrower tiles, so that no token runs alone (0 ends a list). */
-static const signed char leftover_tiles[10][3] = {{0}, {0}, {2}, {3}, {4}, {3, 2}, {4, 2}, {4, 3}, {0}, {4, 3, 2}};
-
 /* A lone token (decode) goes row after row (rows_1tok): its weights come from DRAM, and one
  * sequential stream per thread is prefetched better than four interleaved row streams (2 threads,
  * 32768 x 2048: 1.2-1.7x the 4 x 1 rate that a 4 rows x 1 token tile got). A batch goes chunk of
@@ -231,17 +227,14 @@ void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t ws, int nr, const void *
         return;
     }
     if (nr < 1) return;
-    if (nb == 0) { /* k = 0: the dot is hsum8 of zeros */
-        for (int t = 0; t < nt; t++)
-            for (int r = 0; r < nr; r++) y[(size_t)t * ys + r] = 0.0f;
+    if (nb == 0) {
+        hr_tile_zero(nr, nt, y, ys);
         return;
     }
-    int ng = nt / HR_Q4_TC, rest = nt % HR_Q4_TC;
-    if (rest == 1) ng--, rest += HR_Q4_TC;
-    const size_t fit = HR_Q4_CHUNK_BYTES / ws;
-    int rows = fit < 1 ? 1 : fit < HR_Q4_ROWS ? (int)fit : HR_Q4_ROWS;
-    const int nchunks = (nr + rows - 1) / rows;
-    rows = (nr + nchunks - 1) / nchunks; /* chunks of even size */
+    int rest;
+    const int ng = hr_tile_groups(nt, &rest);
+    const signed char *widths = hr_tile_rest_widths(rest);
+    const int rows = hr_tile_chunk_rows(nr, ws, HR_Q4_ROWS, HR_Q4_CHUNK_BYTES);
     for (int r0 = 0; r0 < nr; r0 += rows) {
         const int n = nr - r0 < rows ? nr - r0 : rows;
         const char *wr = W + (size_t)r0 * ws;
@@ -249,10 +242,10 @@ void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t ws, int nr, const void *
             group_pass(HR_Q4_TC, nb, wr, ws, n, A + (size_t)g * HR_Q4_TC * as, as, y + (size_t)g * HR_Q4_TC * ys + r0,
                        ys, g == 0);
         int t = ng * HR_Q4_TC;
-        for (int i = 0; i < 3 && leftover_tiles[rest][i]; t += leftover_tiles[rest][i++]) {
+        for (int i = 0; widths[i]; t += widths[i++]) {
             const char *at = A + (size_t)t * as;
             float *yt = y + (size_t)t * ys + r0;
-            switch (leftover_tiles[rest][i]) {
+            switch (widths[i]) {
             case 4: group_pass(4, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
             case 3: group_pass(3, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
             default: group_pass(2, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
