@@ -512,7 +512,10 @@ static void test_budget(void) {
                       .v_format = HR_KV_KIVI2,
                       .max_seqs = 16};
     uint64_t bb = hr_kv_block_bytes(&c), fx = hr_kv_fixed_bytes(&c);
-    CHECK(fx == 32ull * 4 * 2 * 4 * 16 * 64 * 2); /* default stage_blocks = 2 * max_seqs */
+    /* default stage_blocks: ceil(512 / 16) for the largest step + 2 * max_seqs */
+    CHECK(hr_kv_stage_blocks_for(16, 0, 16) == 32 + 32);
+    CHECK(hr_kv_stage_blocks_for(16, 100, 3) == 7 + 6);
+    CHECK(fx == 64ull * 4 * 2 * 4 * 16 * 64 * 2);
     hr_kv_pool *p = NULL;
     hr_error err = {0};
     c.budget_bytes = fx + bb - 1;
@@ -544,8 +547,50 @@ static void test_budget(void) {
     hr_kv_pool_destroy(p);
 }
 
+/* q4/kivi2 tail buffers are taken for the blocks a reserve makes writable and given back as blocks
+ * fill: a contiguous slot reserved ahead holds none, a long prefill chunk holds one per block it
+ * reaches, a sequence at rest holds only its partial last block. */
+enum { LAZY_B = 16 };
+static void test_stage_lazy(hr_kv_format f) {
+    const int B = LAZY_B;
+    hr_kv_config c = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .block_size = B, .k_format = f,
+                      .v_format = f, .max_seqs = 2, .max_step_tokens = 64};
+    c.budget_bytes = hr_kv_fixed_bytes(&c) + 16 * hr_kv_block_bytes(&c);
+    hr_kv_pool *p = NULL;
+    hr_error err = {0};
+    CHECK(hr_kv_pool_create(&c, &p, &err) == HR_OK);
+    CHECK(hr_kv_pool_n_stage(p) == 64 / B + 2 * 2);
+    int total = hr_kv_pool_n_stage(p);
+    hr_kv_seq s;
+    int32_t toks[16 * LAZY_B];
+    for (int i = 0; i < 16 * B; i++) toks[i] = i % 97;
+    CHECK(hr_kv_seq_create(p, &s, &err) == HR_OK);
+    CHECK(hr_kv_seq_reserve_ahead(p, s, 10 * B, &err) == HR_OK); /* a contiguous slot: no buffer yet */
+    CHECK(hr_kv_pool_n_stage_free(p) == total);
+    CHECK(hr_kv_seq_stage_need(p, s, 3 * B + 1) == 4);
+    CHECK(hr_kv_seq_reserve(p, s, 3 * B + 1, &err) == HR_OK); /* a chunk reaching 4 blocks */
+    CHECK(hr_kv_pool_n_stage_free(p) == total - 4);
+    CHECK(hr_kv_seq_reserve(p, s, 3 * B + 1, &err) == HR_OK); /* idempotent */
+    CHECK(hr_kv_pool_n_stage_free(p) == total - 4);
+    fill(p, s, toks, 0, 3 * B + 1);
+    CHECK(hr_kv_pool_n_stage_free(p) == total - 1); /* three blocks filled and encoded */
+    CHECK(hr_kv_pool_check(p, &err) == HR_OK);
+    /* more than the free buffers in one reserve: refused, nothing changes */
+    CHECK(hr_kv_seq_stage_need(p, s, 3 * B + 1 + (total + 1) * B) == total + 1);
+    CHECK(hr_kv_seq_reserve(p, s, 3 * B + 1 + total * B, &err) == HR_ERR_FULL);
+    CHECKF(strstr(err.msg, "tail buffers") != NULL, "%s", err.msg);
+    CHECK(hr_kv_pool_n_stage_free(p) == total - 1);
+    CHECK(hr_kv_pool_check(p, &err) == HR_OK);
+    hr_kv_seq_free(p, s);
+    CHECK(hr_kv_pool_n_stage_free(p) == total);
+    CHECK(hr_kv_pool_check(p, &err) == HR_OK);
+    hr_kv_pool_destroy(p);
+}
+
 int main(void) {
     test_budget();
+    test_stage_lazy(HR_KV_Q4);
+    test_stage_lazy(HR_KV_KIVI2);
     test_share_1000(16);
     test_share_1000(8);
     test_share_1000(32);

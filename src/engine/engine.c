@@ -73,6 +73,14 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
                             p.max_running, kc->max_seqs);
     if ((unsigned)p.admission > 2 || (unsigned)p.preempt > 2 || (unsigned)p.layout > 1)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: unknown admission, preemption or layout value");
+    int n_stage = hr_kv_pool_n_stage(p.kv);
+    if (n_stage > 0 && n_stage < p.max_running + 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "engine: the KV pool has %d f16 tail buffers (%s/%s blocks being filled) for %d running "
+                            "sequences: each holds one between steps, so at least %d are needed (leave "
+                            "stage_blocks at 0 for enough for any step)",
+                            n_stage, hr_kv_format_name(kc->k_format), hr_kv_format_name(kc->v_format), p.max_running,
+                            p.max_running + 1);
     int n_blocks = hr_kv_pool_n_blocks(p.kv);
     int ctx_blocks = (p.n_ctx + kc->block_size - 1) / kc->block_size;
     if (p.layout == HR_LAYOUT_CONTIGUOUS && ctx_blocks > n_blocks)
@@ -371,6 +379,20 @@ static void publish_stats(hr_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Fails the request that blocks the others when no step can make progress: the head of the waiting
+ * list (admission is strict, so it is the one everything waits for), else the first running one. */
+static void stall_fail_head(hr_engine *e) {
+    hr_req_list *l = e->waiting.n > 0 ? &e->waiting : &e->running;
+    hr_request *r = l->v[0];
+    list_remove_at(l, 0);
+    if (l == &e->waiting) atomic_fetch_sub(&e->n_queued, 1);
+    char msg[600];
+    snprintf(msg, sizeof msg, "no progress is possible for this request: %s",
+             e->stall_msg[0] ? e->stall_msg : "the scheduler could not place it");
+    finish_request(e, r, HR_REQ_FAILED, HR_FINISH_ERROR, HR_ERR_BUDGET, msg);
+    e->stall_msg[0] = 0;
+}
+
 /* One step; returns true when it made progress (a forward ran or a request changed state). */
 static bool step(hr_engine *e) {
     uint64_t finished0 = e->st.completed + e->st.cancelled + e->st.failed;
@@ -403,8 +425,24 @@ static bool step(hr_engine *e) {
         }
         for (int i = 0; i < e->running.n; i++) e->running.v[i]->n_sched = 0;
     }
+    bool progress = T > 0 || e->st.completed + e->st.cancelled + e->st.failed != finished0;
+    if (progress || e->waiting.n + e->running.n == 0) {
+        e->n_stalled = 0;
+    } else if (++e->n_stalled >= 2) {
+        /* Nothing was computed twice in a row with requests unfinished. Only computing frees KV for
+         * others, so the state cannot change by itself: the first step may have been spent on
+         * preemption (which blocks admission for that step), the second shows that the request at
+         * the head cannot be placed even so. It fails with the scheduler's reason, and the requests
+         * behind it go on. (Requests whose claim can never fit are refused at submit; this catches
+         * whatever that check did not foresee, instead of spinning.) */
+        stall_fail_head(e);
+        e->n_stalled = 0;
+        progress = true;
+    } else {
+        progress = true; /* one more try: see above */
+    }
     publish_stats(e);
-    return T > 0 || e->st.completed + e->st.cancelled + e->st.failed != finished0;
+    return progress;
 }
 
 static int unfinished(hr_engine *e) {

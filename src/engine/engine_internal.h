@@ -88,6 +88,8 @@ struct hr_engine {
     hr_req_list waiting, running;
     int budget_left; /* tokens left in this step's batch */
     bool preempted_this_step;
+    int n_stalled;       /* consecutive steps that computed nothing while requests were unfinished */
+    char stall_msg[512]; /* why the scheduler last could not place a request (for the failure) */
     hr_engine_stats st;
     int obs[HR_ENGINE_OBS]; /* completion lengths, a ring */
     int n_obs;

@@ -12,6 +12,7 @@
  *   3. The running list and the waiting list are sorted by (priority desc, arrival asc); the victim
  *      of preemption is always the last running request (lowest priority, then latest arrival).
  *   4. A request holds a KV sequence exactly while it is RUNNING (or swapped out). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,22 +169,24 @@ static void fail_running(hr_engine *e, hr_request *r, hr_status code, const char
 /* Makes r's sequence hold n_slots slots, preempting the lowest-ranked running requests while the pool
  * is exhausted. Returns false when r itself was preempted (or failed). */
 static bool reserve_or_preempt(hr_engine *e, hr_request *r, int n_slots) {
-    while (n_slots > r->n_slots) {
+    for (;;) {
         hr_error err;
+        /* called even when the table is long enough (a contiguous slot): the blocks this step writes
+         * must also be writable (q4/kivi2 tail buffers) */
         hr_status st = hr_kv_seq_reserve(e->p.kv, r->seq, n_slots, &err);
         if (st == HR_OK) {
-            r->n_slots = n_slots;
+            r->n_slots = HR_MAX(r->n_slots, n_slots);
             return true;
         }
         if (st != HR_ERR_FULL) {
             fail_running(e, r, st, err.msg);
             return false;
         }
+        snprintf(e->stall_msg, sizeof e->stall_msg, "%s", err.msg);
         hr_request *victim = e->running.v[e->running.n - 1];
         preempt(e, victim);
         if (victim == r) return false;
     }
-    return true;
 }
 
 /* ---- scheduling -------------------------------------------------------------------------------- */
@@ -193,7 +196,20 @@ static bool reserve_or_preempt(hr_engine *e, hr_request *r, int n_slots) {
 static int chunk_for(const hr_engine *e, const hr_request *r) {
     int n = r->n_known - r->n_computed;
     if (n > 1) n = HR_MIN(n, e->p.prefill_chunk);
-    return HR_MIN(n, e->budget_left);
+    n = HR_MIN(n, e->budget_left);
+    /* q4/kivi2: every block a chunk writes holds an f16 tail buffer until it fills. A chunk ends at a
+     * block boundary where the free buffers run out, so a long prefill takes what is free and goes
+     * on next step, instead of asking for more buffers than exist (which could never succeed). At
+     * least the first block is always asked for: when even that fails, reserve_or_preempt frees
+     * buffers by preemption. */
+    int free_stage = hr_kv_pool_n_stage_free(e->p.kv);
+    int B = e->block_size;
+    while (n > 0 && hr_kv_seq_stage_need(e->p.kv, r->seq, r->n_computed + n) > free_stage) {
+        int cut = ((r->n_computed + n - 1) / B) * B - r->n_computed; /* drop the last block reached */
+        if (cut <= 0) break;
+        n = cut;
+    }
+    return n;
 }
 
 /* Schedules running requests in rank order; decodes (one token to catch up) in the first pass so a
@@ -235,12 +251,21 @@ static bool take_seq(hr_engine *e, hr_request *r) {
 static bool swap_back_in(hr_engine *e, hr_request *r) {
     int whole = blocks_of(e, sched_claim_slots(e, r));
     if (r->span > 0) whole = HR_MIN(whole, blocks_of(e, r->span) + 2);
-    if (headroom_blocks(e) < whole) return false;
+    if (headroom_blocks(e) < whole) {
+        snprintf(e->stall_msg, sizeof e->stall_msg,
+                 "swapping it back in needs %d KV blocks, the headroom is %d of the pool's %d blocks", whole,
+                 headroom_blocks(e), e->n_blocks);
+        return false;
+    }
     double t0 = hr_time_now();
     hr_kv_seq_ledger l;
     uint64_t bytes = hr_kv_seq_get_ledger(e->p.kv, r->seq, &l, NULL) == HR_OK ? l.bytes_swapped : 0;
-    hr_status st = hr_kv_seq_swap_in(e->p.kv, r->seq, NULL);
-    if (st == HR_ERR_FULL) return false;
+    hr_error err = {0};
+    hr_status st = hr_kv_seq_swap_in(e->p.kv, r->seq, &err);
+    if (st == HR_ERR_FULL) {
+        snprintf(e->stall_msg, sizeof e->stall_msg, "%s", err.msg);
+        return false;
+    }
     if (st != HR_OK) { /* the copy is unreadable: recompute instead */
         sched_release_seq(e, r);
         return true;
@@ -259,7 +284,11 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     if (r->swapped && !swap_back_in(e, r)) return false;
     bool fresh = r->seq < 0;
     if (fresh) {
-        if (!take_seq(e, r)) return false; /* no sequence slot free now */
+        if (!take_seq(e, r)) { /* no sequence slot free now */
+            snprintf(e->stall_msg, sizeof e->stall_msg, "all %d KV sequence slots are held",
+                     hr_kv_pool_config(kv)->max_seqs);
+            return false;
+        }
         /* the request's policy goes on before anything is shared or computed (checked at submit) */
         if (r->has_policy && hr_kv_seq_set_policy(kv, r->seq, &r->policy, NULL) != HR_OK) {
             hr_kv_seq_free(kv, r->seq);
@@ -277,6 +306,9 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     int claim = sched_claim_slots(e, r);
     int need = outstanding_blocks(e, r);
     if (fresh && headroom_blocks(e) < need) {
+        snprintf(e->stall_msg, sizeof e->stall_msg,
+                 "its claim needs %d more KV blocks, the headroom is %d of the pool's %d blocks", need,
+                 headroom_blocks(e), e->n_blocks);
         hr_kv_seq_free(kv, r->seq);
         r->seq = -1;
         r->n_computed = r->n_slots = 0;
@@ -284,7 +316,8 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     }
     if (e->p.layout == HR_LAYOUT_CONTIGUOUS) { /* a llama.cpp slot: the whole context, up front */
         hr_error err;
-        if (hr_kv_seq_reserve(kv, r->seq, claim, &err) != HR_OK) {
+        if (hr_kv_seq_reserve_ahead(kv, r->seq, claim, &err) != HR_OK) {
+            snprintf(e->stall_msg, sizeof e->stall_msg, "%s", err.msg);
             hr_kv_seq_free(kv, r->seq);
             r->seq = -1;
             r->n_computed = r->n_slots = 0;

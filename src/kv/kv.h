@@ -55,7 +55,10 @@ typedef struct hr_kv_config {
     uint64_t budget_bytes; /* the pool gets floor(budget / block_bytes) blocks */
     int max_seqs;          /* capacity of the sequence table */
     bool force_scalar;     /* use the scalar reference kernels even where AVX2 exists (tests, eval) */
-    int stage_blocks;      /* q4/kivi2 only: f16 tail buffers, one per block being filled (0: 2 * max_seqs) */
+    int stage_blocks;      /* q4/kivi2 only: f16 tail buffers, one per block being filled (0: enough for
+                              any step: hr_kv_stage_blocks_for(block_size, max_step_tokens, max_seqs)) */
+    int max_step_tokens;   /* the most tokens written in one step over all sequences (the engine's
+                              max_batch_tokens; 0: 512); sizes the default stage_blocks */
     bool prefault;         /* map the arena resident at create (MAP_POPULATE): RSS = budget from the start,
                               and a budget the machine cannot hold fails here, not mid-run */
 } hr_kv_config;
@@ -66,9 +69,14 @@ typedef int32_t hr_kv_seq; /* a sequence handle, valid from hr_kv_seq_create to 
 /* Bytes one block takes across all layers for K and V, including its scales. 0 for a bad config. */
 uint64_t hr_kv_block_bytes(const hr_kv_config *cfg);
 /* Formats encoded when a block fills (q4, kivi2) keep every block that is being filled in f16 in a
- * tail buffer: this many bytes per buffer (0 for the other formats). A sequence in decode holds one;
- * a prefill chunk of T tokens holds about T / block_size + 1. */
+ * tail buffer: this many bytes per buffer (0 for the other formats). A buffer is taken when a block
+ * is reserved for writing (hr_kv_seq_reserve) and given back when the block fills: between steps a
+ * sequence holds at most one (its partial last block); a step writing n tokens of a sequence takes at
+ * most ceil(n / block_size) + 1 more. */
 uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg);
+/* Tail buffers that cover any step of at most max_step_tokens tokens over at most max_seqs sequences:
+ * ceil(max_step_tokens / block_size) + 2 * max_seqs. The pool's default; pure arithmetic. */
+int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs);
 /* Bytes the pool takes from the budget before any block: stage_blocks tail buffers (0 for formats
  * without them). The pool holds floor((budget_bytes - hr_kv_fixed_bytes) / hr_kv_block_bytes)
  * blocks, so size a budget as fixed + n_blocks * block bytes. */
@@ -95,9 +103,19 @@ hr_status hr_kv_seq_create(hr_kv_pool *pool, hr_kv_seq *out, hr_error *err);
 hr_status hr_kv_seq_share_prefix(hr_kv_pool *pool, hr_kv_seq seq, const int32_t *tokens, int n_tokens, int *n_cached,
                                  hr_error *err);
 
-/* Makes the block table hold at least n_tokens slots. HR_ERR_FULL when the pool cannot, or (q4/kivi2)
- * when no tail buffer is free for a new block (then nothing changed). */
+/* Makes the block table hold at least n_tokens slots and every block that tokens up to n_tokens will
+ * be written to writable (q4/kivi2: holding a tail buffer). HR_ERR_FULL when the pool lacks free
+ * blocks, or (q4/kivi2) free tail buffers (then nothing changed). Idempotent. */
 hr_status hr_kv_seq_reserve(hr_kv_pool *pool, hr_kv_seq seq, int n_tokens, hr_error *err);
+/* Makes the block table hold at least n_tokens slots without making them writable: a contiguous slot
+ * claims its whole context up front, while tail buffers are taken step by step by hr_kv_seq_reserve.
+ * HR_ERR_FULL when the pool lacks free blocks (then nothing changed). */
+hr_status hr_kv_seq_reserve_ahead(hr_kv_pool *pool, hr_kv_seq seq, int n_tokens, hr_error *err);
+/* Tail buffers a hr_kv_seq_reserve(seq, n_tokens) would take now (0 for formats without them). */
+int hr_kv_seq_stage_need(const hr_kv_pool *pool, hr_kv_seq seq, int n_tokens);
+/* Tail buffers in all and free now (0 and 0 for formats without them). */
+int hr_kv_pool_n_stage(const hr_kv_pool *pool);
+int hr_kv_pool_n_stage_free(const hr_kv_pool *pool);
 
 /* Records that tokens [n_computed, n_computed + n) now have K/V written (hr_kv_write was called for
  * each in every layer). Full blocks get their prefix hash and become shareable. */

@@ -46,6 +46,9 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV max_seqs must be 1..1048576, got %d", cfg->max_seqs);
     if (cfg->stage_blocks < 0 || cfg->stage_blocks > (1 << 22))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV stage_blocks must be 0..4194304, got %d", cfg->stage_blocks);
+    if (cfg->max_step_tokens < 0 || cfg->max_step_tokens > (1 << 24))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV max_step_tokens must be 0..16777216, got %d",
+                            cfg->max_step_tokens);
     hr_status rc = kv_fmt_init(kf, cfg->k_format, KV_K, cfg->block_size, cfg->head_dim, err);
     if (rc == HR_OK) rc = kv_fmt_init(vf, cfg->v_format, KV_V, cfg->block_size, cfg->head_dim, err);
     if (rc != HR_OK) hr_error_prefix(err, "KV config");
@@ -65,7 +68,17 @@ uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg) {
     return (uint64_t)cfg->n_layers * 2 * cfg->n_kv_heads * cfg->block_size * cfg->head_dim * 2;
 }
 
-static int kv_n_stage(const hr_kv_config *cfg) { return cfg->stage_blocks > 0 ? cfg->stage_blocks : 2 * cfg->max_seqs; }
+int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs) {
+    if (block_size < 1) return 0;
+    int64_t step = max_step_tokens > 0 ? max_step_tokens : 512;
+    int64_t n = (step + block_size - 1) / block_size + 2 * (int64_t)HR_MAX(max_seqs, 1);
+    return n > (1 << 22) ? 1 << 22 : (int)n;
+}
+
+static int kv_n_stage(const hr_kv_config *cfg) {
+    return cfg->stage_blocks > 0 ? cfg->stage_blocks
+                                 : hr_kv_stage_blocks_for(cfg->block_size, cfg->max_step_tokens, cfg->max_seqs);
+}
 
 uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg) { return hr_kv_stage_block_bytes(cfg) * (uint64_t)kv_n_stage(cfg); }
 
@@ -356,7 +369,27 @@ hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
 
 int hr_kv_seq_n_tokens(const hr_kv_pool *p, hr_kv_seq seq) { return kv_seq_valid(p, seq) ? p->seqs[seq].n_tokens : 0; }
 
-hr_status hr_kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error *err) {
+/* Tail buffers that writing tokens up to n_tokens needs beyond those held: one for each block from the
+ * first one not yet full up to the last one those tokens reach that has none (new blocks included). */
+static int kv_stage_need(const hr_kv_pool *p, const kv_seq *s, int need_blocks) {
+    if (!p->stage) return 0;
+    int n = 0;
+    for (int i = s->n_tokens / p->cfg.block_size; i < need_blocks; i++)
+        n += i >= s->n_table || (s->table[i] >= 0 && p->blk_stage[s->table[i]] < 0);
+    return n;
+}
+
+int hr_kv_seq_stage_need(const hr_kv_pool *p, hr_kv_seq seq, int n_tokens) {
+    if (!kv_seq_valid(p, seq) || n_tokens <= 0) return 0;
+    return kv_stage_need(p, &p->seqs[seq], (int)(((int64_t)n_tokens + p->cfg.block_size - 1) / p->cfg.block_size));
+}
+
+int hr_kv_pool_n_stage(const hr_kv_pool *p) { return p->n_stage; }
+int hr_kv_pool_n_stage_free(const hr_kv_pool *p) { return p->n_stage_free; }
+
+/* Grows the table to n_tokens slots; with `writable`, also gives every block those tokens reach (from
+ * the first one not yet full) a tail buffer. Plan first, then commit: on refusal nothing changed. */
+static hr_status kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, bool writable, hr_error *err) {
     if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV reserve: %d is not a sequence", seq);
     kv_seq *s = &p->seqs[seq];
     if (s->swapped)
@@ -365,28 +398,37 @@ hr_status hr_kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error
     if (n_tokens < 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV reserve: n_tokens %d < 0", n_tokens);
     int need_blocks = (int)(((int64_t)n_tokens + B - 1) / B);
     int add = need_blocks - s->n_table;
-    if (s->reserve_end == 0 && n_tokens > s->n_tokens) s->reserve_end = n_tokens; /* snapkv's default prompt end */
-    if (add <= 0) return HR_OK;
+    int stage = writable ? kv_stage_need(p, s, need_blocks) : 0;
+    if (writable && s->reserve_end == 0 && n_tokens > s->n_tokens) s->reserve_end = n_tokens; /* snapkv's default */
+    if (add <= 0 && stage == 0) return HR_OK;
     if (add > hr_kv_pool_n_free(p))
         return hr_error_set(err, HR_ERR_FULL,
                             "KV reserve: %d more blocks needed for %d tokens, %d free or evictable of %d", add,
                             n_tokens, hr_kv_pool_n_free(p), p->n_blocks);
-    if (p->stage && add > p->n_stage_free)
+    if (stage > p->n_stage_free)
         return hr_error_set(err, HR_ERR_FULL,
                             "KV reserve: %d blocks to fill need f16 tail buffers, %d of %d free (stage_blocks); "
                             "retry after commits or raise stage_blocks",
-                            add, p->n_stage_free, p->n_stage);
-    hr_status rc = kv_table_reserve(s, need_blocks, err);
-    if (rc == HR_OK) rc = kv_policy_meta_grow(p, s, need_blocks, err);
-    if (rc != HR_OK) return rc;
-    for (int i = 0; i < add; i++) {
-        int32_t b = kv_block_alloc(p);
-        if (p->stage) kv_stage_take(p, b);
-        s->table[s->n_table++] = b;
+                            stage, p->n_stage_free, p->n_stage);
+    if (add > 0) {
+        hr_status rc = kv_table_reserve(s, need_blocks, err);
+        if (rc == HR_OK) rc = kv_policy_meta_grow(p, s, need_blocks, err);
+        if (rc != HR_OK) return rc;
+        for (int i = 0; i < add; i++) s->table[s->n_table++] = kv_block_alloc(p);
+        atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)add * B, memory_order_relaxed);
     }
-    atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)add * B, memory_order_relaxed);
+    for (int i = s->n_tokens / B; stage > 0 && i < need_blocks; i++)
+        if (s->table[i] >= 0 && p->blk_stage[s->table[i]] < 0) kv_stage_take(p, s->table[i]);
     kv_update_peak(p, s);
     return HR_OK;
+}
+
+hr_status hr_kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error *err) {
+    return kv_seq_reserve(p, seq, n_tokens, true, err);
+}
+
+hr_status hr_kv_seq_reserve_ahead(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr_error *err) {
+    return kv_seq_reserve(p, seq, n_tokens, false, err);
 }
 
 /* Drops every block of the table (last to first) and the waste they carried. */
