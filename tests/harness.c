@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tensor/tensor.h"
+
 int hr_test_passed, hr_test_failed;
 
 const char *hr_test_shared_path(const char *rel) {
@@ -65,6 +67,18 @@ int hr_test_run_cli(const char *args, char **out, char **err) {
     if (err) *err = NULL;
     return 128;
 #endif
+}
+
+const char *hr_test_isa(void) {
+    const char *isa = getenv("HEADROOM_ISA");
+    if (!isa || !*isa) return NULL;
+    if (strcmp(isa, "scalar") && strcmp(isa, "avx2") && strcmp(isa, "avx512")) {
+        fprintf(stderr, "HEADROOM_ISA=%s: expected scalar, avx2 or avx512\n", isa);
+        exit(2);
+    }
+    if (!hr_kernels_isa_available(hr_cpu_detect(), isa)) HR_SKIP("HEADROOM_ISA=%s: this CPU does not have it", isa);
+    printf("kernels pinned to %s (HEADROOM_ISA)\n", isa);
+    return isa;
 }
 
 int hr_test_finish(void) {

@@ -54,6 +54,11 @@ char *hr_test_slurp(const char *path, size_t *n);
  * of what it printed on stdout and stderr. */
 int hr_test_run_cli(const char *args, char **out, char **err);
 
+/* The kernel ISA this run is pinned to: $HEADROOM_ISA ("scalar", "avx2", "avx512"; read here, in
+ * the tests, never by the library), or NULL when unset or empty (every ISA the CPU has / the default
+ * table). Exits 77 (skipped) when this CPU lacks the named ISA, 2 for an unknown name. */
+const char *hr_test_isa(void);
+
 int hr_test_finish(void);
 
 #endif

@@ -2,7 +2,8 @@
  * element's bits are the same for T = 1 as inside a batch of 70 (with any other rows), as in batches
  * of 2, 3, 5, 16 and 17 tokens (every tile shape and leftover), for 1, 2 or 3 threads, and for a
  * matrix of only its first 37 or 5 rows (rows not a multiple of any tile height, other chunking),
- * for every type and every ISA this CPU has. */
+ * for every type and every ISA this CPU has (only $HEADROOM_ISA's when set), and every table's bits
+ * equal to the scalar table's (one program on every CPU). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ static void runner_close(runner *r) {
     hr_threadpool_destroy(r->tp);
 }
 
-static void check_type(const hr_kernels *kern, hr_dtype wt, int64_t k, hr_rng *rng) {
+static void check_type(const hr_kernels *kern, const hr_kernels *scalar, hr_dtype wt, int64_t k, hr_rng *rng) {
     const hr_dtype_info *info = hr_dtype_get_info(wt);
     const size_t row_bytes = hr_dtype_row_bytes(wt, k);
     float *wf = malloc(sizeof(float) * N_ROWS * (size_t)k);
@@ -56,6 +57,12 @@ static void check_type(const hr_kernels *kern, hr_dtype wt, int64_t k, hr_rng *r
     hr_matmul(r2.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb);
     hr_matmul(r3.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb3);
     CHECKF(!memcmp(Yb, Yb3, sizeof(float) * T_BATCH * N_ROWS), "%s/%s: 2 vs 3 threads differ", kern->isa, info->name);
+    runner rs;
+    runner_open(&rs, scalar, 2, k);
+    hr_matmul(rs.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb3);
+    CHECKF(!memcmp(Yb, Yb3, sizeof(float) * T_BATCH * N_ROWS), "%s/%s k=%lld: the batch differs from the scalar table's",
+           kern->isa, info->name, (long long)k);
+    runner_close(&rs);
 
     /* the first T tokens as a batch of their own, against the first n rows only */
     static const int small_T[] = {2, 3, 4, 5, 8, 16, 17};
@@ -120,21 +127,25 @@ static void check_type(const hr_kernels *kern, hr_dtype wt, int64_t k, hr_rng *r
 }
 
 int main(void) {
+    const char *pinned = hr_test_isa();
     hr_rng rng;
     hr_rng_seed(&rng, 42);
     const hr_cpu_features f = hr_cpu_detect();
     static const char *isas[] = {"scalar", "avx2", "avx512"};
+    hr_kernels scalar;
+    hr_kernels_init(&scalar, f, "scalar");
     static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
                                      HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
     for (size_t ii = 0; ii < HR_ARRAY_LEN(isas); ii++) {
+        if (pinned && strcmp(pinned, isas[ii])) continue;
+        if (!hr_kernels_isa_available(f, isas[ii])) continue;
         hr_kernels kern;
         hr_kernels_init(&kern, f, isas[ii]);
-        if (strcmp(kern.isa, isas[ii])) continue; /* this CPU lacks it */
         for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
             if (!kern.type[types[ti]].vec_dot) continue;
             const int block = hr_dtype_get_info(types[ti])->block_elems;
-            check_type(&kern, types[ti], block == 1 ? 77 : 256, &rng);
-            check_type(&kern, types[ti], block == 256 ? 768 : 1056, &rng);
+            check_type(&kern, &scalar, types[ti], block == 1 ? 77 : 256, &rng);
+            check_type(&kern, &scalar, types[ti], block == 256 ? 768 : 1056, &rng);
         }
     }
     return hr_test_finish();

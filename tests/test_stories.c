@@ -1,8 +1,10 @@
 /* test_stories.c: the correctness bar. On ../shared/models/stories260K.gguf every prompt in
  * ../shared/vectors/stories260K-greedy.jsonl must give exactly the recorded prompt token ids and the
  * recorded 48 greedy completion ids; on its q8_0 variant, exactly llama.cpp's own q8_0 completions
- * (tests/vectors/stories260K-q8_0-llamacpp.jsonl). Run with the reference engine's f16 KV cache, each
- * prompt alone and all prompts together in one ragged batch per step (which must change nothing). */
+ * (../shared/vectors/stories260K-q8_0-greedy.jsonl; tests/vectors/stories260K-q8_0-llamacpp.jsonl
+ * must hold the same ids). Run with the reference engine's f16 KV cache, each prompt alone and all
+ * prompts together in one ragged batch per step (which must change nothing), with the kernels of
+ * $HEADROOM_ISA (tests/harness.h; unset: the default table). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,7 @@ static int load_vectors(const char *path, vec *v) {
  * `exact` demands the reference completions; otherwise they are reported and the caller checks
  * teacher-forced agreement. The decoded ids are left in got (for comparing runs). */
 static int32_t got[MAXP][NGEN];
+static const char *g_isa; /* force_isa for every model context: $HEADROOM_ISA or NULL */
 
 static int run_model(const char *model_path, vec *v, int n, bool together, bool exact, hr_kv_format kvf) {
     hr_error err = {0};
@@ -69,7 +72,7 @@ static int run_model(const char *model_path, vec *v, int n, bool together, bool 
     kc.budget_bytes = hr_kv_block_bytes(&kc) * 8 * MAXP;
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;
-    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 64 * MAXP, .max_ctx = hp->n_ctx_train};
+    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 64 * MAXP, .max_ctx = hp->n_ctx_train, .force_isa = g_isa};
     if (hr_kv_pool_create(&kc, &kv, &err) || hr_model_ctx_create(m, kv, &mp, &ctx, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         exit(1);
@@ -158,7 +161,7 @@ static double teacher_forced_agreement(const char *model_path, vec *v, int n, hr
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * 16;
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;
-    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 128, .max_ctx = 256};
+    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 128, .max_ctx = 256, .force_isa = g_isa};
     if (hr_kv_pool_create(&kc, &kv, &err) || hr_model_ctx_create(m, kv, &mp, &ctx, &err)) exit(1);
     int V = hp->n_vocab;
     float *logits = malloc(sizeof(float) * (size_t)V * 128);
@@ -187,10 +190,12 @@ static double teacher_forced_agreement(const char *model_path, vec *v, int n, hr
 }
 
 int main(void) {
+    g_isa = hr_test_isa();
     const char *vpath = hr_test_shared_path("vectors/stories260K-greedy.jsonl");
+    const char *v8path = hr_test_shared_path("vectors/stories260K-q8_0-greedy.jsonl");
     const char *m32 = hr_test_shared_path("models/stories260K.gguf");
     const char *m8 = hr_test_shared_path("models/stories260K-q8_0.gguf");
-    if (!vpath || !m32 || !m8) HR_SKIP("../shared (stories260K models and vectors) is absent");
+    if (!vpath || !v8path || !m32 || !m8) HR_SKIP("../shared (stories260K models and vectors) is absent");
     vec v[MAXP], v8[MAXP];
     int n = load_vectors(vpath, v);
     CHECK(n >= 8);
@@ -204,8 +209,18 @@ int main(void) {
      * F32 model's completions on prompts 3, 4 and 7: the q8_0 weights move near-tie logits of this
      * 64-wide model (tests/vectors/README.md), so against those only teacher-forced agreement is
      * checked (>= 98%). */
-    int n8 = load_vectors(HR_SOURCE_DIR "/tests/vectors/stories260K-q8_0-llamacpp.jsonl", v8);
+    int n8 = load_vectors(v8path, v8);
     CHECK(n8 == n);
+    vec vt[MAXP];
+    memset(vt, 0, sizeof vt); /* the in-tree copy of llama.cpp's q8_0 ids must be the shared file's */
+    const int nt = load_vectors(HR_SOURCE_DIR "/tests/vectors/stories260K-q8_0-llamacpp.jsonl", vt);
+    CHECK(nt == n8);
+    for (int i = 0; i < nt && i < n8; i++) {
+        CHECK(vt[i].np == v8[i].np && vt[i].nc == v8[i].nc &&
+              !memcmp(vt[i].ptoks, v8[i].ptoks, sizeof(int32_t) * (size_t)vt[i].np) &&
+              !memcmp(vt[i].ctoks, v8[i].ctoks, sizeof vt[i].ctoks));
+        free(vt[i].prompt);
+    }
     for (int i = 0; i < n8 && i < n; i++)
         CHECK(v8[i].np == v[i].np && !memcmp(v8[i].ptoks, v[i].ptoks, sizeof(int32_t) * (size_t)v[i].np));
     int32_t alone[MAXP][NGEN];

@@ -56,6 +56,16 @@ static inline void hr_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint
     }
 }
 
+/* The scalar table's dots (kernels_scalar.c): portable C in the SIMD kernels' reduction order. */
+float hr_scalar_dot_f32(int64_t k, const void *w, const void *a);
+float hr_scalar_dot_f16(int64_t k, const void *w, const void *a);
+float hr_scalar_dot_bf16(int64_t k, const void *w, const void *a);
+float hr_scalar_dot_q8_0(int64_t k, const void *w, const void *a);
+float hr_scalar_dot_q4_0(int64_t k, const void *w, const void *a);
+float hr_scalar_dot_q4_K(int64_t k, const void *w, const void *a);
+float hr_scalar_dot_q5_K(int64_t k, const void *w, const void *a);
+float hr_scalar_dot_q6_K(int64_t k, const void *w, const void *a);
+
 /* AVX2 kernels (kernels_avx2.c, kernels_q4_avx2.c, kernels_float_avx2.c, kernels_k_avx2.c); only called when the
  * CPU has AVX2+FMA+F16C. */
 void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k);
@@ -119,12 +129,5 @@ static inline void hr_tile_zero(int nr, int nt, float *y, size_t ys) {
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++) y[(size_t)t * ys + r] = 0.0f;
 }
-
-/* AVX-512 kernels (kernels_avx512.c); only called when the CPU has AVX-512 F/BW/VL. */
-float hr_avx512_dot_f32(int64_t k, const void *w, const void *a);
-float hr_avx512_dot_f16(int64_t k, const void *w, const void *a);
-float hr_avx512_dot_bf16(int64_t k, const void *w, const void *a);
-float hr_avx512_dot_q8_0(int64_t k, const void *w, const void *a);
-float hr_avx512_dot_q4_0(int64_t k, const void *w, const void *a);
 
 #endif

@@ -124,16 +124,30 @@ typedef struct hr_type_kernels {
     hr_dequantize_row_fn dequantize; /* this type -> f32 */
     hr_vec_dot_fn vec_dot;           /* weight row (this type) . activation row (vec_dot_type) */
     hr_vec_dot_tile_fn vec_dot_tile; /* never NULL where vec_dot is set; see above */
+    const char *isa;                 /* "scalar", "avx2" or "avx512": the code these entries run */
 } hr_type_kernels;
 
 typedef struct hr_kernels {
     hr_cpu_features features;
-    const char *isa;          /* "scalar", "avx2", "avx512" */
+    const char *isa;          /* the highest ISA of any entry: "scalar", "avx2", "avx512" */
     hr_type_kernels type[31]; /* indexed by hr_dtype; NULL entries for unsupported ids */
 } hr_kernels;
 
-/* Fills k for the given features. `force_isa` may be NULL (best available), "scalar", "avx2" or
- * "avx512" (clamped to what the CPU has). */
+/* Fills k for the given features. `force_isa` may be NULL (the fastest measured: on an AVX-512 CPU
+ * the AVX2 kernels except the entries measured faster with AVX-512), "scalar", "avx2" or "avx512"
+ * (every AVX-512 entry there is, AVX2 for the rest); clamped to what the CPU has.
+ *
+ * Every table gives the same bits for the same input (scalar, AVX2 and AVX-512 entries reduce in
+ * one order: eight float lanes, one FMA per step, a fixed horizontal sum). The choice of ISA is a
+ * matter of speed only. No exceptions today; an entry that cannot keep the order must be named here
+ * with the reason. */
 void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa);
+
+/* Whether `isa` ("scalar", "avx2", "avx512") can run on a CPU with features f (false for other names). */
+bool hr_kernels_isa_available(hr_cpu_features f, const char *isa);
+
+/* Writes "f32 avx2, f16 avx2, ..., q4_0 avx512, ...": the ISA each weight type's kernels use. Returns
+ * the length the whole text needs (as snprintf; the text is cut to fit n bytes, NUL included). */
+int hr_kernels_describe(const hr_kernels *k, char *buf, size_t n);
 
 #endif
