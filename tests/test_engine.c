@@ -8,12 +8,14 @@
  *   - priorities (higher first, FCFS within one), cancellation at any point (randomized) leaves the
  *     pool as it started, every request ends in exactly one final state;
  *   - the engine thread with consumers reading the channels. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/synth.h"
 #include "test_engine_rig.h"
+#include "watchdog.h"
 
 #define NP       64
 #define PLEN_MAX 80
@@ -270,8 +272,37 @@ static void test_refusals(const hr_model *m) {
     p.max_tokens = 200 - plen[1]; /* within the context, beyond 8 blocks = 128 tokens */
     CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_BUDGET && strstr(err.msg, "pool") && !h);
     p.n_prompt = 0;
-    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG);
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "empty") && !h);
     p.n_prompt = plen[1];
+    /* each bad field is refused with its reason, and nothing is queued */
+    p.max_tokens = 4;
+    int32_t oov[3] = {1, 5, 1 << 20};
+    const int32_t *good = p.prompt;
+    p.prompt = oov, p.n_prompt = 3;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "outside the vocabulary") && !h);
+    oov[2] = -1;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "vocabulary") && !h);
+    p.prompt = good, p.n_prompt = plen[1];
+    p.max_tokens = 0;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "max_tokens") && !h);
+    p.max_tokens = -3;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "max_tokens") && !h);
+    p.max_tokens = 4;
+    p.sampling.temperature = NAN;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "temperature") && !h);
+    p.sampling.temperature = -1;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "temperature") && !h);
+    p.sampling = hr_sampler_default_params();
+    p.sampling.top_p = 0;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top_p") && !h);
+    p.sampling = hr_sampler_default_params();
+    const char *stops[1] = {""};
+    p.stop = stops, p.n_stop = 1;
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "stop") && !h);
+    p.stop = NULL, p.n_stop = 0;
+    hr_engine_stats st0;
+    hr_engine_get_stats(r.e, &st0);
+    CHECK(st0.submitted == 0 && st0.n_waiting == 0);
     p.max_tokens = 4;
     hr_request *acc[3];
     for (int i = 0; i < 3; i++) CHECK(hr_engine_submit(r.e, &p, &acc[i], &err) == HR_OK);
@@ -415,7 +446,7 @@ typedef struct consumer {
 static void *consume(void *arg) {
     consumer *c = arg;
     for (;;) {
-        hr_request_wait(c->h, -1);
+        hr_watchdog_wait(c->h, "a threaded stream");
         hr_request_delta d;
         hr_request_read(c->h, c->got + c->n, RIG_MAX_OUT - c->n, NULL, 0, &d);
         c->n += d.n_tokens;
@@ -457,7 +488,7 @@ static void test_thread(const hr_model *m) {
     for (int i = 0; i < 8; i++) hr_engine_cancel(r.e, late[i]);
     int ended = 0;
     for (int i = 0; i < 8; i++) {
-        hr_request_wait_done(late[i]);
+        hr_watchdog_wait_done(late[i], "a cancelled request");
         hr_request_stats s;
         hr_request_get_stats(late[i], &s);
         ended += s.state == HR_REQ_CANCELLED || s.state == HR_REQ_COMPLETED;

@@ -38,7 +38,7 @@ hr_sampler_params hr_sampler_default_params(void) {
 }
 
 hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err) {
-    if (!isfinite(p->temperature) || p->temperature > 100.0f)
+    if (!(p->temperature >= 0.0f) || p->temperature > 100.0f) /* NaN fails the first test */
         return hr_error_set(err, HR_ERR_INVALID_ARG, "temperature %g is outside [0, 100]", p->temperature);
     if (!(p->top_p > 0.0f) || p->top_p > 1.0f)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "top_p %g is outside (0, 1]", p->top_p);

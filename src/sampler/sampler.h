@@ -3,7 +3,7 @@
  * and history give the same token on any machine and in any batch.
  *
  * Order of operations (as in llama.cpp's default chain): penalties over the last `penalty_last_n`
- * tokens -> (temperature <= 0: argmax) -> top-k -> top-p -> min-p -> temperature -> softmax -> draw. */
+ * tokens -> (temperature 0: argmax) -> top-k -> top-p -> min-p -> temperature -> softmax -> draw. */
 #ifndef HR_SAMPLER_SAMPLER_H
 #define HR_SAMPLER_SAMPLER_H
 
@@ -12,7 +12,7 @@
 #include "common/status.h"
 
 typedef struct hr_sampler_params {
-    float temperature;       /* <= 0: greedy */
+    float temperature;       /* 0: greedy; 0..100 (negative or NaN is refused) */
     int top_k;               /* <= 0: off */
     float top_p;             /* >= 1: off */
     float min_p;             /* <= 0: off */
