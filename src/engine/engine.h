@@ -16,7 +16,9 @@
  *   submit -> WAITING -> RUNNING -> COMPLETED
  *                 ^          |  \-> CANCELLED (hr_engine_cancel) / FAILED (a forward error)
  *                 +- PREEMPTED <-+
- * Every accepted request ends in exactly one of COMPLETED, CANCELLED, FAILED. */
+ * Every accepted request ends in exactly one of COMPLETED, CANCELLED, FAILED. The engine never spins:
+ * two steps in a row that compute nothing with requests unfinished fail the head of the queue with
+ * the reason (see docs/ENGINE.md, "Progress"). */
 #ifndef HR_ENGINE_ENGINE_H
 #define HR_ENGINE_ENGINE_H
 
@@ -77,7 +79,8 @@ typedef struct hr_engine_params {
 typedef struct hr_engine hr_engine;
 typedef struct hr_request hr_request;
 
-/* Checks the parameters and allocates every per-step buffer. */
+/* Checks the parameters and that the parts fit (a contiguous slot fits the pool; a q4/kivi2 pool has
+ * at least max_running + 1 tail buffers), and allocates every per-step buffer. */
 hr_status hr_engine_create(const hr_engine_params *p, hr_engine **out, hr_error *err);
 /* Stops the thread if running; requests not yet finished end FAILED ("engine destroyed"). NULL ok. */
 void hr_engine_destroy(hr_engine *e);
