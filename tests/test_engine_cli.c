@@ -113,10 +113,11 @@ int main(void) {
         if (stories && c == 4) CHECK(json_integer_value(json_object_get(eng, "peak_running")) == 2);
         json_decref(j);
     }
-    /* a budget that cannot hold one --ctx sequence is a startup error that says what fits */
+    /* a budget that cannot hold one --ctx sequence is a startup error that says what fits (a value this
+     * model cannot use: a usage error, exit 2) */
     snprintf(args, sizeof args,
              "run -m %s -n 300 --ctx 512 --kv-budget 40KiB --temp 0 --json -p 'Once upon a time' -p 'The dog'", model);
-    CHECK(run(args) == 1);
+    CHECK(run(args) == 2);
     char *berr = slurp(err_path);
     CHECKF(berr && strstr(berr, "--kv-budget 40.0 KiB holds ") && strstr(berr, "the context is 512") &&
                strstr(berr, "raise --kv-budget to "),
@@ -134,11 +135,11 @@ int main(void) {
     const char *code1 = json_string_value(json_object_get(json_array_get(res, 1), "error_code"));
     CHECKF(!code0 && code1 && !strcmp(code1, "range"), "error codes %s / %s", code0 ? code0 : "-", code1 ? code1 : "-");
     json_decref(j);
-    /* plain text: one block per prompt, in order */
+    /* plain text: one block per prompt, in order, each after a header line */
     snprintf(args, sizeof args, "run -m %s -n 8 --temp 0 -p 'Once upon a time' -p 'The dog'", model);
     CHECK(run(args) == 0);
     char *out = slurp(out_path), *err = slurp(err_path);
-    CHECK(out && !strncmp(out, "[0] ", 4) && strstr(out, "\n[1] "));
+    CHECK(out && !strncmp(out, "--- [1/2] ---\n", 14) && strstr(out, "\n--- [2/2] ---\n"));
     CHECK(err && strstr(err, "tok/s aggregate") && strstr(err, "preemptions"));
     free(out);
     free(err);

@@ -5,6 +5,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/util.h"
 
@@ -59,4 +62,49 @@ const char *hr_arg_value(const char *cmd, int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+bool hr_arg_regular_file(const char *cmd, const char *what, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "headroom %s: %s '%s': %s\n", cmd, what, path, strerror(errno));
+        return false;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "headroom %s: %s '%s' is a directory, not a file: name a file inside it\n", cmd, what, path);
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "headroom %s: %s '%s' is not a regular file (a device, pipe or socket): give a file\n", cmd,
+                what, path);
+        return false;
+    }
+    return true;
+}
+
+int hr_online_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN); /* what the forward pass uses by default */
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+int hr_arg_threads_cap(const char *cmd, int n) {
+    int cores = hr_online_cores();
+    if (n <= cores) return n;
+    fprintf(stderr,
+            "headroom %s: warning: -t %d exceeds the %d online cores; using %d threads (more threads than cores only "
+            "wait on each other)\n",
+            cmd, n, cores, cores);
+    return cores;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t hr_prompt_seed(uint64_t seed, int i) {
+    /* 63 bits: JSON integers are signed, and the value must read back as a --seed */
+    return i == 0 ? seed : splitmix64(seed ^ splitmix64((uint64_t)i)) >> 1;
 }

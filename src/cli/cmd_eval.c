@@ -40,19 +40,26 @@ static void usage(FILE *f) {
                "  --kv-type LIST   formats to measure, comma-separated: f32, f16, bf16, q8, q4, fp8, kivi2, q4h;\n"
                "                   K/V for different K and V formats (e.g. q4/f16); 'all' for every format\n"
                "                   (default: f16,q8)\n"
-               "  -c, --ctx N      chunk length in tokens (default 256, at most the model's context)\n"
+               "  -c, --ctx N      chunk length in tokens (default 256, at most the model's trained context:\n"
+               "                   positions past it are out of distribution for RoPE)\n"
                "  --chunks N       score at most N chunks (default: the whole text)\n"
                "  --policy P       KV eviction policy to measure; repeat the flag (or separate with ';') for\n"
                "                   several: full, window:W, sinks:S,window:W, h2o:B, snapkv:B[,window:W]\n"
                "                   (default: full). Each format runs under each policy; policy runs score\n"
                "                   the second half of a chunk one token at a time after a first-half prompt\n"
-               "  --block-size N   KV block size (default 16)\n"
-               "  -t, --threads N  worker threads (default: all cores)\n"
+               "  --block-size N   KV block size, 8..256 (default 16); a format listed in --kv-type that the\n"
+               "                   model's head size cannot use with it is a startup error naming both ('all'\n"
+               "                   lists such a format as unavailable instead)\n"
+               "  -t, --threads N  worker threads, 1..1024 (default: all cores); more than the online cores\n"
+               "                   warns and uses the online cores\n"
                "  --json           one JSON object instead of the table\n"
+               "  -q, --quiet      no progress on stderr (default: a line rewritten per chunk on a terminal;\n"
+               "                   otherwise one line at start, one at least every 5 s, and one at the end)\n"
                "Output columns: KV bytes per token (all layers, K and V), KV bytes one sequence holds at the\n"
                "end of a chunk (after its policy), the most tokens one layer and KV head keeps then,\n"
                "perplexity, its change against the f32 full-cache run,\n"
-               "mean KL divergence from that run (nats), top-1 agreement with it.\n");
+               "mean KL divergence from that run (nats), top-1 agreement with it.\n"
+               "TEXT_FILE must be a regular file (a directory is an error).\n\n" HR_EXIT_HELP);
 }
 
 typedef struct fmt_pair {
@@ -124,7 +131,16 @@ static hr_status arm_open(arm *a, const hr_model *m, int n_ctx, int block_size, 
                        /* a chunk fills all its blocks in one forward: each needs an f16 tail buffer */
                        .stage_blocks = (n_ctx + block_size - 1) / block_size + 1};
     uint64_t bb = hr_kv_block_bytes(&kc);
-    if (!bb) return hr_error_set(err, HR_ERR_INVALID_ARG, "format %s cannot be used with this model", a->f.label);
+    if (!bb) {
+        /* the pool's own check says why: it fails on the config before allocating anything */
+        hr_kv_pool *probe = NULL;
+        hr_error why = {.msg = "the KV pool refuses this configuration"};
+        if (hr_kv_pool_create(&kc, &probe, &why) == HR_OK) hr_kv_pool_destroy(probe);
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "--kv-type %s with --block-size %d cannot be used on this model (head_dim %d, %d KV "
+                            "heads): %s",
+                            a->f.label, block_size, hp->head_dim, hp->n_head_kv, why.msg);
+    }
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + bb * (uint64_t)((n_ctx + block_size - 1) / block_size);
     a->bytes_per_token_x1000 = bb * 1000 / (uint64_t)block_size;
     hr_status st = hr_kv_pool_create(&kc, &a->kv, err);
@@ -230,60 +246,105 @@ static char *read_text(const char *path, size_t *len) {
     return b;
 }
 
+/* Progress on stderr. On a terminal one line rewritten in place per chunk; otherwise (a log file, a
+ * pipe, CI) whole lines: one at start, one at least every PROGRESS_EVERY_S seconds while a long chunk
+ * or many formats run, and one at the end, so that a long eval is never silent. */
+#define PROGRESS_EVERY_S 5.0
+
+typedef struct progress {
+    bool tty, quiet;
+    int n_chunks, n_arms; /* arms including the f32 reference */
+    double t0, last;
+} progress;
+
+static void progress_start(progress *p, size_t n_tok, int n_ctx) {
+    p->t0 = p->last = hr_time_now();
+    if (p->quiet || p->tty) return;
+    fprintf(stderr, "headroom eval: %zu tokens, %d chunks of %d, %d caches each (f32 reference included)\n", n_tok,
+            p->n_chunks, n_ctx, p->n_arms);
+}
+
+/* After arm i_arm (0-based) of chunk `c` (0-based) ran. */
+static void progress_note(progress *p, int c, int i_arm, const char *label) {
+    if (p->quiet) return;
+    double now = hr_time_now();
+    if (p->tty || now - p->last < PROGRESS_EVERY_S) return;
+    p->last = now;
+    fprintf(stderr, "headroom eval: chunk %d/%d, cache %d/%d (%s) done, %.0f s elapsed\n", c + 1, p->n_chunks, i_arm + 1,
+            p->n_arms, label, now - p->t0);
+}
+
+/* After every arm ran chunk c. */
+static void progress_chunk(const progress *p, int c) {
+    if (!p->quiet && p->tty) fprintf(stderr, "\rchunk %d/%d", c + 1, p->n_chunks);
+}
+
+static void progress_end(progress *p) {
+    if (p->quiet) return;
+    if (p->tty)
+        fprintf(stderr, "\n");
+    else
+        fprintf(stderr, "headroom eval: %d/%d chunks done in %.1f s\n", p->n_chunks, p->n_chunks, hr_time_now() - p->t0);
+}
+
 int hr_cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *formats = "f16,q8";
     int n_ctx = 256, max_chunks = 0, block_size = 16, n_threads = 0;
-    bool json = false;
+    bool json = false, quiet = false;
     char *policy_args[MAX_POLICIES];
     int n_policy_args = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            return HR_EXIT_OK;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = true;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = hr_arg_value("eval", argc, argv, &i))) return 2;
+            if (!(model_path = hr_arg_value("eval", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--policy")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i))) return 2;
+            if (!(v = hr_arg_value("eval", argc, argv, &i))) return HR_EXIT_USAGE;
             if (n_policy_args == MAX_POLICIES) {
                 fprintf(stderr, "headroom eval: at most %d --policy flags\n", MAX_POLICIES);
-                return 2;
+                return HR_EXIT_USAGE;
             }
             policy_args[n_policy_args++] = (char *)v;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!(formats = hr_arg_value("eval", argc, argv, &i))) return 2;
+            if (!(formats = hr_arg_value("eval", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 1 << 20, &n_ctx)) return 2;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 1 << 20, &n_ctx)) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--chunks")) {
             if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1 << 30, &max_chunks))
-                return 2;
+                return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--block-size")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size)) return 2;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size)) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads)) return 2;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads)) return HR_EXIT_USAGE;
+            n_threads = hr_arg_threads_cap("eval", n_threads);
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "headroom eval: unknown option '%s' (see headroom eval --help)\n", a);
-            return 2;
+            return HR_EXIT_USAGE;
         } else if (!text_path) {
             text_path = a;
         } else {
             fprintf(stderr, "headroom eval: more than one text file ('%s' and '%s')\n", text_path, a);
-            return 2;
+            return HR_EXIT_USAGE;
         }
     }
     if (!model_path || !text_path) {
         fprintf(stderr, "headroom eval: needs -m FILE.gguf and a TEXT_FILE (see headroom eval --help)\n");
-        return 2;
+        return HR_EXIT_USAGE;
     }
     fmt_pair fp[MAX_FORMATS];
     int n_fmt = 0;
-    if (!parse_formats(formats, fp, &n_fmt)) return 2;
+    if (!parse_formats(formats, fp, &n_fmt)) return HR_EXIT_USAGE;
     hr_kv_policy pols[MAX_POLICIES];
     int n_pol = 0;
-    if (!parse_policies(policy_args, n_policy_args, pols, &n_pol)) return 2;
+    if (!parse_policies(policy_args, n_policy_args, pols, &n_pol)) return HR_EXIT_USAGE;
     int n_arms = n_fmt * n_pol; /* arms 1..n_arms: format-major, then policy */
+    if (!hr_arg_regular_file("eval", "TEXT_FILE", text_path)) return HR_EXIT_FAIL;
 
     hr_error err = {0};
     hr_model *m = NULL;
@@ -291,10 +352,10 @@ int hr_cmd_eval(int argc, char **argv) {
     if (hr_model_load(model_path, &m, &err) || hr_tokenizer_load(hr_model_gguf(m), &tok, &err)) {
         fprintf(stderr, "headroom eval: %s\n", err.msg);
         hr_model_destroy(m);
-        return 1;
+        return HR_EXIT_FAIL;
     }
     const hr_hparams *hp = hr_model_hparams(m);
-    int rc = 1;
+    int rc = HR_EXIT_FAIL;
     size_t text_len = 0, n_tok = 0;
     char *text = read_text(text_path, &text_len);
     int32_t *toks = NULL, *pos = NULL;
@@ -308,8 +369,12 @@ int hr_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "headroom eval: cannot read '%s'\n", text_path);
         goto done;
     }
-    if (n_ctx > hp->n_ctx_train) {
-        fprintf(stderr, "headroom eval: --ctx %d exceeds the model's context %d\n", n_ctx, hp->n_ctx_train);
+    if (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train) {
+        fprintf(stderr,
+                "headroom eval: --ctx %d exceeds the model's trained context (%d): positions past it are out of "
+                "distribution for RoPE, so the scores would measure that, not the KV format; use --ctx <= %d\n",
+                n_ctx, hp->n_ctx_train, hp->n_ctx_train);
+        rc = HR_EXIT_USAGE;
         goto done;
     }
     hr_tokenize_opts to = {.add_bos = hr_tokenizer_bos(tok) >= 0};
@@ -346,15 +411,20 @@ int hr_cmd_eval(int argc, char **argv) {
         arms[i + 1].pol = pols[i % n_pol];
     }
     for (int i = 0; i <= n_arms; i++) hr_kv_policy_str(&arms[i].pol, arms[i].pol_label, sizeof arms[i].pol_label);
+    bool listed = strcmp(formats, "all") != 0; /* formats named one by one must all work */
     for (int i = 0; i <= n_arms; i++) {
-        if (arm_open(&arms[i], m, n_ctx, block_size, n_threads, &err)) {
-            if (i == 0) {
-                fprintf(stderr, "headroom eval: %s\n", err.msg);
-                goto done;
-            }
-            snprintf(arms[i].error, sizeof arms[i].error, "%s", err.msg);
+        hr_status ost = arm_open(&arms[i], m, n_ctx, block_size, n_threads, &err);
+        if (ost == HR_OK) continue;
+        bool usage_fault = ost != HR_ERR_NOMEM && ost != HR_ERR_IO && ost != HR_ERR_INTERNAL;
+        if (i == 0 || (listed && usage_fault)) {
+            fprintf(stderr, "headroom eval: %s\n", err.msg);
+            if (usage_fault) rc = HR_EXIT_USAGE;
+            goto done;
         }
+        snprintf(arms[i].error, sizeof arms[i].error, "%s", err.msg);
     }
+    progress prog = {.tty = isatty(2), .quiet = quiet || (json && isatty(2)), .n_chunks = n_chunks, .n_arms = n_arms + 1};
+    progress_start(&prog, n_tok, n_ctx);
     int32_t bos = hr_tokenizer_bos(tok);
     int32_t *chunk = malloc(sizeof(int32_t) * n_ctx);
     if (!chunk) goto done;
@@ -371,11 +441,13 @@ int hr_cmd_eval(int argc, char **argv) {
             arms[0].nll -= lp_ref[chunk[j + 1]];
             arms[0].n++;
         }
+        progress_note(&prog, c, 0, arms[0].f.label);
         for (int i = 1; i <= n_arms; i++) {
             arm *a = &arms[i];
             if (a->error[0]) continue;
             if (arm_forward(a, chunk, n_ctx, logits, pos, seqs, want, &err)) {
                 snprintf(a->error, sizeof a->error, "%s", err.msg);
+                progress_note(&prog, c, i, a->f.label);
                 continue;
             }
             for (int j = first; j < n_ctx - 1; j++) {
@@ -388,11 +460,12 @@ int hr_cmd_eval(int argc, char **argv) {
                 a->agree += hr_argmax(ref_logits + (size_t)j * V, V) == hr_argmax(logits + (size_t)j * V, V);
                 a->n++;
             }
+            progress_note(&prog, c, i, a->f.label);
         }
-        if (!json && isatty(2)) fprintf(stderr, "\rchunk %d/%d", c + 1, n_chunks);
+        progress_chunk(&prog, c);
     }
     free(chunk);
-    if (!json && isatty(2)) fprintf(stderr, "\n");
+    progress_end(&prog);
     double ref_ppl = exp(arms[0].nll / (double)arms[0].n);
     if (json) {
         json_t *root = json_object(), *res = json_array();
@@ -445,7 +518,7 @@ int hr_cmd_eval(int argc, char **argv) {
                    i == 0 ? 100.0 : 100.0 * (double)a->agree / (double)a->n);
         }
     }
-    rc = 0;
+    rc = HR_EXIT_OK;
 done:
     for (int i = 0; i <= n_arms; i++) arm_close(&arms[i]);
     free(text), free(toks), free(pos), free(seqs), free(want), free(ref_logits), free(logits), free(lp_ref), free(lp);

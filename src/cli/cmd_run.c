@@ -38,19 +38,27 @@ static void usage(FILE *f) {
             "      --repeat-penalty X (default 1.0 = off)\n"
             "      --presence-penalty X, --frequency-penalty X (default 0)\n"
             "      --repeat-last-n N  tokens the penalties look back over (default 64)\n"
-            "      --seed S           sampler seed (default 0); same seed, same output\n"
+            "      --seed S           sampler seed (default 0); same seed, same output. With several prompts,\n"
+            "                         prompt 1 uses S and prompt i > 1 splitmix64(S ^ splitmix64(i - 1)) >> 1, so\n"
+            "                         repeats of one prompt differ (--json reports each prompt's \"seed\")\n"
             "      --stop TEXT        stop when TEXT appears (repeatable; TEXT is not printed)\n"
             "      --ignore-eos       keep generating past end-of-generation tokens\n"
             "cache and compute:\n"
-            "  -c, --ctx N            context length (default: the model's, at most 4096)\n"
-            "      --kv-budget SIZE   KV pool size, e.g. 256MiB; allocated once, never grows (default: one --ctx\n"
-            "                         sequence per prompt that can run at once)\n"
+            "  -c, --ctx N            context length (default: the model's, at most 4096). Prompt + -n must fit:\n"
+            "                         a longer -n is clamped (a warning; finish \"length\", limit \"context\").\n"
+            "                         Above the model's trained context it needs --ctx-extend\n"
+            "      --ctx-extend       allow --ctx past the trained context: positions past it are out of\n"
+            "                         distribution for RoPE and quality degrades (docs/POLICIES.md); a\n"
+            "                         window policy (--kv-policy window:W) runs past the context without that\n"
+            "      --kv-budget SIZE   KV pool size > 0, e.g. 256MiB; allocated once, never grows (default, when\n"
+            "                         omitted: one --ctx sequence per prompt that can run at once)\n"
             "      --kv-type F        KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2, q4h (default f16)\n"
             "      --kv-type-k F, --kv-type-v F  the format of K or V alone\n"
             "      --kv-policy P      what stays resident: full (default), window:W, sinks:S,window:W,\n"
             "                         h2o:B, snapkv:B (docs/POLICIES.md); a model's own sliding window\n"
             "                         (Mistral) always applies\n"
-            "      --block-size N     tokens per KV block, 8..256 (default 16)\n"
+            "      --block-size N     tokens per KV block, 8..256 (default 16); a --kv-type the model's head\n"
+            "                         size cannot use with it is a startup error naming both\n"
             "      --kv-layout L      paged (blocks on demand, prefix sharing; default) or contiguous (each\n"
             "                         sequence reserves --ctx slots up front, like llama.cpp slots)\n"
             "engine (continuous batching):\n"
@@ -67,15 +75,20 @@ static void usage(FILE *f) {
             "                         moving the bytes is cheaper than recomputing, given a --swap-space)\n"
             "      --swap-space SIZE  swap tier size (an anonymous temp file; default none, or the KV budget\n"
             "                         with --preempt swap)\n"
-            "  -t, --threads N        worker threads (default: all cores)\n"
+            "  -t, --threads N        worker threads, 1..1024 (default: all cores); more than the online cores\n"
+            "                         warns and uses the online cores\n"
             "      --mmap             map the model file (pages shared with the page cache, read as touched)\n"
             "                         instead of reading it at start into private memory backed by 2 MiB\n"
             "                         huge pages where the kernel allows (faster weight streaming)\n"
             "      --isa NAME         force kernels: scalar, avx2, avx512 (default: best available)\n"
             "output:\n"
-            "      --json             print one JSON object (completion, token ids and counts, speeds, KV bytes;\n"
+            "      --json             print one JSON object (completion, token ids and counts, finish_reason and,\n"
+            "                         for \"length\", limit: \"max_tokens\" or \"context\", seed, speeds, KV bytes;\n"
             "                         with several prompts a \"results\" array in input order and \"engine\" figures)\n"
-            "  -v, --verbose          print the KV ledger after the run\n");
+            "  -v, --verbose          print the KV ledger after the run\n"
+            "One prompt streams its completion to stdout. Several print in input order, each after a header\n"
+            "line `--- [i/N] ---` (an error: `--- [i/N] error: MESSAGE ---`).\n"
+            "\n" HR_EXIT_HELP);
 }
 
 /* The prompts of one run: -p values (borrowed from argv) and --prompts file lines (owned). */
@@ -108,6 +121,7 @@ static void prompts_free(prompt_list *l) {
 
 /* Reads one prompt per line (CR/LF stripped, blank lines skipped). */
 static bool prompts_read_file(prompt_list *l, const char *path) {
+    if (!hr_arg_regular_file("run", "--prompts", path)) return false;
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "headroom run: --prompts %s: cannot open it\n", path);
@@ -150,14 +164,21 @@ static int print_many(hr_session *s, hr_generation *g, int n, double seconds, bo
         print_json(root);
         return bad;
     }
+    /* a header line per prompt: completions may span several lines */
     for (int i = 0; i < n; i++) {
         if (g[i].status != HR_OK) {
-            printf("[%d] (error: %s)\n", i, g[i].error);
-            fprintf(stderr, "headroom run: prompt %d: %s\n", i, g[i].error);
-        } else {
-            printf("[%d] %.*s\n", i, (int)g[i].text_len, g[i].text);
+            printf("--- [%d/%d] error: %s ---\n", i + 1, n, g[i].error);
+            fprintf(stderr, "headroom run: prompt %d/%d: %s\n", i + 1, n, g[i].error);
+            continue;
         }
+        bool nl = g[i].text_len > 0 && g[i].text[g[i].text_len - 1] == '\n';
+        printf("--- [%d/%d] ---\n%.*s%s", i + 1, n, (int)g[i].text_len, g[i].text, nl ? "" : "\n");
     }
+    int n_ctx_limited = 0;
+    for (int i = 0; i < n; i++) n_ctx_limited += g[i].limit && !strcmp(g[i].limit, "context");
+    if (n_ctx_limited)
+        fprintf(stderr, "headroom run: %d of %d prompts stopped at the context (--ctx %d), before -n\n", n_ctx_limited,
+                n, hr_session_n_ctx(s));
     fflush(stdout);
     hr_session_print_engine_stats(s, g, n, seconds, stderr);
     return bad;
@@ -167,12 +188,12 @@ int hr_cmd_run(int argc, char **argv) {
     hr_session_opts o = hr_session_default_opts();
     prompt_list pl = {0};
     bool json = false, verbose = false;
-    int rc = 2;
+    int rc = HR_EXIT_USAGE;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            rc = 0;
+            rc = HR_EXIT_OK;
             goto out;
         } else if (!strcmp(a, "--json")) {
             json = true;
@@ -184,6 +205,12 @@ int hr_cmd_run(int argc, char **argv) {
             o.ignore_eos = true;
         } else if (!strcmp(a, "--kv-policy")) {
             if (!(o.kv_policy = hr_arg_value("run", argc, argv, &i))) goto out;
+            hr_kv_policy pol; /* the syntax is checked here (a usage error); the session checks it fits */
+            hr_error perr;
+            if (hr_kv_policy_parse(o.kv_policy, &pol, &perr) != HR_OK) {
+                fprintf(stderr, "headroom run: --kv-policy: %s\n", perr.msg);
+                goto out;
+            }
         } else if (!strcmp(a, "--chat")) {
             o.chat = true;
         } else if (!strcmp(a, "--system")) {
@@ -198,7 +225,11 @@ int hr_cmd_run(int argc, char **argv) {
             if (!(v = hr_arg_value("run", argc, argv, &i))) goto out;
             if (!prompts_add(&pl, v, false)) goto out;
         } else if (!strcmp(a, "--prompts")) {
-            if (!(v = hr_arg_value("run", argc, argv, &i)) || !prompts_read_file(&pl, v)) goto out;
+            if (!(v = hr_arg_value("run", argc, argv, &i))) goto out;
+            if (!prompts_read_file(&pl, v)) {
+                rc = HR_EXIT_FAIL; /* a file problem, as for -m */
+                goto out;
+            }
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!(v = hr_arg_value("run", argc, argv, &i)) || !hr_arg_int("run", a, v, 0, 1 << 24, &o.n_predict))
                 goto out;
@@ -223,14 +254,22 @@ int hr_cmd_run(int argc, char **argv) {
         goto out;
     }
     o.n_prompts_hint = pl.n;
+    o.cmd = "run";
+    o.warn = stderr;
     hr_error err = {0};
     hr_session *s = NULL;
-    rc = 1;
-    if (hr_session_open(&o, &s, &err) != HR_OK) {
+    bool bad_option = false;
+    if (hr_session_open(&o, &s, &bad_option, &err) != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
+        rc = bad_option ? HR_EXIT_USAGE : HR_EXIT_FAIL;
         goto out;
     }
-    if (hr_session_warning(s)[0]) fprintf(stderr, "headroom run: warning: %s\n", hr_session_warning(s));
+    rc = HR_EXIT_FAIL;
+    for (const char *w = hr_session_warning(s); *w;) { /* one line each */
+        size_t len = strcspn(w, "\n");
+        fprintf(stderr, "headroom run: warning: %.*s\n", (int)len, w);
+        w += len + (w[len] == '\n');
+    }
     if (!o.model_path && !json)
         fprintf(stderr,
                 "headroom: no -m given: using the built-in demo model (tiny, random weights: its text is noise)\n");
@@ -246,17 +285,17 @@ int hr_cmd_run(int argc, char **argv) {
     if (st != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
     } else if (pl.n > 1) {
-        rc = print_many(s, g, pl.n, seconds, json) ? 1 : 0;
+        rc = print_many(s, g, pl.n, seconds, json) ? HR_EXIT_FAIL : HR_EXIT_OK;
     } else if (json) {
         json_t *root = hr_generation_to_json(s, &g[0]);
         json_object_set_new(root, "engine", hr_session_engine_json(s, seconds));
         print_json(root);
-        rc = 0;
+        rc = HR_EXIT_OK;
     } else {
         printf("\n");
         fflush(stdout);
         hr_generation_print_stats(s, &g[0], stderr);
-        rc = 0;
+        rc = HR_EXIT_OK;
     }
     if (verbose && st == HR_OK) hr_session_print_ledger(s, stderr);
     for (int i = 0; i < pl.n; i++) hr_generation_free(&g[i]);

@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "  --type TYPE    f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (rows whose length does not fit the\n"
             "                 type's block are stored as f16; norms stay f32)\n"
             "  -o FILE        output path\n"
-            "  --seed S       (default 1)\n",
+            "  --seed S       (default 1)\n\n" HR_EXIT_HELP,
             hr_synth_shape_names());
 }
 
@@ -40,44 +40,44 @@ int hr_cmd_synth(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            return HR_EXIT_OK;
         } else if (!strcmp(a, "--shape")) {
-            if (!(shape_name = hr_arg_value("synth", argc, argv, &i))) return 2;
+            if (!(shape_name = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--type")) {
-            if (!(type_name = hr_arg_value("synth", argc, argv, &i))) return 2;
+            if (!(type_name = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(path = hr_arg_value("synth", argc, argv, &i))) return 2;
+            if (!(path = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--seed")) {
-            if (!(v = hr_arg_value("synth", argc, argv, &i)) || !hr_arg_u64("synth", a, v, &seed)) return 2;
+            if (!(v = hr_arg_value("synth", argc, argv, &i)) || !hr_arg_u64("synth", a, v, &seed)) return HR_EXIT_USAGE;
         } else {
             fprintf(stderr, "headroom synth: unknown option '%s' (see headroom synth --help)\n", a);
-            return 2;
+            return HR_EXIT_USAGE;
         }
     }
     if (!shape_name || !type_name || !path) {
         fprintf(stderr, "headroom synth: --shape, --type and -o are required (see headroom synth --help)\n");
-        return 2;
+        return HR_EXIT_USAGE;
     }
     hr_error err = {0};
     hr_synth_shape shape;
     if (hr_synth_shape_by_name(shape_name, &shape, &err)) {
         fprintf(stderr, "headroom synth: %s\n", err.msg);
-        return 2;
+        return HR_EXIT_USAGE;
     }
     hr_dtype type;
     if (!parse_type(type_name, &type)) {
         fprintf(stderr, "headroom synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)\n",
                 type_name);
-        return 2;
+        return HR_EXIT_USAGE;
     }
     hr_gguf_writer *w = NULL;
     if (hr_synth_build(&shape, type, seed, &w, &err) || hr_gguf_writer_write_file(w, path, &err)) {
         fprintf(stderr, "headroom synth: %s\n", err.msg);
         hr_gguf_writer_destroy(w);
-        return 1;
+        return HR_EXIT_FAIL;
     }
     hr_gguf_writer_destroy(w);
     fprintf(stderr, "headroom synth: wrote %s (%s, %s, seed %llu)\n", path, shape.name, type_name,
             (unsigned long long)seed);
-    return 0;
+    return HR_EXIT_OK;
 }

@@ -26,7 +26,8 @@ static void usage(FILE *f) {
                "  --parse-special    map special-token text such as <|eot_id|> to its id (default: plain text)\n"
                "  --stats            print bytes, tokens, encode time and MB/s to stderr\n"
                "  -f, --file FILE    read the text from FILE instead of the command line\n"
-               "Invalid UTF-8 in the text: each byte that starts no valid sequence is read as U+FFFD.\n");
+               "Invalid UTF-8 in the text: each byte that starts no valid sequence is read as U+FFFD.\n"
+               "A -f FILE that is a directory or not a regular file is an error (use '-' for stdin).\n\n" HR_EXIT_HELP);
 }
 
 static char *read_all(FILE *f, size_t *len) {
@@ -81,11 +82,11 @@ int hr_cmd_tokenize(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            return HR_EXIT_OK;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = hr_arg_value("tokenize", argc, argv, &i))) return 2;
+            if (!(model_path = hr_arg_value("tokenize", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(file = hr_arg_value("tokenize", argc, argv, &i))) return 2;
+            if (!(file = hr_arg_value("tokenize", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--ids")) {
             mode = OUT_IDS;
         } else if (!strcmp(a, "--pieces")) {
@@ -103,38 +104,39 @@ int hr_cmd_tokenize(int argc, char **argv) {
             if (first >= argc || argc - first > 1 || text_arg) {
                 fprintf(stderr, "headroom tokenize: expected exactly one TEXT argument (quote it), found %d\n",
                         argc - first + (text_arg ? 1 : 0));
-                return 2;
+                return HR_EXIT_USAGE;
             }
             text_arg = argv[first];
             break;
         } else {
             fprintf(stderr, "headroom tokenize: unknown option '%s' (see --help)\n", a);
-            return 2;
+            return HR_EXIT_USAGE;
         }
     }
     if (!model_path) {
         fprintf(stderr, "headroom tokenize: -m FILE.gguf is required (see --help)\n");
-        return 2;
+        return HR_EXIT_USAGE;
     }
     if (!text_arg == !file) {
         fprintf(stderr, "headroom tokenize: give the text either as one TEXT argument or with -f FILE, not %s\n",
                 file ? "both" : "neither");
-        return 2;
+        return HR_EXIT_USAGE;
     }
 
     char *text = NULL;
     size_t len = 0;
     if (file) {
+        if (strcmp(file, "-") && !hr_arg_regular_file("tokenize", "-f", file)) return HR_EXIT_FAIL;
         FILE *f = strcmp(file, "-") ? fopen(file, "rb") : stdin;
         if (!f) {
             fprintf(stderr, "headroom tokenize: cannot open '%s': %s\n", file, strerror(errno));
-            return 1;
+            return HR_EXIT_FAIL;
         }
         text = read_all(f, &len);
         if (f != stdin) fclose(f);
         if (!text) {
             fprintf(stderr, "headroom tokenize: cannot read '%s'\n", file);
-            return 1;
+            return HR_EXIT_FAIL;
         }
     }
 

@@ -2,6 +2,7 @@
  * generation goes through the engine (src/engine), on this thread, one hr_engine_step at a time. */
 #include "cli/session.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,8 +24,18 @@ struct hr_session {
     hr_chat_template chat_tpl; /* chat mode: the template prompts are rendered with */
     bool has_policy;           /* --kv-policy given: every request carries it */
     hr_kv_policy policy;
-    char warning[256]; /* a startup warning for the CLI to print ("" when none) */
+    char warning[1024]; /* startup warnings for the CLI to print, '\n'-separated ("" when none) */
 };
+
+/* Appends one line to the startup warnings (dropped when the buffer is full). */
+__attribute__((format(printf, 2, 3))) static void add_warning(hr_session *s, const char *fmt, ...) {
+    size_t n = strlen(s->warning);
+    if (n && n + 1 < sizeof s->warning) s->warning[n++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->warning + n, sizeof s->warning - n, fmt, ap);
+    va_end(ap);
+}
 
 hr_session_opts hr_session_default_opts(void) {
     hr_session_opts o = {0};
@@ -44,8 +55,9 @@ hr_session_opts hr_session_default_opts(void) {
 bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char **argv, int *i, const char **value) {
     const char *a = argv[*i];
 #define IS(x) (!strcmp(a, x))
-    if (IS("--mmap")) { /* the one flag here without a value */
-        o->mmap_weights = true;
+    if (IS("--mmap") || IS("--ctx-extend")) { /* the flags here without a value */
+        if (IS("--mmap")) o->mmap_weights = true;
+        if (IS("--ctx-extend")) o->ctx_extend = true;
         *value = a;
         return true;
     }
@@ -66,8 +78,16 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
         o->model_path = v;
     else if (IS("-c") || IS("--ctx"))
         ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->n_ctx);
-    else if (IS("--kv-budget"))
+    else if (IS("--kv-budget")) {
         ok = hr_arg_size(cmd, a, v, &o->kv_budget);
+        if (ok && o->kv_budget == 0) {
+            fprintf(stderr,
+                    "headroom %s: --kv-budget must be > 0; omit it for the default (one --ctx sequence per prompt "
+                    "that can run at once)\n",
+                    cmd);
+            ok = false;
+        }
+    }
     else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
         hr_kv_format f;
         hr_error err;
@@ -99,9 +119,10 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
             fprintf(stderr, "headroom %s: %s: %s\n", cmd, a, err.msg);
             ok = false;
         }
-    } else if (IS("-t") || IS("--threads"))
+    } else if (IS("-t") || IS("--threads")) {
         ok = hr_arg_int(cmd, a, v, 1, 1024, &o->n_threads);
-    else if (IS("--isa"))
+        if (ok) o->n_threads = hr_arg_threads_cap(cmd, o->n_threads);
+    } else if (IS("--isa"))
         o->isa = v;
     else if (IS("--temp"))
         ok = hr_arg_float(cmd, a, v, 0, 100, &sp->temperature);
@@ -145,9 +166,24 @@ static hr_status open_kv(hr_session *s, hr_error *err) {
                        .k_format = s->o.k_format,
                        .v_format = s->o.v_format,
                        .max_seqs = n_seqs,
+                       .max_step_tokens = s->o.n_batch, /* sizes the q4/kivi2 tail buffers for a full step */
                        .prefault = true};
     uint64_t block_bytes = hr_kv_block_bytes(&kc), fixed = hr_kv_fixed_bytes(&kc);
-    if (block_bytes == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "--block-size/--kv-type: no valid KV block");
+    if (block_bytes == 0) {
+        /* the pool's own check says why: it fails on the config before allocating anything */
+        hr_kv_pool *probe = NULL;
+        hr_error why = {.msg = "the KV pool refuses this configuration"};
+        if (hr_kv_pool_create(&kc, &probe, &why) == HR_OK) hr_kv_pool_destroy(probe);
+        char fmt[32];
+        if (kc.k_format == kc.v_format)
+            snprintf(fmt, sizeof fmt, "%s", hr_kv_format_name(kc.k_format));
+        else
+            snprintf(fmt, sizeof fmt, "%s/%s", hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format));
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "--kv-type %s with --block-size %d cannot be used on this model (head_dim %d, %d KV "
+                            "heads): %s",
+                            fmt, kc.block_size, kc.head_dim, kc.n_kv_heads, why.msg);
+    }
     uint64_t need_blocks = (uint64_t)(s->n_ctx + kc.block_size - 1) / kc.block_size;
     kc.budget_bytes = s->o.kv_budget ? s->o.kv_budget : fixed + need_blocks * block_bytes * (uint64_t)n_seqs;
     uint64_t have_blocks = kc.budget_bytes > fixed ? (kc.budget_bytes - fixed) / block_bytes : 0;
@@ -166,15 +202,46 @@ static hr_status open_kv(hr_session *s, hr_error *err) {
     return hr_kv_pool_create(&kc, &s->kv, err);
 }
 
-hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *err) {
+/* Whether a failure after the model and tokenizer loaded is about an option value rather than memory,
+ * a file or the machine. */
+static bool option_fault(hr_status st) { return st != HR_ERR_NOMEM && st != HR_ERR_IO && st != HR_ERR_INTERNAL; }
+
+/* --ctx against the trained context: past it RoPE sees positions it was never trained on
+ * (docs/POLICIES.md, "Positions, RoPE and running past the trained context"). */
+static hr_status check_ctx(hr_session *s, const hr_hparams *hp, hr_error *err) {
+    int train = hp->n_ctx_train;
+    if (train <= 0 || s->n_ctx <= train) return HR_OK;
+    if (!s->o.ctx_extend)
+        return hr_error_set(err, HR_ERR_RANGE,
+                            "--ctx %d exceeds the model's trained context (%d): positions past %d are out of "
+                            "distribution for RoPE and quality degrades; add --ctx-extend to allow it anyway, or keep "
+                            "--ctx <= %d and use --kv-policy window:W to run past the context",
+                            s->n_ctx, train, train, train);
+    add_warning(s,
+                "--ctx %d exceeds the model's trained context (%d) (--ctx-extend): positions past %d are out of "
+                "distribution for RoPE; expect quality to degrade there",
+                s->n_ctx, train, train);
+    return HR_OK;
+}
+
+hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_option, hr_error *err) {
+    if (bad_option) *bad_option = false;
     hr_session *s = calloc(1, sizeof *s);
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     s->o = *o;
+    bool loaded = false; /* past this point a failure is an option's, unless memory or I/O */
     hr_status st = o->model_path ? hr_model_load_hold(o->model_path, o->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT,
                                                       &s->model, err)
                                  : load_demo(s, err);
     if (st) goto fail;
     if ((st = hr_tokenizer_load(hr_model_gguf(s->model), &s->tok, err))) goto fail;
+    const hr_hparams *hp = hr_model_hparams(s->model);
+    if (hr_tokenizer_n_vocab(s->tok) > hp->n_vocab) {
+        st = hr_error_set(err, HR_ERR_FORMAT, "the vocabulary has %d tokens but the model's embedding has %d rows",
+                          hr_tokenizer_n_vocab(s->tok), hp->n_vocab);
+        goto fail;
+    }
+    loaded = true;
     if (o->chat_template) {
         s->chat_tpl = hr_chat_template_by_name(o->chat_template);
         if (s->chat_tpl == HR_CHAT_UNKNOWN) {
@@ -185,13 +252,8 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
     } else if (o->chat) {
         s->chat_tpl = hr_chat_template_from_gguf(hr_model_gguf(s->model), s->warning, sizeof s->warning);
     }
-    const hr_hparams *hp = hr_model_hparams(s->model);
-    if (hr_tokenizer_n_vocab(s->tok) > hp->n_vocab) {
-        st = hr_error_set(err, HR_ERR_FORMAT, "the vocabulary has %d tokens but the model's embedding has %d rows",
-                          hr_tokenizer_n_vocab(s->tok), hp->n_vocab);
-        goto fail;
-    }
     s->n_ctx = o->n_ctx ? o->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
+    if ((st = check_ctx(s, hp, err))) goto fail;
     if ((st = open_kv(s, err))) goto fail;
     if (o->kv_policy) {
         if ((st = hr_kv_policy_parse(o->kv_policy, &s->policy, err)) ||
@@ -232,6 +294,7 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *
     *out = s;
     return HR_OK;
 fail:
+    if (bad_option) *bad_option = loaded && option_fault(st);
     hr_session_close(s);
     return st;
 }
@@ -255,6 +318,7 @@ hr_model_ctx *hr_session_ctx(hr_session *s) { return s->ctx; }
 hr_engine *hr_session_engine(hr_session *s) { return s->engine; }
 const hr_session_opts *hr_session_options(const hr_session *s) { return &s->o; }
 const char *hr_session_warning(const hr_session *s) { return s->warning; }
+int hr_session_n_ctx(const hr_session *s) { return s->n_ctx; }
 
 /* ---- generation through the engine --------------------------------------------------------------- */
 
@@ -296,19 +360,24 @@ static hr_status tokenize(hr_session *s, const char *prompt, hr_generation *g, h
     return HR_OK;
 }
 
-/* Tokenizes and submits one prompt; on refusal records the reason in g. */
-static void submit_one(hr_session *s, const char *prompt, hr_generation *g, hr_request **h) {
+/* Tokenizes and submits prompt i; on refusal records the reason in g. */
+static void submit_one(hr_session *s, int i, const char *prompt, hr_generation *g, hr_request **h) {
     hr_error e = {0};
     *h = NULL;
     hr_status st = tokenize(s, prompt, g, &e);
     /* a window or sinks policy lets a sequence run past the context; otherwise it ends there */
     int span = s->has_policy ? hr_engine_policy_span(&s->policy) : 0;
     int max_new = span > 0 ? s->o.n_predict : HR_MIN(s->o.n_predict, s->n_ctx - g->n_prompt);
+    g->max_tokens = st == HR_OK ? max_new : 0;
+    g->ctx_limited = st == HR_OK && max_new < s->o.n_predict;
+    g->seed = hr_prompt_seed(s->o.sampling.seed, i);
+    hr_sampler_params sp = s->o.sampling;
+    sp.seed = g->seed;
     if (st == HR_OK && max_new > 0) {
         hr_request_params p = {.prompt = g->prompt_ids,
                                .n_prompt = g->n_prompt,
                                .max_tokens = max_new,
-                               .sampling = s->o.sampling,
+                               .sampling = sp,
                                .ignore_eos = s->o.ignore_eos,
                                .stop = (const char *const *)s->o.stop,
                                .n_stop = s->o.n_stop,
@@ -342,6 +411,7 @@ static hr_status collect(hr_session *s, hr_request *h, hr_generation *g) {
     g->prompt_seconds = t1 - rs->t_submit;
     g->gen_seconds = rs->t_finish - t1;
     g->finish_reason = hr_finish_reason_name(rs->finish);
+    g->limit = rs->finish == HR_FINISH_LENGTH ? (g->ctx_limited ? "context" : "max_tokens") : NULL;
     if (rs->state != HR_REQ_COMPLETED) {
         g->status = rs->error_code ? rs->error_code : HR_ERR_INTERNAL;
         snprintf(g->error, sizeof g->error, "%s", rs->error);
@@ -350,12 +420,36 @@ static hr_status collect(hr_session *s, hr_request *h, hr_generation *g) {
     return HR_OK;
 }
 
+/* One line before any output when the context cut -n short for some prompt: what it was clamped to,
+ * and what to change. */
+static void warn_clamped(hr_session *s, const hr_generation *g, int n) {
+    int n_clamped = 0, first = -1;
+    for (int i = 0; i < n; i++) {
+        if (g[i].status == HR_OK && g[i].ctx_limited) {
+            if (first < 0) first = i;
+            n_clamped++;
+        }
+    }
+    if (!s->o.warn || first < 0) return;
+    char who[64] = " ";
+    if (n > 1) snprintf(who, sizeof who, " for %d of %d prompts (prompt %d: ", n_clamped, n, first + 1);
+    const char *hint = s->n_ctx < hr_model_hparams(s->model)->n_ctx_train
+                           ? "raise --ctx (up to the model's trained context)"
+                           : "use --kv-policy window:W to run past the context";
+    fprintf(s->o.warn,
+            "headroom %s: warning: -n %d is clamped%sto %d tokens by the context (--ctx %d, the prompt takes %d)%s: "
+            "%s\n",
+            s->o.cmd ? s->o.cmd : "run", s->o.n_predict, who, g[first].max_tokens, s->n_ctx, g[first].n_prompt,
+            n > 1 ? ")" : "", hint);
+}
+
 hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, int n, FILE *out, hr_generation *g,
                                    hr_error *err) {
     hr_request **h = calloc((size_t)(n > 0 ? n : 1), sizeof *h);
     if (!h) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     memset(g, 0, sizeof *g * (size_t)n);
-    for (int i = 0; i < n; i++) submit_one(s, prompts[i], &g[i], &h[i]);
+    for (int i = 0; i < n; i++) submit_one(s, i, prompts[i], &g[i], &h[i]);
+    warn_clamped(s, g, n);
     bool stream = out && n == 1 && h[0];
     hr_status st = HR_OK;
     for (int pending = 1; pending > 0;) {
@@ -400,8 +494,13 @@ void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE
     char kb[32];
     double pps = g->prompt_seconds > 0 ? g->n_prompt / g->prompt_seconds : 0;
     double gps = g->gen_seconds > 0 ? g->n_ids / g->gen_seconds : 0;
-    fprintf(f, "prompt: %d tokens, %.1f tok/s | generation: %d tokens, %.1f tok/s | finish: %s\n", g->n_prompt, pps,
-            g->n_ids, gps, g->finish_reason);
+    char why[96] = "";
+    if (g->limit && !strcmp(g->limit, "context"))
+        snprintf(why, sizeof why, " (stopped at the context: %d tokens, --ctx)", s->n_ctx);
+    else if (g->limit)
+        snprintf(why, sizeof why, " (-n %d)", g->max_tokens);
+    fprintf(f, "prompt: %d tokens, %.1f tok/s | generation: %d tokens, %.1f tok/s | finish: %s%s\n", g->n_prompt, pps,
+            g->n_ids, gps, g->finish_reason, why);
     fprintf(f, "kv cache: %s peak (%d tokens, K %s / V %s, block %d) | kernels %s, %d threads\n",
             hr_format_size(g->kv_bytes_peak, kb, sizeof kb), g->ledger.tokens_total,
             hr_kv_format_name(g->ledger.k_format), hr_kv_format_name(g->ledger.v_format), s->o.block_size,
@@ -415,6 +514,13 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
     for (int i = 0; i < g->n_ids; i++) json_array_append_new(cids, json_integer(g->ids[i]));
     json_object_set_new(root, "completion", json_stringn(g->text, g->text_len));
     json_object_set_new(root, "finish_reason", json_string(g->finish_reason));
+    if (g->limit) json_object_set_new(root, "limit", json_string(g->limit));
+    json_object_set_new(root, "max_tokens", json_integer(g->max_tokens));
+    json_object_set_new(root, "n_ctx", json_integer(s->n_ctx));
+    /* a --seed past 2^63 does not fit a JSON integer: then it is a string of its digits */
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)g->seed);
+    json_object_set_new(root, "seed", g->seed <= INT64_MAX ? json_integer((json_int_t)g->seed) : json_string(seed));
     json_object_set_new(root, "prompt_tokens", json_integer(g->n_prompt));
     json_object_set_new(root, "completion_tokens", json_integer(g->n_ids));
     json_object_set_new(root, "prompt_token_ids", pids);

@@ -22,7 +22,10 @@ typedef struct hr_session_opts {
     const char *model_path; /* NULL: the built-in demo model */
     bool mmap_weights;      /* --mmap: map the file instead of reading it into huge-page memory */
     int n_ctx;              /* 0: the model's, capped at 4096 */
-    uint64_t kv_budget;     /* 0: one n_ctx sequence per concurrent prompt (at most max_running) */
+    bool ctx_extend;        /* --ctx-extend: allow n_ctx past the model's trained context (RoPE out of
+                               distribution there: a startup warning); without it that is an error */
+    uint64_t kv_budget;     /* 0: one n_ctx sequence per concurrent prompt (at most max_running); --kv-budget 0
+                               itself is refused by the parser */
     hr_kv_format k_format, v_format;
     int block_size;
     int n_batch;       /* --max-batch-tokens: tokens per engine step */
@@ -33,7 +36,7 @@ typedef struct hr_session_opts {
     hr_preempt_mode preempt;
     hr_kv_layout layout;
     uint64_t swap_space; /* bytes of the swap tier (an anonymous temp file); 0: none (--preempt swap: = kv budget) */
-    int n_threads;
+    int n_threads; /* 0: all cores; the parser caps it at the online cores with a warning */
     const char *isa;
     hr_sampler_params sampling;
     int n_predict;
@@ -45,6 +48,9 @@ typedef struct hr_session_opts {
     const char *system;        /* --system: a system message before it (chat mode) */
     const char *chat_template; /* --chat-template NAME: overrides the model's template */
     const char *kv_policy;     /* --kv-policy: every sequence's eviction/window policy (NULL: full) */
+    const char *cmd;           /* the command's name for messages ("run") */
+    FILE *warn;                /* where warnings found while submitting prompts go (a -n clamped by the
+                                  context), one line each, before any output; NULL: nowhere */
 } hr_session_opts;
 
 hr_session_opts hr_session_default_opts(void);
@@ -55,7 +61,10 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
 
 typedef struct hr_session hr_session;
 
-hr_status hr_session_open(const hr_session_opts *o, hr_session **out, hr_error *err);
+/* On failure *bad_option (when not NULL) tells whether an option value is at fault (one this model
+ * cannot use: --ctx past the trained context, --kv-type with --block-size, --kv-budget, --kv-policy,
+ * --chat-template...: exit 2) rather than a file, memory or the machine (exit 1). */
+hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_option, hr_error *err);
 void hr_session_close(hr_session *s); /* NULL allowed */
 
 const hr_model *hr_session_model(const hr_session *s);
@@ -64,8 +73,10 @@ hr_kv_pool *hr_session_kv(hr_session *s);
 hr_model_ctx *hr_session_ctx(hr_session *s);
 hr_engine *hr_session_engine(hr_session *s);
 const hr_session_opts *hr_session_options(const hr_session *s);
-/* A startup warning for the user (e.g. an unrecognized chat template and the fallback used), or "". */
+/* Startup warnings for the user (an unrecognized chat template and the fallback used, --ctx past the
+ * trained context), one per line ('\n'-separated, no trailing newline), or "". */
 const char *hr_session_warning(const hr_session *s);
+int hr_session_n_ctx(const hr_session *s); /* the context in use (--ctx, or the model's capped at 4096) */
 
 typedef struct hr_generation {
     hr_status status; /* HR_OK, or why this prompt was refused or failed (error holds the message) */
@@ -77,6 +88,11 @@ typedef struct hr_generation {
     char *text; /* completion text (stop string removed) */
     size_t text_len;
     const char *finish_reason;          /* "stop" (EOS or stop string), "length", "cancelled", "error" */
+    const char *limit;                  /* with "length": "context" (the context ended it before -n) or
+                                           "max_tokens" (-n); NULL otherwise */
+    int max_tokens;                     /* completion tokens allowed: -n, or less when the context is shorter */
+    bool ctx_limited;                   /* max_tokens < -n because prompt + -n exceed the context */
+    uint64_t seed;                      /* the sampler seed of this prompt (hr_prompt_seed of --seed) */
     double prompt_seconds, gen_seconds; /* submit -> first token, first token -> finish */
     uint64_t kv_bytes_peak;
     hr_kv_seq_ledger ledger;
@@ -84,7 +100,7 @@ typedef struct hr_generation {
 } hr_generation;
 
 /* Runs every prompt concurrently through the engine until all are final; g[i] receives prompt i's
- * result. With one prompt and out != NULL, its text streams to out as it is generated. Returns
+ * result; prompt i samples with hr_prompt_seed(--seed, i). With one prompt and out != NULL, its text streams to out as it is generated. Returns
  * non-OK only when the run as a whole cannot proceed; with a single prompt, also when that prompt
  * was refused or failed (err then holds its message). */
 hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, int n, FILE *out, hr_generation *g,
