@@ -433,9 +433,12 @@ static void warn_clamped(hr_session *s, const hr_generation *g, int n) {
     if (!s->o.warn || first < 0) return;
     char who[64] = " ";
     if (n > 1) snprintf(who, sizeof who, " for %d of %d prompts (prompt %d: ", n_clamped, n, first + 1);
-    const char *hint = s->n_ctx < hr_model_hparams(s->model)->n_ctx_train
-                           ? "raise --ctx (up to the model's trained context)"
-                           : "use --kv-policy window:W to run past the context";
+    int train = hr_model_hparams(s->model)->n_ctx_train;
+    char hint[96];
+    if (s->n_ctx < train)
+        snprintf(hint, sizeof hint, "raise --ctx (up to the model's trained context, %d)", train);
+    else
+        snprintf(hint, sizeof hint, "use --kv-policy window:W to run past the context");
     fprintf(s->o.warn,
             "headroom %s: warning: -n %d is clamped%sto %d tokens by the context (--ctx %d, the prompt takes %d)%s: "
             "%s\n",
