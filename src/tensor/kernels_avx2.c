@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "tensor/kernels_internal.h"
+#include "tensor/kernels_tile.h"
 
 /* Horizontal sum of 8 floats in a fixed order: (lo128 + hi128), then pairs. */
 static inline float hsum8(__m256 v) {
@@ -195,30 +195,11 @@ static inline __attribute__((always_inline)) void tile_row(const int C, int64_t 
     }
 }
 
-/* One group of C tokens over the n rows of a row chunk (wr, yt: the chunk's first row), k-block
- * after k-block: the group's pairs are packed once for all the rows, then each row runs them, its
- * accumulators kept in t_acc between k-blocks. The first group over a chunk (stream) takes k-blocks
- * of up to HR_Q8_KP_STREAM pairs, so that the weights, which then come from memory, are read row
- * after row as one sequential stream that the hardware prefetcher follows; its packed tokens are
- * then read from L2. The later groups find the chunk in L2 and take short k-blocks whose packed
- * tokens stay in L1. */
+/* The driver's k-blocks and row chunks (kernels_tile.h): the first group over a chunk streams the
+ * rows in k-blocks of up to HR_Q8_KP_STREAM pairs, the later ones take HR_Q8_KP. */
 #define HR_Q8_KP_STREAM   128          /* pairs: k <= 8192 in one k-block (8 x 128 x 96 bytes) */
 #define HR_Q8_ROWS        64           /* rows per chunk at most */
 #define HR_Q8_CHUNK_BYTES (192 * 1024) /* weight bytes per chunk at most (then at least one row) */
-static _Thread_local ablk t_ap[HR_Q8_KP_STREAM * HR_Q8_TC];
-static _Thread_local __m256 t_acc[HR_Q8_ROWS * HR_Q8_TC];
-static inline __attribute__((always_inline)) void group_pass(const int C, int64_t nb, const char *wr, size_t ws, int n,
-                                                             const char *at, size_t as, float *yt, size_t ys,
-                                                             bool stream) {
-    const int64_t npair = (nb + 1) / 2, kp = stream ? HR_Q8_KP_STREAM : HR_Q8_KP;
-    for (int64_t p0 = 0; p0 < npair; p0 += kp) {
-        const int64_t p1 = p0 + kp < npair ? p0 + kp : npair;
-        for (int64_t p = p0; p < p1; p++)
-            for (int t = 0; t < C; t++) t_ap[(p - p0) * C + t] = load_ablk(at + (size_t)t * as, 2 * p, 2 * p + 1 < nb);
-        for (int r = 0; r < n; r++)
-            tile_row(C, p0, p1, nb, wr + (size_t)r * ws, t_ap, t_acc + r * HR_Q8_TC, p0 == 0, p1 == npair, yt + r, ys);
-    }
-}
 
 float hr_avx2_dot_q8_0(int64_t k, const void *w, const void *a) { return tile_1x1(k / HR_QK8_0, w, a); }
 
@@ -257,43 +238,22 @@ static void rows_1tok(int64_t nb, const char *w, size_t ws, int nr, const char *
     }
 }
 
+/* The driver's parts (kernels_tile.h): the step unit is a block pair. */
+#define Q8_PAIRS(k) (((k) / HR_QK8_0 + 1) / 2)
+static inline __attribute__((always_inline)) ablk pack_q8(const char *a, int64_t p, int64_t k) {
+    return load_ablk(a, 2 * p, 2 * p + 1 < k / HR_QK8_0);
+}
+static inline __attribute__((always_inline)) void row_q8(const int C, int64_t p0, int64_t p1, int64_t k, const char *w,
+                                                         const ablk *ap, __m256 *acc, bool first, bool last, float *y,
+                                                         size_t ys) {
+    tile_row(C, p0, p1, k / HR_QK8_0, w, ap, acc, first, last, y, ys);
+}
+static void one_token_q8(int64_t k, const char *w, size_t ws, int nr, const char *a, float *y) {
+    rows_1tok(k / HR_QK8_0, w, ws, nr, a, y);
+}
+
 /* A lone token (decode) goes row after row (rows_1tok): its weights come from DRAM, and one
  * sequential stream per thread is prefetched better than four interleaved row streams (2 threads,
- * 32768 x 2048: 1.2-1.5x the 4 x 1 rate). A batch goes chunk of rows after chunk of rows, each
- * running all the groups of 8 tokens and then the leftover tokens in 1 x 4, 1 x 3 and 1 x 2 tiles
- * (no token alone). */
-void hr_avx2_tile_q8_0(int64_t k, const void *wv, size_t ws, int nr, const void *av, size_t as, int nt, float *y,
-                       size_t ys) {
-    const char *W = wv, *A = av;
-    const int64_t nb = k / HR_QK8_0;
-    if (nt == 1) {
-        rows_1tok(nb, W, ws, nr, A, y);
-        return;
-    }
-    if (nr < 1) return;
-    if (nb == 0) {
-        hr_tile_zero(nr, nt, y, ys);
-        return;
-    }
-    int rest;
-    const int ng = hr_tile_groups(nt, &rest);
-    const signed char *widths = hr_tile_rest_widths(rest);
-    const int rows = hr_tile_chunk_rows(nr, ws, HR_Q8_ROWS, HR_Q8_CHUNK_BYTES);
-    for (int r0 = 0; r0 < nr; r0 += rows) {
-        const int n = nr - r0 < rows ? nr - r0 : rows;
-        const char *wr = W + (size_t)r0 * ws;
-        for (int g = 0; g < ng; g++)
-            group_pass(HR_Q8_TC, nb, wr, ws, n, A + (size_t)g * HR_Q8_TC * as, as, y + (size_t)g * HR_Q8_TC * ys + r0,
-                       ys, g == 0);
-        int t = ng * HR_Q8_TC;
-        for (int i = 0; widths[i]; t += widths[i++]) {
-            const char *at = A + (size_t)t * as;
-            float *yt = y + (size_t)t * ys + r0;
-            switch (widths[i]) {
-            case 4: group_pass(4, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
-            case 3: group_pass(3, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
-            default: group_pass(2, nb, wr, ws, n, at, as, yt, ys, t == 0); break;
-            }
-        }
-    }
-}
+ * 32768 x 2048: 1.2-1.5x the 4 x 1 rate). A batch goes through the shared 1 x 8 driver. */
+HR_TILE_DRIVER(hr_avx2_tile_q8_0, ablk, __m256, 1, Q8_PAIRS, HR_Q8_KP, HR_Q8_KP_STREAM, HR_Q8_ROWS, HR_Q8_CHUNK_BYTES,
+               pack_q8, row_q8, one_token_q8)

@@ -26,7 +26,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tensor/kernels_internal.h"
+#include "tensor/kernels_tile.h"
 
 /* gcc -O2 does not unroll the fixed 4- and 8-step loops by itself; unrolled, the block stays in registers. */
 #define HR_UNROLL _Pragma("GCC unroll 8")
@@ -278,76 +278,34 @@ static inline __attribute__((always_inline)) void tile_row(const int C, int64_t 
     }
 }
 
-/* One group of C tokens over the n rows of a row chunk (wr, yt: the chunk's first row), k-block
- * after k-block: the group's super-blocks are packed once for all the rows, then each row runs
- * them, its accumulators kept in t_acc between k-blocks. The first group over a chunk (stream)
- * takes k-blocks of up to HR_K_KS_STREAM super-blocks, so that the weights, which then come from
- * memory, are read row after row as one sequential stream (the hardware prefetcher follows it;
- * short runs of 32 interleaved rows left a thread waiting on memory, 0.4x the rate); its packed
- * tokens are then read from L2. The later groups find the chunk in L2 and take short k-blocks
- * whose packed tokens stay in L1. */
+/* The driver's k-blocks and row chunks (kernels_tile.h): the first group over a chunk streams the
+ * rows in k-blocks of up to HR_K_KS_STREAM super-blocks (short runs of 32 interleaved rows left a
+ * thread waiting on memory, 0.4x the rate), the later ones take HR_K_KS. */
 #define HR_K_KS_STREAM   64           /* super-blocks: k <= 16384 in one k-block (8 x 64 x 320 bytes) */
 #define HR_K_ROWS        32           /* rows per chunk at most */
 #define HR_K_CHUNK_BYTES (192 * 1024) /* weight bytes per chunk at most (then at least one row) */
-static _Thread_local kact t_ap[HR_K_KS_STREAM * HR_K_TC];
-static _Thread_local __m256 t_acc[HR_K_ROWS * 2 * HR_K_TC];
-static inline __attribute__((always_inline)) void group_pass(const int C, int64_t nsb, const char *wr, size_t ws, int n,
-                                                             const char *at, size_t as, float *yt, size_t ys,
-                                                             bool stream, const int kind) {
-    const int64_t ks = stream ? HR_K_KS_STREAM : HR_K_KS;
-    for (int64_t i0 = 0; i0 < nsb; i0 += ks) {
-        const int64_t i1 = i0 + ks < nsb ? i0 + ks : nsb;
-        for (int64_t i = i0; i < i1; i++)
-            for (int t = 0; t < C; t++) t_ap[(i - i0) * C + t] = load_kact(at + (size_t)t * as, i);
-        for (int r = 0; r < n; r++)
-            tile_row(C, i0, i1, wr + (size_t)r * ws, t_ap, t_acc + r * 2 * C, i0 == 0, i1 == nsb, yt + r, ys, kind);
-    }
-}
 
-/* A lone token (decode) runs dot_1x1 row after row. A batch goes chunk of rows after chunk of rows,
- * each running all the groups of 8 tokens and then the leftover tokens in 1 x 4, 1 x 3 and 1 x 2
- * tiles (no token alone). */
-static inline __attribute__((always_inline)) void tile_k(int64_t k, const char *w, size_t ws, int nr, const char *a,
-                                                         size_t as, int nt, float *y, size_t ys, const int kind) {
-    if (nt == 1) {
-        for (int r = 0; r < nr; r++) y[r] = dot_1x1(k, w + (size_t)r * ws, a, kind);
-        return;
-    }
-    const int64_t nsb = k / HR_QK_K;
-    if (nr < 1) return;
-    if (nsb == 0) {
-        hr_tile_zero(nr, nt, y, ys);
-        return;
-    }
-    int rest;
-    const int ng = hr_tile_groups(nt, &rest);
-    const signed char *widths = hr_tile_rest_widths(rest);
-    const int rows = hr_tile_chunk_rows(nr, ws, HR_K_ROWS, HR_K_CHUNK_BYTES);
-    for (int r0 = 0; r0 < nr; r0 += rows) {
-        const int n = nr - r0 < rows ? nr - r0 : rows;
-        const char *wr = w + (size_t)r0 * ws;
-        for (int g = 0; g < ng; g++)
-            group_pass(HR_K_TC, nsb, wr, ws, n, a + (size_t)g * HR_K_TC * as, as, y + (size_t)g * HR_K_TC * ys + r0, ys,
-                       g == 0, kind);
-        int t = ng * HR_K_TC;
-        for (int i = 0; widths[i]; t += widths[i++]) {
-            const char *at = a + (size_t)t * as;
-            float *yt = y + (size_t)t * ys + r0;
-            switch (widths[i]) {
-            case 4: group_pass(4, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
-            case 3: group_pass(3, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
-            default: group_pass(2, nsb, wr, ws, n, at, as, yt, ys, t == 0, kind); break;
-            }
-        }
-    }
+/* The driver's parts (kernels_tile.h): the step unit is a super-block; a lone token (decode) runs
+ * dot_1x1 row after row, a batch the shared 1 x 8 driver. */
+#define K_SUPERBLOCKS(k) ((k) / HR_QK_K)
+static inline __attribute__((always_inline)) kact pack_k(const char *a, int64_t i, int64_t k) {
+    (void)k;
+    return load_kact(a, i);
 }
 
 #define HR_K_KERNELS(name, kind)                                                                                       \
     float hr_avx2_dot_##name(int64_t k, const void *w, const void *a) { return dot_1x1(k, w, a, kind); }               \
-    void hr_avx2_tile_##name(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,        \
-                             int nt, float *y, size_t y_stride) {                                                      \
-        tile_k(k, w, w_stride, nr, a, a_stride, nt, y, y_stride, kind);                                                \
-    }
+    static inline __attribute__((always_inline)) void row_##name(const int C, int64_t i0, int64_t i1, int64_t k,       \
+                                                                 const char *w, const kact *ap, __m256 *acc,           \
+                                                                 bool first, bool last, float *y, size_t ys) {         \
+        (void)k;                                                                                                       \
+        tile_row(C, i0, i1, w, ap, acc, first, last, y, ys, kind);                                                     \
+    }                                                                                                                  \
+    static void one_token_##name(int64_t k, const char *w, size_t ws, int nr, const char *a, float *y) {               \
+        for (int r = 0; r < nr; r++) y[r] = dot_1x1(k, w + (size_t)r * ws, a, kind);                                   \
+    }                                                                                                                  \
+    HR_TILE_DRIVER(hr_avx2_tile_##name, kact, __m256, 2, K_SUPERBLOCKS, HR_K_KS, HR_K_KS_STREAM, HR_K_ROWS,            \
+                   HR_K_CHUNK_BYTES, pack_k, row_##name, one_token_##name)
 
 HR_K_KERNELS(q4_K, K_Q4)
 HR_K_KERNELS(q5_K, K_Q5)
