@@ -4,6 +4,10 @@
 # bandwidth (the roof for decode: every weight byte is read once per generated token).
 #
 # usage: bench/cpu_bench.sh [TYPES] [REPEATS]     e.g. bench/cpu_bench.sh "f16 q8_0 q4_0 q4_K" 3
+#        ISAS="avx2 avx512" bench/cpu_bench.sh "q8_0 q4_0" 3   kernel ISAs side by side instead: per
+#        type, runs alternate between the ISAs (--isa), REPEATS rounds; prints the medians of prompt
+#        tok/s (one ~512-token prompt), 1-stream generation tok/s and 16-stream decode tok/s, and
+#        each ISA's ratio to the first
 # env:   BUILD (default build), MODELS (default /tmp/headroom-bench), THREADS (default 2),
 #        PROMPT_WORDS (default 510: about 512 prompt tokens), GEN (default 64 generated tokens),
 #        SHAPE (default tinyllama-1.1b)
@@ -28,6 +32,42 @@ jget() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 words=(the cat sat and ran far out one day she saw big red box hat dog)
 prompt=""
 for ((i = 0; i < PROMPT_WORDS; i++)); do prompt+="${words[i % ${#words[@]}]} "; done
+
+if [ -n "${ISAS:-}" ]; then
+  streams=()
+  for ((i = 0; i < 16; i++)); do streams+=(-p "${words[i]} ${words[(i + 3) % 16]} ${words[(i + 7) % 16]}"); done
+  printf "%-6s %-7s %13s %12s %16s   (ratios to %s)\n" type isa "prompt tok/s" "gen tok/s" "16-stream dec/s" \
+    "${ISAS%% *}"
+  for t in $TYPES; do
+    f="$MODELS/$SHAPE-$t.gguf"
+    [ -f "$f" ] || "$HR" synth --shape "$SHAPE" --type "$t" -o "$f" >/dev/null 2>&1
+    declare -A pp=() tg=() dec=()
+    for ((r = 0; r < REPEATS; r++)); do
+      for isa in $ISAS; do
+        out=$("$HR" run -m "$f" -p "$prompt" -n 32 --temp 0 --ignore-eos -t "$THREADS" --ctx 1024 --isa "$isa" \
+              --json 2>/dev/null)
+        pp[$isa]+="$(echo "$out" | jget prompt_tokens_per_second) "
+        tg[$isa]+="$(echo "$out" | jget generation_tokens_per_second) "
+        out=$("$HR" run -m "$f" "${streams[@]}" -n 32 --temp 0 --ignore-eos -t "$THREADS" --ctx 256 --isa "$isa" \
+              --json 2>/dev/null)
+        dec[$isa]+="$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['engine']['decode_tokens_per_second'])") "
+      done
+    done
+    base=${ISAS%% *}
+    b_pp=$(printf "%s\n" ${pp[$base]} | median) b_tg=$(printf "%s\n" ${tg[$base]} | median)
+    b_dec=$(printf "%s\n" ${dec[$base]} | median)
+    for isa in $ISAS; do
+      m_pp=$(printf "%s\n" ${pp[$isa]} | median) m_tg=$(printf "%s\n" ${tg[$isa]} | median)
+      m_dec=$(printf "%s\n" ${dec[$isa]} | median)
+      printf "%-6s %-7s %13.1f %12.2f %16.2f   %.2fx %.2fx %.2fx   (runs: %s| %s| %s)\n" "$t" "$isa" "$m_pp" "$m_tg" \
+        "$m_dec" "$(awk -v a="$m_pp" -v b="$b_pp" 'BEGIN{print a/b}')" "$(awk -v a="$m_tg" -v b="$b_tg" 'BEGIN{print a/b}')" \
+        "$(awk -v a="$m_dec" -v b="$b_dec" 'BEGIN{print a/b}')" "${pp[$isa]}" "${tg[$isa]}" "${dec[$isa]}"
+    done
+    unset pp tg dec
+  done
+  echo "($SHAPE, $THREADS threads, medians of $REPEATS alternating rounds)"
+  exit 0
+fi
 
 bw=$("$BUILD"/bench_membw 1024 5)
 bw1=$(echo "$bw" | jget gbps_1t)

@@ -95,6 +95,15 @@ void hr_avx2_tile_q5_K(int64_t k, const void *w, size_t w_stride, int nr, const 
 void hr_avx2_tile_q6_K(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                        float *y, size_t y_stride);
 
+/* AVX-512 VNNI builds of the q8_0 and q4_0 kernels (kernels_q8_avx512.c, kernels_q4_avx512.c); only
+ * called when the CPU has AVX512F/BW/VL and AVX512_VNNI. Same bits as their AVX2 builds. */
+float hr_avx512_dot_q8_0(int64_t k, const void *w, const void *a);
+float hr_avx512_dot_q4_0(int64_t k, const void *w, const void *a);
+void hr_avx512_tile_q8_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                         float *y, size_t y_stride);
+void hr_avx512_tile_q4_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                         float *y, size_t y_stride);
+
 /* ---- how the AVX2 batch tiles (q8_0, q4_0, K-quants) split a call of nr rows x nt >= 2 tokens ----
  * Tokens: groups of HR_TILE_TC, then the rest in narrower tiles of 4, 3 and 2 tokens, so that no
  * token runs alone (hr_tile_rest_widths). Rows: chunks of at most max_rows rows and chunk_bytes of

@@ -37,8 +37,9 @@
  *   pack(a_row, u, k)       -> act_t: unit u of one token's activation row
  *   row(...)       the row kernel (the contract above; C is a compile-time 8, 4, 3 or 2 after inlining)
  *   one_token(k, w, ws, nr, a, y)   the nt == 1 path (decode) */
-#define HR_TILE_DRIVER(name, act_t, acc_t, acc_per_token, units, kp, kp_stream, max_rows, chunk_bytes, pack, row,     \
-                       one_token)                                                                                      \
+#define HR_TILE_DRIVER(...) HR_TILE_DRIVER_(__VA_ARGS__) /* expands a macro-made name before pasting */
+#define HR_TILE_DRIVER_(name, act_t, acc_t, acc_per_token, units, kp, kp_stream, max_rows, chunk_bytes, pack, row,    \
+                        one_token)                                                                                     \
     static _Thread_local act_t name##_ap[(kp_stream) * HR_TILE_TC];                                                   \
     static _Thread_local acc_t name##_acc[(max_rows) * (acc_per_token) * HR_TILE_TC];                                 \
     static inline __attribute__((always_inline)) void name##_group(const int C, int64_t k, int64_t nu, const char *wr, \
