@@ -205,10 +205,17 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
     return HR_OK;
 }
 
-/* Seconds a refused client should wait: the queue drains at the recent completion rate. */
+/* Seconds a refused client should wait: the queue drains at the recent completion rate. e->mu held. */
 static double retry_after(const hr_engine *e, int queued) {
     double s = e->done_rate > 0 ? (queued + 1) / e->done_rate / 2 : 1.0;
     return s < 1 ? 1 : s > 60 ? 60 : s;
+}
+
+double hr_engine_retry_after_s(hr_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    double s = retry_after(e, atomic_load(&e->n_queued));
+    pthread_mutex_unlock(&e->mu);
+    return s;
 }
 
 hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err) {
@@ -262,8 +269,8 @@ void hr_engine_cancel(hr_engine *e, hr_request *r) {
 
 /* ---- the step ---------------------------------------------------------------------------------- */
 
-/* Moves submissions into the waiting list (the inbox lock is held only for the move). The submit
- * counters live in e->st under e->mu, so they are merged here too. */
+/* Moves submissions into the waiting list (the inbox lock is held only for the move). Submitters
+ * write their counters into e->st under e->mu; publish_stats copies e->st out under the same lock. */
 static void take_inbox(hr_engine *e) {
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->inbox.n; i++) {
@@ -354,6 +361,7 @@ static void commit_batch(hr_engine *e) {
         if (r->n_known - r->n_computed > 1) e->st.prefill_tokens += (uint64_t)r->n_sched;
         r->n_computed += r->n_sched;
         r->n_hw = HR_MAX(r->n_hw, r->n_computed);
+        sched_snapshot_ledger(e, r); /* a live stream sees its bytes now, not at release */
     }
 }
 
@@ -374,6 +382,7 @@ static void publish_stats(hr_engine *e) {
     e->st.n_running = e->running.n;
     e->st.peak_running = HR_MAX(e->st.peak_running, e->running.n);
     e->st.predicted_output = e->predicted;
+    e->st.headroom_blocks = sched_headroom_blocks(e);
     pthread_mutex_lock(&e->mu); /* submitters write the submit/refusal counters under e->mu */
     e->pub = e->st;
     pthread_mutex_unlock(&e->mu);

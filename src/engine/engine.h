@@ -165,11 +165,14 @@ typedef struct hr_request_stats {
     int n_prompt, n_output;
     int prefix_hit_tokens; /* prompt tokens whose K/V came from the prefix cache (all admissions) */
     int n_preemptions;
+    int n_preempt_swap, n_preempt_recompute; /* of which by each mode */
     int recomputed_tokens;  /* tokens computed again after preemption */
     uint64_t swapped_bytes; /* bytes moved to the swap tier */
     int priority;
-    hr_kv_seq_ledger kv;                      /* the sequence's ledger at its last step (bytes_peak over its life) */
-    double t_submit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached */
+    hr_kv_seq_ledger kv; /* the sequence's ledger, refreshed after every step that computed for it and at
+                            release or swap-out (bytes_peak over its whole life) */
+    double t_submit, t_admit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached
+                                                          (t_admit: the first admission) */
 } hr_request_stats;
 
 void hr_request_get_stats(hr_request *r, hr_request_stats *out);
@@ -213,7 +216,12 @@ typedef struct hr_engine_stats {
     uint64_t decode_steps, decode_tokens;
     double decode_seconds;
     bool swap_available;
+    int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
 } hr_engine_stats;
+
+/* Seconds a client refused with HR_ERR_FULL should wait: the queue drains at the measured
+ * completion rate (1..60). Any thread. */
+double hr_engine_retry_after_s(hr_engine *e);
 
 /* A snapshot taken at the end of the last step. Any thread. */
 void hr_engine_get_stats(hr_engine *e, hr_engine_stats *out);

@@ -127,6 +127,10 @@ void sched_plan(hr_engine *e);
 /* Fills the batch arrays from the plan; returns the number of tokens; *n_rows receives the number of
  * logits rows (b_sample[i] is the request of row i). */
 int sched_build_batch(hr_engine *e, int *n_rows);
+/* Records the sequence's ledger into the request's stats (the peak kept over its whole life). */
+void sched_snapshot_ledger(hr_engine *e, hr_request *r);
+/* Free + evictable blocks minus what running requests may still claim. */
+int sched_headroom_blocks(const hr_engine *e);
 /* Releases a request's sequence (if any), caching its full blocks; used when it becomes final. */
 void sched_release_seq(hr_engine *e, hr_request *r);
 /* The KV slots admission promises r. */

@@ -52,7 +52,7 @@ static int outstanding_blocks(const hr_engine *e, const hr_request *r) {
     return need > 0 ? need : 0;
 }
 
-static int headroom_blocks(const hr_engine *e) {
+int sched_headroom_blocks(const hr_engine *e) {
     int h = hr_kv_pool_n_free(e->p.kv);
     for (int i = 0; i < e->running.n; i++) h -= outstanding_blocks(e, e->running.v[i]);
     return h;
@@ -61,7 +61,7 @@ static int headroom_blocks(const hr_engine *e) {
 /* ---- sequences --------------------------------------------------------------------------------- */
 
 /* Records the sequence's ledger into the request's stats, keeping the peak over its whole life. */
-static void snapshot_ledger(hr_engine *e, hr_request *r) {
+void sched_snapshot_ledger(hr_engine *e, hr_request *r) {
     hr_kv_seq_ledger l;
     if (r->seq < 0 || hr_kv_seq_get_ledger(e->p.kv, r->seq, &l, NULL) != HR_OK) return;
     pthread_mutex_lock(&r->mu);
@@ -75,7 +75,7 @@ static void snapshot_ledger(hr_engine *e, hr_request *r) {
 
 void sched_release_seq(hr_engine *e, hr_request *r) {
     if (r->seq < 0) return;
-    snapshot_ledger(e, r);
+    sched_snapshot_ledger(e, r);
     hr_kv_seq_free(e->p.kv, r->seq); /* full blocks go to the prefix cache */
     r->seq = -1;
     r->n_computed = 0;
@@ -107,7 +107,7 @@ static bool try_swap_out(hr_engine *e, hr_request *v) {
     if (hr_kv_seq_get_ledger(e->p.kv, v->seq, &pl, NULL) != HR_OK || pl.blocks_evicted > 0)
         return false; /* its policy dropped blocks: only recompute can bring it back */
     if (e->p.preempt == HR_PREEMPT_AUTO && !swap_cheaper(e, v)) return false;
-    snapshot_ledger(e, v);
+    sched_snapshot_ledger(e, v);
     double t0 = hr_time_now();
     if (hr_kv_seq_swap_out(e->p.kv, e->p.swap, v->seq, NULL) != HR_OK) return false; /* tier full: recompute */
     hr_kv_seq_ledger l;
@@ -119,6 +119,7 @@ static bool try_swap_out(hr_engine *e, hr_request *v) {
     e->st.swapped_bytes += bytes;
     pthread_mutex_lock(&v->mu);
     v->stats.swapped_bytes += bytes;
+    v->stats.n_preempt_swap++;
     pthread_mutex_unlock(&v->mu);
     return true;
 }
@@ -132,7 +133,8 @@ static void preempt(hr_engine *e, hr_request *v) {
     if (i >= 0) list_remove_at(&e->running, i);
     e->budget_left += v->n_sched;
     v->n_sched = 0;
-    if (!try_swap_out(e, v)) {
+    bool recompute = !try_swap_out(e, v);
+    if (recompute) {
         sched_release_seq(e, v);
         e->st.preempt_recompute++;
     }
@@ -140,6 +142,7 @@ static void preempt(hr_engine *e, hr_request *v) {
     pthread_mutex_lock(&v->mu);
     v->stats.state = HR_REQ_PREEMPTED;
     v->stats.n_preemptions++;
+    if (recompute) v->stats.n_preempt_recompute++;
     pthread_mutex_unlock(&v->mu);
     e->st.preemptions++;
     e->preempted_this_step = true;
@@ -251,10 +254,10 @@ static bool take_seq(hr_engine *e, hr_request *r) {
 static bool swap_back_in(hr_engine *e, hr_request *r) {
     int whole = blocks_of(e, sched_claim_slots(e, r));
     if (r->span > 0) whole = HR_MIN(whole, blocks_of(e, r->span) + 2);
-    if (headroom_blocks(e) < whole) {
+    if (sched_headroom_blocks(e) < whole) {
         snprintf(e->stall_msg, sizeof e->stall_msg,
                  "swapping it back in needs %d KV blocks, the headroom is %d of the pool's %d blocks", whole,
-                 headroom_blocks(e), e->n_blocks);
+                 sched_headroom_blocks(e), e->n_blocks);
         return false;
     }
     double t0 = hr_time_now();
@@ -305,10 +308,10 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     }
     int claim = sched_claim_slots(e, r);
     int need = outstanding_blocks(e, r);
-    if (fresh && headroom_blocks(e) < need) {
+    if (fresh && sched_headroom_blocks(e) < need) {
         snprintf(e->stall_msg, sizeof e->stall_msg,
                  "its claim needs %d more KV blocks, the headroom is %d of the pool's %d blocks", need,
-                 headroom_blocks(e), e->n_blocks);
+                 sched_headroom_blocks(e), e->n_blocks);
         hr_kv_seq_free(kv, r->seq);
         r->seq = -1;
         r->n_computed = r->n_slots = 0;
@@ -340,6 +343,7 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     e->st.prefix_hit_tokens += (uint64_t)hits;
     pthread_mutex_lock(&r->mu);
     r->stats.state = HR_REQ_RUNNING;
+    if (r->stats.t_admit == 0) r->stats.t_admit = hr_time_now();
     r->stats.prefix_hit_tokens += hits;
     r->stats.kv.prefix_hit_tokens += hits;
     pthread_mutex_unlock(&r->mu);
