@@ -1,0 +1,200 @@
+/* runtime.h: the one composition root under every front end (the CLI's run, the server, the benches
+ * and the tests): the model (or the built-in demo), its tokenizer, a KV pool sized from a byte budget,
+ * the swap tier, the forward context and the engine, opened from one parameter struct and checked to
+ * fit together; then requests as text, chat messages or token ids, with the chat template, the
+ * context check and the max_tokens clamp applied here, and results as plain structs (no JSON here:
+ * front ends format them).
+ *
+ * Threads: hr_runtime_submit, hr_rt_request_* and hr_runtime_get_* may be called from any thread.
+ * Either the engine thread runs (hr_runtime_start; a server) or one caller steps it
+ * (hr_runtime_run_until_idle / hr_engine_step on hr_runtime_engine; the CLI), never both. */
+#ifndef HR_RUNTIME_RUNTIME_H
+#define HR_RUNTIME_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/engine.h"
+#include "kv/kv.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+/* ---- the KV budget, as arithmetic -------------------------------------------------------------- */
+
+/* What a pool of this shape holds for a budget, or which budget holds n_seqs sequences of n_ctx
+ * tokens. Pure: no allocation, no model; the planner calls the same function. */
+typedef struct hr_kv_budget_query {
+    hr_kv_config kv;       /* shape, formats, block size, max_seqs, max_step_tokens; budget_bytes:
+                              0 to size it for n_seqs sequences of n_ctx tokens */
+    int n_ctx;             /* the longest sequence */
+    int n_seqs;            /* sequences of n_ctx the default budget holds (>= 1) */
+} hr_kv_budget_query;
+
+typedef struct hr_kv_budget {
+    uint64_t budget_bytes;      /* the budget (given, or computed) */
+    uint64_t block_bytes;       /* one block, every layer, K and V, scales included */
+    uint64_t fixed_bytes;       /* taken before any block: q4/kivi2 tail buffers */
+    uint64_t token_bytes;       /* block_bytes / block_size */
+    int n_blocks;               /* blocks the budget holds */
+    int64_t n_tokens;           /* n_blocks * block_size */
+    int ctx_blocks;             /* blocks one n_ctx sequence needs */
+    int n_seqs_at_ctx;          /* whole n_ctx sequences that fit at once */
+} hr_kv_budget;
+
+/* HR_ERR_INVALID_ARG (a format or block size this shape cannot use: the message names both) or
+ * HR_ERR_BUDGET (the budget holds no n_ctx sequence: the message says what would) on failure; *out is
+ * filled in both cases where it can be. */
+hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, hr_error *err);
+
+/* ---- opening ----------------------------------------------------------------------------------- */
+
+typedef struct hr_runtime_params {
+    const char *model_path; /* NULL: the built-in demo model (random weights: say so to the user) */
+    bool mmap_weights;      /* map the file instead of reading it into huge-page memory */
+    int n_ctx;              /* 0: the model's trained context, capped at 4096 */
+    bool ctx_extend;        /* allow n_ctx past the trained context (a warning; else an error) */
+    uint64_t kv_budget;     /* bytes for the KV pool; 0: kv_seqs sequences of n_ctx */
+    int kv_seqs;            /* sequences of n_ctx the default budget holds (0: 1) */
+    hr_kv_format k_format, v_format;
+    int block_size;       /* 0: 16 */
+    int max_batch_tokens; /* tokens per engine step (0: 512) */
+    int prefill_chunk;    /* 0: max_batch_tokens */
+    int max_running;      /* sequences in flight = KV sequence slots (0: 64) */
+    int max_queue;        /* 0: the engine's default */
+    hr_admission admission;
+    hr_preempt_mode preempt;
+    hr_kv_layout layout;
+    uint64_t swap_space; /* bytes of the swap tier; 0: none (with preempt swap: as large as the pool) */
+    int n_threads;       /* 0: every core */
+    const char *isa;     /* NULL: the best measured; "scalar", "avx2", "avx512" */
+    const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
+    const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
+    bool prefault;             /* make the pool resident at open (RSS = budget from the start) */
+} hr_runtime_params;
+
+/* The defaults: f16 K and V, block 16, 512 tokens a step, 64 running, adaptive admission, auto
+ * preemption, paged. */
+hr_runtime_params hr_runtime_default_params(void);
+
+typedef struct hr_runtime hr_runtime;
+
+/* Opens everything and checks the parts fit. On failure *bad_option (when not NULL) tells whether a
+ * parameter value is at fault (one this model cannot use: exit 2 / HTTP 400 at startup) rather than
+ * a file, memory or the machine. */
+hr_status hr_runtime_open(const hr_runtime_params *p, hr_runtime **out, bool *bad_option, hr_error *err);
+/* Stops the engine thread if running; unfinished requests end FAILED. NULL allowed. */
+void hr_runtime_close(hr_runtime *rt);
+
+const hr_runtime_params *hr_runtime_get_params(const hr_runtime *rt); /* defaults filled in */
+const hr_model *hr_runtime_model(const hr_runtime *rt);
+const hr_tokenizer *hr_runtime_tokenizer(const hr_runtime *rt);
+hr_kv_pool *hr_runtime_kv(hr_runtime *rt);
+hr_kv_swap *hr_runtime_swap(hr_runtime *rt); /* NULL when there is no tier */
+hr_model_ctx *hr_runtime_ctx(hr_runtime *rt);
+hr_engine *hr_runtime_engine(hr_runtime *rt);
+int hr_runtime_n_ctx(const hr_runtime *rt);
+bool hr_runtime_is_demo(const hr_runtime *rt);
+const char *hr_runtime_model_name(const hr_runtime *rt); /* the file's base name, or "demo" */
+/* Startup warnings ('\n'-separated, no trailing newline), or "". */
+const char *hr_runtime_warnings(const hr_runtime *rt);
+/* The KV budget the pool was sized by. */
+const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
+
+/* The engine thread (a server): start once, stop before close (close also stops it). */
+hr_status hr_runtime_start(hr_runtime *rt, hr_error *err);
+void hr_runtime_stop(hr_runtime *rt);
+/* Steps on the calling thread until every submitted request is final (when no thread runs). */
+hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+typedef struct hr_rt_request_params {
+    /* exactly one of: */
+    const char *prompt; /* text (BOS added as the vocabulary says, unless no_bos) */
+    size_t prompt_len;  /* 0: strlen(prompt) */
+    const hr_chat_msg *messages; /* chat: rendered with the runtime's template, special tokens parsed */
+    size_t n_messages;
+    const int32_t *prompt_ids; /* token ids as they are */
+    int n_prompt_ids;
+
+    bool no_bos;
+    int max_tokens; /* 0: up to the context (or, with a window policy, unbounded: give one then) */
+    hr_sampler_params sampling;
+    const char *const *stop; /* copied */
+    int n_stop;
+    int priority;
+    bool ignore_eos;
+    const char *kv_policy; /* this request's policy ("window:256", ...); NULL: the runtime's default */
+} hr_rt_request_params;
+
+typedef struct hr_rt_request hr_rt_request;
+
+/* Tokenizes (rendering chat first), checks the prompt against the context, clamps max_tokens to it
+ * and submits. On refusal returns the engine's code with its reason (HR_ERR_INVALID_ARG a bad field,
+ * HR_ERR_RANGE past the context: the message names both lengths, HR_ERR_BUDGET can never fit the
+ * pool: the message says so in bytes, HR_ERR_FULL queue full: see hr_runtime_retry_after_s) and sets
+ * *out only on HR_OK. Any thread. */
+hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request **out, hr_error *err);
+
+/* The engine's request (read its stream with hr_request_read / hr_request_wait). Borrowed. */
+hr_request *hr_rt_request_handle(hr_rt_request *r);
+const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt);
+int hr_rt_request_max_tokens(const hr_rt_request *r); /* after the clamp */
+bool hr_rt_request_ctx_limited(const hr_rt_request *r); /* max_tokens was clamped by the context */
+void hr_rt_request_cancel(hr_runtime *rt, hr_rt_request *r);
+/* Drops the caller's reference (cancels it first when not final). NULL allowed. */
+void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r);
+
+/* What a request used of the KV cache: every response carries it. */
+typedef struct hr_rt_kv_usage {
+    hr_kv_format k_format, v_format;
+    int block_size;
+    int blocks_now, blocks_peak; /* blocks_now: held at the last step (0 once final) */
+    uint64_t bytes_now, bytes_peak;
+    int prefix_hit_tokens; /* prompt tokens served from the shared prefix cache */
+    int evicted_tokens;    /* tokens its policy evicted */
+    int preemptions, preempt_swaps, preempt_recomputes;
+    uint64_t swapped_bytes;
+    double queued_seconds; /* submit -> first admission */
+    const char *policy;    /* "full", "window", ... */
+} hr_rt_kv_usage;
+
+typedef struct hr_rt_result {
+    hr_request_state state;
+    hr_status status; /* HR_OK unless failed or cancelled */
+    const char *error;
+    const int32_t *ids; /* completion ids (valid until release) */
+    int n_ids;
+    const char *text; /* completion text, stop string removed (valid until release) */
+    size_t text_len;
+    const char *finish_reason; /* "stop" (EOS or stop string), "length", "cancelled", "error" */
+    const char *limit;         /* with "length": "context" or "max_tokens"; else NULL */
+    int n_prompt, max_tokens;
+    double t_submit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached */
+    hr_rt_kv_usage kv;
+    hr_request_stats stats;
+} hr_rt_result;
+
+/* A snapshot of the request now (final or not). Any thread. */
+void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out);
+
+/* ---- the whole picture (any thread) ------------------------------------------------------------ */
+
+typedef struct hr_runtime_pool {
+    hr_kv_pool_ledger ledger;
+    uint64_t budget_bytes;
+    int64_t headroom_bytes; /* budget (free + evictable blocks) minus what admitted requests may still
+                               claim: the number that must never go negative */
+    hr_engine_stats engine;
+} hr_runtime_pool;
+
+void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out);
+
+/* Seconds a client refused with HR_ERR_FULL should wait (from the measured drain rate). */
+double hr_runtime_retry_after_s(hr_runtime *rt);
+
+#endif
