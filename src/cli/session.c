@@ -366,7 +366,7 @@ static void submit_one(hr_session *s, int i, const char *prompt, hr_generation *
     *h = NULL;
     hr_status st = tokenize(s, prompt, g, &e);
     /* a window or sinks policy lets a sequence run past the context; otherwise it ends there */
-    int span = s->has_policy ? hr_engine_policy_span(&s->policy) : 0;
+    int span = s->has_policy ? hr_kv_policy_span(&s->policy) : 0;
     int max_new = span > 0 ? s->o.n_predict : HR_MIN(s->o.n_predict, s->n_ctx - g->n_prompt);
     g->max_tokens = st == HR_OK ? max_new : 0;
     g->ctx_limited = st == HR_OK && max_new < s->o.n_predict;

@@ -181,7 +181,7 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
     if (p->kv_policy && (st = hr_kv_policy_check(e->p.kv, p->kv_policy, err)) != HR_OK) return st;
     /* a window or sinks policy bounds what the cache keeps, so such a request may run past n_ctx (its
      * prompt must still fit); every other request lives within n_ctx */
-    int span = p->kv_policy ? hr_engine_policy_span(p->kv_policy) : 0;
+    int span = p->kv_policy ? hr_kv_policy_span(p->kv_policy) : 0;
     if (span > 0 && p->n_prompt > e->p.n_ctx)
         return hr_error_set(err, HR_ERR_RANGE, "the prompt has %d tokens: beyond the context of %d tokens", p->n_prompt,
                             e->p.n_ctx);

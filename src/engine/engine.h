@@ -100,10 +100,9 @@ typedef struct hr_request_params {
                                       default (hr_kv_pool_set_default_policy) */
 } hr_request_params;
 
-/* Positions a policy keeps resident at most (window: W, sinks: S + W), 0 when it does not bound them.
- * A request with a bounded policy may run past n_ctx (positions keep growing; keys keep their
- * original RoPE positions, see docs/POLICIES.md); its claim on the pool is bounded by the span. */
-int hr_engine_policy_span(const hr_kv_policy *pol);
+/* A request whose policy bounds its span (hr_kv_policy_span: window, sinks) may run past n_ctx
+ * (positions keep growing; keys keep their original RoPE positions, see docs/POLICIES.md); its claim
+ * on the pool is bounded by the span. */
 
 /* Accepts a request or refuses it with a reason, setting *out only on HR_OK:
  *   HR_ERR_INVALID_ARG  empty prompt, max_tokens < 1, token ids outside the vocabulary, bad sampling,

@@ -85,7 +85,7 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out,
     if (p->kv_policy) {
         r->has_policy = true;
         r->policy = *p->kv_policy;
-        r->span = hr_engine_policy_span(p->kv_policy);
+        r->span = hr_kv_policy_span(p->kv_policy);
     }
     r->tokens = malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     r->text = calloc(1, 64);

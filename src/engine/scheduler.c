@@ -36,14 +36,6 @@ int sched_claim_slots(const hr_engine *e, const hr_request *r) {
     }
 }
 
-int hr_engine_policy_span(const hr_kv_policy *pol) {
-    switch (pol->kind) {
-    case HR_KV_POLICY_WINDOW: return pol->window;
-    case HR_KV_POLICY_SINKS: return pol->sinks + pol->window;
-    default: return 0;
-    }
-}
-
 static int outstanding_blocks(const hr_engine *e, const hr_request *r) {
     int need = blocks_of(e, sched_claim_slots(e, r)) - blocks_of(e, r->n_slots);
     /* a window keeps at most span positions (+ a partial block at each end): the blocks it leaves

@@ -364,3 +364,11 @@ void kv_policy_ledger(const hr_kv_pool *p, const kv_seq *s, hr_kv_seq_ledger *l)
     l->tokens_evicted = evicted;
     l->tokens_kept_max = kept_max;
 }
+
+int hr_kv_policy_span(const hr_kv_policy *pol) {
+    switch (pol->kind) {
+    case HR_KV_POLICY_WINDOW: return pol->window;
+    case HR_KV_POLICY_SINKS: return pol->sinks + pol->window;
+    default: return 0;
+    }
+}

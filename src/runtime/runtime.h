@@ -101,6 +101,9 @@ bool hr_runtime_is_demo(const hr_runtime *rt);
 const char *hr_runtime_model_name(const hr_runtime *rt); /* the file's base name, or "demo" */
 /* Startup warnings ('\n'-separated, no trailing newline), or "". */
 const char *hr_runtime_warnings(const hr_runtime *rt);
+/* When the model's chat template was not recognized: a one-line warning naming the template used
+ * instead (print it when serving chat), else "". */
+const char *hr_runtime_chat_warning(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
 

@@ -1,0 +1,475 @@
+/* runtime.c: see runtime.h. Opening is one sequence (model, tokenizer, context check, KV budget and
+ * pool, default policy, forward context, swap tier, engine), each step checking that what it builds
+ * fits what came before; every failure after the model loaded says whether a parameter is at fault.
+ * A request here is the engine's request plus what the front end asked for (its prompt ids after
+ * chat rendering and tokenization, max_tokens after the context clamp). */
+#include "runtime/runtime.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "model/synth.h"
+
+struct hr_runtime {
+    hr_runtime_params p;
+    void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
+    hr_model *model;
+    hr_tokenizer *tok;
+    hr_kv_pool *kv;
+    hr_kv_swap *swap;
+    hr_model_ctx *ctx;
+    hr_engine *engine;
+    int n_ctx;
+    hr_kv_budget budget;
+    hr_chat_template chat_tpl;
+    bool has_policy;
+    hr_kv_policy policy;
+    char model_name[128];
+    char warning[1024];
+    char chat_warning[512]; /* the model's chat template was not recognized: what is used instead */
+};
+
+struct hr_rt_request {
+    hr_request *h;
+    int32_t *prompt;
+    int n_prompt, max_tokens;
+    bool ctx_limited;
+    int block_size;
+    uint64_t block_bytes;
+};
+
+/* ---- the KV budget ----------------------------------------------------------------------------- */
+
+hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, hr_error *err) {
+    memset(out, 0, sizeof *out);
+    hr_kv_config kc = q->kv;
+    uint64_t block_bytes = hr_kv_block_bytes(&kc);
+    if (block_bytes == 0) {
+        /* the pool's own check says why; it fails on the config before allocating anything */
+        hr_kv_pool *probe = NULL;
+        hr_error why = {.msg = "the KV pool refuses this configuration"};
+        kc.budget_bytes = 1;
+        if (hr_kv_pool_create(&kc, &probe, &why) == HR_OK) hr_kv_pool_destroy(probe);
+        char fmt[32];
+        if (kc.k_format == kc.v_format)
+            snprintf(fmt, sizeof fmt, "%s", hr_kv_format_name(kc.k_format));
+        else
+            snprintf(fmt, sizeof fmt, "%s/%s", hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format));
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "--kv-type %s with --block-size %d cannot be used on this model (head_dim %d, %d KV "
+                            "heads): %s",
+                            fmt, kc.block_size, kc.head_dim, kc.n_kv_heads, why.msg);
+    }
+    int n_seqs = HR_MAX(1, q->n_seqs);
+    uint64_t fixed = hr_kv_fixed_bytes(&kc);
+    int ctx_blocks = (q->n_ctx + kc.block_size - 1) / kc.block_size;
+    out->block_bytes = block_bytes;
+    out->fixed_bytes = fixed;
+    out->token_bytes = block_bytes / (uint64_t)kc.block_size;
+    out->ctx_blocks = ctx_blocks;
+    out->budget_bytes = kc.budget_bytes ? kc.budget_bytes : fixed + (uint64_t)ctx_blocks * block_bytes * (uint64_t)n_seqs;
+    uint64_t nb = out->budget_bytes > fixed ? (out->budget_bytes - fixed) / block_bytes : 0;
+    if (nb > (1u << 30)) nb = 1u << 30;
+    out->n_blocks = (int)nb;
+    out->n_tokens = (int64_t)nb * kc.block_size;
+    out->n_seqs_at_ctx = ctx_blocks > 0 ? (int)(nb / (uint64_t)ctx_blocks) : 0;
+    /* a budget that cannot hold even one n_ctx sequence is an error that says what fits (each request
+     * is also checked against the pool when submitted) */
+    if (nb < (uint64_t)ctx_blocks) {
+        char b1[32], b2[32];
+        return hr_error_set(err, HR_ERR_BUDGET,
+                            "--kv-budget %s holds %llu tokens at %s/%s; the context is %d: raise --kv-budget to %s "
+                            "or lower --ctx",
+                            hr_format_size(out->budget_bytes, b1, sizeof b1),
+                            (unsigned long long)out->n_tokens, hr_kv_format_name(kc.k_format),
+                            hr_kv_format_name(kc.v_format), q->n_ctx,
+                            hr_format_size(fixed + (uint64_t)ctx_blocks * block_bytes, b2, sizeof b2));
+    }
+    return HR_OK;
+}
+
+/* ---- opening ----------------------------------------------------------------------------------- */
+
+hr_runtime_params hr_runtime_default_params(void) {
+    hr_runtime_params p = {0};
+    p.k_format = p.v_format = HR_KV_F16;
+    p.block_size = 16;
+    p.max_batch_tokens = 512;
+    p.max_running = 64;
+    p.admission = HR_ADMIT_ADAPTIVE;
+    p.preempt = HR_PREEMPT_AUTO;
+    p.layout = HR_LAYOUT_PAGED;
+    return p;
+}
+
+__attribute__((format(printf, 2, 3))) static void add_warning(hr_runtime *rt, const char *fmt, ...) {
+    size_t n = strlen(rt->warning);
+    if (n && n + 1 < sizeof rt->warning) rt->warning[n++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rt->warning + n, sizeof rt->warning - n, fmt, ap);
+    va_end(ap);
+}
+
+static hr_status load_demo(hr_runtime *rt, hr_error *err) {
+    hr_synth_shape shape;
+    hr_status st = hr_synth_shape_by_name("tiny", &shape, err);
+    if (st) return st;
+    return hr_synth_model(&shape, HR_DTYPE_F32, 42, &rt->model, &rt->demo_file, err);
+}
+
+/* --ctx against the trained context: past it RoPE sees positions it was never trained on
+ * (docs/POLICIES.md, "Positions, RoPE and running past the trained context"). */
+static hr_status check_ctx(hr_runtime *rt, const hr_hparams *hp, hr_error *err) {
+    int train = hp->n_ctx_train;
+    if (train <= 0 || rt->n_ctx <= train) return HR_OK;
+    if (!rt->p.ctx_extend)
+        return hr_error_set(err, HR_ERR_RANGE,
+                            "--ctx %d exceeds the model's trained context (%d): positions past %d are out of "
+                            "distribution for RoPE and quality degrades; add --ctx-extend to allow it anyway, or keep "
+                            "--ctx <= %d and use --kv-policy window:W to run past the context",
+                            rt->n_ctx, train, train, train);
+    add_warning(rt,
+                "--ctx %d exceeds the model's trained context (%d) (--ctx-extend): positions past %d are out of "
+                "distribution for RoPE; expect quality to degrade there",
+                rt->n_ctx, train, train);
+    return HR_OK;
+}
+
+static hr_status open_kv(hr_runtime *rt, hr_error *err) {
+    const hr_hparams *hp = hr_model_hparams(rt->model);
+    hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
+                                   .n_kv_heads = hp->n_head_kv,
+                                   .head_dim = hp->head_dim,
+                                   .block_size = rt->p.block_size,
+                                   .k_format = rt->p.k_format,
+                                   .v_format = rt->p.v_format,
+                                   .max_seqs = rt->p.max_running,
+                                   .max_step_tokens = rt->p.max_batch_tokens,
+                                   .budget_bytes = rt->p.kv_budget,
+                                   .prefault = rt->p.prefault},
+                            .n_ctx = rt->n_ctx,
+                            .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running))};
+    hr_status st = hr_kv_budget_compute(&q, &rt->budget, err);
+    if (st) return st;
+    q.kv.budget_bytes = rt->budget.budget_bytes;
+    return hr_kv_pool_create(&q.kv, &rt->kv, err);
+}
+
+/* Whether a failure after the model and tokenizer loaded is about a parameter rather than memory, a
+ * file or the machine. */
+static bool option_fault(hr_status st) { return st != HR_ERR_NOMEM && st != HR_ERR_IO && st != HR_ERR_INTERNAL; }
+
+static void fill_defaults(hr_runtime_params *p) {
+    if (p->block_size <= 0) p->block_size = 16;
+    if (p->max_batch_tokens <= 0) p->max_batch_tokens = 512;
+    if (p->max_running <= 0) p->max_running = 64;
+    if (p->prefill_chunk <= 0) p->prefill_chunk = p->max_batch_tokens;
+    if (p->kv_seqs <= 0) p->kv_seqs = 1;
+}
+
+static void set_model_name(hr_runtime *rt) {
+    if (!rt->p.model_path) {
+        snprintf(rt->model_name, sizeof rt->model_name, "demo");
+        return;
+    }
+    const char *base = strrchr(rt->p.model_path, '/');
+    base = base ? base + 1 : rt->p.model_path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
+    snprintf(rt->model_name, sizeof rt->model_name, "%.*s", (int)HR_MIN(n, sizeof rt->model_name - 1), base);
+}
+
+hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, bool *bad_option, hr_error *err) {
+    if (bad_option) *bad_option = false;
+    hr_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    rt->p = *params;
+    fill_defaults(&rt->p);
+    const hr_runtime_params *p = &rt->p;
+    set_model_name(rt);
+    bool loaded = false; /* past this point a failure is a parameter's, unless memory or I/O */
+    hr_status st = p->model_path ? hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT,
+                                                      &rt->model, err)
+                                 : load_demo(rt, err);
+    if (st) goto fail;
+    if ((st = hr_tokenizer_load(hr_model_gguf(rt->model), &rt->tok, err))) goto fail;
+    const hr_hparams *hp = hr_model_hparams(rt->model);
+    if (hr_tokenizer_n_vocab(rt->tok) > hp->n_vocab) {
+        st = hr_error_set(err, HR_ERR_FORMAT, "the vocabulary has %d tokens but the model's embedding has %d rows",
+                          hr_tokenizer_n_vocab(rt->tok), hp->n_vocab);
+        goto fail;
+    }
+    loaded = true;
+    if (p->chat_template) {
+        rt->chat_tpl = hr_chat_template_by_name(p->chat_template);
+        if (rt->chat_tpl == HR_CHAT_UNKNOWN) {
+            st = hr_error_set(err, HR_ERR_INVALID_ARG, "unknown --chat-template '%s' (known: %s)", p->chat_template,
+                              hr_chat_template_names());
+            goto fail;
+        }
+    } else {
+        rt->chat_tpl = hr_chat_template_from_gguf(hr_model_gguf(rt->model), rt->chat_warning, sizeof rt->chat_warning);
+    }
+    rt->n_ctx = p->n_ctx ? p->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
+    if ((st = check_ctx(rt, hp, err))) goto fail;
+    if ((st = open_kv(rt, err))) goto fail;
+    if (p->kv_policy) {
+        if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) ||
+            (st = hr_kv_pool_set_default_policy(rt->kv, &rt->policy, err))) {
+            hr_error_prefix(err, "--kv-policy");
+            goto fail;
+        }
+        rt->has_policy = true;
+    }
+    hr_model_ctx_params mp = {.n_threads = p->n_threads,
+                              .max_batch_tokens = p->max_batch_tokens,
+                              .max_ctx = rt->n_ctx,
+                              .force_isa = p->isa};
+    if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
+    /* the swap tier: swap_space, or with swap preemption as large as the pool */
+    uint64_t swap_bytes = p->swap_space;
+    if (!swap_bytes && p->preempt == HR_PREEMPT_SWAP)
+        swap_bytes = (uint64_t)hr_kv_pool_n_blocks(rt->kv) * hr_kv_block_bytes(hr_kv_pool_config(rt->kv)) +
+                     hr_kv_stage_block_bytes(hr_kv_pool_config(rt->kv)) * (uint64_t)p->max_running;
+    if (swap_bytes && p->preempt != HR_PREEMPT_RECOMPUTE) {
+        hr_kv_swap_config sc = {.path = NULL, .budget_bytes = swap_bytes};
+        if ((st = hr_kv_swap_create(rt->kv, &sc, &rt->swap, err))) {
+            hr_error_prefix(err, "--swap-space");
+            goto fail;
+        }
+    }
+    hr_engine_params ep = {.model = rt->model,
+                           .ctx = rt->ctx,
+                           .kv = rt->kv,
+                           .swap = rt->swap,
+                           .tok = rt->tok,
+                           .n_ctx = rt->n_ctx,
+                           .max_batch_tokens = p->max_batch_tokens,
+                           .max_running = p->max_running,
+                           .max_queue = p->max_queue,
+                           .prefill_chunk = p->prefill_chunk,
+                           .admission = p->admission,
+                           .preempt = p->preempt,
+                           .layout = p->layout};
+    if ((st = hr_engine_create(&ep, &rt->engine, err))) goto fail;
+    *out = rt;
+    return HR_OK;
+fail:
+    if (bad_option) *bad_option = loaded && option_fault(st);
+    hr_runtime_close(rt);
+    return st;
+}
+
+void hr_runtime_close(hr_runtime *rt) {
+    if (!rt) return;
+    hr_engine_destroy(rt->engine); /* stops the thread; frees every sequence, swapped ones too */
+    hr_kv_swap_destroy(rt->swap);
+    hr_model_ctx_destroy(rt->ctx);
+    hr_kv_pool_destroy(rt->kv);
+    hr_tokenizer_destroy(rt->tok);
+    hr_model_destroy(rt->model);
+    free(rt->demo_file);
+    free(rt);
+}
+
+const hr_runtime_params *hr_runtime_get_params(const hr_runtime *rt) { return &rt->p; }
+const hr_model *hr_runtime_model(const hr_runtime *rt) { return rt->model; }
+const hr_tokenizer *hr_runtime_tokenizer(const hr_runtime *rt) { return rt->tok; }
+hr_kv_pool *hr_runtime_kv(hr_runtime *rt) { return rt->kv; }
+hr_kv_swap *hr_runtime_swap(hr_runtime *rt) { return rt->swap; }
+hr_model_ctx *hr_runtime_ctx(hr_runtime *rt) { return rt->ctx; }
+hr_engine *hr_runtime_engine(hr_runtime *rt) { return rt->engine; }
+int hr_runtime_n_ctx(const hr_runtime *rt) { return rt->n_ctx; }
+bool hr_runtime_is_demo(const hr_runtime *rt) { return rt->p.model_path == NULL; }
+const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name; }
+const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
+const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
+const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
+
+hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
+void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }
+hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) {
+    return hr_engine_run_until_idle(rt->engine, err);
+}
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+/* Renders chat messages with the runtime's template. The template writes BOS text itself, so the
+ * result is tokenized with special tokens parsed and no BOS added. */
+static hr_status render_chat(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, char **out, hr_error *err) {
+    int32_t bos = hr_tokenizer_bos(rt->tok), eos = hr_tokenizer_eos(rt->tok);
+    return hr_chat_render(rt->chat_tpl, msgs, n, true, bos >= 0 ? hr_tokenizer_piece(rt->tok, bos) : NULL,
+                          eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL, out, err);
+}
+
+/* The prompt's ids into r (tokenized text, rendered chat, or the ids as given). */
+static hr_status prompt_ids(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request *r, hr_error *err) {
+    int forms = (p->prompt != NULL) + (p->messages != NULL) + (p->prompt_ids != NULL);
+    if (forms != 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "a request needs exactly one of a prompt, chat messages or token ids (got %d)", forms);
+    if (p->prompt_ids) {
+        if (p->n_prompt_ids < 1)
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty (at least one token is needed)");
+        r->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt_ids);
+        if (!r->prompt) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        memcpy(r->prompt, p->prompt_ids, sizeof(int32_t) * (size_t)p->n_prompt_ids);
+        r->n_prompt = p->n_prompt_ids;
+        return HR_OK;
+    }
+    hr_tokenize_opts to = {.add_bos = !p->no_bos && hr_tokenizer_add_bos_default(rt->tok)};
+    char *rendered = NULL;
+    const char *text = p->prompt;
+    size_t len = p->prompt ? (p->prompt_len ? p->prompt_len : strlen(p->prompt)) : 0;
+    if (p->messages) {
+        if (p->n_messages == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "messages is empty");
+        hr_status st = render_chat(rt, p->messages, p->n_messages, &rendered, err);
+        if (st) return st;
+        text = rendered;
+        len = strlen(rendered);
+        to = (hr_tokenize_opts){.add_bos = false, .parse_special = true};
+    }
+    if (len == 0 && !p->messages) {
+        free(rendered);
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty");
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    hr_status st = hr_tokenizer_encode_alloc(rt->tok, text, len, &to, &ids, &n, err);
+    free(rendered);
+    if (st) return st;
+    r->prompt = ids;
+    r->n_prompt = (int)n;
+    if (r->n_prompt == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty after tokenization");
+    return HR_OK;
+}
+
+hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request **out, hr_error *err) {
+    hr_rt_request *r = calloc(1, sizeof *r);
+    if (!r) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    r->block_size = rt->p.block_size;
+    r->block_bytes = rt->budget.block_bytes;
+    hr_status st = prompt_ids(rt, p, r, err);
+    hr_kv_policy pol = rt->policy;
+    bool has_pol = rt->has_policy;
+    if (st == HR_OK && p->kv_policy) {
+        if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK) has_pol = true;
+        else hr_error_prefix(err, "kv_policy");
+    }
+    /* a window or sinks policy lets a sequence run past the context; otherwise it ends there */
+    int span = has_pol ? hr_kv_policy_span(&pol) : 0;
+    if (st == HR_OK && span == 0 && r->n_prompt >= rt->n_ctx)
+        st = hr_error_set(err, HR_ERR_RANGE,
+                          "the prompt has %d tokens but the context holds %d (at least one more for the output)",
+                          r->n_prompt, rt->n_ctx);
+    if (st == HR_OK) {
+        int room = span > 0 ? INT32_MAX : rt->n_ctx - r->n_prompt;
+        int want = p->max_tokens > 0 ? p->max_tokens : room;
+        if (span > 0 && p->max_tokens <= 0)
+            st = hr_error_set(err, HR_ERR_INVALID_ARG,
+                              "max_tokens is needed with a window policy (it can run past the context)");
+        r->max_tokens = HR_MIN(want, room);
+        r->ctx_limited = p->max_tokens > 0 && r->max_tokens < p->max_tokens;
+    }
+    if (st == HR_OK) {
+        hr_request_params rp = {.prompt = r->prompt,
+                                .n_prompt = r->n_prompt,
+                                .max_tokens = r->max_tokens,
+                                .sampling = p->sampling,
+                                .priority = p->priority,
+                                .ignore_eos = p->ignore_eos,
+                                .stop = p->stop,
+                                .n_stop = p->n_stop,
+                                .kv_policy = has_pol ? &pol : NULL};
+        st = hr_engine_submit(rt->engine, &rp, &r->h, err);
+    }
+    if (st != HR_OK) {
+        free(r->prompt);
+        free(r);
+        return st;
+    }
+    *out = r;
+    return HR_OK;
+}
+
+hr_request *hr_rt_request_handle(hr_rt_request *r) { return r->h; }
+const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt) {
+    if (n_prompt) *n_prompt = r->n_prompt;
+    return r->prompt;
+}
+int hr_rt_request_max_tokens(const hr_rt_request *r) { return r->max_tokens; }
+bool hr_rt_request_ctx_limited(const hr_rt_request *r) { return r->ctx_limited; }
+void hr_rt_request_cancel(hr_runtime *rt, hr_rt_request *r) { hr_engine_cancel(rt->engine, r->h); }
+
+void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r) {
+    if (!r) return;
+    hr_request_stats s;
+    hr_request_get_stats(r->h, &s);
+    if (s.state != HR_REQ_COMPLETED && s.state != HR_REQ_CANCELLED && s.state != HR_REQ_FAILED)
+        hr_engine_cancel(rt->engine, r->h);
+    hr_request_release(r->h);
+    free(r->prompt);
+    free(r);
+}
+
+static const char *policy_kind_name(hr_kv_policy_kind k) {
+    switch (k) {
+    case HR_KV_POLICY_WINDOW: return "window";
+    case HR_KV_POLICY_SINKS: return "sinks";
+    case HR_KV_POLICY_H2O: return "h2o";
+    case HR_KV_POLICY_SNAPKV: return "snapkv";
+    default: return "full";
+    }
+}
+
+void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
+    memset(out, 0, sizeof *out);
+    hr_request_get_stats(r->h, &out->stats);
+    const hr_request_stats *s = &out->stats;
+    out->state = s->state;
+    bool final = s->state == HR_REQ_COMPLETED || s->state == HR_REQ_CANCELLED || s->state == HR_REQ_FAILED;
+    out->status = s->state == HR_REQ_COMPLETED ? HR_OK : s->error_code;
+    out->error = s->error;
+    out->ids = hr_request_output(r->h, &out->n_ids);
+    out->text = hr_request_text(r->h, &out->text_len);
+    out->finish_reason = final ? hr_finish_reason_name(s->finish) : NULL;
+    out->limit = s->finish == HR_FINISH_LENGTH ? (r->ctx_limited ? "context" : "max_tokens") : NULL;
+    out->n_prompt = r->n_prompt;
+    out->max_tokens = r->max_tokens;
+    out->t_submit = s->t_submit;
+    out->t_first_token = s->t_first_token;
+    out->t_finish = s->t_finish;
+    hr_rt_kv_usage *k = &out->kv;
+    k->k_format = s->kv.k_format;
+    k->v_format = s->kv.v_format;
+    k->block_size = r->block_size;
+    k->bytes_now = final ? 0 : s->kv.bytes_now;
+    k->bytes_peak = s->kv.bytes_peak;
+    k->blocks_now = r->block_bytes ? (int)(k->bytes_now / r->block_bytes) : 0;
+    k->blocks_peak = r->block_bytes ? (int)(k->bytes_peak / r->block_bytes) : 0;
+    k->prefix_hit_tokens = s->prefix_hit_tokens;
+    k->evicted_tokens = s->kv.tokens_evicted;
+    k->preemptions = s->n_preemptions;
+    k->preempt_swaps = s->n_preempt_swap;
+    k->preempt_recomputes = s->n_preempt_recompute;
+    k->swapped_bytes = s->swapped_bytes;
+    k->queued_seconds = s->t_admit > 0 ? s->t_admit - s->t_submit : 0;
+    k->policy = policy_kind_name(s->kv.policy.kind);
+}
+
+/* ---- the whole picture ------------------------------------------------------------------------- */
+
+void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out) {
+    memset(out, 0, sizeof *out);
+    hr_kv_pool_get_ledger(rt->kv, &out->ledger);
+    hr_engine_get_stats(rt->engine, &out->engine);
+    out->budget_bytes = rt->budget.budget_bytes;
+    out->headroom_bytes = (int64_t)out->engine.headroom_blocks * (int64_t)rt->budget.block_bytes;
+}
+
+double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }
