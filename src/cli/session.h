@@ -1,7 +1,6 @@
-/* session.h: what `headroom run` (and later eval/bench) share: loading a model (or the built-in
- * demo), its tokenizer, a KV pool sized from --kv-budget/--ctx, a forward context, and the engine
- * that runs any number of prompts concurrently over them (continuous batching, chunked prefill,
- * admission by bytes, preemption), streaming output for a single prompt. */
+/* session.h: the command-line layer over the runtime (src/runtime): the flags shared by run, eval and
+ * serve, a runtime opened from them, and running any number of prompts concurrently through it on
+ * this thread (streaming output for a single prompt), with the CLI's printing and JSON. */
 #ifndef HR_CLI_SESSION_H
 #define HR_CLI_SESSION_H
 
@@ -13,6 +12,7 @@
 #include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
+#include "runtime/runtime.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,6 +67,7 @@ typedef struct hr_session hr_session;
 hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_option, hr_error *err);
 void hr_session_close(hr_session *s); /* NULL allowed */
 
+hr_runtime *hr_session_runtime(hr_session *s); /* the runtime underneath (the server opens its own) */
 const hr_model *hr_session_model(const hr_session *s);
 const hr_tokenizer *hr_session_tokenizer(const hr_session *s);
 hr_kv_pool *hr_session_kv(hr_session *s);
