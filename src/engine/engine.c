@@ -57,12 +57,14 @@ hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err)
 /* ---- create / destroy -------------------------------------------------------------------------- */
 
 hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_error *err) {
-    if (!params->model || !params->ctx || !params->kv)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: model, ctx and kv are required");
+    if (!params->kv || (!params->forward && (!params->model || !params->ctx)))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: kv, and a model and ctx (or a step executor), are required");
     hr_engine_params p = *params;
-    const hr_hparams *hp = hr_model_hparams(p.model);
+    const hr_hparams *hp = p.model ? hr_model_hparams(p.model) : NULL;
     const hr_kv_config *kc = hr_kv_pool_config(p.kv);
-    if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train;
+    if (p.n_ctx <= 0 && hp) p.n_ctx = hp->n_ctx_train;
+    if (p.n_ctx <= 0 || (!hp && p.n_vocab <= 0))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: without a model, n_ctx and n_vocab must be given");
     if (p.max_batch_tokens <= 0) p.max_batch_tokens = 512;
     if (p.max_running <= 0) p.max_running = kc->max_seqs;
     if (p.max_queue <= 0) p.max_queue = 1024;
@@ -91,7 +93,7 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     hr_engine *e = calloc(1, sizeof *e);
     if (!e) return hr_error_set(err, HR_ERR_NOMEM, "engine: out of memory");
     e->p = p;
-    e->n_vocab = hp->n_vocab;
+    e->n_vocab = hp ? hp->n_vocab : p.n_vocab;
     e->block_size = kc->block_size;
     e->n_blocks = n_blocks;
     e->swap_ok = p.swap != NULL && p.preempt != HR_PREEMPT_RECOMPUTE;
@@ -415,7 +417,8 @@ static bool step(hr_engine *e) {
         hr_batch b = {.n_tokens = T, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq, .want_logits = e->b_want};
         hr_error err = {0};
         double t0 = hr_time_now();
-        hr_status st = hr_model_forward(e->p.ctx, &b, e->logits, &err);
+        hr_status st = e->p.forward ? e->p.forward(e->p.forward_user, &b, e->logits, &err)
+                                    : hr_model_forward(e->p.ctx, &b, e->logits, &err);
         e->st.forward_seconds += hr_time_now() - t0;
         if (st != HR_OK) {
             hr_error_prefix(&err, "forward pass");

@@ -59,9 +59,19 @@ hr_status hr_preempt_mode_parse(const char *name, hr_preempt_mode *out, hr_error
 const char *hr_kv_layout_name(hr_kv_layout l);
 hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err);
 
+/* The step executor: computes one ragged batch's K/V into the pool (hr_kv_write for every token in
+ * every layer) and the logits of the rows that want them ([rows][n_vocab], in batch order). The
+ * default is the model's forward pass; a simulator (the planner's) passes its own to drive the real
+ * scheduler and KV pool without a model. */
+typedef hr_status (*hr_engine_forward_fn)(void *user, const hr_batch *batch, float *logits, hr_error *err);
+
 typedef struct hr_engine_params {
-    const hr_model *model;   /* borrowed, for the engine's lifetime */
-    hr_model_ctx *ctx;       /* borrowed: its max_batch_tokens must be >= max_batch_tokens */
+    const hr_model *model;   /* borrowed, for the engine's lifetime; NULL only with `forward` */
+    hr_model_ctx *ctx;       /* borrowed: its max_batch_tokens must be >= max_batch_tokens; NULL only
+                                with `forward` */
+    hr_engine_forward_fn forward; /* NULL: hr_model_forward on ctx */
+    void *forward_user;           /* passed to forward */
+    int n_vocab;                  /* without a model: the logits' row length */
     hr_kv_pool *kv;          /* borrowed: the pool ctx writes to */
     hr_kv_swap *swap;        /* borrowed, optional: the tier swap preemption moves blocks to */
     const hr_tokenizer *tok; /* borrowed, optional: end-of-generation tokens, text, stop strings */
