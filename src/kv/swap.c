@@ -11,6 +11,7 @@
  * leaves everything as it was. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,10 @@ struct hr_kv_swap {
     int n_slots, n_free;
     int32_t *free_slots; /* stack */
     int stage_units;     /* slots one tail buffer takes */
-    uint64_t out_total, in_total;
+    /* the ledger's figures, published for readers on other threads (the owner thread alone moves
+     * n_free and the stack) */
+    atomic_int slots_used;
+    atomic_uint_fast64_t out_total, in_total;
 };
 
 typedef struct kv_swap_rec {
@@ -96,11 +100,11 @@ void hr_kv_swap_destroy(hr_kv_swap *w) {
 void hr_kv_swap_get_ledger(const hr_kv_swap *w, hr_kv_swap_ledger *out) {
     memset(out, 0, sizeof *out);
     out->slots_total = w->n_slots;
-    out->slots_used = w->n_slots - w->n_free;
+    out->slots_used = atomic_load_explicit(&w->slots_used, memory_order_relaxed);
     out->bytes_total = (uint64_t)w->n_slots * w->slot_bytes;
     out->bytes_used = (uint64_t)out->slots_used * w->slot_bytes;
-    out->blocks_out_total = w->out_total;
-    out->blocks_in_total = w->in_total;
+    out->blocks_out_total = atomic_load_explicit(&w->out_total, memory_order_relaxed);
+    out->blocks_in_total = atomic_load_explicit(&w->in_total, memory_order_relaxed);
 }
 
 /* ---- I/O ----------------------------------------------------------------------------------------- */
@@ -227,7 +231,8 @@ hr_status hr_kv_seq_swap_out(hr_kv_pool *p, hr_kv_swap *w, hr_kv_seq seq, hr_err
         }
     }
     w->n_free -= units; /* commit: the slots were the top of the stack */
-    w->out_total += (uint64_t)nb;
+    atomic_fetch_add_explicit(&w->slots_used, units, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->out_total, (uint64_t)nb, memory_order_relaxed);
     kv_seq_release_blocks(p, s);
     s->swapped = true;
     s->swap = w;
@@ -283,7 +288,7 @@ hr_status hr_kv_seq_swap_in(hr_kv_pool *p, hr_kv_seq seq, hr_error *err) {
         kv_prefix_map_add(p, b); /* shareable again unless the cache already has this block */
     }
     atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)s->n_table * B - (uint64_t)s->n_tokens, memory_order_relaxed);
-    w->in_total += (uint64_t)r->n_blocks;
+    atomic_fetch_add_explicit(&w->in_total, (uint64_t)r->n_blocks, memory_order_relaxed);
     kv_swap_drop(p, s);
     kv_update_peak(p, s);
     return HR_OK;
@@ -294,6 +299,7 @@ void kv_swap_drop(hr_kv_pool *p, kv_seq *s) {
     hr_kv_swap *w = s->swap;
     if (r && w)
         for (int u = r->n_units - 1; u >= 0; u--) w->free_slots[w->n_free++] = r->units[u];
+    if (r && w) atomic_fetch_sub_explicit(&w->slots_used, r->n_units, memory_order_relaxed);
     atomic_fetch_sub_explicit(&p->bytes_swapped, s->bytes_swapped, memory_order_relaxed);
     kv_rec_free(r);
     s->rec = NULL;
