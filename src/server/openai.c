@@ -1,0 +1,495 @@
+/* openai.c: OpenAI's request and response shapes. Parsing checks every field it knows (type and range,
+ * naming the field in the 400) and ignores the others, as OpenAI-compatible servers do; the
+ * responses add the KV accounting to `usage`. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_internal.h"
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+
+bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code, const char *fmt, ...) {
+    e->http = http;
+    e->param = param;
+    e->code = code;
+    e->type = http == 401   ? "authentication_error"
+              : http == 404 ? "not_found_error"
+              : http == 429 ? "rate_limit_error"
+              : http == 503 ? "service_unavailable"
+              : http >= 500 ? "server_error"
+                            : "invalid_request_error";
+    e->refusal = http == 401 ? HR_REFUSE_AUTH
+                 : http == 413 ? HR_REFUSE_TOO_LARGE
+                 : http == 429 ? HR_REFUSE_QUEUE
+                 : http == 503 ? HR_REFUSE_DRAINING
+                 : http == 400 ? HR_REFUSE_INVALID
+                               : HR_REFUSE_NONE;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* Which request field an engine/runtime message is about: they name it in their text. */
+static const char *field_in_message(const char *msg) {
+    static const char *const fields[] = {"temperature", "top_p",      "top_k",     "min_p",
+                                         "presence_penalty", "frequency_penalty", "max_tokens", "kv_policy",
+                                         "stop",        "priority",   "seed"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (strstr(msg, fields[i])) return fields[i];
+    if (strstr(msg, "policy")) return "kv_policy";
+    if (strstr(msg, "penalt")) return "presence_penalty";
+    return NULL;
+}
+
+void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const char *msg, const char *prompt_field) {
+    switch (st) {
+    case HR_ERR_INVALID_ARG:
+        hr_srv_fail(e, 400, field_in_message(msg), "invalid_value", "%s", msg);
+        break;
+    case HR_ERR_RANGE:
+        hr_srv_fail(e, 400, prompt_field, "context_length_exceeded", "%s", msg);
+        e->refusal = HR_REFUSE_CONTEXT;
+        break;
+    case HR_ERR_BUDGET:
+        hr_srv_fail(e, 400, prompt_field, "kv_budget_exceeded", "%s", msg);
+        e->refusal = HR_REFUSE_BUDGET;
+        break;
+    case HR_ERR_FULL:
+        hr_srv_fail(e, 429, NULL, "queue_full", "%s", msg);
+        e->retry_after_s = rt ? hr_runtime_retry_after_s(rt) : 1;
+        break;
+    default:
+        hr_srv_fail(e, 500, NULL, hr_status_name(st), "%s", msg);
+        break;
+    }
+}
+
+char *hr_srv_error_body(const hr_srv_error *e) {
+    json_t *err = json_object();
+    json_object_set_new(err, "message", json_string(e->msg));
+    json_object_set_new(err, "type", json_string(e->type ? e->type : "server_error"));
+    json_object_set_new(err, "param", e->param ? json_string(e->param) : json_null());
+    json_object_set_new(err, "code", e->code ? json_string(e->code) : json_null());
+    json_t *root = json_object();
+    json_object_set_new(root, "error", err);
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return text;
+}
+
+/* ---- field readers: absent or null leaves *out alone; a wrong type or range fails naming it ------ */
+
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static json_t *field(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static bool read_number(json_t *o, const char *k, double lo, double hi, float *out, hr_srv_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return true;
+    if (!json_is_number(v)) return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a number, got %s", k, type_name(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return hr_srv_fail(e, 400, k, "invalid_value", "'%s' must be between %g and %g, got %g", k, lo, hi, x);
+    *out = (float)x;
+    return true;
+}
+
+static bool read_int(json_t *o, const char *k, long long lo, long long hi, long long *out, hr_srv_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return true;
+    long long x;
+    if (json_is_integer(v))
+        x = (long long)json_integer_value(v);
+    /* 3.0 is an integer to JavaScript clients */
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15)
+        x = (long long)json_real_value(v);
+    else
+        return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be an integer, got %s", k, type_name(v));
+    if (x < lo || x > hi)
+        return hr_srv_fail(e, 400, k, "invalid_value", "'%s' must be between %lld and %lld, got %lld", k, lo, hi, x);
+    *out = x;
+    return true;
+}
+
+static bool read_bool(json_t *o, const char *k, bool *out, hr_srv_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return true;
+    if (!json_is_boolean(v)) return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a boolean, got %s", k, type_name(v));
+    *out = json_is_true(v);
+    return true;
+}
+
+static bool read_string(json_t *o, const char *k, const char **out, hr_srv_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return true;
+    if (!json_is_string(v)) return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a string, got %s", k, type_name(v));
+    *out = json_string_value(v);
+    return true;
+}
+
+/* ---- prompt and messages ----------------------------------------------------------------------- */
+
+static bool keep_owned(hr_srv_gen *g, char *s) {
+    char **o = realloc(g->owned, sizeof *o * (size_t)(g->n_owned + 1));
+    if (!o) {
+        free(s);
+        return false;
+    }
+    g->owned = o;
+    g->owned[g->n_owned++] = s;
+    return true;
+}
+
+static bool parse_prompt(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
+    json_t *p = field(root, "prompt");
+    if (!p) return hr_srv_fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+    if (json_is_array(p)) {
+        size_t n = json_array_size(p);
+        if (n == 0) return hr_srv_fail(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+        json_t *first = json_array_get(p, 0);
+        if (json_is_string(first)) {
+            /* a batch of prompts is several requests: one at a time here */
+            if (n != 1)
+                return hr_srv_fail(e, 400, "prompt", "invalid_value",
+                                   "'prompt' as an array of strings must hold exactly one, got %zu", n);
+            p = first;
+        } else {
+            /* token ids */
+            g->prompt_ids = malloc(sizeof(int32_t) * n);
+            if (!g->prompt_ids) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+            for (size_t i = 0; i < n; i++) {
+                json_t *t = json_array_get(p, i);
+                if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+                    return hr_srv_fail(e, 400, "prompt", "invalid_type",
+                                       "'prompt' must be a string, an array of one string or an array of token ids; "
+                                       "element %zu is %s",
+                                       i, type_name(t));
+                g->prompt_ids[i] = (int32_t)json_integer_value(t);
+            }
+            g->rp.prompt_ids = g->prompt_ids;
+            g->rp.n_prompt_ids = (int)n;
+            return true;
+        }
+    }
+    if (!json_is_string(p))
+        return hr_srv_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string, got %s", type_name(p));
+    if (json_string_length(p) == 0) return hr_srv_fail(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+    g->rp.prompt = json_string_value(p);
+    g->rp.prompt_len = json_string_length(p);
+    return true;
+}
+
+/* content: a string, or an array of {"type":"text","text":...} parts (joined). */
+static bool message_content(hr_srv_gen *g, json_t *c, size_t i, const char **out, hr_srv_error *e) {
+    if (!c) {
+        *out = "";
+        return true;
+    }
+    if (json_is_string(c)) {
+        *out = json_string_value(c);
+        return true;
+    }
+    if (!json_is_array(c))
+        return hr_srv_fail(e, 400, "messages", "invalid_type", "'messages[%zu].content' must be a string, got %s", i,
+                           type_name(c));
+    hr_srv_buf b = {0};
+    hr_srv_buf_put(&b, "", 0);
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *part = json_array_get(c, k);
+        json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
+        if (!json_is_string(text)) {
+            hr_srv_buf_free(&b);
+            return hr_srv_fail(e, 400, "messages", "invalid_type",
+                               "'messages[%zu].content[%zu]' must be a {\"type\":\"text\",\"text\":...} part", i, k);
+        }
+        hr_srv_buf_put(&b, json_string_value(text), json_string_length(text));
+    }
+    if (b.failed || !keep_owned(g, b.data)) {
+        if (b.failed) hr_srv_buf_free(&b);
+        return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    *out = b.data;
+    return true;
+}
+
+static bool parse_messages(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
+    json_t *m = field(root, "messages");
+    if (!m) return hr_srv_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
+    if (!json_is_array(m))
+        return hr_srv_fail(e, 400, "messages", "invalid_type", "'messages' must be an array, got %s", type_name(m));
+    size_t n = json_array_size(m);
+    if (n == 0) return hr_srv_fail(e, 400, "messages", "invalid_value", "'messages' is empty");
+    g->messages = calloc(n, sizeof *g->messages);
+    if (!g->messages) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(m, i);
+        if (!json_is_object(msg))
+            return hr_srv_fail(e, 400, "messages", "invalid_type", "'messages[%zu]' must be an object, got %s", i,
+                               type_name(msg));
+        json_t *role = json_object_get(msg, "role");
+        if (!json_is_string(role))
+            return hr_srv_fail(e, 400, "messages", "invalid_type", "'messages[%zu].role' must be a string", i);
+        const char *r = json_string_value(role);
+        /* OpenAI's newer name for the system role */
+        g->messages[i].role = !strcmp(r, "developer") ? "system" : r;
+        if (!message_content(g, field(msg, "content"), i, &g->messages[i].content, e)) return false;
+    }
+    g->rp.messages = g->messages;
+    g->rp.n_messages = n;
+    return true;
+}
+
+static bool parse_stop(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
+    json_t *s = field(root, "stop");
+    if (!s) return true;
+    if (json_is_string(s)) {
+        g->stop[0] = json_string_value(s);
+        g->rp.n_stop = json_string_length(s) > 0 ? 1 : 0;
+    } else if (json_is_array(s)) {
+        size_t n = json_array_size(s);
+        if (n > HR_SRV_MAX_STOP)
+            return hr_srv_fail(e, 400, "stop", "invalid_value", "'stop' holds at most %d strings, got %zu",
+                               HR_SRV_MAX_STOP, n);
+        int k = 0;
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(s, i);
+            if (!json_is_string(v))
+                return hr_srv_fail(e, 400, "stop", "invalid_type", "'stop[%zu]' must be a string, got %s", i,
+                                   type_name(v));
+            if (json_string_length(v) > 0) g->stop[k++] = json_string_value(v);
+        }
+        g->rp.n_stop = k;
+    } else {
+        return hr_srv_fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings, got %s",
+                           type_name(s));
+    }
+    g->rp.stop = g->stop;
+    return true;
+}
+
+bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
+                      hr_srv_error *e) {
+    memset(g, 0, sizeof *g);
+    g->kind = kind;
+    g->n = 1;
+    g->rp.sampling = sp->sampling;
+    g->rp.sampling.seed = auto_seed;
+    g->rp.max_tokens = kind == HR_SRV_COMPLETION ? sp->default_completion_tokens : 0;
+    if (!json_is_object(root))
+        return hr_srv_fail(e, 400, NULL, "invalid_type", "the body must be a JSON object, got %s", type_name(root));
+    const char *model = NULL, *user = NULL;
+    if (!read_string(root, "model", &model, e) || !read_string(root, "user", &user, e)) return false;
+    g->prompt_field = kind == HR_SRV_CHAT ? "messages" : "prompt";
+    if (!(kind == HR_SRV_CHAT ? parse_messages(root, g, e) : parse_prompt(root, g, e))) return false;
+
+    long long max_tokens = -1, n = 1, top_k = g->rp.sampling.top_k, seed = 0, priority = 0;
+    if (!read_int(root, "max_tokens", 1, 1 << 30, &max_tokens, e) ||
+        !read_int(root, "max_completion_tokens", 1, 1 << 30, &max_tokens, e))
+        return false;
+    if (max_tokens > 0) g->rp.max_tokens = (int)max_tokens;
+    hr_sampler_params *s = &g->rp.sampling;
+    if (!read_number(root, "temperature", 0, 100, &s->temperature, e) || !read_number(root, "top_p", 0, 1, &s->top_p, e) ||
+        !read_number(root, "min_p", 0, 1, &s->min_p, e) ||
+        !read_number(root, "presence_penalty", -2, 2, &s->presence_penalty, e) ||
+        !read_number(root, "frequency_penalty", -2, 2, &s->frequency_penalty, e) ||
+        !read_number(root, "repetition_penalty", 1e-3, 100, &s->repeat_penalty, e) ||
+        !read_int(root, "top_k", -1, 1 << 24, &top_k, e) ||
+        !read_int(root, "n", 1, sp->max_choices, &n, e) || !read_int(root, "priority", -1000000, 1000000, &priority, e))
+        return false;
+    if (field(root, "seed")) {
+        if (!read_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e)) return false;
+        s->seed = (uint64_t)seed;
+    }
+    /* top_p 0 would keep nothing: the smallest nucleus is the top token */
+    if (s->top_p <= 0) s->top_p = 1e-6f;
+    s->top_k = top_k < 0 ? 0 : (int)top_k;
+    g->n = (int)n;
+    g->rp.priority = (int)priority;
+    if (!read_string(root, "kv_policy", &g->rp.kv_policy, e) || !read_bool(root, "ignore_eos", &g->rp.ignore_eos, e) ||
+        !read_bool(root, "stream", &g->stream, e) || !parse_stop(root, g, e))
+        return false;
+    json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so))
+            return hr_srv_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object, got %s",
+                               type_name(so));
+        if (!read_bool(so, "include_usage", &g->include_usage, e)) {
+            e->param = "stream_options.include_usage";
+            return false;
+        }
+    }
+    return true;
+}
+
+void hr_srv_gen_free(hr_srv_gen *g) {
+    for (int i = 0; i < g->n_owned; i++) free(g->owned[i]);
+    free(g->owned);
+    free(g->messages);
+    free(g->prompt_ids);
+    memset(g, 0, sizeof *g);
+}
+
+/* ---- responses --------------------------------------------------------------------------------- */
+
+static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
+    json_t *o = json_object();
+    json_object_set_new(o, "k_format", json_string(hr_kv_format_name(kv->k_format)));
+    json_object_set_new(o, "v_format", json_string(hr_kv_format_name(kv->v_format)));
+    json_object_set_new(o, "block_size", json_integer(kv->block_size));
+    json_object_set_new(o, "policy", json_string(kv->policy ? kv->policy : "full"));
+    json_object_set_new(o, "blocks_peak", json_integer(kv->blocks_peak));
+    json_object_set_new(o, "bytes_peak", json_integer((json_int_t)kv->bytes_peak));
+    json_object_set_new(o, live ? "blocks_now" : "blocks_at_finish", json_integer(kv->blocks_now));
+    json_object_set_new(o, live ? "bytes_now" : "bytes_at_finish", json_integer((json_int_t)kv->bytes_now));
+    json_object_set_new(o, "prefix_hit_tokens", json_integer(kv->prefix_hit_tokens));
+    json_object_set_new(o, "evicted_tokens", json_integer(kv->evicted_tokens));
+    json_object_set_new(o, "preemptions", json_integer(kv->preemptions));
+    json_object_set_new(o, "preempt_swaps", json_integer(kv->preempt_swaps));
+    json_object_set_new(o, "preempt_recomputes", json_integer(kv->preempt_recomputes));
+    json_object_set_new(o, "swapped_bytes", json_integer((json_int_t)kv->swapped_bytes));
+    json_object_set_new(o, "queued_seconds", json_real(kv->queued_seconds));
+    return o;
+}
+
+json_t *hr_srv_kv_usage_json(const hr_rt_kv_usage *kv) { return kv_json(kv, true); }
+
+json_t *hr_srv_usage_json(const hr_rt_result *res, int n) {
+    /* the n choices share one prompt: it counts once, as OpenAI counts it */
+    int completion = 0;
+    hr_rt_kv_usage kv = res[0].kv;
+    for (int i = 0; i < n; i++) completion += res[i].n_ids;
+    for (int i = 1; i < n; i++) {
+        const hr_rt_kv_usage *k = &res[i].kv;
+        kv.blocks_now += k->blocks_now;
+        kv.blocks_peak += k->blocks_peak;
+        kv.bytes_now += k->bytes_now;
+        kv.bytes_peak += k->bytes_peak;
+        kv.prefix_hit_tokens += k->prefix_hit_tokens;
+        kv.evicted_tokens += k->evicted_tokens;
+        kv.preemptions += k->preemptions;
+        kv.preempt_swaps += k->preempt_swaps;
+        kv.preempt_recomputes += k->preempt_recomputes;
+        kv.swapped_bytes += k->swapped_bytes;
+        if (k->queued_seconds > kv.queued_seconds) kv.queued_seconds = k->queued_seconds;
+    }
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(res[0].n_prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(completion));
+    json_object_set_new(u, "total_tokens", json_integer(res[0].n_prompt + completion));
+    json_object_set_new(u, "kv", kv_json(&kv, false));
+    return u;
+}
+
+static json_t *envelope(const hr_srv_job *j, const char *object) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(j->id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer(j->created));
+    json_object_set_new(o, "model", json_string(j->model));
+    return o;
+}
+
+json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res) {
+    bool chat = j->kind == HR_SRV_CHAT;
+    json_t *o = envelope(j, chat ? "chat.completion" : "text_completion");
+    json_t *choices = json_array();
+    for (int i = 0; i < j->n; i++) {
+        json_t *c = json_object();
+        json_object_set_new(c, "index", json_integer(i));
+        json_t *text = json_stringn(res[i].text ? res[i].text : "", res[i].text ? res[i].text_len : 0);
+        if (chat) {
+            json_t *m = json_object();
+            json_object_set_new(m, "role", json_string("assistant"));
+            json_object_set_new(m, "content", text);
+            json_object_set_new(c, "message", m);
+        } else {
+            json_object_set_new(c, "text", text);
+        }
+        json_object_set_new(c, "logprobs", json_null());
+        json_object_set_new(c, "finish_reason", json_string(res[i].finish_reason ? res[i].finish_reason : "stop"));
+        json_array_append_new(choices, c);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", hr_srv_usage_json(res, j->n));
+    return o;
+}
+
+json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t len, const char *finish, bool role) {
+    bool chat = j->kind == HR_SRV_CHAT;
+    json_t *o = envelope(j, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(i));
+    if (chat) {
+        json_t *d = json_object();
+        if (role) json_object_set_new(d, "role", json_string("assistant"));
+        if (text || role) json_object_set_new(d, "content", json_stringn(text ? text : "", text ? len : 0));
+        json_object_set_new(c, "delta", d);
+    } else {
+        json_object_set_new(c, "text", json_stringn(text ? text : "", text ? len : 0));
+    }
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *choices = json_array();
+    json_array_append_new(choices, c);
+    json_object_set_new(o, "choices", choices);
+    if (j->include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+json_t *hr_srv_usage_chunk_json(const hr_srv_job *j, const hr_rt_result *res) {
+    json_t *o = envelope(j, j->kind == HR_SRV_CHAT ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", hr_srv_usage_json(res, j->n));
+    return o;
+}
+
+bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        int n;
+        unsigned min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            n = 1, min = 0x80, c &= 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 2, min = 0x800, c &= 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 3, min = 0x10000, c &= 0x07;
+        } else {
+            break;
+        }
+        if (i + (size_t)n >= len) break; /* truncated at the end */
+        int k = 1;
+        for (; k <= n; k++) {
+            if ((s[i + (size_t)k] & 0xC0) != 0x80) break;
+            c = (c << 6) | (s[i + (size_t)k] & 0x3F);
+        }
+        if (k <= n || c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) break;
+        i += (size_t)n + 1;
+    }
+    if (bad_at) *bad_at = i;
+    return i == len;
+}

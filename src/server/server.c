@@ -1,0 +1,758 @@
+/* server.c: the HTTP side of `headroom serve`: libmicrohttpd with one thread per connection, routing,
+ * authentication, bodies, the registry of in-flight jobs and the graceful shutdown.
+ *
+ * Invariants:
+ *   1. A job is in the registry from submission until its connection's request is completed (MHD's
+ *      completed callback), and is freed only after leaving it, under the mutex: /v1/kv and the
+ *      shutdown may read any registered job's requests.
+ *   2. A job whose request did not complete normally (client gone, timeout, daemon stopping) has its
+ *      runtime requests cancelled; their blocks go back to the pool at the engine's next step.
+ *   3. After DRAINING no job enters the registry: a job that was submitted while the state changed
+ *      cancels itself and answers 503.
+ *
+ * Request flow (each box runs on the connection's thread):
+ *   first call: connection context, 413 early from Content-Length
+ *   upload calls: body appended up to max_body_bytes
+ *   last call: route -> handler -> response queued (non-streaming generation waits here, polling the
+ *              socket so that a client that hangs up cancels its request)
+ *   streaming: MHD calls stream_reader (stream.c) until [DONE]
+ *   completed: on_completed -> job_finish (cancel if aborted, metrics, unregister, release) */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "server/server_internal.h"
+
+enum { ST_LOADING = 0, ST_READY = 1, ST_DRAINING = 2, ST_STOPPED = 3 };
+
+struct hr_server {
+    hr_server_params p;
+    char *host, *api_key;
+    _Atomic(hr_runtime *) rt;
+    struct MHD_Daemon *d;
+    int port;
+    long long started; /* unix seconds, the models' "created" */
+    atomic_int state;
+    atomic_bool abandon; /* past the drain and the cancellations: stop waiting on channels */
+    pthread_mutex_t mu;  /* the registry */
+    pthread_cond_t cv;   /* a job left the registry */
+    hr_srv_job *jobs;
+    int n_jobs;
+    atomic_uint_fast64_t next_id;
+    hr_srv_metrics *metrics;
+    pthread_mutex_t shutdown_mu;
+    bool shut_down;
+};
+
+/* One HTTP request on a connection (MHD's con_cls). */
+typedef struct conn {
+    hr_server *s;
+    hr_srv_buf body;
+    bool too_large;
+    hr_srv_job *job;
+} conn;
+
+hr_server_params hr_server_default_params(void) {
+    hr_sampler_params sp = hr_sampler_default_params();
+    sp.temperature = 0.8f; /* the CLI's default; a request's "temperature" overrides it */
+    return (hr_server_params){.host = "127.0.0.1",
+                              .port = 8080,
+                              .max_body_bytes = 4u << 20,
+                              .drain_timeout_s = 30,
+                              .max_connections = 256,
+                              .max_choices = HR_SRV_MAX_CHOICES,
+                              .sampling = sp,
+                              .default_completion_tokens = 16,
+                              .metrics_compat = HR_METRICS_NATIVE};
+}
+
+static hr_runtime *ready_runtime(hr_server *s) {
+    return atomic_load(&s->state) == ST_READY ? atomic_load(&s->rt) : NULL;
+}
+
+/* ---- responses --------------------------------------------------------------------------------- */
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype, const char *text,
+                                 size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *o) {
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text) return send_text(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 38);
+    enum MHD_Result ok = send_text(c, status, "application/json", text, strlen(text));
+    free(text);
+    return ok;
+}
+
+static enum MHD_Result send_error(hr_server *s, struct MHD_Connection *c, const hr_srv_error *e) {
+    hr_srv_metrics_refused(s->metrics, e->refusal);
+    char *text = hr_srv_error_body(e);
+    if (!text) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (e->http == 429) {
+        char secs[32];
+        snprintf(secs, sizeof secs, "%d", (int)(e->retry_after_s + 0.999));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+    }
+    if (e->http == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (e->http == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "5");
+    if (e->http == 405) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, e->code && !strcmp(e->code, "get") ? "GET" : "POST");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->http, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result fail(hr_server *s, struct MHD_Connection *c, int http, const char *param, const char *code,
+                            const char *msg) {
+    hr_srv_error e;
+    hr_srv_fail(&e, http, param, code, "%s", msg);
+    return send_error(s, c, &e);
+}
+
+/* ---- the registry ------------------------------------------------------------------------------ */
+
+/* Adds j unless the server left READY (invariant 3). */
+static bool job_register(hr_server *s, hr_srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    bool ok = atomic_load(&s->state) == ST_READY;
+    if (ok) {
+        j->next = s->jobs;
+        if (s->jobs) s->jobs->prev = j;
+        s->jobs = j;
+        s->n_jobs++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+static void job_record(hr_server *s, hr_srv_job *j, bool aborted) {
+    if (j->recorded) return;
+    j->recorded = true;
+    for (int i = 0; i < j->n; i++) {
+        hr_rt_result r;
+        hr_rt_request_result(j->req[i], &r);
+        /* a cancelled request may not have reached its final state yet: count it as what it will be */
+        if (aborted && r.state != HR_REQ_COMPLETED && r.state != HR_REQ_FAILED) r.state = HR_REQ_CANCELLED;
+        hr_srv_metrics_finished(s->metrics, &r);
+    }
+}
+
+/* Ends a job: cancels it when its HTTP request did not complete, records it, frees it. */
+static void job_finish(hr_server *s, hr_srv_job *j, bool aborted, bool registered) {
+    hr_runtime *rt = atomic_load(&s->rt);
+    if (aborted)
+        for (int i = 0; i < j->n; i++)
+            if (j->req[i]) hr_rt_request_cancel(rt, j->req[i]);
+    if (registered) {
+        job_record(s, j, aborted);
+        pthread_mutex_lock(&s->mu);
+        if (j->prev) j->prev->next = j->next;
+        else s->jobs = j->next;
+        if (j->next) j->next->prev = j->prev;
+        s->n_jobs--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (int i = 0; i < j->n; i++) hr_rt_request_release(rt, j->req[i]);
+    hr_srv_buf_free(&j->pending);
+    free(j);
+}
+
+int hr_server_n_inflight(hr_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_jobs;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* ---- bodies ------------------------------------------------------------------------------------ */
+
+static json_t *parse_body(conn *k, hr_srv_error *e) {
+    size_t bad;
+    if (!hr_srv_utf8_valid(k->body.data ? k->body.data : "", k->body.len, &bad)) {
+        hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
+        return NULL;
+    }
+    if (k->body.len == 0) {
+        hr_srv_fail(e, 400, NULL, "invalid_json", "the body is empty; expected a JSON object");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(k->body.data, k->body.len, 0, &je);
+    if (!root) {
+        hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        hr_srv_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- generation -------------------------------------------------------------------------------- */
+
+/* Whether the client closed its end (poll's RDHUP: a pipelined next request is not a hang-up). */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    conn *k = cls;
+    long n = hr_srv_stream_read(k->job, buf, max, &k->s->abandon);
+    if (n < 0) {
+        job_record(k->s, k->job, false);
+        return k->job->done_sent ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    return (ssize_t)n;
+}
+
+static enum MHD_Result respond_stream(struct MHD_Connection *c, conn *k) {
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, k, NULL);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* Waits for every choice, cancelling them if the client hangs up; false when it did. The channels
+ * are read and dropped (the result holds the whole output): unread output would keep
+ * hr_request_wait from sleeping. */
+static bool wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j) {
+    char text[4096];
+    int32_t ids[256];
+    for (int i = 0; i < j->n; i++) {
+        hr_request *h = hr_rt_request_handle(j->req[i]);
+        for (;;) {
+            hr_request_delta d;
+            hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
+            if (d.done) break;
+            if (d.n_tokens > 0 || d.n_text > 0) continue;
+            if (atomic_load(&s->abandon) || client_gone(c)) return false;
+            hr_request_wait(h, 0.25);
+        }
+    }
+    return true;
+}
+
+static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, conn *k, hr_srv_kind kind) {
+    hr_srv_error e = {0};
+    hr_runtime *rt = ready_runtime(s);
+    if (!rt) return fail(s, c, 503, NULL, "unavailable", atomic_load(&s->state) == ST_LOADING ? "the model is loading" : "the server is shutting down");
+    json_t *root = parse_body(k, &e);
+    if (!root) return send_error(s, c, &e);
+    hr_srv_gen g;
+    uint64_t auto_seed = s->p.sampling.seed + atomic_fetch_add(&s->next_id, 1) * 0x9E3779B97F4A7C15ull;
+    if (!hr_srv_parse_gen(kind, root, &s->p, auto_seed, &g, &e)) {
+        hr_srv_gen_free(&g);
+        json_decref(root);
+        return send_error(s, c, &e);
+    }
+    hr_srv_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        hr_srv_gen_free(&g);
+        json_decref(root);
+        return fail(s, c, 500, NULL, "nomem", "out of memory");
+    }
+    snprintf(j->id, sizeof j->id, "%s-%llx%06llx", kind == HR_SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)s->started, (unsigned long long)atomic_fetch_add(&s->next_id, 1));
+    j->kind = kind;
+    j->created = (long long)time(NULL);
+    j->model = hr_runtime_model_name(rt);
+    j->stream = g.stream;
+    j->include_usage = g.stream && g.include_usage;
+    for (int i = 0; i < g.n; i++) {
+        hr_rt_request_params rp = g.rp;
+        rp.sampling.seed = g.rp.sampling.seed + (uint64_t)i;
+        hr_error err = {0};
+        hr_status st = hr_runtime_submit(rt, &rp, &j->req[i], &err);
+        if (st != HR_OK) {
+            hr_srv_fail_status(&e, rt, st, err.msg, g.prompt_field);
+            break;
+        }
+        j->n = i + 1;
+    }
+    const char *prompt_field = g.prompt_field;
+    (void)prompt_field;
+    hr_srv_gen_free(&g);
+    json_decref(root);
+    if (e.http) {
+        job_finish(s, j, true, false);
+        return send_error(s, c, &e);
+    }
+    int n_prompt = 0;
+    hr_rt_request_prompt(j->req[0], &n_prompt);
+    hr_srv_metrics_prompt_tokens(s->metrics, n_prompt * j->n);
+    if (!job_register(s, j)) {
+        job_finish(s, j, true, false);
+        return fail(s, c, 503, NULL, "draining", "the server is shutting down");
+    }
+    k->job = j;
+    if (j->stream) return respond_stream(c, k);
+    if (!wait_all(s, c, j)) return MHD_NO; /* closes the connection; on_completed cancels */
+    hr_rt_result res[HR_SRV_MAX_CHOICES];
+    for (int i = 0; i < j->n; i++) hr_rt_request_result(j->req[i], &res[i]);
+    for (int i = 0; i < j->n; i++)
+        if (res[i].state == HR_REQ_FAILED) {
+            hr_srv_fail(&e, 500, NULL, "generation_failed", "generation failed: %s", res[i].error ? res[i].error : "?");
+            return send_error(s, c, &e);
+        }
+    json_t *o = hr_srv_response_json(j, res);
+    job_record(s, j, false);
+    return send_json(c, MHD_HTTP_OK, o);
+}
+
+/* ---- the other endpoints ----------------------------------------------------------------------- */
+
+static enum MHD_Result handle_health(hr_server *s, struct MHD_Connection *c) {
+    int st = atomic_load(&s->state);
+    const char *what = st == ST_READY ? "ok" : st == ST_LOADING ? "loading" : "draining";
+    json_t *o = json_pack("{s:s}", "status", what);
+    return send_json(c, st == ST_READY ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, o);
+}
+
+static enum MHD_Result handle_models(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
+    const hr_runtime_params *rp = hr_runtime_get_params(rt);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:s, s:s, s:i, s:I, s:b}}", "id", hr_runtime_model_name(rt),
+                          "object", "model", "created", (json_int_t)s->started, "owned_by", "headroom", "meta",
+                          "n_ctx", hr_runtime_n_ctx(rt), "k_format", hr_kv_format_name(rp->k_format), "v_format",
+                          hr_kv_format_name(rp->v_format), "block_size", rp->block_size, "kv_budget_bytes",
+                          (json_int_t)hr_runtime_budget(rt)->budget_bytes, "demo", hr_runtime_is_demo(rt));
+    return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static json_t *pool_json(hr_runtime *rt) {
+    hr_runtime_pool p;
+    hr_runtime_get_pool(rt, &p);
+    const hr_kv_pool_ledger *l = &p.ledger;
+    const hr_runtime_params *rp = hr_runtime_get_params(rt);
+    json_t *o = json_object();
+    json_object_set_new(o, "k_format", json_string(hr_kv_format_name(rp->k_format)));
+    json_object_set_new(o, "v_format", json_string(hr_kv_format_name(rp->v_format)));
+    json_object_set_new(o, "block_size", json_integer(rp->block_size));
+    json_object_set_new(o, "blocks_total", json_integer(l->blocks_total));
+    json_object_set_new(o, "blocks_used", json_integer(l->blocks_used));
+    json_object_set_new(o, "blocks_cached", json_integer(l->blocks_cached));
+    json_object_set_new(o, "blocks_free", json_integer(l->blocks_free));
+    json_object_set_new(o, "total_bytes", json_integer((json_int_t)l->bytes_total));
+    json_object_set_new(o, "used_bytes", json_integer((json_int_t)l->bytes_used));
+    json_object_set_new(o, "cached_bytes", json_integer((json_int_t)l->bytes_cached));
+    json_object_set_new(o, "free_bytes", json_integer((json_int_t)l->bytes_free));
+    json_object_set_new(o, "waste_bytes", json_integer((json_int_t)l->waste_bytes));
+    json_object_set_new(o, "swapped_bytes", json_integer((json_int_t)l->bytes_swapped));
+    json_object_set_new(o, "headroom_bytes", json_integer((json_int_t)p.headroom_bytes));
+    json_object_set_new(o, "budget_bytes", json_integer((json_int_t)p.budget_bytes));
+    json_object_set_new(o, "prefix_hit_tokens_total", json_integer((json_int_t)l->prefix_hit_tokens_total));
+    json_object_set_new(o, "requests_running", json_integer(p.engine.n_running));
+    json_object_set_new(o, "requests_waiting", json_integer(p.engine.n_waiting));
+    json_object_set_new(o, "preemptions", json_integer((json_int_t)p.engine.preemptions));
+    return o;
+}
+
+static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
+    json_t *reqs = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (hr_srv_job *j = s->jobs; j; j = j->next)
+        for (int i = 0; i < j->n; i++) {
+            hr_rt_result r;
+            hr_rt_request_result(j->req[i], &r);
+            json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
+                                  hr_request_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens",
+                                  r.n_ids);
+            json_object_set_new(o, "kv", hr_srv_kv_usage_json(&r.kv));
+            json_array_append_new(reqs, o);
+        }
+    pthread_mutex_unlock(&s->mu);
+    json_t *o = json_object();
+    json_object_set_new(o, "object", json_string("kv"));
+    json_object_set_new(o, "model", json_string(hr_runtime_model_name(rt)));
+    json_object_set_new(o, "pool", pool_json(rt));
+    json_object_set_new(o, "requests", reqs);
+    return send_json(c, MHD_HTTP_OK, o);
+}
+
+static enum MHD_Result handle_metrics(hr_server *s, struct MHD_Connection *c) {
+    hr_srv_buf b = {0};
+    hr_srv_metrics_render(s->metrics, ready_runtime(s) ? atomic_load(&s->rt) : NULL, s->p.metrics_compat, &b);
+    enum MHD_Result ok = b.failed ? fail(s, c, 500, NULL, "nomem", "out of memory")
+                                  : send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+    hr_srv_buf_free(&b);
+    return ok;
+}
+
+static enum MHD_Result handle_tokenize(hr_server *s, struct MHD_Connection *c, conn *k, hr_runtime *rt) {
+    hr_srv_error e;
+    json_t *root = parse_body(k, &e);
+    if (!root) return send_error(s, c, &e);
+    json_t *content = json_object_get(root, "content");
+    json_t *special = json_object_get(root, "add_special");
+    json_t *pieces = json_object_get(root, "with_pieces");
+    enum MHD_Result ok;
+    if (!json_is_string(content)) {
+        ok = fail(s, c, 400, "content", content ? "invalid_type" : "missing_required_parameter",
+                  "'content' must be a string");
+    } else if ((special && !json_is_boolean(special)) || (pieces && !json_is_boolean(pieces))) {
+        ok = fail(s, c, 400, special && !json_is_boolean(special) ? "add_special" : "with_pieces", "invalid_type",
+                  "'add_special' and 'with_pieces' must be booleans");
+    } else {
+        const hr_tokenizer *tok = hr_runtime_tokenizer(rt);
+        hr_tokenize_opts opts = {.add_bos = json_is_true(special), .parse_special = json_is_true(special)};
+        int32_t *ids = NULL;
+        size_t n = 0;
+        hr_error err;
+        if (hr_tokenizer_encode_alloc(tok, json_string_value(content), json_string_length(content), &opts, &ids, &n,
+                                      &err) != HR_OK) {
+            ok = fail(s, c, 400, "content", "invalid_value", err.msg);
+        } else {
+            json_t *arr = json_array();
+            for (size_t i = 0; i < n; i++) {
+                if (json_is_true(pieces)) {
+                    const char *piece = hr_tokenizer_piece(tok, ids[i]);
+                    json_array_append_new(arr, json_pack("{s:i, s:s}", "id", ids[i], "piece", piece ? piece : ""));
+                } else {
+                    json_array_append_new(arr, json_integer(ids[i]));
+                }
+            }
+            free(ids);
+            ok = send_json(c, MHD_HTTP_OK, json_pack("{s:o}", "tokens", arr));
+        }
+    }
+    json_decref(root);
+    return ok;
+}
+
+static enum MHD_Result handle_detokenize(hr_server *s, struct MHD_Connection *c, conn *k, hr_runtime *rt) {
+    hr_srv_error e;
+    json_t *root = parse_body(k, &e);
+    if (!root) return send_error(s, c, &e);
+    const hr_tokenizer *tok = hr_runtime_tokenizer(rt);
+    json_t *arr = json_object_get(root, "tokens");
+    enum MHD_Result ok;
+    size_t n = json_is_array(arr) ? json_array_size(arr) : 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
+    size_t bad = n;
+    for (size_t i = 0; ids && i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= hr_tokenizer_n_vocab(tok)) {
+            bad = i;
+            break;
+        }
+        ids[i] = (int32_t)json_integer_value(t);
+    }
+    if (!json_is_array(arr)) {
+        ok = fail(s, c, 400, "tokens", arr ? "invalid_type" : "missing_required_parameter",
+                  "'tokens' must be an array of token ids");
+    } else if (!ids) {
+        ok = fail(s, c, 500, NULL, "nomem", "out of memory");
+    } else if (bad < n) {
+        hr_srv_fail(&e, 400, "tokens", "invalid_value", "'tokens[%zu]' is not a token id of this vocabulary (0..%d)",
+                    bad, hr_tokenizer_n_vocab(tok) - 1);
+        ok = send_error(s, c, &e);
+    } else {
+        char *text = NULL;
+        size_t len = 0;
+        hr_error err;
+        if (hr_tokenizer_decode(tok, ids, n, false, &text, &len, &err) != HR_OK)
+            ok = fail(s, c, 500, NULL, "decode", err.msg);
+        else
+            ok = send_json(c, MHD_HTTP_OK, json_pack("{s:s%}", "content", text, len));
+        free(text);
+    }
+    free(ids);
+    json_decref(root);
+    return ok;
+}
+
+/* ---- routing ----------------------------------------------------------------------------------- */
+
+/* Compares in time independent of where the strings differ (the length still shows). */
+static bool same_secret(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++) diff |= (unsigned char)(a[i] ^ b[i < lb ? i : 0]);
+    return diff == 0 && lb > 0;
+}
+
+static bool authorized(hr_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return same_secret(s->api_key, h);
+}
+
+typedef enum { R_HEALTH, R_METRICS, R_MODELS, R_KV, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_NONE } route_id;
+
+static const struct {
+    const char *path;
+    bool post;
+    route_id id;
+} routes[] = {
+    {"/health", false, R_HEALTH},         {"/metrics", false, R_METRICS},
+    {"/v1/models", false, R_MODELS},      {"/v1/kv", false, R_KV},
+    {"/v1/completions", true, R_COMPLETIONS}, {"/v1/chat/completions", true, R_CHAT},
+    {"/tokenize", true, R_TOKENIZE},      {"/detokenize", true, R_DETOKENIZE},
+};
+
+static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, const char *url, const char *method) {
+    route_id id = R_NONE;
+    bool post = false;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path)) {
+            id = routes[i].id;
+            post = routes[i].post;
+        }
+    if (id == R_NONE) {
+        hr_srv_error e;
+        hr_srv_fail(&e, 404, NULL, "not_found", "no route %s %s", method, url);
+        return send_error(s, c, &e);
+    }
+    bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (post ? strcmp(method, "POST") != 0 : !is_get) {
+        hr_srv_error e;
+        hr_srv_fail(&e, 405, NULL, post ? "post" : "get", "%s takes %s, not %s", url, post ? "POST" : "GET", method);
+        e.refusal = HR_REFUSE_NONE;
+        return send_error(s, c, &e);
+    }
+    if (id != R_HEALTH && id != R_METRICS && !authorized(s, c))
+        return fail(s, c, 401, NULL, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
+    if (k->too_large) {
+        hr_srv_error e;
+        hr_srv_fail(&e, 413, NULL, "request_too_large", "the body is larger than %zu bytes", s->p.max_body_bytes);
+        return send_error(s, c, &e);
+    }
+    if (id == R_HEALTH) return handle_health(s, c);
+    if (id == R_METRICS) return handle_metrics(s, c);
+    if (id == R_COMPLETIONS) return handle_generate(s, c, k, HR_SRV_COMPLETION);
+    if (id == R_CHAT) return handle_generate(s, c, k, HR_SRV_CHAT);
+    hr_runtime *rt = ready_runtime(s);
+    if (!rt)
+        return fail(s, c, 503, NULL, "unavailable",
+                    atomic_load(&s->state) == ST_LOADING ? "the model is loading" : "the server is shutting down");
+    if (id == R_MODELS) return handle_models(s, c, rt);
+    if (id == R_KV) return handle_kv(s, c, rt);
+    if (id == R_TOKENIZE) return handle_tokenize(s, c, k, rt);
+    return handle_detokenize(s, c, k, rt);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    hr_server *s = cls;
+    conn *k = *con_cls;
+    if (!k) {
+        k = calloc(1, sizeof *k);
+        if (!k) return MHD_NO;
+        k->s = s;
+        *con_cls = k;
+        /* a declared body over the limit is refused before it is read */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes) {
+            k->too_large = true;
+            hr_srv_error e;
+            hr_srv_fail(&e, 413, NULL, "request_too_large", "the body is larger than %zu bytes", s->p.max_body_bytes);
+            return send_error(s, c, &e);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        if (!k->too_large && k->body.len + *upload_size > s->p.max_body_bytes) {
+            k->too_large = true;
+            hr_srv_buf_free(&k->body);
+        }
+        if (!k->too_large) hr_srv_buf_put(&k->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (k->body.failed) return fail(s, c, 500, NULL, "nomem", "out of memory reading the body");
+    return route(s, c, k, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    hr_server *s = cls;
+    conn *k = *con_cls;
+    if (!k) return;
+    if (k->job) job_finish(s, k->job, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK, true);
+    hr_srv_buf_free(&k->body);
+    free(k);
+    *con_cls = NULL;
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------------- */
+
+/* Fills an IPv4 or IPv6 socket address for host:port. */
+static bool make_addr(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len) {
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)port);
+        *len = sizeof *a4;
+        return true;
+    }
+    if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)port);
+        *len = sizeof *a6;
+        return true;
+    }
+    return false;
+}
+
+/* MHD says only that it failed to start; a plain bind says why (in use, not an address here). */
+static hr_status probe_bind(const struct sockaddr_storage *ss, socklen_t len, const char *host, int port,
+                            hr_error *err) {
+    int fd = socket(ss->ss_family, SOCK_STREAM, 0);
+    if (fd < 0) return hr_error_set(err, HR_ERR_IO, "cannot create a socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = bind(fd, (const struct sockaddr *)ss, len);
+    int why = errno;
+    close(fd);
+    if (rc != 0)
+        return hr_error_set(err, HR_ERR_IO, "cannot listen on %s:%d: %s%s", host, port, strerror(why),
+                            why == EADDRINUSE ? " (another server? pick --port, or 0 for any free one)" : "");
+    return HR_OK;
+}
+
+hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server **out, hr_error *err) {
+    hr_server_params q = *p;
+    if (!q.host || !*q.host) q.host = "127.0.0.1";
+    if (q.port < 0 || q.port > 65535) return hr_error_set(err, HR_ERR_INVALID_ARG, "port %d is not 0..65535", q.port);
+    if (q.max_body_bytes == 0) q.max_body_bytes = 4u << 20;
+    if (q.drain_timeout_s < 0) q.drain_timeout_s = 0;
+    if (q.max_connections <= 0) q.max_connections = 256;
+    if (q.max_choices <= 0 || q.max_choices > HR_SRV_MAX_CHOICES) q.max_choices = HR_SRV_MAX_CHOICES;
+    if (q.default_completion_tokens <= 0) q.default_completion_tokens = 16;
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    if (!make_addr(q.host, q.port, &ss, &slen))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "host '%s' is not a numeric IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)", q.host);
+    hr_status st = probe_bind(&ss, slen, q.host, q.port, err);
+    if (st) return st;
+    hr_server *s = calloc(1, sizeof *s);
+    if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the server");
+    s->host = strdup(q.host);
+    s->api_key = q.api_key && *q.api_key ? strdup(q.api_key) : NULL;
+    q.host = s->host;
+    q.api_key = s->api_key;
+    s->p = q;
+    s->started = (long long)time(NULL);
+    atomic_init(&s->rt, rt);
+    atomic_init(&s->state, rt ? ST_READY : ST_LOADING);
+    atomic_init(&s->abandon, false);
+    atomic_init(&s->next_id, 1);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->shutdown_mu, NULL);
+    if (!s->host || (q.api_key && !s->api_key) || hr_srv_metrics_create(&s->metrics, err) != HR_OK) {
+        hr_server_destroy(s);
+        return err && err->code == HR_ERR_NOMEM ? HR_ERR_NOMEM : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO | MHD_USE_ITC;
+    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)q.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)q.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)300, MHD_OPTION_END);
+    if (!s->d) {
+        hr_server_destroy(s);
+        return hr_error_set(err, HR_ERR_IO, "cannot start the HTTP server on %s:%d", q.host, q.port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di && di->port ? di->port : q.port;
+    *out = s;
+    return HR_OK;
+}
+
+void hr_server_set_runtime(hr_server *s, hr_runtime *rt) {
+    pthread_mutex_lock(&s->mu);
+    if (!atomic_load(&s->rt) && rt) {
+        atomic_store(&s->rt, rt);
+        if (atomic_load(&s->state) == ST_LOADING) atomic_store(&s->state, ST_READY);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+int hr_server_port(const hr_server *s) { return s->port; }
+
+/* Waits (mutex held) until the registry is empty or deadline passes. */
+static void wait_registry(hr_server *s, double deadline) {
+    while (s->n_jobs > 0 && hr_time_now() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+}
+
+void hr_server_shutdown(hr_server *s) {
+    pthread_mutex_lock(&s->shutdown_mu);
+    if (s->shut_down) {
+        pthread_mutex_unlock(&s->shutdown_mu);
+        return;
+    }
+    s->shut_down = true;
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&s->state, ST_DRAINING);
+    pthread_mutex_unlock(&s->mu);
+    if (s->d) {
+        /* stop accepting: the listening socket comes back to us to close */
+        MHD_socket ls = MHD_quiesce_daemon(s->d);
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+    }
+    pthread_mutex_lock(&s->mu);
+    wait_registry(s, hr_time_now() + s->p.drain_timeout_s);
+    hr_runtime *rt = atomic_load(&s->rt);
+    for (hr_srv_job *j = s->jobs; j; j = j->next)
+        for (int i = 0; i < j->n; i++) hr_rt_request_cancel(rt, j->req[i]);
+    /* cancelled streams send their last chunks and end; give them a moment, then stop waiting */
+    wait_registry(s, hr_time_now() + 5);
+    atomic_store(&s->abandon, true);
+    pthread_mutex_unlock(&s->mu);
+    if (s->d) MHD_stop_daemon(s->d);
+    s->d = NULL;
+    atomic_store(&s->state, ST_STOPPED);
+    pthread_mutex_unlock(&s->shutdown_mu);
+}
+
+void hr_server_destroy(hr_server *s) {
+    if (!s) return;
+    if (s->d) hr_server_shutdown(s);
+    hr_srv_metrics_destroy(s->metrics);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->shutdown_mu);
+    free(s->host);
+    free(s->api_key);
+    free(s);
+}

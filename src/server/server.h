@@ -1,0 +1,70 @@
+/* server.h: `headroom serve`, an OpenAI-compatible HTTP server over one runtime (libmicrohttpd, one
+ * thread per connection). HTTP threads only parse, route and format: requests go to the runtime with
+ * hr_runtime_submit and their tokens come back through each request's channel; JSON never leaves
+ * src/server.
+ *
+ * Endpoints: GET /health, /metrics, /v1/models, /v1/kv; POST /v1/completions, /v1/chat/completions,
+ * /tokenize, /detokenize. With an api_key, everything except /health and /metrics needs
+ * "Authorization: Bearer KEY" (401 otherwise).
+ *
+ * Lifecycle:
+ *   hr_server_create(rt or NULL) --> LOADING (/health 503) --hr_server_set_runtime--> READY
+ *   READY --hr_server_shutdown--> DRAINING (no new connections; new requests 503; in-flight ones
+ *   run up to drain_timeout_s, then are cancelled) --> STOPPED --hr_server_destroy
+ *
+ * Threads: every call here may come from any thread except that hr_server_destroy must be the last.
+ * The server borrows the runtime; the caller starts its engine thread (hr_runtime_start) and closes it
+ * after hr_server_shutdown has returned. */
+#ifndef HR_SERVER_SERVER_H
+#define HR_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "runtime/runtime.h"
+#include "sampler/sampler.h"
+
+/* Which extra metric families /metrics carries besides headroom_*. */
+typedef enum hr_metrics_compat {
+    HR_METRICS_NATIVE = 0,
+    HR_METRICS_VLLM = 1, /* adds vllm:num_requests_waiting/running, vllm:kv_cache_usage_perc, ... */
+} hr_metrics_compat;
+
+typedef struct hr_server_params {
+    const char *host;       /* numeric IPv4 or IPv6 address to bind (NULL: "127.0.0.1"); copied */
+    int port;               /* 0: any free port (hr_server_port tells which) */
+    const char *api_key;    /* NULL or "": no authentication; copied */
+    size_t max_body_bytes;  /* request bodies above this get 413 (0: 4 MiB) */
+    double drain_timeout_s; /* hr_server_shutdown waits this long for in-flight requests (< 0: 0) */
+    int max_connections;    /* concurrent connections = HTTP threads (0: 256) */
+    int max_choices;        /* largest "n" a request may ask for (0: 8) */
+    hr_sampler_params sampling; /* defaults for fields a request omits (its seed is the base of the
+                                   per-request seeds when a request gives none) */
+    int default_completion_tokens; /* /v1/completions max_tokens when omitted (0: 16, OpenAI's) */
+    hr_metrics_compat metrics_compat;
+} hr_server_params;
+
+hr_server_params hr_server_default_params(void);
+
+typedef struct hr_server hr_server;
+
+/* Binds and starts serving. rt may be NULL (the model still loading: /health answers 503 and the
+ * generation endpoints 503 until hr_server_set_runtime). HR_ERR_INVALID_ARG for a bad host or port,
+ * HR_ERR_IO when the address cannot be bound (in use: the message says so). */
+hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server **out, hr_error *err);
+/* Attaches the runtime once loaded (borrowed until hr_server_destroy); at most once. */
+void hr_server_set_runtime(hr_server *s, hr_runtime *rt);
+/* The bound port (the one picked when params.port was 0). */
+int hr_server_port(const hr_server *s);
+/* Requests in flight now (being generated or streamed). */
+int hr_server_n_inflight(hr_server *s);
+/* Graceful stop: stops accepting connections, answers 503 to new requests on open ones, waits up to
+ * drain_timeout_s for in-flight requests, cancels what remains and stops the HTTP threads. Blocks
+ * until done; idempotent. */
+void hr_server_shutdown(hr_server *s);
+/* Shuts down if still running and frees. NULL allowed. */
+void hr_server_destroy(hr_server *s);
+
+#endif

@@ -1,0 +1,148 @@
+/* server_internal.h: what the server's files share: a growable text buffer, the HTTP error record,
+ * parsed generation requests and jobs (openai.c), the SSE stream (stream.c) and the metrics
+ * (metrics.c). Nothing here is visible outside src/server. */
+#ifndef HR_SERVER_INTERNAL_H
+#define HR_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/runtime.h"
+#include "server/server.h"
+
+#define HR_SRV_MAX_CHOICES 8 /* hard cap on "n" whatever max_choices says */
+#define HR_SRV_MAX_STOP 8    /* stop strings per request */
+
+/* ---- text buffer ------------------------------------------------------------------------------- */
+
+typedef struct hr_srv_buf {
+    char *data; /* NUL-terminated while ok */
+    size_t len, cap;
+    bool failed; /* an allocation failed: the content is incomplete */
+} hr_srv_buf;
+
+void hr_srv_buf_put(hr_srv_buf *b, const char *s, size_t n);
+void hr_srv_buf_printf(hr_srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hr_srv_buf_free(hr_srv_buf *b);
+
+/* ---- errors as HTTP ---------------------------------------------------------------------------- */
+
+/* Refusal reasons counted by /metrics (headroom_requests_refused_total{reason=...}). */
+typedef enum hr_srv_refusal {
+    HR_REFUSE_NONE = 0,
+    HR_REFUSE_INVALID = 1,  /* a bad field or body */
+    HR_REFUSE_CONTEXT = 2,  /* prompt past the context */
+    HR_REFUSE_BUDGET = 3,   /* can never fit the KV pool */
+    HR_REFUSE_QUEUE = 4,    /* waiting queue full (429) */
+    HR_REFUSE_DRAINING = 5, /* shutting down or loading (503) */
+    HR_REFUSE_AUTH = 6,     /* 401 */
+    HR_REFUSE_TOO_LARGE = 7, /* 413 */
+} hr_srv_refusal;
+#define HR_REFUSE_COUNT 8
+
+typedef struct hr_srv_error {
+    int http;          /* 400, 401, 404, 405, 413, 429, 500, 503 */
+    const char *type;  /* OpenAI's error type: "invalid_request_error", ... */
+    const char *code;  /* NULL or a stable code ("context_length_exceeded", ...) */
+    const char *param; /* NULL or the request field at fault */
+    char msg[HR_ERROR_MSG_MAX + 160];
+    double retry_after_s; /* 429: the Retry-After header */
+    hr_srv_refusal refusal;
+} hr_srv_error;
+
+/* Fills e and returns false, so a validator can `return hr_srv_fail(...)`. */
+bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* A runtime refusal as HTTP: INVALID_ARG/RANGE/BUDGET 400, FULL 429 (Retry-After from the runtime),
+ * anything else 500. prompt_field names the field a RANGE refusal is about ("prompt", "messages"). */
+void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const char *msg, const char *prompt_field);
+/* {"error":{"message","type","param","code"}} (malloc'd compact JSON). */
+char *hr_srv_error_body(const hr_srv_error *e);
+
+/* ---- generation requests (openai.c) ------------------------------------------------------------ */
+
+typedef enum hr_srv_kind { HR_SRV_COMPLETION = 0, HR_SRV_CHAT = 1 } hr_srv_kind;
+
+/* A parsed /v1/completions or /v1/chat/completions body. Strings in rp borrow from the JSON document
+ * it was parsed from (keep it alive until submitted: the runtime copies what it keeps). */
+typedef struct hr_srv_gen {
+    hr_srv_kind kind;
+    hr_rt_request_params rp;
+    hr_chat_msg *messages; /* owned */
+    char **owned;          /* owned strings (content parts joined), n_owned of them */
+    int n_owned;
+    int32_t *prompt_ids; /* owned (a prompt given as token ids) */
+    const char *stop[HR_SRV_MAX_STOP];
+    int n;
+    bool stream, include_usage;
+    const char *prompt_field; /* "prompt" or "messages" */
+} hr_srv_gen;
+
+/* Validates every known field (unknown ones are ignored) and fills g; false with e set (400 naming
+ * the field) otherwise. auto_seed is used when the request gives no seed. */
+/* Whether text[0..len) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF);
+ * *bad_at receives the offset of the first bad byte. */
+bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at);
+
+bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
+                      hr_srv_error *e);
+void hr_srv_gen_free(hr_srv_gen *g);
+
+/* One accepted generation request: n runtime requests (the choices) and how to answer. Registered in
+ * the server while in flight so that /v1/kv can list the live ledgers. */
+typedef struct hr_srv_job {
+    struct hr_srv_job *prev, *next; /* the server's registry (under its mutex) */
+    char id[48];
+    hr_srv_kind kind;
+    long long created; /* unix seconds */
+    const char *model; /* the runtime's model name (borrowed) */
+    int n;
+    hr_rt_request *req[HR_SRV_MAX_CHOICES];
+    bool stream, include_usage;
+    /* streaming state (touched only by the connection's thread) */
+    bool role_sent[HR_SRV_MAX_CHOICES], finished[HR_SRV_MAX_CHOICES];
+    bool done_sent;
+    hr_srv_buf pending; /* SSE bytes produced but not yet handed to MHD */
+    size_t pending_off;
+    double t_last_out;
+    bool recorded; /* metrics taken */
+} hr_srv_job;
+
+/* usage: prompt/completion/total tokens and the kv object, summed over n results. */
+json_t *hr_srv_usage_json(const hr_rt_result *res, int n);
+/* One request's KV usage as JSON (also each live request in /v1/kv). */
+json_t *hr_srv_kv_usage_json(const hr_rt_kv_usage *kv);
+/* The whole non-streaming response. */
+json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res);
+/* One SSE chunk object: text (may be NULL) for choice i, finish (NULL while running), role chunk. */
+json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t len, const char *finish, bool role);
+/* The final usage chunk (choices: []). */
+json_t *hr_srv_usage_chunk_json(const hr_srv_job *j, const hr_rt_result *res);
+
+/* ---- SSE (stream.c) ---------------------------------------------------------------------------- */
+
+/* MHD's content reader for a streaming job: blocks on the job's channels (thread per connection) and
+ * hands out "data: {...}\n\n" chunks, a usage chunk when asked, then "data: [DONE]\n\n". Returns the
+ * bytes written to buf (> 0), or -1 once everything, [DONE] included, was handed out. Waits are
+ * bounded: with no output for 15 s it sends an SSE comment (": keepalive"), which also finds out
+ * whether the client is still there. */
+long hr_srv_stream_read(hr_srv_job *j, char *buf, size_t max, const atomic_bool *abandon);
+
+/* ---- metrics (metrics.c) ----------------------------------------------------------------------- */
+
+typedef struct hr_srv_metrics hr_srv_metrics;
+
+hr_status hr_srv_metrics_create(hr_srv_metrics **out, hr_error *err);
+void hr_srv_metrics_destroy(hr_srv_metrics *m); /* NULL allowed */
+void hr_srv_metrics_refused(hr_srv_metrics *m, hr_srv_refusal why);
+void hr_srv_metrics_prompt_tokens(hr_srv_metrics *m, int n);
+/* Observes one finished choice: latencies, queue time, KV bytes, finish reason. */
+void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r);
+/* The Prometheus text (format 0.0.4) into b. rt may be NULL (still loading). */
+void hr_srv_metrics_render(hr_srv_metrics *m, hr_runtime *rt, hr_metrics_compat compat, hr_srv_buf *b);
+
+#endif

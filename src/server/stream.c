@@ -1,0 +1,95 @@
+/* stream.c: server-sent events for a streaming job. Runs on the connection's own thread (MHD thread
+ * per connection), so it may block on the requests' channels; every wait is bounded so that a client
+ * that went away is found out by the next write (MHD then ends the request and the server cancels the
+ * job). Chunk order per choice: [role chunk (chat)], text chunks, one chunk with finish_reason; after
+ * every choice: [usage chunk], then "data: [DONE]". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "server/server_internal.h"
+
+#define STREAM_WAIT_S 0.25     /* one wait on a channel */
+#define STREAM_KEEPALIVE_S 15. /* silence before an SSE comment */
+
+static void put_event(hr_srv_job *j, json_t *o) {
+    char *text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!text) {
+        j->pending.failed = true;
+        return;
+    }
+    hr_srv_buf_put(&j->pending, "data: ", 6);
+    hr_srv_buf_put(&j->pending, text, strlen(text));
+    hr_srv_buf_put(&j->pending, "\n\n", 2);
+    free(text);
+}
+
+/* Drains what choice i has produced into SSE chunks. */
+static void drain_choice(hr_srv_job *j, int i) {
+    hr_request *h = hr_rt_request_handle(j->req[i]);
+    char text[8192];
+    int32_t ids[256];
+    for (int guard = 0; guard < 1024; guard++) { /* bounded: each round takes up to 8 KiB out */
+        hr_request_delta d;
+        /* the ids are read (and dropped) too: unread ids would keep hr_request_wait from blocking */
+        hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
+        bool role = j->kind == HR_SRV_CHAT && !j->role_sent[i];
+        if (role || d.n_text > 0) {
+            put_event(j, hr_srv_chunk_json(j, i, d.n_text ? text : NULL, d.n_text, NULL, role));
+            j->role_sent[i] = true;
+        }
+        if (d.done) {
+            hr_rt_result r;
+            hr_rt_request_result(j->req[i], &r);
+            put_event(j, hr_srv_chunk_json(j, i, NULL, 0, r.finish_reason ? r.finish_reason : "stop", false));
+            j->finished[i] = true;
+            return;
+        }
+        if (d.n_text == 0 && d.n_tokens == 0) return;
+    }
+}
+
+static void finish_stream(hr_srv_job *j) {
+    if (j->include_usage) {
+        hr_rt_result res[HR_SRV_MAX_CHOICES];
+        for (int i = 0; i < j->n; i++) hr_rt_request_result(j->req[i], &res[i]);
+        put_event(j, hr_srv_usage_chunk_json(j, res));
+    }
+    hr_srv_buf_put(&j->pending, "data: [DONE]\n\n", 14);
+    j->done_sent = true;
+}
+
+long hr_srv_stream_read(hr_srv_job *j, char *buf, size_t max, const atomic_bool *abandon) {
+    if (j->t_last_out == 0) j->t_last_out = hr_time_now();
+    for (;;) {
+        if (j->pending_off < j->pending.len) {
+            size_t n = j->pending.len - j->pending_off;
+            if (n > max) n = max;
+            memcpy(buf, j->pending.data + j->pending_off, n);
+            j->pending_off += n;
+            if (j->pending_off == j->pending.len) j->pending_off = j->pending.len = 0;
+            j->t_last_out = hr_time_now();
+            return (long)n;
+        }
+        if (j->pending.failed) return -1; /* out of memory: end the stream rather than send half an event */
+        if (j->done_sent) return -1;
+        /* the server gave up on the channels (the engine no longer answers): end without [DONE] */
+        if (atomic_load(abandon)) return -1;
+        int waiting = -1;
+        for (int i = 0; i < j->n; i++)
+            if (!j->finished[i]) {
+                drain_choice(j, i);
+                if (!j->finished[i] && waiting < 0) waiting = i;
+            }
+        if (waiting < 0) {
+            finish_stream(j);
+            continue;
+        }
+        if (j->pending.len > 0) continue;
+        /* n > 1: waiting on one choice while another produces costs at most one STREAM_WAIT_S */
+        hr_request_wait(hr_rt_request_handle(j->req[waiting]), j->n > 1 ? STREAM_WAIT_S / 5 : STREAM_WAIT_S);
+        if (hr_time_now() - j->t_last_out > STREAM_KEEPALIVE_S) hr_srv_buf_put(&j->pending, ": keepalive\n\n", 13);
+    }
+}
