@@ -20,6 +20,7 @@
 
 #include "common/util.h"
 #include "engine/engine.h"
+#include "runtime/runtime.h"
 #include "model/synth.h"
 
 typedef struct bench {
@@ -59,44 +60,31 @@ static hr_model *build_model(void **mem) {
     return m;
 }
 
+/* The engine through the runtime (src/runtime), as every front end opens it. */
 typedef struct rig {
-    hr_kv_pool *kv;
-    hr_model_ctx *ctx;
+    hr_runtime *rt;
     hr_engine *e;
 } rig;
 
 static rig rig_open(const bench *b, hr_admission adm, hr_kv_layout layout, int max_seqs, int max_queue) {
-    const hr_hparams *hp = hr_model_hparams(b->m);
-    hr_kv_config kc = {.n_layers = hp->n_layer,
-                       .n_kv_heads = hp->n_head_kv,
-                       .head_dim = hp->head_dim,
-                       .block_size = 16,
-                       .k_format = HR_KV_F16,
-                       .v_format = HR_KV_F16,
-                       .max_seqs = max_seqs,
-                       .budget_bytes = b->budget};
-    hr_model_ctx_params mp = {.n_threads = b->threads, .max_batch_tokens = 512, .max_ctx = b->n_ctx};
-    hr_engine_params ep = {.model = b->m,
-                           .n_ctx = b->n_ctx,
-                           .max_batch_tokens = 512,
-                           .max_queue = max_queue,
-                           .admission = adm,
-                           .preempt = HR_PREEMPT_RECOMPUTE,
-                           .layout = layout};
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = b->m;
+    p.n_ctx = b->n_ctx;
+    p.kv_budget = b->budget;
+    p.max_running = max_seqs;
+    p.max_queue = max_queue;
+    p.admission = adm;
+    p.preempt = HR_PREEMPT_RECOMPUTE;
+    p.layout = layout;
+    p.n_threads = b->threads;
     rig r = {0};
     hr_error err = {0};
-    if (hr_kv_pool_create(&kc, &r.kv, &err) || hr_model_ctx_create(b->m, r.kv, &mp, &r.ctx, &err)) die("rig", &err);
-    ep.ctx = r.ctx;
-    ep.kv = r.kv;
-    if (hr_engine_create(&ep, &r.e, &err)) die("engine", &err);
+    if (hr_runtime_open(&p, &r.rt, NULL, &err)) die("runtime", &err);
+    r.e = hr_runtime_engine(r.rt);
     return r;
 }
 
-static void rig_close(rig *r) {
-    hr_engine_destroy(r->e);
-    hr_model_ctx_destroy(r->ctx);
-    hr_kv_pool_destroy(r->kv);
-}
+static void rig_close(rig *r) { hr_runtime_close(r->rt); }
 
 typedef struct work {
     int32_t *prompt;
@@ -289,7 +277,7 @@ static void bench_burst(bench *b, int mult) {
     hr_engine_stats st;
     hr_engine_get_stats(r.e, &st);
     hr_kv_pool_ledger l;
-    hr_kv_pool_get_ledger(r.kv, &l);
+    hr_kv_pool_get_ledger(hr_runtime_kv(r.rt), &l);
     long rss2 = max_rss_kib();
     char pb[32];
     int lost = n - (completed + cancelled + failed + refused_full + refused_other);

@@ -16,8 +16,9 @@
 
 struct hr_runtime {
     hr_runtime_params p;
-    void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
-    hr_model *model;
+    void *demo_file;   /* the in-memory demo GGUF (borrowed by the model's reader) */
+    hr_model *owned;   /* the model when the runtime loaded it (NULL when borrowed) */
+    const hr_model *model;
     hr_tokenizer *tok;
     hr_kv_pool *kv;
     hr_kv_swap *swap;
@@ -119,7 +120,7 @@ static hr_status load_demo(hr_runtime *rt, hr_error *err) {
     hr_synth_shape shape;
     hr_status st = hr_synth_shape_by_name("tiny", &shape, err);
     if (st) return st;
-    return hr_synth_model(&shape, HR_DTYPE_F32, 42, &rt->model, &rt->demo_file, err);
+    return hr_synth_model(&shape, HR_DTYPE_F32, 42, &rt->owned, &rt->demo_file, err);
 }
 
 /* --ctx against the trained context: past it RoPE sees positions it was never trained on
@@ -174,7 +175,7 @@ static void fill_defaults(hr_runtime_params *p) {
 
 static void set_model_name(hr_runtime *rt) {
     if (!rt->p.model_path) {
-        snprintf(rt->model_name, sizeof rt->model_name, "demo");
+        snprintf(rt->model_name, sizeof rt->model_name, "%s", rt->p.model ? "model" : "demo");
         return;
     }
     const char *base = strrchr(rt->p.model_path, '/');
@@ -193,10 +194,15 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     const hr_runtime_params *p = &rt->p;
     set_model_name(rt);
     bool loaded = false; /* past this point a failure is a parameter's, unless memory or I/O */
-    hr_status st = p->model_path ? hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT,
-                                                      &rt->model, err)
-                                 : load_demo(rt, err);
+    hr_status st = HR_OK;
+    if (p->model)
+        rt->model = p->model;
+    else if (p->model_path)
+        st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT, &rt->owned, err);
+    else
+        st = load_demo(rt, err);
     if (st) goto fail;
+    if (!p->model) rt->model = rt->owned;
     if ((st = hr_tokenizer_load(hr_model_gguf(rt->model), &rt->tok, err))) goto fail;
     const hr_hparams *hp = hr_model_hparams(rt->model);
     if (hr_tokenizer_n_vocab(rt->tok) > hp->n_vocab) {
@@ -272,7 +278,7 @@ void hr_runtime_close(hr_runtime *rt) {
     hr_model_ctx_destroy(rt->ctx);
     hr_kv_pool_destroy(rt->kv);
     hr_tokenizer_destroy(rt->tok);
-    hr_model_destroy(rt->model);
+    hr_model_destroy(rt->owned);
     free(rt->demo_file);
     free(rt);
 }
@@ -285,7 +291,7 @@ hr_kv_swap *hr_runtime_swap(hr_runtime *rt) { return rt->swap; }
 hr_model_ctx *hr_runtime_ctx(hr_runtime *rt) { return rt->ctx; }
 hr_engine *hr_runtime_engine(hr_runtime *rt) { return rt->engine; }
 int hr_runtime_n_ctx(const hr_runtime *rt) { return rt->n_ctx; }
-bool hr_runtime_is_demo(const hr_runtime *rt) { return rt->p.model_path == NULL; }
+bool hr_runtime_is_demo(const hr_runtime *rt) { return rt->p.model_path == NULL && rt->p.model == NULL; }
 const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name; }
 const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }

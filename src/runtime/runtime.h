@@ -54,6 +54,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
 
 typedef struct hr_runtime_params {
     const char *model_path; /* NULL: the built-in demo model (random weights: say so to the user) */
+    const hr_model *model;  /* or a model already loaded (borrowed; outlives the runtime): benches and
+                               tests with in-memory synthetic models; model_path then only names it */
     bool mmap_weights;      /* map the file instead of reading it into huge-page memory */
     int n_ctx;              /* 0: the model's trained context, capped at 4096 */
     bool ctx_extend;        /* allow n_ctx past the trained context (a warning; else an error) */
