@@ -20,6 +20,7 @@ int hr_cmd_run(int argc, char **argv);
 int hr_cmd_synth(int argc, char **argv);
 int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_eval(int argc, char **argv);
+int hr_cmd_serve(int argc, char **argv);
 int hr_cmd_version(int argc, char **argv);
 
 #endif

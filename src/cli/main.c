@@ -18,6 +18,7 @@ static void usage(FILE *f) {
                "  synth     write a deterministic random-weight model of a real shape\n"
                "  tokenize  print a prompt's token ids and pieces\n"
                "  eval      perplexity and agreement of KV formats on a text file\n"
+               "  serve     an OpenAI-compatible HTTP server (completions, chat, KV accounting, metrics)\n"
                "  version   the version and the kernels this CPU selects (also --version)\n\n"
                "`headroom <command> --help` describes each command's options.\n" HR_EXIT_HELP);
 }
@@ -71,6 +72,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return hr_cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return hr_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return hr_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return hr_cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "headroom: unknown command '%s' (see headroom --help)\n", cmd);
     return HR_EXIT_USAGE;
 }

@@ -1,0 +1,207 @@
+/* cmd_serve.c: `headroom serve`: an OpenAI-compatible HTTP server (src/server) over one runtime. The
+ * port opens first (/health answers 503 "loading" while the model loads), then the runtime's engine
+ * thread starts; SIGINT or SIGTERM drains in-flight requests (up to --drain-timeout) and exits. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/session.h"
+#include "common/util.h"
+#include "runtime/runtime.h"
+#include "server/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
+            "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
+            "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
+            "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool and every running\n"
+            "request's ledger), GET /metrics (Prometheus), GET /health, POST /tokenize, /detokenize. Request\n"
+            "extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int), \"ignore_eos\" (bool).\n"
+            "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
+            "server:\n"
+            "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
+            "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
+            "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
+            "                         otherwise; /health and /metrics stay open); default: $HEADROOM_API_KEY\n"
+            "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
+            "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
+            "                         vllm:gpu_cache_usage_perc\n"
+            "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
+            "      --max-connections N  concurrent HTTP connections (default 256)\n"
+            "model, cache and engine (as in `headroom run`; see its --help):\n"
+            "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
+            "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
+            "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
+            "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
+            "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
+            "sampling defaults (a request's own fields override them):\n"
+            "  --temp T (0.8), --top-k K (40), --top-p P (0.95), --min-p P (0.05), --repeat-penalty X,\n"
+            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, --seed S (requests without a seed\n"
+            "  get S mixed with a request counter)\n"
+            "\n" HR_EXIT_HELP);
+}
+
+/* The runtime's parameters from the shared options (the same mapping `run` makes). */
+static hr_runtime_params runtime_params(const hr_session_opts *o, int kv_seqs) {
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model_path = o->model_path;
+    p.mmap_weights = o->mmap_weights;
+    p.n_ctx = o->n_ctx;
+    p.ctx_extend = o->ctx_extend;
+    p.kv_budget = o->kv_budget;
+    p.kv_seqs = kv_seqs;
+    p.k_format = o->k_format;
+    p.v_format = o->v_format;
+    p.block_size = o->block_size;
+    p.max_batch_tokens = o->n_batch;
+    p.prefill_chunk = o->prefill_chunk;
+    p.max_running = o->max_running;
+    p.max_queue = o->max_queue;
+    p.admission = o->admission;
+    p.preempt = o->preempt;
+    p.layout = o->layout;
+    p.swap_space = o->swap_space;
+    p.n_threads = o->n_threads;
+    p.isa = o->isa;
+    p.kv_policy = o->kv_policy;
+    p.chat_template = o->chat_template;
+    p.prefault = true;
+    return p;
+}
+
+static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
+    const hr_runtime_params *p = hr_runtime_get_params(rt);
+    const hr_kv_budget *b = hr_runtime_budget(rt);
+    char size[32];
+    printf("headroom serve: %s%s, context %d, KV %s/%s block %d, budget %s = %lld tokens (%d sequences of the "
+           "context)\n",
+           hr_runtime_model_name(rt), hr_runtime_is_demo(rt) ? " (demo model, random weights: its text is noise)" : "",
+           hr_runtime_n_ctx(rt), hr_kv_format_name(p->k_format), hr_kv_format_name(p->v_format), p->block_size,
+           hr_format_size(b->budget_bytes, size, sizeof size), (long long)b->n_tokens, b->n_seqs_at_ctx);
+    bool v6 = strchr(sp->host, ':') != NULL;
+    const char *host = !strcmp(sp->host, "0.0.0.0") ? "127.0.0.1" : !strcmp(sp->host, "::") ? "::1" : sp->host;
+    char url[128];
+    snprintf(url, sizeof url, "http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
+    printf("listening on %s:%d (OpenAI API at %s/v1)\n", sp->host, port, url);
+    printf("try: curl %s/v1/completions -H 'Content-Type: application/json'%s -d '{\"prompt\": \"Once upon a time\", "
+           "\"max_tokens\": 32}'\n",
+           url, sp->api_key && *sp->api_key ? " -H \"Authorization: Bearer $HEADROOM_API_KEY\"" : "");
+    fflush(stdout);
+}
+
+int hr_cmd_serve(int argc, char **argv) {
+    hr_session_opts o = hr_session_default_opts();
+    o.cmd = "serve";
+    hr_server_params sp = hr_server_default_params();
+    sp.api_key = getenv("HEADROOM_API_KEY");
+    int kv_seqs = 4;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return HR_EXIT_OK;
+        }
+        if (hr_session_parse_common(&o, "serve", argc, argv, &i, &v)) {
+            if (!v) return HR_EXIT_USAGE;
+            continue;
+        }
+        bool ok = true;
+        if (!strcmp(a, "--host")) {
+            ok = (sp.host = hr_arg_value("serve", argc, argv, &i)) != NULL;
+        } else if (!strcmp(a, "--port")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 0, 65535, &sp.port);
+        } else if (!strcmp(a, "--api-key")) {
+            ok = (sp.api_key = hr_arg_value("serve", argc, argv, &i)) != NULL;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            float s = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_float("serve", a, v, 0, 86400, &s);
+            sp.drain_timeout_s = s;
+        } else if (!strcmp(a, "--metrics-compat")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) != NULL;
+            if (ok && !strcmp(v, "vllm"))
+                sp.metrics_compat = HR_METRICS_VLLM;
+            else if (ok && !strcmp(v, "none"))
+                sp.metrics_compat = HR_METRICS_NATIVE;
+            else if (ok) {
+                fprintf(stderr, "headroom serve: --metrics-compat expects vllm or none, got '%s'\n", v);
+                ok = false;
+            }
+        } else if (!strcmp(a, "--max-body")) {
+            uint64_t n = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
+            sp.max_body_bytes = (size_t)n;
+        } else if (!strcmp(a, "--max-connections")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
+        } else if (!strcmp(a, "--kv-seqs")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 4096, &kv_seqs);
+        } else if (!strcmp(a, "--kv-policy")) {
+            ok = (o.kv_policy = hr_arg_value("serve", argc, argv, &i)) != NULL;
+            hr_kv_policy pol;
+            hr_error perr;
+            if (ok && hr_kv_policy_parse(o.kv_policy, &pol, &perr) != HR_OK) {
+                fprintf(stderr, "headroom serve: --kv-policy: %s\n", perr.msg);
+                ok = false;
+            }
+        } else if (!strcmp(a, "--chat-template")) {
+            ok = (o.chat_template = hr_arg_value("serve", argc, argv, &i)) != NULL;
+        } else {
+            fprintf(stderr, "headroom serve: unknown option '%s' (see headroom serve --help)\n", a);
+            ok = false;
+        }
+        if (!ok) return HR_EXIT_USAGE;
+    }
+    if (o.model_path && !hr_arg_regular_file("serve", "-m", o.model_path)) return HR_EXIT_USAGE;
+    hr_error err = {0};
+    if (hr_sampler_params_check(&o.sampling, &err) != HR_OK) {
+        fprintf(stderr, "headroom serve: %s\n", err.msg);
+        return HR_EXIT_USAGE;
+    }
+    sp.sampling = o.sampling;
+
+    /* SIGINT/SIGTERM are taken by sigwait below: blocked here, before any thread starts, so that every
+     * thread inherits the mask and none of them is interrupted */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
+
+    hr_server *srv = NULL;
+    hr_status st = hr_server_create(NULL, &sp, &srv, &err);
+    if (st != HR_OK) {
+        fprintf(stderr, "headroom serve: %s\n", err.msg);
+        return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
+    }
+    hr_runtime_params rp = runtime_params(&o, kv_seqs);
+    hr_runtime *rt = NULL;
+    bool bad_option = false;
+    st = hr_runtime_open(&rp, &rt, &bad_option, &err);
+    if (st == HR_OK && (st = hr_runtime_start(rt, &err)) != HR_OK) bad_option = false;
+    if (st != HR_OK) {
+        fprintf(stderr, "headroom serve: %s\n", err.msg);
+        hr_server_destroy(srv);
+        hr_runtime_close(rt);
+        return bad_option ? HR_EXIT_USAGE : HR_EXIT_FAIL;
+    }
+    if (hr_runtime_warnings(rt)[0]) fprintf(stderr, "headroom serve: warning: %s\n", hr_runtime_warnings(rt));
+    if (hr_runtime_chat_warning(rt)[0]) fprintf(stderr, "headroom serve: warning: %s\n", hr_runtime_chat_warning(rt));
+    hr_server_set_runtime(srv, rt);
+    print_banner(rt, &sp, hr_server_port(srv));
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "headroom serve: %s: draining %d request(s) (up to %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            hr_server_n_inflight(srv), sp.drain_timeout_s);
+    hr_server_shutdown(srv);
+    hr_server_destroy(srv);
+    hr_runtime_stop(rt);
+    hr_runtime_close(rt);
+    fprintf(stderr, "headroom serve: stopped\n");
+    return HR_EXIT_OK;
+}
