@@ -25,6 +25,7 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "model/model.h"
+#include "runtime/runtime.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -110,6 +111,7 @@ typedef struct arm {
     uint64_t seq_bytes; /* the most KV bytes the sequence held at the end of a chunk */
     int n_vocab;
     int kept; /* the most tokens one layer and KV head kept at the end of a chunk */
+    hr_runtime *rt;     /* owns kv and ctx */
     hr_kv_pool *kv;
     hr_model_ctx *ctx;
     double nll, kl;
@@ -118,35 +120,27 @@ typedef struct arm {
     char error[HR_ERROR_MSG_MAX];
 } arm;
 
+/* An arm's pool and forward context come from the runtime (the one composition root): one sequence of
+ * n_ctx, whole chunks of n_ctx tokens in one forward (tail buffers sized for that step). eval drives
+ * the forward pass itself (teacher forcing), not the runtime's engine. */
 static hr_status arm_open(arm *a, const hr_model *m, int n_ctx, int block_size, int n_threads, hr_error *err) {
-    const hr_hparams *hp = hr_model_hparams(m);
-    a->n_vocab = hp->n_vocab;
-    hr_kv_config kc = {.n_layers = hp->n_layer,
-                       .n_kv_heads = hp->n_head_kv,
-                       .head_dim = hp->head_dim,
-                       .block_size = block_size,
-                       .k_format = a->f.k,
-                       .v_format = a->f.v,
-                       .max_seqs = 1,
-                       /* a chunk fills all its blocks in one forward: each needs an f16 tail buffer */
-                       .stage_blocks = (n_ctx + block_size - 1) / block_size + 1};
-    uint64_t bb = hr_kv_block_bytes(&kc);
-    if (!bb) {
-        /* the pool's own check says why: it fails on the config before allocating anything */
-        hr_kv_pool *probe = NULL;
-        hr_error why = {.msg = "the KV pool refuses this configuration"};
-        if (hr_kv_pool_create(&kc, &probe, &why) == HR_OK) hr_kv_pool_destroy(probe);
-        return hr_error_set(err, HR_ERR_INVALID_ARG,
-                            "--kv-type %s with --block-size %d cannot be used on this model (head_dim %d, %d KV "
-                            "heads): %s",
-                            a->f.label, block_size, hp->head_dim, hp->n_head_kv, why.msg);
-    }
-    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + bb * (uint64_t)((n_ctx + block_size - 1) / block_size);
-    a->bytes_per_token_x1000 = bb * 1000 / (uint64_t)block_size;
-    hr_status st = hr_kv_pool_create(&kc, &a->kv, err);
+    a->n_vocab = hr_model_hparams(m)->n_vocab;
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = m;
+    p.n_ctx = n_ctx;
+    p.ctx_extend = true; /* checked against the trained context by the command itself */
+    p.k_format = a->f.k;
+    p.v_format = a->f.v;
+    p.block_size = block_size;
+    p.max_batch_tokens = n_ctx;
+    p.max_running = 1;
+    p.n_threads = n_threads;
+    hr_status st = hr_runtime_open(&p, &a->rt, NULL, err);
     if (st) return st;
-    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = n_ctx, .max_ctx = n_ctx};
-    if ((st = hr_model_ctx_create(m, a->kv, &mp, &a->ctx, err))) return st;
+    a->kv = hr_runtime_kv(a->rt);
+    a->ctx = hr_runtime_ctx(a->rt);
+    const hr_kv_budget *bud = hr_runtime_budget(a->rt);
+    a->bytes_per_token_x1000 = bud->block_bytes * 1000 / (uint64_t)block_size;
     return hr_kv_policy_check(a->kv, &a->pol, err); /* after the model's own sliding window is known */
 }
 
@@ -173,8 +167,10 @@ static bool parse_policies(char **items, int n_items, hr_kv_policy *out, int *n)
 }
 
 static void arm_close(arm *a) {
-    hr_model_ctx_destroy(a->ctx);
-    hr_kv_pool_destroy(a->kv);
+    hr_runtime_close(a->rt);
+    a->rt = NULL;
+    a->kv = NULL;
+    a->ctx = NULL;
 }
 
 /* Runs one chunk through an arm; logits for every position land in `logits` (n x V). */
