@@ -234,7 +234,8 @@ static void test_completions(int port, const char *model_name) {
     CHECK(json_integer_value(json_object_get(u, "completion_tokens")) > 0 &&
           json_integer_value(json_object_get(u, "completion_tokens")) <= 12);
     CHECK(json_integer_value(json_object_get(u, "total_tokens")) ==
-          json_integer_value(json_object_get(u, "prompt_tokens")) + json_integer_value(json_object_get(u, "completion_tokens")));
+          json_integer_value(json_object_get(u, "prompt_tokens")) +
+              json_integer_value(json_object_get(u, "completion_tokens")));
     CHECKF(json_integer_value(json_object_get(kv, "bytes_peak")) > 0 &&
                json_integer_value(json_object_get(kv, "blocks_peak")) > 0 &&
                json_is_string(json_object_get(kv, "k_format")) && json_object_get(kv, "queued_seconds") &&
@@ -308,8 +309,8 @@ static void test_chat(int port) {
     r = call(port, "POST", "/v1/chat/completions", NULL,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":6,\"stream\":true}");
     const char *first = r.body ? strstr(r.body, "data: ") : NULL;
-    CHECKF(r.status == 200 && first && strstr(first, "\"role\":\"assistant\"") && strstr(r.body, "chat.completion.chunk") &&
-               strstr(r.body, "data: [DONE]\n\n"),
+    CHECKF(r.status == 200 && first && strstr(first, "\"role\":\"assistant\"") &&
+               strstr(r.body, "chat.completion.chunk") && strstr(r.body, "data: [DONE]\n\n"),
            "chat stream: %s", r.body);
     resp_free(&r);
 }
@@ -343,15 +344,25 @@ static void test_tokenize_kv_metrics(int port) {
     resp_free(&r);
 
     r = call(port, "GET", "/metrics", NULL, NULL);
-    const char *names[] = {"headroom_kv_pool_bytes{state=\"used\"}", "headroom_kv_pool_bytes{state=\"free\"}",
-                           "headroom_kv_headroom_bytes", "headroom_requests_running", "headroom_requests_waiting",
+    const char *names[] = {"headroom_kv_pool_bytes{state=\"used\"}",
+                           "headroom_kv_pool_bytes{state=\"free\"}",
+                           "headroom_kv_headroom_bytes",
+                           "headroom_requests_running",
+                           "headroom_requests_waiting",
                            "headroom_requests_refused_total{reason=\"queue_full\"}",
-                           "headroom_preemptions_total{mode=\"swap\"}", "headroom_prefix_cache_hit_tokens_total",
-                           "headroom_prompt_tokens_total", "headroom_generation_tokens_total",
-                           "headroom_time_to_first_token_seconds_bucket", "headroom_inter_token_latency_seconds_sum",
-                           "headroom_e2e_request_latency_seconds_count", "headroom_request_queue_time_seconds_bucket",
-                           "headroom_request_kv_peak_bytes_bucket{le=\"+Inf\"}", "vllm:num_requests_waiting",
-                           "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                           "headroom_preemptions_total{mode=\"swap\"}",
+                           "headroom_prefix_cache_hit_tokens_total",
+                           "headroom_prompt_tokens_total",
+                           "headroom_generation_tokens_total",
+                           "headroom_time_to_first_token_seconds_bucket",
+                           "headroom_inter_token_latency_seconds_sum",
+                           "headroom_e2e_request_latency_seconds_count",
+                           "headroom_request_queue_time_seconds_bucket",
+                           "headroom_request_kv_peak_bytes_bucket{le=\"+Inf\"}",
+                           "vllm:num_requests_waiting",
+                           "vllm:num_requests_running",
+                           "vllm:kv_cache_usage_perc",
+                           "vllm:gpu_cache_usage_perc",
                            "# TYPE headroom_e2e_request_latency_seconds histogram"};
     CHECKF(r.status == 200, "metrics: %d", r.status);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -453,8 +464,7 @@ static void test_queue_and_shutdown(hr_server *srv, hr_runtime *rt) {
     resp r = call(port, "POST", "/v1/completions", NULL, body);
     char ra[32];
     json_t *j = body_json(&r);
-    CHECKF(r.status == 429 && header(&r, "retry-after", ra, sizeof ra) && atoi(ra) >= 1 &&
-               json_object_get(j, "error"),
+    CHECKF(r.status == 429 && header(&r, "retry-after", ra, sizeof ra) && atoi(ra) >= 1 && json_object_get(j, "error"),
            "429: %d %s", r.status, r.head);
     json_decref(j);
     resp_free(&r);
@@ -492,7 +502,8 @@ static void test_auth(hr_runtime *rt) {
     int port = hr_server_port(srv);
     resp r = call(port, "GET", "/v1/models", NULL, NULL);
     char www[64];
-    CHECKF(r.status == 401 && r.body && strstr(r.body, "invalid_api_key") && header(&r, "www-authenticate", www, sizeof www),
+    CHECKF(r.status == 401 && r.body && strstr(r.body, "invalid_api_key") &&
+               header(&r, "www-authenticate", www, sizeof www),
            "no key: %d", r.status);
     resp_free(&r);
     r = call(port, "GET", "/v1/models", "Authorization: Bearer s3creT\r\n", NULL);

@@ -15,35 +15,34 @@
 #include "server/server.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
-            "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
-            "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
-            "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool and every running\n"
-            "request's ledger), GET /metrics (Prometheus), GET /health, POST /tokenize, /detokenize. Request\n"
-            "extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int), \"ignore_eos\" (bool).\n"
-            "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
-            "server:\n"
-            "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
-            "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
-            "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
-            "                         otherwise; /health and /metrics stay open); default: $HEADROOM_API_KEY\n"
-            "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
-            "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
-            "                         vllm:gpu_cache_usage_perc\n"
-            "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-            "      --max-connections N  concurrent HTTP connections (default 256)\n"
-            "model, cache and engine (as in `headroom run`; see its --help):\n"
-            "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
-            "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
-            "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
-            "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
-            "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
-            "sampling defaults (a request's own fields override them):\n"
-            "  --temp T (0.8), --top-k K (40), --top-p P (0.95), --min-p P (0.05), --repeat-penalty X,\n"
-            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, --seed S (requests without a seed\n"
-            "  get S mixed with a request counter)\n"
-            "\n" HR_EXIT_HELP);
+    fprintf(f, "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
+               "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
+               "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
+               "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool and every running\n"
+               "request's ledger), GET /metrics (Prometheus), GET /health, POST /tokenize, /detokenize. Request\n"
+               "extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int), \"ignore_eos\" (bool).\n"
+               "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
+               "server:\n"
+               "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
+               "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
+               "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
+               "                         otherwise; /health and /metrics stay open); default: $HEADROOM_API_KEY\n"
+               "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
+               "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
+               "                         vllm:gpu_cache_usage_perc\n"
+               "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
+               "      --max-connections N  concurrent HTTP connections (default 256)\n"
+               "model, cache and engine (as in `headroom run`; see its --help):\n"
+               "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
+               "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
+               "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
+               "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
+               "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
+               "sampling defaults (a request's own fields override them):\n"
+               "  --temp T (0.8), --top-k K (40), --top-p P (0.95), --min-p P (0.05), --repeat-penalty X,\n"
+               "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, --seed S (requests without a seed\n"
+               "  get S mixed with a request counter)\n"
+               "\n" HR_EXIT_HELP);
 }
 
 /* The runtime's parameters from the shared options (the same mapping `run` makes). */
@@ -136,7 +135,8 @@ int hr_cmd_serve(int argc, char **argv) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
             sp.max_body_bytes = (size_t)n;
         } else if (!strcmp(a, "--max-connections")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
+            ok =
+                (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
         } else if (!strcmp(a, "--kv-seqs")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 4096, &kv_seqs);
         } else if (!strcmp(a, "--kv-policy")) {

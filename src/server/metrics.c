@@ -21,19 +21,19 @@ typedef struct hist {
 } hist;
 
 static const double le_ttft[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                 0.75,  1,     2.5,  5,    7.5,  10,   20,   40,   80};
+                                 0.75,  1,     2.5,  5,    7.5,  10,   20,   40,  80};
 static const double le_itl[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
                                 0.15,  0.2,    0.3,   0.4,  0.5,   0.75, 1,     2.5};
 static const double le_e2e[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 300};
 static const double le_queue[] = {0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
-static const double le_kv[] = {4096.,      16384.,      65536.,      262144.,      1048576.,    4194304.,
-                               16777216.,  67108864.,   268435456.,  1073741824.,  4294967296.};
+static const double le_kv[] = {4096.,     16384.,    65536.,     262144.,     1048576.,   4194304.,
+                               16777216., 67108864., 268435456., 1073741824., 4294967296.};
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 enum { FIN_STOP, FIN_LENGTH, FIN_CANCELLED, FIN_ERROR, FIN_COUNT };
 static const char *const fin_names[FIN_COUNT] = {"stop", "length", "cancelled", "error"};
-static const char *const refusal_names[HR_REFUSE_COUNT] = {"none",     "invalid",  "context",      "kv_budget",
+static const char *const refusal_names[HR_REFUSE_COUNT] = {"none",       "invalid",  "context",      "kv_budget",
                                                            "queue_full", "draining", "unauthorized", "too_large"};
 
 struct hr_srv_metrics {
@@ -66,8 +66,8 @@ hr_status hr_srv_metrics_create(hr_srv_metrics **out, hr_error *err) {
     hist_init(&m->itl, "headroom_inter_token_latency_seconds",
               "Gap between generated tokens (each request's mean gap, once per gap).", le_itl, N_OF(le_itl));
     hist_init(&m->e2e, "headroom_e2e_request_latency_seconds", "Submit to finish.", le_e2e, N_OF(le_e2e));
-    hist_init(&m->queue, "headroom_request_queue_time_seconds", "Submit to first admission into the KV pool.",
-              le_queue, N_OF(le_queue));
+    hist_init(&m->queue, "headroom_request_queue_time_seconds", "Submit to first admission into the KV pool.", le_queue,
+              N_OF(le_queue));
     hist_init(&m->kv, "headroom_request_kv_peak_bytes", "KV bytes a request held at its peak, observed at finish.",
               le_kv, N_OF(le_kv));
     *out = m;

@@ -21,7 +21,7 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
               : http == 503 ? "service_unavailable"
               : http >= 500 ? "server_error"
                             : "invalid_request_error";
-    e->refusal = http == 401 ? HR_REFUSE_AUTH
+    e->refusal = http == 401   ? HR_REFUSE_AUTH
                  : http == 413 ? HR_REFUSE_TOO_LARGE
                  : http == 429 ? HR_REFUSE_QUEUE
                  : http == 503 ? HR_REFUSE_DRAINING
@@ -36,9 +36,9 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
 
 /* Which request field an engine/runtime message is about: they name it in their text. */
 static const char *field_in_message(const char *msg) {
-    static const char *const fields[] = {"temperature", "top_p",      "top_k",     "min_p",
-                                         "presence_penalty", "frequency_penalty", "max_tokens", "kv_policy",
-                                         "stop",        "priority",   "seed"};
+    static const char *const fields[] = {
+        "temperature", "top_p", "top_k",    "min_p", "presence_penalty", "frequency_penalty", "max_tokens",
+        "kv_policy",   "stop",  "priority", "seed"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strstr(msg, fields[i])) return fields[i];
     if (strstr(msg, "policy")) return "kv_policy";
@@ -48,9 +48,7 @@ static const char *field_in_message(const char *msg) {
 
 void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const char *msg, const char *prompt_field) {
     switch (st) {
-    case HR_ERR_INVALID_ARG:
-        hr_srv_fail(e, 400, field_in_message(msg), "invalid_value", "%s", msg);
-        break;
+    case HR_ERR_INVALID_ARG: hr_srv_fail(e, 400, field_in_message(msg), "invalid_value", "%s", msg); break;
     case HR_ERR_RANGE:
         hr_srv_fail(e, 400, prompt_field, "context_length_exceeded", "%s", msg);
         e->refusal = HR_REFUSE_CONTEXT;
@@ -63,9 +61,7 @@ void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const cha
         hr_srv_fail(e, 429, NULL, "queue_full", "%s", msg);
         e->retry_after_s = rt ? hr_runtime_retry_after_s(rt) : 1;
         break;
-    default:
-        hr_srv_fail(e, 500, NULL, hr_status_name(st), "%s", msg);
-        break;
+    default: hr_srv_fail(e, 500, NULL, hr_status_name(st), "%s", msg); break;
     }
 }
 
@@ -105,7 +101,8 @@ static json_t *field(json_t *o, const char *k) {
 static bool read_number(json_t *o, const char *k, double lo, double hi, float *out, hr_srv_error *e) {
     json_t *v = field(o, k);
     if (!v) return true;
-    if (!json_is_number(v)) return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a number, got %s", k, type_name(v));
+    if (!json_is_number(v))
+        return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a number, got %s", k, type_name(v));
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi))
         return hr_srv_fail(e, 400, k, "invalid_value", "'%s' must be between %g and %g, got %g", k, lo, hi, x);
@@ -117,8 +114,7 @@ static bool read_int(json_t *o, const char *k, long long lo, long long hi, long 
     json_t *v = field(o, k);
     if (!v) return true;
     long long x;
-    if (json_is_integer(v))
-        x = (long long)json_integer_value(v);
+    if (json_is_integer(v)) x = (long long)json_integer_value(v);
     /* 3.0 is an integer to JavaScript clients */
     else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15)
         x = (long long)json_real_value(v);
@@ -133,7 +129,8 @@ static bool read_int(json_t *o, const char *k, long long lo, long long hi, long 
 static bool read_bool(json_t *o, const char *k, bool *out, hr_srv_error *e) {
     json_t *v = field(o, k);
     if (!v) return true;
-    if (!json_is_boolean(v)) return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a boolean, got %s", k, type_name(v));
+    if (!json_is_boolean(v))
+        return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a boolean, got %s", k, type_name(v));
     *out = json_is_true(v);
     return true;
 }
@@ -141,7 +138,8 @@ static bool read_bool(json_t *o, const char *k, bool *out, hr_srv_error *e) {
 static bool read_string(json_t *o, const char *k, const char **out, hr_srv_error *e) {
     json_t *v = field(o, k);
     if (!v) return true;
-    if (!json_is_string(v)) return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a string, got %s", k, type_name(v));
+    if (!json_is_string(v))
+        return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a string, got %s", k, type_name(v));
     *out = json_string_value(v);
     return true;
 }
@@ -307,13 +305,13 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
         return false;
     if (max_tokens > 0) g->rp.max_tokens = (int)max_tokens;
     hr_sampler_params *s = &g->rp.sampling;
-    if (!read_number(root, "temperature", 0, 100, &s->temperature, e) || !read_number(root, "top_p", 0, 1, &s->top_p, e) ||
-        !read_number(root, "min_p", 0, 1, &s->min_p, e) ||
+    if (!read_number(root, "temperature", 0, 100, &s->temperature, e) ||
+        !read_number(root, "top_p", 0, 1, &s->top_p, e) || !read_number(root, "min_p", 0, 1, &s->min_p, e) ||
         !read_number(root, "presence_penalty", -2, 2, &s->presence_penalty, e) ||
         !read_number(root, "frequency_penalty", -2, 2, &s->frequency_penalty, e) ||
         !read_number(root, "repetition_penalty", 1e-3, 100, &s->repeat_penalty, e) ||
-        !read_int(root, "top_k", -1, 1 << 24, &top_k, e) ||
-        !read_int(root, "n", 1, sp->max_choices, &n, e) || !read_int(root, "priority", -1000000, 1000000, &priority, e))
+        !read_int(root, "top_k", -1, 1 << 24, &top_k, e) || !read_int(root, "n", 1, sp->max_choices, &n, e) ||
+        !read_int(root, "priority", -1000000, 1000000, &priority, e))
         return false;
     if (field(root, "seed")) {
         if (!read_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e)) return false;

@@ -117,7 +117,8 @@ static enum MHD_Result send_error(hr_server *s, struct MHD_Connection *c, const 
     }
     if (e->http == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (e->http == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "5");
-    if (e->http == 405) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, e->code && !strcmp(e->code, "get") ? "GET" : "POST");
+    if (e->http == 405)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, e->code && !strcmp(e->code, "get") ? "GET" : "POST");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->http, r);
     MHD_destroy_response(r);
     return ok;
@@ -167,8 +168,10 @@ static void job_finish(hr_server *s, hr_srv_job *j, bool aborted, bool registere
     if (registered) {
         job_record(s, j, aborted);
         pthread_mutex_lock(&s->mu);
-        if (j->prev) j->prev->next = j->next;
-        else s->jobs = j->next;
+        if (j->prev)
+            j->prev->next = j->next;
+        else
+            s->jobs = j->next;
         if (j->next) j->next->prev = j->prev;
         s->n_jobs--;
         pthread_cond_broadcast(&s->cv);
@@ -265,7 +268,9 @@ static bool wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j) {
 static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, conn *k, hr_srv_kind kind) {
     hr_srv_error e = {0};
     hr_runtime *rt = ready_runtime(s);
-    if (!rt) return fail(s, c, 503, NULL, "unavailable", atomic_load(&s->state) == ST_LOADING ? "the model is loading" : "the server is shutting down");
+    if (!rt)
+        return fail(s, c, 503, NULL, "unavailable",
+                    atomic_load(&s->state) == ST_LOADING ? "the model is loading" : "the server is shutting down");
     json_t *root = parse_body(k, &e);
     if (!root) return send_error(s, c, &e);
     hr_srv_gen g;
@@ -341,8 +346,8 @@ static enum MHD_Result handle_health(hr_server *s, struct MHD_Connection *c) {
 static enum MHD_Result handle_models(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
     const hr_runtime_params *rp = hr_runtime_get_params(rt);
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:s, s:s, s:i, s:I, s:b}}", "id", hr_runtime_model_name(rt),
-                          "object", "model", "created", (json_int_t)s->started, "owned_by", "headroom", "meta",
-                          "n_ctx", hr_runtime_n_ctx(rt), "k_format", hr_kv_format_name(rp->k_format), "v_format",
+                          "object", "model", "created", (json_int_t)s->started, "owned_by", "headroom", "meta", "n_ctx",
+                          hr_runtime_n_ctx(rt), "k_format", hr_kv_format_name(rp->k_format), "v_format",
                           hr_kv_format_name(rp->v_format), "block_size", rp->block_size, "kv_budget_bytes",
                           (json_int_t)hr_runtime_budget(rt)->budget_bytes, "demo", hr_runtime_is_demo(rt));
     return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
@@ -383,9 +388,9 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
         for (int i = 0; i < j->n; i++) {
             hr_rt_result r;
             hr_rt_request_result(j->req[i], &r);
-            json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
-                                  hr_request_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens",
-                                  r.n_ids);
+            json_t *o =
+                json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
+                          hr_request_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens", r.n_ids);
             json_object_set_new(o, "kv", hr_srv_kv_usage_json(&r.kv));
             json_array_append_new(reqs, o);
         }
@@ -401,8 +406,9 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
 static enum MHD_Result handle_metrics(hr_server *s, struct MHD_Connection *c) {
     hr_srv_buf b = {0};
     hr_srv_metrics_render(s->metrics, ready_runtime(s) ? atomic_load(&s->rt) : NULL, s->p.metrics_compat, &b);
-    enum MHD_Result ok = b.failed ? fail(s, c, 500, NULL, "nomem", "out of memory")
-                                  : send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+    enum MHD_Result ok = b.failed
+                             ? fail(s, c, 500, NULL, "nomem", "out of memory")
+                             : send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     hr_srv_buf_free(&b);
     return ok;
 }
@@ -516,10 +522,9 @@ static const struct {
     bool post;
     route_id id;
 } routes[] = {
-    {"/health", false, R_HEALTH},         {"/metrics", false, R_METRICS},
-    {"/v1/models", false, R_MODELS},      {"/v1/kv", false, R_KV},
-    {"/v1/completions", true, R_COMPLETIONS}, {"/v1/chat/completions", true, R_CHAT},
-    {"/tokenize", true, R_TOKENIZE},      {"/detokenize", true, R_DETOKENIZE},
+    {"/health", false, R_HEALTH},    {"/metrics", false, R_METRICS},           {"/v1/models", false, R_MODELS},
+    {"/v1/kv", false, R_KV},         {"/v1/completions", true, R_COMPLETIONS}, {"/v1/chat/completions", true, R_CHAT},
+    {"/tokenize", true, R_TOKENIZE}, {"/detokenize", true, R_DETOKENIZE},
 };
 
 static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, const char *url, const char *method) {
@@ -655,7 +660,8 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     struct sockaddr_storage ss;
     socklen_t slen;
     if (!make_addr(q.host, q.port, &ss, &slen))
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "host '%s' is not a numeric IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)", q.host);
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "host '%s' is not a numeric IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)", q.host);
     hr_status st = probe_bind(&ss, slen, q.host, q.port, err);
     if (st) return st;
     hr_server *s = calloc(1, sizeof *s);

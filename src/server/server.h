@@ -33,15 +33,15 @@ typedef enum hr_metrics_compat {
 } hr_metrics_compat;
 
 typedef struct hr_server_params {
-    const char *host;       /* numeric IPv4 or IPv6 address to bind (NULL: "127.0.0.1"); copied */
-    int port;               /* 0: any free port (hr_server_port tells which) */
-    const char *api_key;    /* NULL or "": no authentication; copied */
-    size_t max_body_bytes;  /* request bodies above this get 413 (0: 4 MiB) */
-    double drain_timeout_s; /* hr_server_shutdown waits this long for in-flight requests (< 0: 0) */
-    int max_connections;    /* concurrent connections = HTTP threads (0: 256) */
-    int max_choices;        /* largest "n" a request may ask for (0: 8) */
-    hr_sampler_params sampling; /* defaults for fields a request omits (its seed is the base of the
-                                   per-request seeds when a request gives none) */
+    const char *host;              /* numeric IPv4 or IPv6 address to bind (NULL: "127.0.0.1"); copied */
+    int port;                      /* 0: any free port (hr_server_port tells which) */
+    const char *api_key;           /* NULL or "": no authentication; copied */
+    size_t max_body_bytes;         /* request bodies above this get 413 (0: 4 MiB) */
+    double drain_timeout_s;        /* hr_server_shutdown waits this long for in-flight requests (< 0: 0) */
+    int max_connections;           /* concurrent connections = HTTP threads (0: 256) */
+    int max_choices;               /* largest "n" a request may ask for (0: 8) */
+    hr_sampler_params sampling;    /* defaults for fields a request omits (its seed is the base of the
+                                      per-request seeds when a request gives none) */
     int default_completion_tokens; /* /v1/completions max_tokens when omitted (0: 16, OpenAI's) */
     hr_metrics_compat metrics_compat;
 } hr_server_params;

@@ -15,7 +15,7 @@
 #include "server/server.h"
 
 #define HR_SRV_MAX_CHOICES 8 /* hard cap on "n" whatever max_choices says */
-#define HR_SRV_MAX_STOP 8    /* stop strings per request */
+#define HR_SRV_MAX_STOP    8 /* stop strings per request */
 
 /* ---- text buffer ------------------------------------------------------------------------------- */
 
@@ -34,12 +34,12 @@ void hr_srv_buf_free(hr_srv_buf *b);
 /* Refusal reasons counted by /metrics (headroom_requests_refused_total{reason=...}). */
 typedef enum hr_srv_refusal {
     HR_REFUSE_NONE = 0,
-    HR_REFUSE_INVALID = 1,  /* a bad field or body */
-    HR_REFUSE_CONTEXT = 2,  /* prompt past the context */
-    HR_REFUSE_BUDGET = 3,   /* can never fit the KV pool */
-    HR_REFUSE_QUEUE = 4,    /* waiting queue full (429) */
-    HR_REFUSE_DRAINING = 5, /* shutting down or loading (503) */
-    HR_REFUSE_AUTH = 6,     /* 401 */
+    HR_REFUSE_INVALID = 1,   /* a bad field or body */
+    HR_REFUSE_CONTEXT = 2,   /* prompt past the context */
+    HR_REFUSE_BUDGET = 3,    /* can never fit the KV pool */
+    HR_REFUSE_QUEUE = 4,     /* waiting queue full (429) */
+    HR_REFUSE_DRAINING = 5,  /* shutting down or loading (503) */
+    HR_REFUSE_AUTH = 6,      /* 401 */
     HR_REFUSE_TOO_LARGE = 7, /* 413 */
 } hr_srv_refusal;
 #define HR_REFUSE_COUNT 8

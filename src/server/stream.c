@@ -10,8 +10,8 @@
 #include "common/util.h"
 #include "server/server_internal.h"
 
-#define STREAM_WAIT_S 0.25     /* one wait on a channel */
-#define STREAM_KEEPALIVE_S 15. /* silence before an SSE comment */
+#define STREAM_WAIT_S      0.25 /* one wait on a channel */
+#define STREAM_KEEPALIVE_S 15.  /* silence before an SSE comment */
 
 static void put_event(hr_srv_job *j, json_t *o) {
     char *text = json_dumps(o, JSON_COMPACT);
