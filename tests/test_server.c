@@ -521,6 +521,31 @@ static void test_auth(hr_runtime *rt) {
     hr_server_destroy(srv);
 }
 
+/* Before the runtime is attached: /health 503 "loading", the API 503; after: 200. */
+static void test_loading(hr_runtime *rt) {
+    hr_server_params sp = hr_server_default_params();
+    sp.port = 0;
+    hr_server *srv = NULL;
+    hr_error err = {0};
+    CHECKF(hr_server_create(NULL, &sp, &srv, &err) == HR_OK, "server without a runtime: %s", err.msg);
+    if (!srv) return;
+    int port = hr_server_port(srv);
+    resp r = call(port, "GET", "/health", NULL, NULL);
+    CHECKF(r.status == 503 && r.body && strstr(r.body, "loading"), "health while loading: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hi\"}");
+    CHECKF(r.status == 503 && r.body && strstr(r.body, "\"error\""), "completions while loading: %d", r.status);
+    resp_free(&r);
+    r = call(port, "GET", "/metrics", NULL, NULL);
+    CHECKF(r.status == 200 && r.body && strstr(r.body, "headroom_up 0"), "metrics while loading: %d", r.status);
+    resp_free(&r);
+    hr_server_set_runtime(srv, rt);
+    r = call(port, "GET", "/health", NULL, NULL);
+    CHECKF(r.status == 200, "health once loaded: %d", r.status);
+    resp_free(&r);
+    hr_server_destroy(srv);
+}
+
 static hr_runtime *open_runtime(const char *model, int max_running, int max_queue) {
     hr_runtime_params rp = hr_runtime_default_params();
     rp.model_path = model;
@@ -571,6 +596,7 @@ int main(void) {
         CHECK(hr_server_create(rt, &busy, &srv2, &err) == HR_ERR_IO && strstr(err.msg, "in use"));
         hr_server_destroy(srv2);
         test_auth(rt);
+        test_loading(rt);
         hr_server_destroy(srv);
     }
     hr_runtime_close(rt);
