@@ -1,9 +1,10 @@
-# A thin front for CMake. `make run` builds and generates; `make test` builds and runs the tests.
+# A thin front for CMake. `make run` builds and starts the server; `make test` builds and runs the tests.
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
-MODEL ?=
-PROMPT ?= Once upon a time
+MODEL ?= models/stories260K-q8_0.gguf
+HOST ?= 127.0.0.1
+PORT ?= 8080
 ARGS ?=
 
 .PHONY: all deps build run test asan fuzz format clean
@@ -17,8 +18,10 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The main job: the OpenAI-compatible server, on the demo model shipped in models/ unless MODEL= names
+# another GGUF. It prints its URL and a curl line to try; Ctrl-C drains and exits.
 run: build
-	$(BUILD)/headroom run $(if $(MODEL),-m $(MODEL)) -p "$(PROMPT)" $(ARGS)
+	$(BUILD)/headroom serve -m $(MODEL) --host $(HOST) --port $(PORT) $(ARGS)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
