@@ -320,7 +320,9 @@ static void test_tokenize_kv_metrics(int port) {
     json_t *j = body_json(&r);
     json_t *toks = json_object_get(j, "tokens");
     CHECKF(r.status == 200 && json_array_size(toks) > 0, "tokenize: %s", r.body);
-    char *dump = json_dumps(json_pack("{s:O}", "tokens", toks), JSON_COMPACT);
+    json_t *back = json_pack("{s:O}", "tokens", toks);
+    char *dump = json_dumps(back, JSON_COMPACT);
+    json_decref(back);
     json_decref(j);
     resp_free(&r);
     r = call(port, "POST", "/detokenize", NULL, dump);
