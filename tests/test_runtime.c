@@ -138,7 +138,8 @@ static void test_demo(void) {
     CHECK(res.state == HR_REQ_COMPLETED && res.n_prompt > 0 && res.n_ids == CTX - res.n_prompt);
     CHECK(res.max_tokens == CTX - res.n_prompt && hr_rt_request_ctx_limited(a));
     CHECK(!strcmp(res.finish_reason, "length") && !strcmp(res.limit, "context"));
-    CHECK(res.kv.bytes_peak > 0 && res.kv.bytes_now == 0 && res.kv.blocks_peak == CTX / 16 && res.kv.block_size == 16);
+    CHECK(res.kv.bytes_peak > 0 && res.kv.bytes_now == res.kv.bytes_peak && res.kv.blocks_peak == CTX / 16);
+    CHECK(res.kv.blocks_now == CTX / 16 && res.kv.block_size == 16);
     CHECK(res.kv.k_format == HR_KV_F16 && !strcmp(res.kv.policy, "full"));
     CHECK(res.t_submit > 0 && res.t_finish >= res.t_submit && res.kv.queued_seconds >= 0);
     hr_rt_request_result(b, &res);

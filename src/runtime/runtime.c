@@ -454,7 +454,7 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     k->k_format = s->kv.k_format;
     k->v_format = s->kv.v_format;
     k->block_size = r->block_size;
-    k->bytes_now = final ? 0 : s->kv.bytes_now;
+    k->bytes_now = s->kv.bytes_now; /* once final: what it held at its last step, before release */
     k->bytes_peak = s->kv.bytes_peak;
     k->blocks_now = r->block_bytes ? (int)(k->bytes_now / r->block_bytes) : 0;
     k->blocks_peak = r->block_bytes ? (int)(k->bytes_peak / r->block_bytes) : 0;

@@ -145,7 +145,9 @@ typedef struct hr_rt_request hr_rt_request;
  * *out only on HR_OK. Any thread. */
 hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request **out, hr_error *err);
 
-/* The engine's request (read its stream with hr_request_read / hr_request_wait). Borrowed. */
+/* The engine's request (read its stream with hr_request_read / hr_request_wait). Borrowed. Note that
+ * hr_request_wait returns at once while any output, ids or text, is unread: a reader that wants only
+ * the text must still read the ids (or pass a token buffer), or it spins. */
 hr_request *hr_rt_request_handle(hr_rt_request *r);
 const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt);
 int hr_rt_request_max_tokens(const hr_rt_request *r); /* after the clamp */
@@ -158,7 +160,8 @@ void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r);
 typedef struct hr_rt_kv_usage {
     hr_kv_format k_format, v_format;
     int block_size;
-    int blocks_now, blocks_peak; /* blocks_now: held at the last step (0 once final) */
+    int blocks_now, blocks_peak; /* blocks_now: held after its last step (once final: at finish,
+                                    before its blocks went back to the pool or the prefix cache) */
     uint64_t bytes_now, bytes_peak;
     int prefix_hit_tokens; /* prompt tokens served from the shared prefix cache */
     int evicted_tokens;    /* tokens its policy evicted */
@@ -184,7 +187,8 @@ typedef struct hr_rt_result {
     hr_request_stats stats;
 } hr_rt_result;
 
-/* A snapshot of the request now (final or not). Any thread. */
+/* A snapshot of the request now (final or not). Any thread. `error` points into out->stats, `ids` and
+ * `text` into the request: a copy of *out keeps pointers into the original. */
 void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out);
 
 /* ---- the whole picture (any thread) ------------------------------------------------------------ */
