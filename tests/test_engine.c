@@ -544,6 +544,8 @@ static void test_step_executor(void) {
         hr_request_params p = {.prompt = prompt[i], .n_prompt = 20, .max_tokens = 20, .ignore_eos = true};
         p.sampling = hr_sampler_default_params();
         p.sampling.temperature = 0;
+        p.logprobs = i == 0; /* request 0 records log-probabilities with its 3 best alternatives */
+        p.top_logprobs = i == 0 ? 3 : 0;
         CHECK(hr_engine_submit(e, &p, &h[i], &err) == HR_OK);
     }
     CHECK(hr_engine_run_until_idle(e, &err) == HR_OK);
@@ -556,11 +558,36 @@ static void test_step_executor(void) {
         bool ok = n == 20;
         for (int t = 0; t < n && ok; t++) ok = o[t] == (prompt[i][19] + 1 + t) % 32;
         CHECKF(ok, "request %d: %d tokens, simulated ids wrong", i, n);
-        hr_request_release(h[i]);
     }
     hr_kv_pool_ledger l;
     hr_kv_pool_get_ledger(sm.kv, &l);
     CHECK(l.blocks_used == 0 && hr_kv_pool_check(sm.kv, &err) == HR_OK);
+    /* the simulated logits are one-hot (1 at the next id, 0 elsewhere over 32 ids): the chosen token's
+     * log-probability is 1 - ln(e + 31), every other one -ln(e + 31); the top list starts with the
+     * chosen token; preemption in between changed none of it */
+    float lp[20], tlp[60];
+    int32_t tid[60];
+    CHECK(hr_request_logprobs(h[0], 0, 20, lp, tid, tlp) == 20);
+    CHECK(hr_request_logprobs(h[1], 0, 20, lp, NULL, NULL) == 0); /* not asked for */
+    CHECK(hr_request_logprobs(h[0], 0, 20, lp, tid, tlp) == 20);
+    int n0 = 0;
+    const int32_t *o0 = hr_request_output(h[0], &n0);
+    double lse = log(exp(1.0) + 31.0);
+    bool lp_ok = n0 == 20;
+    for (int t = 0; t < 20 && lp_ok; t++)
+        lp_ok = fabs(lp[t] - (1.0 - lse)) < 1e-5 && tid[3 * t] == o0[t] && fabs(tlp[3 * t] - lp[t]) < 1e-6 &&
+                fabs(tlp[3 * t + 1] + lse) < 1e-5 && fabs(tlp[3 * t + 2] + lse) < 1e-5 && tid[3 * t + 1] != o0[t];
+    CHECKF(lp_ok, "logprobs differ from the one-hot distribution's: %f (want %f)", lp[0], 1.0 - lse);
+    CHECK(hr_request_logprobs(h[0], 18, 5, lp, NULL, NULL) == 2); /* only what exists */
+    for (int i = 0; i < 4; i++) hr_request_release(h[i]);
+    /* top_logprobs is bounded and needs logprobs */
+    hr_request_params bad = {.prompt = prompt[0], .n_prompt = 20, .max_tokens = 2, .top_logprobs = 3};
+    bad.sampling = hr_sampler_default_params();
+    hr_request *hb = NULL;
+    CHECK(hr_engine_submit(e, &bad, &hb, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top_logprobs") && !hb);
+    bad.logprobs = true;
+    bad.top_logprobs = 21;
+    CHECK(hr_engine_submit(e, &bad, &hb, &err) == HR_ERR_INVALID_ARG && !hb);
     /* without a model, n_ctx and n_vocab are required */
     ep.n_vocab = 0;
     hr_engine *e2 = NULL;

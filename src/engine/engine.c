@@ -5,6 +5,7 @@
  *
  * Invariant: a request leaves the engine's lists exactly once, through finish_request (completed,
  * cancelled or failed), and the engine's reference is dropped there. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,9 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
                             HR_ENGINE_MAX_STOP);
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0]) return hr_error_set(err, HR_ERR_INVALID_ARG, "stop string %d is empty", i);
+    if (p->top_logprobs < 0 || p->top_logprobs > HR_ENGINE_MAX_TOP_LOGPROBS || (p->top_logprobs && !p->logprobs))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "top_logprobs is %d: 0..%d, and only with logprobs",
+                            p->top_logprobs, HR_ENGINE_MAX_TOP_LOGPROBS);
     hr_status st = hr_sampler_params_check(&p->sampling, err);
     if (st != HR_OK) return st;
     if (p->kv_policy && (st = hr_kv_policy_check(e->p.kv, p->kv_policy, err)) != HR_OK) return st;
@@ -333,8 +337,37 @@ static void complete(hr_engine *e, hr_request *r, hr_finish_reason why) {
 }
 
 /* Samples one row's token, streams it and finishes the request when it is done. */
+/* Records output token `tok`'s log-probability at output index i (and the n_top most likely tokens):
+ * the log-softmax of the raw logits. Written before the token is published, so readers, who see only
+ * published indices, never see a half-written entry. */
+static void record_logprobs(hr_request *r, int i, const float *logits, int n_vocab, int32_t tok) {
+    float mx = -INFINITY;
+    for (int v = 0; v < n_vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+    double sum = 0;
+    for (int v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - mx);
+    float lse = mx + (float)log(sum);
+    r->lp[i] = logits[tok] - lse;
+    int32_t *ids = r->top_id + (size_t)i * r->n_top;
+    float *lps = r->top_lp + (size_t)i * r->n_top;
+    int k = 0; /* insertion into a short sorted list: n_top <= 20 */
+    for (int v = 0; v < n_vocab && r->n_top > 0; v++) {
+        float x = logits[v];
+        if (k == r->n_top && x <= lps[k - 1] + lse) continue;
+        int j = k < r->n_top ? k++ : k - 1;
+        while (j > 0 && lps[j - 1] + lse < x) {
+            ids[j] = ids[j - 1];
+            lps[j] = lps[j - 1];
+            j--;
+        }
+        ids[j] = v;
+        lps[j] = x - lse;
+    }
+}
+
 static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
     int32_t tok = hr_sampler_sample(r->sampler, logits);
+    if (r->lp && r->n_known - r->n_prompt < r->max_tokens)
+        record_logprobs(r, r->n_known - r->n_prompt, logits, e->n_vocab, tok);
     e->st.generated_tokens++;
     if (!r->ignore_eos && e->p.tok && hr_tokenizer_is_eog(e->p.tok, tok)) {
         complete(e, r, HR_FINISH_EOG);

@@ -108,7 +108,12 @@ typedef struct hr_request_params {
     int n_stop;
     const hr_kv_policy *kv_policy; /* eviction/window policy of this request (copied); NULL: the pool's
                                       default (hr_kv_pool_set_default_policy) */
+    bool logprobs;    /* record each output token's log-probability under the model (log-softmax of
+                         the raw logits, before penalties and temperature) */
+    int top_logprobs; /* with logprobs: also the n most likely tokens at each position (0..20) */
 } hr_request_params;
+
+#define HR_ENGINE_MAX_TOP_LOGPROBS 20
 
 /* A request whose policy bounds its span (hr_kv_policy_span: window, sinks) may run past n_ctx
  * (positions keep growing; keys keep their original RoPE positions, see docs/POLICIES.md); its claim
@@ -185,6 +190,12 @@ typedef struct hr_request_stats {
 } hr_request_stats;
 
 void hr_request_get_stats(hr_request *r, hr_request_stats *out);
+
+/* Log-probabilities of output tokens [from, from + n) (a request submitted with logprobs), as far as
+ * they are published: lp[i] for output token from + i; with top_logprobs = K, top_ids / top_lp
+ * [i * K + j] the j-th most likely token there (either array may be NULL). Returns how many were
+ * copied (0 without logprobs). Any thread. */
+int hr_request_logprobs(hr_request *r, int from, int n, float *lp, int32_t *top_ids, float *top_lp);
 
 /* The whole output so far (ids and text). The pointers stay valid until hr_request_release and stop
  * changing once the request is final; before that, use hr_request_read. */

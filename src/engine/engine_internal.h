@@ -45,6 +45,10 @@ struct hr_request {
     int n_stop;
     size_t max_stop_len;
     hr_detok detok;
+    float *lp;       /* [max_tokens] output tokens' log-probabilities (logprobs only; else NULL) */
+    int32_t *top_id; /* [max_tokens][n_top] */
+    float *top_lp;   /* [max_tokens][n_top] */
+    int n_top;
 
     /* channel (r->mu) */
     pthread_mutex_t mu;

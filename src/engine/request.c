@@ -64,6 +64,9 @@ static void req_free(hr_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->tokens);
     free(r->text);
+    free(r->lp);
+    free(r->top_id);
+    free(r->top_lp);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -90,7 +93,17 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out,
     r->tokens = malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     r->text = calloc(1, 64);
     r->text_cap = 64;
-    hr_status st = (r->tokens && r->text) ? HR_OK : hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
+    if (p->logprobs) {
+        r->n_top = p->top_logprobs;
+        r->lp = malloc(sizeof(float) * (size_t)p->max_tokens);
+        if (r->n_top > 0) {
+            r->top_id = malloc(sizeof(int32_t) * (size_t)p->max_tokens * (size_t)r->n_top);
+            r->top_lp = malloc(sizeof(float) * (size_t)p->max_tokens * (size_t)r->n_top);
+        }
+    }
+    bool lp_ok = !p->logprobs || (r->lp && (r->n_top == 0 || (r->top_id && r->top_lp)));
+    hr_status st = (r->tokens && r->text && lp_ok) ? HR_OK
+                                                   : hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
     if (st == HR_OK) st = hr_sampler_create(&p->sampling, e->n_vocab, &r->sampler, err);
     for (int i = 0; st == HR_OK && i < p->n_stop; i++) {
         if (!(r->stop[i] = strdup(p->stop[i]))) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
@@ -277,4 +290,20 @@ const char *hr_request_text(hr_request *r, size_t *n_bytes) {
     const char *t = r->text;
     pthread_mutex_unlock(&r->mu);
     return t;
+}
+
+int hr_request_logprobs(hr_request *r, int from, int n, float *lp, int32_t *top_ids, float *top_lp) {
+    pthread_mutex_lock(&r->mu);
+    int have = r->lp ? r->n_out - r->n_prompt : 0;
+    int k = from < 0 ? 0 : HR_MAX(0, HR_MIN(n, have - from));
+    for (int i = 0; i < k; i++) {
+        if (lp) lp[i] = r->lp[from + i];
+        for (int j = 0; j < r->n_top; j++) {
+            size_t src = (size_t)(from + i) * r->n_top + j, dst = (size_t)i * r->n_top + j;
+            if (top_ids) top_ids[dst] = r->top_id[src];
+            if (top_lp) top_lp[dst] = r->top_lp[src];
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return k;
 }

@@ -391,7 +391,9 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
                                 .ignore_eos = p->ignore_eos,
                                 .stop = p->stop,
                                 .n_stop = p->n_stop,
-                                .kv_policy = has_pol ? &pol : NULL};
+                                .kv_policy = has_pol ? &pol : NULL,
+                                .logprobs = p->logprobs,
+                                .top_logprobs = p->top_logprobs};
         st = hr_engine_submit(rt->engine, &rp, &r->h, err);
     }
     if (st != HR_OK) {

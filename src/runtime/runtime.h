@@ -134,6 +134,8 @@ typedef struct hr_rt_request_params {
     int priority;
     bool ignore_eos;
     const char *kv_policy; /* this request's policy ("window:256", ...); NULL: the runtime's default */
+    bool logprobs;         /* record each output token's log-probability (hr_request_logprobs) */
+    int top_logprobs;      /* and the n most likely alternatives (0..20) */
 } hr_rt_request_params;
 
 typedef struct hr_rt_request hr_rt_request;
