@@ -1,5 +1,5 @@
 /* test_server.c: `headroom serve`'s HTTP server over loopback, with a tiny HTTP/1.1 client on plain
- * sockets: completions and chat (plain and SSE), usage.kv, /v1/kv, /metrics, tokenize, every
+ * sockets: completions and chat (plain and SSE), logprobs in both shapes, usage.kv, /v1/kv, /metrics, tokenize, every
  * bad-input status with OpenAI's error shape, 401, 413, 429 with Retry-After, a client that hangs up
  * mid-stream (its blocks return to the pool), and the graceful shutdown. Uses stories260K from
  * ../shared when present, else the built-in demo model. Every wait is bounded. */
@@ -315,6 +315,216 @@ static void test_chat(int port) {
     resp_free(&r);
 }
 
+/* ---- logprobs ---------------------------------------------------------------------------------- */
+
+/* One position's figures, in either shape, for comparing streamed and plain answers. */
+typedef struct lp_pos {
+    char token[64];
+    double logprob;
+    double top[8];
+    char top_token[64];
+    int n_top;
+} lp_pos;
+
+#define LP_MAX 64
+
+/* Checks one chat content entry (greedy): logprob <= 0, bytes = the token's UTF-8, top sorted
+ * descending, the first top entry the chosen token; appends it to out. */
+static void check_chat_entry(json_t *e, int k, lp_pos *out, int *n, char *joined, size_t cap) {
+    const char *tok = json_string_value(json_object_get(e, "token"));
+    json_t *bytes = json_object_get(e, "bytes"), *top = json_object_get(e, "top_logprobs");
+    double lp = json_number_value(json_object_get(e, "logprob"));
+    CHECKF(tok && json_is_number(json_object_get(e, "logprob")) && lp <= 0, "chat logprob entry");
+    if (!tok) return;
+    bool bytes_ok = json_array_size(bytes) == strlen(tok);
+    for (size_t b = 0; bytes_ok && b < strlen(tok); b++)
+        bytes_ok = json_integer_value(json_array_get(bytes, b)) == (unsigned char)tok[b];
+    CHECKF(bytes_ok, "bytes of '%s'", tok);
+    CHECKF((int)json_array_size(top) == k, "top_logprobs: %zu, want %d", json_array_size(top), k);
+    for (size_t q = 1; q < json_array_size(top); q++)
+        CHECK(json_number_value(json_object_get(json_array_get(top, q), "logprob")) <=
+              json_number_value(json_object_get(json_array_get(top, q - 1), "logprob")));
+    json_t *t0 = json_array_get(top, 0);
+    const char *t0s = json_string_value(json_object_get(t0, "token"));
+    CHECKF(k == 0 || (t0s && !strcmp(t0s, tok) && json_number_value(json_object_get(t0, "logprob")) == lp),
+           "greedy: top[0] '%s' is the chosen '%s'", t0s ? t0s : "?", tok);
+    CHECKF(k == 0 || json_is_array(json_object_get(t0, "bytes")), "top entries carry bytes");
+    strncat(joined, tok, cap - strlen(joined) - 1);
+    if (*n >= LP_MAX) return;
+    lp_pos *p = &out[(*n)++];
+    snprintf(p->token, sizeof p->token, "%s", tok);
+    p->logprob = lp;
+    p->n_top = (int)json_array_size(top) < 8 ? (int)json_array_size(top) : 8;
+    for (int q = 0; q < p->n_top; q++)
+        p->top[q] = json_number_value(json_object_get(json_array_get(top, q), "logprob"));
+}
+
+/* Checks one completions logprobs object over its positions; appends them to out. text_offset counts
+ * characters from the start of the completion. */
+static void check_cmpl_logprobs(json_t *l, int k, lp_pos *out, int *n, char *joined, size_t cap) {
+    json_t *toks = json_object_get(l, "tokens"), *lps = json_object_get(l, "token_logprobs");
+    json_t *tops = json_object_get(l, "top_logprobs"), *offs = json_object_get(l, "text_offset");
+    size_t m = json_array_size(toks);
+    CHECKF(json_array_size(lps) == m && json_array_size(tops) == m && json_array_size(offs) == m,
+           "completions logprobs arrays of one length");
+    for (size_t t = 0; t < m; t++) {
+        const char *tok = json_string_value(json_array_get(toks, t));
+        double lp = json_number_value(json_array_get(lps, t));
+        json_t *alts = json_array_get(tops, t);
+        CHECKF(tok && lp <= 0 && json_is_object(alts), "completions position %zu", t);
+        if (!tok) continue;
+        CHECKF(json_integer_value(json_array_get(offs, t)) == (json_int_t)strlen(joined), "text_offset %zu", t);
+        CHECKF((int)json_object_size(alts) <= k && (k == 0 || json_object_size(alts) >= 1), "top_logprobs size");
+        /* greedy: the chosen token is the likeliest alternative */
+        json_t *mine = json_object_get(alts, tok);
+        const char *key;
+        json_t *v;
+        double best = -1e30;
+        json_object_foreach(alts, key, v) if (json_number_value(v) > best) best = json_number_value(v);
+        CHECKF(k == 0 || (mine && json_number_value(mine) == lp && lp == best), "greedy: '%s' is the top", tok);
+        strncat(joined, tok, cap - strlen(joined) - 1);
+        if (*n >= LP_MAX) continue;
+        lp_pos *p = &out[(*n)++];
+        snprintf(p->token, sizeof p->token, "%s", tok);
+        p->logprob = lp;
+        p->n_top = 0;
+    }
+}
+
+static bool same_positions(const lp_pos *a, int na, const lp_pos *b, int nb) {
+    if (na != nb) return false;
+    for (int i = 0; i < na; i++) {
+        if (strcmp(a[i].token, b[i].token) || a[i].logprob != b[i].logprob || a[i].n_top != b[i].n_top) return false;
+        for (int q = 0; q < a[i].n_top; q++)
+            if (a[i].top[q] != b[i].top[q]) return false;
+    }
+    return true;
+}
+
+/* Greedy chat with logprobs + top_logprobs 3 and completions with logprobs 2, plain and streamed:
+ * the tokens spell the text, the figures agree; then the 400s. */
+static void test_logprobs(int port) {
+    const char *greedy = "\"temperature\":0,\"presence_penalty\":0,\"frequency_penalty\":0,\"repetition_penalty\":1";
+    char req[1024];
+    for (int kind = 0; kind < 2; kind++) {
+        bool chat = kind == 0;
+        int k = chat ? 3 : 2;
+        lp_pos plain[LP_MAX], streamed[LP_MAX];
+        int n_plain = 0, n_streamed = 0;
+        char text[4096] = "", joined[4096] = "", s_text[4096] = "", s_joined[4096] = "";
+        for (int stream = 0; stream < 2; stream++) {
+            if (chat)
+                snprintf(req, sizeof req,
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":16,"
+                         "\"logprobs\":true,\"top_logprobs\":%d,%s%s}",
+                         k, greedy, stream ? ",\"stream\":true" : "");
+            else
+                snprintf(req, sizeof req, "{\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"logprobs\":%d,%s%s}", k,
+                         greedy, stream ? ",\"stream\":true" : "");
+            resp r = call(port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", NULL, req);
+            CHECKF(r.status == 200, "logprobs %s stream %d: %d %s", chat ? "chat" : "completions", stream, r.status,
+                   r.body);
+            lp_pos *pos = stream ? streamed : plain;
+            int *np = stream ? &n_streamed : &n_plain;
+            char *t = stream ? s_text : text, *jn = stream ? s_joined : joined;
+            if (!stream) {
+                json_t *j = body_json(&r);
+                json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+                json_t *l = json_object_get(c0, "logprobs");
+                const char *content =
+                    chat ? json_string_value(json_object_get(json_object_get(c0, "message"), "content"))
+                         : json_string_value(json_object_get(c0, "text"));
+                snprintf(t, 4096, "%s", content ? content : "");
+                if (chat) {
+                    json_t *arr = json_object_get(l, "content");
+                    CHECKF(json_array_size(arr) > 0, "chat logprobs.content: %s", r.body);
+                    for (size_t q = 0; q < json_array_size(arr); q++)
+                        check_chat_entry(json_array_get(arr, q), k, pos, np, jn, 4096);
+                } else {
+                    CHECKF(json_array_size(json_object_get(l, "tokens")) > 0, "completions logprobs: %s", r.body);
+                    check_cmpl_logprobs(l, k, pos, np, jn, 4096);
+                }
+                json_decref(j);
+            } else {
+                for (char *line = r.body ? strtok(r.body, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+                    if (strncmp(line, "data: {", 7) != 0) continue;
+                    json_t *ev = json_loads(line + 6, 0, NULL);
+                    json_t *c0 = json_array_get(json_object_get(ev, "choices"), 0);
+                    json_t *l = json_object_get(c0, "logprobs");
+                    const char *piece =
+                        chat ? json_string_value(json_object_get(json_object_get(c0, "delta"), "content"))
+                             : json_string_value(json_object_get(c0, "text"));
+                    if (piece) strncat(t, piece, 4096 - strlen(t) - 1);
+                    if (chat && json_is_object(l)) {
+                        json_t *arr = json_object_get(l, "content");
+                        for (size_t q = 0; q < json_array_size(arr); q++)
+                            check_chat_entry(json_array_get(arr, q), k, pos, np, jn, 4096);
+                    } else if (json_is_object(l)) {
+                        check_cmpl_logprobs(l, k, pos, np, jn, 4096);
+                    }
+                    json_decref(ev);
+                }
+            }
+            resp_free(&r);
+        }
+        const char *what = chat ? "chat" : "completions";
+        CHECKF(n_plain > 0 && !strcmp(joined, text), "%s: tokens '%s' spell the text '%s'", what, joined, text);
+        CHECKF(!strcmp(s_joined, s_text), "%s streamed: tokens '%s' spell the text '%s'", what, s_joined, s_text);
+        CHECKF(!strcmp(text, s_text), "%s: streamed text = plain", what);
+        CHECKF(same_positions(plain, n_plain, streamed, n_streamed), "%s: streamed logprobs = plain (%d vs %d)", what,
+               n_plain, n_streamed);
+    }
+
+    /* without logprobs: null; logprobs true alone: empty top lists; completions 0: empty alternatives */
+    resp r = call(port, "POST", "/v1/chat/completions", NULL,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3}");
+    json_t *j = body_json(&r);
+    CHECKF(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs")),
+           "no logprobs: null: %s", r.body);
+    json_decref(j);
+    resp_free(&r);
+    r = call(port, "POST", "/v1/chat/completions", NULL,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,\"logprobs\":true}");
+    j = body_json(&r);
+    json_t *e0 = json_array_get(
+        json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs"), "content"), 0);
+    CHECKF(e0 && json_array_size(json_object_get(e0, "top_logprobs")) == 0 &&
+               json_is_array(json_object_get(e0, "top_logprobs")),
+           "logprobs alone: %s", r.body);
+    json_decref(j);
+    resp_free(&r);
+    r = call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3,\"logprobs\":0}");
+    j = body_json(&r);
+    json_t *l = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
+    CHECKF(json_array_size(json_object_get(l, "token_logprobs")) > 0 &&
+               json_object_size(json_array_get(json_object_get(l, "top_logprobs"), 0)) == 0,
+           "completions logprobs 0: %s", r.body);
+    json_decref(j);
+    resp_free(&r);
+
+    const char *chat_pre = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],";
+    const struct {
+        const char *path, *fields, *param;
+    } bad[] = {
+        {"/v1/chat/completions", "\"logprobs\":1}", "logprobs"},
+        {"/v1/chat/completions", "\"logprobs\":\"yes\"}", "logprobs"},
+        {"/v1/chat/completions", "\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs"},
+        {"/v1/chat/completions", "\"logprobs\":true,\"top_logprobs\":-1}", "top_logprobs"},
+        {"/v1/chat/completions", "\"logprobs\":true,\"top_logprobs\":\"3\"}", "top_logprobs"},
+        {"/v1/chat/completions", "\"top_logprobs\":3}", "top_logprobs"},
+        {"/v1/chat/completions", "\"logprobs\":false,\"top_logprobs\":2}", "top_logprobs"},
+        {"/v1/completions", "\"logprobs\":6}", "logprobs"},
+        {"/v1/completions", "\"logprobs\":-1}", "logprobs"},
+        {"/v1/completions", "\"logprobs\":true}", "logprobs"},
+        {"/v1/completions", "\"logprobs\":1.5}", "logprobs"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bool chat = strstr(bad[i].path, "chat") != NULL;
+        snprintf(req, sizeof req, "%s%s", chat ? chat_pre : "{\"prompt\":\"Hi\",", bad[i].fields);
+        check_error(port, bad[i].path, req, 400, bad[i].param);
+    }
+}
+
 static void test_tokenize_kv_metrics(int port) {
     resp r = call(port, "POST", "/tokenize", NULL, "{\"content\":\"Once upon a time\"}");
     json_t *j = body_json(&r);
@@ -588,6 +798,7 @@ int main(void) {
         printf("serving %s on 127.0.0.1:%d\n", hr_runtime_model_name(rt), port);
         test_completions(port, hr_runtime_model_name(rt));
         test_chat(port);
+        test_logprobs(port);
         test_tokenize_kv_metrics(port);
         test_errors(port, hr_runtime_n_ctx(rt));
         test_disconnect(port);

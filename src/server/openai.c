@@ -284,6 +284,25 @@ static bool parse_stop(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     return true;
 }
 
+/* Chat: "logprobs" (bool) and "top_logprobs" (0..20, only with logprobs true). Completions: "logprobs"
+ * (0..5 alternatives, null: none). */
+static bool parse_logprobs(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
+    long long top = -1;
+    if (g->kind == HR_SRV_CHAT) {
+        if (!read_bool(root, "logprobs", &g->rp.logprobs, e) ||
+            !read_int(root, "top_logprobs", 0, HR_SRV_MAX_TOP, &top, e))
+            return false;
+        if (top >= 0 && !g->rp.logprobs)
+            return hr_srv_fail(e, 400, "top_logprobs", "invalid_value",
+                               "'top_logprobs' requires 'logprobs' to be true");
+    } else {
+        if (!read_int(root, "logprobs", 0, 5, &top, e)) return false;
+        g->rp.logprobs = top >= 0;
+    }
+    g->rp.top_logprobs = top > 0 ? (int)top : 0;
+    return true;
+}
+
 bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
                       hr_srv_error *e) {
     memset(g, 0, sizeof *g);
@@ -325,6 +344,7 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     if (!read_string(root, "kv_policy", &g->rp.kv_policy, e) || !read_bool(root, "ignore_eos", &g->rp.ignore_eos, e) ||
         !read_bool(root, "stream", &g->stream, e) || !parse_stop(root, g, e))
         return false;
+    if (!parse_logprobs(root, g, e)) return false;
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so))
@@ -406,6 +426,166 @@ static json_t *envelope(const hr_srv_job *j, const char *object) {
     return o;
 }
 
+/* ---- logprobs ---------------------------------------------------------------------------------- */
+
+/* GPT-2's byte-level map inverted: the byte a piece's code point stands for, or -1. Bytes 33..126,
+ * 161..172 and 174..255 stand for themselves; the others, in order, for U+0100 onwards. */
+static int bpe_byte(unsigned cp) {
+    bool self = (cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255);
+    if (cp < 256) return self ? (int)cp : -1;
+    unsigned n = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) continue;
+        if (256 + n == cp) return (int)b;
+        n++;
+    }
+    return -1;
+}
+
+/* The bytes token id stands for, as the detokenizer writes them (SentencePiece: U+2581 as ' ', <0xNN>
+ * as the byte; byte-level BPE: the byte map inverted; control, unknown and unused tokens: nothing), into
+ * b (reset first). */
+static void token_bytes(const hr_tokenizer *t, int32_t id, hr_srv_buf *b) {
+    b->len = 0;
+    hr_srv_buf_put(b, "", 0);
+    const char *s = t ? hr_tokenizer_piece(t, id) : NULL;
+    int ty = t ? hr_tokenizer_token_type(t, id) : 0;
+    if (!s || ty == 2 || ty == 3 || ty == 5) return;
+    size_t n = strlen(s);
+    if (ty == 4) { /* user-defined: verbatim */
+        hr_srv_buf_put(b, s, n);
+        return;
+    }
+    if (!strcmp(hr_tokenizer_kind_name(t), "spm")) {
+        if (ty == 6 && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>') {
+            char c = (char)strtoul((char[3]){s[3], s[4], 0}, NULL, 16);
+            hr_srv_buf_put(b, &c, 1);
+            return;
+        }
+        for (size_t i = 0; i < n;) {
+            bool space = i + 3 <= n && !memcmp(s + i, "\xE2\x96\x81", 3);
+            hr_srv_buf_put(b, space ? " " : s + i, 1);
+            i += space ? 3 : 1;
+        }
+        return;
+    }
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t cl = u[i] < 0x80             ? 1
+                    : (u[i] & 0xE0) == 0xC0 ? 2
+                    : (u[i] & 0xF0) == 0xE0 ? 3
+                    : (u[i] & 0xF8) == 0xF0 ? 4
+                                            : 1;
+        if (i + cl > n || !hr_srv_utf8_valid(s + i, cl, NULL)) cl = 1;
+        unsigned cp = cl == 1 ? u[i] : u[i] & (0x7Fu >> cl);
+        for (size_t k = 1; k < cl; k++) cp = (cp << 6) | (u[i + k] & 0x3Fu);
+        int byte = cl == 1 && u[i] >= 0x80 ? -1 : bpe_byte(cp);
+        if (byte >= 0) {
+            char c = (char)byte;
+            hr_srv_buf_put(b, &c, 1);
+        } else {
+            hr_srv_buf_put(b, s + i, cl);
+        }
+        i += cl;
+    }
+}
+
+/* The JSON string for a token's bytes: the text when it is valid UTF-8, else OpenAI's spelling for a
+ * token that holds part of a character ("bytes:\\xe2\\x80"). */
+static json_t *token_string(const char *s, size_t n) {
+    if (hr_srv_utf8_valid(s, n, NULL)) return json_stringn(s, n);
+    hr_srv_buf b = {0};
+    hr_srv_buf_put(&b, "bytes:", 6);
+    for (size_t i = 0; i < n; i++) hr_srv_buf_printf(&b, "\\x%02x", (unsigned char)s[i]);
+    json_t *o = b.failed ? NULL : json_stringn(b.data, b.len);
+    hr_srv_buf_free(&b);
+    return o;
+}
+
+static json_t *bytes_json(const char *s, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
+    return a;
+}
+
+/* A log-probability as JSON: -inf (a token the model rules out) as -9999, as OpenAI-compatible
+ * servers write it (JSON has no infinity). */
+static json_t *logprob_json(float lp) { return json_real(isfinite(lp) ? (double)lp : -9999.0); }
+
+/* {"token", "logprob", "bytes"} for chat. */
+static json_t *chat_entry(const hr_tokenizer *t, int32_t id, float lp, hr_srv_buf *b) {
+    token_bytes(t, id, b);
+    json_t *o = json_object();
+    json_object_set_new(o, "token", token_string(b->data, b->len));
+    json_object_set_new(o, "logprob", logprob_json(lp));
+    json_object_set_new(o, "bytes", bytes_json(b->data, b->len));
+    return o;
+}
+
+json_t *hr_srv_logprobs_json(const hr_srv_job *j, int i, int from, const int32_t *ids, int n, size_t *text_off) {
+    int k = j->top_logprobs;
+    float *lp = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    int32_t *top_id = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1) * (size_t)(k > 0 ? k : 1));
+    float *top_lp = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)(k > 0 ? k : 1));
+    if (!lp || !top_id || !top_lp) {
+        free(lp);
+        free(top_id);
+        free(top_lp);
+        return NULL;
+    }
+    json_t *o = NULL;
+    /* tokens are published after their logprobs: every id read has them */
+    int got = n > 0 ? hr_request_logprobs(hr_rt_request_handle(j->req[i]), from, n, lp, top_id, top_lp) : 0;
+    hr_srv_buf b = {0};
+    if (j->kind == HR_SRV_CHAT) {
+        json_t *content = json_array();
+        for (int t = 0; t < got; t++) {
+            json_t *e = chat_entry(j->tok, ids[t], lp[t], &b);
+            json_t *tops = json_array();
+            for (int q = 0; q < k; q++)
+                json_array_append_new(tops, chat_entry(j->tok, top_id[t * k + q], top_lp[t * k + q], &b));
+            json_object_set_new(e, "top_logprobs", tops);
+            json_array_append_new(content, e);
+        }
+        o = json_object();
+        json_object_set_new(o, "content", content);
+        json_object_set_new(o, "refusal", json_null());
+    } else {
+        json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+        for (int t = 0; t < got; t++) {
+            token_bytes(j->tok, ids[t], &b);
+            json_array_append_new(tokens, token_string(b.data, b.len));
+            json_array_append_new(lps, logprob_json(lp[t]));
+            json_array_append_new(offs, json_integer((json_int_t)*text_off));
+            for (size_t c = 0; c < b.len; c++) *text_off += ((unsigned char)b.data[c] & 0xC0) != 0x80;
+            json_t *alts = json_object();
+            for (int q = 0; q < k; q++) {
+                token_bytes(j->tok, top_id[t * k + q], &b);
+                json_t *key = token_string(b.data, b.len);
+                /* two tokens with one text keep the likelier (listed first) */
+                if (key && !json_object_get(alts, json_string_value(key)))
+                    json_object_set_new(alts, json_string_value(key), logprob_json(top_lp[t * k + q]));
+                json_decref(key);
+            }
+            json_array_append_new(tops, alts);
+        }
+        o = json_object();
+        json_object_set_new(o, "tokens", tokens);
+        json_object_set_new(o, "token_logprobs", lps);
+        json_object_set_new(o, "top_logprobs", tops);
+        json_object_set_new(o, "text_offset", offs);
+    }
+    if (b.failed) {
+        json_decref(o);
+        o = NULL;
+    }
+    hr_srv_buf_free(&b);
+    free(lp);
+    free(top_id);
+    free(top_lp);
+    return o;
+}
+
 json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res) {
     bool chat = j->kind == HR_SRV_CHAT;
     json_t *o = envelope(j, chat ? "chat.completion" : "text_completion");
@@ -422,7 +602,9 @@ json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res) {
         } else {
             json_object_set_new(c, "text", text);
         }
-        json_object_set_new(c, "logprobs", json_null());
+        size_t text_off = 0;
+        json_t *lp = j->logprobs ? hr_srv_logprobs_json(j, i, 0, res[i].ids, res[i].n_ids, &text_off) : NULL;
+        json_object_set_new(c, "logprobs", lp ? lp : json_null());
         json_object_set_new(c, "finish_reason", json_string(res[i].finish_reason ? res[i].finish_reason : "stop"));
         json_array_append_new(choices, c);
     }
@@ -431,7 +613,8 @@ json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res) {
     return o;
 }
 
-json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t len, const char *finish, bool role) {
+json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t len, const char *finish, bool role,
+                          json_t *logprobs) {
     bool chat = j->kind == HR_SRV_CHAT;
     json_t *o = envelope(j, chat ? "chat.completion.chunk" : "text_completion");
     json_t *c = json_object();
@@ -444,7 +627,8 @@ json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t l
     } else {
         json_object_set_new(c, "text", json_stringn(text ? text : "", text ? len : 0));
     }
-    json_object_set_new(c, "logprobs", json_null());
+    if (logprobs && j->kind == HR_SRV_CHAT) json_object_del(logprobs, "refusal"); /* chunks carry content only */
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     json_t *choices = json_array();
     json_array_append_new(choices, c);

@@ -293,6 +293,9 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     j->model = hr_runtime_model_name(rt);
     j->stream = g.stream;
     j->include_usage = g.stream && g.include_usage;
+    j->logprobs = g.rp.logprobs;
+    j->top_logprobs = g.rp.top_logprobs;
+    j->tok = hr_runtime_tokenizer(rt);
     for (int i = 0; i < g.n; i++) {
         hr_rt_request_params rp = g.rp;
         rp.sampling.seed = g.rp.sampling.seed + (uint64_t)i;

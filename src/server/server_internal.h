@@ -14,8 +14,9 @@
 #include "runtime/runtime.h"
 #include "server/server.h"
 
-#define HR_SRV_MAX_CHOICES 8 /* hard cap on "n" whatever max_choices says */
-#define HR_SRV_MAX_STOP    8 /* stop strings per request */
+#define HR_SRV_MAX_CHOICES 8  /* hard cap on "n" whatever max_choices says */
+#define HR_SRV_MAX_STOP    8  /* stop strings per request */
+#define HR_SRV_MAX_TOP     20 /* chat's top_logprobs at most (completions' logprobs: 5) */
 
 /* ---- text buffer ------------------------------------------------------------------------------- */
 
@@ -80,6 +81,8 @@ typedef struct hr_srv_gen {
     int n;
     bool stream, include_usage;
     const char *prompt_field; /* "prompt" or "messages" */
+    /* rp.logprobs / rp.top_logprobs: chat's "logprobs" and "top_logprobs", or completions' "logprobs" (K:
+       logprobs true with K alternatives) */
 } hr_srv_gen;
 
 /* Validates every known field (unknown ones are ignored) and fills g; false with e set (400 naming
@@ -103,10 +106,15 @@ typedef struct hr_srv_job {
     int n;
     hr_rt_request *req[HR_SRV_MAX_CHOICES];
     bool stream, include_usage;
+    bool logprobs;           /* answer with choices[i].logprobs (else null) */
+    int top_logprobs;        /* alternatives per position */
+    const hr_tokenizer *tok; /* token text for logprobs (the runtime's, borrowed) */
     /* streaming state (touched only by the connection's thread) */
     bool role_sent[HR_SRV_MAX_CHOICES], finished[HR_SRV_MAX_CHOICES];
     bool done_sent;
-    hr_srv_buf pending; /* SSE bytes produced but not yet handed to MHD */
+    int lp_sent[HR_SRV_MAX_CHOICES];        /* output tokens whose logprobs went out */
+    size_t lp_text_off[HR_SRV_MAX_CHOICES]; /* completions: characters of text before the next token */
+    hr_srv_buf pending;                     /* SSE bytes produced but not yet handed to MHD */
     size_t pending_off;
     double t_last_out;
     bool recorded; /* metrics taken */
@@ -118,8 +126,15 @@ json_t *hr_srv_usage_json(const hr_rt_result *res, int n);
 json_t *hr_srv_kv_usage_json(const hr_rt_kv_usage *kv);
 /* The whole non-streaming response. */
 json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res);
-/* One SSE chunk object: text (may be NULL) for choice i, finish (NULL while running), role chunk. */
-json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t len, const char *finish, bool role);
+/* choices[i].logprobs for output tokens [from, from + n) of choice i (ids: those tokens), in the shape
+ * of the job's kind: chat {"content": [{token, logprob, bytes, top_logprobs}...]}, completions
+ * {tokens, token_logprobs, top_logprobs, text_offset} with text offsets from *text_off (characters
+ * of the completion text before token `from`; advanced past these tokens). NULL when out of memory. */
+json_t *hr_srv_logprobs_json(const hr_srv_job *j, int i, int from, const int32_t *ids, int n, size_t *text_off);
+/* One SSE chunk object: text (may be NULL) for choice i, finish (NULL while running), role chunk,
+ * logprobs (taken over; NULL: null). */
+json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t len, const char *finish, bool role,
+                          json_t *logprobs);
 /* The final usage chunk (choices: []). */
 json_t *hr_srv_usage_chunk_json(const hr_srv_job *j, const hr_rt_result *res);
 

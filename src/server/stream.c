@@ -33,17 +33,24 @@ static void drain_choice(hr_srv_job *j, int i) {
     int32_t ids[256];
     for (int guard = 0; guard < 1024; guard++) { /* bounded: each round takes up to 8 KiB out */
         hr_request_delta d;
-        /* the ids are read (and dropped) too: unread ids would keep hr_request_wait from blocking */
+        /* the ids are read too (unread ids would keep hr_request_wait from blocking): with logprobs,
+           a chunk carries those of the tokens read with it (text held back for a stop string or a
+           split character comes in a later chunk) */
         hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
         bool role = j->kind == HR_SRV_CHAT && !j->role_sent[i];
-        if (role || d.n_text > 0) {
-            put_event(j, hr_srv_chunk_json(j, i, d.n_text ? text : NULL, d.n_text, NULL, role));
+        bool lp = j->logprobs && d.n_tokens > 0;
+        if (role || d.n_text > 0 || lp) {
+            json_t *lps = lp ? hr_srv_logprobs_json(j, i, j->lp_sent[i], ids, d.n_tokens, &j->lp_text_off[i]) : NULL;
+            if (lp && !lps) j->pending.failed = true;
+            j->lp_sent[i] += d.n_tokens;
+            const char *t = d.n_text || lp ? text : NULL; /* text is "" when nothing came */
+            put_event(j, hr_srv_chunk_json(j, i, t, d.n_text, NULL, role, lps));
             j->role_sent[i] = true;
         }
         if (d.done) {
             hr_rt_result r;
             hr_rt_request_result(j->req[i], &r);
-            put_event(j, hr_srv_chunk_json(j, i, NULL, 0, r.finish_reason ? r.finish_reason : "stop", false));
+            put_event(j, hr_srv_chunk_json(j, i, NULL, 0, r.finish_reason ? r.finish_reason : "stop", false, NULL));
             j->finished[i] = true;
             return;
         }

@@ -1,5 +1,5 @@
 // openai.test.mjs: drives `headroom serve` with the official `openai` npm package (completions, chat,
-// streaming with usage, usage.kv, one error). Run by ctest when node exists:
+// streaming with usage, usage.kv, logprobs, errors). Run by ctest when node exists:
 //   node openai.test.mjs HEADROOM_BIN SCRATCH_DIR [MODEL.gguf]
 // Installs the package into SCRATCH_DIR (npm install --prefix); exits 77 (skipped) when npm cannot
 // reach the registry. Every wait is bounded.
@@ -75,6 +75,34 @@ const cstream = await client.completions.create({ model: name, prompt: 'Once', m
 let ctext = '';
 for await (const chunk of cstream) ctext += chunk.choices[0]?.text ?? '';
 check(typeof ctext === 'string', 'completions stream');
+
+// logprobs through the SDK: greedy chat with top_logprobs, plain and streamed, and completions
+const lpReq = {
+  model: name, messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 8, temperature: 0,
+  presence_penalty: 0, frequency_penalty: 0, logprobs: true, top_logprobs: 3,
+};
+const lp = await client.chat.completions.create(lpReq);
+const lpc = lp.choices[0].logprobs?.content ?? [];
+check(lpc.length > 0 && lpc.map((e) => e.token).join('') === lp.choices[0].message.content,
+      'chat logprobs tokens spell the content');
+check(lpc.every((e) => e.logprob <= 0 && e.top_logprobs.length === 3 && e.top_logprobs[0].token === e.token &&
+                       Buffer.from(e.bytes).toString('utf8') === e.token),
+      'chat logprobs entries: logprob, bytes, greedy top');
+const lps = await client.chat.completions.create({ ...lpReq, stream: true });
+const streamed = [];
+for await (const chunk of lps) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+check(JSON.stringify(streamed.map((e) => [e.token, e.logprob])) === JSON.stringify(lpc.map((e) => [e.token, e.logprob])),
+      'streamed chat logprobs = plain');
+const clp = await client.completions.create({ model: name, prompt: 'Once', max_tokens: 4, temperature: 0, logprobs: 2 });
+const cl = clp.choices[0].logprobs;
+check(cl && cl.tokens.join('') === clp.choices[0].text && cl.token_logprobs.length === cl.tokens.length &&
+      cl.top_logprobs.length === cl.tokens.length && cl.text_offset[0] === 0, 'completions logprobs');
+try {
+  await client.chat.completions.create({ ...lpReq, top_logprobs: 21 });
+  check(false, 'top_logprobs 21 is refused');
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && e.param === 'top_logprobs', `400 top_logprobs: ${e}`);
+}
 
 try {
   await client.completions.create({ model: name, prompt: 'x', temperature: -1 });
