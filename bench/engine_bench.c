@@ -20,8 +20,8 @@
 
 #include "common/util.h"
 #include "engine/engine.h"
-#include "runtime/runtime.h"
 #include "model/synth.h"
+#include "runtime/runtime.h"
 
 typedef struct bench {
     hr_model *m;

@@ -527,14 +527,24 @@ static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_er
 }
 
 static void test_step_executor(void) {
-    hr_kv_config kc = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .block_size = 16, .k_format = HR_KV_F16,
-                       .v_format = HR_KV_F16, .max_seqs = 4};
+    hr_kv_config kc = {.n_layers = 2,
+                       .n_kv_heads = 2,
+                       .head_dim = 16,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 4};
     kc.budget_bytes = hr_kv_block_bytes(&kc) * 6;
     hr_error err = {0};
     sim sm = {.n_layers = 2, .n_vocab = 32};
     CHECK(hr_kv_pool_create(&kc, &sm.kv, &err) == HR_OK);
-    hr_engine_params ep = {.kv = sm.kv, .forward = sim_forward, .forward_user = &sm, .n_vocab = 32, .n_ctx = 64,
-                           .max_running = 4, .admission = HR_ADMIT_OPTIMISTIC};
+    hr_engine_params ep = {.kv = sm.kv,
+                           .forward = sim_forward,
+                           .forward_user = &sm,
+                           .n_vocab = 32,
+                           .n_ctx = 64,
+                           .max_running = 4,
+                           .admission = HR_ADMIT_OPTIMISTIC};
     hr_engine *e = NULL;
     CHECK(hr_engine_create(&ep, &e, &err) == HR_OK);
     hr_request *h[4];
@@ -579,6 +589,16 @@ static void test_step_executor(void) {
                 fabs(tlp[3 * t + 1] + lse) < 1e-5 && fabs(tlp[3 * t + 2] + lse) < 1e-5 && tid[3 * t + 1] != o0[t];
     CHECKF(lp_ok, "logprobs differ from the one-hot distribution's: %f (want %f)", lp[0], 1.0 - lse);
     CHECK(hr_request_logprobs(h[0], 18, 5, lp, NULL, NULL) == 2); /* only what exists */
+    /* inter-token gaps: one fewer than the tokens, none negative, their sum the first-to-last span */
+    float gaps[32];
+    hr_request_stats rs;
+    hr_request_get_stats(h[0], &rs);
+    CHECK(hr_request_token_gaps(h[0], gaps, 32) == 19 && hr_request_token_gaps(h[0], gaps, 5) == 5);
+    CHECK(hr_request_token_gaps(h[0], gaps, 32) == 19);
+    double span = 0;
+    bool nonneg = true;
+    for (int t = 0; t < 19; t++) span += gaps[t], nonneg = nonneg && gaps[t] >= 0;
+    CHECK(nonneg && span <= rs.t_finish - rs.t_first_token + 1e-3);
     for (int i = 0; i < 4; i++) hr_request_release(h[i]);
     /* top_logprobs is bounded and needs logprobs */
     hr_request_params bad = {.prompt = prompt[0], .n_prompt = 20, .max_tokens = 2, .top_logprobs = 3};

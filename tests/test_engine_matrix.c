@@ -13,7 +13,8 @@
  * The whole product is 42,240 cells (about 0.5 s each on 2 cores): CI runs a sample of
  * HR_MATRIX_CELLS (default 40, 16 in the per-ISA variants, 6 under the sanitizers) drawn with a seed that is printed
  * (HR_MATRIX_SEED repeats a run); HR_MATRIX_CELLS=all runs every cell, HR_MATRIX_SHARD=k/n a share of
- * them (bench/engine_matrix.sh runs them all, in shards). A no-progress watchdog ends a hung cell in seconds, naming it. */
+ * them (bench/engine_matrix.sh runs them all, in shards). A no-progress watchdog ends a hung cell in seconds, naming
+ * it. */
 #include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -77,9 +78,9 @@ typedef struct kvfmt {
 } kvfmt;
 
 static const kvfmt k_fmts[] = {
-    {HR_KV_F32, HR_KV_F32},  {HR_KV_F16, HR_KV_F16},     {HR_KV_BF16, HR_KV_BF16},   {HR_KV_Q8, HR_KV_Q8},
-    {HR_KV_Q4, HR_KV_Q4},    {HR_KV_FP8, HR_KV_FP8},     {HR_KV_KIVI2, HR_KV_KIVI2}, {HR_KV_Q4H, HR_KV_Q4H},
-    {HR_KV_Q8, HR_KV_Q4},    {HR_KV_F16, HR_KV_KIVI2},   {HR_KV_KIVI2, HR_KV_F16},   {HR_KV_FP8, HR_KV_Q4H},
+    {HR_KV_F32, HR_KV_F32}, {HR_KV_F16, HR_KV_F16},   {HR_KV_BF16, HR_KV_BF16},   {HR_KV_Q8, HR_KV_Q8},
+    {HR_KV_Q4, HR_KV_Q4},   {HR_KV_FP8, HR_KV_FP8},   {HR_KV_KIVI2, HR_KV_KIVI2}, {HR_KV_Q4H, HR_KV_Q4H},
+    {HR_KV_Q8, HR_KV_Q4},   {HR_KV_F16, HR_KV_KIVI2}, {HR_KV_KIVI2, HR_KV_F16},   {HR_KV_FP8, HR_KV_Q4H},
 };
 #define N_FMTS ((int)(sizeof k_fmts / sizeof k_fmts[0]))
 static const int k_blocks[] = {8, 16, 32, 64};
@@ -157,8 +158,8 @@ static bool rig_open(const env *en, const setup *s, engine_rig *r, hr_error *err
     if (hr_kv_pool_create(&kc, &r->kv, err) || hr_model_ctx_create(en->m, r->kv, &mp, &r->ctx, err)) return false;
     if (s->swap_blocks > 0) {
         /* swap_blocks block slots and one tail buffer (a sequence swapped out carries its partial block) */
-        hr_kv_swap_config sc = {.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)s->swap_blocks +
-                                                hr_kv_stage_block_bytes(&kc)};
+        hr_kv_swap_config sc = {.budget_bytes =
+                                    hr_kv_block_bytes(&kc) * (uint64_t)s->swap_blocks + hr_kv_stage_block_bytes(&kc)};
         if (hr_kv_swap_create(r->kv, &sc, &r->swap, err)) return false;
     }
     hr_engine_params ep = {.model = en->m,
@@ -369,7 +370,9 @@ static void run_cell(const env *en, const cell *c) {
     default: /* one request's life and a little: several requests must take turns or be preempted */
         s.n_blocks = c->layout ? ctx_blocks : life_max + (n > 1 ? life_max / 2 + 1 : 0);
         s.admission = HR_ADMIT_OPTIMISTIC;
-        s.preempt = c->budget == BUD_SWAP ? HR_PREEMPT_SWAP : c->budget == BUD_AUTO ? HR_PREEMPT_AUTO : HR_PREEMPT_RECOMPUTE;
+        s.preempt = c->budget == BUD_SWAP   ? HR_PREEMPT_SWAP
+                    : c->budget == BUD_AUTO ? HR_PREEMPT_AUTO
+                                            : HR_PREEMPT_RECOMPUTE;
         s.swap_blocks = c->budget == BUD_RECOMPUTE ? 0 : life_max + 2; /* fills with two sequences out */
         break;
     }
@@ -488,7 +491,8 @@ static void test_stage_floor(const env *en) {
                        .max_seqs = 4,
                        .stage_blocks = 4};
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * 64;
-    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 512, .max_ctx = en->n_ctx, .force_isa = hr_test_isa()};
+    hr_model_ctx_params mp = {
+        .n_threads = 2, .max_batch_tokens = 512, .max_ctx = en->n_ctx, .force_isa = hr_test_isa()};
     memset(&r, 0, sizeof r);
     CHECK(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(en->m, r.kv, &mp, &r.ctx, &err) == HR_OK);
     hr_engine_params ep = {.model = en->m, .ctx = r.ctx, .kv = r.kv, .n_ctx = en->n_ctx, .max_running = 4};
@@ -561,7 +565,8 @@ static void test_no_progress(const env *en) {
                        .max_seqs = 2,
                        .stage_blocks = 2};
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * 64;
-    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 512, .max_ctx = en->n_ctx, .force_isa = hr_test_isa()};
+    hr_model_ctx_params mp = {
+        .n_threads = 2, .max_batch_tokens = 512, .max_ctx = en->n_ctx, .force_isa = hr_test_isa()};
     memset(&r, 0, sizeof r);
     CHECK(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(en->m, r.kv, &mp, &r.ctx, &err) == HR_OK);
     hr_engine_params ep = {.model = en->m, .ctx = r.ctx, .kv = r.kv, .n_ctx = en->n_ctx, .max_running = 1};
@@ -622,7 +627,11 @@ int main(void) {
         fprintf(stderr, "corpus: %s (%zu tokens)\n", err.msg, n_corpus);
         return 1;
     }
-    env en = {.m = m, .corpus = corpus, .n_corpus = (int)n_corpus, .v = v, .nv = nv,
+    env en = {.m = m,
+              .corpus = corpus,
+              .n_corpus = (int)n_corpus,
+              .v = v,
+              .nv = nv,
               .n_ctx = hr_model_hparams(m)->n_ctx_train};
     CHECK(nv == MAXV);
 

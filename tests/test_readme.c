@@ -80,8 +80,7 @@ int main(void) {
         if (!strstr(lines[i], "/metrics")) /* JSON answers: none is an error object */
             CHECKF(!strstr(out, "{\"error\""), "README line %d answered an error: %.300s", i + 1, out);
         if (strstr(lines[i], "/v1/completions") || strstr(lines[i], "/v1/chat/completions")) {
-            CHECKF(strstr(out, "\"kv\"") && strstr(out, "\"bytes_peak\""), "line %d: no usage.kv: %.300s", i + 1,
-                   out);
+            CHECKF(strstr(out, "\"kv\"") && strstr(out, "\"bytes_peak\""), "line %d: no usage.kv: %.300s", i + 1, out);
             if (strstr(lines[i], "\"stream\": true"))
                 CHECKF(strstr(out, "data: [DONE]"), "line %d: the stream did not end with [DONE]", i + 1);
             else

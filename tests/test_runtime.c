@@ -14,8 +14,13 @@
 static void test_budget_arithmetic(void) {
     /* llama-ish: 2 layers, 2 KV heads, head 64, f16: a token is 2 * 2 * 2 * 64 * 2 = 1024 bytes, a
      * block of 16 is 16 KiB */
-    hr_kv_budget_query q = {.kv = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 64, .block_size = 16,
-                                   .k_format = HR_KV_F16, .v_format = HR_KV_F16, .max_seqs = 4},
+    hr_kv_budget_query q = {.kv = {.n_layers = 2,
+                                   .n_kv_heads = 2,
+                                   .head_dim = 64,
+                                   .block_size = 16,
+                                   .k_format = HR_KV_F16,
+                                   .v_format = HR_KV_F16,
+                                   .max_seqs = 4},
                             .n_ctx = 100,
                             .n_seqs = 3};
     hr_kv_budget b;

@@ -34,8 +34,8 @@ static inline void hr_watchdog_wait_done(hr_request *r, const char *what) {
         if (s.state == HR_REQ_COMPLETED || s.state == HR_REQ_CANCELLED || s.state == HR_REQ_FAILED) return;
         if (s.n_output != last) last = s.n_output, t0 = hr_time_now();
         if (hr_time_now() - t0 > HR_WATCHDOG_S) {
-            fprintf(stderr, "watchdog: %s made no progress for %.0f s (state %s, %d tokens): the engine hangs\n",
-                    what, HR_WATCHDOG_S, hr_request_state_name(s.state), s.n_output);
+            fprintf(stderr, "watchdog: %s made no progress for %.0f s (state %s, %d tokens): the engine hangs\n", what,
+                    HR_WATCHDOG_S, hr_request_state_name(s.state), s.n_output);
             fflush(stderr);
             _exit(1);
         }

@@ -110,8 +110,8 @@ typedef struct arm {
     char pol_label[48];
     uint64_t seq_bytes; /* the most KV bytes the sequence held at the end of a chunk */
     int n_vocab;
-    int kept; /* the most tokens one layer and KV head kept at the end of a chunk */
-    hr_runtime *rt;     /* owns kv and ctx */
+    int kept;       /* the most tokens one layer and KV head kept at the end of a chunk */
+    hr_runtime *rt; /* owns kv and ctx */
     hr_kv_pool *kv;
     hr_model_ctx *ctx;
     double nll, kl;
@@ -266,8 +266,8 @@ static void progress_note(progress *p, int c, int i_arm, const char *label) {
     double now = hr_time_now();
     if (p->tty || now - p->last < PROGRESS_EVERY_S) return;
     p->last = now;
-    fprintf(stderr, "headroom eval: chunk %d/%d, cache %d/%d (%s) done, %.0f s elapsed\n", c + 1, p->n_chunks, i_arm + 1,
-            p->n_arms, label, now - p->t0);
+    fprintf(stderr, "headroom eval: chunk %d/%d, cache %d/%d (%s) done, %.0f s elapsed\n", c + 1, p->n_chunks,
+            i_arm + 1, p->n_arms, label, now - p->t0);
 }
 
 /* After every arm ran chunk c. */
@@ -280,7 +280,8 @@ static void progress_end(progress *p) {
     if (p->tty)
         fprintf(stderr, "\n");
     else
-        fprintf(stderr, "headroom eval: %d/%d chunks done in %.1f s\n", p->n_chunks, p->n_chunks, hr_time_now() - p->t0);
+        fprintf(stderr, "headroom eval: %d/%d chunks done in %.1f s\n", p->n_chunks, p->n_chunks,
+                hr_time_now() - p->t0);
 }
 
 int hr_cmd_eval(int argc, char **argv) {
@@ -310,14 +311,17 @@ int hr_cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-type")) {
             if (!(formats = hr_arg_value("eval", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 1 << 20, &n_ctx)) return HR_EXIT_USAGE;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 1 << 20, &n_ctx))
+                return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--chunks")) {
             if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1 << 30, &max_chunks))
                 return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--block-size")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size)) return HR_EXIT_USAGE;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size))
+                return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads)) return HR_EXIT_USAGE;
+            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads))
+                return HR_EXIT_USAGE;
             n_threads = hr_arg_threads_cap("eval", n_threads);
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "headroom eval: unknown option '%s' (see headroom eval --help)\n", a);
@@ -419,7 +423,8 @@ int hr_cmd_eval(int argc, char **argv) {
         }
         snprintf(arms[i].error, sizeof arms[i].error, "%s", err.msg);
     }
-    progress prog = {.tty = isatty(2), .quiet = quiet || (json && isatty(2)), .n_chunks = n_chunks, .n_arms = n_arms + 1};
+    progress prog = {
+        .tty = isatty(2), .quiet = quiet || (json && isatty(2)), .n_chunks = n_chunks, .n_arms = n_arms + 1};
     progress_start(&prog, n_tok, n_ctx);
     int32_t bos = hr_tokenizer_bos(tok);
     int32_t *chunk = malloc(sizeof(int32_t) * n_ctx);

@@ -76,8 +76,7 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
                     cmd);
             ok = false;
         }
-    }
-    else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
+    } else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
         hr_kv_format f;
         hr_error err;
         if (hr_kv_format_parse(v, &f, &err) != HR_OK) {
@@ -457,8 +456,8 @@ void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n,
             "prefix-hit tokens | kv cache: %s peak per sequence | kernels %s, %d threads\n",
             hr_admission_name(s->o.admission), hr_preempt_mode_name(s->o.preempt), hr_kv_layout_name(s->o.layout),
             (unsigned long long)st.preemptions, (unsigned long long)st.recomputed_tokens,
-            (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb), hr_model_ctx_isa(hr_runtime_ctx(s->rt)),
-            hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
+            (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb),
+            hr_model_ctx_isa(hr_runtime_ctx(s->rt)), hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
 }
 
 void hr_session_print_ledger(hr_session *s, FILE *f) {

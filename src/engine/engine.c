@@ -59,7 +59,8 @@ hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err)
 
 hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_error *err) {
     if (!params->kv || (!params->forward && (!params->model || !params->ctx)))
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: kv, and a model and ctx (or a step executor), are required");
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "engine: kv, and a model and ctx (or a step executor), are required");
     hr_engine_params p = *params;
     const hr_hparams *hp = p.model ? hr_model_hparams(p.model) : NULL;
     const hr_kv_config *kc = hr_kv_pool_config(p.kv);

@@ -66,20 +66,20 @@ hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err)
 typedef hr_status (*hr_engine_forward_fn)(void *user, const hr_batch *batch, float *logits, hr_error *err);
 
 typedef struct hr_engine_params {
-    const hr_model *model;   /* borrowed, for the engine's lifetime; NULL only with `forward` */
-    hr_model_ctx *ctx;       /* borrowed: its max_batch_tokens must be >= max_batch_tokens; NULL only
-                                with `forward` */
+    const hr_model *model;        /* borrowed, for the engine's lifetime; NULL only with `forward` */
+    hr_model_ctx *ctx;            /* borrowed: its max_batch_tokens must be >= max_batch_tokens; NULL only
+                                     with `forward` */
     hr_engine_forward_fn forward; /* NULL: hr_model_forward on ctx */
     void *forward_user;           /* passed to forward */
     int n_vocab;                  /* without a model: the logits' row length */
-    hr_kv_pool *kv;          /* borrowed: the pool ctx writes to */
-    hr_kv_swap *swap;        /* borrowed, optional: the tier swap preemption moves blocks to */
-    const hr_tokenizer *tok; /* borrowed, optional: end-of-generation tokens, text, stop strings */
-    int n_ctx;               /* longest sequence (prompt + output); 0: the model's training context */
-    int max_batch_tokens;    /* tokens per step (0: 512) */
-    int max_running;         /* sequences in flight (0: the pool's max_seqs) */
-    int max_queue;           /* waiting requests before submit answers HR_ERR_FULL (0: 1024) */
-    int prefill_chunk;       /* most prompt tokens of one request per step (0: max_batch_tokens) */
+    hr_kv_pool *kv;               /* borrowed: the pool ctx writes to */
+    hr_kv_swap *swap;             /* borrowed, optional: the tier swap preemption moves blocks to */
+    const hr_tokenizer *tok;      /* borrowed, optional: end-of-generation tokens, text, stop strings */
+    int n_ctx;                    /* longest sequence (prompt + output); 0: the model's training context */
+    int max_batch_tokens;         /* tokens per step (0: 512) */
+    int max_running;              /* sequences in flight (0: the pool's max_seqs) */
+    int max_queue;                /* waiting requests before submit answers HR_ERR_FULL (0: 1024) */
+    int prefill_chunk;            /* most prompt tokens of one request per step (0: max_batch_tokens) */
     hr_admission admission;
     hr_preempt_mode preempt;
     hr_kv_layout layout;
@@ -108,9 +108,9 @@ typedef struct hr_request_params {
     int n_stop;
     const hr_kv_policy *kv_policy; /* eviction/window policy of this request (copied); NULL: the pool's
                                       default (hr_kv_pool_set_default_policy) */
-    bool logprobs;    /* record each output token's log-probability under the model (log-softmax of
-                         the raw logits, before penalties and temperature) */
-    int top_logprobs; /* with logprobs: also the n most likely tokens at each position (0..20) */
+    bool logprobs;                 /* record each output token's log-probability under the model (log-softmax of
+                                      the raw logits, before penalties and temperature) */
+    int top_logprobs;              /* with logprobs: also the n most likely tokens at each position (0..20) */
 } hr_request_params;
 
 #define HR_ENGINE_MAX_TOP_LOGPROBS 20
@@ -180,8 +180,8 @@ typedef struct hr_request_stats {
     int prefix_hit_tokens; /* prompt tokens whose K/V came from the prefix cache (all admissions) */
     int n_preemptions;
     int n_preempt_swap, n_preempt_recompute; /* of which by each mode */
-    int recomputed_tokens;  /* tokens computed again after preemption */
-    uint64_t swapped_bytes; /* bytes moved to the swap tier */
+    int recomputed_tokens;                   /* tokens computed again after preemption */
+    uint64_t swapped_bytes;                  /* bytes moved to the swap tier */
     int priority;
     hr_kv_seq_ledger kv; /* the sequence's ledger, refreshed after every step that computed for it and at
                             release or swap-out (bytes_peak over its whole life) */
@@ -196,6 +196,10 @@ void hr_request_get_stats(hr_request *r, hr_request_stats *out);
  * [i * K + j] the j-th most likely token there (either array may be NULL). Returns how many were
  * copied (0 without logprobs). Any thread. */
 int hr_request_logprobs(hr_request *r, int from, int n, float *lp, int32_t *top_ids, float *top_lp);
+
+/* The inter-token gaps of the output so far (seconds between output tokens i and i + 1, as published
+ * to the channel), at most cap of them; returns how many. Any thread. */
+int hr_request_token_gaps(hr_request *r, float *gaps, int cap);
 
 /* The whole output so far (ids and text). The pointers stay valid until hr_request_release and stop
  * changing once the request is final; before that, use hr_request_read. */

@@ -45,6 +45,8 @@ struct hr_request {
     int n_stop;
     size_t max_stop_len;
     hr_detok detok;
+    float *gap;      /* [max_tokens] seconds between output token i - 1 and i (gap[0] = 0) */
+    double t_last;   /* when the last output token was published */
     float *lp;       /* [max_tokens] output tokens' log-probabilities (logprobs only; else NULL) */
     int32_t *top_id; /* [max_tokens][n_top] */
     float *top_lp;   /* [max_tokens][n_top] */

@@ -64,6 +64,7 @@ static void req_free(hr_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->tokens);
     free(r->text);
+    free(r->gap);
     free(r->lp);
     free(r->top_id);
     free(r->top_lp);
@@ -102,8 +103,10 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out,
         }
     }
     bool lp_ok = !p->logprobs || (r->lp && (r->n_top == 0 || (r->top_id && r->top_lp)));
-    hr_status st = (r->tokens && r->text && lp_ok) ? HR_OK
-                                                   : hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
+    r->gap = malloc(sizeof(float) * (size_t)p->max_tokens);
+    hr_status st = (r->tokens && r->text && r->gap && lp_ok)
+                       ? HR_OK
+                       : hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
     if (st == HR_OK) st = hr_sampler_create(&p->sampling, e->n_vocab, &r->sampler, err);
     for (int i = 0; st == HR_OK && i < p->n_stop; i++) {
         if (!(r->stop[i] = strdup(p->stop[i]))) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
@@ -170,10 +173,14 @@ static void publish_safe_text(hr_request *r) {
 bool req_push_token(hr_request *r, const hr_tokenizer *tok, int32_t token) {
     bool stopped = false;
     pthread_mutex_lock(&r->mu);
+    double now = hr_time_now();
+    int i_out = r->n_known - r->n_prompt;
+    if (i_out < r->max_tokens) r->gap[i_out] = i_out == 0 ? 0.0f : (float)(now - r->t_last);
+    r->t_last = now;
     r->tokens[r->n_known++] = token;
     r->n_out = r->n_known;
     r->stats.n_output = r->n_known - r->n_prompt;
-    if (r->stats.t_first_token == 0) r->stats.t_first_token = hr_time_now();
+    if (r->stats.t_first_token == 0) r->stats.t_first_token = now;
     if (tok) {
         char piece[512];
         size_t pn = hr_detok_push(tok, &r->detok, token, piece, sizeof piece);
@@ -306,4 +313,12 @@ int hr_request_logprobs(hr_request *r, int from, int n, float *lp, int32_t *top_
     }
     pthread_mutex_unlock(&r->mu);
     return k;
+}
+
+int hr_request_token_gaps(hr_request *r, float *gaps, int cap) {
+    pthread_mutex_lock(&r->mu);
+    int n = HR_MAX(0, HR_MIN(cap, r->n_out - r->n_prompt - 1));
+    for (int i = 0; i < n; i++) gaps[i] = r->gap[i + 1];
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }

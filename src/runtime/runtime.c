@@ -16,8 +16,8 @@
 
 struct hr_runtime {
     hr_runtime_params p;
-    void *demo_file;   /* the in-memory demo GGUF (borrowed by the model's reader) */
-    hr_model *owned;   /* the model when the runtime loaded it (NULL when borrowed) */
+    void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
+    hr_model *owned; /* the model when the runtime loaded it (NULL when borrowed) */
     const hr_model *model;
     hr_tokenizer *tok;
     hr_kv_pool *kv;
@@ -72,7 +72,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     out->fixed_bytes = fixed;
     out->token_bytes = block_bytes / (uint64_t)kc.block_size;
     out->ctx_blocks = ctx_blocks;
-    out->budget_bytes = kc.budget_bytes ? kc.budget_bytes : fixed + (uint64_t)ctx_blocks * block_bytes * (uint64_t)n_seqs;
+    out->budget_bytes =
+        kc.budget_bytes ? kc.budget_bytes : fixed + (uint64_t)ctx_blocks * block_bytes * (uint64_t)n_seqs;
     uint64_t nb = out->budget_bytes > fixed ? (out->budget_bytes - fixed) / block_bytes : 0;
     if (nb > (1u << 30)) nb = 1u << 30;
     out->n_blocks = (int)nb;
@@ -85,9 +86,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
         return hr_error_set(err, HR_ERR_BUDGET,
                             "--kv-budget %s holds %llu tokens at %s/%s; the context is %d: raise --kv-budget to %s "
                             "or lower --ctx",
-                            hr_format_size(out->budget_bytes, b1, sizeof b1),
-                            (unsigned long long)out->n_tokens, hr_kv_format_name(kc.k_format),
-                            hr_kv_format_name(kc.v_format), q->n_ctx,
+                            hr_format_size(out->budget_bytes, b1, sizeof b1), (unsigned long long)out->n_tokens,
+                            hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx,
                             hr_format_size(fixed + (uint64_t)ctx_blocks * block_bytes, b2, sizeof b2));
     }
     return HR_OK;
@@ -232,10 +232,8 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
         }
         rt->has_policy = true;
     }
-    hr_model_ctx_params mp = {.n_threads = p->n_threads,
-                              .max_batch_tokens = p->max_batch_tokens,
-                              .max_ctx = rt->n_ctx,
-                              .force_isa = p->isa};
+    hr_model_ctx_params mp = {
+        .n_threads = p->n_threads, .max_batch_tokens = p->max_batch_tokens, .max_ctx = rt->n_ctx, .force_isa = p->isa};
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;
@@ -299,9 +297,7 @@ const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warn
 
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
 void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }
-hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) {
-    return hr_engine_run_until_idle(rt->engine, err);
-}
+hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_engine_run_until_idle(rt->engine, err); }
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
@@ -364,8 +360,10 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
     hr_kv_policy pol = rt->policy;
     bool has_pol = rt->has_policy;
     if (st == HR_OK && p->kv_policy) {
-        if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK) has_pol = true;
-        else hr_error_prefix(err, "kv_policy");
+        if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK)
+            has_pol = true;
+        else
+            hr_error_prefix(err, "kv_policy");
     }
     /* a window or sinks policy lets a sequence run past the context; otherwise it ends there */
     int span = has_pol ? hr_kv_policy_span(&pol) : 0;

@@ -28,21 +28,21 @@
 /* What a pool of this shape holds for a budget, or which budget holds n_seqs sequences of n_ctx
  * tokens. Pure: no allocation, no model; the planner calls the same function. */
 typedef struct hr_kv_budget_query {
-    hr_kv_config kv;       /* shape, formats, block size, max_seqs, max_step_tokens; budget_bytes:
-                              0 to size it for n_seqs sequences of n_ctx tokens */
-    int n_ctx;             /* the longest sequence */
-    int n_seqs;            /* sequences of n_ctx the default budget holds (>= 1) */
+    hr_kv_config kv; /* shape, formats, block size, max_seqs, max_step_tokens; budget_bytes:
+                        0 to size it for n_seqs sequences of n_ctx tokens */
+    int n_ctx;       /* the longest sequence */
+    int n_seqs;      /* sequences of n_ctx the default budget holds (>= 1) */
 } hr_kv_budget_query;
 
 typedef struct hr_kv_budget {
-    uint64_t budget_bytes;      /* the budget (given, or computed) */
-    uint64_t block_bytes;       /* one block, every layer, K and V, scales included */
-    uint64_t fixed_bytes;       /* taken before any block: q4/kivi2 tail buffers */
-    uint64_t token_bytes;       /* block_bytes / block_size */
-    int n_blocks;               /* blocks the budget holds */
-    int64_t n_tokens;           /* n_blocks * block_size */
-    int ctx_blocks;             /* blocks one n_ctx sequence needs */
-    int n_seqs_at_ctx;          /* whole n_ctx sequences that fit at once */
+    uint64_t budget_bytes; /* the budget (given, or computed) */
+    uint64_t block_bytes;  /* one block, every layer, K and V, scales included */
+    uint64_t fixed_bytes;  /* taken before any block: q4/kivi2 tail buffers */
+    uint64_t token_bytes;  /* block_bytes / block_size */
+    int n_blocks;          /* blocks the budget holds */
+    int64_t n_tokens;      /* n_blocks * block_size */
+    int ctx_blocks;        /* blocks one n_ctx sequence needs */
+    int n_seqs_at_ctx;     /* whole n_ctx sequences that fit at once */
 } hr_kv_budget;
 
 /* HR_ERR_INVALID_ARG (a format or block size this shape cannot use: the message names both) or
@@ -70,9 +70,9 @@ typedef struct hr_runtime_params {
     hr_admission admission;
     hr_preempt_mode preempt;
     hr_kv_layout layout;
-    uint64_t swap_space; /* bytes of the swap tier; 0: none (with preempt swap: as large as the pool) */
-    int n_threads;       /* 0: every core */
-    const char *isa;     /* NULL: the best measured; "scalar", "avx2", "avx512" */
+    uint64_t swap_space;       /* bytes of the swap tier; 0: none (with preempt swap: as large as the pool) */
+    int n_threads;             /* 0: every core */
+    const char *isa;           /* NULL: the best measured; "scalar", "avx2", "avx512" */
     const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
     const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
     bool prefault;             /* make the pool resident at open (RSS = budget from the start) */
@@ -119,8 +119,8 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
 
 typedef struct hr_rt_request_params {
     /* exactly one of: */
-    const char *prompt; /* text (BOS added as the vocabulary says, unless no_bos) */
-    size_t prompt_len;  /* 0: strlen(prompt) */
+    const char *prompt;          /* text (BOS added as the vocabulary says, unless no_bos) */
+    size_t prompt_len;           /* 0: strlen(prompt) */
     const hr_chat_msg *messages; /* chat: rendered with the runtime's template, special tokens parsed */
     size_t n_messages;
     const int32_t *prompt_ids; /* token ids as they are */
@@ -152,7 +152,7 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
  * the text must still read the ids (or pass a token buffer), or it spins. */
 hr_request *hr_rt_request_handle(hr_rt_request *r);
 const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt);
-int hr_rt_request_max_tokens(const hr_rt_request *r); /* after the clamp */
+int hr_rt_request_max_tokens(const hr_rt_request *r);   /* after the clamp */
 bool hr_rt_request_ctx_limited(const hr_rt_request *r); /* max_tokens was clamped by the context */
 void hr_rt_request_cancel(hr_runtime *rt, hr_rt_request *r);
 /* Drops the caller's reference (cancels it first when not final). NULL allowed. */

@@ -64,7 +64,8 @@ hr_status hr_srv_metrics_create(hr_srv_metrics **out, hr_error *err) {
     hist_init(&m->ttft, "headroom_time_to_first_token_seconds", "Submit to first generated token.", le_ttft,
               N_OF(le_ttft));
     hist_init(&m->itl, "headroom_inter_token_latency_seconds",
-              "Gap between generated tokens (each request's mean gap, once per gap).", le_itl, N_OF(le_itl));
+              "Gap between consecutive generated tokens of a request, as published to its stream.", le_itl,
+              N_OF(le_itl));
     hist_init(&m->e2e, "headroom_e2e_request_latency_seconds", "Submit to finish.", le_e2e, N_OF(le_e2e));
     hist_init(&m->queue, "headroom_request_queue_time_seconds", "Submit to first admission into the KV pool.", le_queue,
               N_OF(le_queue));
@@ -93,7 +94,7 @@ void hr_srv_metrics_prompt_tokens(hr_srv_metrics *m, int n) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r) {
+void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r, const float *gaps, int n_gaps) {
     int fin = FIN_ERROR;
     if (r->state == HR_REQ_CANCELLED)
         fin = FIN_CANCELLED;
@@ -102,8 +103,7 @@ void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r) {
     pthread_mutex_lock(&m->mu);
     m->finished[fin]++;
     if (r->t_first_token > 0 && r->t_submit > 0) hist_observe(&m->ttft, r->t_first_token - r->t_submit, 1);
-    if (r->n_ids > 1 && r->t_finish > r->t_first_token && r->t_first_token > 0)
-        hist_observe(&m->itl, (r->t_finish - r->t_first_token) / (r->n_ids - 1), (uint64_t)(r->n_ids - 1));
+    for (int i = 0; i < n_gaps; i++) hist_observe(&m->itl, gaps[i], 1);
     if (r->t_finish > 0 && r->t_submit > 0) hist_observe(&m->e2e, r->t_finish - r->t_submit, 1);
     if (r->kv.queued_seconds > 0 || r->t_first_token > 0) hist_observe(&m->queue, r->kv.queued_seconds, 1);
     hist_observe(&m->kv, (double)r->kv.bytes_peak, 1);

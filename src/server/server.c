@@ -155,7 +155,10 @@ static void job_record(hr_server *s, hr_srv_job *j, bool aborted) {
         hr_rt_request_result(j->req[i], &r);
         /* a cancelled request may not have reached its final state yet: count it as what it will be */
         if (aborted && r.state != HR_REQ_COMPLETED && r.state != HR_REQ_FAILED) r.state = HR_REQ_CANCELLED;
-        hr_srv_metrics_finished(s->metrics, &r);
+        float *gaps = r.n_ids > 1 ? malloc(sizeof(float) * (size_t)(r.n_ids - 1)) : NULL;
+        int n_gaps = gaps ? hr_request_token_gaps(hr_rt_request_handle(j->req[i]), gaps, r.n_ids - 1) : 0;
+        hr_srv_metrics_finished(s->metrics, &r, gaps, n_gaps);
+        free(gaps);
     }
 }
 

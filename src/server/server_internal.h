@@ -156,7 +156,7 @@ void hr_srv_metrics_destroy(hr_srv_metrics *m); /* NULL allowed */
 void hr_srv_metrics_refused(hr_srv_metrics *m, hr_srv_refusal why);
 void hr_srv_metrics_prompt_tokens(hr_srv_metrics *m, int n);
 /* Observes one finished choice: latencies, queue time, KV bytes, finish reason. */
-void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r);
+void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r, const float *gaps, int n_gaps);
 /* The Prometheus text (format 0.0.4) into b. rt may be NULL (still loading). */
 void hr_srv_metrics_render(hr_srv_metrics *m, hr_runtime *rt, hr_metrics_compat compat, hr_srv_buf *b);
 
