@@ -167,7 +167,7 @@ static int pool_blocks_used(int port, int *n_requests) {
 
 /* Polls until the pool holds no block and no request is in flight (at most ~10 s). */
 static bool pool_drains(int port) {
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < 1200; i++) { /* bounded: 60 s */
         int n_req = -1;
         if (pool_blocks_used(port, &n_req) == 0 && n_req == 0) return true;
         struct timespec ts = {0, 50 * 1000 * 1000};
@@ -648,7 +648,7 @@ static void test_disconnect(int port) {
     fd = dial(port);
     send_request(fd, "POST", "/v1/completions", NULL, body, strlen(body));
     bool running = false;
-    for (int i = 0; i < 200 && !running; i++) {
+    for (int i = 0; i < 3000 && !running; i++) { /* bounded: 60 s (a loaded sanitizer build is slow) */
         running = pool_blocks_used(port, NULL) > 0;
         struct timespec ts = {0, 20 * 1000 * 1000};
         if (!running) nanosleep(&ts, NULL);
@@ -667,7 +667,7 @@ static void test_queue_and_shutdown(hr_server *srv, hr_runtime *rt) {
     int b = dial(port);
     send_request(b, "POST", "/v1/completions", NULL, body, strlen(body));
     bool queued = false;
-    for (int i = 0; i < 200 && !queued; i++) {
+    for (int i = 0; i < 3000 && !queued; i++) { /* bounded: 60 s */
         queued = engine_gauge(port, "headroom_requests_waiting") == 1;
         struct timespec ts = {0, 20 * 1000 * 1000};
         if (!queued) nanosleep(&ts, NULL);
@@ -685,14 +685,15 @@ static void test_queue_and_shutdown(hr_server *srv, hr_runtime *rt) {
     double t0 = hr_time_now();
     hr_server_shutdown(srv);
     double dt = hr_time_now() - t0;
-    CHECKF(dt < 8, "shutdown took %.2f s", dt);
+    /* the drain timeout bounds it; the margin is for slow (sanitizer, loaded) machines, not a speed test */
+    CHECKF(dt < 30, "shutdown took %.2f s", dt);
     CHECK(hr_server_n_inflight(srv) == 0);
     /* the listening socket is closed */
     int fd = dial(port);
     CHECK(fd < 0);
     if (fd >= 0) close(fd);
     hr_runtime_pool p = {0};
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < 3000; i++) { /* bounded: 60 s */
         hr_runtime_get_pool(rt, &p);
         if (p.ledger.blocks_used == 0 && p.engine.n_running == 0 && p.engine.n_waiting == 0) break;
         struct timespec ts = {0, 20 * 1000 * 1000};
