@@ -11,10 +11,12 @@
 #include "engine/engine.h"
 #include "harness.h"
 #include "model/synth.h"
+#include "runtime/runtime.h"
 
 #define RIG_MAX_OUT 512
 
 typedef struct rig {
+    hr_runtime *rt; /* owns everything below */
     hr_kv_pool *kv;
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
@@ -51,58 +53,53 @@ static inline hr_model *rig_build_model(const char *shape_name, uint64_t seed, i
     return m;
 }
 
+/* The engine as every front end opens it (src/runtime), with the knobs these tests need: a pool of
+ * exactly n_blocks blocks of 16 (it may hold less than a context), a forward context shorter than the
+ * engine's (ctx_max: forward failures on demand), and no tokenizer in the engine (raw ids: the random
+ * models' EOS never stops a request) unless o->tok asks for one. */
 static inline rig rig_open(const hr_model *m, const rig_opts *o) {
     rig r = {0};
-    const hr_hparams *hp = hr_model_hparams(m);
-    hr_kv_config kc = {.n_layers = hp->n_layer,
-                       .n_kv_heads = hp->n_head_kv,
-                       .head_dim = hp->head_dim,
-                       .block_size = 16,
-                       .k_format = o->fmt,
-                       .v_format = o->fmt,
-                       .max_seqs = o->max_seqs};
-    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * (uint64_t)o->n_blocks;
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = m;
+    p.n_ctx = o->n_ctx ? o->n_ctx : hr_model_hparams(m)->n_ctx_train;
+    p.ctx_extend = true;
+    p.kv_blocks = o->n_blocks;
+    p.k_format = p.v_format = o->fmt;
+    p.block_size = 16;
+    p.max_batch_tokens = o->max_batch;
+    p.prefill_chunk = o->prefill_chunk;
+    p.max_running = o->max_seqs;
+    p.max_queue = o->max_queue;
+    p.admission = o->admission;
+    p.preempt = o->preempt;
+    p.layout = o->layout;
+    p.n_threads = 2;
+    p.forward_max_ctx = o->ctx_max;
+    p.raw_ids = o->tok == NULL;
+    if (o->swap_blocks > 0) {
+        const hr_hparams *hp = hr_model_hparams(m);
+        hr_kv_config kc = {.n_layers = hp->n_layer,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .block_size = 16,
+                           .k_format = o->fmt,
+                           .v_format = o->fmt,
+                           .max_seqs = o->max_seqs};
+        p.swap_space = hr_kv_block_bytes(&kc) * (uint64_t)o->swap_blocks;
+    }
     hr_error err = {0};
-    int n_ctx = o->n_ctx ? o->n_ctx : hp->n_ctx_train;
-    hr_model_ctx_params mp = {
-        .n_threads = 2, .max_batch_tokens = o->max_batch, .max_ctx = o->ctx_max ? o->ctx_max : n_ctx};
-    hr_engine_params ep = {.model = m,
-                           .tok = o->tok,
-                           .n_ctx = n_ctx,
-                           .max_batch_tokens = o->max_batch,
-                           .max_running = o->max_seqs,
-                           .max_queue = o->max_queue,
-                           .prefill_chunk = o->prefill_chunk,
-                           .admission = o->admission,
-                           .preempt = o->preempt,
-                           .layout = o->layout};
-    if (hr_kv_pool_create(&kc, &r.kv, &err) || hr_model_ctx_create(m, r.kv, &mp, &r.ctx, &err)) {
+    if (hr_runtime_open(&p, &r.rt, NULL, &err)) {
         fprintf(stderr, "rig: %s\n", err.msg);
         exit(1);
     }
-    if (o->swap_blocks > 0) {
-        hr_kv_swap_config sc = {.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)o->swap_blocks};
-        if (hr_kv_swap_create(r.kv, &sc, &r.swap, &err)) {
-            fprintf(stderr, "rig swap: %s\n", err.msg);
-            exit(1);
-        }
-    }
-    ep.ctx = r.ctx;
-    ep.kv = r.kv;
-    ep.swap = r.swap;
-    if (hr_engine_create(&ep, &r.e, &err)) {
-        fprintf(stderr, "rig engine: %s\n", err.msg);
-        exit(1);
-    }
+    r.kv = hr_runtime_kv(r.rt);
+    r.swap = hr_runtime_swap(r.rt);
+    r.ctx = hr_runtime_ctx(r.rt);
+    r.e = hr_runtime_engine(r.rt);
     return r;
 }
 
-static inline void rig_close(rig *r) {
-    hr_engine_destroy(r->e);
-    hr_kv_swap_destroy(r->swap);
-    hr_model_ctx_destroy(r->ctx);
-    hr_kv_pool_destroy(r->kv);
-}
+static inline void rig_close(rig *r) { hr_runtime_close(r->rt); }
 
 /* The pool holds no used block and passes its own check: every block is free or cached. */
 static inline bool rig_pool_clean(const rig *r) {

@@ -155,8 +155,16 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                                    .prefault = rt->p.prefault},
                             .n_ctx = rt->n_ctx,
                             .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running))};
-    hr_status st = hr_kv_budget_compute(&q, &rt->budget, err);
-    if (st) return st;
+    hr_status st;
+    if (rt->p.kv_blocks > 0) { /* an exact block count: the shape must be usable, the size is given */
+        q.kv.budget_bytes = 0;
+        st = hr_kv_budget_compute(&q, &rt->budget, err);
+        if (st == HR_ERR_INVALID_ARG) return st;
+        q.kv.budget_bytes = rt->budget.fixed_bytes + rt->budget.block_bytes * (uint64_t)rt->p.kv_blocks;
+        hr_kv_budget_compute(&q, &rt->budget, NULL); /* may hold less than a context: see runtime.h */
+    } else if ((st = hr_kv_budget_compute(&q, &rt->budget, err))) {
+        return st;
+    }
     q.kv.budget_bytes = rt->budget.budget_bytes;
     return hr_kv_pool_create(&q.kv, &rt->kv, err);
 }
@@ -232,8 +240,10 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
         }
         rt->has_policy = true;
     }
-    hr_model_ctx_params mp = {
-        .n_threads = p->n_threads, .max_batch_tokens = p->max_batch_tokens, .max_ctx = rt->n_ctx, .force_isa = p->isa};
+    hr_model_ctx_params mp = {.n_threads = p->n_threads,
+                              .max_batch_tokens = p->max_batch_tokens,
+                              .max_ctx = p->forward_max_ctx > 0 ? p->forward_max_ctx : rt->n_ctx,
+                              .force_isa = p->isa};
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;
@@ -251,7 +261,7 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                            .ctx = rt->ctx,
                            .kv = rt->kv,
                            .swap = rt->swap,
-                           .tok = rt->tok,
+                           .tok = p->raw_ids ? NULL : rt->tok,
                            .n_ctx = rt->n_ctx,
                            .max_batch_tokens = p->max_batch_tokens,
                            .max_running = p->max_running,

@@ -76,6 +76,15 @@ typedef struct hr_runtime_params {
     const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
     const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
     bool prefault;             /* make the pool resident at open (RSS = budget from the start) */
+
+    /* For tests, simulators and the planner (the CLI and server leave these 0): */
+    int kv_blocks;       /* > 0: the pool holds exactly this many blocks (overrides kv_budget; it may
+                            hold less than one context: requests that can never fit are refused at
+                            submit with HR_ERR_BUDGET) */
+    int forward_max_ctx; /* > 0: the forward context's longest sequence, below n_ctx: forward passes
+                            past it fail (fault injection) */
+    bool raw_ids;        /* the engine runs without the tokenizer: no end-of-generation stop, no text,
+                            no stop strings (random-weight models whose ids are compared as ids) */
 } hr_runtime_params;
 
 /* The defaults: f16 K and V, block 16, 512 tokens a step, 64 running, adaptive admission, auto
