@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "harness.h"
 #include "model/model.h"
+#include "runtime/runtime.h"
 #include "tokenizer/tokenizer.h"
 
 #define NGEN 48
@@ -135,49 +136,58 @@ typedef struct setup {
 } setup;
 
 typedef struct engine_rig {
+    hr_runtime *rt; /* when opened through the runtime: owns the rest */
     hr_kv_pool *kv;
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
     hr_engine *e;
 } engine_rig;
 
+/* The engine as `headroom run` and the server open it (src/runtime), with an exact pool size. */
 static bool rig_open(const env *en, const setup *s, engine_rig *r, hr_error *err) {
     memset(r, 0, sizeof *r);
-    const hr_hparams *hp = hr_model_hparams(en->m);
-    hr_kv_config kc = {.n_layers = hp->n_layer,
-                       .n_kv_heads = hp->n_head_kv,
-                       .head_dim = hp->head_dim,
-                       .block_size = s->block,
-                       .k_format = s->f.k,
-                       .v_format = s->f.v,
-                       .max_seqs = s->max_seqs,
-                       .max_step_tokens = s->max_batch};
-    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * (uint64_t)s->n_blocks;
-    hr_model_ctx_params mp = {
-        .n_threads = 2, .max_batch_tokens = s->max_batch, .max_ctx = en->n_ctx, .force_isa = hr_test_isa()};
-    if (hr_kv_pool_create(&kc, &r->kv, err) || hr_model_ctx_create(en->m, r->kv, &mp, &r->ctx, err)) return false;
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = en->m;
+    p.n_ctx = en->n_ctx;
+    p.kv_blocks = s->n_blocks;
+    p.k_format = s->f.k;
+    p.v_format = s->f.v;
+    p.block_size = s->block;
+    p.max_batch_tokens = s->max_batch;
+    p.prefill_chunk = s->chunk;
+    p.max_running = s->max_seqs;
+    p.admission = s->admission;
+    p.preempt = s->preempt;
+    p.layout = s->layout;
+    p.n_threads = 2;
+    p.isa = hr_test_isa();
+    p.raw_ids = true;
     if (s->swap_blocks > 0) {
+        const hr_hparams *hp = hr_model_hparams(en->m);
+        hr_kv_config kc = {.n_layers = hp->n_layer,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .block_size = s->block,
+                           .k_format = s->f.k,
+                           .v_format = s->f.v,
+                           .max_seqs = s->max_seqs};
         /* swap_blocks block slots and one tail buffer (a sequence swapped out carries its partial block) */
-        hr_kv_swap_config sc = {.budget_bytes =
-                                    hr_kv_block_bytes(&kc) * (uint64_t)s->swap_blocks + hr_kv_stage_block_bytes(&kc)};
-        if (hr_kv_swap_create(r->kv, &sc, &r->swap, err)) return false;
+        p.swap_space = hr_kv_block_bytes(&kc) * (uint64_t)s->swap_blocks + hr_kv_stage_block_bytes(&kc);
     }
-    hr_engine_params ep = {.model = en->m,
-                           .ctx = r->ctx,
-                           .kv = r->kv,
-                           .swap = r->swap,
-                           .n_ctx = en->n_ctx,
-                           .max_batch_tokens = s->max_batch,
-                           .max_running = s->max_seqs,
-                           .prefill_chunk = s->chunk,
-                           .admission = s->admission,
-                           .preempt = s->preempt,
-                           .layout = s->layout};
-    return hr_engine_create(&ep, &r->e, err) == HR_OK;
+    if (hr_runtime_open(&p, &r->rt, NULL, err)) return false;
+    r->kv = hr_runtime_kv(r->rt);
+    r->swap = hr_runtime_swap(r->rt);
+    r->ctx = hr_runtime_ctx(r->rt);
+    r->e = hr_runtime_engine(r->rt);
+    return true;
 }
 
 static void rig_close(engine_rig *r) {
-    hr_engine_destroy(r->e);
+    if (r->rt) {
+        hr_runtime_close(r->rt);
+        return;
+    }
+    hr_engine_destroy(r->e); /* the hand-built rigs of the engine-level cases below */
     hr_kv_swap_destroy(r->swap);
     hr_model_ctx_destroy(r->ctx);
     hr_kv_pool_destroy(r->kv);
