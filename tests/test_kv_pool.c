@@ -512,10 +512,10 @@ static void test_budget(void) {
                       .v_format = HR_KV_KIVI2,
                       .max_seqs = 16};
     uint64_t bb = hr_kv_block_bytes(&c), fx = hr_kv_fixed_bytes(&c);
-    /* default stage_blocks: ceil(512 / 16) for the largest step + 2 * max_seqs */
-    CHECK(hr_kv_stage_blocks_for(16, 0, 16) == 32 + 32);
-    CHECK(hr_kv_stage_blocks_for(16, 100, 3) == 7 + 6);
-    CHECK(fx == 64ull * 4 * 2 * 4 * 16 * 64 * 2);
+    /* default stage_blocks: ceil(512 / 16) for the largest step + max_seqs + 1 */
+    CHECK(hr_kv_stage_blocks_for(16, 0, 16) == 32 + 17);
+    CHECK(hr_kv_stage_blocks_for(16, 100, 3) == 7 + 4);
+    CHECK(fx == 49ull * 4 * 2 * 4 * 16 * 64 * 2);
     hr_kv_pool *p = NULL;
     hr_error err = {0};
     c.budget_bytes = fx + bb - 1;
@@ -559,7 +559,7 @@ static void test_stage_lazy(hr_kv_format f) {
     hr_kv_pool *p = NULL;
     hr_error err = {0};
     CHECK(hr_kv_pool_create(&c, &p, &err) == HR_OK);
-    CHECK(hr_kv_pool_n_stage(p) == 64 / B + 2 * 2);
+    CHECK(hr_kv_pool_n_stage(p) == 64 / B + 2 + 1);
     int total = hr_kv_pool_n_stage(p);
     hr_kv_seq s;
     int32_t toks[16 * LAZY_B];

@@ -56,7 +56,7 @@ typedef struct hr_kv_config {
     int max_seqs;          /* capacity of the sequence table */
     bool force_scalar;     /* use the scalar reference kernels even where AVX2 exists (tests, eval) */
     int stage_blocks;      /* q4/kivi2 only: f16 tail buffers, one per block being filled (0: enough for
-                              any step: hr_kv_stage_blocks_for(block_size, max_step_tokens, max_seqs)) */
+                              a step: hr_kv_stage_blocks_for(block_size, max_step_tokens, max_seqs)) */
     int max_step_tokens;   /* the most tokens written in one step over all sequences (the engine's
                               max_batch_tokens; 0: 512); sizes the default stage_blocks */
     bool prefault;         /* map the arena resident at create (MAP_POPULATE): RSS = budget from the start,
@@ -74,8 +74,11 @@ uint64_t hr_kv_block_bytes(const hr_kv_config *cfg);
  * sequence holds at most one (its partial last block); a step writing n tokens of a sequence takes at
  * most ceil(n / block_size) + 1 more. */
 uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg);
-/* Tail buffers that cover any step of at most max_step_tokens tokens over at most max_seqs sequences:
- * ceil(max_step_tokens / block_size) + 2 * max_seqs. The pool's default; pure arithmetic. */
+/* The default tail buffers: ceil(max_step_tokens / block_size) + max_seqs + 1. Between steps a
+ * sequence holds at most one (its partial last block); a decode that starts a block had its previous
+ * one fill and give its buffer back; a prefill chunk of n tokens takes at most ceil(n / B) + 1. So this
+ * covers every step with one prefilling sequence; with several, the scheduler ends a chunk a block
+ * early where buffers run out (it never needs more than max_running + 1 to progress). Pure. */
 int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs);
 /* Bytes the pool takes from the budget before any block: stage_blocks tail buffers (0 for formats
  * without them). The pool holds floor((budget_bytes - hr_kv_fixed_bytes) / hr_kv_block_bytes)

@@ -71,7 +71,7 @@ uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg) {
 int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs) {
     if (block_size < 1) return 0;
     int64_t step = max_step_tokens > 0 ? max_step_tokens : 512;
-    int64_t n = (step + block_size - 1) / block_size + 2 * (int64_t)HR_MAX(max_seqs, 1);
+    int64_t n = (step + block_size - 1) / block_size + (int64_t)HR_MAX(max_seqs, 1) + 1;
     return n > (1 << 22) ? 1 << 22 : (int)n;
 }
 
