@@ -23,39 +23,15 @@
 
 #include "common/util.h"
 #include "engine/engine.h"
+#include "greedy_vectors.h"
 #include "harness.h"
 #include "model/model.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tokenizer.h"
 
-#define NGEN 48
+#define NGEN HR_VEC_NGEN
 #define MAXV 8
 #define MAXC 4 /* concurrent requests in a "several" cell */
-
-typedef struct vec {
-    int32_t ptoks[64], ctoks[NGEN];
-    int np;
-} vec;
-
-static int load_vectors(const char *path, vec *v) {
-    FILE *f = path ? fopen(path, "r") : NULL;
-    if (!f) return 0;
-    char line[1 << 14];
-    int n = 0;
-    while (n < MAXV && fgets(line, sizeof line, f)) {
-        json_error_t je;
-        json_t *o = json_loads(line, 0, &je);
-        if (!o) continue;
-        json_t *pt = json_object_get(o, "prompt_tokens"), *ct = json_object_get(o, "completion_tokens");
-        v[n].np = (int)HR_MIN(json_array_size(pt), 64);
-        for (int i = 0; i < v[n].np; i++) v[n].ptoks[i] = (int32_t)json_integer_value(json_array_get(pt, i));
-        for (int i = 0; i < NGEN; i++) v[n].ctoks[i] = (int32_t)json_integer_value(json_array_get(ct, i));
-        json_decref(o);
-        n++;
-    }
-    fclose(f);
-    return n;
-}
 
 /* ---- the watchdog: a cell that makes no progress for WATCHDOG_S seconds fails the test at once ---- */
 
@@ -485,12 +461,12 @@ static void test_preempt_formats(const env *en) {
 
 /* ---- no progress possible: the engine fails the request instead of spinning --------------------- */
 
-/* A pool with exactly one tail buffer more than the running sequences is the least the engine accepts;
- * one less is refused at create with the reason. */
-static void test_stage_floor(const env *en) {
-    setup s = {.f = {HR_KV_Q4, HR_KV_Q4}, .block = 16, .n_blocks = 64, .max_seqs = 4, .max_batch = 512};
-    engine_rig r;
-    hr_error err = {0};
+/* A q4 pool of 64 blocks with exactly stage_blocks tail buffers, its forward context and an engine of
+ * max_running sequences, built by hand (the runtime sizes tail buffers itself: these cases test the
+ * engine's own checks). Returns the first failure, or what hr_engine_create answered. */
+static hr_status hand_rig(const env *en, int max_seqs, int stage_blocks, int max_running, engine_rig *r,
+                          hr_error *err) {
+    memset(r, 0, sizeof *r);
     const hr_hparams *hp = hr_model_hparams(en->m);
     hr_kv_config kc = {.n_layers = hp->n_layer,
                        .n_kv_heads = hp->n_head_kv,
@@ -498,23 +474,28 @@ static void test_stage_floor(const env *en) {
                        .block_size = 16,
                        .k_format = HR_KV_Q4,
                        .v_format = HR_KV_Q4,
-                       .max_seqs = 4,
-                       .stage_blocks = 4};
+                       .max_seqs = max_seqs,
+                       .stage_blocks = stage_blocks};
     kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * 64;
     hr_model_ctx_params mp = {
         .n_threads = 2, .max_batch_tokens = 512, .max_ctx = en->n_ctx, .force_isa = hr_test_isa()};
-    memset(&r, 0, sizeof r);
-    CHECK(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(en->m, r.kv, &mp, &r.ctx, &err) == HR_OK);
-    hr_engine_params ep = {.model = en->m, .ctx = r.ctx, .kv = r.kv, .n_ctx = en->n_ctx, .max_running = 4};
-    CHECK(hr_engine_create(&ep, &r.e, &err) == HR_ERR_INVALID_ARG);
+    hr_status st = hr_kv_pool_create(&kc, &r->kv, err);
+    if (st == HR_OK) st = hr_model_ctx_create(en->m, r->kv, &mp, &r->ctx, err);
+    if (st != HR_OK) return st;
+    hr_engine_params ep = {.model = en->m, .ctx = r->ctx, .kv = r->kv, .n_ctx = en->n_ctx, .max_running = max_running};
+    return hr_engine_create(&ep, &r->e, err);
+}
+
+/* A pool with exactly one tail buffer more than the running sequences is the least the engine accepts;
+ * one less is refused at create with the reason. */
+static void test_stage_floor(const env *en) {
+    engine_rig r;
+    hr_error err = {0};
+    CHECK(hand_rig(en, 4, 4, 4, &r, &err) == HR_ERR_INVALID_ARG);
     CHECKF(strstr(err.msg, "tail buffers") != NULL, "%s", err.msg);
     rig_close(&r);
     /* five buffers for four sequences: a long prompt goes through a block at a time, and all finish */
-    kc.stage_blocks = 5;
-    memset(&r, 0, sizeof r);
-    CHECK(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(en->m, r.kv, &mp, &r.ctx, &err) == HR_OK);
-    ep.ctx = r.ctx, ep.kv = r.kv;
-    CHECK(hr_engine_create(&ep, &r.e, &err) == HR_OK);
+    CHECK(hand_rig(en, 4, 5, 4, &r, &err) == HR_OK);
     job q[4];
     static int32_t buf[4][600];
     for (int i = 0; i < 4; i++) {
@@ -532,7 +513,6 @@ static void test_stage_floor(const env *en) {
     }
     CHECK(rig_clean(&r));
     rig_close(&r);
-    (void)s;
 }
 
 /* A request whose claim cannot be placed although submit accepted it (a contiguous slot asks for the
@@ -565,22 +545,7 @@ static void test_no_progress(const env *en) {
 
     /* Forced: every tail buffer of a q4 pool is held by a sequence outside the engine, so no block
      * can be written. The request must fail within two steps, with the reason, not spin. */
-    const hr_hparams *hp = hr_model_hparams(en->m);
-    hr_kv_config kc = {.n_layers = hp->n_layer,
-                       .n_kv_heads = hp->n_head_kv,
-                       .head_dim = hp->head_dim,
-                       .block_size = 16,
-                       .k_format = HR_KV_Q4,
-                       .v_format = HR_KV_Q4,
-                       .max_seqs = 2,
-                       .stage_blocks = 2};
-    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * 64;
-    hr_model_ctx_params mp = {
-        .n_threads = 2, .max_batch_tokens = 512, .max_ctx = en->n_ctx, .force_isa = hr_test_isa()};
-    memset(&r, 0, sizeof r);
-    CHECK(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(en->m, r.kv, &mp, &r.ctx, &err) == HR_OK);
-    hr_engine_params ep = {.model = en->m, .ctx = r.ctx, .kv = r.kv, .n_ctx = en->n_ctx, .max_running = 1};
-    CHECK(hr_engine_create(&ep, &r.e, &err) == HR_OK);
+    CHECK(hand_rig(en, 2, 2, 1, &r, &err) == HR_OK);
     hr_kv_seq hog;
     CHECK(hr_kv_seq_create(r.kv, &hog, &err) == HR_OK);
     CHECK(hr_kv_seq_reserve(r.kv, hog, 2 * 16, &err) == HR_OK); /* takes both tail buffers */
@@ -626,7 +591,7 @@ int main(void) {
         return 1;
     }
     static vec v[MAXV];
-    int nv = load_vectors(vpath, v);
+    int nv = load_vectors(vpath, v, MAXV);
     size_t n_text = 0;
     char *text = hr_test_slurp(cpath, &n_text);
     int32_t *corpus = NULL;

@@ -7,35 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "greedy_vectors.h"
 #include "test_engine_rig.h"
 
 #define MAXV 16
-#define NGEN 48
-
-typedef struct vec {
-    int32_t ptoks[64], ctoks[NGEN];
-    int np;
-} vec;
-
-static int load_vectors(const char *path, vec *v) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[1 << 14];
-    int n = 0;
-    while (n < MAXV && fgets(line, sizeof line, f)) {
-        json_error_t je;
-        json_t *o = json_loads(line, 0, &je);
-        if (!o) continue;
-        json_t *pt = json_object_get(o, "prompt_tokens"), *ct = json_object_get(o, "completion_tokens");
-        v[n].np = (int)HR_MIN(json_array_size(pt), 64);
-        for (int i = 0; i < v[n].np; i++) v[n].ptoks[i] = (int32_t)json_integer_value(json_array_get(pt, i));
-        for (int i = 0; i < NGEN; i++) v[n].ctoks[i] = (int32_t)json_integer_value(json_array_get(ct, i));
-        json_decref(o);
-        n++;
-    }
-    fclose(f);
-    return n;
-}
+#define NGEN HR_VEC_NGEN
 
 /* Runs n requests (request i uses vector i % nv) and returns how many differ from the reference. */
 static int run_case(const hr_model *m, const vec *v, int nv, int n, const rig_opts *o, hr_engine_stats *st) {
@@ -94,7 +70,7 @@ int main(void) {
     const char *mpath = hr_test_shared_path("models/stories260K.gguf");
     if (!vpath || !mpath) HR_SKIP("../shared (stories260K model and vectors) is absent");
     vec v[MAXV];
-    int nv = load_vectors(vpath, v);
+    int nv = load_vectors(vpath, v, MAXV);
     CHECK(nv >= 8);
     hr_error err = {0};
     hr_model *m = NULL;

@@ -45,34 +45,6 @@ static void usage(FILE *f) {
                "\n" HR_EXIT_HELP);
 }
 
-/* The runtime's parameters from the shared options (the same mapping `run` makes). */
-static hr_runtime_params runtime_params(const hr_session_opts *o, int kv_seqs) {
-    hr_runtime_params p = hr_runtime_default_params();
-    p.model_path = o->model_path;
-    p.mmap_weights = o->mmap_weights;
-    p.n_ctx = o->n_ctx;
-    p.ctx_extend = o->ctx_extend;
-    p.kv_budget = o->kv_budget;
-    p.kv_seqs = kv_seqs;
-    p.k_format = o->k_format;
-    p.v_format = o->v_format;
-    p.block_size = o->block_size;
-    p.max_batch_tokens = o->n_batch;
-    p.prefill_chunk = o->prefill_chunk;
-    p.max_running = o->max_running;
-    p.max_queue = o->max_queue;
-    p.admission = o->admission;
-    p.preempt = o->preempt;
-    p.layout = o->layout;
-    p.swap_space = o->swap_space;
-    p.n_threads = o->n_threads;
-    p.isa = o->isa;
-    p.kv_policy = o->kv_policy;
-    p.chat_template = o->chat_template;
-    p.prefault = true;
-    return p;
-}
-
 static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     const hr_runtime_params *p = hr_runtime_get_params(rt);
     const hr_kv_budget *b = hr_runtime_budget(rt);
@@ -178,7 +150,7 @@ int hr_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "headroom serve: %s\n", err.msg);
         return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
     }
-    hr_runtime_params rp = runtime_params(&o, kv_seqs);
+    hr_runtime_params rp = hr_session_runtime_params(&o, kv_seqs);
     hr_runtime *rt = NULL;
     bool bad_option = false;
     st = hr_runtime_open(&rp, &rt, &bad_option, &err);

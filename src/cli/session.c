@@ -2,7 +2,6 @@
  * generation goes through the engine (src/engine), on this thread, one hr_engine_step at a time. */
 #include "cli/session.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,25 +15,17 @@ struct hr_session {
     char warning[1024]; /* startup warnings for the CLI to print, '\n'-separated ("" when none) */
 };
 
-/* Appends one line to the startup warnings (dropped when the buffer is full). */
-__attribute__((format(printf, 2, 3))) static void add_warning(hr_session *s, const char *fmt, ...) {
-    size_t n = strlen(s->warning);
-    if (n && n + 1 < sizeof s->warning) s->warning[n++] = '\n';
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->warning + n, sizeof s->warning - n, fmt, ap);
-    va_end(ap);
-}
-
 hr_session_opts hr_session_default_opts(void) {
+    hr_runtime_params d = hr_runtime_default_params(); /* the runtime's defaults, as flags */
     hr_session_opts o = {0};
-    o.k_format = o.v_format = HR_KV_F16;
-    o.block_size = 16;
-    o.n_batch = 512;
-    o.max_running = 64;
-    o.admission = HR_ADMIT_ADAPTIVE;
-    o.preempt = HR_PREEMPT_AUTO;
-    o.layout = HR_LAYOUT_PAGED;
+    o.k_format = d.k_format;
+    o.v_format = d.v_format;
+    o.block_size = d.block_size;
+    o.n_batch = d.max_batch_tokens;
+    o.max_running = d.max_running;
+    o.admission = d.admission;
+    o.preempt = d.preempt;
+    o.layout = d.layout;
     o.n_predict = 128;
     o.sampling = hr_sampler_default_params();
     o.sampling.temperature = 0.8f;
@@ -135,16 +126,14 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
     return true;
 }
 
-/* The runtime's parameters from the command's options. */
-static hr_runtime_params runtime_params(const hr_session_opts *o) {
+hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seqs) {
     hr_runtime_params p = hr_runtime_default_params();
     p.model_path = o->model_path;
     p.mmap_weights = o->mmap_weights;
     p.n_ctx = o->n_ctx;
     p.ctx_extend = o->ctx_extend;
     p.kv_budget = o->kv_budget;
-    /* the default budget holds one context per prompt that can run at once */
-    p.kv_seqs = HR_MAX(1, HR_MIN(o->n_prompts_hint, o->max_running));
+    p.kv_seqs = kv_seqs;
     p.k_format = o->k_format;
     p.v_format = o->v_format;
     p.block_size = o->block_size;
@@ -174,13 +163,15 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_
     hr_session *s = calloc(1, sizeof *s);
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     s->o = *o;
-    hr_runtime_params p = runtime_params(o);
+    /* the default budget holds one context per prompt that can run at once */
+    hr_runtime_params p = hr_session_runtime_params(o, HR_MAX(1, HR_MIN(o->n_prompts_hint, o->max_running)));
     if ((st = hr_runtime_open(&p, &s->rt, bad_option, err))) {
         free(s);
         return st;
     }
-    if (o->chat && hr_runtime_chat_warning(s->rt)[0]) add_warning(s, "%s", hr_runtime_chat_warning(s->rt));
-    if (hr_runtime_warnings(s->rt)[0]) add_warning(s, "%s", hr_runtime_warnings(s->rt));
+    /* the runtime's warnings, after the chat template's in chat mode (one per line) */
+    const char *chat = o->chat ? hr_runtime_chat_warning(s->rt) : "", *rtw = hr_runtime_warnings(s->rt);
+    snprintf(s->warning, sizeof s->warning, "%s%s%s", chat, chat[0] && rtw[0] ? "\n" : "", rtw);
     *out = s;
     return HR_OK;
 }

@@ -36,7 +36,7 @@ typedef struct hr_session_opts {
     hr_preempt_mode preempt;
     hr_kv_layout layout;
     uint64_t swap_space; /* bytes of the swap tier (an anonymous temp file); 0: none (--preempt swap: = kv budget) */
-    int n_threads; /* 0: all cores; the parser caps it at the online cores with a warning */
+    int n_threads;       /* 0: all cores; the parser caps it at the online cores with a warning */
     const char *isa;
     hr_sampler_params sampling;
     int n_predict;
@@ -58,6 +58,10 @@ hr_session_opts hr_session_default_opts(void);
 /* Parses the flags shared by run and eval at argv[*i]. Returns false when argv[*i] is not one of them.
  * When it is: on success *value is non-NULL, on a bad value it prints one line and sets *value NULL. */
 bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char **argv, int *i, const char **value);
+
+/* The runtime's parameters from the shared options (run and serve map them the same way); kv_seqs:
+ * the sequences of --ctx the default budget holds. */
+hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seqs);
 
 typedef struct hr_session hr_session;
 
@@ -101,9 +105,9 @@ typedef struct hr_generation {
 } hr_generation;
 
 /* Runs every prompt concurrently through the engine until all are final; g[i] receives prompt i's
- * result; prompt i samples with hr_prompt_seed(--seed, i). With one prompt and out != NULL, its text streams to out as it is generated. Returns
- * non-OK only when the run as a whole cannot proceed; with a single prompt, also when that prompt
- * was refused or failed (err then holds its message). */
+ * result; prompt i samples with hr_prompt_seed(--seed, i). With one prompt and out != NULL, its text streams to out as
+ * it is generated. Returns non-OK only when the run as a whole cannot proceed; with a single prompt, also when that
+ * prompt was refused or failed (err then holds its message). */
 hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, int n, FILE *out, hr_generation *g,
                                    hr_error *err);
 /* One prompt (the single-prompt form of the above). */

@@ -6,7 +6,6 @@
 #include "runtime/runtime.h"
 
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
