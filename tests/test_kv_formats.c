@@ -36,18 +36,18 @@ static const double tol_max[HR_KV_FORMAT_COUNT] = {
 };
 static const double tol_mean[HR_KV_FORMAT_COUNT] = {
     /* measured f32 1.6e-7, f16 2.5e-4, bf16 1.5e-3, q8 5.4e-3, q4 0.028, fp8 0.020, kivi2 0.13, q4h 0.060 */
-    [HR_KV_F32] = 2.5e-7, [HR_KV_F16] = 4e-4,  [HR_KV_BF16] = 2.3e-3, [HR_KV_Q8] = 8e-3,
-    [HR_KV_Q4] = 0.042,   [HR_KV_FP8] = 0.03,  [HR_KV_KIVI2] = 0.2,   [HR_KV_Q4H] = 0.09,
+    [HR_KV_F32] = 2.5e-7, [HR_KV_F16] = 4e-4, [HR_KV_BF16] = 2.3e-3, [HR_KV_Q8] = 8e-3,
+    [HR_KV_Q4] = 0.042,   [HR_KV_FP8] = 0.03, [HR_KV_KIVI2] = 0.2,   [HR_KV_Q4H] = 0.09,
 };
 static const double tol_bias[HR_KV_FORMAT_COUNT] = {
     /* measured f32 6.1e-9, f16 2.3e-5, bf16 2.4e-4, q8 3.4e-4, q4 4.6e-3, fp8 3.8e-3, kivi2 0.050, q4h 0.012 */
-    [HR_KV_F32] = 1e-8, [HR_KV_F16] = 4e-5,  [HR_KV_BF16] = 4e-4, [HR_KV_Q8] = 6e-4,
-    [HR_KV_Q4] = 7e-3,  [HR_KV_FP8] = 6e-3,  [HR_KV_KIVI2] = 0.075, [HR_KV_Q4H] = 0.018,
+    [HR_KV_F32] = 1e-8, [HR_KV_F16] = 4e-5, [HR_KV_BF16] = 4e-4,   [HR_KV_Q8] = 6e-4,
+    [HR_KV_Q4] = 7e-3,  [HR_KV_FP8] = 6e-3, [HR_KV_KIVI2] = 0.075, [HR_KV_Q4H] = 0.018,
 };
 static const double tol_rms[HR_KV_FORMAT_COUNT] = {
     /* measured f32 2.2e-7, f16 3.9e-4, bf16 2.4e-3, q8 9.0e-3, q4 0.041, fp8 0.033, kivi2 0.17, q4h 0.096 */
-    [HR_KV_F32] = 4e-7, [HR_KV_F16] = 6e-4,  [HR_KV_BF16] = 3.6e-3, [HR_KV_Q8] = 0.0135,
-    [HR_KV_Q4] = 0.062, [HR_KV_FP8] = 0.05,  [HR_KV_KIVI2] = 0.25,  [HR_KV_Q4H] = 0.14,
+    [HR_KV_F32] = 4e-7, [HR_KV_F16] = 6e-4, [HR_KV_BF16] = 3.6e-3, [HR_KV_Q8] = 0.0135,
+    [HR_KV_Q4] = 0.062, [HR_KV_FP8] = 0.05, [HR_KV_KIVI2] = 0.25,  [HR_KV_Q4H] = 0.14,
 };
 
 static float Kd[NMAX][HKV][DMAX], Vd[NMAX][HKV][DMAX];
@@ -560,7 +560,8 @@ static void test_element_error(hr_rng *rng) {
         for (int role = 0; role < 2; role++)
             for (int di = 0; di < 4; di++)
                 for (int s = 0; s < 2; s++)
-                    for (int isa = 0; isa < (avx2 ? 2 : 1); isa++) el_case((hr_kv_format)f, role, dims[di], s, isa, rng);
+                    for (int isa = 0; isa < (avx2 ? 2 : 1); isa++)
+                        el_case((hr_kv_format)f, role, dims[di], s, isa, rng);
     printf("element error, worst over shapes, data and ISAs (|bias| |shift| rms step):\n");
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++)
         for (int role = 0; role < 2; role++)

@@ -553,8 +553,14 @@ static void test_budget(void) {
 enum { LAZY_B = 16 };
 static void test_stage_lazy(hr_kv_format f) {
     const int B = LAZY_B;
-    hr_kv_config c = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .block_size = B, .k_format = f,
-                      .v_format = f, .max_seqs = 2, .max_step_tokens = 64};
+    hr_kv_config c = {.n_layers = 2,
+                      .n_kv_heads = 2,
+                      .head_dim = 32,
+                      .block_size = B,
+                      .k_format = f,
+                      .v_format = f,
+                      .max_seqs = 2,
+                      .max_step_tokens = 64};
     c.budget_bytes = hr_kv_fixed_bytes(&c) + 16 * hr_kv_block_bytes(&c);
     hr_kv_pool *p = NULL;
     hr_error err = {0};

@@ -39,16 +39,16 @@ typedef struct arm {
  * its KL bound is the tight one. q4h pays for head_dim 8 here: its Hadamard rotation spans only 8
  * channels, one group, so it spreads nothing and 4-bit per-token keys lose to q4's per-channel ones. */
 static const arm arms[] = {
-    {HR_KV_F16, HR_KV_F16, 0.995, 0.02, 3e-6},      /* 100.00%  -0.006%  1.41e-6 */
-    {HR_KV_BF16, HR_KV_BF16, 0.99, 0.03, 1.5e-4},   /*  99.48%  +0.012%  8.22e-5 */
-    {HR_KV_Q8, HR_KV_Q8, 0.975, 0.5, 2e-3},         /*  98.43%  +0.333%  1.33e-3 */
-    {HR_KV_Q4, HR_KV_Q4, 0.975, 0.7, 4.5e-3},       /*  98.43%  +0.458%  2.89e-3 */
-    {HR_KV_FP8, HR_KV_FP8, 0.95, 2.8, 0.011},       /*  96.06%  +1.852%  7.28e-3 */
-    {HR_KV_KIVI2, HR_KV_KIVI2, 0.85, 11.0, 0.13},   /*  86.35%  +7.654%  8.89e-2 */
-    {HR_KV_Q4H, HR_KV_Q4H, 0.77, 40.0, 0.3},        /*  78.22% +29.576%  2.23e-1 */
-    {HR_KV_F16, HR_KV_Q8, 0.995, 0.02, 1.2e-5},     /* 100.00%  -0.002%  6.57e-6 */
-    {HR_KV_Q8, HR_KV_F16, 0.985, 0.7, 2e-3},        /*  99.21%  +0.468%  1.33e-3 */
-    {HR_KV_Q4, HR_KV_F16, 0.975, 1.0, 4e-3},        /*  98.43%  +0.664%  2.73e-3 */
+    {HR_KV_F16, HR_KV_F16, 0.995, 0.02, 3e-6},    /* 100.00%  -0.006%  1.41e-6 */
+    {HR_KV_BF16, HR_KV_BF16, 0.99, 0.03, 1.5e-4}, /*  99.48%  +0.012%  8.22e-5 */
+    {HR_KV_Q8, HR_KV_Q8, 0.975, 0.5, 2e-3},       /*  98.43%  +0.333%  1.33e-3 */
+    {HR_KV_Q4, HR_KV_Q4, 0.975, 0.7, 4.5e-3},     /*  98.43%  +0.458%  2.89e-3 */
+    {HR_KV_FP8, HR_KV_FP8, 0.95, 2.8, 0.011},     /*  96.06%  +1.852%  7.28e-3 */
+    {HR_KV_KIVI2, HR_KV_KIVI2, 0.85, 11.0, 0.13}, /*  86.35%  +7.654%  8.89e-2 */
+    {HR_KV_Q4H, HR_KV_Q4H, 0.77, 40.0, 0.3},      /*  78.22% +29.576%  2.23e-1 */
+    {HR_KV_F16, HR_KV_Q8, 0.995, 0.02, 1.2e-5},   /* 100.00%  -0.002%  6.57e-6 */
+    {HR_KV_Q8, HR_KV_F16, 0.985, 0.7, 2e-3},      /*  99.21%  +0.468%  1.33e-3 */
+    {HR_KV_Q4, HR_KV_F16, 0.975, 1.0, 4e-3},      /*  98.43%  +0.664%  2.73e-3 */
 };
 
 /* A pool sized for one chunk and a forward context over it. The pool gets its own f16 tail buffers

@@ -60,8 +60,8 @@ static void check_type(const hr_kernels *kern, const hr_kernels *scalar, hr_dtyp
     runner rs;
     runner_open(&rs, scalar, 2, k);
     hr_matmul(rs.mm, W, wt, N_ROWS, k, X, T_BATCH, Yb3);
-    CHECKF(!memcmp(Yb, Yb3, sizeof(float) * T_BATCH * N_ROWS), "%s/%s k=%lld: the batch differs from the scalar table's",
-           kern->isa, info->name, (long long)k);
+    CHECKF(!memcmp(Yb, Yb3, sizeof(float) * T_BATCH * N_ROWS),
+           "%s/%s k=%lld: the batch differs from the scalar table's", kern->isa, info->name, (long long)k);
     runner_close(&rs);
 
     /* the first T tokens as a batch of their own, against the first n rows only */

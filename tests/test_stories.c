@@ -72,7 +72,8 @@ static int run_model(const char *model_path, vec *v, int n, bool together, bool 
     kc.budget_bytes = hr_kv_block_bytes(&kc) * 8 * MAXP;
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;
-    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 64 * MAXP, .max_ctx = hp->n_ctx_train, .force_isa = g_isa};
+    hr_model_ctx_params mp = {
+        .n_threads = 2, .max_batch_tokens = 64 * MAXP, .max_ctx = hp->n_ctx_train, .force_isa = g_isa};
     if (hr_kv_pool_create(&kc, &kv, &err) || hr_model_ctx_create(m, kv, &mp, &ctx, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         exit(1);

@@ -12,8 +12,8 @@ enum {
 };
 
 /* The exit-code paragraph every --help ends with. */
-#define HR_EXIT_HELP                                                                                               \
-    "exit status: 0 success; 1 the run failed (a file, memory, a prompt); 2 a usage error (fix the flag\n"         \
+#define HR_EXIT_HELP                                                                                                   \
+    "exit status: 0 success; 1 the run failed (a file, memory, a prompt); 2 a usage error (fix the flag\n"             \
     "the message names)\n"
 
 int hr_cmd_run(int argc, char **argv);

@@ -41,9 +41,14 @@ int hr_cmd_version(int argc, char **argv) {
     const struct {
         const char *name;
         bool on;
-    } feats[] = {{"avx2", f.avx2},         {"fma", f.fma},           {"f16c", f.f16c},
-                 {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
-                 {"avx512vnni", f.avx512vnni}, {"avxvnni", f.avxvnni}};
+    } feats[] = {{"avx2", f.avx2},
+                 {"fma", f.fma},
+                 {"f16c", f.f16c},
+                 {"avx512f", f.avx512f},
+                 {"avx512bw", f.avx512bw},
+                 {"avx512vl", f.avx512vl},
+                 {"avx512vnni", f.avx512vnni},
+                 {"avxvnni", f.avxvnni}};
     char list[256] = "";
     size_t n = 0;
     for (size_t i = 0; i < sizeof feats / sizeof feats[0] && n < sizeof list; i++)

@@ -163,8 +163,8 @@ int hr_kernels_describe(const hr_kernels *k, char *buf, size_t n) {
         const hr_type_kernels *tk = &k->type[order[i]];
         if (!tk->isa) continue;
         const size_t off = (size_t)len < n ? (size_t)len : n;
-        const int w = snprintf(buf + off, n - off, "%s%s %s", len ? ", " : "", hr_dtype_get_info(order[i])->name,
-                               tk->isa);
+        const int w =
+            snprintf(buf + off, n - off, "%s%s %s", len ? ", " : "", hr_dtype_get_info(order[i])->name, tk->isa);
         if (w < 0) return w;
         len += w;
     }

@@ -51,6 +51,6 @@ void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k) {
     }
 }
 
-#define HR_Q_VNNI 0
+#define HR_Q_VNNI    0
 #define HR_QFN(name) hr_avx2_##name
 #include "tensor/kernels_q8_0_tile.h"

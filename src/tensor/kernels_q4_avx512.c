@@ -1,6 +1,6 @@
 /* kernels_q4_avx512.c: the q4_0 dot and batch tile with AVX-512 VNNI (vpdpbusd on 256-bit
  * registers, EVEX: AVX512_VNNI + AVX512VL) for the exact integer block sums; everything else, and so
  * every result bit, as the AVX2 build of kernels_q4_0_tile.h. Reached only when the CPU has them. */
-#define HR_Q_VNNI 1
+#define HR_Q_VNNI    1
 #define HR_QFN(name) hr_avx512_##name
 #include "tensor/kernels_q4_0_tile.h"

@@ -91,9 +91,9 @@ static inline __attribute__((always_inline)) wblk load_wblk(const char *row, int
 /* The per-pair step every shape runs, block pair after block pair. */
 static inline __attribute__((always_inline)) __m256 step(__m256 acc, const wblk *x, const ablk *y) {
 #if HR_Q_VNNI /* each int32 lane: the sum of its 4 byte products, as madd(maddubs()) gives it */
-    const __m256i s = _mm256_dpbusd_epi32(
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), x->alo, _mm256_sign_epi8(y->lo, x->lo)), x->ahi,
-        _mm256_sign_epi8(y->hi, x->hi));
+    const __m256i s =
+        _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), x->alo, _mm256_sign_epi8(y->lo, x->lo)), x->ahi,
+                            _mm256_sign_epi8(y->hi, x->hi));
 #else
     const __m256i one = _mm256_set1_epi16(1);
     const __m256i s =

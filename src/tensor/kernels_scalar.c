@@ -73,7 +73,8 @@ static float q_pair_dots(int64_t nb, const void *w, const hr_block_q8_0 *y, bool
                 } else {
                     const int g = ((l >> 1) & 1) + 4 * (l >> 2);
                     const int8_t *q = x8[ib].qs;
-                    for (int j = 0; j < 4; j++) s += q[4 * g + j] * yq[4 * g + j] + q[4 * g + 8 + j] * yq[4 * g + 8 + j];
+                    for (int j = 0; j < 4; j++)
+                        s += q[4 * g + j] * yq[4 * g + j] + q[4 * g + 8 + j] * yq[4 * g + 8 + j];
                     d = hr_f16_to_f32(x8[ib].d) * hr_f16_to_f32(y[ib].d);
                 }
             }

@@ -38,20 +38,20 @@
  *   row(...)       the row kernel (the contract above; C is a compile-time 8, 4, 3 or 2 after inlining)
  *   one_token(k, w, ws, nr, a, y)   the nt == 1 path (decode) */
 #define HR_TILE_DRIVER(...) HR_TILE_DRIVER_(__VA_ARGS__) /* expands a macro-made name before pasting */
-#define HR_TILE_DRIVER_(name, act_t, acc_t, acc_per_token, units, kp, kp_stream, max_rows, chunk_bytes, pack, row,    \
+#define HR_TILE_DRIVER_(name, act_t, acc_t, acc_per_token, units, kp, kp_stream, max_rows, chunk_bytes, pack, row,     \
                         one_token)                                                                                     \
-    static _Thread_local act_t name##_ap[(kp_stream) * HR_TILE_TC];                                                   \
-    static _Thread_local acc_t name##_acc[(max_rows) * (acc_per_token) * HR_TILE_TC];                                 \
+    static _Thread_local act_t name##_ap[(kp_stream)*HR_TILE_TC];                                                      \
+    static _Thread_local acc_t name##_acc[(max_rows) * (acc_per_token)*HR_TILE_TC];                                    \
     static inline __attribute__((always_inline)) void name##_group(const int C, int64_t k, int64_t nu, const char *wr, \
-                                                                    size_t ws, int n, const char *at, size_t as,       \
-                                                                    float *yt, size_t ys, bool stream) {               \
+                                                                   size_t ws, int n, const char *at, size_t as,        \
+                                                                   float *yt, size_t ys, bool stream) {                \
         const int64_t step = stream ? (kp_stream) : (kp);                                                              \
         for (int64_t u0 = 0; u0 < nu; u0 += step) {                                                                    \
             const int64_t u1 = u0 + step < nu ? u0 + step : nu;                                                        \
             for (int64_t u = u0; u < u1; u++)                                                                          \
-                for (int t = 0; t < C; t++) name##_ap[(u - u0) * C + t] = pack(at + (size_t)t * as, u, k);            \
+                for (int t = 0; t < C; t++) name##_ap[(u - u0) * C + t] = pack(at + (size_t)t * as, u, k);             \
             for (int r = 0; r < n; r++)                                                                                \
-                row(C, u0, u1, k, wr + (size_t)r * ws, name##_ap, name##_acc + r * (acc_per_token) * HR_TILE_TC,      \
+                row(C, u0, u1, k, wr + (size_t)r * ws, name##_ap, name##_acc + r * (acc_per_token)*HR_TILE_TC,         \
                     u0 == 0, u1 == nu, yt + r, ys);                                                                    \
         }                                                                                                              \
     }                                                                                                                  \
