@@ -196,6 +196,8 @@ const char *hr_kv_policy_str(const hr_kv_policy *pol, char *buf, size_t cap);
  * larger than the snapkv window), and, where the model has a sliding window, no h2o/snapkv and no
  * window larger than the model's. HR_ERR_INVALID_ARG with a message naming what is valid. */
 hr_status hr_kv_policy_check(const hr_kv_pool *pool, const hr_kv_policy *pol, hr_error *err);
+/* "full", "window", "sinks", "h2o", "snapkv"; "?" for other values. */
+const char *hr_kv_policy_kind_name(hr_kv_policy_kind kind);
 /* Positions a policy keeps resident at most (window: W, sinks: S + W), 0 when it does not bound them.
  * A sequence with a bounded policy may run past the context; its claim on the pool is bounded. */
 int hr_kv_policy_span(const hr_kv_policy *pol);

@@ -365,6 +365,11 @@ void kv_policy_ledger(const hr_kv_pool *p, const kv_seq *s, hr_kv_seq_ledger *l)
     l->tokens_kept_max = kept_max;
 }
 
+const char *hr_kv_policy_kind_name(hr_kv_policy_kind kind) {
+    const kv_policy_ops *ops = kv_policy_ops_of(kind);
+    return ops ? ops->name : "?";
+}
+
 int hr_kv_policy_span(const hr_kv_policy *pol) {
     switch (pol->kind) {
     case HR_KV_POLICY_WINDOW: return pol->window;

@@ -432,16 +432,6 @@ void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r) {
     free(r);
 }
 
-static const char *policy_kind_name(hr_kv_policy_kind k) {
-    switch (k) {
-    case HR_KV_POLICY_WINDOW: return "window";
-    case HR_KV_POLICY_SINKS: return "sinks";
-    case HR_KV_POLICY_H2O: return "h2o";
-    case HR_KV_POLICY_SNAPKV: return "snapkv";
-    default: return "full";
-    }
-}
-
 void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     memset(out, 0, sizeof *out);
     hr_request_get_stats(r->h, &out->stats);
@@ -474,7 +464,7 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     k->preempt_recomputes = s->n_preempt_recompute;
     k->swapped_bytes = s->swapped_bytes;
     k->queued_seconds = s->t_admit > 0 ? s->t_admit - s->t_submit : 0;
-    k->policy = policy_kind_name(s->kv.policy.kind);
+    k->policy = hr_kv_policy_kind_name(s->kv.policy.kind);
 }
 
 /* ---- the whole picture ------------------------------------------------------------------------- */
