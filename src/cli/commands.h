@@ -22,5 +22,8 @@ int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_eval(int argc, char **argv);
 int hr_cmd_serve(int argc, char **argv);
 int hr_cmd_version(int argc, char **argv);
+int hr_cmd_top(int argc, char **argv);
+int hr_cmd_bench(int argc, char **argv);
+int hr_cmd_plan(int argc, char **argv);
 
 #endif

@@ -19,6 +19,9 @@ static void usage(FILE *f) {
                "  tokenize  print a prompt's token ids and pieces\n"
                "  eval      perplexity and agreement of KV formats on a text file\n"
                "  serve     an OpenAI-compatible HTTP server (completions, chat, KV accounting, metrics)\n"
+               "  top       a live terminal view of a server's KV cache and requests\n"
+               "  bench     replay a traffic pattern against an OpenAI-compatible server and report\n"
+               "  plan      the memory budget for a model and device, and a configuration for a traffic\n"
                "  version   the version and the kernels this CPU selects (also --version)\n\n"
                "`headroom <command> --help` describes each command's options.\n" HR_EXIT_HELP);
 }
@@ -78,6 +81,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return hr_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return hr_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return hr_cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "top")) return hr_cmd_top(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return hr_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return hr_cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "headroom: unknown command '%s' (see headroom --help)\n", cmd);
     return HR_EXIT_USAGE;
 }
