@@ -101,6 +101,7 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     e->swap_ok = p.swap != NULL && p.preempt != HR_PREEMPT_RECOMPUTE;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_init(&e->ev_mu, NULL);
     atomic_init(&e->n_queued, 0);
     atomic_init(&e->running_thread, 0);
     size_t T = (size_t)p.max_batch_tokens;
@@ -161,6 +162,7 @@ void hr_engine_destroy(hr_engine *e) {
     free(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->ev_mu);
     free(e);
 }
 
@@ -251,6 +253,7 @@ hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request 
                             e->p.max_queue, s);
     }
     r->arrival = e->next_arrival++;
+    r->stats.id = r->arrival + 1; /* r is not visible to any other thread yet */
     if (list_insert(&e->inbox, r) != HR_OK) {
         pthread_mutex_unlock(&e->mu);
         atomic_store(&r->refs, 1);

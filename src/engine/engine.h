@@ -187,6 +187,9 @@ typedef struct hr_request_stats {
                             release or swap-out (bytes_peak over its whole life) */
     double t_submit, t_admit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached
                                                           (t_admit: the first admission) */
+    uint64_t id;    /* the engine's number for it (1, 2, ... in submission order; events name it) */
+    int n_computed; /* tokens whose K/V are in the cache (below prompt + output: prefill or recompute) */
+    bool swapped;   /* its KV is in the swap tier now */
 } hr_request_stats;
 
 void hr_request_get_stats(hr_request *r, hr_request_stats *out);
@@ -242,6 +245,32 @@ typedef struct hr_engine_stats {
     bool swap_available;
     int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
 } hr_engine_stats;
+
+/* ---- events ------------------------------------------------------------------------------------ */
+
+/* What the scheduler did to a request's KV, kept in a bounded ring the engine owns (the newest
+ * HR_ENGINE_EVENTS), for dashboards: recorded when it happens, read only when someone asks. */
+typedef enum hr_engine_event_kind {
+    HR_EVENT_PREEMPT_RECOMPUTE = 0, /* blocks released; it re-prefills later */
+    HR_EVENT_PREEMPT_SWAP = 1,      /* blocks moved to the swap tier */
+    HR_EVENT_EVICT = 2,             /* its policy evicted tokens (coalesced: one event per request per 0.5 s) */
+} hr_engine_event_kind;
+
+#define HR_ENGINE_EVENTS 1024
+
+typedef struct hr_engine_event {
+    uint64_t seq; /* 1, 2, ... in the order they happened */
+    double t;     /* hr_time_now() seconds */
+    hr_engine_event_kind kind;
+    uint64_t request; /* hr_request_stats.id */
+    int tokens;       /* preemption: tokens it had computed; eviction: tokens evicted since its last event */
+    uint64_t bytes;   /* preemption: KV bytes it held (released or swapped out); eviction: 0 */
+} hr_engine_event;
+
+const char *hr_engine_event_kind_name(hr_engine_event_kind k); /* "preempt_recompute", "preempt_swap", "evict" */
+/* Copies the events with seq > after, oldest first; when more than cap are there, the newest cap of
+ * them. Returns how many. Any thread. */
+int hr_engine_events(hr_engine *e, uint64_t after, hr_engine_event *out, int cap);
 
 /* Seconds a client refused with HR_ERR_FULL should wait: the queue drains at the measured
  * completion rate (1..60). Any thread. */

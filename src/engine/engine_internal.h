@@ -51,6 +51,8 @@ struct hr_request {
     int32_t *top_id; /* [max_tokens][n_top] */
     float *top_lp;   /* [max_tokens][n_top] */
     int n_top;
+    int evict_pending;    /* evicted tokens not yet reported as an event */
+    double t_evict_event; /* when its last eviction event was recorded */
 
     /* channel (r->mu) */
     pthread_mutex_t mu;
@@ -102,6 +104,11 @@ struct hr_engine {
     int predicted;           /* p-th percentile of obs, 0 until enough observations */
     double swap_bytes_per_s; /* measured swap bandwidth (EMA), 0 until the first swap */
 
+    /* events (ev_mu): a ring of the newest HR_ENGINE_EVENTS; ev_next is the newest seq (0: none yet) */
+    pthread_mutex_t ev_mu;
+    hr_engine_event ev[HR_ENGINE_EVENTS];
+    uint64_t ev_next;
+
     /* per-step buffers, sized at create */
     int32_t *b_tokens, *b_pos;
     hr_kv_seq *b_seq;
@@ -118,6 +125,12 @@ bool req_push_token(hr_request *r, const hr_tokenizer *tok, int32_t token);
 /* Makes the request final: flushes text, records the finish, wakes waiters. Engine thread. */
 void req_finish(hr_request *r, const hr_tokenizer *tok, hr_request_state state, hr_finish_reason why, hr_status code,
                 const char *msg);
+
+/* ---- events.c ---- */
+/* Records one event (engine thread). */
+void ev_push(hr_engine *e, hr_engine_event_kind kind, uint64_t request, int tokens, uint64_t bytes);
+/* Reports r's evictions not yet recorded when `force` or half a second passed since its last report. */
+void ev_flush_evictions(hr_engine *e, hr_request *r, bool force);
 
 /* ---- list helpers (request.c) ---- */
 bool req_before(const hr_request *a, const hr_request *b);

@@ -59,15 +59,23 @@ void sched_snapshot_ledger(hr_engine *e, hr_request *r) {
     pthread_mutex_lock(&r->mu);
     uint64_t peak = HR_MAX(r->stats.kv.bytes_peak, l.bytes_peak);
     int hits = r->stats.kv.prefix_hit_tokens;
+    int evicted = l.tokens_evicted - r->stats.kv.tokens_evicted; /* < 0 on a fresh sequence */
     r->stats.kv = l;
     r->stats.kv.bytes_peak = peak;
     r->stats.kv.prefix_hit_tokens = hits;
+    r->stats.n_computed = r->n_computed;
+    r->stats.swapped = r->swapped;
     pthread_mutex_unlock(&r->mu);
+    if (evicted > 0) {
+        r->evict_pending += evicted;
+        ev_flush_evictions(e, r, false);
+    }
 }
 
 void sched_release_seq(hr_engine *e, hr_request *r) {
     if (r->seq < 0) return;
     sched_snapshot_ledger(e, r);
+    ev_flush_evictions(e, r, true);
     hr_kv_seq_free(e->p.kv, r->seq); /* full blocks go to the prefix cache */
     r->seq = -1;
     r->n_computed = 0;
@@ -125,6 +133,7 @@ static void preempt(hr_engine *e, hr_request *v) {
     if (i >= 0) list_remove_at(&e->running, i);
     e->budget_left += v->n_sched;
     v->n_sched = 0;
+    int computed = v->n_computed;
     bool recompute = !try_swap_out(e, v);
     if (recompute) {
         sched_release_seq(e, v);
@@ -135,7 +144,13 @@ static void preempt(hr_engine *e, hr_request *v) {
     v->stats.state = HR_REQ_PREEMPTED;
     v->stats.n_preemptions++;
     if (recompute) v->stats.n_preempt_recompute++;
+    v->stats.n_computed = v->n_computed;
+    v->stats.swapped = v->swapped;
+    uint64_t held = v->stats.kv.bytes_now; /* the snapshot taken just before the blocks left */
+    v->stats.kv.bytes_now = 0;             /* it holds no pool block until readmitted */
+    v->stats.kv.blocks_own = v->stats.kv.blocks_shared = 0;
     pthread_mutex_unlock(&v->mu);
+    ev_push(e, recompute ? HR_EVENT_PREEMPT_RECOMPUTE : HR_EVENT_PREEMPT_SWAP, v->stats.id, computed, held);
     e->st.preemptions++;
     e->preempted_this_step = true;
     atomic_fetch_add(&e->n_queued, 1);
@@ -335,6 +350,8 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     e->st.prefix_hit_tokens += (uint64_t)hits;
     pthread_mutex_lock(&r->mu);
     r->stats.state = HR_REQ_RUNNING;
+    r->stats.n_computed = r->n_computed;
+    r->stats.swapped = r->swapped;
     if (r->stats.t_admit == 0) r->stats.t_admit = hr_time_now();
     r->stats.prefix_hit_tokens += hits;
     r->stats.kv.prefix_hit_tokens += hits;
