@@ -1,11 +1,340 @@
-/* cmd_plan.c: `headroom plan`: the memory budget and a recommended configuration (not yet written). */
+/* cmd_plan.c: `headroom plan`: the whole-process memory budget of a model (GGUF or config.json) on a
+ * device, for a context x concurrency, at every KV format (src/plan; docs/PLAN.md). Prints a table, or
+ * JSON with --json. Exit 0 when the asked configuration fits, 1 when it does not (stderr says what
+ * would), 2 for a usage error. */
+#include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "common/util.h"
+#include "plan/plan.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: headroom plan -m FILE.gguf|config.json [--device NAME] [--ctx N] [--concurrency N] [options]\n\n"
+            "The memory a server needs before it starts: weights by tensor type (what gets loaded), KV bytes per\n"
+            "token (per layer kind; sliding-window layers capped at their window), the worst-case KV for context\n"
+            "x concurrency, activations and scratch at the batch-token budget, runtime overhead, the total\n"
+            "against the device's memory, and for every KV format the largest concurrency at the context and\n"
+            "the largest context at the concurrency that fit. The figures come from the function the runtime\n"
+            "sizes its pool with (docs/PLAN.md). A Hugging Face config.json (llama, mistral, qwen2) plans a model\n"
+            "without its weights.\n\n"
+            "  -m, --model FILE       a GGUF file or a config.json\n"
+            "      --weight-type T    config.json: the matrices' type (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K,\n"
+            "                         q6_K; default: its torch_dtype)\n"
+            "      --device NAME      %s (default host: MemAvailable, bandwidth measured in\n"
+            "                         about 0.2 s)\n"
+            "      --device-mem SIZE  the device's memory by hand (e.g. 24GiB); with --device, overrides it\n"
+            "      --device-bw GBPS   the device's memory bandwidth in GB/s (skips the measurement)\n"
+            "      --util F           fraction of the memory to plan for (default 0.9 on GPUs, 1 on host)\n"
+            "  -c, --ctx N            context per sequence (default: the model's, capped at 4096)\n"
+            "      --concurrency N    sequences of --ctx at once (default 1)\n"
+            "      --kv-type F        the KV format of the budget table (default f16; every format is listed)\n"
+            "      --kv-type-k F, --kv-type-v F  K and V formats apart\n"
+            "      --block-size N     KV block size in tokens (default 16)\n"
+            "  -b, --max-batch-tokens N  tokens per engine step: sizes activations and scratch (default 512)\n"
+            "      --max-running N    sequence slots (default max(concurrency, 64)): engine logits rows\n"
+            "  -t, --threads N        host threads (attention scratch per thread; default: every core)\n"
+            "      --json             one JSON object instead of the table\n\n"
+            "exit status: 0 the configuration fits; 1 it does not (stderr says the largest context or\n"
+            "concurrency that does), or the model file cannot be read or is not a model (a config.json missing\n"
+            "a field or of an unknown architecture: the message names it); 2 a usage error (a bad flag or value,\n"
+            "an unknown device: the message lists the known ones)\n",
+            hr_plan_device_names());
+}
+
+typedef struct plan_opts {
+    const char *model, *weight_type, *device;
+    uint64_t device_mem;
+    float device_bw, util;
+    bool json;
+    hr_plan_params p;
+} plan_opts;
+
+static bool parse(int argc, char **argv, plan_opts *o, bool *help) {
+    o->p.k_format = o->p.v_format = HR_KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        bool ok = true;
+        hr_error e;
+#define IS(x) (!strcmp(a, x))
+        if (IS("-h") || IS("--help")) {
+            *help = true;
+            return true;
+        } else if (IS("--json")) {
+            o->json = true;
+        } else if (IS("-m") || IS("--model")) {
+            ok = (o->model = hr_arg_value("plan", argc, argv, &i)) != NULL;
+        } else if (IS("--weight-type")) {
+            ok = (o->weight_type = hr_arg_value("plan", argc, argv, &i)) != NULL;
+            if (ok && hr_plan_weight_type_id(o->weight_type) < 0) {
+                fprintf(stderr,
+                        "headroom plan: unknown --weight-type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, "
+                        "q6_K)\n",
+                        o->weight_type);
+                ok = false;
+            }
+        } else if (IS("--device")) {
+            ok = (o->device = hr_arg_value("plan", argc, argv, &i)) != NULL;
+        } else if (IS("--device-mem")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_size("plan", a, v, &o->device_mem);
+        } else if (IS("--device-bw")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 0.001, 1e6, &o->device_bw);
+        } else if (IS("--util")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 0.01, 1, &o->util);
+        } else if (IS("-c") || IS("--ctx")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 24, &o->p.n_ctx);
+        } else if (IS("--concurrency")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.concurrency);
+        } else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
+            hr_kv_format f;
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) != NULL;
+            if (ok && hr_kv_format_parse(v, &f, &e) != HR_OK) {
+                fprintf(stderr, "headroom plan: %s: %s\n", a, e.msg);
+                ok = false;
+            }
+            if (ok && !IS("--kv-type-v")) o->p.k_format = f;
+            if (ok && !IS("--kv-type-k")) o->p.v_format = f;
+        } else if (IS("--block-size")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 4096, &o->p.block_size);
+        } else if (IS("-b") || IS("--max-batch-tokens")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) &&
+                 hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.max_batch_tokens);
+        } else if (IS("--max-running")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.max_running);
+        } else if (IS("-t") || IS("--threads")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 4096, &o->p.n_threads);
+        } else {
+            fprintf(stderr, "headroom plan: unknown option '%s' (see headroom plan --help)\n", a);
+            ok = false;
+        }
+#undef IS
+        if (!ok) return false;
+    }
+    if (!o->model) {
+        fprintf(stderr, "headroom plan: -m FILE.gguf|config.json is required (see headroom plan --help)\n");
+        return false;
+    }
+    return true;
+}
+
+static const char *sz(uint64_t b, char *buf) { return hr_format_size(b, buf, 32); }
+
+static void fmt_name(const hr_plan_format_row *r, char *buf, size_t n) {
+    if (r->k_format == r->v_format)
+        snprintf(buf, n, "%s", hr_kv_format_name(r->k_format));
+    else
+        snprintf(buf, n, "%s/%s", hr_kv_format_name(r->k_format), hr_kv_format_name(r->v_format));
+}
+
+static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_plan_device *d, const hr_plan *pl) {
+    const hr_hparams *hp = &m->hp;
+    const hr_plan_params *p = &pl->p;
+    const hr_plan_format_row *c = &pl->rows[pl->chosen];
+    char b1[32], b2[32], b3[32], fname[32];
+    printf("model: %s (%s, %s): %d layers, %d heads / %d KV heads, head_dim %d, hidden %d, ffn %d, vocab %d, "
+           "output %s%s\n",
+           hp->name[0] ? hp->name : o->model, hp->arch_name, m->from_config ? "config.json, no weights" : "GGUF",
+           hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_embd, hp->n_ff, hp->n_vocab,
+           hp->tied_output ? "tied to the embedding" : "untied", hp->sliding_window ? ", sliding window" : "");
+    printf("device: %s: %s x %.2f = %s usable; bandwidth %.0f GB/s%s; runtime reserved %s\n\n", d->name,
+           sz(d->mem_bytes, b1), d->util, sz(pl->usable_bytes, b2), d->bw_gbps, d->bw_measured ? " (measured)" : "",
+           sz(d->reserved_bytes, b3));
+
+    printf("weights (what gets loaded)        tensors      elements       bytes\n");
+    for (int i = 0; i < m->n_rows; i++)
+        printf("  %-30s %8d %13llu %11s\n", m->rows[i].type, m->rows[i].n_tensors,
+               (unsigned long long)m->rows[i].n_elements, sz(m->rows[i].bytes, b1));
+    printf("  %-30s %8s %13s %11s\n", m->from_config ? "file metadata (estimated)" : "file metadata (vocabulary...)",
+           "", "", sz(m->file_bytes - m->tensor_bytes, b1));
+    printf("  %-30s %8s %13s %11s\n", "norms copied to f32 at load", "", "", sz(m->resident_bytes - m->file_bytes, b1));
+    printf("  %-30s %8s %13s %11s\n\n", "resident", "", "", sz(m->resident_bytes, b1));
+
+    fmt_name(c, fname, sizeof fname);
+    printf("KV cache per token (%s, block %d)\n", fname, p->block_size);
+    printf("  full-attention layers   %3d x %s\n", pl->n_full_layers, sz(pl->layer_token_bytes, b1));
+    printf("  sliding-window layers   %3d x %s", pl->n_window_layers, sz(pl->layer_token_bytes, b1));
+    if (hp->sliding_window)
+        printf(" (capped at the window: %d tokens + one block)\n", hp->sliding_window);
+    else
+        printf("\n");
+    printf("  every layer             %s per token\n", sz(c->token_bytes, b1));
+    printf("  held per sequence       %d tokens (context %d)\n\n", pl->held_ctx, p->n_ctx);
+
+    const hr_kv_budget *n = &c->need;
+    printf("budget: context %d x concurrency %d, KV %s       bytes\n", p->n_ctx, p->concurrency, fname);
+    printf("  weights                                       %11s\n", sz(n->weight_bytes, b1));
+    printf("  KV cache (worst case: every sequence full)    %11s\n", sz(n->budget_bytes, b1));
+    printf("  activations and scratch (%5d batch tokens)  %11s\n", p->max_batch_tokens, sz(n->scratch_bytes, b1));
+    printf("  pool tables, requests, tokenizer              %11s\n", sz(n->meta_bytes, b1));
+    printf("  runtime overhead                              %11s\n", sz(n->base_bytes, b1));
+    printf("  total                                         %11s of %s usable: %s (%.1f%%)\n\n", sz(n->total_bytes, b1),
+           sz(pl->usable_bytes, b2), c->fits ? "fits" : "DOES NOT FIT",
+           100.0 * (double)n->total_bytes / (double)(pl->usable_bytes ? pl->usable_bytes : 1));
+
+    printf("every KV format   bytes/token   need (ctx x conc)  fits   max conc @ctx %-6d  max ctx @conc %-4d  "
+           "pool tokens\n",
+           p->n_ctx, p->concurrency);
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+        const hr_plan_format_row *r = &pl->rows[f];
+        fmt_name(r, fname, sizeof fname);
+        if (!r->usable) {
+            printf("  %-14s  (cannot hold this shape: head_dim %d, block %d)\n", fname, hp->head_dim, p->block_size);
+            continue;
+        }
+        char ctxs[32];
+        if (r->max_ctx == INT64_MAX)
+            snprintf(ctxs, sizeof ctxs, "any (window)");
+        else
+            snprintf(ctxs, sizeof ctxs, "%lld", (long long)r->max_ctx);
+        printf("  %-14s  %11s   %17s  %-5s  %20d  %18s  %11lld\n", fname, sz(r->token_bytes, b1),
+               sz(r->need.total_bytes, b2), r->fits ? "yes" : "no", r->max_concurrency, ctxs,
+               (long long)r->most.n_tokens);
+    }
+    if (pl->decode_tok_s > 0)
+        printf("\ndecode roofline (%s): a step reads the weights and every sequence's KV: %.2f ms, %.0f tokens/s "
+               "over %d sequences\n",
+               hr_kv_format_name(c->k_format), pl->step_s * 1e3, pl->decode_tok_s, p->concurrency);
+}
+
+static json_t *budget_json(const hr_kv_budget *b) {
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i}", "weight_bytes", (json_int_t)b->weight_bytes, "kv_bytes",
+                     (json_int_t)b->budget_bytes, "scratch_bytes", (json_int_t)b->scratch_bytes, "meta_bytes",
+                     (json_int_t)b->meta_bytes, "overhead_bytes", (json_int_t)b->base_bytes, "total_bytes",
+                     (json_int_t)b->total_bytes, "kv_tokens", (json_int_t)b->n_tokens, "kv_blocks",
+                     (json_int_t)b->n_blocks, "seqs_at_ctx", b->n_seqs_at_ctx);
+}
+
+static int print_json(const plan_opts *o, const hr_plan_model *m, const hr_plan_device *d, const hr_plan *pl) {
+    const hr_hparams *hp = &m->hp;
+    const hr_plan_params *p = &pl->p;
+    json_t *rows = json_array();
+    for (int i = 0; i < m->n_rows; i++)
+        json_array_append_new(rows, json_pack("{s:s,s:i,s:I,s:I}", "type", m->rows[i].type, "tensors",
+                                              m->rows[i].n_tensors, "elements", (json_int_t)m->rows[i].n_elements,
+                                              "bytes", (json_int_t)m->rows[i].bytes));
+    json_t *formats = json_array();
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+        const hr_plan_format_row *r = &pl->rows[f];
+        char fname[32];
+        fmt_name(r, fname, sizeof fname);
+        json_t *fo = json_pack("{s:s,s:b}", "format", fname, "usable", r->usable);
+        if (r->usable) {
+            json_object_set_new(fo, "token_bytes", json_integer((json_int_t)r->token_bytes));
+            json_object_set_new(fo, "fits", json_boolean(r->fits));
+            json_object_set_new(fo, "need", budget_json(&r->need));
+            json_object_set_new(fo, "most", budget_json(&r->most));
+            json_object_set_new(fo, "max_concurrency", json_integer(r->max_concurrency));
+            json_object_set_new(fo, "max_ctx", r->max_ctx == INT64_MAX ? json_null() : json_integer(r->max_ctx));
+        }
+        json_array_append_new(formats, fo);
+    }
+    const hr_plan_format_row *c = &pl->rows[pl->chosen];
+    char fname[32];
+    fmt_name(c, fname, sizeof fname);
+    json_t *root = json_pack(
+        "{s:{s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:i},"
+        "s:{s:s,s:b,s:I,s:f,s:I,s:f,s:b,s:I},"
+        "s:{s:i,s:i,s:i,s:i,s:i,s:i},"
+        "s:{s:o,s:I,s:I,s:I,s:s},"
+        "s:{s:s,s:I,s:I,s:i,s:i,s:i},"
+        "s:o,s:b,s:o,s:{s:f,s:f}}",
+        "model", "path", o->model, "arch", hp->arch_name, "source", m->from_config ? "config.json" : "gguf", "n_layer",
+        hp->n_layer, "n_head", hp->n_head, "n_head_kv", hp->n_head_kv, "head_dim", hp->head_dim, "n_embd", hp->n_embd,
+        "n_ff", hp->n_ff, "n_vocab", hp->n_vocab, "tied_output", hp->tied_output, "sliding_window", hp->sliding_window,
+        "device", "name", d->name, "gpu", d->gpu, "mem_bytes", (json_int_t)d->mem_bytes, "util", d->util,
+        "usable_bytes", (json_int_t)pl->usable_bytes, "bw_gbps", d->bw_gbps, "bw_measured", d->bw_measured,
+        "reserved_bytes", (json_int_t)d->reserved_bytes, "params", "ctx", p->n_ctx, "concurrency", p->concurrency,
+        "block_size", p->block_size, "max_batch_tokens", p->max_batch_tokens, "max_running", p->max_running, "threads",
+        p->n_threads, "weights", "rows", rows, "tensor_bytes", (json_int_t)m->tensor_bytes, "file_bytes",
+        (json_int_t)m->file_bytes, "resident_bytes", (json_int_t)m->resident_bytes, "weight_type", m->weight_type, "kv",
+        "format", fname, "token_bytes", (json_int_t)c->token_bytes, "layer_token_bytes",
+        (json_int_t)pl->layer_token_bytes, "full_layers", pl->n_full_layers, "window_layers", pl->n_window_layers,
+        "held_ctx", pl->held_ctx, "budget", budget_json(&c->need), "fits", c->fits, "formats", formats, "roofline",
+        "step_s", pl->step_s, "decode_tok_s", pl->decode_tok_s);
+    if (!root) {
+        fprintf(stderr, "headroom plan: out of memory building JSON\n");
+        return HR_EXIT_FAIL;
+    }
+    char *s = json_dumps(root, JSON_INDENT(2));
+    json_decref(root);
+    if (!s) return HR_EXIT_FAIL;
+    printf("%s\n", s);
+    free(s);
+    return HR_EXIT_OK;
+}
+
+static hr_status open_device(const plan_opts *o, hr_plan_device *d, hr_error *err) {
+    hr_status st;
+    if (o->device && strcasecmp(o->device, "host"))
+        st = hr_plan_device_by_name(o->device, d, err);
+    else
+        st = hr_plan_device_host(o->device_bw <= 0, d, err);
+    if (st) return st;
+    if (o->device_mem) {
+        d->mem_bytes = o->device_mem;
+        d->source = "--device-mem";
+        if (!o->device) snprintf(d->name, sizeof d->name, "by hand");
+    }
+    if (o->device_bw > 0) {
+        d->bw_gbps = o->device_bw;
+        d->bw_measured = false;
+    }
+    if (o->util > 0) d->util = o->util;
+    return HR_OK;
+}
 
 int hr_cmd_plan(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "headroom plan: not available in this build\n");
-    return HR_EXIT_FAIL;
+    plan_opts o = {0};
+    bool help = false;
+    if (!parse(argc, argv, &o, &help)) return HR_EXIT_USAGE;
+    if (help) {
+        usage(stdout);
+        return HR_EXIT_OK;
+    }
+    hr_error err = {0};
+    hr_plan_device dev;
+    hr_status st = open_device(&o, &dev, &err);
+    if (st) {
+        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        return st == HR_ERR_NOT_FOUND ? HR_EXIT_USAGE : HR_EXIT_FAIL;
+    }
+    hr_plan_model m;
+    if ((st = hr_plan_model_open(o.model, o.weight_type, &m, &err))) {
+        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
+    }
+    hr_plan *pl = calloc(1, sizeof *pl);
+    if (!pl) return HR_EXIT_FAIL;
+    if ((st = hr_plan_compute(&m, &dev, &o.p, pl, &err))) {
+        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        free(pl);
+        return HR_EXIT_USAGE;
+    }
+    int rc = o.json ? print_json(&o, &m, &dev, pl) : (print_table(&o, &m, &dev, pl), HR_EXIT_OK);
+    const hr_plan_format_row *c = &pl->rows[pl->chosen];
+    if (rc == HR_EXIT_OK && !c->fits) {
+        char b1[32], b2[32], fname[32];
+        fmt_name(c, fname, sizeof fname);
+        if (c->max_concurrency == 0)
+            fprintf(stderr,
+                    "headroom plan: %s usable cannot hold one sequence of context %d at %s (it needs %s): the "
+                    "largest context that fits is %lld; or pick a smaller KV format from the table\n",
+                    sz(pl->usable_bytes, b1), pl->p.n_ctx, fname, sz(c->need.total_bytes, b2),
+                    (long long)c->most.n_tokens);
+        else
+            fprintf(stderr,
+                    "headroom plan: %d sequences of context %d at %s need %s, over %s usable: %d fit at that "
+                    "context, or context %lld at concurrency %d\n",
+                    pl->p.concurrency, pl->p.n_ctx, fname, sz(c->need.total_bytes, b1), sz(pl->usable_bytes, b2),
+                    c->max_concurrency, (long long)c->max_ctx, pl->p.concurrency);
+        rc = HR_EXIT_FAIL;
+    }
+    free(pl);
+    return rc;
 }

@@ -114,6 +114,28 @@ fail:
     return st;
 }
 
+/* Mirrors the allocations above (xalloc rounds each to 64 bytes; the matmul context keeps one
+ * activation row per token as wide as the widest quantized or f16 input row; attention keeps a block-
+ * padded score row plus a head row per thread: kv/attention.c). Keep the two in step. */
+static uint64_t xbytes(uint64_t n_floats) { return (n_floats * sizeof(float) + 63) / 64 * 64; }
+
+uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
+                                    int n_threads) {
+    uint64_t T = (uint64_t)HR_MAX(1, max_batch_tokens), E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
+    uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    uint64_t B = (uint64_t)HR_MAX(1, block_size);
+    uint64_t n = xbytes((uint64_t)hp->n_rot / 2) + 2 * xbytes(T * E) + 2 * xbytes(T * qd) + 2 * xbytes(T * kvd) +
+                 xbytes(2 * T * F) + xbytes(T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) +
+                 2 * (uint64_t)hp->n_layer;
+    uint64_t att_floats = (((uint64_t)HR_MAX(0, max_ctx) + B - 1) / B * B + (uint64_t)hp->head_dim + 16 + 15) & ~15ull;
+    n += xbytes(att_floats * (uint64_t)HR_MAX(1, n_threads));
+    uint64_t max_k = HR_MAX(HR_MAX(E, F), qd);
+    uint64_t kq0 = (max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0);
+    uint64_t kqk = (max_k + HR_QK_K - 1) / HR_QK_K * sizeof(hr_block_q8_K);
+    uint64_t row = HR_MAX(HR_MAX(kq0, kqk), max_k * sizeof(hr_f16));
+    return n + (row + 63) / 64 * 64 * T;
+}
+
 void hr_model_ctx_destroy(hr_model_ctx *c) {
     if (!c) return;
     hr_matmul_ctx_destroy(c->mm);

@@ -91,6 +91,10 @@ typedef struct hr_model_ctx_params {
 hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
                               hr_error *err);
 void hr_model_ctx_destroy(hr_model_ctx *c); /* NULL allowed */
+/* Bytes hr_model_ctx_create allocates for this shape (every scratch buffer, the matmul activation
+ * rows, attention scores for max_ctx per thread): what the memory planner counts. Pure. */
+uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
+                                    int n_threads);
 const char *hr_model_ctx_isa(const hr_model_ctx *c);
 int hr_model_ctx_n_threads(const hr_model_ctx *c);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "model/synth.h"
@@ -44,6 +45,40 @@ struct hr_rt_request {
 
 /* ---- the KV budget ----------------------------------------------------------------------------- */
 
+/* The pool's bookkeeping per block beside the arena (kv/pool.c: the block's token ids, reference
+ * count, state, flags, prefix hash and parent, list links, staging index; kv/prefix.c's map). */
+#define KV_META_BLOCK_BYTES(B) (4ull * (uint64_t)(B) + 64ull)
+/* The tokenizer's tables per vocabulary entry (piece index, scores, hash buckets) beside the strings
+ * the GGUF file already holds. */
+#define TOK_BYTES_PER_ENTRY 48ull
+
+uint64_t hr_mem_weight_bytes(const hr_hparams *hp, uint64_t file_bytes) {
+    uint64_t E = (uint64_t)hp->n_embd, L = (uint64_t)hp->n_layer;
+    uint64_t qkv = ((uint64_t)hp->n_head + 2ull * (uint64_t)hp->n_head_kv) * (uint64_t)hp->head_dim;
+    /* model/load.c copies the norm vectors (and qwen2's Q/K/V biases) to f32 */
+    return file_bytes + (2 * L + 1) * E * sizeof(float) + (hp->has_qkv_bias ? L * qkv * sizeof(float) : 0);
+}
+
+/* Forward scratch (model/forward.c) plus the engine's per-step buffers (engine/engine.c: the batch's
+ * token, position, sequence and want-logits rows, one logits row per running sequence). */
+static uint64_t mem_scratch_bytes(const hr_kv_budget_query *q) {
+    const hr_hparams *hp = q->mem.model;
+    int T = q->mem.max_batch_tokens > 0 ? q->mem.max_batch_tokens : 512;
+    uint64_t S = (uint64_t)HR_MAX(1, q->kv.max_seqs);
+    uint64_t fwd = hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads));
+    return fwd + (uint64_t)T * (2 * sizeof(int32_t) + sizeof(hr_kv_seq) + 1) +
+           S * (sizeof(void *) + (uint64_t)hp->n_vocab * sizeof(float));
+}
+
+/* Tables that do not grow with the pool: each sequence slot's block table and pending row, each
+ * running request's ids and per-token gaps (engine/request.c), the tokenizer's tables. */
+static uint64_t mem_meta_fixed_bytes(const hr_kv_budget_query *q) {
+    uint64_t S = (uint64_t)HR_MAX(1, q->kv.max_seqs), ctx = (uint64_t)HR_MAX(0, q->n_ctx);
+    uint64_t B = (uint64_t)HR_MAX(1, q->kv.block_size);
+    uint64_t per_seq = (ctx + B - 1) / B * sizeof(int32_t) + B * sizeof(int32_t) + ctx * 2 * sizeof(int32_t) + 256;
+    return S * per_seq + (uint64_t)q->mem.model->n_vocab * TOK_BYTES_PER_ENTRY;
+}
+
 hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, hr_error *err) {
     memset(out, 0, sizeof *out);
     hr_kv_config kc = q->kv;
@@ -71,23 +106,66 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     out->fixed_bytes = fixed;
     out->token_bytes = block_bytes / (uint64_t)kc.block_size;
     out->ctx_blocks = ctx_blocks;
-    out->budget_bytes =
-        kc.budget_bytes ? kc.budget_bytes : fixed + (uint64_t)ctx_blocks * block_bytes * (uint64_t)n_seqs;
+    const hr_mem_query *m = &q->mem;
+    bool whole = m->model != NULL;
+    uint64_t other = 0; /* the process without the pool's blocks and their tables */
+    if (whole) {
+        out->weight_bytes = m->weight_bytes;
+        out->scratch_bytes = mem_scratch_bytes(q);
+        out->base_bytes = m->base_bytes ? m->base_bytes : HR_MEM_BASE_BYTES;
+        out->meta_bytes = mem_meta_fixed_bytes(q);
+        other = out->weight_bytes + out->scratch_bytes + out->base_bytes + out->meta_bytes;
+    }
+    bool from_limit = whole && m->mem_limit > 0 && !kc.budget_bytes;
+    uint64_t block_meta = KV_META_BLOCK_BYTES(kc.block_size);
+    if (kc.budget_bytes) {
+        out->budget_bytes = kc.budget_bytes;
+    } else if (from_limit) { /* every block costs its bytes and its row in the pool's tables */
+        uint64_t spare = m->mem_limit > other + fixed ? m->mem_limit - other - fixed : 0;
+        out->budget_bytes = fixed + spare / (block_bytes + block_meta) * block_bytes;
+    } else {
+        out->budget_bytes = fixed + (uint64_t)ctx_blocks * block_bytes * (uint64_t)n_seqs;
+    }
     uint64_t nb = out->budget_bytes > fixed ? (out->budget_bytes - fixed) / block_bytes : 0;
     if (nb > (1u << 30)) nb = 1u << 30;
     out->n_blocks = (int)nb;
     out->n_tokens = (int64_t)nb * kc.block_size;
     out->n_seqs_at_ctx = ctx_blocks > 0 ? (int)(nb / (uint64_t)ctx_blocks) : 0;
+    if (whole) {
+        out->meta_bytes += nb * block_meta;
+        out->total_bytes =
+            out->weight_bytes + out->budget_bytes + out->scratch_bytes + out->meta_bytes + out->base_bytes;
+    }
     /* a budget that cannot hold even one n_ctx sequence is an error that says what fits (each request
      * is also checked against the pool when submitted) */
     if (nb < (uint64_t)ctx_blocks) {
-        char b1[32], b2[32];
+        char b1[32], b2[32], b3[32];
+        uint64_t one = fixed + (uint64_t)ctx_blocks * block_bytes;
+        if (from_limit)
+            return hr_error_set(err, HR_ERR_BUDGET,
+                                "--mem-limit %s leaves %s for the KV cache after the weights (%s) and the rest; it "
+                                "holds %llu tokens at %s/%s but the context is %d: raise --mem-limit to %s, or lower "
+                                "--ctx to %llu (the longest that fits)",
+                                hr_format_size(m->mem_limit, b1, sizeof b1),
+                                hr_format_size(out->budget_bytes, b2, sizeof b2),
+                                hr_format_size(out->weight_bytes, b3, sizeof b3), (unsigned long long)out->n_tokens,
+                                hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx,
+                                hr_format_size(other + one + (uint64_t)ctx_blocks * block_meta, b3, sizeof b3),
+                                (unsigned long long)out->n_tokens);
         return hr_error_set(err, HR_ERR_BUDGET,
                             "--kv-budget %s holds %llu tokens at %s/%s; the context is %d: raise --kv-budget to %s "
-                            "or lower --ctx",
+                            "or lower --ctx (to %llu at most)",
                             hr_format_size(out->budget_bytes, b1, sizeof b1), (unsigned long long)out->n_tokens,
                             hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx,
-                            hr_format_size(fixed + (uint64_t)ctx_blocks * block_bytes, b2, sizeof b2));
+                            hr_format_size(one, b2, sizeof b2), (unsigned long long)out->n_tokens);
+    }
+    if (whole && m->mem_limit > 0 && out->total_bytes > m->mem_limit) {
+        char b1[32], b2[32];
+        return hr_error_set(err, HR_ERR_BUDGET,
+                            "the plan totals %s (weights, KV budget, scratch and the rest), over --mem-limit %s: "
+                            "lower --kv-budget or omit it to size the pool from the limit",
+                            hr_format_size(out->total_bytes, b1, sizeof b1),
+                            hr_format_size(m->mem_limit, b2, sizeof b2));
     }
     return HR_OK;
 }
@@ -142,18 +220,24 @@ static hr_status check_ctx(hr_runtime *rt, const hr_hparams *hp, hr_error *err) 
 
 static hr_status open_kv(hr_runtime *rt, hr_error *err) {
     const hr_hparams *hp = hr_model_hparams(rt->model);
-    hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
-                                   .n_kv_heads = hp->n_head_kv,
-                                   .head_dim = hp->head_dim,
-                                   .block_size = rt->p.block_size,
-                                   .k_format = rt->p.k_format,
-                                   .v_format = rt->p.v_format,
-                                   .max_seqs = rt->p.max_running,
-                                   .max_step_tokens = rt->p.max_batch_tokens,
-                                   .budget_bytes = rt->p.kv_budget,
-                                   .prefault = rt->p.prefault},
-                            .n_ctx = rt->n_ctx,
-                            .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running))};
+    hr_kv_budget_query q = {
+        .kv = {.n_layers = hp->n_layer,
+               .n_kv_heads = hp->n_head_kv,
+               .head_dim = hp->head_dim,
+               .block_size = rt->p.block_size,
+               .k_format = rt->p.k_format,
+               .v_format = rt->p.v_format,
+               .max_seqs = rt->p.max_running,
+               .max_step_tokens = rt->p.max_batch_tokens,
+               .budget_bytes = rt->p.kv_budget,
+               .prefault = rt->p.prefault},
+        .n_ctx = rt->n_ctx,
+        .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
+        .mem = {.model = hp,
+                .weight_bytes = hr_mem_weight_bytes(hp, hr_gguf_file_size(hr_model_gguf(rt->model))),
+                .max_batch_tokens = rt->p.max_batch_tokens,
+                .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                .mem_limit = rt->p.mem_limit}};
     hr_status st;
     if (rt->p.kv_blocks > 0) { /* an exact block count: the shape must be usable, the size is given */
         q.kv.budget_bytes = 0;

@@ -25,13 +25,32 @@
 
 /* ---- the KV budget, as arithmetic -------------------------------------------------------------- */
 
+/* The rest of the process around the pool, for a whole-process budget (docs/PLAN.md). With model
+ * NULL the budget is the KV pool's alone (the fields below are ignored). */
+typedef struct hr_mem_query {
+    const hr_hparams *model; /* the shape: forward scratch, engine buffers, tokenizer */
+    uint64_t weight_bytes;   /* what the loader holds: the GGUF file (read resident, or mapped and
+                                touched) plus the norm vectors it copies to f32 */
+    int max_batch_tokens;    /* rows of the forward scratch (0: 512) */
+    int n_threads;           /* attention scratch is per thread (0: 1) */
+    uint64_t base_bytes;     /* the process before the model: code, libraries, thread stacks, the HTTP
+                                server (0: HR_MEM_BASE_BYTES, measured on this machine) */
+    uint64_t mem_limit;      /* > 0 with kv.budget_bytes 0: the KV budget is what the limit leaves after
+                                everything else; with a budget given: the total must fit under it */
+} hr_mem_query;
+
+/* The process's resident bytes before a model (an idle `headroom serve`, measured: docs/PLAN.md). */
+#define HR_MEM_BASE_BYTES (6ull << 20)
+
 /* What a pool of this shape holds for a budget, or which budget holds n_seqs sequences of n_ctx
- * tokens. Pure: no allocation, no model; the planner calls the same function. */
+ * tokens, and (with mem.model) what the whole process then holds. Pure: no allocation, no model
+ * loaded; the planner calls the same function. */
 typedef struct hr_kv_budget_query {
     hr_kv_config kv; /* shape, formats, block size, max_seqs, max_step_tokens; budget_bytes:
-                        0 to size it for n_seqs sequences of n_ctx tokens */
+                        0 to size it for n_seqs sequences of n_ctx tokens (or from mem.mem_limit) */
     int n_ctx;       /* the longest sequence */
     int n_seqs;      /* sequences of n_ctx the default budget holds (>= 1) */
+    hr_mem_query mem;
 } hr_kv_budget_query;
 
 typedef struct hr_kv_budget {
@@ -43,12 +62,24 @@ typedef struct hr_kv_budget {
     int64_t n_tokens;      /* n_blocks * block_size */
     int ctx_blocks;        /* blocks one n_ctx sequence needs */
     int n_seqs_at_ctx;     /* whole n_ctx sequences that fit at once */
+    /* the whole process (0 without mem.model): total = weights + budget + scratch + meta + base */
+    uint64_t weight_bytes;  /* mem.weight_bytes */
+    uint64_t scratch_bytes; /* forward scratch at max_batch_tokens, matmul activations, attention scores
+                               per thread, the engine's batch and logits buffers */
+    uint64_t meta_bytes;    /* the pool's per-block and per-sequence tables, requests' token buffers,
+                               the tokenizer's tables */
+    uint64_t base_bytes;    /* the process before the model */
+    uint64_t total_bytes;
 } hr_kv_budget;
 
 /* HR_ERR_INVALID_ARG (a format or block size this shape cannot use: the message names both) or
- * HR_ERR_BUDGET (the budget holds no n_ctx sequence: the message says what would) on failure; *out is
+ * HR_ERR_BUDGET (the budget, or mem.mem_limit, holds no n_ctx sequence: the message says what would:
+ * the budget or limit one sequence needs, and the longest context that fits) on failure; *out is
  * filled in both cases where it can be. */
 hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, hr_error *err);
+
+/* What the loader keeps resident for a GGUF file of file_bytes with this shape (mem.weight_bytes). */
+uint64_t hr_mem_weight_bytes(const hr_hparams *hp, uint64_t file_bytes);
 
 /* ---- opening ----------------------------------------------------------------------------------- */
 
@@ -76,6 +107,8 @@ typedef struct hr_runtime_params {
     const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
     const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
     bool prefault;             /* make the pool resident at open (RSS = budget from the start) */
+    uint64_t mem_limit;        /* > 0 without kv_budget: the pool is what this process limit leaves after
+                                  the weights, scratch and the rest (hr_kv_budget_compute's plan) */
 
     /* For tests, simulators and the planner (the CLI and server leave these 0): */
     int kv_blocks;       /* > 0: the pool holds exactly this many blocks (overrides kv_budget; it may

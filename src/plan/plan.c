@@ -1,0 +1,99 @@
+/* plan.c: the whole-process budget of a model on a device, one row per KV format, each computed by the
+ * runtime's hr_kv_budget_compute twice: once for n_ctx x concurrency (what it needs), once with the
+ * device's usable bytes as the limit (what the device holds). Nothing here re-derives a byte count the
+ * runtime computes. */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "plan/plan.h"
+
+static void fill_defaults(const hr_plan_model *m, const hr_plan_device *d, hr_plan_params *p) {
+    if (p->n_ctx <= 0) p->n_ctx = m->hp.n_ctx_train > 0 ? HR_MIN(m->hp.n_ctx_train, 4096) : 4096;
+    if (p->concurrency <= 0) p->concurrency = 1;
+    if (p->block_size <= 0) p->block_size = 16;
+    if (p->max_batch_tokens <= 0) p->max_batch_tokens = 512;
+    if (p->max_running <= 0) p->max_running = HR_MAX(p->concurrency, 64);
+    if (p->n_threads <= 0) p->n_threads = d->gpu ? 1 : (int)HR_MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_kv_format kf, hr_kv_format vf,
+                     hr_plan_format_row *row) {
+    const hr_plan_params *p = &pl->p;
+    const hr_hparams *hp = &m->hp;
+    memset(row, 0, sizeof *row);
+    row->k_format = kf;
+    row->v_format = vf;
+    hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
+                                   .n_kv_heads = hp->n_head_kv,
+                                   .head_dim = hp->head_dim,
+                                   .block_size = p->block_size,
+                                   .k_format = kf,
+                                   .v_format = vf,
+                                   .max_seqs = p->max_running,
+                                   .max_step_tokens = p->max_batch_tokens},
+                            .n_ctx = pl->held_ctx,
+                            .n_seqs = p->concurrency,
+                            .mem = {.model = hp,
+                                    .weight_bytes = m->resident_bytes,
+                                    .max_batch_tokens = p->max_batch_tokens,
+                                    .n_threads = p->n_threads,
+                                    .base_bytes = d->reserved_bytes}};
+    hr_status st = hr_kv_budget_compute(&q, &row->need, NULL);
+    if (st == HR_ERR_INVALID_ARG) return;
+    row->usable = true;
+    row->token_bytes = row->need.token_bytes;
+    row->fits = row->need.total_bytes <= pl->usable_bytes;
+    q.mem.mem_limit = pl->usable_bytes;
+    hr_kv_budget_compute(&q, &row->most, NULL); /* HR_ERR_BUDGET when not one sequence fits: the rows say */
+    row->max_concurrency = row->most.n_seqs_at_ctx;
+    row->max_ctx = (int64_t)(row->most.n_blocks / p->concurrency) * p->block_size;
+    /* a sliding-window model holds at most the window per sequence: any context fits once that does */
+    if (hp->sliding_window > 0 && row->max_concurrency >= p->concurrency) row->max_ctx = INT64_MAX;
+}
+
+hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const hr_plan_params *params, hr_plan *out,
+                          hr_error *err) {
+    memset(out, 0, sizeof *out);
+    out->p = *params;
+    fill_defaults(m, d, &out->p);
+    const hr_plan_params *p = &out->p;
+    const hr_hparams *hp = &m->hp;
+    double util = d->util > 0 && d->util <= 1 ? d->util : 1.0;
+    out->usable_bytes = (uint64_t)((double)d->mem_bytes * util);
+    /* blocks wholly past a sliding window are dropped (model/forward.c sets the pool's window), so a
+     * sequence holds the window plus the block being filled */
+    out->held_ctx = hp->sliding_window > 0 ? HR_MIN(p->n_ctx, hp->sliding_window + p->block_size) : p->n_ctx;
+    out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : 0;
+    out->n_full_layers = hp->n_layer - out->n_window_layers;
+    out->chosen = -1;
+    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+        plan_row(m, d, out, (hr_kv_format)f, (hr_kv_format)f, &out->rows[f]);
+        if ((hr_kv_format)f == p->k_format && p->k_format == p->v_format) out->chosen = f;
+    }
+    if (out->chosen < 0) { /* K and V in different formats: the pair replaces K's row */
+        out->chosen = (int)p->k_format;
+        plan_row(m, d, out, p->k_format, p->v_format, &out->rows[out->chosen]);
+    }
+    const hr_plan_format_row *c = &out->rows[out->chosen];
+    if (!c->usable) {
+        hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
+                                       .n_kv_heads = hp->n_head_kv,
+                                       .head_dim = hp->head_dim,
+                                       .block_size = p->block_size,
+                                       .k_format = p->k_format,
+                                       .v_format = p->v_format,
+                                       .max_seqs = p->max_running},
+                                .n_ctx = out->held_ctx};
+        hr_kv_budget b;
+        return hr_kv_budget_compute(&q, &b, err); /* the runtime's own message names format and shape */
+    }
+    out->layer_token_bytes = c->token_bytes / (uint64_t)HR_MAX(1, hp->n_layer);
+    if (d->bw_gbps > 0) {
+        double step_bytes = (double)m->tensor_bytes + (double)p->concurrency * out->held_ctx * (double)c->token_bytes;
+        out->step_s = step_bytes / (d->bw_gbps * 1e9);
+        out->decode_tok_s = p->concurrency / out->step_s;
+    }
+    return HR_OK;
+}
