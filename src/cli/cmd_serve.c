@@ -38,6 +38,9 @@ static void usage(FILE *f) {
                "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
                "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
                "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
+               "      --mem-limit SIZE   size the pool from the memory plan so the whole process stays under SIZE\n"
+               "                         (weights, scratch and the rest first; `headroom plan` shows the parts);\n"
+               "                         the plan is logged at start, the measured peak RSS at exit\n"
                "sampling defaults (a request's own fields override them):\n"
                "  --temp T (0.8), --top-k K (40), --top-p P (0.95), --min-p P (0.05), --repeat-penalty X,\n"
                "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, --seed S (requests without a seed\n"
@@ -62,6 +65,15 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     printf("try: curl %s/v1/completions -H 'Content-Type: application/json'%s -d '{\"prompt\": \"Once upon a time\", "
            "\"max_tokens\": 32}'\n",
            url, sp->api_key && *sp->api_key ? " -H \"Authorization: Bearer $HEADROOM_API_KEY\"" : "");
+    hr_runtime_memory m;
+    hr_runtime_get_memory(rt, &m);
+    char w[32], k[32], sc[32], t[32], lim[32], now[32];
+    printf("memory plan: weights %s + KV %s + scratch %s + tables and overhead %s = %s%s%s (measured RSS now %s)\n",
+           hr_format_size(m.weight_bytes, w, sizeof w), hr_format_size(m.kv_bytes, k, sizeof k),
+           hr_format_size(m.scratch_bytes, sc, sizeof sc), hr_format_size(m.meta_bytes + m.base_bytes, t, sizeof t),
+           hr_format_size(m.planned_bytes, size, sizeof size), p->mem_limit ? " under --mem-limit " : "",
+           p->mem_limit ? hr_format_size(p->mem_limit, lim, sizeof lim) : "",
+           hr_format_size(m.rss_bytes, now, sizeof now));
     fflush(stdout);
 }
 
@@ -71,6 +83,7 @@ int hr_cmd_serve(int argc, char **argv) {
     hr_server_params sp = hr_server_default_params();
     sp.api_key = getenv("HEADROOM_API_KEY");
     int kv_seqs = 4;
+    uint64_t mem_limit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -109,6 +122,8 @@ int hr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-connections")) {
             ok =
                 (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
+        } else if (!strcmp(a, "--mem-limit")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
         } else if (!strcmp(a, "--kv-seqs")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 4096, &kv_seqs);
         } else if (!strcmp(a, "--kv-policy")) {
@@ -151,6 +166,7 @@ int hr_cmd_serve(int argc, char **argv) {
         return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
     }
     hr_runtime_params rp = hr_session_runtime_params(&o, kv_seqs);
+    rp.mem_limit = mem_limit;
     hr_runtime *rt = NULL;
     bool bad_option = false;
     st = hr_runtime_open(&rp, &rt, &bad_option, &err);
@@ -173,7 +189,13 @@ int hr_cmd_serve(int argc, char **argv) {
     hr_server_shutdown(srv);
     hr_server_destroy(srv);
     hr_runtime_stop(rt);
+    hr_runtime_memory mem;
+    hr_runtime_get_memory(rt, &mem);
     hr_runtime_close(rt);
+    char peak[32], plan[32];
+    fprintf(stderr, "headroom serve: memory: measured peak RSS %s, planned %s (%+.1f%%)\n",
+            hr_format_size(mem.peak_rss_bytes, peak, sizeof peak), hr_format_size(mem.planned_bytes, plan, sizeof plan),
+            mem.planned_bytes ? 100.0 * ((double)mem.peak_rss_bytes / (double)mem.planned_bytes - 1) : 0.0);
     fprintf(stderr, "headroom serve: stopped\n");
     return HR_EXIT_OK;
 }

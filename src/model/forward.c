@@ -114,9 +114,11 @@ fail:
     return st;
 }
 
-/* Mirrors the allocations above (xalloc rounds each to 64 bytes; the matmul context keeps one
- * activation row per token as wide as the widest quantized or f16 input row; attention keeps a block-
- * padded score row plus a head row per thread: kv/attention.c). Keep the two in step. */
+/* Mirrors the allocations above as they become resident (xalloc rounds each to 64 bytes; the matmul
+ * context keeps one activation row per token as wide as the widest quantized or f16 input row;
+ * attention keeps a block-padded score row plus a head row per thread: kv/attention.c). The FFN touches
+ * 2 x T x F floats either way (fused: all of hg; unfused: half of hg and hu), so hu's T x F is not
+ * counted; the fused Q|K|V rows are (a layer may fuse). Keep the two in step. */
 static uint64_t xbytes(uint64_t n_floats) { return (n_floats * sizeof(float) + 63) / 64 * 64; }
 
 uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
@@ -125,8 +127,7 @@ uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, 
     uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     uint64_t B = (uint64_t)HR_MAX(1, block_size);
     uint64_t n = xbytes((uint64_t)hp->n_rot / 2) + 2 * xbytes(T * E) + 2 * xbytes(T * qd) + 2 * xbytes(T * kvd) +
-                 xbytes(2 * T * F) + xbytes(T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) +
-                 2 * (uint64_t)hp->n_layer;
+                 xbytes(2 * T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) + 2 * (uint64_t)hp->n_layer;
     uint64_t att_floats = (((uint64_t)HR_MAX(0, max_ctx) + B - 1) / B * B + (uint64_t)hp->head_dim + 16 + 15) & ~15ull;
     n += xbytes(att_floats * (uint64_t)HR_MAX(1, n_threads));
     uint64_t max_k = HR_MAX(HR_MAX(E, F), qd);

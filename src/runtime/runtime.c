@@ -141,17 +141,26 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     if (nb < (uint64_t)ctx_blocks) {
         char b1[32], b2[32], b3[32];
         uint64_t one = fixed + (uint64_t)ctx_blocks * block_bytes;
-        if (from_limit)
+        if (from_limit) {
+            char b4[32], b5[32];
+            hr_format_size(m->mem_limit, b1, sizeof b1);
+            hr_format_size(out->weight_bytes, b2, sizeof b2);
+            hr_format_size(other, b3, sizeof b3);
+            hr_format_size(other + one + (uint64_t)ctx_blocks * block_meta, b4, sizeof b4);
+            hr_format_size(out->budget_bytes, b5, sizeof b5);
+            if (nb == 0)
+                return hr_error_set(err, HR_ERR_BUDGET,
+                                    "--mem-limit %s leaves nothing for the KV cache: the weights (%s), scratch and the "
+                                    "rest already take %s; one sequence of context %d at %s/%s needs --mem-limit %s",
+                                    b1, b2, b3, q->n_ctx, hr_kv_format_name(kc.k_format),
+                                    hr_kv_format_name(kc.v_format), b4);
             return hr_error_set(err, HR_ERR_BUDGET,
-                                "--mem-limit %s leaves %s for the KV cache after the weights (%s) and the rest; it "
-                                "holds %llu tokens at %s/%s but the context is %d: raise --mem-limit to %s, or lower "
-                                "--ctx to %llu (the longest that fits)",
-                                hr_format_size(m->mem_limit, b1, sizeof b1),
-                                hr_format_size(out->budget_bytes, b2, sizeof b2),
-                                hr_format_size(out->weight_bytes, b3, sizeof b3), (unsigned long long)out->n_tokens,
-                                hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx,
-                                hr_format_size(other + one + (uint64_t)ctx_blocks * block_meta, b3, sizeof b3),
-                                (unsigned long long)out->n_tokens);
+                                "--mem-limit %s leaves %s for the KV cache after the weights (%s) and the rest (%s in "
+                                "all); it holds %llu tokens at %s/%s but the context is %d: raise --mem-limit to %s, "
+                                "or lower --ctx to %llu (the longest that fits)",
+                                b1, b5, b2, b3, (unsigned long long)out->n_tokens, hr_kv_format_name(kc.k_format),
+                                hr_kv_format_name(kc.v_format), q->n_ctx, b4, (unsigned long long)out->n_tokens);
+        }
         return hr_error_set(err, HR_ERR_BUDGET,
                             "--kv-budget %s holds %llu tokens at %s/%s; the context is %d: raise --kv-budget to %s "
                             "or lower --ctx (to %llu at most)",
@@ -559,6 +568,29 @@ void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out) {
     hr_engine_get_stats(rt->engine, &out->engine);
     out->budget_bytes = rt->budget.budget_bytes;
     out->headroom_bytes = (int64_t)out->engine.headroom_blocks * (int64_t)rt->budget.block_bytes;
+}
+
+void hr_mem_rss(uint64_t *rss_bytes, uint64_t *peak_bytes) {
+    *rss_bytes = *peak_bytes = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "VmRSS:", 6)) *rss_bytes = strtoull(line + 6, NULL, 10) * 1024;
+        if (!strncmp(line, "VmHWM:", 6)) *peak_bytes = strtoull(line + 6, NULL, 10) * 1024;
+    }
+    fclose(f);
+}
+
+void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
+    const hr_kv_budget *b = &rt->budget;
+    *out = (hr_runtime_memory){.planned_bytes = b->total_bytes,
+                               .weight_bytes = b->weight_bytes,
+                               .kv_bytes = b->budget_bytes,
+                               .scratch_bytes = b->scratch_bytes,
+                               .meta_bytes = b->meta_bytes,
+                               .base_bytes = b->base_bytes};
+    hr_mem_rss(&out->rss_bytes, &out->peak_rss_bytes);
 }
 
 double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }

@@ -39,8 +39,11 @@ typedef struct hr_mem_query {
                                 everything else; with a budget given: the total must fit under it */
 } hr_mem_query;
 
-/* The process's resident bytes before a model (an idle `headroom serve`, measured: docs/PLAN.md). */
-#define HR_MEM_BASE_BYTES (6ull << 20)
+/* The process's resident bytes besides the planned parts: code and data of headroom and its libraries
+ * (libc, jansson, pcre2, libmicrohttpd, libcurl and its TLS stack), thread stacks, the HTTP server.
+ * Measured: an idle `headroom serve` of stories260K holds 15.4 MiB, of which its planned parts are
+ * about 3.4 MiB (docs/PLAN.md). */
+#define HR_MEM_BASE_BYTES (12ull << 20)
 
 /* What a pool of this shape holds for a budget, or which budget holds n_seqs sequences of n_ctx
  * tokens, and (with mem.model) what the whole process then holds. Pure: no allocation, no model
@@ -246,6 +249,19 @@ typedef struct hr_runtime_pool {
 } hr_runtime_pool;
 
 void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out);
+
+/* Planned against measured memory: the plan the pool was sized by (hr_kv_budget_compute with the
+ * model) and the process's resident set now and at its peak (/proc/self/status VmRSS and VmHWM; 0
+ * where unreadable). Any thread. */
+typedef struct hr_runtime_memory {
+    uint64_t planned_bytes; /* the plan's total */
+    uint64_t weight_bytes, kv_bytes, scratch_bytes, meta_bytes, base_bytes;
+    uint64_t rss_bytes, peak_rss_bytes;
+} hr_runtime_memory;
+
+void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out);
+/* This process's VmRSS and VmHWM in bytes (0 where /proc/self/status cannot be read). */
+void hr_mem_rss(uint64_t *rss_bytes, uint64_t *peak_bytes);
 
 /* Seconds a client refused with HR_ERR_FULL should wait (from the measured drain rate). */
 double hr_runtime_retry_after_s(hr_runtime *rt);

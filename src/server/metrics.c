@@ -167,6 +167,19 @@ static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint6
     sample_u(b, "headroom_kv_pool_total_bytes", NULL, l->bytes_total);
     family(b, "headroom_kv_budget_bytes", "gauge", "The KV budget the pool was sized by.");
     sample_u(b, "headroom_kv_budget_bytes", NULL, p.budget_bytes);
+    hr_runtime_memory m;
+    hr_runtime_get_memory(rt, &m);
+    family(b, "headroom_memory_planned_bytes", "gauge", "The memory plan the pool was sized by, by part.");
+    sample_u(b, "headroom_memory_planned_bytes", "{part=\"weights\"}", m.weight_bytes);
+    sample_u(b, "headroom_memory_planned_bytes", "{part=\"kv\"}", m.kv_bytes);
+    sample_u(b, "headroom_memory_planned_bytes", "{part=\"scratch\"}", m.scratch_bytes);
+    sample_u(b, "headroom_memory_planned_bytes", "{part=\"tables\"}", m.meta_bytes);
+    sample_u(b, "headroom_memory_planned_bytes", "{part=\"overhead\"}", m.base_bytes);
+    sample_u(b, "headroom_memory_planned_bytes", "{part=\"total\"}", m.planned_bytes);
+    family(b, "headroom_memory_rss_bytes", "gauge", "Resident bytes of this process now (VmRSS).");
+    sample_u(b, "headroom_memory_rss_bytes", NULL, m.rss_bytes);
+    family(b, "headroom_memory_peak_rss_bytes", "gauge", "Peak resident bytes of this process (VmHWM).");
+    sample_u(b, "headroom_memory_peak_rss_bytes", NULL, m.peak_rss_bytes);
     family(b, "headroom_kv_headroom_bytes", "gauge",
            "Free and evictable KV bytes minus what admitted requests may still claim.");
     sample_d(b, "headroom_kv_headroom_bytes", NULL, (double)p.headroom_bytes);
