@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "server/activity.h"
+#include "server/dashboard.h"
 #include "server/server_internal.h"
 
 enum { ST_LOADING = 0, ST_READY = 1, ST_DRAINING = 2, ST_STOPPED = 3 };
@@ -49,6 +51,7 @@ struct hr_server {
     int n_jobs;
     atomic_uint_fast64_t next_id;
     hr_srv_metrics *metrics;
+    hr_srv_activity *activity; /* events and rates for the dashboard and `headroom top` */
     pthread_mutex_t shutdown_mu;
     bool shut_down;
 };
@@ -102,6 +105,7 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
 
 static enum MHD_Result send_error(hr_server *s, struct MHD_Connection *c, const hr_srv_error *e) {
     hr_srv_metrics_refused(s->metrics, e->refusal);
+    hr_srv_activity_refused(s->activity, e);
     char *text = hr_srv_error_body(e);
     if (!text) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -158,6 +162,7 @@ static void job_record(hr_server *s, hr_srv_job *j, bool aborted) {
         float *gaps = r.n_ids > 1 ? malloc(sizeof(float) * (size_t)(r.n_ids - 1)) : NULL;
         int n_gaps = gaps ? hr_request_token_gaps(hr_rt_request_handle(j->req[i]), gaps, r.n_ids - 1) : 0;
         hr_srv_metrics_finished(s->metrics, &r, gaps, n_gaps);
+        hr_srv_activity_finished(s->activity, &r, gaps, n_gaps);
         free(gaps);
     }
 }
@@ -321,6 +326,7 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     int n_prompt = 0;
     hr_rt_request_prompt(j->req[0], &n_prompt);
     hr_srv_metrics_prompt_tokens(s->metrics, n_prompt * j->n);
+    hr_srv_activity_submitted(s->activity, j->n, n_prompt);
     if (!job_register(s, j)) {
         job_finish(s, j, true, false);
         return fail(s, c, 503, NULL, "draining", "the server is shutting down");
@@ -387,20 +393,9 @@ static json_t *pool_json(hr_runtime *rt) {
     return o;
 }
 
-/* Planned against measured memory (docs/PLAN.md): the plan the pool was sized by, and this process's
- * resident set now and at its peak. */
-static json_t *memory_json(hr_runtime *rt) {
-    hr_runtime_memory m;
-    hr_runtime_get_memory(rt, &m);
-    return json_pack("{s:I, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:I}", "planned_bytes", (json_int_t)m.planned_bytes,
-                     "planned", "weights_bytes", (json_int_t)m.weight_bytes, "kv_bytes", (json_int_t)m.kv_bytes,
-                     "scratch_bytes", (json_int_t)m.scratch_bytes, "tables_bytes", (json_int_t)m.meta_bytes,
-                     "overhead_bytes", (json_int_t)m.base_bytes, "rss_bytes", (json_int_t)m.rss_bytes, "peak_rss_bytes",
-                     (json_int_t)m.peak_rss_bytes);
-}
-
 static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
     json_t *reqs = json_array();
+    double now = hr_time_now();
     pthread_mutex_lock(&s->mu);
     for (hr_srv_job *j = s->jobs; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
@@ -410,6 +405,7 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
                 json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
                           hr_request_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens", r.n_ids);
             json_object_set_new(o, "kv", hr_srv_kv_usage_json(&r.kv));
+            hr_srv_activity_row_json(&r, now, o);
             json_array_append_new(reqs, o);
         }
     pthread_mutex_unlock(&s->mu);
@@ -417,8 +413,8 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
     json_object_set_new(o, "object", json_string("kv"));
     json_object_set_new(o, "model", json_string(hr_runtime_model_name(rt)));
     json_object_set_new(o, "pool", pool_json(rt));
-    json_object_set_new(o, "memory", memory_json(rt));
     json_object_set_new(o, "requests", reqs);
+    hr_srv_activity_add_json(s->activity, rt, &s->p, o);
     return send_json(c, MHD_HTTP_OK, o);
 }
 
@@ -534,16 +530,34 @@ static bool authorized(hr_server *s, struct MHD_Connection *c) {
     return same_secret(s->api_key, h);
 }
 
-typedef enum { R_HEALTH, R_METRICS, R_MODELS, R_KV, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_NONE } route_id;
+typedef enum {
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_KV,
+    R_COMPLETIONS,
+    R_CHAT,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_DASHBOARD,
+    R_NONE
+} route_id;
 
 static const struct {
     const char *path;
     bool post;
     route_id id;
 } routes[] = {
-    {"/health", false, R_HEALTH},    {"/metrics", false, R_METRICS},           {"/v1/models", false, R_MODELS},
-    {"/v1/kv", false, R_KV},         {"/v1/completions", true, R_COMPLETIONS}, {"/v1/chat/completions", true, R_CHAT},
-    {"/tokenize", true, R_TOKENIZE}, {"/detokenize", true, R_DETOKENIZE},
+    {"/health", false, R_HEALTH},
+    {"/metrics", false, R_METRICS},
+    {"/v1/models", false, R_MODELS},
+    {"/v1/kv", false, R_KV},
+    {"/v1/completions", true, R_COMPLETIONS},
+    {"/v1/chat/completions", true, R_CHAT},
+    {"/tokenize", true, R_TOKENIZE},
+    {"/detokenize", true, R_DETOKENIZE},
+    {"/", false, R_DASHBOARD},
+    {"/dashboard", false, R_DASHBOARD},
 };
 
 static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, const char *url, const char *method) {
@@ -566,7 +580,8 @@ static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, co
         e.refusal = HR_REFUSE_NONE;
         return send_error(s, c, &e);
     }
-    if (id != R_HEALTH && id != R_METRICS && !authorized(s, c))
+    /* the dashboard page holds no data (it asks /v1/kv, with the key the user types) */
+    if (id != R_HEALTH && id != R_METRICS && id != R_DASHBOARD && !authorized(s, c))
         return fail(s, c, 401, NULL, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
     if (k->too_large) {
         hr_srv_error e;
@@ -575,6 +590,8 @@ static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, co
     }
     if (id == R_HEALTH) return handle_health(s, c);
     if (id == R_METRICS) return handle_metrics(s, c);
+    if (id == R_DASHBOARD)
+        return send_text(c, MHD_HTTP_OK, "text/html; charset=utf-8", hr_srv_dashboard_html, hr_srv_dashboard_html_len);
     if (id == R_COMPLETIONS) return handle_generate(s, c, k, HR_SRV_COMPLETION);
     if (id == R_CHAT) return handle_generate(s, c, k, HR_SRV_CHAT);
     hr_runtime *rt = ready_runtime(s);
@@ -698,7 +715,8 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->shutdown_mu, NULL);
-    if (!s->host || (q.api_key && !s->api_key) || hr_srv_metrics_create(&s->metrics, err) != HR_OK) {
+    if (!s->host || (q.api_key && !s->api_key) || hr_srv_metrics_create(&s->metrics, err) != HR_OK ||
+        hr_srv_activity_create(&s->activity, err) != HR_OK) {
         hr_server_destroy(s);
         return err && err->code == HR_ERR_NOMEM ? HR_ERR_NOMEM : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     }
@@ -774,6 +792,7 @@ void hr_server_destroy(hr_server *s) {
     if (!s) return;
     if (s->d) hr_server_shutdown(s);
     hr_srv_metrics_destroy(s->metrics);
+    hr_srv_activity_destroy(s->activity);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->shutdown_mu);
