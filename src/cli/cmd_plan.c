@@ -41,10 +41,27 @@ static void usage(FILE *f) {
             "      --max-running N    sequence slots (default max(concurrency, 64)): engine logits rows\n"
             "  -t, --threads N        host threads (attention scratch per thread; default: every core)\n"
             "      --json             one JSON object instead of the table\n\n"
-            "exit status: 0 the configuration fits; 1 it does not (stderr says the largest context or\n"
-            "concurrency that does), or the model file cannot be read or is not a model (a config.json missing\n"
-            "a field or of an unknown architecture: the message names it); 2 a usage error (a bad flag or value,\n"
-            "an unknown device: the message lists the known ones)\n",
+            "traffic simulation (the engine's real scheduler and KV block manager in virtual time, no model\n"
+            "compute; docs/PLAN.md):\n"
+            "      --traffic T        chat, rag, agent, burst, long (documented distributions), or a trace file of\n"
+            "                         JSON lines {\"t\": s, \"prompt\": n, \"output\": n, \"prefix\": id,\n"
+            "                         \"prefix_tokens\": n}; runs every candidate (KV format x full or window:ctx/4 x\n"
+            "                         admission x max running) and recommends the best that meets the bounds\n"
+            "      --requests N       requests a preset draws (default: the preset's)\n"
+            "      --seed S           the preset's seed (default 1; same seed, same results)\n"
+            "      --sim-running LIST max running sequences to try, e.g. 8,32,128 (default: --max-running)\n"
+            "      --slo-ttft S       bound on TTFT p99 in seconds; --slo-itl S: on inter-token latency p99\n"
+            "      --eval FILE        a `headroom eval --json` result: each candidate's perplexity change\n"
+            "      --max-ppl-increase P  with --eval: the most perplexity increase (percent) a candidate may cost\n"
+            "      --cost FILE        step costs from a saved calibration (default: a GPU's roofline; on this\n"
+            "                         machine, a calibration measured now)\n"
+            "      --calibrate FILE   measure this machine's kernels once (a synthetic TinyLlama-shaped model in\n"
+            "                         --weight-type, default q4_0) and save the cost model to FILE; no -m needed\n\n"
+            "exit status: 0 the configuration fits (with --traffic: a candidate meets every bound); 1 it does\n"
+            "not (stderr says the largest context or concurrency that does; with --traffic: none meets them)\n"
+            "or the model file cannot be read or is not a model (a config.json missing a field or of an unknown\n"
+            "architecture: the message names it); 2 a usage error (a bad flag or value, an unknown device or\n"
+            "traffic preset: the message lists the known ones)\n",
             hr_plan_device_names());
 }
 
@@ -54,6 +71,12 @@ typedef struct plan_opts {
     float device_bw, util;
     bool json;
     hr_plan_params p;
+    /* traffic simulation */
+    const char *traffic, *cost_file, *calibrate_file, *eval_file;
+    int n_requests;
+    uint64_t seed;
+    float slo_ttft, slo_itl, max_ppl;
+    int run_list[8], n_run_list;
 } plan_opts;
 
 static bool parse(int argc, char **argv, plan_opts *o, bool *help) {
@@ -107,6 +130,37 @@ static bool parse(int argc, char **argv, plan_opts *o, bool *help) {
                  hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.max_batch_tokens);
         } else if (IS("--max-running")) {
             ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.max_running);
+        } else if (IS("--traffic")) {
+            ok = (o->traffic = hr_arg_value("plan", argc, argv, &i)) != NULL;
+        } else if (IS("--requests")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 20, &o->n_requests);
+        } else if (IS("--seed")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_u64("plan", a, v, &o->seed);
+        } else if (IS("--cost")) {
+            ok = (o->cost_file = hr_arg_value("plan", argc, argv, &i)) != NULL;
+        } else if (IS("--calibrate")) {
+            ok = (o->calibrate_file = hr_arg_value("plan", argc, argv, &i)) != NULL;
+        } else if (IS("--eval")) {
+            ok = (o->eval_file = hr_arg_value("plan", argc, argv, &i)) != NULL;
+        } else if (IS("--slo-ttft")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 1e-6, 1e6, &o->slo_ttft);
+        } else if (IS("--slo-itl")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 1e-6, 1e6, &o->slo_itl);
+        } else if (IS("--max-ppl-increase")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 0, 1e6, &o->max_ppl);
+        } else if (IS("--sim-running")) {
+            ok = (v = hr_arg_value("plan", argc, argv, &i)) != NULL;
+            char *dup = ok ? strdup(v) : NULL, *save = NULL;
+            o->n_run_list = 0;
+            for (char *tok = dup ? strtok_r(dup, ",", &save) : NULL; ok && tok; tok = strtok_r(NULL, ",", &save)) {
+                if (o->n_run_list == 8) {
+                    fprintf(stderr, "headroom plan: --sim-running takes at most 8 values\n");
+                    ok = false;
+                } else {
+                    ok = hr_arg_int("plan", a, tok, 1, 4096, &o->run_list[o->n_run_list++]);
+                }
+            }
+            free(dup);
         } else if (IS("-t") || IS("--threads")) {
             ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 4096, &o->p.n_threads);
         } else {
@@ -116,8 +170,12 @@ static bool parse(int argc, char **argv, plan_opts *o, bool *help) {
 #undef IS
         if (!ok) return false;
     }
-    if (!o->model) {
+    if (!o->model && !o->calibrate_file) {
         fprintf(stderr, "headroom plan: -m FILE.gguf|config.json is required (see headroom plan --help)\n");
+        return false;
+    }
+    if (o->max_ppl > 0 && !o->eval_file) {
+        fprintf(stderr, "headroom plan: --max-ppl-increase needs --eval FILE (a `headroom eval --json` result)\n");
         return false;
     }
     return true;
@@ -210,7 +268,7 @@ static json_t *budget_json(const hr_kv_budget *b) {
                      (json_int_t)b->n_blocks, "seqs_at_ctx", b->n_seqs_at_ctx);
 }
 
-static int print_json(const plan_opts *o, const hr_plan_model *m, const hr_plan_device *d, const hr_plan *pl) {
+static json_t *plan_json(const plan_opts *o, const hr_plan_model *m, const hr_plan_device *d, const hr_plan *pl) {
     const hr_hparams *hp = &m->hp;
     const hr_plan_params *p = &pl->p;
     json_t *rows = json_array();
@@ -257,6 +315,10 @@ static int print_json(const plan_opts *o, const hr_plan_model *m, const hr_plan_
         (json_int_t)pl->layer_token_bytes, "full_layers", pl->n_full_layers, "window_layers", pl->n_window_layers,
         "held_ctx", pl->held_ctx, "budget", budget_json(&c->need), "fits", c->fits, "formats", formats, "roofline",
         "step_s", pl->step_s, "decode_tok_s", pl->decode_tok_s);
+    return root;
+}
+
+static int print_json(json_t *root) {
     if (!root) {
         fprintf(stderr, "headroom plan: out of memory building JSON\n");
         return HR_EXIT_FAIL;
@@ -267,6 +329,154 @@ static int print_json(const plan_opts *o, const hr_plan_model *m, const hr_plan_
     printf("%s\n", s);
     free(s);
     return HR_EXIT_OK;
+}
+
+/* ---- traffic simulation ------------------------------------------------------------------------- */
+
+static int calibrate(const plan_opts *o) {
+    hr_cost_model c;
+    hr_error err;
+    hr_status st = hr_cost_calibrate(o->weight_type ? o->weight_type : "q4_0", o->p.n_threads, &c, &err);
+    if (st == HR_OK) st = hr_cost_save(&c, o->calibrate_file, &err);
+    if (st) {
+        fprintf(stderr, "headroom plan: --calibrate: %s\n", err.msg);
+        return HR_EXIT_FAIL;
+    }
+    printf("%s\nsaved to %s (use it with --traffic ... --cost %s)\n", c.source, o->calibrate_file, o->calibrate_file);
+    return HR_EXIT_OK;
+}
+
+static const char *cand_policy(const hr_sim_candidate *c, char *buf, size_t n) {
+    if (c->window > 0)
+        snprintf(buf, n, "window:%d", c->window);
+    else
+        snprintf(buf, n, "full");
+    return buf;
+}
+
+static json_t *sim_row_json(const hr_sim_row *row) {
+    const hr_sim_result *r = &row->r;
+    char pol[32];
+    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:b}", "kv_type", hr_kv_format_name(r->c.format), "policy",
+                          cand_policy(&r->c, pol, sizeof pol), "admission", hr_admission_name(r->c.admission),
+                          "max_running", r->c.max_running, "ran", row->ran);
+    if (row->ran) {
+        json_t *x =
+            json_pack("{s:i,s:i,s:i,s:I,s:i,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:b}", "pool_blocks", r->n_blocks,
+                      "completed", r->completed, "refused", r->refused, "preemptions", (json_int_t)r->preemptions,
+                      "peak_blocks", r->peak_blocks, "peak_kv_bytes", (json_int_t)r->peak_kv_bytes, "output_tokens",
+                      (json_int_t)r->output_tokens, "makespan_s", r->makespan_s, "throughput_tok_s",
+                      r->throughput_tok_s, "ttft_p50_s", r->ttft_p50, "ttft_p99_s", r->ttft_p99, "itl_p50_s",
+                      r->itl_p50, "itl_p99_s", r->itl_p99, "meets", row->meets);
+        json_object_update(o, x);
+        json_decref(x);
+        json_object_set_new(o, "ppl_increase_pct", row->ppl_known ? json_real(row->ppl_increase_pct) : json_null());
+    }
+    if (!row->meets) json_object_set_new(o, "why", json_string(row->why));
+    return o;
+}
+
+static void print_sim_row(const hr_sim_row *row, bool best) {
+    const hr_sim_result *r = &row->r;
+    char pol[32], kv[32];
+    if (!row->ran) {
+        printf("  %-6s %-12s %-10s %4d  (%s)\n", hr_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol),
+               hr_admission_name(r->c.admission), r->c.max_running, row->why);
+        return;
+    }
+    char ppl[16] = "-";
+    if (row->ppl_known) snprintf(ppl, sizeof ppl, "%+.2f%%", row->ppl_increase_pct);
+    printf("%s %-6s %-12s %-10s %4d %7d %9.1f %8.3f %8.3f %7.1f %7.1f %10s %6llu %5d %8s  %s\n", best ? "*" : " ",
+           hr_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol), hr_admission_name(r->c.admission),
+           r->c.max_running, r->n_blocks, r->throughput_tok_s, r->ttft_p50, r->ttft_p99, r->itl_p50 * 1e3,
+           r->itl_p99 * 1e3, hr_format_size(r->peak_kv_bytes, kv, sizeof kv), (unsigned long long)r->preemptions,
+           r->refused, ppl, row->meets ? "meets" : row->why);
+}
+
+static hr_status open_traffic(const plan_opts *o, const hr_plan *pl, hr_traffic *t, hr_error *err) {
+    FILE *f = fopen(o->traffic, "r");
+    if (f) {
+        fclose(f);
+        return hr_traffic_load(o->traffic, pl->p.n_ctx, t, err);
+    }
+    return hr_traffic_preset(o->traffic, o->n_requests, pl->p.n_ctx, o->seed ? o->seed : 1, t, err);
+}
+
+static int run_traffic(const plan_opts *o, const hr_plan_model *m, const hr_plan_device *d, const hr_plan *pl,
+                       json_t *root) {
+    hr_error err;
+    hr_traffic t;
+    hr_status st = open_traffic(o, pl, &t, &err);
+    if (st) {
+        fprintf(stderr, "headroom plan: --traffic: %s\n", err.msg);
+        return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
+    }
+    hr_cost_model cost;
+    if (o->cost_file)
+        st = hr_cost_load(o->cost_file, &cost, &err);
+    else if (d->gpu || o->device_bw > 0)
+        hr_cost_roofline(d, &cost);
+    else /* this machine without a saved calibration: measure now (a few seconds) */
+        st = hr_cost_calibrate(m->from_config ? m->weight_type : "q4_0", pl->p.n_threads, &cost, &err);
+    if (st) {
+        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        hr_traffic_free(&t);
+        return HR_EXIT_FAIL;
+    }
+    hr_kv_format formats[] = {HR_KV_F16, HR_KV_Q8, HR_KV_FP8, HR_KV_Q4, HR_KV_Q4H, HR_KV_KIVI2};
+    int window = HR_MAX(pl->p.block_size, pl->p.n_ctx / 4 / pl->p.block_size * pl->p.block_size);
+    int windows[] = {0, window};
+    hr_admission adm[] = {HR_ADMIT_ADAPTIVE, HR_ADMIT_RESERVE, HR_ADMIT_OPTIMISTIC};
+    int runs_default[] = {pl->p.max_running};
+    hr_sim_sweep_params sp = {.formats = formats,
+                              .n_formats = 6,
+                              .windows = windows,
+                              .n_windows = 2,
+                              .admissions = adm,
+                              .n_admissions = 3,
+                              .max_running = o->n_run_list ? o->run_list : runs_default,
+                              .n_max_running = o->n_run_list ? o->n_run_list : 1,
+                              .slo_ttft_s = o->slo_ttft,
+                              .slo_itl_s = o->slo_itl,
+                              .eval_path = o->eval_file,
+                              .max_ppl_increase_pct = o->max_ppl};
+    hr_sim_row *rows = NULL;
+    int n = 0, best = -1;
+    st = hr_sim_sweep(m, pl, d, &cost, &t, &sp, &rows, &n, &best, &err);
+    if (st) {
+        fprintf(stderr, "headroom plan: simulation: %s\n", err.msg);
+        hr_traffic_free(&t);
+        return st == HR_ERR_FORMAT ? HR_EXIT_USAGE : HR_EXIT_FAIL;
+    }
+    double span = t.n ? t.reqs[t.n - 1].t_arrival - t.reqs[0].t_arrival : 0;
+    if (root) {
+        json_t *cands = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(cands, sim_row_json(&rows[i]));
+        json_t *tr =
+            json_pack("{s:s,s:i,s:f,s:s,s:f,s:f,s:o,s:o}", "name", t.name, "requests", t.n, "arrival_span_s", span,
+                      "cost_model", cost.source, "slo_ttft_s", (double)o->slo_ttft, "slo_itl_s", (double)o->slo_itl,
+                      "candidates", cands, "recommended", best >= 0 ? sim_row_json(&rows[best]) : json_null());
+        json_object_set_new(root, "traffic", tr);
+    } else {
+        printf("\ntraffic %s: %d requests arriving over %.1f s; step costs: %s\n", t.name, t.n, span, cost.source);
+        printf("  format policy       admission  run  blocks     tok/s  TTFT p50  p99 (s)  ITL p50  p99 (ms)   peak KV "
+               "preempt refused  ppl\n");
+        for (int i = 0; i < n; i++) print_sim_row(&rows[i], i == best);
+        if (best >= 0) {
+            const hr_sim_result *r = &rows[best].r;
+            char pol[32];
+            printf(
+                "\nrecommended: --kv-type %s --kv-policy %s --admission %s --max-running %d: %.1f tokens/s, TTFT p99 "
+                "%.3f s, ITL p99 %.1f ms\n",
+                hr_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol), hr_admission_name(r->c.admission),
+                r->c.max_running, r->throughput_tok_s, r->ttft_p99, r->itl_p99 * 1e3);
+        } else {
+            printf("\nno candidate meets every bound (the last column says why for each)\n");
+        }
+    }
+    free(rows);
+    hr_traffic_free(&t);
+    return best >= 0 ? HR_EXIT_OK : HR_EXIT_FAIL;
 }
 
 static hr_status open_device(const plan_opts *o, hr_plan_device *d, hr_error *err) {
@@ -298,6 +508,7 @@ int hr_cmd_plan(int argc, char **argv) {
         return HR_EXIT_OK;
     }
     hr_error err = {0};
+    if (o.calibrate_file) return calibrate(&o);
     hr_plan_device dev;
     hr_status st = open_device(&o, &dev, &err);
     if (st) {
@@ -316,9 +527,16 @@ int hr_cmd_plan(int argc, char **argv) {
         free(pl);
         return HR_EXIT_USAGE;
     }
-    int rc = o.json ? print_json(&o, &m, &dev, pl) : (print_table(&o, &m, &dev, pl), HR_EXIT_OK);
+    json_t *root = o.json ? plan_json(&o, &m, &dev, pl) : NULL;
+    if (!o.json) print_table(&o, &m, &dev, pl);
+    int rc = HR_EXIT_OK;
+    if (o.traffic) rc = run_traffic(&o, &m, &dev, pl, root);
+    if (o.json) {
+        int jrc = print_json(root);
+        if (rc == HR_EXIT_OK) rc = jrc;
+    }
     const hr_plan_format_row *c = &pl->rows[pl->chosen];
-    if (rc == HR_EXIT_OK && !c->fits) {
+    if (rc == HR_EXIT_OK && !c->fits && !o.traffic) {
         char b1[32], b2[32], fname[32];
         fmt_name(c, fname, sizeof fname);
         if (c->max_concurrency == 0)

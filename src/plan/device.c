@@ -15,21 +15,21 @@
 #define GIB (1ull << 30)
 
 /* Memory: the total the driver reports (nvidia-smi memory.total, MiB). Bandwidth: the datasheet's
- * peak, GB/s. Reserved: what a CUDA process takes before its first tensor (context, cuBLAS/cuBLASLt
- * workspaces): an estimate, docs/PLAN.md "GPU profiles". */
+ * peak, GB/s; dense bf16 tensor TFLOP/s (no sparsity). Reserved: what a CUDA process takes before its first tensor
+ * (context, cuBLAS/cuBLASLt workspaces): an estimate, docs/PLAN.md "GPU profiles". */
 static const struct gpu_profile {
     const char *name, *label;
     uint64_t mem_mib;
-    double bw_gbps;
+    double bw_gbps, tflops;
     uint64_t reserved_mib;
 } gpus[] = {
-    {"h200", "NVIDIA H200 141GB (SXM)", 143771, 4800, 1024},
-    {"h100-80gb", "NVIDIA H100 80GB (SXM, HBM3)", 81559, 3350, 1024},
-    {"a100-80gb", "NVIDIA A100 80GB (SXM)", 81920, 2039, 1024},
-    {"a100-40gb", "NVIDIA A100 40GB (SXM)", 40960, 1555, 1024},
-    {"l40s", "NVIDIA L40S 48GB", 46068, 864, 768},
-    {"l4", "NVIDIA L4 24GB", 23034, 300, 768},
-    {"rtx4090", "NVIDIA GeForce RTX 4090 24GB", 24564, 1008, 768},
+    {"h200", "NVIDIA H200 141GB (SXM)", 143771, 4800, 989, 1024},
+    {"h100-80gb", "NVIDIA H100 80GB (SXM, HBM3)", 81559, 3350, 989, 1024},
+    {"a100-80gb", "NVIDIA A100 80GB (SXM)", 81920, 2039, 312, 1024},
+    {"a100-40gb", "NVIDIA A100 40GB (SXM)", 40960, 1555, 312, 1024},
+    {"l40s", "NVIDIA L40S 48GB", 46068, 864, 362, 768},
+    {"l4", "NVIDIA L4 24GB", 23034, 300, 121, 768},
+    {"rtx4090", "NVIDIA GeForce RTX 4090 24GB", 24564, 1008, 165, 768},
 };
 
 const char *hr_plan_device_names(void) { return "host, h200, h100-80gb, a100-80gb, a100-40gb, l40s, l4, rtx4090"; }
@@ -41,6 +41,7 @@ hr_status hr_plan_device_by_name(const char *name, hr_plan_device *out, hr_error
                                 .mem_bytes = gpus[i].mem_mib * MIB,
                                 .util = 0.9,
                                 .bw_gbps = gpus[i].bw_gbps,
+                                .tflops = gpus[i].tflops,
                                 .reserved_bytes = gpus[i].reserved_mib * MIB,
                                 .source = "datasheet (docs/PLAN.md)"};
         snprintf(out->name, sizeof out->name, "%s", gpus[i].label);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "runtime/runtime.h"
@@ -56,6 +57,7 @@ typedef struct hr_plan_device {
     uint64_t mem_bytes; /* what the driver (or /proc/meminfo MemAvailable) reports */
     double util;        /* the fraction of mem_bytes the plan may use (GPUs: 0.9, as vLLM's default) */
     double bw_gbps;     /* memory bandwidth, GB/s (datasheet, or measured here) */
+    double tflops;      /* dense bf16 tensor TFLOP/s (datasheet; 0 on host: calibrate) */
     bool bw_measured;
     uint64_t reserved_bytes; /* taken before the model: the runtime itself (GPU: CUDA context, library
                                 workspaces; host: HR_MEM_BASE_BYTES) */
@@ -113,6 +115,118 @@ typedef struct hr_plan {
  * otherwise HR_OK even when nothing fits (the rows say). */
 hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const hr_plan_params *p, hr_plan *out,
                           hr_error *err);
+
+/* ---- traffic ----------------------------------------------------------------------------------- */
+
+/* One request of a traffic: when it arrives, its prompt and output lengths, and an optional shared
+ * prefix (requests with the same prefix_id start with the same n_prefix tokens, so the engine's prefix
+ * cache sees them as a chat history, a system prompt or a RAG document). */
+typedef struct hr_traffic_req {
+    double t_arrival; /* seconds from the start */
+    int n_prompt, n_output;
+    int prefix_id; /* -1: none */
+    int n_prefix;  /* tokens shared with the prefix's other requests (<= n_prompt) */
+} hr_traffic_req;
+
+typedef struct hr_traffic {
+    char name[64];
+    hr_traffic_req *reqs; /* by arrival */
+    int n;
+} hr_traffic;
+
+/* A preset (chat, rag, agent, burst, long: docs/PLAN.md gives each distribution) of n requests
+ * (0: the preset's own count) from seed, lengths clipped so prompt + output fits n_ctx. */
+hr_status hr_traffic_preset(const char *name, int n, int n_ctx, uint64_t seed, hr_traffic *out, hr_error *err);
+/* A trace: JSON lines {"t": seconds, "prompt": tokens, "output": tokens, "prefix": id, "prefix_tokens": n}
+ * ("prefix" and "prefix_tokens" optional). Errors name the line and the field. */
+hr_status hr_traffic_load(const char *path, int n_ctx, hr_traffic *out, hr_error *err);
+void hr_traffic_free(hr_traffic *t);
+const char *hr_traffic_preset_names(void);
+
+/* ---- the step-time cost model -------------------------------------------------------------------- */
+
+/* A step reads the weights once and every token's visible KV, and computes 2 x matrix parameters flops
+ * per token plus attention: its time is max(bytes / bw, flops / rate) + overhead. */
+typedef struct hr_cost_model {
+    double bw_gbps;    /* bytes a step streams, GB/s */
+    double gflops;     /* matrix flops, GFLOP/s */
+    double overhead_s; /* per step */
+    char source[96];   /* "calibrated on this machine ...", "roofline: NVIDIA H100 ..." */
+} hr_cost_model;
+
+/* Measures this machine's kernels once: a synthetic TinyLlama-shaped layer stack in weight_type
+ * ("q4_0", "q8_0", "f16", ...) run for a decode step (T = 1: bandwidth) and a prefill step (T = 128:
+ * flops) on n_threads (0: every core). Takes a few seconds. */
+hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_model *out, hr_error *err);
+hr_status hr_cost_save(const hr_cost_model *c, const char *path, hr_error *err);
+hr_status hr_cost_load(const char *path, hr_cost_model *out, hr_error *err);
+/* A device's roofline (datasheet bandwidth and dense bf16 flops). */
+void hr_cost_roofline(const hr_plan_device *d, hr_cost_model *out);
+
+/* ---- simulation ---------------------------------------------------------------------------------- */
+
+typedef struct hr_sim_candidate {
+    hr_kv_format format; /* K and V */
+    int window;          /* 0: full attention; > 0: every request under window:W (kv/ policy) */
+    hr_admission admission;
+    int max_running;
+} hr_sim_candidate;
+
+typedef struct hr_sim_result {
+    hr_sim_candidate c;
+    int n_blocks;           /* the pool the device holds for this candidate (the plan's) */
+    int completed, refused; /* refused: can never fit the pool, past the context, queue full */
+    uint64_t preemptions;
+    int peak_blocks;        /* most blocks in use (used + cached by the prefix cache excluded) */
+    uint64_t peak_kv_bytes; /* peak_blocks x the real format's block bytes */
+    uint64_t output_tokens;
+    double makespan_s;         /* virtual seconds from the first arrival to the last finish */
+    double throughput_tok_s;   /* output tokens / makespan */
+    double ttft_p50, ttft_p99; /* virtual seconds, arrival -> first token */
+    double itl_p50, itl_p99;   /* virtual seconds between a request's tokens */
+} hr_sim_result;
+
+/* Runs the traffic through the engine's real scheduler and block manager (hr_engine with a step
+ * executor that computes nothing: it writes zero K/V into a pool of the candidate's block count and
+ * returns fixed logits) in virtual time: each step advances the clock by the cost model's time for
+ * that batch. Nothing waits in real time; results depend only on the inputs (deterministic). The pool
+ * has the candidate's format on a one-layer, one-head stand-in shape with the block count the plan
+ * gives the real model on the device (hr_kv_budget_compute with the device's usable bytes). */
+hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_cost_model *cost,
+                     const hr_traffic *t, const hr_sim_candidate *c, hr_sim_result *out, hr_error *err);
+
+/* ---- the sweep and the recommendation --------------------------------------------------------- */
+
+typedef struct hr_sim_sweep_params {
+    const hr_kv_format *formats; /* candidates: every combination of these */
+    int n_formats;
+    const int *windows; /* 0: full attention */
+    int n_windows;
+    const hr_admission *admissions;
+    int n_admissions;
+    const int *max_running;
+    int n_max_running;
+    double slo_ttft_s, slo_itl_s; /* p99 bounds (0: none) */
+    const char *eval_path;        /* a `headroom eval --json` result: each candidate's perplexity change */
+    double max_ppl_increase_pct;  /* with eval_path: the quality bound (a candidate without a figure fails) */
+} hr_sim_sweep_params;
+
+typedef struct hr_sim_row {
+    hr_sim_result r;
+    bool ran; /* false: the format cannot hold this shape */
+    bool ppl_known;
+    double ppl_increase_pct;
+    bool meets;   /* every request completed, the SLOs and the quality bound hold */
+    char why[96]; /* when not: the first bound it misses */
+} hr_sim_row;
+
+/* Runs every candidate; *rows (n_rows) is malloc'd (free it); *best is the row that meets every bound
+ * with the highest throughput, or -1; among rows within 2% of that throughput the least lossy (the eval
+ * result's perplexity change, else f16 < q8 < fp8 < q4h < q4 < kivi2, full attention before a window),
+ * then the lowest TTFT p99. */
+hr_status hr_sim_sweep(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_cost_model *cost,
+                       const hr_traffic *t, const hr_sim_sweep_params *sp, hr_sim_row **rows, int *n_rows, int *best,
+                       hr_error *err);
 
 /* ggml type id of a weight type name (case-insensitive), or -1. */
 int hr_plan_weight_type_id(const char *name);

@@ -1,0 +1,246 @@
+/* sim.c: a traffic through the engine's real scheduler and KV block manager in virtual time.
+ *
+ * The engine runs with a step executor that computes nothing (hr_engine_params.forward): it writes
+ * zero K/V for every token into a stand-in pool (one layer, one KV head, the candidate's format and
+ * block size, the block count the plan gives the real model on the device) and returns fixed logits.
+ * Each hr_engine_step advances a virtual clock by the cost model's time for the batch it ran; arrivals
+ * are submitted when the clock passes them; a token's time is the clock at the end of the step that
+ * sampled it. Nothing reads the wall clock, so a run depends only on its inputs. Preemption is by
+ * recompute: the engine's "auto" mode weighs swap against recompute with measured real speeds, which
+ * a virtual-time run must not depend on. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "plan/plan.h"
+
+#define SIM_VOCAB 256
+
+typedef struct sim_exec {
+    hr_kv_pool *kv;
+    const hr_cost_model *cost;
+    double weight_bytes;   /* streamed once a step */
+    double matrix_params;  /* 2 flops each per token */
+    double token_bytes;    /* KV of one token, every layer: read once per query token that sees it */
+    double attn_flops_tok; /* 4 x layers x heads x head_dim: per query token per visible key */
+    int window;            /* keys visible to a query: min(pos + 1, window) when > 0 */
+    double step_s;         /* the last step's cost */
+} sim_exec;
+
+static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_error *err) {
+    (void)err;
+    sim_exec *x = user;
+    static const float zero[64];
+    double kv_bytes = 0, flops = 0;
+    int row = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        hr_kv_write(x->kv, 0, b->seq[i], b->pos[i], zero, zero);
+        double visible = (double)(x->window > 0 ? HR_MIN(b->pos[i] + 1, x->window) : b->pos[i] + 1);
+        kv_bytes += visible * x->token_bytes;
+        flops += 2.0 * x->matrix_params + visible * x->attn_flops_tok;
+        if (!b->want_logits || !b->want_logits[i]) continue;
+        float *y = logits + (size_t)row++ * SIM_VOCAB;
+        for (int v = 0; v < SIM_VOCAB; v++) y[v] = 0;
+        y[7] = 1; /* greedy picks 7; requests ignore EOS, so each runs to its output length */
+    }
+    double mem_s = (x->weight_bytes + kv_bytes) / (x->cost->bw_gbps * 1e9);
+    double cmp_s = x->cost->gflops > 0 ? flops / (x->cost->gflops * 1e9) : 0;
+    x->step_s = HR_MAX(mem_s, cmp_s) + x->cost->overhead_s;
+    return HR_OK;
+}
+
+typedef struct sim_req {
+    hr_request *h;
+    int n_seen;
+    double t_last;
+    bool done;
+} sim_req;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p) {
+    if (n == 0) return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t i = (size_t)ceil(p * (double)n) - 1;
+    return v[HR_MIN(i, n - 1)];
+}
+
+/* The prompt's token ids: a prefix's tokens depend only on its id, the rest on the request. */
+static void fill_prompt(int32_t *ids, const hr_traffic_req *q, int i) {
+    for (int t = 0; t < q->n_prompt; t++) {
+        uint64_t h = t < q->n_prefix ? ((uint64_t)q->prefix_id + 1) * 0x9E3779B97F4A7C15ull
+                                     : ((uint64_t)i + 1) * 0xC2B2AE3D27D4EB4Full;
+        h ^= (uint64_t)t * 0x165667B19E3779F9ull;
+        h ^= h >> 29;
+        ids[t] = (int32_t)(h % SIM_VOCAB);
+    }
+}
+
+/* The stand-in pool: the candidate's format on one layer and one head, holding the block count the
+ * real model gets on the device. */
+static hr_status sim_pool(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_sim_candidate *c,
+                          int *n_blocks, uint64_t *real_block_bytes, hr_kv_pool **out, hr_error *err) {
+    const hr_hparams *hp = &m->hp;
+    hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
+                                   .n_kv_heads = hp->n_head_kv,
+                                   .head_dim = hp->head_dim,
+                                   .block_size = pl->p.block_size,
+                                   .k_format = c->format,
+                                   .v_format = c->format,
+                                   .max_seqs = c->max_running,
+                                   .max_step_tokens = pl->p.max_batch_tokens},
+                            .n_ctx = pl->held_ctx,
+                            .n_seqs = 1,
+                            .mem = {.model = hp,
+                                    .weight_bytes = m->resident_bytes,
+                                    .max_batch_tokens = pl->p.max_batch_tokens,
+                                    .n_threads = pl->p.n_threads,
+                                    .base_bytes = d->reserved_bytes,
+                                    .mem_limit = pl->usable_bytes}};
+    hr_kv_budget b;
+    hr_status st = hr_kv_budget_compute(&q, &b, err);
+    if (st == HR_ERR_INVALID_ARG) return st; /* HR_ERR_BUDGET: the pool is smaller than a context: simulate it */
+    *n_blocks = b.n_blocks;
+    *real_block_bytes = b.block_bytes;
+    hr_kv_config kc = {.n_layers = 1,
+                       .n_kv_heads = 1,
+                       .head_dim = 64,
+                       .block_size = pl->p.block_size,
+                       .k_format = c->format,
+                       .v_format = c->format,
+                       .max_seqs = c->max_running,
+                       .max_step_tokens = pl->p.max_batch_tokens};
+    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * (uint64_t)HR_MAX(1, b.n_blocks);
+    return hr_kv_pool_create(&kc, out, err);
+}
+
+hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_cost_model *cost,
+                     const hr_traffic *t, const hr_sim_candidate *c, hr_sim_result *out, hr_error *err) {
+    memset(out, 0, sizeof *out);
+    out->c = *c;
+    if (cost->bw_gbps <= 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "the cost model has no bandwidth");
+    const hr_hparams *hp = &m->hp;
+    sim_exec x = {.cost = cost, .window = c->window};
+    uint64_t real_block_bytes = 0;
+    hr_status st = sim_pool(m, pl, d, c, &out->n_blocks, &real_block_bytes, &x.kv, err);
+    if (st) return st;
+    uint64_t elems = 0;
+    for (int i = 0; i < m->n_rows; i++) elems += m->rows[i].n_elements;
+    x.weight_bytes = (double)m->tensor_bytes;
+    x.matrix_params = (double)elems - (hp->tied_output ? 0.0 : (double)hp->n_vocab * hp->n_embd);
+    x.token_bytes = (double)real_block_bytes / pl->p.block_size;
+    x.attn_flops_tok = 4.0 * hp->n_layer * hp->n_head * hp->head_dim;
+    if (hp->sliding_window > 0 && (x.window == 0 || hp->sliding_window < x.window)) x.window = hp->sliding_window;
+
+    hr_engine_params ep = {.kv = x.kv,
+                           .forward = sim_forward,
+                           .forward_user = &x,
+                           .n_vocab = SIM_VOCAB,
+                           .n_ctx = pl->p.n_ctx,
+                           .max_batch_tokens = pl->p.max_batch_tokens,
+                           .max_running = c->max_running,
+                           .max_queue = t->n + 1,
+                           .admission = c->admission,
+                           .preempt = HR_PREEMPT_RECOMPUTE};
+    hr_engine *e = NULL;
+    sim_req *rs = calloc((size_t)t->n, sizeof *rs);
+    double *ttft = malloc(sizeof(double) * (size_t)t->n);
+    size_t n_gaps = 0, cap_gaps = 1024;
+    double *gaps = malloc(sizeof(double) * cap_gaps);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)HR_MAX(1, pl->p.n_ctx));
+    if (!rs || !ttft || !gaps || !ids) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    if (st == HR_OK) st = hr_engine_create(&ep, &e, err);
+    hr_kv_policy pol = {.kind = HR_KV_POLICY_WINDOW, .window = c->window};
+    double now = 0, t_first = t->n ? t->reqs[0].t_arrival : 0, t_end = t_first;
+    int next = 0, active = 0, n_ttft = 0;
+    while (st == HR_OK && (next < t->n || active > 0)) {
+        for (; next < t->n && t->reqs[next].t_arrival <= now; next++) {
+            const hr_traffic_req *q = &t->reqs[next];
+            fill_prompt(ids, q, next);
+            hr_request_params rp = {.prompt = ids,
+                                    .n_prompt = q->n_prompt,
+                                    .max_tokens = q->n_output,
+                                    .ignore_eos = true,
+                                    .kv_policy = c->window > 0 ? &pol : NULL};
+            rp.sampling = hr_sampler_default_params();
+            rp.sampling.temperature = 0;
+            hr_error why;
+            if (hr_engine_submit(e, &rp, &rs[next].h, &why) != HR_OK) {
+                out->refused++;
+                rs[next].done = true;
+                continue;
+            }
+            rs[next].t_last = q->t_arrival;
+            active++;
+        }
+        if (active == 0) { /* idle: jump to the next arrival */
+            if (next < t->n) now = t->reqs[next].t_arrival;
+            continue;
+        }
+        x.step_s = 0;
+        int unfinished = 0;
+        if ((st = hr_engine_step(e, &unfinished, err))) break;
+        now += x.step_s;
+        hr_kv_pool_ledger l;
+        hr_kv_pool_get_ledger(x.kv, &l);
+        out->peak_blocks = HR_MAX(out->peak_blocks, l.blocks_used);
+        for (int i = 0; i < next; i++) {
+            sim_req *r = &rs[i];
+            if (r->done) continue;
+            int n = 0;
+            hr_request_output(r->h, &n);
+            for (; r->n_seen < n; r->n_seen++) {
+                if (r->n_seen == 0)
+                    ttft[n_ttft++] = now - t->reqs[i].t_arrival;
+                else {
+                    if (n_gaps == cap_gaps) {
+                        double *ng = realloc(gaps, sizeof(double) * (cap_gaps *= 2));
+                        if (!ng) {
+                            st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+                            break;
+                        }
+                        gaps = ng;
+                    }
+                    gaps[n_gaps++] = now - r->t_last;
+                }
+                r->t_last = now;
+            }
+            hr_request_stats s;
+            hr_request_get_stats(r->h, &s);
+            if (s.state == HR_REQ_COMPLETED || s.state == HR_REQ_FAILED || s.state == HR_REQ_CANCELLED) {
+                r->done = true;
+                active--;
+                out->completed += s.state == HR_REQ_COMPLETED;
+                out->refused += s.state == HR_REQ_FAILED; /* the engine gave up on it (it could never run) */
+                out->output_tokens += (uint64_t)n;
+                t_end = HR_MAX(t_end, now);
+                hr_request_release(r->h);
+                r->h = NULL;
+            }
+        }
+    }
+    if (st == HR_OK) {
+        hr_engine_stats es;
+        hr_engine_get_stats(e, &es);
+        out->preemptions = es.preemptions;
+        out->peak_kv_bytes = (uint64_t)out->peak_blocks * real_block_bytes;
+        out->makespan_s = t_end - t_first;
+        out->throughput_tok_s = out->makespan_s > 0 ? (double)out->output_tokens / out->makespan_s : 0;
+        out->ttft_p50 = pct(ttft, (size_t)n_ttft, 0.5);
+        out->ttft_p99 = pct(ttft, (size_t)n_ttft, 0.99);
+        out->itl_p50 = pct(gaps, n_gaps, 0.5);
+        out->itl_p99 = pct(gaps, n_gaps, 0.99);
+    }
+    for (int i = 0; rs && i < t->n; i++) hr_request_release(rs[i].h);
+    hr_engine_destroy(e);
+    hr_kv_pool_destroy(x.kv);
+    free(rs);
+    free(ttft);
+    free(gaps);
+    free(ids);
+    return st;
+}

@@ -1,0 +1,205 @@
+/* test_plan_sim.c: the traffic simulator (src/plan/sim.c) drives the engine's real scheduler and block
+ * manager in virtual time. Checked: presets and results are the same for the same seed; a trace file
+ * loads and its bad lines are named; refusals and preemptions agree with the pool the plan gives (a
+ * request larger than the pool is refused; reserve admission never preempts; optimistic admission on a
+ * tight pool does; the peak never exceeds the pool); the CLI's JSON carries a recommendation. No timing
+ * is asserted: the clock is virtual. */
+#include <jansson.h>
+#include <string.h>
+
+#include "harness.h"
+#include "plan/plan.h"
+
+static const char *const tinyllama_json =
+    "{\"model_type\":\"llama\",\"hidden_size\":2048,\"intermediate_size\":5632,\"num_attention_heads\":32,"
+    "\"num_hidden_layers\":22,\"num_key_value_heads\":4,\"vocab_size\":32000,\"max_position_embeddings\":2048,"
+    "\"torch_dtype\":\"bfloat16\"}";
+
+static const hr_cost_model cost = {.bw_gbps = 100, .gflops = 1000, .overhead_s = 0.001, .source = "test"};
+
+/* A plan whose device holds exactly what `seqs` sequences of `pool_ctx` need (the pool then has
+ * seqs x pool_ctx / 16 blocks) while requests may be `ctx` long. */
+static void tight_plan(const hr_plan_model *m, int ctx, int pool_ctx, int seqs, int max_running, hr_plan_device *d,
+                       hr_plan *pl) {
+    hr_error err;
+    *d = (hr_plan_device){.mem_bytes = 1ull << 40, .util = 1, .bw_gbps = 100, .reserved_bytes = 1 << 20};
+    hr_plan_params p = {.n_ctx = pool_ctx, .concurrency = seqs, .max_running = max_running, .n_threads = 1};
+    CHECK(hr_plan_compute(m, d, &p, pl, &err) == HR_OK);
+    d->mem_bytes = pl->rows[HR_KV_F16].need.total_bytes;
+    p.n_ctx = ctx;
+    CHECK(hr_plan_compute(m, d, &p, pl, &err) == HR_OK);
+}
+
+static hr_traffic trace(const hr_traffic_req *reqs, int n) {
+    hr_traffic t = {.n = n, .reqs = malloc(sizeof *reqs * (size_t)n)};
+    memcpy(t.reqs, reqs, sizeof *reqs * (size_t)n);
+    snprintf(t.name, sizeof t.name, "test");
+    return t;
+}
+
+static void test_determinism(const hr_plan_model *m) {
+    hr_error err;
+    hr_traffic a, b, c;
+    CHECK(hr_traffic_preset("chat", 40, 2048, 5, &a, &err) == HR_OK);
+    CHECK(hr_traffic_preset("chat", 40, 2048, 5, &b, &err) == HR_OK);
+    CHECK(hr_traffic_preset("chat", 40, 2048, 6, &c, &err) == HR_OK);
+    CHECK(a.n == 40 && !memcmp(a.reqs, b.reqs, sizeof *a.reqs * 40) && memcmp(a.reqs, c.reqs, sizeof *a.reqs * 40));
+    bool ok = true;
+    for (int i = 0; i < a.n; i++)
+        ok = ok && a.reqs[i].n_prompt + a.reqs[i].n_output <= 2048 &&
+             (i == 0 || a.reqs[i].t_arrival >= a.reqs[i - 1].t_arrival);
+    CHECK(ok);
+    hr_plan_device d;
+    hr_plan *pl = calloc(1, sizeof *pl);
+    tight_plan(m, 2048, 2048, 3, 8, &d, pl);
+    hr_sim_candidate cand = {.format = HR_KV_F16, .admission = HR_ADMIT_ADAPTIVE, .max_running = 8};
+    hr_sim_result r1, r2;
+    CHECK(hr_sim_run(m, pl, &d, &cost, &a, &cand, &r1, &err) == HR_OK);
+    CHECK(hr_sim_run(m, pl, &d, &cost, &a, &cand, &r2, &err) == HR_OK);
+    CHECKF(r1.completed == 40 && r1.output_tokens == r2.output_tokens && r1.makespan_s == r2.makespan_s &&
+               r1.ttft_p99 == r2.ttft_p99 && r1.itl_p50 == r2.itl_p50 && r1.preemptions == r2.preemptions &&
+               r1.peak_blocks == r2.peak_blocks,
+           "runs differ: completed %d, makespan %g vs %g", r1.completed, r1.makespan_s, r2.makespan_s);
+    uint64_t want = 0;
+    for (int i = 0; i < a.n; i++) want += (uint64_t)a.reqs[i].n_output;
+    CHECK(r1.output_tokens == want && r1.ttft_p50 > 0 && r1.ttft_p50 <= r1.ttft_p99 && r1.itl_p50 > 0);
+    CHECK(r1.peak_blocks <= r1.n_blocks);
+    /* every preset draws */
+    const char *names[] = {"rag", "agent", "burst", "long"};
+    for (int i = 0; i < 4; i++) {
+        hr_traffic t;
+        CHECK(hr_traffic_preset(names[i], 0, 4096, 1, &t, &err) == HR_OK && t.n > 0);
+        hr_traffic_free(&t);
+    }
+    CHECK(hr_traffic_preset("storm", 0, 4096, 1, &c, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "agent"));
+    hr_traffic_free(&a);
+    hr_traffic_free(&b);
+    free(pl);
+}
+
+/* The pool holds 2 sequences of 1024 tokens (128 blocks); 8 requests of 500 + 500 tokens (63 blocks
+ * each) arrive at once. */
+static void test_pool_consistency(const hr_plan_model *m) {
+    hr_error err;
+    hr_plan_device d;
+    hr_plan *pl = calloc(1, sizeof *pl);
+    tight_plan(m, 1024, 1024, 2, 8, &d, pl);
+    hr_traffic_req reqs[8];
+    for (int i = 0; i < 8; i++)
+        reqs[i] = (hr_traffic_req){.t_arrival = 0, .n_prompt = 500, .n_output = 500, .prefix_id = -1};
+    hr_traffic t = trace(reqs, 8);
+    hr_sim_candidate cand = {.format = HR_KV_F16, .admission = HR_ADMIT_RESERVE, .max_running = 8};
+    hr_sim_result r;
+    CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &r, &err) == HR_OK);
+    CHECKF(r.n_blocks >= 128 && r.n_blocks < 128 + 8, "pool of %d blocks", r.n_blocks);
+    CHECKF(r.completed == 8 && r.refused == 0 && r.preemptions == 0, "reserve: %d completed, %llu preemptions",
+           r.completed, (unsigned long long)r.preemptions);
+    CHECK(r.peak_blocks <= r.n_blocks && r.peak_blocks >= 2 * 63 - 2);
+    CHECK(r.peak_kv_bytes == (uint64_t)r.peak_blocks * 16 * 22528);
+    cand.admission = HR_ADMIT_OPTIMISTIC;
+    CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &r, &err) == HR_OK);
+    CHECKF(r.completed == 8 && r.preemptions > 0 && r.peak_blocks <= r.n_blocks,
+           "optimistic: %d completed, %llu preemptions", r.completed, (unsigned long long)r.preemptions);
+    /* q8 holds about twice the blocks: fewer waits, no more preemptions */
+    hr_sim_result q;
+    cand.format = HR_KV_Q8;
+    CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &q, &err) == HR_OK);
+    CHECK(q.n_blocks > r.n_blocks * 3 / 2 && q.preemptions <= r.preemptions && q.completed == 8);
+    hr_traffic_free(&t);
+    /* a pool smaller than the context (about 32 blocks): the request of 900 tokens (57 blocks) can never
+     * fit and is refused; the one of 450 (29 blocks) runs */
+    tight_plan(m, 1024, 512, 1, 8, &d, pl);
+    hr_traffic_req two[2] = {{.t_arrival = 0, .n_prompt = 400, .n_output = 50, .prefix_id = -1},
+                             {.t_arrival = 0.5, .n_prompt = 800, .n_output = 100, .prefix_id = -1}};
+    t = trace(two, 2);
+    cand = (hr_sim_candidate){.format = HR_KV_F16, .admission = HR_ADMIT_ADAPTIVE, .max_running = 8};
+    CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &r, &err) == HR_OK);
+    CHECKF(r.n_blocks >= 29 && r.n_blocks < 57 && r.completed == 1 && r.refused == 1,
+           "blocks %d, completed %d, refused %d", r.n_blocks, r.completed, r.refused);
+    hr_traffic_free(&t);
+    free(pl);
+}
+
+static void test_trace_file(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/trace.jsonl", hr_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    fputs("{\"t\": 1.5, \"prompt\": 100, \"output\": 20, \"prefix\": 3, \"prefix_tokens\": 64}\n\n"
+          "{\"t\": 0, \"prompt\": 50, \"output\": 10}\n",
+          f);
+    fclose(f);
+    hr_traffic t;
+    hr_error err;
+    CHECK(hr_traffic_load(path, 2048, &t, &err) == HR_OK && t.n == 2);
+    CHECK(t.reqs[0].t_arrival == 0 && t.reqs[0].prefix_id == -1 && t.reqs[1].prefix_id == 3 &&
+          t.reqs[1].n_prefix == 64);
+    hr_traffic_free(&t);
+    f = fopen(path, "w");
+    fputs("{\"t\": 0, \"prompt\": 50, \"output\": 10}\n{\"t\": 1, \"output\": 10}\n", f);
+    fclose(f);
+    CHECK(hr_traffic_load(path, 2048, &t, &err) == HR_ERR_FORMAT && strstr(err.msg, "line 2") &&
+          strstr(err.msg, "\"prompt\""));
+    f = fopen(path, "w");
+    fputs("not json\n", f);
+    fclose(f);
+    CHECK(hr_traffic_load(path, 2048, &t, &err) == HR_ERR_FORMAT && strstr(err.msg, "line 1"));
+}
+
+static void test_cli(void) {
+    FILE *probe = fopen(HR_HEADROOM_BIN, "rb");
+    if (!probe) {
+        printf("the headroom binary is not built: CLI checks skipped\n");
+        return;
+    }
+    fclose(probe);
+    char args[1024], *out = NULL, *errs = NULL;
+    snprintf(args, sizeof args,
+             "plan -m %s/tests/plan/llama-3-8b.config.json --device h100-80gb --ctx 4096 --traffic burst --requests 64 "
+             "--max-running 32 --slo-ttft 30 --json",
+             HR_SOURCE_DIR);
+    CHECK(hr_test_run_cli(args, &out, &errs) == 0);
+    json_t *j = out ? json_loads(out, 0, NULL) : NULL;
+    json_t *tr = json_object_get(j, "traffic");
+    CHECKF(tr != NULL, "%s", errs ? errs : "");
+    CHECK(json_integer_value(json_object_get(tr, "requests")) == 64);
+    CHECK(json_array_size(json_object_get(tr, "candidates")) == 6 * 2 * 3);
+    json_t *rec = json_object_get(tr, "recommended");
+    CHECK(json_is_object(rec) && json_is_true(json_object_get(rec, "meets")) &&
+          json_integer_value(json_object_get(rec, "completed")) == 64);
+    /* nothing meets an impossible TTFT bound: exit 1 */
+    json_decref(j);
+    free(out);
+    free(errs);
+    snprintf(args, sizeof args,
+             "plan -m %s/tests/plan/llama-3-8b.config.json --device h100-80gb --ctx 4096 --traffic burst --requests 64 "
+             "--max-running 32 --slo-ttft 0.000001",
+             HR_SOURCE_DIR);
+    CHECK(hr_test_run_cli(args, &out, &errs) == 1);
+    CHECK(out && strstr(out, "no candidate meets every bound") && strstr(out, "TTFT p99"));
+    free(out);
+    free(errs);
+    snprintf(args, sizeof args, "plan -m %s/tests/plan/llama-3-8b.config.json --device h100-80gb --traffic storm",
+             HR_SOURCE_DIR);
+    CHECK(hr_test_run_cli(args, &out, &errs) == 2);
+    CHECK(errs && strstr(errs, "unknown traffic 'storm'"));
+    free(out);
+    free(errs);
+    snprintf(args, sizeof args,
+             "plan -m %s/tests/plan/llama-3-8b.config.json --device h100-80gb --traffic chat --max-ppl-increase 1",
+             HR_SOURCE_DIR);
+    CHECK(hr_test_run_cli(args, &out, &errs) == 2);
+    CHECK(errs && strstr(errs, "--eval"));
+    free(out);
+    free(errs);
+}
+
+int main(void) {
+    hr_plan_model m;
+    hr_error err;
+    CHECK(hr_plan_model_from_config(tinyllama_json, strlen(tinyllama_json), NULL, &m, &err) == HR_OK);
+    test_determinism(&m);
+    test_pool_consistency(&m);
+    test_trace_file();
+    test_cli();
+    return hr_test_finish();
+}
