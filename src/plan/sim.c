@@ -83,7 +83,8 @@ static void fill_prompt(int32_t *ids, const hr_traffic_req *q, int i) {
 /* The stand-in pool: the candidate's format on one layer and one head, holding the block count the
  * real model gets on the device. */
 static hr_status sim_pool(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_sim_candidate *c,
-                          int *n_blocks, uint64_t *real_block_bytes, hr_kv_pool **out, hr_error *err) {
+                          const hr_traffic *t, int *n_blocks, uint64_t *real_block_bytes, hr_kv_pool **out,
+                          hr_error *err) {
     const hr_hparams *hp = &m->hp;
     hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
                                    .n_kv_heads = hp->n_head_kv,
@@ -114,7 +115,14 @@ static hr_status sim_pool(const hr_plan_model *m, const hr_plan *pl, const hr_pl
                        .v_format = c->format,
                        .max_seqs = c->max_running,
                        .max_step_tokens = pl->p.max_batch_tokens};
-    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * (uint64_t)HR_MAX(1, b.n_blocks);
+    /* a pool larger than every block the traffic could ever hold at once behaves the same (nothing is
+     * ever evicted or refused for room), so the stand-in stops there: a GPU's millions of blocks would
+     * cost real memory for nothing */
+    uint64_t demand = (uint64_t)c->max_running + 1;
+    for (int i = 0; i < t->n; i++)
+        demand += (uint64_t)(t->reqs[i].n_prompt + t->reqs[i].n_output + pl->p.block_size - 1) / pl->p.block_size;
+    uint64_t blocks = HR_MIN((uint64_t)HR_MAX(1, b.n_blocks), demand);
+    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * blocks;
     return hr_kv_pool_create(&kc, out, err);
 }
 
@@ -126,7 +134,7 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     const hr_hparams *hp = &m->hp;
     sim_exec x = {.cost = cost, .window = c->window};
     uint64_t real_block_bytes = 0;
-    hr_status st = sim_pool(m, pl, d, c, &out->n_blocks, &real_block_bytes, &x.kv, err);
+    hr_status st = sim_pool(m, pl, d, c, t, &out->n_blocks, &real_block_bytes, &x.kv, err);
     if (st) return st;
     uint64_t elems = 0;
     for (int i = 0; i < m->n_rows; i++) elems += m->rows[i].n_elements;
