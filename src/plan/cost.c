@@ -69,14 +69,14 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
         double t128 = time_forward(ctx, kv, 128, err, &st);
         if (st == HR_OK) {
             double bytes = (double)hr_model_weight_bytes(model);
-            uint64_t params = 0; /* matrix parameters: every weight but the embedding lookup */
-            params = (uint64_t)hp->n_layer *
-                         ((uint64_t)hp->n_embd * (uint64_t)(hp->n_head + 2 * hp->n_head_kv) * (uint64_t)hp->head_dim +
-                          (uint64_t)hp->n_head * (uint64_t)hp->head_dim * (uint64_t)hp->n_embd +
-                          3ull * (uint64_t)hp->n_embd * (uint64_t)hp->n_ff) +
-                     (uint64_t)hp->n_vocab * (uint64_t)hp->n_embd;
+            /* matrix parameters every token goes through (the layers); the output projection runs
+             * only for the one row that wants logits */
+            double layer =
+                (double)hp->n_layer * ((double)hp->n_embd * (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim +
+                                       (double)hp->n_head * hp->head_dim * hp->n_embd + 3.0 * hp->n_embd * hp->n_ff);
+            double head = (double)hp->n_vocab * hp->n_embd;
             out->bw_gbps = bytes / t1 / 1e9;
-            out->gflops = 2.0 * (double)params * 128 / t128 / 1e9;
+            out->gflops = 2.0 * (layer * 128 + head) / t128 / 1e9;
             out->overhead_s = 0;
             snprintf(out->source, sizeof out->source, "calibrated here: %s, %d threads, %.1f GB/s, %.1f GFLOP/s",
                      hr_gguf_tensor_type_name((uint32_t)type), hr_model_ctx_n_threads(ctx), out->bw_gbps, out->gflops);

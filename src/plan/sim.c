@@ -21,7 +21,8 @@ typedef struct sim_exec {
     hr_kv_pool *kv;
     const hr_cost_model *cost;
     double weight_bytes;   /* streamed once a step */
-    double matrix_params;  /* 2 flops each per token */
+    double matrix_params;  /* the layers' matrices: 2 flops each per token */
+    double head_params;    /* the output projection: 2 flops each per token that samples */
     double token_bytes;    /* KV of one token, every layer: read once per query token that sees it */
     double attn_flops_tok; /* 4 x layers x heads x head_dim: per query token per visible key */
     int window;            /* keys visible to a query: min(pos + 1, window) when > 0 */
@@ -40,6 +41,7 @@ static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_er
         kv_bytes += visible * x->token_bytes;
         flops += 2.0 * x->matrix_params + visible * x->attn_flops_tok;
         if (!b->want_logits || !b->want_logits[i]) continue;
+        flops += 2.0 * x->head_params; /* the output projection: only rows that sample */
         float *y = logits + (size_t)row++ * SIM_VOCAB;
         for (int v = 0; v < SIM_VOCAB; v++) y[v] = 0;
         y[7] = 1; /* greedy picks 7; requests ignore EOS, so each runs to its output length */
@@ -139,7 +141,9 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     uint64_t elems = 0;
     for (int i = 0; i < m->n_rows; i++) elems += m->rows[i].n_elements;
     x.weight_bytes = (double)m->tensor_bytes;
-    x.matrix_params = (double)elems - (hp->tied_output ? 0.0 : (double)hp->n_vocab * hp->n_embd);
+    /* every matrix but the embedding table (a lookup) and the output projection (counted apart) */
+    x.head_params = (double)hp->n_vocab * hp->n_embd;
+    x.matrix_params = (double)elems - (hp->tied_output ? 1.0 : 2.0) * x.head_params;
     x.token_bytes = (double)real_block_bytes / pl->p.block_size;
     x.attn_flops_tok = 4.0 * hp->n_layer * hp->n_head * hp->head_dim;
     if (hp->sliding_window > 0 && (x.window == 0 || hp->sliding_window < x.window)) x.window = hp->sliding_window;
