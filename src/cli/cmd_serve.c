@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/serve_cluster.h"
 #include "cli/session.h"
 #include "common/util.h"
 #include "runtime/runtime.h"
@@ -31,7 +32,7 @@ static void usage(FILE *f) {
                "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
                "                         vllm:gpu_cache_usage_perc\n"
                "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-               "      --max-connections N  concurrent HTTP connections (default 256)\n"
+               "      --max-connections N  concurrent HTTP connections (default 256)\n" HR_SERVE_CLUSTER_HELP
                "model, cache and engine (as in `headroom run`; see its --help):\n"
                "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
                "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
@@ -84,6 +85,7 @@ int hr_cmd_serve(int argc, char **argv) {
     sp.api_key = getenv("HEADROOM_API_KEY");
     int kv_seqs = 4;
     uint64_t mem_limit = 0;
+    hr_serve_cluster_opts cluster = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -95,7 +97,8 @@ int hr_cmd_serve(int argc, char **argv) {
             continue;
         }
         bool ok = true;
-        if (!strcmp(a, "--host")) {
+        if (hr_serve_cluster_option(&cluster, argc, argv, &i, &ok)) {
+        } else if (!strcmp(a, "--host")) {
             ok = (sp.host = hr_arg_value("serve", argc, argv, &i)) != NULL;
         } else if (!strcmp(a, "--port")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 0, 65535, &sp.port);
@@ -170,10 +173,12 @@ int hr_cmd_serve(int argc, char **argv) {
     hr_runtime *rt = NULL;
     bool bad_option = false;
     st = hr_runtime_open(&rp, &rt, &bad_option, &err);
+    hr_serve_cluster *cl = st == HR_OK ? hr_serve_cluster_start(&cluster, rt) : NULL;
     if (st == HR_OK && (st = hr_runtime_start(rt, &err)) != HR_OK) bad_option = false;
     if (st != HR_OK) {
         fprintf(stderr, "headroom serve: %s\n", err.msg);
         hr_server_destroy(srv);
+        hr_serve_cluster_stop(cl, rt);
         hr_runtime_close(rt);
         return bad_option ? HR_EXIT_USAGE : HR_EXIT_FAIL;
     }
@@ -189,6 +194,7 @@ int hr_cmd_serve(int argc, char **argv) {
     hr_server_shutdown(srv);
     hr_server_destroy(srv);
     hr_runtime_stop(rt);
+    hr_serve_cluster_stop(cl, rt);
     hr_runtime_memory mem;
     hr_runtime_get_memory(rt, &mem);
     hr_runtime_close(rt);

@@ -293,6 +293,27 @@ typedef struct hr_kv_pool_ledger {
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *pool, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err);
 void hr_kv_pool_get_ledger(const hr_kv_pool *pool, hr_kv_pool_ledger *out);
 
+/* ---- prefix-cache observer ----------------------------------------------------------------------
+ * Lets a caller mirror the prefix cache (e.g. to publish KV events) without the KV layer knowing how.
+ * `stored` runs when a full block's hash enters the prefix map (it becomes shareable), `removed` when
+ * it leaves it (the block is reclaimed). Both run on the thread that changed the pool (the engine
+ * thread), inside the pool call, so they must be quick and must not call back into the pool.
+ * `parent` is the previous block's hash; has_parent is false for a sequence's first block (whose
+ * parent is the pool's root). `tokens` (block_size ids) is borrowed for the call. */
+typedef struct hr_kv_observer {
+    void (*stored)(void *ctx, uint64_t hash, bool has_parent, uint64_t parent, const int32_t *tokens, int block_size);
+    void (*removed)(void *ctx, uint64_t hash);
+    void *ctx;
+} hr_kv_observer;
+
+/* Sets the observer (copied; NULL removes it). Call while no other thread uses the pool (before the
+ * engine starts). Blocks already in the map are not reported. */
+void hr_kv_pool_set_observer(hr_kv_pool *pool, const hr_kv_observer *obs);
+
+/* The hashes of every block now in the prefix map (running or cached): writes up to cap of them to
+ * out and returns how many there are. For tests and checks; O(map size). */
+int hr_kv_pool_prefix_hashes(const hr_kv_pool *pool, uint64_t *out, int cap);
+
 /* Verifies invariants 1-3 over the whole pool. HR_ERR_INTERNAL with a message naming the first
  * violation. O(blocks + table entries). */
 hr_status hr_kv_pool_check(const hr_kv_pool *pool, hr_error *err);

@@ -216,6 +216,8 @@ struct hr_kv_pool {
     kv_seq *seqs;
     int32_t *pending; /* [max_seqs][B]: tokens of each sequence's open block */
 
+    hr_kv_observer obs; /* prefix-map changes, reported to the caller (stored/removed may be NULL) */
+
     /* policies */
     hr_kv_policy default_pol; /* what hr_kv_seq_create gives a sequence */
     int32_t *native_window;   /* [L]: the model's sliding window per layer, 0 = none */

@@ -60,6 +60,11 @@ static void kv_prefix_map_insert(hr_kv_pool *p, int32_t b) {
     while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
     p->map[i] = b;
     p->flags[b] |= KV_FLAG_IN_MAP;
+    if (p->obs.stored) {
+        uint64_t root = kv_prefix_root(p);
+        p->obs.stored(p->obs.ctx, p->hash[b], p->parent[b] != root, p->parent[b],
+                      p->tokens + (size_t)b * p->cfg.block_size, p->cfg.block_size);
+    }
 }
 
 void kv_prefix_map_add(hr_kv_pool *p, int32_t b) {
@@ -87,6 +92,26 @@ void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
     }
     p->map[i] = -1;
     p->flags[b] &= (uint8_t)~KV_FLAG_IN_MAP;
+    if (p->obs.removed) p->obs.removed(p->obs.ctx, p->hash[b]);
+}
+
+void hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs) {
+    if (!p) return;
+    if (obs)
+        p->obs = *obs;
+    else
+        memset(&p->obs, 0, sizeof p->obs);
+}
+
+int hr_kv_pool_prefix_hashes(const hr_kv_pool *p, uint64_t *out, int cap) {
+    int n = 0;
+    for (uint64_t i = 0; i <= p->map_mask; i++) {
+        int32_t b = p->map[i];
+        if (b < 0) continue;
+        if (n < cap) out[n] = p->hash[b];
+        n++;
+    }
+    return n;
 }
 
 /* ---- commit / share ------------------------------------------------------------------------------ */
