@@ -262,6 +262,7 @@ static void test_sse(void) {
     CHECK(s.has_usage && s.prompt_tokens == 4 && s.completion_tokens == 2);
     CHECK(s.has_kv && s.kv_bytes_peak == 4096 && s.kv_prefix_hit_tokens == 16 && s.kv_preemptions == 1 &&
           s.kv_queued_s == 0.5);
+    CHECK(!s.has_cached);
     CHECK(!strcmp(s.finish_reason, "length") && !s.error[0]);
     /* the text events are stamped when their line completed */
     const char *once = strstr(stream, "Once\"");
@@ -271,10 +272,12 @@ static void test_sse(void) {
 
     /* without usage.kv: no KV; without usage: none */
     memset(&s, 0, sizeof s);
-    const char *plain = "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":"
-                        "1,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n";
+    const char *plain =
+        "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":"
+        "9,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n";
     CHECK(hr_bench_sse_feed(&s, plain, strlen(plain), 1));
     CHECK(s.done && s.has_usage && !s.has_kv && s.n_text_events == 1);
+    CHECK(s.has_cached && s.cached_tokens == 8 && s.prompt_tokens == 9);
     hr_bench_sse_free(&s);
 
     /* garbage: an HTML page, then JSON that is not an object */
@@ -345,6 +348,8 @@ static void test_report(void) {
     r[1].kv_bytes_peak = 3000;
     r[1].kv_prefix_hit_tokens = 32;
     r[0].kv_preemptions = 2;
+    r[2].has_cached = true;
+    r[2].cached_tokens = 7;
     hr_bench_sample s[2] = {{.t_s = 0,
                              .has_pool = true,
                              .pool_used_bytes = 10,
@@ -373,6 +378,7 @@ static void test_report(void) {
     CHECK(o.has_kv && o.n_with_kv == 2 && o.kv_bytes.p50 == 2000 && o.prefix_hit_tokens == 32 && o.preemptions == 2);
     CHECK(o.has_pool && o.pool_peak_used_bytes == 40 && o.pool_total_bytes == 100);
     CHECK(o.peak_server_running == 2 && o.peak_server_waiting == 3);
+    CHECK(o.n_with_cached == 1 && o.cached_tokens == 7);
     /* no SLO: every ok request is good */
     hr_bench_report_compute(r, 6, NULL, 0, 0, 0, &o);
     CHECK(o.n_good == 3 && !o.has_pool && o.peak_server_running == -1);

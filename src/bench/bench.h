@@ -125,6 +125,8 @@ typedef struct hr_bench_sse {
     bool has_kv;
     int64_t kv_bytes_peak, kv_blocks_peak, kv_prefix_hit_tokens, kv_preemptions;
     double kv_queued_s;
+    bool has_cached; /* OpenAI's usage.prompt_tokens_details.cached_tokens (llama-server, vLLM, ...) */
+    int64_t cached_tokens;
     char finish_reason[32];
     char error[160]; /* an error event's message, or the first bytes of a non-SSE body */
     double *t_text;  /* time of each text event (malloc'd, n_text_events of them) */
@@ -164,6 +166,8 @@ typedef struct hr_bench_result {
     char finish_reason[32];
     bool has_kv;
     int64_t kv_bytes_peak, kv_prefix_hit_tokens, kv_preemptions;
+    bool has_cached;
+    int64_t cached_tokens; /* usage.prompt_tokens_details.cached_tokens */
 } hr_bench_result;
 
 void hr_bench_results_free(hr_bench_result *r, int n);
@@ -254,6 +258,10 @@ typedef struct hr_bench_report {
     int64_t pool_peak_used_bytes, pool_total_bytes; /* from GET /v1/kv polls */
     hr_bench_dist kv_bytes;                         /* usage.kv.bytes_peak per request */
     int64_t prefix_hit_tokens, preemptions;
+    /* prompt tokens served from a cache as OpenAI's usage reports them (any server that fills
+     * usage.prompt_tokens_details.cached_tokens); n_with_cached 0: none did */
+    int n_with_cached;
+    int64_t cached_tokens;
 } hr_bench_report;
 
 /* Summarizes a run. slo_* <= 0 means no SLO on that figure. */

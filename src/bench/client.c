@@ -297,6 +297,8 @@ static void finish_request(run *r, xfer *x, CURLcode rc, bool interrupted) {
     res->kv_bytes_peak = s->kv_bytes_peak;
     res->kv_prefix_hit_tokens = s->kv_prefix_hit_tokens;
     res->kv_preemptions = s->kv_preemptions;
+    res->has_cached = s->has_cached;
+    res->cached_tokens = s->cached_tokens;
     if (x->prev)
         x->prev->next = x->next;
     else

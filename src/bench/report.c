@@ -74,6 +74,10 @@ hr_status hr_bench_write_table(FILE *f, const hr_bench_meta *m, const hr_bench_r
         fprintf(f, "KV events   prefix-cache hit tokens %lld, preemptions %lld\n", (long long)o->prefix_hit_tokens,
                 (long long)o->preemptions);
     }
+    if (o->n_with_cached > 0)
+        fprintf(f,
+                "cached      prompt tokens from the server's cache %lld (usage.prompt_tokens_details, %d requests)\n",
+                (long long)o->cached_tokens, o->n_with_cached);
     if (!o->has_pool && !o->has_kv)
         fprintf(f, "KV          none reported (no usage.kv in a response, no pool from GET /v1/kv)\n");
     if (ferror(f)) return hr_error_set(err, HR_ERR_IO, "writing the report failed");
@@ -158,6 +162,7 @@ hr_status hr_bench_write_json(FILE *f, const hr_bench_meta *m, const hr_bench_re
     json_object_set_new(kv, "bytes_per_request_p99", maybe_int(o->has_kv, (int64_t)o->kv_bytes.p99));
     json_object_set_new(kv, "prefix_hit_tokens", maybe_int(o->has_kv, o->prefix_hit_tokens));
     json_object_set_new(kv, "preemptions", maybe_int(o->has_kv, o->preemptions));
+    json_object_set_new(kv, "openai_cached_tokens", maybe_int(o->n_with_cached > 0, o->cached_tokens));
     json_object_set_new(root, "kv", kv);
     json_t *per = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(per, request_json(&r[i], i));

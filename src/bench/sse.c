@@ -39,6 +39,11 @@ static void read_usage(hr_bench_sse *s, json_t *u) {
     s->has_usage = true;
     s->prompt_tokens = (int)get_int(u, "prompt_tokens");
     s->completion_tokens = (int)get_int(u, "completion_tokens");
+    json_t *details = json_object_get(u, "prompt_tokens_details");
+    if (json_is_integer(json_object_get(details, "cached_tokens"))) {
+        s->has_cached = true;
+        s->cached_tokens = get_int(details, "cached_tokens");
+    }
     json_t *kv = json_object_get(u, "kv");
     if (!json_is_object(kv)) return;
     s->has_kv = true;

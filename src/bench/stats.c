@@ -119,6 +119,10 @@ void hr_bench_report_compute(const hr_bench_result *r, int n, const hr_bench_sam
             o.prefix_hit_tokens += q->kv_prefix_hit_tokens;
             o.preemptions += q->kv_preemptions;
         }
+        if (q->has_cached) {
+            o.n_with_cached++;
+            o.cached_tokens += q->cached_tokens;
+        }
         if (q->t_first >= 0 && c && d) {
             c[n_stream] = q->t_first;
             d[n_stream++] = q->t_end >= 0 ? q->t_end : q->t_first;

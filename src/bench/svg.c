@@ -69,11 +69,10 @@ static void legend(FILE *o, double x, double y, int i, const char *color, const 
     fprintf(o, "<text x='%.1f' y='%.1f'>%s</text>\n", x + 30, yy + 4, label);
 }
 
-/* A step line through samples: value v(i) for sample i (skipped where v < 0). */
+/* A step line through samples: value v(i) for sample i, broken where v < 0 (no data then). */
 static void step_line(FILE *o, const frame *f, const hr_bench_sample *s, int ns, int which, const char *color,
                       const char *dash) {
     bool open = false;
-    double last_y = 0;
     for (int i = 0; i < ns; i++) {
         double v = which == 0   ? (s[i].has_pool && s[i].pool_total_bytes > 0
                                        ? 100.0 * (double)s[i].pool_used_bytes / (double)s[i].pool_total_bytes
@@ -82,8 +81,13 @@ static void step_line(FILE *o, const frame *f, const hr_bench_sample *s, int ns,
                    : which == 2 ? s[i].server_waiting
                    : which == 3 ? s[i].client_streaming
                                 : s[i].client_waiting;
-        if (v < 0) continue;
-        double x = px(f, s[i].t_s), y = py(f, v);
+        double x = px(f, s[i].t_s), y;
+        if (v < 0) { /* no answer at this tick (the poll timed out): a gap, not a held value */
+            if (open) fprintf(o, " H%.1f'/>\n", x);
+            open = false;
+            continue;
+        }
+        y = py(f, v);
         if (!open) {
             fprintf(o, "<path fill='none' stroke='%s' stroke-width='2' stroke-dasharray='%s' d='M%.1f,%.1f", color,
                     dash, x, y);
@@ -91,9 +95,8 @@ static void step_line(FILE *o, const frame *f, const hr_bench_sample *s, int ns,
         } else {
             fprintf(o, " H%.1f V%.1f", x, y);
         }
-        last_y = y;
     }
-    if (open) fprintf(o, " H%.1f V%.1f'/>\n", f->x0 + f->w, last_y);
+    if (open) fprintf(o, "'/>\n");
 }
 
 static void cdf(FILE *o, const frame *f, double *v, int n, const char *color) {
