@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 ARGS ?=
 
-.PHONY: all deps build run test asan fuzz format clean
+.PHONY: all deps build run test asan tsan fuzz faults soak format clean
 
 all: build
 
@@ -27,20 +27,51 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 asan: deps
-	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHR_SANITIZE=ON >/dev/null
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHR_SANITIZE=ON -DHR_FAULT=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# ThreadSanitizer over the tests that run threads (engine thread, thread pool, HTTP server, soak). Only
+# those are built. Suppressions, each with its reason, are in tests/tsan.supp.
+TSAN_TESTS ?= test_threadpool test_engine test_engine_prefix test_engine_policy test_policy_stream test_runtime \
+	test_server test_model test_kv_policy_model test_soak
+tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DHR_TSAN=ON >/dev/null
+	@cmake --build build-tsan -j $(JOBS) $(addprefix --target ,$(TSAN_TESTS))
+	@cd build-tsan && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+		ctest --output-on-failure -j $(JOBS) -R '^($(subst $(eval) ,|,$(strip $(TSAN_TESTS))))$$'
+
+# Fault injection (src/common/fault.h): the ASan build above is also the fault build, so `make asan`
+# runs tests/test_faults.c with the rest; this runs it alone, printing what it walked.
+faults: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHR_SANITIZE=ON -DHR_FAULT=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS) --target test_faults
+	@ASAN_OPTIONS=detect_leaks=1 build-asan/test_faults
+
+# The soak (tests/test_soak.c): SOAK_ROUNDS rounds per client (make test runs 30; bench/soak.sh more).
+SOAK_ROUNDS ?= 30
+soak: build
+	@HR_SOAK_ROUNDS=$(SOAK_ROUNDS) $(BUILD)/test_soak
+
+# libFuzzer: each target runs FUZZ_SECONDS from its committed seeds (fuzz/corpus/<name>/; what it
+# finds goes to build-fuzz/corpus-<name>/). Any crash, leak or timeout fails, leaving
+# build-fuzz/crash-<name>-* to replay with build-fuzz/fuzz_<name> FILE.
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= gguf http tokenizer chat
 fuzz: deps
 	@HR_DEPS_EXTRA="clang libclang-rt-dev" scripts/deps.sh
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DHR_FUZZ=ON -DHR_SANITIZE=ON >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_gguf
-	@mkdir -p build-fuzz/corpus-gguf
-	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-gguf
+	@cmake --build build-fuzz -j $(JOBS) $(addprefix --target fuzz_,$(FUZZ_TARGETS))
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		mkdir -p build-fuzz/corpus-$$t; echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+		build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=30 -rss_limit_mb=4096 \
+			-print_final_stats=1 -artifact_prefix=build-fuzz/crash-$$t- build-fuzz/corpus-$$t fuzz/corpus/$$t \
+			2>build-fuzz/fuzz-$$t.log || { tail -40 build-fuzz/fuzz-$$t.log; exit 1; }; \
+		grep -E "^stat::number_of_executed_units|^Done" build-fuzz/fuzz-$$t.log || true; \
+	done
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz
