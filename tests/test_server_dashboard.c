@@ -180,9 +180,10 @@ static void test_rows_and_rates(int port) {
             const char *phase = json_string_value(json_object_get(row, "phase"));
             CHECK(phase && strstr(" waiting prefill decode preempted swapped finished ", phase));
             CHECK(num(row, "request_id") >= 1 && num(row, "priority") == 3 && num(row, "age_seconds") >= 0);
-            CHECK(num(row, "shared_bytes") >= 0 && num(row, "shared_bytes") <= num(k, "bytes_now"));
+            CHECK(num(row, "shared_bytes") >= 0 && num(row, "shared_bytes") <= num(row, "held_bytes"));
             CHECK(num(row, "computed_tokens") >= 0 && json_is_string(json_object_get(row, "state")));
             if (!strcmp(phase, "preempted") || !strcmp(phase, "waiting")) CHECK(num(k, "bytes_now") == 0);
+            CHECK(num(row, "held_bytes") == (!strcmp(phase, "finished") ? 0 : num(k, "bytes_now")));
             rows_seen++;
         }
         json_decref(kv);

@@ -19,27 +19,23 @@ static void usage(FILE *f) {
     fprintf(f, "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
                "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
                "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
-               "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool and every running\n"
-               "request's ledger), GET /metrics (Prometheus), GET /health, POST /tokenize, /detokenize. Request\n"
-               "extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int), \"ignore_eos\" (bool).\n"
+               "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool, every running\n"
+               "request's ledger, rates and events), GET / or /dashboard (a live dashboard of it in the browser;\n"
+               "`headroom top` shows it in a terminal), GET /metrics (Prometheus), GET /health, POST /tokenize,\n"
+               "/detokenize. Request extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int),\n"
+               "\"ignore_eos\" (bool).\n"
                "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
                "server:\n"
                "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
                "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
                "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
-               "                         otherwise; /health and /metrics stay open); default: $HEADROOM_API_KEY\n"
+               "                         otherwise; /health, /metrics and the dashboard page stay open: the page asks\n"
+               "                         for the key); default: $HEADROOM_API_KEY\n"
                "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
                "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
                "                         vllm:gpu_cache_usage_perc\n"
                "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-               "      --max-connections N  concurrent HTTP connections (default 256; more are not served until one\n"
-               "                         closes; idle ones close after 300 s)\n"
-               "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
-               "                         at least 32KiB; 431 above)\n"
-               "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
-               "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
-               "                         when it gives none); default 0: only the context bounds it. A prompt\n"
-               "                         longer than the context (-c) is a 400\n" HR_SERVE_CLUSTER_HELP
+               "      --max-connections N  concurrent HTTP connections (default 256)\n" HR_SERVE_CLUSTER_HELP
                "model, cache and engine (as in `headroom run`; see its --help):\n"
                "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
                "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
@@ -132,21 +128,6 @@ int hr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-connections")) {
             ok =
                 (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
-        } else if (!strcmp(a, "--mem-limit")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
-        } else if (!strcmp(a, "--max-header")) {
-            uint64_t n = 0;
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
-            if (ok && (n < (32u << 10) || n > (16u << 20))) {
-                fprintf(stderr, "headroom serve: --max-header must be 32KiB..16MiB, got '%s'\n", v);
-                ok = false;
-            }
-            sp.max_header_bytes = (size_t)n;
-        } else if (!strcmp(a, "--max-n")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 8, &sp.max_choices);
-        } else if (!strcmp(a, "--max-tokens-limit")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) &&
-                 hr_arg_int("serve", a, v, 0, 1 << 30, &sp.max_tokens_limit);
         } else if (!strcmp(a, "--mem-limit")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
         } else if (!strcmp(a, "--kv-seqs")) {

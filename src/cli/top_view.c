@@ -106,7 +106,7 @@ static void fmt_secs(const json_t *o, const char *k, char *out, size_t cap) {
         snprintf(out, cap, "%.2f s", json_number_value(x));
 }
 
-static double row_bytes(const json_t *row) { return num(json_object_get(row, "kv"), "bytes_now"); }
+static double row_bytes(const json_t *row) { return num(row, "held_bytes"); }
 
 static int by_bytes(const void *a, const void *b) {
     const json_t *x = *(const json_t *const *)a, *y = *(const json_t *const *)b;
@@ -249,7 +249,7 @@ static void table(const json_t *kv, const hr_top_view *v, hr_top_frame *f, int m
     for (size_t i = 0; i < shown; i++) {
         const json_t *r = rows[i], *k = json_object_get(r, "kv");
         char now[32], peak[32], shared[32], tokens[32], kvf[32], age[16];
-        hr_top_bytes(num(k, "bytes_now"), now, sizeof now);
+        hr_top_bytes(row_bytes(r), now, sizeof now);
         hr_top_bytes(num(k, "bytes_peak"), peak, sizeof peak);
         hr_top_bytes(num(r, "shared_bytes"), shared, sizeof shared);
         snprintf(tokens, sizeof tokens, "%d+%d", (int)num(r, "prompt_tokens"), (int)num(r, "completion_tokens"));

@@ -269,7 +269,9 @@ void hr_srv_activity_row_json(const hr_rt_result *r, double now, json_t *row) {
     else if (s->state == HR_REQ_RUNNING)
         phase = s->n_computed < s->n_prompt + s->n_output - 1 || s->n_output == 0 ? "prefill" : "decode";
     int blocks = s->kv.blocks_own + s->kv.blocks_shared;
-    uint64_t shared = blocks > 0 ? s->kv.bytes_now / (uint64_t)blocks * (uint64_t)s->kv.blocks_shared : 0;
+    uint64_t shared = blocks > 0 && s->state == HR_REQ_RUNNING
+                          ? s->kv.bytes_now / (uint64_t)blocks * (uint64_t)s->kv.blocks_shared
+                          : 0;
     json_object_set_new(row, "request_id", json_integer((json_int_t)s->id));
     json_object_set_new(row, "phase", json_string(phase));
     json_object_set_new(row, "priority", json_integer(s->priority));
@@ -277,4 +279,7 @@ void hr_srv_activity_row_json(const hr_rt_result *r, double now, json_t *row) {
     json_object_set_new(row, "computed_tokens", json_integer(s->n_computed));
     json_object_set_new(row, "shared_blocks", json_integer(s->kv.blocks_shared));
     json_object_set_new(row, "shared_bytes", json_integer((json_int_t)shared));
+    /* kv.bytes_now of a final request is what it held at its last step (its usage); it holds none now */
+    bool final = s->state == HR_REQ_COMPLETED || s->state == HR_REQ_CANCELLED || s->state == HR_REQ_FAILED;
+    json_object_set_new(row, "held_bytes", json_integer(final ? 0 : (json_int_t)s->kv.bytes_now));
 }

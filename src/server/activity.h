@@ -30,7 +30,8 @@ void hr_srv_activity_finished(hr_srv_activity *a, const hr_rt_result *r, const f
 void hr_srv_activity_add_json(hr_srv_activity *a, hr_runtime *rt, const hr_server_params *sp, json_t *kv);
 
 /* Adds to one /v1/kv request row: "request_id", "phase" (waiting, prefill, decode, preempted, swapped,
- * finished), "priority", "age_seconds", "computed_tokens", "shared_blocks", "shared_bytes". */
+ * finished: still answering), "priority", "age_seconds", "computed_tokens", "shared_blocks",
+ * "shared_bytes" and "held_bytes" (pool bytes it holds now: kv.bytes_now, or 0 once final). */
 void hr_srv_activity_row_json(const hr_rt_result *r, double now, json_t *row);
 
 #endif
