@@ -108,6 +108,10 @@ static void test_errors(void) {
     const hr_chat_msg tool[] = {{"user", "a"}, {"tool", "b"}};
     CHECK(hr_chat_render(HR_CHAT_MISTRAL, tool, 2, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
     CHECKF(strstr(err.msg, "'tool'") != NULL, "%s", err.msg);
+    /* a refused role is quoted on one line, whatever it holds (fuzz/corpus/chat/regress-role-newline) */
+    const hr_chat_msg nl_role[] = {{"user", "a"}, {"sys\ntem\r", "b"}};
+    CHECK(hr_chat_render(HR_CHAT_MISTRAL, nl_role, 2, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
+    CHECKF(!strchr(err.msg, '\n') && !strchr(err.msg, '\r') && strstr(err.msg, "sys?tem?"), "%s", err.msg);
     const hr_chat_msg null_content[] = {{"user", NULL}};
     CHECK(hr_chat_render(HR_CHAT_CHATML, null_content, 1, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
     CHECK(hr_chat_render((hr_chat_template)99, k_conv, 1, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);

@@ -35,7 +35,14 @@ static void usage(FILE *f) {
                "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
                "                         vllm:gpu_cache_usage_perc\n"
                "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-               "      --max-connections N  concurrent HTTP connections (default 256)\n" HR_SERVE_CLUSTER_HELP
+               "      --max-connections N  concurrent HTTP connections (default 256; more are not served until one\n"
+               "                         closes; idle ones close after 300 s)\n"
+               "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
+               "                         at least 32KiB; 431 above)\n"
+               "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
+               "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
+               "                         when it gives none); default 0: only the context bounds it. A prompt\n"
+               "                         longer than the context (-c) is a 400\n" HR_SERVE_CLUSTER_HELP
                "model, cache and engine (as in `headroom run`; see its --help):\n"
                "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
                "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
@@ -128,6 +135,21 @@ int hr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-connections")) {
             ok =
                 (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
+        } else if (!strcmp(a, "--mem-limit")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
+        } else if (!strcmp(a, "--max-header")) {
+            uint64_t n = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
+            if (ok && (n < (32u << 10) || n > (16u << 20))) {
+                fprintf(stderr, "headroom serve: --max-header must be 32KiB..16MiB, got '%s'\n", v);
+                ok = false;
+            }
+            sp.max_header_bytes = (size_t)n;
+        } else if (!strcmp(a, "--max-n")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 8, &sp.max_choices);
+        } else if (!strcmp(a, "--max-tokens-limit")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) &&
+                 hr_arg_int("serve", a, v, 0, 1 << 30, &sp.max_tokens_limit);
         } else if (!strcmp(a, "--mem-limit")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
         } else if (!strcmp(a, "--kv-seqs")) {

@@ -351,6 +351,7 @@ static void record_logprobs(hr_request *r, int i, const float *logits, int n_voc
     for (int v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - mx);
     float lse = mx + (float)log(sum);
     r->lp[i] = logits[tok] - lse;
+    if (r->n_top <= 0) return; /* top_id/top_lp are NULL then: even "+ 0" on them is undefined (fuzz_http) */
     int32_t *ids = r->top_id + (size_t)i * r->n_top;
     float *lps = r->top_lp + (size_t)i * r->n_top;
     int k = 0; /* insertion into a short sorted list: n_top <= 20 */

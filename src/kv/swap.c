@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/util.h"
 #include "kv/kv_internal.h"
 
@@ -110,6 +111,7 @@ void hr_kv_swap_get_ledger(const hr_kv_swap *w, hr_kv_swap_ledger *out) {
 /* ---- I/O ----------------------------------------------------------------------------------------- */
 
 static bool kv_pwrite_all(int fd, const void *buf, size_t n, off_t off) {
+    if (HR_FAULT_HIT(HR_FAULT_SWAP_WRITE)) return false; /* the fault build's injected I/O error */
     const uint8_t *b = buf;
     while (n > 0) {
         ssize_t w = pwrite(fd, b, n, off);
@@ -121,6 +123,7 @@ static bool kv_pwrite_all(int fd, const void *buf, size_t n, off_t off) {
 }
 
 static bool kv_pread_all(int fd, void *buf, size_t n, off_t off) {
+    if (HR_FAULT_HIT(HR_FAULT_SWAP_READ)) return false;
     uint8_t *b = buf;
     while (n > 0) {
         ssize_t r = pread(fd, b, n, off);

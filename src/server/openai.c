@@ -319,10 +319,13 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     if (!(kind == HR_SRV_CHAT ? parse_messages(root, g, e) : parse_prompt(root, g, e))) return false;
 
     long long max_tokens = -1, n = 1, top_k = g->rp.sampling.top_k, seed = 0, priority = 0;
-    if (!read_int(root, "max_tokens", 1, 1 << 30, &max_tokens, e) ||
-        !read_int(root, "max_completion_tokens", 1, 1 << 30, &max_tokens, e))
+    long long cap = sp->max_tokens_limit > 0 ? sp->max_tokens_limit : 1 << 30;
+    if (!read_int(root, "max_tokens", 1, cap, &max_tokens, e) ||
+        !read_int(root, "max_completion_tokens", 1, cap, &max_tokens, e))
         return false;
     if (max_tokens > 0) g->rp.max_tokens = (int)max_tokens;
+    if (sp->max_tokens_limit > 0 && (g->rp.max_tokens <= 0 || g->rp.max_tokens > sp->max_tokens_limit))
+        g->rp.max_tokens = sp->max_tokens_limit; /* an omitted max_tokens stops at the limit too */
     hr_sampler_params *s = &g->rp.sampling;
     if (!read_number(root, "temperature", 0, 100, &s->temperature, e) ||
         !read_number(root, "top_p", 0, 1, &s->top_p, e) || !read_number(root, "min_p", 0, 1, &s->min_p, e) ||
@@ -674,4 +677,72 @@ bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at) {
     }
     if (bad_at) *bad_at = i;
     return i == len;
+}
+
+/* ---- bodies of every route (the server and fuzz/fuzz_http.c share these) ---------------------- */
+
+json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
+    size_t bad;
+    if (!hr_srv_utf8_valid(data ? data : "", len, &bad)) {
+        hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
+        return NULL;
+    }
+    if (len == 0) {
+        hr_srv_fail(e, 400, NULL, "invalid_json", "the body is empty; expected a JSON object");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(data, len, 0, &je);
+    if (!root) {
+        hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        hr_srv_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+bool hr_srv_parse_tokenize(json_t *root, hr_srv_tokenize *t, hr_srv_error *e) {
+    memset(t, 0, sizeof *t);
+    json_t *content = json_object_get(root, "content");
+    json_t *special = json_object_get(root, "add_special");
+    json_t *pieces = json_object_get(root, "with_pieces");
+    if (!json_is_string(content))
+        return hr_srv_fail(e, 400, "content", content ? "invalid_type" : "missing_required_parameter",
+                           "'content' must be a string");
+    if ((special && !json_is_boolean(special)) || (pieces && !json_is_boolean(pieces)))
+        return hr_srv_fail(e, 400, special && !json_is_boolean(special) ? "add_special" : "with_pieces", "invalid_type",
+                           "'add_special' and 'with_pieces' must be booleans");
+    t->text = json_string_value(content);
+    t->len = json_string_length(content);
+    t->opts = (hr_tokenize_opts){.add_bos = json_is_true(special), .parse_special = json_is_true(special)};
+    t->with_pieces = json_is_true(pieces);
+    return true;
+}
+
+bool hr_srv_parse_detokenize(json_t *root, int32_t n_vocab, int32_t **ids, size_t *n_ids, hr_srv_error *e) {
+    *ids = NULL;
+    *n_ids = 0;
+    json_t *arr = json_object_get(root, "tokens");
+    if (!json_is_array(arr))
+        return hr_srv_fail(e, 400, "tokens", arr ? "invalid_type" : "missing_required_parameter",
+                           "'tokens' must be an array of token ids");
+    size_t n = json_array_size(arr);
+    int32_t *v = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!v) return hr_srv_fail(e, 500, NULL, "nomem", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab) {
+            free(v);
+            return hr_srv_fail(e, 400, "tokens", "invalid_value",
+                               "'tokens[%zu]' is not a token id of this vocabulary (0..%d)", i, n_vocab - 1);
+        }
+        v[i] = (int32_t)json_integer_value(t);
+    }
+    *ids = v;
+    *n_ids = n;
+    return true;
 }

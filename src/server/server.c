@@ -75,7 +75,9 @@ hr_server_params hr_server_default_params(void) {
                               .max_choices = HR_SRV_MAX_CHOICES,
                               .sampling = sp,
                               .default_completion_tokens = 16,
-                              .metrics_compat = HR_METRICS_NATIVE};
+                              .metrics_compat = HR_METRICS_NATIVE,
+                              .max_header_bytes = 32u << 10,
+                              .max_tokens_limit = 0};
 }
 
 static hr_runtime *ready_runtime(hr_server *s) {
@@ -199,29 +201,7 @@ int hr_server_n_inflight(hr_server *s) {
 
 /* ---- bodies ------------------------------------------------------------------------------------ */
 
-static json_t *parse_body(conn *k, hr_srv_error *e) {
-    size_t bad;
-    if (!hr_srv_utf8_valid(k->body.data ? k->body.data : "", k->body.len, &bad)) {
-        hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
-        return NULL;
-    }
-    if (k->body.len == 0) {
-        hr_srv_fail(e, 400, NULL, "invalid_json", "the body is empty; expected a JSON object");
-        return NULL;
-    }
-    json_error_t je;
-    json_t *root = json_loadb(k->body.data, k->body.len, 0, &je);
-    if (!root) {
-        hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        hr_srv_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object");
-        return NULL;
-    }
-    return root;
-}
+static json_t *parse_body(conn *k, hr_srv_error *e) { return hr_srv_parse_body(k->body.data, k->body.len, e); }
 
 /* ---- generation -------------------------------------------------------------------------------- */
 
@@ -432,29 +412,21 @@ static enum MHD_Result handle_tokenize(hr_server *s, struct MHD_Connection *c, c
     hr_srv_error e;
     json_t *root = parse_body(k, &e);
     if (!root) return send_error(s, c, &e);
-    json_t *content = json_object_get(root, "content");
-    json_t *special = json_object_get(root, "add_special");
-    json_t *pieces = json_object_get(root, "with_pieces");
+    hr_srv_tokenize q;
     enum MHD_Result ok;
-    if (!json_is_string(content)) {
-        ok = fail(s, c, 400, "content", content ? "invalid_type" : "missing_required_parameter",
-                  "'content' must be a string");
-    } else if ((special && !json_is_boolean(special)) || (pieces && !json_is_boolean(pieces))) {
-        ok = fail(s, c, 400, special && !json_is_boolean(special) ? "add_special" : "with_pieces", "invalid_type",
-                  "'add_special' and 'with_pieces' must be booleans");
+    if (!hr_srv_parse_tokenize(root, &q, &e)) {
+        ok = send_error(s, c, &e);
     } else {
         const hr_tokenizer *tok = hr_runtime_tokenizer(rt);
-        hr_tokenize_opts opts = {.add_bos = json_is_true(special), .parse_special = json_is_true(special)};
         int32_t *ids = NULL;
         size_t n = 0;
         hr_error err;
-        if (hr_tokenizer_encode_alloc(tok, json_string_value(content), json_string_length(content), &opts, &ids, &n,
-                                      &err) != HR_OK) {
+        if (hr_tokenizer_encode_alloc(tok, q.text, q.len, &q.opts, &ids, &n, &err) != HR_OK) {
             ok = fail(s, c, 400, "content", "invalid_value", err.msg);
         } else {
             json_t *arr = json_array();
             for (size_t i = 0; i < n; i++) {
-                if (json_is_true(pieces)) {
+                if (q.with_pieces) {
                     const char *piece = hr_tokenizer_piece(tok, ids[i]);
                     json_array_append_new(arr, json_pack("{s:i, s:s}", "id", ids[i], "piece", piece ? piece : ""));
                 } else {
@@ -474,27 +446,10 @@ static enum MHD_Result handle_detokenize(hr_server *s, struct MHD_Connection *c,
     json_t *root = parse_body(k, &e);
     if (!root) return send_error(s, c, &e);
     const hr_tokenizer *tok = hr_runtime_tokenizer(rt);
-    json_t *arr = json_object_get(root, "tokens");
+    int32_t *ids = NULL;
+    size_t n = 0;
     enum MHD_Result ok;
-    size_t n = json_is_array(arr) ? json_array_size(arr) : 0;
-    int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
-    size_t bad = n;
-    for (size_t i = 0; ids && i < n; i++) {
-        json_t *t = json_array_get(arr, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= hr_tokenizer_n_vocab(tok)) {
-            bad = i;
-            break;
-        }
-        ids[i] = (int32_t)json_integer_value(t);
-    }
-    if (!json_is_array(arr)) {
-        ok = fail(s, c, 400, "tokens", arr ? "invalid_type" : "missing_required_parameter",
-                  "'tokens' must be an array of token ids");
-    } else if (!ids) {
-        ok = fail(s, c, 500, NULL, "nomem", "out of memory");
-    } else if (bad < n) {
-        hr_srv_fail(&e, 400, "tokens", "invalid_value", "'tokens[%zu]' is not a token id of this vocabulary (0..%d)",
-                    bad, hr_tokenizer_n_vocab(tok) - 1);
+    if (!hr_srv_parse_detokenize(root, hr_tokenizer_n_vocab(tok), &ids, &n, &e)) {
         ok = send_error(s, c, &e);
     } else {
         char *text = NULL;
@@ -693,6 +648,9 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     if (q.max_connections <= 0) q.max_connections = 256;
     if (q.max_choices <= 0 || q.max_choices > HR_SRV_MAX_CHOICES) q.max_choices = HR_SRV_MAX_CHOICES;
     if (q.default_completion_tokens <= 0) q.default_completion_tokens = 16;
+    if (q.max_header_bytes == 0) q.max_header_bytes = 32u << 10;
+    if (q.max_header_bytes < (32u << 10)) q.max_header_bytes = 32u << 10; /* the SSE write buffer lives there too */
+    if (q.max_tokens_limit < 0) q.max_tokens_limit = 0;
     struct sockaddr_storage ss;
     socklen_t slen;
     if (!make_addr(q.host, q.port, &ss, &slen))
@@ -725,7 +683,7 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     s->d = MHD_start_daemon(flags, (uint16_t)q.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)q.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)300, MHD_OPTION_END);
+                            (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT, q.max_header_bytes, MHD_OPTION_END);
     if (!s->d) {
         hr_server_destroy(s);
         return hr_error_set(err, HR_ERR_IO, "cannot start the HTTP server on %s:%d", q.host, q.port);

@@ -44,6 +44,11 @@ typedef struct hr_server_params {
                                       per-request seeds when a request gives none) */
     int default_completion_tokens; /* /v1/completions max_tokens when omitted (0: 16, OpenAI's) */
     hr_metrics_compat metrics_compat;
+    size_t max_header_bytes; /* per-connection memory for the request line, headers and I/O buffers
+                                (libmicrohttpd's connection memory limit); larger headers get 431 (0: 32 KiB,
+                                at least 32 KiB) */
+    int max_tokens_limit;    /* largest max_tokens a request may ask for (400 above) and the default when it
+                                gives none (0: only the context bounds it) */
 } hr_server_params;
 
 hr_server_params hr_server_default_params(void);

@@ -95,6 +95,23 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
                       hr_srv_error *e);
 void hr_srv_gen_free(hr_srv_gen *g);
 
+/* A request body as the server takes it: valid UTF-8, JSON, an object. NULL with e set (400) otherwise;
+ * the caller owns the returned document. Every POST route starts here. */
+json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e);
+
+/* POST /tokenize: {"content": string, "add_special"?: bool, "with_pieces"?: bool}. text borrows from
+ * root. */
+typedef struct hr_srv_tokenize {
+    const char *text;
+    size_t len;
+    hr_tokenize_opts opts;
+    bool with_pieces;
+} hr_srv_tokenize;
+bool hr_srv_parse_tokenize(json_t *root, hr_srv_tokenize *t, hr_srv_error *e);
+
+/* POST /detokenize: {"tokens": [ids in 0..n_vocab-1]}. *ids is malloc'd (free it) on success. */
+bool hr_srv_parse_detokenize(json_t *root, int32_t n_vocab, int32_t **ids, size_t *n_ids, hr_srv_error *e);
+
 /* One accepted generation request: n runtime requests (the choices) and how to answer. Registered in
  * the server while in flight so that /v1/kv can list the live ledgers. */
 typedef struct hr_srv_job {
