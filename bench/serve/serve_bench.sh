@@ -4,6 +4,8 @@
 #   (a) `headroom run` with N prompts of M tokens (the engine alone; --json engine rate), and
 #   (b) `headroom serve` + N concurrent streaming clients (bench/serve/load.mjs), same prompts, same M;
 # medians of each and the ratio (b)/(a). Default model: a TinyLlama-shaped q4_0 synthetic model.
+# (Traffic shapes, goodput, refusals and KV figures against any server: `headroom bench`;
+# headroom vs llama-server under each shape: bench/vs_llamacpp_server.sh.)
 #   bench/serve/serve_bench.sh [BUILD_DIR]     (CLIENTS="1 16 64" M=32 R=3 TYPE=q4_0 SHAPE=tinyllama-1.1b)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
