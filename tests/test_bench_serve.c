@@ -283,6 +283,8 @@ static void expect_failures(int port, int n, const char *reason_part, const char
     CHECKF(rc == 1 && j, "%s: rc %d", what, rc);
     CHECKF(jint(j, "requests", "sent") == n && jint(j, "requests", "failed") == n, "%s", what);
     CHECK(!json_is_true(json_object_get(json_object_get(j, "kv"), "reported")));
+    /* one cause, one reason: the same failure of n requests is grouped however long each took */
+    CHECKF(json_object_size(json_object_get(json_object_get(j, "requests"), "failure_reasons")) == 1, "%s", what);
     json_t *q = json_array_get(json_object_get(j, "per_request"), 0);
     const char *reason = json_string_value(json_object_get(q, "reason"));
     CHECKF(reason && strstr(reason, reason_part), "%s: reason '%s'", what, reason ? reason : "(none)");

@@ -237,6 +237,16 @@ static void body_reason(const xfer *x, char *out, size_t cap) {
         if ((unsigned char)*c < 0x20) *c = ' ';
 }
 
+/* Removes libcurl's " after N ms" so that one cause reads as one reason however long it took. */
+static void drop_elapsed(char *reason) {
+    char *a = strstr(reason, " after ");
+    if (!a) return;
+    char *d = a + 7;
+    while (*d >= '0' && *d <= '9') d++;
+    if (d == a + 7 || strncmp(d, " ms", 3)) return;
+    memmove(a, d + 3, strlen(d + 3) + 1);
+}
+
 static void finish_request(run *r, xfer *x, CURLcode rc, bool interrupted) {
     hr_bench_result *res = &r->res[x->idx];
     const hr_bench_sse *s = &x->sse;
@@ -260,6 +270,7 @@ static void finish_request(run *r, xfer *x, CURLcode rc, bool interrupted) {
     } else if (rc != CURLE_OK) {
         res->status = HR_BENCH_FAILED;
         snprintf(res->reason, sizeof res->reason, "%.180s", x->curl_err[0] ? x->curl_err : curl_easy_strerror(rc));
+        drop_elapsed(res->reason);
     } else if (code != 200) {
         res->status = HR_BENCH_FAILED;
         snprintf(res->reason, sizeof res->reason, "unexpected HTTP %ld", code);
