@@ -3,11 +3,12 @@
 //   node dashboard.test.mjs HEADROOM_BIN SCRATCH_DIR [MODEL.gguf] [SCREENSHOT.png]
 // Installs chromium with apt-get when root and absent, and playwright-core into SCRATCH_DIR; exits 77
 // (skipped) with the reason only when the browser cannot start or npm cannot install. It starts a
-// server on a tight KV budget, sends a mix (long generations, requests sharing a prompt prefix, and
-// two that are refused), and checks that what the page renders equals the /v1/kv answer it rendered
-// from (row count, bytes held, the pool's used bytes, each row's bytes), that a preemption marker
-// appears, that there are no console errors, that the API key form works, and that a server that
-// goes away turns into "disconnected, retrying". It saves a screenshot. Every wait is bounded.
+// server on a tight KV budget, sends a mix (long generations, requests sharing a prompt prefix, a
+// windowed one that evicts, and two that are refused), and checks that what the page renders equals
+// the /v1/kv answer it rendered from (row count, bytes held, the pool's used bytes, each row's
+// bytes), that preemption, refusal and eviction markers appear, that there are no console errors,
+// that the API key form works, and that a server that goes away turns into "disconnected,
+// retrying". It saves a screenshot. Every wait is bounded.
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -98,9 +99,9 @@ check((await page.textContent('#status')) === 'live', 'the page is live');
 
 // ---- the mix ---------------------------------------------------------------------------------------
 const prefix = 'Once upon a time there was a little girl named Lily who loved to play in the park with her dog';
-const send = (prompt, max_tokens) =>
+const send = (prompt, max_tokens, extra = {}) =>
   fetch(`${base}/v1/completions`, { method: 'POST', headers: auth,
-    body: JSON.stringify({ prompt, max_tokens, temperature: 0.8, ignore_eos: true }) })
+    body: JSON.stringify({ prompt, max_tokens, temperature: 0.8, ignore_eos: true, ...extra }) })
     .then((r) => r.status).catch(() => 0);
 let sending = true;
 const load = (async () => {
@@ -109,6 +110,7 @@ const load = (async () => {
     const batch = [];
     for (let i = 0; i < 4; i++) batch.push(send('The big brown bear', 300));                 // long
     for (let i = 0; i < 8; i++) batch.push(send(`${prefix} and her friend number ${i}`, 60)); // shared prefix
+    if (wave % 4 === 0) batch.push(send('The little dog', 200, { kv_policy: 'window:32' }));   // evicts
     statuses.push(...await Promise.all(batch));
     if (wave % 4 === 3) await sleep(1500); // quiet spells, so the pool drains and refills on the chart
   }
@@ -155,6 +157,9 @@ check(preemptSeen, 'a preemption marker appears');
 const refusalShown = await page.waitForFunction(() => Number(document.getElementById('events').dataset.refusals) >= 2,
                                                 null, { timeout: 10000 }).then(() => true, () => false);
 check(refusalShown, 'both refusals (context, key) are among the events the chart marks');
+const evictShown = await page.waitForFunction(() => Number(document.getElementById('events').dataset.evictions) > 0,
+                                              null, { timeout: 20000 }).then(() => true, () => false);
+check(evictShown, 'a window policy\'s evictions are among the events the chart marks');
 // HR_DASH_SECONDS: keep the load going this long first (bench/screenshots.sh: a fuller chart)
 const hold = Number(process.env.HR_DASH_SECONDS || 0);
 for (const t1 = Date.now(); Date.now() - t1 < Math.min(hold, 180) * 1000;) await sleep(500);
