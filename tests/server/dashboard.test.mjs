@@ -23,9 +23,13 @@ const skip = (why) => { console.log(`SKIP: ${why}`); process.exit(77); };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 if (!existsSync(CHROMIUM) && process.getuid && process.getuid() === 0) {
+  const apt = (args) => execFileSync('apt-get', args, { stdio: 'pipe', timeout: 400000,
+                                                       env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
   try {
-    execFileSync('apt-get', ['install', '-y', '--no-install-recommends', 'chromium'],
-                 { stdio: 'pipe', timeout: 600000, env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    try { apt(['install', '-y', '--no-install-recommends', 'chromium']); } catch {
+      apt(['update']); // a fresh machine's package lists may not know it yet
+      apt(['install', '-y', '--no-install-recommends', 'chromium']);
+    }
   } catch (e) {
     console.log(`apt-get install chromium failed: ${String(e.stderr || e.message).split('\n')[0]}`);
   }
