@@ -40,10 +40,10 @@ typedef struct hr_mem_query {
 } hr_mem_query;
 
 /* The process's resident bytes besides the planned parts: code and data of headroom and its libraries
- * (libc, jansson, pcre2, libmicrohttpd, libcurl and its TLS stack), thread stacks, the HTTP server.
- * Measured: an idle `headroom serve` of stories260K holds 15.4 MiB, of which its planned parts are
- * about 3.4 MiB (docs/PLAN.md). */
-#define HR_MEM_BASE_BYTES (12ull << 20)
+ * (libc, jansson, pcre2, libmicrohttpd, libcurl and its TLS stack), thread stacks and per-thread malloc
+ * arenas, the HTTP server. Measured: an idle `headroom serve -t 2` of stories260K holds 18.6 MiB, of
+ * which its planned parts are under 5 MiB (docs/PLAN.md). */
+#define HR_MEM_BASE_BYTES (14ull << 20)
 
 /* What a pool of this shape holds for a budget, or which budget holds n_seqs sequences of n_ctx
  * tokens, and (with mem.model) what the whole process then holds. Pure: no allocation, no model
