@@ -373,6 +373,18 @@ static json_t *pool_json(hr_runtime *rt) {
     return o;
 }
 
+/* Planned against measured memory (docs/PLAN.md): the plan the pool was sized by, and this process's
+ * resident set now and at its peak. */
+static json_t *memory_json(hr_runtime *rt) {
+    hr_runtime_memory m;
+    hr_runtime_get_memory(rt, &m);
+    return json_pack("{s:I, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:I}", "planned_bytes", (json_int_t)m.planned_bytes,
+                     "planned", "weights_bytes", (json_int_t)m.weight_bytes, "kv_bytes", (json_int_t)m.kv_bytes,
+                     "scratch_bytes", (json_int_t)m.scratch_bytes, "tables_bytes", (json_int_t)m.meta_bytes,
+                     "overhead_bytes", (json_int_t)m.base_bytes, "rss_bytes", (json_int_t)m.rss_bytes, "peak_rss_bytes",
+                     (json_int_t)m.peak_rss_bytes);
+}
+
 static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
     json_t *reqs = json_array();
     double now = hr_time_now();
@@ -393,6 +405,7 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
     json_object_set_new(o, "object", json_string("kv"));
     json_object_set_new(o, "model", json_string(hr_runtime_model_name(rt)));
     json_object_set_new(o, "pool", pool_json(rt));
+    json_object_set_new(o, "memory", memory_json(rt));
     json_object_set_new(o, "requests", reqs);
     hr_srv_activity_add_json(s->activity, rt, &s->p, o);
     return send_json(c, MHD_HTTP_OK, o);
