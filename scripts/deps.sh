@@ -2,7 +2,7 @@
 # deps.sh: make sure the Debian packages headroom builds with are present. As root it installs the
 # missing ones with apt-get; otherwise it names them and fails.
 set -euo pipefail
-need=(build-essential cmake pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libzmq3-dev libmsgpack-dev)
+need=(build-essential cmake pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libzmq3-dev libmsgpack-dev libhiredis-dev)
 if [ "${HR_DEPS_EXTRA:-}" != "" ]; then read -r -a extra <<<"$HR_DEPS_EXTRA"; need+=("${extra[@]}"); fi
 missing=()
 for p in "${need[@]}"; do

@@ -342,7 +342,7 @@ int main(void) {
     CHECK(hr_kv_pool_create(&c, &pool, &err) == HR_OK);
     if (!pool) return hr_test_finish();
     hr_kv_observer obs = hr_kv_events_observer(ev);
-    hr_kv_pool_set_observer(pool, &obs);
+    CHECK(hr_kv_pool_set_observer(pool, &obs, &err) == HR_OK);
     hr_kv_seq held[2];
     int n_held = 0;
     for (int r = 0; r < N_REQ; r++) run_request(pool, ev, held, &n_held);
@@ -406,7 +406,7 @@ int main(void) {
            n_cleared_events, n_live, n_want);
     free(want);
 
-    hr_kv_pool_set_observer(pool, NULL);
+    hr_kv_pool_set_observer(pool, NULL, NULL);
     hr_kv_pool_destroy(pool);
     hr_kv_events_destroy(ev);
     zmq_close(sub);

@@ -1,6 +1,7 @@
 /* serve_cluster.h: the `headroom serve` options for running as one replica of many: KV events
- * (src/events) published from the pool's prefix cache. Kept out of cmd_serve.c so that file stays
- * about HTTP; everything here degrades to "serve without it" with one log line, never a failed start. */
+ * (src/events) published from the pool's prefix cache, and the shared KV tier on Redis (src/remote). Kept out of
+ * cmd_serve.c so that file stays about HTTP; everything here degrades to "serve without it" with one log line, never a
+ * failed start. */
 #ifndef HR_CLI_SERVE_CLUSTER_H
 #define HR_CLI_SERVE_CLUSTER_H
 
@@ -12,6 +13,7 @@ typedef struct hr_serve_cluster_opts {
     const char *kv_events;        /* --kv-events tcp://HOST:PORT */
     const char *kv_events_replay; /* --kv-events-replay tcp://HOST:PORT */
     const char *kv_events_topic;  /* --kv-events-topic T */
+    const char *kv_remote;        /* --kv-remote redis://HOST:PORT */
 } hr_serve_cluster_opts;
 
 #define HR_SERVE_CLUSTER_HELP                                                                                          \
@@ -22,7 +24,11 @@ typedef struct hr_serve_cluster_opts {
     "                         serve logs why and runs without events\n"                                                \
     "      --kv-events-replay tcp://HOST:PORT  a ROUTER socket that resends kept batches from a sequence\n"            \
     "                         number (the newest 10000 batches / 64MiB)\n"                                             \
-    "      --kv-events-topic T  the first frame of every event message (default empty, as vLLM)\n"
+    "      --kv-events-topic T  the first frame of every event message (default empty, as vLLM)\n"                     \
+    "      --kv-remote redis://HOST:PORT  share full prefix blocks through Redis: computed blocks are written,\n"      \
+    "                         a prompt's missing prefix blocks are fetched (checked against model, format,\n"          \
+    "                         shape and checksum) before computing; run Redis as a cache (maxmemory +\n"               \
+    "                         allkeys-lru). Unreachable: serve logs it and runs without the tier\n"
 
 /* Consumes argv[*i] (and its value) when it is one of the options above: returns true and sets *ok
  * (false after a usage error, already printed). Returns false for other options. */

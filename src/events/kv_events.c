@@ -137,9 +137,8 @@ static void ev_record(hr_kv_events *ev, int kind, uint64_t hash, bool has_parent
     pthread_mutex_unlock(&ev->mu);
 }
 
-static void ev_on_stored(void *ctx, uint64_t hash, bool has_parent, uint64_t parent, const int32_t *tokens,
-                         int block_size) {
-    ev_record(ctx, EV_STORED, hash, has_parent, parent, tokens, block_size);
+static void ev_on_stored(void *ctx, const hr_kv_block_info *b) {
+    ev_record(ctx, EV_STORED, b->hash, b->has_parent, b->parent, b->tokens, b->block_size);
 }
 static void ev_on_removed(void *ctx, uint64_t hash) { ev_record(ctx, EV_REMOVED, hash, false, 0, NULL, 0); }
 

@@ -288,31 +288,52 @@ typedef struct hr_kv_pool_ledger {
     uint64_t blocks_evicted_total;        /* cached blocks reclaimed for new work */
     uint64_t bytes_swapped;               /* bytes of this pool's sequences now in swap tiers */
     uint64_t policy_blocks_evicted_total; /* blocks sequences' policies took out of their tables */
+    uint64_t fetched_tokens_total;        /* prefix tokens whose K/V came from the observer's fetch */
 } hr_kv_pool_ledger;
 
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *pool, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err);
 void hr_kv_pool_get_ledger(const hr_kv_pool *pool, hr_kv_pool_ledger *out);
 
 /* ---- prefix-cache observer ----------------------------------------------------------------------
- * Lets a caller mirror the prefix cache (e.g. to publish KV events) without the KV layer knowing how.
- * `stored` runs when a full block's hash enters the prefix map (it becomes shareable), `removed` when
- * it leaves it (the block is reclaimed). Both run on the thread that changed the pool (the engine
- * thread), inside the pool call, so they must be quick and must not call back into the pool.
- * `parent` is the previous block's hash; has_parent is false for a sequence's first block (whose
- * parent is the pool's root). `tokens` (block_size ids) is borrowed for the call. */
+ * Lets a caller mirror the prefix cache (KV events) or back it with a shared tier (a remote store)
+ * without the KV layer knowing how. All callbacks run on the thread that changed the pool (the engine
+ * thread), inside the pool call, so they must be quick or bounded in time; the only pool call they may
+ * make is hr_kv_pool_read_block.
+ *   stored:  a full block's hash entered the prefix map (it became shareable): computed and committed,
+ *            swapped back in, or fetched (b->fetched).
+ *   removed: a hash left the map (the block was reclaimed for new work).
+ *   fetch:   (optional) hr_kv_seq_share_prefix found no local block for b: fill out (n_bytes, the
+ *            block's bytes as hr_kv_pool_read_block gives them) with that block's K/V and return true,
+ *            or return false (then the prefix stops there and the rest is computed). The pool trusts
+ *            what it gets: the callback checks identity and integrity. */
+typedef struct hr_kv_block_info {
+    uint64_t hash;         /* the block's chain hash (covers its parent, its tokens, formats and shape) */
+    bool has_parent;       /* false for a sequence's first block (its parent is the pool's root) */
+    uint64_t parent;       /* the previous block's hash */
+    const int32_t *tokens; /* block_size ids, borrowed for the call */
+    int block_size;
+    bool fetched; /* stored: the bytes came from fetch, not from this process's forward pass */
+} hr_kv_block_info;
+
 typedef struct hr_kv_observer {
-    void (*stored)(void *ctx, uint64_t hash, bool has_parent, uint64_t parent, const int32_t *tokens, int block_size);
+    void (*stored)(void *ctx, const hr_kv_block_info *b);
     void (*removed)(void *ctx, uint64_t hash);
+    bool (*fetch)(void *ctx, const hr_kv_block_info *b, void *out, uint64_t n_bytes);
     void *ctx;
 } hr_kv_observer;
 
 /* Sets the observer (copied; NULL removes it). Call while no other thread uses the pool (before the
- * engine starts). Blocks already in the map are not reported. */
-void hr_kv_pool_set_observer(hr_kv_pool *pool, const hr_kv_observer *obs);
+ * engine starts). Blocks already in the map are not reported. HR_ERR_NOMEM when the fetch buffer (one
+ * block) cannot be allocated (then nothing changed). */
+hr_status hr_kv_pool_set_observer(hr_kv_pool *pool, const hr_kv_observer *obs, hr_error *err);
 
 /* The hashes of every block now in the prefix map (running or cached): writes up to cap of them to
  * out and returns how many there are. For tests and checks; O(map size). */
 int hr_kv_pool_prefix_hashes(const hr_kv_pool *pool, uint64_t *out, int cap);
+
+/* Copies the K/V of the block with this hash in the prefix map into out: every layer's K block then
+ * V block, hr_kv_block_bytes bytes in all. False when no block has the hash or cap is too small. */
+bool hr_kv_pool_read_block(const hr_kv_pool *pool, uint64_t hash, void *out, uint64_t cap);
 
 /* Verifies invariants 1-3 over the whole pool. HR_ERR_INTERNAL with a message naming the first
  * violation. O(blocks + table entries). */

@@ -217,6 +217,8 @@ struct hr_kv_pool {
     int32_t *pending; /* [max_seqs][B]: tokens of each sequence's open block */
 
     hr_kv_observer obs; /* prefix-map changes, reported to the caller (stored/removed may be NULL) */
+    uint8_t *fetch_buf; /* block_bytes: what obs.fetch fills (allocated when it is set) */
+    bool fetching;      /* the block entering the map now came from obs.fetch */
 
     /* policies */
     hr_kv_policy default_pol; /* what hr_kv_seq_create gives a sequence */
@@ -224,7 +226,7 @@ struct hr_kv_pool {
 
     /* ledger figures readable from any thread */
     atomic_int n_used, n_cached, n_free;
-    atomic_uint_fast64_t waste_slots, prefix_hits, evicted, bytes_swapped, policy_evicted;
+    atomic_uint_fast64_t waste_slots, prefix_hits, evicted, bytes_swapped, policy_evicted, fetched_tokens;
 };
 
 static inline uint8_t *kv_block_ptr(const hr_kv_pool *p, int layer, int kind, int32_t block) {

@@ -24,6 +24,7 @@ void hr_kv_pool_get_ledger(const hr_kv_pool *p, hr_kv_pool_ledger *out) {
     out->blocks_evicted_total = atomic_load_explicit(&p->evicted, memory_order_relaxed);
     out->bytes_swapped = atomic_load_explicit(&p->bytes_swapped, memory_order_relaxed);
     out->policy_blocks_evicted_total = atomic_load_explicit(&p->policy_evicted, memory_order_relaxed);
+    out->fetched_tokens_total = atomic_load_explicit(&p->fetched_tokens, memory_order_relaxed);
 }
 
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err) {

@@ -280,6 +280,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     atomic_init(&p->evicted, 0);
     atomic_init(&p->bytes_swapped, 0);
     atomic_init(&p->policy_evicted, 0);
+    atomic_init(&p->fetched_tokens, 0);
     *out = p;
     return HR_OK;
 }
@@ -309,6 +310,7 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     free(p->stage_free);
     free(p->filled);
     free(p->map);
+    free(p->fetch_buf);
     free(p->native_window);
     free(p);
 }

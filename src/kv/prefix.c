@@ -61,9 +61,13 @@ static void kv_prefix_map_insert(hr_kv_pool *p, int32_t b) {
     p->map[i] = b;
     p->flags[b] |= KV_FLAG_IN_MAP;
     if (p->obs.stored) {
-        uint64_t root = kv_prefix_root(p);
-        p->obs.stored(p->obs.ctx, p->hash[b], p->parent[b] != root, p->parent[b],
-                      p->tokens + (size_t)b * p->cfg.block_size, p->cfg.block_size);
+        hr_kv_block_info bi = {.hash = p->hash[b],
+                               .has_parent = p->parent[b] != kv_prefix_root(p),
+                               .parent = p->parent[b],
+                               .tokens = p->tokens + (size_t)b * p->cfg.block_size,
+                               .block_size = p->cfg.block_size,
+                               .fetched = p->fetching};
+        p->obs.stored(p->obs.ctx, &bi);
     }
 }
 
@@ -95,12 +99,77 @@ void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
     if (p->obs.removed) p->obs.removed(p->obs.ctx, p->hash[b]);
 }
 
-void hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs) {
-    if (!p) return;
+hr_status hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs, hr_error *err) {
+    if (obs && obs->fetch && !p->fetch_buf) {
+        p->fetch_buf = malloc(p->block_bytes);
+        if (!p->fetch_buf)
+            return hr_error_set(err, HR_ERR_NOMEM, "KV: out of memory for a %llu-byte fetch buffer",
+                                (unsigned long long)p->block_bytes);
+    }
     if (obs)
         p->obs = *obs;
     else
         memset(&p->obs, 0, sizeof p->obs);
+    return HR_OK;
+}
+
+/* The block's bytes as one run: layer by layer, K then V (the order fetch fills). */
+static void kv_block_gather(const hr_kv_pool *p, int32_t b, uint8_t *out) {
+    for (int l = 0; l < p->cfg.n_layers; l++) {
+        memcpy(out, kv_block_ptr(p, l, KV_K, b), p->k_block_bytes);
+        out += p->k_block_bytes;
+        memcpy(out, kv_block_ptr(p, l, KV_V, b), p->v_block_bytes);
+        out += p->v_block_bytes;
+    }
+}
+
+static void kv_block_scatter(hr_kv_pool *p, int32_t b, const uint8_t *in) {
+    for (int l = 0; l < p->cfg.n_layers; l++) {
+        memcpy(kv_block_ptr(p, l, KV_K, b), in, p->k_block_bytes);
+        in += p->k_block_bytes;
+        memcpy(kv_block_ptr(p, l, KV_V, b), in, p->v_block_bytes);
+        in += p->v_block_bytes;
+    }
+}
+
+bool hr_kv_pool_read_block(const hr_kv_pool *p, uint64_t hash, void *out, uint64_t cap) {
+    int32_t b = kv_prefix_map_find(p, hash);
+    if (b < 0 || cap < p->block_bytes) return false;
+    kv_block_gather(p, b, out);
+    return true;
+}
+
+/* After the local run: asks obs.fetch for the following full blocks of tokens, one at a time, and
+ * appends each one it fills to s as a hashed, shared-in-the-map block. Stops at the first miss, at a
+ * hash the map already holds for other tokens, or when no block is free. Returns blocks appended. */
+static int kv_fetch_more(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, int from, int max_blocks) {
+    int B = p->cfg.block_size, n = 0;
+    if (!p->obs.fetch || !p->fetch_buf || s->pol.kind != HR_KV_POLICY_FULL) return 0;
+    uint64_t root = kv_prefix_root(p), h = s->last_hash;
+    for (int i = from; i < max_blocks; i++) {
+        const int32_t *tk = tokens + (size_t)i * B;
+        uint64_t nh = kv_chain(h, tk, B);
+        if (kv_prefix_map_find(p, nh) >= 0) break; /* same hash, other parent or tokens: a collision */
+        if (p->free_list.count + p->lru.count == 0) break;
+        hr_kv_block_info bi = {.hash = nh, .has_parent = h != root, .parent = h, .tokens = tk, .block_size = B};
+        if (!p->obs.fetch(p->obs.ctx, &bi, p->fetch_buf, p->block_bytes)) break;
+        if (kv_table_reserve(s, s->n_table + 1, NULL) != HR_OK) break;
+        int32_t b = kv_block_alloc(p);
+        if (b < 0) break;
+        kv_block_scatter(p, b, p->fetch_buf);
+        p->parent[b] = h;
+        p->hash[b] = nh;
+        memcpy(p->tokens + (size_t)b * B, tk, (size_t)B * sizeof *tk);
+        p->flags[b] |= KV_FLAG_HASHED;
+        p->fetching = true;
+        kv_prefix_map_add(p, b);
+        p->fetching = false;
+        s->table[s->n_table++] = b;
+        s->last_hash = h = nh;
+        s->n_tokens += B;
+        n++;
+    }
+    return n;
 }
 
 int hr_kv_pool_prefix_hashes(const hr_kv_pool *p, uint64_t *out, int cap) {
@@ -178,8 +247,11 @@ hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *to
     }
     s->last_hash = h;
     s->n_tokens = n_found * B;
+    int n_fetched = kv_fetch_more(p, s, tokens, n_found, max_blocks);
+    n_found += n_fetched;
     s->prefix_hit_tokens = n_found * B;
     atomic_fetch_add_explicit(&p->prefix_hits, (uint64_t)n_found * B, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->fetched_tokens, (uint64_t)n_fetched * B, memory_order_relaxed);
     kv_update_peak(p, s);
     *n_cached = n_found * B;
     return HR_OK;

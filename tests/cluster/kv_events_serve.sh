@@ -1,5 +1,5 @@
 #!/bin/bash
-# kv_events_serve.sh: `headroom serve --kv-events` as a whole process. Run by ctest:
+# kv_events_serve.sh: `headroom serve --kv-events` (and --kv-remote's failure path) as a whole process. Run by ctest:
 #   kv_events_serve.sh HEADROOM_BIN
 # Checks: an endpoint that cannot bind (an address this host does not have) is one log line and serve
 # still answers; with a good endpoint (and replay), two requests sharing a prompt publish batches
@@ -69,4 +69,15 @@ b=$(echo "$line" | sed -n 's/.*KV events: \([0-9]*\) batches, \([0-9]*\) events,
 read -r nb ne nd <<< "$b"
 [ "${nb:-0}" -ge 2 ] && [ "${ne:-0}" -ge 3 ] && [ "${nd:-1}" -eq 0 ]
 check $? "batches were published (stored blocks and the clears at start and exit), none dropped"
+
+# --kv-remote with nothing listening: one line, serve runs without the tier
+p3=$(free_port)
+start --kv-remote "redis://127.0.0.1:$p3"
+check $? "serve starts although Redis is unreachable"
+grep -q "cannot reach redis://127.0.0.1:$p3.*serving without the shared KV tier" "$tmp/err"
+check $? "the unreachable tier is one log line naming the URL"
+ask | grep -q '"finish_reason"'
+check $? "serve answers without the tier"
+stop
+check $? "serve exits 0"
 exit $failed
