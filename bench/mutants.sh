@@ -24,7 +24,8 @@ cmake --build "$SCRATCH/b" -j "$JOBS" >"$SCRATCH/build.log" 2>&1 || { tail -20 "
 # name#file#exact text#replacement#tests (ctest names, space-separated); '#' separates the fields
 MUTANTS=$(cat <<'LIST'
 block-table-short#src/engine/scheduler.c#{ return (slots + e->block_size - 1) / e->block_size; }#{ return slots / e->block_size; }#test_engine test_engine_prefix test_kv_swap
-attention-last-block#src/kv/attention.c#.n_blk = (n_ctx + B - 1) / B,#.n_blk = n_ctx / B,#test_kv_basic test_engine
+attention-last-block#src/kv/attention.c#    int n_blk = (n_ctx + B - 1) / B;#    int n_blk = n_ctx / B;#test_kv_basic test_engine
+attention-policy-last-block#src/kv/attention.c#.n_blk = (n_ctx + B - 1) / B,#.n_blk = n_ctx / B,#test_kv_policy test_engine_policy test_policy_stream
 block-pos-off-by-one#src/kv/attention.c#int bi = pos / B, t = pos % B;#int bi = (pos + 1) / B, t = (pos + 1) % B;#test_kv_basic test_engine
 refcount-skip-decrement#src/kv/pool.c#if (--p->refcnt[b] > 0) return;#if (p->refcnt[b] - 1 > 0) return;#test_kv_pool test_kv_basic test_engine_prefix
 q8-dequant-scale#src/kv/format.c#float w = p[t] * kv_f16_to_f32(sc[g]);#float w = p[t] * kv_f16_to_f32(sc[g]) * 1.0078125f;#test_kv_formats

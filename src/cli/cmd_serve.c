@@ -49,6 +49,13 @@ static void usage(FILE *f) {
                "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
                "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
                "                         when it gives none); default 0: only the context bounds it. A prompt\n"
+               "                         longer than the context (-c) is a 400\n"
+               "                         closes; idle ones close after 300 s)\n"
+               "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
+               "                         at least 32KiB; 431 above)\n"
+               "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
+               "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
+               "                         when it gives none); default 0: only the context bounds it. A prompt\n"
                "                         longer than the context (-c) is a 400\n" HR_SERVE_CLUSTER_HELP
                "model, cache and engine (as in `headroom run`; see its --help):\n"
                "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"

@@ -12,8 +12,14 @@ hr_status hr_error_set(hr_error *err, hr_status code, const char *fmt, ...) {
         err->code = code;
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        hr_error_oneline(err->msg);
     }
     return code;
+}
+
+void hr_error_oneline(char *msg) {
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = '?';
 }
 
 void hr_error_prefix(hr_error *err, const char *fmt, ...) {
@@ -35,6 +41,7 @@ void hr_error_prefix(hr_error *err, const char *fmt, ...) {
     memcpy(joined + n + 2, err->msg, m);
     joined[n + 2 + m] = '\0';
     memcpy(err->msg, joined, sizeof joined);
+    hr_error_oneline(err->msg);
 }
 
 void hr_error_clear(hr_error *err) {

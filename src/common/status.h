@@ -35,6 +35,10 @@ typedef struct hr_error {
  * `return hr_error_set(err, HR_ERR_FORMAT, "...")` reads naturally. */
 hr_status hr_error_set(hr_error *err, hr_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Messages are one line: control characters (a newline in quoted input, say) become '?'.
+ * hr_error_set and hr_error_prefix apply it; the server's own error records too. */
+void hr_error_oneline(char *msg);
+
 /* Prefixes the message already in err with "prefix: " (for adding context while unwinding). */
 void hr_error_prefix(hr_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

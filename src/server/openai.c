@@ -31,6 +31,7 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    hr_error_oneline(e->msg); /* jansson's error text may quote a newline from the body */
     return false;
 }
 
