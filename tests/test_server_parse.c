@@ -1,6 +1,7 @@
 /* test_server_parse.c: the server's request validation without a socket (the functions the HTTP
  * handlers and fuzz/fuzz_http.c share): bodies, the security limits on n and max_tokens, tokenize and
  * detokenize fields. */
+#include <math.h>
 #include <string.h>
 
 #include "harness.h"
@@ -35,6 +36,9 @@ static void test_bodies(void) {
         hr_srv_error e = {0};
         json_t *root = hr_srv_parse_body(bad[i], strlen(bad[i]), &e);
         CHECKF(!root && e.http == 400 && e.msg[0] && !strchr(e.msg, '\n'), "body %zu: %d %s", i, e.http, e.msg);
+        /* bytes that are not UTF-8 are named as such, before any JSON parser sees them */
+        bool utf8 = i == 5 || i == 6;
+        CHECKF(e.code && !strcmp(e.code, utf8 ? "invalid_utf8" : "invalid_json"), "body %zu: code %s", i, e.code);
         json_decref(root);
     }
 }
@@ -92,7 +96,15 @@ static void test_tokenize_detokenize(void) {
     }
 }
 
+static void test_retry_after(void) {
+    CHECK(hr_srv_retry_after_secs(0) == 1 && hr_srv_retry_after_secs(0.2) == 1 && hr_srv_retry_after_secs(1) == 1);
+    CHECK(hr_srv_retry_after_secs(1.01) == 2 && hr_srv_retry_after_secs(2.5) == 3 && hr_srv_retry_after_secs(7) == 7);
+    CHECK(hr_srv_retry_after_secs(-3) == 1 && hr_srv_retry_after_secs(NAN) == 1);
+    CHECK(hr_srv_retry_after_secs(1e12) == 86400);
+}
+
 int main(void) {
+    test_retry_after();
     test_bodies();
     test_limits();
     test_tokenize_detokenize();

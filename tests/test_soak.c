@@ -10,7 +10,8 @@
  *     cancellations than clients that hung up;
  *   - refusals match the clients' tallies reason by reason (400 invalid, 400 context, 413; 429 at
  *     least those the clients saw);
- *   - the server still answers; the pool holds no blocks, nothing is left in the swap tier and the
+ *   - the server still answers, and greedy text streamed equals greedy text whole (no SSE chunk lost);
+ *     the pool holds no blocks, nothing is left in the swap tier and the
  *     pool's invariants hold;
  *   - RSS after the run is within 32 MiB of RSS after the warm-up round (not in sanitizer builds,
  *     whose allocators keep freed memory in quarantine).
@@ -26,6 +27,8 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "harness.h"
 #include "runtime/runtime.h"
@@ -221,6 +224,40 @@ static void *client_main(void *arg) {
     return NULL;
 }
 
+/* The completion text of a greedy request, plain (JSON) or streamed (SSE chunks joined). HTTP/1.0, so
+ * the stream is not chunk-encoded. */
+static bool greedy_text(int port, const char *prompt, bool stream, char *out, size_t cap) {
+    char body[512], req[1024];
+    static _Thread_local char buf[1 << 17];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,\"stream\":%s}", prompt,
+             stream ? "true" : "false");
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    int fd = dial(port);
+    bool complete = false;
+    if (fd < 0 || !write_all(fd, req, (size_t)n) || read_all(fd, buf, sizeof buf, &complete) != 200) {
+        if (fd >= 0) close(fd);
+        return false;
+    }
+    close(fd);
+    out[0] = '\0';
+    size_t len = 0;
+    const char *head_end = strstr(buf, "\r\n\r\n");
+    if (!head_end) return false;
+    /* plain: the one JSON body; streamed: each "data: {...}" line after the headers */
+    const char *p = stream ? strstr(head_end, "\ndata: {") : head_end + 4;
+    while (p) {
+        json_t *j = json_loads(strchr(p, '{'), JSON_DISABLE_EOF_CHECK, NULL);
+        const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+        if (t) len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s", t);
+        json_decref(j);
+        if (len >= cap) return false;
+        p = stream ? strstr(p + 1, "\ndata: {") : NULL;
+    }
+    return true;
+}
+
 static long rss_kib(void) {
     FILE *f = fopen("/proc/self/statm", "r");
     long pages = 0, res = 0;
@@ -345,6 +382,31 @@ int main(void) {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     CHECKF(rss_end - rss_warm < 32 * 1024, "RSS grew %ld KiB after warm-up", rss_end - rss_warm);
 #endif
+    /* a chunked upload (no Content-Length) over the body limit is cut off while it arrives: 413 */
+    {
+        int fd = dial(port);
+        static char chunk[8192], answer_buf[4096];
+        memset(chunk, ' ', sizeof chunk);
+        const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                           "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+        bool ok = fd >= 0 && write_all(fd, head, strlen(head));
+        for (size_t up = 0; ok && up < MAX_BODY + 16384; up += sizeof chunk)
+            ok = write_all(fd, "2000\r\n", 6) && write_all(fd, chunk, sizeof chunk) && write_all(fd, "\r\n", 2);
+        if (ok) write_all(fd, "0\r\n\r\n", 5);
+        bool complete;
+        int st = fd >= 0 ? read_all(fd, answer_buf, sizeof answer_buf, &complete) : -1;
+        CHECKF(st == 413, "chunked upload over the limit: status %d", st);
+        if (fd >= 0) close(fd);
+    }
+    /* after all that, greedy text streamed equals greedy text whole (no SSE chunk lost or doubled) */
+    for (int i = 0; i < 6; i++) {
+        static char plain[8192], streamed[8192];
+        char prompt[64];
+        snprintf(prompt, sizeof prompt, "Once upon a time, a cat named %d", i);
+        CHECK(greedy_text(port, prompt, false, plain, sizeof plain) &&
+              greedy_text(port, prompt, true, streamed, sizeof streamed));
+        CHECKF(plain[0] && !strcmp(plain, streamed), "prompt %d: plain '%s', streamed '%s'", i, plain, streamed);
+    }
     hr_server_shutdown(srv);
     hr_server_destroy(srv);
     hr_runtime_stop(rt);

@@ -111,10 +111,10 @@ void hr_kv_swap_get_ledger(const hr_kv_swap *w, hr_kv_swap_ledger *out) {
 /* ---- I/O ----------------------------------------------------------------------------------------- */
 
 static bool kv_pwrite_all(int fd, const void *buf, size_t n, off_t off) {
-    if (HR_FAULT_HIT(HR_FAULT_SWAP_WRITE)) return false; /* the fault build's injected I/O error */
     const uint8_t *b = buf;
     while (n > 0) {
-        ssize_t w = pwrite(fd, b, n, off);
+        /* the fault build's injected I/O error takes the same path as a real one */
+        ssize_t w = HR_FAULT_HIT(HR_FAULT_SWAP_WRITE) ? (errno = EIO, -1) : pwrite(fd, b, n, off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return false;
         b += w, n -= (size_t)w, off += w;
@@ -123,10 +123,9 @@ static bool kv_pwrite_all(int fd, const void *buf, size_t n, off_t off) {
 }
 
 static bool kv_pread_all(int fd, void *buf, size_t n, off_t off) {
-    if (HR_FAULT_HIT(HR_FAULT_SWAP_READ)) return false;
     uint8_t *b = buf;
     while (n > 0) {
-        ssize_t r = pread(fd, b, n, off);
+        ssize_t r = HR_FAULT_HIT(HR_FAULT_SWAP_READ) ? (errno = EIO, -1) : pread(fd, b, n, off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return false;
         b += r, n -= (size_t)r, off += r;

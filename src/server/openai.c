@@ -747,3 +747,8 @@ bool hr_srv_parse_detokenize(json_t *root, int32_t n_vocab, int32_t **ids, size_
     *n_ids = n;
     return true;
 }
+
+int hr_srv_retry_after_secs(double s) {
+    if (!(s > 1.0)) return 1;                   /* also NaN: never "0", which means "now" */
+    return s >= 86400.0 ? 86400 : (int)ceil(s); /* rounded up: a client never comes back early */
+}

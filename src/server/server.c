@@ -118,7 +118,7 @@ static enum MHD_Result send_error(hr_server *s, struct MHD_Connection *c, const 
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (e->http == 429) {
         char secs[32];
-        snprintf(secs, sizeof secs, "%d", (int)(e->retry_after_s + 0.999));
+        snprintf(secs, sizeof secs, "%d", hr_srv_retry_after_secs(e->retry_after_s));
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, secs);
     }
     if (e->http == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");

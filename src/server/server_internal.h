@@ -61,6 +61,9 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
 /* A runtime refusal as HTTP: INVALID_ARG/RANGE/BUDGET 400, FULL 429 (Retry-After from the runtime),
  * anything else 500. prompt_field names the field a RANGE refusal is about ("prompt", "messages"). */
 void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const char *msg, const char *prompt_field);
+/* The Retry-After header's whole seconds for a wait of s seconds: rounded up, at least 1, at most a
+ * day. */
+int hr_srv_retry_after_secs(double s);
 /* {"error":{"message","type","param","code"}} (malloc'd compact JSON). */
 char *hr_srv_error_body(const hr_srv_error *e);
 
