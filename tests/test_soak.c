@@ -123,7 +123,7 @@ static void answer(client *c, int kind, int fd, char *buf, size_t cap) {
 }
 
 static void one_round(client *c, uint64_t *rng) {
-    static char big[MAX_BODY + 4096];
+    static _Thread_local char big[MAX_BODY + 4096]; /* per client thread */
     char body[2048], buf[1 << 16];
     int kind = (int)(rng_next(rng) % 10);
     int max_tokens = 1 + (int)(rng_next(rng) % 64);
@@ -196,7 +196,7 @@ static void one_round(client *c, uint64_t *rng) {
         answer(c, kind, fd, buf, sizeof buf);
         break;
     default: { /* headers over the limit (libmicrohttpd answers 431 or closes; the server never sees them) */
-        static char hdr[48 << 10];
+        static _Thread_local char hdr[48 << 10];
         memcpy(hdr, "X-Big: ", 7);
         memset(hdr + 7, 'a', sizeof hdr - 10);
         memcpy(hdr + sizeof hdr - 3, "\r\n", 3);
