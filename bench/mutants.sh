@@ -50,7 +50,7 @@ n-cap#src/server/openai.c#!read_int(root, "n", 1, sp->max_choices, &n, e)#!read_
 max-tokens-limit-ignored#src/server/openai.c#long long cap = sp->max_tokens_limit > 0 ? sp->max_tokens_limit : 1 << 30;#long long cap = 1 << 30;#test_server_parse
 utf8-surrogates#src/server/openai.c#(c >= 0xD800 && c <= 0xDFFF)#(c >= 0xD800 && c < 0xD800)#test_server_parse test_server
 body-limit-off#src/server/server.c#if (!k->too_large && k->body.len + *upload_size > s->p.max_body_bytes) {#if (!k->too_large && k->body.len + *upload_size > 2 * s->p.max_body_bytes) {#test_server test_soak
-chat-role-newline#src/tokenizer/chat.c#if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = '?';#if (*c == 0x7F) *c = '?';#test_chat
+error-message-newline#src/common/status.c#if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = '?';#if (*c == 0x7F) *c = '?';#test_chat test_server_parse
 LIST
 )
 
