@@ -135,8 +135,6 @@ int hr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-connections")) {
             ok =
                 (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
-        } else if (!strcmp(a, "--mem-limit")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
         } else if (!strcmp(a, "--max-header")) {
             uint64_t n = 0;
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
