@@ -90,6 +90,46 @@ static void test_pattern_determinism(void) {
     CHECK(hr_bench_pattern_spec(HR_BENCH_MIXED, 1, 0, 0, &s, &err) == HR_ERR_INVALID_ARG);
 }
 
+/* hr_bench_fit_scale: at the scale it picks for a context, every request the pattern draws (checked
+ * over 300 seeds' first requests) asks for at most the context at HR_BENCH_TOKENS_PER_WORD tokens a
+ * word; the max lengths are the ranges' upper ends (some draw reaches them); no context: scale 1. */
+static void test_fit_scale(void) {
+    hr_error err = {0};
+    CHECK(hr_bench_fit_scale(HR_BENCH_SHARED_PREFIX, 0) == 1);
+    CHECK(hr_bench_fit_scale(HR_BENCH_SHORT_BURST, 4096) == 1);
+    double f = hr_bench_fit_scale(HR_BENCH_SHARED_PREFIX, 512);
+    CHECK(f > 0.62 && f < 0.621); /* 0.95 x 512 / (240 x 3 + 64) */
+    const int ctxs[] = {128, 512, 2048};
+    for (int p = 0; p < HR_BENCH_TRACE; p++) {
+        int max_w = 0, max_o = 0, seen_w = 0, seen_o = 0;
+        hr_bench_pattern_max_len((hr_bench_pattern)p, &max_w, &max_o);
+        for (int c = 0; c < 3; c++) {
+            double sc = hr_bench_fit_scale((hr_bench_pattern)p, ctxs[c]);
+            bool fits = true;
+            for (int seed = 0; seed < 300; seed++) {
+                hr_bench_spec s;
+                if (hr_bench_pattern_spec((hr_bench_pattern)p, (uint64_t)seed, 0, sc, &s, &err) != HR_OK) {
+                    fits = false;
+                    break;
+                }
+                int w = n_words(s.prompt) + (s.prefix ? n_words(s.prefix) : 0);
+                if (w * HR_BENCH_TOKENS_PER_WORD + s.max_tokens > ctxs[c] && sc > 0.01) fits = false;
+                hr_bench_spec_free(&s);
+            }
+            CHECK(fits);
+        }
+        for (int seed = 0; seed < 2000; seed++) {
+            hr_bench_spec s;
+            if (hr_bench_pattern_spec((hr_bench_pattern)p, (uint64_t)seed, 0, 1, &s, &err) != HR_OK) break;
+            int w = n_words(s.prompt) + (s.prefix ? n_words(s.prefix) : 0);
+            if (w > seen_w) seen_w = w;
+            if (s.max_tokens > seen_o) seen_o = s.max_tokens;
+            hr_bench_spec_free(&s);
+        }
+        CHECK(seen_w <= max_w && seen_o <= max_o && seen_w * 10 >= max_w * 9 && seen_o * 10 >= max_o * 9);
+    }
+}
+
 static void test_arrivals(void) {
     hr_bench_arrivals a, b;
     hr_bench_arrivals_init(&a, HR_BENCH_DECODE_HEAVY, 5, 10);
@@ -394,6 +434,7 @@ static void test_report(void) {
 int main(void) {
     test_pattern_names();
     test_pattern_determinism();
+    test_fit_scale();
     test_arrivals();
     test_trace_lines();
     test_trace_files();

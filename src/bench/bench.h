@@ -51,6 +51,19 @@ typedef enum hr_bench_pattern {
 hr_status hr_bench_pattern_parse(const char *text, hr_bench_pattern *out, hr_error *err);
 const char *hr_bench_pattern_name(hr_bench_pattern p);
 
+/* The longest prompt (words) and output (tokens) pattern p draws at scale 1. */
+void hr_bench_pattern_max_len(hr_bench_pattern p, int *max_words, int *max_output);
+/* A word of the pattern text is at most about this many tokens (3 with a 512-token vocabulary such
+ * as the demo model's; 1.3 to 2 with 32k-150k vocabularies). */
+#define HR_BENCH_TOKENS_PER_WORD 3.0
+/* The largest scale (<= 1, >= 0.01) at which pattern p's longest prompt and output fit in n_ctx
+ * tokens with 5% to spare, counting HR_BENCH_TOKENS_PER_WORD tokens a word; 1 when n_ctx <= 0. */
+double hr_bench_fit_scale(hr_bench_pattern p, int n_ctx);
+/* The context length a server reports in GET /v1/models (headroom's data[0].meta.n_ctx, vLLM's
+ * data[0].max_model_len, llama-server's data[0].meta.n_ctx_train) into *n_ctx, or 0 when it reports
+ * none or cannot be asked; never fails the run (the bench's own requests report the problem). */
+void hr_bench_probe_context(const char *url, const char *api_key, double timeout_s, int *n_ctx);
+
 /* One request to send. */
 typedef struct hr_bench_spec {
     char *prefix;          /* shared system prompt (malloc'd) or NULL; sent before prompt (chat: as system) */

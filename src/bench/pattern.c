@@ -131,6 +131,24 @@ hr_status hr_bench_pattern_spec(hr_bench_pattern p, uint64_t seed, int i, double
     return HR_OK;
 }
 
+void hr_bench_pattern_max_len(hr_bench_pattern p, int *max_words, int *max_output) {
+    /* the upper ends of the ranges hr_bench_pattern_spec draws from, at scale 1 (mixed: the largest
+     * of the five, long-few's) */
+    static const int top_words[] = {1000, 32, 600, 32, 240, 1000}, top_output[] = {256, 32, 16, 400, 64, 400};
+    int i = (unsigned)p < HR_BENCH_TRACE ? (int)p : HR_BENCH_MIXED;
+    *max_words = top_words[i];
+    *max_output = top_output[i];
+}
+
+double hr_bench_fit_scale(hr_bench_pattern p, int n_ctx) {
+    int n_words = 0, n_output = 0;
+    hr_bench_pattern_max_len(p, &n_words, &n_output);
+    if (n_ctx <= 0) return 1;
+    double need = n_words * HR_BENCH_TOKENS_PER_WORD + n_output;
+    double s = 0.95 * n_ctx / need;
+    return s >= 1 ? 1 : s < 0.01 ? 0.01 : s;
+}
+
 void hr_bench_arrivals_init(hr_bench_arrivals *a, hr_bench_pattern p, uint64_t seed, double rate) {
     memset(a, 0, sizeof *a);
     hr_rng_seed(&a->rng, mix(seed, 0xA7717A15ull));

@@ -37,7 +37,9 @@ static void usage(FILE *f) {
             "  --rate R             open loop: R requests/s, Poisson arrivals (short-burst: bursts); a trace\n"
             "                       with \"t\" and neither flag replays its times\n"
             "  --seed S             the pattern's seed (default 1): same seed, same requests\n"
-            "  --scale F            multiply every pattern length by F (0.01..16, default 1) for small models\n"
+            "  --scale F            multiply every pattern length by F (0.01..16). Default: 1, or less when\n"
+            "                       the server reports its context (GET /v1/models) and the pattern's\n"
+            "                       longest request (3 tokens a word) would not fit it; the run says so\n"
             "  --chat               use /v1/chat/completions (system prompt as a system message) instead of\n"
             "                       /v1/completions\n"
             "  --no-ignore-eos      do not send \"ignore_eos\": true (sent by default so outputs run to\n"
@@ -113,7 +115,7 @@ int hr_cmd_bench(int argc, char **argv) {
                              .scale = 1,
                              .timeout_s = 120,
                              .poll_s = 0.25};
-    bool json = false, quiet = false, has_requests = false;
+    bool json = false, quiet = false, has_requests = false, has_scale = false;
     float duration = 0, rate = 0, scale = 1, timeout = 120, slo_ttft = 0, slo_itl = 0;
     int poll_ms = 250;
     for (int i = 1; i < argc; i++) {
@@ -143,6 +145,7 @@ int hr_cmd_bench(int argc, char **argv) {
             ok = (v = hr_arg_value("bench", argc, argv, &i)) && hr_arg_u64("bench", a, v, &p.seed);
         } else if (!strcmp(a, "--scale")) {
             ok = (v = hr_arg_value("bench", argc, argv, &i)) && hr_arg_float("bench", a, v, 0.01, 16, &scale);
+            has_scale = true;
         } else if (!strcmp(a, "--timeout")) {
             ok = (v = hr_arg_value("bench", argc, argv, &i)) && hr_arg_float("bench", a, v, 0.1, 86400, &timeout);
         } else if (!strcmp(a, "--poll-ms")) {
@@ -204,6 +207,18 @@ int hr_cmd_bench(int argc, char **argv) {
         p.replay_times = p.concurrency <= 0 && rate <= 0 && specs[0].t_s >= 0;
     }
     if (p.concurrency <= 0 && rate <= 0 && !p.replay_times) p.concurrency = 4;
+    if (!has_scale && !specs) { /* fit the pattern to a small model rather than have it refuse them all */
+        int n_ctx = 0;
+        hr_bench_probe_context(url, p.api_key, timeout < 10 ? timeout : 10, &n_ctx);
+        double fit = hr_bench_fit_scale(p.pattern, n_ctx);
+        if (fit < 1) {
+            scale = (float)fit;
+            fprintf(stderr,
+                    "headroom bench: the server's context is %d tokens: %s's lengths scaled by %.2f to fit "
+                    "(--scale to choose)\n",
+                    n_ctx, pattern, fit);
+        }
+    }
     p.url = url;
     p.rate = rate;
     p.scale = scale;
