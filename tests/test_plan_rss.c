@@ -159,7 +159,20 @@ static uint64_t check_rss(const server *s, const char *what) {
     return plan;
 }
 
+/* Under AddressSanitizer the process's RSS is mostly shadow memory and quarantine, not the program's
+ * (the same serve measured +17-21% over plan in `make asan`): the plan is checked in the plain build. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HR_RSS_MEANINGLESS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HR_RSS_MEANINGLESS 1
+#endif
+#endif
+
 int main(void) {
+#ifdef HR_RSS_MEANINGLESS
+    HR_SKIP("a sanitizer build's RSS is not the program's (make test checks the plan against RSS)");
+#endif
     char *tmp = NULL;
     if (run_sh("command -v curl >/dev/null && echo yes", &tmp) != 0) HR_SKIP("curl is not installed");
     free(tmp);

@@ -240,7 +240,7 @@ static void table(const json_t *kv, const hr_top_view *v, hr_top_frame *f, int m
         return;
     }
     for (size_t i = 0; i < n; i++) rows[i] = json_array_get(reqs, i);
-    qsort(rows, n, sizeof *rows, by_bytes);
+    if (n > 1) qsort(rows, n, sizeof *rows, by_bytes); /* qsort's base may not be NULL, even for 0 */
     color(f, v, C_REV);
     putf(f, "%7s %-9s %4s %7s %11s %10s %10s %10s %7s %-9s %-10s %4s", "ID", "STATE", "PRIO", "AGE", "TOKENS", "KV NOW",
          "PEAK", "SHARED", "EVICTED", "K/V", "POLICY", "PRE");
