@@ -1,12 +1,15 @@
 /* kv_remote.c: the Redis KV tier (see kv_remote.h for keys, checks and threads). */
 #include "remote/kv_remote.h"
 
+#include <errno.h>
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #define KR_MAGIC  0x31424c4b564b5248ull /* "HRKVKLB1" little-endian: the metadata's first 8 bytes */
@@ -241,14 +244,42 @@ void hr_kv_remote_on_stored(hr_kv_remote *r, const hr_kv_block_info *b) {
     pthread_mutex_unlock(&r->mu);
 }
 
-/* SET key:d, then (acknowledged) SET key:m. False on any error. */
-static bool kr_write(redisContext *c, const kr_item *it) {
-    redisReply *rep = redisCommand(c, "SET %s:d %b", it->key, it->data, it->data_len);
+/* SET key:d with the block's bytes written straight from the item: hiredis would copy them into its
+ * output buffer and, after each partial write(), move what is left to the front (a 2 MiB block took
+ * about 30 MiB of memmove and page faults, 0.03-0.06 GB/s on loopback). The header and the bytes go
+ * out with writev() on the context's socket (its send timeout bounds each call); the reply is read by
+ * hiredis as usual. False on any error, the connection then being in an unknown state. */
+static bool kr_send_data(redisContext *c, const kr_item *it) {
+    char head[160];
+    size_t klen = strlen(it->key) + 2;
+    int hn =
+        snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$%zu\r\n%s:d\r\n$%zu\r\n", klen, it->key, (size_t)it->data_len);
+    if (hn <= 0 || (size_t)hn >= sizeof head || sdslen(c->obuf) != 0) return false;
+    struct iovec v[3] = {{head, (size_t)hn}, {it->data, (size_t)it->data_len}, {(void *)"\r\n", 2}};
+    int iv = 0;
+    while (iv < 3) {
+        ssize_t w = writev(c->fd, v + iv, 3 - iv);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        size_t left = (size_t)w;
+        while (iv < 3 && left >= v[iv].iov_len) left -= v[iv++].iov_len;
+        if (iv < 3) {
+            v[iv].iov_base = (char *)v[iv].iov_base + left;
+            v[iv].iov_len -= left;
+        }
+    }
+    redisReply *rep = NULL;
+    if (redisGetReply(c, (void **)&rep) != REDIS_OK) return false;
     bool ok = rep && rep->type == REDIS_REPLY_STATUS;
     if (rep) freeReplyObject(rep);
-    if (!ok) return false;
-    rep = redisCommand(c, "SET %s:m %b", it->key, it->meta, it->meta_len);
-    ok = rep && rep->type == REDIS_REPLY_STATUS;
+    return ok;
+}
+
+/* SET key:d, then (acknowledged) SET key:m. False on any error. */
+static bool kr_write(redisContext *c, const kr_item *it) {
+    if (!kr_send_data(c, it)) return false;
+    redisReply *rep = redisCommand(c, "SET %s:m %b", it->key, it->meta, it->meta_len);
+    bool ok = rep && rep->type == REDIS_REPLY_STATUS;
     if (rep) freeReplyObject(rep);
     return ok;
 }
