@@ -2,9 +2,12 @@
  * manager in virtual time. Checked: presets and results are the same for the same seed; a trace file
  * loads and its bad lines are named; refusals and preemptions agree with the pool the plan gives (a
  * request larger than the pool is refused; reserve admission never preempts; optimistic admission on a
- * tight pool does; the peak never exceeds the pool); the CLI's JSON carries a recommendation. No timing
- * is asserted: the clock is virtual. */
+ * tight pool does; the peak never exceeds the pool); the CLI's JSON carries a recommendation; the cost
+ * model's step time and the per-step / per-row fit of the calibration (pure arithmetic). No timing is
+ * asserted: the clock is virtual. */
 #include <jansson.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -71,6 +74,7 @@ static void test_determinism(const hr_plan_model *m) {
         CHECK(hr_traffic_preset(names[i], 0, 4096, 1, &t, &err) == HR_OK && t.n > 0);
         hr_traffic_free(&t);
     }
+    hr_traffic_free(&c);
     CHECK(hr_traffic_preset("storm", 0, 4096, 1, &c, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "agent"));
     hr_traffic_free(&a);
     hr_traffic_free(&b);
@@ -193,6 +197,52 @@ static void test_cli(void) {
     free(errs);
 }
 
+static bool near(double a, double b) { return fabs(a - b) <= 1e-12 + 1e-9 * fabs(b); }
+
+static void test_cost_arithmetic(const hr_plan_model *m) {
+    hr_cost_model c = {.bw_gbps = 100, .gflops = 1000, .overhead_s = 0.001, .row_s = 0.0005};
+    CHECK(near(hr_cost_step_s(&c, 1e9, 1e12, 3), 1.0 + 0.001 + 3 * 0.0005)); /* compute-bound */
+    CHECK(near(hr_cost_step_s(&c, 1e10, 1e9, 0), 0.1 + 0.001));              /* memory-bound, no row */
+    double oh = -1, row = -1;
+    hr_cost_fit_rows(0.002 + 4 * 0.0005, 4, 0.002 + 16 * 0.0005, 16, &oh, &row); /* an exact line */
+    CHECKF(near(oh, 0.002) && near(row, 0.0005), "overhead %g row %g", oh, row);
+    hr_cost_fit_rows(0.010, 4, 0.005, 16, &oh, &row); /* falls with rows: noise, no per-row cost */
+    CHECKF(near(oh, 0.010) && row == 0, "overhead %g row %g", oh, row);
+    hr_cost_fit_rows(0.001, 4, 0.016, 16, &oh, &row); /* meets zero past one row: all per row */
+    CHECKF(oh == 0 && near(row, 0.001), "overhead %g row %g", oh, row);
+    hr_cost_fit_rows(-0.001, 4, -0.002, 16, &oh, &row); /* faster than the roofline: nothing added */
+    CHECKF(oh == 0 && row == 0, "overhead %g row %g", oh, row);
+    /* an older calibration file without row_s loads with none; a saved one keeps it */
+    hr_error err;
+    char path[] = "/tmp/hr_test_cost_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"bw_gbps\": 10, \"gflops\": 20, \"overhead_s\": 0.003}", f);
+    fclose(f);
+    hr_cost_model l;
+    CHECK(hr_cost_load(path, &l, &err) == HR_OK && l.overhead_s == 0.003 && l.row_s == 0);
+    CHECK(hr_cost_save(&c, path, &err) == HR_OK && hr_cost_load(path, &l, &err) == HR_OK);
+    CHECK(near(l.row_s, 0.0005) && near(l.overhead_s, 0.001) && near(l.gflops, 1000));
+    remove(path);
+    /* the simulator charges the per-row cost: the same traffic takes longer with it */
+    hr_traffic t;
+    CHECK(hr_traffic_preset("chat", 20, 2048, 5, &t, &err) == HR_OK);
+    hr_plan_device d;
+    hr_plan *pl = calloc(1, sizeof *pl);
+    tight_plan(m, 2048, 2048, 3, 8, &d, pl);
+    hr_sim_candidate cand = {.format = HR_KV_F16, .admission = HR_ADMIT_ADAPTIVE, .max_running = 8};
+    hr_cost_model c0 = c;
+    c0.row_s = 0;
+    hr_sim_result r0, r1;
+    CHECK(hr_sim_run(m, pl, &d, &c0, &t, &cand, &r0, &err) == HR_OK);
+    CHECK(hr_sim_run(m, pl, &d, &c, &t, &cand, &r1, &err) == HR_OK);
+    CHECKF(r0.completed == 20 && r1.completed == 20 && r1.itl_p50 > r0.itl_p50 && r1.ttft_p50 >= r0.ttft_p50,
+           "itl %g vs %g, ttft %g vs %g", r1.itl_p50, r0.itl_p50, r1.ttft_p50, r0.ttft_p50);
+    free(pl);
+    hr_traffic_free(&t);
+}
+
 int main(void) {
     hr_plan_model m;
     hr_error err;
@@ -201,5 +251,6 @@ int main(void) {
     test_pool_consistency(&m);
     test_trace_file();
     test_cli();
+    test_cost_arithmetic(&m);
     return hr_test_finish();
 }

@@ -9,14 +9,16 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: headroom synth --shape NAME --type TYPE -o FILE.gguf [--seed S]\n\n"
+            "usage: headroom synth --shape NAME --type TYPE -o FILE.gguf [--seed S] [--layers N]\n\n"
             "Writes a model with deterministic random weights (same seed, same bytes) and a working\n"
             "vocabulary, for benchmarks and tests. Speed does not depend on the weights' values.\n\n"
             "  --shape NAME   %s\n"
             "  --type TYPE    f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (rows whose length does not fit the\n"
             "                 type's block are stored as f16; norms stay f32)\n"
             "  -o FILE        output path\n"
-            "  --seed S       (default 1)\n\n" HR_EXIT_HELP,
+            "  --seed S       (default 1)\n"
+            "  --layers N     keep the first N of the shape's layers (default all): the same per-layer and\n"
+            "                 vocabulary costs in a fraction of the size\n\n" HR_EXIT_HELP,
             hr_synth_shape_names());
 }
 
@@ -36,6 +38,7 @@ static bool parse_type(const char *name, hr_dtype *out) {
 int hr_cmd_synth(int argc, char **argv) {
     const char *shape_name = NULL, *type_name = NULL, *path = NULL;
     uint64_t seed = 1;
+    int n_layers = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -49,6 +52,9 @@ int hr_cmd_synth(int argc, char **argv) {
             if (!(path = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = hr_arg_value("synth", argc, argv, &i)) || !hr_arg_u64("synth", a, v, &seed)) return HR_EXIT_USAGE;
+        } else if (!strcmp(a, "--layers")) {
+            if (!(v = hr_arg_value("synth", argc, argv, &i)) || !hr_arg_int("synth", a, v, 1, 100000, &n_layers))
+                return HR_EXIT_USAGE;
         } else {
             fprintf(stderr, "headroom synth: unknown option '%s' (see headroom synth --help)\n", a);
             return HR_EXIT_USAGE;
@@ -64,6 +70,12 @@ int hr_cmd_synth(int argc, char **argv) {
         fprintf(stderr, "headroom synth: %s\n", err.msg);
         return HR_EXIT_USAGE;
     }
+    if (n_layers > shape.n_layer) {
+        fprintf(stderr, "headroom synth: --layers %d: the shape %s has %d layers\n", n_layers, shape.name,
+                shape.n_layer);
+        return HR_EXIT_USAGE;
+    }
+    if (n_layers > 0) shape.n_layer = n_layers;
     hr_dtype type;
     if (!parse_type(type_name, &type)) {
         fprintf(stderr, "headroom synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)\n",

@@ -1,13 +1,33 @@
 /* cost.c: how long one engine step takes, for the simulator: measured once on this machine (the real
- * forward pass of a synthetic TinyLlama-shaped model at T = 1 and T = 128), saved as JSON, or a GPU's
- * roofline from its datasheet. */
+ * forward pass of a synthetic TinyLlama-shaped model at T = 1 and T = 128, and decode steps of 4 and
+ * 16 sequences with sampling), saved as JSON, or a GPU's roofline from its datasheet. */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
 #include "model/synth.h"
 #include "plan/plan.h"
+#include "sampler/sampler.h"
+
+double hr_cost_step_s(const hr_cost_model *c, double bytes, double flops, int n_rows) {
+    double mem_s = c->bw_gbps > 0 ? bytes / (c->bw_gbps * 1e9) : 0;
+    double cmp_s = c->gflops > 0 ? flops / (c->gflops * 1e9) : 0;
+    return HR_MAX(mem_s, cmp_s) + c->overhead_s + (double)n_rows * c->row_s;
+}
+
+void hr_cost_fit_rows(double resid_a, int rows_a, double resid_b, int rows_b, double *overhead_s, double *row_s) {
+    double slope = rows_b > rows_a ? (resid_b - resid_a) / (double)(rows_b - rows_a) : 0;
+    if (slope < 0) slope = 0;
+    double icpt = resid_a - slope * (double)rows_a;
+    if (icpt < 0) { /* the line meets zero before one row: keep the slope's share of what was measured */
+        icpt = 0;
+        slope = HR_MAX(0.0, resid_b) / (double)rows_b;
+    }
+    *overhead_s = icpt;
+    *row_s = slope;
+}
 
 void hr_cost_roofline(const hr_plan_device *d, hr_cost_model *out) {
     memset(out, 0, sizeof *out);
@@ -38,6 +58,48 @@ static double time_forward(hr_model_ctx *ctx, hr_kv_pool *kv, int T, hr_error *e
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
 }
 
+#define CAL_PAST 16 /* cached tokens each sequence of a timed decode step has */
+#define CAL_SEQS 16
+
+/* Median of three decode steps of n sequences, each at position CAL_PAST with every row sampling
+ * greedily (hr_sampler at temperature 0, what `headroom bench` asks for), as one engine step does. */
+static double time_decode(hr_model_ctx *ctx, hr_kv_pool *kv, int n, int n_vocab, hr_error *err, hr_status *st) {
+    int32_t tok[CAL_SEQS * CAL_PAST], pos[CAL_SEQS * CAL_PAST];
+    hr_kv_seq seq[CAL_SEQS * CAL_PAST], s[CAL_SEQS];
+    uint8_t want[CAL_SEQS * CAL_PAST];
+    float *logits = malloc(sizeof(float) * (size_t)n_vocab * CAL_SEQS);
+    hr_sampler *smp = NULL;
+    hr_sampler_params sp = hr_sampler_default_params();
+    sp.temperature = 0;
+    double t[3] = {0};
+    int made = 0;
+    if (!logits) *st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    if (*st == HR_OK) *st = hr_sampler_create(&sp, n_vocab, &smp, err);
+    for (; made < n && *st == HR_OK; made++) {
+        if ((*st = hr_kv_seq_create(kv, &s[made], err))) break;
+        *st = hr_kv_seq_reserve(kv, s[made], CAL_PAST + 1, err);
+    }
+    if (*st == HR_OK) { /* the cached tokens: one prefill of every sequence */
+        for (int i = 0; i < n * CAL_PAST; i++)
+            tok[i] = 3 + i % 97, pos[i] = i % CAL_PAST, seq[i] = s[i / CAL_PAST], want[i] = 0;
+        hr_batch b = {.n_tokens = n * CAL_PAST, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
+        *st = hr_model_forward(ctx, &b, logits, err);
+    }
+    for (int rep = 0; rep < 3 && *st == HR_OK; rep++) {
+        for (int i = 0; i < n; i++) tok[i] = 5 + i, pos[i] = CAL_PAST, seq[i] = s[i], want[i] = 1;
+        hr_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
+        double t0 = hr_time_now();
+        *st = hr_model_forward(ctx, &b, logits, err);
+        for (int i = 0; i < n && *st == HR_OK; i++) (void)hr_sampler_sample(smp, logits + (size_t)i * n_vocab);
+        t[rep] = hr_time_now() - t0;
+    }
+    for (int i = 0; i < made; i++) hr_kv_seq_free(kv, s[i]);
+    hr_sampler_destroy(smp);
+    free(logits);
+    double a = t[0], b = t[1], c = t[2];
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
 hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_model *out, hr_error *err) {
     memset(out, 0, sizeof *out);
     int type = hr_plan_weight_type_id(weight_type ? weight_type : "q4_0");
@@ -56,30 +118,45 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
                        .block_size = 16,
                        .k_format = HR_KV_F16,
                        .v_format = HR_KV_F16,
-                       .max_seqs = 2,
+                       .max_seqs = CAL_SEQS,
                        .budget_bytes = 0};
-    kc.budget_bytes = hr_kv_block_bytes(&kc) * 16;
+    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * (16 + 2 * CAL_SEQS);
     hr_kv_pool *kv = NULL;
     hr_model_ctx *ctx = NULL;
-    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = 128, .max_ctx = 256};
+    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = CAL_SEQS * CAL_PAST, .max_ctx = 256};
     if ((st = hr_kv_pool_create(&kc, &kv, err)) == HR_OK &&
         (st = hr_model_ctx_create(model, kv, &mp, &ctx, err)) == HR_OK) {
         time_forward(ctx, kv, 1, err, &st); /* warm-up: pages, thread pool */
         double t1 = time_forward(ctx, kv, 1, err, &st);
         double t128 = time_forward(ctx, kv, 128, err, &st);
+        double t4 = time_decode(ctx, kv, 4, hp->n_vocab, err, &st);
+        double t16 = time_decode(ctx, kv, CAL_SEQS, hp->n_vocab, err, &st);
         if (st == HR_OK) {
             double bytes = (double)hr_model_weight_bytes(model);
             /* matrix parameters every token goes through (the layers); the output projection runs
-             * only for the one row that wants logits */
+             * only for the rows that want logits */
             double layer =
                 (double)hp->n_layer * ((double)hp->n_embd * (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim +
                                        (double)hp->n_head * hp->head_dim * hp->n_embd + 3.0 * hp->n_embd * hp->n_ff);
             double head = (double)hp->n_vocab * hp->n_embd;
             out->bw_gbps = bytes / t1 / 1e9;
             out->gflops = 2.0 * (layer * 128 + head) / t128 / 1e9;
-            out->overhead_s = 0;
-            snprintf(out->source, sizeof out->source, "calibrated here: %s, %d threads, %.1f GB/s, %.1f GFLOP/s",
-                     hr_gguf_tensor_type_name((uint32_t)type), hr_model_ctx_n_threads(ctx), out->bw_gbps, out->gflops);
+            /* the decode steps as the simulator prices them (sim.c: weights once, each row's visible
+             * KV, 2 flops per parameter and 4 per head dimension per visible key); what the kernels
+             * took beyond that is the per-step and per-row cost */
+            double tok_kv = (double)hr_kv_block_bytes(&kc) / kc.block_size;
+            double attn = 4.0 * hp->n_layer * hp->n_head * hp->head_dim * (CAL_PAST + 1);
+            double r[2];
+            int rows[2] = {4, CAL_SEQS};
+            double meas[2] = {t4, t16};
+            for (int k = 0; k < 2; k++)
+                r[k] = meas[k] - hr_cost_step_s(out, bytes + rows[k] * (CAL_PAST + 1) * tok_kv,
+                                                rows[k] * (2.0 * (layer + head) + attn), 0);
+            hr_cost_fit_rows(r[0], rows[0], r[1], rows[1], &out->overhead_s, &out->row_s);
+            snprintf(out->source, sizeof out->source,
+                     "calibrated here: %s, %d threads, %.1f GB/s, %.1f GFLOP/s, %.2f ms/step + %.2f ms/row",
+                     hr_gguf_tensor_type_name((uint32_t)type), hr_model_ctx_n_threads(ctx), out->bw_gbps, out->gflops,
+                     out->overhead_s * 1e3, out->row_s * 1e3);
         }
     }
     hr_model_ctx_destroy(ctx);
@@ -90,8 +167,8 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
 }
 
 hr_status hr_cost_save(const hr_cost_model *c, const char *path, hr_error *err) {
-    json_t *o = json_pack("{s:f,s:f,s:f,s:s}", "bw_gbps", c->bw_gbps, "gflops", c->gflops, "overhead_s", c->overhead_s,
-                          "source", c->source);
+    json_t *o = json_pack("{s:f,s:f,s:f,s:f,s:s}", "bw_gbps", c->bw_gbps, "gflops", c->gflops, "overhead_s",
+                          c->overhead_s, "row_s", c->row_s, "source", c->source);
     int rc = o ? json_dump_file(o, path, JSON_INDENT(2)) : -1;
     json_decref(o);
     return rc == 0 ? HR_OK : hr_error_set(err, HR_ERR_IO, "cannot write the calibration to '%s'", path);
@@ -113,7 +190,9 @@ hr_status hr_cost_load(const char *path, hr_cost_model *out, hr_error *err) {
         out->bw_gbps = json_number_value(bw);
         out->gflops = json_number_value(fl);
         json_t *oh = json_object_get(o, "overhead_s");
-        out->overhead_s = json_is_number(oh) ? json_number_value(oh) : 0;
+        json_t *rw = json_object_get(o, "row_s");
+        out->overhead_s = json_is_number(oh) ? HR_MAX(0.0, json_number_value(oh)) : 0;
+        out->row_s = json_is_number(rw) ? HR_MAX(0.0, json_number_value(rw)) : 0; /* older files: none */
         const char *src = json_string_value(json_object_get(o, "source"));
         snprintf(out->source, sizeof out->source, "%s", src ? src : path);
     }

@@ -146,17 +146,31 @@ const char *hr_traffic_preset_names(void);
 /* ---- the step-time cost model -------------------------------------------------------------------- */
 
 /* A step reads the weights once and every token's visible KV, and computes 2 x matrix parameters flops
- * per token plus attention: its time is max(bytes / bw, flops / rate) + overhead. */
+ * per token plus attention: its time is max(bytes / bw, flops / rate) + overhead + rows x row_s, rows
+ * being the tokens that produce logits and sample (what the roofline leaves out: the per-step fixed
+ * cost, and per sampled row the output projection's small-batch inefficiency, sampling, bookkeeping). */
 typedef struct hr_cost_model {
     double bw_gbps;    /* bytes a step streams, GB/s */
     double gflops;     /* matrix flops, GFLOP/s */
     double overhead_s; /* per step */
-    char source[96];   /* "calibrated on this machine ...", "roofline: NVIDIA H100 ..." */
+    double row_s;      /* per row that samples (0: not calibrated; a roofline has none) */
+    char source[128];  /* "calibrated on this machine ...", "roofline: NVIDIA H100 ..." */
 } hr_cost_model;
 
+/* The cost model's time for one step that streams `bytes`, computes `flops` and samples n_rows rows. */
+double hr_cost_step_s(const hr_cost_model *c, double bytes, double flops, int n_rows);
+
+/* The per-step overhead and per-row cost from two timed decode steps of rows_a < rows_b sampled rows,
+ * given each step's time left over after the roofline (resid = measured - max(bytes/bw, flops/rate)):
+ * the line through both points, its slope (row_s) and intercept (overhead_s) clamped at 0 (timing
+ * noise can make either negative; a negative cost would make the simulator faster than the kernels). */
+void hr_cost_fit_rows(double resid_a, int rows_a, double resid_b, int rows_b, double *overhead_s, double *row_s);
+
 /* Measures this machine's kernels once: a synthetic TinyLlama-shaped layer stack in weight_type
- * ("q4_0", "q8_0", "f16", ...) run for a decode step (T = 1: bandwidth) and a prefill step (T = 128:
- * flops) on n_threads (0: every core). Takes a few seconds. */
+ * ("q4_0", "q8_0", "f16", ...) run for a decode step (T = 1: bandwidth), a prefill step (T = 128:
+ * flops), and two decode steps of 4 and 16 sequences that each sample greedily as the engine does
+ * (what those take beyond the roofline: overhead_s and row_s, hr_cost_fit_rows) on n_threads (0:
+ * every core). Takes a few seconds. */
 hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_model *out, hr_error *err);
 hr_status hr_cost_save(const hr_cost_model *c, const char *path, hr_error *err);
 hr_status hr_cost_load(const char *path, hr_cost_model *out, hr_error *err);

@@ -46,9 +46,7 @@ static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_er
         for (int v = 0; v < SIM_VOCAB; v++) y[v] = 0;
         y[7] = 1; /* greedy picks 7; requests ignore EOS, so each runs to its output length */
     }
-    double mem_s = (x->weight_bytes + kv_bytes) / (x->cost->bw_gbps * 1e9);
-    double cmp_s = x->cost->gflops > 0 ? flops / (x->cost->gflops * 1e9) : 0;
-    x->step_s = HR_MAX(mem_s, cmp_s) + x->cost->overhead_s;
+    x->step_s = hr_cost_step_s(x->cost, x->weight_bytes + kv_bytes, flops, row);
     return HR_OK;
 }
 
