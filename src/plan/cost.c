@@ -1,12 +1,13 @@
 /* cost.c: how long one engine step takes, for the simulator: measured once on this machine (the real
- * forward pass of a synthetic TinyLlama-shaped model at T = 1 and T = 128, and decode steps of 4 and
- * 16 sequences with sampling), saved as JSON, or a GPU's roofline from its datasheet. */
+ * forward pass of a synthetic TinyLlama-shaped model at T = 1 and T = 128, and engine decode steps of
+ * 4 and 16 sequences with sampling), saved as JSON, or a GPU's roofline from its datasheet. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
+#include "engine/engine.h"
 #include "model/synth.h"
 #include "plan/plan.h"
 #include "sampler/sampler.h"
@@ -61,41 +62,41 @@ static double time_forward(hr_model_ctx *ctx, hr_kv_pool *kv, int T, hr_error *e
 #define CAL_PAST 16 /* cached tokens each sequence of a timed decode step has */
 #define CAL_SEQS 16
 
-/* Median of three decode steps of n sequences, each at position CAL_PAST with every row sampling
- * greedily (hr_sampler at temperature 0, what `headroom bench` asks for), as one engine step does. */
-static double time_decode(hr_model_ctx *ctx, hr_kv_pool *kv, int n, int n_vocab, hr_error *err, hr_status *st) {
-    int32_t tok[CAL_SEQS * CAL_PAST], pos[CAL_SEQS * CAL_PAST];
-    hr_kv_seq seq[CAL_SEQS * CAL_PAST], s[CAL_SEQS];
-    uint8_t want[CAL_SEQS * CAL_PAST];
-    float *logits = malloc(sizeof(float) * (size_t)n_vocab * CAL_SEQS);
-    hr_sampler *smp = NULL;
-    hr_sampler_params sp = hr_sampler_default_params();
-    sp.temperature = 0;
+/* Median of three decode steps of n sequences, each with CAL_PAST cached tokens and every row sampling
+ * greedily (temperature 0, what `headroom bench` asks for), run by the real engine (hr_engine_step:
+ * scheduling, block bookkeeping, the forward pass, sampling, each token appended to its request) so
+ * that the per-step work a served step does beyond the kernels is in the time. */
+static double time_decode(const hr_model *model, hr_model_ctx *ctx, hr_kv_pool *kv, int n, hr_error *err,
+                          hr_status *st) {
+    hr_engine_params ep = {.model = model,
+                           .ctx = ctx,
+                           .kv = kv,
+                           .n_ctx = 256,
+                           .max_batch_tokens = CAL_SEQS * CAL_PAST,
+                           .max_running = CAL_SEQS,
+                           .max_queue = CAL_SEQS,
+                           .admission = HR_ADMIT_RESERVE};
+    hr_engine *e = NULL;
+    hr_request *rq[CAL_SEQS] = {0};
+    int32_t prompt[CAL_PAST];
     double t[3] = {0};
-    int made = 0;
-    if (!logits) *st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-    if (*st == HR_OK) *st = hr_sampler_create(&sp, n_vocab, &smp, err);
-    for (; made < n && *st == HR_OK; made++) {
-        if ((*st = hr_kv_seq_create(kv, &s[made], err))) break;
-        *st = hr_kv_seq_reserve(kv, s[made], CAL_PAST + 1, err);
+    if (*st == HR_OK) *st = hr_engine_create(&ep, &e, err);
+    for (int i = 0; i < n && *st == HR_OK; i++) {
+        for (int k = 0; k < CAL_PAST; k++) prompt[k] = 3 + (i * 31 + k * 7) % 97;
+        hr_request_params rp = {.prompt = prompt, .n_prompt = CAL_PAST, .max_tokens = 8, .ignore_eos = true};
+        rp.sampling = hr_sampler_default_params();
+        rp.sampling.temperature = 0;
+        *st = hr_engine_submit(e, &rp, &rq[i], err);
     }
-    if (*st == HR_OK) { /* the cached tokens: one prefill of every sequence */
-        for (int i = 0; i < n * CAL_PAST; i++)
-            tok[i] = 3 + i % 97, pos[i] = i % CAL_PAST, seq[i] = s[i / CAL_PAST], want[i] = 0;
-        hr_batch b = {.n_tokens = n * CAL_PAST, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
-        *st = hr_model_forward(ctx, &b, logits, err);
-    }
+    int left = 0;
+    if (*st == HR_OK) *st = hr_engine_step(e, &left, err); /* the prompts: every one samples its first token */
     for (int rep = 0; rep < 3 && *st == HR_OK; rep++) {
-        for (int i = 0; i < n; i++) tok[i] = 5 + i, pos[i] = CAL_PAST, seq[i] = s[i], want[i] = 1;
-        hr_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
         double t0 = hr_time_now();
-        *st = hr_model_forward(ctx, &b, logits, err);
-        for (int i = 0; i < n && *st == HR_OK; i++) (void)hr_sampler_sample(smp, logits + (size_t)i * n_vocab);
+        *st = hr_engine_step(e, &left, err);
         t[rep] = hr_time_now() - t0;
     }
-    for (int i = 0; i < made; i++) hr_kv_seq_free(kv, s[i]);
-    hr_sampler_destroy(smp);
-    free(logits);
+    for (int i = 0; i < n; i++) hr_request_release(rq[i]);
+    hr_engine_destroy(e);
     double a = t[0], b = t[1], c = t[2];
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
 }
@@ -129,8 +130,8 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
         time_forward(ctx, kv, 1, err, &st); /* warm-up: pages, thread pool */
         double t1 = time_forward(ctx, kv, 1, err, &st);
         double t128 = time_forward(ctx, kv, 128, err, &st);
-        double t4 = time_decode(ctx, kv, 4, hp->n_vocab, err, &st);
-        double t16 = time_decode(ctx, kv, CAL_SEQS, hp->n_vocab, err, &st);
+        double t4 = time_decode(model, ctx, kv, 4, err, &st);
+        double t16 = time_decode(model, ctx, kv, CAL_SEQS, err, &st);
         if (st == HR_OK) {
             double bytes = (double)hr_model_weight_bytes(model);
             /* matrix parameters every token goes through (the layers); the output projection runs

@@ -168,9 +168,9 @@ void hr_cost_fit_rows(double resid_a, int rows_a, double resid_b, int rows_b, do
 
 /* Measures this machine's kernels once: a synthetic TinyLlama-shaped layer stack in weight_type
  * ("q4_0", "q8_0", "f16", ...) run for a decode step (T = 1: bandwidth), a prefill step (T = 128:
- * flops), and two decode steps of 4 and 16 sequences that each sample greedily as the engine does
- * (what those take beyond the roofline: overhead_s and row_s, hr_cost_fit_rows) on n_threads (0:
- * every core). Takes a few seconds. */
+ * flops), and two decode steps of 4 and 16 sequences run by the real engine (hr_engine_step, every
+ * row sampling greedily; what those take beyond the roofline: overhead_s and row_s, hr_cost_fit_rows)
+ * on n_threads (0: every core). Takes a few seconds. */
 hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_model *out, hr_error *err);
 hr_status hr_cost_save(const hr_cost_model *c, const char *path, hr_error *err);
 hr_status hr_cost_load(const char *path, hr_cost_model *out, hr_error *err);
