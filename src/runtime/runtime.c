@@ -121,7 +121,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     if (kc.budget_bytes) {
         out->budget_bytes = kc.budget_bytes;
     } else if (from_limit) { /* every block costs its bytes and its row in the pool's tables */
-        uint64_t spare = m->mem_limit > other + fixed ? m->mem_limit - other - fixed : 0;
+        uint64_t usable = m->mem_limit - m->mem_limit / HR_MEM_LIMIT_MARGIN_DIV;
+        uint64_t spare = usable > other + fixed ? usable - other - fixed : 0;
         out->budget_bytes = fixed + spare / (block_bytes + block_meta) * block_bytes;
     } else {
         out->budget_bytes = fixed + (uint64_t)ctx_blocks * block_bytes * (uint64_t)n_seqs;
@@ -146,7 +147,9 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
             hr_format_size(m->mem_limit, b1, sizeof b1);
             hr_format_size(out->weight_bytes, b2, sizeof b2);
             hr_format_size(other, b3, sizeof b3);
-            hr_format_size(other + one + (uint64_t)ctx_blocks * block_meta, b4, sizeof b4);
+            uint64_t need = other + one + (uint64_t)ctx_blocks * block_meta; /* and the margin on top */
+            need += need / (HR_MEM_LIMIT_MARGIN_DIV - 1) + 1;
+            hr_format_size(need, b4, sizeof b4);
             hr_format_size(out->budget_bytes, b5, sizeof b5);
             if (nb == 0)
                 return hr_error_set(err, HR_ERR_BUDGET,
