@@ -121,7 +121,7 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     if (kc.budget_bytes) {
         out->budget_bytes = kc.budget_bytes;
     } else if (from_limit) { /* every block costs its bytes and its row in the pool's tables */
-        uint64_t usable = m->mem_limit - m->mem_limit / HR_MEM_LIMIT_MARGIN_DIV;
+        uint64_t usable = m->mem_limit > m->unplanned_bytes ? m->mem_limit - m->unplanned_bytes : 0;
         uint64_t spare = usable > other + fixed ? usable - other - fixed : 0;
         out->budget_bytes = fixed + spare / (block_bytes + block_meta) * block_bytes;
     } else {
@@ -147,8 +147,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
             hr_format_size(m->mem_limit, b1, sizeof b1);
             hr_format_size(out->weight_bytes, b2, sizeof b2);
             hr_format_size(other, b3, sizeof b3);
-            uint64_t need = other + one + (uint64_t)ctx_blocks * block_meta; /* and the margin on top */
-            need += need / (HR_MEM_LIMIT_MARGIN_DIV - 1) + 1;
+            uint64_t need = other + one + (uint64_t)ctx_blocks * block_meta;          /* and the margin on top */
+            if (m->unplanned_bytes) need += need / (HR_MEM_LIMIT_MARGIN_DIV - 1) + 1; /* what serve leaves out */
             hr_format_size(need, b4, sizeof b4);
             hr_format_size(out->budget_bytes, b5, sizeof b5);
             if (nb == 0)
@@ -249,7 +249,8 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                 .weight_bytes = hr_mem_weight_bytes(hp, hr_gguf_file_size(hr_model_gguf(rt->model))),
                 .max_batch_tokens = rt->p.max_batch_tokens,
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-                .mem_limit = rt->p.mem_limit}};
+                .mem_limit = rt->p.mem_limit,
+                .unplanned_bytes = rt->p.mem_limit / HR_MEM_LIMIT_MARGIN_DIV}};
     hr_status st;
     if (rt->p.kv_blocks > 0) { /* an exact block count: the shape must be usable, the size is given */
         q.kv.budget_bytes = 0;

@@ -28,15 +28,18 @@
 /* The rest of the process around the pool, for a whole-process budget (docs/PLAN.md). With model
  * NULL the budget is the KV pool's alone (the fields below are ignored). */
 typedef struct hr_mem_query {
-    const hr_hparams *model; /* the shape: forward scratch, engine buffers, tokenizer */
-    uint64_t weight_bytes;   /* what the loader holds: the GGUF file (read resident, or mapped and
-                                touched) plus the norm vectors it copies to f32 */
-    int max_batch_tokens;    /* rows of the forward scratch (0: 512) */
-    int n_threads;           /* attention scratch is per thread (0: 1) */
-    uint64_t base_bytes;     /* the process before the model: code, libraries, thread stacks, the HTTP
-                                server (0: HR_MEM_BASE_BYTES, measured on this machine) */
-    uint64_t mem_limit;      /* > 0 with kv.budget_bytes 0: the KV budget is what the limit leaves after
-                                everything else; with a budget given: the total must fit under it */
+    const hr_hparams *model;  /* the shape: forward scratch, engine buffers, tokenizer */
+    uint64_t weight_bytes;    /* what the loader holds: the GGUF file (read resident, or mapped and
+                                 touched) plus the norm vectors it copies to f32 */
+    int max_batch_tokens;     /* rows of the forward scratch (0: 512) */
+    int n_threads;            /* attention scratch is per thread (0: 1) */
+    uint64_t base_bytes;      /* the process before the model: code, libraries, thread stacks, the HTTP
+                                 server (0: HR_MEM_BASE_BYTES, measured on this machine) */
+    uint64_t mem_limit;       /* > 0 with kv.budget_bytes 0: the KV budget is what the limit leaves after
+                                 everything else; with a budget given: the total must fit under it */
+    uint64_t unplanned_bytes; /* of mem_limit, left out of the pool when sizing it from the limit (serve:
+                                 mem_limit / HR_MEM_LIMIT_MARGIN_DIV; the planner: 0, a device's reserved
+                                 memory being part of its profile) */
 } hr_mem_query;
 
 /* The process's resident bytes besides the planned parts: code and data of headroom and its libraries
@@ -45,7 +48,7 @@ typedef struct hr_mem_query {
  * which its planned parts are under 5 MiB (docs/PLAN.md). */
 #define HR_MEM_BASE_BYTES (14ull << 20)
 
-/* Sizing the pool from --mem-limit leaves limit / HR_MEM_LIMIT_MARGIN_DIV (3.1%) unplanned: the
+/* Serve sizing the pool from --mem-limit leaves limit / HR_MEM_LIMIT_MARGIN_DIV (3.1%) unplanned: the
  * measured peak RSS has been up to +2.6% over the plan (HTTP connection threads touching their stacks
  * while they live, allocator slack), and the limit is a promise the process stays under. */
 #define HR_MEM_LIMIT_MARGIN_DIV 32

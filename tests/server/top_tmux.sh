@@ -52,6 +52,7 @@ port_of() { grep -oE 'listening on [^ ]+:[0-9]+' "$tmp/srv.out" | grep -oE '[0-9
 wait_for 60 port_of > /dev/null || { echo "the server did not start: $(cat "$tmp/srv.err")" >&2; exit 1; }
 port=$(port_of)
 url="http://127.0.0.1:$port"
+wait_for 60 curl -sf "$url/health" > /dev/null # bound before the model is loaded: /health says when
 
 # ---- bad input: one line, exit 1 ---------------------------------------------------------------------
 "$bin" top --url http://127.0.0.1:1 --once > "$tmp/o" 2> "$tmp/e"
@@ -135,6 +136,7 @@ check $? "unreachable at start in a terminal: exit 1 ($(cat "$tmp/exit2" 2> /dev
 srv_pid=$!
 wait_for 60 port_of > /dev/null || { echo "the server did not restart" >&2; exit 1; }
 url="http://127.0.0.1:$(port_of)"
+wait_for 60 curl -sf "$url/health" > /dev/null
 tmux -L "$sock" new-session -d -s sig2 -x 120 -y 30 \
     "'$bin' top --url '$url' --api-key '$key'; echo EXIT=\$? > '$tmp/exit3'; stty -a > '$tmp/stty3'; sleep 60"
 wait_for 30 pane_has sig2 '^pool \['
