@@ -1,8 +1,11 @@
 /* harness.c: see harness.h. */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,4 +87,15 @@ const char *hr_test_isa(void) {
 int hr_test_finish(void) {
     printf("%d passed, %d failed\n", hr_test_passed, hr_test_failed);
     return hr_test_failed ? 1 : (hr_test_passed ? 0 : 1);
+}
+
+int hr_test_free_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof a;
+    int port = -1;
+    if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &n) == 0)
+        port = ntohs(a.sin_port);
+    if (s >= 0) close(s);
+    return port;
 }

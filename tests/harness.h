@@ -58,6 +58,8 @@ int hr_test_run_cli(const char *args, char **out, char **err);
  * the tests, never by the library), or NULL when unset or empty (every ISA the CPU has / the default
  * table). Exits 77 (skipped) when this CPU lacks the named ISA, 2 for an unknown name. */
 const char *hr_test_isa(void);
+/* A loopback TCP port that was free a moment ago (bound and released), or -1. */
+int hr_test_free_port(void);
 
 int hr_test_finish(void);
 

@@ -19,17 +19,6 @@
 
 enum { B = 8, N_BLOCKS = 16, N_REQ = 160, MAX_PROMPT = 48, MAX_BATCHES = 4096, MAX_SET = 4096 };
 
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof a;
-    int port = -1;
-    if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &n) == 0)
-        port = ntohs(a.sin_port);
-    if (s >= 0) close(s);
-    return port;
-}
-
 static uint64_t rng_state = 0x1234567;
 static uint32_t rnd(void) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -285,8 +274,8 @@ int main(void) {
     int port = -1, rport = -1;
     hr_status st = HR_ERR_IO;
     for (int tries = 0; tries < 5 && st != HR_OK; tries++) { /* a free port can be taken between probe and bind */
-        port = free_port();
-        rport = free_port();
+        port = hr_test_free_port();
+        rport = hr_test_free_port();
         snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
         snprintf(rep, sizeof rep, "tcp://127.0.0.1:%d", rport);
         hr_kv_events_params p = hr_kv_events_default_params();

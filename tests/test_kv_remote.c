@@ -26,17 +26,6 @@
 
 enum { N_PROMPT = 150, N_OUT = 12, BS = 16 };
 
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof a;
-    int port = -1;
-    if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &n) == 0)
-        port = ntohs(a.sin_port);
-    if (s >= 0) close(s);
-    return port;
-}
-
 static pid_t redis_pid = -1;
 static int redis_port;
 
@@ -49,7 +38,7 @@ static void redis_kill(void) {
 }
 
 static bool redis_start(void) {
-    redis_port = free_port();
+    redis_port = hr_test_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", redis_port);
     redis_pid = fork();
@@ -206,7 +195,7 @@ int main(void) {
     hr_kv_remote_params bp = {.url = "http://127.0.0.1:6379", .pool = hr_runtime_kv(probe.rt)};
     CHECK(hr_kv_remote_create(&bp, &bad, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "http://127.0.0.1:6379"));
     char unreachable[64];
-    snprintf(unreachable, sizeof unreachable, "redis://127.0.0.1:%d", free_port());
+    snprintf(unreachable, sizeof unreachable, "redis://127.0.0.1:%d", hr_test_free_port());
     bp.url = unreachable;
     CHECK(hr_kv_remote_create(&bp, &bad, &err) == HR_ERR_IO && strstr(err.msg, unreachable) && !bad);
     int32_t want[N_OUT], got[N_OUT];

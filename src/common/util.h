@@ -28,6 +28,8 @@ float hr_rng_normal(hr_rng *rng);   /* standard normal (Box-Muller) */
 
 /* Seconds from a monotonic clock. */
 double hr_time_now(void);
+/* The CLOCK_REALTIME instant timeout_ms from now, for pthread_cond_timedwait. */
+struct timespec hr_deadline_after_ms(int timeout_ms);
 
 /* a*b and a+b that report overflow instead of wrapping. */
 static inline bool hr_mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }

@@ -5,6 +5,7 @@
  * Consecutive stored blocks of one chain coalesce into one BlockStored (as vLLM sends one per request
  * and step); consecutive removals into one BlockRemoved. */
 #include "events/kv_events.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <msgpack.h>
@@ -422,11 +423,7 @@ void hr_kv_events_destroy(hr_kv_events *ev) {
 }
 
 bool hr_kv_events_flush(hr_kv_events *ev, int timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    struct timespec until = hr_deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&ev->mu);
     uint64_t want = ev->enq_gen;
     int rc = 0;

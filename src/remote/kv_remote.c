@@ -1,5 +1,6 @@
 /* kv_remote.c: the Redis KV tier (see kv_remote.h for keys, checks and threads). */
 #include "remote/kv_remote.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -331,11 +332,7 @@ static void *kr_writer(void *arg) {
 }
 
 bool hr_kv_remote_flush(hr_kv_remote *r, int timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    struct timespec until = hr_deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&r->mu);
     uint64_t want = r->n_enqueued;
     int rc = 0;
