@@ -60,6 +60,9 @@ int hr_test_run_cli(const char *args, char **out, char **err);
 const char *hr_test_isa(void);
 /* A loopback TCP port that was free a moment ago (bound and released), or -1. */
 int hr_test_free_port(void);
+/* Runs a shell command (popen); returns its exit status (128 when it did not exit) or -1 when it
+ * cannot start; *out gets its stdout, NUL-terminated (malloc'd; may be NULL on no memory). */
+int hr_test_run_sh(const char *cmd, char **out);
 
 int hr_test_finish(void);
 

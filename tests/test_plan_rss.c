@@ -22,27 +22,6 @@
 #define CTX  512
 #define SEQS 4
 
-static int run_sh(const char *cmd, char **out) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - 1 - n, p)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) break;
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf) buf[n] = 0;
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 typedef struct server {
     pid_t pid;
     int port;
@@ -102,7 +81,7 @@ static json_t *get_json(const server *s, const char *path) {
     char cmd[512], *out = NULL;
     snprintf(cmd, sizeof cmd, "curl -s --max-time 30 http://127.0.0.1:%d%s", s->port, path);
     json_t *j = NULL;
-    if (run_sh(cmd, &out) == 0 && out) j = json_loads(out, 0, NULL);
+    if (hr_test_run_sh(cmd, &out) == 0 && out) j = json_loads(out, 0, NULL);
     free(out);
     return j;
 }
@@ -127,7 +106,7 @@ static int fill_pool(const server *s, int n, int n_prompt) {
              "http://127.0.0.1:%d/v1/completions > resp$i.json & done; wait",
              s->port);
     char *out = NULL;
-    run_sh(cmd, &out);
+    hr_test_run_sh(cmd, &out);
     free(out);
     free(body_path);
     int blocks = 0;
@@ -174,7 +153,7 @@ int main(void) {
     HR_SKIP("a sanitizer build's RSS is not the program's (make test checks the plan against RSS)");
 #endif
     char *tmp = NULL;
-    if (run_sh("command -v curl >/dev/null && echo yes", &tmp) != 0) HR_SKIP("curl is not installed");
+    if (hr_test_run_sh("command -v curl >/dev/null && echo yes", &tmp) != 0) HR_SKIP("curl is not installed");
     free(tmp);
     FILE *probe = fopen(HR_HEADROOM_BIN, "rb");
     if (!probe) HR_SKIP("the headroom binary is not built (%s)", HR_HEADROOM_BIN);

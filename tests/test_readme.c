@@ -15,28 +15,6 @@
 
 #define MAX_LINES 32
 
-/* Runs a shell command, returns its exit code; *out gets its stdout (malloc'd). */
-static int run_sh(const char *cmd, char **out) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += got;
-        if (cap - n < 4096) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) break;
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf) buf[n] = 0;
-    *out = buf;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 int main(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/README.md", HR_SOURCE_DIR);
@@ -49,9 +27,9 @@ int main(void) {
         if (!strncmp(l, "    curl ", 9)) lines[n++] = l + 4;
     CHECKF(n >= 4, "the README shows %d curl lines", n);
     char *tmp = NULL;
-    if (run_sh("command -v curl >/dev/null && echo yes", &tmp) != 0) HR_SKIP("curl is not installed");
+    if (hr_test_run_sh("command -v curl >/dev/null && echo yes", &tmp) != 0) HR_SKIP("curl is not installed");
     free(tmp);
-    if (run_sh("curl -s -o /dev/null http://127.0.0.1:8080/health", &tmp) == 0)
+    if (hr_test_run_sh("curl -s -o /dev/null http://127.0.0.1:8080/health", &tmp) == 0)
         HR_SKIP("something already listens on 127.0.0.1:8080");
     free(tmp);
 
@@ -66,7 +44,7 @@ int main(void) {
     }
     bool up = false;
     for (int i = 0; i < 300 && !up; i++) { /* at most 30 s for the model to load */
-        up = run_sh("curl -s -o /dev/null -f http://127.0.0.1:8080/health", &tmp) == 0;
+        up = hr_test_run_sh("curl -s -o /dev/null -f http://127.0.0.1:8080/health", &tmp) == 0;
         free(tmp);
         if (!up) usleep(100 * 1000);
     }
@@ -74,7 +52,7 @@ int main(void) {
     for (int i = 0; up && i < n; i++) {
         /* exactly as printed: the line goes to sh as it is (its own quoting intact) */
         char *out = NULL;
-        int rc = run_sh(lines[i], &out);
+        int rc = hr_test_run_sh(lines[i], &out);
         CHECKF(rc == 0 && out && out[0], "README line %d exited %d: %s", i + 1, rc, lines[i]);
         if (!out) continue;
         if (!strstr(lines[i], "/metrics")) /* JSON answers: none is an error object */
