@@ -54,9 +54,9 @@ fail=0
 printf '\n%-6s %10s %10s %7s   %9s %9s %7s\n' trace "tok/s meas" "sim" ratio "TTFT50 ms" "sim" ratio
 for trace in burst chat; do
     # calibrated just before each run: this machine's speed drifts by up to 2x between minutes
-    "$HR" plan --calibrate "$WORK/cal.json" -t $THREADS >"$WORK/$trace.cal.txt"
+    "$HR" plan --calibrate "$WORK/cal.json" -t $THREADS >"$WORK/$trace.cal.txt"; cp "$WORK/cal.json" "$WORK/$trace.cal.json"
     # a fresh server: port 0, the port read from its log
-    "$HR" serve -m "$WORK/model.gguf" --host 127.0.0.1 --port 0 $SERVE_FLAGS >"$WORK/serve.out" 2>"$WORK/serve.err" </dev/null &
+    "$HR" serve -m "$WORK/model.gguf" --host 127.0.0.1 --port 0 $SERVE_FLAGS --step-log "$WORK/$trace.steps.jsonl" >"$WORK/serve.out" 2>"$WORK/serve.err" </dev/null &
     SERVER_PID=$!
     port=
     for _ in $(seq 1 300); do
@@ -110,9 +110,14 @@ rows = json.load(open(sys.argv[3]))["traffic"]["candidates"]
 s = next(r for r in rows if r["kv_type"] == "f16" and r["policy"] == "full" and r["admission"] == "adaptive")
 mt, st = b["throughput"]["output_tokens_per_s"], s["throughput_tok_s"]
 mf, sf = b["ttft_ms"]["p50"], s["ttft_p50_s"] * 1000
+srv = sorted(q["server_ttft_ms"] for q in b["per_request"] if q.get("server_ttft_ms") is not None)
 rt, rf = st / mt, sf / mf
 ok = abs(rt - 1) <= tol and abs(rf - 1) <= tol
 print(f"{name:<6} {mt:10.1f} {st:10.1f} {rt:7.2f}   {mf:9.0f} {sf:9.0f} {rf:7.2f}   {'PASS' if ok else 'FAIL'}")
+if srv:
+    h = (len(srv) - 1) / 2  # interpolated, as headroom bench and the simulator take percentiles
+    p50 = srv[int(h)] + (srv[min(int(h) + 1, len(srv) - 1)] - srv[int(h)]) * (h - int(h))
+    print(f"  the server's own TTFT p50 (usage.kv.first_token_seconds): {p50:.0f} ms")
 sys.exit(0 if ok else 1)
 EOF
     cat "$WORK/$trace.cpu"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "common/util.h"
 #include "harness.h"
 
 static int n_words(const char *s) {
@@ -265,17 +266,17 @@ static void test_trace_files(void) {
 
 static void test_percentiles(void) {
     double v[] = {4, 1, 3, 2};
-    CHECK(hr_bench_percentile(NULL, 0, 50) == -1);
+    CHECK(hr_percentile(NULL, 0, 50) == -1);
     double one = 7;
-    CHECK(hr_bench_percentile(&one, 1, 0) == 7 && hr_bench_percentile(&one, 1, 99) == 7);
+    CHECK(hr_percentile(&one, 1, 0) == 7 && hr_percentile(&one, 1, 99) == 7);
     hr_bench_dist d = hr_bench_dist_of(v, 4);
     /* sorted 1 2 3 4: rank p/100 * 3 */
     CHECK(v[0] == 1 && v[3] == 4);
     CHECK(d.n == 4 && d.mean == 2.5 && d.p50 == 2.5 && d.max == 4);
     CHECKF(d.p90 > 3.7 - 1e-12 && d.p90 < 3.7 + 1e-12, "p90 %g", d.p90);
     CHECKF(d.p99 > 3.97 - 1e-12 && d.p99 < 3.97 + 1e-12, "p99 %g", d.p99);
-    CHECK(hr_bench_percentile(v, 4, 0) == 1 && hr_bench_percentile(v, 4, 100) == 4);
-    CHECK(hr_bench_percentile(v, 4, 100.0 / 3) == 2);
+    CHECK(hr_percentile(v, 4, 0) == 1 && hr_percentile(v, 4, 100) == 4);
+    CHECK(hr_percentile(v, 4, 100.0 / 3) == 2);
     double many[101];
     for (int i = 0; i <= 100; i++) many[i] = 100 - i;
     d = hr_bench_dist_of(many, 101);

@@ -42,6 +42,40 @@ static void stop_server(void) {
     server_pid = -1;
 }
 
+static char step_log_path[64] = "/tmp/hr_test_steps_XXXXXX";
+
+/* serve --step-log wrote one JSON object per computed step, a line each as it happened (the server
+ * was killed without a chance to flush): the counts are consistent, and the steps sampled at least
+ * one token for every request the bench completed. */
+static void check_step_log(int min_rows) {
+    FILE *f = fopen(step_log_path, "r");
+    CHECKF(f != NULL, "no step log at %s", step_log_path);
+    if (!f) return;
+    char line[512];
+    int n = 0, rows = 0;
+    bool ok = true;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        int T = (int)json_integer_value(json_object_get(o, "tokens"));
+        int P = (int)json_integer_value(json_object_get(o, "prefill"));
+        int R = (int)json_integer_value(json_object_get(o, "rows"));
+        int S = (int)json_integer_value(json_object_get(o, "seqs"));
+        double keys = json_number_value(json_object_get(o, "visible_keys"));
+        double st = json_number_value(json_object_get(o, "step_s")),
+               fw = json_number_value(json_object_get(o, "forward_s"));
+        bool good = o && T >= 1 && P >= 0 && P <= T && R >= 0 && R <= T && S >= 1 && S <= T && keys >= T && fw >= 0 &&
+                    st >= fw && json_number_value(json_object_get(o, "t")) > 0;
+        CHECKF(good, "step log line %d: %s", n + 1, line);
+        ok = ok && good;
+        rows += R;
+        n++;
+        json_decref(o);
+    }
+    fclose(f);
+    CHECKF(ok && n > 0 && rows >= min_rows, "step log: %d steps, %d sampled rows (want >= %d)", n, rows, min_rows);
+    remove(step_log_path);
+}
+
 /* Starts headroom serve; returns its port (0 on failure). The banner line names it. */
 static int start_server(const char *model) {
     int fds[2];
@@ -52,7 +86,7 @@ static int start_server(const char *model) {
         close(fds[0]);
         close(fds[1]);
         execl(HR_HEADROOM_BIN, HR_HEADROOM_BIN, "serve", "-m", model, "--port", "0", "--host", "127.0.0.1", "--api-key",
-              KEY, "--kv-seqs", "4", "-t", "1", (char *)NULL);
+              KEY, "--kv-seqs", "4", "-t", "1", "--step-log", step_log_path, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -350,6 +384,9 @@ int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     test_usage_errors();
     test_bad_servers();
+    int fd = mkstemp(step_log_path);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
     int port = start_server(model);
     CHECKF(port > 0, "headroom serve did not print its port within 60 s");
     if (port > 0 && wait_healthy(port)) {
@@ -360,6 +397,7 @@ int main(void) {
         CHECKF(false, "headroom serve on port %d never answered /health 200", port);
     }
     stop_server();
+    check_step_log(6);
     curl_global_cleanup();
     return hr_test_finish();
 }

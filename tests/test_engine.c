@@ -616,8 +616,73 @@ static void test_step_executor(void) {
     hr_kv_pool_destroy(sm.kv);
 }
 
+/* The step observer (serve --step-log) sees each computed step as it ran: one request of a 5-token
+ * prompt and 3 outputs is a prefill step of 5 tokens (keys 1+2+3+4+5) and two decode steps of one
+ * token (6 and 7 keys); with a second request submitted after the first step, a step of one decode row
+ * and a 4-token prompt. */
+typedef struct step_log {
+    hr_engine_step_info s[16];
+    int n;
+} step_log;
+
+static void on_step(void *user, const hr_engine_step_info *s) {
+    step_log *l = user;
+    if (l->n < 16) l->s[l->n++] = *s;
+}
+
+static void test_step_observer(void) {
+    hr_kv_config kc = {.n_layers = 2,
+                       .n_kv_heads = 2,
+                       .head_dim = 16,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 4};
+    kc.budget_bytes = hr_kv_block_bytes(&kc) * 8;
+    hr_error err = {0};
+    sim sm = {.n_layers = 2, .n_vocab = 32};
+    step_log lg = {0};
+    CHECK(hr_kv_pool_create(&kc, &sm.kv, &err) == HR_OK);
+    hr_engine_params ep = {.kv = sm.kv,
+                           .forward = sim_forward,
+                           .forward_user = &sm,
+                           .n_vocab = 32,
+                           .n_ctx = 64,
+                           .max_running = 4,
+                           .on_step = on_step,
+                           .on_step_user = &lg};
+    hr_engine *e = NULL;
+    CHECK(hr_engine_create(&ep, &e, &err) == HR_OK);
+    int32_t p1[5] = {1, 2, 3, 4, 5}, p2[4] = {9, 8, 7, 6};
+    hr_request_params rp = {.prompt = p1, .n_prompt = 5, .max_tokens = 3, .ignore_eos = true};
+    rp.sampling = hr_sampler_default_params();
+    hr_request *h1 = NULL, *h2 = NULL;
+    CHECK(hr_engine_submit(e, &rp, &h1, &err) == HR_OK);
+    int left = 0;
+    CHECK(hr_engine_step(e, &left, &err) == HR_OK);
+    rp.prompt = p2, rp.n_prompt = 4, rp.max_tokens = 1;
+    CHECK(hr_engine_submit(e, &rp, &h2, &err) == HR_OK);
+    CHECK(hr_engine_run_until_idle(e, &err) == HR_OK);
+    const hr_engine_step_info *s = lg.s;
+    CHECKF(lg.n == 3, "%d steps observed", lg.n);
+    CHECK(s[0].n_tokens == 5 && s[0].n_prefill == 5 && s[0].n_rows == 1 && s[0].n_seqs == 1 && s[0].visible_keys == 15);
+    CHECK(s[1].n_tokens == 5 && s[1].n_prefill == 4 && s[1].n_rows == 2 && s[1].n_seqs == 2 &&
+          s[1].visible_keys == 6 + (1 + 2 + 3 + 4));
+    CHECK(s[2].n_tokens == 1 && s[2].n_prefill == 0 && s[2].n_rows == 1 && s[2].visible_keys == 7);
+    bool times = true;
+    for (int i = 0; i < lg.n; i++)
+        times = times && s[i].forward_s >= 0 && s[i].step_s >= s[i].forward_s &&
+                (i == 0 || s[i].t_begin >= s[i - 1].t_begin);
+    CHECK(times);
+    hr_request_release(h1);
+    hr_request_release(h2);
+    hr_engine_destroy(e);
+    hr_kv_pool_destroy(sm.kv);
+}
+
 int main(void) {
     test_step_executor();
+    test_step_observer();
     void *mem = NULL;
     hr_model *m = rig_build_model("tiny", 7, 0, &mem);
     make_prompts();

@@ -201,8 +201,10 @@ static bool near(double a, double b) { return fabs(a - b) <= 1e-12 + 1e-9 * fabs
 
 static void test_cost_arithmetic(const hr_plan_model *m) {
     hr_cost_model c = {.bw_gbps = 100, .gflops = 1000, .overhead_s = 0.001, .row_s = 0.0005};
-    CHECK(near(hr_cost_step_s(&c, 1e9, 1e12, 3), 1.0 + 0.001 + 3 * 0.0005)); /* compute-bound */
-    CHECK(near(hr_cost_step_s(&c, 1e10, 1e9, 0), 0.1 + 0.001));              /* memory-bound, no row */
+    hr_cost_step cb = {.bytes = 1e9, .layer_flops = 1e12, .n_tokens = 3, .n_rows = 3};
+    CHECK(near(hr_cost_step_s(&c, &cb), 1.0 + 0.001 + 3 * 0.0005)); /* compute-bound */
+    hr_cost_step mb = {.bytes = 1e10, .layer_flops = 1e9, .n_tokens = 1};
+    CHECK(near(hr_cost_step_s(&c, &mb), 0.1 + 0.001)); /* memory-bound, no row */
     double oh = -1, row = -1;
     hr_cost_fit_rows(0.002 + 4 * 0.0005, 4, 0.002 + 16 * 0.0005, 16, &oh, &row); /* an exact line */
     CHECKF(near(oh, 0.002) && near(row, 0.0005), "overhead %g row %g", oh, row);
@@ -212,6 +214,25 @@ static void test_cost_arithmetic(const hr_plan_model *m) {
     CHECKF(oh == 0 && near(row, 0.001), "overhead %g row %g", oh, row);
     hr_cost_fit_rows(-0.001, 4, -0.002, 16, &oh, &row); /* faster than the roofline: nothing added */
     CHECKF(oh == 0 && row == 0, "overhead %g row %g", oh, row);
+    /* the measured curve: rates interpolated in log(tokens), flat beyond its ends; the output projection
+     * priced at its own curve by rows; attention apart (after the matrices, not beside them) */
+    hr_cost_model cv = {.bw_gbps = 100, .gflops = 300, .n_curve = 3, .attn_gflops = 10, .row_s = 0.0005};
+    const int toks[3] = {1, 16, 256};
+    const double lay[3] = {100, 200, 300}, hd[3] = {150, 250, 400};
+    for (int i = 0; i < 3; i++) cv.curve_tokens[i] = toks[i], cv.curve_gflops[i] = lay[i], cv.curve_head[i] = hd[i];
+    CHECK(near(hr_cost_rate(&cv, 1, false), 100) && near(hr_cost_rate(&cv, 4, false), 150)); /* halfway in log */
+    CHECK(near(hr_cost_rate(&cv, 64, false), 250) && near(hr_cost_rate(&cv, 4096, false), 300));
+    CHECK(near(hr_cost_rate(&cv, 4, true), 200) && near(hr_cost_rate(&cv, 256, true), 400));
+    CHECK(near(hr_cost_rate(&c, 4, false), 1000) && near(hr_cost_rate(&c, 4, true), 1000)); /* no curve: gflops */
+    hr_cost_step st = {
+        .bytes = 1e8, .layer_flops = 3e11, .n_tokens = 64, .head_flops = 4e10, .n_rows = 4, .attn_flops = 1e9};
+    CHECKF(near(hr_cost_step_s(&cv, &st), 3e11 / 250e9 + 4e10 / 200e9 + 1e9 / 10e9 + 4 * 0.0005), "step %g",
+           hr_cost_step_s(&cv, &st));
+    st.bytes = 1e12; /* streaming 1 TB at 100 GB/s: memory-bound, attention still added */
+    CHECK(near(hr_cost_step_s(&cv, &st), 10.0 + 0.1 + 4 * 0.0005));
+    hr_cost_model c_attn = c; /* a roofline counts attention with the matrices, inside the max */
+    hr_cost_step sa = {.bytes = 1e9, .layer_flops = 1e12, .n_tokens = 2, .attn_flops = 1e12};
+    CHECK(near(hr_cost_step_s(&c_attn, &sa), 2.0 + 0.001));
     /* an older calibration file without row_s loads with none; a saved one keeps it */
     hr_error err;
     char path[] = "/tmp/hr_test_cost_XXXXXX";
@@ -223,7 +244,17 @@ static void test_cost_arithmetic(const hr_plan_model *m) {
     hr_cost_model l;
     CHECK(hr_cost_load(path, &l, &err) == HR_OK && l.overhead_s == 0.003 && l.row_s == 0);
     CHECK(hr_cost_save(&c, path, &err) == HR_OK && hr_cost_load(path, &l, &err) == HR_OK);
-    CHECK(near(l.row_s, 0.0005) && near(l.overhead_s, 0.001) && near(l.gflops, 1000));
+    CHECK(near(l.row_s, 0.0005) && near(l.overhead_s, 0.001) && near(l.gflops, 1000) && l.n_curve == 0);
+    CHECK(hr_cost_save(&cv, path, &err) == HR_OK && hr_cost_load(path, &l, &err) == HR_OK);
+    CHECK(l.n_curve == 3 && l.curve_tokens[1] == 16 && near(l.curve_gflops[2], 300) && near(l.curve_head[0], 150) &&
+          near(l.attn_gflops, 10) && near(hr_cost_step_s(&l, &st), hr_cost_step_s(&cv, &st)));
+    /* a curve out of order is named */
+    f = fopen(path, "w");
+    fputs("{\"bw_gbps\": 10, \"gflops\": 20, \"gflops_at_tokens\": [[16, 1, 1], [4, 2, 2]]}", f);
+    fclose(f);
+    CHECKF(hr_cost_load(path, &l, &err) == HR_ERR_FORMAT && strstr(err.msg, "gflops_at_tokens") &&
+               strstr(err.msg, "entry 1"),
+           "%s", err.msg);
     remove(path);
     /* the simulator charges the per-row cost: the same traffic takes longer with it */
     hr_traffic t;

@@ -138,7 +138,8 @@ typedef struct hr_bench_sse {
     bool has_kv;
     int64_t kv_bytes_peak, kv_blocks_peak, kv_prefix_hit_tokens, kv_preemptions;
     double kv_queued_s;
-    bool has_cached; /* OpenAI's usage.prompt_tokens_details.cached_tokens (llama-server, vLLM, ...) */
+    double kv_first_token_s; /* usage.kv.first_token_seconds (headroom: the server's own TTFT); -1 absent */
+    bool has_cached;         /* OpenAI's usage.prompt_tokens_details.cached_tokens (llama-server, vLLM, ...) */
     int64_t cached_tokens;
     char finish_reason[32];
     char error[160]; /* an error event's message, or the first bytes of a non-SSE body */
@@ -179,6 +180,7 @@ typedef struct hr_bench_result {
     char finish_reason[32];
     bool has_kv;
     int64_t kv_bytes_peak, kv_prefix_hit_tokens, kv_preemptions;
+    double kv_first_token_s; /* the server's own time to first token (usage.kv.first_token_seconds), -1 absent */
     bool has_cached;
     int64_t cached_tokens; /* usage.prompt_tokens_details.cached_tokens */
 } hr_bench_result;
@@ -235,10 +237,6 @@ hr_status hr_bench_run(const hr_bench_run_params *p, hr_bench_result **results, 
                        hr_bench_sample **samples, int *n_samples, hr_error *err);
 
 /* ---- statistics and the report ------------------------------------------------------------------ */
-
-/* The p-th percentile (0..100) of sorted[0..n-1] (ascending), interpolating linearly between the
- * closest ranks (rank = p/100 * (n - 1), numpy's default); n == 0 gives -1. */
-double hr_bench_percentile(const double *sorted, int n, double p);
 
 typedef struct hr_bench_dist {
     int n;

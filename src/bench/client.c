@@ -308,6 +308,7 @@ static void finish_request(run *r, xfer *x, CURLcode rc, bool interrupted) {
     res->kv_bytes_peak = s->kv_bytes_peak;
     res->kv_prefix_hit_tokens = s->kv_prefix_hit_tokens;
     res->kv_preemptions = s->kv_preemptions;
+    res->kv_first_token_s = s->has_kv ? s->kv_first_token_s : -1;
     res->has_cached = s->has_cached;
     res->cached_tokens = s->cached_tokens;
     if (x->prev)

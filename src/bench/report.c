@@ -105,6 +105,8 @@ static json_t *request_json(const hr_bench_result *q, int i) {
     json_object_set_new(o, "kv_bytes_peak", maybe_int(q->has_kv, q->kv_bytes_peak));
     json_object_set_new(o, "kv_prefix_hit_tokens", maybe_int(q->has_kv, q->kv_prefix_hit_tokens));
     json_object_set_new(o, "kv_preemptions", maybe_int(q->has_kv, q->kv_preemptions));
+    json_object_set_new(o, "server_ttft_ms",
+                        q->has_kv && q->kv_first_token_s > 0 ? json_real(q->kv_first_token_s * 1000) : json_null());
     return o;
 }
 

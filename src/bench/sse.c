@@ -53,6 +53,8 @@ static void read_usage(hr_bench_sse *s, json_t *u) {
     s->kv_preemptions = get_int(kv, "preemptions");
     json_t *q = json_object_get(kv, "queued_seconds");
     s->kv_queued_s = json_is_number(q) ? json_number_value(q) : 0;
+    json_t *ft = json_object_get(kv, "first_token_seconds");
+    s->kv_first_token_s = json_is_number(ft) ? json_number_value(ft) : -1;
 }
 
 /* Whether choice c carries generated text (a role-only or final empty chunk does not). */

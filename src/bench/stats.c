@@ -5,17 +5,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-
-double hr_bench_percentile(const double *sorted, int n, double p) {
-    if (n <= 0) return -1;
-    if (p <= 0) return sorted[0];
-    if (p >= 100) return sorted[n - 1];
-    double rank = p / 100.0 * (double)(n - 1);
-    int lo = (int)rank;
-    double frac = rank - (double)lo;
-    if (lo + 1 >= n) return sorted[n - 1];
-    return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * frac;
-}
+#include "common/util.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -29,9 +19,9 @@ hr_bench_dist hr_bench_dist_of(double *v, int n) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += v[i];
     d.mean = sum / n;
-    d.p50 = hr_bench_percentile(v, n, 50);
-    d.p90 = hr_bench_percentile(v, n, 90);
-    d.p99 = hr_bench_percentile(v, n, 99);
+    d.p50 = hr_percentile(v, n, 50);
+    d.p90 = hr_percentile(v, n, 90);
+    d.p99 = hr_percentile(v, n, 99);
     d.max = v[n - 1];
     return d;
 }

@@ -16,47 +16,51 @@
 #include "server/server.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
-               "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
-               "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
-               "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool, every running\n"
-               "request's ledger, rates and events), GET / or /dashboard (a live dashboard of it in the browser;\n"
-               "`headroom top` shows it in a terminal), GET /metrics (Prometheus), GET /health, POST /tokenize,\n"
-               "/detokenize. Request extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int),\n"
-               "\"ignore_eos\" (bool).\n"
-               "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
-               "server:\n"
-               "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
-               "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
-               "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
-               "                         otherwise; /health, /metrics and the dashboard page stay open: the page asks\n"
-               "                         for the key); default: $HEADROOM_API_KEY\n"
-               "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
-               "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
-               "                         vllm:gpu_cache_usage_perc\n"
-               "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-               "      --max-connections N  concurrent HTTP connections (default 256; more are not served until one\n"
-               "                         closes; idle ones close after 300 s)\n"
-               "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
-               "                         at least 32KiB; 431 above)\n"
-               "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
-               "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
-               "                         when it gives none); default 0: only the context bounds it. A prompt\n"
-               "                         longer than the context (-c) is a 400\n" HR_SERVE_CLUSTER_HELP
-               "model, cache and engine (as in `headroom run`; see its --help):\n"
-               "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
-               "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
-               "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
-               "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
-               "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
-               "      --mem-limit SIZE   size the pool from the memory plan so the whole process stays under SIZE\n"
-               "                         (weights, scratch and the rest first; `headroom plan` shows the parts);\n"
-               "                         the plan is logged at start, the measured peak RSS at exit\n"
-               "sampling defaults (a request's own fields override them):\n"
-               "  --temp T (0.8), --top-k K (40), --top-p P (0.95), --min-p P (0.05), --repeat-penalty X,\n"
-               "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, --seed S (requests without a seed\n"
-               "  get S mixed with a request counter)\n"
-               "\n" HR_EXIT_HELP);
+    fprintf(f,
+            "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
+            "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
+            "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
+            "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool, every running\n"
+            "request's ledger, rates and events), GET / or /dashboard (a live dashboard of it in the browser;\n"
+            "`headroom top` shows it in a terminal), GET /metrics (Prometheus), GET /health, POST /tokenize,\n"
+            "/detokenize. Request extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int),\n"
+            "\"ignore_eos\" (bool).\n"
+            "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
+            "server:\n"
+            "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
+            "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
+            "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
+            "                         otherwise; /health, /metrics and the dashboard page stay open: the page asks\n"
+            "                         for the key); default: $HEADROOM_API_KEY\n"
+            "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
+            "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
+            "                         vllm:gpu_cache_usage_perc\n"
+            "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
+            "      --max-connections N  concurrent HTTP connections (default 256; more are not served until one\n"
+            "                         closes; idle ones close after 300 s)\n"
+            "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
+            "                         at least 32KiB; 431 above)\n"
+            "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
+            "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
+            "                         when it gives none); default 0: only the context bounds it. A prompt\n"
+            "                         longer than the context (-c) is a 400\n" HR_SERVE_CLUSTER_HELP
+            "model, cache and engine (as in `headroom run`; see its --help):\n"
+            "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
+            "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
+            "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
+            "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
+            "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
+            "      --mem-limit SIZE   size the pool from the memory plan so the whole process stays under SIZE\n"
+            "                         (weights, scratch and the rest first; `headroom plan` shows the parts);\n"
+            "                         the plan is logged at start, the measured peak RSS at exit\n"
+            "      --step-log FILE    write one JSON line per engine step that computed: start time, seconds in\n"
+            "                         the step and its forward pass, tokens, prompt tokens, sampled rows, sequences,\n"
+            "                         keys attended (to check `headroom plan`'s cost model against this machine)\n"
+            "sampling defaults (a request's own fields override them):\n"
+            "  --temp T (0.8), --top-k K (40), --top-p P (0.95), --min-p P (0.05), --repeat-penalty X,\n"
+            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, --seed S (requests without a seed\n"
+            "  get S mixed with a request counter)\n"
+            "\n" HR_EXIT_HELP);
 }
 
 static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
@@ -95,6 +99,7 @@ int hr_cmd_serve(int argc, char **argv) {
     sp.api_key = getenv("HEADROOM_API_KEY");
     int kv_seqs = 4;
     uint64_t mem_limit = 0;
+    const char *step_log = NULL;
     hr_serve_cluster_opts cluster = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -150,6 +155,8 @@ int hr_cmd_serve(int argc, char **argv) {
                  hr_arg_int("serve", a, v, 0, 1 << 30, &sp.max_tokens_limit);
         } else if (!strcmp(a, "--mem-limit")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
+        } else if (!strcmp(a, "--step-log")) {
+            ok = (step_log = hr_arg_value("serve", argc, argv, &i)) != NULL;
         } else if (!strcmp(a, "--kv-seqs")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 4096, &kv_seqs);
         } else if (!strcmp(a, "--kv-policy")) {
@@ -193,6 +200,7 @@ int hr_cmd_serve(int argc, char **argv) {
     }
     hr_runtime_params rp = hr_session_runtime_params(&o, kv_seqs);
     rp.mem_limit = mem_limit;
+    rp.step_log = step_log;
     hr_runtime *rt = NULL;
     bool bad_option = false;
     st = hr_runtime_open(&rp, &rt, &bad_option, &err);

@@ -104,6 +104,17 @@ struct timespec hr_deadline_after_ms(int timeout_ms) {
     return t;
 }
 
+double hr_percentile(const double *sorted, int n, double p) {
+    if (n <= 0) return -1;
+    if (p <= 0) return sorted[0];
+    if (p >= 100) return sorted[n - 1];
+    double rank = p / 100.0 * (double)(n - 1);
+    int lo = (int)rank;
+    double frac = rank - (double)lo;
+    if (lo + 1 >= n) return sorted[n - 1];
+    return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * frac;
+}
+
 double hr_time_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

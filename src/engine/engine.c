@@ -442,8 +442,21 @@ static void stall_fail_head(hr_engine *e) {
     e->stall_msg[0] = 0;
 }
 
+/* The step's figures for the on_step observer. */
+static void report_step(hr_engine *e, const hr_batch *b, int rows, int n_prefill, double t_begin, double forward_s) {
+    hr_engine_step_info s = {
+        .t_begin = t_begin, .forward_s = forward_s, .n_tokens = b->n_tokens, .n_prefill = n_prefill, .n_rows = rows};
+    for (int i = 0; i < b->n_tokens; i++) {
+        s.visible_keys += (double)b->pos[i] + 1;
+        s.n_seqs += i == 0 || b->seq[i] != b->seq[i - 1];
+    }
+    s.step_s = hr_time_now() - t_begin;
+    e->p.on_step(e->p.on_step_user, &s);
+}
+
 /* One step; returns true when it made progress (a forward ran or a request changed state). */
 static bool step(hr_engine *e) {
+    const double t_begin = e->p.on_step ? hr_time_now() : 0;
     uint64_t finished0 = e->st.completed + e->st.cancelled + e->st.failed;
     take_inbox(e);
     apply_cancels(e, &e->waiting, true);
@@ -457,7 +470,8 @@ static bool step(hr_engine *e) {
         double t0 = hr_time_now();
         hr_status st = e->p.forward ? e->p.forward(e->p.forward_user, &b, e->logits, &err)
                                     : hr_model_forward(e->p.ctx, &b, e->logits, &err);
-        e->st.forward_seconds += hr_time_now() - t0;
+        const double forward_s = hr_time_now() - t0;
+        e->st.forward_seconds += forward_s;
         if (st != HR_OK) {
             hr_error_prefix(&err, "forward pass");
             fail_scheduled(e, err.msg, st);
@@ -472,6 +486,7 @@ static bool step(hr_engine *e) {
                 e->st.decode_tokens += (uint64_t)rows;
                 e->st.decode_seconds += hr_time_now() - t0;
             }
+            if (e->p.on_step) report_step(e, &b, rows, (int)(e->st.prefill_tokens - prefill0), t_begin, forward_s);
         }
         for (int i = 0; i < e->running.n; i++) e->running.v[i]->n_sched = 0;
     }

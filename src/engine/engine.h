@@ -65,6 +65,20 @@ hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err)
  * scheduler and KV pool without a model. */
 typedef hr_status (*hr_engine_forward_fn)(void *user, const hr_batch *batch, float *logits, hr_error *err);
 
+/* One step that computed, as it ran (serve --step-log; the planner's check of its cost model). */
+typedef struct hr_engine_step_info {
+    double t_begin;      /* hr_time_now() when the step began (before the inbox and the scheduler) */
+    double forward_s;    /* the forward pass */
+    double step_s;       /* the whole step: inbox, scheduling, forward, K/V commit, sampling, stats */
+    int n_tokens;        /* tokens in the batch */
+    int n_prefill;       /* of them, prompt or recomputed tokens (the rest: one decode token per sequence) */
+    int n_rows;          /* rows that sampled */
+    int n_seqs;          /* sequences in the batch */
+    double visible_keys; /* over the batch's tokens, the keys each one attends to (its position + 1) */
+} hr_engine_step_info;
+/* Called on the engine's thread after each step that computed; must not call into the engine. */
+typedef void (*hr_engine_step_fn)(void *user, const hr_engine_step_info *s);
+
 typedef struct hr_engine_params {
     const hr_model *model;        /* borrowed, for the engine's lifetime; NULL only with `forward` */
     hr_model_ctx *ctx;            /* borrowed: its max_batch_tokens must be >= max_batch_tokens; NULL only
@@ -83,7 +97,9 @@ typedef struct hr_engine_params {
     hr_admission admission;
     hr_preempt_mode preempt;
     hr_kv_layout layout;
-    float predict_percentile; /* adaptive: the percentile of completion lengths (0: 0.9) */
+    float predict_percentile;  /* adaptive: the percentile of completion lengths (0: 0.9) */
+    hr_engine_step_fn on_step; /* optional: each step that computed (see hr_engine_step_info) */
+    void *on_step_user;
 } hr_engine_params;
 
 typedef struct hr_engine hr_engine;

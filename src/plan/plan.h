@@ -146,31 +146,61 @@ const char *hr_traffic_preset_names(void);
 /* ---- the step-time cost model -------------------------------------------------------------------- */
 
 /* A step reads the weights once and every token's visible KV, and computes 2 x matrix parameters flops
- * per token plus attention: its time is max(bytes / bw, flops / rate) + overhead + rows x row_s, rows
- * being the tokens that produce logits and sample (what the roofline leaves out: the per-step fixed
- * cost, and per sampled row the output projection's small-batch inefficiency, sampling, bookkeeping). */
+ * per token in the layers, 2 x the output projection's per row that samples, and attention per
+ * visible key. Its time is
+ *   max(bytes / bw, layer flops / rate(tokens) + head flops / head rate(rows)) + attention flops / attn
+ *   rate + overhead + rows x row_s
+ * where rate(T) is the layers' matrix rate at T tokens a step and head rate(R) the output projection's
+ * at R rows: on a CPU a small batch runs its matrices far below the large-batch rate (a decode step of
+ * 16 rows here: ~0.6x of a 512-token prefill's) and the one large output matrix runs faster than the
+ * layers' smaller ones, so the calibration measures both at 1 .. 512 (curve); a roofline has one rate
+ * for everything and counts attention with the matrices. overhead and row_s are what the engine's own decode steps take
+ * beyond the kernels (scheduling, bookkeeping; sampling per row). */
+#define HR_COST_CURVE 12
 typedef struct hr_cost_model {
-    double bw_gbps;    /* bytes a step streams, GB/s */
-    double gflops;     /* matrix flops, GFLOP/s */
-    double overhead_s; /* per step */
-    double row_s;      /* per row that samples (0: not calibrated; a roofline has none) */
-    char source[128];  /* "calibrated on this machine ...", "roofline: NVIDIA H100 ..." */
+    double bw_gbps;                     /* bytes a step streams, GB/s */
+    double gflops;                      /* matrix flops, GFLOP/s, at large batches (and any without a curve) */
+    int n_curve;                        /* 0: gflops at every batch size */
+    int curve_tokens[HR_COST_CURVE];    /* tokens in a step, ascending */
+    double curve_gflops[HR_COST_CURVE]; /* the layers' matrix rate measured at that many tokens */
+    double curve_head[HR_COST_CURVE];   /* the output projection's rate at that many rows */
+    double attn_gflops;                 /* attention's rate (0: attention counts as matrix flops) */
+    double overhead_s;                  /* per step */
+    double row_s;                       /* per row that samples (0: not calibrated; a roofline has none) */
+    char source[256];                   /* "calibrated on this machine ...", "roofline: NVIDIA H100 ..." */
 } hr_cost_model;
 
-/* The cost model's time for one step that streams `bytes`, computes `flops` and samples n_rows rows. */
-double hr_cost_step_s(const hr_cost_model *c, double bytes, double flops, int n_rows);
+/* What one step does, for hr_cost_step_s. */
+typedef struct hr_cost_step {
+    double bytes;       /* weights once + every token's visible KV */
+    double layer_flops; /* 2 x the layers' matrix parameters x n_tokens */
+    int n_tokens;
+    double head_flops; /* 2 x the output projection's parameters x n_rows */
+    int n_rows;        /* rows that produce logits and sample */
+    double attn_flops; /* 4 x layers x heads x head_dim per visible key, over the batch */
+} hr_cost_step;
+
+/* The layers' matrix rate at n tokens a step (head: the output projection's at n rows), GFLOP/s: the
+ * curve interpolated linearly in log(n), its end points beyond it; gflops without a curve. */
+double hr_cost_rate(const hr_cost_model *c, int n, bool head);
+/* The cost model's time for one step. */
+double hr_cost_step_s(const hr_cost_model *c, const hr_cost_step *s);
 
 /* The per-step overhead and per-row cost from two timed decode steps of rows_a < rows_b sampled rows,
- * given each step's time left over after the roofline (resid = measured - max(bytes/bw, flops/rate)):
- * the line through both points, its slope (row_s) and intercept (overhead_s) clamped at 0 (timing
- * noise can make either negative; a negative cost would make the simulator faster than the kernels). */
+ * given each step's time left over after the kernels' share (resid = measured - the step's time without
+ * overhead and row_s): the line through both points, its slope (row_s) and intercept (overhead_s)
+ * clamped at 0 (timing noise can make either negative; a negative cost would make the simulator faster
+ * than the kernels). */
 void hr_cost_fit_rows(double resid_a, int rows_a, double resid_b, int rows_b, double *overhead_s, double *row_s);
 
 /* Measures this machine's kernels once: a synthetic TinyLlama-shaped layer stack in weight_type
- * ("q4_0", "q8_0", "f16", ...) run for a decode step (T = 1: bandwidth), a prefill step (T = 128:
- * flops), and two decode steps of 4 and 16 sequences run by the real engine (hr_engine_step, every
- * row sampling greedily; what those take beyond the roofline: overhead_s and row_s, hr_cost_fit_rows)
- * on n_threads (0: every core). Takes a few seconds. */
+ * ("q4_0", "q8_0", "f16", ...): forward passes of T = 1 (bandwidth) and T = 2 .. 512 tokens, once with
+ * the last token's logits and once with every token's (the two rate curves: the layers', and from the
+ * difference the output projection's; the layers' at 512 is gflops), 64 tokens after 768 cached ones
+ * against after none (attention's rate),
+ * and two decode steps of 4 and 16 sequences run by the real engine (hr_engine_step, every row sampling
+ * greedily; what those take beyond the kernels: overhead_s and row_s, hr_cost_fit_rows), on n_threads
+ * (0: every core). Takes a few seconds. */
 hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_model *out, hr_error *err);
 hr_status hr_cost_save(const hr_cost_model *c, const char *path, hr_error *err);
 hr_status hr_cost_load(const char *path, hr_cost_model *out, hr_error *err);

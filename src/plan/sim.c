@@ -33,20 +33,25 @@ static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_er
     (void)err;
     sim_exec *x = user;
     static const float zero[64];
-    double kv_bytes = 0, flops = 0;
+    double kv_bytes = 0, attn = 0;
     int row = 0;
     for (int i = 0; i < b->n_tokens; i++) {
         hr_kv_write(x->kv, 0, b->seq[i], b->pos[i], zero, zero);
         double visible = (double)(x->window > 0 ? HR_MIN(b->pos[i] + 1, x->window) : b->pos[i] + 1);
         kv_bytes += visible * x->token_bytes;
-        flops += 2.0 * x->matrix_params + visible * x->attn_flops_tok;
-        if (!b->want_logits || !b->want_logits[i]) continue;
-        flops += 2.0 * x->head_params; /* the output projection: only rows that sample */
+        attn += visible * x->attn_flops_tok;
+        if (!b->want_logits || !b->want_logits[i]) continue; /* the output projection: rows that sample */
         float *y = logits + (size_t)row++ * SIM_VOCAB;
         for (int v = 0; v < SIM_VOCAB; v++) y[v] = 0;
         y[7] = 1; /* greedy picks 7; requests ignore EOS, so each runs to its output length */
     }
-    x->step_s = hr_cost_step_s(x->cost, x->weight_bytes + kv_bytes, flops, row);
+    hr_cost_step s = {.bytes = x->weight_bytes + kv_bytes,
+                      .layer_flops = 2.0 * x->matrix_params * b->n_tokens,
+                      .n_tokens = b->n_tokens,
+                      .head_flops = 2.0 * x->head_params * row,
+                      .n_rows = row,
+                      .attn_flops = attn};
+    x->step_s = hr_cost_step_s(x->cost, &s);
     return HR_OK;
 }
 
@@ -62,11 +67,12 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The p-th percentile (0..1) as `headroom bench` computes it (interpolated between ranks), so that the
+ * two compare: with 30 requests the nearest-rank median and the interpolated one differed by 10%. */
 static double pct(double *v, size_t n, double p) {
     if (n == 0) return 0;
     qsort(v, n, sizeof *v, cmp_double);
-    size_t i = (size_t)ceil(p * (double)n) - 1;
-    return v[HR_MIN(i, n - 1)];
+    return hr_percentile(v, (int)n, 100.0 * p);
 }
 
 /* The prompt's token ids: a prefix's tokens depend only on its id, the rest on the request. */

@@ -24,6 +24,7 @@ struct hr_runtime {
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
     hr_engine *engine;
+    FILE *step_log; /* p.step_log opened: a JSON line per computed step */
     int n_ctx;
     hr_kv_budget budget;
     hr_chat_template chat_tpl;
@@ -33,6 +34,14 @@ struct hr_runtime {
     char warning[1024];
     char chat_warning[512]; /* the model's chat template was not recognized: what is used instead */
 };
+
+/* The engine's step observer with --step-log: one JSON object a line, in seconds (t: hr_time_now). */
+static void log_step(void *user, const hr_engine_step_info *s) {
+    fprintf((FILE *)user,
+            "{\"t\":%.6f,\"step_s\":%.6f,\"forward_s\":%.6f,\"tokens\":%d,\"prefill\":%d,\"rows\":%d,"
+            "\"seqs\":%d,\"visible_keys\":%.0f}\n",
+            s->t_begin, s->step_s, s->forward_s, s->n_tokens, s->n_prefill, s->n_rows, s->n_seqs, s->visible_keys);
+}
 
 struct hr_rt_request {
     hr_request *h;
@@ -353,6 +362,11 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
             goto fail;
         }
     }
+    if (p->step_log && !(rt->step_log = fopen(p->step_log, "w"))) {
+        st = hr_error_set(err, HR_ERR_IO, "--step-log: cannot write '%s'", p->step_log);
+        goto fail;
+    }
+    if (rt->step_log) setvbuf(rt->step_log, NULL, _IOLBF, 0); /* whole lines as they happen: tail -f works */
     hr_engine_params ep = {.model = rt->model,
                            .ctx = rt->ctx,
                            .kv = rt->kv,
@@ -365,7 +379,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                            .prefill_chunk = p->prefill_chunk,
                            .admission = p->admission,
                            .preempt = p->preempt,
-                           .layout = p->layout};
+                           .layout = p->layout,
+                           .on_step = rt->step_log ? log_step : NULL,
+                           .on_step_user = rt->step_log};
     if ((st = hr_engine_create(&ep, &rt->engine, err))) goto fail;
     *out = rt;
     return HR_OK;
@@ -378,6 +394,7 @@ fail:
 void hr_runtime_close(hr_runtime *rt) {
     if (!rt) return;
     hr_engine_destroy(rt->engine); /* stops the thread; frees every sequence, swapped ones too */
+    if (rt->step_log) fclose(rt->step_log);
     hr_kv_swap_destroy(rt->swap);
     hr_model_ctx_destroy(rt->ctx);
     hr_kv_pool_destroy(rt->kv);
@@ -561,6 +578,7 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     k->preempt_recomputes = s->n_preempt_recompute;
     k->swapped_bytes = s->swapped_bytes;
     k->queued_seconds = s->t_admit > 0 ? s->t_admit - s->t_submit : 0;
+    k->first_token_seconds = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0;
     k->policy = hr_kv_policy_kind_name(s->kv.policy.kind);
 }
 

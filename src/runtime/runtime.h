@@ -44,13 +44,14 @@ typedef struct hr_mem_query {
 
 /* The process's resident bytes besides the planned parts: code and data of headroom and its libraries
  * (libc, jansson, pcre2, libmicrohttpd, libcurl and its TLS stack), thread stacks and per-thread malloc
- * arenas, the HTTP server. Measured: an idle `headroom serve -t 2` of stories260K holds 18.6 MiB, of
- * which its planned parts are under 5 MiB (docs/PLAN.md). */
-#define HR_MEM_BASE_BYTES (14ull << 20)
+ * arenas, the HTTP server. Measured: an idle `headroom serve -t 2` of stories260K holds 15.0 MiB, of
+ * which its planned parts (weights, scratch, tables) are 3.3 MiB (docs/PLAN.md). */
+#define HR_MEM_BASE_BYTES (12ull << 20)
 
 /* Serve sizing the pool from --mem-limit leaves limit / HR_MEM_LIMIT_MARGIN_DIV (3.1%) unplanned: the
- * measured peak RSS has been up to +2.6% over the plan (HTTP connection threads touching their stacks
- * while they live, allocator slack), and the limit is a promise the process stays under. */
+ * measured peak RSS has been up to +2.6% over the plan (then every HTTP connection thread carried 1 MiB
+ * of the kernels' thread-local scratch, since moved to the kernels' stack; allocator slack remains),
+ * and the limit is a promise the process stays under. */
 #define HR_MEM_LIMIT_MARGIN_DIV 32
 
 /* What a pool of this shape holds for a budget, or which budget holds n_seqs sequences of n_ctx
@@ -118,6 +119,7 @@ typedef struct hr_runtime_params {
     const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
     const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
     bool prefault;             /* make the pool resident at open (RSS = budget from the start) */
+    const char *step_log;      /* a file to write one JSON line per computed engine step (NULL: none) */
     uint64_t mem_limit;        /* > 0 without kv_budget: the pool is what this process limit leaves after
                                   the weights, scratch and the rest (hr_kv_budget_compute's plan) */
 
@@ -222,8 +224,9 @@ typedef struct hr_rt_kv_usage {
     int evicted_tokens;    /* tokens its policy evicted */
     int preemptions, preempt_swaps, preempt_recomputes;
     uint64_t swapped_bytes;
-    double queued_seconds; /* submit -> first admission */
-    const char *policy;    /* "full", "window", ... */
+    double queued_seconds;      /* submit -> first admission */
+    double first_token_seconds; /* submit -> first output token, as the engine made it (0: none yet) */
+    const char *policy;         /* "full", "window", ... */
 } hr_rt_kv_usage;
 
 typedef struct hr_rt_result {

@@ -389,6 +389,9 @@ static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
     json_object_set_new(o, "preempt_recomputes", json_integer(kv->preempt_recomputes));
     json_object_set_new(o, "swapped_bytes", json_integer((json_int_t)kv->swapped_bytes));
     json_object_set_new(o, "queued_seconds", json_real(kv->queued_seconds));
+    /* the server's own time to first token (the client's adds the network and its reading) */
+    json_object_set_new(o, "first_token_seconds",
+                        kv->first_token_seconds > 0 ? json_real(kv->first_token_seconds) : json_null());
     return o;
 }
 
@@ -412,6 +415,7 @@ json_t *hr_srv_usage_json(const hr_rt_result *res, int n) {
         kv.preempt_recomputes += k->preempt_recomputes;
         kv.swapped_bytes += k->swapped_bytes;
         if (k->queued_seconds > kv.queued_seconds) kv.queued_seconds = k->queued_seconds;
+        if (k->first_token_seconds > kv.first_token_seconds) kv.first_token_seconds = k->first_token_seconds;
     }
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(res[0].n_prompt));

@@ -39,11 +39,15 @@ static void drain_choice(hr_srv_job *j, int i) {
         hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
         bool role = j->kind == HR_SRV_CHAT && !j->role_sent[i];
         bool lp = j->logprobs && d.n_tokens > 0;
-        if (role || d.n_text > 0 || lp) {
+        /* a chunk for every read that brought tokens, its text "" when they made none yet (a character
+           split across tokens, text held back for a stop string, a token without text): the client
+           sees each token when it is made, as vLLM sends them, so time to first token is the first
+           token's time */
+        if (role || d.n_text > 0 || d.n_tokens > 0) {
             json_t *lps = lp ? hr_srv_logprobs_json(j, i, j->lp_sent[i], ids, d.n_tokens, &j->lp_text_off[i]) : NULL;
             if (lp && !lps) j->pending.failed = true;
             j->lp_sent[i] += d.n_tokens;
-            const char *t = d.n_text || lp ? text : NULL; /* text is "" when nothing came */
+            const char *t = d.n_text || d.n_tokens ? text : NULL; /* text is "" when nothing came */
             put_event(j, hr_srv_chunk_json(j, i, t, d.n_text, NULL, role, lps));
             j->role_sent[i] = true;
         }

@@ -40,11 +40,9 @@
 #define HR_TILE_DRIVER(...) HR_TILE_DRIVER_(__VA_ARGS__) /* expands a macro-made name before pasting */
 #define HR_TILE_DRIVER_(name, act_t, acc_t, acc_per_token, units, kp, kp_stream, max_rows, chunk_bytes, pack, row,     \
                         one_token)                                                                                     \
-    static _Thread_local act_t name##_ap[(kp_stream)*HR_TILE_TC];                                                      \
-    static _Thread_local acc_t name##_acc[(max_rows) * (acc_per_token)*HR_TILE_TC];                                    \
-    static inline __attribute__((always_inline)) void name##_group(const int C, int64_t k, int64_t nu, const char *wr, \
-                                                                   size_t ws, int n, const char *at, size_t as,        \
-                                                                   float *yt, size_t ys, bool stream) {                \
+    static inline __attribute__((always_inline)) void name##_group(                                                    \
+        const int C, int64_t k, int64_t nu, const char *wr, size_t ws, int n, const char *at, size_t as, float *yt,    \
+        size_t ys, bool stream, act_t *name##_ap, acc_t *name##_acc) {                                                 \
         const int64_t step = stream ? (kp_stream) : (kp);                                                              \
         for (int64_t u0 = 0; u0 < nu; u0 += step) {                                                                    \
             const int64_t u1 = u0 + step < nu ? u0 + step : nu;                                                        \
@@ -62,6 +60,11 @@
             return;                                                                                                    \
         }                                                                                                              \
         if (nr < 1) return;                                                                                            \
+        /* the packed activations and the accumulators: on this call's stack (up to ~180 KiB), not in                  \
+         * thread-local storage, which every thread of the process would carry and touch (the HTTP                     \
+         * server's connection threads held 1 MiB each for these) */                                                   \
+        act_t ap[(kp_stream)*HR_TILE_TC];                                                                              \
+        acc_t acc[(max_rows) * (acc_per_token)*HR_TILE_TC];                                                            \
         const int64_t nu = units(k);                                                                                   \
         if (nu == 0) {                                                                                                 \
             hr_tile_zero(nr, nt, y, ys);                                                                               \
@@ -76,15 +79,15 @@
             const char *wr = W + (size_t)r0 * ws;                                                                      \
             for (int g = 0; g < ng; g++)                                                                               \
                 name##_group(HR_TILE_TC, k, nu, wr, ws, n, A + (size_t)g * HR_TILE_TC * as, as,                        \
-                             y + (size_t)g * HR_TILE_TC * ys + r0, ys, g == 0);                                        \
+                             y + (size_t)g * HR_TILE_TC * ys + r0, ys, g == 0, ap, acc);                               \
             int t = ng * HR_TILE_TC;                                                                                   \
             for (int i = 0; widths[i]; t += widths[i++]) {                                                             \
                 const char *at = A + (size_t)t * as;                                                                   \
                 float *yt = y + (size_t)t * ys + r0;                                                                   \
                 switch (widths[i]) {                                                                                   \
-                case 4: name##_group(4, k, nu, wr, ws, n, at, as, yt, ys, t == 0); break;                              \
-                case 3: name##_group(3, k, nu, wr, ws, n, at, as, yt, ys, t == 0); break;                              \
-                default: name##_group(2, k, nu, wr, ws, n, at, as, yt, ys, t == 0); break;                             \
+                case 4: name##_group(4, k, nu, wr, ws, n, at, as, yt, ys, t == 0, ap, acc); break;                     \
+                case 3: name##_group(3, k, nu, wr, ws, n, at, as, yt, ys, t == 0, ap, acc); break;                     \
+                default: name##_group(2, k, nu, wr, ws, n, at, as, yt, ys, t == 0, ap, acc); break;                    \
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \

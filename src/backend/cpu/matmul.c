@@ -67,6 +67,7 @@ hr_status hr_matmul_ctx_create(const hr_kernels *k, hr_threadpool *tp, int64_t m
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %zu bytes of activation scratch",
                             cap * (size_t)max_tokens);
     }
+    memset(m->act, 0, cap * (size_t)max_tokens); /* resident now: the first large step pays no page faults */
     m->kernels = k;
     m->tp = tp;
     m->max_tokens = max_tokens;
