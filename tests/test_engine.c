@@ -526,7 +526,9 @@ static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_er
     return HR_OK;
 }
 
-static void test_step_executor(void) {
+/* The simulator's pool (2 layers, f16, block 16, 4 sequences, n_blocks blocks) and the engine
+ * parameters that drive it: 32 ids, a context of 64, 4 running. */
+static hr_engine_params sim_open(sim *sm, int n_blocks) {
     hr_kv_config kc = {.n_layers = 2,
                        .n_kv_heads = 2,
                        .head_dim = 16,
@@ -534,17 +536,19 @@ static void test_step_executor(void) {
                        .k_format = HR_KV_F16,
                        .v_format = HR_KV_F16,
                        .max_seqs = 4};
-    kc.budget_bytes = hr_kv_block_bytes(&kc) * 6;
+    kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)n_blocks;
     hr_error err = {0};
-    sim sm = {.n_layers = 2, .n_vocab = 32};
-    CHECK(hr_kv_pool_create(&kc, &sm.kv, &err) == HR_OK);
-    hr_engine_params ep = {.kv = sm.kv,
-                           .forward = sim_forward,
-                           .forward_user = &sm,
-                           .n_vocab = 32,
-                           .n_ctx = 64,
-                           .max_running = 4,
-                           .admission = HR_ADMIT_OPTIMISTIC};
+    *sm = (sim){.n_layers = 2, .n_vocab = 32};
+    CHECK(hr_kv_pool_create(&kc, &sm->kv, &err) == HR_OK);
+    return (hr_engine_params){
+        .kv = sm->kv, .forward = sim_forward, .forward_user = sm, .n_vocab = 32, .n_ctx = 64, .max_running = 4};
+}
+
+static void test_step_executor(void) {
+    hr_error err = {0};
+    sim sm;
+    hr_engine_params ep = sim_open(&sm, 6);
+    ep.admission = HR_ADMIT_OPTIMISTIC;
     hr_engine *e = NULL;
     CHECK(hr_engine_create(&ep, &e, &err) == HR_OK);
     hr_request *h[4];
@@ -631,26 +635,12 @@ static void on_step(void *user, const hr_engine_step_info *s) {
 }
 
 static void test_step_observer(void) {
-    hr_kv_config kc = {.n_layers = 2,
-                       .n_kv_heads = 2,
-                       .head_dim = 16,
-                       .block_size = 16,
-                       .k_format = HR_KV_F16,
-                       .v_format = HR_KV_F16,
-                       .max_seqs = 4};
-    kc.budget_bytes = hr_kv_block_bytes(&kc) * 8;
     hr_error err = {0};
-    sim sm = {.n_layers = 2, .n_vocab = 32};
+    sim sm;
     step_log lg = {0};
-    CHECK(hr_kv_pool_create(&kc, &sm.kv, &err) == HR_OK);
-    hr_engine_params ep = {.kv = sm.kv,
-                           .forward = sim_forward,
-                           .forward_user = &sm,
-                           .n_vocab = 32,
-                           .n_ctx = 64,
-                           .max_running = 4,
-                           .on_step = on_step,
-                           .on_step_user = &lg};
+    hr_engine_params ep = sim_open(&sm, 8);
+    ep.on_step = on_step;
+    ep.on_step_user = &lg;
     hr_engine *e = NULL;
     CHECK(hr_engine_create(&ep, &e, &err) == HR_OK);
     int32_t p1[5] = {1, 2, 3, 4, 5}, p2[4] = {9, 8, 7, 6};

@@ -28,13 +28,13 @@ float hr_rng_normal(hr_rng *rng);   /* standard normal (Box-Muller) */
 
 /* Seconds from a monotonic clock. */
 double hr_time_now(void);
+/* The CLOCK_REALTIME instant timeout_ms from now, for pthread_cond_timedwait. */
+struct timespec hr_deadline_after_ms(int timeout_ms);
 
 /* The p-th percentile (0..100) of sorted[0..n-1] (ascending), interpolating linearly between the
  * closest ranks (rank = p/100 * (n - 1), numpy's default); n == 0 gives -1. `headroom bench` and the
  * planner's simulator both use it, so that their figures compare. */
 double hr_percentile(const double *sorted, int n, double p);
-/* The CLOCK_REALTIME instant timeout_ms from now, for pthread_cond_timedwait. */
-struct timespec hr_deadline_after_ms(int timeout_ms);
 
 /* a*b and a+b that report overflow instead of wrapping. */
 static inline bool hr_mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }

@@ -75,9 +75,9 @@ static double mean3(const double t[3]) { return (t[0] + t[1] + t[2]) / 3; }
  * computed first, untimed. */
 static double time_forward(hr_model_ctx *ctx, hr_kv_pool *kv, int T, int past, bool all, float *logits, hr_error *err,
                            hr_status *st) {
-    static int32_t tok[CAL_MAX_T], pos[CAL_MAX_T];
-    static hr_kv_seq seq[CAL_MAX_T];
-    static uint8_t want[CAL_MAX_T];
+    int32_t tok[CAL_MAX_T], pos[CAL_MAX_T];
+    hr_kv_seq seq[CAL_MAX_T];
+    uint8_t want[CAL_MAX_T];
     double t[3] = {0};
     hr_kv_seq s;
     if (*st || (*st = hr_kv_seq_create(kv, &s, err))) return 0;

@@ -8,7 +8,6 @@
  * sampled it. Nothing reads the wall clock, so a run depends only on its inputs. Preemption is by
  * recompute: the engine's "auto" mode weighs swap against recompute with measured real speeds, which
  * a virtual-time run must not depend on. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
