@@ -60,12 +60,7 @@ char *hr_format_size(uint64_t bytes, char *buf, size_t buf_len) {
     return buf;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t splitmix64(uint64_t *x) { return hr_mix64(*x += 0x9e3779b97f4a7c15ULL); }
 
 void hr_rng_seed(hr_rng *rng, uint64_t seed) {
     uint64_t x = seed;

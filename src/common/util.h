@@ -31,6 +31,14 @@ double hr_time_now(void);
 /* The CLOCK_REALTIME instant timeout_ms from now, for pthread_cond_timedwait. */
 struct timespec hr_deadline_after_ms(int timeout_ms);
 
+/* SplitMix64's finalizer: a bijective 64-bit mix (every input bit reaches every output bit), for
+ * hashes (the prefix cache's chain, the Redis tier's keys) and the RNG's seeding. */
+static inline uint64_t hr_mix64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 /* The p-th percentile (0..100) of sorted[0..n-1] (ascending), interpolating linearly between the
  * closest ranks (rank = p/100 * (n - 1), numpy's default); n == 0 gives -1. `headroom bench` and the
  * planner's simulator both use it, so that their figures compare. */

@@ -10,28 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "kv/kv_internal.h"
-
-static inline uint64_t kv_mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
 
 uint64_t kv_prefix_root(const hr_kv_pool *p) {
     const hr_kv_config *c = &p->cfg;
     uint64_t h = 0x6b765f726f6f7431ull; /* "kv_root1" */
-    h = kv_mix64(h ^ ((uint64_t)c->k_format | (uint64_t)c->v_format << 8 | (uint64_t)c->block_size << 16));
-    h = kv_mix64(h ^ ((uint64_t)c->n_layers | (uint64_t)c->n_kv_heads << 16 | (uint64_t)c->head_dim << 32));
+    h = hr_mix64(h ^ ((uint64_t)c->k_format | (uint64_t)c->v_format << 8 | (uint64_t)c->block_size << 16));
+    h = hr_mix64(h ^ ((uint64_t)c->n_layers | (uint64_t)c->n_kv_heads << 16 | (uint64_t)c->head_dim << 32));
     return h;
 }
 
 static uint64_t kv_chain(uint64_t parent, const int32_t *tokens, int B) {
-    uint64_t h = kv_mix64(parent ^ 0x9e3779b97f4a7c15ull);
-    for (int i = 0; i < B; i++) h = kv_mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
+    uint64_t h = hr_mix64(parent ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < B; i++) h = hr_mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
     return h;
 }
 

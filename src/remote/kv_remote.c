@@ -49,33 +49,18 @@ struct hr_kv_remote {
     int n_logged;                                  /* rejections logged (capped), under mu */
 };
 
-static double kr_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static uint64_t kr_mix(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 static uint64_t kr_hash_bytes(const void *data, size_t n, uint64_t seed) {
     const uint8_t *b = data;
-    uint64_t h = kr_mix(seed ^ n);
+    uint64_t h = hr_mix64(seed ^ n);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, b + i, 8);
-        h = kr_mix(h ^ w) + i;
+        h = hr_mix64(h ^ w) + i;
     }
     uint64_t tail = 0;
     memcpy(&tail, b + i, n - i);
-    return kr_mix(h ^ tail ^ 0xa5a5a5a5a5a5a5a5ull);
+    return hr_mix64(h ^ tail ^ 0xa5a5a5a5a5a5a5a5ull);
 }
 
 static void kr_log(hr_kv_remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -122,7 +107,7 @@ static void kr_meta(const hr_kv_remote *r, const hr_kv_block_info *b, uint64_t c
 }
 
 static void kr_key(const hr_kv_remote *r, uint64_t hash, char *out, size_t n) {
-    snprintf(out, n, "hrkv:%016llx", (unsigned long long)kr_mix(r->ns ^ kr_mix(hash)));
+    snprintf(out, n, "hrkv:%016llx", (unsigned long long)hr_mix64(r->ns ^ hr_mix64(hash)));
 }
 
 /* ---- connections --------------------------------------------------------------------------------- */
@@ -167,11 +152,11 @@ static void kr_reject(hr_kv_remote *r, const hr_kv_block_info *b, const char *wh
 bool hr_kv_remote_fetch(hr_kv_remote *r, const hr_kv_block_info *b, void *out, uint64_t n_bytes) {
     if (n_bytes != r->block_bytes || b->block_size != r->cfg.block_size) return false;
     if (!r->rd) {
-        if (kr_now() < r->rd_down_until) return false;
+        if (hr_time_now() < r->rd_down_until) return false;
         char why[256];
         r->rd = kr_connect(r, why, sizeof why);
         if (!r->rd) {
-            r->rd_down_until = kr_now() + 1.0;
+            r->rd_down_until = hr_time_now() + 1.0;
             return false;
         }
         kr_log(r, "kv-remote: reconnected to %s:%d", r->host, r->port);
@@ -185,7 +170,7 @@ bool hr_kv_remote_fetch(hr_kv_remote *r, const hr_kv_block_info *b, void *out, u
         if (rep) freeReplyObject(rep);
         redisFree(r->rd);
         r->rd = NULL;
-        r->rd_down_until = kr_now() + 1.0;
+        r->rd_down_until = hr_time_now() + 1.0;
         kr_count(r, &r->st.fetch_errors, 0);
         return false;
     }
@@ -299,17 +284,17 @@ static void *kr_writer(void *arg) {
         pthread_mutex_unlock(&r->mu);
 
         bool ok = false;
-        if (!c && kr_now() >= down_until) {
+        if (!c && hr_time_now() >= down_until) {
             char why[256];
             c = kr_connect(r, why, sizeof why);
-            if (!c) down_until = kr_now() + 1.0;
+            if (!c) down_until = hr_time_now() + 1.0;
         }
         if (c) {
             ok = kr_write(c, it);
             if (!ok) { /* the connection is in an unknown state: start a fresh one later */
                 redisFree(c);
                 c = NULL;
-                down_until = kr_now() + 1.0;
+                down_until = hr_time_now() + 1.0;
             }
         }
         pthread_mutex_lock(&r->mu);
