@@ -39,9 +39,11 @@ int main(int argc, char **argv) {
     snprintf(buf, sizeof buf, "%s", types);
     for (char *name = strtok(buf, ","); name; name = strtok(NULL, ",")) {
         int t = 0;
-        while (t < 31 && !(hr_dtype_get_info((hr_dtype)t) && !strcmp(hr_dtype_get_info((hr_dtype)t)->name, name))) t++;
-        if (t == 31 || !kt.type[t].vec_dot_tile) {
-            fprintf(stderr, "bench_tile: no tile kernel for '%s'\n", name);
+        while (t < HR_DTYPE_TABLE &&
+               !(hr_dtype_get_info((hr_dtype)t) && !strcmp(hr_dtype_get_info((hr_dtype)t)->name, name)))
+            t++;
+        if (t == HR_DTYPE_TABLE || !kt.type[t].vec_dot_tile || nr % hr_dtype_get_info((hr_dtype)t)->row_group) {
+            fprintf(stderr, "bench_tile: no tile kernel for '%s' (or rows not a multiple of its row group)\n", name);
             return 2;
         }
         const hr_dtype at = hr_dtype_get_info((hr_dtype)t)->vec_dot_type;
@@ -50,7 +52,13 @@ int main(int argc, char **argv) {
         const size_t ws = hr_dtype_row_bytes((hr_dtype)t, k), as = hr_dtype_row_bytes(at, k);
         char *w = malloc(ws * (size_t)nr), *a = malloc(as * (size_t)nt);
         float *y = malloc(sizeof(float) * (size_t)nr * (size_t)nt);
-        for (int r = 0; r < nr; r++) hr_quantize_row_ref((hr_dtype)t, x + r * k, w + (size_t)r * ws, k);
+        const hr_dtype ft = hr_dtype_get_info((hr_dtype)t)->file_type; /* q4_0 for q4_0x16 */
+        for (int r = 0; r < nr; r++) hr_quantize_row_ref(ft, x + r * k, w + (size_t)r * ws, k);
+        if (t == HR_DTYPE_Q4_0X16) {
+            void *tmp = malloc(ws * HR_X16);
+            hr_q4_0_repack_x16(w, nr, k, tmp);
+            free(tmp);
+        }
         for (int i = 0; i < nt; i++) {
             if (at == HR_DTYPE_F32)
                 memcpy(a + (size_t)i * as, x + i * k, sizeof(float) * (size_t)k);
@@ -68,7 +76,7 @@ int main(int argc, char **argv) {
             g[s] = flop * reps / (now() - t0) / 1e9;
         }
         qsort(g, 15, sizeof g[0], cmp_double);
-        printf("%-6s %7.1f GF/s (quartiles %.1f-%.1f)\n", name, g[7], g[4], g[11]);
+        printf("%-7s %7.1f GF/s (quartiles %.1f-%.1f)\n", name, g[7], g[4], g[11]);
         free(x);
         free(w);
         free(a);

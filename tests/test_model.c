@@ -18,13 +18,23 @@ typedef struct ref_model {
     hr_hparams hp;
 } ref_model;
 
-static double *tensor_f64(const hr_gguf *g, const char *name, int64_t *n_out) {
-    const hr_gguf_tensor *t = hr_gguf_find_tensor(g, name);
+/* A tensor as doubles: the file's values, also where the load repacked the data (q4_0x16). */
+static double *tensor_f64(const hr_model *m, const char *name, int64_t *n_out) {
+    const hr_gguf_tensor *t = hr_gguf_find_tensor(hr_model_gguf(m), name);
     if (!t) return NULL;
     int64_t n = 1;
     for (uint32_t i = 0; i < t->n_dims; i++) n *= t->ne[i];
     float *f = malloc(sizeof(float) * (size_t)n);
-    hr_dequantize_row_ref((hr_dtype)t->type, t->data, f, n);
+    if (hr_model_tensor_type(m, t) == HR_DTYPE_Q4_0X16) {
+        char *plain = malloc(t->size_bytes), *tmp = malloc(t->size_bytes);
+        memcpy(plain, t->data, t->size_bytes);
+        hr_q4_0_unpack_x16(plain, t->ne[1], t->ne[0], tmp);
+        hr_dequantize_row_ref(HR_DTYPE_Q4_0, plain, f, n);
+        free(plain);
+        free(tmp);
+    } else {
+        hr_dequantize_row_ref((hr_dtype)t->type, t->data, f, n);
+    }
     double *d = malloc(sizeof(double) * (size_t)n);
     for (int64_t i = 0; i < n; i++) d[i] = f[i];
     free(f);
@@ -32,10 +42,10 @@ static double *tensor_f64(const hr_gguf *g, const char *name, int64_t *n_out) {
     return d;
 }
 
-static double *layer_tensor(const hr_gguf *g, int il, const char *suffix) {
+static double *layer_tensor(const hr_model *m, int il, const char *suffix) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-    return tensor_f64(g, name, NULL);
+    return tensor_f64(m, name, NULL);
 }
 
 /* y[r] = sum_c W[r][c] x[c] */
@@ -69,11 +79,10 @@ static void ref_rope(double *x, const hr_hparams *hp, const double *freq_factors
 
 /* logits (n_tokens x V) for every position of one sequence */
 static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
-    const hr_gguf *g = hr_model_gguf(m);
     const hr_hparams *hp = hr_model_hparams(m);
     int E = hp->n_embd, F = hp->n_ff, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, V = hp->n_vocab;
-    double *emb = tensor_f64(g, "token_embd.weight", NULL);
-    double *freqs = tensor_f64(g, "rope_freqs.weight", NULL);
+    double *emb = tensor_f64(m, "token_embd.weight", NULL);
+    double *freqs = tensor_f64(m, "rope_freqs.weight", NULL);
     double *x = calloc((size_t)n * E, sizeof(double));
     for (int t = 0; t < n; t++) memcpy(x + (size_t)t * E, emb + (size_t)toks[t] * E, sizeof(double) * E);
     double *xb = malloc(sizeof(double) * E), *q = malloc(sizeof(double) * (size_t)n * H * D);
@@ -81,13 +90,13 @@ static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
     double *att = malloc(sizeof(double) * H * D), *tmp = malloc(sizeof(double) * (E > F ? E : F));
     double *hg = malloc(sizeof(double) * F), *hu = malloc(sizeof(double) * F), *sc = malloc(sizeof(double) * n);
     for (int il = 0; il < hp->n_layer; il++) {
-        double *an = layer_tensor(g, il, "attn_norm.weight"), *wq = layer_tensor(g, il, "attn_q.weight");
-        double *wk = layer_tensor(g, il, "attn_k.weight"), *wv = layer_tensor(g, il, "attn_v.weight");
-        double *wo = layer_tensor(g, il, "attn_output.weight"), *fn = layer_tensor(g, il, "ffn_norm.weight");
-        double *wg = layer_tensor(g, il, "ffn_gate.weight"), *wu = layer_tensor(g, il, "ffn_up.weight");
-        double *wd = layer_tensor(g, il, "ffn_down.weight");
-        double *bq = layer_tensor(g, il, "attn_q.bias"), *bk = layer_tensor(g, il, "attn_k.bias");
-        double *bv = layer_tensor(g, il, "attn_v.bias");
+        double *an = layer_tensor(m, il, "attn_norm.weight"), *wq = layer_tensor(m, il, "attn_q.weight");
+        double *wk = layer_tensor(m, il, "attn_k.weight"), *wv = layer_tensor(m, il, "attn_v.weight");
+        double *wo = layer_tensor(m, il, "attn_output.weight"), *fn = layer_tensor(m, il, "ffn_norm.weight");
+        double *wg = layer_tensor(m, il, "ffn_gate.weight"), *wu = layer_tensor(m, il, "ffn_up.weight");
+        double *wd = layer_tensor(m, il, "ffn_down.weight");
+        double *bq = layer_tensor(m, il, "attn_q.bias"), *bk = layer_tensor(m, il, "attn_k.bias");
+        double *bv = layer_tensor(m, il, "attn_v.bias");
         for (int t = 0; t < n; t++) {
             ref_rmsnorm(xb, x + (size_t)t * E, an, E, hp->norm_eps);
             ref_matvec(wq, xb, H * D, E, q + (size_t)t * H * D);
@@ -130,7 +139,7 @@ static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
         free(an), free(wq), free(wk), free(wv), free(wo), free(fn), free(wg), free(wu), free(wd);
         free(bq), free(bk), free(bv);
     }
-    double *on = tensor_f64(g, "output_norm.weight", NULL), *out = tensor_f64(g, "output.weight", NULL);
+    double *on = tensor_f64(m, "output_norm.weight", NULL), *out = tensor_f64(m, "output.weight", NULL);
     if (!out) out = emb, emb = NULL;
     double *logits = malloc(sizeof(double) * (size_t)n * V);
     for (int t = 0; t < n; t++) {
@@ -193,6 +202,7 @@ static void rig_close(rig *r) {
 static double rel_err(const float *a, const double *b, int n) {
     double md = 0, mb = 0;
     for (int i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY; /* fmax would pass over a NaN */
         md = fmax(md, fabs(a[i] - b[i]));
         mb = fmax(mb, fabs(b[i]));
     }
@@ -205,6 +215,11 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
     rig r = rig_open(shape, type, fmt, 2, 32);
     const hr_hparams *hp = hr_model_hparams(r.m);
     int V = hp->n_vocab;
+    if (type == HR_DTYPE_Q4_0) { /* every matrix but the embedding is repacked (rows multiples of 16) */
+        const int packed = hr_model_packed_tensors(r.m, NULL);
+        CHECKF(packed == 7 * hp->n_layer + !hp->tied_output, "%d q4_0 matrices repacked, expected %d", packed,
+               7 * hp->n_layer + !hp->tied_output);
+    }
     int32_t A[10], B[6];
     for (int i = 0; i < 10; i++) A[i] = (i * 37 + 11) % V;
     for (int i = 0; i < 6; i++) B[i] = (i * 53 + 5) % V;

@@ -85,6 +85,15 @@ hr_status hr_gguf_open_hold(const char *path, hr_gguf_hold hold, hr_gguf **out, 
 /* Validates a GGUF held in memory (borrowed: it must outlive the returned handle). For tests and the
  * fuzzer. */
 hr_status hr_gguf_open_memory(const void *data, size_t size, hr_gguf **out, hr_error *err);
+/* The same for memory the lender lets the handle write (hr_gguf_edit_begin). */
+hr_status hr_gguf_open_memory_mut(void *data, size_t size, hr_gguf **out, hr_error *err);
+
+/* A window in which the tensors' data may be written (the model loader repacks weights in place,
+ * model/load.c): begin returns false, and nothing may be written, for memory lent read-only; a file
+ * held by hr_gguf_open* becomes private copy-on-write pages (the file never changes). end makes a
+ * file's pages read-only again. */
+bool hr_gguf_edit_begin(hr_gguf *g);
+void hr_gguf_edit_end(hr_gguf *g);
 
 void hr_gguf_close(hr_gguf *g); /* NULL allowed */
 

@@ -60,7 +60,8 @@ typedef struct name_index {
 struct hr_gguf {
     const uint8_t *base;
     uint64_t size;
-    bool mapped; /* base is our mmap (else borrowed memory) */
+    bool mapped;   /* base is our mmap (else borrowed memory) */
+    bool writable; /* borrowed memory the lender lets us write (hr_gguf_open_memory_mut) */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
@@ -600,6 +601,24 @@ static hr_status open_bytes(const void *data, uint64_t size, bool mapped, hr_ggu
 }
 
 /* ---- public: opening ---------------------------------------------------------------------------- */
+
+hr_status hr_gguf_open_memory_mut(void *data, size_t size, hr_gguf **out, hr_error *err) {
+    hr_status st = hr_gguf_open_memory(data, size, out, err);
+    if (st == HR_OK) (*out)->writable = true;
+    return st;
+}
+
+bool hr_gguf_edit_begin(hr_gguf *g) {
+    if (!g) return false;
+    if (!g->mapped) return g->writable;
+    /* our own private mapping (a file's, or anonymous memory read from it): pages become private
+     * copies as they are written; the file is never changed */
+    return mprotect((void *)g->base, g->size, PROT_READ | PROT_WRITE) == 0;
+}
+
+void hr_gguf_edit_end(hr_gguf *g) {
+    if (g && g->mapped) (void)mprotect((void *)g->base, g->size, PROT_READ);
+}
 
 hr_status hr_gguf_open_memory(const void *data, size_t size, hr_gguf **out, hr_error *err) {
     if (!out) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_gguf_open_memory: out is NULL");

@@ -185,20 +185,66 @@ static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
 }
 
 static const char *dominant_type(const hr_model *m) {
-    uint64_t bytes[31] = {0};
+    uint64_t bytes[HR_DTYPE_TABLE] = {0};
     for (int il = 0; il < m->hp.n_layer; il++) {
         const hr_layer *L = &m->layers[il];
         const hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < HR_ARRAY_LEN(ws); i++) bytes[ws[i]->type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows;
+        for (size_t i = 0; i < HR_ARRAY_LEN(ws); i++) /* named as in the file (q4_0, not q4_0x16) */
+            bytes[hr_dtype_get_info(ws[i]->type)->file_type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows;
     }
     int best = 0;
-    for (int t = 0; t < 31; t++)
+    for (int t = 0; t < HR_DTYPE_TABLE; t++)
         if (bytes[t] > bytes[best]) best = t;
     const hr_dtype_info *info = hr_dtype_get_info((hr_dtype)best);
     return info ? info->name : "?";
 }
 
-hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) {
+/* Repacks the q4_0 matrices the layers and an untied output multiply with (rows a multiple of 16)
+ * into q4_0x16, in place: the same bytes, interleaved so that the tile computes 16 rows per register
+ * (tensor.h, kernels_q4x16.h; on a Zen 4 core 3.2x the plain tile's rate). The token embedding is
+ * left as it is (its rows are looked up one by one). Where the data cannot be written (memory lent
+ * read-only) or a tmp cannot be had, the weights stay plain q4_0: slower, same kind of results. */
+static bool packable(const hr_weight *w) { return w->type == HR_DTYPE_Q4_0 && w->rows % HR_X16 == 0; }
+
+/* Visits the matrices pack_weights may repack: the untied output, then every layer's seven. */
+#define FOR_PACKABLE(m, w, ...)                                                                                        \
+    do {                                                                                                               \
+        if (!(m)->hp.tied_output) {                                                                                    \
+            hr_weight *w = &(m)->output;                                                                               \
+            __VA_ARGS__                                                                                                \
+        }                                                                                                              \
+        for (int il_ = 0; il_ < (m)->hp.n_layer; il_++) {                                                              \
+            hr_layer *L_ = &(m)->layers[il_];                                                                          \
+            hr_weight *lw_[] = {&L_->wq, &L_->wk, &L_->wv, &L_->wo, &L_->w_gate, &L_->w_up, &L_->w_down};              \
+            for (size_t i_ = 0; i_ < HR_ARRAY_LEN(lw_); i_++) {                                                        \
+                hr_weight *w = lw_[i_];                                                                                \
+                __VA_ARGS__                                                                                            \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+
+static void pack_weights(hr_model *m) {
+    size_t tmp_bytes = 0;
+    FOR_PACKABLE(m, w, {
+        if (packable(w)) tmp_bytes = HR_MAX(tmp_bytes, w->row_bytes * HR_X16);
+    });
+    if (!tmp_bytes || !hr_gguf_edit_begin(m->gguf)) return;
+    void *tmp = malloc(tmp_bytes);
+    if (tmp)
+        FOR_PACKABLE(m, w, {
+            if (packable(w)) {
+                hr_q4_0_repack_x16((void *)(uintptr_t)w->data, w->rows, w->cols, tmp); /* in the edit window */
+                w->type = HR_DTYPE_Q4_0X16;
+            }
+        });
+    free(tmp);
+    hr_gguf_edit_end(m->gguf);
+}
+
+static hr_status load_gguf(hr_gguf *g, bool repack, hr_model **out, hr_error *err);
+hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) { return load_gguf(g, true, out, err); }
+
+static hr_status load_gguf(hr_gguf *g, bool repack, hr_model **out, hr_error *err) {
     hr_model *m = calloc(1, sizeof *m);
     if (!m) {
         hr_gguf_close(g);
@@ -239,6 +285,7 @@ hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) {
     }
     for (int il = 0; il < m->hp.n_layer; il++)
         if ((st = bind_layer(m, il, err))) goto fail;
+    if (repack) pack_weights(m);
     m->type_name = dominant_type(m);
     *out = m;
     return HR_OK;
@@ -248,14 +295,14 @@ fail:
 }
 
 hr_status hr_model_load(const char *path, hr_model **out, hr_error *err) {
-    return hr_model_load_hold(path, HR_GGUF_MMAP, out, err);
+    return hr_model_load_hold(path, HR_GGUF_MMAP, true, out, err);
 }
 
-hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, hr_model **out, hr_error *err) {
+hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, bool repack, hr_model **out, hr_error *err) {
     hr_gguf *g = NULL;
     hr_status st = hr_gguf_open_hold(path, hold, &g, err);
     if (st) return st;
-    st = hr_model_load_gguf(g, out, err);
+    st = load_gguf(g, repack, out, err);
     if (st) hr_error_prefix(err, "%s", path);
     return st;
 }
@@ -283,3 +330,21 @@ const hr_hparams *hr_model_hparams(const hr_model *m) { return &m->hp; }
 const hr_gguf *hr_model_gguf(const hr_model *m) { return m->gguf; }
 uint64_t hr_model_weight_bytes(const hr_model *m) { return m->weight_bytes; }
 const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
+
+hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {
+    hr_dtype type = (hr_dtype)t->type;
+    FOR_PACKABLE((hr_model *)m, w, {
+        if (w->data == t->data && w->type == HR_DTYPE_Q4_0X16) type = w->type;
+    });
+    return type;
+}
+
+int hr_model_packed_tensors(const hr_model *m, uint64_t *bytes) {
+    int n = 0;
+    uint64_t b = 0;
+    FOR_PACKABLE((hr_model *)m, w, {
+        if (w->type == HR_DTYPE_Q4_0X16) n++, b += (uint64_t)w->rows * w->row_bytes;
+    });
+    if (bytes) *bytes = b;
+    return n;
+}

@@ -51,10 +51,13 @@ typedef struct hr_model hr_model;
  * checking shapes and types. Errors name the architecture, key or tensor (and the supported list).
  * The model keeps the file mapped until hr_model_destroy. */
 hr_status hr_model_load(const char *path, hr_model **out, hr_error *err);
-/* The same, choosing how the weights are held (gguf.h: mapped, or resident in huge pages). */
-hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, hr_model **out, hr_error *err);
-/* The same from an already opened GGUF; the model takes ownership of g (closing it on destroy, and on
- * failure). */
+/* The same, choosing how the weights are held (gguf.h: mapped, or resident in huge pages) and
+ * whether q4_0 matrices are repacked into q4_0x16 (tensor.h; hr_model_load and hr_model_load_gguf
+ * repack): in place, so the model's memory does not grow, but a mapped file's pages then become
+ * private copies; `repack` false leaves the data as in the file (shared pages, the plain kernels). */
+hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, bool repack, hr_model **out, hr_error *err);
+/* The same from an already opened GGUF (repacking where hr_gguf_edit_begin allows); the model takes
+ * ownership of g (closing it on destroy, and on failure). */
 hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err);
 void hr_model_destroy(hr_model *m); /* NULL allowed */
 
@@ -62,8 +65,13 @@ const hr_hparams *hr_model_hparams(const hr_model *m);
 const hr_gguf *hr_model_gguf(const hr_model *m);
 /* Bytes of all weight tensors (what a decode step streams from memory). */
 uint64_t hr_model_weight_bytes(const hr_model *m);
-/* The most common weight type of the matrices ("q4_0", "f16", ...). */
+/* The most common weight type of the matrices as in the file ("q4_0", "f16", ...). */
 const char *hr_model_type_name(const hr_model *m);
+/* The type the model computes tensor t of its GGUF in: t->type, or HR_DTYPE_Q4_0X16 where the load
+ * repacked it (then t->data holds q4_0x16 groups, not the file's q4_0 rows). */
+hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t);
+/* Matrices repacked at load, and their bytes. */
+int hr_model_packed_tensors(const hr_model *m, uint64_t *bytes);
 
 /* A ragged batch: token i belongs to sequence seq[i] at position pos[i]. Within one sequence the
  * tokens must be consecutive positions continuing its cache (pos == tokens already cached, and

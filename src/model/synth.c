@@ -243,7 +243,7 @@ hr_status hr_synth_model(const hr_synth_shape *shape, hr_dtype type, uint64_t se
     hr_status st = hr_synth_build(shape, type, seed, &w, err);
     if (!st) st = hr_gguf_writer_write_memory(w, &mem, &size, err);
     hr_gguf_writer_destroy(w);
-    if (!st) st = hr_gguf_open_memory(mem, size, &g, err);
+    if (!st) st = hr_gguf_open_memory_mut(mem, size, &g, err);
     if (!st) st = hr_model_load_gguf(g, out, err); /* takes g, closing it on failure */
     if (st) {
         free(mem);

@@ -214,7 +214,7 @@ hr_status hr_plan_model_from_config(const char *text, size_t len, const char *we
 
 static hr_status from_gguf(const char *path, hr_plan_model *out, hr_error *err) {
     hr_model *model = NULL;
-    hr_status st = hr_model_load_hold(path, HR_GGUF_MMAP, &model, err);
+    hr_status st = hr_model_load_hold(path, HR_GGUF_MMAP, false, &model, err); /* metadata only */
     if (st) return st;
     hr_plan_model m = {.hp = *hr_model_hparams(model)};
     const hr_gguf *g = hr_model_gguf(model);

@@ -311,7 +311,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     if (p->model)
         rt->model = p->model;
     else if (p->model_path)
-        st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT, &rt->owned, err);
+        /* --mmap keeps the file's pages shared: no repacking (which would copy them) */
+        st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT, !p->mmap_weights,
+                                &rt->owned, err);
     else
         st = load_demo(rt, err);
     if (st) goto fail;

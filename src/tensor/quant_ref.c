@@ -196,6 +196,8 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_Q4_K: hr_ref_quantize_q4_K(x, dst, k); break;
     case HR_DTYPE_Q5_K: hr_ref_quantize_q5_K(x, dst, k); break;
     case HR_DTYPE_Q6_K: hr_ref_quantize_q6_K(x, dst, k); break;
+    case HR_DTYPE_Q8_0S: hr_ref_quantize_q8_0s(x, dst, k); break;
+    case HR_DTYPE_Q4_0X16: break; /* rows live in groups: quantize q4_0, then hr_q4_0_repack_x16 */
     }
 }
 
@@ -210,6 +212,12 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
     case HR_DTYPE_Q4_K: hr_ref_dequantize_q4_K(src, y, k); break;
     case HR_DTYPE_Q5_K: hr_ref_dequantize_q5_K(src, y, k); break;
     case HR_DTYPE_Q6_K: hr_ref_dequantize_q6_K(src, y, k); break;
+    case HR_DTYPE_Q8_0S:
+        for (int64_t i = 0; i < k / HR_QK8_0; i++)
+            for (int j = 0; j < HR_QK8_0; j++)
+                y[i * HR_QK8_0 + j] = ((const hr_block_q8_0s *)src)[i].d * ((const hr_block_q8_0s *)src)[i].qs[j];
+        break;
+    case HR_DTYPE_Q4_0X16: break; /* rows live in groups: hr_q4_0_unpack_x16, then q4_0 */
     }
 }
 
@@ -223,7 +231,9 @@ float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_r
     case HR_DTYPE_Q4_K: return hr_ref_dot_q4_K(k, w_row, act_row);
     case HR_DTYPE_Q5_K: return hr_ref_dot_q5_K(k, w_row, act_row);
     case HR_DTYPE_Q6_K: return hr_ref_dot_q6_K(k, w_row, act_row);
-    case HR_DTYPE_Q8_K: break; /* an activation type: nothing dots against it as a weight */
+    case HR_DTYPE_Q8_K: /* activation types: nothing dots against them as weights */
+    case HR_DTYPE_Q8_0S: break;
+    case HR_DTYPE_Q4_0X16: break; /* no lone row: hr_kernels' tile */
     }
     return 0.0f;
 }

@@ -12,18 +12,23 @@ _Static_assert(sizeof(hr_block_q4_K) == 144, "q4_K block must match ggml");
 _Static_assert(sizeof(hr_block_q5_K) == 176, "q5_K block must match ggml");
 _Static_assert(sizeof(hr_block_q6_K) == 210, "q6_K block must match ggml");
 _Static_assert(sizeof(hr_block_q8_K) == 292, "q8_K block must match ggml");
+_Static_assert(sizeof(hr_block_q4_0x16) == HR_X16 * sizeof(hr_block_q4_0), "a q4_0x16 block is 16 q4_0 blocks");
+_Static_assert(sizeof(hr_block_q8_0s) == 40, "q8_0s block: f32 scale, int32 sum, 32 values");
 
 /* Indexed by hr_dtype (= ggml type id); name == NULL marks an id headroom does not compute with. */
-static const hr_dtype_info dtype_table[31] = {
-    [HR_DTYPE_F32] = {"f32", 1, 4, HR_DTYPE_F32},
-    [HR_DTYPE_F16] = {"f16", 1, 2, HR_DTYPE_F16}, /* activations rounded to f16, as ggml does */
-    [HR_DTYPE_BF16] = {"bf16", 1, 2, HR_DTYPE_F32},
-    [HR_DTYPE_Q8_0] = {"q8_0", HR_QK8_0, sizeof(hr_block_q8_0), HR_DTYPE_Q8_0},
-    [HR_DTYPE_Q4_0] = {"q4_0", HR_QK4_0, sizeof(hr_block_q4_0), HR_DTYPE_Q8_0},
-    [HR_DTYPE_Q4_K] = {"q4_K", HR_QK_K, sizeof(hr_block_q4_K), HR_DTYPE_Q8_K},
-    [HR_DTYPE_Q5_K] = {"q5_K", HR_QK_K, sizeof(hr_block_q5_K), HR_DTYPE_Q8_K},
-    [HR_DTYPE_Q6_K] = {"q6_K", HR_QK_K, sizeof(hr_block_q6_K), HR_DTYPE_Q8_K},
-    [HR_DTYPE_Q8_K] = {"q8_K", HR_QK_K, sizeof(hr_block_q8_K), HR_DTYPE_Q8_K},
+static const hr_dtype_info dtype_table[HR_DTYPE_TABLE] = {
+    [HR_DTYPE_F32] = {"f32", 1, 4, HR_DTYPE_F32, 1, HR_DTYPE_F32},
+    [HR_DTYPE_F16] = {"f16", 1, 2, HR_DTYPE_F16, 1, HR_DTYPE_F16}, /* activations rounded to f16, as ggml does */
+    [HR_DTYPE_BF16] = {"bf16", 1, 2, HR_DTYPE_F32, 1, HR_DTYPE_BF16},
+    [HR_DTYPE_Q8_0] = {"q8_0", HR_QK8_0, sizeof(hr_block_q8_0), HR_DTYPE_Q8_0, 1, HR_DTYPE_Q8_0},
+    [HR_DTYPE_Q4_0] = {"q4_0", HR_QK4_0, sizeof(hr_block_q4_0), HR_DTYPE_Q8_0, 1, HR_DTYPE_Q4_0},
+    [HR_DTYPE_Q4_K] = {"q4_K", HR_QK_K, sizeof(hr_block_q4_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q4_K},
+    [HR_DTYPE_Q5_K] = {"q5_K", HR_QK_K, sizeof(hr_block_q5_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q5_K},
+    [HR_DTYPE_Q6_K] = {"q6_K", HR_QK_K, sizeof(hr_block_q6_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q6_K},
+    [HR_DTYPE_Q8_K] = {"q8_K", HR_QK_K, sizeof(hr_block_q8_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q8_K},
+    /* per row: a q4_0 row's bytes (a group of 16 rows is 16 q4_0 rows, interleaved) */
+    [HR_DTYPE_Q4_0X16] = {"q4_0x16", HR_QK4_0, sizeof(hr_block_q4_0), HR_DTYPE_Q8_0S, HR_X16, HR_DTYPE_Q4_0},
+    [HR_DTYPE_Q8_0S] = {"q8_0s", HR_QK8_0, sizeof(hr_block_q8_0s), HR_DTYPE_Q8_0S, 1, HR_DTYPE_Q8_0S},
 };
 
 const hr_dtype_info *hr_dtype_get_info(hr_dtype t) {
@@ -32,8 +37,10 @@ const hr_dtype_info *hr_dtype_get_info(hr_dtype t) {
 }
 
 bool hr_dtype_supported(uint32_t ggml_type) {
-    /* Q8_K is an activation format only; a file holding Q8_K weights is not one we load. */
-    return ggml_type != HR_DTYPE_Q8_K && hr_dtype_get_info((hr_dtype)ggml_type) != NULL;
+    /* Q8_K is an activation format only; a file holding Q8_K weights is not one we load, nor one that
+     * claims headroom's own layouts (ids 40, 41 are ggml's to give) */
+    if (ggml_type == HR_DTYPE_Q8_K || ggml_type == HR_DTYPE_Q4_0X16 || ggml_type == HR_DTYPE_Q8_0S) return false;
+    return hr_dtype_get_info((hr_dtype)ggml_type) != NULL;
 }
 
 const char *hr_dtype_supported_list(void) { return "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K"; }

@@ -23,7 +23,12 @@ typedef enum hr_dtype {
     HR_DTYPE_Q6_K = 14,
     HR_DTYPE_Q8_K = 15, /* activations only (the partner of the K-quants in dot products) */
     HR_DTYPE_BF16 = 30,
+    /* headroom's own layouts, never read from a file (hr_dtype_supported is false for them): */
+    HR_DTYPE_Q4_0X16 = 40, /* q4_0 weights repacked at load, 16 rows interleaved (hr_block_q4_0x16) */
+    HR_DTYPE_Q8_0S = 41,   /* activations for q4_0x16: q8_0 with the scale as f32 and -8 x the sum */
 } hr_dtype;
+
+#define HR_DTYPE_TABLE 42 /* ids below this index the type and kernel tables */
 
 typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
 typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
@@ -64,12 +69,34 @@ typedef struct { /* 292 bytes */
     int16_t bsums[HR_QK_K / 16];
 } hr_block_q8_K;
 
+/* Block b of 16 q4_0 rows, interleaved so that one 64-byte load holds 4 bytes of each row: d[r] is
+ * row r's scale, and byte i (0..3) of lane r of chunk v (0..3), qs[64 v + 4 r + i], is row r's
+ * qs[4 v + i] (elements 4 v + i in the low nibble, 16 + 4 v + i in the high). A group of 16 rows
+ * holds its blocks in order, so it takes exactly the bytes of the 16 plain rows (16 x 18 per block)
+ * and a matrix is repacked in place, group after group (hr_q4_0_repack_x16). */
+#define HR_X16 16 /* rows of an interleaved group */
+typedef struct {
+    hr_f16 d[HR_X16];
+    uint8_t qs[HR_X16 * HR_QK4_0 / 2];
+} hr_block_q4_0x16; /* 288 bytes */
+
+/* The activation block q4_0x16 multiplies: a q8_0 block (same quantization, same values) with its
+ * scale already in f32 and s8 = -8 x the sum of qs, the correction for q4_0's unsigned nibbles. */
+typedef struct { /* 40 bytes */
+    float d;
+    int32_t s8;
+    int8_t qs[HR_QK8_0];
+} hr_block_q8_0s;
+
 /* Static facts about a type. */
 typedef struct hr_dtype_info {
     const char *name;      /* "f32", "q4_0", ... */
     int block_elems;       /* elements per block (1 for f32/f16/bf16) */
     int block_bytes;       /* bytes per block */
     hr_dtype vec_dot_type; /* the activation type this weight type's dot product consumes */
+    int row_group;         /* rows that are stored together (HR_X16 for q4_0x16, else 1): a matrix of
+                            * such a type is cut into row ranges only at multiples of it */
+    hr_dtype file_type;    /* the type it is stored as in a GGUF file (itself, or q4_0 for q4_0x16) */
 } hr_dtype_info;
 
 /* NULL when `t` is not a type headroom computes with. */
@@ -77,8 +104,17 @@ const hr_dtype_info *hr_dtype_get_info(hr_dtype t);
 bool hr_dtype_supported(uint32_t ggml_type);
 /* "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K": for error messages. */
 const char *hr_dtype_supported_list(void);
-/* Bytes of a row of k elements (k must be a multiple of block_elems). */
+/* Bytes of a row of k elements (k must be a multiple of block_elems). For q4_0x16 the bytes a row
+ * takes in its group (the same as a q4_0 row). */
 size_t hr_dtype_row_bytes(hr_dtype t, int64_t k);
+
+/* Repacks rows q4_0 rows of k elements (rows a multiple of HR_X16) in place into q4_0x16 groups;
+ * tmp holds HR_X16 rows (HR_X16 x hr_dtype_row_bytes(q4_0, k) bytes). The inverse, for tests and
+ * tools, is hr_q4_0_unpack_x16 (same arguments). */
+void hr_q4_0_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
+void hr_q4_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
+/* The q8_0s block of a q8_0 block: the same values, the scale widened, s8 = -8 x their sum. */
+void hr_q8_0s_from_q8_0(const hr_block_q8_0 *x, hr_block_q8_0s *y);
 
 /* ---- scalar conversions (exact, round-to-nearest-even) ---- */
 float hr_f16_to_f32(hr_f16 h);
@@ -116,6 +152,10 @@ typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row
  * r < nr, t < nt (strides in bytes for w and a, in floats for y). Every result is bit-identical to
  * the vec_dot entry of the same table: same lanes, same block order, same horizontal sum. This is
  * what lets a batch of tokens give exactly the tokens each would give alone. */
+/* For q4_0x16 (row_group 16) there is no lone-row vec_dot: w is the first of nr / 16 whole groups
+ * (nr a multiple of 16, w_stride the q4_0 row bytes), and each element is the one sequence
+ *     acc = 0; for each block b in order: acc = fmaf(d_w[b] * d_a[b], (float)isum[b], acc)
+ * with isum[b] = s8[b] + sum of the nibbles times qs[b] (exact integers), in every table. */
 typedef void (*hr_vec_dot_tile_fn)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,
                                    int nt, float *y, size_t y_stride);
 
@@ -129,8 +169,8 @@ typedef struct hr_type_kernels {
 
 typedef struct hr_kernels {
     hr_cpu_features features;
-    const char *isa;          /* the highest ISA of any entry: "scalar", "avx2", "avx512" */
-    hr_type_kernels type[31]; /* indexed by hr_dtype; NULL entries for unsupported ids */
+    const char *isa;                      /* the highest ISA of any entry: "scalar", "avx2", "avx512" */
+    hr_type_kernels type[HR_DTYPE_TABLE]; /* indexed by hr_dtype; NULL entries for unsupported ids */
 } hr_kernels;
 
 /* Fills k for the given features. `force_isa` may be NULL (the fastest measured: on an AVX-512 CPU

@@ -34,7 +34,7 @@ struct hr_matmul_ctx {
         const hr_type_kernels *tk;
         const char *W;
         size_t w_stride;
-        int64_t rows_per_block; /* rows per chunk, a multiple of 4 (every tile height divides it) */
+        int64_t rows_per_block; /* rows per chunk, a multiple of 4 and of the type's row group */
         int64_t n, k, T;
         const float *X;
         float *Y;
@@ -53,12 +53,13 @@ hr_status hr_matmul_ctx_create(const hr_kernels *k, hr_threadpool *tp, int64_t m
                             "matmul scratch for %lld tokens x %lld elements is out of range (expected 1..2^24 x "
                             "1..2^30)",
                             (long long)max_tokens, (long long)max_k);
-    /* the largest converted activation row of any type: q8_0 (34/32), q8_K (292/256) or f16 (2 bytes
-     * an element); f32 activations are read in place */
+    /* the largest converted activation row of any type: q8_0 (34/32), q8_0s (40/32), q8_K (292/256)
+     * or f16 (2 bytes an element); f32 activations are read in place */
     const size_t kq0 = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0);
     const size_t kqk = (size_t)(max_k + HR_QK_K - 1) / HR_QK_K * sizeof(hr_block_q8_K);
     const size_t kh = (size_t)max_k * sizeof(hr_f16);
-    const size_t cap = round_up(HR_MAX(HR_MAX(kq0, kqk), kh), HR_MM_ALIGN);
+    const size_t k0s = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0s);
+    const size_t cap = round_up(HR_MAX(HR_MAX(HR_MAX(kq0, kqk), kh), k0s), HR_MM_ALIGN);
     hr_matmul_ctx *m = calloc(1, sizeof *m);
     if (!m) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the matmul context");
     m->act = aligned_alloc(HR_MM_ALIGN, cap * (size_t)max_tokens);
@@ -113,12 +114,15 @@ void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t 
     m->job.tk = tk;
     m->job.W = W;
     m->job.w_stride = hr_dtype_row_bytes(wt, k);
-    if (T == 1) { /* a few chunks per thread, whole 4-row tiles */
+    /* chunks of whole tiles (4 rows) and whole row groups (16 rows of q4_0x16) */
+    const int64_t unit = HR_MAX(4, info->row_group);
+    assert(n % info->row_group == 0);
+    if (T == 1) { /* a few chunks per thread */
         const int64_t per = n / ((int64_t)hr_threadpool_size(m->tp) * HR_MM_CHUNKS);
-        m->job.rows_per_block = HR_MAX(HR_MM_MIN_ROWS, (per + 3) / 4 * 4);
+        m->job.rows_per_block = HR_MAX(HR_MAX(HR_MM_MIN_ROWS, unit), (per + unit - 1) / unit * unit);
     } else { /* a cache block of rows */
         m->job.rows_per_block =
-            HR_MAX(4, HR_MIN(64, (int64_t)(HR_MM_BLOCK_BYTES / HR_MAX(1, m->job.w_stride))) / 4 * 4);
+            HR_MAX(unit, HR_MIN(64, (int64_t)(HR_MM_BLOCK_BYTES / HR_MAX(1, m->job.w_stride))) / unit * unit);
     }
     m->job.n = n;
     m->job.k = k;

@@ -28,9 +28,9 @@ void hr_matmul_ctx_destroy(hr_matmul_ctx *m);
  *   W: n rows of k elements of type wt, row stride hr_dtype_row_bytes(wt, k)   (n, k)
  *   X: T x k floats, row stride k                                              (T, k)
  *   Y: T x n floats, row stride n                                              (T, n)
- * k must be a multiple of wt's block size, T <= max_tokens, k <= max_k, and the table must have
- * kernels for wt (violations are bugs: asserted). Activations are converted to wt's vec_dot_type
- * once per call; rows are split over the pool's threads. Not reentrant on one context. */
+ * k must be a multiple of wt's block size, n of its row group (16 for q4_0x16), T <= max_tokens, k <= max_k, and the
+ * table must have kernels for wt (violations are bugs: asserted). Activations are converted to wt's vec_dot_type once
+ * per call; rows are split over the pool's threads. Not reentrant on one context. */
 void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t k, const float *X, int64_t T, float *Y);
 
 #endif
