@@ -106,20 +106,26 @@ int main(int argc, char **argv) {
     void *W = malloc(sizeof(float) * (size_t)N * K);
     if (!wrow || !X || !Y || !W) return 1;
     for (size_t i = 0; i < (size_t)T_MAX * K; i++) X[i] = hr_rng_normal(&rng);
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
-                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
-    printf("%-5s", "type");
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,     HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q8_0X16,
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+    printf("%-7s", "type");
     for (int j = 0; j < nTs; j++) printf("  %7s=%-3d %s", "T", Ts[j], Ts[j] == 1 ? "GB/s " : "GF/s ");
     printf("\n");
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
         const hr_dtype t = types[ti];
-        if (!kern.type[t].vec_dot || !listed(type_list, hr_dtype_get_info(t)->name)) continue;
+        const hr_dtype_info *info = hr_dtype_get_info(t);
+        if (!kern.type[t].vec_dot_tile || !listed(type_list, info->name) || N % info->row_group) continue;
         const size_t row = hr_dtype_row_bytes(t, K);
         for (int64_t i = 0; i < N; i++) {
             for (int64_t j = 0; j < K; j++) wrow[j] = hr_rng_normal(&rng);
-            hr_quantize_row_ref(t, wrow, (char *)W + i * row, K);
+            hr_quantize_row_ref(info->file_type, wrow, (char *)W + i * row, K); /* x16: repacked below */
         }
-        printf("%-5s", hr_dtype_get_info(t)->name);
+        if (info->row_group > 1) {
+            void *tmp = malloc(row * HR_X16);
+            (t == HR_DTYPE_Q4_0X16 ? hr_q4_0_repack_x16 : hr_q8_0_repack_x16)(W, N, K, tmp);
+            free(tmp);
+        }
+        printf("%-7s", info->name);
         for (int j = 0; j < nTs; j++) {
             const int T = Ts[j];
             double wall[64], cpu[64];

@@ -25,11 +25,12 @@ static double *tensor_f64(const hr_model *m, const char *name, int64_t *n_out) {
     int64_t n = 1;
     for (uint32_t i = 0; i < t->n_dims; i++) n *= t->ne[i];
     float *f = malloc(sizeof(float) * (size_t)n);
-    if (hr_model_tensor_type(m, t) == HR_DTYPE_Q4_0X16) {
+    const hr_dtype mt = hr_model_tensor_type(m, t);
+    if (mt == HR_DTYPE_Q4_0X16 || mt == HR_DTYPE_Q8_0X16) {
         char *plain = malloc(t->size_bytes), *tmp = malloc(t->size_bytes);
         memcpy(plain, t->data, t->size_bytes);
-        hr_q4_0_unpack_x16(plain, t->ne[1], t->ne[0], tmp);
-        hr_dequantize_row_ref(HR_DTYPE_Q4_0, plain, f, n);
+        (mt == HR_DTYPE_Q4_0X16 ? hr_q4_0_unpack_x16 : hr_q8_0_unpack_x16)(plain, t->ne[1], t->ne[0], tmp);
+        hr_dequantize_row_ref((hr_dtype)t->type, plain, f, n);
         free(plain);
         free(tmp);
     } else {
@@ -215,9 +216,9 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
     rig r = rig_open(shape, type, fmt, 2, 32);
     const hr_hparams *hp = hr_model_hparams(r.m);
     int V = hp->n_vocab;
-    if (type == HR_DTYPE_Q4_0) { /* every matrix but the embedding is repacked (rows multiples of 16) */
+    if (type == HR_DTYPE_Q4_0 || type == HR_DTYPE_Q8_0) { /* every matrix but the embedding is repacked */
         const int packed = hr_model_packed_tensors(r.m, NULL);
-        CHECKF(packed == 7 * hp->n_layer + !hp->tied_output, "%d q4_0 matrices repacked, expected %d", packed,
+        CHECKF(packed == 7 * hp->n_layer + !hp->tied_output, "%d matrices repacked, expected %d", packed,
                7 * hp->n_layer + !hp->tied_output);
     }
     int32_t A[10], B[6];

@@ -7,7 +7,7 @@
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
  *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
  *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
- *   q4_0x16 (check_x16): the repack, the q8_0s activations and every tile element against the one
+ *   q4_0x16, q8_0x16 (check_x16): the repack, the q8_0s activations and every tile element against the one
  *   sequence of tensor.h computed from the plain q4_0 rows, bit for bit
  * and f32 -> f16 against the CPU's F16C instruction on random bit patterns. */
 #include <immintrin.h>
@@ -137,40 +137,46 @@ static void check_kernels(const hr_kernels *kern, const hr_kernels *scalar, hr_r
     }
 }
 
-/* q4_0x16 (16 interleaved q4_0 rows): the repack is exact (unpack gives the plain rows back), the
- * activation quantizer writes the reference q8_0's values with its f32 scale and -8 x sum, and every
- * tile element, for groups x token counts of every tile width and its leftovers, equals the one
- * sequence of tensor.h computed here from the plain rows: per block the exact integer sum of
- * (nibble - 8) x q, then acc = fmaf(d_w x d_a, sum, acc). Bit for bit, in every table. */
-static void check_x16(const hr_kernels *kern, hr_rng *rng) {
+/* q4_0x16 / q8_0x16 (16 interleaved q4_0 / q8_0 rows): the repack is exact (unpack gives the plain
+ * rows back), the activation quantizer writes the reference q8_0's values with its f32 scale and
+ * -8 / -128 x sum, and every tile element, for groups x token counts of every tile width and its
+ * leftovers, equals the one sequence of tensor.h computed here from the plain rows: per block the
+ * exact integer sum of (nibble - 8) x q or x x q, then acc = fmaf(d_w x d_a, sum, acc). Bit for
+ * bit, in every table. q8_0 weights include -128 (a file may hold it; the quantizer never writes it). */
+static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
     static const int64_t ks[] = {32, 64, 96, 2048, 4128, 16416};
     static const int nrs[] = {16, 48};
-    static const int nts[] = {1, 2, 3, 4, 5, 7, 8, 9, 17};
-    const hr_type_kernels *tk = &kern->type[HR_DTYPE_Q4_0X16];
+    static const int nts[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33};
+    const bool q4 = xt == HR_DTYPE_Q4_0X16;
+    const hr_dtype ft = q4 ? HR_DTYPE_Q4_0 : HR_DTYPE_Q8_0;
+    const char *xname = hr_dtype_get_info(xt)->name;
+    const hr_type_kernels *tk = &kern->type[xt];
     CHECK(tk->vec_dot_tile && tk->quantize_act && !tk->vec_dot);
     for (size_t ki = 0; ki < HR_ARRAY_LEN(ks); ki++)
         for (size_t ri = 0; ri < HR_ARRAY_LEN(nrs); ri++) {
             const int64_t k = ks[ki], nb = k / 32;
-            const int nr = nrs[ri], NTMAX = 17;
-            const size_t ws = hr_dtype_row_bytes(HR_DTYPE_Q4_0, k), as = hr_dtype_row_bytes(HR_DTYPE_Q8_0S, k);
+            const int nr = nrs[ri], NTMAX = 33;
+            const size_t ws = hr_dtype_row_bytes(ft, k), as = hr_dtype_row_bytes(HR_DTYPE_Q8_0S, k);
             const size_t aps = hr_dtype_row_bytes(HR_DTYPE_Q8_0, k);
             float *x = malloc(sizeof(float) * (size_t)k);
             char *plain = malloc(ws * (size_t)nr), *W = malloc(ws * (size_t)nr), *tmp = malloc(ws * HR_X16);
             char *A = malloc(as * (size_t)NTMAX), *Ap = malloc(aps * (size_t)NTMAX);
-            float *y = malloc(sizeof(float) * (size_t)nr * (NTMAX + 1));
+            float *y = malloc(sizeof(float) * (size_t)(nr + 1) * NTMAX);
             for (int r = 0; r < nr; r++) {
                 const float scale = r % 5 == 0 ? 1e-3f : r % 5 == 1 ? 30.0f : 1.0f;
                 for (int64_t j = 0; j < k; j++) x[j] = scale * (float)(hr_rng_uniform(rng) * 2.0 - 1.0);
                 if (r == 3) memset(x, 0, sizeof(float) * (size_t)k); /* an all-zero row: scale 0 */
                 hr_quantize_row_ref(HR_DTYPE_Q4_0, x, plain + (size_t)r * ws, k);
             }
+            void (*repack)(void *, int64_t, int64_t, void *) = q4 ? hr_q4_0_repack_x16 : hr_q8_0_repack_x16;
+            void (*unpack)(void *, int64_t, int64_t, void *) = q4 ? hr_q4_0_unpack_x16 : hr_q8_0_unpack_x16;
             memcpy(W, plain, ws * (size_t)nr);
-            hr_q4_0_repack_x16(W, nr, k, tmp);
+            repack(W, nr, k, tmp);
             CHECK(nb < 1 || memcmp(W, plain, ws * (size_t)nr) != 0);
-            hr_q4_0_unpack_x16(W, nr, k, tmp);
-            CHECKF(!memcmp(W, plain, ws * (size_t)nr), "q4_0x16 k=%lld: unpack does not give the rows back",
+            unpack(W, nr, k, tmp);
+            CHECKF(!memcmp(W, plain, ws * (size_t)nr), "%s k=%lld: unpack does not give the rows back", xname,
                    (long long)k);
-            hr_q4_0_repack_x16(W, nr, k, tmp);
+            repack(W, nr, k, tmp);
             int bad_act = 0;
             for (int t = 0; t < NTMAX; t++) {
                 for (int64_t j = 0; j < k; j++) x[j] = (float)(hr_rng_uniform(rng) * 4.0 - 2.0);
@@ -192,20 +198,25 @@ static void check_x16(const hr_kernels *kern, hr_rng *rng) {
                 for (int t = 0; t < nt; t++)
                     for (int r = 0; r < nr; r++) {
                         const hr_block_q4_0 *wb = (const hr_block_q4_0 *)(plain + (size_t)r * ws);
+                        const hr_block_q8_0 *w8 = (const hr_block_q8_0 *)(plain + (size_t)r * ws);
                         const hr_block_q8_0 *ab = (const hr_block_q8_0 *)(Ap + (size_t)t * aps);
                         float acc = 0.0f;
                         for (int64_t b = 0; b < nb; b++) {
                             int32_t isum = 0;
-                            for (int j = 0; j < 16; j++)
-                                isum += ((wb[b].qs[j] & 15) - 8) * ab[b].qs[j] +
-                                        ((wb[b].qs[j] >> 4) - 8) * ab[b].qs[j + 16];
-                            acc = fmaf(hr_f16_to_f32(wb[b].d) * hr_f16_to_f32(ab[b].d), (float)isum, acc);
+                            if (q4)
+                                for (int j = 0; j < 16; j++)
+                                    isum += ((wb[b].qs[j] & 15) - 8) * ab[b].qs[j] +
+                                            ((wb[b].qs[j] >> 4) - 8) * ab[b].qs[j + 16];
+                            else
+                                for (int j = 0; j < 32; j++) isum += w8[b].qs[j] * ab[b].qs[j];
+                            const float dw = hr_f16_to_f32(q4 ? wb[b].d : w8[b].d);
+                            acc = fmaf(dw * hr_f16_to_f32(ab[b].d), (float)isum, acc);
                         }
                         float got = y[(size_t)t * ys + (size_t)r];
                         bad += memcmp(&got, &acc, sizeof acc) != 0;
                     }
-                CHECKF(bad == 0, "%s q4_0x16 k=%lld %d rows x %d tokens: %d elements differ from the sequence",
-                       kern->isa, (long long)k, nr, nt, bad);
+                CHECKF(bad == 0, "%s %s k=%lld %d rows x %d tokens: %d elements differ from the sequence", kern->isa,
+                       xname, (long long)k, nr, nt, bad);
             }
             free(x);
             free(plain);
@@ -260,7 +271,8 @@ int main(void) {
         hr_kernels_describe(&kern, desc, sizeof desc);
         printf("table %s: %s\n", isas[i] ? isas[i] : "(default)", desc);
         check_kernels(&kern, &scalar, &rng);
-        check_x16(&kern, &rng);
+        check_x16(&kern, HR_DTYPE_Q4_0X16, &rng);
+        check_x16(&kern, HR_DTYPE_Q8_0X16, &rng);
         ran++;
     }
     CHECK(ran >= 1);

@@ -199,12 +199,14 @@ static const char *dominant_type(const hr_model *m) {
     return info ? info->name : "?";
 }
 
-/* Repacks the q4_0 matrices the layers and an untied output multiply with (rows a multiple of 16)
- * into q4_0x16, in place: the same bytes, interleaved so that the tile computes 16 rows per register
- * (tensor.h, kernels_q4x16.h; on a Zen 4 core 3.2x the plain tile's rate). The token embedding is
- * left as it is (its rows are looked up one by one). Where the data cannot be written (memory lent
- * read-only) or a tmp cannot be had, the weights stay plain q4_0: slower, same kind of results. */
-static bool packable(const hr_weight *w) { return w->type == HR_DTYPE_Q4_0 && w->rows % HR_X16 == 0; }
+/* Repacks the q4_0 and q8_0 matrices the layers and an untied output multiply with (rows a multiple
+ * of 16) into q4_0x16 / q8_0x16, in place: the same bytes, interleaved so that the tile computes 16
+ * rows per register (tensor.h, kernels_q4x16.h). The token embedding is left as it is (its rows are
+ * looked up one by one). Where the data cannot be written (memory lent read-only) or a tmp cannot be
+ * had, the weights stay plain: slower, results within rounding of the packed ones. */
+static bool packable(const hr_weight *w) {
+    return (w->type == HR_DTYPE_Q4_0 || w->type == HR_DTYPE_Q8_0) && w->rows % HR_X16 == 0;
+}
 
 /* Visits the matrices pack_weights may repack: the untied output, then every layer's seven. */
 #define FOR_PACKABLE(m, w, ...)                                                                                        \
@@ -233,8 +235,14 @@ static void pack_weights(hr_model *m) {
     if (tmp)
         FOR_PACKABLE(m, w, {
             if (packable(w)) {
-                hr_q4_0_repack_x16((void *)(uintptr_t)w->data, w->rows, w->cols, tmp); /* in the edit window */
-                w->type = HR_DTYPE_Q4_0X16;
+                void *data = (void *)(uintptr_t)w->data; /* writable in the edit window */
+                if (w->type == HR_DTYPE_Q4_0) {
+                    hr_q4_0_repack_x16(data, w->rows, w->cols, tmp);
+                    w->type = HR_DTYPE_Q4_0X16;
+                } else {
+                    hr_q8_0_repack_x16(data, w->rows, w->cols, tmp);
+                    w->type = HR_DTYPE_Q8_0X16;
+                }
             }
         });
     free(tmp);
@@ -334,7 +342,7 @@ const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
 hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {
     hr_dtype type = (hr_dtype)t->type;
     FOR_PACKABLE((hr_model *)m, w, {
-        if (w->data == t->data && w->type == HR_DTYPE_Q4_0X16) type = w->type;
+        if (w->data == t->data && hr_dtype_get_info(w->type)->row_group > 1) type = w->type;
     });
     return type;
 }
@@ -343,7 +351,7 @@ int hr_model_packed_tensors(const hr_model *m, uint64_t *bytes) {
     int n = 0;
     uint64_t b = 0;
     FOR_PACKABLE((hr_model *)m, w, {
-        if (w->type == HR_DTYPE_Q4_0X16) n++, b += (uint64_t)w->rows * w->row_bytes;
+        if (hr_dtype_get_info(w->type)->row_group > 1) n++, b += (uint64_t)w->rows * w->row_bytes;
     });
     if (bytes) *bytes = b;
     return n;

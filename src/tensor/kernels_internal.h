@@ -104,8 +104,8 @@ void hr_avx512_tile_q8_0(int64_t k, const void *w, size_t w_stride, int nr, cons
 void hr_avx512_tile_q4_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                          float *y, size_t y_stride);
 
-/* q4_0x16 (quant_x16.c, kernels_q4x16_avx2.c, kernels_q4x16_avx512.c): the tile of each table and
- * the q8_0s activation quantizers; every one gives the scalar tile's bits. */
+/* q4_0x16 and q8_0x16 (quant_x16.c, kernels_q4x16_avx2.c, kernels_q4x16_avx512.c): the tile of each
+ * table and the q8_0s activation quantizers; every one gives the scalar tile's bits. */
 void hr_ref_quantize_q8_0s(const float *x, void *dst, int64_t k);
 void hr_avx2_quantize_q8_0s(const float *x, void *dst, int64_t k);
 void hr_scalar_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
@@ -113,6 +113,12 @@ void hr_scalar_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, c
 void hr_avx2_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                           float *y, size_t y_stride);
 void hr_avx512_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride);
+void hr_scalar_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride);
+void hr_avx2_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                          float *y, size_t y_stride);
+void hr_avx512_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
 
 /* ---- how the AVX2 batch tiles (q8_0, q4_0, K-quants) split a call of nr rows x nt >= 2 tokens ----

@@ -31,20 +31,31 @@ static inline int32_t load_i32(const void *p) {
     return v;
 }
 
+/* Decode (one token): the group's blocks come from DRAM, read once, so the lines HR_X16_PF bytes
+ * ahead of block p are prefetched (past a group's end into the next: a call's groups are
+ * contiguous). With more tokens the loads have the arithmetic of the other tokens to hide behind. */
+#define HR_X16_PF 4096
+static inline __attribute__((always_inline)) void prefetch_block(const int C, const void *p, size_t bytes) {
+    if (C != 1) return;
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + HR_X16_PF + o, _MM_HINT_T0);
+}
+
 #if HR_X16_512
 #define HR_X16_TC   16 /* tokens per tile */
 #define HR_X16_ROWS 16 /* rows per register */
 typedef __m512 vacc;
 
 /* One group (16 rows) x C tokens over all nb blocks; y[t * ys + r]. */
-static inline __attribute__((always_inline)) void rows_tile(const int C, int64_t nb, const hr_block_q4_0x16 *g,
-                                                            int half, const char *a, size_t as, float *y, size_t ys) {
+static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
+                                                               const char *a, size_t as, float *y, size_t ys) {
     (void)half;
+    const hr_block_q4_0x16 *g = (const void *)gp;
     __m512 acc[HR_X16_TC];
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(C, &g[b], sizeof g[b]);
         __m512i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -68,17 +79,47 @@ static inline __attribute__((always_inline)) void rows_tile(const int C, int64_t
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
+
+/* q8_0x16: the 8 chunks' bytes (x + 128) are the unsigned operand as loaded; each token's sum starts
+ * from its s128 = -128 sum(y). */
+static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
+                                                               const char *a, size_t as, float *y, size_t ys) {
+    (void)half;
+    const hr_block_q8_0x16 *g = (const void *)gp;
+    __m512 acc[HR_X16_TC];
+#pragma GCC unroll 16
+    for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(C, &g[b], sizeof g[b]);
+        __m512i w[8];
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) w[v] = _mm512_loadu_si512((const void *)(g[b].qs + 64 * v));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
+#pragma GCC unroll 16
+        for (int t = 0; t < C; t++) {
+            const hr_block_q8_0s *yb = (const hr_block_q8_0s *)(a + (size_t)t * as) + b;
+            __m512i s = _mm512_set1_epi32(yb->s128);
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) s = _mm512_dpbusd_epi32(s, w[v], _mm512_set1_epi32(load_i32(yb->qs + 4 * v)));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(s), acc[t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
 #else
 #define HR_X16_TC   4 /* tokens per tile: 8 nibble registers + 4 accumulators + temporaries in 16 */
 #define HR_X16_ROWS 8 /* rows per register: a group is two halves */
 
-static inline __attribute__((always_inline)) void rows_tile(const int C, int64_t nb, const hr_block_q4_0x16 *g,
-                                                            int half, const char *a, size_t as, float *y, size_t ys) {
+static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
+                                                               const char *a, size_t as, float *y, size_t ys) {
+    const hr_block_q4_0x16 *g = (const void *)gp;
     __m256 acc[HR_X16_TC];
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(C, &g[b], sizeof g[b]);
         __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -105,50 +146,136 @@ static inline __attribute__((always_inline)) void rows_tile(const int C, int64_t
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
+
+/* q8_0x16 with AVX2 (no unsigned x signed dot without saturation for bytes up to 255): per chunk the
+ * signed values w = stored ^ 0x80 and |w| once for the C tokens, then per token
+ * vpmaddubsw(|w|, sign(y, w)) (pairs <= 2 x 128 x 127 < 2^15) and vpmaddwd into int32: sum w y
+ * exactly, without the s128 correction. */
+static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
+                                                               const char *a, size_t as, float *y, size_t ys) {
+    const hr_block_q8_0x16 *g = (const void *)gp;
+    __m256 acc[HR_X16_TC];
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(C, &g[b], sizeof g[b]);
+        __m256i s[HR_X16_TC];
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            const __m256i w =
+                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(g[b].qs + 64 * v + 32 * half)), flip);
+            const __m256i aw = _mm256_abs_epi8(w);
+#pragma GCC unroll 4
+            for (int t = 0; t < C; t++) {
+                const hr_block_q8_0s *yb = (const hr_block_q8_0s *)(a + (size_t)t * as) + b;
+                const __m256i sy = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(yb->qs + 4 * v)), w);
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * half)));
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) {
+            const hr_block_q8_0s *yb = (const hr_block_q8_0s *)(a + (size_t)t * as) + b;
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(s[t]), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+/* One token (decode) of q8_0x16 with AVX2: both halves of the group per block, so each line of the
+ * group is read once and the token's activation broadcasts serve both. */
+static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *y) {
+    const hr_block_q8_0x16 *g = (const void *)gp;
+    const hr_block_q8_0s *yb = (const void *)a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(1, &g[b], sizeof g[b]);
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            const __m256i yv = _mm256_set1_epi32(load_i32(yb[b].qs + 4 * v));
+            const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(g[b].qs + 64 * v)), flip);
+            const __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(g[b].qs + 64 * v + 32)), flip);
+            s0 = _mm256_add_epi32(
+                s0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w0), _mm256_sign_epi8(yv, w0)), ones));
+            s1 = _mm256_add_epi32(
+                s1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w1), _mm256_sign_epi8(yv, w1)), ones));
+        }
+        const __m256 dy = _mm256_set1_ps(yb[b].d);
+        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g[b].d));
+        const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8)));
+        acc0 = _mm256_fmadd_ps(_mm256_mul_ps(dw0, dy), _mm256_cvtepi32_ps(s0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_mul_ps(dw1, dy), _mm256_cvtepi32_ps(s1), acc1);
+    }
+    _mm256_storeu_ps(y, acc0);
+    _mm256_storeu_ps(y + 8, acc1);
+}
+#define HR_X16_ONE_Q8 one_tok_q8
+#endif
+
+/* One token over a group through the tile, half after half (where no dedicated path is faster). */
+#define HR_X16_ONE_VIA(rows_tile)                                                                                      \
+    static inline void one_tok_via_##rows_tile(int64_t nb, const char *gp, const char *a, float *y) {                  \
+        for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) rows_tile(1, nb, gp, h, a, 0, y + h * HR_X16_ROWS, 0);          \
+    }
+HR_X16_ONE_VIA(rows_tile_q4)
+#ifndef HR_X16_ONE_Q8
+HR_X16_ONE_VIA(rows_tile_q8)
+#define HR_X16_ONE_Q8 one_tok_via_rows_tile_q8
 #endif
 
 /* The tokens in tiles of HR_X16_TC (the last one narrower, its width a compile-time constant after
  * inlining); per tile, every group (and half) of the call's rows. The tile's activations (C x nb x
- * 40 bytes) stay in L1/L2 while the rows stream past; the call's rows (matmul gives up to 64, about
+ * 44 bytes) stay in L1/L2 while the rows stream past; the call's rows (matmul gives up to 64, about
  * a quarter of L2) come from L2 for every tile after the first. */
-void HR_X16FN(tile_q4_0x16)(int64_t k, const void *w, size_t ws, int nr, const void *a, size_t as, int nt, float *y,
-                            size_t ys) {
-    const int64_t nb = k / HR_QK4_0;
-    const int ng = nr / HR_X16;
-    const char *A = a;
-    for (int t0 = 0; t0 < nt; t0 += HR_X16_TC) {
-        const int C = nt - t0 < HR_X16_TC ? nt - t0 : HR_X16_TC;
-        for (int g = 0; g < ng; g++) {
-            const hr_block_q4_0x16 *grp = (const void *)((const char *)w + (size_t)g * HR_X16 * ws);
-            for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) {
-                const char *at = A + (size_t)t0 * as;
-                float *yt = y + (size_t)t0 * ys + (size_t)(g * HR_X16 + h * HR_X16_ROWS);
-                switch (C) {
-                case HR_X16_TC: rows_tile(HR_X16_TC, nb, grp, h, at, as, yt, ys); break;
+#define HR_X16_CASE(n, rows_tile)                                                                                      \
+    case n:                                                                                                            \
+        rows_tile(n, nb, grp, h, at, as, yt, ys);                                                                      \
+        break;
 #if HR_X16_TC > 8
-                case 15: rows_tile(15, nb, grp, h, at, as, yt, ys); break;
-                case 14: rows_tile(14, nb, grp, h, at, as, yt, ys); break;
-                case 13: rows_tile(13, nb, grp, h, at, as, yt, ys); break;
-                case 12: rows_tile(12, nb, grp, h, at, as, yt, ys); break;
-                case 11: rows_tile(11, nb, grp, h, at, as, yt, ys); break;
-                case 10: rows_tile(10, nb, grp, h, at, as, yt, ys); break;
-                case 9: rows_tile(9, nb, grp, h, at, as, yt, ys); break;
-                case 8: rows_tile(8, nb, grp, h, at, as, yt, ys); break;
+#define HR_X16_WIDE_CASES(rows_tile)                                                                                   \
+    HR_X16_CASE(15, rows_tile)                                                                                         \
+    HR_X16_CASE(14, rows_tile) HR_X16_CASE(13, rows_tile) HR_X16_CASE(12, rows_tile) HR_X16_CASE(11, rows_tile)        \
+        HR_X16_CASE(10, rows_tile) HR_X16_CASE(9, rows_tile) HR_X16_CASE(8, rows_tile) HR_X16_CASE(7, rows_tile)       \
+            HR_X16_CASE(6, rows_tile) HR_X16_CASE(5, rows_tile) HR_X16_CASE(4, rows_tile)
+#else
+#define HR_X16_WIDE_CASES(rows_tile)
 #endif
-#if HR_X16_TC > 4
-                case 7: rows_tile(7, nb, grp, h, at, as, yt, ys); break;
-                case 6: rows_tile(6, nb, grp, h, at, as, yt, ys); break;
-                case 5: rows_tile(5, nb, grp, h, at, as, yt, ys); break;
-                case 4: rows_tile(4, nb, grp, h, at, as, yt, ys); break;
-#endif
-                case 3: rows_tile(3, nb, grp, h, at, as, yt, ys); break;
-                case 2: rows_tile(2, nb, grp, h, at, as, yt, ys); break;
-                default: rows_tile(1, nb, grp, h, at, as, yt, ys); break;
-                }
-            }
-        }
+#define HR_X16_DRIVER(name, rows_tile, one_tok)                                                                        \
+    void name(int64_t k, const void *w, size_t ws, int nr, const void *a, size_t as, int nt, float *y, size_t ys) {    \
+        const int64_t nb = k / HR_QK8_0;                                                                               \
+        const int ng = nr / HR_X16;                                                                                    \
+        const char *A = a;                                                                                             \
+        if (nt == 1) {                                                                                                 \
+            for (int g = 0; g < ng; g++) one_tok(nb, (const char *)w + (size_t)g * HR_X16 * ws, A, y + g * HR_X16);    \
+            return;                                                                                                    \
+        }                                                                                                              \
+        for (int t0 = 0; t0 < nt; t0 += HR_X16_TC) {                                                                   \
+            const int C = nt - t0 < HR_X16_TC ? nt - t0 : HR_X16_TC;                                                   \
+            for (int g = 0; g < ng; g++) {                                                                             \
+                const char *grp = (const char *)w + (size_t)g * HR_X16 * ws;                                           \
+                for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) {                                                       \
+                    const char *at = A + (size_t)t0 * as;                                                              \
+                    float *yt = y + (size_t)t0 * ys + (size_t)(g * HR_X16 + h * HR_X16_ROWS);                          \
+                    switch (C) {                                                                                       \
+                        HR_X16_CASE(HR_X16_TC, rows_tile)                                                              \
+                        HR_X16_WIDE_CASES(rows_tile)                                                                   \
+                        HR_X16_CASE(3, rows_tile)                                                                      \
+                        HR_X16_CASE(2, rows_tile)                                                                      \
+                    default: rows_tile(1, nb, grp, h, at, as, yt, ys); break;                                          \
+                    }                                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
     }
-}
+
+HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, one_tok_via_rows_tile_q4)
+HR_X16_DRIVER(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8)
 
 #if !HR_X16_512
 /* q8_0s activations: the AVX2 q8_0 quantizer (the reference's bytes) per block, then the widened

@@ -1,6 +1,6 @@
-/* quant_x16.c: the q4_0x16 layout (tensor.h): repacking q4_0 rows in place into interleaved groups
- * of 16 and back, the q8_0s activations it multiplies, and the scalar tile, which is the definition
- * of every table's q4_0x16 results (kernels_q4x16.h computes the same bits with SIMD). */
+/* quant_x16.c: the q4_0x16 and q8_0x16 layouts (tensor.h): repacking q4_0 / q8_0 rows in place into
+ * interleaved groups of 16 and back, the q8_0s activations they multiply, and the scalar
+ * tiles, which define every table's results (kernels_q4x16.h computes the same bits with SIMD). */
 #include <string.h>
 
 #include "tensor/kernels_internal.h"
@@ -50,6 +50,7 @@ void hr_q8_0s_from_q8_0(const hr_block_q8_0 *x, hr_block_q8_0s *y) {
     for (int j = 0; j < HR_QK8_0; j++) sum += x->qs[j];
     y->d = hr_f16_to_f32(x->d);
     y->s8 = -8 * sum;
+    y->s128 = -128 * sum;
     memcpy(y->qs, x->qs, sizeof y->qs);
 }
 
@@ -86,6 +87,72 @@ void hr_scalar_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, c
             const hr_block_q8_0s *at = (const void *)((const char *)a + (size_t)t * a_stride);
             for (int r = 0; r < HR_X16; r++)
                 y[(size_t)t * y_stride + (size_t)(g * HR_X16 + r)] = x16_dot(nb, grp, r, at);
+        }
+    }
+}
+
+/* ---- q8_0x16 ---- */
+
+static void pack_group8(const hr_block_q8_0 *src, int64_t nb, hr_block_q8_0x16 *dst) {
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < HR_X16; r++) {
+            const hr_block_q8_0 *x = src + (size_t)r * (size_t)nb + b;
+            dst[b].d[r] = x->d;
+            for (int v = 0; v < 8; v++)
+                for (int i = 0; i < 4; i++) dst[b].qs[64 * v + 4 * r + i] = (uint8_t)x->qs[4 * v + i] ^ 0x80;
+        }
+}
+
+static void unpack_group8(const hr_block_q8_0x16 *src, int64_t nb, hr_block_q8_0 *dst) {
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < HR_X16; r++) {
+            hr_block_q8_0 *x = dst + (size_t)r * (size_t)nb + b;
+            x->d = src[b].d[r];
+            for (int v = 0; v < 8; v++)
+                for (int i = 0; i < 4; i++) x->qs[4 * v + i] = (int8_t)(src[b].qs[64 * v + 4 * r + i] ^ 0x80);
+        }
+}
+
+void hr_q8_0_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp) {
+    const int64_t nb = k / HR_QK8_0;
+    const size_t group = (size_t)HR_X16 * (size_t)nb * sizeof(hr_block_q8_0);
+    for (int64_t g = 0; g < rows / HR_X16; g++) {
+        char *p = (char *)rows_data + (size_t)g * group;
+        memcpy(tmp, p, group);
+        pack_group8(tmp, nb, (hr_block_q8_0x16 *)p);
+    }
+}
+
+void hr_q8_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp) {
+    const int64_t nb = k / HR_QK8_0;
+    const size_t group = (size_t)HR_X16 * (size_t)nb * sizeof(hr_block_q8_0);
+    for (int64_t g = 0; g < rows / HR_X16; g++) {
+        char *p = (char *)rows_data + (size_t)g * group;
+        memcpy(tmp, p, group);
+        unpack_group8(tmp, nb, (hr_block_q8_0 *)p);
+    }
+}
+
+static float x16_dot8(int64_t nb, const hr_block_q8_0x16 *g, int r, const hr_block_q8_0s *a) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = a[b].s128;
+        for (int v = 0; v < 8; v++)
+            for (int i = 0; i < 4; i++) isum += g[b].qs[64 * v + 4 * r + i] * a[b].qs[4 * v + i];
+        acc = fmaf(hr_f16_to_f32(g[b].d[r]) * a[b].d, (float)isum, acc);
+    }
+    return acc;
+}
+
+void hr_scalar_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride) {
+    const int64_t nb = k / HR_QK8_0;
+    for (int g = 0; g < nr / HR_X16; g++) {
+        const hr_block_q8_0x16 *grp = (const void *)((const char *)w + (size_t)g * HR_X16 * w_stride);
+        for (int t = 0; t < nt; t++) {
+            const hr_block_q8_0s *at = (const void *)((const char *)a + (size_t)t * a_stride);
+            for (int r = 0; r < HR_X16; r++)
+                y[(size_t)t * y_stride + (size_t)(g * HR_X16 + r)] = x16_dot8(nb, grp, r, at);
         }
     }
 }

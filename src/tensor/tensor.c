@@ -13,7 +13,8 @@ _Static_assert(sizeof(hr_block_q5_K) == 176, "q5_K block must match ggml");
 _Static_assert(sizeof(hr_block_q6_K) == 210, "q6_K block must match ggml");
 _Static_assert(sizeof(hr_block_q8_K) == 292, "q8_K block must match ggml");
 _Static_assert(sizeof(hr_block_q4_0x16) == HR_X16 * sizeof(hr_block_q4_0), "a q4_0x16 block is 16 q4_0 blocks");
-_Static_assert(sizeof(hr_block_q8_0s) == 40, "q8_0s block: f32 scale, int32 sum, 32 values");
+_Static_assert(sizeof(hr_block_q8_0s) == 44, "q8_0s block: f32 scale, two int32 sums, 32 values");
+_Static_assert(sizeof(hr_block_q8_0x16) == HR_X16 * sizeof(hr_block_q8_0), "a q8_0x16 block is 16 q8_0 blocks");
 
 /* Indexed by hr_dtype (= ggml type id); name == NULL marks an id headroom does not compute with. */
 static const hr_dtype_info dtype_table[HR_DTYPE_TABLE] = {
@@ -29,6 +30,7 @@ static const hr_dtype_info dtype_table[HR_DTYPE_TABLE] = {
     /* per row: a q4_0 row's bytes (a group of 16 rows is 16 q4_0 rows, interleaved) */
     [HR_DTYPE_Q4_0X16] = {"q4_0x16", HR_QK4_0, sizeof(hr_block_q4_0), HR_DTYPE_Q8_0S, HR_X16, HR_DTYPE_Q4_0},
     [HR_DTYPE_Q8_0S] = {"q8_0s", HR_QK8_0, sizeof(hr_block_q8_0s), HR_DTYPE_Q8_0S, 1, HR_DTYPE_Q8_0S},
+    [HR_DTYPE_Q8_0X16] = {"q8_0x16", HR_QK8_0, sizeof(hr_block_q8_0), HR_DTYPE_Q8_0S, HR_X16, HR_DTYPE_Q8_0},
 };
 
 const hr_dtype_info *hr_dtype_get_info(hr_dtype t) {
@@ -38,8 +40,8 @@ const hr_dtype_info *hr_dtype_get_info(hr_dtype t) {
 
 bool hr_dtype_supported(uint32_t ggml_type) {
     /* Q8_K is an activation format only; a file holding Q8_K weights is not one we load, nor one that
-     * claims headroom's own layouts (ids 40, 41 are ggml's to give) */
-    if (ggml_type == HR_DTYPE_Q8_K || ggml_type == HR_DTYPE_Q4_0X16 || ggml_type == HR_DTYPE_Q8_0S) return false;
+     * claims headroom's own layouts (ids 40 and up are ggml's to give) */
+    if (ggml_type == HR_DTYPE_Q8_K || ggml_type >= HR_DTYPE_Q4_0X16) return false;
     return hr_dtype_get_info((hr_dtype)ggml_type) != NULL;
 }
 

@@ -25,10 +25,11 @@ typedef enum hr_dtype {
     HR_DTYPE_BF16 = 30,
     /* headroom's own layouts, never read from a file (hr_dtype_supported is false for them): */
     HR_DTYPE_Q4_0X16 = 40, /* q4_0 weights repacked at load, 16 rows interleaved (hr_block_q4_0x16) */
-    HR_DTYPE_Q8_0S = 41,   /* activations for q4_0x16: q8_0 with the scale as f32 and -8 x the sum */
+    HR_DTYPE_Q8_0S = 41,   /* activations for q4_0x16 and q8_0x16: q8_0 with the scale in f32 and sums */
+    HR_DTYPE_Q8_0X16 = 42, /* q8_0 weights repacked at load, 16 rows interleaved (hr_block_q8_0x16) */
 } hr_dtype;
 
-#define HR_DTYPE_TABLE 42 /* ids below this index the type and kernel tables */
+#define HR_DTYPE_TABLE 43 /* ids below this index the type and kernel tables */
 
 typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
 typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
@@ -80,11 +81,20 @@ typedef struct {
     uint8_t qs[HR_X16 * HR_QK4_0 / 2];
 } hr_block_q4_0x16; /* 288 bytes */
 
-/* The activation block q4_0x16 multiplies: a q8_0 block (same quantization, same values) with its
- * scale already in f32 and s8 = -8 x the sum of qs, the correction for q4_0's unsigned nibbles. */
-typedef struct { /* 40 bytes */
+/* Block b of 16 q8_0 rows, interleaved the same way over 8 chunks: qs[64 v + 4 r + i] is row r's
+ * qs[4 v + i] + 128 (v 0..7; stored as x ^ 0x80: unsigned, the operand VNNI's vpdpbusd takes
+ * unsigned); 16 x 34 bytes, repacked in place likewise. */
+typedef struct {
+    hr_f16 d[HR_X16];
+    uint8_t qs[HR_X16 * HR_QK8_0];
+} hr_block_q8_0x16; /* 544 bytes */
+
+/* The activation block q4_0x16 and q8_0x16 multiply: a q8_0 block (same quantization, same values)
+ * with its scale already in f32 and the corrections for the weights' unsigned storage, -8 and -128
+ * times the sum of qs (q4_0's nibbles are x + 8, q8_0x16's bytes x + 128). */
+typedef struct { /* 44 bytes */
     float d;
-    int32_t s8;
+    int32_t s8, s128;
     int8_t qs[HR_QK8_0];
 } hr_block_q8_0s;
 
@@ -113,7 +123,11 @@ size_t hr_dtype_row_bytes(hr_dtype t, int64_t k);
  * tools, is hr_q4_0_unpack_x16 (same arguments). */
 void hr_q4_0_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
 void hr_q4_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
-/* The q8_0s block of a q8_0 block: the same values, the scale widened, s8 = -8 x their sum. */
+/* The same for q8_0 rows and q8_0x16 groups. */
+void hr_q8_0_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
+void hr_q8_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
+
+/* The q8_0s block of a q8_0 block: the same values, the scale widened, -8 and -128 x their sum. */
 void hr_q8_0s_from_q8_0(const hr_block_q8_0 *x, hr_block_q8_0s *y);
 
 /* ---- scalar conversions (exact, round-to-nearest-even) ---- */
@@ -152,10 +166,11 @@ typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row
  * r < nr, t < nt (strides in bytes for w and a, in floats for y). Every result is bit-identical to
  * the vec_dot entry of the same table: same lanes, same block order, same horizontal sum. This is
  * what lets a batch of tokens give exactly the tokens each would give alone. */
-/* For q4_0x16 (row_group 16) there is no lone-row vec_dot: w is the first of nr / 16 whole groups
- * (nr a multiple of 16, w_stride the q4_0 row bytes), and each element is the one sequence
+/* For q4_0x16 and q8_0x16 (row_group 16) there is no lone-row vec_dot: w is the first of nr / 16
+ * whole groups (nr a multiple of 16, w_stride the plain row's bytes), and each element is the one
+ * sequence
  *     acc = 0; for each block b in order: acc = fmaf(d_w[b] * d_a[b], (float)isum[b], acc)
- * with isum[b] = s8[b] + sum of the nibbles times qs[b] (exact integers), in every table. */
+ * with isum[b] the exact integer dot of the block's values (q4_0: nibble - 8), in every table. */
 typedef void (*hr_vec_dot_tile_fn)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,
                                    int nt, float *y, size_t y_stride);
 
