@@ -106,8 +106,9 @@ int main(int argc, char **argv) {
     void *W = malloc(sizeof(float) * (size_t)N * K);
     if (!wrow || !X || !Y || !W) return 1;
     for (size_t i = 0; i < (size_t)T_MAX * K; i++) X[i] = hr_rng_normal(&rng);
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,     HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q8_0X16,
-                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+    static const hr_dtype types[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K,
+                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
     printf("%-7s", "type");
     for (int j = 0; j < nTs; j++) printf("  %7s=%-3d %s", "T", Ts[j], Ts[j] == 1 ? "GB/s " : "GF/s ");
     printf("\n");
@@ -122,7 +123,9 @@ int main(int argc, char **argv) {
         }
         if (info->row_group > 1) {
             void *tmp = malloc(row * HR_X16);
-            (t == HR_DTYPE_Q4_0X16 ? hr_q4_0_repack_x16 : hr_q8_0_repack_x16)(W, N, K, tmp);
+            (t == HR_DTYPE_Q4_0X16   ? hr_q4_0_repack_x16
+             : t == HR_DTYPE_Q8_0X16 ? hr_q8_0_repack_x16
+                                     : hr_q4_K_repack_x16)(W, N, K, tmp);
             free(tmp);
         }
         printf("%-7s", info->name);

@@ -54,9 +54,11 @@ int main(int argc, char **argv) {
         float *y = malloc(sizeof(float) * (size_t)nr * (size_t)nt);
         const hr_dtype ft = hr_dtype_get_info((hr_dtype)t)->file_type; /* q4_0 for q4_0x16 */
         for (int r = 0; r < nr; r++) hr_quantize_row_ref(ft, x + r * k, w + (size_t)r * ws, k);
-        if (t == HR_DTYPE_Q4_0X16 || t == HR_DTYPE_Q8_0X16) {
+        if (hr_dtype_get_info((hr_dtype)t)->row_group > 1) {
             void *tmp = malloc(ws * HR_X16);
-            (t == HR_DTYPE_Q4_0X16 ? hr_q4_0_repack_x16 : hr_q8_0_repack_x16)(w, nr, k, tmp);
+            (t == HR_DTYPE_Q4_0X16   ? hr_q4_0_repack_x16
+             : t == HR_DTYPE_Q8_0X16 ? hr_q8_0_repack_x16
+                                     : hr_q4_K_repack_x16)(w, nr, k, tmp);
             free(tmp);
         }
         for (int i = 0; i < nt; i++) {

@@ -56,7 +56,9 @@ static void check_type(const hr_kernels *kern, const hr_kernels *scalar, hr_dtyp
     memcpy(Wplain, W, row_bytes * NR);
     if (grouped) {
         void *tmp = malloc(row_bytes * HR_X16);
-        (wt == HR_DTYPE_Q4_0X16 ? hr_q4_0_repack_x16 : hr_q8_0_repack_x16)(W, NR, k, tmp);
+        (wt == HR_DTYPE_Q4_0X16   ? hr_q4_0_repack_x16
+         : wt == HR_DTYPE_Q8_0X16 ? hr_q8_0_repack_x16
+                                  : hr_q4_K_repack_x16)(W, NR, k, tmp);
         free(tmp);
     }
     for (int64_t i = 0; i < T_BATCH * k; i++) X[i] = hr_rng_normal(rng);
@@ -148,8 +150,9 @@ int main(void) {
     static const char *isas[] = {"scalar", "avx2", "avx512"};
     hr_kernels scalar;
     hr_kernels_init(&scalar, f, "scalar");
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,    HR_DTYPE_Q4_0,
-                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_Q4_0X16, HR_DTYPE_Q8_0X16};
+    static const hr_dtype types[] = {HR_DTYPE_F32,     HR_DTYPE_F16,     HR_DTYPE_BF16,   HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q4_0,    HR_DTYPE_Q4_K,    HR_DTYPE_Q5_K,   HR_DTYPE_Q6_K,
+                                     HR_DTYPE_Q4_0X16, HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_KX16};
     for (size_t ii = 0; ii < HR_ARRAY_LEN(isas); ii++) {
         if (pinned && strcmp(pinned, isas[ii])) continue;
         if (!hr_kernels_isa_available(f, isas[ii])) continue;

@@ -26,10 +26,13 @@ static double *tensor_f64(const hr_model *m, const char *name, int64_t *n_out) {
     for (uint32_t i = 0; i < t->n_dims; i++) n *= t->ne[i];
     float *f = malloc(sizeof(float) * (size_t)n);
     const hr_dtype mt = hr_model_tensor_type(m, t);
-    if (mt == HR_DTYPE_Q4_0X16 || mt == HR_DTYPE_Q8_0X16) {
+    if (hr_dtype_get_info(mt)->row_group > 1) {
         char *plain = malloc(t->size_bytes), *tmp = malloc(t->size_bytes);
         memcpy(plain, t->data, t->size_bytes);
-        (mt == HR_DTYPE_Q4_0X16 ? hr_q4_0_unpack_x16 : hr_q8_0_unpack_x16)(plain, t->ne[1], t->ne[0], tmp);
+        void (*unpack)(void *, int64_t, int64_t, void *) = mt == HR_DTYPE_Q4_0X16   ? hr_q4_0_unpack_x16
+                                                           : mt == HR_DTYPE_Q8_0X16 ? hr_q8_0_unpack_x16
+                                                                                    : hr_q4_K_unpack_x16;
+        unpack(plain, t->ne[1], t->ne[0], tmp);
         hr_dequantize_row_ref((hr_dtype)t->type, plain, f, n);
         free(plain);
         free(tmp);
@@ -216,7 +219,7 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
     rig r = rig_open(shape, type, fmt, 2, 32);
     const hr_hparams *hp = hr_model_hparams(r.m);
     int V = hp->n_vocab;
-    if (type == HR_DTYPE_Q4_0 || type == HR_DTYPE_Q8_0) { /* every matrix but the embedding is repacked */
+    if (type == HR_DTYPE_Q4_0 || type == HR_DTYPE_Q8_0 || type == HR_DTYPE_Q4_K) { /* all but the embedding */
         const int packed = hr_model_packed_tensors(r.m, NULL);
         CHECKF(packed == 7 * hp->n_layer + !hp->tied_output, "%d matrices repacked, expected %d", packed,
                7 * hp->n_layer + !hp->tied_output);
@@ -369,6 +372,8 @@ int main(void) {
     hr_synth_shape_by_name("tiny", &s, NULL);
     check_against_reference(&s, HR_DTYPE_Q8_0, HR_KV_F32, 3e-2);
     check_against_reference(&s, HR_DTYPE_Q4_0, HR_KV_F32, 3e-2);
+    s.n_embd = 256, s.n_ff = 512, s.n_head = 4; /* q4_K: rows of whole super-blocks (head_dim 64) */
+    check_against_reference(&s, HR_DTYPE_Q4_K, HR_KV_F32, 3e-2);
     check_batch_invariance();
     check_load_errors();
     return hr_test_finish();

@@ -7,7 +7,7 @@
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
  *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
  *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
- *   q4_0x16, q8_0x16 (check_x16): the repack, the q8_0s activations and every tile element against the one
+ *   q4_0x16, q8_0x16, q4_Kx16 (check_x16): the repack, the activations and every tile element against the one
  *   sequence of tensor.h computed from the plain q4_0 rows, bit for bit
  * and f32 -> f16 against the CPU's F16C instruction on random bit patterns. */
 #include <immintrin.h>
@@ -137,27 +137,94 @@ static void check_kernels(const hr_kernels *kern, const hr_kernels *scalar, hr_r
     }
 }
 
-/* q4_0x16 / q8_0x16 (16 interleaved q4_0 / q8_0 rows): the repack is exact (unpack gives the plain
- * rows back), the activation quantizer writes the reference q8_0's values with its f32 scale and
- * -8 / -128 x sum, and every tile element, for groups x token counts of every tile width and its
- * leftovers, equals the one sequence of tensor.h computed here from the plain rows: per block the
- * exact integer sum of (nibble - 8) x q or x x q, then acc = fmaf(d_w x d_a, sum, acc). Bit for
- * bit, in every table. q8_0 weights include -128 (a file may hold it; the quantizer never writes it). */
+/* The 6-bit scale and min of sub-block j of a q4_K super-block (the format's packing, written here
+ * again so that the test does not lean on the code under test). */
+static void k4_scale_min(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* The one sequence of tensor.h for weight row w (plain q4_0 / q8_0 / q4_K) and activation row a
+ * (the reference's q8_0 / q8_K), computed from the plain layouts. */
+static float x16_expected(hr_dtype ft, int64_t k, const char *w, const char *a) {
+    float acc = 0.0f;
+    if (ft == HR_DTYPE_Q4_K) {
+        const hr_block_q4_K *x = (const void *)w;
+        const hr_block_q8_K *q = (const void *)a;
+        for (int64_t b = 0; b < k / 256; b++) {
+            const float dw = hr_f16_to_f32(x[b].d), mw = hr_f16_to_f32(x[b].dmin);
+            int32_t msum = 0;
+            for (int sb = 0; sb < 8; sb++) {
+                int sc, m;
+                k4_scale_min(sb, x[b].scales, &sc, &m);
+                int32_t qd = 0, ys = 0;
+                for (int l = 0; l < 32; l++) {
+                    const int e = 32 * sb + l; /* element; its nibble: byte 32 (sb / 2) + l, high for odd sb */
+                    const int nib = (x[b].qs[32 * (sb / 2) + l] >> (4 * (sb & 1))) & 15;
+                    qd += nib * q[b].qs[e];
+                    ys += q[b].qs[e];
+                }
+                acc = fmaf((dw * (float)sc) * q[b].d, (float)qd, acc);
+                msum += m * ys;
+            }
+            acc = fmaf(-(mw * q[b].d), (float)msum, acc);
+        }
+        return acc;
+    }
+    const hr_block_q8_0 *ab = (const void *)a;
+    for (int64_t b = 0; b < k / 32; b++) {
+        int32_t isum = 0;
+        float dw;
+        if (ft == HR_DTYPE_Q4_0) {
+            const hr_block_q4_0 *x = (const hr_block_q4_0 *)w + b;
+            for (int j = 0; j < 16; j++)
+                isum += ((x->qs[j] & 15) - 8) * ab[b].qs[j] + ((x->qs[j] >> 4) - 8) * ab[b].qs[j + 16];
+            dw = hr_f16_to_f32(x->d);
+        } else {
+            const hr_block_q8_0 *x = (const hr_block_q8_0 *)w + b;
+            for (int j = 0; j < 32; j++) isum += x->qs[j] * ab[b].qs[j];
+            dw = hr_f16_to_f32(x->d);
+        }
+        acc = fmaf(dw * hr_f16_to_f32(ab[b].d), (float)isum, acc);
+    }
+    return acc;
+}
+
+/* q4_0x16 / q8_0x16 / q4_Kx16 (16 interleaved rows): the repack is exact (unpack gives the plain
+ * rows back), the activation quantizer writes the reference q8_0's / q8_K's values with the sums the
+ * layout needs, and every tile element, for groups x token counts of every tile width and its
+ * leftovers, equals the one sequence of tensor.h computed here from the plain rows. Bit for bit, in
+ * every table. q8_0 weights include -128 (a file may hold it; the quantizer never writes it). */
 static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
-    static const int64_t ks[] = {32, 64, 96, 2048, 4128, 16416};
+    static const int64_t ks32[] = {32, 64, 96, 2048, 4128, 16416}, ks256[] = {256, 512, 4096, 16640};
     static const int nrs[] = {16, 48};
     static const int nts[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33};
-    const bool q4 = xt == HR_DTYPE_Q4_0X16;
-    const hr_dtype ft = q4 ? HR_DTYPE_Q4_0 : HR_DTYPE_Q8_0;
+    const hr_dtype ft = hr_dtype_get_info(xt)->file_type;
+    const hr_dtype at = hr_dtype_get_info(ft)->vec_dot_type;  /* the reference's activations */
+    const hr_dtype xat = hr_dtype_get_info(xt)->vec_dot_type; /* the layout's */
+    const int qk = hr_dtype_get_info(ft)->block_elems;
     const char *xname = hr_dtype_get_info(xt)->name;
+    void (*repack)(void *, int64_t, int64_t, void *) = ft == HR_DTYPE_Q4_0   ? hr_q4_0_repack_x16
+                                                       : ft == HR_DTYPE_Q8_0 ? hr_q8_0_repack_x16
+                                                                             : hr_q4_K_repack_x16;
+    void (*unpack)(void *, int64_t, int64_t, void *) = ft == HR_DTYPE_Q4_0   ? hr_q4_0_unpack_x16
+                                                       : ft == HR_DTYPE_Q8_0 ? hr_q8_0_unpack_x16
+                                                                             : hr_q4_K_unpack_x16;
     const hr_type_kernels *tk = &kern->type[xt];
     CHECK(tk->vec_dot_tile && tk->quantize_act && !tk->vec_dot);
-    for (size_t ki = 0; ki < HR_ARRAY_LEN(ks); ki++)
+    const int64_t *ks = qk == 256 ? ks256 : ks32;
+    const size_t nks = qk == 256 ? HR_ARRAY_LEN(ks256) : HR_ARRAY_LEN(ks32);
+    for (size_t ki = 0; ki < nks; ki++)
         for (size_t ri = 0; ri < HR_ARRAY_LEN(nrs); ri++) {
-            const int64_t k = ks[ki], nb = k / 32;
+            const int64_t k = ks[ki], nb = k / qk;
             const int nr = nrs[ri], NTMAX = 33;
-            const size_t ws = hr_dtype_row_bytes(ft, k), as = hr_dtype_row_bytes(HR_DTYPE_Q8_0S, k);
-            const size_t aps = hr_dtype_row_bytes(HR_DTYPE_Q8_0, k);
+            const size_t ws = hr_dtype_row_bytes(ft, k), as = hr_dtype_row_bytes(xat, k);
+            const size_t aps = hr_dtype_row_bytes(at, k), ablk = hr_dtype_get_info(at)->block_bytes;
             float *x = malloc(sizeof(float) * (size_t)k);
             char *plain = malloc(ws * (size_t)nr), *W = malloc(ws * (size_t)nr), *tmp = malloc(ws * HR_X16);
             char *A = malloc(as * (size_t)NTMAX), *Ap = malloc(aps * (size_t)NTMAX);
@@ -166,13 +233,16 @@ static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
                 const float scale = r % 5 == 0 ? 1e-3f : r % 5 == 1 ? 30.0f : 1.0f;
                 for (int64_t j = 0; j < k; j++) x[j] = scale * (float)(hr_rng_uniform(rng) * 2.0 - 1.0);
                 if (r == 3) memset(x, 0, sizeof(float) * (size_t)k); /* an all-zero row: scale 0 */
-                hr_quantize_row_ref(HR_DTYPE_Q4_0, x, plain + (size_t)r * ws, k);
+                hr_quantize_row_ref(ft, x, plain + (size_t)r * ws, k);
+                if (ft == HR_DTYPE_Q8_0 && (r == 5 || r == 6)) { /* -128 here and there, a whole block in row 6 */
+                    hr_block_q8_0 *blk = (hr_block_q8_0 *)(plain + (size_t)r * ws);
+                    for (int64_t b = 0; b < nb; b += 3)
+                        for (int j = 0; j < 32; j += r == 6 ? 1 : 7) blk[b].qs[j] = -128;
+                }
             }
-            void (*repack)(void *, int64_t, int64_t, void *) = q4 ? hr_q4_0_repack_x16 : hr_q8_0_repack_x16;
-            void (*unpack)(void *, int64_t, int64_t, void *) = q4 ? hr_q4_0_unpack_x16 : hr_q8_0_unpack_x16;
             memcpy(W, plain, ws * (size_t)nr);
             repack(W, nr, k, tmp);
-            CHECK(nb < 1 || memcmp(W, plain, ws * (size_t)nr) != 0);
+            CHECK(memcmp(W, plain, ws * (size_t)nr) != 0);
             unpack(W, nr, k, tmp);
             CHECKF(!memcmp(W, plain, ws * (size_t)nr), "%s k=%lld: unpack does not give the rows back", xname,
                    (long long)k);
@@ -181,14 +251,21 @@ static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
             for (int t = 0; t < NTMAX; t++) {
                 for (int64_t j = 0; j < k; j++) x[j] = (float)(hr_rng_uniform(rng) * 4.0 - 2.0);
                 tk->quantize_act(x, A + (size_t)t * as, k);
-                hr_quantize_row_ref(HR_DTYPE_Q8_0, x, Ap + (size_t)t * aps, k);
+                hr_quantize_row_ref(at, x, Ap + (size_t)t * aps, k);
                 for (int64_t b = 0; b < nb; b++) {
-                    hr_block_q8_0s want;
-                    hr_q8_0s_from_q8_0((const hr_block_q8_0 *)(Ap + (size_t)t * aps) + b, &want);
-                    bad_act += memcmp(&want, (const hr_block_q8_0s *)(A + (size_t)t * as) + b, sizeof want) != 0;
+                    const char *ref = Ap + (size_t)t * aps + (size_t)b * ablk;
+                    if (xat == HR_DTYPE_Q8_0S) {
+                        hr_block_q8_0s want;
+                        hr_q8_0s_from_q8_0((const hr_block_q8_0 *)ref, &want);
+                        bad_act += memcmp(&want, (const hr_block_q8_0s *)(A + (size_t)t * as) + b, sizeof want) != 0;
+                    } else {
+                        hr_block_q8_Ks want;
+                        hr_q8_Ks_from_q8_K((const hr_block_q8_K *)ref, &want);
+                        bad_act += memcmp(&want, (const hr_block_q8_Ks *)(A + (size_t)t * as) + b, sizeof want) != 0;
+                    }
                 }
             }
-            CHECKF(bad_act == 0, "%s q8_0s k=%lld: %d activation blocks differ from the reference q8_0's", kern->isa,
+            CHECKF(bad_act == 0, "%s %s k=%lld: %d activation blocks differ from the reference's", kern->isa, xname,
                    (long long)k, bad_act);
             for (size_t ti = 0; ti < HR_ARRAY_LEN(nts); ti++) {
                 const int nt = nts[ti];
@@ -197,23 +274,9 @@ static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
                 int bad = 0;
                 for (int t = 0; t < nt; t++)
                     for (int r = 0; r < nr; r++) {
-                        const hr_block_q4_0 *wb = (const hr_block_q4_0 *)(plain + (size_t)r * ws);
-                        const hr_block_q8_0 *w8 = (const hr_block_q8_0 *)(plain + (size_t)r * ws);
-                        const hr_block_q8_0 *ab = (const hr_block_q8_0 *)(Ap + (size_t)t * aps);
-                        float acc = 0.0f;
-                        for (int64_t b = 0; b < nb; b++) {
-                            int32_t isum = 0;
-                            if (q4)
-                                for (int j = 0; j < 16; j++)
-                                    isum += ((wb[b].qs[j] & 15) - 8) * ab[b].qs[j] +
-                                            ((wb[b].qs[j] >> 4) - 8) * ab[b].qs[j + 16];
-                            else
-                                for (int j = 0; j < 32; j++) isum += w8[b].qs[j] * ab[b].qs[j];
-                            const float dw = hr_f16_to_f32(q4 ? wb[b].d : w8[b].d);
-                            acc = fmaf(dw * hr_f16_to_f32(ab[b].d), (float)isum, acc);
-                        }
-                        float got = y[(size_t)t * ys + (size_t)r];
-                        bad += memcmp(&got, &acc, sizeof acc) != 0;
+                        const float want = x16_expected(ft, k, plain + (size_t)r * ws, Ap + (size_t)t * aps);
+                        const float got = y[(size_t)t * ys + (size_t)r];
+                        bad += memcmp(&got, &want, sizeof want) != 0;
                     }
                 CHECKF(bad == 0, "%s %s k=%lld %d rows x %d tokens: %d elements differ from the sequence", kern->isa,
                        xname, (long long)k, nr, nt, bad);
@@ -273,6 +336,7 @@ int main(void) {
         check_kernels(&kern, &scalar, &rng);
         check_x16(&kern, HR_DTYPE_Q4_0X16, &rng);
         check_x16(&kern, HR_DTYPE_Q8_0X16, &rng);
+        check_x16(&kern, HR_DTYPE_Q4_KX16, &rng);
         ran++;
     }
     CHECK(ran >= 1);

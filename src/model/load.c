@@ -199,13 +199,13 @@ static const char *dominant_type(const hr_model *m) {
     return info ? info->name : "?";
 }
 
-/* Repacks the q4_0 and q8_0 matrices the layers and an untied output multiply with (rows a multiple
- * of 16) into q4_0x16 / q8_0x16, in place: the same bytes, interleaved so that the tile computes 16
+/* Repacks the q4_0, q8_0 and q4_K matrices the layers and an untied output multiply with (rows a
+ * multiple of 16) into q4_0x16 / q8_0x16 / q4_Kx16, in place: the same bytes, interleaved so that the tile computes 16
  * rows per register (tensor.h, kernels_q4x16.h). The token embedding is left as it is (its rows are
  * looked up one by one). Where the data cannot be written (memory lent read-only) or a tmp cannot be
  * had, the weights stay plain: slower, results within rounding of the packed ones. */
 static bool packable(const hr_weight *w) {
-    return (w->type == HR_DTYPE_Q4_0 || w->type == HR_DTYPE_Q8_0) && w->rows % HR_X16 == 0;
+    return (w->type == HR_DTYPE_Q4_0 || w->type == HR_DTYPE_Q8_0 || w->type == HR_DTYPE_Q4_K) && w->rows % HR_X16 == 0;
 }
 
 /* Visits the matrices pack_weights may repack: the untied output, then every layer's seven. */
@@ -239,9 +239,12 @@ static void pack_weights(hr_model *m) {
                 if (w->type == HR_DTYPE_Q4_0) {
                     hr_q4_0_repack_x16(data, w->rows, w->cols, tmp);
                     w->type = HR_DTYPE_Q4_0X16;
-                } else {
+                } else if (w->type == HR_DTYPE_Q8_0) {
                     hr_q8_0_repack_x16(data, w->rows, w->cols, tmp);
                     w->type = HR_DTYPE_Q8_0X16;
+                } else {
+                    hr_q4_K_repack_x16(data, w->rows, w->cols, tmp);
+                    w->type = HR_DTYPE_Q4_KX16;
                 }
             }
         });

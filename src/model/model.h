@@ -52,7 +52,7 @@ typedef struct hr_model hr_model;
  * The model keeps the file mapped until hr_model_destroy. */
 hr_status hr_model_load(const char *path, hr_model **out, hr_error *err);
 /* The same, choosing how the weights are held (gguf.h: mapped, or resident in huge pages) and
- * whether q4_0 / q8_0 matrices are repacked into q4_0x16 / q8_0x16 (tensor.h; hr_model_load and
+ * whether q4_0 / q8_0 / q4_K matrices are repacked into q4_0x16 / q8_0x16 / q4_Kx16 (tensor.h; hr_model_load and
  * hr_model_load_gguf repack): in place, so the model's memory does not grow, but a mapped file's pages then become
  * private copies; `repack` false leaves the data as in the file (shared pages, the plain kernels). */
 hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, bool repack, hr_model **out, hr_error *err);
@@ -67,7 +67,7 @@ const hr_gguf *hr_model_gguf(const hr_model *m);
 uint64_t hr_model_weight_bytes(const hr_model *m);
 /* The most common weight type of the matrices as in the file ("q4_0", "f16", ...). */
 const char *hr_model_type_name(const hr_model *m);
-/* The type the model computes tensor t of its GGUF in: t->type, or q4_0x16 / q8_0x16 where the load
+/* The type the model computes tensor t of its GGUF in: t->type, or an x16 type where the load
  * repacked it (then t->data holds interleaved groups, not the file's rows). */
 hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t);
 /* Matrices repacked at load, and their bytes. */

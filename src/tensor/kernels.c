@@ -77,7 +77,8 @@ static void set(hr_kernels *k, hr_dtype t, const char *isa, hr_quantize_row_fn q
         (hr_type_kernels){.quantize_act = q, .dequantize = dq, .vec_dot = dot, .vec_dot_tile = tile, .isa = isa};
 }
 
-/* q4_0x16 and q8_0x16 entries have a tile but no lone-row dot or row dequantizer: their rows live in groups. */
+/* q4_0x16, q8_0x16 and q4_Kx16 entries have a tile but no lone-row dot or row dequantizer: their rows live in groups.
+ */
 static void init_scalar(hr_kernels *k) {
     const char *s = "scalar";
     set(k, HR_DTYPE_F32, s, hr_ref_copy_f32, hr_ref_dequantize_f32, hr_scalar_dot_f32, tile_scalar_f32);
@@ -90,6 +91,7 @@ static void init_scalar(hr_kernels *k) {
     set(k, HR_DTYPE_Q6_K, s, hr_ref_quantize_q8_K, hr_ref_dequantize_q6_K, hr_scalar_dot_q6_K, tile_scalar_q6_K);
     set(k, HR_DTYPE_Q4_0X16, s, hr_ref_quantize_q8_0s, NULL, NULL, hr_scalar_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_ref_quantize_q8_0s, NULL, NULL, hr_scalar_tile_q8_0x16);
+    set(k, HR_DTYPE_Q4_KX16, s, hr_ref_quantize_q8_Ks, NULL, NULL, hr_scalar_tile_q4_Kx16);
 }
 
 static void init_avx2(hr_kernels *k) {
@@ -104,6 +106,7 @@ static void init_avx2(hr_kernels *k) {
     set(k, HR_DTYPE_Q6_K, s, hr_ref_quantize_q8_K, hr_ref_dequantize_q6_K, hr_avx2_dot_q6_K, hr_avx2_tile_q6_K);
     set(k, HR_DTYPE_Q4_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx2_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx2_tile_q8_0x16);
+    set(k, HR_DTYPE_Q4_KX16, s, hr_ref_quantize_q8_Ks, NULL, NULL, hr_avx2_tile_q4_Kx16);
 }
 
 /* The AVX-512 entries over the AVX2 table: every one there is (all, for force_isa "avx512"), or only
@@ -123,6 +126,7 @@ static void add_avx512(hr_kernels *k, hr_cpu_features f, bool all) {
     /* q4_0x16 (512-bit VNNI): MEASUREMENT PENDING */
     set(k, HR_DTYPE_Q4_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx512_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx512_tile_q8_0x16);
+    set(k, HR_DTYPE_Q4_KX16, s, hr_ref_quantize_q8_Ks, NULL, NULL, hr_avx512_tile_q4_Kx16);
     /* An entry not (yet) measured faster goes here, set only when `all`. None today: f32/f16/bf16 and
      * the K-quants have no AVX-512 build. */
 }
@@ -163,8 +167,9 @@ void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa) {
 }
 
 int hr_kernels_describe(const hr_kernels *k, char *buf, size_t n) {
-    static const hr_dtype order[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
-                                     HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+    static const hr_dtype order[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K,
+                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
     int len = 0;
     if (n) buf[0] = '\0';
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {

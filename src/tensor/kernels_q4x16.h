@@ -107,6 +107,85 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
+
+/* q4_Kx16, 8 tokens at most per pass (16 nibble registers per pair of sub-blocks): per super-block
+ * the 16 rows' 6-bit scales and mins are decoded in the lanes (get_scale_min_k4 on 4 bytes at once),
+ * then per pair j of sub-blocks the 8 chunks' nibbles are split once for the tokens, and each token
+ * runs 8 vpdpbusd per sub-block and one FMA per sub-block, then the mins by vpmaddwd. */
+static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, int64_t nb, const char *gp, const char *a,
+                                                                 size_t as, float *y, size_t ys) {
+    const hr_block_q4_Kx16 *g = (const void *)gp;
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i lowords = _mm512_set1_epi32(0x00FF00FF), byte = _mm512_set1_epi32(0xFF);
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(C, &g[b], sizeof g[b]);
+        const __m512i s0 = _mm512_loadu_si512((const void *)g[b].scales);
+        const __m512i s1 = _mm512_loadu_si512((const void *)(g[b].scales + 64));
+        const __m512i s2 = _mm512_loadu_si512((const void *)(g[b].scales + 128));
+        const __m512i sclo = _mm512_and_si512(s0, m63), mlo = _mm512_and_si512(s1, m63);
+        const __m512i schi = _mm512_or_si512(_mm512_and_si512(s2, m4), _mm512_and_si512(_mm512_srli_epi16(s0, 2), m30));
+        const __m512i mhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s2, 4), m4),
+                                            _mm512_and_si512(_mm512_srli_epi16(s1, 2), m30));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i lo[8], hi[8];
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                const __m512i w = _mm512_loadu_si512((const void *)(g[b].qs + 512 * j + 64 * v));
+                lo[v] = _mm512_and_si512(w, m4);
+                hi[v] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+            }
+            const __m512i scv = j < 2 ? sclo : schi;
+            const __m512 dsc0 = _mm512_mul_ps(
+                dw, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scv, 8 * ((2 * j) & 3)), byte)));
+            const __m512 dsc1 = _mm512_mul_ps(
+                dw, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scv, 8 * ((2 * j + 1) & 3)), byte)));
+#pragma GCC unroll 8
+            for (int t = 0; t < C; t++) {
+                const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+                const int8_t *yq = yb->qs + 64 * j;
+                __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int v = 0; v < 8; v++) {
+                    q0 = _mm512_dpbusd_epi32(q0, lo[v], _mm512_set1_epi32(load_i32(yq + 4 * v)));
+                    q1 = _mm512_dpbusd_epi32(q1, hi[v], _mm512_set1_epi32(load_i32(yq + 32 + 4 * v)));
+                }
+                const __m512 dy = _mm512_set1_ps(yb->d);
+                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc0, dy), _mm512_cvtepi32_ps(q0), acc[t]);
+                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc1, dy), _mm512_cvtepi32_ps(q1), acc[t]);
+            }
+        }
+        const __m512i m02 = _mm512_and_si512(mlo, lowords), m13 = _mm512_srli_epi16(mlo, 8);
+        const __m512i m46 = _mm512_and_si512(mhi, lowords), m57 = _mm512_srli_epi16(mhi, 8);
+        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].dmin));
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) {
+            const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+            __m512i ms = _mm512_madd_epi16(m02, _mm512_set1_epi32(yb->ysp[0]));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m13, _mm512_set1_epi32(yb->ysp[1])));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m46, _mm512_set1_epi32(yb->ysp[2])));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m57, _mm512_set1_epi32(yb->ysp[3])));
+            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(ms), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
+    (void)half;
+    if (C > 8) { /* two passes over the group: the first 8 tokens, then the rest */
+        rows_tile_q4k8(8, nb, gp, a, as, y, ys);
+        rows_tile_q4k8(C - 8, nb, gp, a + 8 * as, as, y + 8 * ys, ys);
+    } else {
+        rows_tile_q4k8(C, nb, gp, a, as, y, ys);
+    }
+}
 #else
 #define HR_X16_TC   4 /* tokens per tile: 8 nibble registers + 4 accumulators + temporaries in 16 */
 #define HR_X16_ROWS 8 /* rows per register: a group is two halves */
@@ -186,6 +265,68 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
+/* q4_Kx16 with AVX2, 8 rows a half: per super-block the scales and mins decoded in the lanes, then
+ * sub-block after sub-block its 8 chunks' nibbles once for the C tokens, each token 8 vpmaddubsw
+ * summed in int16 (|sum| <= 8 x 2 x 15 x 128 < 2^15) and one vpmaddwd, one FMA per sub-block; then
+ * the mins by vpmaddwd. */
+static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
+    const hr_block_q4_Kx16 *g = (const void *)gp;
+    __m256 acc[HR_X16_TC];
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i ones = _mm256_set1_epi16(1), lowords = _mm256_set1_epi32(0x00FF00FF), byte = _mm256_set1_epi32(0xFF);
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(C, &g[b], sizeof g[b]);
+        const __m256i s0 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 32 * half));
+        const __m256i s1 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 64 + 32 * half));
+        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 128 + 32 * half));
+        const __m256i sclo = _mm256_and_si256(s0, m63), mlo = _mm256_and_si256(s1, m63);
+        const __m256i schi = _mm256_or_si256(_mm256_and_si256(s2, m4), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+        const __m256i mhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m4),
+                                            _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * half)));
+        for (int sb = 0; sb < 8; sb++) {
+            const int j = sb >> 1, odd = sb & 1;
+            __m256i nib[8];
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(g[b].qs + 512 * j + 64 * v + 32 * half));
+                nib[v] = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
+            }
+            const __m256i scv = sb < 4 ? sclo : schi;
+            const __m256 dsc =
+                _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scv, 8 * (sb & 3)), byte)));
+#pragma GCC unroll 4
+            for (int t = 0; t < C; t++) {
+                const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+                const int8_t *yq = yb->qs + 32 * sb;
+                __m256i s16 = _mm256_maddubs_epi16(nib[0], _mm256_set1_epi32(load_i32(yq)));
+#pragma GCC unroll 8
+                for (int v = 1; v < 8; v++)
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[v], _mm256_set1_epi32(load_i32(yq + 4 * v))));
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, _mm256_set1_ps(yb->d)),
+                                         _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), acc[t]);
+            }
+        }
+        const __m256i m02 = _mm256_and_si256(mlo, lowords), m13 = _mm256_srli_epi16(mlo, 8);
+        const __m256i m46 = _mm256_and_si256(mhi, lowords), m57 = _mm256_srli_epi16(mhi, 8);
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].dmin + 8 * half)));
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) {
+            const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+            __m256i ms = _mm256_madd_epi16(m02, _mm256_set1_epi32(yb->ysp[0]));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(m13, _mm256_set1_epi32(yb->ysp[1])));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(m46, _mm256_set1_epi32(yb->ysp[2])));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(m57, _mm256_set1_epi32(yb->ysp[3])));
+            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(ms), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
 /* One token (decode) of q8_0x16 with AVX2: both halves of the group per block, so each line of the
  * group is read once and the token's activation broadcasts serve both. */
 static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *y) {
@@ -216,6 +357,100 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
     _mm256_storeu_ps(y + 8, acc1);
 }
 #define HR_X16_ONE_Q8 one_tok_q8
+
+/* One token (decode) of q4_Kx16 with AVX2: both halves per sub-block, so each line of the group is
+ * read once and each activation broadcast serves 16 rows. */
+static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float *y) {
+    const hr_block_q4_Kx16 *g = (const void *)gp;
+    const hr_block_q8_Ks *yb = (const void *)a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i ones = _mm256_set1_epi16(1), lowords = _mm256_set1_epi32(0x00FF00FF), byte = _mm256_set1_epi32(0xFF);
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(1, &g[b], sizeof g[b]);
+        __m256i sclo[2], schi[2];
+        __m256 dw[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 32 * h));
+            const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 128 + 32 * h));
+            sclo[h] = _mm256_and_si256(s0, m63);
+            schi[h] = _mm256_or_si256(_mm256_and_si256(s2, m4), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+            dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * h)));
+        }
+        const __m256 dy = _mm256_set1_ps(yb[b].d);
+        for (int sb = 0; sb < 8; sb++) {
+            const int j = sb >> 1, odd = sb & 1;
+            const int8_t *yq = yb[b].qs + 32 * sb;
+            __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * v));
+                for (int h = 0; h < 2; h++) {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(g[b].qs + 512 * j + 64 * v + 32 * h));
+                    const __m256i n = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
+                    s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(n, yv));
+                }
+            }
+            for (int h = 0; h < 2; h++) {
+                const __m256i scv = sb < 4 ? sclo[h] : schi[h];
+                const __m256 dsc = _mm256_mul_ps(
+                    dw[h], _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scv, 8 * (sb & 3)), byte)));
+                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, dy), _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[h], ones)),
+                                         acc[h]);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i s1 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 64 + 32 * h));
+            const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 128 + 32 * h));
+            const __m256i mlo = _mm256_and_si256(s1, m63);
+            const __m256i mhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m4),
+                                                _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
+            __m256i ms = _mm256_madd_epi16(_mm256_and_si256(mlo, lowords), _mm256_set1_epi32(yb[b].ysp[0]));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_srli_epi16(mlo, 8), _mm256_set1_epi32(yb[b].ysp[1])));
+            ms = _mm256_add_epi32(ms,
+                                  _mm256_madd_epi16(_mm256_and_si256(mhi, lowords), _mm256_set1_epi32(yb[b].ysp[2])));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_srli_epi16(mhi, 8), _mm256_set1_epi32(yb[b].ysp[3])));
+            const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].dmin + 8 * h)));
+            acc[h] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, dy), _mm256_cvtepi32_ps(ms), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+#define HR_X16_ONE_Q4K one_tok_q4k
+
+/* One token (decode) of q4_0x16 with AVX2: both halves per block (each line read once). */
+static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *y) {
+    const hr_block_q4_0x16 *g = (const void *)gp;
+    const hr_block_q8_0s *yb = (const void *)a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_block(1, &g[b], sizeof g[b]);
+        __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const __m256i ylo = _mm256_set1_epi32(load_i32(yb[b].qs + 4 * v));
+            const __m256i yhi = _mm256_set1_epi32(load_i32(yb[b].qs + 16 + 4 * v));
+            for (int h = 0; h < 2; h++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(g[b].qs + 64 * v + 32 * h));
+                s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(_mm256_and_si256(w, m4), ylo));
+                s16[h] =
+                    _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), yhi));
+            }
+        }
+        const __m256 dy = _mm256_set1_ps(yb[b].d);
+        const __m256i s8 = _mm256_set1_epi32(yb[b].s8);
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * h)));
+            const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16[h], ones), s8);
+            acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(s), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+#define HR_X16_ONE_Q4 one_tok_q4
 #endif
 
 /* One token over a group through the tile, half after half (where no dedicated path is faster). */
@@ -223,7 +458,14 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
     static inline void one_tok_via_##rows_tile(int64_t nb, const char *gp, const char *a, float *y) {                  \
         for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) rows_tile(1, nb, gp, h, a, 0, y + h * HR_X16_ROWS, 0);          \
     }
+#ifndef HR_X16_ONE_Q4
 HR_X16_ONE_VIA(rows_tile_q4)
+#define HR_X16_ONE_Q4 one_tok_via_rows_tile_q4
+#endif
+#ifndef HR_X16_ONE_Q4K
+HR_X16_ONE_VIA(rows_tile_q4k)
+#define HR_X16_ONE_Q4K one_tok_via_rows_tile_q4k
+#endif
 #ifndef HR_X16_ONE_Q8
 HR_X16_ONE_VIA(rows_tile_q8)
 #define HR_X16_ONE_Q8 one_tok_via_rows_tile_q8
@@ -240,15 +482,16 @@ HR_X16_ONE_VIA(rows_tile_q8)
 #if HR_X16_TC > 8
 #define HR_X16_WIDE_CASES(rows_tile)                                                                                   \
     HR_X16_CASE(15, rows_tile)                                                                                         \
-    HR_X16_CASE(14, rows_tile) HR_X16_CASE(13, rows_tile) HR_X16_CASE(12, rows_tile) HR_X16_CASE(11, rows_tile)        \
-        HR_X16_CASE(10, rows_tile) HR_X16_CASE(9, rows_tile) HR_X16_CASE(8, rows_tile) HR_X16_CASE(7, rows_tile)       \
-            HR_X16_CASE(6, rows_tile) HR_X16_CASE(5, rows_tile) HR_X16_CASE(4, rows_tile)
+    HR_X16_CASE(14, rows_tile)                                                                                         \
+    HR_X16_CASE(13, rows_tile) HR_X16_CASE(12, rows_tile) HR_X16_CASE(11, rows_tile) HR_X16_CASE(10, rows_tile)        \
+        HR_X16_CASE(9, rows_tile) HR_X16_CASE(8, rows_tile) HR_X16_CASE(7, rows_tile) HR_X16_CASE(6, rows_tile)        \
+            HR_X16_CASE(5, rows_tile) HR_X16_CASE(4, rows_tile)
 #else
 #define HR_X16_WIDE_CASES(rows_tile)
 #endif
-#define HR_X16_DRIVER(name, rows_tile, one_tok)                                                                        \
+#define HR_X16_DRIVER(name, rows_tile, one_tok, qk)                                                                    \
     void name(int64_t k, const void *w, size_t ws, int nr, const void *a, size_t as, int nt, float *y, size_t ys) {    \
-        const int64_t nb = k / HR_QK8_0;                                                                               \
+        const int64_t nb = k / (qk);                                                                                   \
         const int ng = nr / HR_X16;                                                                                    \
         const char *A = a;                                                                                             \
         if (nt == 1) {                                                                                                 \
@@ -274,8 +517,9 @@ HR_X16_ONE_VIA(rows_tile_q8)
         }                                                                                                              \
     }
 
-HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, one_tok_via_rows_tile_q4)
-HR_X16_DRIVER(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8)
+HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, HR_X16_ONE_Q4, HR_QK4_0)
+HR_X16_DRIVER(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0)
+HR_X16_DRIVER(HR_X16FN(tile_q4_Kx16), rows_tile_q4k, HR_X16_ONE_Q4K, HR_QK_K)
 
 #if !HR_X16_512
 /* q8_0s activations: the AVX2 q8_0 quantizer (the reference's bytes) per block, then the widened

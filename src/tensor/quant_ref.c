@@ -197,8 +197,10 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_Q5_K: hr_ref_quantize_q5_K(x, dst, k); break;
     case HR_DTYPE_Q6_K: hr_ref_quantize_q6_K(x, dst, k); break;
     case HR_DTYPE_Q8_0S: hr_ref_quantize_q8_0s(x, dst, k); break;
-    case HR_DTYPE_Q4_0X16: /* rows live in groups: quantize q4_0 (q8_0), then hr_q4_0_repack_x16 (q8_0) */
-    case HR_DTYPE_Q8_0X16: break;
+    case HR_DTYPE_Q8_KS: hr_ref_quantize_q8_Ks(x, dst, k); break;
+    case HR_DTYPE_Q4_0X16: /* rows live in groups: quantize q4_0 (q8_0, q4_K), then hr_q4_0_repack_x16 (...) */
+    case HR_DTYPE_Q8_0X16:
+    case HR_DTYPE_Q4_KX16: break;
     }
 }
 
@@ -218,8 +220,14 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
             for (int j = 0; j < HR_QK8_0; j++)
                 y[i * HR_QK8_0 + j] = ((const hr_block_q8_0s *)src)[i].d * ((const hr_block_q8_0s *)src)[i].qs[j];
         break;
-    case HR_DTYPE_Q4_0X16: /* rows live in groups: hr_q4_0_unpack_x16 (q8_0), then q4_0 (q8_0) */
-    case HR_DTYPE_Q8_0X16: break;
+    case HR_DTYPE_Q8_KS:
+        for (int64_t i = 0; i < k / HR_QK_K; i++)
+            for (int j = 0; j < HR_QK_K; j++)
+                y[i * HR_QK_K + j] = ((const hr_block_q8_Ks *)src)[i].d * ((const hr_block_q8_Ks *)src)[i].qs[j];
+        break;
+    case HR_DTYPE_Q4_0X16: /* rows live in groups: hr_q4_0_unpack_x16 (q8_0, q4_K), then q4_0 (...) */
+    case HR_DTYPE_Q8_0X16:
+    case HR_DTYPE_Q4_KX16: break;
     }
 }
 
@@ -234,9 +242,11 @@ float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_r
     case HR_DTYPE_Q5_K: return hr_ref_dot_q5_K(k, w_row, act_row);
     case HR_DTYPE_Q6_K: return hr_ref_dot_q6_K(k, w_row, act_row);
     case HR_DTYPE_Q8_K: /* activation types: nothing dots against them as weights */
-    case HR_DTYPE_Q8_0S: break;
+    case HR_DTYPE_Q8_0S:
+    case HR_DTYPE_Q8_KS: break;
     case HR_DTYPE_Q4_0X16: /* no lone row: hr_kernels' tile */
-    case HR_DTYPE_Q8_0X16: break;
+    case HR_DTYPE_Q8_0X16:
+    case HR_DTYPE_Q4_KX16: break;
     }
     return 0.0f;
 }

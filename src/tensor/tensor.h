@@ -27,9 +27,11 @@ typedef enum hr_dtype {
     HR_DTYPE_Q4_0X16 = 40, /* q4_0 weights repacked at load, 16 rows interleaved (hr_block_q4_0x16) */
     HR_DTYPE_Q8_0S = 41,   /* activations for q4_0x16 and q8_0x16: q8_0 with the scale in f32 and sums */
     HR_DTYPE_Q8_0X16 = 42, /* q8_0 weights repacked at load, 16 rows interleaved (hr_block_q8_0x16) */
+    HR_DTYPE_Q4_KX16 = 43, /* q4_K weights repacked at load, 16 rows interleaved (hr_block_q4_Kx16) */
+    HR_DTYPE_Q8_KS = 44,   /* activations for q4_Kx16: q8_K with its sub-block sums paired (hr_block_q8_Ks) */
 } hr_dtype;
 
-#define HR_DTYPE_TABLE 43 /* ids below this index the type and kernel tables */
+#define HR_DTYPE_TABLE 45 /* ids below this index the type and kernel tables */
 
 typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
 typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
@@ -89,6 +91,25 @@ typedef struct {
     uint8_t qs[HR_X16 * HR_QK8_0];
 } hr_block_q8_0x16; /* 544 bytes */
 
+/* Super-block b of 16 q4_K rows: the scales, each row's 12 bytes as 3 dwords over 3 chunks of 64
+ * bytes (scales[64 c + 4 r + i] = row r's scales[4 c + i]), and the nibbles as 4 x 8 chunks,
+ * qs[512 j + 64 v + 4 r + i] = row r's qs[32 j + 4 v + i] (low nibbles: elements 64 j + 4 v + i of
+ * sub-block 2 j, high: 64 j + 32 + 4 v + i of sub-block 2 j + 1); 16 x 144 bytes, in place. */
+typedef struct {
+    hr_f16 d[HR_X16], dmin[HR_X16];
+    uint8_t scales[HR_X16 * HR_K_SCALE_SIZE];
+    uint8_t qs[HR_X16 * HR_QK_K / 2];
+} hr_block_q4_Kx16; /* 2304 bytes */
+
+/* The activation block q4_Kx16 multiplies: q8_K's scale and values (the same quantization), and the
+ * sums of its 8 sub-blocks of 32, ys[s], paired as 16-bit halves of 4 dwords for vpmaddwd:
+ * ysp = {ys0 | ys2 << 16, ys1 | ys3 << 16, ys4 | ys6 << 16, ys5 | ys7 << 16}. */
+typedef struct { /* 276 bytes */
+    float d;
+    int8_t qs[HR_QK_K];
+    int32_t ysp[4];
+} hr_block_q8_Ks;
+
 /* The activation block q4_0x16 and q8_0x16 multiply: a q8_0 block (same quantization, same values)
  * with its scale already in f32 and the corrections for the weights' unsigned storage, -8 and -128
  * times the sum of qs (q4_0's nibbles are x + 8, q8_0x16's bytes x + 128). */
@@ -127,6 +148,11 @@ void hr_q4_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
 void hr_q8_0_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
 void hr_q8_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
 
+/* The same for q4_K rows and q4_Kx16 groups. */
+void hr_q4_K_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
+void hr_q4_K_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
+/* The q8_Ks block of a q8_K block. */
+void hr_q8_Ks_from_q8_K(const hr_block_q8_K *x, hr_block_q8_Ks *y);
 /* The q8_0s block of a q8_0 block: the same values, the scale widened, -8 and -128 x their sum. */
 void hr_q8_0s_from_q8_0(const hr_block_q8_0 *x, hr_block_q8_0s *y);
 
@@ -170,7 +196,12 @@ typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row
  * whole groups (nr a multiple of 16, w_stride the plain row's bytes), and each element is the one
  * sequence
  *     acc = 0; for each block b in order: acc = fmaf(d_w[b] * d_a[b], (float)isum[b], acc)
- * with isum[b] the exact integer dot of the block's values (q4_0: nibble - 8), in every table. */
+ * with isum[b] the exact integer dot of the block's values (q4_0: nibble - 8), in every table.
+ * q4_Kx16 (super-blocks of 8 sub-blocks s of 32) runs per super-block, in this order,
+ *     for s = 0..7: acc = fmaf((d_w * (float)sc[s]) * d_a, (float)qdot[s], acc)
+ *     then          acc = fmaf(-(dmin_w * d_a), (float)sum_s(m[s] * ys[s]), acc)
+ * with qdot[s] the exact dot of the sub-block's nibbles (0..15) and values, sc and m its 6-bit
+ * scale and min, ys[s] the sum of its 32 values. */
 typedef void (*hr_vec_dot_tile_fn)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,
                                    int nt, float *y, size_t y_stride);
 
