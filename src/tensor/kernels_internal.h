@@ -85,6 +85,7 @@ void hr_avx2_tile_q8_0(int64_t k, const void *w, size_t w_stride, int nr, const 
                        float *y, size_t y_stride);
 void hr_avx2_tile_q4_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                        float *y, size_t y_stride);
+void hr_avx2_quantize_q8_K(const float *x, void *dst, int64_t k); /* the reference's bytes */
 float hr_avx2_dot_q4_K(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_q5_K(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_q6_K(int64_t k, const void *w, const void *a);
@@ -115,6 +116,7 @@ void hr_avx2_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, con
 void hr_avx512_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
 void hr_ref_quantize_q8_Ks(const float *x, void *dst, int64_t k);
+void hr_avx2_quantize_q8_Ks(const float *x, void *dst, int64_t k);
 void hr_scalar_tile_q4_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
 void hr_avx2_tile_q4_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,

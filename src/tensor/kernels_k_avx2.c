@@ -310,3 +310,51 @@ static inline __attribute__((always_inline)) kact pack_k(const char *a, int64_t 
 HR_K_KERNELS(q4_K, K_Q4)
 HR_K_KERNELS(q5_K, K_Q5)
 HR_K_KERNELS(q6_K, K_Q6)
+
+/* q8_K activations with AVX2, byte for byte the reference's (quant_ref.c): the scale from the first
+ * element of largest magnitude, q = min(127, nearest_int(iscale * x)) by the same 1.5 x 2^23 trick
+ * (exact, so the vector form rounds as the scalar one), the sums of 16 from the bytes. */
+void hr_avx2_quantize_q8_K(const float *x, void *dst, int64_t k) {
+    hr_block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < k / HR_QK_K; i++) {
+        const float *xb = x + i * HR_QK_K;
+        __m256 am = _mm256_setzero_ps();
+        /* max_ps(a, b) gives b where either is NaN: a NaN element is passed over, as the reference's > does */
+        for (int j = 0; j < HR_QK_K; j += 8) am = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)), am);
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float amax = _mm_cvtss_f32(m);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int first = 0; /* the reference keeps the first element of largest magnitude */
+        while (first < HR_QK_K - 1 && fabsf(xb[first]) != amax) first++;
+        const float iscale = -127.f / xb[first];
+        const __m256 vs = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.f);
+        const __m256i mant = _mm256_set1_epi32(0x007fffff), off = _mm256_set1_epi32(0x00400000);
+        const __m256i top = _mm256_set1_epi32(127);
+        for (int j = 0; j < HR_QK_K; j += 32) {
+            __m256i q[4];
+            for (int u = 0; u < 4; u++) {
+                const __m256 v = _mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(xb + j + 8 * u)), magic);
+                q[u] = _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), off), top);
+            }
+            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j),
+                                _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        }
+        for (int j = 0; j < HR_QK_K / 16; j++) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(y[i].qs + 16 * j));
+            const __m256i w = _mm256_cvtepi8_epi16(b);
+            __m128i s = _mm_add_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+            s = _mm_add_epi16(s, _mm_srli_si128(s, 8));
+            s = _mm_add_epi16(s, _mm_srli_si128(s, 4));
+            s = _mm_add_epi16(s, _mm_srli_si128(s, 2));
+            y[i].bsums[j] = (int16_t)_mm_cvtsi128_si32(s);
+        }
+        y[i].d = 1 / iscale;
+    }
+}

@@ -213,14 +213,21 @@ void hr_q8_Ks_from_q8_K(const hr_block_q8_K *x, hr_block_q8_Ks *y) {
         y->ysp[p] = (int32_t)(((uint32_t)(uint16_t)ys[pair[p][0]]) | ((uint32_t)(uint16_t)ys[pair[p][1]] << 16));
 }
 
-void hr_ref_quantize_q8_Ks(const float *x, void *dst, int64_t k) {
+static void quantize_q8_Ks(const float *x, void *dst, int64_t k, void (*q8_K)(const float *, void *, int64_t)) {
     hr_block_q8_Ks *y = dst;
     for (int64_t b = 0; b < k / HR_QK_K; b++) {
         hr_block_q8_K q;
-        hr_ref_quantize_q8_K(x + b * HR_QK_K, &q, HR_QK_K);
+        q8_K(x + b * HR_QK_K, &q, HR_QK_K);
         hr_q8_Ks_from_q8_K(&q, &y[b]);
     }
 }
+
+void hr_ref_quantize_q8_Ks(const float *x, void *dst, int64_t k) { quantize_q8_Ks(x, dst, k, hr_ref_quantize_q8_K); }
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The AVX2 tables' (the q8_K quantizer is AVX2 code, called only where the CPU has it). */
+void hr_avx2_quantize_q8_Ks(const float *x, void *dst, int64_t k) { quantize_q8_Ks(x, dst, k, hr_avx2_quantize_q8_K); }
+#endif
 
 static float x16_dot_k(int64_t nb, const hr_block_q4_Kx16 *g, int r, const hr_block_q8_Ks *a) {
     float acc = 0.0f;

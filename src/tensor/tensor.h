@@ -224,9 +224,9 @@ typedef struct hr_kernels {
  * (every AVX-512 entry there is, AVX2 for the rest); clamped to what the CPU has.
  *
  * Every table gives the same bits for the same input (scalar, AVX2 and AVX-512 entries reduce in
- * one order: eight float lanes, one FMA per step, a fixed horizontal sum). The choice of ISA is a
- * matter of speed only. No exceptions today; an entry that cannot keep the order must be named here
- * with the reason. */
+ * one order per type: eight float lanes, one FMA per step, a fixed horizontal sum; for the x16 types
+ * the one sequence above). The choice of ISA is a matter of speed only. No exceptions today; an entry that cannot keep
+ * the order must be named here with the reason. */
 void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa);
 
 /* Whether `isa` ("scalar", "avx2", "avx512") can run on a CPU with features f (false for other names). */
