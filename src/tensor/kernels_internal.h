@@ -105,8 +105,8 @@ void hr_avx512_tile_q8_0(int64_t k, const void *w, size_t w_stride, int nr, cons
 void hr_avx512_tile_q4_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                          float *y, size_t y_stride);
 
-/* q4_0x16 and q8_0x16 (quant_x16.c, kernels_q4x16_avx2.c, kernels_q4x16_avx512.c): the tile of each
- * table and the q8_0s activation quantizers; every one gives the scalar tile's bits. */
+/* q4_0x16, q8_0x16 and q4_Kx16 (quant_x16.c, kernels_x16_avx2.c, kernels_x16_avx512.c): the tile of
+ * each table and the q8_0s / q8_Ks activation quantizers; every one gives the scalar tile's bits. */
 void hr_ref_quantize_q8_0s(const float *x, void *dst, int64_t k);
 void hr_avx2_quantize_q8_0s(const float *x, void *dst, int64_t k);
 void hr_scalar_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,

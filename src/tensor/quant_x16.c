@@ -1,6 +1,6 @@
 /* quant_x16.c: the q4_0x16 and q8_0x16 layouts (tensor.h): repacking q4_0 / q8_0 rows in place into
  * interleaved groups of 16 and back, the q8_0s activations they multiply, and the scalar
- * tiles, which define every table's results (kernels_q4x16.h computes the same bits with SIMD). */
+ * tiles, which define every table's results (kernels_x16.h computes the same bits with SIMD). */
 #include <string.h>
 
 #include "tensor/kernels_internal.h"

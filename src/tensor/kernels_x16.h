@@ -1,24 +1,27 @@
-/* kernels_q4x16.h: the q4_0x16 tile (16 interleaved q4_0 rows, tensor.h) against q8_0s activations,
- * written once and compiled twice: AVX-512 VNNI on 512-bit registers (kernels_q4x16_avx512.c,
- * HR_X16_512 1) and AVX2 (kernels_q4x16_avx2.c, HR_X16_512 0). The includer defines HR_X16_512 and
- * HR_X16FN(name).
+/* kernels_x16.h: the tiles of the interleaved layouts (16 rows per group, tensor.h): q4_0x16 and
+ * q8_0x16 against q8_0s activations, q4_Kx16 against q8_Ks, written once and compiled twice:
+ * AVX-512 VNNI on 512-bit registers (kernels_x16_avx512.c, HR_X16_512 1) and AVX2
+ * (kernels_x16_avx2.c, HR_X16_512 0). The includer defines HR_X16_512 and HR_X16FN(name).
  *
  * Why this layout: with the rows in the lanes, one register holds one block's integer sums for 16
  * (AVX-512) or 8 (AVX2) rows, so the float work (convert, scale, FMA) is done once per block for
- * all of them, where the 1 x 8 tiles of the plain q4_0 layout (kernels_q4_0_tile.h) spend it per
- * pair of blocks and per row: per 16 rows x 1 token x 1 block this tile runs 8 vpdpbusd and 3
- * float instructions, the plain one 16 vpdpbusd (256-bit) and 24 float.
+ * all of them, where the 1 x 8 tiles of the file's layout (kernels_q4_0_tile.h) spend it per pair of
+ * blocks and per row: per 16 rows x 1 token x 32 weights this tile runs 8 vpdpbusd and 3 float
+ * instructions, the plain one 16 vpdpbusd (256-bit) and 24 float.
  *
- * Per block b of a group: the 4 chunks of 64 bytes are loaded and split into low and high nibbles
- * (8 registers; unsigned, so u = x + 8) and shared by the C tokens of the tile; per token the
- * integer sum of every row starts from the activation's s8 = -8 sum(y) and adds u times 4
+ * Per block b of a group (q4_0x16): the 4 chunks of 64 bytes are loaded and split into low and high
+ * nibbles (8 registers; unsigned, so u = x + 8) and shared by the C tokens of the tile; per token
+ * the integer sum of every row starts from the activation's s8 = -8 sum(y) and adds u times 4
  * activation bytes broadcast to all lanes:
  *     AVX-512: 8 x vpdpbusd (4 products a lane each)
  *     AVX2:    8 x vpmaddubsw summed in int16 (|sum| <= 8 x 2 x 15 x 128 < 2^15), one vpmaddwd
  * giving the same exact integers isum; then acc = fma(d_w * d_y, (float)isum, acc), the sequence of
- * tensor.h, so both builds and the scalar tile (quant_x16.c) give the same bits. */
-#ifndef HR_TENSOR_KERNELS_Q4X16_H
-#define HR_TENSOR_KERNELS_Q4X16_H
+ * tensor.h, so both builds and the scalar tiles (quant_x16.c) give the same bits. q8_0x16 does the
+ * same over 8 chunks of bytes stored + 128 (AVX-512 from s128 = -128 sum(y); AVX2 by |w| x sign(y,
+ * w)); q4_Kx16 per sub-block of 32 with the 6-bit scales and mins decoded in the lanes. One token
+ * (decode) goes through a path that reads each line of a group once. */
+#ifndef HR_TENSOR_KERNELS_X16_H
+#define HR_TENSOR_KERNELS_X16_H
 
 #include <immintrin.h>
 #include <string.h>
@@ -34,18 +37,16 @@ static inline int32_t load_i32(const void *p) {
 /* The lines HR_X16_PF bytes ahead of each block are prefetched (past a group's end into the next: a
  * call's groups are contiguous). The first pass over a call's rows reads them from DRAM, and the
  * hardware prefetcher alone falls behind even with 16 tokens of arithmetic per block to hide the
- * loads: q4_K 16-stream decode 269 vs 190 tok/s with it (TinyLlama shape, 2 threads); passes that
- * find the rows in L2 lose nothing measurable. */
+ * loads: q4_K 16-stream decode 269 vs 190 tok/s with it (TinyLlama shape, 2 threads); the prompt
+ * rates, whose later passes find the rows in L2, did not drop (docs/BENCHMARKS.md, run C). */
 #define HR_X16_PF 4096
-static inline __attribute__((always_inline)) void prefetch_block(const int C, const void *p, size_t bytes) {
-    (void)C;
+static inline __attribute__((always_inline)) void prefetch_block(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + HR_X16_PF + o, _MM_HINT_T0);
 }
 
 #if HR_X16_512
 #define HR_X16_TC   16 /* tokens per tile */
 #define HR_X16_ROWS 16 /* rows per register */
-typedef __m512 vacc;
 
 /* One group (16 rows) x C tokens over all nb blocks; y[t * ys + r]. */
 static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
@@ -57,7 +58,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int6
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(C, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         __m512i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -92,7 +93,7 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(C, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         __m512i w[8];
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) w[v] = _mm512_loadu_si512((const void *)(g[b].qs + 64 * v));
@@ -123,7 +124,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, in
     const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
     const __m512i lowords = _mm512_set1_epi32(0x00FF00FF), byte = _mm512_set1_epi32(0xFF);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(C, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         const __m512i s0 = _mm512_loadu_si512((const void *)g[b].scales);
         const __m512i s1 = _mm512_loadu_si512((const void *)(g[b].scales + 64));
         const __m512i s2 = _mm512_loadu_si512((const void *)(g[b].scales + 128));
@@ -189,7 +190,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k16(const int C, i
     const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
     const __m512i lowords = _mm512_set1_epi32(0x00FF00FF), byte = _mm512_set1_epi32(0xFF);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(C, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         const __m512i s0 = _mm512_loadu_si512((const void *)g[b].scales);
         const __m512i s2 = _mm512_loadu_si512((const void *)(g[b].scales + 128));
         const __m512i sclo = _mm512_and_si512(s0, m63);
@@ -256,7 +257,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int6
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(C, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -296,7 +297,7 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(C, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         __m256i s[HR_X16_TC];
 #pragma GCC unroll 4
         for (int t = 0; t < C; t++) s[t] = _mm256_setzero_si256();
@@ -336,7 +337,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
     const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
     const __m256i ones = _mm256_set1_epi16(1), lowords = _mm256_set1_epi32(0x00FF00FF), byte = _mm256_set1_epi32(0xFF);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(C, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         const __m256i s0 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 32 * half));
         const __m256i s1 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 64 + 32 * half));
         const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 128 + 32 * half));
@@ -393,7 +394,7 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(1, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) {
@@ -425,7 +426,7 @@ static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float 
     const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
     const __m256i ones = _mm256_set1_epi16(1), lowords = _mm256_set1_epi32(0x00FF00FF), byte = _mm256_set1_epi32(0xFF);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(1, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         __m256i sclo[2], schi[2];
         __m256 dw[2];
         for (int h = 0; h < 2; h++) {
@@ -484,7 +485,7 @@ static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(1, &g[b], sizeof g[b]);
+        prefetch_block(&g[b], sizeof g[b]);
         __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -542,9 +543,9 @@ HR_X16_ONE_VIA(rows_tile_q8)
     HR_X16_CASE(15, rows_tile)                                                                                         \
     HR_X16_CASE(14, rows_tile)                                                                                         \
     HR_X16_CASE(13, rows_tile)                                                                                         \
-    HR_X16_CASE(12, rows_tile) HR_X16_CASE(11, rows_tile) HR_X16_CASE(10, rows_tile) HR_X16_CASE(9, rows_tile)         \
-        HR_X16_CASE(8, rows_tile) HR_X16_CASE(7, rows_tile) HR_X16_CASE(6, rows_tile) HR_X16_CASE(5, rows_tile)        \
-            HR_X16_CASE(4, rows_tile)
+    HR_X16_CASE(12, rows_tile)                                                                                         \
+    HR_X16_CASE(11, rows_tile) HR_X16_CASE(10, rows_tile) HR_X16_CASE(9, rows_tile) HR_X16_CASE(8, rows_tile)          \
+        HR_X16_CASE(7, rows_tile) HR_X16_CASE(6, rows_tile) HR_X16_CASE(5, rows_tile) HR_X16_CASE(4, rows_tile)
 #else
 #define HR_X16_WIDE_CASES(rows_tile)
 #endif

@@ -1,5 +1,0 @@
-/* kernels_q4x16_avx512.c: the q4_0x16 tile with AVX-512 VNNI on 512-bit registers (the code is in
- * kernels_q4x16.h); reached only when the CPU has AVX512F/BW/VL and AVX512_VNNI. */
-#define HR_X16_512     1
-#define HR_X16FN(name) hr_avx512_##name
-#include "tensor/kernels_q4x16.h"
