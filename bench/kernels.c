@@ -123,9 +123,7 @@ int main(int argc, char **argv) {
         }
         if (info->row_group > 1) {
             void *tmp = malloc(row * HR_X16);
-            (t == HR_DTYPE_Q4_0X16   ? hr_q4_0_repack_x16
-             : t == HR_DTYPE_Q8_0X16 ? hr_q8_0_repack_x16
-                                     : hr_q4_K_repack_x16)(W, N, K, tmp);
+            hr_x16_repack(t, W, N, K, tmp);
             free(tmp);
         }
         printf("%-7s", info->name);

@@ -56,9 +56,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < nr; r++) hr_quantize_row_ref(ft, x + r * k, w + (size_t)r * ws, k);
         if (hr_dtype_get_info((hr_dtype)t)->row_group > 1) {
             void *tmp = malloc(ws * HR_X16);
-            (t == HR_DTYPE_Q4_0X16   ? hr_q4_0_repack_x16
-             : t == HR_DTYPE_Q8_0X16 ? hr_q8_0_repack_x16
-                                     : hr_q4_K_repack_x16)(w, nr, k, tmp);
+            hr_x16_repack((hr_dtype)t, w, nr, k, tmp);
             free(tmp);
         }
         for (int i = 0; i < nt; i++) {

@@ -56,9 +56,7 @@ static void check_type(const hr_kernels *kern, const hr_kernels *scalar, hr_dtyp
     memcpy(Wplain, W, row_bytes * NR);
     if (grouped) {
         void *tmp = malloc(row_bytes * HR_X16);
-        (wt == HR_DTYPE_Q4_0X16   ? hr_q4_0_repack_x16
-         : wt == HR_DTYPE_Q8_0X16 ? hr_q8_0_repack_x16
-                                  : hr_q4_K_repack_x16)(W, NR, k, tmp);
+        hr_x16_repack(wt, W, NR, k, tmp);
         free(tmp);
     }
     for (int64_t i = 0; i < T_BATCH * k; i++) X[i] = hr_rng_normal(rng);

@@ -29,10 +29,7 @@ static double *tensor_f64(const hr_model *m, const char *name, int64_t *n_out) {
     if (hr_dtype_get_info(mt)->row_group > 1) {
         char *plain = malloc(t->size_bytes), *tmp = malloc(t->size_bytes);
         memcpy(plain, t->data, t->size_bytes);
-        void (*unpack)(void *, int64_t, int64_t, void *) = mt == HR_DTYPE_Q4_0X16   ? hr_q4_0_unpack_x16
-                                                           : mt == HR_DTYPE_Q8_0X16 ? hr_q8_0_unpack_x16
-                                                                                    : hr_q4_K_unpack_x16;
-        unpack(plain, t->ne[1], t->ne[0], tmp);
+        hr_x16_unpack(mt, plain, t->ne[1], t->ne[0], tmp);
         hr_dequantize_row_ref((hr_dtype)t->type, plain, f, n);
         free(plain);
         free(tmp);

@@ -209,12 +209,6 @@ static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
     const hr_dtype xat = hr_dtype_get_info(xt)->vec_dot_type; /* the layout's */
     const int qk = hr_dtype_get_info(ft)->block_elems;
     const char *xname = hr_dtype_get_info(xt)->name;
-    void (*repack)(void *, int64_t, int64_t, void *) = ft == HR_DTYPE_Q4_0   ? hr_q4_0_repack_x16
-                                                       : ft == HR_DTYPE_Q8_0 ? hr_q8_0_repack_x16
-                                                                             : hr_q4_K_repack_x16;
-    void (*unpack)(void *, int64_t, int64_t, void *) = ft == HR_DTYPE_Q4_0   ? hr_q4_0_unpack_x16
-                                                       : ft == HR_DTYPE_Q8_0 ? hr_q8_0_unpack_x16
-                                                                             : hr_q4_K_unpack_x16;
     const hr_type_kernels *tk = &kern->type[xt];
     CHECK(tk->vec_dot_tile && tk->quantize_act && !tk->vec_dot);
     const int64_t *ks = qk == 256 ? ks256 : ks32;
@@ -241,12 +235,12 @@ static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
                 }
             }
             memcpy(W, plain, ws * (size_t)nr);
-            repack(W, nr, k, tmp);
+            hr_x16_repack(xt, W, nr, k, tmp);
             CHECK(memcmp(W, plain, ws * (size_t)nr) != 0);
-            unpack(W, nr, k, tmp);
+            hr_x16_unpack(xt, W, nr, k, tmp);
             CHECKF(!memcmp(W, plain, ws * (size_t)nr), "%s k=%lld: unpack does not give the rows back", xname,
                    (long long)k);
-            repack(W, nr, k, tmp);
+            hr_x16_repack(xt, W, nr, k, tmp);
             int bad_act = 0;
             for (int t = 0; t < NTMAX; t++) {
                 for (int64_t j = 0; j < k; j++) x[j] = (float)(hr_rng_uniform(rng) * 4.0 - 2.0);

@@ -205,9 +205,7 @@ static const char *dominant_type(const hr_model *m) {
  * it is (its rows are looked up one by one). Where the data cannot be written (memory lent
  * read-only) or a tmp cannot be had, the weights stay plain: slower, results within rounding of the
  * packed ones. */
-static bool packable(const hr_weight *w) {
-    return (w->type == HR_DTYPE_Q4_0 || w->type == HR_DTYPE_Q8_0 || w->type == HR_DTYPE_Q4_K) && w->rows % HR_X16 == 0;
-}
+static bool packable(const hr_weight *w) { return hr_dtype_x16(w->type) != w->type && w->rows % HR_X16 == 0; }
 
 /* Visits the matrices pack_weights may repack: the untied output, then every layer's seven. */
 #define FOR_PACKABLE(m, w, ...)                                                                                        \
@@ -236,17 +234,9 @@ static void pack_weights(hr_model *m) {
     if (tmp)
         FOR_PACKABLE(m, w, {
             if (packable(w)) {
-                void *data = (void *)(uintptr_t)w->data; /* writable in the edit window */
-                if (w->type == HR_DTYPE_Q4_0) {
-                    hr_q4_0_repack_x16(data, w->rows, w->cols, tmp);
-                    w->type = HR_DTYPE_Q4_0X16;
-                } else if (w->type == HR_DTYPE_Q8_0) {
-                    hr_q8_0_repack_x16(data, w->rows, w->cols, tmp);
-                    w->type = HR_DTYPE_Q8_0X16;
-                } else {
-                    hr_q4_K_repack_x16(data, w->rows, w->cols, tmp);
-                    w->type = HR_DTYPE_Q4_KX16;
-                }
+                const hr_dtype x16 = hr_dtype_x16(w->type);
+                hr_x16_repack(x16, (void *)(uintptr_t)w->data, w->rows, w->cols, tmp); /* in the edit window */
+                w->type = x16;
             }
         });
     free(tmp);

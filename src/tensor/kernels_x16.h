@@ -111,6 +111,45 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
+/* q4_Kx16, shared by the two tiles below: the 16 rows' 6-bit scales of super-block g, sc0..3 in the
+ * bytes of *lo and sc4..7 in those of *hi (get_scale_min_k4 on 4 bytes a lane); */
+static inline __attribute__((always_inline)) void k_scales(const hr_block_q4_Kx16 *g, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i s0 = _mm512_loadu_si512((const void *)g->scales);
+    const __m512i s2 = _mm512_loadu_si512((const void *)(g->scales + 128));
+    *lo = _mm512_and_si512(s0, m63);
+    *hi = _mm512_or_si512(_mm512_and_si512(s2, m4), _mm512_and_si512(_mm512_srli_epi16(s0, 2), m30));
+}
+
+/* d_w x sc of sub-block sb; */
+static inline __attribute__((always_inline)) __m512 k_dsc(__m512 dw, __m512i lo, __m512i hi, int sb) {
+    const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sb < 4 ? lo : hi, 8 * (sb & 3)), _mm512_set1_epi32(0xFF));
+    return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(sc));
+}
+
+/* and the mins, last in each element's sequence: acc[t] -= (dmin_w x d_y) x sum_s m[s] ys[s], the
+ * sum by vpmaddwd of the mins paired (m0, m2), (m1, m3), (m4, m6), (m5, m7) against q8_Ks's ysp. */
+static inline __attribute__((always_inline)) void k_mins(const int C, const hr_block_q4_Kx16 *g, const char *a,
+                                                         size_t as, int64_t b, __m512 *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i lowords = _mm512_set1_epi32(0x00FF00FF);
+    const __m512i s1 = _mm512_loadu_si512((const void *)(g->scales + 64));
+    const __m512i s2 = _mm512_loadu_si512((const void *)(g->scales + 128));
+    const __m512i mlo = _mm512_and_si512(s1, m63);
+    const __m512i mhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s2, 4), m4),
+                                        _mm512_and_si512(_mm512_srli_epi16(s1, 2), m30));
+    const __m512i m[4] = {_mm512_and_si512(mlo, lowords), _mm512_srli_epi16(mlo, 8), _mm512_and_si512(mhi, lowords),
+                          _mm512_srli_epi16(mhi, 8)};
+    const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->dmin));
+#pragma GCC unroll 16
+    for (int t = 0; t < C; t++) {
+        const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+        __m512i ms = _mm512_madd_epi16(m[0], _mm512_set1_epi32(yb->ysp[0]));
+        for (int i = 1; i < 4; i++) ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m[i], _mm512_set1_epi32(yb->ysp[i])));
+        acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(ms), acc[t]);
+    }
+}
+
 /* q4_Kx16, 8 tokens at most per pass (16 nibble registers per pair of sub-blocks): per super-block
  * the 16 rows' 6-bit scales and mins are decoded in the lanes (get_scale_min_k4 on 4 bytes at once),
  * then per pair j of sub-blocks the 8 chunks' nibbles are split once for the tokens, and each token
@@ -121,17 +160,11 @@ static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, in
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
-    const __m512i lowords = _mm512_set1_epi32(0x00FF00FF), byte = _mm512_set1_epi32(0xFF);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         prefetch_block(&g[b], sizeof g[b]);
-        const __m512i s0 = _mm512_loadu_si512((const void *)g[b].scales);
-        const __m512i s1 = _mm512_loadu_si512((const void *)(g[b].scales + 64));
-        const __m512i s2 = _mm512_loadu_si512((const void *)(g[b].scales + 128));
-        const __m512i sclo = _mm512_and_si512(s0, m63), mlo = _mm512_and_si512(s1, m63);
-        const __m512i schi = _mm512_or_si512(_mm512_and_si512(s2, m4), _mm512_and_si512(_mm512_srli_epi16(s0, 2), m30));
-        const __m512i mhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s2, 4), m4),
-                                            _mm512_and_si512(_mm512_srli_epi16(s1, 2), m30));
+        __m512i sclo, schi;
+        k_scales(&g[b], &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
@@ -142,11 +175,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, in
                 lo[v] = _mm512_and_si512(w, m4);
                 hi[v] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
             }
-            const __m512i scv = j < 2 ? sclo : schi;
-            const __m512 dsc0 = _mm512_mul_ps(
-                dw, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scv, 8 * ((2 * j) & 3)), byte)));
-            const __m512 dsc1 = _mm512_mul_ps(
-                dw, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(scv, 8 * ((2 * j + 1) & 3)), byte)));
+            const __m512 dsc0 = k_dsc(dw, sclo, schi, 2 * j), dsc1 = k_dsc(dw, sclo, schi, 2 * j + 1);
 #pragma GCC unroll 8
             for (int t = 0; t < C; t++) {
                 const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
@@ -162,18 +191,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, in
                 acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc1, dy), _mm512_cvtepi32_ps(q1), acc[t]);
             }
         }
-        const __m512i m02 = _mm512_and_si512(mlo, lowords), m13 = _mm512_srli_epi16(mlo, 8);
-        const __m512i m46 = _mm512_and_si512(mhi, lowords), m57 = _mm512_srli_epi16(mhi, 8);
-        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].dmin));
-#pragma GCC unroll 8
-        for (int t = 0; t < C; t++) {
-            const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
-            __m512i ms = _mm512_madd_epi16(m02, _mm512_set1_epi32(yb->ysp[0]));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m13, _mm512_set1_epi32(yb->ysp[1])));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m46, _mm512_set1_epi32(yb->ysp[2])));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m57, _mm512_set1_epi32(yb->ysp[3])));
-            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(ms), acc[t]);
-        }
+        k_mins(C, &g[b], a, as, b, acc);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
@@ -187,14 +205,11 @@ static inline __attribute__((always_inline)) void rows_tile_q4k16(const int C, i
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
-    const __m512i lowords = _mm512_set1_epi32(0x00FF00FF), byte = _mm512_set1_epi32(0xFF);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         prefetch_block(&g[b], sizeof g[b]);
-        const __m512i s0 = _mm512_loadu_si512((const void *)g[b].scales);
-        const __m512i s2 = _mm512_loadu_si512((const void *)(g[b].scales + 128));
-        const __m512i sclo = _mm512_and_si512(s0, m63);
-        const __m512i schi = _mm512_or_si512(_mm512_and_si512(s2, m4), _mm512_and_si512(_mm512_srli_epi16(s0, 2), m30));
+        __m512i sclo, schi;
+        k_scales(&g[b], &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
@@ -204,8 +219,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k16(const int C, i
                 const __m512i w = _mm512_loadu_si512((const void *)(g[b].qs + 512 * j + 64 * v));
                 nib[v] = _mm512_and_si512(odd ? _mm512_srli_epi16(w, 4) : w, m4);
             }
-            const __m512 dsc = _mm512_mul_ps(
-                dw, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(sb < 4 ? sclo : schi, 8 * (sb & 3)), byte)));
+            const __m512 dsc = k_dsc(dw, sclo, schi, sb);
 #pragma GCC unroll 16
             for (int t = 0; t < C; t++) {
                 const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
@@ -216,22 +230,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k16(const int C, i
                 acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(q), acc[t]);
             }
         }
-        const __m512i s1 = _mm512_loadu_si512((const void *)(g[b].scales + 64));
-        const __m512i mlo = _mm512_and_si512(s1, m63);
-        const __m512i mhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s2, 4), m4),
-                                            _mm512_and_si512(_mm512_srli_epi16(s1, 2), m30));
-        const __m512i m02 = _mm512_and_si512(mlo, lowords), m13 = _mm512_srli_epi16(mlo, 8);
-        const __m512i m46 = _mm512_and_si512(mhi, lowords), m57 = _mm512_srli_epi16(mhi, 8);
-        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].dmin));
-#pragma GCC unroll 16
-        for (int t = 0; t < C; t++) {
-            const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
-            __m512i ms = _mm512_madd_epi16(m02, _mm512_set1_epi32(yb->ysp[0]));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m13, _mm512_set1_epi32(yb->ysp[1])));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m46, _mm512_set1_epi32(yb->ysp[2])));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(m57, _mm512_set1_epi32(yb->ysp[3])));
-            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(ms), acc[t]);
-        }
+        k_mins(C, &g[b], a, as, b, acc);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
@@ -324,6 +323,45 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
+/* q4_Kx16 with AVX2, shared by the tile and the one-token path below (as the AVX-512 ones, for the
+ * 8 rows of one half): the scales, sc0..3 in *lo's bytes and sc4..7 in *hi's; */
+static inline __attribute__((always_inline)) void k_scales(const hr_block_q4_Kx16 *g, int half, __m256i *lo,
+                                                           __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i s0 = _mm256_loadu_si256((const __m256i *)(g->scales + 32 * half));
+    const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g->scales + 128 + 32 * half));
+    *lo = _mm256_and_si256(s0, m63);
+    *hi = _mm256_or_si256(_mm256_and_si256(s2, m4), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+}
+
+/* d_w x sc of sub-block sb; */
+static inline __attribute__((always_inline)) __m256 k_dsc(__m256 dw, __m256i lo, __m256i hi, int sb) {
+    const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(sb < 4 ? lo : hi, 8 * (sb & 3)), _mm256_set1_epi32(0xFF));
+    return _mm256_mul_ps(dw, _mm256_cvtepi32_ps(sc));
+}
+
+/* the mins term, last: acc[t] -= (dmin_w x d_y) x sum_s m[s] ys[s]. */
+static inline __attribute__((always_inline)) void k_mins(const int C, const hr_block_q4_Kx16 *g, int half,
+                                                         const char *a, size_t as, int64_t b, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i lowords = _mm256_set1_epi32(0x00FF00FF);
+    const __m256i s1 = _mm256_loadu_si256((const __m256i *)(g->scales + 64 + 32 * half));
+    const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g->scales + 128 + 32 * half));
+    const __m256i mlo = _mm256_and_si256(s1, m63);
+    const __m256i mhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m4),
+                                        _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
+    const __m256i m[4] = {_mm256_and_si256(mlo, lowords), _mm256_srli_epi16(mlo, 8), _mm256_and_si256(mhi, lowords),
+                          _mm256_srli_epi16(mhi, 8)};
+    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->dmin + 8 * half)));
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) {
+        const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+        __m256i ms = _mm256_madd_epi16(m[0], _mm256_set1_epi32(yb->ysp[0]));
+        for (int i = 1; i < 4; i++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(m[i], _mm256_set1_epi32(yb->ysp[i])));
+        acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(ms), acc[t]);
+    }
+}
+
 /* q4_Kx16 with AVX2, 8 rows a half: per super-block the scales and mins decoded in the lanes, then
  * sub-block after sub-block its 8 chunks' nibbles once for the C tokens, each token 8 vpmaddubsw
  * summed in int16 (|sum| <= 8 x 2 x 15 x 128 < 2^15) and one vpmaddwd, one FMA per sub-block; then
@@ -334,17 +372,11 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
     __m256 acc[HR_X16_TC];
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i ones = _mm256_set1_epi16(1), lowords = _mm256_set1_epi32(0x00FF00FF), byte = _mm256_set1_epi32(0xFF);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         prefetch_block(&g[b], sizeof g[b]);
-        const __m256i s0 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 32 * half));
-        const __m256i s1 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 64 + 32 * half));
-        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 128 + 32 * half));
-        const __m256i sclo = _mm256_and_si256(s0, m63), mlo = _mm256_and_si256(s1, m63);
-        const __m256i schi = _mm256_or_si256(_mm256_and_si256(s2, m4), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
-        const __m256i mhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m4),
-                                            _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
+        __m256i sclo, schi;
+        k_scales(&g[b], half, &sclo, &schi);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * half)));
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
@@ -354,9 +386,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
                 const __m256i w = _mm256_loadu_si256((const __m256i *)(g[b].qs + 512 * j + 64 * v + 32 * half));
                 nib[v] = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
             }
-            const __m256i scv = sb < 4 ? sclo : schi;
-            const __m256 dsc =
-                _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scv, 8 * (sb & 3)), byte)));
+            const __m256 dsc = k_dsc(dw, sclo, schi, sb);
 #pragma GCC unroll 4
             for (int t = 0; t < C; t++) {
                 const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
@@ -369,18 +399,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
                                          _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), acc[t]);
             }
         }
-        const __m256i m02 = _mm256_and_si256(mlo, lowords), m13 = _mm256_srli_epi16(mlo, 8);
-        const __m256i m46 = _mm256_and_si256(mhi, lowords), m57 = _mm256_srli_epi16(mhi, 8);
-        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].dmin + 8 * half)));
-#pragma GCC unroll 4
-        for (int t = 0; t < C; t++) {
-            const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
-            __m256i ms = _mm256_madd_epi16(m02, _mm256_set1_epi32(yb->ysp[0]));
-            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(m13, _mm256_set1_epi32(yb->ysp[1])));
-            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(m46, _mm256_set1_epi32(yb->ysp[2])));
-            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(m57, _mm256_set1_epi32(yb->ysp[3])));
-            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(ms), acc[t]);
-        }
+        k_mins(C, &g[b], half, a, as, b, acc);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
@@ -423,17 +442,13 @@ static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float 
     const hr_block_q4_Kx16 *g = (const void *)gp;
     const hr_block_q8_Ks *yb = (const void *)a;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i ones = _mm256_set1_epi16(1), lowords = _mm256_set1_epi32(0x00FF00FF), byte = _mm256_set1_epi32(0xFF);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         prefetch_block(&g[b], sizeof g[b]);
         __m256i sclo[2], schi[2];
         __m256 dw[2];
         for (int h = 0; h < 2; h++) {
-            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 32 * h));
-            const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 128 + 32 * h));
-            sclo[h] = _mm256_and_si256(s0, m63);
-            schi[h] = _mm256_or_si256(_mm256_and_si256(s2, m4), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+            k_scales(&g[b], h, &sclo[h], &schi[h]);
             dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * h)));
         }
         const __m256 dy = _mm256_set1_ps(yb[b].d);
@@ -451,27 +466,12 @@ static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float 
                 }
             }
             for (int h = 0; h < 2; h++) {
-                const __m256i scv = sb < 4 ? sclo[h] : schi[h];
-                const __m256 dsc = _mm256_mul_ps(
-                    dw[h], _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(scv, 8 * (sb & 3)), byte)));
+                const __m256 dsc = k_dsc(dw[h], sclo[h], schi[h], sb);
                 acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, dy), _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[h], ones)),
                                          acc[h]);
             }
         }
-        for (int h = 0; h < 2; h++) {
-            const __m256i s1 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 64 + 32 * h));
-            const __m256i s2 = _mm256_loadu_si256((const __m256i *)(g[b].scales + 128 + 32 * h));
-            const __m256i mlo = _mm256_and_si256(s1, m63);
-            const __m256i mhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m4),
-                                                _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
-            __m256i ms = _mm256_madd_epi16(_mm256_and_si256(mlo, lowords), _mm256_set1_epi32(yb[b].ysp[0]));
-            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_srli_epi16(mlo, 8), _mm256_set1_epi32(yb[b].ysp[1])));
-            ms = _mm256_add_epi32(ms,
-                                  _mm256_madd_epi16(_mm256_and_si256(mhi, lowords), _mm256_set1_epi32(yb[b].ysp[2])));
-            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_srli_epi16(mhi, 8), _mm256_set1_epi32(yb[b].ysp[3])));
-            const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].dmin + 8 * h)));
-            acc[h] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, dy), _mm256_cvtepi32_ps(ms), acc[h]);
-        }
+        for (int h = 0; h < 2; h++) k_mins(1, &g[b], h, a, 0, b, &acc[h]);
     }
     _mm256_storeu_ps(y, acc[0]);
     _mm256_storeu_ps(y + 8, acc[1]);
@@ -539,13 +539,22 @@ HR_X16_ONE_VIA(rows_tile_q8)
         rows_tile(n, nb, grp, h, at, as, yt, ys);                                                                      \
         break;
 #if HR_X16_TC > 8
+/* one case a line: clang-format rejoined a longer list differently from run to run */
+/* clang-format off */
 #define HR_X16_WIDE_CASES(rows_tile)                                                                                   \
     HR_X16_CASE(15, rows_tile)                                                                                         \
     HR_X16_CASE(14, rows_tile)                                                                                         \
     HR_X16_CASE(13, rows_tile)                                                                                         \
     HR_X16_CASE(12, rows_tile)                                                                                         \
-    HR_X16_CASE(11, rows_tile) HR_X16_CASE(10, rows_tile) HR_X16_CASE(9, rows_tile) HR_X16_CASE(8, rows_tile)          \
-        HR_X16_CASE(7, rows_tile) HR_X16_CASE(6, rows_tile) HR_X16_CASE(5, rows_tile) HR_X16_CASE(4, rows_tile)
+    HR_X16_CASE(11, rows_tile)                                                                                         \
+    HR_X16_CASE(10, rows_tile)                                                                                         \
+    HR_X16_CASE(9, rows_tile)                                                                                          \
+    HR_X16_CASE(8, rows_tile)                                                                                          \
+    HR_X16_CASE(7, rows_tile)                                                                                          \
+    HR_X16_CASE(6, rows_tile)                                                                                          \
+    HR_X16_CASE(5, rows_tile)                                                                                          \
+    HR_X16_CASE(4, rows_tile)
+/* clang-format on */
 #else
 #define HR_X16_WIDE_CASES(rows_tile)
 #endif
@@ -580,18 +589,5 @@ HR_X16_ONE_VIA(rows_tile_q8)
 HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, HR_X16_ONE_Q4, HR_QK4_0)
 HR_X16_DRIVER(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0)
 HR_X16_DRIVER(HR_X16FN(tile_q4_Kx16), rows_tile_q4k, HR_X16_ONE_Q4K, HR_QK_K)
-
-#if !HR_X16_512
-/* q8_0s activations: the AVX2 q8_0 quantizer (the reference's bytes) per block, then the widened
- * scale and the sum; the AVX-512 table uses it too. */
-void HR_X16FN(quantize_q8_0s)(const float *x, void *dst, int64_t k) {
-    hr_block_q8_0s *y = dst;
-    for (int64_t b = 0; b < k / HR_QK8_0; b++) {
-        hr_block_q8_0 q;
-        hr_avx2_quantize_q8_0(x + b * HR_QK8_0, &q, HR_QK8_0);
-        hr_q8_0s_from_q8_0(&q, &y[b]);
-    }
-}
-#endif
 
 #endif

@@ -198,7 +198,7 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_Q6_K: hr_ref_quantize_q6_K(x, dst, k); break;
     case HR_DTYPE_Q8_0S: hr_ref_quantize_q8_0s(x, dst, k); break;
     case HR_DTYPE_Q8_KS: hr_ref_quantize_q8_Ks(x, dst, k); break;
-    case HR_DTYPE_Q4_0X16: /* rows live in groups: quantize q4_0 (q8_0, q4_K), then hr_q4_0_repack_x16 (...) */
+    case HR_DTYPE_Q4_0X16: /* rows live in groups: quantize q4_0 (q8_0, q4_K), then hr_x16_repack */
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16: break;
     }
@@ -225,7 +225,7 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
             for (int j = 0; j < HR_QK_K; j++)
                 y[i * HR_QK_K + j] = ((const hr_block_q8_Ks *)src)[i].d * ((const hr_block_q8_Ks *)src)[i].qs[j];
         break;
-    case HR_DTYPE_Q4_0X16: /* rows live in groups: hr_q4_0_unpack_x16 (q8_0, q4_K), then q4_0 (...) */
+    case HR_DTYPE_Q4_0X16: /* rows live in groups: hr_x16_unpack, then the file type's */
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16: break;
     }

@@ -76,7 +76,7 @@ typedef struct { /* 292 bytes */
  * row r's scale, and byte i (0..3) of lane r of chunk v (0..3), qs[64 v + 4 r + i], is row r's
  * qs[4 v + i] (elements 4 v + i in the low nibble, 16 + 4 v + i in the high). A group of 16 rows
  * holds its blocks in order, so it takes exactly the bytes of the 16 plain rows (16 x 18 per block)
- * and a matrix is repacked in place, group after group (hr_q4_0_repack_x16). */
+ * and a matrix is repacked in place, group after group (hr_x16_repack). */
 #define HR_X16 16 /* rows of an interleaved group */
 typedef struct {
     hr_f16 d[HR_X16];
@@ -139,18 +139,14 @@ const char *hr_dtype_supported_list(void);
  * takes in its group (the same as a q4_0 row). */
 size_t hr_dtype_row_bytes(hr_dtype t, int64_t k);
 
-/* Repacks rows q4_0 rows of k elements (rows a multiple of HR_X16) in place into q4_0x16 groups;
- * tmp holds HR_X16 rows (HR_X16 x hr_dtype_row_bytes(q4_0, k) bytes). The inverse, for tests and
- * tools, is hr_q4_0_unpack_x16 (same arguments). */
-void hr_q4_0_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
-void hr_q4_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
-/* The same for q8_0 rows and q8_0x16 groups. */
-void hr_q8_0_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
-void hr_q8_0_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
-
-/* The same for q4_K rows and q4_Kx16 groups. */
-void hr_q4_K_repack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
-void hr_q4_K_unpack_x16(void *rows_data, int64_t rows, int64_t k, void *tmp);
+/* The interleaved layout of type t (q4_0x16 for q4_0, q8_0x16 for q8_0, q4_Kx16 for q4_K), or t
+ * itself when it has none. */
+hr_dtype hr_dtype_x16(hr_dtype t);
+/* Repacks rows rows of k elements of x16's file type (rows a multiple of HR_X16) in place into x16
+ * groups; tmp holds HR_X16 rows (HR_X16 x the file type's row bytes). hr_x16_unpack, with the same
+ * arguments, is the inverse (tests and tools). Other types: nothing is done. */
+void hr_x16_repack(hr_dtype x16, void *rows_data, int64_t rows, int64_t k, void *tmp);
+void hr_x16_unpack(hr_dtype x16, void *rows_data, int64_t rows, int64_t k, void *tmp);
 /* The q8_Ks block of a q8_K block. */
 void hr_q8_Ks_from_q8_K(const hr_block_q8_K *x, hr_block_q8_Ks *y);
 /* The q8_0s block of a q8_0 block: the same values, the scale widened, -8 and -128 x their sum. */
