@@ -24,8 +24,9 @@ run: build
 	$(BUILD)/headroom serve -m $(MODEL) --host $(HOST) --port $(PORT) $(ARGS)
 
 # The tests also use a few tools (the terminal view under tmux, the dashboard in chromium, the shared KV
-# tier against redis-server, the replicas behind haproxy, the Kubernetes example through yamllint).
-TEST_TOOLS ?= tmux curl redis-server haproxy yamllint chromium
+# tier against redis-server, the replicas behind haproxy, the Kubernetes example through yamllint, /metrics
+# through promtool and a Prometheus server).
+TEST_TOOLS ?= tmux curl redis-server haproxy yamllint chromium prometheus
 test: build
 	@HR_DEPS_OPTIONAL=1 HR_DEPS_EXTRA="$(TEST_TOOLS)" scripts/deps.sh
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

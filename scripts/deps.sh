@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh: make sure the Debian packages headroom builds with are present. As root it installs the
 # missing ones with apt-get; otherwise it names them and fails. With HR_DEPS_OPTIONAL=1 (the test
-# tools: tmux, curl, redis-server, haproxy, yamllint, chromium) a user who is not root gets the list and
+# tools: tmux, curl, redis-server, haproxy, yamllint, chromium, prometheus) a user who is not root gets the list and
 # goes on: the tests that need a missing tool skip, each naming it.
 set -euo pipefail
 need=(build-essential cmake pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libzmq3-dev libmsgpack-dev libhiredis-dev)

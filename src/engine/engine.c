@@ -227,7 +227,17 @@ double hr_engine_retry_after_s(hr_engine *e) {
     return s;
 }
 
-hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err) {
+/* Drops requests the engine never saw (their second reference is the engine's, never taken). */
+static void drop_unsubmitted(hr_request **r, int n) {
+    for (int i = 0; i < n; i++) {
+        atomic_store(&r[i]->refs, 1);
+        req_unref(r[i]);
+    }
+}
+
+hr_status hr_engine_submit_n(hr_engine *e, const hr_request_params *p, int n, hr_request **out, hr_error *err) {
+    if (n < 1 || n > HR_ENGINE_MAX_GROUP)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d requests in one submission: 1..%d", n, HR_ENGINE_MAX_GROUP);
     hr_status st = validate(e, p, err);
     if (st != HR_OK) {
         pthread_mutex_lock(&e->mu);
@@ -238,35 +248,47 @@ hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request 
         pthread_mutex_unlock(&e->mu);
         return st;
     }
-    hr_request *r = NULL;
-    if ((st = req_create(e, p, &r, err)) != HR_OK) return st;
+    hr_request *r[HR_ENGINE_MAX_GROUP];
+    for (int i = 0; i < n; i++) {
+        hr_request_params q = *p;
+        q.sampling.seed = p->sampling.seed + (uint64_t)i;
+        if ((st = req_create(e, &q, i > 0 ? r[0] : NULL, &r[i], err)) != HR_OK) {
+            drop_unsubmitted(r, i);
+            return st;
+        }
+    }
     pthread_mutex_lock(&e->mu);
     int queued = atomic_load(&e->n_queued);
-    if (queued >= e->p.max_queue) {
+    if (queued + n > e->p.max_queue) {
         e->st.refused_full++;
         double s = retry_after(e, queued);
         pthread_mutex_unlock(&e->mu);
-        atomic_store(&r->refs, 1);
-        req_unref(r);
+        drop_unsubmitted(r, n);
         return hr_error_set(err, HR_ERR_FULL,
                             "the waiting queue is full (%d requests, max_queue %d); retry in about %.0f s", queued,
                             e->p.max_queue, s);
     }
-    r->arrival = e->next_arrival++;
-    r->stats.id = r->arrival + 1; /* r is not visible to any other thread yet */
-    if (list_insert(&e->inbox, r) != HR_OK) {
-        pthread_mutex_unlock(&e->mu);
-        atomic_store(&r->refs, 1);
-        req_unref(r);
-        return hr_error_set(err, HR_ERR_NOMEM, "out of memory queueing a request");
+    for (int i = 0; i < n; i++) {
+        r[i]->arrival = e->next_arrival++;
+        r[i]->stats.id = r[i]->arrival + 1; /* r is not visible to any other thread yet */
+        if (list_insert(&e->inbox, r[i]) != HR_OK) {
+            for (int k = 0; k < i; k++) list_remove_at(&e->inbox, list_find(&e->inbox, r[k]));
+            pthread_mutex_unlock(&e->mu);
+            drop_unsubmitted(r, n);
+            return hr_error_set(err, HR_ERR_NOMEM, "out of memory queueing a request");
+        }
     }
-    atomic_fetch_add(&e->n_queued, 1);
-    e->st.submitted++;
+    atomic_fetch_add(&e->n_queued, n);
+    e->st.submitted += (uint64_t)n;
     e->kick = true;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    *out = r;
+    for (int i = 0; i < n; i++) out[i] = r[i];
     return HR_OK;
+}
+
+hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err) {
+    return hr_engine_submit_n(e, p, 1, out, err);
 }
 
 void hr_engine_cancel(hr_engine *e, hr_request *r) {
@@ -403,6 +425,8 @@ static void commit_batch(hr_engine *e) {
         r->n_hw = HR_MAX(r->n_hw, r->n_computed);
         sched_snapshot_ledger(e, r); /* a live stream sees its bytes now, not at release */
     }
+    e->group_epoch++;
+    for (int i = 0; i < e->running.n; i++) sched_group_account(e, e->running.v[i], false);
 }
 
 static void fail_scheduled(hr_engine *e, const char *msg, hr_status code) {

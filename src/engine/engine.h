@@ -129,6 +129,8 @@ typedef struct hr_request_params {
     int top_logprobs;              /* with logprobs: also the n most likely tokens at each position (0..20) */
 } hr_request_params;
 
+#define HR_ENGINE_MAX_GROUP 16
+
 #define HR_ENGINE_MAX_TOP_LOGPROBS 20
 
 /* A request whose policy bounds its span (hr_kv_policy_span: window, sinks) may run past n_ctx
@@ -144,6 +146,12 @@ typedef struct hr_request_params {
  *   HR_ERR_FULL         the waiting queue holds max_queue requests; the message says when to retry
  * The caller owns one reference to *out and drops it with hr_request_release. Any thread. */
 hr_status hr_engine_submit(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err);
+/* n requests from one set of parameters (the n choices of one client request), request i with seed
+ * p->sampling.seed + i: checked once and queued together (all or none: HR_ERR_FULL when the queue lacks
+ * room for n), so they are admitted in one step when the pool allows, and accounted as a group
+ * (hr_request_group_kv: the blocks they share counted once). n is 1..HR_ENGINE_MAX_GROUP; out[0..n) is
+ * set only on HR_OK, each holding one reference. */
+hr_status hr_engine_submit_n(hr_engine *e, const hr_request_params *p, int n, hr_request **out, hr_error *err);
 
 /* Asks the engine to cancel r; its blocks return to the pool at the next step. A finished request
  * is left as it is. Any thread. */
@@ -210,6 +218,12 @@ typedef struct hr_request_stats {
 
 void hr_request_get_stats(hr_request *r, hr_request_stats *out);
 
+/* The KV blocks r's group (hr_engine_submit_n with n > 1) holds together, each block counted once:
+ * the most at the end of any step (*blocks_peak) and the most its members held when one of them
+ * finished (*blocks_final; before the first finish, the latest step's). False (nothing set) for a
+ * request in no group. Any thread. */
+bool hr_request_group_kv(hr_request *r, int *blocks_peak, int *blocks_final);
+
 /* Log-probabilities of output tokens [from, from + n) (a request submitted with logprobs), as far as
  * they are published: lp[i] for output token from + i; with top_logprobs = K, top_ids / top_lp
  * [i * K + j] the j-th most likely token there (either array may be NULL). Returns how many were
@@ -250,6 +264,7 @@ typedef struct hr_engine_stats {
     uint64_t completed, cancelled, failed;
     uint64_t preemptions, preempt_recompute, preempt_swap;
     uint64_t recomputed_tokens, swapped_bytes, prefix_hit_tokens;
+    uint64_t prefix_query_tokens; /* tokens looked up in the prefix cache at admissions (hits included) */
     int n_waiting, n_running, peak_running;
     int predicted_output; /* adaptive admission's current prediction (0: none yet) */
     double forward_seconds;

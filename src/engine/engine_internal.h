@@ -19,6 +19,17 @@
 #define HR_ENGINE_MAX_STOP 8
 #define HR_ENGINE_OBS      512 /* completion lengths the adaptive predictor remembers */
 
+/* The requests accounted together (the n choices of one client request). Members are added at
+ * creation and leave when freed, under mu; the figures are written by the engine thread under mu. */
+typedef struct hr_req_group {
+    atomic_int refs; /* one per member */
+    pthread_mutex_t mu;
+    hr_request *members[HR_ENGINE_MAX_GROUP];
+    int n_members;
+    uint64_t epoch; /* the engine step (hr_engine.group_epoch) its figures were last taken at */
+    int blocks_now, blocks_peak, blocks_final;
+} hr_req_group;
+
 struct hr_request {
     atomic_int refs;   /* one for the engine (until final), one for the submitter */
     atomic_int cancel; /* set by hr_engine_cancel */
@@ -51,6 +62,7 @@ struct hr_request {
     int32_t *top_id; /* [max_tokens][n_top] */
     float *top_lp;   /* [max_tokens][n_top] */
     int n_top;
+    _Atomic(hr_req_group *) group; /* NULL: accounted alone; set once, before the engine can see the group */
     int evict_pending;    /* evicted tokens not yet reported as an event */
     double t_evict_event; /* when its last eviction event was recorded */
 
@@ -103,6 +115,7 @@ struct hr_engine {
     int n_obs;
     int predicted;           /* p-th percentile of obs, 0 until enough observations */
     double swap_bytes_per_s; /* measured swap bandwidth (EMA), 0 until the first swap */
+    uint64_t group_epoch;    /* steps committed: when each group's figures were last taken */
 
     /* events (ev_mu): a ring of the newest HR_ENGINE_EVENTS; ev_next is the newest seq (0: none yet) */
     pthread_mutex_t ev_mu;
@@ -118,7 +131,9 @@ struct hr_engine {
 };
 
 /* ---- request.c ---- */
-hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err);
+/* group_with: NULL, or an earlier request of the same submission to be accounted with (hr_req_group). */
+hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group_with, hr_request **out,
+                     hr_error *err);
 void req_unref(hr_request *r);
 /* Appends a sampled token to the output and the text; returns true when a stop string ended it. */
 bool req_push_token(hr_request *r, const hr_tokenizer *tok, int32_t token);
@@ -154,5 +169,8 @@ int sched_headroom_blocks(const hr_engine *e);
 void sched_release_seq(hr_engine *e, hr_request *r);
 /* The KV slots admission promises r. */
 int sched_claim_slots(const hr_engine *e, const hr_request *r);
+/* Takes the figures of r's group (if any) once per step, or at once when `finishing` (r is about to
+ * release its sequence). Engine thread. */
+void sched_group_account(hr_engine *e, hr_request *r, bool finishing);
 
 #endif

@@ -57,9 +57,69 @@ int list_find(const hr_req_list *l, const hr_request *r) {
     return -1;
 }
 
+/* ---- groups ------------------------------------------------------------------------------------ */
+
+static void group_leave(hr_request *r) {
+    hr_req_group *g = atomic_load(&r->group);
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    for (int i = 0; i < g->n_members; i++)
+        if (g->members[i] == r) {
+            g->members[i] = g->members[--g->n_members];
+            break;
+        }
+    pthread_mutex_unlock(&g->mu);
+    if (atomic_fetch_sub(&g->refs, 1) == 1) {
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+    }
+}
+
+/* Puts r in with's group, creating it (with `with` as its first member) on the first join. r is not
+ * visible to the engine yet; `with` may be, so its group pointer is set once, atomically. */
+static hr_status group_join(hr_request *r, hr_request *with, hr_error *err) {
+    hr_req_group *g = atomic_load(&with->group);
+    if (!g) {
+        hr_req_group *fresh = calloc(1, sizeof *fresh);
+        if (!fresh) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request group");
+        pthread_mutex_init(&fresh->mu, NULL);
+        atomic_init(&fresh->refs, 1);
+        fresh->members[fresh->n_members++] = with;
+        if (atomic_compare_exchange_strong(&with->group, &g, fresh)) {
+            g = fresh;
+        } else { /* another submitter grouped `with` first: join that group */
+            pthread_mutex_destroy(&fresh->mu);
+            free(fresh);
+        }
+    }
+    pthread_mutex_lock(&g->mu);
+    bool room = g->n_members < HR_ENGINE_MAX_GROUP;
+    if (room) {
+        g->members[g->n_members++] = r;
+        atomic_fetch_add(&g->refs, 1);
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (!room) return hr_error_set(err, HR_ERR_INVALID_ARG, "a request group holds at most %d requests", HR_ENGINE_MAX_GROUP);
+    atomic_store(&r->group, g);
+    return HR_OK;
+}
+
+bool hr_request_group_kv(hr_request *r, int *blocks_peak, int *blocks_final) {
+    hr_req_group *g = atomic_load(&r->group);
+    if (!g) return false;
+    pthread_mutex_lock(&g->mu);
+    *blocks_peak = g->blocks_peak;
+    *blocks_final = g->blocks_final ? g->blocks_final : g->blocks_now;
+    pthread_mutex_unlock(&g->mu);
+    return true;
+}
+
+/* ---- creation ---------------------------------------------------------------------------------- */
+
 /* ---- creation ---------------------------------------------------------------------------------- */
 
 static void req_free(hr_request *r) {
+    group_leave(r);
     hr_sampler_destroy(r->sampler);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->tokens);
@@ -73,7 +133,8 @@ static void req_free(hr_request *r) {
     free(r);
 }
 
-hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out, hr_error *err) {
+hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group_with, hr_request **out,
+                     hr_error *err) {
     hr_request *r = calloc(1, sizeof *r);
     if (!r) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
     pthread_mutex_init(&r->mu, NULL);
@@ -108,6 +169,7 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out,
                        ? HR_OK
                        : hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
     if (st == HR_OK) st = hr_sampler_create(&p->sampling, e->n_vocab, &r->sampler, err);
+    if (st == HR_OK && group_with) st = group_join(r, group_with, err);
     for (int i = 0; st == HR_OK && i < p->n_stop; i++) {
         if (!(r->stop[i] = strdup(p->stop[i]))) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
         r->n_stop = i + 1;

@@ -72,9 +72,28 @@ void sched_snapshot_ledger(hr_engine *e, hr_request *r) {
     }
 }
 
+void sched_group_account(hr_engine *e, hr_request *r, bool finishing) {
+    hr_req_group *g = atomic_load(&r->group);
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    if (finishing || g->epoch != e->group_epoch) {
+        hr_kv_seq seqs[HR_ENGINE_MAX_GROUP];
+        int n = 0;
+        for (int i = 0; i < g->n_members; i++)
+            if (g->members[i]->seq >= 0) seqs[n++] = g->members[i]->seq;
+        int blocks = hr_kv_seqs_distinct_blocks(e->p.kv, seqs, n);
+        g->epoch = e->group_epoch;
+        g->blocks_now = blocks;
+        g->blocks_peak = HR_MAX(g->blocks_peak, blocks);
+        if (finishing) g->blocks_final = HR_MAX(g->blocks_final, blocks);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
 void sched_release_seq(hr_engine *e, hr_request *r) {
     if (r->seq < 0) return;
     sched_snapshot_ledger(e, r);
+    sched_group_account(e, r, true);
     ev_flush_evictions(e, r, true);
     hr_kv_seq_free(e->p.kv, r->seq); /* full blocks go to the prefix cache */
     r->seq = -1;
@@ -348,6 +367,7 @@ static bool try_admit(hr_engine *e, hr_request *r) {
     }
     r->state = HR_REQ_RUNNING;
     e->st.prefix_hit_tokens += (uint64_t)hits;
+    if (fresh) e->st.prefix_query_tokens += (uint64_t)r->n_known;
     pthread_mutex_lock(&r->mu);
     r->stats.state = HR_REQ_RUNNING;
     r->stats.n_computed = r->n_computed;

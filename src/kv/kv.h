@@ -294,6 +294,12 @@ typedef struct hr_kv_pool_ledger {
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *pool, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err);
 void hr_kv_pool_get_ledger(const hr_kv_pool *pool, hr_kv_pool_ledger *out);
 
+/* The distinct blocks the resident sequences among seqs[0..n) hold together (swapped sequences and
+ * policy holes hold none): a block two of them share counts once. Blocks are only ever shared at the
+ * same logical position (prefix sharing and fork both keep positions), so the count compares table
+ * entries index by index: O(n^2 * blocks). Invalid ids are skipped. Owning thread. */
+int hr_kv_seqs_distinct_blocks(const hr_kv_pool *pool, const hr_kv_seq *seqs, int n);
+
 /* ---- prefix-cache observer ----------------------------------------------------------------------
  * Lets a caller mirror the prefix cache (KV events) or back it with a shared tier (a remote store)
  * without the KV layer knowing how. All callbacks run on the thread that changed the pool (the engine

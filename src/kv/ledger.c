@@ -55,6 +55,25 @@ hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_led
     return HR_OK;
 }
 
+int hr_kv_seqs_distinct_blocks(const hr_kv_pool *p, const hr_kv_seq *seqs, int n) {
+    int count = 0;
+    for (int j = 0; j < n; j++) {
+        if (!kv_seq_valid(p, seqs[j]) || p->seqs[seqs[j]].swapped) continue;
+        const kv_seq *s = &p->seqs[seqs[j]];
+        for (int t = 0; t < s->n_table; t++) {
+            int32_t b = s->table[t];
+            bool seen = b < 0;
+            for (int i = 0; i < j && !seen; i++) {
+                if (!kv_seq_valid(p, seqs[i]) || p->seqs[seqs[i]].swapped) continue;
+                const kv_seq *o = &p->seqs[seqs[i]];
+                seen = t < o->n_table && o->table[t] == b;
+            }
+            count += !seen;
+        }
+    }
+    return count;
+}
+
 hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
     int n = p->n_blocks, B = p->cfg.block_size;
     int n_free = 0, n_used = 0, n_cached = 0;

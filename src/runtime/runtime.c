@@ -476,7 +476,10 @@ static hr_status prompt_ids(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
     return HR_OK;
 }
 
-hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request **out, hr_error *err) {
+hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int n, hr_rt_request **out,
+                              hr_error *err) {
+    if (n < 1 || n > HR_RT_MAX_CHOICES)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d choices: 1..%d", n, HR_RT_MAX_CHOICES);
     hr_rt_request *r = calloc(1, sizeof *r);
     if (!r) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     r->block_size = rt->p.block_size;
@@ -517,16 +520,48 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
                                 .kv_policy = has_pol ? &pol : NULL,
                                 .logprobs = p->logprobs,
                                 .top_logprobs = p->top_logprobs};
-        st = hr_engine_submit(rt->engine, &rp, &r->h, err);
+        hr_request *h[HR_RT_MAX_CHOICES];
+        hr_rt_request *more[HR_RT_MAX_CHOICES] = {0};
+        /* choices 1.. are copies of the first (own prompt ids: each is released on its own) */
+        for (int i = 1; st == HR_OK && i < n; i++) {
+            more[i] = malloc(sizeof *r);
+            int32_t *ids = more[i] ? malloc(sizeof(int32_t) * (size_t)r->n_prompt) : NULL;
+            if (!ids) {
+                free(more[i]);
+                more[i] = NULL;
+                st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+                break;
+            }
+            *more[i] = *r;
+            memcpy(ids, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+            more[i]->prompt = ids;
+        }
+        if (st == HR_OK) st = hr_engine_submit_n(rt->engine, &rp, n, h, err);
+        for (int i = 1; i < n; i++) {
+            if (st == HR_OK) {
+                more[i]->h = h[i];
+                out[i] = more[i];
+            } else if (more[i]) {
+                free(more[i]->prompt);
+                free(more[i]);
+            }
+        }
+        if (st == HR_OK) r->h = h[0];
     }
     if (st != HR_OK) {
         free(r->prompt);
         free(r);
         return st;
     }
-    *out = r;
+    out[0] = r;
     return HR_OK;
 }
+
+hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request **out, hr_error *err) {
+    return hr_runtime_submit_n(rt, p, 1, out, err);
+}
+
+
 
 hr_request *hr_rt_request_handle(hr_rt_request *r) { return r->h; }
 const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt) {
@@ -569,6 +604,7 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     k->k_format = s->kv.k_format;
     k->v_format = s->kv.v_format;
     k->block_size = r->block_size;
+    k->block_bytes = r->block_bytes;
     k->bytes_now = s->kv.bytes_now; /* once final: what it held at its last step, before release */
     k->bytes_peak = s->kv.bytes_peak;
     k->blocks_now = r->block_bytes ? (int)(k->bytes_now / r->block_bytes) : 0;
@@ -582,6 +618,7 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     k->queued_seconds = s->t_admit > 0 ? s->t_admit - s->t_submit : 0;
     k->first_token_seconds = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0;
     k->policy = hr_kv_policy_kind_name(s->kv.policy.kind);
+    k->grouped = hr_request_group_kv(r->h, &k->group_blocks_peak, &k->group_blocks_final);
 }
 
 /* ---- the whole picture ------------------------------------------------------------------------- */

@@ -172,6 +172,8 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
+typedef struct hr_rt_request hr_rt_request;
+
 typedef struct hr_rt_request_params {
     /* exactly one of: */
     const char *prompt;          /* text (BOS added as the vocabulary says, unless no_bos) */
@@ -193,14 +195,20 @@ typedef struct hr_rt_request_params {
     int top_logprobs;      /* and the n most likely alternatives (0..20) */
 } hr_rt_request_params;
 
-typedef struct hr_rt_request hr_rt_request;
-
 /* Tokenizes (rendering chat first), checks the prompt against the context, clamps max_tokens to it
  * and submits. On refusal returns the engine's code with its reason (HR_ERR_INVALID_ARG a bad field,
  * HR_ERR_RANGE past the context: the message names both lengths, HR_ERR_BUDGET can never fit the
  * pool: the message says so in bytes, HR_ERR_FULL queue full: see hr_runtime_retry_after_s) and sets
  * *out only on HR_OK. Any thread. */
 hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request **out, hr_error *err);
+
+#define HR_RT_MAX_CHOICES 16
+/* n choices of one prompt (1..HR_RT_MAX_CHOICES), choice i sampled with seed p->sampling.seed + i:
+ * tokenized once and queued together (all or none), so they are admitted together when the pool
+ * allows and share the prompt's blocks through the prefix cache; their KV is accounted as a group
+ * (hr_rt_kv_usage.group_*). Sets out[0..n) only on HR_OK. Any thread. */
+hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int n, hr_rt_request **out,
+                              hr_error *err);
 
 /* The engine's request (read its stream with hr_request_read / hr_request_wait). Borrowed. Note that
  * hr_request_wait returns at once while any output, ids or text, is unread: a reader that wants only
@@ -217,6 +225,7 @@ void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r);
 typedef struct hr_rt_kv_usage {
     hr_kv_format k_format, v_format;
     int block_size;
+    uint64_t block_bytes;        /* one block of every layer's K and V */
     int blocks_now, blocks_peak; /* blocks_now: held after its last step (once final: at finish,
                                     before its blocks went back to the pool or the prefix cache) */
     uint64_t bytes_now, bytes_peak;
@@ -227,6 +236,10 @@ typedef struct hr_rt_kv_usage {
     double queued_seconds;      /* submit -> first admission */
     double first_token_seconds; /* submit -> first output token, as the engine made it (0: none yet) */
     const char *policy;         /* "full", "window", ... */
+    bool grouped;               /* one of n > 1 choices (hr_runtime_submit_n) */
+    int group_blocks_peak;      /* grouped: the most blocks the group held together at a step's end, each
+                                   shared block once (never more than the pool) */
+    int group_blocks_final;     /* grouped: the most the group held together when one of them finished */
 } hr_rt_kv_usage;
 
 typedef struct hr_rt_result {

@@ -214,6 +214,15 @@ static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint6
         sample_d(b, "vllm:kv_cache_usage_perc", lab, usage);
         family(b, "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
         sample_d(b, "vllm:gpu_cache_usage_perc", lab, usage);
+        /* the counters routers and autoscalers read (vLLM's names and types; prefix-cache figures in
+         * tokens, as vLLM counts them) */
+        family(b, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.");
+        sample_u(b, "vllm:num_preemptions_total", lab, e->preemptions);
+        family(b, "vllm:prefix_cache_queries_total", "counter",
+               "Prefix cache queries, in terms of number of queried tokens.");
+        sample_u(b, "vllm:prefix_cache_queries_total", lab, e->prefix_query_tokens);
+        family(b, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
+        sample_u(b, "vllm:prefix_cache_hits_total", lab, e->prefix_hit_tokens);
     }
 }
 

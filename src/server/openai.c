@@ -197,7 +197,8 @@ static bool parse_prompt(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     return true;
 }
 
-/* content: a string, or an array of {"type":"text","text":...} parts (joined). */
+/* content: a string, or an array of {"type":"text","text":...} parts (joined). Other parts (images,
+ * audio, files) are refused: this server's models take text only. */
 static bool message_content(hr_srv_gen *g, json_t *c, size_t i, const char **out, hr_srv_error *e) {
     if (!c) {
         *out = "";
@@ -214,6 +215,14 @@ static bool message_content(hr_srv_gen *g, json_t *c, size_t i, const char **out
     hr_srv_buf_put(&b, "", 0);
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *part = json_array_get(c, k);
+        json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
+        if (json_is_string(type) && strcmp(json_string_value(type), "text") != 0) {
+            hr_srv_buf_free(&b);
+            hr_srv_fail(e, 400, "messages", "unsupported_content",
+                        "'messages[%zu].content[%zu]' is a \"%.32s\" part: this model takes text only", i, k,
+                        json_string_value(type));
+            return false;
+        }
         json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
         if (!json_is_string(text)) {
             hr_srv_buf_free(&b);
@@ -248,6 +257,12 @@ static bool parse_messages(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
         if (!json_is_string(role))
             return hr_srv_fail(e, 400, "messages", "invalid_type", "'messages[%zu].role' must be a string", i);
         const char *r = json_string_value(role);
+        static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) known = known || !strcmp(r, roles[k]);
+        if (!known)
+            return hr_srv_fail(e, 400, "messages", "invalid_value",
+                               "'messages[%zu].role' must be system, developer, user, assistant or tool", i);
         /* OpenAI's newer name for the system role */
         g->messages[i].role = !strcmp(r, "developer") ? "system" : r;
         if (!message_content(g, field(msg, "content"), i, &g->messages[i].content, e)) return false;
@@ -304,6 +319,56 @@ static bool parse_logprobs(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     return true;
 }
 
+/* OpenAI fields this server knows but does not do: a request that asks for them is refused, naming
+ * the field, rather than answered as if it had not asked (fields it does not know are ignored, as
+ * OpenAI-compatible servers do). A field at its "off" value (echo false, an empty suffix, tool_choice
+ * "none", response_format text, an empty logit_bias, best_of equal to n) asks for nothing. */
+static bool refuse_unsupported(hr_srv_kind kind, json_t *root, long long n, hr_srv_error *e) {
+    static const struct {
+        const char *name;
+        const char *what;
+    } fields[] = {
+        {"echo", "echoing the prompt"},
+        {"suffix", "a suffix (insertion)"},
+        {"best_of", "best_of other than n"},
+        {"tools", "tool calling"},
+        {"tool_choice", "tool calling"},
+        {"functions", "function calling"},
+        {"function_call", "function calling"},
+        {"response_format", "structured outputs (response_format other than text)"},
+        {"guided_json", "guided decoding"},
+        {"guided_regex", "guided decoding"},
+        {"guided_grammar", "guided decoding"},
+        {"guided_choice", "guided decoding"},
+        {"logit_bias", "logit_bias"},
+        {"audio", "audio output"},
+        {"modalities", "output modalities other than text"},
+        {"prediction", "predicted outputs"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const char *k = fields[i].name;
+        json_t *v = field(root, k);
+        if (!v) continue;
+        bool off = (json_is_false(v)) || (json_is_string(v) && json_string_length(v) == 0) ||
+                   (json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0);
+        if (!strcmp(k, "best_of")) off = json_is_integer(v) && json_integer_value(v) == n;
+        if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
+            off = json_is_string(v) && !strcmp(json_string_value(v), "none");
+        if (!strcmp(k, "response_format")) {
+            json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+            off = json_is_string(t) && !strcmp(json_string_value(t), "text");
+        }
+        if (!strcmp(k, "modalities"))
+            off = json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
+                  !strcmp(json_string_value(json_array_get(v, 0)), "text");
+        if (!strcmp(k, "echo") && kind == HR_SRV_CHAT) continue; /* not a chat field */
+        if (!off)
+            return hr_srv_fail(e, 400, k, "unsupported_parameter", "'%s': %s is not supported by this server", k,
+                               fields[i].what);
+    }
+    return true;
+}
+
 bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
                       hr_srv_error *e) {
     memset(g, 0, sizeof *g);
@@ -344,6 +409,7 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     if (s->top_p <= 0) s->top_p = 1e-6f;
     s->top_k = top_k < 0 ? 0 : (int)top_k;
     g->n = (int)n;
+    if (!refuse_unsupported(kind, root, n, e)) return false;
     g->rp.priority = (int)priority;
     if (!read_string(root, "kv_policy", &g->rp.kv_policy, e) || !read_bool(root, "ignore_eos", &g->rp.ignore_eos, e) ||
         !read_bool(root, "stream", &g->stream, e) || !parse_stop(root, g, e))
@@ -398,10 +464,12 @@ static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
 json_t *hr_srv_kv_usage_json(const hr_rt_kv_usage *kv) { return kv_json(kv, true); }
 
 json_t *hr_srv_usage_json(const hr_rt_result *res, int n) {
-    /* the n choices share one prompt: it counts once, as OpenAI counts it */
-    int completion = 0;
+    /* the n choices share one prompt: it counts once, as OpenAI counts it; its cached tokens are those
+     * every choice took from the prefix cache */
+    int completion = 0, cached = res[0].kv.prefix_hit_tokens;
     hr_rt_kv_usage kv = res[0].kv;
     for (int i = 0; i < n; i++) completion += res[i].n_ids;
+    for (int i = 1; i < n; i++) cached = res[i].kv.prefix_hit_tokens < cached ? res[i].kv.prefix_hit_tokens : cached;
     for (int i = 1; i < n; i++) {
         const hr_rt_kv_usage *k = &res[i].kv;
         kv.blocks_now += k->blocks_now;
@@ -417,10 +485,18 @@ json_t *hr_srv_usage_json(const hr_rt_result *res, int n) {
         if (k->queued_seconds > kv.queued_seconds) kv.queued_seconds = k->queued_seconds;
         if (k->first_token_seconds > kv.first_token_seconds) kv.first_token_seconds = k->first_token_seconds;
     }
+    /* blocks the choices share (their prompt's) count once: the group's figures, not the sum */
+    if (n > 1 && res[0].kv.grouped) {
+        kv.blocks_peak = res[0].kv.group_blocks_peak;
+        kv.blocks_now = res[0].kv.group_blocks_final;
+        kv.bytes_peak = (uint64_t)kv.blocks_peak * kv.block_bytes;
+        kv.bytes_now = (uint64_t)kv.blocks_now * kv.block_bytes;
+    }
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(res[0].n_prompt));
     json_object_set_new(u, "completion_tokens", json_integer(completion));
     json_object_set_new(u, "total_tokens", json_integer(res[0].n_prompt + completion));
+    json_object_set_new(u, "prompt_tokens_details", json_pack("{s:i}", "cached_tokens", cached));
     json_object_set_new(u, "kv", kv_json(&kv, false));
     return u;
 }

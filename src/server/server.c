@@ -284,17 +284,12 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     j->logprobs = g.rp.logprobs;
     j->top_logprobs = g.rp.top_logprobs;
     j->tok = hr_runtime_tokenizer(rt);
-    for (int i = 0; i < g.n; i++) {
-        hr_rt_request_params rp = g.rp;
-        rp.sampling.seed = g.rp.sampling.seed + (uint64_t)i;
-        hr_error err = {0};
-        hr_status st = hr_runtime_submit(rt, &rp, &j->req[i], &err);
-        if (st != HR_OK) {
-            hr_srv_fail_status(&e, rt, st, err.msg, g.prompt_field);
-            break;
-        }
-        j->n = i + 1;
-    }
+    hr_error err = {0};
+    hr_status st = hr_runtime_submit_n(rt, &g.rp, g.n, j->req, &err);
+    if (st != HR_OK)
+        hr_srv_fail_status(&e, rt, st, err.msg, g.prompt_field);
+    else
+        j->n = g.n;
     const char *prompt_field = g.prompt_field;
     (void)prompt_field;
     hr_srv_gen_free(&g);
@@ -342,6 +337,9 @@ static enum MHD_Result handle_models(hr_server *s, struct MHD_Connection *c, hr_
                           hr_runtime_n_ctx(rt), "k_format", hr_kv_format_name(rp->k_format), "v_format",
                           hr_kv_format_name(rp->v_format), "block_size", rp->block_size, "kv_budget_bytes",
                           (json_int_t)hr_runtime_budget(rt)->budget_bytes, "demo", hr_runtime_is_demo(rt));
+    /* what clients read to size requests: vLLM's name, and the plain one */
+    json_object_set_new(m, "max_model_len", json_integer(hr_runtime_n_ctx(rt)));
+    json_object_set_new(m, "context_length", json_integer(hr_runtime_n_ctx(rt)));
     return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 

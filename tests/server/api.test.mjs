@@ -1,0 +1,109 @@
+// api.test.mjs: the OpenAI fields clients rely on, over plain HTTP (node's fetch, no packages):
+// usage.prompt_tokens_details.cached_tokens, /v1/models' max_model_len / context_length, usage.kv
+// for n > 1 (shared prompt blocks counted once, never more than the pool), and the refusals of what
+// the server does not do (unknown roles, non-text parts, echo/suffix/best_of/tools/...: 400 naming
+// the field). Run by ctest:  node api.test.mjs HEADROOM_BIN [MODEL.gguf]. Every wait is bounded.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+
+const [bin, model] = process.argv.slice(2);
+let failed = 0, passed = 0;
+const check = (cond, what) => { if (cond) passed++; else { failed++; console.error(`CHECK failed: ${what}`); } };
+
+// a tight pool: 1.25 MiB of f16 KV (128 blocks of 16 tokens for stories260K)
+const args = ['serve', '--port', '0', '--drain-timeout', '1', '-t', '1', '--kv-budget', '1310720', '--max-running', '8'];
+if (model && existsSync(model)) args.push('-m', model);
+const srv = spawn(bin, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+const watchdog = setTimeout(() => { console.error('watchdog: 120 s'); srv.kill('SIGKILL'); process.exit(1); }, 120000);
+const port = await new Promise((resolve, reject) => {
+  let out = '';
+  srv.stdout.on('data', (d) => { out += d; const m = out.match(/listening on \S+:(\d+)/); if (m) resolve(Number(m[1])); });
+  srv.on('exit', (code) => reject(new Error(`headroom serve exited ${code}: ${out}`)));
+});
+const base = `http://127.0.0.1:${port}`;
+const post = async (path, body) => {
+  const r = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  return { status: r.status, json: await r.json() };
+};
+for (let i = 0; i < 300; i++) { try { if ((await fetch(base + '/health')).ok) break; } catch {} await new Promise((r) => setTimeout(r, 200)); }
+
+// /v1/models: the context, under vLLM's name and the plain one
+const models = await (await fetch(base + '/v1/models')).json();
+const m0 = models.data[0];
+check(m0.max_model_len > 0 && m0.context_length === m0.max_model_len && m0.max_model_len === m0.meta.n_ctx,
+      `/v1/models max_model_len/context_length: ${JSON.stringify(m0)}`);
+const budget = m0.meta.kv_budget_bytes;
+
+// cached_tokens: a prompt of whole blocks plus a tail, twice: the second takes the full blocks from the cache
+const prompt = 'Once upon a time there was a little girl named Lily. She liked to play outside with her friends. '.repeat(4);
+const a = await post('/v1/completions', { prompt, max_tokens: 4, temperature: 0 });
+const b = await post('/v1/completions', { prompt, max_tokens: 4, temperature: 0 });
+check(a.status === 200 && a.json.usage.prompt_tokens_details.cached_tokens === 0, `first: cached_tokens 0: ${JSON.stringify(a.json.usage)}`);
+const bs = m0.meta.block_size, np = b.json.usage.prompt_tokens;
+check(b.json.usage.prompt_tokens_details.cached_tokens === b.json.usage.kv.prefix_hit_tokens &&
+      b.json.usage.prompt_tokens_details.cached_tokens >= Math.floor((np - 1) / bs) * bs - bs &&
+      b.json.usage.prompt_tokens_details.cached_tokens > 0,
+      `second: cached_tokens = prefix hits: ${JSON.stringify(b.json.usage)}`);
+const chat = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 });
+check(chat.status === 200 && Number.isInteger(chat.json.usage.prompt_tokens_details.cached_tokens), 'chat usage has cached_tokens');
+
+// n = 8 on one prompt: the prompt's full blocks are shared; usage.kv counts each block once
+const p8 = 'The dog ran to the park and saw a big red ball. '.repeat(8);
+// its full blocks into the prefix cache
+const n8 = (await post('/v1/completions', { prompt: p8, max_tokens: 1 })).json.usage.prompt_tokens;
+// max_tokens such that the choices end mid-block (prompt + output - 1 computed tokens at the last step):
+// a choice admitted a few steps after the others still holds as many blocks when the first finish
+const mt = bs + ((((bs / 2 - n8 + 1) % bs) + bs) % bs);
+const r8 = await post('/v1/completions', { prompt: p8, n: 8, max_tokens: mt, temperature: 1, ignore_eos: true });
+check(r8.status === 200 && r8.json.choices.length === 8 && r8.json.usage.prompt_tokens === n8, `n=8: ${r8.status}`);
+const kv8 = r8.json.usage.kv;
+const r1 = await post('/v1/completions', { prompt: p8 + ' x', max_tokens: mt, temperature: 1, ignore_eos: true });
+const kv1 = r1.json.usage.kv, blockBytes = kv1.bytes_peak / kv1.blocks_peak;
+const each = Math.ceil((n8 + mt - 1) / bs); // blocks one choice holds at its last step
+check(kv8.bytes_peak <= budget, `n=8 bytes_peak ${kv8.bytes_peak} exceeds the pool ${budget}`);
+check(kv8.bytes_peak === kv8.blocks_peak * blockBytes, `n=8 bytes_peak is blocks_peak blocks: ${JSON.stringify(kv8)}`);
+// the prompt's full blocks were cached, so every choice takes them from the cache and computes only
+// its partial block and its output: the 8 choices hold the full prompt blocks once and their own
+// blocks each, all at the last step (one max_tokens, ignore_eos, admitted together)
+const full = Math.floor(n8 / bs);
+check(kv8.prefix_hit_tokens === 8 * full * bs, `every choice hit the cached prompt: ${kv8.prefix_hit_tokens} hits, want ${8 * full * bs}`);
+const want = full + 8 * (each - full);
+check(kv8.blocks_peak === want && kv8.blocks_at_finish === want,
+      `n=8 blocks_peak ${kv8.blocks_peak} / at finish ${kv8.blocks_at_finish}: want ${want} (prompt ${n8} tokens, block ${bs}; the sum of the choices' peaks is ${8 * each})`);
+check(kv8.blocks_at_finish <= kv8.blocks_peak, `n=8 blocks_at_finish ${kv8.blocks_at_finish} <= peak`);
+
+// what the server does not do is refused, naming the field
+const refused = [
+  ['/v1/completions', { prompt: 'a', echo: true }, 'echo', 'unsupported_parameter'],
+  ['/v1/completions', { prompt: 'a', suffix: 'b' }, 'suffix', 'unsupported_parameter'],
+  ['/v1/completions', { prompt: 'a', best_of: 3 }, 'best_of', 'unsupported_parameter'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools', 'unsupported_parameter'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tool_choice: 'required' }, 'tool_choice', 'unsupported_parameter'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], modalities: ['text', 'audio'] }, 'modalities', 'unsupported_parameter'],
+  ['/v1/chat/completions', { messages: [{ role: 'wizard', content: 'a' }] }, 'messages', 'invalid_value'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] }, 'messages', 'unsupported_content'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: '', format: 'wav' } }] }] }, 'messages', 'unsupported_content'],
+];
+for (const [path, body, param, code] of refused) {
+  const r = await post(path, body);
+  check(r.status === 400 && r.json.error.param === param && r.json.error.code === code,
+        `${JSON.stringify(body)}: want 400 ${param}/${code}, got ${r.status} ${JSON.stringify(r.json)}`);
+}
+const imageMsg = (await post('/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })).json.error.message;
+check(/text only/.test(imageMsg), `an image part says the model takes text only: ${imageMsg}`);
+// fields at their "off" values ask for nothing
+const offs = [
+  ['/v1/completions', { prompt: 'a', max_tokens: 1, echo: false, suffix: '', best_of: 1 }],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], max_tokens: 1, tools: [], tool_choice: 'none', response_format: { type: 'text' }, modalities: ['text'] }],
+  ['/v1/chat/completions', { messages: [{ role: 'developer', content: 'a' }, { role: 'user', content: [{ type: 'text', text: 'b' }] }], max_tokens: 1 }],
+];
+for (const [path, body] of offs) {
+  const r = await post(path, body);
+  check(r.status === 200, `${JSON.stringify(body)}: want 200, got ${r.status} ${JSON.stringify(r.json)}`);
+}
+
+clearTimeout(watchdog);
+srv.kill('SIGTERM');
+await new Promise((r) => srv.on('exit', r));
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
