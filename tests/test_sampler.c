@@ -26,6 +26,48 @@ int main(void) {
     CHECK(hr_argmax(logits, 6) == 1);
     hr_sampler_destroy(s);
 
+    /* logit bias: -100 bans (the tie goes to the other maximum), +0.2 lifts token 3 over both, the
+     * caller's arrays are copied, and bad entries are refused naming logit_bias */
+    {
+        int32_t ids[2] = {1, 5};
+        float vals[2] = {-100.0f, -100.0f};
+        hr_sampler_params q = p;
+        q.bias_ids = ids;
+        q.bias_values = vals;
+        q.n_bias = 1;
+        hr_sampler *bs = make(q, 6);
+        ids[0] = 0; /* the sampler holds its own copy */
+        CHECK(hr_sampler_sample(bs, logits) == 5);
+        hr_sampler_destroy(bs);
+        ids[0] = 3;
+        vals[0] = 0.2f;
+        bs = make(q, 6);
+        CHECK(hr_sampler_sample(bs, logits) == 3);
+        hr_sampler_destroy(bs);
+        q.n_bias = 2;
+        ids[0] = 1;
+        vals[0] = -100.0f;
+        q.temperature = 1.0f;
+        q.top_k = 0;
+        q.top_p = 1.0f;
+        q.min_p = 0.0f;
+        bs = make(q, 6);
+        int hit = 0;
+        for (int i = 0; i < 200; i++) {
+            int t = hr_sampler_sample(bs, logits);
+            hit += t == 1 || t == 5;
+        }
+        CHECK(hit == 0); /* banned tokens are never drawn */
+        hr_sampler_destroy(bs);
+        hr_error err = {0};
+        hr_sampler *none = NULL;
+        ids[1] = 6; /* outside the vocabulary of 6 */
+        CHECK(hr_sampler_create(&q, 6, &none, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "logit_bias") && !none);
+        ids[1] = 5;
+        vals[1] = 100.5f;
+        CHECK(hr_sampler_create(&q, 6, &none, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "logit_bias") && !none);
+    }
+
     /* seeded sampling is reproducible; different seeds give a different sequence */
     p.temperature = 1.0f;
     p.top_k = 0;

@@ -23,6 +23,8 @@ struct hr_sampler {
     int32_t *history; /* ring of the last hist_cap tokens */
     int hist_cap, hist_len, hist_head;
     uint16_t *counts; /* (n_vocab) occurrences within the window, rebuilt per sample */
+    int32_t *bias_ids; /* (p.n_bias) owned copies of the logit bias */
+    float *bias_values;
 };
 
 hr_sampler_params hr_sampler_default_params(void) {
@@ -52,6 +54,13 @@ hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err) {
         return hr_error_set(err, HR_ERR_INVALID_ARG, "frequency_penalty %g is outside [-2, 2]", p->frequency_penalty);
     if (p->penalty_last_n < -1 || p->penalty_last_n > (1 << 20))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "penalty_last_n %d is outside [-1, 1048576]", p->penalty_last_n);
+    if (p->n_bias < 0 || p->n_bias > HR_SAMPLER_MAX_BIAS || (p->n_bias > 0 && (!p->bias_ids || !p->bias_values)))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "logit_bias holds %d entries: at most %d", p->n_bias,
+                            HR_SAMPLER_MAX_BIAS);
+    for (int i = 0; i < p->n_bias; i++)
+        if (!(p->bias_values[i] >= -100.0f && p->bias_values[i] <= 100.0f))
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "logit_bias for token %d is %g: outside [-100, 100]",
+                                (int)p->bias_ids[i], p->bias_values[i]);
     return HR_OK;
 }
 
@@ -68,10 +77,25 @@ hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler 
     s->work = malloc(sizeof(float) * (size_t)n_vocab);
     s->history = malloc(sizeof(int32_t) * (size_t)s->hist_cap);
     s->counts = calloc((size_t)n_vocab, sizeof(uint16_t));
-    if (!s->cands || !s->work || !s->history || !s->counts) {
+    if (p->n_bias > 0) {
+        s->bias_ids = malloc(sizeof(int32_t) * (size_t)p->n_bias);
+        s->bias_values = malloc(sizeof(float) * (size_t)p->n_bias);
+    }
+    if (!s->cands || !s->work || !s->history || !s->counts || (p->n_bias > 0 && (!s->bias_ids || !s->bias_values))) {
         hr_sampler_destroy(s);
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a sampler");
     }
+    for (int i = 0; i < p->n_bias; i++) {
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab) {
+            hr_sampler_destroy(s);
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "logit_bias names token %d, outside the vocabulary [0, %d)",
+                                (int)p->bias_ids[i], n_vocab);
+        }
+        s->bias_ids[i] = p->bias_ids[i];
+        s->bias_values[i] = p->bias_values[i];
+    }
+    s->p.bias_ids = s->bias_ids;
+    s->p.bias_values = s->bias_values;
     hr_rng_seed(&s->rng, p->seed);
     *out = s;
     return HR_OK;
@@ -83,6 +107,8 @@ void hr_sampler_destroy(hr_sampler *s) {
     free(s->work);
     free(s->history);
     free(s->counts);
+    free(s->bias_ids);
+    free(s->bias_values);
     free(s);
 }
 
@@ -175,9 +201,12 @@ static int top_k_select(hr_sampler *s, const float *l) {
 int32_t hr_sampler_sample(hr_sampler *s, const float *logits) {
     const hr_sampler_params *p = &s->p;
     const float *l = logits;
-    if (penalties_active(p)) {
+    if (penalties_active(p) || p->n_bias > 0) {
         memcpy(s->work, logits, sizeof(float) * (size_t)s->n_vocab);
-        apply_penalties(s);
+        if (penalties_active(p)) apply_penalties(s);
+        /* OpenAI's -100 is a ban; other values shift the logit */
+        for (int i = 0; i < p->n_bias; i++)
+            s->work[p->bias_ids[i]] = p->bias_values[i] <= -100.0f ? -INFINITY : s->work[p->bias_ids[i]] + p->bias_values[i];
         l = s->work;
     }
     int32_t tok;

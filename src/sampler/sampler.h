@@ -3,7 +3,7 @@
  * and history give the same token on any machine and in any batch.
  *
  * Order of operations (as in llama.cpp's default chain): penalties over the last `penalty_last_n`
- * tokens -> (temperature 0: argmax) -> top-k -> top-p -> min-p -> temperature -> softmax -> draw. */
+ * tokens -> logit bias -> (temperature 0: argmax) -> top-k -> top-p -> min-p -> temperature -> softmax -> draw. */
 #ifndef HR_SAMPLER_SAMPLER_H
 #define HR_SAMPLER_SAMPLER_H
 
@@ -21,7 +21,14 @@ typedef struct hr_sampler_params {
     float frequency_penalty; /* subtracted per occurrence */
     int penalty_last_n;      /* window of recent tokens the penalties look at (0: off, -1: all) */
     uint64_t seed;
+    /* logit bias (OpenAI's logit_bias): bias_values[i] (-100..100) is added to token bias_ids[i]'s logit
+     * after the penalties; -100 bans the token outright. Copied by hr_sampler_create. */
+    const int32_t *bias_ids;
+    const float *bias_values;
+    int n_bias; /* 0..HR_SAMPLER_MAX_BIAS */
 } hr_sampler_params;
+
+#define HR_SAMPLER_MAX_BIAS 1024
 
 /* Defaults: greedy (temperature 0), top_k 40, top_p 0.95, min_p 0.05, no penalties, last_n 64, seed 0. */
 hr_sampler_params hr_sampler_default_params(void);
@@ -32,7 +39,8 @@ typedef struct hr_sampler hr_sampler;
 hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler **out, hr_error *err);
 void hr_sampler_destroy(hr_sampler *s); /* NULL allowed */
 
-/* Validates parameters (ranges) with a message naming the field. */
+/* Validates parameters (ranges) with a message naming the field (bias ids are checked against the
+ * vocabulary by hr_sampler_create). */
 hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err);
 
 /* Adds a token to the history the penalties see (prompt tokens too, when the caller wants). */

@@ -37,9 +37,9 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
 
 /* Which request field an engine/runtime message is about: they name it in their text. */
 static const char *field_in_message(const char *msg) {
-    static const char *const fields[] = {
-        "temperature", "top_p", "top_k",    "min_p", "presence_penalty", "frequency_penalty", "max_tokens",
-        "kv_policy",   "stop",  "priority", "seed"};
+    static const char *const fields[] = {"temperature", "top_p",     "top_k",    "min_p", "presence_penalty",
+                                         "frequency_penalty", "max_tokens", "kv_policy", "stop",  "priority",
+                                         "seed",        "logit_bias"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strstr(msg, fields[i])) return fields[i];
     if (strstr(msg, "policy")) return "kv_policy";
@@ -300,6 +300,43 @@ static bool parse_stop(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     return true;
 }
 
+/* "logit_bias": {"TOKEN_ID": BIAS, ...}, ids as decimal strings, biases -100..100 (OpenAI's shape); the
+ * ids are checked against the vocabulary when the request is submitted. */
+static bool parse_logit_bias(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
+    json_t *b = field(root, "logit_bias");
+    if (!b) return true;
+    if (!json_is_object(b))
+        return hr_srv_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object, got %s",
+                           type_name(b));
+    size_t n = json_object_size(b);
+    if (n == 0) return true;
+    if (n > HR_SAMPLER_MAX_BIAS)
+        return hr_srv_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' holds at most %d tokens, got %zu",
+                           HR_SAMPLER_MAX_BIAS, n);
+    g->bias_ids = malloc(sizeof(int32_t) * n);
+    g->bias_values = malloc(sizeof(float) * n);
+    if (!g->bias_ids || !g->bias_values) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+    const char *key;
+    json_t *v;
+    int k = 0;
+    json_object_foreach(b, key, v) {
+        char *end = NULL;
+        long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id > INT32_MAX || (key[0] == '0' && key[1]))
+            return hr_srv_fail(e, 400, "logit_bias", "invalid_value",
+                               "'logit_bias' keys must be token ids (decimal strings such as \"50256\")");
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return hr_srv_fail(e, 400, "logit_bias", "invalid_value",
+                               "'logit_bias' values must be numbers from -100 to 100 (token %ld)", id);
+        g->bias_ids[k] = (int32_t)id;
+        g->bias_values[k++] = (float)json_number_value(v);
+    }
+    g->rp.sampling.bias_ids = g->bias_ids;
+    g->rp.sampling.bias_values = g->bias_values;
+    g->rp.sampling.n_bias = k;
+    return true;
+}
+
 /* Chat: "logprobs" (bool) and "top_logprobs" (0..20, only with logprobs true). Completions: "logprobs"
  * (0..5 alternatives, null: none). */
 static bool parse_logprobs(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
@@ -340,7 +377,6 @@ static bool refuse_unsupported(hr_srv_kind kind, json_t *root, long long n, hr_s
         {"guided_regex", "guided decoding"},
         {"guided_grammar", "guided decoding"},
         {"guided_choice", "guided decoding"},
-        {"logit_bias", "logit_bias"},
         {"audio", "audio output"},
         {"modalities", "output modalities other than text"},
         {"prediction", "predicted outputs"},
@@ -414,7 +450,7 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     if (!read_string(root, "kv_policy", &g->rp.kv_policy, e) || !read_bool(root, "ignore_eos", &g->rp.ignore_eos, e) ||
         !read_bool(root, "stream", &g->stream, e) || !parse_stop(root, g, e))
         return false;
-    if (!parse_logprobs(root, g, e)) return false;
+    if (!parse_logprobs(root, g, e) || !parse_logit_bias(root, g, e)) return false;
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so))
@@ -433,6 +469,8 @@ void hr_srv_gen_free(hr_srv_gen *g) {
     free(g->owned);
     free(g->messages);
     free(g->prompt_ids);
+    free(g->bias_ids);
+    free(g->bias_values);
     memset(g, 0, sizeof *g);
 }
 

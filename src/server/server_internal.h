@@ -80,6 +80,8 @@ typedef struct hr_srv_gen {
     char **owned;          /* owned strings (content parts joined), n_owned of them */
     int n_owned;
     int32_t *prompt_ids; /* owned (a prompt given as token ids) */
+    int32_t *bias_ids;   /* owned: logit_bias's tokens and values (rp.sampling points at them) */
+    float *bias_values;
     const char *stop[HR_SRV_MAX_STOP];
     int n;
     bool stream, include_usage;

@@ -72,6 +72,24 @@ check(kv8.blocks_peak === want && kv8.blocks_at_finish === want,
       `n=8 blocks_peak ${kv8.blocks_peak} / at finish ${kv8.blocks_at_finish}: want ${want} (prompt ${n8} tokens, block ${bs}; the sum of the choices' peaks is ${8 * each})`);
 check(kv8.blocks_at_finish <= kv8.blocks_peak, `n=8 blocks_at_finish ${kv8.blocks_at_finish} <= peak`);
 
+// logit_bias: -100 bans the greedy choice; +100 on another token makes it the greedy choice (the output's
+// ids: the tokens of prompt + text past those of the prompt)
+const ids = async (text) => (await post('/tokenize', { content: text })).json.tokens;
+const outIds = async (text) => (await ids('Once upon a time' + text)).slice((await ids('Once upon a time')).length);
+const g0 = await post('/v1/completions', { prompt: 'Once upon a time', max_tokens: 1, temperature: 0 });
+const [firstTok] = await outIds(g0.json.choices[0].text);
+const banned = await post('/v1/completions', { prompt: 'Once upon a time', max_tokens: 1, temperature: 0, logit_bias: { [firstTok]: -100 } });
+check(banned.status === 200 && banned.json.choices[0].text !== g0.json.choices[0].text,
+      `logit_bias -100 bans token ${firstTok} ('${g0.json.choices[0].text}'): got '${banned.json.choices[0].text}'`);
+const piece = (await post('/detokenize', { tokens: [100] })).json.content;
+const forced = await post('/v1/completions', { prompt: 'Once upon a time', max_tokens: 3, temperature: 0, logit_bias: { 100: 100 } });
+check(forced.status === 200 && piece.length > 0 && forced.json.choices[0].text === piece.repeat(3),
+      `logit_bias +100 forces token 100 ('${piece}'): '${forced.json.choices[0].text}'`);
+for (const bias of [{ abc: 1 }, { 5: 200 }, { 5: 'x' }, { 99999999: 1 }, [1, 2], { '-1': 5 }]) {
+  const r = await post('/v1/completions', { prompt: 'a', max_tokens: 1, logit_bias: bias });
+  check(r.status === 400 && r.json.error.param === 'logit_bias', `logit_bias ${JSON.stringify(bias)}: want 400 logit_bias, got ${r.status} ${JSON.stringify(r.json)}`);
+}
+
 // what the server does not do is refused, naming the field
 const refused = [
   ['/v1/completions', { prompt: 'a', echo: true }, 'echo', 'unsupported_parameter'],
