@@ -419,6 +419,7 @@ const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name;
 const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
 const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
+const char *hr_runtime_chat_family(const hr_runtime *rt) { return hr_chat_template_name(rt->chat_tpl); }
 
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
 void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }

@@ -161,6 +161,8 @@ const char *hr_runtime_warnings(const hr_runtime *rt);
 /* When the model's chat template was not recognized: a one-line warning naming the template used
  * instead (print it when serving chat), else "". */
 const char *hr_runtime_chat_warning(const hr_runtime *rt);
+/* The chat template family in use ("chatml", "llama3", ...: hr_chat_template_name). */
+const char *hr_runtime_chat_family(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
 

@@ -368,8 +368,9 @@ static bool refuse_unsupported(hr_srv_kind kind, json_t *root, long long n, hr_s
         {"echo", "echoing the prompt"},
         {"suffix", "a suffix (insertion)"},
         {"best_of", "best_of other than n"},
-        {"tools", "tool calling"},
-        {"tool_choice", "tool calling"},
+        {"tools", "tool calling on /v1/completions (use /v1/chat/completions)"},
+        {"tool_choice", "tool calling on /v1/completions (use /v1/chat/completions)"},
+        {"parallel_tool_calls", "tool calling on /v1/completions (use /v1/chat/completions)"},
         {"functions", "function calling"},
         {"function_call", "function calling"},
         {"response_format", "structured outputs (response_format other than text)"},
@@ -398,6 +399,10 @@ static bool refuse_unsupported(hr_srv_kind kind, json_t *root, long long n, hr_s
             off = json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
                   !strcmp(json_string_value(json_array_get(v, 0)), "text");
         if (!strcmp(k, "echo") && kind == HR_SRV_CHAT) continue; /* not a chat field */
+        if (!strncmp(k, "tool", 4) || !strcmp(k, "parallel_tool_calls")) {
+            if (kind == HR_SRV_CHAT) continue; /* chat reads them (hr_tools_read) */
+            if (!strcmp(k, "parallel_tool_calls")) off = true;
+        }
         if (!off)
             return hr_srv_fail(e, 400, k, "unsupported_parameter", "'%s': %s is not supported by this server", k,
                                fields[i].what);
@@ -446,6 +451,17 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     s->top_k = top_k < 0 ? 0 : (int)top_k;
     g->n = (int)n;
     if (!refuse_unsupported(kind, root, n, e)) return false;
+    if (kind == HR_SRV_CHAT) {
+        const char *param = NULL;
+        char msg[256];
+        if (!hr_tools_read(root, &g->tools, &param, msg, sizeof msg))
+            return hr_srv_fail(e, 400, param, "invalid_value", "%s", msg);
+        /* a forced call needs the output constrained to the call's schema */
+        if (g->tools.required)
+            return hr_srv_fail(e, 400, "tool_choice", "unsupported_parameter",
+                               "'tool_choice': \"required\" and named functions need constrained decoding, which "
+                               "this server does not have yet (use \"auto\")");
+    }
     g->rp.priority = (int)priority;
     if (!read_string(root, "kv_policy", &g->rp.kv_policy, e) || !read_bool(root, "ignore_eos", &g->rp.ignore_eos, e) ||
         !read_bool(root, "stream", &g->stream, e) || !parse_stop(root, g, e))
@@ -461,6 +477,99 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
             return false;
         }
     }
+    return true;
+}
+
+bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, hr_srv_error *e) {
+    json_t *msgs = field(root, "messages");
+    size_t n = g->rp.n_messages;
+    bool any = g->tools.n > 0 && !g->tools.none;
+    for (size_t i = 0; i < n && !any; i++) {
+        json_t *m = json_array_get(msgs, i);
+        any = !strcmp(g->messages[i].role, "tool") || json_array_size(json_object_get(m, "tool_calls")) > 0;
+    }
+    if (!any) return true;
+    hr_chat_msg *out = calloc(n + 1, sizeof *out);
+    if (!out) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+    size_t k = 0;
+    bool prev_tool = false;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        hr_chat_msg msg = g->messages[i];
+        char *owned = NULL;
+        bool is_tool = !strcmp(msg.role, "tool");
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (is_tool) {
+            owned = hr_tools_result_text(f, msg.content, json_string_value(json_object_get(m, "tool_call_id")));
+            msg.role = f == HR_TOOLS_LLAMA3 ? "ipython" : "user";
+        } else if (json_array_size(calls) > 0) {
+            if (strcmp(msg.role, "assistant") != 0) {
+                free(out);
+                return hr_srv_fail(e, 400, "messages", "invalid_value",
+                                   "'messages[%zu].tool_calls' belongs on an assistant message", i);
+            }
+            char *text = hr_tools_call_text(f, calls);
+            if (!text) {
+                free(out);
+                return hr_srv_fail(e, 400, "messages", "invalid_value",
+                                   "'messages[%zu].tool_calls' must be [{\"id\", \"type\": \"function\", "
+                                   "\"function\": {\"name\", \"arguments\": a JSON object as a string}}]",
+                                   i);
+            }
+            size_t lc = strlen(msg.content), lt = strlen(text);
+            owned = malloc(lc + lt + 2);
+            if (owned) snprintf(owned, lc + lt + 2, "%s%s%s", msg.content, lc ? "\n" : "", text);
+            free(text);
+        }
+        if ((is_tool || json_array_size(calls) > 0) && !owned) {
+            free(out);
+            return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+        }
+        if (owned) {
+            if (!keep_owned(g, owned)) {
+                free(out);
+                return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+            }
+            msg.content = owned;
+        }
+        if (is_tool && prev_tool) { /* one turn for consecutive results */
+            size_t la = strlen(out[k - 1].content), lb = strlen(msg.content);
+            char *both = malloc(la + lb + 2);
+            if (!both || !keep_owned(g, both)) {
+                free(out);
+                return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+            }
+            snprintf(both, la + lb + 2, "%s\n%s", out[k - 1].content, msg.content);
+            out[k - 1].content = both;
+        } else {
+            out[k++] = msg;
+        }
+        prev_tool = is_tool;
+    }
+    if (g->tools.n > 0 && !g->tools.none) {
+        char *desc = hr_tools_prompt(f, &g->tools);
+        if (!desc || !keep_owned(g, desc)) {
+            free(out);
+            return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+        }
+        if (k > 0 && !strcmp(out[0].role, "system")) {
+            size_t la = strlen(out[0].content), lb = strlen(desc);
+            char *both = malloc(la + lb + 1);
+            if (!both || !keep_owned(g, both)) {
+                free(out);
+                return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+            }
+            snprintf(both, la + lb + 1, "%s%s", out[0].content, la ? desc : desc + strspn(desc, "\n"));
+            out[0].content = both;
+        } else {
+            memmove(out + 1, out, sizeof *out * k++);
+            out[0] = (hr_chat_msg){.role = "system", .content = desc + strspn(desc, "\n")};
+        }
+    }
+    free(g->messages);
+    g->messages = out;
+    g->rp.messages = out;
+    g->rp.n_messages = k;
     return true;
 }
 
@@ -716,10 +825,25 @@ json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res) {
         json_t *c = json_object();
         json_object_set_new(c, "index", json_integer(i));
         json_t *text = json_stringn(res[i].text ? res[i].text : "", res[i].text ? res[i].text_len : 0);
+        const char *finish = res[i].finish_reason ? res[i].finish_reason : "stop";
         if (chat) {
             json_t *m = json_object();
             json_object_set_new(m, "role", json_string("assistant"));
-            json_object_set_new(m, "content", text);
+            hr_tool_call calls[HR_SRV_MAX_TOOL_CALLS];
+            size_t content = 0;
+            int nc = hr_srv_job_tools(j) && res[i].text
+                         ? hr_tools_extract(j->tool_format, &j->tools, res[i].text, res[i].text_len, &content, calls,
+                                            HR_SRV_MAX_TOOL_CALLS)
+                         : 0;
+            if (nc > 0) {
+                json_decref(text);
+                json_object_set_new(m, "content", content ? json_stringn(res[i].text, content) : json_null());
+                json_object_set_new(m, "tool_calls", hr_srv_tool_calls_json(j, i, calls, j->tools.parallel ? nc : 1, false));
+                hr_tools_free_calls(calls, nc);
+                finish = "tool_calls";
+            } else {
+                json_object_set_new(m, "content", text);
+            }
             json_object_set_new(c, "message", m);
         } else {
             json_object_set_new(c, "text", text);
@@ -727,7 +851,7 @@ json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res) {
         size_t text_off = 0;
         json_t *lp = j->logprobs ? hr_srv_logprobs_json(j, i, 0, res[i].ids, res[i].n_ids, &text_off) : NULL;
         json_object_set_new(c, "logprobs", lp ? lp : json_null());
-        json_object_set_new(c, "finish_reason", json_string(res[i].finish_reason ? res[i].finish_reason : "stop"));
+        json_object_set_new(c, "finish_reason", json_string(finish));
         json_array_append_new(choices, c);
     }
     json_object_set_new(o, "choices", choices);
@@ -757,6 +881,21 @@ json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t l
     json_object_set_new(o, "choices", choices);
     if (j->include_usage) json_object_set_new(o, "usage", json_null());
     return o;
+}
+
+json_t *hr_srv_tool_calls_json(const hr_srv_job *j, int choice, const hr_tool_call *calls, int n, bool with_index) {
+    json_t *a = json_array();
+    for (int k = 0; k < n; k++) {
+        char id[32];
+        hr_tools_call_id(j->tool_seed + (unsigned long long)choice * 1000003ull, k, id);
+        json_t *o = json_object();
+        if (with_index) json_object_set_new(o, "index", json_integer(k));
+        json_object_set_new(o, "id", json_string(id));
+        json_object_set_new(o, "type", json_string("function"));
+        json_object_set_new(o, "function", json_pack("{s:s, s:s}", "name", calls[k].name, "arguments", calls[k].arguments));
+        json_array_append_new(a, o);
+    }
+    return a;
 }
 
 json_t *hr_srv_usage_chunk_json(const hr_srv_job *j, const hr_rt_result *res) {

@@ -189,6 +189,8 @@ static void job_finish(hr_server *s, hr_srv_job *j, bool aborted, bool registere
     }
     for (int i = 0; i < j->n; i++) hr_rt_request_release(rt, j->req[i]);
     hr_srv_buf_free(&j->pending);
+    json_decref(j->tools.list);
+    for (int i = 0; i < HR_SRV_MAX_CHOICES; i++) hr_srv_buf_free(&j->tool_text[i]);
     free(j);
 }
 
@@ -268,12 +270,23 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
         json_decref(root);
         return send_error(s, c, &e);
     }
+    hr_tool_format tool_format = hr_tool_format_for(hr_runtime_chat_family(rt));
+    if (kind == HR_SRV_CHAT && !hr_srv_gen_apply_tools(&g, root, tool_format, &e)) {
+        hr_srv_gen_free(&g);
+        json_decref(root);
+        return send_error(s, c, &e);
+    }
     hr_srv_job *j = calloc(1, sizeof *j);
     if (!j) {
         hr_srv_gen_free(&g);
         json_decref(root);
         return fail(s, c, 500, NULL, "nomem", "out of memory");
     }
+    j->tools = g.tools;
+    j->tools.list = json_incref(g.tools.list); /* the job outlives the request's JSON */
+    j->tools.forced = NULL;
+    j->tool_format = tool_format;
+    j->tool_seed = (unsigned long long)auto_seed;
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", kind == HR_SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->started, (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     j->kind = kind;

@@ -13,8 +13,10 @@
 
 #include "runtime/runtime.h"
 #include "server/server.h"
+#include "server/toolcall.h"
 
 #define HR_SRV_MAX_CHOICES 8  /* hard cap on "n" whatever max_choices says */
+#define HR_SRV_MAX_TOOL_CALLS 16 /* calls parsed out of one answer */
 #define HR_SRV_MAX_STOP    8  /* stop strings per request */
 #define HR_SRV_MAX_TOP     20 /* chat's top_logprobs at most (completions' logprobs: 5) */
 
@@ -86,6 +88,7 @@ typedef struct hr_srv_gen {
     int n;
     bool stream, include_usage;
     const char *prompt_field; /* "prompt" or "messages" */
+    hr_tools tools;           /* chat: the request's tools (borrowed from its JSON) */
     /* rp.logprobs / rp.top_logprobs: chat's "logprobs" and "top_logprobs", or completions' "logprobs" (K:
        logprobs true with K alternatives) */
 } hr_srv_gen;
@@ -98,6 +101,12 @@ bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at);
 
 bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
                       hr_srv_error *e);
+/* Chat with tools, for a model whose tool calls take format f: the tools described at the end of the
+ * system message (one is added when there is none), assistant `tool_calls` written as the model
+ * writes them, `tool` messages as the model reads results (consecutive ones joined in one turn).
+ * False with e set (400 naming `messages`) for a malformed tool call in the history. A no-op without
+ * tools in the request or history. */
+bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, hr_srv_error *e);
 void hr_srv_gen_free(hr_srv_gen *g);
 
 /* A request body as the server takes it: valid UTF-8, JSON, an object. NULL with e set (400) otherwise;
@@ -140,7 +149,17 @@ typedef struct hr_srv_job {
     size_t pending_off;
     double t_last_out;
     bool recorded; /* metrics taken */
+    /* tool calls (chat with tools and tool_choice other than none): the output is split into content and
+       calls at the end; while streaming, text that may start a call is held back */
+    hr_tools tools;                         /* list: a reference the job owns; forced: NULL */
+    hr_tool_format tool_format;
+    unsigned long long tool_seed;           /* call ids */
+    hr_srv_buf tool_text[HR_SRV_MAX_CHOICES]; /* streaming: the choice's text so far */
+    size_t tool_sent[HR_SRV_MAX_CHOICES];     /* streaming: bytes of it sent as content */
 } hr_srv_job;
+
+/* Whether the job's chat answers may hold tool calls. */
+static inline bool hr_srv_job_tools(const hr_srv_job *j) { return j->tools.n > 0 && !j->tools.none; }
 
 /* usage: prompt/completion/total tokens and the kv object, summed over n results. */
 json_t *hr_srv_usage_json(const hr_rt_result *res, int n);
@@ -157,6 +176,9 @@ json_t *hr_srv_logprobs_json(const hr_srv_job *j, int i, int from, const int32_t
  * logprobs (taken over; NULL: null). */
 json_t *hr_srv_chunk_json(const hr_srv_job *j, int i, const char *text, size_t len, const char *finish, bool role,
                           json_t *logprobs);
+/* Tool calls for a chat message or delta: [{"index"?, "id", "type": "function", "function": {"name",
+ * "arguments"}}] (index: with_index, as stream deltas carry it). */
+json_t *hr_srv_tool_calls_json(const hr_srv_job *j, int choice, const hr_tool_call *calls, int n, bool with_index);
 /* The final usage chunk (choices: []). */
 json_t *hr_srv_usage_chunk_json(const hr_srv_job *j, const hr_rt_result *res);
 

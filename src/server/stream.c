@@ -26,6 +26,41 @@ static void put_event(hr_srv_job *j, json_t *o) {
     free(text);
 }
 
+/* Chat with tools: the text that can go out as content now (the rest may start a call and waits for
+ * the end); at the end, the held text as content or as tool calls. Returns the finish reason to send. */
+static size_t tools_release(hr_srv_job *j, int i, const char *text, size_t n, const char **out) {
+    hr_srv_buf *b = &j->tool_text[i];
+    hr_srv_buf_put(b, text, n);
+    size_t safe = b->failed ? j->tool_sent[i] : hr_tools_stream_safe(j->tool_format, b->data, b->len);
+    *out = b->data + j->tool_sent[i];
+    size_t len = safe > j->tool_sent[i] ? safe - j->tool_sent[i] : 0;
+    j->tool_sent[i] += len;
+    return len;
+}
+
+static const char *tools_finish(hr_srv_job *j, int i, const char *finish) {
+    hr_srv_buf *b = &j->tool_text[i];
+    if (b->failed) {
+        j->pending.failed = true;
+        return finish;
+    }
+    hr_tool_call calls[HR_SRV_MAX_TOOL_CALLS];
+    size_t content = b->len;
+    int nc = b->len ? hr_tools_extract(j->tool_format, &j->tools, b->data, b->len, &content, calls,
+                                       HR_SRV_MAX_TOOL_CALLS)
+                    : 0;
+    if (content > j->tool_sent[i])
+        put_event(j, hr_srv_chunk_json(j, i, b->data + j->tool_sent[i], content - j->tool_sent[i], NULL, false, NULL));
+    j->tool_sent[i] = b->len;
+    if (nc == 0) return finish;
+    json_t *o = hr_srv_chunk_json(j, i, NULL, 0, NULL, false, NULL);
+    json_t *delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
+    json_object_set_new(delta, "tool_calls", hr_srv_tool_calls_json(j, i, calls, j->tools.parallel ? nc : 1, true));
+    put_event(j, o);
+    hr_tools_free_calls(calls, nc);
+    return "tool_calls";
+}
+
 /* Drains what choice i has produced into SSE chunks. */
 static void drain_choice(hr_srv_job *j, int i) {
     hr_request *h = hr_rt_request_handle(j->req[i]);
@@ -48,13 +83,17 @@ static void drain_choice(hr_srv_job *j, int i) {
             if (lp && !lps) j->pending.failed = true;
             j->lp_sent[i] += d.n_tokens;
             const char *t = d.n_text || d.n_tokens ? text : NULL; /* text is "" when nothing came */
-            put_event(j, hr_srv_chunk_json(j, i, t, d.n_text, NULL, role, lps));
+            size_t n_t = d.n_text;
+            if (hr_srv_job_tools(j)) n_t = tools_release(j, i, text, d.n_text, &t);
+            put_event(j, hr_srv_chunk_json(j, i, t, n_t, NULL, role, lps));
             j->role_sent[i] = true;
         }
         if (d.done) {
             hr_rt_result r;
             hr_rt_request_result(j->req[i], &r);
-            put_event(j, hr_srv_chunk_json(j, i, NULL, 0, r.finish_reason ? r.finish_reason : "stop", false, NULL));
+            const char *finish = r.finish_reason ? r.finish_reason : "stop";
+            if (hr_srv_job_tools(j)) finish = tools_finish(j, i, finish);
+            put_event(j, hr_srv_chunk_json(j, i, NULL, 0, finish, false, NULL));
             j->finished[i] = true;
             return;
         }

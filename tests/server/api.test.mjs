@@ -11,9 +11,11 @@ let failed = 0, passed = 0;
 const check = (cond, what) => { if (cond) passed++; else { failed++; console.error(`CHECK failed: ${what}`); } };
 
 // a tight pool: 1.25 MiB of f16 KV (128 blocks of 16 tokens for stories260K)
-const args = ['serve', '--port', '0', '--drain-timeout', '1', '-t', '1', '--kv-budget', '1310720', '--max-running', '8'];
+const args = ['serve', '--port', '0', '--drain-timeout', '1', '-t', '1', '--kv-budget', '1310720', '--max-running', '8',
+  '-c', '1024', '--ctx-extend']; // room for the tools' description in the demo model's tiny vocabulary
 if (model && existsSync(model)) args.push('-m', model);
 const srv = spawn(bin, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+process.on('exit', () => srv.kill('SIGKILL')); // also when a check throws
 const watchdog = setTimeout(() => { console.error('watchdog: 120 s'); srv.kill('SIGKILL'); process.exit(1); }, 120000);
 const port = await new Promise((resolve, reject) => {
   let out = '';
@@ -95,8 +97,12 @@ const refused = [
   ['/v1/completions', { prompt: 'a', echo: true }, 'echo', 'unsupported_parameter'],
   ['/v1/completions', { prompt: 'a', suffix: 'b' }, 'suffix', 'unsupported_parameter'],
   ['/v1/completions', { prompt: 'a', best_of: 3 }, 'best_of', 'unsupported_parameter'],
-  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools', 'unsupported_parameter'],
-  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tool_choice: 'required' }, 'tool_choice', 'unsupported_parameter'],
+  ['/v1/completions', { prompt: 'a', tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools', 'unsupported_parameter'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tools: [{ type: 'function', function: { description: 'no name' } }] }, 'tools', 'invalid_value'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } }, 'tool_choice', 'invalid_value'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tool_choice: 'required' }, 'tool_choice', 'invalid_value'],
+  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }] }, 'messages', 'invalid_value'],
+  ['/v1/chat/completions', { messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: 'not json' } }] }] }, 'messages', 'invalid_value'],
   ['/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], modalities: ['text', 'audio'] }, 'modalities', 'unsupported_parameter'],
   ['/v1/chat/completions', { messages: [{ role: 'wizard', content: 'a' }] }, 'messages', 'invalid_value'],
   ['/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] }, 'messages', 'unsupported_content'],
@@ -109,6 +115,24 @@ for (const [path, body, param, code] of refused) {
 }
 const imageMsg = (await post('/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })).json.error.message;
 check(/text only/.test(imageMsg), `an image part says the model takes text only: ${imageMsg}`);
+// tools with a history of calls and results are rendered and answered (the demo model's answer is prose:
+// content, finish_reason length), streaming too; what may start a call is never sent as content
+const toolBody = {
+  messages: [{ role: 'user', content: 'Weather?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '22 C' }],
+  tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+  max_tokens: 6, temperature: 0,
+};
+const tr = await post('/v1/chat/completions', toolBody);
+check(tr.status === 200 && typeof tr.json.choices[0].message.content === 'string' && tr.json.choices[0].finish_reason === 'length',
+      `chat with tools and a call history: ${tr.status} ${JSON.stringify(tr.json).slice(0, 300)}`);
+const ts = await fetch(base + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...toolBody, stream: true }) });
+const events = (await ts.text()).split('\n\n').filter((x) => x.startsWith('data: {')).map((x) => JSON.parse(x.slice(6)));
+const streamed = events.map((c) => c.choices[0]?.delta?.content || '').join('');
+check(ts.status === 200 && streamed === tr.json.choices[0].message.content && events.at(-1).choices[0].finish_reason === 'length',
+      `streamed with tools: '${streamed}' vs '${tr.json.choices[0].message.content}'`);
+
 // fields at their "off" values ask for nothing
 const offs = [
   ['/v1/completions', { prompt: 'a', max_tokens: 1, echo: false, suffix: '', best_of: 1 }],
