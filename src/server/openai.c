@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "server/server_internal.h"
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -33,6 +34,57 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
     va_end(ap);
     hr_error_oneline(e->msg); /* jansson's error text may quote a newline from the body */
     return false;
+}
+
+/* Request fields that messages quote by name ('max_tokens' must be ...): not client text. */
+static bool is_field_name(const char *s, size_t n) {
+    static const char *const names[] = {
+        "model",      "user",        "prompt",    "messages",          "content",
+        "role",       "stop",        "n",         "stream",            "stream_options",
+        "max_tokens", "temperature", "top_p",     "top_k",             "min_p",
+        "seed",       "logprobs",    "top_logprobs", "presence_penalty", "frequency_penalty",
+        "kv_policy",  "priority",    "ignore_eos", "repetition_penalty", "max_completion_tokens",
+        "tokens",     "add_special", "with_pieces", "cache_salt",       "include_usage"};
+    size_t base = 0; /* 'messages[3].content': the name before any index or member */
+    while (base < n && s[base] != '[' && s[base] != '.') base++;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == base && !memcmp(names[i], s, base)) return true;
+    return false;
+}
+
+static void put_n(char *out, size_t cap, size_t *o, const char *s, size_t n) {
+    for (size_t k = 0; k < n && *o + 1 < cap; k++) out[(*o)++] = s[k];
+}
+
+void hr_srv_redact(const char *msg, char *out, size_t cap) {
+    size_t o = 0;
+    if (cap == 0) return;
+    for (size_t i = 0; msg[i];) {
+        char q = msg[i];
+        if (q == '\'' || q == '"') {
+            const char *end = strchr(msg + i + 1, q);
+            size_t n = end ? (size_t)(end - msg) - i - 1 : strlen(msg + i + 1);
+            if (end && is_field_name(msg + i + 1, n)) {
+                put_n(out, cap, &o, msg + i, n + 2);
+            } else {
+                put_n(out, cap, &o, &q, 1);
+                put_n(out, cap, &o, "...", 3);
+                put_n(out, cap, &o, &q, 1);
+            }
+            i += n + 1 + (end ? 1 : 0);
+            continue;
+        }
+        if (!strncmp(msg + i, "got ", 4) && (msg[i + 4] == '-' || (msg[i + 4] >= '0' && msg[i + 4] <= '9'))) {
+            put_n(out, cap, &o, "got ...", 7);
+            i += 5;
+            while (msg[i] && msg[i] != ' ' && msg[i] != ',' && msg[i] != ';' && msg[i] != ')') i++;
+            continue;
+        }
+        put_n(out, cap, &o, msg + i, 1);
+        i++;
+    }
+    while (o > 0 && !hr_srv_utf8_valid(out, o, NULL)) o--; /* a cut never splits a character */
+    out[o] = '\0';
 }
 
 /* Which request field an engine/runtime message is about: they name it in their text. */
@@ -143,6 +195,19 @@ static bool read_string(json_t *o, const char *k, const char **out, hr_srv_error
         return hr_srv_fail(e, 400, k, "invalid_type", "'%s' must be a string, got %s", k, type_name(v));
     *out = json_string_value(v);
     return true;
+}
+
+/* ---- cache scope ------------------------------------------------------------------------------- */
+
+uint64_t hr_srv_cache_scope(int tenant, const char *salt, size_t salt_len) {
+    if (tenant < 0 && !salt) return 0;
+    uint64_t h = hr_mix64(0x74656e616e74ull ^ (uint64_t)(tenant + 1)); /* "tenant" */
+    if (salt) { /* FNV-1a over the salt, then mixed: "" is a salt too, apart from none */
+        uint64_t f = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < salt_len; i++) f = (f ^ (unsigned char)salt[i]) * 0x100000001b3ull;
+        h = hr_mix64(h ^ hr_mix64(f ^ 0x73616c74ull));
+    }
+    return h ? h : 1; /* 0 is the shared scope */
 }
 
 /* ---- prompt and messages ----------------------------------------------------------------------- */
@@ -349,6 +414,14 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
         !read_bool(root, "stream", &g->stream, e) || !parse_stop(root, g, e))
         return false;
     if (!parse_logprobs(root, g, e)) return false;
+    json_t *salt = field(root, "cache_salt");
+    if (salt && !json_is_string(salt))
+        return hr_srv_fail(e, 400, "cache_salt", "invalid_type", "'cache_salt' must be a string, got %s",
+                           type_name(salt));
+    if (salt) {
+        g->cache_salt = json_string_value(salt);
+        g->cache_salt_len = json_string_length(salt);
+    }
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so))
@@ -686,7 +759,18 @@ bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at) {
 
 /* ---- bodies of every route (the server and fuzz/fuzz_http.c share these) ---------------------- */
 
+/* jansson's message without the text it quotes from the input (" near '...'"): a body may hold a
+ * password. */
+static void strip_near(char *text) {
+    char *near = strstr(text, " near ");
+    if (near) *near = '\0';
+}
+
 json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
+    return hr_srv_parse_body_in(NULL, data, len, e);
+}
+
+json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, hr_srv_error *e) {
     size_t bad;
     if (!hr_srv_utf8_valid(data ? data : "", len, &bad)) {
         hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
@@ -697,8 +781,33 @@ json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
         return NULL;
     }
     json_error_t je;
-    json_t *root = json_loadb(data, len, 0, &je);
+    hr_srv_parse_fail why;
+    json_t *root = hr_srv_parse_pool_load(pool, data, len, &je, &why);
+    if (!root && why != HR_SRV_PARSE_OK) {
+        char lim[32], all[32];
+        size_t per = hr_srv_parse_pool_per_request(pool);
+        hr_format_size(hr_srv_parse_pool_limit(pool), all, sizeof all);
+        if (why == HR_SRV_PARSE_BUSY) {
+            hr_srv_fail(e, 503, NULL, "parse_memory_busy",
+                        "the server's memory for parsing request bodies (--max-parse-memory %s) stayed in use for "
+                        "5 s; retry",
+                        all);
+            e->refusal = HR_REFUSE_QUEUE;
+        } else if (why == HR_SRV_PARSE_TOO_DENSE) {
+            hr_srv_fail(e, 413, NULL, "parse_memory_exceeded",
+                        "parsing the body needs more memory than its bound of 64 x its %zu bytes + 256 KiB (the "
+                        "per-request JSON parse limit, at most %s): too many JSON values for its size",
+                        len, hr_format_size(per, lim, sizeof lim));
+        } else {
+            hr_srv_fail(e, 413, NULL, "parse_memory_exceeded",
+                        "parsing the body needs more than %s (the per-request JSON parse limit: a quarter of "
+                        "--max-parse-memory %s)",
+                        hr_format_size(per, lim, sizeof lim), all);
+        }
+        return NULL;
+    }
     if (!root) {
+        strip_near(je.text);
         hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
         return NULL;
     }

@@ -73,4 +73,18 @@ hr_chat_template hr_chat_template_from_gguf(const hr_gguf *g, char *warning, siz
 hr_status hr_chat_render(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n, bool add_generation_prompt,
                          const char *bos, const char *eos, char **out, hr_error *err);
 
+/* A byte range of a rendered chat. */
+typedef struct hr_chat_span {
+    size_t off, len;
+} hr_chat_span;
+
+/* hr_chat_render, also recording where client text went: *spans (malloc'd, free it; NULL when none)
+ * receives the *n_spans byte ranges of *out, in order and disjoint, that hold message contents and
+ * client-chosen role names; the rest is the template's own text (markers, BOS/EOS, separators). A
+ * front end tokenizes the markers with special tokens parsed and the ranges without
+ * (hr_tokenizer_encode_segments), so that "<|im_end|>" typed in a message stays text. */
+hr_status hr_chat_render_spans(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                               const char *bos, const char *eos, char **out, hr_chat_span **spans, size_t *n_spans,
+                               hr_error *err);
+
 #endif
