@@ -429,41 +429,11 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_e
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
-/* Renders chat messages with the runtime's template and tokenizes the result. The template writes BOS
- * text itself, so no BOS is added; its markers are tokenized with special tokens parsed, the messages'
- * contents (and role names) without, unless special_in_content: a user typing "<|im_end|>" must not
- * close their turn. */
+/* Renders chat messages with the runtime's template and tokenizes them (hr_chat_tokenize: the
+ * template's markers are control tokens, the contents stay text unless special_in_content). */
 static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
                           hr_error *err) {
-    int32_t bos = hr_tokenizer_bos(rt->tok), eos = hr_tokenizer_eos(rt->tok);
-    char *text = NULL;
-    hr_chat_span *spans = NULL;
-    size_t n_spans = 0;
-    hr_status st = hr_chat_render_spans(rt->chat_tpl, msgs, n, true, bos >= 0 ? hr_tokenizer_piece(rt->tok, bos) : NULL,
-                                        eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL, &text, &spans, &n_spans,
-                                        err);
-    if (st) return st;
-    /* markers and contents alternate: at most 2 * n_spans + 1 segments */
-    hr_tok_segment *seg = malloc(sizeof *seg * (2 * n_spans + 1));
-    if (!seg) {
-        free(text);
-        free(spans);
-        return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-    }
-    size_t n_seg = 0, at = 0, len = strlen(text);
-    for (size_t i = 0; i <= n_spans; i++) {
-        size_t end = i < n_spans ? spans[i].off : len;
-        if (end > at) seg[n_seg++] = (hr_tok_segment){.text = text + at, .len = end - at, .special = true};
-        if (i == n_spans) break;
-        seg[n_seg++] = (hr_tok_segment){.text = text + spans[i].off, .len = spans[i].len, .special = false};
-        at = spans[i].off + spans[i].len;
-    }
-    hr_tokenize_opts to = {.add_bos = false, .parse_special = rt->p.special_in_content};
-    st = hr_tokenizer_encode_segments(rt->tok, seg, n_seg, &to, ids, n_ids, err);
-    free(seg);
-    free(spans);
-    free(text);
-    return st;
+    return hr_chat_tokenize(rt->chat_tpl, rt->tok, msgs, n, rt->p.special_in_content, ids, n_ids, err);
 }
 
 /* The prompt's ids into r (tokenized text, rendered chat, or the ids as given). */

@@ -114,6 +114,13 @@ void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const cha
         hr_srv_fail(e, 429, NULL, "queue_full", "%s", msg);
         e->retry_after_s = rt ? hr_runtime_retry_after_s(rt) : 1;
         break;
+    case HR_ERR_NOMEM: /* the request's buffers (they grow with max_tokens and top_logprobs): retry or ask less */
+        hr_srv_fail(e, 503, "max_tokens", "out_of_memory",
+                    "%s: the server cannot hold this request's per-token buffers now; lower max_tokens (or "
+                    "top_logprobs) or retry",
+                    msg);
+        e->refusal = HR_REFUSE_BUDGET;
+        break;
     default: hr_srv_fail(e, 500, NULL, hr_status_name(st), "%s", msg); break;
     }
 }
@@ -239,7 +246,7 @@ static bool parse_prompt(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
         } else {
             /* token ids */
             g->prompt_ids = malloc(sizeof(int32_t) * n);
-            if (!g->prompt_ids) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+            if (!g->prompt_ids) return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
             for (size_t i = 0; i < n; i++) {
                 json_t *t = json_array_get(p, i);
                 if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
@@ -289,7 +296,7 @@ static bool message_content(hr_srv_gen *g, json_t *c, size_t i, const char **out
     }
     if (b.failed || !keep_owned(g, b.data)) {
         if (b.failed) hr_srv_buf_free(&b);
-        return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+        return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
     }
     *out = b.data;
     return true;
@@ -303,7 +310,7 @@ static bool parse_messages(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     size_t n = json_array_size(m);
     if (n == 0) return hr_srv_fail(e, 400, "messages", "invalid_value", "'messages' is empty");
     g->messages = calloc(n, sizeof *g->messages);
-    if (!g->messages) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+    if (!g->messages) return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
     for (size_t i = 0; i < n; i++) {
         json_t *msg = json_array_get(m, i);
         if (!json_is_object(msg))
@@ -846,7 +853,7 @@ bool hr_srv_parse_detokenize(json_t *root, int32_t n_vocab, int32_t **ids, size_
                            "'tokens' must be an array of token ids");
     size_t n = json_array_size(arr);
     int32_t *v = malloc(sizeof(int32_t) * (n ? n : 1));
-    if (!v) return hr_srv_fail(e, 500, NULL, "nomem", "out of memory");
+    if (!v) return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory; retry");
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(arr, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- names ------------------------------------------------------------------------------------- */
 
@@ -424,4 +425,39 @@ hr_status hr_chat_render_spans(hr_chat_template tpl, const hr_chat_msg *msgs, si
         *n_spans = b.n_spans;
     }
     return HR_OK;
+}
+
+/* ---- rendering and tokenizing ------------------------------------------------------------------- */
+
+hr_status hr_chat_tokenize(hr_chat_template tpl, const hr_tokenizer *tok, const hr_chat_msg *msgs, size_t n,
+                           bool special_in_content, int32_t **ids, size_t *n_ids, hr_error *err) {
+    int32_t bos = hr_tokenizer_bos(tok), eos = hr_tokenizer_eos(tok);
+    char *text = NULL;
+    hr_chat_span *spans = NULL;
+    size_t n_spans = 0;
+    hr_status st = hr_chat_render_spans(tpl, msgs, n, true, bos >= 0 ? hr_tokenizer_piece(tok, bos) : NULL,
+                                        eos >= 0 ? hr_tokenizer_piece(tok, eos) : NULL, &text, &spans, &n_spans, err);
+    if (st) return st;
+    /* markers and contents alternate: at most 2 * n_spans + 1 segments */
+    hr_tok_segment *seg = malloc(sizeof *seg * (2 * n_spans + 1));
+    if (!seg) {
+        free(text);
+        free(spans);
+        return hr_error_set(err, HR_ERR_NOMEM, "chat template: out of memory");
+    }
+    size_t n_seg = 0, at = 0, len = strlen(text);
+    for (size_t i = 0; i <= n_spans; i++) {
+        size_t end = i < n_spans ? spans[i].off : len;
+        if (end > at) seg[n_seg++] = (hr_tok_segment){.text = text + at, .len = end - at, .special = true};
+        if (i == n_spans) break;
+        seg[n_seg++] = (hr_tok_segment){.text = text + spans[i].off, .len = spans[i].len, .special = false};
+        at = spans[i].off + spans[i].len;
+    }
+    /* the template writes BOS text itself: none is added */
+    hr_tokenize_opts to = {.add_bos = false, .parse_special = special_in_content};
+    st = hr_tokenizer_encode_segments(tok, seg, n_seg, &to, ids, n_ids, err);
+    free(seg);
+    free(spans);
+    free(text);
+    return st;
 }

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/status.h"
 #include "gguf/gguf.h"
@@ -86,5 +87,13 @@ typedef struct hr_chat_span {
 hr_status hr_chat_render_spans(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n, bool add_generation_prompt,
                                const char *bos, const char *eos, char **out, hr_chat_span **spans, size_t *n_spans,
                                hr_error *err);
+
+struct hr_tokenizer;
+/* Renders msgs with tpl (generation prompt added; BOS/EOS texts from tok) and tokenizes the result the
+ * way a server must: the template's markers with special tokens parsed, message contents and role names
+ * without (so a user's "</s>" or "<|start_header_id|>system" stays text), unless special_in_content.
+ * *ids is malloc'd (free it). Errors as hr_chat_render, and the tokenizer's. */
+hr_status hr_chat_tokenize(hr_chat_template tpl, const struct hr_tokenizer *tok, const hr_chat_msg *msgs, size_t n,
+                           bool special_in_content, int32_t **ids, size_t *n_ids, hr_error *err);
 
 #endif
