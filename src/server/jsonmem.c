@@ -1,18 +1,22 @@
-/* jsonmem.c: request bodies are parsed within a memory bound. jansson allocates through one process-wide
- * pair of functions (json_set_alloc_funcs), installed here before main() runs so that every jansson
- * block, from the first, carries a 16-byte header: its size and the parse pool it was charged to (NULL:
- * not a request body's). A 4 MiB body of "{}" elements would otherwise cost ~290 MiB to parse.
+/* jsonmem.c: request bodies are parsed within a memory bound. A 4 MiB body of "{}" elements would
+ * otherwise cost ~290 MiB to parse. jansson allocates through one process-wide pair of functions
+ * (json_set_alloc_funcs); the pair installed here is malloc and free themselves, except that on a
+ * thread running a bounded parse each block's usable size (malloc_usable_size: glibc, musl) is charged
+ * to that parse. Blocks carry no header, so text from json_dumps is still released with free().
  *
  * Invariants:
  *   1. A parse first reserves its bound from the server's pool (waiting, up to a deadline, while other
  *      parses hold it), so the bodies parsed at once never hold more than the pool's limit: the
  *      server's plan counts that limit (hr_runtime_params.request_bytes).
- *   2. While a parse runs, its thread's allocations are charged to it; one that would pass the
- *      reservation fails (jansson then gives up and frees what it built).
- *   3. After the parse the reservation shrinks to the document's live bytes, which are released block by
- *      block as the document is freed; a pool is destroyed only after its documents.
- * The per-thread state is the one mutable global besides the allocator pair, and both exist because
- * jansson's allocator is process-wide. */
+ *   2. While a parse runs, its thread's jansson allocations are charged to it (and its frees, all of
+ *      its own blocks, credited); one that would pass the reservation fails, and jansson gives up and
+ *      frees what it built.
+ *   3. After the parse the reservation shrinks to the document's bytes, which the caller gives back
+ *      (hr_srv_parse_pool_release) once it has freed the document.
+ * The per-thread parse state is the one mutable global here; it exists because jansson's allocator
+ * is process-wide. */
+#include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,52 +30,36 @@ struct hr_srv_parse_pool {
     atomic_size_t peak;
 };
 
-typedef struct block_header {
-    size_t size;              /* bytes asked for */
-    hr_srv_parse_pool *owner; /* charged to (NULL: not a request body's) */
-} block_header;
-#define HEADER_BYTES (sizeof(block_header) < 16 ? 16 : sizeof(block_header)) /* keeps malloc's alignment */
-
 /* The parse running on this thread, if any. */
 static _Thread_local struct {
-    hr_srv_parse_pool *pool;
+    bool active;
     size_t used, cap;
     bool exceeded;
 } tls_parse;
 
 static void *counted_malloc(size_t n) {
-    size_t total = n + HEADER_BYTES;
-    hr_srv_parse_pool *owner = tls_parse.pool;
-    if (owner) {
-        if (total > tls_parse.cap - tls_parse.used) { /* used <= cap always */
-            tls_parse.exceeded = true;
-            return NULL;
-        }
+    void *p = malloc(n);
+    if (!p || !tls_parse.active) return p;
+    size_t got = malloc_usable_size(p);
+    if (got > tls_parse.cap - tls_parse.used) { /* used <= cap always */
+        free(p);
+        tls_parse.exceeded = true;
+        return NULL;
     }
-    block_header *h = malloc(total);
-    if (!h) return NULL;
-    h->size = total;
-    h->owner = owner;
-    if (owner) tls_parse.used += total;
-    return (char *)h + HEADER_BYTES;
+    tls_parse.used += got;
+    return p;
 }
 
 static void counted_free(void *p) {
-    if (!p) return;
-    block_header *h = (block_header *)(void *)((char *)p - HEADER_BYTES);
-    if (h->owner) {
-        if (h->owner == tls_parse.pool) /* freed while parsing: the reservation still covers it */
-            tls_parse.used -= h->size;
-        else
-            atomic_fetch_sub(&h->owner->reserved, h->size);
-    }
-    free(h);
+    if (p && tls_parse.active) tls_parse.used -= malloc_usable_size(p); /* a block of this parse (2.) */
+    free(p);
 }
 
-/* Before main: no jansson block may exist without a header when these take over. */
-__attribute__((constructor)) static void install_allocator(void) { json_set_alloc_funcs(counted_malloc, counted_free); }
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+static void install_allocator(void) { json_set_alloc_funcs(counted_malloc, counted_free); }
 
 hr_srv_parse_pool *hr_srv_parse_pool_create(size_t limit, size_t per_request) {
+    pthread_once(&install_once, install_allocator);
     hr_srv_parse_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->limit = limit;
@@ -118,25 +106,31 @@ static bool reserve(hr_srv_parse_pool *p, size_t n, double wait_s) {
     }
 }
 
+void hr_srv_parse_pool_release(hr_srv_parse_pool *p, size_t bytes) {
+    if (p && bytes) atomic_fetch_sub(&p->reserved, bytes);
+}
+
 json_t *hr_srv_parse_pool_load(hr_srv_parse_pool *p, const char *data, size_t len, json_error_t *je,
-                               hr_srv_parse_fail *why) {
+                               hr_srv_parse_fail *why, size_t *held) {
     *why = HR_SRV_PARSE_OK;
+    *held = 0;
     if (!p) return json_loadb(data, len, 0, je);
     size_t cap = bound_for(p, len);
     if (!reserve(p, cap, 5.0)) {
         *why = HR_SRV_PARSE_BUSY;
         return NULL;
     }
-    tls_parse.pool = p;
+    tls_parse.active = true;
     tls_parse.used = 0;
     tls_parse.cap = cap;
     tls_parse.exceeded = false;
     json_t *root = json_loadb(data, len, 0, je);
     bool exceeded = tls_parse.exceeded;
-    size_t live = tls_parse.used;
-    tls_parse.pool = NULL;
-    /* keep what the document holds; its blocks give it back as they are freed */
+    size_t live = root ? tls_parse.used : 0; /* a failed parse freed everything it built */
+    tls_parse.active = false;
+    /* keep what the document holds until the caller frees it (3.) */
     atomic_fetch_sub(&p->reserved, cap - live);
+    *held = live;
     if (!root && exceeded) *why = cap < p->per_request ? HR_SRV_PARSE_TOO_DENSE : HR_SRV_PARSE_TOO_LARGE;
     return root;
 }

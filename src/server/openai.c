@@ -774,10 +774,12 @@ static void strip_near(char *text) {
 }
 
 json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
-    return hr_srv_parse_body_in(NULL, data, len, e);
+    size_t held;
+    return hr_srv_parse_body_in(NULL, data, len, &held, e);
 }
 
-json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, hr_srv_error *e) {
+json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, size_t *held, hr_srv_error *e) {
+    *held = 0;
     size_t bad;
     if (!hr_srv_utf8_valid(data ? data : "", len, &bad)) {
         hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
@@ -789,7 +791,7 @@ json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t l
     }
     json_error_t je;
     hr_srv_parse_fail why;
-    json_t *root = hr_srv_parse_pool_load(pool, data, len, &je, &why);
+    json_t *root = hr_srv_parse_pool_load(pool, data, len, &je, &why, held);
     if (!root && why != HR_SRV_PARSE_OK) {
         char lim[32], all[32];
         size_t per = hr_srv_parse_pool_per_request(pool);
@@ -820,6 +822,8 @@ json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t l
     }
     if (!json_is_object(root)) {
         json_decref(root);
+        hr_srv_parse_pool_release(pool, *held);
+        *held = 0;
         hr_srv_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object");
         return NULL;
     }

@@ -64,7 +64,8 @@ typedef struct conn {
     hr_server *s;
     hr_srv_buf body;
     bool too_large;
-    int tenant; /* the API key's index (0 without keys) */
+    int tenant;          /* the API key's index (0 without keys) */
+    size_t parsed_bytes; /* the parsed body's bytes, reserved in the parse pool until drop_body */
     hr_srv_job *job;
 } conn;
 
@@ -207,8 +208,15 @@ int hr_server_n_inflight(hr_server *s) {
 
 /* ---- bodies ------------------------------------------------------------------------------------ */
 
+/* The body within the server's parse bound; free it with drop_body. */
 static json_t *parse_body(conn *k, hr_srv_error *e) {
-    return hr_srv_parse_body_in(k->s->parse_pool, k->body.data, k->body.len, e);
+    return hr_srv_parse_body_in(k->s->parse_pool, k->body.data, k->body.len, &k->parsed_bytes, e);
+}
+
+static void drop_body(conn *k, json_t *root) {
+    json_decref(root);
+    hr_srv_parse_pool_release(k->s->parse_pool, k->parsed_bytes); /* the document's bytes are free again */
+    k->parsed_bytes = 0;
 }
 
 /* ---- generation -------------------------------------------------------------------------------- */
@@ -273,13 +281,13 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     uint64_t auto_seed = s->p.sampling.seed + atomic_fetch_add(&s->next_id, 1) * 0x9E3779B97F4A7C15ull;
     if (!hr_srv_parse_gen(kind, root, &s->p, auto_seed, &g, &e)) {
         hr_srv_gen_free(&g);
-        json_decref(root);
+        drop_body(k, root);
         return send_error(s, c, &e);
     }
     hr_srv_job *j = calloc(1, sizeof *j);
     if (!j) {
         hr_srv_gen_free(&g);
-        json_decref(root);
+        drop_body(k, root);
         return fail(s, c, 500, NULL, "nomem", "out of memory");
     }
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", kind == HR_SRV_CHAT ? "chatcmpl" : "cmpl",
@@ -309,7 +317,7 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     const char *prompt_field = g.prompt_field;
     (void)prompt_field;
     hr_srv_gen_free(&g);
-    json_decref(root);
+    drop_body(k, root);
     if (e.http) {
         job_finish(s, j, true, false);
         return send_error(s, c, &e);
@@ -462,7 +470,7 @@ static enum MHD_Result handle_tokenize(hr_server *s, struct MHD_Connection *c, c
             ok = send_json(c, MHD_HTTP_OK, json_pack("{s:o}", "tokens", arr));
         }
     }
-    json_decref(root);
+    drop_body(k, root);
     return ok;
 }
 
@@ -487,7 +495,7 @@ static enum MHD_Result handle_detokenize(hr_server *s, struct MHD_Connection *c,
         free(text);
     }
     free(ids);
-    json_decref(root);
+    drop_body(k, root);
     return ok;
 }
 

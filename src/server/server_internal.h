@@ -126,15 +126,18 @@ size_t hr_srv_parse_pool_per_request(const hr_srv_parse_pool *p);
 size_t hr_srv_parse_pool_peak(hr_srv_parse_pool *p); /* most bytes reserved at once */
 size_t hr_srv_parse_pool_held(hr_srv_parse_pool *p); /* reserved now */
 /* json_loadb within the pool's bounds (p NULL: unbounded). NULL on a JSON error (je) or a bound
- * (*why says which). */
+ * (*why says which). *held: the document's bytes, still reserved in the pool: give them back with
+ * hr_srv_parse_pool_release after freeing the document. */
 json_t *hr_srv_parse_pool_load(hr_srv_parse_pool *p, const char *data, size_t len, json_error_t *je,
-                               hr_srv_parse_fail *why);
+                               hr_srv_parse_fail *why, size_t *held);
+void hr_srv_parse_pool_release(hr_srv_parse_pool *p, size_t bytes); /* p NULL: nothing */
 
 /* A request body as the server takes it: valid UTF-8, JSON, an object, parsed within pool's bounds
  * (NULL: unbounded). NULL with e set otherwise: 400 (the message gives line and column, never the
  * body's text), 413 past a parse bound, 503 while the pool stays full; each names its limit. The
- * caller owns the returned document. Every POST route starts here. */
-json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, hr_srv_error *e);
+ * caller owns the returned document and, once it is freed, gives *held back to the pool. Every POST
+ * route starts here. */
+json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, size_t *held, hr_srv_error *e);
 json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e); /* unbounded */
 
 /* msg with client text taken out, for events and logs: quoted runs other than request field names
