@@ -164,6 +164,8 @@ static void test_hostile(void) {
            out);
     hr_srv_redact("kv_policy: unknown policy 'hunter2' (known: \"full\")", out, sizeof out);
     CHECKF(!strstr(out, "hunter2") && strstr(out, "'...'"), "%s", out);
+    hr_srv_redact("invalid JSON at line 1 column 9: '}' expected", out, sizeof out);
+    CHECKF(!strcmp(out, "invalid JSON at line 1 column 9: '}' expected"), "%s", out);
     hr_srv_redact("'a", out, 4);
     CHECK(strlen(out) < 4);
 

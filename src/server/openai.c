@@ -64,7 +64,9 @@ void hr_srv_redact(const char *msg, char *out, size_t cap) {
         if (q == '\'' || q == '"') {
             const char *end = strchr(msg + i + 1, q);
             size_t n = end ? (size_t)(end - msg) - i - 1 : strlen(msg + i + 1);
-            if (end && is_field_name(msg + i + 1, n)) {
+            /* a field name, or one character of JSON syntax the parser expected ('}'): not client text */
+            bool syntax = n == 1 && strchr("{}[],:", msg[i + 1]) != NULL;
+            if (end && (syntax || is_field_name(msg + i + 1, n))) {
                 put_n(out, cap, &o, msg + i, n + 2);
             } else {
                 put_n(out, cap, &o, &q, 1);
