@@ -130,8 +130,7 @@ static uint64_t check_rss(const server *s, const char *what) {
     json_t *mem = json_object_get(kv, "memory");
     CHECKF(mem != NULL, "%s: /v1/kv has no memory object", what);
     uint64_t plan = (uint64_t)json_integer_value(json_object_get(mem, "planned_bytes"));
-    uint64_t parse =
-        (uint64_t)json_integer_value(json_object_get(json_object_get(mem, "planned"), "requests_bytes"));
+    uint64_t parse = (uint64_t)json_integer_value(json_object_get(json_object_get(mem, "planned"), "requests_bytes"));
     uint64_t peak = (uint64_t)json_integer_value(json_object_get(mem, "peak_rss_bytes"));
     CHECKF(parse > 0 && parse < plan, "%s: the plan's request-parsing part is %llu", what, (unsigned long long)parse);
     uint64_t used = plan - parse;

@@ -142,8 +142,8 @@ static void test_hostile(void) {
     while (k < (600u << 10) - 8) str[k++] = 'a';
     strcpy(str + k, "\"}");
     root = hr_srv_parse_body_in(pool, str, strlen(str), &held, &e);
-    CHECKF(!root && e.http == 413 && strstr(e.msg, "per-request") && hr_srv_parse_pool_held(pool) == 0, "%d %s",
-           e.http, e.msg);
+    CHECKF(!root && e.http == 413 && strstr(e.msg, "per-request") && hr_srv_parse_pool_held(pool) == 0, "%d %s", e.http,
+           e.msg);
     /* 200 KiB: parses; while it is held, the rest of the pool still serves */
     str[200u << 10] = 0;
     strcpy(str + (200u << 10) - 2, "\"}");

@@ -6,9 +6,9 @@
  * also compares the parent hash and the tokens before sharing, so a 64-bit collision cannot share the
  * wrong data). A sequence's cache scope (hr_kv_seq_set_scope: a tenant) is mixed into every link
  * of its chain, so two scopes never produce the same hash and never share or report each other's
- * blocks; scope 0 is the shared default and leaves the hashes as they were. Only full committed blocks are hashed; a partial block is never in the map and is
- * never shared, so a shared block is never written. When two sequences compute the same block
- * independently, the first one committed stays in the map; the other is an ordinary private block. */
+ * blocks; scope 0 is the shared default and leaves the hashes as they were. Only full committed blocks are hashed; a
+ * partial block is never in the map and is never shared, so a shared block is never written. When two sequences compute
+ * the same block independently, the first one committed stays in the map; the other is an ordinary private block. */
 #include <stdlib.h>
 #include <string.h>
 

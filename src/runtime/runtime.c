@@ -144,9 +144,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     out->n_seqs_at_ctx = ctx_blocks > 0 ? (int)(nb / (uint64_t)ctx_blocks) : 0;
     if (whole) {
         out->meta_bytes += nb * block_meta;
-        out->total_bytes =
-            out->weight_bytes + out->budget_bytes + out->scratch_bytes + out->meta_bytes + out->base_bytes +
-            out->request_bytes;
+        out->total_bytes = out->weight_bytes + out->budget_bytes + out->scratch_bytes + out->meta_bytes +
+                           out->base_bytes + out->request_bytes;
     }
     /* a budget that cannot hold even one n_ctx sequence is an error that says what fits (each request
      * is also checked against the pool when submitted) */

@@ -13,8 +13,10 @@
  *      frees what it built.
  *   3. After the parse the reservation shrinks to the document's bytes, which the caller gives back
  *      (hr_srv_parse_pool_release) once it has freed the document.
- * The per-thread parse state is the one mutable global here; it exists because jansson's allocator
- * is process-wide. */
+ * Which thread is parsing: a process-wide table of parse slots (no thread-local storage: every HTTP
+ * thread would carry a copy, tests/no_tls.sh). It and the allocator pair are the mutable globals here,
+ * both because jansson's allocator is process-wide; a thread finds its slot by its id, and with no
+ * parse running the allocator is malloc/free plus one atomic load. */
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,33 +32,77 @@ struct hr_srv_parse_pool {
     atomic_size_t peak;
 };
 
-/* The parse running on this thread, if any. */
-static _Thread_local struct {
-    bool active;
+/* One parse in progress. state: SLOT_FREE -> SLOT_CLAIMED (the owner fills tid and the counts) ->
+ * SLOT_ACTIVE (others may read tid) -> SLOT_FREE. used, cap, exceeded: the owner thread's only. */
+enum { SLOT_FREE = 0, SLOT_CLAIMED = 1, SLOT_ACTIVE = 2 };
+#define PARSE_SLOTS 64 /* parses at once, process-wide; more wait for a slot */
+typedef struct parse_slot {
+    atomic_int state;
+    pthread_t tid;
     size_t used, cap;
     bool exceeded;
-} tls_parse;
+} parse_slot;
+
+static struct {
+    atomic_int n_active; /* slots not free: 0 is the allocator's fast path */
+    parse_slot slot[PARSE_SLOTS];
+} g_parses;
+
+/* The calling thread's parse, or NULL. */
+static parse_slot *my_parse(void) {
+    if (atomic_load_explicit(&g_parses.n_active, memory_order_acquire) == 0) return NULL;
+    pthread_t self = pthread_self();
+    for (int i = 0; i < PARSE_SLOTS; i++) {
+        parse_slot *sl = &g_parses.slot[i];
+        if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE && pthread_equal(sl->tid, self))
+            return sl;
+    }
+    return NULL;
+}
 
 static void *counted_malloc(size_t n) {
     void *p = malloc(n);
-    if (!p || !tls_parse.active) return p;
+    parse_slot *sl = p ? my_parse() : NULL;
+    if (!sl) return p;
     size_t got = malloc_usable_size(p);
-    if (got > tls_parse.cap - tls_parse.used) { /* used <= cap always */
+    if (got > sl->cap - sl->used) { /* used <= cap always */
         free(p);
-        tls_parse.exceeded = true;
+        sl->exceeded = true;
         return NULL;
     }
-    tls_parse.used += got;
+    sl->used += got;
     return p;
 }
 
 static void counted_free(void *p) {
-    if (p && tls_parse.active) tls_parse.used -= malloc_usable_size(p); /* a block of this parse (2.) */
+    parse_slot *sl = p ? my_parse() : NULL;
+    if (sl) sl->used -= malloc_usable_size(p); /* a block of this parse (2.) */
     free(p);
 }
 
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
 static void install_allocator(void) { json_set_alloc_funcs(counted_malloc, counted_free); }
+
+static parse_slot *claim_slot(size_t cap) {
+    for (int i = 0; i < PARSE_SLOTS; i++) {
+        parse_slot *sl = &g_parses.slot[i];
+        int expect = SLOT_FREE;
+        if (!atomic_compare_exchange_strong(&sl->state, &expect, SLOT_CLAIMED)) continue;
+        sl->tid = pthread_self();
+        sl->used = 0;
+        sl->cap = cap;
+        sl->exceeded = false;
+        atomic_fetch_add(&g_parses.n_active, 1);
+        atomic_store_explicit(&sl->state, SLOT_ACTIVE, memory_order_release);
+        return sl;
+    }
+    return NULL;
+}
+
+static void free_slot(parse_slot *sl) {
+    atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
+    atomic_fetch_sub(&g_parses.n_active, 1);
+}
 
 hr_srv_parse_pool *hr_srv_parse_pool_create(size_t limit, size_t per_request) {
     pthread_once(&install_once, install_allocator);
@@ -120,14 +166,18 @@ json_t *hr_srv_parse_pool_load(hr_srv_parse_pool *p, const char *data, size_t le
         *why = HR_SRV_PARSE_BUSY;
         return NULL;
     }
-    tls_parse.active = true;
-    tls_parse.used = 0;
-    tls_parse.cap = cap;
-    tls_parse.exceeded = false;
+    parse_slot *sl = NULL;
+    for (int tries = 0; !(sl = claim_slot(cap)) && tries < 2500; tries++) /* 5 s */
+        nanosleep(&(struct timespec){.tv_nsec = 2 * 1000 * 1000}, NULL);
+    if (!sl) {
+        atomic_fetch_sub(&p->reserved, cap);
+        *why = HR_SRV_PARSE_BUSY;
+        return NULL;
+    }
     json_t *root = json_loadb(data, len, 0, je);
-    bool exceeded = tls_parse.exceeded;
-    size_t live = root ? tls_parse.used : 0; /* a failed parse freed everything it built */
-    tls_parse.active = false;
+    bool exceeded = sl->exceeded;
+    size_t live = root ? sl->used : 0; /* a failed parse freed everything it built */
+    free_slot(sl);
     /* keep what the document holds until the caller frees it (3.) */
     atomic_fetch_sub(&p->reserved, cap - live);
     *held = live;

@@ -38,13 +38,36 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
 
 /* Request fields that messages quote by name ('max_tokens' must be ...): not client text. */
 static bool is_field_name(const char *s, size_t n) {
-    static const char *const names[] = {
-        "model",      "user",        "prompt",    "messages",          "content",
-        "role",       "stop",        "n",         "stream",            "stream_options",
-        "max_tokens", "temperature", "top_p",     "top_k",             "min_p",
-        "seed",       "logprobs",    "top_logprobs", "presence_penalty", "frequency_penalty",
-        "kv_policy",  "priority",    "ignore_eos", "repetition_penalty", "max_completion_tokens",
-        "tokens",     "add_special", "with_pieces", "cache_salt",       "include_usage"};
+    static const char *const names[] = {"model",
+                                        "user",
+                                        "prompt",
+                                        "messages",
+                                        "content",
+                                        "role",
+                                        "stop",
+                                        "n",
+                                        "stream",
+                                        "stream_options",
+                                        "max_tokens",
+                                        "temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "seed",
+                                        "logprobs",
+                                        "top_logprobs",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "kv_policy",
+                                        "priority",
+                                        "ignore_eos",
+                                        "repetition_penalty",
+                                        "max_completion_tokens",
+                                        "tokens",
+                                        "add_special",
+                                        "with_pieces",
+                                        "cache_salt",
+                                        "include_usage"};
     size_t base = 0; /* 'messages[3].content': the name before any index or member */
     while (base < n && s[base] != '[' && s[base] != '.') base++;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -248,7 +271,8 @@ static bool parse_prompt(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
         } else {
             /* token ids */
             g->prompt_ids = malloc(sizeof(int32_t) * n);
-            if (!g->prompt_ids) return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
+            if (!g->prompt_ids)
+                return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
             for (size_t i = 0; i < n; i++) {
                 json_t *t = json_array_get(p, i);
                 if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)

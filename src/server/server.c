@@ -397,12 +397,11 @@ static json_t *pool_json(hr_runtime *rt) {
 static json_t *memory_json(hr_runtime *rt) {
     hr_runtime_memory m;
     hr_runtime_get_memory(rt, &m);
-    return json_pack("{s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:I}", "planned_bytes",
-                     (json_int_t)m.planned_bytes, "planned", "weights_bytes", (json_int_t)m.weight_bytes, "kv_bytes",
-                     (json_int_t)m.kv_bytes, "scratch_bytes", (json_int_t)m.scratch_bytes, "tables_bytes",
-                     (json_int_t)m.meta_bytes, "overhead_bytes", (json_int_t)m.base_bytes, "requests_bytes",
-                     (json_int_t)m.request_bytes, "rss_bytes", (json_int_t)m.rss_bytes, "peak_rss_bytes",
-                     (json_int_t)m.peak_rss_bytes);
+    return json_pack("{s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:I}", "planned_bytes", (json_int_t)m.planned_bytes,
+                     "planned", "weights_bytes", (json_int_t)m.weight_bytes, "kv_bytes", (json_int_t)m.kv_bytes,
+                     "scratch_bytes", (json_int_t)m.scratch_bytes, "tables_bytes", (json_int_t)m.meta_bytes,
+                     "overhead_bytes", (json_int_t)m.base_bytes, "requests_bytes", (json_int_t)m.request_bytes,
+                     "rss_bytes", (json_int_t)m.rss_bytes, "peak_rss_bytes", (json_int_t)m.peak_rss_bytes);
 }
 
 static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
@@ -710,8 +709,8 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->shutdown_mu, NULL);
-    if (!s->host || (q.api_key && !s->api_key) || !keys_ok || !s->parse_pool || hr_srv_metrics_create(&s->metrics, err) != HR_OK ||
-        hr_srv_activity_create(&s->activity, err) != HR_OK) {
+    if (!s->host || (q.api_key && !s->api_key) || !keys_ok || !s->parse_pool ||
+        hr_srv_metrics_create(&s->metrics, err) != HR_OK || hr_srv_activity_create(&s->activity, err) != HR_OK) {
         hr_server_destroy(s);
         return err && err->code == HR_ERR_NOMEM ? HR_ERR_NOMEM : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     }

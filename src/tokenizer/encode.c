@@ -135,9 +135,8 @@ hr_status hr_tokenizer_encode_segments(const hr_tokenizer *t, const hr_tok_segme
     if (st != HR_OK) {
         free(text);
         free(allow);
-        return st == HR_ERR_INVALID_ARG
-                   ? hr_error_set(err, st, "hr_tokenizer_encode_segments: a segment has NULL text")
-                   : hr_error_set(err, st, "tokenizer: out of memory (%zu bytes of text)", len);
+        return st == HR_ERR_INVALID_ARG ? hr_error_set(err, st, "hr_tokenizer_encode_segments: a segment has NULL text")
+                                        : hr_error_set(err, st, "tokenizer: out of memory (%zu bytes of text)", len);
     }
     text[total] = '\0';
     hr_ivec iv = {0};
