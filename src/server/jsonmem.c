@@ -38,7 +38,7 @@ enum { SLOT_FREE = 0, SLOT_CLAIMED = 1, SLOT_ACTIVE = 2 };
 #define PARSE_SLOTS 64 /* parses at once, process-wide; more wait for a slot */
 typedef struct parse_slot {
     atomic_int state;
-    pthread_t tid;
+    _Atomic(pthread_t) tid; /* read by every allocating thread while a parse runs */
     size_t used, cap;
     bool exceeded;
 } parse_slot;
@@ -54,7 +54,8 @@ static parse_slot *my_parse(void) {
     pthread_t self = pthread_self();
     for (int i = 0; i < PARSE_SLOTS; i++) {
         parse_slot *sl = &g_parses.slot[i];
-        if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE && pthread_equal(sl->tid, self))
+        if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE &&
+            pthread_equal(atomic_load_explicit(&sl->tid, memory_order_relaxed), self))
             return sl;
     }
     return NULL;
@@ -88,7 +89,7 @@ static parse_slot *claim_slot(size_t cap) {
         parse_slot *sl = &g_parses.slot[i];
         int expect = SLOT_FREE;
         if (!atomic_compare_exchange_strong(&sl->state, &expect, SLOT_CLAIMED)) continue;
-        sl->tid = pthread_self();
+        atomic_store_explicit(&sl->tid, pthread_self(), memory_order_relaxed);
         sl->used = 0;
         sl->cap = cap;
         sl->exceeded = false;
