@@ -140,9 +140,9 @@ void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const cha
         e->retry_after_s = rt ? hr_runtime_retry_after_s(rt) : 1;
         break;
     case HR_ERR_NOMEM: /* the request's buffers (they grow with max_tokens and top_logprobs): retry or ask less */
-        hr_srv_fail(e, 503, "max_tokens", "out_of_memory",
-                    "%s: the server cannot hold this request's per-token buffers now; lower max_tokens (or "
-                    "top_logprobs) or retry",
+        hr_srv_fail(e, 503, strstr(msg, "request") ? "max_tokens" : NULL, "out_of_memory",
+                    "%s: the server cannot hold this request's buffers now; lower max_tokens (or top_logprobs), "
+                    "shorten the prompt, or retry",
                     msg);
         e->refusal = HR_REFUSE_BUDGET;
         break;
