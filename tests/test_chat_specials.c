@@ -5,12 +5,14 @@
  * template's control ids around the plain-text ids of each content; with special_in_content the same
  * chat does contain the injected control ids (so the check can fail). Also: segments join into the
  * same ids as one text (merges across a segment boundary), and specials in a segment marked special
- * still match. */
+ * still match. Through the runtime (the built-in demo model, chatml fallback): a chat message's or a
+ * raw prompt's "</s>" is not the EOS id unless special_in_content. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "gguf/gguf.h"
 #include "harness.h"
+#include "runtime/runtime.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -221,7 +223,45 @@ static void test_segments(void) {
     hr_tokenizer_destroy(t);
 }
 
+/* The prompt ids the runtime makes for a chat message or a raw prompt holding "</s>": how many are EOS. */
+static int eos_in_prompt(bool special_in_content, bool chat) {
+    hr_runtime_params p = hr_runtime_default_params(); /* model_path NULL: the built-in demo */
+    p.n_ctx = 128;
+    p.n_threads = 1;
+    p.special_in_content = special_in_content;
+    hr_runtime *rt = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "runtime: %s", err.msg);
+    if (!rt) return -1;
+    int32_t eos = hr_tokenizer_eos(hr_runtime_tokenizer(rt));
+    hr_chat_msg m[] = {{"user", "the end</s> of it"}};
+    hr_rt_request_params rp = {.max_tokens = 1, .sampling = hr_sampler_default_params()};
+    if (chat) {
+        rp.messages = m;
+        rp.n_messages = 1;
+    } else {
+        rp.prompt = "the end</s> of it";
+    }
+    hr_rt_request *r = NULL;
+    int k = -1;
+    CHECKF(hr_runtime_submit(rt, &rp, &r, &err) == HR_OK, "submit: %s", err.msg);
+    if (r) {
+        int n = 0;
+        const int32_t *ids = hr_rt_request_prompt(r, &n);
+        k = (int)count_id(ids, (size_t)n, eos);
+        hr_rt_request_release(rt, r);
+    }
+    hr_runtime_close(rt);
+    return k;
+}
+
+static void test_runtime(void) {
+    CHECK(eos_in_prompt(false, true) == 0 && eos_in_prompt(true, true) == 1);
+    CHECK(eos_in_prompt(false, false) == 0 && eos_in_prompt(true, false) == 1);
+}
+
 int main(void) {
+    test_runtime();
     test_chatml();
     test_llama3();
     test_segments();
