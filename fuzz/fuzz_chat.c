@@ -3,8 +3,9 @@
  * is split at 0xFF bytes into role, content, role, content, ... (so roles are arbitrary too, empty
  * and unknown ones included). The whole rest is also given to hr_chat_template_detect as a Jinja text.
  * Checked: a render either succeeds with a NUL-terminated string containing every user and assistant
- * message's content (no family drops a turn) or fails with a one-line message; detection always
- * names a family. */
+ * message's content (no family drops a turn) or fails with a one-line message; the render with
+ * client-text ranges (hr_chat_render_spans) gives the same text and ordered, disjoint ranges inside
+ * it; detection always names a family. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
             free(core);
         }
+        /* the same render with the client-text ranges: the same text, ranges in order, disjoint, inside */
+        char *out2 = NULL;
+        hr_chat_span *sp = NULL;
+        size_t n_sp = 0, end = 0, len = strlen(out);
+        if (hr_chat_render_spans(tpl, msgs, n, gen_prompt, "<s>", "</s>", &out2, &sp, &n_sp, &err) != HR_OK ||
+            strcmp(out, out2) != 0)
+            abort();
+        for (size_t i = 0; i < n_sp; i++) {
+            if (sp[i].len == 0 || sp[i].off < end || sp[i].off + sp[i].len > len) abort();
+            end = sp[i].off + sp[i].len;
+        }
+        free(sp);
+        free(out2);
         free(out);
     } else if (!err.msg[0] || strchr(err.msg, '\n')) {
         abort(); /* every refusal says why, in one line */

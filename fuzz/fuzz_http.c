@@ -4,7 +4,9 @@
  * accepted generation is submitted to a real runtime on the demo model (max_tokens cut to 2 so each
  * run stays short) and stepped until final. Checked: every refusal is a 4xx/5xx with a one-line
  * message, every accepted request ends final with a finish reason, tokens stay in the vocabulary and
- * the pool is empty again after each input. */
+ * the pool is empty again after each input. Bodies are parsed within a small parse pool (256 KiB a
+ * body, 1 MiB in all), as the server does, and the pool holds nothing again after each input; a
+ * refusal's text for /v1/kv events (hr_srv_redact) is one line too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 /* The fuzzer's one runtime: opened once (a model load per input would leave no time to fuzz). */
 static hr_runtime *g_rt;
 static hr_server_params g_sp;
+static hr_srv_parse_pool *g_pool;
 
 static void die(const char *what, const char *msg) {
     fprintf(stderr, "fuzz_http: %s: %s\n", what, msg);
@@ -39,6 +42,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void check_error(const hr_srv_error *e) {
     if (e->http < 400 || e->http > 599) die("refusal", "HTTP status outside 4xx/5xx");
     if (!e->msg[0] || strchr(e->msg, '\n')) die("refusal", "message empty or more than one line");
+    char clean[sizeof e->msg];
+    hr_srv_redact(e->msg, clean, sizeof clean);
+    if (strchr(clean, '\n') || !hr_srv_utf8_valid(clean, strlen(clean), NULL)) die("refusal", "redacted message");
     char *body = hr_srv_error_body(e);
     if (!body) die("refusal", "no error body");
     free(body);
@@ -129,7 +135,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!body) return 0;
     memcpy(body, data + 1, size - 1);
     hr_srv_error e = {0};
-    json_t *root = hr_srv_parse_body(body, size - 1, &e);
+    if (!g_pool && !(g_pool = hr_srv_parse_pool_create(1u << 20, 256u << 10))) die("parse pool", "out of memory");
+    size_t held = 0;
+    json_t *root = hr_srv_parse_body_in(g_pool, body, size - 1, &held, &e);
     if (!root) {
         check_error(&e);
     } else if (route == 0 || route == 1) {
@@ -140,6 +148,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         run_detokenize(root);
     }
     json_decref(root);
+    hr_srv_parse_pool_release(g_pool, held);
+    if (hr_srv_parse_pool_held(g_pool) != 0) die("parse pool", "bytes still held after the document was freed");
     free(body);
     return 0;
 }

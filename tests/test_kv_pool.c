@@ -413,6 +413,46 @@ static void test_share_1000(int B) {
     hr_kv_pool_destroy(p);
 }
 
+/* Cache scopes (issue 28): a prefix computed in one scope is found only in that scope, the map holds
+ * both scopes' copies apart, a reset keeps the scope, a fork copies it, and a sequence holding tokens
+ * cannot change scope. */
+static void test_scopes(void) {
+    const int B = 16, N = 100;
+    hr_kv_pool *p = make_pool(B, 64, 8, HR_KV_F16);
+    hr_error err = {0};
+    int32_t tok[100];
+    for (int i = 0; i < N; i++) tok[i] = (i * 31) % 97;
+    const uint64_t s1 = 0x1234, s2 = 0x5678;
+    hr_kv_seq a, b, c, d, f;
+    CHECK(hr_kv_seq_create(p, &a, &err) == HR_OK && hr_kv_seq_set_scope(p, a, s1, &err) == HR_OK);
+    CHECK(hr_kv_seq_reserve(p, a, N, &err) == HR_OK);
+    fill(p, a, tok, 0, N);
+    CHECK(hr_kv_seq_set_scope(p, a, s2, &err) == HR_ERR_INVALID_ARG); /* it holds tokens */
+    int got = -1;
+    CHECK(hr_kv_seq_create(p, &b, &err) == HR_OK && hr_kv_seq_set_scope(p, b, s2, &err) == HR_OK);
+    CHECK(hr_kv_seq_share_prefix(p, b, tok, N, &got, &err) == HR_OK && got == 0);
+    CHECK(hr_kv_seq_create(p, &c, &err) == HR_OK); /* the shared scope (0) */
+    CHECK(hr_kv_seq_share_prefix(p, c, tok, N, &got, &err) == HR_OK && got == 0);
+    CHECK(hr_kv_seq_create(p, &d, &err) == HR_OK && hr_kv_seq_set_scope(p, d, s1, &err) == HR_OK);
+    CHECK(hr_kv_seq_share_prefix(p, d, tok, N, &got, &err) == HR_OK && got == (N - 1) / B * B);
+    /* the other scope computes its own copy; both stay in the map */
+    CHECK(hr_kv_seq_reserve(p, b, N, &err) == HR_OK);
+    fill(p, b, tok, 0, N);
+    int n_hashes = hr_kv_pool_prefix_hashes(p, NULL, 0);
+    CHECKF(n_hashes == 2 * (N / B), "map holds %d hashes, want %d", n_hashes, 2 * (N / B));
+    CHECK(hr_kv_seq_fork(p, b, &f, &err) == HR_OK);
+    hr_kv_seq_free(p, a);
+    hr_kv_seq_free(p, d);
+    /* a reset sequence keeps its scope: it finds s2's blocks (the fork and b hold them), not s1's */
+    hr_kv_seq_reset(p, b);
+    CHECK(hr_kv_seq_share_prefix(p, b, tok, N, &got, &err) == HR_OK && got == (N - 1) / B * B);
+    CHECK(hr_kv_pool_check(p, &err) == HR_OK);
+    hr_kv_seq_free(p, b);
+    hr_kv_seq_free(p, c);
+    hr_kv_seq_free(p, f);
+    hr_kv_pool_destroy(p);
+}
+
 /* Data written by seq A is what seq B reads through the shared blocks (and through a fork). */
 static void test_shared_data(hr_kv_format f) {
     enum { B = 16, N = 40, H = 4, D = 16 };
@@ -601,6 +641,7 @@ int main(void) {
     test_share_1000(8);
     test_share_1000(32);
     test_lru();
+    test_scopes();
     for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) test_shared_data((hr_kv_format)f);
     test_random(1, 4000, 24, HR_KV_F16);
     test_random(2, 4000, 48, HR_KV_F16);

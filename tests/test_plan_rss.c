@@ -122,18 +122,25 @@ static int fill_pool(const server *s, int n, int n_prompt) {
     return blocks;
 }
 
-/* The plan against the measured peak: within 3%. Returns the planned total. */
+/* The plan against the measured peak: within 3%, leaving out the request-parsing bound (bodies here
+ * are a few KiB: that part of the plan is not exercised; tests/test_server_hostile.c fills it), and
+ * never over the whole plan. Returns the planned total. */
 static uint64_t check_rss(const server *s, const char *what) {
     json_t *kv = get_json(s, "/v1/kv");
     json_t *mem = json_object_get(kv, "memory");
     CHECKF(mem != NULL, "%s: /v1/kv has no memory object", what);
     uint64_t plan = (uint64_t)json_integer_value(json_object_get(mem, "planned_bytes"));
+    uint64_t parse = (uint64_t)json_integer_value(json_object_get(json_object_get(mem, "planned"), "requests_bytes"));
     uint64_t peak = (uint64_t)json_integer_value(json_object_get(mem, "peak_rss_bytes"));
-    double dev = plan ? (double)peak / (double)plan - 1 : 1;
-    printf("%s: planned %.1f MiB, measured peak RSS %.1f MiB (%+.2f%%)\n", what, plan / 1048576.0, peak / 1048576.0,
-           100 * dev);
-    CHECKF(fabs(dev) <= 0.03, "%s: peak RSS %llu vs plan %llu: %+.2f%%", what, (unsigned long long)peak,
-           (unsigned long long)plan, 100 * dev);
+    CHECKF(parse > 0 && parse < plan, "%s: the plan's request-parsing part is %llu", what, (unsigned long long)parse);
+    uint64_t used = plan - parse;
+    double dev = used ? (double)peak / (double)used - 1 : 1;
+    printf("%s: planned %.1f MiB (%.1f MiB without request parsing), measured peak RSS %.1f MiB (%+.2f%%)\n", what,
+           plan / 1048576.0, used / 1048576.0, peak / 1048576.0, 100 * dev);
+    CHECKF(fabs(dev) <= 0.03, "%s: peak RSS %llu vs plan %llu less parsing %llu: %+.2f%%", what,
+           (unsigned long long)peak, (unsigned long long)plan, (unsigned long long)parse, 100 * dev);
+    CHECKF(peak <= plan, "%s: peak RSS %llu over the whole plan %llu", what, (unsigned long long)peak,
+           (unsigned long long)plan);
     json_decref(kv);
     return plan;
 }

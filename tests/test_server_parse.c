@@ -2,6 +2,8 @@
  * handlers and fuzz/fuzz_http.c share): bodies, the security limits on n and max_tokens, tokenize and
  * detokenize fields. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -103,7 +105,101 @@ static void test_retry_after(void) {
     CHECK(hr_srv_retry_after_secs(1e12) == 86400);
 }
 
+/* Issue 28: bounded parsing, no echo of body text, cache scopes, key lists, out of memory as 503. */
+static void test_hostile(void) {
+    /* jansson's " near '...'" never reaches the message: the client learns line and column only */
+    hr_srv_error e = {0};
+    const char *secret = "{\"prompt\":\"hi\",\"password\": hunter2}";
+    CHECK(!hr_srv_parse_body(secret, strlen(secret), &e) && e.http == 400 && strstr(e.msg, "line 1 column") &&
+          !strstr(e.msg, "hunter2") && !strstr(e.msg, "near"));
+
+    hr_srv_parse_pool *pool = hr_srv_parse_pool_create(4u << 20, 1u << 20);
+    CHECK(pool && hr_srv_parse_pool_limit(pool) == (4u << 20) && hr_srv_parse_pool_per_request(pool) == (1u << 20));
+    /* 64 KiB of {} elements: ~4.5 MiB unbounded; here past its bound of 64 x 64 KiB + 256 KiB... capped at 1 MiB */
+    size_t n = 64u << 10;
+    char *dense = malloc(n + 8);
+    size_t k = (size_t)sprintf(dense, "{\"x\":[{}");
+    while (k + 6 < n) memcpy(dense + k, ",{}", 3), k += 3;
+    memcpy(dense + k, "]}", 3);
+    size_t held = 1;
+    json_t *root = hr_srv_parse_body_in(pool, dense, strlen(dense), &held, &e);
+    CHECKF(!root && e.http == 413 && !strcmp(e.code, "parse_memory_exceeded") && strstr(e.msg, "JSON parse limit") &&
+               held == 0 && hr_srv_parse_pool_held(pool) == 0,
+           "dense body: %d %s, %zu held", e.http, e.msg, hr_srv_parse_pool_held(pool));
+    /* 3 KiB of {} elements: within its bound (64 x 3 KiB + 256 KiB) */
+    dense[3000] = 0;
+    k = 3000;
+    while (dense[k - 1] != '}' || dense[k - 2] != '{') k--;
+    strcpy(dense + k, "]}");
+    root = hr_srv_parse_body_in(pool, dense, strlen(dense), &held, &e);
+    CHECKF(root && held > 0 && hr_srv_parse_pool_held(pool) == held, "small dense body: %s", e.msg);
+    json_decref(root);
+    hr_srv_parse_pool_release(pool, held);
+    CHECK(hr_srv_parse_pool_held(pool) == 0 && hr_srv_parse_pool_peak(pool) >= held);
+    /* a 600 KiB string: needs ~2 MiB while the lexer copies it, over the per-request 1 MiB */
+    char *str = malloc(600u << 10);
+    k = (size_t)sprintf(str, "{\"prompt\":\"");
+    while (k < (600u << 10) - 8) str[k++] = 'a';
+    strcpy(str + k, "\"}");
+    root = hr_srv_parse_body_in(pool, str, strlen(str), &held, &e);
+    CHECKF(!root && e.http == 413 && strstr(e.msg, "per-request") && hr_srv_parse_pool_held(pool) == 0, "%d %s", e.http,
+           e.msg);
+    /* 200 KiB: parses; while it is held, the rest of the pool still serves */
+    str[200u << 10] = 0;
+    strcpy(str + (200u << 10) - 2, "\"}");
+    root = hr_srv_parse_body_in(pool, str, strlen(str), &held, &e);
+    CHECKF(root && held >= (200u << 10) && held < (1u << 20), "200 KiB prompt: %s (%zu held)", e.msg, held);
+    json_decref(root);
+    hr_srv_parse_pool_release(pool, held);
+    CHECK(hr_srv_parse_pool_held(pool) == 0);
+    free(str);
+    free(dense);
+    hr_srv_parse_pool_destroy(pool);
+
+    /* events: quoted client text and echoed values go; field names stay */
+    char out[256];
+    hr_srv_redact("'stop[0]' must be a string, got 7; 'max_tokens' must be between 1 and 5, got 1073741824", out,
+                  sizeof out);
+    CHECKF(!strcmp(out, "'stop[0]' must be a string, got ...; 'max_tokens' must be between 1 and 5, got ..."), "%s",
+           out);
+    hr_srv_redact("kv_policy: unknown policy 'hunter2' (known: \"full\")", out, sizeof out);
+    CHECKF(!strstr(out, "hunter2") && strstr(out, "'...'"), "%s", out);
+    hr_srv_redact("invalid JSON at line 1 column 9: '}' expected", out, sizeof out);
+    CHECKF(!strcmp(out, "invalid JSON at line 1 column 9: '}' expected"), "%s", out);
+    hr_srv_redact("'a", out, 4);
+    CHECK(strlen(out) < 4);
+
+    /* out of memory for a request's buffers: 503 naming max_tokens, never 500 */
+    hr_srv_fail_status(&e, NULL, HR_ERR_NOMEM, "out of memory creating a request", "prompt");
+    CHECK(e.http == 503 && !strcmp(e.code, "out_of_memory") && !strcmp(e.param, "max_tokens"));
+
+    /* scopes */
+    uint64_t none = hr_srv_cache_scope(-1, NULL, 0), k0 = hr_srv_cache_scope(0, NULL, 0),
+             k1 = hr_srv_cache_scope(1, NULL, 0), x = hr_srv_cache_scope(0, "x", 1), y = hr_srv_cache_scope(0, "y", 1),
+             sx = hr_srv_cache_scope(-1, "x", 1), empty = hr_srv_cache_scope(-1, "", 0);
+    CHECK(none == 0 && k0 && k1 && k0 != k1 && x != y && x != k0 && sx != x && sx && empty && empty != sx);
+    CHECK(hr_srv_cache_scope(0, "x", 1) == x); /* the same tenant and salt: the same scope, every time */
+    hr_server_params sp = hr_server_default_params();
+    const char *param = NULL;
+    CHECK(gen(&sp, "{\"prompt\":\"a\",\"cache_salt\":5}", NULL, &param) == 400 && param &&
+          !strcmp(param, "cache_salt"));
+    CHECK(gen(&sp, "{\"prompt\":\"a\",\"cache_salt\":\"s\"}", NULL, NULL) == 200);
+
+    /* key lists */
+    char **keys = NULL;
+    int n_keys = 0;
+    hr_error err = {0};
+    CHECK(hr_server_keys_parse(" k1, k2 ,k3", &keys, &n_keys, &err) == HR_OK && n_keys == 3 && !strcmp(keys[0], "k1") &&
+          !strcmp(keys[1], "k2") && !strcmp(keys[2], "k3"));
+    CHECK(hr_server_keys_match(keys, n_keys, "k2") == 1 && hr_server_keys_match(keys, n_keys, "k") == -1 &&
+          hr_server_keys_match(keys, n_keys, "k3 ") == -1 && hr_server_keys_match(keys, n_keys, "") == -1);
+    hr_server_keys_free(keys, n_keys);
+    CHECK(hr_server_keys_parse("a,,b", &keys, &n_keys, &err) == HR_ERR_INVALID_ARG && !keys && n_keys == 0);
+    CHECK(hr_server_keys_parse("", &keys, &n_keys, &err) == HR_OK && !keys && n_keys == 0);
+}
+
 int main(void) {
+    test_hostile();
     test_retry_after();
     test_bodies();
     test_limits();

@@ -24,14 +24,26 @@ static void usage(FILE *f) {
             "request's ledger, rates and events), GET / or /dashboard (a live dashboard of it in the browser;\n"
             "`headroom top` shows it in a terminal), GET /metrics (Prometheus), GET /health, POST /tokenize,\n"
             "/detokenize. Request extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int),\n"
-            "\"ignore_eos\" (bool).\n"
+            "\"ignore_eos\" (bool), \"cache_salt\" (string: only requests with the same salt share cached\n"
+            "prefix blocks).\n"
             "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
             "server:\n"
             "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
             "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
             "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
             "                         otherwise; /health, /metrics and the dashboard page stay open: the page asks\n"
-            "                         for the key); default: $HEADROOM_API_KEY\n"
+            "                         for the key); default: $HEADROOM_API_KEY. Repeat it, or give K1,K2,..., for\n"
+            "                         several keys: each is a tenant (see --cache-scope)\n"
+            "      --cache-scope M    who shares the prefix cache (a hit tells a prompt's prefix was seen): auto\n"
+            "                         (default: per API key when several are given, else shared), key, shared. A\n"
+            "                         request's \"cache_salt\" string narrows its scope further in every mode\n"
+            "      --special-in-content  parse special-token text (\"<|im_end|>\", \"</s>\") inside chat message\n"
+            "                         contents and raw prompts as control tokens; default: it stays text, and only\n"
+            "                         the chat template's own markers are control tokens (send ids for control\n"
+            "                         tokens in a raw prompt)\n"
+            "      --max-parse-memory SIZE  memory all request bodies being parsed may hold at once (default\n"
+            "                         64MiB, part of the memory plan); one body may take a quarter, and at most\n"
+            "                         64 x its size + 256KiB (413 above; 503 while others hold it all for 5 s)\n"
             "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
             "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
             "                         vllm:gpu_cache_usage_perc, vllm:num_preemptions_total,\n"
@@ -44,7 +56,8 @@ static void usage(FILE *f) {
             "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
             "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
             "                         when it gives none); default 0: only the context bounds it. A prompt\n"
-            "                         longer than the context (-c) is a 400\n" HR_SERVE_CLUSTER_HELP
+            "                         longer than the context (-c) is a 400. A request under a window policy\n"
+            "                         (kv_policy) may run past the context, up to 4 contexts\n" HR_SERVE_CLUSTER_HELP
             "model, cache and engine (as in `headroom run`; see its --help):\n"
             "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
             "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
@@ -84,16 +97,19 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     hr_runtime_memory m;
     hr_runtime_get_memory(rt, &m);
     char w[32], k[32], sc[32], t[32], lim[32], now[32];
-    printf("memory plan: weights %s + KV %s + scratch %s + tables and overhead %s = %s%s%s (measured RSS now %s)\n",
+    char rq[32];
+    printf("memory plan: weights %s + KV %s + scratch %s + request parsing %s + tables and overhead %s = %s%s%s "
+           "(measured RSS now %s)\n",
            hr_format_size(m.weight_bytes, w, sizeof w), hr_format_size(m.kv_bytes, k, sizeof k),
-           hr_format_size(m.scratch_bytes, sc, sizeof sc), hr_format_size(m.meta_bytes + m.base_bytes, t, sizeof t),
-           hr_format_size(m.planned_bytes, size, sizeof size), p->mem_limit ? " under --mem-limit " : "",
-           p->mem_limit ? hr_format_size(p->mem_limit, lim, sizeof lim) : "",
+           hr_format_size(m.scratch_bytes, sc, sizeof sc), hr_format_size(m.request_bytes, rq, sizeof rq),
+           hr_format_size(m.meta_bytes + m.base_bytes, t, sizeof t), hr_format_size(m.planned_bytes, size, sizeof size),
+           p->mem_limit ? " under --mem-limit " : "", p->mem_limit ? hr_format_size(p->mem_limit, lim, sizeof lim) : "",
            hr_format_size(m.rss_bytes, now, sizeof now));
     fflush(stdout);
 }
 
-int hr_cmd_serve(int argc, char **argv) {
+/* keys_out: the joined --api-key list, freed by the caller whatever the return. */
+static int serve(int argc, char **argv, char **keys_out) {
     hr_session_opts o = hr_session_default_opts();
     o.cmd = "serve";
     hr_server_params sp = hr_server_default_params();
@@ -101,6 +117,8 @@ int hr_cmd_serve(int argc, char **argv) {
     int kv_seqs = 4;
     uint64_t mem_limit = 0;
     const char *step_log = NULL;
+    bool special_in_content = false;
+    char *keys = NULL; /* --api-key values joined by commas (mirrored in *keys_out) */
     hr_serve_cluster_opts cluster = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -119,7 +137,34 @@ int hr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--port")) {
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 0, 65535, &sp.port);
         } else if (!strcmp(a, "--api-key")) {
-            ok = (sp.api_key = hr_arg_value("serve", argc, argv, &i)) != NULL;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) != NULL;
+            char *joined = ok ? malloc((keys ? strlen(keys) + 1 : 0) + strlen(v) + 1) : NULL;
+            if (joined) sprintf(joined, "%s%s%s", keys ? keys : "", keys ? "," : "", v); /* repeated: a list */
+            free(keys);
+            sp.api_key = keys = *keys_out = joined;
+            ok = ok && joined;
+        } else if (!strcmp(a, "--cache-scope")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) != NULL;
+            if (ok && !strcmp(v, "auto"))
+                sp.cache_scope = HR_CACHE_SCOPE_AUTO;
+            else if (ok && !strcmp(v, "key"))
+                sp.cache_scope = HR_CACHE_SCOPE_KEY;
+            else if (ok && !strcmp(v, "shared"))
+                sp.cache_scope = HR_CACHE_SCOPE_SHARED;
+            else if (ok) {
+                fprintf(stderr, "headroom serve: --cache-scope expects auto, key or shared, got '%s'\n", v);
+                ok = false;
+            }
+        } else if (!strcmp(a, "--special-in-content")) {
+            special_in_content = true;
+        } else if (!strcmp(a, "--max-parse-memory")) {
+            uint64_t n = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
+            if (ok && (n < (1u << 20) || n > (64ull << 30))) {
+                fprintf(stderr, "headroom serve: --max-parse-memory must be 1MiB..64GiB, got '%s'\n", v);
+                ok = false;
+            }
+            sp.max_parse_bytes = (size_t)n;
         } else if (!strcmp(a, "--drain-timeout")) {
             float s = 0;
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_float("serve", a, v, 0, 86400, &s);
@@ -202,6 +247,8 @@ int hr_cmd_serve(int argc, char **argv) {
     hr_runtime_params rp = hr_session_runtime_params(&o, kv_seqs);
     rp.mem_limit = mem_limit;
     rp.step_log = step_log;
+    rp.special_in_content = special_in_content;
+    rp.request_bytes = sp.max_parse_bytes; /* the server's parse bound is part of the plan */
     hr_runtime *rt = NULL;
     bool bad_option = false;
     st = hr_runtime_open(&rp, &rt, &bad_option, &err);
@@ -236,4 +283,11 @@ int hr_cmd_serve(int argc, char **argv) {
             mem.planned_bytes ? 100.0 * ((double)mem.peak_rss_bytes / (double)mem.planned_bytes - 1) : 0.0);
     fprintf(stderr, "headroom serve: stopped\n");
     return HR_EXIT_OK;
+}
+
+int hr_cmd_serve(int argc, char **argv) {
+    char *keys = NULL;
+    int rc = serve(argc, argv, &keys);
+    free(keys);
+    return rc;
 }

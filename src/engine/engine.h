@@ -127,6 +127,7 @@ typedef struct hr_request_params {
     bool logprobs;                 /* record each output token's log-probability under the model (log-softmax of
                                       the raw logits, before penalties and temperature) */
     int top_logprobs;              /* with logprobs: also the n most likely tokens at each position (0..20) */
+    uint64_t cache_scope;          /* prefix-cache scope (hr_kv_seq_set_scope: a tenant); 0: shared */
 } hr_request_params;
 
 #define HR_ENGINE_MAX_GROUP 16

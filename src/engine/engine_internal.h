@@ -49,7 +49,8 @@ struct hr_request {
     bool swapped;    /* its KV is in the swap tier (seq kept) */
     bool has_policy; /* policy applies to its sequence (else the pool's default) */
     hr_kv_policy policy;
-    int span; /* window/sinks: the most positions its cache keeps (it may run past n_ctx); 0: unbounded */
+    uint64_t cache_scope; /* its sequence's prefix-cache scope (0: shared) */
+    int span;             /* window/sinks: the most positions its cache keeps (it may run past n_ctx); 0: unbounded */
     hr_sampler *sampler;
     bool ignore_eos;
     char *stop[HR_ENGINE_MAX_STOP];

@@ -147,6 +147,7 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group
     r->max_tokens = p->max_tokens;
     r->seq = -1;
     r->ignore_eos = p->ignore_eos;
+    r->cache_scope = p->cache_scope;
     if (p->kv_policy) {
         r->has_policy = true;
         r->policy = *p->kv_policy;

@@ -325,6 +325,8 @@ static bool try_admit(hr_engine *e, hr_request *r) {
             return false;
         }
         hr_kv_seq_set_prompt_len(kv, r->seq, r->n_prompt);
+        /* an empty fresh sequence: the scope cannot be refused */
+        if (r->cache_scope) hr_kv_seq_set_scope(kv, r->seq, r->cache_scope, NULL);
         if (e->p.layout == HR_LAYOUT_PAGED) {
             int cached = 0;
             if (hr_kv_seq_share_prefix(kv, r->seq, r->tokens, r->n_known, &cached, NULL) == HR_OK) {

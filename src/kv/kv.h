@@ -99,6 +99,12 @@ const char *hr_kv_pool_isa(const hr_kv_pool *pool); /* "avx2" or "scalar": the k
 
 hr_status hr_kv_seq_create(hr_kv_pool *pool, hr_kv_seq *out, hr_error *err);
 
+/* Puts an empty sequence in a cache scope (a tenant: a hash of its API key or cache salt): its full
+ * blocks are hashed with the scope mixed in, so they are shared with, and found by, only sequences of
+ * the same scope. 0 (every sequence's start) is the shared scope. Kept across hr_kv_seq_reset and
+ * copied by hr_kv_seq_fork. HR_ERR_INVALID_ARG when the sequence already holds tokens. */
+hr_status hr_kv_seq_set_scope(hr_kv_pool *pool, hr_kv_seq seq, uint64_t scope, hr_error *err);
+
 /* Shares the longest run of leading full blocks of `tokens` already in the pool (held by running
  * sequences or cached). Only for an empty sequence. Sets *n_cached to the number of tokens whose K/V
  * are now present (a multiple of block_size, at most n_tokens - 1 so that at least one token is left

@@ -159,6 +159,7 @@ typedef struct kv_seq {
     int cap;            /* allocated table entries */
     int32_t *table;     /* physical block ids, logical order */
     uint64_t last_hash; /* chain hash of the last full committed block (or the root) */
+    uint64_t scope;     /* cache scope mixed into every chain link (0: shared); kept across reset */
     uint64_t bytes_peak;
     int prefix_hit_tokens;
     /* swap tier (swap.c) */

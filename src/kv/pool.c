@@ -519,6 +519,7 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
     memcpy(p->pending + (size_t)c * B, p->pending + (size_t)src * B, (size_t)B * sizeof *p->pending);
     d->n_tokens = s->n_tokens;
     d->last_hash = s->last_hash;
+    d->scope = s->scope;
     d->prefix_hit_tokens = s->prefix_hit_tokens;
     atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)d->n_table * B - (uint64_t)d->n_tokens, memory_order_relaxed);
     kv_update_peak(p, d);

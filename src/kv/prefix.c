@@ -4,9 +4,11 @@
  * A full block's identity is hash(parent block's hash, its B tokens, block_size, K format, V format),
  * chained from a root that also covers the shape, so equal hashes mean equal prefixes (and the map
  * also compares the parent hash and the tokens before sharing, so a 64-bit collision cannot share the
- * wrong data). Only full committed blocks are hashed; a partial block is never in the map and is
- * never shared, so a shared block is never written. When two sequences compute the same block
- * independently, the first one committed stays in the map; the other is an ordinary private block. */
+ * wrong data). A sequence's cache scope (hr_kv_seq_set_scope: a tenant) is mixed into every link
+ * of its chain, so two scopes never produce the same hash and never share or report each other's
+ * blocks; scope 0 is the shared default and leaves the hashes as they were. Only full committed blocks are hashed; a
+ * partial block is never in the map and is never shared, so a shared block is never written. When two sequences compute
+ * the same block independently, the first one committed stays in the map; the other is an ordinary private block. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +23,8 @@ uint64_t kv_prefix_root(const hr_kv_pool *p) {
     return h;
 }
 
-static uint64_t kv_chain(uint64_t parent, const int32_t *tokens, int B) {
-    uint64_t h = hr_mix64(parent ^ 0x9e3779b97f4a7c15ull);
+static uint64_t kv_chain(uint64_t parent, uint64_t scope, const int32_t *tokens, int B) {
+    uint64_t h = hr_mix64(parent ^ 0x9e3779b97f4a7c15ull ^ scope);
     for (int i = 0; i < B; i++) h = hr_mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
     return h;
 }
@@ -140,7 +142,7 @@ static int kv_fetch_more(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, int fr
     uint64_t root = kv_prefix_root(p), h = s->last_hash;
     for (int i = from; i < max_blocks; i++) {
         const int32_t *tk = tokens + (size_t)i * B;
-        uint64_t nh = kv_chain(h, tk, B);
+        uint64_t nh = kv_chain(h, s->scope, tk, B);
         if (kv_prefix_map_find(p, nh) >= 0) break; /* same hash, other parent or tokens: a collision */
         if (p->free_list.count + p->lru.count == 0) break;
         hr_kv_block_info bi = {.hash = nh, .has_parent = h != root, .parent = h, .tokens = tk, .block_size = B};
@@ -194,7 +196,7 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
             KV_ASSERT(atomic_load(&p->filled[(size_t)b * p->cfg.n_layers + l]) == B); /* every layer written */
 #endif
         kv_stage_release(p, b); /* encoded: the tail buffer is not needed any more */
-        uint64_t h = kv_chain(s->last_hash, pend, B);
+        uint64_t h = kv_chain(s->last_hash, s->scope, pend, B);
         p->parent[b] = s->last_hash;
         p->hash[b] = h;
         memcpy(p->tokens + (size_t)b * B, pend, (size_t)B * sizeof *pend);
@@ -204,6 +206,17 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
     }
     atomic_fetch_sub_explicit(&p->waste_slots, (uint64_t)n, memory_order_relaxed);
     kv_policy_after_commit(p, s); /* the policy drops what no later query can see */
+}
+
+hr_status hr_kv_seq_set_scope(hr_kv_pool *p, hr_kv_seq seq, uint64_t scope, hr_error *err) {
+    if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV set_scope: %d is not a sequence", seq);
+    kv_seq *s = &p->seqs[seq];
+    if (s->n_tokens != 0 || s->n_table != 0 || s->swapped)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV set_scope: sequence %d already holds %d tokens; the scope is set before any", seq,
+                            s->n_tokens);
+    s->scope = scope;
+    return HR_OK;
 }
 
 hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n_tokens, int *n_cached,
@@ -223,7 +236,7 @@ hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *to
     int n_found = 0;
     for (; n_found < max_blocks; n_found++) {
         const int32_t *tk = tokens + (size_t)n_found * B;
-        uint64_t nh = kv_chain(h, tk, B);
+        uint64_t nh = kv_chain(h, s->scope, tk, B);
         int32_t b = kv_prefix_map_find(p, nh);
         if (b < 0 || p->parent[b] != h || memcmp(p->tokens + (size_t)b * B, tk, (size_t)B * sizeof *tk) != 0) break;
         h = nh;
@@ -232,7 +245,7 @@ hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *to
     if (rc != HR_OK) return rc;
     h = s->last_hash;
     for (int i = 0; i < n_found; i++) {
-        h = kv_chain(h, tokens + (size_t)i * B, B);
+        h = kv_chain(h, s->scope, tokens + (size_t)i * B, B);
         int32_t b = kv_prefix_map_find(p, h);
         kv_block_ref(p, b);
         s->table[s->n_table++] = b;

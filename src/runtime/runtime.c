@@ -123,7 +123,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
         out->scratch_bytes = mem_scratch_bytes(q);
         out->base_bytes = m->base_bytes ? m->base_bytes : HR_MEM_BASE_BYTES;
         out->meta_bytes = mem_meta_fixed_bytes(q);
-        other = out->weight_bytes + out->scratch_bytes + out->base_bytes + out->meta_bytes;
+        out->request_bytes = m->request_bytes;
+        other = out->weight_bytes + out->scratch_bytes + out->base_bytes + out->meta_bytes + out->request_bytes;
     }
     bool from_limit = whole && m->mem_limit > 0 && !kc.budget_bytes;
     uint64_t block_meta = KV_META_BLOCK_BYTES(kc.block_size);
@@ -143,8 +144,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     out->n_seqs_at_ctx = ctx_blocks > 0 ? (int)(nb / (uint64_t)ctx_blocks) : 0;
     if (whole) {
         out->meta_bytes += nb * block_meta;
-        out->total_bytes =
-            out->weight_bytes + out->budget_bytes + out->scratch_bytes + out->meta_bytes + out->base_bytes;
+        out->total_bytes = out->weight_bytes + out->budget_bytes + out->scratch_bytes + out->meta_bytes +
+                           out->base_bytes + out->request_bytes;
     }
     /* a budget that cannot hold even one n_ctx sequence is an error that says what fits (each request
      * is also checked against the pool when submitted) */
@@ -259,6 +260,7 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                 .max_batch_tokens = rt->p.max_batch_tokens,
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 .mem_limit = rt->p.mem_limit,
+                .request_bytes = rt->p.request_bytes,
                 .unplanned_bytes = rt->p.mem_limit / HR_MEM_LIMIT_MARGIN_DIV}};
     hr_status st;
     if (rt->p.kv_blocks > 0) { /* an exact block count: the shape must be usable, the size is given */
@@ -427,12 +429,11 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_e
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
-/* Renders chat messages with the runtime's template. The template writes BOS text itself, so the
- * result is tokenized with special tokens parsed and no BOS added. */
-static hr_status render_chat(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, char **out, hr_error *err) {
-    int32_t bos = hr_tokenizer_bos(rt->tok), eos = hr_tokenizer_eos(rt->tok);
-    return hr_chat_render(rt->chat_tpl, msgs, n, true, bos >= 0 ? hr_tokenizer_piece(rt->tok, bos) : NULL,
-                          eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL, out, err);
+/* Renders chat messages with the runtime's template and tokenizes them (hr_chat_tokenize: the
+ * template's markers are control tokens, the contents stay text unless special_in_content). */
+static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
+                          hr_error *err) {
+    return hr_chat_tokenize(rt->chat_tpl, rt->tok, msgs, n, rt->p.special_in_content, ids, n_ids, err);
 }
 
 /* The prompt's ids into r (tokenized text, rendered chat, or the ids as given). */
@@ -450,26 +451,20 @@ static hr_status prompt_ids(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
         r->n_prompt = p->n_prompt_ids;
         return HR_OK;
     }
-    hr_tokenize_opts to = {.add_bos = !p->no_bos && hr_tokenizer_add_bos_default(rt->tok)};
-    char *rendered = NULL;
-    const char *text = p->prompt;
-    size_t len = p->prompt ? (p->prompt_len ? p->prompt_len : strlen(p->prompt)) : 0;
-    if (p->messages) {
-        if (p->n_messages == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "messages is empty");
-        hr_status st = render_chat(rt, p->messages, p->n_messages, &rendered, err);
-        if (st) return st;
-        text = rendered;
-        len = strlen(rendered);
-        to = (hr_tokenize_opts){.add_bos = false, .parse_special = true};
-    }
-    if (len == 0 && !p->messages) {
-        free(rendered);
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty");
-    }
     int32_t *ids = NULL;
     size_t n = 0;
-    hr_status st = hr_tokenizer_encode_alloc(rt->tok, text, len, &to, &ids, &n, err);
-    free(rendered);
+    hr_status st;
+    if (p->messages) {
+        if (p->n_messages == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "messages is empty");
+        st = chat_ids(rt, p->messages, p->n_messages, &ids, &n, err);
+    } else {
+        /* a raw prompt's special-token text stays text too (see hr_rt_request_params.prompt_ids) */
+        hr_tokenize_opts to = {.add_bos = !p->no_bos && hr_tokenizer_add_bos_default(rt->tok),
+                               .parse_special = rt->p.special_in_content};
+        size_t len = p->prompt_len ? p->prompt_len : strlen(p->prompt);
+        if (len == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty");
+        st = hr_tokenizer_encode_alloc(rt->tok, p->prompt, len, &to, &ids, &n, err);
+    }
     if (st) return st;
     r->prompt = ids;
     r->n_prompt = (int)n;
@@ -501,7 +496,9 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
                           "the prompt has %d tokens but the context holds %d (at least one more for the output)",
                           r->n_prompt, rt->n_ctx);
     if (st == HR_OK) {
-        int room = span > 0 ? INT32_MAX : rt->n_ctx - r->n_prompt;
+        /* a window runs past the context, up to HR_RT_WINDOW_CTX_MULT of them: its buffers are per token */
+        int room = span > 0 ? (int)HR_MIN((int64_t)rt->n_ctx * HR_RT_WINDOW_CTX_MULT, INT32_MAX) - r->n_prompt
+                            : rt->n_ctx - r->n_prompt;
         int want = p->max_tokens > 0 ? p->max_tokens : room;
         if (span > 0 && p->max_tokens <= 0)
             st = hr_error_set(err, HR_ERR_INVALID_ARG,
@@ -520,7 +517,8 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
                                 .n_stop = p->n_stop,
                                 .kv_policy = has_pol ? &pol : NULL,
                                 .logprobs = p->logprobs,
-                                .top_logprobs = p->top_logprobs};
+                                .top_logprobs = p->top_logprobs,
+                                .cache_scope = p->cache_scope};
         hr_request *h[HR_RT_MAX_CHOICES];
         hr_rt_request *more[HR_RT_MAX_CHOICES] = {0};
         /* choices 1.. are copies of the first (own prompt ids: each is released on its own) */
@@ -651,7 +649,8 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
                                .kv_bytes = b->budget_bytes,
                                .scratch_bytes = b->scratch_bytes,
                                .meta_bytes = b->meta_bytes,
-                               .base_bytes = b->base_bytes};
+                               .base_bytes = b->base_bytes,
+                               .request_bytes = b->request_bytes};
     hr_mem_rss(&out->rss_bytes, &out->peak_rss_bytes);
 }
 

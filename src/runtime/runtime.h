@@ -37,6 +37,8 @@ typedef struct hr_mem_query {
                                  server (0: HR_MEM_BASE_BYTES, measured on this machine) */
     uint64_t mem_limit;       /* > 0 with kv.budget_bytes 0: the KV budget is what the limit leaves after
                                  everything else; with a budget given: the total must fit under it */
+    uint64_t request_bytes;   /* a front end's memory for requests in flight besides the engine's (serve:
+                                 the bound on JSON parsing, --max-parse-memory); planned like scratch */
     uint64_t unplanned_bytes; /* of mem_limit, left out of the pool when sizing it from the limit (serve:
                                  mem_limit / HR_MEM_LIMIT_MARGIN_DIV; the planner: 0, a device's reserved
                                  memory being part of its profile) */
@@ -74,13 +76,15 @@ typedef struct hr_kv_budget {
     int64_t n_tokens;      /* n_blocks * block_size */
     int ctx_blocks;        /* blocks one n_ctx sequence needs */
     int n_seqs_at_ctx;     /* whole n_ctx sequences that fit at once */
-    /* the whole process (0 without mem.model): total = weights + budget + scratch + meta + base */
+    /* the whole process (0 without mem.model): total = weights + budget + scratch + meta + base +
+       request */
     uint64_t weight_bytes;  /* mem.weight_bytes */
     uint64_t scratch_bytes; /* forward scratch at max_batch_tokens, matmul activations, attention scores
                                per thread, the engine's batch and logits buffers */
     uint64_t meta_bytes;    /* the pool's per-block and per-sequence tables, requests' token buffers,
                                the tokenizer's tables */
     uint64_t base_bytes;    /* the process before the model */
+    uint64_t request_bytes; /* mem.request_bytes */
     uint64_t total_bytes;
 } hr_kv_budget;
 
@@ -122,6 +126,10 @@ typedef struct hr_runtime_params {
     const char *step_log;      /* a file to write one JSON line per computed engine step (NULL: none) */
     uint64_t mem_limit;        /* > 0 without kv_budget: the pool is what this process limit leaves after
                                   the weights, scratch and the rest (hr_kv_budget_compute's plan) */
+    bool special_in_content;   /* chat: parse special-token text inside message contents too (default
+                                  false: only the template's own markers are control tokens) */
+    uint64_t request_bytes;    /* memory a front end holds for requests besides the engine's (the
+                                  server's JSON parsing bound): part of the plan, left out of the pool */
 
     /* For tests, simulators and the planner (the CLI and server leave these 0): */
     int kv_blocks;       /* > 0: the pool holds exactly this many blocks (overrides kv_budget; it may
@@ -180,13 +188,17 @@ typedef struct hr_rt_request_params {
     /* exactly one of: */
     const char *prompt;          /* text (BOS added as the vocabulary says, unless no_bos) */
     size_t prompt_len;           /* 0: strlen(prompt) */
-    const hr_chat_msg *messages; /* chat: rendered with the runtime's template, special tokens parsed */
+    const hr_chat_msg *messages; /* chat: rendered with the runtime's template; special-token text is
+                                    parsed in the template's markers only (see special_in_content) */
     size_t n_messages;
+    /* a text prompt's special-token text ("</s>") stays text, unless special_in_content is set: a
+       client that wants control tokens in a raw prompt gives ids */
     const int32_t *prompt_ids; /* token ids as they are */
     int n_prompt_ids;
 
     bool no_bos;
-    int max_tokens; /* 0: up to the context (or, with a window policy, unbounded: give one then) */
+    int max_tokens; /* 0: up to the context (with a window policy: give one; it is clamped to
+                       HR_RT_WINDOW_CTX_MULT contexts) */
     hr_sampler_params sampling;
     const char *const *stop; /* copied */
     int n_stop;
@@ -195,7 +207,16 @@ typedef struct hr_rt_request_params {
     const char *kv_policy; /* this request's policy ("window:256", ...); NULL: the runtime's default */
     bool logprobs;         /* record each output token's log-probability (hr_request_logprobs) */
     int top_logprobs;      /* and the n most likely alternatives (0..20) */
+    uint64_t cache_scope;  /* prefix-cache scope: requests share cached blocks (and report hits) only
+                              within one scope (a tenant: a hash of its API key or cache salt); 0: shared */
 } hr_rt_request_params;
+
+/* A request under a window or sinks policy may run past the context, but not forever: it generates at
+ * most this many contexts (prompt included); a larger max_tokens is clamped (finish_reason "length",
+ * limit "context"), as a full-policy request is clamped to one context. Its per-token buffers (ids,
+ * gaps, logprobs) are allocated at submit and grow with max_tokens. */
+#define HR_RT_WINDOW_CTX_MULT 4
+
 
 /* Tokenizes (rendering chat first), checks the prompt against the context, clamps max_tokens to it
  * and submits. On refusal returns the engine's code with its reason (HR_ERR_INVALID_ARG a bad field,
@@ -282,6 +303,7 @@ void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out);
 typedef struct hr_runtime_memory {
     uint64_t planned_bytes; /* the plan's total */
     uint64_t weight_bytes, kv_bytes, scratch_bytes, meta_bytes, base_bytes;
+    uint64_t request_bytes; /* the front end's request parsing bound (hr_runtime_params.request_bytes) */
     uint64_t rss_bytes, peak_rss_bytes;
 } hr_runtime_memory;
 

@@ -90,10 +90,14 @@ void hr_srv_activity_refused(hr_srv_activity *a, const hr_srv_error *e) {
     refusal *r = &a->ref[a->n_ref % REFUSALS];
     a->n_ref++;
     *r = (refusal){.seq = a->n_ref, .t = hr_time_now(), .http = e->http, .why = e->refusal};
-    size_t len = strnlen(e->msg, sizeof r->msg - 1);
-    while (len > 0 && len < strlen(e->msg) && ((unsigned char)e->msg[len] & 0xC0) == 0x80)
+    /* events are read by whoever holds a key (and the dashboard): never a client's text, which may
+       be another tenant's secret */
+    char clean[sizeof e->msg];
+    hr_srv_redact(e->msg, clean, sizeof clean);
+    size_t len = strnlen(clean, sizeof r->msg - 1);
+    while (len > 0 && len < strlen(clean) && ((unsigned char)clean[len] & 0xC0) == 0x80)
         len--; /* cut on a UTF-8 character boundary: JSON strings must stay valid */
-    memcpy(r->msg, e->msg, len);
+    memcpy(r->msg, clean, len);
     r->msg[len] = '\0';
     pthread_mutex_unlock(&a->mu);
 }

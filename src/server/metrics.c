@@ -175,6 +175,7 @@ static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint6
     sample_u(b, "headroom_memory_planned_bytes", "{part=\"scratch\"}", m.scratch_bytes);
     sample_u(b, "headroom_memory_planned_bytes", "{part=\"tables\"}", m.meta_bytes);
     sample_u(b, "headroom_memory_planned_bytes", "{part=\"overhead\"}", m.base_bytes);
+    sample_u(b, "headroom_memory_planned_bytes", "{part=\"requests\"}", m.request_bytes);
     sample_u(b, "headroom_memory_planned_bytes", "{part=\"total\"}", m.planned_bytes);
     family(b, "headroom_memory_rss_bytes", "gauge", "Resident bytes of this process now (VmRSS).");
     sample_u(b, "headroom_memory_rss_bytes", NULL, m.rss_bytes);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "server/server_internal.h"
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -35,6 +36,95 @@ bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code,
     return false;
 }
 
+/* Request fields that messages quote by name ('max_tokens' must be ...): not client text. */
+static bool is_field_name(const char *s, size_t n) {
+    static const char *const names[] = {"model",
+                                        "user",
+                                        "prompt",
+                                        "messages",
+                                        "content",
+                                        "role",
+                                        "stop",
+                                        "n",
+                                        "stream",
+                                        "stream_options",
+                                        "max_tokens",
+                                        "temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "seed",
+                                        "logprobs",
+                                        "top_logprobs",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "kv_policy",
+                                        "priority",
+                                        "ignore_eos",
+                                        "repetition_penalty",
+                                        "max_completion_tokens",
+                                        "tokens",
+                                        "add_special",
+                                        "with_pieces",
+                                        "cache_salt",
+                                        "include_usage",
+                                        "logit_bias",
+                                        "tools",
+                                        "tool_choice",
+                                        "parallel_tool_calls",
+                                        "echo",
+                                        "suffix",
+                                        "best_of",
+                                        "functions",
+                                        "function_call",
+                                        "response_format",
+                                        "modalities",
+                                        "audio",
+                                        "prediction"};
+    size_t base = 0; /* 'messages[3].content': the name before any index or member */
+    while (base < n && s[base] != '[' && s[base] != '.') base++;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == base && !memcmp(names[i], s, base)) return true;
+    return false;
+}
+
+static void put_n(char *out, size_t cap, size_t *o, const char *s, size_t n) {
+    for (size_t k = 0; k < n && *o + 1 < cap; k++) out[(*o)++] = s[k];
+}
+
+void hr_srv_redact(const char *msg, char *out, size_t cap) {
+    size_t o = 0;
+    if (cap == 0) return;
+    for (size_t i = 0; msg[i];) {
+        char q = msg[i];
+        if (q == '\'' || q == '"') {
+            const char *end = strchr(msg + i + 1, q);
+            size_t n = end ? (size_t)(end - msg) - i - 1 : strlen(msg + i + 1);
+            /* a field name, or one character of JSON syntax the parser expected ('}'): not client text */
+            bool syntax = n == 1 && strchr("{}[],:", msg[i + 1]) != NULL;
+            if (end && (syntax || is_field_name(msg + i + 1, n))) {
+                put_n(out, cap, &o, msg + i, n + 2);
+            } else {
+                put_n(out, cap, &o, &q, 1);
+                put_n(out, cap, &o, "...", 3);
+                put_n(out, cap, &o, &q, 1);
+            }
+            i += n + 1 + (end ? 1 : 0);
+            continue;
+        }
+        if (!strncmp(msg + i, "got ", 4) && (msg[i + 4] == '-' || (msg[i + 4] >= '0' && msg[i + 4] <= '9'))) {
+            put_n(out, cap, &o, "got ...", 7);
+            i += 5;
+            while (msg[i] && msg[i] != ' ' && msg[i] != ',' && msg[i] != ';' && msg[i] != ')') i++;
+            continue;
+        }
+        put_n(out, cap, &o, msg + i, 1);
+        i++;
+    }
+    while (o > 0 && !hr_srv_utf8_valid(out, o, NULL)) o--; /* a cut never splits a character */
+    out[o] = '\0';
+}
+
 /* Which request field an engine/runtime message is about: they name it in their text. */
 static const char *field_in_message(const char *msg) {
     static const char *const fields[] = {"temperature", "top_p",     "top_k",    "min_p", "presence_penalty",
@@ -61,6 +151,13 @@ void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const cha
     case HR_ERR_FULL:
         hr_srv_fail(e, 429, NULL, "queue_full", "%s", msg);
         e->retry_after_s = rt ? hr_runtime_retry_after_s(rt) : 1;
+        break;
+    case HR_ERR_NOMEM: /* the request's buffers (they grow with max_tokens and top_logprobs): retry or ask less */
+        hr_srv_fail(e, 503, strstr(msg, "request") ? "max_tokens" : NULL, "out_of_memory",
+                    "%s: the server cannot hold this request's buffers now; lower max_tokens (or top_logprobs), "
+                    "shorten the prompt, or retry",
+                    msg);
+        e->refusal = HR_REFUSE_BUDGET;
         break;
     default: hr_srv_fail(e, 500, NULL, hr_status_name(st), "%s", msg); break;
     }
@@ -145,6 +242,19 @@ static bool read_string(json_t *o, const char *k, const char **out, hr_srv_error
     return true;
 }
 
+/* ---- cache scope ------------------------------------------------------------------------------- */
+
+uint64_t hr_srv_cache_scope(int tenant, const char *salt, size_t salt_len) {
+    if (tenant < 0 && !salt) return 0;
+    uint64_t h = hr_mix64(0x74656e616e74ull ^ (uint64_t)(tenant + 1)); /* "tenant" */
+    if (salt) { /* FNV-1a over the salt, then mixed: "" is a salt too, apart from none */
+        uint64_t f = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < salt_len; i++) f = (f ^ (unsigned char)salt[i]) * 0x100000001b3ull;
+        h = hr_mix64(h ^ hr_mix64(f ^ 0x73616c74ull));
+    }
+    return h ? h : 1; /* 0 is the shared scope */
+}
+
 /* ---- prompt and messages ----------------------------------------------------------------------- */
 
 static bool keep_owned(hr_srv_gen *g, char *s) {
@@ -174,7 +284,8 @@ static bool parse_prompt(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
         } else {
             /* token ids */
             g->prompt_ids = malloc(sizeof(int32_t) * n);
-            if (!g->prompt_ids) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+            if (!g->prompt_ids)
+                return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
             for (size_t i = 0; i < n; i++) {
                 json_t *t = json_array_get(p, i);
                 if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
@@ -233,7 +344,7 @@ static bool message_content(hr_srv_gen *g, json_t *c, size_t i, const char **out
     }
     if (b.failed || !keep_owned(g, b.data)) {
         if (b.failed) hr_srv_buf_free(&b);
-        return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+        return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
     }
     *out = b.data;
     return true;
@@ -247,7 +358,7 @@ static bool parse_messages(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     size_t n = json_array_size(m);
     if (n == 0) return hr_srv_fail(e, 400, "messages", "invalid_value", "'messages' is empty");
     g->messages = calloc(n, sizeof *g->messages);
-    if (!g->messages) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+    if (!g->messages) return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory parsing the request; retry");
     for (size_t i = 0; i < n; i++) {
         json_t *msg = json_array_get(m, i);
         if (!json_is_object(msg))
@@ -467,6 +578,14 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
         !read_bool(root, "stream", &g->stream, e) || !parse_stop(root, g, e))
         return false;
     if (!parse_logprobs(root, g, e) || !parse_logit_bias(root, g, e)) return false;
+    json_t *salt = field(root, "cache_salt");
+    if (salt && !json_is_string(salt))
+        return hr_srv_fail(e, 400, "cache_salt", "invalid_type", "'cache_salt' must be a string, got %s",
+                           type_name(salt));
+    if (salt) {
+        g->cache_salt = json_string_value(salt);
+        g->cache_salt_len = json_string_length(salt);
+    }
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so))
@@ -939,7 +1058,20 @@ bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at) {
 
 /* ---- bodies of every route (the server and fuzz/fuzz_http.c share these) ---------------------- */
 
+/* jansson's message without the text it quotes from the input (" near '...'"): a body may hold a
+ * password. */
+static void strip_near(char *text) {
+    char *near = strstr(text, " near ");
+    if (near) *near = '\0';
+}
+
 json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
+    size_t held;
+    return hr_srv_parse_body_in(NULL, data, len, &held, e);
+}
+
+json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, size_t *held, hr_srv_error *e) {
+    *held = 0;
     size_t bad;
     if (!hr_srv_utf8_valid(data ? data : "", len, &bad)) {
         hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
@@ -950,13 +1082,40 @@ json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
         return NULL;
     }
     json_error_t je;
-    json_t *root = json_loadb(data, len, 0, &je);
+    hr_srv_parse_fail why;
+    json_t *root = hr_srv_parse_pool_load(pool, data, len, &je, &why, held);
+    if (!root && why != HR_SRV_PARSE_OK) {
+        char lim[32], all[32];
+        size_t per = hr_srv_parse_pool_per_request(pool);
+        hr_format_size(hr_srv_parse_pool_limit(pool), all, sizeof all);
+        if (why == HR_SRV_PARSE_BUSY) {
+            hr_srv_fail(e, 503, NULL, "parse_memory_busy",
+                        "the server's memory for parsing request bodies (--max-parse-memory %s) stayed in use for "
+                        "5 s; retry",
+                        all);
+            e->refusal = HR_REFUSE_QUEUE;
+        } else if (why == HR_SRV_PARSE_TOO_DENSE) {
+            hr_srv_fail(e, 413, NULL, "parse_memory_exceeded",
+                        "parsing the body needs more memory than its bound of 64 x its %zu bytes + 256 KiB (the "
+                        "per-request JSON parse limit, at most %s): too many JSON values for its size",
+                        len, hr_format_size(per, lim, sizeof lim));
+        } else {
+            hr_srv_fail(e, 413, NULL, "parse_memory_exceeded",
+                        "parsing the body needs more than %s (the per-request JSON parse limit: a quarter of "
+                        "--max-parse-memory %s)",
+                        hr_format_size(per, lim, sizeof lim), all);
+        }
+        return NULL;
+    }
     if (!root) {
+        strip_near(je.text);
         hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
+        hr_srv_parse_pool_release(pool, *held);
+        *held = 0;
         hr_srv_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object");
         return NULL;
     }
@@ -990,7 +1149,7 @@ bool hr_srv_parse_detokenize(json_t *root, int32_t n_vocab, int32_t **ids, size_
                            "'tokens' must be an array of token ids");
     size_t n = json_array_size(arr);
     int32_t *v = malloc(sizeof(int32_t) * (n ? n : 1));
-    if (!v) return hr_srv_fail(e, 500, NULL, "nomem", "out of memory");
+    if (!v) return hr_srv_fail(e, 503, NULL, "out_of_memory", "out of memory; retry");
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(arr, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab) {

@@ -39,6 +39,9 @@ enum { ST_LOADING = 0, ST_READY = 1, ST_DRAINING = 2, ST_STOPPED = 3 };
 struct hr_server {
     hr_server_params p;
     char *host, *api_key;
+    char **keys; /* api_key split: each key a tenant (hr_server_keys_parse) */
+    int n_keys;
+    hr_srv_parse_pool *parse_pool; /* bounds the memory of request bodies being parsed */
     _Atomic(hr_runtime *) rt;
     struct MHD_Daemon *d;
     int port;
@@ -61,6 +64,8 @@ typedef struct conn {
     hr_server *s;
     hr_srv_buf body;
     bool too_large;
+    int tenant;          /* the API key's index (0 without keys) */
+    size_t parsed_bytes; /* the parsed body's bytes, reserved in the parse pool until drop_body */
     hr_srv_job *job;
 } conn;
 
@@ -77,7 +82,9 @@ hr_server_params hr_server_default_params(void) {
                               .default_completion_tokens = 16,
                               .metrics_compat = HR_METRICS_NATIVE,
                               .max_header_bytes = 32u << 10,
-                              .max_tokens_limit = 0};
+                              .max_tokens_limit = 0,
+                              .max_parse_bytes = HR_SERVER_PARSE_BYTES,
+                              .cache_scope = HR_CACHE_SCOPE_AUTO};
 }
 
 static hr_runtime *ready_runtime(hr_server *s) {
@@ -203,7 +210,16 @@ int hr_server_n_inflight(hr_server *s) {
 
 /* ---- bodies ------------------------------------------------------------------------------------ */
 
-static json_t *parse_body(conn *k, hr_srv_error *e) { return hr_srv_parse_body(k->body.data, k->body.len, e); }
+/* The body within the server's parse bound; free it with drop_body. */
+static json_t *parse_body(conn *k, hr_srv_error *e) {
+    return hr_srv_parse_body_in(k->s->parse_pool, k->body.data, k->body.len, &k->parsed_bytes, e);
+}
+
+static void drop_body(conn *k, json_t *root) {
+    json_decref(root);
+    hr_srv_parse_pool_release(k->s->parse_pool, k->parsed_bytes); /* the document's bytes are free again */
+    k->parsed_bytes = 0;
+}
 
 /* ---- generation -------------------------------------------------------------------------------- */
 
@@ -267,19 +283,19 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     uint64_t auto_seed = s->p.sampling.seed + atomic_fetch_add(&s->next_id, 1) * 0x9E3779B97F4A7C15ull;
     if (!hr_srv_parse_gen(kind, root, &s->p, auto_seed, &g, &e)) {
         hr_srv_gen_free(&g);
-        json_decref(root);
+        drop_body(k, root);
         return send_error(s, c, &e);
     }
     hr_tool_format tool_format = hr_tool_format_for(hr_runtime_chat_family(rt));
     if (kind == HR_SRV_CHAT && !hr_srv_gen_apply_tools(&g, root, tool_format, &e)) {
         hr_srv_gen_free(&g);
-        json_decref(root);
+        drop_body(k, root);
         return send_error(s, c, &e);
     }
     hr_srv_job *j = calloc(1, sizeof *j);
     if (!j) {
         hr_srv_gen_free(&g);
-        json_decref(root);
+        drop_body(k, root);
         return fail(s, c, 500, NULL, "nomem", "out of memory");
     }
     j->tools = g.tools;
@@ -297,6 +313,9 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     j->logprobs = g.rp.logprobs;
     j->top_logprobs = g.rp.top_logprobs;
     j->tok = hr_runtime_tokenizer(rt);
+    bool by_key = s->p.cache_scope == HR_CACHE_SCOPE_KEY ||
+                  (s->p.cache_scope == HR_CACHE_SCOPE_AUTO && s->n_keys > 1); /* tenants apart */
+    g.rp.cache_scope = hr_srv_cache_scope(by_key ? k->tenant : -1, g.cache_salt, g.cache_salt_len);
     hr_error err = {0};
     hr_status st = hr_runtime_submit_n(rt, &g.rp, g.n, j->req, &err);
     if (st != HR_OK)
@@ -306,7 +325,7 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     const char *prompt_field = g.prompt_field;
     (void)prompt_field;
     hr_srv_gen_free(&g);
-    json_decref(root);
+    drop_body(k, root);
     if (e.http) {
         job_finish(s, j, true, false);
         return send_error(s, c, &e);
@@ -389,11 +408,11 @@ static json_t *pool_json(hr_runtime *rt) {
 static json_t *memory_json(hr_runtime *rt) {
     hr_runtime_memory m;
     hr_runtime_get_memory(rt, &m);
-    return json_pack("{s:I, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:I}", "planned_bytes", (json_int_t)m.planned_bytes,
+    return json_pack("{s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:I}", "planned_bytes", (json_int_t)m.planned_bytes,
                      "planned", "weights_bytes", (json_int_t)m.weight_bytes, "kv_bytes", (json_int_t)m.kv_bytes,
                      "scratch_bytes", (json_int_t)m.scratch_bytes, "tables_bytes", (json_int_t)m.meta_bytes,
-                     "overhead_bytes", (json_int_t)m.base_bytes, "rss_bytes", (json_int_t)m.rss_bytes, "peak_rss_bytes",
-                     (json_int_t)m.peak_rss_bytes);
+                     "overhead_bytes", (json_int_t)m.base_bytes, "requests_bytes", (json_int_t)m.request_bytes,
+                     "rss_bytes", (json_int_t)m.rss_bytes, "peak_rss_bytes", (json_int_t)m.peak_rss_bytes);
 }
 
 static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
@@ -461,7 +480,7 @@ static enum MHD_Result handle_tokenize(hr_server *s, struct MHD_Connection *c, c
             ok = send_json(c, MHD_HTTP_OK, json_pack("{s:o}", "tokens", arr));
         }
     }
-    json_decref(root);
+    drop_body(k, root);
     return ok;
 }
 
@@ -486,27 +505,23 @@ static enum MHD_Result handle_detokenize(hr_server *s, struct MHD_Connection *c,
         free(text);
     }
     free(ids);
-    json_decref(root);
+    drop_body(k, root);
     return ok;
 }
 
 /* ---- routing ----------------------------------------------------------------------------------- */
 
-/* Compares in time independent of where the strings differ (the length still shows). */
-static bool same_secret(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned char diff = (unsigned char)(la != lb);
-    for (size_t i = 0; i < la; i++) diff |= (unsigned char)(a[i] ^ b[i < lb ? i : 0]);
-    return diff == 0 && lb > 0;
-}
-
-static bool authorized(hr_server *s, struct MHD_Connection *c) {
+/* Whether the request carries one of the keys; *tenant receives its index in the list (0 without
+ * keys). */
+static bool authorized(hr_server *s, struct MHD_Connection *c, int *tenant) {
+    *tenant = 0;
     if (!s->api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
     while (*h == ' ') h++;
-    return same_secret(s->api_key, h);
+    *tenant = hr_server_keys_match(s->keys, s->n_keys, h);
+    return *tenant >= 0;
 }
 
 typedef enum {
@@ -560,7 +575,7 @@ static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, co
         return send_error(s, c, &e);
     }
     /* the dashboard page holds no data (it asks /v1/kv, with the key the user types) */
-    if (id != R_HEALTH && id != R_METRICS && id != R_DASHBOARD && !authorized(s, c))
+    if (id != R_HEALTH && id != R_METRICS && id != R_DASHBOARD && !authorized(s, c, &k->tenant))
         return fail(s, c, 401, NULL, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
     if (k->too_large) {
         hr_srv_error e;
@@ -675,6 +690,12 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     if (q.max_header_bytes == 0) q.max_header_bytes = 32u << 10;
     if (q.max_header_bytes < (32u << 10)) q.max_header_bytes = 32u << 10; /* the SSE write buffer lives there too */
     if (q.max_tokens_limit < 0) q.max_tokens_limit = 0;
+    if (q.max_parse_bytes == 0) q.max_parse_bytes = HR_SERVER_PARSE_BYTES;
+    char **keys = NULL;
+    int n_keys = 0;
+    hr_status kst = hr_server_keys_parse(q.api_key, &keys, &n_keys, err);
+    if (kst) return kst;
+    hr_server_keys_free(keys, n_keys);
     struct sockaddr_storage ss;
     socklen_t slen;
     if (!make_addr(q.host, q.port, &ss, &slen))
@@ -686,6 +707,8 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the server");
     s->host = strdup(q.host);
     s->api_key = q.api_key && *q.api_key ? strdup(q.api_key) : NULL;
+    bool keys_ok = hr_server_keys_parse(s->api_key, &s->keys, &s->n_keys, NULL) == HR_OK;
+    s->parse_pool = hr_srv_parse_pool_create(q.max_parse_bytes, q.max_parse_bytes / 4);
     q.host = s->host;
     q.api_key = s->api_key;
     s->p = q;
@@ -697,8 +720,8 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->shutdown_mu, NULL);
-    if (!s->host || (q.api_key && !s->api_key) || hr_srv_metrics_create(&s->metrics, err) != HR_OK ||
-        hr_srv_activity_create(&s->activity, err) != HR_OK) {
+    if (!s->host || (q.api_key && !s->api_key) || !keys_ok || !s->parse_pool ||
+        hr_srv_metrics_create(&s->metrics, err) != HR_OK || hr_srv_activity_create(&s->activity, err) != HR_OK) {
         hr_server_destroy(s);
         return err && err->code == HR_ERR_NOMEM ? HR_ERR_NOMEM : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     }
@@ -780,5 +803,7 @@ void hr_server_destroy(hr_server *s) {
     pthread_mutex_destroy(&s->shutdown_mu);
     free(s->host);
     free(s->api_key);
+    hr_server_keys_free(s->keys, s->n_keys);
+    hr_srv_parse_pool_destroy(s->parse_pool);
     free(s);
 }

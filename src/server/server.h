@@ -32,10 +32,20 @@ typedef enum hr_metrics_compat {
     HR_METRICS_VLLM = 1, /* adds vllm:num_requests_waiting/running, vllm:kv_cache_usage_perc, ... */
 } hr_metrics_compat;
 
+/* Which requests share the prefix cache (a hit reveals that someone sent the same prefix). */
+typedef enum hr_cache_scope_mode {
+    HR_CACHE_SCOPE_AUTO = 0,   /* per API key when several keys are configured, else shared */
+    HR_CACHE_SCOPE_KEY = 1,    /* per API key always */
+    HR_CACHE_SCOPE_SHARED = 2, /* one cache for all keys */
+} hr_cache_scope_mode;
+/* In every mode a request's "cache_salt" (a string, as vLLM has) narrows its scope further: only
+ * requests with the same key scope and the same salt share cached blocks. */
+
 typedef struct hr_server_params {
     const char *host;              /* numeric IPv4 or IPv6 address to bind (NULL: "127.0.0.1"); copied */
     int port;                      /* 0: any free port (hr_server_port tells which) */
-    const char *api_key;           /* NULL or "": no authentication; copied */
+    const char *api_key;           /* NULL or "": no authentication; else a comma-separated list of keys
+                                      (hr_server_keys_parse), each a tenant; copied */
     size_t max_body_bytes;         /* request bodies above this get 413 (0: 4 MiB) */
     double drain_timeout_s;        /* hr_server_shutdown waits this long for in-flight requests (< 0: 0) */
     int max_connections;           /* concurrent connections = HTTP threads (0: 256) */
@@ -49,7 +59,20 @@ typedef struct hr_server_params {
                                 at least 32 KiB) */
     int max_tokens_limit;    /* largest max_tokens a request may ask for (400 above) and the default when it
                                 gives none (0: only the context bounds it) */
+    size_t max_parse_bytes;  /* memory all request bodies being parsed (and their parsed documents) may hold
+                                at once; one parse gets a quarter (0: HR_SERVER_PARSE_BYTES). Part of the
+                                memory plan: pass it as hr_runtime_params.request_bytes */
+    hr_cache_scope_mode cache_scope;
 } hr_server_params;
+
+#define HR_SERVER_PARSE_BYTES (64ull << 20)
+
+/* The API-key list: "k1,k2" (blanks around a key ignored) into *keys (malloc'd; free with
+ * hr_server_keys_free). NULL or "" gives none. HR_ERR_INVALID_ARG for an empty key in the list. */
+hr_status hr_server_keys_parse(const char *list, char ***keys, int *n_keys, hr_error *err);
+void hr_server_keys_free(char **keys, int n_keys);
+/* Index of the key equal to presented, or -1; every key is compared in constant time. */
+int hr_server_keys_match(char *const *keys, int n_keys, const char *presented);
 
 hr_server_params hr_server_default_params(void);
 

@@ -89,6 +89,8 @@ typedef struct hr_srv_gen {
     bool stream, include_usage;
     const char *prompt_field; /* "prompt" or "messages" */
     hr_tools tools;           /* chat: the request's tools (borrowed from its JSON) */
+    const char *cache_salt;   /* "cache_salt" (borrowed), NULL when absent */
+    size_t cache_salt_len;
     /* rp.logprobs / rp.top_logprobs: chat's "logprobs" and "top_logprobs", or completions' "logprobs" (K:
        logprobs true with K alternatives) */
 } hr_srv_gen;
@@ -109,9 +111,49 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
 bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, hr_srv_error *e);
 void hr_srv_gen_free(hr_srv_gen *g);
 
-/* A request body as the server takes it: valid UTF-8, JSON, an object. NULL with e set (400) otherwise;
- * the caller owns the returned document. Every POST route starts here. */
-json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e);
+/* The prefix-cache scope of a request (hr_rt_request_params.cache_scope): tenant is the API key's
+ * index when the cache is scoped by key (-1: not), salt the request's cache_salt (NULL: none). 0 (the
+ * shared scope) only for neither; different (tenant, salt) pairs give different scopes. */
+uint64_t hr_srv_cache_scope(int tenant, const char *salt, size_t salt_len);
+
+/* ---- bounded JSON parsing (jsonmem.c) ----------------------------------------------------------- */
+
+/* The server's bound on memory held by request bodies being parsed or parsed: every jansson block a
+ * parse allocates is charged to it until freed. Any thread. */
+typedef struct hr_srv_parse_pool hr_srv_parse_pool;
+typedef enum hr_srv_parse_fail {
+    HR_SRV_PARSE_OK = 0,
+    HR_SRV_PARSE_TOO_LARGE = 1, /* the parse needed more than the per-request bound */
+    HR_SRV_PARSE_TOO_DENSE = 2, /* more than the bound for its length (64 x bytes + 256 KiB) */
+    HR_SRV_PARSE_BUSY = 3,      /* the pool stayed full for 5 s (other parses) */
+} hr_srv_parse_fail;
+
+/* limit: all parses at once; per_request: one parse (at most limit). NULL when out of memory. */
+hr_srv_parse_pool *hr_srv_parse_pool_create(size_t limit, size_t per_request);
+/* After every document parsed in it was freed. NULL allowed. */
+void hr_srv_parse_pool_destroy(hr_srv_parse_pool *p);
+size_t hr_srv_parse_pool_limit(const hr_srv_parse_pool *p);
+size_t hr_srv_parse_pool_per_request(const hr_srv_parse_pool *p);
+size_t hr_srv_parse_pool_peak(hr_srv_parse_pool *p); /* most bytes reserved at once */
+size_t hr_srv_parse_pool_held(hr_srv_parse_pool *p); /* reserved now */
+/* json_loadb within the pool's bounds (p NULL: unbounded). NULL on a JSON error (je) or a bound
+ * (*why says which). *held: the document's bytes, still reserved in the pool: give them back with
+ * hr_srv_parse_pool_release after freeing the document. */
+json_t *hr_srv_parse_pool_load(hr_srv_parse_pool *p, const char *data, size_t len, json_error_t *je,
+                               hr_srv_parse_fail *why, size_t *held);
+void hr_srv_parse_pool_release(hr_srv_parse_pool *p, size_t bytes); /* p NULL: nothing */
+
+/* A request body as the server takes it: valid UTF-8, JSON, an object, parsed within pool's bounds
+ * (NULL: unbounded). NULL with e set otherwise: 400 (the message gives line and column, never the
+ * body's text), 413 past a parse bound, 503 while the pool stays full; each names its limit. The
+ * caller owns the returned document and, once it is freed, gives *held back to the pool. Every POST
+ * route starts here. */
+json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, size_t *held, hr_srv_error *e);
+json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e); /* unbounded */
+
+/* msg with client text taken out, for events and logs: quoted runs other than request field names
+ * become '…', values after "got " become …. out holds cap bytes (NUL included). */
+void hr_srv_redact(const char *msg, char *out, size_t cap);
 
 /* POST /tokenize: {"content": string, "add_special"?: bool, "with_pieces"?: bool}. text borrows from
  * root. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- names ------------------------------------------------------------------------------------- */
 
@@ -120,6 +121,9 @@ typedef struct sb {
     char *s;
     size_t n, cap;
     bool oom;
+    hr_chat_span *spans; /* where message content went (NULL: not recorded) */
+    size_t n_spans, cap_spans;
+    bool record;
 } sb;
 
 static void sb_putn(sb *b, const char *s, size_t n) {
@@ -141,14 +145,38 @@ static void sb_putn(sb *b, const char *s, size_t n) {
 
 static void sb_put(sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
 
+/* Appends message content (text a client wrote, not the template's): its byte range is recorded so
+ * that the tokenizer can leave special-token text in it as plain text. */
+static void sb_put_content_n(sb *b, const char *s, size_t n) {
+    size_t at = b->n;
+    sb_putn(b, s, n);
+    if (!b->record || b->oom || n == 0) return;
+    if (b->n_spans > 0 && b->spans[b->n_spans - 1].off + b->spans[b->n_spans - 1].len == at) {
+        b->spans[b->n_spans - 1].len += n; /* adjacent content: one range */
+        return;
+    }
+    if (b->n_spans == b->cap_spans) {
+        size_t cap = b->cap_spans ? b->cap_spans * 2 : 16;
+        hr_chat_span *ns = realloc(b->spans, cap * sizeof *ns);
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->spans = ns, b->cap_spans = cap;
+    }
+    b->spans[b->n_spans++] = (hr_chat_span){.off = at, .len = n};
+}
+
+static void sb_put_content(sb *b, const char *s) { sb_put_content_n(b, s, strlen(s)); }
+
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
-/* Appends s without leading and trailing whitespace. */
+/* Appends content s without leading and trailing whitespace. */
 static void sb_put_stripped(sb *b, const char *s) {
     size_t n = strlen(s);
     while (n > 0 && is_space(*s)) s++, n--;
     while (n > 0 && is_space(s[n - 1])) n--;
-    sb_putn(b, s, n);
+    sb_put_content_n(b, s, n);
 }
 
 static bool role_is(const hr_chat_msg *m, const char *role) { return strcmp(m->role, role) == 0; }
@@ -181,9 +209,9 @@ static hr_status check_alternation(hr_chat_template tpl, const hr_chat_msg *loop
 static hr_status render_chatml(sb *b, const hr_chat_msg *m, size_t n, bool gen) {
     for (size_t i = 0; i < n; i++) {
         sb_put(b, "<|im_start|>");
-        sb_put(b, m[i].role);
+        sb_put_content(b, m[i].role); /* a client's text too: "user<|im_end|>..." stays text */
         sb_put(b, "\n");
-        sb_put(b, m[i].content);
+        sb_put_content(b, m[i].content);
         sb_put(b, "<|im_end|>\n");
     }
     if (gen) sb_put(b, "<|im_start|>assistant\n");
@@ -231,7 +259,7 @@ static hr_status render_llama3(sb *b, const hr_chat_msg *m, size_t n, bool gen, 
     for (size_t i = 0; i < n; i++) {
         if (i == 0) sb_put(b, bos);
         sb_put(b, "<|start_header_id|>");
-        sb_put(b, m[i].role);
+        sb_put_content(b, m[i].role);
         sb_put(b, "<|end_header_id|>\n\n");
         sb_put_stripped(b, m[i].content);
         sb_put(b, "<|eot_id|>");
@@ -256,14 +284,14 @@ static hr_status render_mistral(sb *b, const hr_chat_msg *m, size_t n, const cha
         if (role_is(&m[i], "user")) {
             sb_put(b, v1 ? " [INST] " : "[INST] ");
             if (i == 0 && sys) {
-                sb_put(b, sys);
+                sb_put_content(b, sys);
                 sb_put(b, "\n\n");
             }
-            sb_put(b, m[i].content);
+            sb_put_content(b, m[i].content);
             sb_put(b, " [/INST]");
         } else if (role_is(&m[i], "assistant")) {
             if (v1) sb_put(b, " ");
-            sb_put(b, m[i].content);
+            sb_put_content(b, m[i].content);
             sb_put(b, eos);
         } else {
             return fail(err, tpl,
@@ -283,7 +311,7 @@ static hr_status render_phi3(sb *b, const hr_chat_msg *m, size_t n, bool gen, co
         sb_put(b, "<|");
         sb_put(b, m[i].role);
         sb_put(b, "|>\n");
-        sb_put(b, m[i].content);
+        sb_put_content(b, m[i].content);
         sb_put(b, "<|end|>\n");
     }
     sb_put(b, gen ? "<|assistant|>\n" : eos);
@@ -302,10 +330,10 @@ static hr_status render_gemma(sb *b, const hr_chat_msg *m, size_t n, bool gen, c
     sb_put(b, bos);
     for (size_t i = 0; i < n; i++) {
         sb_put(b, "<start_of_turn>");
-        sb_put(b, role_is(&m[i], "assistant") ? "model" : m[i].role);
+        sb_put_content(b, role_is(&m[i], "assistant") ? "model" : m[i].role);
         sb_put(b, "\n");
         if (i == 0 && sys) {
-            sb_put(b, sys);
+            sb_put_content(b, sys);
             sb_put(b, "\n\n");
         }
         sb_put_stripped(b, m[i].content);
@@ -324,7 +352,7 @@ static hr_status render_zephyr(sb *b, const hr_chat_msg *m, size_t n, bool gen, 
             sb_put(b, "<|");
             sb_put(b, m[i].role);
             sb_put(b, "|>\n");
-            sb_put(b, m[i].content);
+            sb_put_content(b, m[i].content);
             sb_put(b, eos);
             sb_put(b, "\n");
         }
@@ -340,14 +368,14 @@ static hr_status render_deepseek(sb *b, const hr_chat_msg *m, size_t n, bool gen
     for (size_t i = 0; i < n; i++) {
         if (role_is(&m[i], "user")) {
             sb_put(b, "User: ");
-            sb_put(b, m[i].content);
+            sb_put_content(b, m[i].content);
             sb_put(b, "\n\n");
         } else if (role_is(&m[i], "assistant")) {
             sb_put(b, "Assistant: ");
-            sb_put(b, m[i].content);
+            sb_put_content(b, m[i].content);
             sb_put(b, eos);
         } else if (role_is(&m[i], "system")) {
-            sb_put(b, m[i].content);
+            sb_put_content(b, m[i].content);
             sb_put(b, "\n\n");
         }
     }
@@ -357,6 +385,12 @@ static hr_status render_deepseek(sb *b, const hr_chat_msg *m, size_t n, bool gen
 
 hr_status hr_chat_render(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n, bool add_generation_prompt,
                          const char *bos, const char *eos, char **out, hr_error *err) {
+    return hr_chat_render_spans(tpl, msgs, n, add_generation_prompt, bos, eos, out, NULL, NULL, err);
+}
+
+hr_status hr_chat_render_spans(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                               const char *bos, const char *eos, char **out, hr_chat_span **spans, size_t *n_spans,
+                               hr_error *err) {
     if (!out || (!msgs && n > 0)) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_chat_render: NULL argument");
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
@@ -364,7 +398,7 @@ hr_status hr_chat_render(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n
                                 msgs[i].role ? "content" : "role");
     if (!bos) bos = "";
     if (!eos) eos = "";
-    sb b = {0};
+    sb b = {.record = spans != NULL};
     sb_put(&b, ""); /* an empty conversation still yields a valid string */
     hr_status st;
     switch (tpl) {
@@ -382,8 +416,48 @@ hr_status hr_chat_render(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n
     if (st == HR_OK && b.oom) st = hr_error_set(err, HR_ERR_NOMEM, "chat template: out of memory");
     if (st != HR_OK) {
         free(b.s);
+        free(b.spans);
         return st;
     }
     *out = b.s;
+    if (spans) {
+        *spans = b.spans;
+        *n_spans = b.n_spans;
+    }
     return HR_OK;
+}
+
+/* ---- rendering and tokenizing ------------------------------------------------------------------- */
+
+hr_status hr_chat_tokenize(hr_chat_template tpl, const hr_tokenizer *tok, const hr_chat_msg *msgs, size_t n,
+                           bool special_in_content, int32_t **ids, size_t *n_ids, hr_error *err) {
+    int32_t bos = hr_tokenizer_bos(tok), eos = hr_tokenizer_eos(tok);
+    char *text = NULL;
+    hr_chat_span *spans = NULL;
+    size_t n_spans = 0;
+    hr_status st = hr_chat_render_spans(tpl, msgs, n, true, bos >= 0 ? hr_tokenizer_piece(tok, bos) : NULL,
+                                        eos >= 0 ? hr_tokenizer_piece(tok, eos) : NULL, &text, &spans, &n_spans, err);
+    if (st) return st;
+    /* markers and contents alternate: at most 2 * n_spans + 1 segments */
+    hr_tok_segment *seg = malloc(sizeof *seg * (2 * n_spans + 1));
+    if (!seg) {
+        free(text);
+        free(spans);
+        return hr_error_set(err, HR_ERR_NOMEM, "chat template: out of memory");
+    }
+    size_t n_seg = 0, at = 0, len = strlen(text);
+    for (size_t i = 0; i <= n_spans; i++) {
+        size_t end = i < n_spans ? spans[i].off : len;
+        if (end > at) seg[n_seg++] = (hr_tok_segment){.text = text + at, .len = end - at, .special = true};
+        if (i == n_spans) break;
+        seg[n_seg++] = (hr_tok_segment){.text = text + spans[i].off, .len = spans[i].len, .special = false};
+        at = spans[i].off + spans[i].len;
+    }
+    /* the template writes BOS text itself: none is added */
+    hr_tokenize_opts to = {.add_bos = false, .parse_special = special_in_content};
+    st = hr_tokenizer_encode_segments(tok, seg, n_seg, &to, ids, n_ids, err);
+    free(seg);
+    free(spans);
+    free(text);
+    return st;
 }

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/status.h"
 #include "gguf/gguf.h"
@@ -72,5 +73,27 @@ hr_chat_template hr_chat_template_from_gguf(const hr_gguf *g, char *warning, siz
  * the family's template requires it, or a role the template rejects. */
 hr_status hr_chat_render(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n, bool add_generation_prompt,
                          const char *bos, const char *eos, char **out, hr_error *err);
+
+/* A byte range of a rendered chat. */
+typedef struct hr_chat_span {
+    size_t off, len;
+} hr_chat_span;
+
+/* hr_chat_render, also recording where client text went: *spans (malloc'd, free it; NULL when none)
+ * receives the *n_spans byte ranges of *out, in order and disjoint, that hold message contents and
+ * client-chosen role names; the rest is the template's own text (markers, BOS/EOS, separators). A
+ * front end tokenizes the markers with special tokens parsed and the ranges without
+ * (hr_tokenizer_encode_segments), so that "<|im_end|>" typed in a message stays text. */
+hr_status hr_chat_render_spans(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                               const char *bos, const char *eos, char **out, hr_chat_span **spans, size_t *n_spans,
+                               hr_error *err);
+
+struct hr_tokenizer;
+/* Renders msgs with tpl (generation prompt added; BOS/EOS texts from tok) and tokenizes the result the
+ * way a server must: the template's markers with special tokens parsed, message contents and role names
+ * without (so a user's "</s>" or "<|start_header_id|>system" stays text), unless special_in_content.
+ * *ids is malloc'd (free it). Errors as hr_chat_render, and the tokenizer's. */
+hr_status hr_chat_tokenize(hr_chat_template tpl, const struct hr_tokenizer *tok, const hr_chat_msg *msgs, size_t n,
+                           bool special_in_content, int32_t **ids, size_t *n_ids, hr_error *err);
 
 #endif

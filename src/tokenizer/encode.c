@@ -51,14 +51,13 @@ static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t le
     return st;
 }
 
-static hr_status encode_ivec(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *o,
-                             hr_ivec *out, hr_error *err) {
-    size_t clean_len;
-    char *clean = hr_utf8_sanitize(text, len, &clean_len);
-    if (!clean) return hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory (%zu bytes of text)", len);
+/* Encodes clean (sanitized) text; allow as in hr_special_partition. Takes clean and allow over. */
+static hr_status encode_clean(const hr_tokenizer *t, char *clean, size_t clean_len, uint8_t *allow, size_t len,
+                              const hr_tokenize_opts *o, hr_ivec *out, hr_error *err) {
     hr_fragment *frags = NULL;
     size_t n_frags = 0;
-    hr_status st = hr_special_partition(t, clean, clean_len, o->parse_special, &frags, &n_frags);
+    hr_status st = hr_special_partition(t, clean, clean_len, o->parse_special || allow, allow, &frags, &n_frags);
+    free(allow);
     hr_bpe_scratch *scratch = NULL;
     hr_pretok_scratch *pre = NULL;
     if (st == HR_OK && t->kind == HR_VOCAB_BPE &&
@@ -91,6 +90,66 @@ static hr_status encode_ivec(const hr_tokenizer *t, const char *text, size_t len
     else if (st == HR_ERR_RANGE)
         hr_error_set(err, st, "tokenizer: a text fragment of %zu bytes is too long", len);
     return st;
+}
+
+static hr_status encode_ivec(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *o,
+                             hr_ivec *out, hr_error *err) {
+    size_t clean_len;
+    char *clean = hr_utf8_sanitize(text, len, &clean_len);
+    if (!clean) return hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory (%zu bytes of text)", len);
+    return encode_clean(t, clean, clean_len, NULL, len, o, out, err);
+}
+
+hr_status hr_tokenizer_encode_segments(const hr_tokenizer *t, const hr_tok_segment *segs, size_t n_segs,
+                                       const hr_tokenize_opts *opts, int32_t **out, size_t *n_out, hr_error *err) {
+    if (!t || (!segs && n_segs > 0) || !opts || !out || !n_out)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_encode_segments: NULL argument");
+    /* each segment is sanitized alone (replacement changes lengths), then the texts are joined with a
+     * byte mask saying where control tokens may match */
+    size_t total = 0, len = 0;
+    char **clean = calloc(n_segs ? n_segs : 1, sizeof *clean);
+    size_t *clen = calloc(n_segs ? n_segs : 1, sizeof *clen);
+    hr_status st = clean && clen ? HR_OK : HR_ERR_NOMEM;
+    for (size_t i = 0; i < n_segs && st == HR_OK; i++) {
+        if (!segs[i].text && segs[i].len > 0) {
+            st = HR_ERR_INVALID_ARG;
+            break;
+        }
+        clean[i] = hr_utf8_sanitize(segs[i].text ? segs[i].text : "", segs[i].len, &clen[i]);
+        if (!clean[i]) st = HR_ERR_NOMEM;
+        total += clen[i];
+        len += segs[i].len;
+    }
+    char *text = st == HR_OK ? malloc(total + 1) : NULL;
+    uint8_t *allow = st == HR_OK ? malloc(total + 1) : NULL;
+    if (st == HR_OK && (!text || !allow)) st = HR_ERR_NOMEM;
+    size_t at = 0;
+    for (size_t i = 0; i < n_segs && st == HR_OK; i++) {
+        memcpy(text + at, clean[i], clen[i]);
+        memset(allow + at, segs[i].special || opts->parse_special ? 1 : 0, clen[i]);
+        at += clen[i];
+    }
+    for (size_t i = 0; clean && i < n_segs; i++) free(clean[i]);
+    free(clean);
+    free(clen);
+    if (st != HR_OK) {
+        free(text);
+        free(allow);
+        return st == HR_ERR_INVALID_ARG ? hr_error_set(err, st, "hr_tokenizer_encode_segments: a segment has NULL text")
+                                        : hr_error_set(err, st, "tokenizer: out of memory (%zu bytes of text)", len);
+    }
+    text[total] = '\0';
+    hr_ivec iv = {0};
+    st = encode_clean(t, text, total, allow, len, opts, &iv, err);
+    if (st == HR_OK && !iv.v && !(iv.v = malloc(sizeof(int32_t)))) /* a valid pointer even for zero tokens */
+        st = hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory");
+    if (st != HR_OK) {
+        hr_ivec_free(&iv);
+        return st;
+    }
+    *out = iv.v;
+    *n_out = iv.n;
+    return HR_OK;
 }
 
 hr_status hr_tokenizer_encode(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *opts,

@@ -154,7 +154,7 @@ static int cmp_pos(const void *a, const void *b) {
 }
 
 hr_status hr_special_partition(const hr_tokenizer *t, const char *text, size_t len, bool parse_special,
-                               hr_fragment **out, size_t *n_out) {
+                               const uint8_t *allow, hr_fragment **out, size_t *n_out) {
     const bool *first = parse_special ? t->special_first : t->user_first;
     cand *c = NULL;
     size_t nc = 0, cap = 0;
@@ -166,7 +166,10 @@ hr_status hr_special_partition(const hr_tokenizer *t, const char *text, size_t l
             node = trie_child(t, node, s[j]);
             if (node < 0) break;
             int32_t id = t->trie_term[node];
-            if (id < 0 || (!parse_special && t->types[id] != HR_TOKTYPE_USER_DEFINED)) continue;
+            if (id < 0) continue;
+            if (t->types[id] != HR_TOKTYPE_USER_DEFINED &&
+                (!parse_special || (allow && memchr(allow + pos, 0, j + 1 - pos) != NULL)))
+                continue; /* a control token's text in client content (see hr_tokenizer_encode_segments) */
             if (nc == cap) {
                 cap = cap ? cap * 2 : 64;
                 cand *nv = realloc(c, cap * sizeof(*c));

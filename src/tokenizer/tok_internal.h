@@ -165,8 +165,10 @@ typedef struct hr_fragment {
     size_t start, len;
     int32_t id; /* -1 for raw text */
 } hr_fragment;
+/* allow (NULL: everywhere) limits where control and unknown token texts may match when parse_special is
+ * set: only occurrences whose every byte has allow[i] != 0 (user-defined tokens match everywhere). */
 hr_status hr_special_partition(const hr_tokenizer *t, const char *text, size_t len, bool parse_special,
-                               hr_fragment **out, size_t *n_out);
+                               const uint8_t *allow, hr_fragment **out, size_t *n_out);
 
 /* decode.c */
 hr_status hr_decode_setup(hr_tokenizer *t);

@@ -49,6 +49,23 @@ hr_status hr_tokenizer_encode(const hr_tokenizer *t, const char *text, size_t le
 hr_status hr_tokenizer_encode_alloc(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *opts,
                                     int32_t **out, size_t *n_out, hr_error *err);
 
+/* One piece of a text assembled from parts of different trust: a chat template's markers (special:
+ * true, control-token texts such as "<|im_end|>" become their ids) and a client's message content
+ * (special: false, such texts stay plain text). */
+typedef struct hr_tok_segment {
+    const char *text;
+    size_t len;
+    bool special;
+} hr_tok_segment;
+
+/* Encodes the concatenation of segs[0..n_segs) as one text (the same ids hr_tokenizer_encode_alloc gives
+ * for it, merges across segment boundaries included), except that control and unknown token texts
+ * match only where they lie wholly inside segments with special set (or everywhere when
+ * opts->parse_special is set); user-defined tokens match everywhere as always. Each segment's invalid
+ * UTF-8 is replaced on its own. *out is malloc'd (free it). */
+hr_status hr_tokenizer_encode_segments(const hr_tokenizer *t, const hr_tok_segment *segs, size_t n_segs,
+                                       const hr_tokenize_opts *opts, int32_t **out, size_t *n_out, hr_error *err);
+
 /* The token's text as stored in the vocabulary (e.g. "▁Hello", "<0x0A>", "Ġworld"), NUL-terminated and
  * valid until destroy; NULL for ids out of range. */
 const char *hr_tokenizer_piece(const hr_tokenizer *t, int32_t id);
