@@ -156,6 +156,7 @@ static void test_values(void) {
            "{\"y\": null}", "FalseTrueTrueTrueTrueTrueTrueTrue");
     EXPECT("{{ not x is defined }}", "{}", "True");
     EXPECT("{{ messages|length - 1 }}", "{\"messages\": [1, 2, 3]}", "2");
+    EXPECT("{{ [] + [1] }}{{ [] + [] }}{{ {}|list }}", "{}", "[1][][]");
 }
 
 static void test_statements(void) {

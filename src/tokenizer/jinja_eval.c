@@ -468,7 +468,7 @@ static bool iter_items(ctx *c, jv v, jlist **out, int line) {
     if (v.t == JV_DICT || v.t == JV_NS) {
         jlist *l = jl_new(&c->a, v.u.d->n);
         if (!l) return oom(c, line);
-        memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(jv));
+        if (v.u.d->n) memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(jv));
         l->n = v.u.d->n;
         return *out = l, true;
     }
@@ -579,8 +579,8 @@ static bool arith(ctx *c, int op, jv a, jv b, jv *out, int line) {
     if (op == JOP_ADD && a.t == JV_LIST && b.t == JV_LIST) {
         jlist *l = jl_new(&c->a, a.u.l->n + b.u.l->n);
         if (!l) return oom(c, line);
-        memcpy(l->v, a.u.l->v, a.u.l->n * sizeof(jv));
-        memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(jv));
+        if (a.u.l->n) memcpy(l->v, a.u.l->v, a.u.l->n * sizeof(jv));
+        if (b.u.l->n) memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(jv));
         l->n = a.u.l->n + b.u.l->n;
         *out = (jv){.t = JV_LIST, .u.l = l};
         return step(c, l->n / 8, line);
