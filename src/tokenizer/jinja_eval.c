@@ -86,6 +86,7 @@ static bool charge(ctx *c, size_t bytes, int line) { return step(c, bytes / 64, 
 
 static bool buf_ok(ctx *c, jbuf *b, int line) {
     if (!b->over) return true;
+    if (b->too_deep) return fail(c, HR_ERR_RANGE, line, "a value nested deeper than the limit cannot be printed");
     if (c->a.over) return oom(c, line);
     return fail(c, HR_ERR_RANGE, line, "the output grew past the limit (%zu bytes)", c->lim.max_output_bytes);
 }
@@ -247,12 +248,11 @@ static void strip_range(const jstr *s, const jstr *chars, bool left, bool right,
     *b = i, *e = j;
 }
 
+/* glibc's memmem is linear (two-way), so a search costs what its charge (bytes / 64) says. */
 static const char *memfind(const char *h, size_t hn, const char *n, size_t nn) {
     if (nn == 0) return h;
     if (nn > hn) return NULL;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == n[0] && memcmp(h + i, n, nn) == 0) return h + i;
-    return NULL;
+    return memmem(h, hn, n, nn);
 }
 
 /* Python's str.upper/lower/title/capitalize, on ASCII letters (other text is kept). */
@@ -506,6 +506,7 @@ static bool compare(ctx *c, int op, jv a, jv b, bool *res, int line) {
         }
     } else if (a.t == JV_STR && b.t == JV_STR) {
         size_t n = a.u.s->n < b.u.s->n ? a.u.s->n : b.u.s->n;
+        if (!charge(c, n, line)) return false;
         cmp = memcmp(a.u.s->p, b.u.s->p, n);
         if (cmp == 0) cmp = a.u.s->n < b.u.s->n ? -1 : a.u.s->n > b.u.s->n;
     } else {
@@ -513,6 +514,14 @@ static bool compare(ctx *c, int op, jv a, jv b, bool *res, int line) {
     }
     *res = op == JOP_LT ? cmp < 0 : op == JOP_LE ? cmp <= 0 : op == JOP_GT ? cmp > 0 : cmp >= 0;
     return true;
+}
+
+/* Python's == with its work charged: deep lists and long strings cost what they take. */
+static bool equal(ctx *c, jv a, jv b, bool *res, int line) {
+    uint64_t work = 0;
+    *res = jv_equal_work(a, b, &work, 0);
+    if (work == UINT64_MAX) return fail(c, HR_ERR_RANGE, line, "values nested deeper than the limit");
+    return step(c, (work + 7) / 8, line); /* at least one step: a list scan is never free */
 }
 
 static bool contains(ctx *c, jv hay, jv needle, bool *res, int line) {
@@ -523,9 +532,9 @@ static bool contains(ctx *c, jv hay, jv needle, bool *res, int line) {
         return true;
     }
     if (hay.t == JV_LIST) {
-        if (!step(c, hay.u.l->n / 8, line)) return false;
         *res = false;
-        for (size_t i = 0; i < hay.u.l->n && !*res; i++) *res = jv_equal(hay.u.l->v[i], needle);
+        for (size_t i = 0; i < hay.u.l->n && !*res; i++)
+            if (!equal(c, hay.u.l->v[i], needle, res, line)) return false;
         return true;
     }
     if (hay.t == JV_DICT || hay.t == JV_NS) {
@@ -694,6 +703,7 @@ static bool run_test(ctx *c, const char *name, jv v, jv *args, size_t n, bool *r
     else if (!strcmp(name, "callable")) *res = v.t == JV_MACRO || v.t == JV_METHOD || v.t == JV_FUNC;
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         bool up = name[0] == 'u', any = false, ok = v.t == JV_STR;
+        if (ok && !charge(c, v.u.s->n, line)) return false;
         for (size_t i = 0; ok && i < v.u.s->n; i++) {
             char ch = v.u.s->p[i];
             if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
@@ -710,10 +720,12 @@ static bool run_test(ctx *c, const char *name, jv v, jv *args, size_t n, bool *r
         *res = name[0] == 'o' ? !div : div;
     } else if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==") || !strcmp(name, "sameas")) {
         if (!a0) return fail(c, HR_ERR_INVALID_ARG, line, "'%s' needs an argument", name);
-        *res = name[0] == 's' ? (v.t == a0->t && jv_equal(v, *a0)) : jv_equal(v, *a0);
+        if (!equal(c, v, *a0, res, line)) return false;
+        if (name[0] == 's') *res = *res && v.t == a0->t;
     } else if (!strcmp(name, "ne") || !strcmp(name, "!=")) {
         if (!a0) return fail(c, HR_ERR_INVALID_ARG, line, "'%s' needs an argument", name);
-        *res = !jv_equal(v, *a0);
+        if (!equal(c, v, *a0, res, line)) return false;
+        *res = !*res;
     } else if (!strcmp(name, "lt") || !strcmp(name, "<") || !strcmp(name, "le") || !strcmp(name, "<=") ||
                !strcmp(name, "gt") || !strcmp(name, ">") || !strcmp(name, "ge") || !strcmp(name, ">=") ||
                !strcmp(name, "lessthan") || !strcmp(name, "greaterthan")) {
@@ -924,7 +936,10 @@ static bool apply_filter(ctx *c, frame *f, const char *name, jv v, jv *args, siz
     if (!strcmp(name, "tojson")) return filter_tojson(c, v, arg(args, n, kw, kv, nk, 0, "indent"), out, line);
     if (!strcmp(name, "safe")) return *out = v, true;
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
-        if (v.t == JV_STR) *out = jv_int((int64_t)n_codepoints(v.u.s));
+        if (v.t == JV_STR) {
+            if (!charge(c, v.u.s->n, line)) return false;
+            *out = jv_int((int64_t)n_codepoints(v.u.s));
+        }
         else if (v.t == JV_LIST) *out = jv_int((int64_t)v.u.l->n);
         else if (v.t == JV_DICT || v.t == JV_NS) *out = jv_int((int64_t)v.u.d->n);
         else if (v.t == JV_UNDEF) *out = jv_int(0);
@@ -1213,8 +1228,9 @@ static bool call_func(ctx *c, int fn, jv *args, size_t n, jstr **kw, jv *kv, siz
         if (n > 0) {
             if (n > 1 || (args[0].t != JV_DICT && args[0].t != JV_NS))
                 return fail(c, HR_ERR_INVALID_ARG, line, "%s takes a mapping and keywords", fn == FN_DICT ? "dict" : "namespace");
-            for (size_t i = 0; i < args[0].u.d->n; i++)
-                if (!jd_set(&c->a, d, args[0].u.d->k[i], args[0].u.d->v[i])) return oom(c, line);
+            for (size_t i = 0; i < args[0].u.d->n; i++) /* jd_set scans: charge it */
+                if (!step(c, d->n / 8 + 1, line) || !jd_set(&c->a, d, args[0].u.d->k[i], args[0].u.d->v[i]))
+                    return c->st ? false : oom(c, line);
         }
         for (size_t i = 0; i < nk; i++)
             if (!jd_set(&c->a, d, (jv){.t = JV_STR, .u.s = kw[i]}, kv[i])) return oom(c, line);
@@ -1388,8 +1404,10 @@ static bool eval_inner(ctx *c, frame *f, const jnode *nd, jv *out) {
         if (!eval(c, f, nd->a, &a) || !eval(c, f, nd->b, &b)) return false;
         bool r;
         switch (nd->op) {
-        case JOP_EQ: return *out = jv_bool(jv_equal(a, b)), true;
-        case JOP_NE: return *out = jv_bool(!jv_equal(a, b)), true;
+        case JOP_EQ:
+        case JOP_NE:
+            if (!equal(c, a, b, &r, line)) return false;
+            return *out = jv_bool(nd->op == JOP_EQ ? r : !r), true;
         case JOP_LT:
         case JOP_LE:
         case JOP_GT:

@@ -99,6 +99,9 @@ const jv *jd_gets(const jdict *d, const char *key, size_t n);
 
 bool jv_truthy(jv v);
 bool jv_equal(jv a, jv b);
+/* The same, adding the work done to *work (one per item, one per 64 string bytes); past nesting
+ * depth 200 it stops and sets *work to UINT64_MAX. */
+bool jv_equal_work(jv a, jv b, uint64_t *work, int depth);
 const char *jv_type_name(jv v);
 
 /* A growing byte buffer in an arena (for str(), repr() and tojson). */
@@ -108,11 +111,13 @@ typedef struct jbuf {
     size_t n, cap;
     size_t limit; /* SIZE_MAX or the output bound; going past sets over */
     bool over;
+    bool too_deep; /* (with over) a value nested past depth 200 was to be written */
 } jbuf;
 void jb_put(jbuf *b, const char *p, size_t n);
 void jb_puts(jbuf *b, const char *s);
 
-/* Python's str(v) (strings as they are, containers through repr) and repr(v). */
+/* Python's str(v) (strings as they are, containers through repr) and repr(v); a value nested past
+ * depth 200 sets b->over and b->too_deep (Python would hit its recursion limit). */
 void jv_write_str(jbuf *b, jv v);
 void jv_write_repr(jbuf *b, jv v);
 /* Python's json.dumps(v, ensure_ascii=False, indent=indent) as HF's tojson calls it; indent < 0 means

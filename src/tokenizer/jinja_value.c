@@ -118,24 +118,21 @@ jdict *jd_new(jarena *a, size_t cap) {
     return d;
 }
 
+/* Lookups scan from the newest entry: a JSON object read with a repeated key answers with the last
+ * one, as Python's json.loads does (the reader appends without looking, to stay linear). */
 const jv *jd_get(const jdict *d, jv k) {
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = d->n; i-- > 0;)
         if (jv_equal(d->k[i], k)) return &d->v[i];
     return NULL;
 }
 
 const jv *jd_gets(const jdict *d, const char *key, size_t n) {
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = d->n; i-- > 0;)
         if (d->k[i].t == JV_STR && d->k[i].u.s->n == n && memcmp(d->k[i].u.s->p, key, n) == 0) return &d->v[i];
     return NULL;
 }
 
-bool jd_set(jarena *a, jdict *d, jv k, jv v) {
-    for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->k[i], k)) {
-            d->v[i] = v;
-            return true;
-        }
+static bool jd_append(jarena *a, jdict *d, jv k, jv v) {
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         jv *nk = ja_alloc(a, cap * sizeof(jv)), *nv = ja_alloc(a, cap * sizeof(jv));
@@ -149,6 +146,15 @@ bool jd_set(jarena *a, jdict *d, jv k, jv v) {
     d->k[d->n] = k;
     d->v[d->n++] = v;
     return true;
+}
+
+bool jd_set(jarena *a, jdict *d, jv k, jv v) {
+    for (size_t i = 0; i < d->n; i++)
+        if (jv_equal(d->k[i], k)) {
+            d->v[i] = v;
+            return true;
+        }
+    return jd_append(a, d, k, v);
 }
 
 /* ---- Python semantics ------------------------------------------------------------------------- */
@@ -174,6 +180,17 @@ static double num_of(jv v) {
 
 /* Python's ==: 1 == 1.0 == True; containers compare element by element; undefined equals undefined. */
 bool jv_equal(jv a, jv b) {
+    uint64_t work = 0;
+    return jv_equal_work(a, b, &work, 0);
+}
+
+bool jv_equal_work(jv a, jv b, uint64_t *work, int depth) {
+    if (*work == UINT64_MAX) return false;
+    if (depth > 200) {
+        *work = UINT64_MAX;
+        return false;
+    }
+    (*work)++;
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             int64_t x = a.t == JV_INT ? a.u.i : a.u.b, y = b.t == JV_INT ? b.u.i : b.u.b;
@@ -185,18 +202,22 @@ bool jv_equal(jv a, jv b) {
     switch (a.t) {
     case JV_UNDEF:
     case JV_NONE: return true;
-    case JV_STR: return a.u.s->n == b.u.s->n && memcmp(a.u.s->p, b.u.s->p, a.u.s->n) == 0;
+    case JV_STR:
+        if (a.u.s->n != b.u.s->n) return false;
+        *work += a.u.s->n / 64;
+        return memcmp(a.u.s->p, b.u.s->p, a.u.s->n) == 0;
     case JV_LIST:
         if (a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!jv_equal_work(a.u.l->v[i], b.u.l->v[i], work, depth + 1)) return false;
         return true;
     case JV_DICT:
     case JV_NS:
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
+            *work += b.u.d->n; /* the key lookup scans */
             const jv *o = jd_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_equal(a.u.d->v[i], *o)) return false;
+            if (!o || !jv_equal_work(a.u.d->v[i], *o, work, depth + 1)) return false;
         }
         return true;
     default: return a.u.m == b.u.m;
@@ -317,14 +338,25 @@ static void write_str_repr(jbuf *b, const jstr *s) {
     jb_put(b, &q, 1);
 }
 
-void jv_write_repr(jbuf *b, jv v) {
+static void write_repr(jbuf *b, jv v, int depth);
+
+static void write_str_depth(jbuf *b, jv v, int depth);
+
+void jv_write_repr(jbuf *b, jv v) { write_repr(b, v, 0); }
+void jv_write_str(jbuf *b, jv v) { write_str_depth(b, v, 0); }
+
+static void write_repr(jbuf *b, jv v, int depth) {
+    if (depth > 200) {
+        b->over = b->too_deep = true;
+        return;
+    }
     switch (v.t) {
     case JV_STR: write_str_repr(b, v.u.s); return;
     case JV_LIST:
         jb_puts(b, "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jb_puts(b, ", ");
-            jv_write_repr(b, v.u.l->v[i]);
+            write_repr(b, v.u.l->v[i], depth + 1);
         }
         jb_puts(b, "]");
         return;
@@ -332,17 +364,17 @@ void jv_write_repr(jbuf *b, jv v) {
         jb_puts(b, "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i) jb_puts(b, ", ");
-            jv_write_repr(b, v.u.d->k[i]);
+            write_repr(b, v.u.d->k[i], depth + 1);
             jb_puts(b, ": ");
-            jv_write_repr(b, v.u.d->v[i]);
+            write_repr(b, v.u.d->v[i], depth + 1);
         }
         jb_puts(b, "}");
         return;
-    default: jv_write_str(b, v); return;
+    default: write_str_depth(b, v, depth); return;
     }
 }
 
-void jv_write_str(jbuf *b, jv v) {
+static void write_str_depth(jbuf *b, jv v, int depth) {
     switch (v.t) {
     case JV_UNDEF: return;
     case JV_NONE: jb_puts(b, "None"); return;
@@ -351,7 +383,7 @@ void jv_write_str(jbuf *b, jv v) {
     case JV_FLOAT: jv_write_float(b, v.u.f); return;
     case JV_STR: jb_put(b, v.u.s->p, v.u.s->n); return;
     case JV_LIST:
-    case JV_DICT: jv_write_repr(b, v); return;
+    case JV_DICT: write_repr(b, v, depth); return;
     case JV_NS: jb_puts(b, "<Namespace>"); return;
     case JV_MACRO: jb_puts(b, "<Macro>"); return;
     default: jb_puts(b, "<function>"); return;
@@ -617,7 +649,7 @@ static bool jp_value(jp *p, jv *out, int depth) {
             if (p->i >= p->n || p->s[p->i] != ':') return jp_fail(p, "expected ':'");
             p->i++;
             if (!jp_value(p, &v, depth + 1)) return false;
-            if (!jd_set(p->a, d, k, v)) return jp_fail(p, "out of memory");
+            if (!jd_append(p->a, d, k, v)) return jp_fail(p, "out of memory");
             jp_ws(p);
             if (p->i < p->n && p->s[p->i] == ',') {
                 p->i++;
