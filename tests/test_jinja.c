@@ -274,6 +274,49 @@ static void test_limits(void) {
     hr_jinja_destroy(t);
 }
 
+#if HR_FAULT
+#include "common/fault.h"
+
+/* Fault build: the Nth allocation of a parse + render of a real template (Llama 3.2 with tools and
+ * a tool call) fails, for every N; each run must give the clean run's bytes or HR_ERR_NOMEM, and
+ * LeakSanitizer (at exit) finds nothing. */
+static void test_alloc_faults(void) {
+    char *src = hr_test_slurp(JINJA_DIR "/templates/llama-3.2.jinja", NULL);
+    CHECK(src != NULL);
+    if (!src) return;
+    const char *ctx = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+                      "\"content\": \"Weather?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+                      "[{\"function\": {\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}}]}, {\"role\": \"tool\", "
+                      "\"content\": \"21\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}], "
+                      "\"add_generation_prompt\": true, \"bos_token\": \"<s>\"}";
+    char *clean = NULL;
+    long calls = 0;
+    for (long n = 0; n == 0 || n <= calls; n++) {
+        hr_fault_arm(HR_FAULT_ALLOC, n);
+        hr_jinja *t = NULL;
+        char *out = NULL;
+        hr_error err = {0};
+        hr_status st = hr_jinja_parse(src, strlen(src), NULL, &t, &err);
+        if (st == HR_OK) st = hr_jinja_render(t, ctx, NULL, &out, NULL, &err);
+        hr_jinja_destroy(t);
+        if (n == 0) calls = hr_fault_calls(HR_FAULT_ALLOC);
+        hr_fault_disarm(HR_FAULT_ALLOC);
+        if (n == 0) {
+            CHECKF(st == HR_OK && out, "%s", err.msg);
+            clean = out;
+            continue;
+        }
+        CHECKF((st == HR_OK && out && clean && !strcmp(out, clean)) || (st == HR_ERR_NOMEM && !out),
+               "allocation %ld of %ld failed: %s '%s'", n, calls, hr_status_name(st), err.msg);
+        free(out);
+    }
+    printf("alloc faults: %ld allocations, each failed in turn: clean\n", calls);
+    CHECK(calls > 3);
+    free(clean);
+    free(src);
+}
+#endif
+
 int main(void) {
     setenv("TZ", "UTC", 1); /* strftime_now reads local time; the fixtures were made in UTC */
     test_conformance();
@@ -283,5 +326,8 @@ int main(void) {
     test_filters_methods();
     test_refusals();
     test_limits();
+#if HR_FAULT
+    test_alloc_faults();
+#endif
     return hr_test_finish();
 }

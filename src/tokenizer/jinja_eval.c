@@ -1588,8 +1588,9 @@ hr_status hr_jinja_render(const hr_jinja *t, const char *context_json, const hr_
     const char *js = context_json ? context_json : "{}";
     hr_status st;
     if (!jv_parse_json(&c.a, js, strlen(js), &root, c.lim.max_depth, jerr, sizeof jerr) || root.t != JV_DICT) {
-        st = c.a.over ? hr_error_set(err, HR_ERR_RANGE, "the template context is larger than the memory limit")
-                      : hr_error_set(err, HR_ERR_FORMAT, "the template context is not a JSON object (%s)",
+        st = c.a.nomem ? hr_error_set(err, HR_ERR_NOMEM, "out of memory")
+           : c.a.over  ? hr_error_set(err, HR_ERR_RANGE, "the template context is larger than the memory limit")
+                       : hr_error_set(err, HR_ERR_FORMAT, "the template context is not a JSON object (%s)",
                                      root.t != JV_DICT && !jerr[0] ? "another value" : jerr);
         ja_free(&c.a);
         return st;
