@@ -5,6 +5,7 @@
  * bytes the reference renderer printed (tests/jinja/expected/T/C.txt, written by gen_expected.mjs
  * with @huggingface/jinja and cross-checked against Python's Jinja2 by check_python.py), or fail
  * where the reference raised (T/C.error), unless Jinja2 rendered it (T/C.jinja2.txt wins then).
+ * snippets.txt adds small templates with Python's Jinja2 as their reference.
  * Then hand-written cases pin the semantics the templates rely on (whitespace control, scoping,
  * Python formatting of values, filters, tests, methods), the refusals (unsupported statements and
  * filters, syntax errors) and the limits (steps, output, memory, depth), each a clean error. */
@@ -124,6 +125,43 @@ static void test_conformance(void) {
     json_decref(cases);
 }
 
+/* tests/jinja/snippets.txt: small templates whose reference is Python's Jinja2 (check_python.py
+ * --write), over snippets_context.json: scoping per loop turn, number/container/tuple printing,
+ * Unicode case, whitespace control, errors. */
+static void test_snippets(void) {
+    char *all = hr_test_slurp(JINJA_DIR "/snippets.txt", NULL);
+    char *ctx = hr_test_slurp(JINJA_DIR "/snippets_context.json", NULL);
+    CHECK(all && ctx);
+    if (!all || !ctx) return;
+    int k = 0, n_same = 0;
+    for (char *p = all; p && *p; k++) {
+        char *sep = strstr(p, "\n=====\n");
+        if (sep) *sep = '\0';
+        char path[512], *want;
+        snprintf(path, sizeof path, JINJA_DIR "/expected/snippets/%02d.txt", k);
+        want = hr_test_slurp(path, NULL);
+        hr_status st;
+        hr_error err = {0};
+        char *got = render(p, ctx, &st, &err);
+        if (want) {
+            CHECKF(got && !strcmp(got, want), "snippet %d: %s\n  want [%s]\n  got  [%s] %s", k, p, want, got ? got : "",
+                   err.msg);
+            n_same += got && !strcmp(got, want);
+        } else {
+            CHECKF(!got && st == HR_ERR_INVALID_ARG, "snippet %d: Jinja2 raised, we gave %s [%s]", k, hr_status_name(st),
+                   got ? got : "");
+            n_same += !got && st == HR_ERR_INVALID_ARG;
+        }
+        free(got);
+        free(want);
+        p = sep ? sep + 7 : NULL;
+    }
+    printf("snippets: %d of %d as Jinja2\n", n_same, k);
+    CHECK(k >= 30);
+    free(all);
+    free(ctx);
+}
+
 static void test_whitespace(void) {
     /* trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before one goes */
     EXPECT("{% if true %}\n  yes\n{% endif %}\n", "{}", "  yes\n");
@@ -195,7 +233,7 @@ static void test_filters_methods(void) {
            "{\"msgs\": [{\"role\": \"user\", \"c\": \"a\"}, {\"role\": \"bot\", \"c\": \"b\"}, {\"role\": \"user\", \"c\": \"c\"}]}",
            "ac");
     EXPECT("{{ msgs|rejectattr('x')|list|length }}", "{\"msgs\": [{\"x\": 1}, {\"x\": 0}, {}]}", "2");
-    EXPECT("{{ d|items|list }}", "{\"d\": {\"a\": 1}}", "[['a', 1]]");
+    EXPECT("{{ d|items|list }}", "{\"d\": {\"a\": 1}}", "[('a', 1)]"); /* pairs are tuples */
     EXPECT("{{ v|tojson }}", "{\"v\": {\"a\": [1, 2.5, \"é\\n\\\"\"], \"b\": null, \"c\": true}}",
            "{\"a\": [1, 2.5, \"é\\n\\\"\"], \"b\": null, \"c\": true}");
     EXPECT("{{ v|tojson(indent=2) }}", "{\"v\": {\"a\": [1], \"b\": {}}}", "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}");
@@ -320,6 +358,7 @@ static void test_alloc_faults(void) {
 int main(void) {
     setenv("TZ", "UTC", 1); /* strftime_now reads local time; the fixtures were made in UTC */
     test_conformance();
+    test_snippets();
     test_whitespace();
     test_values();
     test_statements();

@@ -255,26 +255,84 @@ static const char *memfind(const char *h, size_t hn, const char *n, size_t nn) {
     return memmem(h, hn, n, nn);
 }
 
-/* Python's str.upper/lower/title/capitalize, on ASCII letters (other text is kept). */
+/* The simple (one to one) case pairs of ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic: the
+ * scripts chat text mostly uses. Returns cp when it has no pair in that direction; *cased says
+ * whether cp is a letter with case at all (title() starts words after uncased characters). */
+static uint32_t case_of(uint32_t cp, bool up, bool *cased) {
+    uint32_t lo = cp, hi = cp;
+    *cased = true;
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) || (cp >= 0x3B1 && cp <= 0x3C9 && cp != 0x3C2) ||
+        (cp >= 0x430 && cp <= 0x44F))
+        hi = cp - 0x20;
+    else if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) || (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2) ||
+             (cp >= 0x410 && cp <= 0x42F))
+        lo = cp + 0x20;
+    else if (cp >= 0x450 && cp <= 0x45F) hi = cp - 0x50;
+    else if (cp >= 0x400 && cp <= 0x40F) lo = cp + 0x50;
+    else if (cp >= 0x100 && cp <= 0x17F && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 && cp != 0x17F) {
+        /* pairs (even upper, odd lower) except 0x139..0x148 and 0x179..0x17E (odd upper, even lower) */
+        bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
+        bool is_upper = odd_upper ? (cp & 1) : !(cp & 1);
+        if (cp == 0x178) return up ? cp : 0xFF;
+        if (is_upper) lo = cp + 1;
+        else hi = cp - 1;
+    } else if (cp == 0xFF) hi = 0x178;
+    else if (cp == 0x3C2) hi = 0x3A3; /* final sigma */
+    else if (cp == 0xDF || cp == 0xAA || cp == 0xBA || cp == 0xB5) return cp; /* cased, no simple pair here */
+    else {
+        static const uint32_t greek_tonos[][2] = {{0x386, 0x3AC}, {0x388, 0x3AD}, {0x389, 0x3AE}, {0x38A, 0x3AF},
+                                                  {0x38C, 0x3CC}, {0x38E, 0x3CD}, {0x38F, 0x3CE}};
+        for (size_t k = 0; k < sizeof greek_tonos / sizeof greek_tonos[0]; k++) {
+            if (cp == greek_tonos[k][0]) return up ? cp : greek_tonos[k][1];
+            if (cp == greek_tonos[k][1]) return up ? greek_tonos[k][0] : cp;
+        }
+        *cased = false;
+    }
+    return up ? hi : lo;
+}
+
+/* Python's str.upper/lower/title/capitalize with the case pairs of case_of (other text is kept). */
 static bool case_map(ctx *c, const jstr *s, int mode, jv *out, int line) {
-    jv r;
-    if (!mkstr(c, s->p, s->n, &r, line)) return false;
-    char *p = r.u.s->p;
-    bool prev_alpha = false;
-    for (size_t i = 0; i < s->n; i++) {
-        char ch = p[i];
-        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-        bool up;
+    jbuf b = new_buf(c);
+    jb_put(&b, "", 0);
+    bool prev_cased = false;
+    for (size_t i = 0; i < s->n;) {
+        size_t len;
+        uint32_t cp = decode_at(s->p + i, s->n - i, &len);
+        bool up, cased;
         if (mode == 'u') up = true;
         else if (mode == 'l') up = false;
-        else if (mode == 't') up = !prev_alpha;
+        else if (mode == 't') up = !prev_cased;
         else up = i == 0;
-        if (alpha) p[i] = up ? (char)(ch & ~0x20) : (char)(ch | 0x20);
-        /* title(): a word starts after any non-letter; non-ASCII bytes count as letters */
-        prev_alpha = alpha || (unsigned char)ch >= 0x80;
+        uint32_t m = case_of(cp, up, &cased);
+        if (cp == 0x3A3 && !up && prev_cased) { /* Python's final sigma: no cased letter follows */
+            bool next_cased = false;
+            if (i + len < s->n) {
+                size_t l2;
+                uint32_t nx = decode_at(s->p + i + len, s->n - i - len, &l2);
+                case_of(nx, true, &next_cased);
+            }
+            if (!next_cased) m = 0x3C2;
+        }
+        if (cp == 0xDF && up) { /* ß upper-cases to SS (title: Ss) */
+            jb_puts(&b, mode == 'u' ? "SS" : "Ss");
+            prev_cased = true;
+            i += len;
+            continue;
+        }
+        if (m == cp || (len == 1 && cp >= 0x80)) jb_put(&b, s->p + i, len); /* unchanged (or a stray byte) */
+        else {
+            char t[4];
+            size_t k;
+            if (m < 0x80) t[0] = (char)m, k = 1;
+            else if (m < 0x800) t[0] = (char)(0xC0 | m >> 6), t[1] = (char)(0x80 | (m & 0x3F)), k = 2;
+            else t[0] = (char)(0xE0 | m >> 12), t[1] = (char)(0x80 | ((m >> 6) & 0x3F)), t[2] = (char)(0x80 | (m & 0x3F)), k = 3;
+            jb_put(&b, t, k);
+        }
+        prev_cased = cased;
+        i += len;
     }
-    *out = r;
-    return true;
+    return buf_to_str(c, &b, out, line);
 }
 
 /* ---- evaluation ------------------------------------------------------------------------------- */
@@ -704,12 +762,16 @@ static bool run_test(ctx *c, const char *name, jv v, jv *args, size_t n, bool *r
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         bool up = name[0] == 'u', any = false, ok = v.t == JV_STR;
         if (ok && !charge(c, v.u.s->n, line)) return false;
-        for (size_t i = 0; ok && i < v.u.s->n; i++) {
-            char ch = v.u.s->p[i];
-            if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
+        for (size_t i = 0; ok && i < v.u.s->n;) { /* Python: some cased letter, none of the other case */
+            size_t len;
+            bool cased;
+            uint32_t cp = decode_at(v.u.s->p + i, v.u.s->n - i, &len);
+            uint32_t other = case_of(cp, up, &cased); /* a partner in the tested case: the other case */
+            if (cased) {
                 any = true;
-                if ((ch >= 'a' && ch <= 'z') == up) ok = false;
+                if (other != cp) ok = false;
             }
+            i += len;
         }
         *res = ok && any;
     } else if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
@@ -956,7 +1018,7 @@ static bool apply_filter(ctx *c, frame *f, const char *name, jv v, jv *args, siz
         for (size_t i = 0; i < v.u.d->n; i++) {
             jlist *pair = jl_new(&c->a, 2);
             if (!pair) return oom(c, line);
-            pair->v[0] = v.u.d->k[i], pair->v[1] = v.u.d->v[i], pair->n = 2;
+            pair->v[0] = v.u.d->k[i], pair->v[1] = v.u.d->v[i], pair->n = 2, pair->tuple = true;
             l->v[l->n++] = (jv){.t = JV_LIST, .u.l = pair};
         }
         *out = (jv){.t = JV_LIST, .u.l = l};
@@ -1140,7 +1202,7 @@ static bool call_method(ctx *c, frame *f, struct jmethod *m, jv *args, size_t n,
             else {
                 jlist *pair = jl_new(&c->a, 2);
                 if (!pair) return oom(c, line);
-                pair->v[0] = self.u.d->k[i], pair->v[1] = self.u.d->v[i], pair->n = 2;
+                pair->v[0] = self.u.d->k[i], pair->v[1] = self.u.d->v[i], pair->n = 2, pair->tuple = true;
                 l->v[i] = (jv){.t = JV_LIST, .u.l = pair};
             }
         }
@@ -1323,6 +1385,7 @@ static bool eval_inner(ctx *c, frame *f, const jnode *nd, jv *out) {
         for (size_t i = 0; i < nd->n_items; i++)
             if (!eval(c, f, nd->items[i], &l->v[i])) return false;
         l->n = nd->n_items;
+        l->tuple = nd->kind == JN_TUPLE;
         *out = (jv){.t = JV_LIST, .u.l = l};
         return true;
     }
@@ -1490,8 +1553,11 @@ static bool exec_for(ctx *c, frame *f, const jnode *nd) {
     for (size_t i = 0; i < items->n; i++) {
         if (!step(c, 1, nd->line)) return false;
         loop->i = i;
-        if (!assign(c, lf, nd->items, nd->n_items, items->v[i], nd->line)) return false;
-        if (!exec_body(c, lf, nd->body, nd->n_body)) return false;
+        /* each turn has its own scope: what the body sets is gone at the next turn, as in Jinja2 */
+        frame *tf = push_frame(c, lf);
+        if (!tf) return oom(c, nd->line);
+        if (!assign(c, tf, nd->items, nd->n_items, items->v[i], nd->line)) return false;
+        if (!exec_body(c, tf, nd->body, nd->n_body)) return false;
         int brk = c->brk;
         c->brk = 0;
         if (brk == 1) break;

@@ -76,6 +76,7 @@ struct jv {
 struct jlist {
     size_t n, cap;
     jv *v;
+    bool tuple; /* prints as (a, b): tuple literals and the pairs of items() */
 };
 
 struct jdict {

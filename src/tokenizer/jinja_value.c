@@ -353,12 +353,12 @@ static void write_repr(jbuf *b, jv v, int depth) {
     switch (v.t) {
     case JV_STR: write_str_repr(b, v.u.s); return;
     case JV_LIST:
-        jb_puts(b, "[");
+        jb_puts(b, v.u.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jb_puts(b, ", ");
             write_repr(b, v.u.l->v[i], depth + 1);
         }
-        jb_puts(b, "]");
+        jb_puts(b, !v.u.l->tuple ? "]" : v.u.l->n == 1 ? ",)" : ")");
         return;
     case JV_DICT:
         jb_puts(b, "{");

@@ -38,8 +38,9 @@ for name, meta in tpls.items():
             got, err = t.render(**ctx), None
         except Exception as e:
             got, err = None, e
-        if os.path.exists(base + ".txt"):
-            want = open(base + ".txt", encoding="utf-8", newline="").read()
+        have = [e for e in (".jinja2.txt", ".txt") if os.path.exists(base + e)]
+        if have:
+            want = open(base + have[0], encoding="utf-8", newline="").read()
             ok = got == want
         else:
             ok = got is None
@@ -53,5 +54,28 @@ for name, meta in tpls.items():
         else:
             differ += 1
             print(f"DIFFER {name}/{conv['id']}: python {'error ' + repr(str(err)) if got is None else repr(got[:300])}")
+# snippets.txt: small templates pinning Python/Jinja2 semantics (scoping, number and container
+# printing, Unicode case, tuples, whitespace); Jinja2 is their reference, written with --write
+SNIP_CTX = {"m": [{"role": "user", "content": "a"},
+                  {"role": "assistant", "content": "b", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]}],
+            "d": {"b": 1, "a": [1, 2.5, None]}, "s": "  H\u00e9 llo\n", "n": None, "f": 2.0, "i": 7}
+snips = [x for x in open(os.path.join(here, "snippets.txt"), encoding="utf-8").read().split("\n=====\n") if x.strip()]
+os.makedirs(os.path.join(here, "expected", "snippets"), exist_ok=True)
+json.dump(SNIP_CTX, open(os.path.join(here, "snippets_context.json"), "w", encoding="utf-8"), ensure_ascii=False)
+for k, sn in enumerate(snips):
+    base = os.path.join(here, "expected", "snippets", "%02d" % k)
+    try:
+        got, ext = env.from_string(sn).render(**SNIP_CTX), ".txt"
+    except Exception as e:
+        got, ext = type(e).__name__ + ": " + str(e) + "\n", ".error"
+    if "--write" in sys.argv:
+        for old_ext in (".txt", ".error"):
+            if os.path.exists(base + old_ext): os.remove(base + old_ext)
+        open(base + ext, "w", encoding="utf-8", newline="").write(got)
+    elif not os.path.exists(base + ext) or open(base + ext, encoding="utf-8", newline="").read() != got:
+        differ += 1
+        print(f"DIFFER snippet {k}")
+    else:
+        same += 1
 print(f"check_python: {same} agree, {differ} differ")
 sys.exit(1 if differ else 0)
