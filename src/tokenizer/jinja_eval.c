@@ -1550,12 +1550,14 @@ static bool exec_for(ctx *c, frame *f, const jnode *nd) {
     if (!loop) return oom(c, nd->line);
     loop->items = items;
     if (!frame_setz(c, lf, "loop", (jv){.t = JV_LOOP, .u.loop = loop}, nd->line)) return false;
+    /* each turn has its own scope: what the body sets is gone at the next turn, as in Jinja2; the
+       frame is emptied and reused, so a long loop takes no more memory per turn */
+    frame *tf = push_frame(c, lf);
+    if (!tf) return oom(c, nd->line);
     for (size_t i = 0; i < items->n; i++) {
         if (!step(c, 1, nd->line)) return false;
         loop->i = i;
-        /* each turn has its own scope: what the body sets is gone at the next turn, as in Jinja2 */
-        frame *tf = push_frame(c, lf);
-        if (!tf) return oom(c, nd->line);
+        tf->n = 0;
         if (!assign(c, tf, nd->items, nd->n_items, items->v[i], nd->line)) return false;
         if (!exec_body(c, tf, nd->body, nd->n_body)) return false;
         int brk = c->brk;
