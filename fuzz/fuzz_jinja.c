@@ -19,7 +19,8 @@ static const char k_default_ctx[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
     " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call12345\", \"type\": \"function\","
     " \"function\": {\"name\": \"f\", \"arguments\": {\"x\": 1.5, \"y\": [true, null]}}}]},"
-    " {\"role\": \"tool\", \"tool_call_id\": \"call12345\", \"content\": \"ok\"}, {\"role\": \"user\", \"content\": \"é\"}],"
+    " {\"role\": \"tool\", \"tool_call_id\": \"call12345\", \"content\": \"ok\"}, {\"role\": \"user\", \"content\": "
+    "\"é\"}],"
     " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}],"
     " \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}";
 
@@ -43,8 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(ctx, nul + 1, n);
         ctx[n] = '\0';
     }
-    hr_jinja_limits lim = {.max_steps = 20000, .max_output_bytes = 1 << 16, .max_memory_bytes = 8 << 20,
-                           .max_depth = 64, .now_unix = 1796472000};
+    hr_jinja_limits lim = {.max_steps = 20000,
+                           .max_output_bytes = 1 << 16,
+                           .max_memory_bytes = 8 << 20,
+                           .max_depth = 64,
+                           .now_unix = 1796472000};
     hr_jinja *t = NULL;
     hr_error err = {0};
     hr_status st = hr_jinja_parse((const char *)data, tpl_len, &lim, &t, &err);
@@ -62,8 +66,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 free(out);
             } else {
                 if (out) abort();
-                if (!(pass == 0 && st == HR_ERR_FORMAT)) check_error(st, &rerr); /* the context may be junk */
-                else if (!rerr.msg[0]) abort();
+                if (!(pass == 0 && st == HR_ERR_FORMAT))
+                    check_error(st, &rerr); /* the context may be junk */
+                else if (!rerr.msg[0])
+                    abort();
             }
             if (!ctx) break;
         }
@@ -78,17 +84,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char warning[512];
         hr_chat_params p = {.template_text = text, .template_len = tpl_len, .limits = lim};
         if (tpl_len && hr_chat_create(&p, &chat, warning, sizeof warning, &err) == HR_OK) {
-            const hr_chat_msg msgs[] = {{.role = "user", .content = "Hi"},
-                                        {.role = "assistant", .content = NULL, .tool_calls_json =
-                                             "[{\"id\":\"call12345\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]"},
-                                        {.role = "tool", .content = "ok", .tool_call_id = "call12345"}};
-            hr_chat_render_params rp = {.msgs = msgs, .n_msgs = 3, .add_generation_prompt = true, .bos = "<s>",
-                                        .eos = "</s>", .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"};
+            const hr_chat_msg msgs[] = {
+                {.role = "user", .content = "Hi"},
+                {.role = "assistant",
+                 .content = NULL,
+                 .tool_calls_json =
+                     "[{\"id\":\"call12345\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]"},
+                {.role = "tool", .content = "ok", .tool_call_id = "call12345"}};
+            hr_chat_render_params rp = {.msgs = msgs,
+                                        .n_msgs = 3,
+                                        .add_generation_prompt = true,
+                                        .bos = "<s>",
+                                        .eos = "</s>",
+                                        .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"};
             char *out = NULL;
             hr_error rerr = {0};
             st = hr_chat_apply(chat, &rp, &out, &rerr);
-            if (st == HR_OK) free(out);
-            else check_error(st, &rerr);
+            if (st == HR_OK)
+                free(out);
+            else
+                check_error(st, &rerr);
             hr_chat_destroy(chat);
         }
         free(text);

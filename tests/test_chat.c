@@ -266,7 +266,8 @@ static void test_model_template(void) {
     CHECKF(c && warn[0] == '\0' && strcmp(hr_chat_describe(c), "the model's chat template") == 0, "%s", warn);
     const char *weather =
         "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Get the current weather in a "
-        "city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"description\":\"The "
+        "city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"description\":"
+        "\"The "
         "city name, e.g. Paris\"},\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]}},\"required\":["
         "\"city\"]}}}]";
     const hr_chat_msg msgs[] = {
@@ -291,13 +292,14 @@ static void test_model_template(void) {
     hr_status st;
     hr_error err = {0};
     char *out = apply(c, &p, &st, &err);
-    CHECKF(st == HR_OK && out && strcmp(out, want) == 0, "%s\n--- got\n%s\n--- want\n%s", err.msg, out ? out : "", want);
+    CHECKF(st == HR_OK && out && strcmp(out, want) == 0, "%s\n--- got\n%s\n--- want\n%s", err.msg, out ? out : "",
+           want);
     free(out);
     /* the template's own refusal reaches the caller (no fallback): two tool calls at once */
-    const hr_chat_msg two[] = {
-        {.role = "user", .content = "x"},
-        {.role = "assistant", .tool_calls_json = "[{\"function\":{\"name\":\"a\",\"arguments\":{}}},"
-                                                 "{\"function\":{\"name\":\"b\",\"arguments\":{}}}]"}};
+    const hr_chat_msg two[] = {{.role = "user", .content = "x"},
+                               {.role = "assistant",
+                                .tool_calls_json = "[{\"function\":{\"name\":\"a\",\"arguments\":{}}},"
+                                                   "{\"function\":{\"name\":\"b\",\"arguments\":{}}}]"}};
     p = (hr_chat_render_params){.msgs = two, .n_msgs = 2};
     out = apply(c, &p, &st, &err);
     CHECKF(!out && st == HR_ERR_INVALID_ARG && strstr(err.msg, "single tool-calls"), "%s", err.msg);

@@ -148,8 +148,8 @@ static void test_snippets(void) {
                    err.msg);
             n_same += got && !strcmp(got, want);
         } else {
-            CHECKF(!got && st == HR_ERR_INVALID_ARG, "snippet %d: Jinja2 raised, we gave %s [%s]", k, hr_status_name(st),
-                   got ? got : "");
+            CHECKF(!got && st == HR_ERR_INVALID_ARG, "snippet %d: Jinja2 raised, we gave %s [%s]", k,
+                   hr_status_name(st), got ? got : "");
             n_same += !got && st == HR_ERR_INVALID_ARG;
         }
         free(got);
@@ -182,7 +182,8 @@ static void test_values(void) {
     EXPECT("{{ [1, 'a', none, true] }}", "{}", "[1, 'a', None, True]");
     EXPECT("{{ {'k': \"it's\"} }}", "{}", "{'k': \"it's\"}");
     EXPECT("{{ x.a }}{{ x['b'] }}{{ x.c }}", "{\"x\": {\"a\": 1, \"b\": \"two\"}}", "1two");
-    EXPECT("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 3 }}", "{}", "3 -4 2 3.5 1024 ababab");
+    EXPECT("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 3 }}", "{}",
+           "3 -4 2 3.5 1024 ababab");
     EXPECT("{{ 'a' ~ 1 ~ none }}", "{}", "a1None");
     EXPECT("{{ 1 == 1.0 }} {{ 'a' < 'b' }} {{ 'b' in 'abc' }} {{ 2 not in [1] }} {{ 'k' in {'k': 1} }}", "{}",
            "True True True True True");
@@ -216,30 +217,35 @@ static void test_statements(void) {
     EXPECT("{% set s %}  body {{ 1 }} {% endset %}[{{ s }}]{% set t | trim %}  x  {% endset %}[{{ t }}]", "{}",
            "[  body 1 ][x]");
     EXPECT("{% if 0 %}a{% elif 1 %}b{% else %}c{% endif %}", "{}", "b");
-    EXPECT("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }}"
-           " {{ greet(name='C', punct='.') }}",
-           "{}", "Hi A! Hi B? Hi C.");
+    EXPECT(
+        "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }}"
+        " {{ greet(name='C', punct='.') }}",
+        "{}", "Hi A! Hi B? Hi C.");
     EXPECT("{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}inside{% endcall %}", "{}", "[inside]");
     EXPECT("{% filter upper %}shout {{ 'it' }}{% endfilter %}", "{}", "SHOUT IT");
     EXPECT("{% generation %}kept{% endgeneration %}", "{}", "kept");
 }
 
 static void test_filters_methods(void) {
-    EXPECT("{{ '  a b \\n'|trim }}|{{ 'Ab'|upper }}|{{ 'Ab'|lower }}|{{ 'hello world'|title }}|{{ 'hELLO'|capitalize }}",
-           "{}", "a b|AB|ab|Hello World|Hello");
+    EXPECT(
+        "{{ '  a b \\n'|trim }}|{{ 'Ab'|upper }}|{{ 'Ab'|lower }}|{{ 'hello world'|title }}|{{ 'hELLO'|capitalize }}",
+        "{}", "a b|AB|ab|Hello World|Hello");
     EXPECT("{{ [1,2]|join(', ') }}|{{ x|default('d') }}|{{ ''|default('e', true) }}|{{ [3,4]|first }}{{ [3,4]|last }}",
            "{}", "1, 2|d|e|34");
     EXPECT("{{ msgs|selectattr('role', 'equalto', 'user')|map(attribute='c')|join }}",
-           "{\"msgs\": [{\"role\": \"user\", \"c\": \"a\"}, {\"role\": \"bot\", \"c\": \"b\"}, {\"role\": \"user\", \"c\": \"c\"}]}",
+           "{\"msgs\": [{\"role\": \"user\", \"c\": \"a\"}, {\"role\": \"bot\", \"c\": \"b\"}, {\"role\": \"user\", "
+           "\"c\": \"c\"}]}",
            "ac");
     EXPECT("{{ msgs|rejectattr('x')|list|length }}", "{\"msgs\": [{\"x\": 1}, {\"x\": 0}, {}]}", "2");
     EXPECT("{{ d|items|list }}", "{\"d\": {\"a\": 1}}", "[('a', 1)]"); /* pairs are tuples */
     EXPECT("{{ v|tojson }}", "{\"v\": {\"a\": [1, 2.5, \"é\\n\\\"\"], \"b\": null, \"c\": true}}",
            "{\"a\": [1, 2.5, \"é\\n\\\"\"], \"b\": null, \"c\": true}");
-    EXPECT("{{ v|tojson(indent=2) }}", "{\"v\": {\"a\": [1], \"b\": {}}}", "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}");
+    EXPECT("{{ v|tojson(indent=2) }}", "{\"v\": {\"a\": [1], \"b\": {}}}",
+           "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}");
     EXPECT("{{ 'a,b,,c'.split(',') }}{{ '  x  y '.split() }}{{ 'a-b-c'.split('-', 1) }}", "{}",
            "['a', 'b', '', 'c']['x', 'y']['a', 'b-c']");
-    EXPECT("{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}{{ '\\nx\\n'.strip('\\n') }}{{ 'xxa'.lstrip('x') }}"
+    EXPECT("{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}{{ '\\nx\\n'.strip('\\n') }}{{ "
+           "'xxa'.lstrip('x') }}"
            "{{ 'a  '.rstrip() }}|{{ 'a-b'.replace('-', '+') }}{{ 'abcb'.find('b') }}{{ ', '.join(['p', 'q']) }}",
            "{}", "TrueTruexaa|a+b1p, q");
     EXPECT("{{ d.get('a') }}{{ d.get('z', 'no') }}{{ d.keys()|list }}{{ d.values()|list }}", "{\"d\": {\"a\": 1}}",
@@ -267,16 +273,16 @@ static void test_refusals(void) {
 static void test_limits(void) {
     /* an endless amount of work stops at the step limit, an exploding string at the output or memory
        limit, deep nesting at the depth limit: each a clean HR_ERR_RANGE, never a stall or a crash */
-    EXPECT_FAIL("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "{}", HR_ERR_RANGE,
-                "step limit");
+    EXPECT_FAIL("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "{}",
+                HR_ERR_RANGE, "step limit");
     EXPECT_FAIL("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
                 "{% endfor %}{{ ns.s|length }}",
                 "{}", HR_ERR_RANGE, NULL);
     EXPECT_FAIL("{{ 'x' * 100000000 }}", "{}", HR_ERR_RANGE, "limit");
     EXPECT_FAIL("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{}", HR_ERR_RANGE, "limit");
     /* work that allocates nothing is charged too: long comparisons and searches, deep values */
-    EXPECT_FAIL("{% set l = range(100000)|list %}{% for i in range(100000) %}{{ l == l }}{% endfor %}", "{}", HR_ERR_RANGE,
-                "step limit");
+    EXPECT_FAIL("{% set l = range(100000)|list %}{% for i in range(100000) %}{{ l == l }}{% endfor %}", "{}",
+                HR_ERR_RANGE, "step limit");
     EXPECT_FAIL("{% set s = 'a' * 1000000 %}{% set n = 'a' * 1000 ~ 'b' %}{% for i in range(100000) %}{{ n in s }}"
                 "{% endfor %}",
                 "{}", HR_ERR_RANGE, "step limit");
@@ -322,11 +328,12 @@ static void test_alloc_faults(void) {
     char *src = hr_test_slurp(JINJA_DIR "/templates/llama-3.2.jinja", NULL);
     CHECK(src != NULL);
     if (!src) return;
-    const char *ctx = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
-                      "\"content\": \"Weather?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
-                      "[{\"function\": {\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}}]}, {\"role\": \"tool\", "
-                      "\"content\": \"21\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}], "
-                      "\"add_generation_prompt\": true, \"bos_token\": \"<s>\"}";
+    const char *ctx =
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+        "\"content\": \"Weather?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+        "[{\"function\": {\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}}]}, {\"role\": \"tool\", "
+        "\"content\": \"21\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}], "
+        "\"add_generation_prompt\": true, \"bos_token\": \"<s>\"}";
     char *clean = NULL;
     long calls = 0;
     for (long n = 0; n == 0 || n <= calls; n++) {

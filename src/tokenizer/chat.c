@@ -544,7 +544,8 @@ hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, 
                                             {.role = "user", .content = "Hello"},
                                             {.role = "assistant", .content = "Hi"},
                                             {.role = "user", .content = "How are you?"}};
-        hr_chat_render_params rp = {.msgs = probe, .n_msgs = 4, .add_generation_prompt = true, .bos = "<s>", .eos = "</s>"};
+        hr_chat_render_params rp = {
+            .msgs = probe, .n_msgs = 4, .add_generation_prompt = true, .bos = "<s>", .eos = "</s>"};
         char *o = NULL;
         st = render_jinja(c, &rp, &o, &perr);
         free(o);
@@ -558,8 +559,9 @@ hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, 
         hr_jinja_destroy(c->jinja);
         c->jinja = NULL;
         if (warning && warning_len)
-            snprintf(warning, warning_len, "the chat template interpreter refused the model's template (%s); using %s%s%s",
-                     perr.msg, hr_chat_template_name(c->family), family_warning[0] ? ": " : "", family_warning);
+            snprintf(warning, warning_len,
+                     "the chat template interpreter refused the model's template (%s); using %s%s%s", perr.msg,
+                     hr_chat_template_name(c->family), family_warning[0] ? ": " : "", family_warning);
     }
     *out = c;
     return HR_OK;
@@ -609,8 +611,9 @@ hr_status hr_chat_apply(hr_chat *c, const hr_chat_render_params *p, char **out, 
         }
         pthread_mutex_lock(&c->note_lock);
         if (!c->note[0])
-            snprintf(c->note, sizeof c->note, "the chat template interpreter gave up on a conversation (%s); rendered with %s",
-                     jerr.msg, hr_chat_template_name(c->family));
+            snprintf(c->note, sizeof c->note,
+                     "the chat template interpreter gave up on a conversation (%s); rendered with %s", jerr.msg,
+                     hr_chat_template_name(c->family));
         pthread_mutex_unlock(&c->note_lock);
     }
     return hr_chat_render(c->family, p->msgs, p->n_msgs, p->add_generation_prompt, p->bos, p->eos, out, err);

@@ -25,11 +25,11 @@ typedef struct hr_jinja hr_jinja;
 
 /* Bounds on one render; a zero field takes the default in brackets. */
 typedef struct hr_jinja_limits {
-    uint64_t max_steps;        /* evaluation steps (nodes, loop turns, scanned bytes / 64) [2,000,000] */
-    size_t max_output_bytes;   /* the rendered text [4 MiB] */
-    size_t max_memory_bytes;   /* every value a render creates, together [64 MiB] */
-    int max_depth;             /* nesting of expressions, statements and macro calls [200] */
-    int64_t now_unix;          /* the clock strftime_now reads (local time); 0 = time(NULL) */
+    uint64_t max_steps;      /* evaluation steps (nodes, loop turns, scanned bytes / 64) [2,000,000] */
+    size_t max_output_bytes; /* the rendered text [4 MiB] */
+    size_t max_memory_bytes; /* every value a render creates, together [64 MiB] */
+    int max_depth;           /* nesting of expressions, statements and macro calls [200] */
+    int64_t now_unix;        /* the clock strftime_now reads (local time); 0 = time(NULL) */
 } hr_jinja_limits;
 
 /* Parses template text src[0..len) (need not be NUL-terminated). On success *out owns a copy of

@@ -51,7 +51,7 @@ typedef struct ctx {
     jdict *globals;
     hr_status st;
     hr_error *err;
-    int brk; /* 1 = break, 2 = continue pending */
+    int brk;        /* 1 = break, 2 = continue pending */
     jv block_value; /* the rendered body a filter block or block set feeds its first filter */
     jv pending_caller;
 } ctx;
@@ -261,24 +261,31 @@ static const char *memfind(const char *h, size_t hn, const char *n, size_t nn) {
 static uint32_t case_of(uint32_t cp, bool up, bool *cased) {
     uint32_t lo = cp, hi = cp;
     *cased = true;
-    if ((cp >= 'a' && cp <= 'z') || (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) || (cp >= 0x3B1 && cp <= 0x3C9 && cp != 0x3C2) ||
-        (cp >= 0x430 && cp <= 0x44F))
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) ||
+        (cp >= 0x3B1 && cp <= 0x3C9 && cp != 0x3C2) || (cp >= 0x430 && cp <= 0x44F))
         hi = cp - 0x20;
-    else if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) || (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2) ||
-             (cp >= 0x410 && cp <= 0x42F))
+    else if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) ||
+             (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2) || (cp >= 0x410 && cp <= 0x42F))
         lo = cp + 0x20;
-    else if (cp >= 0x450 && cp <= 0x45F) hi = cp - 0x50;
-    else if (cp >= 0x400 && cp <= 0x40F) lo = cp + 0x50;
+    else if (cp >= 0x450 && cp <= 0x45F)
+        hi = cp - 0x50;
+    else if (cp >= 0x400 && cp <= 0x40F)
+        lo = cp + 0x50;
     else if (cp >= 0x100 && cp <= 0x17F && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 && cp != 0x17F) {
         /* pairs (even upper, odd lower) except 0x139..0x148 and 0x179..0x17E (odd upper, even lower) */
         bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
         bool is_upper = odd_upper ? (cp & 1) : !(cp & 1);
         if (cp == 0x178) return up ? cp : 0xFF;
-        if (is_upper) lo = cp + 1;
-        else hi = cp - 1;
-    } else if (cp == 0xFF) hi = 0x178;
-    else if (cp == 0x3C2) hi = 0x3A3; /* final sigma */
-    else if (cp == 0xDF || cp == 0xAA || cp == 0xBA || cp == 0xB5) return cp; /* cased, no simple pair here */
+        if (is_upper)
+            lo = cp + 1;
+        else
+            hi = cp - 1;
+    } else if (cp == 0xFF)
+        hi = 0x178;
+    else if (cp == 0x3C2)
+        hi = 0x3A3; /* final sigma */
+    else if (cp == 0xDF || cp == 0xAA || cp == 0xBA || cp == 0xB5)
+        return cp; /* cased, no simple pair here */
     else {
         static const uint32_t greek_tonos[][2] = {{0x386, 0x3AC}, {0x388, 0x3AD}, {0x389, 0x3AE}, {0x38A, 0x3AF},
                                                   {0x38C, 0x3CC}, {0x38E, 0x3CD}, {0x38F, 0x3CE}};
@@ -300,10 +307,14 @@ static bool case_map(ctx *c, const jstr *s, int mode, jv *out, int line) {
         size_t len;
         uint32_t cp = decode_at(s->p + i, s->n - i, &len);
         bool up, cased;
-        if (mode == 'u') up = true;
-        else if (mode == 'l') up = false;
-        else if (mode == 't') up = !prev_cased;
-        else up = i == 0;
+        if (mode == 'u')
+            up = true;
+        else if (mode == 'l')
+            up = false;
+        else if (mode == 't')
+            up = !prev_cased;
+        else
+            up = i == 0;
         uint32_t m = case_of(cp, up, &cased);
         if (cp == 0x3A3 && !up && prev_cased) { /* Python's final sigma: no cased letter follows */
             bool next_cased = false;
@@ -320,13 +331,18 @@ static bool case_map(ctx *c, const jstr *s, int mode, jv *out, int line) {
             i += len;
             continue;
         }
-        if (m == cp || (len == 1 && cp >= 0x80)) jb_put(&b, s->p + i, len); /* unchanged (or a stray byte) */
+        if (m == cp || (len == 1 && cp >= 0x80))
+            jb_put(&b, s->p + i, len); /* unchanged (or a stray byte) */
         else {
             char t[4];
             size_t k;
-            if (m < 0x80) t[0] = (char)m, k = 1;
-            else if (m < 0x800) t[0] = (char)(0xC0 | m >> 6), t[1] = (char)(0x80 | (m & 0x3F)), k = 2;
-            else t[0] = (char)(0xE0 | m >> 12), t[1] = (char)(0x80 | ((m >> 6) & 0x3F)), t[2] = (char)(0x80 | (m & 0x3F)), k = 3;
+            if (m < 0x80)
+                t[0] = (char)m, k = 1;
+            else if (m < 0x800)
+                t[0] = (char)(0xC0 | m >> 6), t[1] = (char)(0x80 | (m & 0x3F)), k = 2;
+            else
+                t[0] = (char)(0xE0 | m >> 12), t[1] = (char)(0x80 | ((m >> 6) & 0x3F)),
+                t[2] = (char)(0x80 | (m & 0x3F)), k = 3;
             jb_put(&b, t, k);
         }
         prev_cased = cased;
@@ -349,9 +365,9 @@ static bool require_defined(ctx *c, jv v, int line) {
 
 static bool get_attr(ctx *c, jv obj, const char *name, size_t n, jv *out, int line);
 
-static const char *const k_str_methods[] = {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "upper",
-                                            "lower", "title", "capitalize", "replace", "find", "count", "join",
-                                            "rsplit", "isdigit", "isalpha", "isspace", NULL};
+static const char *const k_str_methods[] = {
+    "startswith", "endswith", "strip", "lstrip", "rstrip", "split",   "upper",   "lower",   "title", "capitalize",
+    "replace",    "find",     "count", "join",   "rsplit", "isdigit", "isalpha", "isspace", NULL};
 static const char *const k_dict_methods[] = {"items", "keys", "values", "get", NULL};
 
 static const char *method_name(const char *const *names, const char *name, size_t n) {
@@ -370,19 +386,32 @@ static bool bind_method(ctx *c, jv self, const char *name, jv *out, int line) {
 
 static bool loop_attr(ctx *c, struct jloop *l, const char *name, jv *out, int line) {
     size_t n = l->items->n, i = l->i;
-    if (!strcmp(name, "index")) *out = jv_int((int64_t)i + 1);
-    else if (!strcmp(name, "index0")) *out = jv_int((int64_t)i);
-    else if (!strcmp(name, "revindex")) *out = jv_int((int64_t)(n - i));
-    else if (!strcmp(name, "revindex0")) *out = jv_int((int64_t)(n - i - 1));
-    else if (!strcmp(name, "first")) *out = jv_bool(i == 0);
-    else if (!strcmp(name, "last")) *out = jv_bool(i + 1 == n);
-    else if (!strcmp(name, "length")) *out = jv_int((int64_t)n);
-    else if (!strcmp(name, "depth")) *out = jv_int(1);
-    else if (!strcmp(name, "depth0")) *out = jv_int(0);
-    else if (!strcmp(name, "previtem")) *out = i > 0 ? l->items->v[i - 1] : jv_undef(NULL);
-    else if (!strcmp(name, "nextitem")) *out = i + 1 < n ? l->items->v[i + 1] : jv_undef(NULL);
-    else if (!strcmp(name, "cycle")) return bind_method(c, (jv){.t = JV_LOOP, .u.loop = l}, "cycle", out, line);
-    else *out = jv_undef(NULL);
+    if (!strcmp(name, "index"))
+        *out = jv_int((int64_t)i + 1);
+    else if (!strcmp(name, "index0"))
+        *out = jv_int((int64_t)i);
+    else if (!strcmp(name, "revindex"))
+        *out = jv_int((int64_t)(n - i));
+    else if (!strcmp(name, "revindex0"))
+        *out = jv_int((int64_t)(n - i - 1));
+    else if (!strcmp(name, "first"))
+        *out = jv_bool(i == 0);
+    else if (!strcmp(name, "last"))
+        *out = jv_bool(i + 1 == n);
+    else if (!strcmp(name, "length"))
+        *out = jv_int((int64_t)n);
+    else if (!strcmp(name, "depth"))
+        *out = jv_int(1);
+    else if (!strcmp(name, "depth0"))
+        *out = jv_int(0);
+    else if (!strcmp(name, "previtem"))
+        *out = i > 0 ? l->items->v[i - 1] : jv_undef(NULL);
+    else if (!strcmp(name, "nextitem"))
+        *out = i + 1 < n ? l->items->v[i + 1] : jv_undef(NULL);
+    else if (!strcmp(name, "cycle"))
+        return bind_method(c, (jv){.t = JV_LOOP, .u.loop = l}, "cycle", out, line);
+    else
+        *out = jv_undef(NULL);
     return true;
 }
 
@@ -471,8 +500,10 @@ static bool slice_indices(ctx *c, size_t n, const jv *lo, const jv *hi, const jv
         if (b->t != JV_INT) return fail(c, HR_ERR_INVALID_ARG, line, "slice indices must be integers");
         int64_t v = b->u.i;
         if (v < 0) v += N;
-        if (stride > 0) v = v < 0 ? 0 : v > N ? N : v;
-        else v = v < -1 ? -1 : v > N - 1 ? N - 1 : v;
+        if (stride > 0)
+            v = v < 0 ? 0 : v > N ? N : v;
+        else
+            v = v < -1 ? -1 : v > N - 1 ? N - 1 : v;
         *dst = v;
     }
     size_t cnt = 0;
@@ -692,8 +723,10 @@ static bool arith(ctx *c, int op, jv a, jv b, jv *out, int line) {
             if (r == 0 || r == 1) break;
             if (i > 64 && (x == 1 || x == -1 || x == 0)) break;
         }
-        if ((x == -1) && (e % 2 == 0)) r = 1;
-        else if (x == -1) r = -1;
+        if ((x == -1) && (e % 2 == 0))
+            r = 1;
+        else if (x == -1)
+            r = -1;
         *out = jv_int(r);
         return true;
     }
@@ -745,20 +778,34 @@ static const jv *arg(jv *args, size_t n, jstr **kw, jv *kv, size_t nk, size_t i,
 
 static bool run_test(ctx *c, const char *name, jv v, jv *args, size_t n, bool *res, int line) {
     const jv *a0 = n > 0 ? &args[0] : NULL;
-    if (!strcmp(name, "defined")) *res = v.t != JV_UNDEF;
-    else if (!strcmp(name, "undefined")) *res = v.t == JV_UNDEF;
-    else if (!strcmp(name, "none")) *res = v.t == JV_NONE;
-    else if (!strcmp(name, "boolean")) *res = v.t == JV_BOOL;
-    else if (!strcmp(name, "true")) *res = v.t == JV_BOOL && v.u.b;
-    else if (!strcmp(name, "false")) *res = v.t == JV_BOOL && !v.u.b;
-    else if (!strcmp(name, "integer")) *res = v.t == JV_INT;
-    else if (!strcmp(name, "float")) *res = v.t == JV_FLOAT;
-    else if (!strcmp(name, "number")) *res = is_numeric(v);
-    else if (!strcmp(name, "string")) *res = v.t == JV_STR;
-    else if (!strcmp(name, "mapping")) *res = v.t == JV_DICT || v.t == JV_NS;
-    else if (!strcmp(name, "iterable")) *res = v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR || v.t == JV_NS;
-    else if (!strcmp(name, "sequence")) *res = v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR;
-    else if (!strcmp(name, "callable")) *res = v.t == JV_MACRO || v.t == JV_METHOD || v.t == JV_FUNC;
+    if (!strcmp(name, "defined"))
+        *res = v.t != JV_UNDEF;
+    else if (!strcmp(name, "undefined"))
+        *res = v.t == JV_UNDEF;
+    else if (!strcmp(name, "none"))
+        *res = v.t == JV_NONE;
+    else if (!strcmp(name, "boolean"))
+        *res = v.t == JV_BOOL;
+    else if (!strcmp(name, "true"))
+        *res = v.t == JV_BOOL && v.u.b;
+    else if (!strcmp(name, "false"))
+        *res = v.t == JV_BOOL && !v.u.b;
+    else if (!strcmp(name, "integer"))
+        *res = v.t == JV_INT;
+    else if (!strcmp(name, "float"))
+        *res = v.t == JV_FLOAT;
+    else if (!strcmp(name, "number"))
+        *res = is_numeric(v);
+    else if (!strcmp(name, "string"))
+        *res = v.t == JV_STR;
+    else if (!strcmp(name, "mapping"))
+        *res = v.t == JV_DICT || v.t == JV_NS;
+    else if (!strcmp(name, "iterable"))
+        *res = v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR || v.t == JV_NS;
+    else if (!strcmp(name, "sequence"))
+        *res = v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR;
+    else if (!strcmp(name, "callable"))
+        *res = v.t == JV_MACRO || v.t == JV_METHOD || v.t == JV_FUNC;
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         bool up = name[0] == 'u', any = false, ok = v.t == JV_STR;
         if (ok && !charge(c, v.u.s->n, line)) return false;
@@ -804,8 +851,10 @@ static bool run_test(ctx *c, const char *name, jv v, jv *args, size_t n, bool *r
     } else if (!strcmp(name, "in")) {
         if (!a0) return fail(c, HR_ERR_INVALID_ARG, line, "'in' needs an argument");
         return contains(c, *a0, v, res, line);
-    } else if (!strcmp(name, "escaped")) *res = false;
-    else return fail(c, HR_ERR_UNSUPPORTED, line, "the test '%s' is not supported", name);
+    } else if (!strcmp(name, "escaped"))
+        *res = false;
+    else
+        return fail(c, HR_ERR_UNSUPPORTED, line, "the test '%s' is not supported", name);
     return true;
 }
 
@@ -822,7 +871,8 @@ static bool filter_select(ctx *c, jv v, jv *args, size_t n, bool attr, bool want
     size_t first = 0;
     const jv *attr_name = NULL;
     if (attr) {
-        if (n < 1 || args[0].t != JV_STR) return fail(c, HR_ERR_INVALID_ARG, line, "selectattr needs an attribute name");
+        if (n < 1 || args[0].t != JV_STR)
+            return fail(c, HR_ERR_INVALID_ARG, line, "selectattr needs an attribute name");
         attr_name = &args[0];
         first = 1;
     }
@@ -895,7 +945,8 @@ static bool filter_map(ctx *c, frame *f, jv v, jv *args, size_t n, jstr **kw, jv
     if (!(res = jl_new(&c->a, items->n))) return oom(c, line);
     const jv *attr = arg(NULL, 0, kw, kv, nk, 0, "attribute");
     const jv *def = arg(NULL, 0, kw, kv, nk, 0, "default");
-    if (!attr && (n < 1 || args[0].t != JV_STR)) return fail(c, HR_ERR_INVALID_ARG, line, "map needs a filter name or attribute=");
+    if (!attr && (n < 1 || args[0].t != JV_STR))
+        return fail(c, HR_ERR_INVALID_ARG, line, "map needs a filter name or attribute=");
     for (size_t i = 0; i < items->n; i++) {
         if (!step(c, 1, line)) return false;
         jv x = items->v[i], r;
@@ -956,7 +1007,9 @@ static bool filter_replace(ctx *c, const jstr *s, const jv *old, const jv *new_,
     if (old->u.s->n == 0) { /* Python inserts the replacement between every character */
         for (size_t i = 0; i <= s->n; i += i < s->n ? u8len((unsigned char)s->p[i]) : 1) {
             if (limit < 0 || done < limit) jb_put(&b, new_->u.s->p, new_->u.s->n), done++;
-            if (i < s->n) jb_put(&b, s->p + i, u8len((unsigned char)s->p[i]) <= s->n - i ? u8len((unsigned char)s->p[i]) : s->n - i);
+            if (i < s->n)
+                jb_put(&b, s->p + i,
+                       u8len((unsigned char)s->p[i]) <= s->n - i ? u8len((unsigned char)s->p[i]) : s->n - i);
             if (!buf_ok(c, &b, line)) return false;
         }
         return buf_to_str(c, &b, out, line);
@@ -1001,11 +1054,14 @@ static bool apply_filter(ctx *c, frame *f, const char *name, jv v, jv *args, siz
         if (v.t == JV_STR) {
             if (!charge(c, v.u.s->n, line)) return false;
             *out = jv_int((int64_t)n_codepoints(v.u.s));
-        }
-        else if (v.t == JV_LIST) *out = jv_int((int64_t)v.u.l->n);
-        else if (v.t == JV_DICT || v.t == JV_NS) *out = jv_int((int64_t)v.u.d->n);
-        else if (v.t == JV_UNDEF) *out = jv_int(0);
-        else return fail(c, HR_ERR_INVALID_ARG, line, "a %s has no length", jv_type_name(v));
+        } else if (v.t == JV_LIST)
+            *out = jv_int((int64_t)v.u.l->n);
+        else if (v.t == JV_DICT || v.t == JV_NS)
+            *out = jv_int((int64_t)v.u.d->n);
+        else if (v.t == JV_UNDEF)
+            *out = jv_int(0);
+        else
+            return fail(c, HR_ERR_INVALID_ARG, line, "a %s has no length", jv_type_name(v));
         return true;
     }
     if (!strcmp(name, "string")) return to_str(c, v, out, line);
@@ -1097,9 +1153,16 @@ static bool apply_filter(ctx *c, frame *f, const char *name, jv v, jv *args, siz
         jb_put(&b, "", 0);
         for (size_t i = 0; i < s.u.s->n; i++) {
             char ch = s.u.s->p[i];
-            const char *r = ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&#34;" : ch == '\'' ? "&#39;" : NULL;
-            if (r) jb_puts(&b, r);
-            else jb_put(&b, &ch, 1);
+            const char *r = ch == '&'    ? "&amp;"
+                            : ch == '<'  ? "&lt;"
+                            : ch == '>'  ? "&gt;"
+                            : ch == '"'  ? "&#34;"
+                            : ch == '\'' ? "&#39;"
+                                         : NULL;
+            if (r)
+                jb_puts(&b, r);
+            else
+                jb_put(&b, &ch, 1);
         }
         return buf_to_str(c, &b, out, line);
     }
@@ -1144,7 +1207,8 @@ static bool str_split(ctx *c, const jstr *s, const jv *sep, const jv *maxsplit, 
             done++;
         }
     } else {
-        if (sep->t != JV_STR || sep->u.s->n == 0) return fail(c, HR_ERR_INVALID_ARG, line, "split needs a non-empty separator");
+        if (sep->t != JV_STR || sep->u.s->n == 0)
+            return fail(c, HR_ERR_INVALID_ARG, line, "split needs a non-empty separator");
         const char *p = s->p, *end = s->p + s->n;
         int64_t done = 0;
         for (;;) {
@@ -1171,14 +1235,15 @@ static bool affix(ctx *c, const jstr *s, const jv *a, bool start, bool *res, int
             if (!affix(c, s, &a->u.l->v[i], start, res, line)) return false;
         return true;
     }
-    if (a->t != JV_STR) return fail(c, HR_ERR_INVALID_ARG, line, "%s needs a string", start ? "startswith" : "endswith");
+    if (a->t != JV_STR)
+        return fail(c, HR_ERR_INVALID_ARG, line, "%s needs a string", start ? "startswith" : "endswith");
     size_t k = a->u.s->n;
     *res = k <= s->n && memcmp(start ? s->p : s->p + s->n - k, a->u.s->p, k) == 0;
     return true;
 }
 
-static bool call_method(ctx *c, frame *f, struct jmethod *m, jv *args, size_t n, jstr **kw, jv *kv, size_t nk,
-                        jv *out, int line) {
+static bool call_method(ctx *c, frame *f, struct jmethod *m, jv *args, size_t n, jstr **kw, jv *kv, size_t nk, jv *out,
+                        int line) {
     const char *name = m->name;
     jv self = m->self;
     const jv *a0 = arg(args, n, NULL, NULL, 0, 0, ""), *a1 = arg(args, n, NULL, NULL, 0, 1, "");
@@ -1197,8 +1262,10 @@ static bool call_method(ctx *c, frame *f, struct jmethod *m, jv *args, size_t n,
         jlist *l = jl_new(&c->a, self.u.d->n);
         if (!l) return oom(c, line);
         for (size_t i = 0; i < self.u.d->n; i++) {
-            if (name[0] == 'k') l->v[i] = self.u.d->k[i];
-            else if (name[0] == 'v') l->v[i] = self.u.d->v[i];
+            if (name[0] == 'k')
+                l->v[i] = self.u.d->k[i];
+            else if (name[0] == 'v')
+                l->v[i] = self.u.d->v[i];
             else {
                 jlist *pair = jl_new(&c->a, 2);
                 if (!pair) return oom(c, line);
@@ -1224,7 +1291,8 @@ static bool call_method(ctx *c, frame *f, struct jmethod *m, jv *args, size_t n,
         strip_range(s, chars, name[0] != 'r', name[0] != 'l', &b, &e);
         return mkstr(c, s->p + b, e - b, out, line);
     }
-    if (!strcmp(name, "split")) return str_split(c, s, arg(args, n, kw, kv, nk, 0, "sep"), arg(args, n, kw, kv, nk, 1, "maxsplit"), out, line);
+    if (!strcmp(name, "split"))
+        return str_split(c, s, arg(args, n, kw, kv, nk, 0, "sep"), arg(args, n, kw, kv, nk, 1, "maxsplit"), out, line);
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "title") || !strcmp(name, "capitalize"))
         return apply_filter(c, f, name, self, NULL, 0, NULL, NULL, 0, out, line);
     if (!strcmp(name, "replace")) return filter_replace(c, s, a0, a1, arg(args, n, NULL, NULL, 0, 2, ""), out, line);
@@ -1254,9 +1322,9 @@ static bool call_method(ctx *c, frame *f, struct jmethod *m, jv *args, size_t n,
         bool ok = s->n > 0;
         for (size_t i = 0; ok && i < s->n; i++) {
             char ch = s->p[i];
-            ok = name[2] == 'd' ? (ch >= '0' && ch <= '9')
-               : name[2] == 'a' ? ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))
-                                : (ch == ' ' || (ch >= '\t' && ch <= '\r'));
+            ok = name[2] == 'd'   ? (ch >= '0' && ch <= '9')
+                 : name[2] == 'a' ? ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))
+                                  : (ch == ' ' || (ch >= '\t' && ch <= '\r'));
         }
         return *out = jv_bool(ok), true;
     }
@@ -1289,7 +1357,8 @@ static bool call_func(ctx *c, int fn, jv *args, size_t n, jstr **kw, jv *kv, siz
         if (!d) return oom(c, line);
         if (n > 0) {
             if (n > 1 || (args[0].t != JV_DICT && args[0].t != JV_NS))
-                return fail(c, HR_ERR_INVALID_ARG, line, "%s takes a mapping and keywords", fn == FN_DICT ? "dict" : "namespace");
+                return fail(c, HR_ERR_INVALID_ARG, line, "%s takes a mapping and keywords",
+                            fn == FN_DICT ? "dict" : "namespace");
             for (size_t i = 0; i < args[0].u.d->n; i++) /* jd_set scans: charge it */
                 if (!step(c, d->n / 8 + 1, line) || !jd_set(&c->a, d, args[0].u.d->k[i], args[0].u.d->v[i]))
                     return c->st ? false : oom(c, line);
@@ -1303,14 +1372,19 @@ static bool call_func(ctx *c, int fn, jv *args, size_t n, jstr **kw, jv *kv, siz
     int64_t start = 0, stop, stp = 1;
     for (size_t i = 0; i < n; i++)
         if (args[i].t != JV_INT) return fail(c, HR_ERR_INVALID_ARG, line, "range needs integers");
-    if (n == 1) stop = args[0].u.i;
-    else if (n == 2 || n == 3) start = args[0].u.i, stop = args[1].u.i, stp = n == 3 ? args[2].u.i : 1;
-    else return fail(c, HR_ERR_INVALID_ARG, line, "range takes 1 to 3 arguments");
+    if (n == 1)
+        stop = args[0].u.i;
+    else if (n == 2 || n == 3)
+        start = args[0].u.i, stop = args[1].u.i, stp = n == 3 ? args[2].u.i : 1;
+    else
+        return fail(c, HR_ERR_INVALID_ARG, line, "range takes 1 to 3 arguments");
     if (stp == 0) return fail(c, HR_ERR_INVALID_ARG, line, "range step cannot be zero");
-    double cnt_d = stp > 0 ? ((double)stop - (double)start) / (double)stp : ((double)start - (double)stop) / -(double)stp;
+    double cnt_d =
+        stp > 0 ? ((double)stop - (double)start) / (double)stp : ((double)start - (double)stop) / -(double)stp;
     /* charge the items up front: a huge range stops at the step limit before it takes memory */
     if (cnt_d > (double)c->lim.max_steps || (cnt_d > 0 && !step(c, (uint64_t)cnt_d, line)))
-        return fail(c, HR_ERR_RANGE, line, "range longer than the step limit (%llu)", (unsigned long long)c->lim.max_steps);
+        return fail(c, HR_ERR_RANGE, line, "range longer than the step limit (%llu)",
+                    (unsigned long long)c->lim.max_steps);
     jlist *l = jl_new(&c->a, 0);
     if (!l) return oom(c, line);
     for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp) {
@@ -1325,7 +1399,8 @@ static bool call_macro(ctx *c, struct jmacro *m, jv *args, size_t n, jstr **kw, 
                        int line) {
     const jnode *def = m->def;
     if (++c->depth > c->lim.max_depth) return fail(c, HR_ERR_RANGE, line, "macro calls nested deeper than the limit");
-    if (n > def->n_items) return fail(c, HR_ERR_INVALID_ARG, line, "a macro got %zu arguments for %zu parameters", n, def->n_items);
+    if (n > def->n_items)
+        return fail(c, HR_ERR_INVALID_ARG, line, "a macro got %zu arguments for %zu parameters", n, def->n_items);
     frame *mf = push_frame(c, m->closure);
     if (!mf) return oom(c, line);
     for (size_t i = 0; i < def->n_items; i++) {
@@ -1334,10 +1409,12 @@ static bool call_macro(ctx *c, struct jmacro *m, jv *args, size_t n, jstr **kw, 
         for (size_t k = 0; !v && k < nk; k++)
             if (kw[k]->n == pname->n && !memcmp(kw[k]->p, pname->p, pname->n)) v = &kv[k];
         jv val;
-        if (v) val = *v;
+        if (v)
+            val = *v;
         else if (def->items2 && def->items2[i]) {
             if (!eval(c, mf, def->items2[i], &val)) return false;
-        } else val = jv_undef(pname);
+        } else
+            val = jv_undef(pname);
         if (!frame_set(c, mf, pname, val, line)) return false;
     }
     if (caller.t == JV_MACRO && !frame_setz(c, mf, "caller", caller, line)) return false;
@@ -1509,7 +1586,8 @@ static bool assign(ctx *c, frame *f, jnode *const *targets, size_t n, jv v, int 
     jlist *items;
     if (v.t != JV_LIST) {
         if (!iter_items(c, v, &items, line)) return false;
-    } else items = v.u.l;
+    } else
+        items = v.u.l;
     if (items->n != n) return fail(c, HR_ERR_INVALID_ARG, line, "cannot unpack %zu values into %zu names", items->n, n);
     for (size_t i = 0; i < n; i++)
         if (!frame_set(c, f, targets[i]->name, items->v[i], line)) return false;
@@ -1541,7 +1619,8 @@ static bool exec_for(ctx *c, frame *f, const jnode *nd) {
         if (!kept) return oom(c, nd->line);
         for (size_t i = 0; i < items->n; i++) {
             jv cond;
-            if (!assign(c, lf, nd->items, nd->n_items, items->v[i], nd->line) || !eval(c, lf, nd->b, &cond)) return false;
+            if (!assign(c, lf, nd->items, nd->n_items, items->v[i], nd->line) || !eval(c, lf, nd->b, &cond))
+                return false;
             if (jv_truthy(cond) && !jl_push(&c->a, kept, items->v[i])) return oom(c, nd->line);
         }
         items = kept;
@@ -1635,7 +1714,8 @@ static bool exec_stmt(ctx *c, frame *f, const jnode *nd) {
 }
 
 static bool exec_body(ctx *c, frame *f, jnode *const *body, size_t n) {
-    if (++c->depth > c->lim.max_depth) return fail(c, HR_ERR_RANGE, n ? body[0]->line : 0, "nested deeper than the limit");
+    if (++c->depth > c->lim.max_depth)
+        return fail(c, HR_ERR_RANGE, n ? body[0]->line : 0, "nested deeper than the limit");
     bool ok = true;
     for (size_t i = 0; i < n && ok && !c->brk; i++) ok = exec_stmt(c, f, body[i]);
     c->depth--;
@@ -1656,10 +1736,10 @@ hr_status hr_jinja_render(const hr_jinja *t, const char *context_json, const hr_
     const char *js = context_json ? context_json : "{}";
     hr_status st;
     if (!jv_parse_json(&c.a, js, strlen(js), &root, c.lim.max_depth, jerr, sizeof jerr) || root.t != JV_DICT) {
-        st = c.a.nomem ? hr_error_set(err, HR_ERR_NOMEM, "out of memory")
-           : c.a.over  ? hr_error_set(err, HR_ERR_RANGE, "the template context is larger than the memory limit")
-                       : hr_error_set(err, HR_ERR_FORMAT, "the template context is not a JSON object (%s)",
-                                     root.t != JV_DICT && !jerr[0] ? "another value" : jerr);
+        st = c.a.nomem  ? hr_error_set(err, HR_ERR_NOMEM, "out of memory")
+             : c.a.over ? hr_error_set(err, HR_ERR_RANGE, "the template context is larger than the memory limit")
+                        : hr_error_set(err, HR_ERR_FORMAT, "the template context is not a JSON object (%s)",
+                                       root.t != JV_DICT && !jerr[0] ? "another value" : jerr);
         ja_free(&c.a);
         return st;
     }

@@ -134,51 +134,67 @@ bool jv_parse_json(jarena *a, const char *s, size_t n, jv *out, int max_depth, c
 
 typedef enum jkind {
     /* expressions */
-    JN_LIT = 1,  /* lit */
-    JN_NAME,     /* name */
-    JN_LIST,     /* items */
-    JN_TUPLE,    /* items */
-    JN_DICT,     /* items (keys), items2 (values) */
-    JN_ATTR,     /* a.name */
-    JN_ITEM,     /* a[b] */
-    JN_SLICE,    /* a[b:c:d] (each may be NULL) -> a, b, c, d */
-    JN_CALL,     /* a(items..., kw...) */
-    JN_FILTER,   /* a | name(items..., kw...); a NULL = the body of a filter block */
-    JN_TEST,     /* a is [not] name(items...) */
-    JN_UNARY,    /* op a: '-', '+', 'n' (not) */
-    JN_BINARY,   /* a op b */
+    JN_LIT = 1, /* lit */
+    JN_NAME,    /* name */
+    JN_LIST,    /* items */
+    JN_TUPLE,   /* items */
+    JN_DICT,    /* items (keys), items2 (values) */
+    JN_ATTR,    /* a.name */
+    JN_ITEM,    /* a[b] */
+    JN_SLICE,   /* a[b:c:d] (each may be NULL) -> a, b, c, d */
+    JN_CALL,    /* a(items..., kw...) */
+    JN_FILTER,  /* a | name(items..., kw...); a NULL = the body of a filter block */
+    JN_TEST,    /* a is [not] name(items...) */
+    JN_UNARY,   /* op a: '-', '+', 'n' (not) */
+    JN_BINARY,  /* a op b */
     JN_AND,
     JN_OR,
-    JN_COND,     /* b if a else c */
+    JN_COND, /* b if a else c */
     /* statements */
-    JN_TEXT,     /* lit */
-    JN_OUTPUT,   /* {{ a }} */
-    JN_IF,       /* if a: body else: else_body (elif nests) */
-    JN_FOR,      /* for targets(items, names) in a [if b]: body else: else_body */
-    JN_SET,      /* set targets = a | set name.attr = a | set name %}body{% endset */
-    JN_MACRO,    /* macro name(params: items as names, defaults in items2): body */
-    JN_CALLBLOCK,/* call(params) a: body is the caller */
+    JN_TEXT,        /* lit */
+    JN_OUTPUT,      /* {{ a }} */
+    JN_IF,          /* if a: body else: else_body (elif nests) */
+    JN_FOR,         /* for targets(items, names) in a [if b]: body else: else_body */
+    JN_SET,         /* set targets = a | set name.attr = a | set name %}body{% endset */
+    JN_MACRO,       /* macro name(params: items as names, defaults in items2): body */
+    JN_CALLBLOCK,   /* call(params) a: body is the caller */
     JN_FILTERBLOCK, /* filter a (JN_FILTER chain over the body): body */
     JN_BREAK,
     JN_CONTINUE,
 } jkind;
 
 /* binary operators (JN_BINARY op) */
-enum { JOP_ADD = 1, JOP_SUB, JOP_MUL, JOP_DIV, JOP_FLOORDIV, JOP_MOD, JOP_POW, JOP_CONCAT, JOP_EQ, JOP_NE, JOP_LT,
-       JOP_LE, JOP_GT, JOP_GE, JOP_IN, JOP_NOTIN };
+enum {
+    JOP_ADD = 1,
+    JOP_SUB,
+    JOP_MUL,
+    JOP_DIV,
+    JOP_FLOORDIV,
+    JOP_MOD,
+    JOP_POW,
+    JOP_CONCAT,
+    JOP_EQ,
+    JOP_NE,
+    JOP_LT,
+    JOP_LE,
+    JOP_GT,
+    JOP_GE,
+    JOP_IN,
+    JOP_NOTIN
+};
 
 typedef struct jnode jnode;
 struct jnode {
     uint8_t kind;
     uint8_t op;
-    bool neg;  /* JN_TEST: `is not` */
+    bool neg; /* JN_TEST: `is not` */
     int line;
     jv lit;
-    jstr *name;     /* name, attribute, filter/test/macro name; JN_SET with attr: the attribute */
+    jstr *name; /* name, attribute, filter/test/macro name; JN_SET with attr: the attribute */
     jnode *a, *b, *c, *d;
     jnode **items, **items2;
     size_t n_items;
-    jstr **kw;      /* keyword argument names (calls, filters) */
+    jstr **kw; /* keyword argument names (calls, filters) */
     jnode **kw_vals;
     size_t n_kw;
     jnode **body, **else_body;

@@ -48,8 +48,7 @@ typedef struct parser {
     hr_status st;
 } parser;
 
-__attribute__((format(printf, 4, 5))) static hr_status perr(parser *p, hr_status code, int line, const char *fmt,
-                                                             ...) {
+__attribute__((format(printf, 4, 5))) static hr_status perr(parser *p, hr_status code, int line, const char *fmt, ...) {
     if (p->st != HR_OK) return p->st;
     char msg[256];
     va_list ap;
@@ -98,14 +97,19 @@ static jstr *unescape(jarena *a, const char *s, size_t n) {
             bool ok = true;
             for (int k = 1; k <= hex; k++) {
                 char c = s[i + (size_t)k];
-                int h = is_digit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+                int h = is_digit(c)              ? c - '0'
+                        : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                        : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                                 : -1;
                 if (h < 0) ok = false;
                 cp = cp << 4 | (uint32_t)(h & 15);
             }
             if (ok && cp < 0x110000 && !(cp >= 0xD800 && cp < 0xE000)) {
                 size_t k = 0;
-                if (cp < 0x80) t[k++] = (char)cp;
-                else if (cp < 0x800) t[k++] = (char)(0xC0 | cp >> 6), t[k++] = (char)(0x80 | (cp & 0x3F));
+                if (cp < 0x80)
+                    t[k++] = (char)cp;
+                else if (cp < 0x800)
+                    t[k++] = (char)(0xC0 | cp >> 6), t[k++] = (char)(0x80 | (cp & 0x3F));
                 else if (cp < 0x10000)
                     t[k++] = (char)(0xE0 | cp >> 12), t[k++] = (char)(0x80 | ((cp >> 6) & 0x3F)),
                     t[k++] = (char)(0x80 | (cp & 0x3F));
@@ -129,12 +133,17 @@ static jstr *unescape(jarena *a, const char *s, size_t n) {
         case 'b': r = "\b"; break;
         case 'f': r = "\f"; break;
         case 'v': r = "\v"; break;
-        case '0': r = ""; jb_put(&b, "\0", 1); break;
+        case '0':
+            r = "";
+            jb_put(&b, "\0", 1);
+            break;
         case '\n': r = ""; break; /* a backslash-newline continues the literal */
         default: break;
         }
-        if (r) jb_puts(&b, r);
-        else jb_put(&b, s + i - 1, 2);
+        if (r)
+            jb_puts(&b, r);
+        else
+            jb_put(&b, s + i - 1, 2);
     }
     if (b.over) return NULL;
     return js_new(a, b.p, b.n);
@@ -190,8 +199,10 @@ static bool lex_tag(parser *p, const char *s, size_t n, size_t *ip, int *line, c
             for (size_t j = st; j < i && k + 1 < sizeof num; j++)
                 if (s[j] != '_') num[k++] = s[j];
             num[k] = '\0';
-            if (fl) t.t = T_FLOAT, t.f = strtod(num, NULL);
-            else t.t = T_INT, t.i = strtoll(num, NULL, 10);
+            if (fl)
+                t.t = T_FLOAT, t.f = strtod(num, NULL);
+            else
+                t.t = T_INT, t.i = strtoll(num, NULL, 10);
             t.s = js_new(p->a, "", 0);
         } else if (c == '\'' || c == '"') {
             size_t st = ++i;
@@ -212,8 +223,10 @@ static bool lex_tag(parser *p, const char *s, size_t n, size_t *ip, int *line, c
                     memcpy(t.op, ops2[k], 2);
                     break;
                 }
-            if (t.op[0]) i += 2;
-            else if (strchr("+-*/%~<>=.,:|()[]{}", c)) t.op[0] = c, i++;
+            if (t.op[0])
+                i += 2;
+            else if (strchr("+-*/%~<>=.,:|()[]{}", c))
+                t.op[0] = c, i++;
             else {
                 char what[8] = {c, 0};
                 return perr(p, HR_ERR_FORMAT, *line, "unexpected character '%s'", what), false;
@@ -240,7 +253,8 @@ static bool lex(parser *p, const char *s, size_t n) {
                 while (text_end > i && is_ws(s[text_end - 1])) text_end--;
             } else if (sign != '+' && kind != '{') { /* lstrip_blocks */
                 size_t l = text_end;
-                while (l > i && (s[l - 1] == ' ' || s[l - 1] == '\t' || s[l - 1] == '\r' || s[l - 1] == '\v' || s[l - 1] == '\f'))
+                while (l > i && (s[l - 1] == ' ' || s[l - 1] == '\t' || s[l - 1] == '\r' || s[l - 1] == '\v' ||
+                                 s[l - 1] == '\f'))
                     l--;
                 bool at_line_start = l > i ? s[l - 1] == '\n' : line_starting;
                 if (at_line_start) text_end = l;
@@ -426,13 +440,15 @@ static jnode *parse_postfix(parser *p, jnode *nd) {
             jnode *at = mk(p, JN_ATTR, nt->line);
             if (!at) return NULL;
             at->a = nd;
-            if (nt->t == T_NAME) at->name = nt->s;
+            if (nt->t == T_NAME)
+                at->name = nt->s;
             else if (nt->t == T_INT) { /* foo.0 is foo[0] */
                 at->kind = JN_ITEM;
                 at->b = mk(p, JN_LIT, nt->line);
                 if (!at->b) return NULL;
                 at->b->lit = jv_int(nt->i);
-            } else return perr(p, HR_ERR_FORMAT, nt->line, "expected a name after '.'"), NULL;
+            } else
+                return perr(p, HR_ERR_FORMAT, nt->line, "expected a name after '.'"), NULL;
             p->pos++;
             nd = at;
         } else if (is_op(t, "[")) {
@@ -454,9 +470,12 @@ static jnode *parse_postfix(parser *p, jnode *nd) {
             jnode *it = mk(p, n_colon ? JN_SLICE : JN_ITEM, t->line);
             if (!it) return NULL;
             it->a = nd;
-            if (n_colon) it->b = parts[0], it->c = parts[1], it->d = parts[2];
-            else if (!parts[0]) return perr(p, HR_ERR_FORMAT, t->line, "empty subscript"), NULL;
-            else it->b = parts[0];
+            if (n_colon)
+                it->b = parts[0], it->c = parts[1], it->d = parts[2];
+            else if (!parts[0])
+                return perr(p, HR_ERR_FORMAT, t->line, "empty subscript"), NULL;
+            else
+                it->b = parts[0];
             nd = it;
         } else if (is_op(t, "(")) {
             p->pos++;
@@ -495,22 +514,24 @@ static jnode *parse_filters_tests(parser *p, jnode *nd) {
             te->a = nd;
             if (accept_name(p, "not")) te->neg = true;
             tok *nt = cur(p);
-            if (nt->t == T_NAME) te->name = nt->s;
+            if (nt->t == T_NAME)
+                te->name = nt->s;
             else if (nt->t == T_OP && (is_op(nt, "==") || is_op(nt, "!=") || is_op(nt, "<") || is_op(nt, ">") ||
                                        is_op(nt, "<=") || is_op(nt, ">=")))
                 te->name = js_new(p->a, nt->op, strlen(nt->op));
-            else return perr(p, HR_ERR_FORMAT, nt->line, "expected a test name"), NULL;
+            else
+                return perr(p, HR_ERR_FORMAT, nt->line, "expected a test name"), NULL;
             /* none/true/false are test names here, not literals */
             p->pos++;
             if (accept_op(p, "(")) {
                 if (!parse_args(p, te)) return NULL;
             } else {
                 tok *at = cur(p);
-                bool starts_arg = at->t == T_STRING || at->t == T_INT || at->t == T_FLOAT ||
-                                  (at->t == T_NAME && !is_name(at, "else") && !is_name(at, "or") &&
-                                   !is_name(at, "and") && !is_name(at, "is") && !is_name(at, "if") &&
-                                   !is_name(at, "in") && !is_name(at, "not")) ||
-                                  is_op(at, "[") || is_op(at, "{");
+                bool starts_arg =
+                    at->t == T_STRING || at->t == T_INT || at->t == T_FLOAT ||
+                    (at->t == T_NAME && !is_name(at, "else") && !is_name(at, "or") && !is_name(at, "and") &&
+                     !is_name(at, "is") && !is_name(at, "if") && !is_name(at, "in") && !is_name(at, "not")) ||
+                    is_op(at, "[") || is_op(at, "{");
                 if (starts_arg) {
                     jnode *arg = parse_primary(p);
                     if (!arg) return NULL;
@@ -666,7 +687,11 @@ static jnode *parse_mul(parser *p) {
     jnode *a = parse_pow(p);
     for (;;) {
         tok *t = cur(p);
-        int op = is_op(t, "*") ? JOP_MUL : is_op(t, "/") ? JOP_DIV : is_op(t, "//") ? JOP_FLOORDIV : is_op(t, "%") ? JOP_MOD : 0;
+        int op = is_op(t, "*")    ? JOP_MUL
+                 : is_op(t, "/")  ? JOP_DIV
+                 : is_op(t, "//") ? JOP_FLOORDIV
+                 : is_op(t, "%")  ? JOP_MOD
+                                  : 0;
         if (!a || !op) return a;
         p->pos++;
         a = binary(p, op, a, parse_pow(p), t->line);
@@ -698,8 +723,14 @@ static jnode *parse_compare(parser *p) {
     jnode *a = parse_add(p);
     for (;;) {
         tok *t = cur(p);
-        int op = is_op(t, "==") ? JOP_EQ : is_op(t, "!=") ? JOP_NE : is_op(t, "<") ? JOP_LT : is_op(t, "<=") ? JOP_LE
-               : is_op(t, ">") ? JOP_GT : is_op(t, ">=") ? JOP_GE : is_name(t, "in") ? JOP_IN : 0;
+        int op = is_op(t, "==")     ? JOP_EQ
+                 : is_op(t, "!=")   ? JOP_NE
+                 : is_op(t, "<")    ? JOP_LT
+                 : is_op(t, "<=")   ? JOP_LE
+                 : is_op(t, ">")    ? JOP_GT
+                 : is_op(t, ">=")   ? JOP_GE
+                 : is_name(t, "in") ? JOP_IN
+                                    : 0;
         if (!op && is_name(t, "not") && is_name(peek(p, 1), "in")) {
             op = JOP_NOTIN;
             p->pos++;
@@ -1050,12 +1081,18 @@ static bool parse_body(parser *p, nvec *out, const char *const *ends, const char
         p->pos += 2;
         jnode *nd = NULL;
         int line = kw->line;
-        if (!strcmp(name, "if")) nd = parse_if(p, line);
-        else if (!strcmp(name, "for")) nd = parse_for(p, line);
-        else if (!strcmp(name, "set")) nd = parse_set(p, line);
-        else if (!strcmp(name, "macro")) nd = parse_macro(p, line);
-        else if (!strcmp(name, "call")) nd = parse_call_block(p, line);
-        else if (!strcmp(name, "filter")) nd = parse_filter_block(p, line);
+        if (!strcmp(name, "if"))
+            nd = parse_if(p, line);
+        else if (!strcmp(name, "for"))
+            nd = parse_for(p, line);
+        else if (!strcmp(name, "set"))
+            nd = parse_set(p, line);
+        else if (!strcmp(name, "macro"))
+            nd = parse_macro(p, line);
+        else if (!strcmp(name, "call"))
+            nd = parse_call_block(p, line);
+        else if (!strcmp(name, "filter"))
+            nd = parse_filter_block(p, line);
         else if (!strcmp(name, "break") || !strcmp(name, "continue")) {
             nd = mk(p, name[0] == 'b' ? JN_BREAK : JN_CONTINUE, line);
             if (nd && !expect_block_end(p)) return false;

@@ -174,9 +174,7 @@ bool jv_truthy(jv v) {
 }
 
 static bool is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
-static double num_of(jv v) {
-    return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b;
-}
+static double num_of(jv v) { return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b; }
 
 /* Python's ==: 1 == 1.0 == True; containers compare element by element; undefined equals undefined. */
 bool jv_equal(jv a, jv b) {
@@ -225,8 +223,8 @@ bool jv_equal_work(jv a, jv b, uint64_t *work, int depth) {
 }
 
 const char *jv_type_name(jv v) {
-    static const char *names[] = {"undefined", "none", "bool", "int", "float", "str", "list", "dict",
-                                  "namespace", "macro", "method", "function", "loop"};
+    static const char *names[] = {"undefined", "none",      "bool",  "int",    "float",    "str", "list",
+                                  "dict",      "namespace", "macro", "method", "function", "loop"};
     return v.t < sizeof names / sizeof names[0] ? names[v.t] : "?";
 }
 
@@ -327,13 +325,17 @@ static void write_str_repr(jbuf *b, const jstr *s) {
         if (c == (unsigned char)q || c == '\\') {
             t[0] = '\\', t[1] = (char)c;
             jb_put(b, t, 2);
-        } else if (c == '\n') jb_puts(b, "\\n");
-        else if (c == '\r') jb_puts(b, "\\r");
-        else if (c == '\t') jb_puts(b, "\\t");
+        } else if (c == '\n')
+            jb_puts(b, "\\n");
+        else if (c == '\r')
+            jb_puts(b, "\\r");
+        else if (c == '\t')
+            jb_puts(b, "\\t");
         else if (c < 0x20 || c == 0x7f) {
             snprintf(t, sizeof t, "\\x%02x", c);
             jb_puts(b, t);
-        } else jb_put(b, (const char *)&c, 1);
+        } else
+            jb_put(b, (const char *)&c, 1);
     }
     jb_put(b, &q, 1);
 }
@@ -398,13 +400,20 @@ static void write_json_str(jbuf *b, const char *p, size_t n) {
         unsigned char c = (unsigned char)p[i];
         const char *esc = NULL;
         char t[8];
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\t') esc = "\\t";
-        else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
+        if (c == '"')
+            esc = "\\\"";
+        else if (c == '\\')
+            esc = "\\\\";
+        else if (c == '\n')
+            esc = "\\n";
+        else if (c == '\r')
+            esc = "\\r";
+        else if (c == '\t')
+            esc = "\\t";
+        else if (c == '\b')
+            esc = "\\b";
+        else if (c == '\f')
+            esc = "\\f";
         else if (c < 0x20) {
             snprintf(t, sizeof t, "\\u%04x", c);
             esc = t;
@@ -431,9 +440,12 @@ bool jv_write_json(jbuf *b, jv v, int indent, int depth) {
     case JV_BOOL: jb_puts(b, v.u.b ? "true" : "false"); return true;
     case JV_INT: write_int(b, v.u.i); return true;
     case JV_FLOAT:
-        if (isnan(v.u.f)) jb_puts(b, "NaN");
-        else if (isinf(v.u.f)) jb_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
-        else jv_write_float(b, v.u.f);
+        if (isnan(v.u.f))
+            jb_puts(b, "NaN");
+        else if (isinf(v.u.f))
+            jb_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
+        else
+            jv_write_float(b, v.u.f);
         return true;
     case JV_STR: write_json_str(b, v.u.s->p, v.u.s->n); return true;
     case JV_LIST:
@@ -462,7 +474,8 @@ bool jv_write_json(jbuf *b, jv v, int indent, int depth) {
             if (indent >= 0) json_newline(b, indent, depth + 1);
             jv k = v.u.d->k[i];
             /* json.dumps turns int, float, bool and None keys into strings */
-            if (k.t == JV_STR) write_json_str(b, k.u.s->p, k.u.s->n);
+            if (k.t == JV_STR)
+                write_json_str(b, k.u.s->p, k.u.s->n);
             else if (k.t == JV_INT || k.t == JV_FLOAT || k.t == JV_BOOL || k.t == JV_NONE) {
                 jbuf kb = {.a = b->a, .limit = b->limit};
                 jv_write_json(&kb, k, -1, depth);
@@ -470,7 +483,8 @@ bool jv_write_json(jbuf *b, jv v, int indent, int depth) {
                 jb_puts(b, "\"");
                 jb_put(b, kb.p, kb.n);
                 jb_puts(b, "\"");
-            } else return false;
+            } else
+                return false;
             jb_puts(b, ": ");
             if (!jv_write_json(b, v.u.d->v[i], indent, depth + 1)) return false;
         }
@@ -498,8 +512,7 @@ static bool jp_fail(jp *p, const char *what) {
 }
 
 static void jp_ws(jp *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
-        p->i++;
+    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r')) p->i++;
 }
 
 static int hexval(char c) {
@@ -569,8 +582,10 @@ static bool jp_string(jp *p, jv *out) {
                 size_t save = p->i;
                 p->i += 2;
                 uint32_t lo;
-                if (jp_hex4(p, &lo) && lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                else p->i = save;
+                if (jp_hex4(p, &lo) && lo >= 0xDC00 && lo < 0xE000)
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                else
+                    p->i = save;
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD; /* a lone surrogate has no UTF-8 form */
             jb_put(&b, t, utf8_put(t, cp));
