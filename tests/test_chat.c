@@ -2,6 +2,7 @@
  * (and, where it matters, without one); the expected strings were written by hand from each family's
  * reference Jinja template (quoted in src/tokenizer/chat.c). Recognition is checked on the templates'
  * own Jinja text, names and aliases, the fallback and its warning, and templates read from a GGUF. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -358,11 +359,58 @@ static void test_model_template(void) {
     hr_chat_destroy(c);
 }
 
+/* tokenizer_config.json: the template as a string or a named list, the tokens as strings or
+ * AddedToken objects; the template read from it renders as the same text from a file does. */
+static void test_config(void) {
+    char *file = hr_test_slurp(HR_SOURCE_DIR "/tests/jinja/templates/gemma-3.jinja", NULL);
+    CHECK(file != NULL);
+    if (!file) return;
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "chat_template", json_string(file));
+    json_object_set_new(cfg, "bos_token", json_string("<bos>"));
+    json_t *eos = json_object();
+    json_object_set_new(eos, "__type", json_string("AddedToken"));
+    json_object_set_new(eos, "content", json_string("<end_of_turn>"));
+    json_object_set_new(cfg, "eos_token", eos);
+    char *text = json_dumps(cfg, 0);
+    char *tpl = NULL, *bos = NULL, *eos_s = NULL;
+    hr_error err = {0};
+    CHECKF(hr_chat_template_from_config(text, NULL, &tpl, &bos, &eos_s, &err) == HR_OK, "%s", err.msg);
+    CHECK(tpl && !strcmp(tpl, file) && bos && !strcmp(bos, "<bos>") && eos_s && !strcmp(eos_s, "<end_of_turn>"));
+    free(tpl);
+    free(bos);
+    free(eos_s);
+    free(text);
+    /* a named list: default without tools, tool_use by name */
+    json_t *list = json_array(), *d = json_object(), *tu = json_object();
+    json_object_set_new(d, "name", json_string("default"));
+    json_object_set_new(d, "template", json_string("D"));
+    json_object_set_new(tu, "name", json_string("tool_use"));
+    json_object_set_new(tu, "template", json_string("T"));
+    json_array_append_new(list, d);
+    json_array_append_new(list, tu);
+    json_object_set_new(cfg, "chat_template", list);
+    json_object_set_new(cfg, "bos_token", json_null());
+    text = json_dumps(cfg, 0);
+    CHECK(hr_chat_template_from_config(text, NULL, &tpl, &bos, NULL, &err) == HR_OK && !strcmp(tpl, "D") && !bos);
+    free(tpl);
+    CHECK(hr_chat_template_from_config(text, "tool_use", &tpl, NULL, NULL, &err) == HR_OK && !strcmp(tpl, "T"));
+    free(tpl);
+    CHECK(hr_chat_template_from_config(text, "rag", &tpl, NULL, NULL, &err) == HR_ERR_NOT_FOUND &&
+          strstr(err.msg, "rag"));
+    free(text);
+    json_decref(cfg);
+    CHECK(hr_chat_template_from_config("{\"model_max_length\": 8}", NULL, &tpl, NULL, NULL, &err) == HR_ERR_NOT_FOUND);
+    CHECK(hr_chat_template_from_config("[1]", NULL, &tpl, NULL, NULL, &err) == HR_ERR_FORMAT);
+    free(file);
+}
+
 int main(void) {
     test_render();
     test_errors();
     test_detect();
     test_from_gguf();
     test_model_template();
+    test_config();
     return hr_test_finish();
 }

@@ -580,6 +580,54 @@ hr_status hr_chat_create_from_gguf(const hr_gguf *g, const char *name, const hr_
     return hr_chat_create(&p, out, warning, warning_len, err);
 }
 
+/* bos_token / eos_token in a tokenizer_config.json: a string, or an AddedToken object's "content". */
+static char *config_token(json_t *v) {
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
+}
+
+hr_status hr_chat_template_from_config(const char *config_json, const char *name, char **tpl, char **bos, char **eos,
+                                       hr_error *err) {
+    if (!config_json || !tpl)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_chat_template_from_config: NULL argument");
+    json_error_t je;
+    json_t *cfg = json_loads(config_json, 0, &je);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return hr_error_set(err, HR_ERR_FORMAT, "tokenizer_config.json is not a JSON object (line %d: %s)", je.line,
+                            je.text);
+    }
+    if (!name) name = "default";
+    json_t *t = json_object_get(cfg, "chat_template"), *found = NULL;
+    if (json_is_string(t)) found = t;
+    size_t i;
+    json_t *entry;
+    if (json_is_array(t)) json_array_foreach(t, i, entry) {
+            const char *n = json_string_value(json_object_get(entry, "name"));
+            json_t *body = json_object_get(entry, "template");
+            if (n && !strcmp(n, name) && json_is_string(body)) found = body;
+        }
+    if (!found) {
+        bool named = json_is_array(t);
+        json_decref(cfg); /* t goes with it */
+        return hr_error_set(err, HR_ERR_NOT_FOUND, "tokenizer_config.json has no chat template%s%s",
+                            named ? " named " : "", named ? name : "");
+    }
+    char *text = strdup(json_string_value(found));
+    char *b = bos ? config_token(json_object_get(cfg, "bos_token")) : NULL;
+    char *e = eos ? config_token(json_object_get(cfg, "eos_token")) : NULL;
+    json_decref(cfg);
+    if (!text) {
+        free(b);
+        free(e);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    *tpl = text;
+    if (bos) *bos = b;
+    if (eos) *eos = e;
+    return HR_OK;
+}
+
 void hr_chat_destroy(hr_chat *c) {
     if (!c) return;
     hr_jinja_destroy(c->jinja);

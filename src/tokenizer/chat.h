@@ -110,6 +110,15 @@ hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, 
 hr_status hr_chat_create_from_gguf(const hr_gguf *g, const char *name, const hr_jinja_limits *limits, hr_chat **out,
                                    char *warning, size_t warning_len, hr_error *err);
 
+/* The chat template of a Hugging Face tokenizer_config.json (its text, config_json): "chat_template"
+ * as a string, or from a list of {"name", "template"} the one called name (NULL: "default", as
+ * transformers picks it without tools; "tool_use" is the one it picks with tools). *bos and *eos
+ * (each may be NULL) receive "bos_token"/"eos_token" (a string or an object with "content"), NULL
+ * when absent or null. Each out string is malloc'd (free it). Errors: HR_ERR_FORMAT for text that
+ * is not a JSON object, HR_ERR_NOT_FOUND when it has no (such) template. */
+hr_status hr_chat_template_from_config(const char *config_json, const char *name, char **tpl, char **bos, char **eos,
+                                       hr_error *err);
+
 void hr_chat_destroy(hr_chat *c);
 
 /* "the model's chat template" when the interpreter runs it, else the family's name. */
