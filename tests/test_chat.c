@@ -353,6 +353,37 @@ static void test_model_template(void) {
     CHECKF(strstr(hr_chat_fallback_note(c), "wordwrap") && strstr(hr_chat_fallback_note(c), "chatml"), "%s",
            hr_chat_fallback_note(c));
     hr_chat_destroy(c);
+    /* a tool_use template (as a GGUF's tokenizer.chat_template.tool_use) serves requests with tools */
+    hr_chat_params tp = {.template_text = "plain:{{ messages[0].content }}",
+                         .tool_use_text = "tools:{{ tools|length }}:{{ messages[0].content }}"};
+    CHECK(hr_chat_create(&tp, &c, warn, sizeof warn, &err) == HR_OK && warn[0] == '\0');
+    p = (hr_chat_render_params){.msgs = msgs + 1, .n_msgs = 1};
+    out = apply(c, &p, &st, &err);
+    CHECK(out && !strcmp(out, "plain:Weather in Paris?"));
+    free(out);
+    p.tools_json = weather;
+    out = apply(c, &p, &st, &err);
+    CHECK(out && !strcmp(out, "tools:1:Weather in Paris?"));
+    free(out);
+    hr_chat_destroy(c);
+    /* the same read from a model file */
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf_writer_set_str(w, "general.architecture", "llama");
+    hr_gguf_writer_set_str(w, "tokenizer.chat_template", tp.template_text);
+    hr_gguf_writer_set_str(w, "tokenizer.chat_template.tool_use", tp.tool_use_text);
+    void *data = NULL;
+    size_t size = 0;
+    CHECK(hr_gguf_writer_write_memory(w, &data, &size, &err) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    hr_gguf *g = NULL;
+    CHECK(hr_gguf_open_memory(data, size, &g, &err) == HR_OK);
+    CHECK(hr_chat_create_from_gguf(g, NULL, NULL, &c, warn, sizeof warn, &err) == HR_OK);
+    out = apply(c, &p, &st, &err);
+    CHECK(out && !strcmp(out, "tools:1:Weather in Paris?"));
+    free(out);
+    hr_chat_destroy(c);
+    hr_gguf_close(g);
+    free(data);
     /* no template at all: the fallback family and its warning, as before */
     c = make_chat(NULL, NULL, warn, sizeof warn);
     CHECK(c && strcmp(hr_chat_describe(c), "chatml") == 0 && strstr(warn, "no tokenizer.chat_template"));

@@ -395,6 +395,7 @@ hr_status hr_chat_render(hr_chat_template tpl, const hr_chat_msg *msgs, size_t n
 struct hr_chat {
     hr_chat_template family; /* the fallback, and the renderer when jinja is NULL */
     hr_jinja *jinja;         /* the model's template, parsed; NULL when absent, named away or refused */
+    hr_jinja *jinja_tools;   /* its tool_use template, for requests with tools; NULL when none or refused */
     hr_jinja_limits limits;
     pthread_mutex_t note_lock;
     char note[1024]; /* the first render-time fallback's reason */
@@ -491,11 +492,12 @@ fail:
 }
 
 /* Renders with the interpreter; HR_ERR_UNSUPPORTED / HR_ERR_RANGE / HR_ERR_FORMAT mean "fall back". */
-static hr_status render_jinja(const hr_chat *c, const hr_chat_render_params *p, char **out, hr_error *err) {
+static hr_status render_jinja(const hr_chat *c, const hr_jinja *t, const hr_chat_render_params *p, char **out,
+                              hr_error *err) {
     char *ctx = NULL;
     hr_status st = build_context(p, &ctx, err);
     if (st) return st;
-    st = hr_jinja_render(c->jinja, ctx, &c->limits, out, NULL, err);
+    st = hr_jinja_render(t, ctx, &c->limits, out, NULL, err);
     free(ctx);
     return st;
 }
@@ -547,7 +549,7 @@ hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, 
         hr_chat_render_params rp = {
             .msgs = probe, .n_msgs = 4, .add_generation_prompt = true, .bos = "<s>", .eos = "</s>"};
         char *o = NULL;
-        st = render_jinja(c, &rp, &o, &perr);
+        st = render_jinja(c, c->jinja, &rp, &o, &perr);
         free(o);
         if (!is_refusal(st)) st = HR_OK; /* a template may reject the probe (no system role, say): its right */
     }
@@ -563,6 +565,14 @@ hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, 
                      "the chat template interpreter refused the model's template (%s); using %s%s%s", perr.msg,
                      hr_chat_template_name(c->family), family_warning[0] ? ": " : "", family_warning);
     }
+    if (p->tool_use_text) { /* refused: requests with tools use the main template (or family) */
+        size_t tlen = p->tool_use_len ? p->tool_use_len : strlen(p->tool_use_text);
+        hr_error terr = {0};
+        if (hr_jinja_parse(p->tool_use_text, tlen, &c->limits, &c->jinja_tools, &terr) != HR_OK && warning &&
+            warning_len && !warning[0])
+            snprintf(warning, warning_len, "the chat template interpreter refused the model's tool_use template (%s)",
+                     terr.msg);
+    }
     *out = c;
     return HR_OK;
 }
@@ -576,6 +586,10 @@ hr_status hr_chat_create_from_gguf(const hr_gguf *g, const char *name, const hr_
     if (!name && g && hr_gguf_get_str(g, "tokenizer.chat_template", &s, NULL) == HR_OK && s.len > 0) {
         p.template_text = s.ptr;
         p.template_len = s.len;
+    }
+    if (!name && g && hr_gguf_get_str(g, "tokenizer.chat_template.tool_use", &s, NULL) == HR_OK && s.len > 0) {
+        p.tool_use_text = s.ptr;
+        p.tool_use_len = s.len;
     }
     return hr_chat_create(&p, out, warning, warning_len, err);
 }
@@ -631,6 +645,7 @@ hr_status hr_chat_template_from_config(const char *config_json, const char *name
 void hr_chat_destroy(hr_chat *c) {
     if (!c) return;
     hr_jinja_destroy(c->jinja);
+    hr_jinja_destroy(c->jinja_tools);
     pthread_mutex_destroy(&c->note_lock);
     free(c);
 }
@@ -650,9 +665,10 @@ const char *hr_chat_fallback_note(const hr_chat *c) {
 hr_status hr_chat_apply(hr_chat *c, const hr_chat_render_params *p, char **out, hr_error *err) {
     if (!c || !p || !out || (!p->msgs && p->n_msgs))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_chat_apply: NULL argument");
-    if (c->jinja) {
+    const hr_jinja *t = p->tools_json && c->jinja_tools ? c->jinja_tools : c->jinja;
+    if (t) {
         hr_error jerr = {0};
-        hr_status st = render_jinja(c, p, out, &jerr);
+        hr_status st = render_jinja(c, t, p, out, &jerr);
         if (!is_refusal(st)) {
             if (st && err) *err = jerr;
             return st;

@@ -95,6 +95,9 @@ typedef struct hr_chat_params {
     const char *template_text; /* the model's chat_template (GGUF tokenizer.chat_template or
                                   tokenizer_config.json's), NULL when it has none */
     size_t template_len;       /* 0: strlen(template_text) */
+    const char *tool_use_text; /* the model's "tool_use" template (GGUF tokenizer.chat_template.tool_use, or
+                                  tokenizer_config.json's so named), used for requests with tools; NULL: none */
+    size_t tool_use_len;       /* 0: strlen(tool_use_text) */
     const char *name;          /* --chat-template NAME: that family renderer, no interpreter; NULL: the model's */
     hr_jinja_limits limits;    /* bounds on each render (zero fields: jinja.h's defaults) */
 } hr_chat_params;
@@ -106,7 +109,8 @@ typedef struct hr_chat_params {
  * HR_ERR_INVALID_ARG for an unknown name (the message lists the known ones), HR_ERR_NOMEM. */
 hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, size_t warning_len, hr_error *err);
 
-/* The same with the template read from a model file's tokenizer.chat_template. */
+/* The same with the templates read from a model file's tokenizer.chat_template and
+ * tokenizer.chat_template.tool_use. */
 hr_status hr_chat_create_from_gguf(const hr_gguf *g, const char *name, const hr_jinja_limits *limits, hr_chat **out,
                                    char *warning, size_t warning_len, hr_error *err);
 
@@ -133,7 +137,8 @@ typedef struct hr_chat_render_params {
     const char *vars_json;  /* NULL or a JSON object of further template variables (enable_thinking, ...) */
 } hr_chat_render_params;
 
-/* Renders p's conversation. With the model's template: its exact output, or, when the interpreter
+/* Renders p's conversation. With the model's template (its tool_use one when p has tools and the
+ * model has one, as transformers picks it): its exact output, or, when the interpreter
  * meets something it does not support or reaches a limit, the family renderer's output (p's tools
  * and tool fields are then not rendered) with the reason kept for hr_chat_fallback_note. On success
  * *out is a malloc'd NUL-terminated string (free it). Errors: HR_ERR_INVALID_ARG when the template
