@@ -517,9 +517,10 @@ static jnode *parse_filters_tests(parser *p, jnode *nd) {
             if (nt->t == T_NAME)
                 te->name = nt->s;
             else if (nt->t == T_OP && (is_op(nt, "==") || is_op(nt, "!=") || is_op(nt, "<") || is_op(nt, ">") ||
-                                       is_op(nt, "<=") || is_op(nt, ">=")))
+                                       is_op(nt, "<=") || is_op(nt, ">="))) {
                 te->name = js_new(p->a, nt->op, strlen(nt->op));
-            else
+                if (!te->name) return perr(p, HR_ERR_NOMEM, nt->line, "out of memory"), NULL;
+            } else
                 return perr(p, HR_ERR_FORMAT, nt->line, "expected a test name"), NULL;
             /* none/true/false are test names here, not literals */
             p->pos++;
