@@ -390,6 +390,24 @@ static void test_model_template(void) {
     hr_chat_destroy(c);
 }
 
+/* Every real template of tests/jinja loads into the interpreter (none refused at load, no warning). */
+static void test_real_templates_load(void) {
+    static const char *const names[] = {"llama-3",      "llama-3.2",         "qwen3",  "gemma-3", "deepseek-v3",
+                                        "mistral-nemo", "mistral-small-3.1", "phi-3.5"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[512], warn[1024];
+        snprintf(path, sizeof path, HR_SOURCE_DIR "/tests/jinja/templates/%s.jinja", names[i]);
+        char *tpl = hr_test_slurp(path, NULL);
+        CHECKF(tpl != NULL, "%s", path);
+        if (!tpl) continue;
+        hr_chat *c = make_chat(tpl, NULL, warn, sizeof warn);
+        CHECKF(c && warn[0] == '\0' && !strcmp(hr_chat_describe(c), "the model's chat template"), "%s: %s", names[i],
+               warn);
+        hr_chat_destroy(c);
+        free(tpl);
+    }
+}
+
 /* tokenizer_config.json: the template as a string or a named list, the tokens as strings or
  * AddedToken objects; the template read from it renders as the same text from a file does. */
 static void test_config(void) {
@@ -443,5 +461,6 @@ int main(void) {
     test_from_gguf();
     test_model_template();
     test_config();
+    test_real_templates_load();
     return hr_test_finish();
 }
