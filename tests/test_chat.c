@@ -353,6 +353,21 @@ static void test_model_template(void) {
     CHECKF(strstr(hr_chat_fallback_note(c), "wordwrap") && strstr(hr_chat_fallback_note(c), "chatml"), "%s",
            hr_chat_fallback_note(c));
     hr_chat_destroy(c);
+    /* template variables add to the context but cannot replace messages, tools or the tokens */
+    c = make_chat("{{ messages|length }}{{ enable_thinking }}{{ bos_token is defined }}{{ add_generation_prompt }}",
+                  NULL, warn, sizeof warn);
+    p = (hr_chat_render_params){.msgs = msgs + 1,
+                                .n_msgs = 1,
+                                .vars_json =
+                                    "{\"messages\": [1, 2, 3], \"enable_thinking\": false, \"bos_token\": \"X\", "
+                                    "\"add_generation_prompt\": true}"};
+    out = apply(c, &p, &st, &err);
+    CHECKF(out && !strcmp(out, "1FalseFalseFalse"), "%s", out ? out : err.msg);
+    free(out);
+    p.vars_json = "[1]";
+    out = apply(c, &p, &st, &err);
+    CHECK(!out && st == HR_ERR_INVALID_ARG && strstr(err.msg, "variables"));
+    hr_chat_destroy(c);
     /* a tool_use template (as a GGUF's tokenizer.chat_template.tool_use) serves requests with tools */
     hr_chat_params tp = {.template_text = "plain:{{ messages[0].content }}",
                          .tool_use_text = "tools:{{ tools|length }}:{{ messages[0].content }}"};

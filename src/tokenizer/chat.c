@@ -408,6 +408,17 @@ static hr_status build_context(const hr_chat_render_params *p, char **out, hr_er
     json_t *ctx = json_object(), *msgs = json_array();
     hr_status st = HR_OK;
     if (!ctx || !msgs) goto nomem;
+    if (p->vars_json) { /* first: what follows (messages, tools, the tokens) cannot be overridden */
+        json_t *vars = json_loads(p->vars_json, 0, NULL);
+        if (!json_is_object(vars)) {
+            json_decref(vars);
+            json_decref(msgs); /* not in ctx yet */
+            st = hr_error_set(err, HR_ERR_INVALID_ARG, "the template variables are not a JSON object");
+            goto fail;
+        }
+        json_object_update(ctx, vars);
+        json_decref(vars);
+    }
     json_object_set_new(ctx, "messages", msgs);
     for (size_t i = 0; i < p->n_msgs; i++) {
         const hr_chat_msg *m = &p->msgs[i];
@@ -451,19 +462,10 @@ static hr_status build_context(const hr_chat_render_params *p, char **out, hr_er
         }
         json_object_set_new(ctx, "tools", tools);
     }
-    if (p->vars_json) {
-        json_t *vars = json_loads(p->vars_json, 0, NULL);
-        if (!json_is_object(vars)) {
-            json_decref(vars);
-            st = hr_error_set(err, HR_ERR_INVALID_ARG, "the template variables are not a JSON object");
-            goto fail;
-        }
-        json_object_update(ctx, vars); /* before ours: messages and the tokens cannot be overridden */
-        json_decref(vars);
-        json_object_set(ctx, "messages", msgs);
-    }
     if (p->bos) json_object_set_new(ctx, "bos_token", json_string(p->bos));
     if (p->eos) json_object_set_new(ctx, "eos_token", json_string(p->eos));
+    if (!p->bos) json_object_del(ctx, "bos_token"); /* nor from the variables */
+    if (!p->eos) json_object_del(ctx, "eos_token");
     json_object_set_new(ctx, "add_generation_prompt", json_boolean(p->add_generation_prompt));
     /* json_string refuses invalid UTF-8 (returns NULL, so the key is missing): say so */
     size_t i;
@@ -476,10 +478,7 @@ static hr_status build_context(const hr_chat_render_params *p, char **out, hr_er
             goto fail;
         }
     }
-    if ((p->bos && !json_object_get(ctx, "bos_token")) || (p->eos && !json_object_get(ctx, "eos_token"))) {
-        st = hr_error_set(err, HR_ERR_INVALID_ARG, "the BOS/EOS text is not valid UTF-8");
-        goto fail;
-    }
+    /* (a BOS/EOS text that is not valid UTF-8 stays undefined, as a vocabulary without one) */
     *out = json_dumps(ctx, JSON_COMPACT);
     json_decref(ctx);
     return *out ? HR_OK : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
