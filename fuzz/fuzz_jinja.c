@@ -5,7 +5,7 @@
  * Checked: parse and render either succeed (a NUL-terminated string no longer than the output limit)
  * or fail with a one-line, non-empty message and one of the documented codes; the small limits
  * set here must hold (no run takes more than a few milliseconds whatever the template does); and
- * hr_chat over the same template renders or fails the same way without crashing. */
+ * hr_chat over the same template (the JSON part as its template variables) renders or fails cleanly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             hr_chat_render_params rp = {.msgs = msgs,
                                         .n_msgs = 3,
                                         .add_generation_prompt = true,
+                                        .vars_json = ctx, /* the JSON part as template variables */
                                         .bos = "<s>",
                                         .eos = "</s>",
                                         .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"};
