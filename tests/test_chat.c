@@ -2,6 +2,7 @@
  * (and, where it matters, without one); the expected strings were written by hand from each family's
  * reference Jinja template (quoted in src/tokenizer/chat.c). Recognition is checked on the templates'
  * own Jinja text, names and aliases, the fallback and its warning, and templates read from a GGUF. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,12 +11,12 @@
 #include "tokenizer/chat.h"
 
 static const hr_chat_msg k_conv[] = {
-    {"system", "You are a helpful assistant"},
-    {"user", "Hello"},
-    {"assistant", "Hi there"},
-    {"user", "Who are you"},
-    {"assistant", "   I am an assistant   "},
-    {"user", "Another question"},
+    {.role = "system", .content = "You are a helpful assistant"},
+    {.role = "user", .content = "Hello"},
+    {.role = "assistant", .content = "Hi there"},
+    {.role = "user", .content = "Who are you"},
+    {.role = "assistant", .content = "   I am an assistant   "},
+    {.role = "user", .content = "Another question"},
 };
 #define N_CONV (sizeof k_conv / sizeof k_conv[0])
 
@@ -95,7 +96,7 @@ static void test_render(void) {
 static void test_errors(void) {
     char *out = NULL;
     hr_error err = {0};
-    const hr_chat_msg two_users[] = {{"user", "a"}, {"user", "b"}};
+    const hr_chat_msg two_users[] = {{.role = "user", .content = "a"}, {.role = "user", .content = "b"}};
     hr_chat_template strict[] = {HR_CHAT_LLAMA2, HR_CHAT_MISTRAL, HR_CHAT_MISTRAL_V1, HR_CHAT_GEMMA};
     for (size_t i = 0; i < sizeof strict / sizeof strict[0]; i++) {
         CHECK(hr_chat_render(strict[i], two_users, 2, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
@@ -105,14 +106,14 @@ static void test_errors(void) {
     CHECK(hr_chat_render(HR_CHAT_CHATML, two_users, 2, true, "", "", &out, &err) == HR_OK); /* chatml does not care */
     free(out);
     out = NULL;
-    const hr_chat_msg tool[] = {{"user", "a"}, {"tool", "b"}};
+    const hr_chat_msg tool[] = {{.role = "user", .content = "a"}, {.role = "tool", .content = "b"}};
     CHECK(hr_chat_render(HR_CHAT_MISTRAL, tool, 2, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
     CHECKF(strstr(err.msg, "'tool'") != NULL, "%s", err.msg);
     /* a refused role is quoted on one line, whatever it holds (fuzz/corpus/chat/regress-role-newline) */
-    const hr_chat_msg nl_role[] = {{"user", "a"}, {"sys\ntem\r", "b"}};
+    const hr_chat_msg nl_role[] = {{.role = "user", .content = "a"}, {.role = "sys\ntem\r", .content = "b"}};
     CHECK(hr_chat_render(HR_CHAT_MISTRAL, nl_role, 2, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
     CHECKF(!strchr(err.msg, '\n') && !strchr(err.msg, '\r') && strstr(err.msg, "sys?tem?"), "%s", err.msg);
-    const hr_chat_msg null_content[] = {{"user", NULL}};
+    const hr_chat_msg null_content[] = {{.role = "user", .content = NULL}};
     CHECK(hr_chat_render(HR_CHAT_CHATML, null_content, 1, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
     CHECK(hr_chat_render((hr_chat_template)99, k_conv, 1, true, "", "", &out, &err) == HR_ERR_INVALID_ARG);
     CHECK(out == NULL);
@@ -237,10 +238,244 @@ static void test_from_gguf(void) {
     }
 }
 
+/* hr_chat: the model's own template through the interpreter, and the family fallback. */
+
+static hr_chat *make_chat(const char *tpl, const char *name, char *warn, size_t warn_len) {
+    hr_chat *c = NULL;
+    hr_error err = {0};
+    hr_chat_params p = {.template_text = tpl, .name = name};
+    CHECKF(hr_chat_create(&p, &c, warn, warn_len, &err) == HR_OK, "%s", err.msg);
+    return c;
+}
+
+static char *apply(hr_chat *c, const hr_chat_render_params *p, hr_status *st, hr_error *err) {
+    char *out = NULL;
+    *st = hr_chat_apply(c, p, &out, err);
+    return out;
+}
+
+static void test_model_template(void) {
+    /* the real Llama 3.2 template with a tool call whose arguments come as a JSON string (as an
+       OpenAI client sends them): the same bytes as the reference's render with arguments as an
+       object (tests/jinja/expected/llama-3.2/tool_call_result.txt) */
+    char *tpl = hr_test_slurp(HR_SOURCE_DIR "/tests/jinja/templates/llama-3.2.jinja", NULL);
+    char *want = hr_test_slurp(HR_SOURCE_DIR "/tests/jinja/expected/llama-3.2/tool_call_result.txt", NULL);
+    CHECK(tpl && want);
+    if (!tpl || !want) return;
+    char warn[1024];
+    hr_chat *c = make_chat(tpl, NULL, warn, sizeof warn);
+    CHECKF(c && warn[0] == '\0' && strcmp(hr_chat_describe(c), "the model's chat template") == 0, "%s", warn);
+    const char *weather =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Get the current weather in a "
+        "city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"description\":"
+        "\"The "
+        "city name, e.g. Paris\"},\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]}},\"required\":["
+        "\"city\"]}}}]";
+    const hr_chat_msg msgs[] = {
+        {.role = "system", .content = "You are a concise assistant."},
+        {.role = "user", .content = "Weather in Paris?"},
+        {.role = "assistant",
+         .content = "",
+         .tool_calls_json = "[{\"id\":\"call12345\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                            "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\", \\\"unit\\\": \\\"celsius\\\"}\"}}]"},
+        {.role = "tool",
+         .content = "{\"temperature\": 21, \"sky\": \"clear\"}",
+         .tool_call_id = "call12345",
+         .name = "get_weather"},
+        {.role = "assistant", .content = "It is 21 degrees and clear in Paris."},
+    };
+    hr_chat_render_params p = {.msgs = msgs,
+                               .n_msgs = 5,
+                               .bos = "<|begin_of_text|>",
+                               .eos = "<|eot_id|>",
+                               .tools_json = weather,
+                               .vars_json = "{\"date_string\": \"05 Dec 2026\"}"};
+    hr_status st;
+    hr_error err = {0};
+    char *out = apply(c, &p, &st, &err);
+    CHECKF(st == HR_OK && out && strcmp(out, want) == 0, "%s\n--- got\n%s\n--- want\n%s", err.msg, out ? out : "",
+           want);
+    free(out);
+    /* the template's own refusal reaches the caller (no fallback): two tool calls at once */
+    const hr_chat_msg two[] = {{.role = "user", .content = "x"},
+                               {.role = "assistant",
+                                .tool_calls_json = "[{\"function\":{\"name\":\"a\",\"arguments\":{}}},"
+                                                   "{\"function\":{\"name\":\"b\",\"arguments\":{}}}]"}};
+    p = (hr_chat_render_params){.msgs = two, .n_msgs = 2};
+    out = apply(c, &p, &st, &err);
+    CHECKF(!out && st == HR_ERR_INVALID_ARG && strstr(err.msg, "single tool-calls"), "%s", err.msg);
+    p = (hr_chat_render_params){.msgs = msgs, .n_msgs = 2, .tools_json = "{\"not\": \"an array\"}"};
+    out = apply(c, &p, &st, &err);
+    CHECKF(!out && st == HR_ERR_INVALID_ARG && strstr(err.msg, "tools"), "%s", err.msg);
+    CHECK(hr_chat_fallback_note(c)[0] == '\0');
+    hr_chat_destroy(c);
+
+    /* --chat-template NAME wins over the model's template */
+    c = make_chat(tpl, "chatml", warn, sizeof warn);
+    CHECK(c && strcmp(hr_chat_describe(c), "chatml") == 0);
+    p = (hr_chat_render_params){.msgs = msgs + 1, .n_msgs = 1, .add_generation_prompt = true};
+    out = apply(c, &p, &st, &err);
+    CHECK(out && strcmp(out, "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n") == 0);
+    free(out);
+    hr_chat_destroy(c);
+    CHECK(hr_chat_create(&(hr_chat_params){.name = "nope"}, &c, warn, sizeof warn, &err) == HR_ERR_INVALID_ARG &&
+          strstr(err.msg, "known"));
+    free(tpl);
+    free(want);
+
+    /* refused at load (a statement outside the subset): the family recognized from the text, the
+       reason in the warning */
+    c = make_chat("{% include 'x.jinja' %}<|start_header_id|><|end_header_id|>", NULL, warn, sizeof warn);
+    CHECKF(c && strcmp(hr_chat_describe(c), "llama3") == 0 && strstr(warn, "refused") && strstr(warn, "include") &&
+               strstr(warn, "llama3"),
+           "%s", warn);
+    hr_chat_destroy(c);
+    /* a template that never ends is refused at load by the step limit, not run forever per request */
+    c = make_chat("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}<|im_start|>", NULL,
+                  warn, sizeof warn);
+    CHECKF(c && strcmp(hr_chat_describe(c), "chatml") == 0 && strstr(warn, "step limit"), "%s", warn);
+    hr_chat_destroy(c);
+    /* refused at render time (an unsupported filter on the tools path only): this request gets the
+       family's rendering, and the reason is kept once */
+    c = make_chat("{% if tools %}{{ tools|wordwrap }}{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                  "{{ m.content }}<|im_end|>\n{% endfor %}",
+                  NULL, warn, sizeof warn);
+    CHECKF(c && warn[0] == '\0' && strcmp(hr_chat_describe(c), "the model's chat template") == 0, "%s", warn);
+    p = (hr_chat_render_params){.msgs = msgs + 1, .n_msgs = 1, .tools_json = "[]"};
+    out = apply(c, &p, &st, &err);
+    CHECK(st == HR_OK && out && strcmp(out, "<|im_start|>user\nWeather in Paris?<|im_end|>\n") == 0);
+    free(out);
+    CHECK(hr_chat_fallback_note(c)[0] == '\0'); /* [] is falsy: no fallback */
+    p.tools_json = weather;
+    out = apply(c, &p, &st, &err);
+    CHECK(st == HR_OK && out && strcmp(out, "<|im_start|>user\nWeather in Paris?<|im_end|>\n") == 0);
+    free(out);
+    CHECKF(strstr(hr_chat_fallback_note(c), "wordwrap") && strstr(hr_chat_fallback_note(c), "chatml"), "%s",
+           hr_chat_fallback_note(c));
+    hr_chat_destroy(c);
+    /* template variables add to the context but cannot replace messages, tools or the tokens */
+    c = make_chat("{{ messages|length }}{{ enable_thinking }}{{ bos_token is defined }}{{ add_generation_prompt }}",
+                  NULL, warn, sizeof warn);
+    p = (hr_chat_render_params){.msgs = msgs + 1,
+                                .n_msgs = 1,
+                                .vars_json =
+                                    "{\"messages\": [1, 2, 3], \"enable_thinking\": false, \"bos_token\": \"X\", "
+                                    "\"add_generation_prompt\": true}"};
+    out = apply(c, &p, &st, &err);
+    CHECKF(out && !strcmp(out, "1FalseFalseFalse"), "%s", out ? out : err.msg);
+    free(out);
+    p.vars_json = "[1]";
+    out = apply(c, &p, &st, &err);
+    CHECK(!out && st == HR_ERR_INVALID_ARG && strstr(err.msg, "variables"));
+    hr_chat_destroy(c);
+    /* a tool_use template (as a GGUF's tokenizer.chat_template.tool_use) serves requests with tools */
+    hr_chat_params tp = {.template_text = "plain:{{ messages[0].content }}",
+                         .tool_use_text = "tools:{{ tools|length }}:{{ messages[0].content }}"};
+    CHECK(hr_chat_create(&tp, &c, warn, sizeof warn, &err) == HR_OK && warn[0] == '\0');
+    p = (hr_chat_render_params){.msgs = msgs + 1, .n_msgs = 1};
+    out = apply(c, &p, &st, &err);
+    CHECK(out && !strcmp(out, "plain:Weather in Paris?"));
+    free(out);
+    p.tools_json = weather;
+    out = apply(c, &p, &st, &err);
+    CHECK(out && !strcmp(out, "tools:1:Weather in Paris?"));
+    free(out);
+    hr_chat_destroy(c);
+    /* the same read from a model file */
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf_writer_set_str(w, "general.architecture", "llama");
+    hr_gguf_writer_set_str(w, "tokenizer.chat_template", tp.template_text);
+    hr_gguf_writer_set_str(w, "tokenizer.chat_template.tool_use", tp.tool_use_text);
+    void *data = NULL;
+    size_t size = 0;
+    CHECK(hr_gguf_writer_write_memory(w, &data, &size, &err) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    hr_gguf *g = NULL;
+    CHECK(hr_gguf_open_memory(data, size, &g, &err) == HR_OK);
+    CHECK(hr_chat_create_from_gguf(g, NULL, NULL, &c, warn, sizeof warn, &err) == HR_OK);
+    out = apply(c, &p, &st, &err);
+    CHECK(out && !strcmp(out, "tools:1:Weather in Paris?"));
+    free(out);
+    hr_chat_destroy(c);
+    hr_gguf_close(g);
+    free(data);
+    /* no template at all: the fallback family and its warning, as before */
+    c = make_chat(NULL, NULL, warn, sizeof warn);
+    CHECK(c && strcmp(hr_chat_describe(c), "chatml") == 0 && strstr(warn, "no tokenizer.chat_template"));
+    hr_chat_destroy(c);
+}
+
+/* Every real template of tests/jinja loads into the interpreter (none refused at load, no warning). */
+static void test_real_templates_load(void) {
+    static const char *const names[] = {"llama-3",      "llama-3.2",         "qwen3",  "gemma-3", "deepseek-v3",
+                                        "mistral-nemo", "mistral-small-3.1", "phi-3.5"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[512], warn[1024];
+        snprintf(path, sizeof path, HR_SOURCE_DIR "/tests/jinja/templates/%s.jinja", names[i]);
+        char *tpl = hr_test_slurp(path, NULL);
+        CHECKF(tpl != NULL, "%s", path);
+        if (!tpl) continue;
+        hr_chat *c = make_chat(tpl, NULL, warn, sizeof warn);
+        CHECKF(c && warn[0] == '\0' && !strcmp(hr_chat_describe(c), "the model's chat template"), "%s: %s", names[i],
+               warn);
+        hr_chat_destroy(c);
+        free(tpl);
+    }
+}
+
+/* tokenizer_config.json: the template as a string or a named list, the tokens as strings or
+ * AddedToken objects; the template read from it renders as the same text from a file does. */
+static void test_config(void) {
+    char *file = hr_test_slurp(HR_SOURCE_DIR "/tests/jinja/templates/gemma-3.jinja", NULL);
+    CHECK(file != NULL);
+    if (!file) return;
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "chat_template", json_string(file));
+    json_object_set_new(cfg, "bos_token", json_string("<bos>"));
+    json_t *eos = json_object();
+    json_object_set_new(eos, "__type", json_string("AddedToken"));
+    json_object_set_new(eos, "content", json_string("<end_of_turn>"));
+    json_object_set_new(cfg, "eos_token", eos);
+    char *text = json_dumps(cfg, 0);
+    char *tpl = NULL, *bos = NULL, *eos_s = NULL;
+    hr_error err = {0};
+    CHECKF(hr_chat_template_from_config(text, NULL, &tpl, &bos, &eos_s, &err) == HR_OK, "%s", err.msg);
+    CHECK(tpl && !strcmp(tpl, file) && bos && !strcmp(bos, "<bos>") && eos_s && !strcmp(eos_s, "<end_of_turn>"));
+    free(tpl);
+    free(bos);
+    free(eos_s);
+    free(text);
+    /* a named list: default without tools, tool_use by name */
+    json_t *list = json_array(), *d = json_object(), *tu = json_object();
+    json_object_set_new(d, "name", json_string("default"));
+    json_object_set_new(d, "template", json_string("D"));
+    json_object_set_new(tu, "name", json_string("tool_use"));
+    json_object_set_new(tu, "template", json_string("T"));
+    json_array_append_new(list, d);
+    json_array_append_new(list, tu);
+    json_object_set_new(cfg, "chat_template", list);
+    json_object_set_new(cfg, "bos_token", json_null());
+    text = json_dumps(cfg, 0);
+    CHECK(hr_chat_template_from_config(text, NULL, &tpl, &bos, NULL, &err) == HR_OK && !strcmp(tpl, "D") && !bos);
+    free(tpl);
+    CHECK(hr_chat_template_from_config(text, "tool_use", &tpl, NULL, NULL, &err) == HR_OK && !strcmp(tpl, "T"));
+    free(tpl);
+    CHECK(hr_chat_template_from_config(text, "rag", &tpl, NULL, NULL, &err) == HR_ERR_NOT_FOUND &&
+          strstr(err.msg, "rag"));
+    free(text);
+    json_decref(cfg);
+    CHECK(hr_chat_template_from_config("{\"model_max_length\": 8}", NULL, &tpl, NULL, NULL, &err) == HR_ERR_NOT_FOUND);
+    CHECK(hr_chat_template_from_config("[1]", NULL, &tpl, NULL, NULL, &err) == HR_ERR_FORMAT);
+    free(file);
+}
+
 int main(void) {
     test_render();
     test_errors();
     test_detect();
     test_from_gguf();
+    test_model_template();
+    test_config();
+    test_real_templates_load();
     return hr_test_finish();
 }

@@ -27,12 +27,12 @@ struct hr_runtime {
     FILE *step_log; /* p.step_log opened: a JSON line per computed step */
     int n_ctx;
     hr_kv_budget budget;
-    hr_chat_template chat_tpl;
+    hr_chat *chat; /* the model's own template (interpreted), or a family renderer */
     bool has_policy;
     hr_kv_policy policy;
     char model_name[128];
     char warning[1024];
-    char chat_warning[512]; /* the model's chat template was not recognized: what is used instead */
+    char chat_warning[1024]; /* the model's chat template was not recognized or refused: what is used instead */
 };
 
 /* The engine's step observer with --step-log: one JSON object a line, in seconds (t: hr_time_now). */
@@ -328,16 +328,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
         goto fail;
     }
     loaded = true;
-    if (p->chat_template) {
-        rt->chat_tpl = hr_chat_template_by_name(p->chat_template);
-        if (rt->chat_tpl == HR_CHAT_UNKNOWN) {
-            st = hr_error_set(err, HR_ERR_INVALID_ARG, "unknown --chat-template '%s' (known: %s)", p->chat_template,
-                              hr_chat_template_names());
-            goto fail;
-        }
-    } else {
-        rt->chat_tpl = hr_chat_template_from_gguf(hr_model_gguf(rt->model), rt->chat_warning, sizeof rt->chat_warning);
-    }
+    if ((st = hr_chat_create_from_gguf(hr_model_gguf(rt->model), p->chat_template, NULL, &rt->chat, rt->chat_warning,
+                                       sizeof rt->chat_warning, err)))
+        goto fail;
     rt->n_ctx = p->n_ctx ? p->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
     if ((st = check_ctx(rt, hp, err))) goto fail;
     if ((st = open_kv(rt, err))) goto fail;
@@ -403,6 +396,7 @@ void hr_runtime_close(hr_runtime *rt) {
     hr_model_ctx_destroy(rt->ctx);
     hr_kv_pool_destroy(rt->kv);
     hr_tokenizer_destroy(rt->tok);
+    hr_chat_destroy(rt->chat);
     hr_model_destroy(rt->owned);
     free(rt->demo_file);
     free(rt);
@@ -421,7 +415,7 @@ const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name;
 const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
 const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
-const char *hr_runtime_chat_family(const hr_runtime *rt) { return hr_chat_template_name(rt->chat_tpl); }
+const char *hr_runtime_chat_family(const hr_runtime *rt) { return hr_chat_template_name(hr_chat_family(rt->chat)); }
 
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
 void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }
@@ -430,10 +424,17 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_e
 /* ---- requests ---------------------------------------------------------------------------------- */
 
 /* Renders chat messages with the runtime's template and tokenizes them (hr_chat_tokenize: the
- * template's markers are control tokens, the contents stay text unless special_in_content). */
+ * template's own text with special tokens parsed, the contents as text unless special_in_content; the
+ * template writes BOS text itself, so none is added). */
 static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
                           hr_error *err) {
-    return hr_chat_tokenize(rt->chat_tpl, rt->tok, msgs, n, rt->p.special_in_content, ids, n_ids, err);
+    int32_t bos = hr_tokenizer_bos(rt->tok), eos = hr_tokenizer_eos(rt->tok);
+    hr_chat_render_params cp = {.msgs = msgs,
+                                .n_msgs = n,
+                                .add_generation_prompt = true,
+                                .bos = bos >= 0 ? hr_tokenizer_piece(rt->tok, bos) : NULL,
+                                .eos = eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL};
+    return hr_chat_tokenize(rt->chat, rt->tok, &cp, rt->p.special_in_content, ids, n_ids, err);
 }
 
 /* The prompt's ids into r (tokenized text, rendered chat, or the ids as given). */

@@ -1,6 +1,13 @@
-/* chat.h: chat templates. A GGUF's tokenizer.chat_template (Jinja text) is recognized by distinctive
- * substrings and rendered by a C function per family that reproduces what the family's reference
- * Jinja template renders (whitespace included); no Jinja interpreter is involved.
+/* chat.h: chat templates. Two ways to turn messages into a prompt:
+ *
+ *   1. hr_chat (below hr_chat_render): the model's own tokenizer.chat_template executed by the Jinja
+ *      interpreter (jinja.h), as Hugging Face's apply_chat_template would, with tools, tool calls,
+ *      tool results and template variables. When the interpreter refuses the template (a feature
+ *      outside its subset, at load or at render time, or a render limit), hr_chat falls back to
+ *      the family renderer of 2 and says why.
+ *   2. The family renderers: a template is recognized by distinctive substrings and rendered by a C
+ *      function per family that reproduces what the family's reference Jinja template renders
+ *      (whitespace included). --chat-template NAME picks one directly.
  *
  * Families (the reference template of each is quoted in docs/TOKENIZER.md):
  *   chatml    <|im_start|>role\ncontent<|im_end|>\n ...                  (Qwen, OpenHermes, Yi, ...)
@@ -22,6 +29,7 @@
 
 #include "common/status.h"
 #include "gguf/gguf.h"
+#include "tokenizer/jinja.h"
 
 typedef enum hr_chat_template {
     HR_CHAT_UNKNOWN = 0,
@@ -38,11 +46,17 @@ typedef enum hr_chat_template {
 
 #define HR_CHAT_FALLBACK HR_CHAT_CHATML
 
-/* One message; both strings are borrowed for the duration of the call. Roles: "system", "user",
- * "assistant" (each family's template decides what it does with other roles; see the docs). */
+/* One message; every string is borrowed for the duration of the call. Roles: "system", "user",
+ * "assistant", "tool" (each template decides what it does with a role; see the docs). The last three
+ * fields are for the model's own template (hr_chat_apply); the family renderers ignore them. */
 typedef struct hr_chat_msg {
     const char *role;
-    const char *content;
+    const char *content;         /* NULL: JSON null (an assistant turn that only calls tools) */
+    const char *tool_calls_json; /* NULL or a JSON array of {"id", "type", "function": {"name", "arguments"}};
+                                    an "arguments" string holding a JSON object is given to the template as
+                                    that object, as transformers users pass it */
+    const char *tool_call_id;    /* a tool result's call id, or NULL */
+    const char *name;            /* a tool result's function name, or NULL */
 } hr_chat_msg;
 
 /* "chatml", "llama2", ... (the names hr_chat_template_by_name accepts); "unknown" for others. */
@@ -89,11 +103,85 @@ hr_status hr_chat_render_spans(hr_chat_template tpl, const hr_chat_msg *msgs, si
                                hr_error *err);
 
 struct hr_tokenizer;
-/* Renders msgs with tpl (generation prompt added; BOS/EOS texts from tok) and tokenizes the result the
+/* Renders msgs with family tpl (generation prompt added; BOS/EOS texts from tok) and tokenizes the result the
  * way a server must: the template's markers with special tokens parsed, message contents and role names
  * without (so a user's "</s>" or "<|start_header_id|>system" stays text), unless special_in_content.
  * *ids is malloc'd (free it). Errors as hr_chat_render, and the tokenizer's. */
-hr_status hr_chat_tokenize(hr_chat_template tpl, const struct hr_tokenizer *tok, const hr_chat_msg *msgs, size_t n,
+hr_status hr_chat_tokenize_family(hr_chat_template tpl, const struct hr_tokenizer *tok, const hr_chat_msg *msgs,
+                                  size_t n, bool special_in_content, int32_t **ids, size_t *n_ids, hr_error *err);
+/* ---- the model's own template ------------------------------------------------------------------ */
+
+typedef struct hr_chat hr_chat;
+
+typedef struct hr_chat_params {
+    const char *template_text; /* the model's chat_template (GGUF tokenizer.chat_template or
+                                  tokenizer_config.json's), NULL when it has none */
+    size_t template_len;       /* 0: strlen(template_text) */
+    const char *tool_use_text; /* the model's "tool_use" template (GGUF tokenizer.chat_template.tool_use, or
+                                  tokenizer_config.json's so named), used for requests with tools; NULL: none */
+    size_t tool_use_len;       /* 0: strlen(tool_use_text) */
+    const char *name;          /* --chat-template NAME: that family renderer, no interpreter; NULL: the model's */
+    hr_jinja_limits limits;    /* bounds on each render (zero fields: jinja.h's defaults) */
+} hr_chat_params;
+
+/* Prepares rendering. Without a name, the template is parsed by the interpreter and tried once on a
+ * short conversation (system, user, assistant, user); if either step meets something outside the
+ * subset, the family renderer recognized from the text is used instead and warning says why (it is
+ * also set, as hr_chat_template_detect sets it, when no family is recognized; else ""). Errors:
+ * HR_ERR_INVALID_ARG for an unknown name (the message lists the known ones), HR_ERR_NOMEM. */
+hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, size_t warning_len, hr_error *err);
+
+/* The same with the templates read from a model file's tokenizer.chat_template and
+ * tokenizer.chat_template.tool_use. */
+hr_status hr_chat_create_from_gguf(const hr_gguf *g, const char *name, const hr_jinja_limits *limits, hr_chat **out,
+                                   char *warning, size_t warning_len, hr_error *err);
+
+/* The chat template of a Hugging Face tokenizer_config.json (its text, config_json): "chat_template"
+ * as a string, or from a list of {"name", "template"} the one called name (NULL: "default", as
+ * transformers picks it without tools; "tool_use" is the one it picks with tools). *bos and *eos
+ * (each may be NULL) receive "bos_token"/"eos_token" (a string or an object with "content"), NULL
+ * when absent or null. Each out string is malloc'd (free it). Errors: HR_ERR_FORMAT for text that
+ * is not a JSON object, HR_ERR_NOT_FOUND when it has no (such) template. */
+hr_status hr_chat_template_from_config(const char *config_json, const char *name, char **tpl, char **bos, char **eos,
+                                       hr_error *err);
+
+void hr_chat_destroy(hr_chat *c);
+
+/* The family renderer in use, or the one recognized in the model's template (the fallback). */
+hr_chat_template hr_chat_family(const hr_chat *c);
+
+/* "the model's chat template" when the interpreter runs it, else the family's name. */
+const char *hr_chat_describe(const hr_chat *c);
+
+typedef struct hr_chat_render_params {
+    const hr_chat_msg *msgs;
+    size_t n_msgs;
+    bool add_generation_prompt;
+    const char *bos, *eos;  /* the vocabulary's BOS/EOS texts: bos_token / eos_token (NULL: undefined) */
+    const char *tools_json; /* NULL or a JSON array of tools ({"type": "function", "function": {...}}) */
+    const char *vars_json;  /* NULL or a JSON object of further template variables (enable_thinking, ...) */
+} hr_chat_render_params;
+
+/* Renders p's conversation. With the model's template (its tool_use one when p has tools and the
+ * model has one, as transformers picks it): its exact output, or, when the interpreter
+ * meets something it does not support or reaches a limit, the family renderer's output (p's tools
+ * and tool fields are then not rendered) with the reason kept for hr_chat_fallback_note. On success
+ * *out is a malloc'd NUL-terminated string (free it). Errors: HR_ERR_INVALID_ARG when the template
+ * rejects the conversation (raise_exception: roles must alternate, ...) or a field is not valid
+ * JSON, with the template's message; the family renderers' errors (hr_chat_render). Thread-safe. */
+hr_status hr_chat_apply(hr_chat *c, const hr_chat_render_params *p, char **out, hr_error *err);
+
+/* The first render-time fallback's reason (one line), or "" when none happened. Stable once set. */
+const char *hr_chat_fallback_note(const hr_chat *c);
+
+/* hr_chat_apply, then tokenized the way a server must: the template's own text with special tokens
+ * parsed, message contents without (a user's "<|im_end|>" stays text), unless special_in_content.
+ * With the model's template, every control-token text in a message's content is fenced in before
+ * rendering (two private-use characters, U+F8F0 and U+F8F1, which are taken out again, as are any a
+ * client sent) and the fenced ranges of the output are tokenized as plain text: whatever the
+ * template does with the content, what it wrote from a client's special text stays text. With a
+ * family renderer: hr_chat_tokenize_family. *ids is malloc'd (free it). */
+hr_status hr_chat_tokenize(hr_chat *c, const struct hr_tokenizer *tok, const hr_chat_render_params *p,
                            bool special_in_content, int32_t **ids, size_t *n_ids, hr_error *err);
 
 #endif

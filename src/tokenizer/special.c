@@ -132,6 +132,20 @@ void hr_special_free(hr_tokenizer *t) {
     free(t->trie);
 }
 
+size_t hr_tokenizer_control_match(const hr_tokenizer *t, const char *text, size_t len) {
+    const uint8_t *s = (const uint8_t *)text;
+    if (t->n_special == 0 || len == 0 || !t->special_first[s[0]]) return 0;
+    size_t best = 0;
+    int32_t node = 0;
+    for (size_t j = 0; j < len; j++) {
+        node = trie_child(t, node, s[j]);
+        if (node < 0) break;
+        int32_t id = t->trie_term[node];
+        if (id >= 0 && t->types[id] != HR_TOKTYPE_USER_DEFINED) best = j + 1;
+    }
+    return best;
+}
+
 typedef struct cand {
     int32_t rank;
     int32_t id;

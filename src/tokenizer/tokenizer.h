@@ -49,6 +49,10 @@ hr_status hr_tokenizer_encode(const hr_tokenizer *t, const char *text, size_t le
 hr_status hr_tokenizer_encode_alloc(const hr_tokenizer *t, const char *text, size_t len, const hr_tokenize_opts *opts,
                                     int32_t **out, size_t *n_out, hr_error *err);
 
+/* The length of the longest control or unknown token text ("<|im_end|>", "</s>") that text[0..len)
+ * starts with, 0 when none does: what special-token parsing would turn into a control id there. */
+size_t hr_tokenizer_control_match(const hr_tokenizer *t, const char *text, size_t len);
+
 /* One piece of a text assembled from parts of different trust: a chat template's markers (special:
  * true, control-token texts such as "<|im_end|>" become their ids) and a client's message content
  * (special: false, such texts stay plain text). */
