@@ -1,6 +1,7 @@
 /* cmd_serve.c: `headroom serve`: an OpenAI-compatible HTTP server (src/server) over one runtime. The
  * port opens first (/health answers 503 "loading" while the model loads), then the runtime's engine
- * thread starts; SIGINT or SIGTERM drains in-flight requests (up to --drain-timeout) and exits. */
+ * thread starts; SIGINT or SIGTERM drains in-flight requests (up to --drain-timeout) and exits. SIGHUP,
+ * SIGUSR1, SIGUSR2 and SIGALRM are never fatal: each is one log line (SIGUSR1's is the server's state). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,8 +37,16 @@ static void usage(FILE *f) {
             "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
             "                         vllm:gpu_cache_usage_perc\n"
             "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-            "      --max-connections N  concurrent HTTP connections (default 256; more are not served until one\n"
-            "                         closes; idle ones close after 300 s)\n"
+            "      --max-connections N  concurrent HTTP connections (default 256; more wait in the listen backlog\n"
+            "                         until one closes)\n"
+            "      --listen-backlog N connections the kernel holds while all are busy (default 1024, capped by\n"
+            "                         net.core.somaxconn; past it new connections are not answered)\n"
+            "      --max-conns-per-ip N  connections one client address may hold (default 64; more are closed at\n"
+            "                         once; 0: no cap; behind a proxy every client is the proxy's address)\n"
+            "      --header-timeout S seconds a connection has to send a request's headers, from when it opened or\n"
+            "                         its previous response ended (default 10; then it is closed)\n"
+            "      --body-min-rate SIZE  bytes per second a request body must keep up after --header-timeout's\n"
+            "                         grace (default 1KiB; slower connections are closed; 0: no check)\n"
             "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
             "                         at least 32KiB; 431 above)\n"
             "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
@@ -92,6 +101,30 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     fflush(stdout);
 }
 
+/* Waits for SIGINT or SIGTERM; the other signals in sigs are logged and waited past. */
+static int wait_for_stop(const sigset_t *sigs, hr_server *srv) {
+    for (;;) {
+        int sig = 0;
+        if (sigwait(sigs, &sig) != 0) continue;
+        if (sig == SIGINT || sig == SIGTERM) return sig;
+        hr_server_stats st;
+        hr_server_get_stats(srv, &st);
+        const char *name = sig == SIGHUP ? "SIGHUP" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "SIGALRM";
+        if (sig == SIGUSR1)
+            fprintf(stderr,
+                    "headroom serve: SIGUSR1: state %s, %d request(s) in flight, %d connection(s) open (%d waiting "
+                    "for headers), %llu served, closed: %llu slow headers, %llu slow body, %llu bad framing, %llu "
+                    "over the per-address cap\n",
+                    st.state, st.n_inflight, st.n_connections, st.n_pending, (unsigned long long)st.n_accepted,
+                    (unsigned long long)st.n_cut_headers, (unsigned long long)st.n_cut_body,
+                    (unsigned long long)st.n_refused_framing, (unsigned long long)st.n_refused_per_ip);
+        else
+            fprintf(stderr, "headroom serve: %s: ignored (%s; SIGUSR1 logs the state, SIGINT/SIGTERM drain and stop)\n",
+                    name, sig == SIGHUP ? "nothing to reload: flags are read at start" : "no action");
+        fflush(stderr);
+    }
+}
+
 int hr_cmd_serve(int argc, char **argv) {
     hr_session_opts o = hr_session_default_opts();
     o.cmd = "serve";
@@ -140,6 +173,19 @@ int hr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-connections")) {
             ok =
                 (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
+        } else if (!strcmp(a, "--listen-backlog")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65535, &sp.listen_backlog);
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) &&
+                 hr_arg_int("serve", a, v, 0, 65536, &sp.max_conns_per_ip);
+        } else if (!strcmp(a, "--header-timeout")) {
+            float t = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_float("serve", a, v, 0.1, 3600, &t);
+            sp.header_timeout_s = t;
+        } else if (!strcmp(a, "--body-min-rate")) {
+            uint64_t n = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
+            sp.body_min_rate = (double)n;
         } else if (!strcmp(a, "--max-header")) {
             uint64_t n = 0;
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
@@ -183,12 +229,17 @@ int hr_cmd_serve(int argc, char **argv) {
     }
     sp.sampling = o.sampling;
 
-    /* SIGINT/SIGTERM are taken by sigwait below: blocked here, before any thread starts, so that every
-     * thread inherits the mask and none of them is interrupted */
+    /* SIGINT/SIGTERM (drain) and SIGHUP/SIGUSR1/SIGUSR2/SIGALRM (a log line: their default action
+     * would kill the server with its in-flight requests) are taken by sigwait below: blocked here,
+     * before any thread starts, so that every thread inherits the mask and none of them is interrupted */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
+    sigaddset(&sigs, SIGUSR2);
+    sigaddset(&sigs, SIGALRM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
 
@@ -218,8 +269,7 @@ int hr_cmd_serve(int argc, char **argv) {
     hr_server_set_runtime(srv, rt);
     print_banner(rt, &sp, hr_server_port(srv));
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    int sig = wait_for_stop(&sigs, srv);
     fprintf(stderr, "headroom serve: %s: draining %d request(s) (up to %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
             hr_server_n_inflight(srv), sp.drain_timeout_s);
     hr_server_shutdown(srv);

@@ -61,6 +61,7 @@ struct hr_server {
     pthread_mutex_t shutdown_mu;
     bool shut_down;
     hr_srv_guard *guard; /* the slow-connection watchdog */
+    hr_srv_gate *gate;   /* accepts, holds connections until their headers are in, hands them to MHD */
 };
 
 typedef enum {
@@ -779,6 +780,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     } else if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
         hr_srv_guard_close(s->guard, *socket_context);
         *socket_context = NULL;
+        hr_srv_gate_closed(s->gate);
     }
 }
 
@@ -804,20 +806,30 @@ static bool make_addr(const char *host, int port, struct sockaddr_storage *ss, s
     return false;
 }
 
-/* MHD says only that it failed to start; a plain bind says why (in use, not an address here). */
-static hr_status probe_bind(const struct sockaddr_storage *ss, socklen_t len, const char *host, int port,
-                            hr_error *err) {
-    int fd = socket(ss->ss_family, SOCK_STREAM, 0);
+/* The listening socket (the gate accepts on it, not MHD): bound, listening, non-blocking; an error
+ * says why (in use, not an address here). */
+static hr_status open_listener(const struct sockaddr_storage *ss, socklen_t len, const char *host, int port,
+                               int backlog, int *out, hr_error *err) {
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return hr_error_set(err, HR_ERR_IO, "cannot create a socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int rc = bind(fd, (const struct sockaddr *)ss, len);
-    int why = errno;
-    close(fd);
-    if (rc != 0)
+    if (ss->ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, backlog) != 0) {
+        int why = errno;
+        close(fd);
         return hr_error_set(err, HR_ERR_IO, "cannot listen on %s:%d: %s%s", host, port, strerror(why),
                             why == EADDRINUSE ? " (another server? pick --port, or 0 for any free one)" : "");
+    }
+    *out = fd;
     return HR_OK;
+}
+
+static int bound_port(int fd) {
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &al) != 0) return 0;
+    return ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port : ((struct sockaddr_in *)&a)->sin_port);
 }
 
 hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server **out, hr_error *err) {
@@ -841,10 +853,14 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     if (!make_addr(q.host, q.port, &ss, &slen))
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "host '%s' is not a numeric IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)", q.host);
-    hr_status st = probe_bind(&ss, slen, q.host, q.port, err);
+    int lfd = -1;
+    hr_status st = open_listener(&ss, slen, q.host, q.port, q.listen_backlog, &lfd, err);
     if (st) return st;
     hr_server *s = calloc(1, sizeof *s);
-    if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the server");
+    if (!s) {
+        close(lfd);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the server");
+    }
     s->host = strdup(q.host);
     s->api_key = q.api_key && *q.api_key ? strdup(q.api_key) : NULL;
     q.host = s->host;
@@ -861,28 +877,41 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     if (!s->host || (q.api_key && !s->api_key) || hr_srv_metrics_create(&s->metrics, err) != HR_OK ||
         hr_srv_activity_create(&s->activity, err) != HR_OK ||
         hr_srv_guard_create(q.header_timeout_s, q.body_min_rate, &s->guard, err) != HR_OK) {
+        close(lfd);
         hr_server_destroy(s);
         return err && err->code ? err->code : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO | MHD_USE_ITC;
-    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    /* At max_connections MHD stops polling the listening socket, so further connections wait in the
-       kernel's backlog (listen_backlog) instead of being accepted and dropped. The idle timeout (300 s)
-       stays for a client that stops reading a response; the watchdog owns the header and body
-       deadlines, which a byte every few seconds would keep an idle timeout from reaching. */
-    s->d = MHD_start_daemon(flags, (uint16_t)q.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+    /* MHD never sees the listening socket: the gate (gate.c) accepts, waits for a request's headers and
+       hands the socket over. MHD's own limits sit above the gate's count (max_live), which is freed at
+       the CLOSED notification a moment before MHD forgets the connection. The idle timeout (300 s)
+       stays for a client that stops reading a response; the watchdog (guard.c) owns the header and
+       body deadlines, which a byte every few seconds would keep an idle timeout from reaching. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_NO_LISTEN_SOCKET;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)q.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                            (unsigned)q.max_conns_per_ip, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)q.listen_backlog,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                            q.max_header_bytes, MHD_OPTION_END);
+                            (unsigned)q.max_connections + 64, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)q.max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, q.max_header_bytes, MHD_OPTION_END);
     if (!s->d) {
+        close(lfd);
         hr_server_destroy(s);
         return hr_error_set(err, HR_ERR_IO, "cannot start the HTTP server on %s:%d", q.host, q.port);
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di && di->port ? di->port : q.port;
+    s->port = bound_port(lfd);
+    /* pending connections cost a descriptor each, no thread: hold several times the served ones */
+    hr_srv_gate_params gp = {.listen_fd = lfd,
+                             .daemon = s->d,
+                             .max_pending = 4 * q.max_connections,
+                             .per_ip = q.max_conns_per_ip,
+                             .max_live = q.max_connections,
+                             .header_timeout_s = q.header_timeout_s,
+                             .max_header_bytes = q.max_header_bytes};
+    if ((st = hr_srv_gate_create(&gp, &s->gate, err)) != HR_OK) {
+        close(lfd);
+        hr_server_destroy(s);
+        return st;
+    }
     *out = s;
     return HR_OK;
 }
@@ -901,11 +930,16 @@ int hr_server_port(const hr_server *s) { return s->port; }
 void hr_server_get_stats(hr_server *s, hr_server_stats *st) {
     static const char *names[] = {"loading", "ready", "draining", "stopped"};
     hr_srv_guard_counts g = {0};
+    hr_srv_gate_counts gc = {0};
     if (s->guard) hr_srv_guard_stats(s->guard, &g);
+    if (s->gate) hr_srv_gate_stats(s->gate, &gc);
     *st = (hr_server_stats){.n_inflight = hr_server_n_inflight(s),
-                            .n_connections = g.open,
+                            .n_connections = g.open + gc.pending,
+                            .n_pending = gc.pending,
                             .n_accepted = g.accepted,
-                            .n_cut_headers = g.cut_headers,
+                            .n_cut_headers = g.cut_headers + gc.cut_headers,
+                            .n_refused_framing = gc.refused_framing,
+                            .n_refused_per_ip = gc.refused_per_ip,
                             .n_cut_body = g.cut_body,
                             .state = names[atomic_load(&s->state) & 3]};
 }
@@ -940,12 +974,8 @@ void hr_server_shutdown(hr_server *s) {
     wait_registry(s, hr_time_now() + 5);
     atomic_store(&s->abandon, true);
     pthread_mutex_unlock(&s->mu);
-    if (s->d) {
-        /* stop accepting: the listening socket comes back to us to close */
-        MHD_socket ls = MHD_quiesce_daemon(s->d);
-        if (ls != MHD_INVALID_SOCKET) close(ls);
-        MHD_stop_daemon(s->d);
-    }
+    hr_srv_gate_stop(s->gate); /* stops accepting: the listening socket closes */
+    if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
     atomic_store(&s->state, ST_STOPPED);
     pthread_mutex_unlock(&s->shutdown_mu);
@@ -957,6 +987,7 @@ void hr_server_destroy(hr_server *s) {
     hr_srv_metrics_destroy(s->metrics);
     hr_srv_activity_destroy(s->activity);
     hr_srv_guard_destroy(s->guard);
+    hr_srv_gate_destroy(s->gate);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->shutdown_mu);

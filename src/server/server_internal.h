@@ -233,4 +233,40 @@ void hr_srv_guard_phase(hr_srv_guard *g, hr_srv_sock *k, hr_sock_phase phase);
 void hr_srv_guard_body(hr_srv_guard *g, hr_srv_sock *k, size_t n);
 void hr_srv_guard_stats(hr_srv_guard *g, hr_srv_guard_counts *c);
 
+/* ---- the front door (gate.c) ------------------------------------------------------------------- */
+
+/* A request head (request line, headers, the empty line: buf[0..n)) as the gate checks it: 0 when it
+ * may go on to libmicrohttpd, else the status to answer once before closing (400; 500 out of memory)
+ * with why[] saying what is wrong. Adds to hr_srv_framing_check: obs-fold lines and whitespace before
+ * a header's colon (RFC 9112 5.1, 5.2). Lines it cannot read are left to libmicrohttpd. */
+int hr_srv_check_head(const char *buf, size_t n, char *why, size_t cap);
+
+struct MHD_Daemon;
+typedef struct hr_srv_gate_params {
+    int listen_fd;             /* listening, non-blocking; the gate owns it (closes it when it stops) */
+    struct MHD_Daemon *daemon; /* started with MHD_USE_NO_LISTEN_SOCKET */
+    int max_pending;           /* connections held waiting for their headers (then the backlog) */
+    int per_ip;                /* of those, at most this many from one address (0: no cap) */
+    int max_live;              /* connections handed to MHD and not yet closed */
+    double header_timeout_s;   /* a pending connection's first request headers must be whole by then */
+    size_t max_header_bytes;   /* how much is peeked (more: MHD answers 431) */
+} hr_srv_gate_params;
+
+typedef struct hr_srv_gate hr_srv_gate;
+
+typedef struct hr_srv_gate_counts {
+    int live, pending;
+    uint64_t cut_headers, refused_framing, refused_per_ip;
+} hr_srv_gate_counts;
+
+/* Starts the gate's thread. */
+hr_status hr_srv_gate_create(const hr_srv_gate_params *p, hr_srv_gate **out, hr_error *err);
+/* Stops accepting: joins the thread, closes the pending connections and the listening socket. */
+void hr_srv_gate_stop(hr_srv_gate *g);
+/* Stops if running and frees. NULL allowed. */
+void hr_srv_gate_destroy(hr_srv_gate *g);
+/* A handed-off connection closed (MHD's CLOSED notification): its live slot is free. NULL allowed. */
+void hr_srv_gate_closed(hr_srv_gate *g);
+void hr_srv_gate_stats(hr_srv_gate *g, hr_srv_gate_counts *c);
+
 #endif
