@@ -139,29 +139,37 @@ static int request(int port, const char *method, const char *path, const char *e
 #define SMUGGLED "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
 
 static void test_framing(int port) {
+#define CASE(name, head)                                                                                               \
+    { name, head, sizeof head - 1 }
     static const struct {
         const char *name, *head;
+        size_t len; /* heads may hold a NUL */
     } cases[] = {
-        {"two Content-Lengths", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nContent-Length: 60\r\n\r\n"},
-        {"two equal Content-Lengths",
-         "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nContent-Length: 17\r\n\r\n"},
-        {"Content-Length and chunked",
-         "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nTransfer-Encoding: chunked\r\n\r\n"},
-        {"chunked and Content-Length",
-         "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 17\r\n\r\n"},
-        {"Content-Length -1", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"},
-        {"Content-Length 1x", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n"},
-        {"Content-Length +17", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: +17\r\n\r\n"},
-        {"Content-Length 17, 17", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17, 17\r\n\r\n"},
-        {"Content-Length of 25 digits",
-         "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000000000000017\r\n\r\n"},
-        {"Transfer-Encoding gzip, chunked",
-         "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"},
-        {"two Transfer-Encodings",
-         "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n"},
-        {"Transfer-Encoding in HTTP/1.0", "POST /tokenize HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"},
-        {"space before the colon", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length : 17\r\n\r\n"},
-        {"obs-fold", "POST /tokenize HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n Transfer-Encoding: chunked\r\nContent-Length: 17\r\n\r\n"},
+        CASE("two Content-Lengths",
+             "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nContent-Length: 60\r\n\r\n"),
+        CASE("two equal Content-Lengths",
+             "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nContent-Length: 17\r\n\r\n"),
+        CASE("Content-Length and chunked",
+             "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        CASE("chunked and Content-Length",
+             "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 17\r\n\r\n"),
+        CASE("Content-Length -1", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
+        CASE("Content-Length 1x", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n"),
+        CASE("Content-Length +17", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: +17\r\n\r\n"),
+        CASE("Content-Length 17, 17", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17, 17\r\n\r\n"),
+        CASE("Content-Length of 25 digits",
+             "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000000000000017\r\n\r\n"),
+        CASE("Transfer-Encoding gzip, chunked",
+             "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+        CASE("two Transfer-Encodings",
+             "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n"),
+        CASE("Transfer-Encoding in HTTP/1.0",
+             "POST /tokenize HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        CASE("space before the colon", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length : 17\r\n\r\n"),
+        CASE("a NUL in Content-Length", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\0 5\r\n\r\n"),
+        CASE("an empty header name", "POST /tokenize HTTP/1.1\r\nHost: x\r\n: chunked\r\nContent-Length: 17\r\n\r\n"),
+        CASE("obs-fold", "POST /tokenize HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n Transfer-Encoding: "
+                         "chunked\r\nContent-Length: 17\r\n\r\n"),
     };
     /* 17 bytes of body, then a whole second request: a server that took the wrong length would
        answer it */
@@ -173,9 +181,14 @@ static void test_framing(int port) {
                connection) */
             int fd = dial_from("127.0.0.1", port, false);
             char msg[2048];
-            int n = snprintf(msg, sizeof msg, "%s%s%s", second ? "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" : "",
-                             cases[i].head, rest);
-            send_all(fd, msg, (size_t)n);
+            const char *first = second ? "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" : "";
+            size_t n = strlen(first);
+            memcpy(msg, first, n);
+            memcpy(msg + n, cases[i].head, cases[i].len);
+            n += cases[i].len;
+            memcpy(msg + n, rest, strlen(rest));
+            n += strlen(rest);
+            send_all(fd, msg, n);
             bool eof;
             char *r = read_until_eof(fd, 20, &eof, NULL);
             close(fd);
@@ -214,8 +227,8 @@ static int open_stream(int port) {
     int fd = dial_from("127.0.0.1", port, false);
     if (fd < 0) return -1;
     char head[512];
-    int hl = snprintf(head, sizeof head,
-                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+                      strlen(body), body);
     send_all(fd, head, (size_t)hl);
     char buf[4096];
     ssize_t got = recv(fd, buf, sizeof buf - 1, 0);
@@ -369,8 +382,8 @@ static void test_drain(hr_server *srv) {
     const char *body = r ? strstr(r, "\r\n\r\n") : NULL;
     json_t *j = body ? json_loads(body + 4, 0, NULL) : NULL;
     const char *status = json_string_value(json_object_get(j, "status"));
-    CHECKF(draining && status && !strcmp(status, "draining") && !atomic_load(&a.done),
-           "health while draining: %.300s", r ? r : "(no answer)");
+    CHECKF(draining && status && !strcmp(status, "draining") && !atomic_load(&a.done), "health while draining: %.300s",
+           r ? r : "(no answer)");
     json_decref(j);
     free(r);
     r = NULL;

@@ -109,7 +109,10 @@ static int wait_for_stop(const sigset_t *sigs, hr_server *srv) {
         if (sig == SIGINT || sig == SIGTERM) return sig;
         hr_server_stats st;
         hr_server_get_stats(srv, &st);
-        const char *name = sig == SIGHUP ? "SIGHUP" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "SIGALRM";
+        const char *name = sig == SIGHUP    ? "SIGHUP"
+                           : sig == SIGUSR1 ? "SIGUSR1"
+                           : sig == SIGUSR2 ? "SIGUSR2"
+                                            : "SIGALRM";
         if (sig == SIGUSR1)
             fprintf(stderr,
                     "headroom serve: SIGUSR1: state %s, %d request(s) in flight, %d connection(s) open (%d waiting "

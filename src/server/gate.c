@@ -71,6 +71,9 @@ static size_t head_end(const char *buf, size_t n) {
 }
 
 int hr_srv_check_head(const char *buf, size_t n, char *why, size_t cap) {
+    /* RFC 9110 5.5: a NUL in a field is rejected; libmicrohttpd would read a length up to it, another
+       parser past it */
+    if (memchr(buf, '\0', n)) return snprintf(why, cap, "a NUL byte in the request head"), 400;
     char *copy = malloc(n + 1);
     if (!copy) return snprintf(why, cap, "out of memory"), 500;
     memcpy(copy, buf, n);
@@ -102,7 +105,12 @@ int hr_srv_check_head(const char *buf, size_t n, char *why, size_t cap) {
         char *colon = strchr(line, ':');
         if (!colon) continue; /* MHD judges malformed lines */
         size_t name_len = (size_t)(colon - line);
-        if (name_len > 0 && (line[name_len - 1] == ' ' || line[name_len - 1] == '\t')) {
+        if (name_len == 0) {
+            status = 400;
+            snprintf(why, cap, "a header without a name");
+            break;
+        }
+        if (line[name_len - 1] == ' ' || line[name_len - 1] == '\t') {
             /* RFC 9112 5.1: whitespace between a field name and its colon MUST be rejected with 400 */
             status = 400;
             snprintf(why, cap, "whitespace between a header name and its colon");

@@ -73,8 +73,7 @@ int hr_srv_framing_check(const hr_srv_header *h, int n, bool http10, char *why, 
     if (n_te > 1) return snprintf(why, cap, "more than one Transfer-Encoding header"), 400;
     if (n_te == 1 && http10) return snprintf(why, cap, "Transfer-Encoding in an HTTP/1.0 request"), 400;
     if (n_te == 1 && !(te_len == 7 && !strncasecmp(te, "chunked", 7)))
-        return snprintf(why, cap, "Transfer-Encoding must be exactly \"chunked\" (no other coding is supported)"),
-               400;
+        return snprintf(why, cap, "Transfer-Encoding must be exactly \"chunked\" (no other coding is supported)"), 400;
     return 0;
 }
 

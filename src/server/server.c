@@ -171,7 +171,6 @@ static enum MHD_Result send_error(hr_server *s, struct MHD_Connection *c, const 
     return ok;
 }
 
-
 static enum MHD_Result fail(hr_server *s, struct MHD_Connection *c, int http, const char *param, const char *code,
                             const char *msg) {
     hr_srv_error e;
@@ -664,7 +663,8 @@ static enum MHD_Result admit(hr_server *s, struct MHD_Connection *c, conn *k, co
     framing_headers fh = {.h = h, .cap = 64};
     MHD_get_connection_values(c, MHD_HEADER_KIND, collect_framing, &fh);
     char why[160];
-    int bad = fh.overflow ? 400 : hr_srv_framing_check(h, fh.n, version && !strcmp(version, "HTTP/1.0"), why, sizeof why);
+    int bad =
+        fh.overflow ? 400 : hr_srv_framing_check(h, fh.n, version && !strcmp(version, "HTTP/1.0"), why, sizeof why);
     if (fh.overflow) snprintf(why, sizeof why, "more than 64 Content-Length / Transfer-Encoding headers");
     if (bad) {
         hr_srv_fail(&e, bad, NULL, "bad_framing", "%s", why);
@@ -834,7 +834,8 @@ static int bound_port(int fd) {
     struct sockaddr_storage a;
     socklen_t al = sizeof a;
     if (getsockname(fd, (struct sockaddr *)&a, &al) != 0) return 0;
-    return ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port : ((struct sockaddr_in *)&a)->sin_port);
+    return ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                         : ((struct sockaddr_in *)&a)->sin_port);
 }
 
 hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server **out, hr_error *err) {

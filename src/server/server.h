@@ -83,15 +83,15 @@ int hr_server_port(const hr_server *s);
 int hr_server_n_inflight(hr_server *s);
 /* Connection counters for a log line (SIGUSR1). */
 typedef struct hr_server_stats {
-    int n_inflight;                /* generation requests in flight */
-    int n_connections;             /* TCP connections open now (served and pending) */
-    int n_pending;                 /* of those, waiting for their first request's headers */
-    uint64_t n_accepted;           /* connections handed to the HTTP threads since start */
-    uint64_t n_refused_framing;    /* first requests refused for their framing (one 400, closed) */
-    uint64_t n_refused_per_ip;     /* connections closed at once: their address held max_conns_per_ip */
-    uint64_t n_cut_headers;        /* closed by the watchdog: headers too slow (header_timeout_s) */
-    uint64_t n_cut_body;           /* closed by the watchdog: body below body_min_rate */
-    const char *state;             /* "loading", "ready", "draining", "stopped" */
+    int n_inflight;             /* generation requests in flight */
+    int n_connections;          /* TCP connections open now (served and pending) */
+    int n_pending;              /* of those, waiting for their first request's headers */
+    uint64_t n_accepted;        /* connections handed to the HTTP threads since start */
+    uint64_t n_refused_framing; /* first requests refused for their framing (one 400, closed) */
+    uint64_t n_refused_per_ip;  /* connections closed at once: their address held max_conns_per_ip */
+    uint64_t n_cut_headers;     /* closed by the watchdog: headers too slow (header_timeout_s) */
+    uint64_t n_cut_body;        /* closed by the watchdog: body below body_min_rate */
+    const char *state;          /* "loading", "ready", "draining", "stopped" */
 } hr_server_stats;
 void hr_server_get_stats(hr_server *s, hr_server_stats *st);
 /* Graceful stop: answers 503 to new requests (connections are still accepted so that /health can say

@@ -237,8 +237,9 @@ void hr_srv_guard_stats(hr_srv_guard *g, hr_srv_guard_counts *c);
 
 /* A request head (request line, headers, the empty line: buf[0..n)) as the gate checks it: 0 when it
  * may go on to libmicrohttpd, else the status to answer once before closing (400; 500 out of memory)
- * with why[] saying what is wrong. Adds to hr_srv_framing_check: obs-fold lines and whitespace before
- * a header's colon (RFC 9112 5.1, 5.2). Lines it cannot read are left to libmicrohttpd. */
+ * with why[] saying what is wrong. Adds to hr_srv_framing_check: a NUL byte anywhere, obs-fold lines,
+ * an empty header name and whitespace before a header's colon (RFC 9110 5.5, RFC 9112 5.1, 5.2).
+ * Lines without a colon are left to libmicrohttpd (one 400). */
 int hr_srv_check_head(const char *buf, size_t n, char *why, size_t cap);
 
 struct MHD_Daemon;
