@@ -11,7 +11,8 @@
  *   - 2,000 idle connections: the real client is answered within 1 s;
  *   - draining: /health answers 503 {"status":"draining"} and a new completion 503 while an in-flight
  *     stream holds the drain; the port closes when the drain ends;
- *   - a client that half-closes after a non-streaming POST still gets its whole answer;
+ *   - a client that half-closes after a non-streaming POST still gets its whole answer; one that closes
+ *     for good has its request cancelled;
  *   - a server process with --api-key: 200 unauthenticated 4 MiB uploads are refused on their headers
  *     (401 each) and its peak RSS grows by less than 16 MiB;
  *   - the same process survives SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM (a log line each, an in-flight
@@ -456,6 +457,30 @@ static void test_half_close(int port) {
     free(r);
 }
 
+/* A client that closes for good after a non-streaming POST has its request cancelled: the probe's
+ * write fails and the request leaves the registry (an endless request would otherwise run forever). */
+static void test_full_close(hr_server *srv) {
+    int port = hr_server_port(srv);
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":1000000000,\"kv_policy\":\"window:64\","
+                       "\"ignore_eos\":true}";
+    int fd = dial_from("127.0.0.1", port, false);
+    char head[512];
+    int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+                      strlen(body), body);
+    send_all(fd, head, (size_t)hl);
+    bool running = false;
+    for (int i = 0; i < 600 && !running; i++) { /* bounded: 30 s */
+        running = hr_server_n_inflight(srv) == 1;
+        if (!running) usleep(50 * 1000);
+    }
+    CHECKF(running, "the endless request runs");
+    double t0 = hr_time_now();
+    close(fd);
+    for (int i = 0; i < 600 && hr_server_n_inflight(srv) > 0; i++) usleep(50 * 1000); /* bounded: 30 s */
+    CHECKF(hr_server_n_inflight(srv) == 0, "a closed client's request is cancelled");
+    printf("full close: cancelled %.2f s after the client closed\n", hr_time_now() - t0);
+}
+
 /* ---- a server process: memory under unauthenticated uploads, signals --------------------------- */
 
 typedef struct proc {
@@ -653,6 +678,7 @@ int main(void) {
         int port = hr_server_port(srv);
         test_framing(port);
         test_half_close(port);
+        test_full_close(srv);
         settle(srv);
         test_slowloris(srv);
         test_idle(port);

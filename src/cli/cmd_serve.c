@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -245,6 +246,13 @@ int hr_cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGALRM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
+    /* every connection is a descriptor, up to 5 x --max-connections of them (those waiting for their
+       headers, those served): the soft limit (often 1024) goes up to the hard one */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
 
     hr_server *srv = NULL;
     hr_status st = hr_server_create(NULL, &sp, &srv, &err);

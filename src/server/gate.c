@@ -55,6 +55,7 @@ struct hr_srv_gate {
     atomic_bool stop;
     pthread_t thread;
     bool started;
+    double pause_until; /* out of descriptors: the listening socket is left alone until then */
     atomic_uint_fast64_t n_cut, n_refused_framing, n_refused_ip;
 };
 
@@ -175,7 +176,13 @@ static void accept_some(hr_srv_gate *g) {
     for (int k = 0; k < 64 && g->n_pend < g->p.max_pending; k++) {
         pending q = {.addr_len = sizeof q.addr};
         q.fd = accept4(g->p.listen_fd, (struct sockaddr *)&q.addr, &q.addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (q.fd < 0) return; /* EAGAIN, or EMFILE: the next round tries again */
+        if (q.fd < 0) {
+            /* out of descriptors (or kernel memory): the listening socket stays readable, so polling
+               it again at once would spin; leave the connection in the backlog a moment */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                g->pause_until = hr_time_now() + 0.1;
+            return;
+        }
         if (g->p.per_ip > 0) {
             int same = 0;
             for (int i = 0; i < g->n_pend; i++) same += same_ip(&g->pend[i].addr, &q.addr);
@@ -226,7 +233,7 @@ static void *gate_main(void *arg) {
     while (!atomic_load(&g->stop)) {
         int n = 0, n_ready = 0;
         pf[n++] = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
-        bool listening = g->n_pend < g->p.max_pending && g->p.listen_fd >= 0;
+        bool listening = g->n_pend < g->p.max_pending && g->p.listen_fd >= 0 && hr_time_now() >= g->pause_until;
         if (listening) pf[n++] = (struct pollfd){.fd = g->p.listen_fd, .events = POLLIN};
         int first = n;
         for (int i = 0; i < g->n_pend; i++) {
@@ -238,7 +245,7 @@ static void *gate_main(void *arg) {
             pf[n++] = (struct pollfd){.fd = g->pend[i].fd, .events = POLLIN | POLLRDHUP};
         }
         /* ready ones wait for a live slot: look again soon */
-        poll(pf, (nfds_t)n, n_ready ? 20 : 250);
+        poll(pf, (nfds_t)n, n_ready || hr_time_now() < g->pause_until ? 20 : 250);
         if (pf[0].revents) {
             char b[16];
             while (read(g->wake[0], b, sizeof b) > 0) {
