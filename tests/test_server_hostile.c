@@ -9,6 +9,7 @@
  *     requests are answered within 1 s), and all of them are closed by the deadlines, while a stream
  *     that outlives those deadlines keeps flowing;
  *   - 2,000 idle connections: the real client is answered within 1 s;
+ *   - both again with no per-address cap (all from "one proxy" would look the same);
  *   - draining: /health answers 503 {"status":"draining"} and a new completion 503 while an in-flight
  *     stream holds the drain; the port closes when the drain ends;
  *   - a client that half-closes after a non-streaming POST still gets its whole answer; one that closes
@@ -691,6 +692,24 @@ int main(void) {
                (unsigned long long)st.n_refused_per_ip);
         CHECK(st.n_refused_framing >= 14 && st.n_cut_headers > 0 && st.n_cut_body > 0 && st.n_refused_per_ip > 0);
         test_drain(srv);
+        hr_server_destroy(srv);
+    }
+    /* again with no per-address cap (a server behind a proxy sees one address): slow connections
+       hold no thread while they wait for their headers, and when the waiting room is full a new
+       connection takes the place of the one that has waited longest */
+    sp.max_conns_per_ip = 0;
+    srv = NULL;
+    CHECKF(hr_server_create(rt, &sp, &srv, &err) == HR_OK, "server: %s", err.msg);
+    if (srv) {
+        printf("no per-address cap:\n");
+        test_slowloris(srv);
+        test_idle(hr_server_port(srv));
+        hr_server_stats st;
+        hr_server_get_stats(srv, &st);
+        printf("server: %llu served, closed %llu slow headers, %llu slow body, %llu to make room\n",
+               (unsigned long long)st.n_accepted, (unsigned long long)st.n_cut_headers,
+               (unsigned long long)st.n_cut_body, (unsigned long long)st.n_evicted);
+        CHECK(st.n_refused_per_ip == 0 && st.n_evicted > 0 && st.n_cut_body > 0);
         hr_server_destroy(srv);
     }
     hr_runtime_close(rt);

@@ -117,11 +117,12 @@ static int wait_for_stop(const sigset_t *sigs, hr_server *srv) {
         if (sig == SIGUSR1)
             fprintf(stderr,
                     "headroom serve: SIGUSR1: state %s, %d request(s) in flight, %d connection(s) open (%d waiting "
-                    "for headers), %llu served, closed: %llu slow headers, %llu slow body, %llu bad framing, %llu "
-                    "over the per-address cap\n",
+                    "for headers), %llu served, closed: %llu slow headers, %llu slow body, %llu to make room, %llu "
+                    "bad framing, %llu over the per-address cap\n",
                     st.state, st.n_inflight, st.n_connections, st.n_pending, (unsigned long long)st.n_accepted,
                     (unsigned long long)st.n_cut_headers, (unsigned long long)st.n_cut_body,
-                    (unsigned long long)st.n_refused_framing, (unsigned long long)st.n_refused_per_ip);
+                    (unsigned long long)st.n_evicted, (unsigned long long)st.n_refused_framing,
+                    (unsigned long long)st.n_refused_per_ip);
         else
             fprintf(stderr, "headroom serve: %s: ignored (%s; SIGUSR1 logs the state, SIGINT/SIGTERM drain and stop)\n",
                     name, sig == SIGHUP ? "nothing to reload: flags are read at start" : "no action");

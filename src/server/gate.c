@@ -11,9 +11,11 @@
  * Invariants:
  *   1. The gate reads nothing: it peeks (MSG_PEEK), so MHD receives every byte of a request it
  *      accepts. A refused connection gets one response and is closed by the gate.
- *   2. Pending connections number at most max_pending, and at most per_ip from one address; past
- *      max_pending the listening socket is not polled, so new connections wait in the kernel's
- *      backlog; past per_ip they are closed at once.
+ *   2. Pending connections number at most max_pending, and at most per_ip from one address (past
+ *      per_ip a new one is closed at once). When all max_pending are taken, a new connection takes
+ *      the place of the one that has waited longest without whole headers (idle connections cannot
+ *      lock the door); when every pending one is ready (waiting for a live slot), the listening
+ *      socket is not polled and new connections wait in the kernel's backlog.
  *   3. At most max_live handed-off connections are open (counted up at hand-off, down at MHD's
  *      CLOSED notification, hr_srv_gate_closed); a ready connection waits in the gate for a slot.
  *   4. A pending connection whose headers are not whole header_timeout_s after it was accepted is
@@ -56,7 +58,7 @@ struct hr_srv_gate {
     pthread_t thread;
     bool started;
     double pause_until; /* out of descriptors: the listening socket is left alone until then */
-    atomic_uint_fast64_t n_cut, n_refused_framing, n_refused_ip;
+    atomic_uint_fast64_t n_cut, n_evicted, n_refused_framing, n_refused_ip;
 };
 
 /* ---- the header check -------------------------------------------------------------------------- */
@@ -172,8 +174,22 @@ static void refuse(hr_srv_gate *g, int i, int status, const char *why) {
     drop(g, i);
 }
 
+/* Index of the pending connection that has waited longest without whole headers, or -1. */
+static int oldest_unready(const hr_srv_gate *g) {
+    int best = -1;
+    for (int i = 0; i < g->n_pend; i++)
+        if (!g->pend[i].ready && (best < 0 || g->pend[i].t0 < g->pend[best].t0)) best = i;
+    return best;
+}
+
 static void accept_some(hr_srv_gate *g) {
-    for (int k = 0; k < 64 && g->n_pend < g->p.max_pending; k++) {
+    for (int k = 0; k < 64; k++) {
+        if (g->n_pend == g->p.max_pending) {
+            int old = oldest_unready(g);
+            if (old < 0) return;
+            atomic_fetch_add(&g->n_evicted, 1);
+            drop(g, old);
+        }
         pending q = {.addr_len = sizeof q.addr};
         q.fd = accept4(g->p.listen_fd, (struct sockaddr *)&q.addr, &q.addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (q.fd < 0) {
@@ -233,7 +249,8 @@ static void *gate_main(void *arg) {
     while (!atomic_load(&g->stop)) {
         int n = 0, n_ready = 0;
         pf[n++] = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
-        bool listening = g->n_pend < g->p.max_pending && g->p.listen_fd >= 0 && hr_time_now() >= g->pause_until;
+        bool listening = g->p.listen_fd >= 0 && hr_time_now() >= g->pause_until &&
+                         (g->n_pend < g->p.max_pending || oldest_unready(g) >= 0);
         if (listening) pf[n++] = (struct pollfd){.fd = g->p.listen_fd, .events = POLLIN};
         int first = n;
         for (int i = 0; i < g->n_pend; i++) {
@@ -333,6 +350,7 @@ void hr_srv_gate_stats(hr_srv_gate *g, hr_srv_gate_counts *c) {
     c->live = atomic_load(&g->n_live);
     c->pending = atomic_load(&g->n_pend_now);
     c->cut_headers = atomic_load(&g->n_cut);
+    c->evicted = atomic_load(&g->n_evicted);
     c->refused_framing = atomic_load(&g->n_refused_framing);
     c->refused_per_ip = atomic_load(&g->n_refused_ip);
 }

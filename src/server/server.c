@@ -944,6 +944,7 @@ void hr_server_get_stats(hr_server *s, hr_server_stats *st) {
                             .n_pending = gc.pending,
                             .n_accepted = g.accepted,
                             .n_cut_headers = g.cut_headers + gc.cut_headers,
+                            .n_evicted = gc.evicted,
                             .n_refused_framing = gc.refused_framing,
                             .n_refused_per_ip = gc.refused_per_ip,
                             .n_cut_body = g.cut_body,

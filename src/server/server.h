@@ -87,7 +87,8 @@ typedef struct hr_server_stats {
     int n_connections;          /* TCP connections open now (served and pending) */
     int n_pending;              /* of those, waiting for their first request's headers */
     uint64_t n_accepted;        /* connections handed to the HTTP threads since start */
-    uint64_t n_refused_framing; /* first requests refused for their framing (one 400, closed) */
+    uint64_t n_evicted;         /* closed while waiting for headers: a new connection needed the room */
+    uint64_t n_refused_framing; /* requests refused for their framing (one 400, closed) */
     uint64_t n_refused_per_ip;  /* connections closed at once: their address held max_conns_per_ip */
     uint64_t n_cut_headers;     /* closed by the watchdog: headers too slow (header_timeout_s) */
     uint64_t n_cut_body;        /* closed by the watchdog: body below body_min_rate */

@@ -246,7 +246,8 @@ struct MHD_Daemon;
 typedef struct hr_srv_gate_params {
     int listen_fd;             /* listening, non-blocking; the gate owns it (closes it when it stops) */
     struct MHD_Daemon *daemon; /* started with MHD_USE_NO_LISTEN_SOCKET */
-    int max_pending;           /* connections held waiting for their headers (then the backlog) */
+    int max_pending;           /* connections held waiting for their headers (when full, a new one takes
+                                  the place of the one waiting longest) */
     int per_ip;                /* of those, at most this many from one address (0: no cap) */
     int max_live;              /* connections handed to MHD and not yet closed */
     double header_timeout_s;   /* a pending connection's first request headers must be whole by then */
@@ -257,7 +258,7 @@ typedef struct hr_srv_gate hr_srv_gate;
 
 typedef struct hr_srv_gate_counts {
     int live, pending;
-    uint64_t cut_headers, refused_framing, refused_per_ip;
+    uint64_t cut_headers, evicted, refused_framing, refused_per_ip;
 } hr_srv_gate_counts;
 
 /* Starts the gate's thread. */
