@@ -163,8 +163,8 @@ static void refuse(hr_srv_gate *g, int i, int status, const char *why) {
                       "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: "
                       "%zu\r\n\r\n",
                       status, status == 400 ? "Bad Request" : "Internal Server Error", bl);
-    ssize_t got;
-    while ((got = recv(fd, g->peek, g->p.max_header_bytes, MSG_DONTWAIT)) > 0) {
+    /* bounded: a client pouring a body in must not hold the gate */
+    for (int k = 0; k < 16 && recv(fd, g->peek, g->p.max_header_bytes, MSG_DONTWAIT) > 0; k++) {
     }
     if (send(fd, head, (size_t)hl, MSG_NOSIGNAL | MSG_DONTWAIT) == hl && body)
         (void)!send(fd, body, bl, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -306,15 +306,21 @@ hr_status hr_srv_gate_create(const hr_srv_gate_params *p, hr_srv_gate **out, hr_
     g->pend = calloc((size_t)p->max_pending, sizeof *g->pend);
     g->peek = malloc(p->max_header_bytes);
     if (!g->pend || !g->peek || pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        g->p.listen_fd = -1; /* the caller keeps it on failure */
         hr_srv_gate_destroy(g);
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the connection gate");
     }
+    /* *out is set before the thread starts: connections it hands over may close (and reach
+       hr_srv_gate_closed through the caller's copy) at once */
+    *out = g;
+    g->started = true;
     if (pthread_create(&g->thread, NULL, gate_main, g) != 0) {
+        *out = NULL;
+        g->started = false;
+        g->p.listen_fd = -1;
         hr_srv_gate_destroy(g);
         return hr_error_set(err, HR_ERR_IO, "cannot start the connection gate: %s", strerror(errno));
     }
-    g->started = true;
-    *out = g;
     return HR_OK;
 }
 

@@ -244,7 +244,8 @@ int hr_srv_check_head(const char *buf, size_t n, char *why, size_t cap);
 
 struct MHD_Daemon;
 typedef struct hr_srv_gate_params {
-    int listen_fd;             /* listening, non-blocking; the gate owns it (closes it when it stops) */
+    int listen_fd;             /* listening, non-blocking; the gate owns it once created (closes it when it
+                                  stops); on failure the caller still does */
     struct MHD_Daemon *daemon; /* started with MHD_USE_NO_LISTEN_SOCKET */
     int max_pending;           /* connections held waiting for their headers (when full, a new one takes
                                   the place of the one waiting longest) */
