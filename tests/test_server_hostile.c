@@ -729,8 +729,22 @@ int main(void) {
     }
     hr_runtime_close(rt);
 
+    /* the flags: bad values are usage errors naming the flag; good ones start the server below */
+    static const struct {
+        const char *args, *flag;
+    } bad[] = {{"serve --header-timeout 0", "--header-timeout"},
+               {"serve --body-min-rate fast", "--body-min-rate"},
+               {"serve --max-conns-per-ip -1", "--max-conns-per-ip"},
+               {"serve --listen-backlog 0", "--listen-backlog"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *e = NULL;
+        int rc = hr_test_run_cli(bad[i].args, NULL, &e);
+        CHECKF(rc == 2 && e && strstr(e, bad[i].flag), "'%s': exit %d: %s", bad[i].args, rc, e ? e : "");
+        free(e);
+    }
     proc p;
-    if (!proc_start(&p, "--api-key k")) {
+    if (!proc_start(&p, "--api-key k --header-timeout 5 --body-min-rate 2KiB --max-conns-per-ip 100 "
+                        "--listen-backlog 512")) {
         CHECKF(false, "headroom serve did not start");
         return hr_test_finish();
     }
