@@ -222,15 +222,16 @@ static void test_framing(int port) {
 
 /* ---- slow and idle clients --------------------------------------------------------------------- */
 
-/* Opens an endless stream from 127.0.0.1 and reads its first event; -1 on failure. */
-static int open_stream(int port) {
+/* Opens an endless stream from 127.0.0.1 (auth: an extra header line or "") and reads its first
+ * bytes; -1 on failure. */
+static int open_stream_as(int port, const char *auth) {
     const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":1000000000,\"stream\":true,"
                        "\"kv_policy\":\"window:64\",\"ignore_eos\":true}";
     int fd = dial_from("127.0.0.1", port, false);
     if (fd < 0) return -1;
     char head[512];
-    int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
-                      strlen(body), body);
+    int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %zu\r\n\r\n%s",
+                      auth, strlen(body), body);
     send_all(fd, head, (size_t)hl);
     char buf[4096];
     ssize_t got = recv(fd, buf, sizeof buf - 1, 0);
@@ -242,6 +243,8 @@ static int open_stream(int port) {
     CHECKF(strstr(buf, "200 OK") != NULL, "stream opened: %.200s", buf);
     return fd;
 }
+
+static int open_stream(int port) { return open_stream_as(port, ""); }
 
 /* Bytes a stream delivers within secs (reading, so it never blocks the server). */
 static size_t drain_stream(int fd, double secs) {
@@ -608,7 +611,9 @@ typedef struct req_arg {
 static void *slow_request(void *p) {
     req_arg *a = p;
     a->status = request(a->port, "POST", "/v1/completions", "Authorization: Bearer k\r\n",
-                        "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"ignore_eos\":true}", &a->resp, NULL);
+                        "{\"prompt\":\"Once upon a time\",\"max_tokens\":3000,\"ignore_eos\":true,"
+                        "\"kv_policy\":\"window:64\"}",
+                        &a->resp, NULL);
     return NULL;
 }
 
@@ -617,10 +622,11 @@ static void test_signals(proc *s) {
         int sig;
         const char *name;
     } sigs[] = {{SIGHUP, "SIGHUP"}, {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"}, {SIGALRM, "SIGALRM"}};
+    /* in flight through the signals: an endless stream, and a 3,000-token completion */
+    int stream = open_stream_as(s->port, "Authorization: Bearer k\r\n");
     req_arg a = {.port = s->port};
     pthread_t t;
     pthread_create(&t, NULL, slow_request, &a);
-    usleep(100 * 1000);
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         kill(s->pid, sigs[i].sig);
         usleep(100 * 1000);
@@ -628,8 +634,11 @@ static void test_signals(proc *s) {
         int st = request(s->port, "GET", "/health", NULL, NULL, NULL, NULL);
         CHECKF(st == 200, "health after %s: %d", sigs[i].name, st);
     }
+    size_t more = stream >= 0 ? drain_stream(stream, 0.5) : 0;
+    CHECKF(more > 0, "the stream still flows after the signals");
+    if (stream >= 0) close(stream);
     pthread_join(t, NULL);
-    CHECKF(a.status == 200 && a.resp && strstr(a.resp, "\"completion_tokens\":200"),
+    CHECKF(a.status == 200 && a.resp && strstr(a.resp, "\"completion_tokens\":3000"),
            "the request in flight through the signals: %d %.200s", a.status, a.resp ? a.resp : "");
     free(a.resp);
     kill(s->pid, SIGTERM);
