@@ -16,8 +16,8 @@
  *     for good has its request cancelled;
  *   - a server process with --api-key: 200 unauthenticated 4 MiB uploads are refused on their headers
  *     (401 each) and its peak RSS grows by less than 16 MiB;
- *   - the same process survives SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM (a log line each, an in-flight
- *     request answered whole) and drains on SIGTERM.
+ *   - the same process survives SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM (a log line each; a stream
+ *     flows on and a completion is answered whole) and drains on SIGTERM.
  * Every wait is bounded; the only timing asserted is the 1 s answer under attack (generous on
  * loopback: the answer itself takes milliseconds; 5 s in sanitizer builds). */
 #include <arpa/inet.h>
