@@ -17,7 +17,9 @@
  *   - a server process with --api-key: 200 unauthenticated 4 MiB uploads are refused on their headers
  *     (401 each) and its peak RSS grows by less than 16 MiB;
  *   - the same process survives SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM (a log line each; a stream
- *     flows on and a completion is answered whole) and drains on SIGTERM.
+ *     flows on and a completion is answered whole) and drains on SIGTERM;
+ *   - a body sent slower than the header timeout but above --body-min-rate is served, and /metrics
+ *     carries the guards' counters.
  * Every wait is bounded; the only timing asserted is the 1 s answer under attack (generous on
  * loopback: the answer itself takes milliseconds; 5 s in sanitizer builds). */
 #include <arpa/inet.h>
@@ -379,6 +381,53 @@ static void test_idle(int port) {
     printf("idle: %d connections opened\n", opened);
 }
 
+/* A body sent in pieces for longer than the header timeout, but above --body-min-rate, is served. */
+static void test_slow_but_fair(int port) {
+    char body[8192];
+    int n = snprintf(body, sizeof body, "{\"content\":\"");
+    while (n < 7400) n += snprintf(body + n, sizeof body - (size_t)n, "once upon a time ");
+    n += snprintf(body + n, sizeof body - (size_t)n, "\"}");
+    int fd = dial_from("127.0.0.1", port, false);
+    char head[256];
+    int hl = snprintf(head, sizeof head, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", n);
+    send_all(fd, head, (size_t)hl);
+    double t0 = hr_time_now();
+    for (int off = 0; off < n; off += 300) { /* 3 KiB/s for about 2.5 s */
+        send_all(fd, body + off, (size_t)(n - off < 300 ? n - off : 300));
+        usleep(100 * 1000);
+    }
+    bool eof;
+    char *r = read_until_eof(fd, 30, &eof, NULL);
+    close(fd);
+    CHECKF(!strncmp(r, "HTTP/1.1 200", 12) && strstr(r, "\"tokens\":["), "a body at 3 KiB/s over %.1f s: %.200s",
+           hr_time_now() - t0, r);
+    free(r);
+}
+
+/* /metrics carries the guards' counters, equal to hr_server_get_stats (nothing runs in between). */
+static void test_connection_metrics(hr_server *srv) {
+    hr_server_stats st;
+    char *r = NULL;
+    int status = request(hr_server_port(srv), "GET", "/metrics", NULL, NULL, &r, NULL);
+    hr_server_get_stats(srv, &st);
+    char want[5][128];
+    snprintf(want[0], sizeof want[0], "headroom_connections_closed_total{reason=\"slow_headers\"} %llu\n",
+             (unsigned long long)st.n_cut_headers);
+    snprintf(want[1], sizeof want[1], "headroom_connections_closed_total{reason=\"slow_body\"} %llu\n",
+             (unsigned long long)st.n_cut_body);
+    snprintf(want[2], sizeof want[2], "headroom_connections_closed_total{reason=\"make_room\"} %llu\n",
+             (unsigned long long)st.n_evicted);
+    snprintf(want[3], sizeof want[3], "headroom_connections_closed_total{reason=\"bad_framing\"} %llu\n",
+             (unsigned long long)st.n_refused_framing);
+    snprintf(want[4], sizeof want[4], "headroom_connections_closed_total{reason=\"per_ip_cap\"} %llu\n",
+             (unsigned long long)st.n_refused_per_ip);
+    for (int i = 0; i < 5; i++) CHECKF(status == 200 && r && strstr(r, want[i]), "/metrics lacks %s", want[i]);
+    CHECKF(r && strstr(r, "headroom_connections_open{state=\"waiting\"} ") &&
+               strstr(r, "headroom_connections_open{state=\"served\"} "),
+           "/metrics lacks headroom_connections_open");
+    free(r);
+}
+
 /* ---- draining ---------------------------------------------------------------------------------- */
 
 typedef struct shutdown_arg {
@@ -715,6 +764,8 @@ int main(void) {
                (unsigned long long)st.n_cut_body, (unsigned long long)st.n_refused_framing,
                (unsigned long long)st.n_refused_per_ip);
         CHECK(st.n_refused_framing >= 14 && st.n_cut_headers > 0 && st.n_cut_body > 0 && st.n_refused_per_ip > 0);
+        test_slow_but_fair(port);
+        test_connection_metrics(srv);
         test_drain(srv);
         hr_server_destroy(srv);
     }

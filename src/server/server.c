@@ -528,9 +528,33 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
     return send_json(c, MHD_HTTP_OK, o);
 }
 
+/* The connection guards' figures (gate.c, guard.c), after the request metrics. */
+static void render_connections(hr_server *s, hr_srv_buf *b) {
+    hr_server_stats st;
+    hr_server_get_stats(s, &st);
+    hr_srv_buf_printf(
+        b,
+        "# HELP headroom_connections_open TCP connections open: waiting for their request headers, or "
+        "handed to an HTTP thread\n# TYPE headroom_connections_open gauge\n"
+        "headroom_connections_open{state=\"waiting\"} %d\nheadroom_connections_open{state=\"served\"} %d\n",
+        st.n_pending, st.n_connections - st.n_pending);
+    hr_srv_buf_printf(b,
+                      "# HELP headroom_connections_closed_total Connections the server closed on its own, by reason\n"
+                      "# TYPE headroom_connections_closed_total counter\n"
+                      "headroom_connections_closed_total{reason=\"slow_headers\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"slow_body\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"make_room\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"bad_framing\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"per_ip_cap\"} %llu\n",
+                      (unsigned long long)st.n_cut_headers, (unsigned long long)st.n_cut_body,
+                      (unsigned long long)st.n_evicted, (unsigned long long)st.n_refused_framing,
+                      (unsigned long long)st.n_refused_per_ip);
+}
+
 static enum MHD_Result handle_metrics(hr_server *s, struct MHD_Connection *c) {
     hr_srv_buf b = {0};
     hr_srv_metrics_render(s->metrics, ready_runtime(s) ? atomic_load(&s->rt) : NULL, s->p.metrics_compat, &b);
+    render_connections(s, &b);
     enum MHD_Result ok = b.failed
                              ? fail(s, c, 500, NULL, "nomem", "out of memory")
                              : send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
