@@ -39,7 +39,7 @@ asan: deps
 # ThreadSanitizer over the tests that run threads (engine thread, thread pool, HTTP server, soak). Only
 # those are built. Suppressions, each with its reason, are in tests/tsan.supp.
 TSAN_TESTS ?= test_threadpool test_engine test_engine_prefix test_engine_policy test_policy_stream test_runtime \
-	test_server test_server_hostile test_model test_kv_policy_model test_soak
+	test_server test_server_hostile_req test_model test_kv_policy_model test_soak
 tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DHR_TSAN=ON >/dev/null
 	@cmake --build build-tsan -j $(JOBS) $(addprefix --target ,$(TSAN_TESTS))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # soak.sh: the long soak (tests/test_soak.c with many rounds) on a Release build: six clients of
-# mixed traffic, dropped streams, abandoned requests, malformed and oversized requests, a client
-# that never reads, all against a pool small enough to preempt by swap all the time. Prints the
+# mixed traffic, dropped streams, abandoned requests, malformed and oversized requests, requests
+# without the API key, slow clients stalled until the server's deadlines close them (0.5 s each), a
+# client that never reads, all against a pool small enough to preempt by swap all the time. Prints the
 # client and server tallies, the RSS after warm-up and at the end, and the wall time.
 #   ROUNDS=6000 BUILD=build bench/soak.sh   (about 3 minutes on 2 shared cores; 15000 took 426 s)
 set -euo pipefail

@@ -6,10 +6,18 @@
  * message, every accepted request ends final with a finish reason, tokens stay in the vocabulary and
  * the pool is empty again after each input. Bodies are parsed within a small parse pool (256 KiB a
  * body, 1 MiB in all), as the server does, and the pool holds nothing again after each input; a
- * refusal's text for /v1/kv events (hr_srv_redact) is one line too. */
+ * refusal's text for /v1/kv events (hr_srv_redact) is one line too.
+ *
+ * A first byte of 0x40..0x4f ('@', 'A'..'O') instead feeds the rest, as a raw request head, to the
+ * gate's framing check (hr_srv_check_head, gate.c). Checked: the answer is 0 or 400/500 with a
+ * one-line reason, and an accepted head, read again here line by line, has at most one
+ * Content-Length (digits only), at most one Transfer-Encoding (exactly "chunked"), never both, no
+ * NUL, no folded line and no whitespace before a colon. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "server/server_internal.h"
 
@@ -127,8 +135,62 @@ static void run_detokenize(json_t *root) {
     free(ids);
 }
 
+static bool name_is(const char *line, size_t name_len, const char *want) {
+    return name_len == strlen(want) && !strncasecmp(line, want, name_len);
+}
+
+/* The head check's contract, re-read independently of gate.c's parser. */
+static void run_head(const char *head, size_t n) {
+    char why[200] = "";
+    int st = hr_srv_check_head(head, n, why, sizeof why);
+    if (st != 0 && st != 400 && st != 500) die("check_head", "status other than 0, 400, 500");
+    if (st != 0) {
+        if (!why[0] || strchr(why, '\n')) die("check_head", "reason empty or more than one line");
+        return;
+    }
+    if (memchr(head, '\0', n)) die("check_head", "accepted a NUL");
+    const char *p = memchr(head, '\n', n), *end = head + n;
+    if (!p) return; /* no whole request line: left to libmicrohttpd */
+    int n_cl = 0, n_te = 0;
+    for (const char *line = p + 1; line < end;) {
+        const char *eol = memchr(line, '\n', (size_t)(end - line));
+        if (!eol) break;
+        size_t len = (size_t)(eol - line);
+        if (len > 0 && line[len - 1] == '\r') len--;
+        if (len == 0) break;
+        if (line[0] == ' ' || line[0] == '\t') die("check_head", "accepted a folded line");
+        const char *colon = memchr(line, ':', len);
+        if (colon) {
+            size_t nl = (size_t)(colon - line);
+            if (nl == 0 || line[nl - 1] == ' ' || line[nl - 1] == '\t') die("check_head", "accepted a bad name");
+            const char *v = colon + 1, *ve = line + len;
+            while (v < ve && (*v == ' ' || *v == '\t')) v++;
+            while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+            if (name_is(line, nl, "Content-Length")) {
+                n_cl++;
+                if (ve == v) die("check_head", "accepted an empty Content-Length");
+                for (const char *q = v; q < ve; q++)
+                    if (!isdigit((unsigned char)*q)) die("check_head", "accepted a non-digit Content-Length");
+            } else if (name_is(line, nl, "Transfer-Encoding")) {
+                n_te++;
+                if (ve - v != 7 || strncasecmp(v, "chunked", 7) != 0) die("check_head", "accepted a coding");
+            }
+        }
+        line = eol + 1;
+    }
+    if (n_cl > 1 || n_te > 1 || (n_cl && n_te)) die("check_head", "accepted ambiguous framing");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
+    if ((data[0] & 0xf0) == 0x40) {
+        char *head = malloc(size - 1 ? size - 1 : 1); /* exact size: a read past the end is caught */
+        if (!head) return 0;
+        memcpy(head, data + 1, size - 1);
+        run_head(head, size - 1);
+        free(head);
+        return 0;
+    }
     int route = data[0] & 3;
     /* an exact-size copy of the body, so a read past its end is caught */
     char *body = malloc(size - 1 ? size - 1 : 1);

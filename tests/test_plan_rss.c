@@ -123,7 +123,7 @@ static int fill_pool(const server *s, int n, int n_prompt) {
 }
 
 /* The plan against the measured peak: within 3%, leaving out the request-parsing bound (bodies here
- * are a few KiB: that part of the plan is not exercised; tests/test_server_hostile.c fills it), and
+ * are a few KiB: that part of the plan is not exercised; tests/test_server_hostile_req.c fills it), and
  * never over the whole plan. Returns the planned total. */
 static uint64_t check_rss(const server *s, const char *what) {
     json_t *kv = get_json(s, "/v1/kv");

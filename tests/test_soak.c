@@ -3,13 +3,15 @@
  * HR_SOAK_ROUNDS rounds (default 30; bench/soak.sh runs many more) of a seeded mix: plain and
  * streamed completions, chat, streams dropped after the first chunk, requests abandoned before the
  * answer, malformed JSON, bad fields, prompts past the context, bodies over --max-body, headers over
- * the header limit; one more client starts a long stream and never reads it. At the end:
+ * the header limit, requests without the API key (some with an oversized body), and slow clients that
+ * stall in their headers or their body until the server's deadlines close them; one more client
+ * starts a long stream and never reads it. At the end:
  *   - every request the server accepted is accounted for: finished_total (stop + length + cancelled +
  *     error) plus the 429 refusals equals the valid requests the clients sent; none ended in error;
  *     every complete answer the clients read is a finished stop/length one, and there are no more
  *     cancellations than clients that hung up;
- *   - refusals match the clients' tallies reason by reason (400 invalid, 400 context, 413; 429 at
- *     least those the clients saw);
+ *   - refusals match the clients' tallies reason by reason (400 invalid, 400 context, 413, 401; 429 at
+ *     least those the clients saw); every slow client was closed without an answer;
  *   - the server still answers, and greedy text streamed equals greedy text whole (no SSE chunk lost);
  *     the pool holds no blocks, nothing is left in the swap tier and the
  *     pool's invariants hold;
@@ -37,9 +39,10 @@
 #define N_CLIENTS 6
 #define MAX_BODY  (64u << 10)
 
-enum { T_OK, T_DROPPED, T_400, T_400_CTX, T_413, T_429, T_431, T_OTHER, T_SENT_VALID, T_N };
-static const char *const k_tally_names[T_N] = {"ok",  "dropped", "400",   "400-context", "413",
-                                               "429", "431",     "other", "sent-valid"};
+enum { T_OK, T_DROPPED, T_400, T_400_CTX, T_413, T_429, T_431, T_401, T_SLOW, T_OTHER, T_SENT_VALID, T_N };
+static const char *const k_tally_names[T_N] = {"ok",  "dropped", "400",         "400-context", "413",       "429",
+                                               "431", "401",     "slow-closed", "other",       "sent-valid"};
+#define AUTH "Authorization: Bearer soak-key\r\n"
 
 typedef struct client {
     int port, id, rounds;
@@ -78,13 +81,19 @@ static bool write_all(int fd, const char *p, size_t n) {
     return true;
 }
 
-static bool send_req(int fd, const char *path, const char *extra_headers, const char *body, size_t body_len) {
+/* With the server's key unless auth is false. */
+static bool send_req_as(int fd, bool auth, const char *path, const char *extra_headers, const char *body,
+                        size_t body_len) {
     static _Thread_local char head[64 << 10]; /* room for the oversized header case */
     int n = snprintf(head, sizeof head,
                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                     "%sContent-Length: %zu\r\n\r\n",
-                     path, extra_headers ? extra_headers : "", body_len);
+                     "%s%sContent-Length: %zu\r\n\r\n",
+                     path, auth ? AUTH : "", extra_headers ? extra_headers : "", body_len);
     return write_all(fd, head, (size_t)n) && write_all(fd, body, body_len);
+}
+
+static bool send_req(int fd, const char *path, const char *extra_headers, const char *body, size_t body_len) {
+    return send_req_as(fd, true, path, extra_headers, body, body_len);
 }
 
 /* Reads until EOF (bounded by the socket timeout and cap); returns the status, or 0. *complete: the
@@ -107,6 +116,7 @@ static void tally_status(client *c, int kind, int status, bool complete, const c
             : status == 413           ? T_413
             : status == 429           ? T_429
             : status == 431           ? T_431
+            : status == 401           ? T_401
                                       : T_OTHER;
     c->tally[t]++;
     size_t len = strlen(buf);
@@ -125,7 +135,7 @@ static void answer(client *c, int kind, int fd, char *buf, size_t cap) {
 static void one_round(client *c, uint64_t *rng) {
     static _Thread_local char big[MAX_BODY + 4096]; /* per client thread */
     char body[2048], buf[1 << 16];
-    int kind = (int)(rng_next(rng) % 10);
+    int kind = (int)(rng_next(rng) % 12);
     int max_tokens = 1 + (int)(rng_next(rng) % 64);
     const char *temp = rng_next(rng) % 2 ? "0" : "0.8";
     bool complete = false;
@@ -195,6 +205,31 @@ static void one_round(client *c, uint64_t *rng) {
         send_req(fd, "/v1/completions", NULL, big, MAX_BODY + 1024);
         answer(c, kind, fd, buf, sizeof buf);
         break;
+    case 10: /* no key, or a wrong one; half of them with a body over the limit (401: the key is checked first) */
+        if (rng_next(rng) % 2) {
+            memset(big, ' ', sizeof big);
+            send_req_as(fd, false, "/v1/completions", NULL, big, MAX_BODY + 1024);
+        } else {
+            snprintf(body, sizeof body, "{\"prompt\":\"no key %d\",\"max_tokens\":4}", c->id);
+            send_req_as(fd, false, "/v1/completions", rng_next(rng) % 2 ? "Authorization: Bearer wrong\r\n" : NULL,
+                        body, strlen(body));
+        }
+        answer(c, kind, fd, buf, sizeof buf);
+        break;
+    case 11: { /* slow: stalls in its headers or, once they are in, in its body; the deadlines close it */
+        const char *part = rng_next(rng) % 2 ? "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+                                             : "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH
+                                               "Content-Length: 4000\r\n\r\n{\"prompt\":";
+        write_all(fd, part, strlen(part));
+        int st = read_all(fd, buf, sizeof buf, &complete); /* bounded by the socket timeout */
+        if (st == 0 && !buf[0]) {
+            c->tally[T_SLOW]++;
+        } else {
+            c->tally[T_OTHER]++;
+            if (!c->detail[0]) snprintf(c->detail, sizeof c->detail, "slow client: status %d: %.200s", st, buf);
+        }
+        break;
+    }
     default: { /* headers over the limit (libmicrohttpd answers 431 or closes; the server never sees them) */
         static _Thread_local char hdr[48 << 10];
         memcpy(hdr, "X-Big: ", 7);
@@ -232,7 +267,8 @@ static bool greedy_text(int port, const char *prompt, bool stream, char *out, si
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,\"stream\":%s}", prompt,
              stream ? "true" : "false");
     int n = snprintf(req, sizeof req,
-                     "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n" AUTH
+                     "Content-Length: %zu\r\n\r\n%s",
                      strlen(body), body);
     int fd = dial(port);
     bool complete = false;
@@ -311,6 +347,8 @@ int main(void) {
     sp.port = 0;
     sp.max_body_bytes = MAX_BODY;
     sp.drain_timeout_s = 10;
+    sp.api_key = "soak-key";
+    sp.header_timeout_s = 0.5; /* the slow clients' wait: short, so rounds stay quick */
     hr_server *srv = NULL;
     if (hr_server_create(rt, &sp, &srv, &err) != HR_OK) {
         CHECKF(false, "server: %s", err.msg);
@@ -354,6 +392,7 @@ int main(void) {
     long long ref_ctx = metric(port, "headroom_requests_refused_total{reason=\"context\"}");
     long long ref_big = metric(port, "headroom_requests_refused_total{reason=\"too_large\"}");
     long long ref_queue = metric(port, "headroom_requests_refused_total{reason=\"queue_full\"}");
+    long long ref_auth = metric(port, "headroom_requests_refused_total{reason=\"unauthorized\"}");
     long long preempt = metric(port, "headroom_preemptions_total{mode=\"swap\"}");
     long long preempt_re = metric(port, "headroom_preemptions_total{mode=\"recompute\"}");
     /* every valid request was either refused for a full queue or accepted and finished (a client that
@@ -363,8 +402,8 @@ int main(void) {
     printf("clients: %d x %d rounds; ", N_CLIENTS, rounds);
     for (int t = 0; t < T_N; t++) printf("%s %ld%s", k_tally_names[t], tot[t], t + 1 < T_N ? ", " : "\n");
     printf("server: finished stop %lld, length %lld, cancelled %lld, error %lld; refused invalid %lld, context %lld, "
-           "too_large %lld, queue %lld; preemptions by swap %lld, by recompute %lld\n",
-           fin_stop, fin_len, fin_cancel, fin_err, ref_inv, ref_ctx, ref_big, ref_queue, preempt, preempt_re);
+           "too_large %lld, queue %lld, unauthorized %lld; preemptions by swap %lld, by recompute %lld\n",
+           fin_stop, fin_len, fin_cancel, fin_err, ref_inv, ref_ctx, ref_big, ref_queue, ref_auth, preempt, preempt_re);
     printf("rss after warm-up %ld KiB, at the end %ld KiB\n", rss_warm, rss_end);
     CHECKF(finished + ref_queue == sent, "server finished %lld and refused %lld as queue full of %ld valid requests",
            finished, ref_queue, sent);
@@ -377,7 +416,8 @@ int main(void) {
     CHECKF(ref_ctx == tot[T_400_CTX], "refused context: server %lld, clients %ld", ref_ctx, tot[T_400_CTX]);
     CHECKF(ref_big == tot[T_413], "refused too large: server %lld, clients %ld", ref_big, tot[T_413]);
     CHECKF(ref_queue >= tot[T_429], "refused queue: server %lld, clients saw %ld", ref_queue, tot[T_429]);
-    CHECK(tot[T_OK] > 0 && tot[T_400] > 0 && tot[T_413] > 0 && tot[T_431] > 0);
+    CHECKF(ref_auth == tot[T_401], "refused unauthorized: server %lld, clients %ld", ref_auth, tot[T_401]);
+    CHECK(tot[T_OK] > 0 && tot[T_400] > 0 && tot[T_413] > 0 && tot[T_431] > 0 && tot[T_401] > 0 && tot[T_SLOW] > 0);
     CHECKF(preempt > 0, "no preemption by swap: the soak did not press the pool");
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     CHECKF(rss_end - rss_warm < 32 * 1024, "RSS grew %ld KiB after warm-up", rss_end - rss_warm);
@@ -387,7 +427,7 @@ int main(void) {
         int fd = dial(port);
         static char chunk[8192], answer_buf[4096];
         memset(chunk, ' ', sizeof chunk);
-        const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" AUTH
                            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
         bool ok = fd >= 0 && write_all(fd, head, strlen(head));
         for (size_t up = 0; ok && up < MAX_BODY + 16384; up += sizeof chunk)

@@ -1,11 +1,13 @@
 /* cmd_serve.c: `headroom serve`: an OpenAI-compatible HTTP server (src/server) over one runtime. The
  * port opens first (/health answers 503 "loading" while the model loads), then the runtime's engine
- * thread starts; SIGINT or SIGTERM drains in-flight requests (up to --drain-timeout) and exits. */
+ * thread starts; SIGINT or SIGTERM drains in-flight requests (up to --drain-timeout) and exits. SIGHUP,
+ * SIGUSR1, SIGUSR2 and SIGALRM are never fatal: each is one log line (SIGUSR1's is the server's state). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -44,13 +46,27 @@ static void usage(FILE *f) {
             "      --max-parse-memory SIZE  memory all request bodies being parsed may hold at once (default\n"
             "                         64MiB, part of the memory plan); one body may take a quarter, and at most\n"
             "                         64 x its size + 256KiB (413 above; 503 while others hold it all for 5 s)\n"
-            "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30)\n"
+            "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30;\n"
+            "                         meanwhile /health answers 503 \"draining\"). SIGUSR1 logs a state line;\n"
+            "                         SIGHUP, SIGUSR2 and SIGALRM are logged and ignored\n"
             "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
             "                         vllm:gpu_cache_usage_perc, vllm:num_preemptions_total,\n"
             "                         vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (tokens)\n"
             "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-            "      --max-connections N  concurrent HTTP connections (default 256; more are not served until one\n"
-            "                         closes; idle ones close after 300 s)\n"
+            "      --max-connections N  requests served at once, one thread each (default 256); a connection\n"
+            "                         waits without a thread until its request headers are in (up to 4 x N of\n"
+            "                         them; when full, the one waiting longest makes room), then for a thread\n"
+            "      --listen-backlog N connections the kernel holds when every waiting one is ready for a thread\n"
+            "                         (default 1024, capped by net.core.somaxconn)\n"
+            "      --max-conns-per-ip N  connections one client address may have waiting, and as many served\n"
+            "                         (default 64; more are closed at once; 0: no cap; behind a proxy every\n"
+            "                         client has the proxy's address)\n"
+            "      --header-timeout S seconds a connection has to send its request headers (default 10; then it\n"
+            "                         is closed)\n"
+            "      --body-min-rate SIZE  bytes per second a request body must keep up after --header-timeout's\n"
+            "                         grace (default 1KiB; slower connections are closed; 0: no check). Streams\n"
+            "                         and requests waiting on the engine have no deadline; every response\n"
+            "                         closes its connection\n"
             "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
             "                         at least 32KiB; 431 above)\n"
             "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
@@ -106,6 +122,34 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
            p->mem_limit ? " under --mem-limit " : "", p->mem_limit ? hr_format_size(p->mem_limit, lim, sizeof lim) : "",
            hr_format_size(m.rss_bytes, now, sizeof now));
     fflush(stdout);
+}
+
+/* Waits for SIGINT or SIGTERM; the other signals in sigs are logged and waited past. */
+static int wait_for_stop(const sigset_t *sigs, hr_server *srv) {
+    for (;;) {
+        int sig = 0;
+        if (sigwait(sigs, &sig) != 0) continue;
+        if (sig == SIGINT || sig == SIGTERM) return sig;
+        hr_server_stats st;
+        hr_server_get_stats(srv, &st);
+        const char *name = sig == SIGHUP    ? "SIGHUP"
+                           : sig == SIGUSR1 ? "SIGUSR1"
+                           : sig == SIGUSR2 ? "SIGUSR2"
+                                            : "SIGALRM";
+        if (sig == SIGUSR1)
+            fprintf(stderr,
+                    "headroom serve: SIGUSR1: state %s, %d request(s) in flight, %d connection(s) open (%d waiting "
+                    "for headers), %llu served, closed: %llu slow headers, %llu slow body, %llu to make room, %llu "
+                    "bad framing, %llu over the per-address cap\n",
+                    st.state, st.n_inflight, st.n_connections, st.n_pending, (unsigned long long)st.n_accepted,
+                    (unsigned long long)st.n_cut_headers, (unsigned long long)st.n_cut_body,
+                    (unsigned long long)st.n_evicted, (unsigned long long)st.n_refused_framing,
+                    (unsigned long long)st.n_refused_per_ip);
+        else
+            fprintf(stderr, "headroom serve: %s: ignored (%s; SIGUSR1 logs the state, SIGINT/SIGTERM drain and stop)\n",
+                    name, sig == SIGHUP ? "nothing to reload: flags are read at start" : "no action");
+        fflush(stderr);
+    }
 }
 
 /* keys_out: the joined --api-key list, freed by the caller whatever the return. */
@@ -186,6 +230,19 @@ static int serve(int argc, char **argv, char **keys_out) {
         } else if (!strcmp(a, "--max-connections")) {
             ok =
                 (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
+        } else if (!strcmp(a, "--listen-backlog")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65535, &sp.listen_backlog);
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) &&
+                 hr_arg_int("serve", a, v, 0, 65536, &sp.max_conns_per_ip);
+        } else if (!strcmp(a, "--header-timeout")) {
+            float t = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_float("serve", a, v, 0.1, 3600, &t);
+            sp.header_timeout_s = t;
+        } else if (!strcmp(a, "--body-min-rate")) {
+            uint64_t n = 0;
+            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
+            sp.body_min_rate = (double)n;
         } else if (!strcmp(a, "--max-header")) {
             uint64_t n = 0;
             ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
@@ -229,14 +286,26 @@ static int serve(int argc, char **argv, char **keys_out) {
     }
     sp.sampling = o.sampling;
 
-    /* SIGINT/SIGTERM are taken by sigwait below: blocked here, before any thread starts, so that every
-     * thread inherits the mask and none of them is interrupted */
+    /* SIGINT/SIGTERM (drain) and SIGHUP/SIGUSR1/SIGUSR2/SIGALRM (a log line: their default action
+     * would kill the server with its in-flight requests) are taken by sigwait below: blocked here,
+     * before any thread starts, so that every thread inherits the mask and none of them is interrupted */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
+    sigaddset(&sigs, SIGUSR2);
+    sigaddset(&sigs, SIGALRM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
+    /* every connection is a descriptor, up to 5 x --max-connections of them (those waiting for their
+       headers, those served): the soft limit (often 1024) goes up to the hard one */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
 
     hr_server *srv = NULL;
     hr_status st = hr_server_create(NULL, &sp, &srv, &err);
@@ -266,8 +335,7 @@ static int serve(int argc, char **argv, char **keys_out) {
     hr_server_set_runtime(srv, rt);
     print_banner(rt, &sp, hr_server_port(srv));
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    int sig = wait_for_stop(&sigs, srv);
     fprintf(stderr, "headroom serve: %s: draining %d request(s) (up to %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
             hr_server_n_inflight(srv), sp.drain_timeout_s);
     hr_server_shutdown(srv);

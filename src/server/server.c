@@ -10,11 +10,16 @@
  *   3. After DRAINING no job enters the registry: a job that was submitted while the state changed
  *      cancels itself and answers 503.
  *
+ *   4. Everything that can refuse a request without its body (route, method, API key, framing,
+ *      a declared length past max_body_bytes) is decided on the first access-handler call, so that a
+ *      refused client costs its headers and no body byte is read (MHD closes after answering).
+ *
  * Request flow (each box runs on the connection's thread):
- *   first call: connection context, 413 early from Content-Length
+ *   first call: route, method, key, framing (guard.c), 413 from Content-Length; the watchdog's BODY
  *   upload calls: body appended up to max_body_bytes
- *   last call: route -> handler -> response queued (non-streaming generation waits here, polling the
- *              socket so that a client that hangs up cancels its request)
+ *   last call: handler -> response queued (non-streaming generation waits here, polling the socket:
+ *              a client that closes its end is probed (probe_reader) to tell a half-close, which
+ *              still gets its answer, from a hang-up, which cancels its request)
  *   streaming: MHD calls stream_reader (stream.c) until [DONE]
  *   completed: on_completed -> job_finish (cancel if aborted, metrics, unregister, release) */
 #include <arpa/inet.h>
@@ -25,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,7 +63,22 @@ struct hr_server {
     hr_srv_activity *activity; /* events and rates for the dashboard and `headroom top` */
     pthread_mutex_t shutdown_mu;
     bool shut_down;
+    hr_srv_guard *guard; /* the slow-connection watchdog */
+    hr_srv_gate *gate;   /* accepts, holds connections until their headers are in, hands them to MHD */
 };
+
+typedef enum {
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_KV,
+    R_COMPLETIONS,
+    R_CHAT,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_DASHBOARD,
+    R_NONE
+} route_id;
 
 /* One HTTP request on a connection (MHD's con_cls). */
 typedef struct conn {
@@ -67,6 +88,12 @@ typedef struct conn {
     int tenant;          /* the API key's index (0 without keys) */
     size_t parsed_bytes; /* the parsed body's bytes, reserved in the parse pool until drop_body */
     hr_srv_job *job;
+    route_id route;
+    struct MHD_Connection *mhd;
+    hr_srv_sock *sock; /* the connection's watchdog entry (NULL: untracked) */
+    /* a half-closed non-streaming request answered by probe_reader */
+    char *answer;
+    size_t answer_len, answer_off;
 } conn;
 
 hr_server_params hr_server_default_params(void) {
@@ -84,7 +111,11 @@ hr_server_params hr_server_default_params(void) {
                               .max_header_bytes = 32u << 10,
                               .max_tokens_limit = 0,
                               .max_parse_bytes = HR_SERVER_PARSE_BYTES,
-                              .cache_scope = HR_CACHE_SCOPE_AUTO};
+                              .cache_scope = HR_CACHE_SCOPE_AUTO,
+                              .header_timeout_s = 10,
+                              .body_min_rate = 1024,
+                              .max_conns_per_ip = 64,
+                              .listen_backlog = 1024};
 }
 
 static hr_runtime *ready_runtime(hr_server *s) {
@@ -93,12 +124,23 @@ static hr_runtime *ready_runtime(hr_server *s) {
 
 /* ---- responses --------------------------------------------------------------------------------- */
 
+/* Every response ends its connection: each request then passes the gate (gate.c), which checks its
+ * framing before libmicrohttpd parses it. A kept-alive connection's next request would reach MHD
+ * unchecked, and MHD 0.9.75 answers a malformed Content-Length there with its header written twice
+ * and accepts obs-fold. The price is a connection and its thread per request (a whole GET /health
+ * on a fresh connection: 0.16 ms median on loopback, docs/SECURITY.md), against milliseconds per
+ * generated token. */
+static enum MHD_Result queue_response(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    return MHD_queue_response(c, status, r);
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype, const char *text,
                                  size_t len) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    enum MHD_Result ok = queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
 }
@@ -132,7 +174,7 @@ static enum MHD_Result send_error(hr_server *s, struct MHD_Connection *c, const 
     if (e->http == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     if (e->http == 405)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, e->code && !strcmp(e->code, "get") ? "GET" : "POST");
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->http, r);
+    enum MHD_Result ok = queue_response(c, (unsigned)e->http, r);
     MHD_destroy_response(r);
     return ok;
 }
@@ -223,12 +265,18 @@ static void drop_body(conn *k, json_t *root) {
 
 /* ---- generation -------------------------------------------------------------------------------- */
 
-/* Whether the client closed its end (poll's RDHUP: a pipelined next request is not a hang-up). */
-static bool client_gone(struct MHD_Connection *c) {
+enum { CLIENT_HERE, CLIENT_CLOSED_END, CLIENT_GONE };
+
+/* What the socket says about the client: CLOSED_END once it sent its FIN (poll's RDHUP; a pipelined
+ * next request is not one), GONE on a reset or error. A FIN alone cannot tell a half-close
+ * (shutdown(SHUT_WR), still reading) from a close: only a write can (probe_reader). */
+static int client_state(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
+    if (!ci) return CLIENT_HERE;
     struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    if (poll(&pfd, 1, 0) <= 0) return CLIENT_HERE;
+    if (pfd.revents & (POLLHUP | POLLERR)) return CLIENT_GONE;
+    return pfd.revents & POLLRDHUP ? CLIENT_CLOSED_END : CLIENT_HERE;
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -246,15 +294,17 @@ static enum MHD_Result respond_stream(struct MHD_Connection *c, conn *k) {
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    enum MHD_Result ok = queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ok;
 }
 
-/* Waits for every choice, cancelling them if the client hangs up; false when it did. The channels
- * are read and dropped (the result holds the whole output): unread output would keep
- * hr_request_wait from sleeping. */
-static bool wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j) {
+enum { WAIT_DONE, WAIT_GONE, WAIT_CLOSED_END, WAIT_TIMEOUT };
+
+/* Waits until every choice is final, the client goes (GONE), it closes its end (CLOSED_END, unless
+ * probing: then only GONE counts) or deadline passes. The channels are read and dropped (the result
+ * holds the whole output): unread output would keep hr_request_wait from sleeping. */
+static int wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j, bool probing, double deadline) {
     char text[4096];
     int32_t ids[256];
     for (int i = 0; i < j->n; i++) {
@@ -264,11 +314,75 @@ static bool wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j) {
             hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
             if (d.done) break;
             if (d.n_tokens > 0 || d.n_text > 0) continue;
-            if (atomic_load(&s->abandon) || client_gone(c)) return false;
+            if (atomic_load(&s->abandon)) return WAIT_GONE;
+            int cs = client_state(c);
+            if (cs == CLIENT_GONE) return WAIT_GONE;
+            if (cs == CLIENT_CLOSED_END && !probing) return WAIT_CLOSED_END;
+            if (hr_time_now() > deadline) return WAIT_TIMEOUT;
             hr_request_wait(h, 0.25);
         }
     }
-    return true;
+    return WAIT_DONE;
+}
+
+/* The finished job's answer: the response JSON (200), or a 500 error body when a choice failed.
+ * Malloc'd text; NULL when out of memory. */
+static char *answer_text(hr_server *s, hr_srv_job *j, unsigned *status) {
+    hr_rt_result res[HR_SRV_MAX_CHOICES];
+    for (int i = 0; i < j->n; i++) hr_rt_request_result(j->req[i], &res[i]);
+    for (int i = 0; i < j->n; i++)
+        if (res[i].state == HR_REQ_FAILED) {
+            hr_srv_error e;
+            hr_srv_fail(&e, 500, NULL, "generation_failed", "generation failed: %s", res[i].error ? res[i].error : "?");
+            hr_srv_metrics_refused(s->metrics, e.refusal);
+            hr_srv_activity_refused(s->activity, &e);
+            *status = 500;
+            return hr_srv_error_body(&e);
+        }
+    json_t *o = hr_srv_response_json(j, res);
+    job_record(s, j, false);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    *status = MHD_HTTP_OK;
+    return text;
+}
+
+/* The body of a non-streaming answer whose client closed its end while waiting: committed to 200,
+ * it writes a space (JSON allows leading whitespace) at most every second until the answer is
+ * ready. A client that only half-closed reads the spaces and then the answer; one that is gone makes
+ * a write fail (the first is answered by a reset, the next fails), MHD ends the request as aborted
+ * and on_completed cancels it. A failed choice has no status left to change: its error object comes
+ * in the 200 body. */
+static ssize_t probe_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    conn *k = cls;
+    hr_server *s = k->s;
+    if (!k->answer) {
+        int w = wait_all(s, k->mhd, k->job, true, hr_time_now() + 1.0);
+        if (w == WAIT_GONE) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (w == WAIT_TIMEOUT) {
+            buf[0] = ' ';
+            return 1;
+        }
+        unsigned status;
+        k->answer = answer_text(s, k->job, &status);
+        if (!k->answer) return MHD_CONTENT_READER_END_WITH_ERROR;
+        k->answer_len = strlen(k->answer);
+    }
+    if (k->answer_off >= k->answer_len) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = k->answer_len - k->answer_off < max ? k->answer_len - k->answer_off : max;
+    memcpy(buf, k->answer + k->answer_off, n);
+    k->answer_off += n;
+    return (ssize_t)n;
+}
+
+static enum MHD_Result respond_probing(struct MHD_Connection *c, conn *k) {
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, probe_reader, k, NULL);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ok = queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ok;
 }
 
 static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, conn *k, hr_srv_kind kind) {
@@ -340,17 +454,21 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     }
     k->job = j;
     if (j->stream) return respond_stream(c, k);
-    if (!wait_all(s, c, j)) return MHD_NO; /* closes the connection; on_completed cancels */
-    hr_rt_result res[HR_SRV_MAX_CHOICES];
-    for (int i = 0; i < j->n; i++) hr_rt_request_result(j->req[i], &res[i]);
-    for (int i = 0; i < j->n; i++)
-        if (res[i].state == HR_REQ_FAILED) {
-            hr_srv_fail(&e, 500, NULL, "generation_failed", "generation failed: %s", res[i].error ? res[i].error : "?");
-            return send_error(s, c, &e);
-        }
-    json_t *o = hr_srv_response_json(j, res);
-    job_record(s, j, false);
-    return send_json(c, MHD_HTTP_OK, o);
+    int w = wait_all(s, c, j, false, 1e300);
+    if (w == WAIT_GONE) return MHD_NO; /* closes the connection; on_completed cancels */
+    if (w == WAIT_CLOSED_END) return respond_probing(c, k);
+    unsigned status;
+    char *text = answer_text(s, j, &status);
+    if (!text) return send_text(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 38);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ok = queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
 }
 
 /* ---- the other endpoints ----------------------------------------------------------------------- */
@@ -441,9 +559,33 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
     return send_json(c, MHD_HTTP_OK, o);
 }
 
+/* The connection guards' figures (gate.c, guard.c), after the request metrics. */
+static void render_connections(hr_server *s, hr_srv_buf *b) {
+    hr_server_stats st;
+    hr_server_get_stats(s, &st);
+    hr_srv_buf_printf(
+        b,
+        "# HELP headroom_connections_open TCP connections open: waiting for their request headers, or "
+        "handed to an HTTP thread\n# TYPE headroom_connections_open gauge\n"
+        "headroom_connections_open{state=\"waiting\"} %d\nheadroom_connections_open{state=\"served\"} %d\n",
+        st.n_pending, st.n_connections - st.n_pending);
+    hr_srv_buf_printf(b,
+                      "# HELP headroom_connections_closed_total Connections the server closed on its own, by reason\n"
+                      "# TYPE headroom_connections_closed_total counter\n"
+                      "headroom_connections_closed_total{reason=\"slow_headers\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"slow_body\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"make_room\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"bad_framing\"} %llu\n"
+                      "headroom_connections_closed_total{reason=\"per_ip_cap\"} %llu\n",
+                      (unsigned long long)st.n_cut_headers, (unsigned long long)st.n_cut_body,
+                      (unsigned long long)st.n_evicted, (unsigned long long)st.n_refused_framing,
+                      (unsigned long long)st.n_refused_per_ip);
+}
+
 static enum MHD_Result handle_metrics(hr_server *s, struct MHD_Connection *c) {
     hr_srv_buf b = {0};
     hr_srv_metrics_render(s->metrics, ready_runtime(s) ? atomic_load(&s->rt) : NULL, s->p.metrics_compat, &b);
+    render_connections(s, &b);
     enum MHD_Result ok = b.failed
                              ? fail(s, c, 500, NULL, "nomem", "out of memory")
                              : send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
@@ -511,6 +653,25 @@ static enum MHD_Result handle_detokenize(hr_server *s, struct MHD_Connection *c,
 
 /* ---- routing ----------------------------------------------------------------------------------- */
 
+/* The framing headers (Content-Length, Transfer-Encoding), every occurrence: MHD keeps duplicates. */
+typedef struct framing_headers {
+    hr_srv_header *h;
+    int n, cap;
+    bool overflow;
+} framing_headers;
+
+static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing_headers *f = cls;
+    if (!key || (strcasecmp(key, "Content-Length") != 0 && strcasecmp(key, "Transfer-Encoding") != 0)) return MHD_YES;
+    if (f->n == f->cap) {
+        f->overflow = true;
+        return MHD_NO;
+    }
+    f->h[f->n++] = (hr_srv_header){.name = key, .value = value ? value : ""};
+    return MHD_YES;
+}
+
 /* Whether the request carries one of the keys; *tenant receives its index in the list (0 without
  * keys). */
 static bool authorized(hr_server *s, struct MHD_Connection *c, int *tenant) {
@@ -523,19 +684,6 @@ static bool authorized(hr_server *s, struct MHD_Connection *c, int *tenant) {
     *tenant = hr_server_keys_match(s->keys, s->n_keys, h);
     return *tenant >= 0;
 }
-
-typedef enum {
-    R_HEALTH,
-    R_METRICS,
-    R_MODELS,
-    R_KV,
-    R_COMPLETIONS,
-    R_CHAT,
-    R_TOKENIZE,
-    R_DETOKENIZE,
-    R_DASHBOARD,
-    R_NONE
-} route_id;
 
 static const struct {
     const char *path;
@@ -554,7 +702,26 @@ static const struct {
     {"/dashboard", false, R_DASHBOARD},
 };
 
-static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, const char *url, const char *method) {
+/* Decides everything the headers can (invariant 4): route, method, key, framing, a declared length
+ * past the limit. Returns MHD_YES with k->route set when the request may go on, else the queued
+ * refusal's result (MHD answers and closes; the body is never read). The framing was checked by the
+ * gate already; checking MHD's view of the headers again costs little. */
+static enum MHD_Result admit(hr_server *s, struct MHD_Connection *c, conn *k, const char *url, const char *method,
+                             const char *version) {
+    hr_srv_error e;
+    /* framing first: with an ambiguous length nothing after these headers can be trusted */
+    hr_srv_header h[64];
+    framing_headers fh = {.h = h, .cap = 64};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, collect_framing, &fh);
+    char why[160];
+    int bad =
+        fh.overflow ? 400 : hr_srv_framing_check(h, fh.n, version && !strcmp(version, "HTTP/1.0"), why, sizeof why);
+    if (fh.overflow) snprintf(why, sizeof why, "more than 64 Content-Length / Transfer-Encoding headers");
+    if (bad) {
+        hr_srv_fail(&e, bad, NULL, "bad_framing", "%s", why);
+        e.refusal = HR_REFUSE_INVALID;
+        return send_error(s, c, &e);
+    }
     route_id id = R_NONE;
     bool post = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -563,20 +730,34 @@ static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, co
             post = routes[i].post;
         }
     if (id == R_NONE) {
-        hr_srv_error e;
         hr_srv_fail(&e, 404, NULL, "not_found", "no route %s %s", method, url);
         return send_error(s, c, &e);
     }
     bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (post ? strcmp(method, "POST") != 0 : !is_get) {
-        hr_srv_error e;
         hr_srv_fail(&e, 405, NULL, post ? "post" : "get", "%s takes %s, not %s", url, post ? "POST" : "GET", method);
         e.refusal = HR_REFUSE_NONE;
         return send_error(s, c, &e);
     }
     /* the dashboard page holds no data (it asks /v1/kv, with the key the user types) */
-    if (id != R_HEALTH && id != R_METRICS && id != R_DASHBOARD && !authorized(s, c, &k->tenant))
-        return fail(s, c, 401, NULL, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
+    if (id != R_HEALTH && id != R_METRICS && id != R_DASHBOARD && !authorized(s, c, &k->tenant)) {
+        hr_srv_fail(&e, 401, NULL, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
+        return send_error(s, c, &e);
+    }
+    /* a declared body over the limit is refused before it is read (framing made it 1*DIGIT) */
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes) {
+        k->too_large = true;
+        hr_srv_fail(&e, 413, NULL, "request_too_large", "the body is larger than %zu bytes", s->p.max_body_bytes);
+        return send_error(s, c, &e);
+    }
+    k->route = id;
+    return MHD_YES;
+}
+
+/* The last access-handler call: the body is in, the request admitted. */
+static enum MHD_Result dispatch(hr_server *s, struct MHD_Connection *c, conn *k) {
+    route_id id = k->route;
     if (k->too_large) {
         hr_srv_error e;
         hr_srv_fail(&e, 413, NULL, "request_too_large", "the body is larger than %zu bytes", s->p.max_body_bytes);
@@ -598,6 +779,11 @@ static enum MHD_Result route(hr_server *s, struct MHD_Connection *c, conn *k, co
     return handle_detokenize(s, c, k, rt);
 }
 
+static hr_srv_sock *sock_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     hr_server *s = cls;
@@ -606,18 +792,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         k = calloc(1, sizeof *k);
         if (!k) return MHD_NO;
         k->s = s;
+        k->mhd = c;
+        k->route = R_NONE;
+        k->sock = sock_of(c);
         *con_cls = k;
-        /* a declared body over the limit is refused before it is read */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes) {
-            k->too_large = true;
-            hr_srv_error e;
-            hr_srv_fail(&e, 413, NULL, "request_too_large", "the body is larger than %zu bytes", s->p.max_body_bytes);
-            return send_error(s, c, &e);
-        }
-        return MHD_YES;
+        hr_srv_guard_phase(s->guard, k->sock, HR_SOCK_BODY);
+        return admit(s, c, k, url, method, version);
     }
     if (*upload_size > 0) {
+        hr_srv_guard_body(s->guard, k->sock, *upload_size);
         if (!k->too_large && k->body.len + *upload_size > s->p.max_body_bytes) {
             k->too_large = true;
             hr_srv_buf_free(&k->body);
@@ -626,8 +809,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    hr_srv_guard_phase(s->guard, k->sock, HR_SOCK_BUSY);
     if (k->body.failed) return fail(s, c, 500, NULL, "nomem", "out of memory reading the body");
-    return route(s, c, k, url, method);
+    return dispatch(s, c, k);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -635,9 +819,25 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     conn *k = *con_cls;
     if (!k) return;
     if (k->job) job_finish(s, k->job, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK, true);
+    /* a kept-alive connection waits for its next request's headers from now */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) hr_srv_guard_phase(s->guard, k->sock, HR_SOCK_HEADERS);
     hr_srv_buf_free(&k->body);
+    free(k->answer);
     free(k);
     *con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode what) {
+    hr_server *s = cls;
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? hr_srv_guard_open(s->guard, ci->connect_fd) : NULL;
+    } else if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+        hr_srv_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+        hr_srv_gate_closed(s->gate);
+    }
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------------- */
@@ -662,20 +862,31 @@ static bool make_addr(const char *host, int port, struct sockaddr_storage *ss, s
     return false;
 }
 
-/* MHD says only that it failed to start; a plain bind says why (in use, not an address here). */
-static hr_status probe_bind(const struct sockaddr_storage *ss, socklen_t len, const char *host, int port,
-                            hr_error *err) {
-    int fd = socket(ss->ss_family, SOCK_STREAM, 0);
+/* The listening socket (the gate accepts on it, not MHD): bound, listening, non-blocking; an error
+ * says why (in use, not an address here). */
+static hr_status open_listener(const struct sockaddr_storage *ss, socklen_t len, const char *host, int port,
+                               int backlog, int *out, hr_error *err) {
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return hr_error_set(err, HR_ERR_IO, "cannot create a socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int rc = bind(fd, (const struct sockaddr *)ss, len);
-    int why = errno;
-    close(fd);
-    if (rc != 0)
+    if (ss->ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, backlog) != 0) {
+        int why = errno;
+        close(fd);
         return hr_error_set(err, HR_ERR_IO, "cannot listen on %s:%d: %s%s", host, port, strerror(why),
                             why == EADDRINUSE ? " (another server? pick --port, or 0 for any free one)" : "");
+    }
+    *out = fd;
     return HR_OK;
+}
+
+static int bound_port(int fd) {
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &al) != 0) return 0;
+    return ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                         : ((struct sockaddr_in *)&a)->sin_port);
 }
 
 hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server **out, hr_error *err) {
@@ -696,15 +907,23 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     hr_status kst = hr_server_keys_parse(q.api_key, &keys, &n_keys, err);
     if (kst) return kst;
     hr_server_keys_free(keys, n_keys);
+    if (!(q.header_timeout_s > 0)) q.header_timeout_s = 10;
+    if (!(q.body_min_rate > 0)) q.body_min_rate = 0;
+    if (q.max_conns_per_ip < 0) q.max_conns_per_ip = 0;
+    if (q.listen_backlog <= 0) q.listen_backlog = 1024;
     struct sockaddr_storage ss;
     socklen_t slen;
     if (!make_addr(q.host, q.port, &ss, &slen))
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "host '%s' is not a numeric IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)", q.host);
-    hr_status st = probe_bind(&ss, slen, q.host, q.port, err);
+    int lfd = -1;
+    hr_status st = open_listener(&ss, slen, q.host, q.port, q.listen_backlog, &lfd, err);
     if (st) return st;
     hr_server *s = calloc(1, sizeof *s);
-    if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the server");
+    if (!s) {
+        close(lfd);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the server");
+    }
     s->host = strdup(q.host);
     s->api_key = q.api_key && *q.api_key ? strdup(q.api_key) : NULL;
     bool keys_ok = hr_server_keys_parse(s->api_key, &s->keys, &s->n_keys, NULL) == HR_OK;
@@ -721,22 +940,43 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->shutdown_mu, NULL);
     if (!s->host || (q.api_key && !s->api_key) || !keys_ok || !s->parse_pool ||
-        hr_srv_metrics_create(&s->metrics, err) != HR_OK || hr_srv_activity_create(&s->activity, err) != HR_OK) {
+        hr_srv_metrics_create(&s->metrics, err) != HR_OK || hr_srv_activity_create(&s->activity, err) != HR_OK ||
+        hr_srv_guard_create(q.header_timeout_s, q.body_min_rate, &s->guard, err) != HR_OK) {
+        close(lfd);
         hr_server_destroy(s);
-        return err && err->code == HR_ERR_NOMEM ? HR_ERR_NOMEM : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        return err && err->code ? err->code : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO | MHD_USE_ITC;
-    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)q.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)q.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT, q.max_header_bytes, MHD_OPTION_END);
+    /* MHD never sees the listening socket: the gate (gate.c) accepts, waits for a request's headers and
+       hands the socket over. MHD's own limits sit above the gate's count (max_live), which is freed at
+       the CLOSED notification a moment before MHD forgets the connection. The idle timeout (300 s)
+       stays for a client that stops reading a response; the watchdog (guard.c) owns the header and
+       body deadlines, which a byte every few seconds would keep an idle timeout from reaching. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_NO_LISTEN_SOCKET;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)q.max_connections + 64, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)q.max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, q.max_header_bytes, MHD_OPTION_END);
     if (!s->d) {
+        close(lfd);
         hr_server_destroy(s);
         return hr_error_set(err, HR_ERR_IO, "cannot start the HTTP server on %s:%d", q.host, q.port);
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di && di->port ? di->port : q.port;
+    s->port = bound_port(lfd);
+    /* pending connections cost a descriptor each, no thread: hold several times the served ones */
+    hr_srv_gate_params gp = {.listen_fd = lfd,
+                             .daemon = s->d,
+                             .max_pending = 4 * q.max_connections,
+                             .per_ip = q.max_conns_per_ip,
+                             .max_live = q.max_connections,
+                             .header_timeout_s = q.header_timeout_s,
+                             .max_header_bytes = q.max_header_bytes};
+    if ((st = hr_srv_gate_create(&gp, &s->gate, err)) != HR_OK) {
+        close(lfd);
+        hr_server_destroy(s);
+        return st;
+    }
     *out = s;
     return HR_OK;
 }
@@ -751,6 +991,24 @@ void hr_server_set_runtime(hr_server *s, hr_runtime *rt) {
 }
 
 int hr_server_port(const hr_server *s) { return s->port; }
+
+void hr_server_get_stats(hr_server *s, hr_server_stats *st) {
+    static const char *names[] = {"loading", "ready", "draining", "stopped"};
+    hr_srv_guard_counts g = {0};
+    hr_srv_gate_counts gc = {0};
+    if (s->guard) hr_srv_guard_stats(s->guard, &g);
+    if (s->gate) hr_srv_gate_stats(s->gate, &gc);
+    *st = (hr_server_stats){.n_inflight = hr_server_n_inflight(s),
+                            .n_connections = g.open + gc.pending,
+                            .n_pending = gc.pending,
+                            .n_accepted = g.accepted,
+                            .n_cut_headers = g.cut_headers + gc.cut_headers,
+                            .n_evicted = gc.evicted,
+                            .n_refused_framing = gc.refused_framing,
+                            .n_refused_per_ip = gc.refused_per_ip,
+                            .n_cut_body = g.cut_body,
+                            .state = names[atomic_load(&s->state) & 3]};
+}
 
 /* Waits (mutex held) until the registry is empty or deadline passes. */
 static void wait_registry(hr_server *s, double deadline) {
@@ -770,15 +1028,10 @@ void hr_server_shutdown(hr_server *s) {
         return;
     }
     s->shut_down = true;
+    /* connections are still accepted while draining: /health says 503 "draining" to a load balancer
+       instead of a refused connection, and new generation requests get 503 (invariant 3) */
     pthread_mutex_lock(&s->mu);
     atomic_store(&s->state, ST_DRAINING);
-    pthread_mutex_unlock(&s->mu);
-    if (s->d) {
-        /* stop accepting: the listening socket comes back to us to close */
-        MHD_socket ls = MHD_quiesce_daemon(s->d);
-        if (ls != MHD_INVALID_SOCKET) close(ls);
-    }
-    pthread_mutex_lock(&s->mu);
     wait_registry(s, hr_time_now() + s->p.drain_timeout_s);
     hr_runtime *rt = atomic_load(&s->rt);
     for (hr_srv_job *j = s->jobs; j; j = j->next)
@@ -787,6 +1040,7 @@ void hr_server_shutdown(hr_server *s) {
     wait_registry(s, hr_time_now() + 5);
     atomic_store(&s->abandon, true);
     pthread_mutex_unlock(&s->mu);
+    hr_srv_gate_stop(s->gate); /* stops accepting: the listening socket closes */
     if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
     atomic_store(&s->state, ST_STOPPED);
@@ -798,6 +1052,8 @@ void hr_server_destroy(hr_server *s) {
     if (s->d) hr_server_shutdown(s);
     hr_srv_metrics_destroy(s->metrics);
     hr_srv_activity_destroy(s->activity);
+    hr_srv_guard_destroy(s->guard);
+    hr_srv_gate_destroy(s->gate);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->shutdown_mu);

@@ -9,8 +9,15 @@
  *
  * Lifecycle:
  *   hr_server_create(rt or NULL) --> LOADING (/health 503) --hr_server_set_runtime--> READY
- *   READY --hr_server_shutdown--> DRAINING (no new connections; new requests 503; in-flight ones
- *   run up to drain_timeout_s, then are cancelled) --> STOPPED --hr_server_destroy
+ *   READY --hr_server_shutdown--> DRAINING (connections still accepted: /health answers 503
+ *   "draining", new generation requests 503; in-flight ones run up to drain_timeout_s, then are
+ *   cancelled) --> STOPPED (listening socket closed) --hr_server_destroy
+ *
+ * Hostile clients (guard.c): a connection has header_timeout_s to send a request's headers and must
+ * then send its body at body_min_rate, else it is closed; one address holds at most max_conns_per_ip
+ * connections; past max_connections new ones wait in the listen backlog. Route, method, API key and
+ * message framing are decided on the headers, before any body byte is read: a refusal answers and
+ * closes without reading the body.
  *
  * Threads: every call here may come from any thread except that hr_server_destroy must be the last.
  * The server borrows the runtime; the caller starts its engine thread (hr_runtime_start) and closes it
@@ -63,6 +70,15 @@ typedef struct hr_server_params {
                                 at once; one parse gets a quarter (0: HR_SERVER_PARSE_BYTES). Part of the
                                 memory plan: pass it as hr_runtime_params.request_bytes */
     hr_cache_scope_mode cache_scope;
+    double header_timeout_s; /* a connection must deliver a request's headers this long after it opened
+                                or its previous response ended, else it is closed; also the grace before
+                                body_min_rate applies (<= 0: 10 s) */
+    double body_min_rate;    /* bytes per second a request body must keep up past that grace, else the
+                                connection is closed (0: no rate check) */
+    int max_conns_per_ip;    /* concurrent connections from one client address; more are closed at once
+                                (0: no cap) */
+    int listen_backlog;      /* connections the kernel holds while all max_connections are busy (0: 1024;
+                                the kernel caps it at net.core.somaxconn) */
 } hr_server_params;
 
 #define HR_SERVER_PARSE_BYTES (64ull << 20)
@@ -88,9 +104,23 @@ void hr_server_set_runtime(hr_server *s, hr_runtime *rt);
 int hr_server_port(const hr_server *s);
 /* Requests in flight now (being generated or streamed). */
 int hr_server_n_inflight(hr_server *s);
-/* Graceful stop: stops accepting connections, answers 503 to new requests on open ones, waits up to
- * drain_timeout_s for in-flight requests, cancels what remains and stops the HTTP threads. Blocks
- * until done; idempotent. */
+/* Connection counters for a log line (SIGUSR1). */
+typedef struct hr_server_stats {
+    int n_inflight;             /* generation requests in flight */
+    int n_connections;          /* TCP connections open now (served and pending) */
+    int n_pending;              /* of those, waiting for their first request's headers */
+    uint64_t n_accepted;        /* connections handed to the HTTP threads since start */
+    uint64_t n_evicted;         /* closed while waiting for headers: a new connection needed the room */
+    uint64_t n_refused_framing; /* requests refused for their framing (one 400, closed) */
+    uint64_t n_refused_per_ip;  /* connections closed at once: their address held max_conns_per_ip */
+    uint64_t n_cut_headers;     /* closed by the watchdog: headers too slow (header_timeout_s) */
+    uint64_t n_cut_body;        /* closed by the watchdog: body below body_min_rate */
+    const char *state;          /* "loading", "ready", "draining", "stopped" */
+} hr_server_stats;
+void hr_server_get_stats(hr_server *s, hr_server_stats *st);
+/* Graceful stop: answers 503 to new requests (connections are still accepted so that /health can say
+ * "draining"), waits up to drain_timeout_s for in-flight requests, cancels what remains, closes the
+ * listening socket and stops the HTTP threads. Blocks until done; idempotent. */
 void hr_server_shutdown(hr_server *s);
 /* Shuts down if still running and frees. NULL allowed. */
 void hr_server_destroy(hr_server *s);

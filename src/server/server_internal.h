@@ -246,4 +246,96 @@ void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r, const flo
 /* The Prometheus text (format 0.0.4) into b. rt may be NULL (still loading). */
 void hr_srv_metrics_render(hr_srv_metrics *m, hr_runtime *rt, hr_metrics_compat compat, hr_srv_buf *b);
 
+/* ---- the connection guard (guard.c) ------------------------------------------------------------ */
+
+/* One request header as the framing check reads it (name and value NUL-terminated, value trimmed or
+ * not). */
+typedef struct hr_srv_header {
+    const char *name, *value;
+} hr_srv_header;
+
+/* RFC 9112 message framing of a request's headers: 0 when it is unambiguous, else the HTTP status to
+ * answer (400) with why[] saying what is wrong; the connection must then close (the body's end is
+ * unknown). Refused: a Content-Length that is not 1*DIGIT (at most 19 digits), more than one
+ * Content-Length (identical values too), Content-Length with Transfer-Encoding, more than one
+ * Transfer-Encoding, a coding other than exactly "chunked", Transfer-Encoding in HTTP/1.0. */
+int hr_srv_framing_check(const hr_srv_header *h, int n, bool http10, char *why, size_t cap);
+
+typedef enum hr_sock_phase {
+    HR_SOCK_HEADERS = 0, /* waiting for a request's headers (deadline) */
+    HR_SOCK_BODY = 1,    /* reading its body (minimum rate) */
+    HR_SOCK_BUSY = 2,    /* routed: handling, waiting on the engine, answering (no deadline) */
+} hr_sock_phase;
+
+/* One TCP connection as the watchdog sees it (MHD's socket_context). Fields under the guard's mutex. */
+typedef struct hr_srv_sock {
+    struct hr_srv_sock *prev, *next;
+    int fd;
+    hr_sock_phase phase;
+    double t0; /* when the phase began (hr_time_now) */
+    uint64_t body_bytes;
+    bool cut; /* the watchdog shut it down */
+} hr_srv_sock;
+
+typedef struct hr_srv_guard hr_srv_guard;
+
+typedef struct hr_srv_guard_counts {
+    int open;                                 /* connections tracked now */
+    uint64_t accepted, cut_headers, cut_body; /* since start */
+} hr_srv_guard_counts;
+
+/* Starts the watchdog thread: a connection in HEADERS longer than header_timeout_s, or in BODY for
+ * longer than header_timeout_s + body bytes / body_min_rate (0: no rate check), is shut down. */
+hr_status hr_srv_guard_create(double header_timeout_s, double body_min_rate, hr_srv_guard **out, hr_error *err);
+/* Stops the thread and frees (after MHD_stop_daemon). NULL allowed. */
+void hr_srv_guard_destroy(hr_srv_guard *g);
+/* Tracks a new connection (HEADERS from now); NULL when out of memory (then untracked). */
+hr_srv_sock *hr_srv_guard_open(hr_srv_guard *g, int fd);
+/* Forgets it (MHD's CLOSED, before the descriptor is closed). NULL allowed. */
+void hr_srv_guard_close(hr_srv_guard *g, hr_srv_sock *k);
+/* Moves it to phase from now (body bytes back to 0). NULL allowed. */
+void hr_srv_guard_phase(hr_srv_guard *g, hr_srv_sock *k, hr_sock_phase phase);
+/* Counts n more body bytes. NULL allowed. */
+void hr_srv_guard_body(hr_srv_guard *g, hr_srv_sock *k, size_t n);
+void hr_srv_guard_stats(hr_srv_guard *g, hr_srv_guard_counts *c);
+
+/* ---- the front door (gate.c) ------------------------------------------------------------------- */
+
+/* A request head (request line, headers, the empty line: buf[0..n)) as the gate checks it: 0 when it
+ * may go on to libmicrohttpd, else the status to answer once before closing (400; 500 out of memory)
+ * with why[] saying what is wrong. Adds to hr_srv_framing_check: a NUL byte anywhere, obs-fold lines,
+ * an empty header name and whitespace before a header's colon (RFC 9110 5.5, RFC 9112 5.1, 5.2).
+ * Lines without a colon are left to libmicrohttpd (one 400). */
+int hr_srv_check_head(const char *buf, size_t n, char *why, size_t cap);
+
+struct MHD_Daemon;
+typedef struct hr_srv_gate_params {
+    int listen_fd;             /* listening, non-blocking; the gate owns it once created (closes it when it
+                                  stops); on failure the caller still does */
+    struct MHD_Daemon *daemon; /* started with MHD_USE_NO_LISTEN_SOCKET */
+    int max_pending;           /* connections held waiting for their headers (when full, a new one takes
+                                  the place of the one waiting longest) */
+    int per_ip;                /* of those, at most this many from one address (0: no cap) */
+    int max_live;              /* connections handed to MHD and not yet closed */
+    double header_timeout_s;   /* a pending connection's first request headers must be whole by then */
+    size_t max_header_bytes;   /* how much is peeked (more: MHD answers 431) */
+} hr_srv_gate_params;
+
+typedef struct hr_srv_gate hr_srv_gate;
+
+typedef struct hr_srv_gate_counts {
+    int live, pending;
+    uint64_t cut_headers, evicted, refused_framing, refused_per_ip;
+} hr_srv_gate_counts;
+
+/* Starts the gate's thread. */
+hr_status hr_srv_gate_create(const hr_srv_gate_params *p, hr_srv_gate **out, hr_error *err);
+/* Stops accepting: joins the thread, closes the pending connections and the listening socket. */
+void hr_srv_gate_stop(hr_srv_gate *g);
+/* Stops if running and frees. NULL allowed. */
+void hr_srv_gate_destroy(hr_srv_gate *g);
+/* A handed-off connection closed (MHD's CLOSED notification): its live slot is free. NULL allowed. */
+void hr_srv_gate_closed(hr_srv_gate *g);
+void hr_srv_gate_stats(hr_srv_gate *g, hr_srv_gate_counts *c);
+
 #endif
