@@ -174,11 +174,12 @@ static void test_hostile(void) {
     CHECK(e.http == 503 && !strcmp(e.code, "out_of_memory") && !strcmp(e.param, "max_tokens"));
 
     /* scopes */
-    uint64_t none = hr_srv_cache_scope(-1, NULL, 0), k0 = hr_srv_cache_scope(0, NULL, 0),
-             k1 = hr_srv_cache_scope(1, NULL, 0), x = hr_srv_cache_scope(0, "x", 1), y = hr_srv_cache_scope(0, "y", 1),
-             sx = hr_srv_cache_scope(-1, "x", 1), empty = hr_srv_cache_scope(-1, "", 0);
+    uint64_t none = hr_srv_cache_scope(NULL, NULL, 0), k0 = hr_srv_cache_scope("key-a", NULL, 0),
+             k1 = hr_srv_cache_scope("key-b", NULL, 0), x = hr_srv_cache_scope("key-a", "x", 1),
+             y = hr_srv_cache_scope("key-a", "y", 1), sx = hr_srv_cache_scope(NULL, "x", 1),
+             empty = hr_srv_cache_scope(NULL, "", 0);
     CHECK(none == 0 && k0 && k1 && k0 != k1 && x != y && x != k0 && sx != x && sx && empty && empty != sx);
-    CHECK(hr_srv_cache_scope(0, "x", 1) == x); /* the same tenant and salt: the same scope, every time */
+    CHECK(hr_srv_cache_scope("key-a", "x", 1) == x); /* the same tenant and salt: the same scope, every time */
     hr_server_params sp = hr_server_default_params();
     const char *param = NULL;
     CHECK(gen(&sp, "{\"prompt\":\"a\",\"cache_salt\":5}", NULL, &param) == 400 && param &&

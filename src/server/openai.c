@@ -244,14 +244,19 @@ static bool read_string(json_t *o, const char *k, const char **out, hr_srv_error
 
 /* ---- cache scope ------------------------------------------------------------------------------- */
 
-uint64_t hr_srv_cache_scope(int tenant, const char *salt, size_t salt_len) {
-    if (tenant < 0 && !salt) return 0;
-    uint64_t h = hr_mix64(0x74656e616e74ull ^ (uint64_t)(tenant + 1)); /* "tenant" */
-    if (salt) { /* FNV-1a over the salt, then mixed: "" is a salt too, apart from none */
-        uint64_t f = 0xcbf29ce484222325ull;
-        for (size_t i = 0; i < salt_len; i++) f = (f ^ (unsigned char)salt[i]) * 0x100000001b3ull;
-        h = hr_mix64(h ^ hr_mix64(f ^ 0x73616c74ull));
-    }
+static uint64_t fnv1a(const char *s, size_t n) {
+    uint64_t f = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) f = (f ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return f;
+}
+
+uint64_t hr_srv_cache_scope(const char *tenant_key, const char *salt, size_t salt_len) {
+    if (!tenant_key && !salt) return 0;
+    /* the tenant by its key's text, not its place in the list: reordering --api-key keeps every
+     * tenant's cache, and replicas that share the Redis tier agree on scopes whatever their order */
+    uint64_t h = hr_mix64(0x74656e616e74ull ^ (tenant_key ? hr_mix64(fnv1a(tenant_key, strlen(tenant_key))) : 0));
+    if (salt) /* "" is a salt too, apart from none */
+        h = hr_mix64(h ^ hr_mix64(fnv1a(salt, salt_len) ^ 0x73616c74ull));
     return h ? h : 1; /* 0 is the shared scope */
 }
 

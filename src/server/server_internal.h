@@ -111,10 +111,11 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
 bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, hr_srv_error *e);
 void hr_srv_gen_free(hr_srv_gen *g);
 
-/* The prefix-cache scope of a request (hr_rt_request_params.cache_scope): tenant is the API key's
- * index when the cache is scoped by key (-1: not), salt the request's cache_salt (NULL: none). 0 (the
- * shared scope) only for neither; different (tenant, salt) pairs give different scopes. */
-uint64_t hr_srv_cache_scope(int tenant, const char *salt, size_t salt_len);
+/* The prefix-cache scope of a request (hr_rt_request_params.cache_scope): tenant_key is the request's
+ * API key when the cache is scoped by key (NULL: not), salt the request's cache_salt (NULL: none). 0
+ * (the shared scope) only for neither; different (key, salt) pairs give different scopes, the same pair
+ * the same scope on every server. */
+uint64_t hr_srv_cache_scope(const char *tenant_key, const char *salt, size_t salt_len);
 
 /* ---- bounded JSON parsing (jsonmem.c) ----------------------------------------------------------- */
 
