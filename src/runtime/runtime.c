@@ -416,6 +416,7 @@ const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
 const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
 const char *hr_runtime_chat_family(const hr_runtime *rt) { return hr_chat_template_name(hr_chat_family(rt->chat)); }
+bool hr_runtime_chat_native(const hr_runtime *rt) { return !strcmp(hr_chat_describe(rt->chat), "the model's chat template"); }
 
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
 void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }
@@ -426,14 +427,15 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_e
 /* Renders chat messages with the runtime's template and tokenizes them (hr_chat_tokenize: the
  * template's own text with special tokens parsed, the contents as text unless special_in_content; the
  * template writes BOS text itself, so none is added). */
-static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
-                          hr_error *err) {
+static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, const char *tools_json, int32_t **ids,
+                          size_t *n_ids, hr_error *err) {
     int32_t bos = hr_tokenizer_bos(rt->tok), eos = hr_tokenizer_eos(rt->tok);
     hr_chat_render_params cp = {.msgs = msgs,
                                 .n_msgs = n,
                                 .add_generation_prompt = true,
                                 .bos = bos >= 0 ? hr_tokenizer_piece(rt->tok, bos) : NULL,
-                                .eos = eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL};
+                                .eos = eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL,
+                                .tools_json = tools_json};
     return hr_chat_tokenize(rt->chat, rt->tok, &cp, rt->p.special_in_content, ids, n_ids, err);
 }
 
@@ -457,7 +459,7 @@ static hr_status prompt_ids(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
     hr_status st;
     if (p->messages) {
         if (p->n_messages == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "messages is empty");
-        st = chat_ids(rt, p->messages, p->n_messages, &ids, &n, err);
+        st = chat_ids(rt, p->messages, p->n_messages, p->tools_json, &ids, &n, err);
     } else {
         /* a raw prompt's special-token text stays text too (see hr_rt_request_params.prompt_ids) */
         hr_tokenize_opts to = {.add_bos = !p->no_bos && hr_tokenizer_add_bos_default(rt->tok),

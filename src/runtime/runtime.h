@@ -171,6 +171,9 @@ const char *hr_runtime_warnings(const hr_runtime *rt);
 const char *hr_runtime_chat_warning(const hr_runtime *rt);
 /* The chat template family in use ("chatml", "llama3", ...: hr_chat_template_name). */
 const char *hr_runtime_chat_family(const hr_runtime *rt);
+/* Whether chat renders through the model's own template (the Jinja interpreter), which takes tools and
+ * tool calls as they are; else a family renderer, which knows nothing of tools. */
+bool hr_runtime_chat_native(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
 
@@ -207,6 +210,8 @@ typedef struct hr_rt_request_params {
     const char *kv_policy; /* this request's policy ("window:256", ...); NULL: the runtime's default */
     bool logprobs;         /* record each output token's log-probability (hr_request_logprobs) */
     int top_logprobs;      /* and the n most likely alternatives (0..20) */
+    const char *tools_json; /* chat: NULL or a JSON array of tools, for a model's own template to render
+                               (hr_runtime_chat_native; messages carry their tool_calls_json / tool_call_id) */
     uint64_t cache_scope;  /* prefix-cache scope: requests share cached blocks (and report hits) only
                               within one scope (a tenant: a hash of its API key or cache salt); 0: shared */
 } hr_rt_request_params;

@@ -604,8 +604,41 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     return true;
 }
 
-bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, hr_srv_error *e) {
+/* The template takes them as they are (hr_srv_gen_apply_tools with native). */
+static bool tools_native(hr_srv_gen *g, json_t *msgs, hr_srv_error *e) {
+    for (size_t i = 0; i < g->rp.n_messages; i++) {
+        json_t *m = json_array_get(msgs, i);
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (json_array_size(calls) > 0) {
+            if (strcmp(g->messages[i].role, "assistant") != 0)
+                return hr_srv_fail(e, 400, "messages", "invalid_value",
+                                   "'messages[%zu].tool_calls' belongs on an assistant message", i);
+            char *text = hr_tools_call_text(HR_TOOLS_JSON, calls); /* checks every call's shape */
+            bool ok = text != NULL;
+            free(text);
+            char *dump = ok ? json_dumps(calls, JSON_COMPACT) : NULL;
+            if (!ok)
+                return hr_srv_fail(e, 400, "messages", "invalid_value",
+                                   "'messages[%zu].tool_calls' must be [{\"id\", \"type\": \"function\", "
+                                   "\"function\": {\"name\", \"arguments\": a JSON object as a string}}]",
+                                   i);
+            if (!dump || !keep_owned(g, dump)) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+            g->messages[i].tool_calls_json = dump;
+        }
+        g->messages[i].tool_call_id = json_string_value(json_object_get(m, "tool_call_id"));
+        g->messages[i].name = json_string_value(json_object_get(m, "name"));
+    }
+    if (g->tools.n > 0 && !g->tools.none) {
+        char *dump = json_dumps(g->tools.list, JSON_COMPACT);
+        if (!dump || !keep_owned(g, dump)) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+        g->rp.tools_json = dump;
+    }
+    return true;
+}
+
+bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool native, hr_srv_error *e) {
     json_t *msgs = field(root, "messages");
+    if (native) return tools_native(g, msgs, e);
     size_t n = g->rp.n_messages;
     bool any = g->tools.n > 0 && !g->tools.none;
     for (size_t i = 0; i < n && !any; i++) {

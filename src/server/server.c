@@ -401,7 +401,7 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
         return send_error(s, c, &e);
     }
     hr_tool_format tool_format = hr_tool_format_for(hr_runtime_chat_family(rt));
-    if (kind == HR_SRV_CHAT && !hr_srv_gen_apply_tools(&g, root, tool_format, &e)) {
+    if (kind == HR_SRV_CHAT && !hr_srv_gen_apply_tools(&g, root, tool_format, hr_runtime_chat_native(rt), &e)) {
         hr_srv_gen_free(&g);
         drop_body(k, root);
         return send_error(s, c, &e);

@@ -103,12 +103,14 @@ bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at);
 
 bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
                       hr_srv_error *e);
-/* Chat with tools, for a model whose tool calls take format f: the tools described at the end of the
+/* Chat with tools. native (the model's own template renders the chat): the tools, each assistant
+ * message's `tool_calls` and each tool message's `tool_call_id` / `name` go to the template as they
+ * are. Else, for a model whose tool calls take format f: the tools described at the end of the
  * system message (one is added when there is none), assistant `tool_calls` written as the model
  * writes them, `tool` messages as the model reads results (consecutive ones joined in one turn).
  * False with e set (400 naming `messages`) for a malformed tool call in the history. A no-op without
  * tools in the request or history. */
-bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, hr_srv_error *e);
+bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool native, hr_srv_error *e);
 void hr_srv_gen_free(hr_srv_gen *g);
 
 /* The prefix-cache scope of a request (hr_rt_request_params.cache_scope): tenant_key is the request's
