@@ -466,18 +466,10 @@ static hr_status resolve(const char *path, char *json_path, char *cfg_path, size
     return HR_OK;
 }
 
-hr_status hr_tokenizer_json_to_gguf(const char *path, hr_gguf_writer *w, hr_error *err) {
-    if (!path || !w) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_json_to_gguf: NULL argument");
-    char json_path[4096], cfg_path[4096];
-    hr_status st = resolve(path, json_path, cfg_path, sizeof json_path, err);
-    if (st != HR_OK) return st;
-    conv c = {.err = err, .file = json_path};
-    json_error_t jerr;
-    c.tok = json_load_file(json_path, 0, &jerr);
-    if (!c.tok)
-        return hr_error_set(err, json_error_code(&jerr) == json_error_cannot_open_file ? HR_ERR_NOT_FOUND : HR_ERR_FORMAT,
-                            "%s: %s (line %d)", json_path, jerr.text, jerr.line);
-    c.cfg = json_load_file(cfg_path, 0, &jerr); /* optional */
+/* The conversion proper, on parsed documents (cfg may be NULL); `file` names the source in messages. */
+static hr_status convert(json_t *tok, json_t *cfg, const char *file, hr_gguf_writer *w, hr_error *err) {
+    conv c = {.err = err, .file = file, .tok = tok, .cfg = cfg};
+    hr_status st = HR_OK;
     vocab v = {0};
     char **merges = NULL;
     size_t n_merges = 0;
@@ -485,7 +477,7 @@ hr_status hr_tokenizer_json_to_gguf(const char *path, hr_gguf_writer *w, hr_erro
     const char *mtype = jstr(model, "type");
     bool byte_level = false;
     if (!json_is_object(c.tok) || !json_is_object(model)) {
-        st = hr_error_set(err, HR_ERR_FORMAT, "%s: no 'model' object: not a tokenizer.json", json_path);
+        st = hr_error_set(err, HR_ERR_FORMAT, "%s: no 'model' object: not a tokenizer.json", file);
     } else if (mtype ? strcmp(mtype, "BPE") != 0 : !json_object_get(model, "merges")) {
         st = unsupported(&c, "model type", mtype ? mtype : "(none)");
     } else if ((jstr(model, "continuing_subword_prefix") && *jstr(model, "continuing_subword_prefix")) ||
@@ -534,19 +526,31 @@ hr_status hr_tokenizer_json_to_gguf(const char *path, hr_gguf_writer *w, hr_erro
     for (size_t i = 0; merges && i < n_merges; i++) free(merges[i]);
     free(merges);
     vocab_free(&v);
-    json_decref(c.tok);
-    json_decref(c.cfg);
     return st;
 }
 
-hr_status hr_tokenizer_load_json(const char *path, hr_tokenizer **out, hr_error *err) {
-    if (!path || !out) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_load_json: NULL argument");
-    hr_gguf_writer *w = hr_gguf_writer_create(3);
-    if (!w) return hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory");
+hr_status hr_tokenizer_json_to_gguf(const char *path, hr_gguf_writer *w, hr_error *err) {
+    if (!path || !w) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_json_to_gguf: NULL argument");
+    char json_path[4096], cfg_path[4096];
+    hr_status st = resolve(path, json_path, cfg_path, sizeof json_path, err);
+    if (st != HR_OK) return st;
+    json_error_t jerr;
+    json_t *tok = json_load_file(json_path, 0, &jerr);
+    if (!tok)
+        return hr_error_set(err, json_error_code(&jerr) == json_error_cannot_open_file ? HR_ERR_NOT_FOUND : HR_ERR_FORMAT,
+                            "%s: %s (line %d)", json_path, jerr.text, jerr.line);
+    json_t *cfg = json_load_file(cfg_path, 0, &jerr); /* optional */
+    st = convert(tok, cfg, json_path, w, err);
+    json_decref(tok);
+    json_decref(cfg);
+    return st;
+}
+
+/* Writes the metadata to memory and loads it (both entry points below end here). */
+static hr_status load_converted(hr_gguf_writer *w, hr_status st, hr_tokenizer **out, hr_error *err) {
     void *data = NULL;
     size_t size = 0;
     hr_gguf *g = NULL;
-    hr_status st = hr_tokenizer_json_to_gguf(path, w, err);
     if (st == HR_OK) st = hr_gguf_writer_write_memory(w, &data, &size, err);
     hr_gguf_writer_destroy(w);
     if (st == HR_OK) st = hr_gguf_open_memory(data, size, &g, err);
@@ -554,6 +558,24 @@ hr_status hr_tokenizer_load_json(const char *path, hr_tokenizer **out, hr_error 
     hr_gguf_close(g);
     free(data);
     return st;
+}
+
+hr_status hr_tokenizer_load_json_text(const char *json, size_t len, hr_tokenizer **out, hr_error *err) {
+    if (!json || !out) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_load_json_text: NULL argument");
+    json_error_t jerr;
+    json_t *tok = json_loadb(json, len, 0, &jerr);
+    if (!tok) return hr_error_set(err, HR_ERR_FORMAT, "tokenizer.json: %s (line %d)", jerr.text, jerr.line);
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_status st = w ? convert(tok, NULL, "tokenizer.json", w, err) : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    json_decref(tok);
+    return w ? load_converted(w, st, out, err) : st;
+}
+
+hr_status hr_tokenizer_load_json(const char *path, hr_tokenizer **out, hr_error *err) {
+    if (!path || !out) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_load_json: NULL argument");
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    if (!w) return hr_error_set(err, HR_ERR_NOMEM, "tokenizer: out of memory");
+    return load_converted(w, hr_tokenizer_json_to_gguf(path, w, err), out, err);
 }
 
 hr_status hr_tokenizer_load_path(const char *path, hr_tokenizer **out, hr_error *err) {

@@ -30,6 +30,8 @@ void hr_tokenizer_destroy(hr_tokenizer *t); /* NULL allowed */
 hr_status hr_tokenizer_json_to_gguf(const char *path, hr_gguf_writer *w, hr_error *err);
 /* Loads a tokenizer.json (file or directory) directly: the conversion above, loaded from memory. */
 hr_status hr_tokenizer_load_json(const char *path, hr_tokenizer **out, hr_error *err);
+/* The same from tokenizer.json text in memory, without a tokenizer_config.json (used by the fuzzer). */
+hr_status hr_tokenizer_load_json_text(const char *json, size_t len, hr_tokenizer **out, hr_error *err);
 /* A GGUF file, a tokenizer.json, or a directory holding one (a checkpoint directory needs no GGUF). */
 hr_status hr_tokenizer_load_path(const char *path, hr_tokenizer **out, hr_error *err);
 
