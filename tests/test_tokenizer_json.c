@@ -326,9 +326,83 @@ static void run_synthetic(void) {
     hr_tokenizer_destroy(t);
 }
 
+/* Encodes text with parse_special and compares with want[0..n_want). */
+static void expect_ids(const hr_tokenizer *t, const char *what, const char *text, const int32_t *want, size_t n_want) {
+    hr_tokenize_opts o = {.add_bos = false, .add_eos = false, .parse_special = true};
+    int32_t ids[64];
+    size_t n = 0;
+    hr_error err = {0};
+    CHECKF(hr_tokenizer_encode(t, text, strlen(text), &o, ids, 64, &n, &err) == HR_OK, "%s", err.msg);
+    bool same = n == n_want && memcmp(ids, want, n * sizeof(int32_t)) == 0;
+    CHECKF(same, "%s: '%s' gave %zu ids", what, text, n);
+    if (!same) {
+        for (size_t i = 0; i < n && i < 64; i++) fprintf(stderr, " %d", ids[i]);
+        fputc('\n', stderr);
+    }
+}
+
+/* Byte-fallback BPE over U+2581 (the `llama` form with merges): Prepend + Replace (Llama-2-style files) and
+ * Metaspace (prepend_scheme first, split). Vocabulary: <unk> 0, <s> 1, U+2581 2, a 3, U+2581a 4, b 5, ab 6,
+ * <0x00>..<0xFF> 7..262; merges (U+2581, a) then (a, b). Ids worked out by hand. */
+static void run_byte_fallback(void) {
+    char vocab[8192];
+    int at = snprintf(vocab, sizeof vocab,
+                      "\"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"\u2581\": 2, \"a\": 3, \"\u2581a\": 4, \"b\": 5, \"ab\": 6");
+    for (int b = 0; b < 256; b++) at += snprintf(vocab + at, sizeof vocab - (size_t)at, ", \"<0x%02X>\": %d", b, 7 + b);
+    snprintf(vocab + at, sizeof vocab - (size_t)at, "}, \"merges\": [\"\u2581 a\", \"a b\"]");
+    static const char added[] = "\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true}, "
+                                "{\"id\": 1, \"content\": \"<s>\", \"special\": true}]";
+    char body[12288];
+    snprintf(body, sizeof body,
+             "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"}, "
+             "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]}, %s, "
+             "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "
+             "\"\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", "
+             "\"content\": \" \", \"start\": 1, \"stop\": 0}]}, "
+             "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", %s}}",
+             added, vocab);
+    hr_tokenizer *t = NULL;
+    hr_error err = {0};
+    CHECKF(hr_tokenizer_load_json(write_tmp("prepend.json", body), &t, &err) == HR_OK, "%s", err.msg);
+    if (t) {
+        CHECK(!strcmp(hr_tokenizer_kind_name(t), "spm") && hr_tokenizer_unk(t) == 0);
+        /* "a ab  ba \u00e9" -> "\u2581a\u2581ab\u2581\u2581ba\u2581\u00e9": (U+2581 a) merges first, "b a" never; e-acute
+         * is no token: its bytes C3 A9; the text after <s> gets the prefix again */
+        static const int32_t want[] = {4, 4, 5, 2, 2, 5, 3, 2, 7 + 0xC3, 7 + 0xA9, 1, 4, 5};
+        expect_ids(t, "prepend", "a ab  ba \xC3\xA9<s>ab", want, sizeof want / sizeof want[0]);
+        static const int32_t want2[] = {2, 4}; /* Prepend doubles a leading space */
+        expect_ids(t, "prepend", " a", want2, 2);
+        int32_t ids[] = {4, 4, 5, 2, 2, 5, 3, 2, 7 + 0xC3, 7 + 0xA9};
+        char *text = NULL;
+        size_t len = 0;
+        CHECK(hr_tokenizer_decode(t, ids, 10, false, &text, &len, &err) == HR_OK && text &&
+              !strcmp(text, "a ab  ba \xC3\xA9"));
+        free(text);
+        hr_tokenizer_destroy(t);
+        t = NULL;
+    }
+    snprintf(body, sizeof body,
+             "{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\", "
+             "\"split\": true}, %s, \"decoder\": {\"type\": \"Metaspace\"}, "
+             "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", %s}}",
+             added, vocab);
+    CHECKF(hr_tokenizer_load_json(write_tmp("metaspace.json", body), &t, &err) == HR_OK, "%s", err.msg);
+    if (t) {
+        /* split before every U+2581: "\u2581ab" "\u2581a"; the prefix only for the first fragment */
+        static const int32_t want[] = {4, 5, 4, 1, 4, 5};
+        expect_ids(t, "metaspace", "ab a<s> ab", want, sizeof want / sizeof want[0]);
+        static const int32_t want2[] = {4}; /* Metaspace adds no second space */
+        expect_ids(t, "metaspace", " a", want2, 1);
+        static const int32_t want3[] = {2, 4}; /* split: "\u2581" "\u2581a", not the one word "\u2581\u2581a" */
+        expect_ids(t, "metaspace", "  a", want3, 2);
+        hr_tokenizer_destroy(t);
+    }
+}
+
 int main(int argc, char **argv) {
     run_refusals();
     run_synthetic();
+    run_byte_fallback();
 
     /* the pinned packages, installed once into the build folder (or a folder named on the command line) */
     char pkgs[4096];

@@ -159,7 +159,7 @@ static bpe_pair heap_pop(hr_bpe_scratch *s) {
 }
 
 static bool try_pair(const hr_tokenizer *t, hr_bpe_scratch *s, int32_t left, int32_t right) {
-    if (left < 0 || right < 0 || s->id[left] < 0 || s->id[right] < 0) return true;
+    if (left < 0 || right < 0) return true;
     const hr_merge_slot *m = merge_find(t, s->id[left], s->id[right]);
     if (!m) return true;
     bpe_pair p = {m->rank, left, right, s->id[left], s->id[right], m->merged};
@@ -198,13 +198,9 @@ static bool emit(const hr_tokenizer *t, int32_t id, hr_ivec *out) {
     return true;
 }
 
-/* Links symbols 0..n-1 (ids in s->id) and applies the lowest-ranked merge among adjacent pairs until none
- * applies (ties: leftmost). Symbols with id -1 take part in no merge. */
+/* Symbols 0..n-1 (ids in s->id, linked by the caller through prev/next): applies the lowest-ranked merge
+ * among adjacent pairs until none applies (ties: leftmost). */
 static bool merge_loop(const hr_tokenizer *t, hr_bpe_scratch *s, int32_t n) {
-    for (int32_t i = 0; i < n; i++) {
-        s->prev[i] = i - 1;
-        s->next[i] = i + 1 < n ? i + 1 : -1;
-    }
     s->heap_n = 0;
     for (int32_t i = 1; i < n; i++)
         if (!try_pair(t, s, i - 1, i)) return false;
@@ -240,7 +236,12 @@ hr_status hr_bpe_encode_word(const hr_tokenizer *t, const uint8_t *word, size_t 
     if (len == 1) return emit(t, t->byte_tok[word[0]], out) ? HR_OK : HR_ERR_NOMEM;
     if (!reserve(s, len)) return HR_ERR_NOMEM;
     int32_t n = (int32_t)len;
-    for (int32_t i = 0; i < n; i++) s->id[i] = t->byte_tok[word[i]];
+    for (int32_t i = 0; i < n; i++) {
+        s->id[i] = t->byte_tok[word[i]];
+        s->prev[i] = i - 1;
+        s->next[i] = i + 1;
+    }
+    s->next[n - 1] = -1;
     if (!merge_loop(t, s, n)) return HR_ERR_NOMEM;
     for (int32_t i = 0; i != -1; i = s->next[i])
         if (!emit(t, s->id[i], out)) return HR_ERR_NOMEM;
@@ -268,10 +269,16 @@ hr_status hr_bpe_encode_chars(const hr_tokenizer *t, const char *text, size_t le
         hr_utf8_decode(text + off, &cl);
         if ((size_t)cl > len - off) cl = (int)(len - off);
         s->pos[n] = (uint32_t)off;
-        s->id[n++] = hr_tok_lookup(t, text + off, (size_t)cl); /* -1: unknown, never merges */
+        int32_t id = hr_tok_lookup(t, text + off, (size_t)cl);
+        /* a character that is no string of the table: an id no merge has (>= n_vocab: spelled as bytes) */
+        s->id[n] = id >= 0 ? id : INT32_MAX;
+        s->prev[n] = n - 1;
+        s->next[n] = n + 1;
+        n++;
         off += (size_t)cl;
     }
     s->pos[n] = (uint32_t)len;
+    s->next[n - 1] = -1;
     if (!merge_loop(t, s, n)) return HR_ERR_NOMEM;
     for (int32_t i = 0; i != -1; i = s->next[i]) {
         int32_t id = s->id[i];
