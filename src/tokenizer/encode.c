@@ -21,6 +21,19 @@ static hr_status bpe_piece(void *ctx, const char *piece, size_t len) {
     return hr_bpe_encode_word(c->t, (const uint8_t *)piece, len, c->out, c->scratch);
 }
 
+/* Whether the U+2581 at buf[i] (i > 0) may start a new word: the character before it is no U+2581 and no
+ * "glue" character (see tok_internal.h). */
+static bool cut_before(const hr_tokenizer *t, const char *buf, size_t i) {
+    size_t j = i - 1;
+    while (j > 0 && ((uint8_t)buf[j] & 0xC0) == 0x80) j--;
+    int cl;
+    uint32_t cp = hr_utf8_decode(buf + j, &cl);
+    if (cp == 0x2581) return false;
+    for (int k = 0; k < t->n_spm_glue; k++)
+        if (t->spm_glue[k] == cp) return false;
+    return true;
+}
+
 /* SentencePiece: optional leading space, then ' ' -> U+2581, then the merge algorithm (by score, or by rank
  * for vocabularies that carry merges). */
 static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t len, bool prefix, hr_ivec *out,
@@ -47,8 +60,7 @@ static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t le
         /* cut before each U+2581 that follows another character (see tok_internal.h); Metaspace with split
          * cuts before every U+2581 */
         for (size_t i = 3; i + 3 <= o && st == HR_OK; i++) {
-            if (memcmp(buf + i, "\xE2\x96\x81", 3) == 0 &&
-                (t->split_metaspace || memcmp(buf + i - 3, "\xE2\x96\x81", 3) != 0) && i > start) {
+            if (memcmp(buf + i, "\xE2\x96\x81", 3) == 0 && i > start && (t->split_metaspace || cut_before(t, buf, i))) {
                 st = t->spm_merges ? hr_bpe_encode_chars(t, buf + start, i - start, out, scratch)
                                    : hr_spm_encode_fragment(t, buf + start, i - start, out);
                 start = i;
@@ -62,7 +74,8 @@ static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t le
     return st;
 }
 
-/* Unicode normalization of one raw fragment (tokenizer.json's normalizer). *out is malloc'd. */
+/* Unicode normalization of one raw fragment (tokenizer.json's normalizer). *out is malloc'd, or NULL when
+ * the text is already normalized. */
 static hr_status normalize(const hr_tokenizer *t, const char *text, size_t len, char **out, size_t *out_len) {
     static const utf8proc_option_t opts[] = {
         [HR_NORM_NFC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE,
@@ -70,6 +83,16 @@ static hr_status normalize(const hr_tokenizer *t, const char *text, size_t len, 
         [HR_NORM_NFD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
         [HR_NORM_NFKD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
     };
+    /* Text that cannot change: ASCII under every form; under NFC also text below U+0300 (no lead byte from
+     * 0xCC up: nothing there decomposes into something that recomposes differently, nothing combines). */
+    uint8_t limit = t->normalizer == HR_NORM_NFC ? 0xCC : 0x80;
+    size_t k = 0;
+    while (k < len && (uint8_t)text[k] < limit) k++;
+    if (k == len) {
+        *out = NULL;
+        *out_len = len;
+        return HR_OK;
+    }
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &dst, opts[t->normalizer]);
     if (n < 0) return n == UTF8PROC_ERROR_NOMEM ? HR_ERR_NOMEM : HR_ERR_INTERNAL; /* the text is valid UTF-8 */
@@ -106,7 +129,7 @@ static hr_status encode_ivec(const hr_tokenizer *t, const char *text, size_t len
         if (t->normalizer != HR_NORM_NONE) {
             st = normalize(t, frag, frag_len, &normed, &frag_len);
             if (st != HR_OK) break;
-            frag = normed;
+            if (normed) frag = normed;
         }
         if (t->kind == HR_VOCAB_SPM) {
             bool prefix = t->add_space_prefix && (t->prefix_first ? i == 0 : prev_special);

@@ -39,6 +39,7 @@ enum { HR_NORM_NONE = 0, HR_NORM_NFC, HR_NORM_NFKC, HR_NORM_NFD, HR_NORM_NFKD };
 typedef enum hr_vocab_kind { HR_VOCAB_SPM = 1, HR_VOCAB_BPE = 2 } hr_vocab_kind;
 
 #define HR_PRETOK_MAX_REGEX 8
+#define HR_SPM_GLUE_MAX     8
 
 /* ---- a growable int32 vector (encode output and scratch) --------------------------------------- */
 typedef struct hr_ivec {
@@ -95,6 +96,10 @@ struct hr_tokenizer {
      * before a U+2581 that follows a non-U+2581 character: the text can be encoded word by word with
      * exactly the same result, and far better cache locality than one heap over the whole text. */
     bool spm_split_words;
+    /* ... except before a U+2581 that follows one of these characters: some string has that character
+     * right before a U+2581 (Gemma-3 has one such token, ">▁</"). At most HR_SPM_GLUE_MAX of them. */
+    int n_spm_glue;
+    uint32_t spm_glue[8];
     /* SPM vocabularies that carry tokenizer.ggml.merges (made from a tokenizer.json byte-fallback BPE): the
      * merges are applied by rank over characters, as Hugging Face's BPE does, instead of by score. */
     bool spm_merges;

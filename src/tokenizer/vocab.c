@@ -323,12 +323,26 @@ hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err)
             st = hr_bpe_build_merges(t, &merges, err);
             t->spm_merges = true;
         }
+        /* Can the text be cut before a U+2581 that follows another character? Only where no string has that
+         * character right before a U+2581; collect those characters (the "glue"), give up past a few. */
         t->spm_split_words = true;
-        for (int32_t i = 0; i < t->n_vocab && t->spm_split_words; i++) {
-            /* any U+2581 after the first byte must follow another U+2581 */
+        for (int32_t i = 0; i < t->n_strings && t->spm_split_words; i++) {
             const char *s = t->blob + t->off[i], *end = s + t->len[i], *hit = s;
-            while (hit + 1 < end && (hit = memmem(hit + 1, (size_t)(end - hit - 1), "\xE2\x96\x81", 3)) != NULL)
-                if (hit < s + 3 || memcmp(hit - 3, "\xE2\x96\x81", 3) != 0) t->spm_split_words = false;
+            while (hit + 1 < end && (hit = memmem(hit + 1, (size_t)(end - hit - 1), "\xE2\x96\x81", 3)) != NULL) {
+                const char *c = hit - 1;
+                while (c > s && ((uint8_t)*c & 0xC0) == 0x80) c--;
+                int cl;
+                uint32_t cp = hr_utf8_decode(c, &cl);
+                if (cp == 0x2581) continue; /* U+2581 after U+2581: never cut anyway */
+                bool known = false;
+                for (int k = 0; k < t->n_spm_glue && !known; k++) known = t->spm_glue[k] == cp;
+                if (known) continue;
+                if (t->n_spm_glue == HR_SPM_GLUE_MAX) {
+                    t->spm_split_words = false;
+                    break;
+                }
+                t->spm_glue[t->n_spm_glue++] = cp;
+            }
         }
     }
     if (st == HR_OK) {
