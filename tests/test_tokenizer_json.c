@@ -278,6 +278,10 @@ static void run_refusals(void) {
                    "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
                    "\"Removed\"}, \"model\": {\"type\": \"BPE\", " TINY_VOCAB "}}",
                    HR_ERR_UNSUPPORTED, "Split with a behavior other than Isolated");
+    expect_refusal("hugeid.json",
+                   "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+                   "{\"a\": 2000000000}, \"merges\": []}}",
+                   HR_ERR_FORMAT, "is not an id below");
     expect_refusal("truncated.json", "{\"model\": {\"type\": \"BPE\", ", HR_ERR_FORMAT, "truncated.json");
     expect_refusal("notjson.json", "[1, 2, 3]", HR_ERR_FORMAT, "not a tokenizer.json");
     /* a directory without tokenizer.json */
@@ -399,10 +403,36 @@ static void run_byte_fallback(void) {
     }
 }
 
+/* Gemma-style (Replace ' ' -> U+2581, no prefix) with a token that glues 'a' to a following U+2581: the
+ * text may not be cut into words before that U+2581. Vocabulary: a 0, b 1, U+2581 2, U+2581b 3,
+ * aU+2581b 4, c 5, <0x00>.. 6..; merges (U+2581, b) then (a, U+2581b). */
+static void run_glue(void) {
+    char body[8192];
+    int at = snprintf(body, sizeof body,
+                      "{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"},"
+                      " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": "
+                      "\"MergedWithPrevious\"}, \"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"a\": 0,"
+                      " \"b\": 1, \"\u2581\": 2, \"\u2581b\": 3, \"a\u2581b\": 4, \"c\": 5");
+    for (int b = 0; b < 256; b++) at += snprintf(body + at, sizeof body - (size_t)at, ", \"<0x%02X>\": %d", b, 6 + b);
+    snprintf(body + at, sizeof body - (size_t)at, "}, \"merges\": [[\"\u2581\", \"b\"], [\"a\", \"\u2581b\"]]}}");
+    hr_tokenizer *t = NULL;
+    hr_error err = {0};
+    CHECKF(hr_tokenizer_load_json(write_tmp("glue.json", body), &t, &err) == HR_OK, "%s", err.msg);
+    if (!t) return;
+    /* "a\u2581bc\u2581b": no cut after 'a' (glued), a cut after 'c' -> "a\u2581bc" "\u2581b"; cutting after 'a'
+     * too would give a, \u2581b, c, \u2581b (0 3 5 3) */
+    static const int32_t want[] = {4, 5, 3};
+    expect_ids(t, "glue", "a bc b", want, 3);
+    static const int32_t want2[] = {5, 3, 5}; /* "c\u2581bc": no glue, no token across: same either way */
+    expect_ids(t, "glue", "c bc", want2, 3);
+    hr_tokenizer_destroy(t);
+}
+
 int main(int argc, char **argv) {
     run_refusals();
     run_synthetic();
     run_byte_fallback();
+    run_glue();
 
     /* the pinned packages, installed once into the build folder (or a folder named on the command line) */
     char pkgs[4096];

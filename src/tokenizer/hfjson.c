@@ -235,10 +235,13 @@ static void vocab_free(vocab *v) {
     free(v->strip);
 }
 
+/* Ids past 16M are refused: no vocabulary is that large, and the tables are sized by the largest id. */
+#define MAX_ID (1 << 24)
+
 static int32_t id_of(const json_t *v) {
     if (!json_is_integer(v)) return -1;
     json_int_t i = json_integer_value(v);
-    return i >= 0 && i < INT32_MAX / 4 ? (int32_t)i : -1;
+    return i >= 0 && i < MAX_ID ? (int32_t)i : -1;
 }
 
 /* a copy of s with every U+2581 replaced by ' ' (llama.cpp pre-normalizes user-defined tokens so) */
@@ -266,7 +269,8 @@ static hr_status build_vocab(conv *c, const json_t *model, vocab *v) {
     const json_t *val;
     json_object_foreach((json_t *)jv, key, val) {
         int32_t id = id_of(val);
-        if (id < 0) return hr_error_set(c->err, HR_ERR_FORMAT, "%s: model.vocab['%.40s'] is not an id", c->file, key);
+        if (id < 0) return hr_error_set(c->err, HR_ERR_FORMAT, "%s: model.vocab['%.40s'] is not an id below %d", c->file,
+                                             key, MAX_ID);
         if (id + 1 > n) n = id + 1;
     }
     size_t i;
