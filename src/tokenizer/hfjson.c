@@ -33,14 +33,16 @@
 
 /* The Split regexes of the pre-tokenizers llama.cpp names, as tokenizer.json spells them. */
 #define HF_CONTRACTIONS "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-static const char k_hf_llama3[] = HF_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-                                                  "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char k_hf_llama3[] =
+    HF_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char k_hf_qwen2[] = HF_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
                                                  "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char k_hf_dsv3_0[] = "\\p{N}{1,3}";
 static const char k_hf_dsv3_1[] = "[一-龥぀-ゟ゠-ヿ]+";
-static const char k_hf_dsv3_2[] = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
-                                  "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+static const char k_hf_dsv3_2[] =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+    "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
 /* ByteLevel's own regex (use_regex: true): GPT-2's */
 static const char k_hf_gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -269,8 +271,9 @@ static hr_status build_vocab(conv *c, const json_t *model, vocab *v) {
     const json_t *val;
     json_object_foreach((json_t *)jv, key, val) {
         int32_t id = id_of(val);
-        if (id < 0) return hr_error_set(c->err, HR_ERR_FORMAT, "%s: model.vocab['%.40s'] is not an id below %d", c->file,
-                                             key, MAX_ID);
+        if (id < 0)
+            return hr_error_set(c->err, HR_ERR_FORMAT, "%s: model.vocab['%.40s'] is not an id below %d", c->file, key,
+                                MAX_ID);
         if (id + 1 > n) n = id + 1;
     }
     size_t i;
@@ -313,7 +316,8 @@ static hr_status build_vocab(conv *c, const json_t *model, vocab *v) {
                 v->text[id] = v->owned[id];
             }
         }
-        int flags = (jbool(val, "lstrip", false) ? HR_STRIP_LEFT : 0) | (jbool(val, "rstrip", false) ? HR_STRIP_RIGHT : 0);
+        int flags =
+            (jbool(val, "lstrip", false) ? HR_STRIP_LEFT : 0) | (jbool(val, "rstrip", false) ? HR_STRIP_RIGHT : 0);
         if (flags) v->strip[v->n_strip++] = id * 4 + flags;
         if (jbool(val, "single_word", false)) return unsupported(c, "added token", "with single_word");
     }
@@ -421,8 +425,8 @@ static void write_specials(conv *c, const vocab *v, hr_gguf_writer *w) {
             const json_t *sp = json_object_get(x, "SpecialToken");
             if (json_object_get(x, "Sequence")) seen_a = true;
             if (!sp) continue;
-            const json_t *st = json_object_get(json_object_get(json_object_get(post, "special_tokens"), jstr(sp, "id")),
-                                               "ids");
+            const json_t *st =
+                json_object_get(json_object_get(json_object_get(post, "special_tokens"), jstr(sp, "id")), "ids");
             int32_t id = id_of(json_array_get(st, 0));
             if (id < 0) id = find_id(v, jstr(sp, "id"));
             if (!seen_a) tp_bos = true, ids[0] = ids[0] < 0 ? id : ids[0];
@@ -541,7 +545,8 @@ hr_status hr_tokenizer_json_to_gguf(const char *path, hr_gguf_writer *w, hr_erro
     json_error_t jerr;
     json_t *tok = json_load_file(json_path, 0, &jerr);
     if (!tok)
-        return hr_error_set(err, json_error_code(&jerr) == json_error_cannot_open_file ? HR_ERR_NOT_FOUND : HR_ERR_FORMAT,
+        return hr_error_set(err,
+                            json_error_code(&jerr) == json_error_cannot_open_file ? HR_ERR_NOT_FOUND : HR_ERR_FORMAT,
                             "%s: %s (line %d)", json_path, jerr.text, jerr.line);
     json_t *cfg = json_load_file(cfg_path, 0, &jerr); /* optional */
     st = convert(tok, cfg, json_path, w, err);

@@ -88,8 +88,7 @@ static bool name_in(const char *names, const char *pre) {
 static hr_status compile_one(hr_tokenizer *t, const char *pre, const char *rx, size_t len, hr_error *err) {
     int code;
     PCRE2_SIZE at;
-    pcre2_code *re =
-        pcre2_compile((PCRE2_SPTR)rx, len, PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)rx, len, PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at, NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof(msg));
