@@ -289,6 +289,24 @@ static void run_refusals(void) {
                    HR_ERR_FORMAT, "is not an id below");
     expect_refusal("truncated.json", "{\"model\": {\"type\": \"BPE\", ", HR_ERR_FORMAT, "truncated.json");
     expect_refusal("notjson.json", "[1, 2, 3]", HR_ERR_FORMAT, "not a tokenizer.json");
+    /* a GGUF with a headroom.tokenizer.normalizer this build does not know */
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    const char *toks[] = {"a", "b", "ab"}, *merges[] = {"a b"};
+    hr_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    hr_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, 3);
+    hr_gguf_writer_set_str_array(w, "tokenizer.ggml.merges", merges, 1);
+    hr_gguf_writer_set_str(w, "headroom.tokenizer.normalizer", "nfx");
+    void *data = NULL;
+    size_t size = 0;
+    hr_gguf *g = NULL;
+    hr_tokenizer *tk = NULL;
+    hr_error e = {0};
+    CHECK(hr_gguf_writer_write_memory(w, &data, &size, &e) == HR_OK &&
+          hr_gguf_open_memory(data, size, &g, &e) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    CHECK(g && hr_tokenizer_load(g, &tk, &e) == HR_ERR_UNSUPPORTED && tk == NULL && strstr(e.msg, "'nfx'"));
+    hr_gguf_close(g);
+    free(data);
     /* a directory without tokenizer.json */
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/emptydir", hr_test_tmpdir());
