@@ -7,7 +7,10 @@
  *     exactly what hr_tokenizer_decode does;
  *   - for valid UTF-8 text without special parsing or BOS, decode(encode(text)) == text (both
  *     vocabularies fall back to bytes, so nothing may be lost; SentencePiece text holding U+2581, its
- *     space marker, is the one documented exception). */
+ *     space marker, is the one documented exception).
+ * Byte 0 = 0xFF instead: the rest is a tokenizer.json document, a NUL, then text. The loader must accept it
+ * or refuse it with a message (never crash); a vocabulary it accepts must encode the text into ids inside
+ * the vocabulary and decode them into valid UTF-8. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +104,35 @@ static char *decode_checked(const hr_tokenizer *t, const int32_t *ids, size_t n,
     return text;
 }
 
+/* Byte 0 = 0xFF: tokenizer.json, NUL, text. */
+static int fuzz_json(const uint8_t *data, size_t size) {
+    const uint8_t *nul = memchr(data, 0, size);
+    size_t json_len = nul ? (size_t)(nul - data) : size;
+    hr_tokenizer *t = NULL;
+    hr_error err = {0};
+    if (hr_tokenizer_load_json_text((const char *)data, json_len, &t, &err) != HR_OK) {
+        if (!err.msg[0]) die("json", "refused without a message");
+        return 0;
+    }
+    size_t n = nul ? size - json_len - 1 : 0;
+    char *text = malloc(n ? n : 1);
+    if (!text) die("json", "out of memory");
+    if (n) memcpy(text, nul + 1, n);
+    hr_tokenize_opts opts = {.parse_special = true};
+    int32_t *ids = NULL;
+    size_t n_ids = 0, len = 0;
+    if (hr_tokenizer_encode_alloc(t, text, n, &opts, &ids, &n_ids, &err) != HR_OK) die("json encode", err.msg);
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= hr_tokenizer_n_vocab(t)) die("json encode", "id outside the vocabulary");
+    free(decode_checked(t, ids, n_ids, true, &len));
+    free(ids);
+    free(text);
+    hr_tokenizer_destroy(t);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size >= 1 && data[0] == 0xFF) return fuzz_json(data + 1, size - 1);
     if (size < 2) return 0;
     const hr_tokenizer *t = g_tok[data[0] % (1 + N_PRES)];
     int mode = data[1] & 3;

@@ -4,7 +4,7 @@
 # tools: tmux, curl, redis-server, haproxy, yamllint, chromium, prometheus) a user who is not root gets the list and
 # goes on: the tests that need a missing tool skip, each naming it.
 set -euo pipefail
-need=(build-essential cmake pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libzmq3-dev libmsgpack-dev libhiredis-dev)
+need=(build-essential cmake pkg-config libpcre2-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libzmq3-dev libmsgpack-dev libhiredis-dev)
 if [ "${HR_DEPS_EXTRA:-}" != "" ]; then read -r -a extra <<<"$HR_DEPS_EXTRA"; need+=("${extra[@]}"); fi
 missing=()
 for p in "${need[@]}"; do

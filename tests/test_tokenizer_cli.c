@@ -1,9 +1,11 @@
 /* test_tokenizer_cli.c: `headroom tokenize` through the built binary, on a tiny SentencePiece-style
  * vocabulary this test writes: the default table, --ids, --pieces, --count, --no-bos,
  * --parse-special, -f FILE and `--` before a text that starts with '-'; every usage error exits 2
- * with one line on stderr, and a missing or unsupported model exits 1 naming the problem. */
+ * with one line on stderr, and a missing or unsupported model exits 1 naming the problem. Also a tiny
+ * Hugging Face tokenizer.json: -m DIR, --to-gguf, and the GGUF it writes giving the same ids. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "gguf/gguf.h"
@@ -109,7 +111,7 @@ int main(void) {
     expect(args, 0, "1 6\n", "tokens in");
 
     expect("--help", 0, NULL, NULL);
-    expect("'x'", 2, "", "-m FILE.gguf is required");
+    expect("'x'", 2, "", "-m MODEL is required");
     snprintf(args, sizeof args, "-m %s", vocab);
     expect(args, 2, "", "neither");
     snprintf(args, sizeof args, "-m %s -f %s x", vocab, text);
@@ -125,5 +127,40 @@ int main(void) {
     expect(args, 1, "", "'bert' is not supported");
     snprintf(args, sizeof args, "-m %s -f %s/absent.txt", vocab, dir);
     expect(args, 1, "", "absent.txt");
+
+    /* tokenizer.json: bytes a b c and space (U+0120), merges (a b) then (ab c); the GPT-2 regex */
+    char hf[4200], json[4300], conv[4300];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(json, sizeof json, "%s/tokenizer.json", hf);
+    snprintf(conv, sizeof conv, "%s/hf.gguf", dir);
+    CHECK(mkdir(hf, 0700) == 0);
+    f = fopen(json, "wb");
+    fputs("{\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
+          " \"decoder\": {\"type\": \"ByteLevel\"},"
+          " \"added_tokens\": [{\"id\": 7, \"content\": \"<|end|>\", \"special\": true}],"
+          " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"\\u0120\": 3, \"ab\": 4,"
+          " \"abc\": 5, \"\\u0120abc\": 6}, \"merges\": [\"a b\", \"ab c\", \"\\u0120 abc\"]}}",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args, "-m %s --ids --parse-special 'abc abc<|end|>'", hf); /* no BOS: none defined */
+    expect(args, 0, "5 6 7\n", NULL);
+    snprintf(args, sizeof args, "-m %s --ids 'abc abc<|end|>'", json);
+    out = NULL;
+    rc = run(args, &out, NULL);
+    CHECKF(rc == 0 && out && !strncmp(out, "5 6", 3) && !strstr(out, " 7"), "special text as plain text: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "-m %s --to-gguf %s", hf, conv);
+    expect(args, 0, "", NULL);
+    snprintf(args, sizeof args, "-m %s --ids --parse-special 'abc abc<|end|>'", conv);
+    expect(args, 0, "5 6 7\n", NULL);
+    snprintf(args, sizeof args, "-m %s --to-gguf %s x", hf, conv);
+    expect(args, 2, "", "--to-gguf takes no TEXT");
+    f = fopen(json, "wb");
+    fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", f);
+    fclose(f);
+    snprintf(args, sizeof args, "-m %s x", hf);
+    expect(args, 1, "", "model type Unigram is not supported");
+    snprintf(args, sizeof args, "-m %s --to-gguf %s", hf, conv);
+    expect(args, 1, "", "model type Unigram is not supported");
     return hr_test_finish();
 }

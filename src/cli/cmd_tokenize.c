@@ -1,5 +1,6 @@
-/* cmd_tokenize.c: `headroom tokenize`: a text's token ids and pieces under a GGUF file's vocabulary,
- * for checking prompts and special-token handling by eye, and for measuring encode throughput. */
+/* cmd_tokenize.c: `headroom tokenize`: a text's token ids and pieces under a GGUF file's vocabulary (or a
+ * Hugging Face tokenizer.json), for checking prompts and special-token handling by eye, for measuring
+ * encode throughput, and (--to-gguf) for converting a tokenizer.json into a vocab-only GGUF file. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,13 +13,18 @@
 #include "tokenizer/tokenizer.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: headroom tokenize -m FILE.gguf [--ids|--pieces|--count] [--no-bos] [--parse-special]\n"
-               "                         [--stats] (-f TEXT_FILE | [--] TEXT)\n\n"
+    fprintf(f, "usage: headroom tokenize -m MODEL [--ids|--pieces|--count] [--no-bos] [--parse-special]\n"
+               "                         [--stats] (-f TEXT_FILE | [--] TEXT)\n"
+               "       headroom tokenize -m TOKENIZER_JSON --to-gguf OUT.gguf\n\n"
                "Prints the tokens of TEXT (or of TEXT_FILE; '-' reads stdin) under the model's vocabulary.\n"
                "Default output: one line per token, `id<TAB>'piece'`, the piece as stored in the vocabulary\n"
                "(SentencePiece shows spaces as U+2581, byte-level BPE as U+0120 'G-dot'; control bytes are\n"
                "escaped as \\n, \\t, \\xNN).\n\n"
-               "  -m, --model FILE   GGUF file with tokenizer.ggml.* metadata (a vocab-only file is fine)\n"
+               "  -m, --model MODEL  GGUF file with tokenizer.ggml.* metadata (a vocab-only file is fine), or a\n"
+               "                     Hugging Face tokenizer.json, or a directory holding one (with its\n"
+               "                     tokenizer_config.json); an unsupported component is named in one line\n"
+               "  --to-gguf OUT      write the tokenizer.json's vocabulary to OUT as a vocab-only GGUF file with\n"
+               "                     the keys llama.cpp's converter writes, then exit (no TEXT)\n"
                "  --ids              ids only, space-separated on one line\n"
                "  --pieces           pieces only, one quoted piece per line\n"
                "  --count            only the number of tokens\n"
@@ -75,7 +81,7 @@ static void print_piece(const char *p) {
 enum { OUT_TABLE, OUT_IDS, OUT_PIECES, OUT_COUNT };
 
 int hr_cmd_tokenize(int argc, char **argv) {
-    const char *model_path = NULL, *text_arg = NULL, *file = NULL;
+    const char *model_path = NULL, *text_arg = NULL, *file = NULL, *to_gguf = NULL;
     int mode = OUT_TABLE;
     bool no_bos = false, parse_special = false, stats = false;
     for (int i = 1; i < argc; i++) {
@@ -85,6 +91,8 @@ int hr_cmd_tokenize(int argc, char **argv) {
             return HR_EXIT_OK;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = hr_arg_value("tokenize", argc, argv, &i))) return HR_EXIT_USAGE;
+        } else if (!strcmp(a, "--to-gguf")) {
+            if (!(to_gguf = hr_arg_value("tokenize", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(file = hr_arg_value("tokenize", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--ids")) {
@@ -114,8 +122,24 @@ int hr_cmd_tokenize(int argc, char **argv) {
         }
     }
     if (!model_path) {
-        fprintf(stderr, "headroom tokenize: -m FILE.gguf is required (see --help)\n");
+        fprintf(stderr, "headroom tokenize: -m MODEL is required (see --help)\n");
         return HR_EXIT_USAGE;
+    }
+    if (to_gguf) {
+        if (text_arg || file) {
+            fprintf(stderr, "headroom tokenize: --to-gguf takes no TEXT or -f FILE\n");
+            return HR_EXIT_USAGE;
+        }
+        hr_error err = {0};
+        hr_gguf_writer *w = hr_gguf_writer_create(3);
+        hr_status st = w ? hr_tokenizer_json_to_gguf(model_path, w, &err) : HR_ERR_NOMEM;
+        if (st == HR_OK) st = hr_gguf_writer_write_file(w, to_gguf, &err);
+        hr_gguf_writer_destroy(w);
+        if (st != HR_OK) {
+            fprintf(stderr, "headroom tokenize: %s\n", st == HR_ERR_NOMEM && !err.msg[0] ? "out of memory" : err.msg);
+            return HR_EXIT_FAIL;
+        }
+        return HR_EXIT_OK;
     }
     if (!text_arg == !file) {
         fprintf(stderr, "headroom tokenize: give the text either as one TEXT argument or with -f FILE, not %s\n",
@@ -141,15 +165,12 @@ int hr_cmd_tokenize(int argc, char **argv) {
     }
 
     hr_error err = {0};
-    hr_gguf *g = NULL;
     hr_tokenizer *t = NULL;
     int rc = 1;
-    if (hr_gguf_open(model_path, &g, &err) != HR_OK || hr_tokenizer_load(g, &t, &err) != HR_OK) {
+    if (hr_tokenizer_load_path(model_path, &t, &err) != HR_OK) {
         fprintf(stderr, "headroom tokenize: %s\n", err.msg);
         goto done;
     }
-    hr_gguf_close(g);
-    g = NULL;
 
     hr_tokenize_opts opts = {
         .add_bos = !no_bos && hr_tokenizer_add_bos_default(t), .add_eos = false, .parse_special = parse_special};
@@ -185,7 +206,6 @@ int hr_cmd_tokenize(int argc, char **argv) {
     rc = fflush(stdout) == 0 ? 0 : 1;
 done:
     hr_tokenizer_destroy(t);
-    hr_gguf_close(g);
     free(text);
     return rc;
 }

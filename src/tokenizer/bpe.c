@@ -99,6 +99,7 @@ typedef struct bpe_pair {
 
 struct hr_bpe_scratch {
     int32_t *id, *prev, *next;
+    uint32_t *pos; /* hr_bpe_encode_chars: byte offset of each symbol */
     size_t cap;
     bpe_pair *heap;
     size_t heap_n, heap_cap;
@@ -113,6 +114,7 @@ void hr_bpe_scratch_destroy(hr_bpe_scratch *s) {
     free(s->id);
     free(s->prev);
     free(s->next);
+    free(s->pos);
     free(s->heap);
     free(s->mapped);
     free(s);
@@ -177,6 +179,9 @@ static bool reserve(hr_bpe_scratch *s, size_t n) {
     a = realloc(s->next, cap * sizeof(int32_t));
     if (!a) return false;
     s->next = a;
+    uint32_t *p = realloc(s->pos, cap * sizeof(uint32_t));
+    if (!p) return false;
+    s->pos = p;
     s->cap = cap;
     return true;
 }
@@ -189,6 +194,27 @@ static bool emit(const hr_tokenizer *t, int32_t id, hr_ivec *out) {
     for (uint32_t i = 0; i < t->len[id]; i++) {
         int32_t b = hr_tok_lookup(t, p + i, 1);
         if (b >= 0 && b < t->n_vocab && !hr_ivec_push(out, b)) return false;
+    }
+    return true;
+}
+
+/* Symbols 0..n-1 (ids in s->id, linked by the caller through prev/next): applies the lowest-ranked merge
+ * among adjacent pairs until none applies (ties: leftmost). */
+static bool merge_loop(const hr_tokenizer *t, hr_bpe_scratch *s, int32_t n) {
+    s->heap_n = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (!try_pair(t, s, i - 1, i)) return false;
+    while (s->heap_n > 0) {
+        bpe_pair p = heap_pop(s);
+        if (s->id[p.left] != p.left_id || s->id[p.right] != p.right_id || s->next[p.left] != p.right) continue;
+        /* merge right into left and unlink right */
+        s->id[p.left] = p.merged;
+        s->id[p.right] = -1;
+        int32_t nx = s->next[p.right];
+        s->next[p.left] = nx;
+        if (nx >= 0) s->prev[nx] = p.left;
+        s->next[p.right] = -2; /* removed */
+        if (!try_pair(t, s, s->prev[p.left], p.left) || !try_pair(t, s, p.left, nx)) return false;
     }
     return true;
 }
@@ -213,24 +239,54 @@ hr_status hr_bpe_encode_word(const hr_tokenizer *t, const uint8_t *word, size_t 
     for (int32_t i = 0; i < n; i++) {
         s->id[i] = t->byte_tok[word[i]];
         s->prev[i] = i - 1;
-        s->next[i] = i + 1 < n ? i + 1 : -1;
+        s->next[i] = i + 1;
     }
-    s->heap_n = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (!try_pair(t, s, i - 1, i)) return HR_ERR_NOMEM;
-    while (s->heap_n > 0) {
-        bpe_pair p = heap_pop(s);
-        if (s->id[p.left] != p.left_id || s->id[p.right] != p.right_id || s->next[p.left] != p.right) continue;
-        /* merge right into left and unlink right */
-        s->id[p.left] = p.merged;
-        s->id[p.right] = -1;
-        int32_t nx = s->next[p.right];
-        s->next[p.left] = nx;
-        if (nx >= 0) s->prev[nx] = p.left;
-        s->next[p.right] = -2; /* removed */
-        if (!try_pair(t, s, s->prev[p.left], p.left) || !try_pair(t, s, p.left, nx)) return HR_ERR_NOMEM;
-    }
+    s->next[n - 1] = -1;
+    if (!merge_loop(t, s, n)) return HR_ERR_NOMEM;
     for (int32_t i = 0; i != -1; i = s->next[i])
         if (!emit(t, s->id[i], out)) return HR_ERR_NOMEM;
+    return HR_OK;
+}
+
+/* Spells text[a..b) as byte tokens (<0xNN>), or UNK for bytes the vocabulary has no token for. */
+static bool emit_bytes(const hr_tokenizer *t, const char *text, size_t a, size_t b, hr_ivec *out) {
+    for (size_t j = a; j < b; j++) {
+        int32_t id = t->byte_tok[(uint8_t)text[j]];
+        if (id < 0 || id >= t->n_vocab) id = t->unk;
+        if (id >= 0 && !hr_ivec_push(out, id)) return false;
+    }
+    return true;
+}
+
+hr_status hr_bpe_encode_chars(const hr_tokenizer *t, const char *text, size_t len, hr_ivec *out, hr_bpe_scratch *s) {
+    if (len == 0) return HR_OK;
+    if (len > INT32_MAX / 2) return HR_ERR_RANGE;
+    if (!reserve(s, len + 1)) return HR_ERR_NOMEM;
+    /* one symbol per character; s->pos holds where each starts (a symbol spans up to the next live one) */
+    int32_t n = 0;
+    for (size_t off = 0; off < len;) {
+        int cl;
+        hr_utf8_decode(text + off, &cl);
+        if ((size_t)cl > len - off) cl = (int)(len - off);
+        s->pos[n] = (uint32_t)off;
+        int32_t id = hr_tok_lookup(t, text + off, (size_t)cl);
+        /* a character that is no string of the table: an id no merge has (>= n_vocab: spelled as bytes) */
+        s->id[n] = id >= 0 ? id : INT32_MAX;
+        s->prev[n] = n - 1;
+        s->next[n] = n + 1;
+        n++;
+        off += (size_t)cl;
+    }
+    s->pos[n] = (uint32_t)len;
+    s->next[n - 1] = -1;
+    if (!merge_loop(t, s, n)) return HR_ERR_NOMEM;
+    for (int32_t i = 0; i != -1; i = s->next[i]) {
+        int32_t id = s->id[i];
+        if (id >= 0 && id < t->n_vocab) {
+            if (!hr_ivec_push(out, id)) return HR_ERR_NOMEM;
+        } else if (!emit_bytes(t, text, s->pos[i], s->next[i] >= 0 ? s->pos[s->next[i]] : len, out)) {
+            return HR_ERR_NOMEM;
+        }
+    }
     return HR_OK;
 }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "tokenizer/tok_internal.h"
 
 typedef struct bpe_ctx {
@@ -19,8 +21,24 @@ static hr_status bpe_piece(void *ctx, const char *piece, size_t len) {
     return hr_bpe_encode_word(c->t, (const uint8_t *)piece, len, c->out, c->scratch);
 }
 
-/* SentencePiece: optional leading space, then ' ' -> U+2581, then the merge algorithm. */
-static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t len, bool prefix, hr_ivec *out) {
+/* Whether the U+2581 at buf[i] (i > 0) may start a new word: the character before it is no U+2581 and no
+ * "glue" character (see tok_internal.h). */
+static bool cut_before(const hr_tokenizer *t, const char *buf, size_t i) {
+    size_t j = i - 1;
+    while (j > 0 && ((uint8_t)buf[j] & 0xC0) == 0x80) j--;
+    int cl;
+    uint32_t cp = hr_utf8_decode(buf + j, &cl);
+    if (cp == 0x2581) return false;
+    for (int k = 0; k < t->n_spm_glue; k++)
+        if (t->spm_glue[k] == cp) return false;
+    return true;
+}
+
+/* SentencePiece: optional leading space, then ' ' -> U+2581, then the merge algorithm (by score, or by rank
+ * for vocabularies that carry merges). */
+static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t len, bool prefix, hr_ivec *out,
+                              hr_bpe_scratch *scratch) {
+    if (prefix && t->metaspace_prefix && len > 0 && text[0] == ' ') prefix = false; /* Metaspace: no second one */
     size_t spaces = prefix ? 1 : 0;
     for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
     size_t n = len + (prefix ? 1 : 0) + 2 * spaces;
@@ -38,17 +56,49 @@ static hr_status spm_fragment(const hr_tokenizer *t, const char *text, size_t le
     }
     hr_status st = HR_OK;
     size_t start = 0;
-    if (t->spm_split_words) { /* cut before each U+2581 that follows another character (see tok_internal.h) */
+    if (t->spm_split_words || t->split_metaspace) {
+        /* cut before each U+2581 that follows another character (see tok_internal.h); Metaspace with split
+         * cuts before every U+2581 */
         for (size_t i = 3; i + 3 <= o && st == HR_OK; i++) {
-            if (memcmp(buf + i, "\xE2\x96\x81", 3) == 0 && memcmp(buf + i - 3, "\xE2\x96\x81", 3) != 0 && i > start) {
-                st = hr_spm_encode_fragment(t, buf + start, i - start, out);
+            if (memcmp(buf + i, "\xE2\x96\x81", 3) == 0 && i > start && (t->split_metaspace || cut_before(t, buf, i))) {
+                st = t->spm_merges ? hr_bpe_encode_chars(t, buf + start, i - start, out, scratch)
+                                   : hr_spm_encode_fragment(t, buf + start, i - start, out);
                 start = i;
             }
         }
     }
-    if (st == HR_OK) st = hr_spm_encode_fragment(t, buf + start, o - start, out);
+    if (st == HR_OK)
+        st = t->spm_merges ? hr_bpe_encode_chars(t, buf + start, o - start, out, scratch)
+                           : hr_spm_encode_fragment(t, buf + start, o - start, out);
     free(buf);
     return st;
+}
+
+/* Unicode normalization of one raw fragment (tokenizer.json's normalizer). *out is malloc'd, or NULL when
+ * the text is already normalized. */
+static hr_status normalize(const hr_tokenizer *t, const char *text, size_t len, char **out, size_t *out_len) {
+    static const utf8proc_option_t opts[] = {
+        [HR_NORM_NFC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE,
+        [HR_NORM_NFKC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+        [HR_NORM_NFD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
+        [HR_NORM_NFKD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
+    };
+    /* Text that cannot change: ASCII under every form; under NFC also text below U+0300 (no lead byte from
+     * 0xCC up: nothing there decomposes into something that recomposes differently, nothing combines). */
+    uint8_t limit = t->normalizer == HR_NORM_NFC ? 0xCC : 0x80;
+    size_t k = 0;
+    while (k < len && (uint8_t)text[k] < limit) k++;
+    if (k == len) {
+        *out = NULL;
+        *out_len = len;
+        return HR_OK;
+    }
+    utf8proc_uint8_t *dst = NULL;
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &dst, opts[t->normalizer]);
+    if (n < 0) return n == UTF8PROC_ERROR_NOMEM ? HR_ERR_NOMEM : HR_ERR_INTERNAL; /* the text is valid UTF-8 */
+    *out = (char *)dst;
+    *out_len = (size_t)n;
+    return HR_OK;
 }
 
 /* Encodes clean (sanitized) text; allow as in hr_special_partition. Takes clean and allow over. */
@@ -60,9 +110,9 @@ static hr_status encode_clean(const hr_tokenizer *t, char *clean, size_t clean_l
     free(allow);
     hr_bpe_scratch *scratch = NULL;
     hr_pretok_scratch *pre = NULL;
-    if (st == HR_OK && t->kind == HR_VOCAB_BPE &&
-        (!(scratch = hr_bpe_scratch_create()) || !(pre = hr_pretok_scratch_create(t))))
+    if (st == HR_OK && (t->kind == HR_VOCAB_BPE || t->spm_merges) && !(scratch = hr_bpe_scratch_create()))
         st = HR_ERR_NOMEM;
+    if (st == HR_OK && t->kind == HR_VOCAB_BPE && !(pre = hr_pretok_scratch_create(t))) st = HR_ERR_NOMEM;
     if (st == HR_OK && o->add_bos && t->bos >= 0 && !hr_ivec_push(out, t->bos)) st = HR_ERR_NOMEM;
     bool prev_special = true; /* SentencePiece: a fragment at the start or after a special token gets the prefix */
     for (size_t i = 0; i < n_frags && st == HR_OK; i++) {
@@ -72,12 +122,22 @@ static hr_status encode_clean(const hr_tokenizer *t, char *clean, size_t clean_l
             prev_special = true;
             continue;
         }
+        const char *frag = clean + f->start;
+        size_t frag_len = f->len;
+        char *normed = NULL;
+        if (t->normalizer != HR_NORM_NONE) {
+            st = normalize(t, frag, frag_len, &normed, &frag_len);
+            if (st != HR_OK) break;
+            if (normed) frag = normed;
+        }
         if (t->kind == HR_VOCAB_SPM) {
-            st = spm_fragment(t, clean + f->start, f->len, t->add_space_prefix && prev_special, out);
+            bool prefix = t->add_space_prefix && (t->prefix_first ? i == 0 : prev_special);
+            st = spm_fragment(t, frag, frag_len, prefix, out, scratch);
         } else {
             bpe_ctx ctx = {t, out, scratch};
-            st = hr_pretok_split(t, pre, clean + f->start, f->len, bpe_piece, &ctx, err);
+            st = hr_pretok_split(t, pre, frag, frag_len, bpe_piece, &ctx, err);
         }
+        free(normed);
         prev_special = false;
     }
     if (st == HR_OK && o->add_eos && t->eos >= 0 && !hr_ivec_push(out, t->eos)) st = HR_ERR_NOMEM;
@@ -87,6 +147,8 @@ static hr_status encode_clean(const hr_tokenizer *t, char *clean, size_t clean_l
     free(clean);
     if (st == HR_ERR_NOMEM)
         hr_error_set(err, st, "tokenizer: out of memory (%zu bytes of text)", len);
+    else if (st == HR_ERR_INTERNAL)
+        hr_error_set(err, st, "tokenizer: Unicode normalization failed");
     else if (st == HR_ERR_RANGE)
         hr_error_set(err, st, "tokenizer: a text fragment of %zu bytes is too long", len);
     return st;

@@ -85,6 +85,21 @@ static bool name_in(const char *names, const char *pre) {
     return false;
 }
 
+static hr_status compile_one(hr_tokenizer *t, const char *pre, const char *rx, size_t len, hr_error *err) {
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)rx, len, PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof(msg));
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "pre-tokenizer '%s' regex %d does not compile at %zu: %s", pre,
+                            t->n_regex, (size_t)at, (const char *)msg);
+    }
+    (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter is the fallback */
+    t->regex[t->n_regex++] = re;
+    return HR_OK;
+}
+
 hr_status hr_pretok_setup(hr_tokenizer *t, const char *pre, hr_error *err) {
     const pre_set *set = NULL;
     for (size_t i = 0; i < HR_ARRAY_LEN(k_sets) && !set; i++)
@@ -96,18 +111,20 @@ hr_status hr_pretok_setup(hr_tokenizer *t, const char *pre, hr_error *err) {
                             "tekken, bloom, ...; see docs/TOKENIZER.md)",
                             pre);
     for (int i = 0; i < HR_PRETOK_MAX_REGEX && set->regex[i]; i++) {
-        int code;
-        PCRE2_SIZE at;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)set->regex[i], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &code, &at, NULL);
-        if (!re) {
-            PCRE2_UCHAR msg[160];
-            pcre2_get_error_message(code, msg, sizeof(msg));
-            return hr_error_set(err, HR_ERR_INTERNAL, "pre-tokenizer '%s' regex %d does not compile at %zu: %s", pre, i,
-                                (size_t)at, (const char *)msg);
-        }
-        (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter is the fallback */
-        t->regex[t->n_regex++] = re;
+        hr_status st = compile_one(t, pre, set->regex[i], strlen(set->regex[i]), err);
+        if (st != HR_OK) return st;
+    }
+    return HR_OK;
+}
+
+hr_status hr_pretok_setup_regex(hr_tokenizer *t, const hr_gguf_array *regex, hr_error *err) {
+    if (regex->type != HR_GGUF_STRING || regex->n == 0 || regex->n > HR_PRETOK_MAX_REGEX)
+        return hr_error_set(err, HR_ERR_FORMAT, "headroom.tokenizer.pre_regex: expected 1..%d strings, found %s[%llu]",
+                            HR_PRETOK_MAX_REGEX, hr_gguf_type_name(regex->type), (unsigned long long)regex->n);
+    for (uint64_t i = 0; i < regex->n; i++) {
+        hr_gguf_str s = hr_gguf_array_str(regex, i);
+        hr_status st = compile_one(t, "custom", s.ptr, s.len, err);
+        if (st != HR_OK) return st;
     }
     return HR_OK;
 }

@@ -34,9 +34,12 @@ enum {
 /* Special-token attributes llama.cpp sets by model name (phi-3: specials eat the whitespace after them). */
 enum { HR_STRIP_LEFT = 1, HR_STRIP_RIGHT = 2 };
 
+enum { HR_NORM_NONE = 0, HR_NORM_NFC, HR_NORM_NFKC, HR_NORM_NFD, HR_NORM_NFKD };
+
 typedef enum hr_vocab_kind { HR_VOCAB_SPM = 1, HR_VOCAB_BPE = 2 } hr_vocab_kind;
 
 #define HR_PRETOK_MAX_REGEX 8
+#define HR_SPM_GLUE_MAX     8
 
 /* ---- a growable int32 vector (encode output and scratch) --------------------------------------- */
 typedef struct hr_ivec {
@@ -93,6 +96,19 @@ struct hr_tokenizer {
      * before a U+2581 that follows a non-U+2581 character: the text can be encoded word by word with
      * exactly the same result, and far better cache locality than one heap over the whole text. */
     bool spm_split_words;
+    /* ... except before a U+2581 that follows one of these characters: some string has that character
+     * right before a U+2581 (Gemma-3 has one such token, ">▁</"). At most HR_SPM_GLUE_MAX of them. */
+    int n_spm_glue;
+    uint32_t spm_glue[8];
+    /* SPM vocabularies that carry tokenizer.ggml.merges (made from a tokenizer.json byte-fallback BPE): the
+     * merges are applied by rank over characters, as Hugging Face's BPE does, instead of by score. */
+    bool spm_merges;
+    /* From tokenizer.json's Metaspace pre-tokenizer (headroom.tokenizer.*): split before every U+2581;
+     * the prefix space only for the first fragment (prepend_scheme "first") and only when the fragment
+     * does not start with a space already (Metaspace never doubles it, Prepend does). */
+    bool split_metaspace, prefix_first, metaspace_prefix;
+    /* Unicode normalization of raw-text fragments before tokenizing (tokenizer.json's NFC/NFKC/NFD/NFKD). */
+    int normalizer;
 
     /* SPM: id of <0xNN> for each byte (-1 when absent). BPE: id (or virtual id) of the byte's mapped char. */
     int32_t byte_tok[256];
@@ -142,11 +158,17 @@ hr_status hr_bpe_build_merges(hr_tokenizer *t, const hr_gguf_array *merges, hr_e
 typedef struct hr_bpe_scratch hr_bpe_scratch;
 hr_status hr_bpe_encode_word(const hr_tokenizer *t, const uint8_t *word, size_t len, hr_ivec *out,
                              hr_bpe_scratch *scratch);
+/* SPM vocabularies with merges: one fragment (already U+2581-escaped) as characters, merged by rank; symbols
+ * that end up not being tokens are spelled as <0xNN> byte tokens (UNK when absent). */
+hr_status hr_bpe_encode_chars(const hr_tokenizer *t, const char *text, size_t len, hr_ivec *out,
+                              hr_bpe_scratch *scratch);
 hr_bpe_scratch *hr_bpe_scratch_create(void);
 void hr_bpe_scratch_destroy(hr_bpe_scratch *s);
 
 /* pretok.c */
 hr_status hr_pretok_setup(hr_tokenizer *t, const char *pre, hr_error *err);
+/* The same from explicit regexes (headroom.tokenizer.pre_regex: a tokenizer.json's Split patterns). */
+hr_status hr_pretok_setup_regex(hr_tokenizer *t, const hr_gguf_array *regex, hr_error *err);
 void hr_pretok_free(hr_tokenizer *t);
 /* Per-call matching state (match data per regex, match context, JIT stack, piece lists). */
 typedef struct hr_pretok_scratch hr_pretok_scratch;

@@ -22,6 +22,19 @@ typedef struct hr_tokenizer hr_tokenizer;
 hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err);
 void hr_tokenizer_destroy(hr_tokenizer *t); /* NULL allowed */
 
+/* Hugging Face tokenizer.json: `path` is the file or a directory holding it (tokenizer_config.json beside it
+ * supplies the special tokens and add_bos/add_eos). Writes the tokenizer.ggml.* keys llama.cpp's converter
+ * would write (plus headroom.tokenizer.* for what those keys cannot say) into w; docs/TOKENIZER.md lists
+ * the supported models, normalizers, pre-tokenizers and decoders. Anything else is HR_ERR_UNSUPPORTED with
+ * one line naming the component (e.g. "tokenizer.json: model type Unigram is not supported"). */
+hr_status hr_tokenizer_json_to_gguf(const char *path, hr_gguf_writer *w, hr_error *err);
+/* Loads a tokenizer.json (file or directory) directly: the conversion above, loaded from memory. */
+hr_status hr_tokenizer_load_json(const char *path, hr_tokenizer **out, hr_error *err);
+/* The same from tokenizer.json text in memory, without a tokenizer_config.json (used by the fuzzer). */
+hr_status hr_tokenizer_load_json_text(const char *json, size_t len, hr_tokenizer **out, hr_error *err);
+/* A GGUF file, a tokenizer.json, or a directory holding one (a checkpoint directory needs no GGUF). */
+hr_status hr_tokenizer_load_path(const char *path, hr_tokenizer **out, hr_error *err);
+
 int32_t hr_tokenizer_n_vocab(const hr_tokenizer *t);
 int32_t hr_tokenizer_bos(const hr_tokenizer *t); /* -1 when the vocabulary has none */
 int32_t hr_tokenizer_eos(const hr_tokenizer *t);

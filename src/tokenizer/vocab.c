@@ -238,6 +238,39 @@ static hr_status setup_bytes(hr_tokenizer *t, hr_error *err) {
     return HR_OK;
 }
 
+/* headroom.tokenizer.*: what a tokenizer.json says and llama.cpp's keys cannot (written by hfjson.c). */
+static hr_status load_extensions(hr_tokenizer *t, const hr_gguf *g, hr_error *err) {
+    char norm[16];
+    if (hr_gguf_get_cstr(g, "headroom.tokenizer.normalizer", norm, sizeof norm, NULL) == HR_OK) {
+        static const char *const names[] = {"nfc", "nfkc", "nfd", "nfkd"};
+        for (size_t i = 0; i < HR_ARRAY_LEN(names) && !t->normalizer; i++)
+            if (!strcmp(norm, names[i])) t->normalizer = HR_NORM_NFC + (int)i;
+        if (!t->normalizer)
+            return hr_error_set(err, HR_ERR_UNSUPPORTED, "headroom.tokenizer.normalizer = '%s' is not supported", norm);
+    }
+    if (t->kind == HR_VOCAB_SPM) {
+        t->split_metaspace = get_flag(g, "headroom.tokenizer.split_metaspace", false);
+        t->prefix_first = get_flag(g, "headroom.tokenizer.prefix_first", false);
+        t->metaspace_prefix = get_flag(g, "headroom.tokenizer.metaspace_prefix", false);
+    }
+    return HR_OK;
+}
+
+/* headroom.tokenizer.token_strip: id * 4 + (1 lstrip, 2 rstrip) for added tokens that eat the whitespace
+ * beside them (tokenizer.json's lstrip/rstrip). */
+static hr_status load_strip(hr_tokenizer *t, const hr_gguf *g) {
+    hr_gguf_array arr;
+    if (hr_gguf_get_array(g, "headroom.tokenizer.token_strip", &arr, NULL) != HR_OK) return HR_OK;
+    if (arr.type == HR_GGUF_STRING || arr.type == HR_GGUF_ARRAY || arr.type == HR_GGUF_F32 || arr.type == HR_GGUF_F64)
+        return HR_OK;
+    if (!t->strip && !(t->strip = calloc((size_t)t->n_vocab, 1))) return HR_ERR_NOMEM;
+    for (uint64_t i = 0; i < arr.n; i++) {
+        int64_t v = hr_gguf_array_int(&arr, i);
+        if (v >= 0 && v / 4 < t->n_vocab) t->strip[v / 4] = (uint8_t)(v & 3);
+    }
+    return HR_OK;
+}
+
 hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err) {
     if (!g || !out) return hr_error_set(err, HR_ERR_INVALID_ARG, "hr_tokenizer_load: NULL argument");
     char model[64] = "", pre[64] = "";
@@ -275,16 +308,41 @@ hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err)
             hr_error_set(err, st, "tokenizer.ggml.merges is missing (required for tokenizer.ggml.model = gpt2)");
         if (st == HR_OK) st = setup_bytes(t, err);
         if (st == HR_OK) st = hr_bpe_build_merges(t, &merges, err);
-        if (st == HR_OK) st = hr_pretok_setup(t, pre, err);
+        hr_gguf_array rx;
+        if (st == HR_OK && hr_gguf_get_array(g, "headroom.tokenizer.pre_regex", &rx, NULL) == HR_OK)
+            st = hr_pretok_setup_regex(t, &rx, err);
+        else if (st == HR_OK)
+            st = hr_pretok_setup(t, pre, err);
     }
+    if (st == HR_OK) st = load_extensions(t, g, err);
     if (st == HR_OK && kind == HR_VOCAB_SPM) {
         st = setup_bytes(t, err);
+        hr_gguf_array merges;
+        if (st == HR_OK && hr_gguf_get_array(g, "tokenizer.ggml.merges", &merges, NULL) == HR_OK) {
+            /* a tokenizer.json byte-fallback BPE: merges by rank (see tok_internal.h) */
+            st = hr_bpe_build_merges(t, &merges, err);
+            t->spm_merges = true;
+        }
+        /* Can the text be cut before a U+2581 that follows another character? Only where no string has that
+         * character right before a U+2581; collect those characters (the "glue"), give up past a few. */
         t->spm_split_words = true;
-        for (int32_t i = 0; i < t->n_vocab && t->spm_split_words; i++) {
-            /* any U+2581 after the first byte must follow another U+2581 */
+        for (int32_t i = 0; i < t->n_strings && t->spm_split_words; i++) {
             const char *s = t->blob + t->off[i], *end = s + t->len[i], *hit = s;
-            while (hit + 1 < end && (hit = memmem(hit + 1, (size_t)(end - hit - 1), "\xE2\x96\x81", 3)) != NULL)
-                if (hit < s + 3 || memcmp(hit - 3, "\xE2\x96\x81", 3) != 0) t->spm_split_words = false;
+            while (hit + 1 < end && (hit = memmem(hit + 1, (size_t)(end - hit - 1), "\xE2\x96\x81", 3)) != NULL) {
+                const char *c = hit - 1;
+                while (c > s && ((uint8_t)*c & 0xC0) == 0x80) c--;
+                int cl;
+                uint32_t cp = hr_utf8_decode(c, &cl);
+                if (cp == 0x2581) continue; /* U+2581 after U+2581: never cut anyway */
+                bool known = false;
+                for (int k = 0; k < t->n_spm_glue && !known; k++) known = t->spm_glue[k] == cp;
+                if (known) continue;
+                if (t->n_spm_glue == HR_SPM_GLUE_MAX) {
+                    t->spm_split_words = false;
+                    break;
+                }
+                t->spm_glue[t->n_spm_glue++] = cp;
+            }
         }
     }
     if (st == HR_OK) {
@@ -292,6 +350,7 @@ hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err)
         char name[128] = "";
         if (hr_gguf_get_cstr(g, "general.name", name, sizeof name, NULL) != HR_OK) name[0] = '\0';
         st = hr_special_setup(t, name);
+        if (st == HR_OK) st = load_strip(t, g);
         if (st == HR_OK) st = hr_decode_setup(t);
         if (st != HR_OK) hr_error_set(err, st, "tokenizer: out of memory");
     }
