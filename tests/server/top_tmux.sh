@@ -137,9 +137,23 @@ srv_pid=$!
 wait_for 60 port_of > /dev/null || { echo "the server did not restart" >&2; exit 1; }
 url="http://127.0.0.1:$(port_of)"
 wait_for 60 curl -sf "$url/health" > /dev/null
-tmux -L "$sock" new-session -d -s sig2 -x 120 -y 30 \
-    "'$bin' top --url '$url' --api-key '$key'; echo EXIT=\$? > '$tmp/exit3'; stty -a > '$tmp/stty3'; sleep 60"
-wait_for 30 pane_has sig2 '^pool \['
+wait_for 60 curl -sf -H "Authorization: Bearer $key" "$url/v1/kv" > /dev/null
+start_sig2() {
+    rm -f "$tmp/exit3"
+    tmux -L "$sock" new-session -d -s sig2 -x 120 -y 30 \
+        "'$bin' top --url '$url' --api-key '$key'; echo EXIT=\$? > '$tmp/exit3'; stty -a > '$tmp/stty3'; sleep 60"
+}
+start_sig2
+wait_for 30 pane_has sig2 '^pool \[' || {
+    # a machine loaded past top's 5 s first-fetch timeout makes it exit 1 ("unreachable at start"), as
+    # designed; that case is checked above: start it once more before judging the live view
+    if grep -q "EXIT=1" "$tmp/exit3" 2> /dev/null; then
+        echo "note: top's first fetch timed out under load; starting it again" >&2
+        tmux -L "$sock" kill-session -t sig2 2> /dev/null
+        start_sig2
+    fi
+    wait_for 30 pane_has sig2 '^pool \['
+}
 check $? "a second live view starts"
 tmux -L "$sock" send-keys -t sig2 C-c
 wait_for 15 test -s "$tmp/stty3"
