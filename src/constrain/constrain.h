@@ -88,6 +88,8 @@ hr_status hr_cons_vocab_create(int n_vocab, const char *const *bytes, const uint
                                hr_cons_vocab **out, hr_error *err);
 void hr_cons_vocab_destroy(hr_cons_vocab *v); /* NULL allowed */
 int hr_cons_vocab_size(const hr_cons_vocab *v);
+/* The end-of-generation ids (*n of them); valid until destroy. */
+const int32_t *hr_cons_vocab_eog(const hr_cons_vocab *v, int *n);
 
 /* ---- per-thread tables and matchers ------------------------------------------------------------ */
 

@@ -123,6 +123,11 @@ void hr_cons_vocab_destroy(hr_cons_vocab *v) {
 
 int hr_cons_vocab_size(const hr_cons_vocab *v) { return v->n_vocab; }
 
+const int32_t *hr_cons_vocab_eog(const hr_cons_vocab *v, int *n) {
+    *n = v->n_eog;
+    return v->eog;
+}
+
 /* ---- recognizer states --------------------------------------------------------------------------- */
 
 typedef struct rstate {

@@ -15,8 +15,8 @@
 #include "common/util.h"
 #include "constrain/constrain_internal.h"
 
-/* The generic JSON rules. Whitespace between tokens is bounded (16 bytes) so a model cannot pad
- * forever; numbers are bounded in digits so every one is finite (no "1e999"); \u escapes exclude
+/* The generic JSON rules. Whitespace between tokens is one space or a newline and up to 12 spaces or
+ * tabs of indentation, so a model cannot pad forever; numbers are bounded in digits so every one is finite (no "1e999"); \u escapes exclude
  * surrogates and NUL (a strict parser refuses them). */
 const char hr_cons_json_rules[] =
     "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
@@ -31,7 +31,7 @@ const char hr_cons_json_rules[] =
     "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n"
-    "ws ::= [ \\t\\n]{0,16}\n"
+    "ws ::= ( \" \" | \"\\n\" [ \\t]{0,12} )?\n"
     "date ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" d31 | ( \"0\" [469] | \"11\" ) \"-\" d30 | \"02-\" d28 )\n"
     "d28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n"
     "d30 ::= d28 | \"29\" | \"30\"\n"

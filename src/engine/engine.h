@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "constrain/constrain.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
@@ -127,6 +128,12 @@ typedef struct hr_request_params {
     bool logprobs;                 /* record each output token's log-probability under the model (log-softmax of
                                       the raw logits, before penalties and temperature) */
     int top_logprobs;              /* with logprobs: also the n most likely tokens at each position (0..20) */
+    hr_grammar *grammar;           /* NULL, or the grammar the output must follow (constrained decoding; needs
+                                      the tokenizer): the engine holds a reference until the request ends.
+                                      Each step masks the tokens that cannot continue a valid output (an
+                                      end-of-generation token only once the output is complete); the request
+                                      ends "stop" when the output is complete and nothing can follow, and
+                                      "length" when no token can continue it (or at max_tokens) */
 } hr_request_params;
 
 #define HR_ENGINE_MAX_TOP_LOGPROBS 20
@@ -260,6 +267,9 @@ typedef struct hr_engine_stats {
     double decode_seconds;
     bool swap_available;
     int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
+    /* constrained decoding: token masks computed and their seconds (part of decode_seconds) */
+    uint64_t masks;
+    double mask_seconds;
 } hr_engine_stats;
 
 /* ---- events ------------------------------------------------------------------------------------ */

@@ -61,6 +61,7 @@ int list_find(const hr_req_list *l, const hr_request *r) {
 
 static void req_free(hr_request *r) {
     hr_sampler_destroy(r->sampler);
+    hr_grammar_release(r->grammar); /* the matcher went at finish, on the engine thread */
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->tokens);
     free(r->text);
@@ -86,6 +87,7 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request **out,
     r->max_tokens = p->max_tokens;
     r->seq = -1;
     r->ignore_eos = p->ignore_eos;
+    r->grammar = hr_grammar_retain(p->grammar);
     if (p->kv_policy) {
         r->has_policy = true;
         r->policy = *p->kv_policy;

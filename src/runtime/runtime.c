@@ -24,6 +24,7 @@ struct hr_runtime {
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
     hr_engine *engine;
+    hr_grammar_cache *grammars; /* compiled constraints by content (any thread: locked inside) */
     FILE *step_log; /* p.step_log opened: a JSON line per computed step */
     int n_ctx;
     hr_kv_budget budget;
@@ -56,6 +57,7 @@ struct hr_rt_request {
 
 /* The pool's bookkeeping per block beside the arena (kv/pool.c: the block's token ids, reference
  * count, state, flags, prefix hash and parent, list links, staging index; kv/prefix.c's map). */
+#define HR_RT_GRAMMAR_CACHE 64 /* compiled constraints kept (least recently used dropped) */
 #define KV_META_BLOCK_BYTES(B) (4ull * (uint64_t)(B) + 64ull)
 /* The tokenizer's tables per vocabulary entry (piece index, scores, hash buckets) beside the strings
  * the GGUF file already holds. */
@@ -385,6 +387,7 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                            .on_step = rt->step_log ? log_step : NULL,
                            .on_step_user = rt->step_log};
     if ((st = hr_engine_create(&ep, &rt->engine, err))) goto fail;
+    if ((st = hr_grammar_cache_create(HR_RT_GRAMMAR_CACHE, &rt->grammars, err))) goto fail;
     *out = rt;
     return HR_OK;
 fail:
@@ -396,6 +399,7 @@ fail:
 void hr_runtime_close(hr_runtime *rt) {
     if (!rt) return;
     hr_engine_destroy(rt->engine); /* stops the thread; frees every sequence, swapped ones too */
+    hr_grammar_cache_destroy(rt->grammars);
     if (rt->step_log) fclose(rt->step_log);
     hr_kv_swap_destroy(rt->swap);
     hr_model_ctx_destroy(rt->ctx);
@@ -505,6 +509,17 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
         r->max_tokens = HR_MIN(want, room);
         r->ctx_limited = p->max_tokens > 0 && r->max_tokens < p->max_tokens;
     }
+    hr_grammar *grammar = NULL;
+    if (st == HR_OK && p->constraint.kind != HR_CONS_NONE) {
+        const hr_rt_constraint *c = &p->constraint;
+        if (!rt->tok) {
+            st = hr_error_set(err, HR_ERR_INVALID_ARG, "%s: constrained decoding needs the model's tokenizer",
+                              c->field ? c->field : "constraint");
+        } else if ((st = hr_grammar_cache_get(rt->grammars, c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
+            hr_error_prefix(err, "%s", c->field ? c->field : "constraint");
+            if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */
+        }
+    }
     if (st == HR_OK) {
         hr_request_params rp = {.prompt = r->prompt,
                                 .n_prompt = r->n_prompt,
@@ -516,9 +531,11 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
                                 .n_stop = p->n_stop,
                                 .kv_policy = has_pol ? &pol : NULL,
                                 .logprobs = p->logprobs,
-                                .top_logprobs = p->top_logprobs};
+                                .top_logprobs = p->top_logprobs,
+                                .grammar = grammar};
         st = hr_engine_submit(rt->engine, &rp, &r->h, err);
     }
+    hr_grammar_release(grammar); /* the request holds its own reference */
     if (st != HR_OK) {
         free(r->prompt);
         free(r);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "constrain/constrain.h"
 #include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
@@ -172,6 +173,18 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
+/* Constrained decoding (docs/CONSTRAIN.md): the output follows src, compiled through the runtime's
+ * cache of grammars (keyed by kind and content: a schema sent with every request compiles once).
+ * A source that does not compile, or passes a compile bound, is refused at submit with
+ * HR_ERR_INVALID_ARG and a message that starts with `field` ("response_format: unsupported JSON Schema
+ * keyword 'not' at #/properties/a"). */
+typedef struct hr_rt_constraint {
+    hr_cons_kind kind;
+    const char *src; /* borrowed until submit returns */
+    size_t len;
+    const char *field; /* the request field it came from (NULL: "constraint") */
+} hr_rt_constraint;
+
 typedef struct hr_rt_request_params {
     /* exactly one of: */
     const char *prompt;          /* text (BOS added as the vocabulary says, unless no_bos) */
@@ -191,6 +204,7 @@ typedef struct hr_rt_request_params {
     const char *kv_policy; /* this request's policy ("window:256", ...); NULL: the runtime's default */
     bool logprobs;         /* record each output token's log-probability (hr_request_logprobs) */
     int top_logprobs;      /* and the n most likely alternatives (0..20) */
+    hr_rt_constraint constraint; /* constrained decoding (kind HR_CONS_NONE: free text) */
 } hr_rt_request_params;
 
 typedef struct hr_rt_request hr_rt_request;

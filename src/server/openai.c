@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/openai_format.h"
 #include "server/server_internal.h"
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -40,6 +41,7 @@ static const char *field_in_message(const char *msg) {
     static const char *const fields[] = {
         "temperature", "top_p", "top_k",    "min_p", "presence_penalty", "frequency_penalty", "max_tokens",
         "kv_policy",   "stop",  "priority", "seed"};
+    if (hr_srv_format_field(msg)) return hr_srv_format_field(msg); /* "guided_json: ...": its own field */
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strstr(msg, fields[i])) return fields[i];
     if (strstr(msg, "policy")) return "kv_policy";
@@ -147,7 +149,7 @@ static bool read_string(json_t *o, const char *k, const char **out, hr_srv_error
 
 /* ---- prompt and messages ----------------------------------------------------------------------- */
 
-static bool keep_owned(hr_srv_gen *g, char *s) {
+bool hr_srv_keep_owned(hr_srv_gen *g, char *s) {
     char **o = realloc(g->owned, sizeof *o * (size_t)(g->n_owned + 1));
     if (!o) {
         free(s);
@@ -222,7 +224,7 @@ static bool message_content(hr_srv_gen *g, json_t *c, size_t i, const char **out
         }
         hr_srv_buf_put(&b, json_string_value(text), json_string_length(text));
     }
-    if (b.failed || !keep_owned(g, b.data)) {
+    if (b.failed || !hr_srv_keep_owned(g, b.data)) {
         if (b.failed) hr_srv_buf_free(&b);
         return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
     }
@@ -317,6 +319,7 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     const char *model = NULL, *user = NULL;
     if (!read_string(root, "model", &model, e) || !read_string(root, "user", &user, e)) return false;
     g->prompt_field = kind == HR_SRV_CHAT ? "messages" : "prompt";
+    if (!hr_srv_parse_format(root, g, e)) return false; /* response_format, guided_* (openai_format.c) */
     if (!(kind == HR_SRV_CHAT ? parse_messages(root, g, e) : parse_prompt(root, g, e))) return false;
 
     long long max_tokens = -1, n = 1, top_k = g->rp.sampling.top_k, seed = 0, priority = 0;
