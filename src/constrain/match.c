@@ -27,7 +27,8 @@
 #define MAX_DEPTH       4096 /* positions per stack */
 #define POS_CACHE_MAX   4096 /* per-position token sets kept per grammar */
 #define POS_BYTES_MAX   (64u << 20) /* and their bytes in a store, all grammars together */
-#define STATE_CACHE_MAX 64   /* whole masks kept per grammar */
+#define STATE_CACHE_MAX   1024       /* whole masks kept per grammar, at most */
+#define STATE_CACHE_BYTES (4u << 20) /* and at most this many bytes of them (256 masks of 128K tokens) */
 #define STORE_GRAMMARS  16   /* grammars whose tables a store keeps */
 
 /* ---- the vocabulary ------------------------------------------------------------------------------ */
@@ -266,6 +267,7 @@ typedef struct pos_set {
 } pos_set;
 
 typedef struct state_mask {
+    uint64_t hash; /* state_key(&key) */
     rstate key;
     uint64_t *mask;
     int n_allowed;
@@ -278,8 +280,8 @@ typedef struct gtable {
     pos_set **pos; /* [g->n_el], lazily */
     int n_pos;
     size_t pos_bytes;
-    state_mask cache[STATE_CACHE_MAX];
-    int n_cache;
+    state_mask *cache; /* [cache_cap] */
+    int n_cache, cache_cap;
     uint64_t clock, used;
 } gtable;
 
@@ -310,6 +312,7 @@ static void gtable_unref(gtable *t) {
         rs_free(&t->cache[i].key);
         free(t->cache[i].mask);
     }
+    free(t->cache);
     hr_grammar_release(t->g);
     free(t);
 }
@@ -362,7 +365,11 @@ static gtable *store_table(hr_cons_store *s, hr_grammar *g) {
     gtable *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->pos = calloc((size_t)g->n_el, sizeof *t->pos);
-    if (!t->pos) {
+    t->cache_cap = (int)HR_MAX(1, HR_MIN(STATE_CACHE_MAX, STATE_CACHE_BYTES / (s->words * sizeof(uint64_t))));
+    t->cache = calloc((size_t)t->cache_cap, sizeof *t->cache);
+    if (!t->pos || !t->cache) {
+        free(t->pos);
+        free(t->cache);
         free(t);
         return NULL;
     }
@@ -609,11 +616,11 @@ int hr_matcher_fill_mask(hr_matcher *m, uint64_t *mask) {
     gtable *t = m->t;
     const hr_cons_vocab *v = s->v;
     s->st.masks++;
+    uint64_t key = state_key(&m->cur);
     if (s->use_states) {
-        uint64_t key = state_key(&m->cur);
         for (int i = 0; i < t->n_cache; i++) {
             state_mask *e = &t->cache[i];
-            if (state_key(&e->key) == key && same_state(&e->key, &m->cur)) {
+            if (e->hash == key && same_state(&e->key, &m->cur)) {
                 memcpy(mask, e->mask, sizeof(uint64_t) * s->words);
                 e->used = ++t->clock;
                 s->st.mask_cache_hits++;
@@ -645,7 +652,7 @@ int hr_matcher_fill_mask(hr_matcher *m, uint64_t *mask) {
     int n = popcount_mask(mask, s->words);
     if (s->use_states) {
         int slot = t->n_cache;
-        if (slot == STATE_CACHE_MAX) {
+        if (slot == t->cache_cap) {
             slot = 0;
             for (int i = 1; i < t->n_cache; i++)
                 if (t->cache[i].used < t->cache[slot].used) slot = i;
@@ -656,11 +663,13 @@ int hr_matcher_fill_mask(hr_matcher *m, uint64_t *mask) {
         }
         state_mask *e = &t->cache[slot];
         if (rs_copy(&e->key, &m->cur)) {
+            e->hash = key;
             memcpy(e->mask, mask, sizeof(uint64_t) * s->words);
             e->n_allowed = n;
             e->used = ++t->clock;
         } else {
             rs_clear(&e->key);
+            e->hash = 0;
             memset(e->mask, 0, sizeof(uint64_t) * s->words);
             e->n_allowed = -1; /* never matches: key.n 0 only equals an empty state, which is never masked */
         }
