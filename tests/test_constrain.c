@@ -136,6 +136,14 @@ int main(void) {
     CHECK(hr_matcher_is_complete(m) && hr_matcher_is_done(m));
     CHECK(hr_matcher_fill_mask(m, mask) == 1 && mask[0] == (1u << 9)); /* only the end */
     hr_matcher_destroy(m);
+    /* a grammar whose next byte no token holds: an empty mask, not even the end (the engine then ends
+     * the request "length") */
+    hr_grammar *gz = compile(HR_CONS_REGEX, "a[yz]");
+    CHECK(gz && hr_matcher_create(st, gz, &m, &err) == HR_OK);
+    CHECK(hr_matcher_fill_mask(m, mask) == 1 && hr_matcher_accept_token(m, 0));
+    CHECK(hr_matcher_fill_mask(m, mask) == 0 && mask[0] == 0 && !hr_matcher_is_complete(m));
+    hr_matcher_destroy(m);
+    hr_grammar_release(gz);
     /* the same masks again come from the per-state cache */
     hr_cons_store_stats ss;
     CHECK(hr_matcher_create(st, g, &m, &err) == HR_OK);
