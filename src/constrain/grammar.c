@@ -957,12 +957,12 @@ static hr_status flatten(builder *b, int root, hr_grammar *g) {
         for (int a = 0; a < b->rules[r].n_alts; a++) {
             g->alt[ai++] = at;
             ivec *al = &b->rules[r].alts[a];
-            memcpy(g->el + at, al->v, sizeof(int32_t) * (size_t)al->n);
+            if (al->n) memcpy(g->el + at, al->v, sizeof(int32_t) * (size_t)al->n);
             at += al->n;
             g->el[at++] = HR_GE_MAKE(HR_GE_END, 0);
         }
     }
-    memcpy(g->cls, b->cls, sizeof *g->cls * (size_t)b->n_cls);
+    if (b->n_cls) memcpy(g->cls, b->cls, sizeof *g->cls * (size_t)b->n_cls);
     g->n_el = at;
     g->n_alt = ai;
     g->n_rules = b->n_rules;

@@ -163,7 +163,8 @@ static uint64_t stack_hash(const int32_t *w, int len) {
 static bool rs_add(rstate *s, const int32_t *w, int len) {
     uint64_t h = stack_hash(w, len);
     for (int i = 0; i < s->n; i++)
-        if (s->hash[i] == h && s->len[i] == len && !memcmp(s->pool + s->off[i], w, sizeof(int32_t) * (size_t)len))
+        if (s->hash[i] == h && s->len[i] == len &&
+            (len == 0 || !memcmp(s->pool + s->off[i], w, sizeof(int32_t) * (size_t)len)))
             return true;
     if (s->n >= MAX_STACKS) return true; /* narrowing only: see the file comment */
     if (s->n == s->cap) {
@@ -183,7 +184,7 @@ static bool rs_add(rstate *s, const int32_t *w, int len) {
         s->pool = p;
         s->pool_cap = cap;
     }
-    memcpy(s->pool + s->pool_n, w, sizeof(int32_t) * (size_t)len);
+    if (len) memcpy(s->pool + s->pool_n, w, sizeof(int32_t) * (size_t)len);
     s->off[s->n] = s->pool_n;
     s->len[s->n] = len;
     s->hash[s->n] = h;
@@ -599,7 +600,8 @@ static bool same_state(const rstate *a, const rstate *b) {
         bool found = false;
         for (int j = 0; j < b->n && !found; j++)
             found = a->hash[i] == b->hash[j] && a->len[i] == b->len[j] &&
-                    !memcmp(a->pool + a->off[i], b->pool + b->off[j], sizeof(int32_t) * (size_t)a->len[i]);
+                    (a->len[i] == 0 ||
+                     !memcmp(a->pool + a->off[i], b->pool + b->off[j], sizeof(int32_t) * (size_t)a->len[i]));
         if (!found) return false;
     }
     return true;
