@@ -196,7 +196,7 @@ static bool rs_add(rstate *s, const int32_t *w, int len) {
 static bool rs_copy(rstate *d, const rstate *s) {
     rs_clear(d);
     for (int i = 0; i < s->n; i++)
-        if (!rs_add(d, s->pool + s->off[i], s->len[i])) return false;
+        if (!rs_add(d, s->len[i] ? s->pool + s->off[i] : NULL, s->len[i])) return false;
     d->hit = s->hit;
     return true;
 }
