@@ -26,6 +26,7 @@
 #define MAX_STACKS      256  /* stacks kept per state */
 #define MAX_DEPTH       4096 /* positions per stack */
 #define POS_CACHE_MAX   4096 /* per-position token sets kept per grammar */
+#define POS_SLOTS       8192 /* their hash table (a power of two, twice the most) */
 #define POS_BYTES_MAX   (64u << 20) /* and their bytes in a store, all grammars together */
 #define STATE_CACHE_MAX   1024       /* whole masks kept per grammar, at most */
 #define STATE_CACHE_BYTES (4u << 20) /* and at most this many bytes of them (256 masks of 128K tokens) */
@@ -278,7 +279,10 @@ typedef struct state_mask {
 typedef struct gtable {
     int refs;
     hr_grammar *g;
-    pos_set **pos; /* [g->n_el], lazily */
+    struct pos_slot {
+        uint64_t key; /* (the frame below the top, the top) */
+        pos_set *ps;  /* NULL: a free slot */
+    } *pos;           /* [POS_SLOTS], open addressing */
     int n_pos;
     size_t pos_bytes;
     state_mask *cache; /* [cache_cap] */
@@ -302,11 +306,11 @@ struct hr_cons_store {
 
 static void gtable_unref(gtable *t) {
     if (!t || --t->refs > 0) return;
-    for (int i = 0; t->pos && i < t->g->n_el; i++) {
-        if (!t->pos[i]) continue;
-        free(t->pos[i]->accept);
-        free(t->pos[i]->walk);
-        free(t->pos[i]);
+    for (int i = 0; t->pos && i < POS_SLOTS; i++) {
+        if (!t->pos[i].ps) continue;
+        free(t->pos[i].ps->accept);
+        free(t->pos[i].ps->walk);
+        free(t->pos[i].ps);
     }
     free(t->pos);
     for (int i = 0; i < t->n_cache; i++) {
@@ -365,7 +369,7 @@ static gtable *store_table(hr_cons_store *s, hr_grammar *g) {
     }
     gtable *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    t->pos = calloc((size_t)g->n_el, sizeof *t->pos);
+    t->pos = calloc(POS_SLOTS, sizeof *t->pos);
     t->cache_cap = (int)HR_MAX(1, HR_MIN(STATE_CACHE_MAX, STATE_CACHE_BYTES / (s->words * sizeof(uint64_t))));
     t->cache = calloc((size_t)t->cache_cap, sizeof *t->cache);
     if (!t->pos || !t->cache) {
@@ -462,9 +466,15 @@ static void pos_collect(void *user, int32_t id, int outcome) {
     }
 }
 
-/* The token sets of position p, computed on first use (NULL when out of memory). */
-static pos_set *position_set(hr_cons_store *s, gtable *t, int32_t p) {
-    if (t->pos[p]) return t->pos[p];
+/* The token sets of top position p with `below` under it (-2: nothing under it), computed on first
+ * use (NULL when out of memory or past the bounds). Keyed by the two top frames, not the top alone:
+ * a small rule (a UTF-8 character, optional whitespace) ends after a byte or two, and with its
+ * caller's continuation in the key most tokens still resolve without the real stack. */
+static pos_set *position_set(hr_cons_store *s, gtable *t, int32_t below, int32_t p) {
+    uint64_t key = ((uint64_t)(uint32_t)below << 32) | (uint32_t)p;
+    uint32_t h = (uint32_t)hr_mix64(key) & (POS_SLOTS - 1);
+    while (t->pos[h].ps && t->pos[h].key != key) h = (h + 1) & (POS_SLOTS - 1);
+    if (t->pos[h].ps) return t->pos[h].ps;
     if (t->n_pos >= POS_CACHE_MAX || s->pos_bytes >= POS_BYTES_MAX) return NULL;
     pos_set *ps = calloc(1, sizeof *ps);
     if (!ps || !(ps->accept = calloc(s->words, sizeof(uint64_t)))) {
@@ -473,9 +483,10 @@ static pos_set *position_set(hr_cons_store *s, gtable *t, int32_t p) {
     }
     rstate *start = &s->tmp;
     rs_clear(start);
-    int32_t w[2] = {SENTINEL, p};
+    int32_t w[3] = {SENTINEL, below, p};
     pos_build b = {.ps = ps};
-    if (!rs_add(start, w, 2) || !walk(s, t->g, start, s->v->sorted, s->v->n_sorted, pos_collect, &b) || b.oom) {
+    bool ok = below == -2 ? rs_add(start, (int32_t[2]){SENTINEL, p}, 2) : rs_add(start, w, 3);
+    if (!ok || !walk(s, t->g, start, s->v->sorted, s->v->n_sorted, pos_collect, &b) || b.oom) {
         free(ps->accept);
         free(ps->walk);
         free(ps);
@@ -486,7 +497,9 @@ static pos_set *position_set(hr_cons_store *s, gtable *t, int32_t p) {
     s->pos_bytes += bytes;
     t->pos_bytes += bytes;
     t->n_pos++;
-    return t->pos[p] = ps;
+    t->pos[h].key = key;
+    t->pos[h].ps = ps;
+    return ps;
 }
 
 typedef struct mask_fill {
@@ -639,7 +652,7 @@ int hr_matcher_fill_mask(hr_matcher *m, uint64_t *mask) {
         const int32_t *st = m->cur.pool + m->cur.off[i];
         rs_clear(one);
         if (!rs_add(one, st, len)) return 0;
-        pos_set *ps = s->use_pos ? position_set(s, t, st[len - 1]) : NULL;
+        pos_set *ps = s->use_pos ? position_set(s, t, len >= 2 ? st[len - 2] : -2, st[len - 1]) : NULL;
         if (ps) {
             for (size_t k = 0; k < s->words; k++) mask[k] |= ps->accept[k];
             s->st.walked_tokens += (uint64_t)ps->n_walk;
