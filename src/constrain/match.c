@@ -154,10 +154,11 @@ static void rs_clear(rstate *s) {
     s->hit = false;
 }
 
+/* One multiply per position and a final mix: this runs for every stack of every state a walk makes. */
 static uint64_t stack_hash(const int32_t *w, int len) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)len;
-    for (int i = 0; i < len; i++) h = hr_mix64(h ^ (uint32_t)w[i]);
-    return h;
+    for (int i = 0; i < len; i++) h = (h ^ (uint32_t)w[i]) * 0xff51afd7ed558ccdull;
+    return hr_mix64(h);
 }
 
 /* Adds stack w[0..len) unless already present. False only when out of memory. */
