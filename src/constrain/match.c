@@ -8,12 +8,12 @@
  * since every rule can finish (grammar.c checks it) every kept stack can still be completed.
  *
  * Masks. The vocabulary's byte strings are sorted once (hr_cons_vocab), so a walk advances a shared
- * prefix once and skips every token below a prefix that died. Per grammar position p (the top of a
- * stack) the walk from the single stack [SENTINEL, p] splits the vocabulary in three: tokens accepted
- * whatever lies below p on a real stack, tokens rejected whatever lies below, and tokens that ran past
- * p's rule into the sentinel (they need the real stack). The first set is a bitmask ORed in directly;
- * only the third set (for a JSON string's body: the tokens holding a closing quote and more) is walked
- * at each step. Whole masks are also kept per state (a small LRU), as repeated structure revisits the
+ * prefix once and skips every token below a prefix that died. Per pair (c, p) of a stack's two top
+ * frames (p the top, c its caller's continuation) the walk from the single stack [SENTINEL, c, p]
+ * splits the vocabulary in three: tokens accepted whatever lies below on a real stack, tokens rejected
+ * whatever lies below, and tokens that ran past c's rule into the sentinel (they need the real stack).
+ * The first set is a bitmask ORed in directly; only the third set (for a JSON string's body: the
+ * tokens holding a closing quote and more) is walked at each step. Whole masks are also kept per state (a small LRU), as repeated structure revisits the
  * same states. Both caches live in an hr_cons_store (one per engine thread) per grammar. */
 /* qsort_r: _GNU_SOURCE comes from the build */
 #include <stdlib.h>
