@@ -117,7 +117,7 @@ typedef struct brule {
     int n_alts, cap_alts;
     char *name; /* NULL for helper rules */
     bool defined;
-    int ref_line; /* where it was first referenced (for "undefined rule") */
+    size_t ref_at; /* the source offset where it was first referenced (for "undefined rule") */
 } brule;
 
 typedef struct cls_key {
@@ -137,6 +137,8 @@ typedef struct builder {
     int n_cls, cap_cls;
     cls_key *keys;
     int n_keys, cap_keys;
+    int32_t *names; /* [names_cap] open-addressed rule ids by name (-1 free): lookups stay O(1) */
+    int names_cap, n_names;
     long n_elems;
     double t0;
     hr_status st;
@@ -625,17 +627,44 @@ static bool at_rule_start(builder *b) {
     return k + 3 <= b->n && !memcmp(b->s + k, "::=", 3);
 }
 
+static uint32_t name_hash(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+/* The rule named name[0..len), created (undefined yet) on first mention. */
 static int rule_by_name(builder *b, const char *name, size_t len) {
-    for (int r = 0; r < b->n_rules; r++)
-        if (b->rules[r].name && strlen(b->rules[r].name) == len && !memcmp(b->rules[r].name, name, len)) return r;
+    if (b->n_names * 2 >= b->names_cap) { /* grow and rehash */
+        int cap = b->names_cap ? b->names_cap * 2 : 64;
+        int32_t *t = malloc(sizeof *t * (size_t)cap);
+        if (!t) return oom(b), -1;
+        for (int i = 0; i < cap; i++) t[i] = -1;
+        for (int i = 0; i < b->names_cap; i++) {
+            if (b->names[i] < 0) continue;
+            const char *nm = b->rules[b->names[i]].name;
+            uint32_t h = name_hash(nm, strlen(nm)) & (uint32_t)(cap - 1);
+            while (t[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+            t[h] = b->names[i];
+        }
+        free(b->names);
+        b->names = t;
+        b->names_cap = cap;
+    }
+    uint32_t h = name_hash(name, len) & (uint32_t)(b->names_cap - 1);
+    for (; b->names[h] >= 0; h = (h + 1) & (uint32_t)(b->names_cap - 1)) {
+        const char *nm = b->rules[b->names[h]].name;
+        if (strlen(nm) == len && !memcmp(nm, name, len)) return b->names[h];
+    }
     char tmp[128];
     if (len >= sizeof tmp) return fail(b, HR_ERR_INVALID_ARG, "a rule name is longer than %zu", sizeof tmp - 1), -1;
     memcpy(tmp, name, len);
     tmp[len] = 0;
     int r = new_rule(b, tmp);
     if (r >= 0) {
-        int col;
-        where(b, b->i, &b->rules[r].ref_line, &col);
+        b->rules[r].ref_at = b->i; /* the line is counted only if an error needs it */
+        b->names[h] = r;
+        b->n_names++;
     }
     return r;
 }
@@ -845,9 +874,11 @@ static bool parse_gbnf(builder *b) {
 static bool check(builder *b, int root) {
     b->i = b->n;
     for (int r = 0; r < b->n_rules; r++)
-        if (b->rules[r].name && !b->rules[r].defined)
-            return fail(b, HR_ERR_INVALID_ARG, "undefined rule '%s' (referenced on line %d)", b->rules[r].name,
-                        b->rules[r].ref_line);
+        if (b->rules[r].name && !b->rules[r].defined) {
+            int line, col;
+            where(b, b->rules[r].ref_at, &line, &col);
+            return fail(b, HR_ERR_INVALID_ARG, "undefined rule '%s' (referenced on line %d)", b->rules[r].name, line);
+        }
     int n = b->n_rules;
     bool *nullable = calloc((size_t)n, 1), *productive = calloc((size_t)n, 1);
     uint8_t *color = calloc((size_t)n, 1);
@@ -858,7 +889,13 @@ static bool check(builder *b, int root) {
      * productive elements) */
     for (bool changed = ok; changed;) {
         changed = false;
-        for (int r = 0; r < n; r++) {
+        /* a pass per level of a chain of rules: bounded by the compile-time bound, not by hope */
+        if (hr_time_now() - b->t0 > HR_CONS_MAX_COMPILE_S) {
+            ok = fail(b, HR_ERR_RANGE, "compiling took more than %.1f s (the bound on compile time)",
+                      HR_CONS_MAX_COMPILE_S);
+            break;
+        }
+        for (int r = n - 1; r >= 0; r--) { /* rules appear caller first: callees first settles chains in a pass */
             for (int a = 0; a < b->rules[r].n_alts; a++) {
                 ivec *al = &b->rules[r].alts[a];
                 bool nul = true, prod = true;
@@ -981,6 +1018,7 @@ static void builder_free(builder *b) {
     free(b->cls);
     for (int i = 0; i < b->n_keys; i++) free(b->keys[i].key);
     free(b->keys);
+    free(b->names);
 }
 
 void hr_grammar_release(hr_grammar *g) {
