@@ -569,7 +569,6 @@ static bool postfix(builder *b, ivec *unit, ivec *seq) {
     if (!b->regex) skip_space(b);
     int c = peek(b);
     long lo = 1, hi = 1;
-    size_t at = b->i;
     if (c == '*') {
         lo = 0, hi = -1;
         b->i++;
@@ -607,7 +606,6 @@ static bool postfix(builder *b, ivec *unit, ivec *seq) {
         int d = peek(b);
         if (d == '*' || d == '+' || d == '?') return fail(b, HR_ERR_INVALID_ARG, "two repetition operators in a row");
     }
-    (void)at;
     if (unit->n == 0) return true; /* "" repeated is still "" */
     int32_t x = as_one(b, unit);
     if (x < 0) return false;
@@ -871,7 +869,7 @@ static bool parse_gbnf(builder *b) {
 
 /* ---- checks and flattening ----------------------------------------------------------------------- */
 
-static bool check(builder *b, int root) {
+static bool check(builder *b) {
     b->i = b->n;
     for (int r = 0; r < b->n_rules; r++)
         if (b->rules[r].name && !b->rules[r].defined) {
@@ -966,7 +964,6 @@ static bool check(builder *b, int root) {
             }
         }
     }
-    (void)root;
     free(nullable);
     free(productive);
     free(color);
@@ -1056,7 +1053,7 @@ hr_status hr_cons_compile_gbnf(const char *text, size_t len, bool regex_only, hr
             if (b.rules[r].name && !strcmp(b.rules[r].name, "root")) root = r;
         if (root < 0) fail(&b, HR_ERR_INVALID_ARG, "no rule named 'root' (the start rule)");
     }
-    if (b.st == HR_OK) check(&b, root);
+    if (b.st == HR_OK) check(&b);
     hr_grammar *g = NULL;
     if (b.st == HR_OK) {
         g = calloc(1, sizeof *g);
