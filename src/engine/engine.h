@@ -267,7 +267,7 @@ typedef struct hr_engine_stats {
     double decode_seconds;
     bool swap_available;
     int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
-    /* constrained decoding: token masks computed and their seconds (part of decode_seconds) */
+    /* constrained decoding: token masks computed and their seconds (inside the steps' sampling) */
     uint64_t masks;
     double mask_seconds;
 } hr_engine_stats;

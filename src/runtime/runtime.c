@@ -14,6 +14,8 @@
 #include "common/util.h"
 #include "model/synth.h"
 
+#define HR_RT_GRAMMAR_CACHE 64 /* compiled constraints kept (least recently used dropped) */
+
 struct hr_runtime {
     hr_runtime_params p;
     void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
@@ -57,7 +59,6 @@ struct hr_rt_request {
 
 /* The pool's bookkeeping per block beside the arena (kv/pool.c: the block's token ids, reference
  * count, state, flags, prefix hash and parent, list links, staging index; kv/prefix.c's map). */
-#define HR_RT_GRAMMAR_CACHE 64 /* compiled constraints kept (least recently used dropped) */
 #define KV_META_BLOCK_BYTES(B) (4ull * (uint64_t)(B) + 64ull)
 /* The tokenizer's tables per vocabulary entry (piece index, scores, hash buckets) beside the strings
  * the GGUF file already holds. */
@@ -518,6 +519,7 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
         } else if ((st = hr_grammar_cache_get(rt->grammars, c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
             hr_error_prefix(err, "%s", c->field ? c->field : "constraint");
             if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */
+            if (err) err->code = st;
         }
     }
     if (st == HR_OK) {
