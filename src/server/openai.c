@@ -149,7 +149,7 @@ static bool read_string(json_t *o, const char *k, const char **out, hr_srv_error
 
 /* ---- prompt and messages ----------------------------------------------------------------------- */
 
-bool hr_srv_keep_owned(hr_srv_gen *g, char *s) {
+static bool keep_owned(hr_srv_gen *g, char *s) {
     char **o = realloc(g->owned, sizeof *o * (size_t)(g->n_owned + 1));
     if (!o) {
         free(s);
@@ -224,7 +224,7 @@ static bool message_content(hr_srv_gen *g, json_t *c, size_t i, const char **out
         }
         hr_srv_buf_put(&b, json_string_value(text), json_string_length(text));
     }
-    if (b.failed || !hr_srv_keep_owned(g, b.data)) {
+    if (b.failed || !keep_owned(g, b.data)) {
         if (b.failed) hr_srv_buf_free(&b);
         return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
     }
@@ -364,6 +364,8 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     }
     return true;
 }
+
+bool hr_srv_keep_owned(hr_srv_gen *g, char *s) { return keep_owned(g, s); } /* openai_format.c's */
 
 void hr_srv_gen_free(hr_srv_gen *g) {
     for (int i = 0; i < g->n_owned; i++) free(g->owned[i]);
