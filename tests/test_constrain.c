@@ -1,4 +1,5 @@
-/* test_constrain.c: the grammar compiler, the recognizer and the token masks on small vocabularies:
+/* test_constrain.c: the grammar compiler, the recognizer and the token masks on small vocabularies
+ * (in the fault build, first every allocation of a compile and a matcher's run failed in turn):
  * exact allowed sets on a hand-made grammar; masks equal a brute-force check of every token at every
  * step of random walks (JSON, a schema, a regex), with the per-position sets and the per-state cache
  * on and off; regex and GBNF acceptance; integer ranges and formats exactly; the errors (undefined
@@ -6,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/fault.h"
 #include "common/util.h"
 #include "constrain/constrain.h"
 #include "constrain/constrain_internal.h"
@@ -112,8 +114,61 @@ static const char *const k_json_toks[] = {
     "name", "\"name\"", ": \"", "\": \"", "age", "\"age\": ", "x", "é", "\xC3", "\xA9", "ok", "[{", "}]", "},", "\"]",
     "2024", "-0", "3-", "T", "Z", ":0", "00:", "-12-", "1\"", "42", "  ", "\t"};
 
+#if HR_FAULT
+/* Compiles src and runs a matcher over the JSON test vocabulary for a few steps; every failure must
+ * be a clean one (a status, an empty mask, a refused token), never a crash or a leak (ASan). */
+static void fault_workload(hr_cons_kind kind, const char *src) {
+    hr_grammar *g = NULL;
+    hr_error err;
+    hr_status st = hr_grammar_compile(kind, src, strlen(src), &g, &err);
+    if (st != HR_OK) {
+        CHECKF(st == HR_ERR_NOMEM, "status %d: %s", st, err.msg);
+        return;
+    }
+    int nj = (int)(sizeof k_json_toks / sizeof k_json_toks[0]);
+    hr_cons_vocab *v = vocab_of(k_json_toks, nj);
+    hr_cons_store *s = NULL;
+    hr_matcher *m = NULL;
+    if (v && hr_cons_store_create(v, &s, &err) == HR_OK && hr_matcher_create(s, g, &m, &err) == HR_OK) {
+        uint64_t mask[2];
+        for (int step = 0; step < 12; step++) {
+            if (hr_matcher_fill_mask(m, mask) == 0) break;
+            int t = 0;
+            while (t < nj && !((mask[t >> 6] >> (t & 63)) & 1)) t++;
+            if (t == nj || !hr_matcher_accept_token(m, t)) break;
+        }
+    }
+    hr_matcher_destroy(m);
+    hr_cons_store_destroy(s);
+    hr_cons_vocab_destroy(v);
+    hr_grammar_release(g);
+}
+
+/* Fails each allocation of the workload in turn. */
+static void fault_walk(hr_cons_kind kind, const char *src) {
+    hr_fault_arm(HR_FAULT_ALLOC, 0);
+    fault_workload(kind, src);
+    long calls = hr_fault_calls(HR_FAULT_ALLOC);
+    hr_fault_disarm(HR_FAULT_ALLOC);
+    int fired = 0;
+    for (long n = 1; n <= calls; n++) {
+        hr_fault_arm(HR_FAULT_ALLOC, n);
+        fault_workload(kind, src);
+        fired += hr_fault_fired(HR_FAULT_ALLOC);
+        hr_fault_disarm(HR_FAULT_ALLOC);
+    }
+    printf("kind %s: %ld allocations, each failed in turn (%d fired)\n", hr_cons_kind_name(kind), calls, fired);
+    CHECK(calls > 0 && fired > 0);
+}
+#endif
+
 int main(void) {
     hr_error err;
+#if HR_FAULT
+    fault_walk(HR_CONS_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"maximum\":99},"
+                                    "\"b\":{\"type\":\"string\",\"pattern\":\"[a-z]+\"}},\"required\":[\"a\"]}");
+    fault_walk(HR_CONS_GRAMMAR, "root ::= \"{\" [a-zé]{1,3} x*\nx ::= /[0-9]+/ | \"}\"\n");
+#endif
     /* ---- exact allowed sets on a hand-made grammar ---- */
     const char *const toks[] = {"a", "b", "ab", "ba", "c", "abc", "bc", "cc", "x"};
     int nt = 9;
@@ -212,6 +267,21 @@ int main(void) {
     }
     CHECK(wrong == 0);
     CHECK(!matches(st, g, "007") && !matches(st, g, "-0"));
+    hr_grammar_release(g);
+    /* an open side runs to 15 digits: the digit-range text stays linear in the digits */
+    g = compile(HR_CONS_JSON_SCHEMA, "{\"type\":\"integer\",\"maximum\":99}");
+    CHECKF(g && strlen(hr_grammar_text(g)) < 4000, "%zu bytes of GBNF", g ? strlen(hr_grammar_text(g)) : 0);
+    CHECK(matches(st, g, "99") && matches(st, g, "-999999999999999") && !matches(st, g, "100") &&
+          !matches(st, g, "-1000000000000000"));
+    hr_grammar_release(g);
+    wrong = 0;
+    g = compile(HR_CONS_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":1999,\"maximum\":30500}");
+    for (int x = 1000; x <= 40000; x += 7) {
+        char s[16];
+        snprintf(s, sizeof s, "%d", x);
+        if (matches(st, g, s) != (x >= 1999 && x <= 30500)) wrong++;
+    }
+    CHECK(wrong == 0 && matches(st, g, "1999") && matches(st, g, "30500") && !matches(st, g, "30501"));
     hr_grammar_release(g);
     g = compile(HR_CONS_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date-time\"}");
     CHECK(matches(st, g, "\"2024-01-31T23:59:59.123Z\"") && matches(st, g, "\"1999-11-30T00:00:00+05:30\""));

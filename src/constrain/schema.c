@@ -88,6 +88,10 @@ static bool gen(sctx *c, json_t *s, const char *path, char *name);
 /* A new rule name. */
 static void new_name(sctx *c, char *name) { snprintf(name, 24, "s%d", c->n++); }
 
+/* A piece built in its own buffer ran out of memory: the whole translation fails (a partial rule would
+ * be a different grammar). */
+static bool sb_ok(sctx *c, const hr_sbuf *b) { return !b->oom || sfail(c, HR_ERR_NOMEM, "out of memory"); }
+
 static void emit_rule(sctx *c, const char *name, const hr_sbuf *body) {
     hr_sbuf_printf(&c->rules, "%s ::= ", name);
     hr_sbuf_put(&c->rules, body->s ? body->s : "\"\"", body->s ? body->n : 2);
@@ -104,8 +108,19 @@ static void json_literal(hr_sbuf *b, json_t *v) {
     free(d);
 }
 
-/* Digits: x[0..n) and y[0..n), x <= y, as an expression. */
+static bool all_of(const char *x, int n, char c) {
+    for (int i = 0; i < n; i++)
+        if (x[i] != c) return false;
+    return true;
+}
+
+/* Digits: x[0..n) and y[0..n), x <= y, as an expression. Full tails ("0..0" to "9..9") become one
+ * [0-9]{k}, so the text grows linearly with the digits (three branches per digit would be 3^n). */
 static void same_len(hr_sbuf *b, const char *x, const char *y, int n) {
+    if (all_of(x, n, '0') && all_of(y, n, '9')) {
+        hr_sbuf_printf(b, n == 1 ? "[0-9]" : "[0-9]{%d}", n);
+        return;
+    }
     if (n == 1) {
         hr_sbuf_printf(b, "[%c-%c]", x[0], y[0]);
         return;
@@ -118,11 +133,25 @@ static void same_len(hr_sbuf *b, const char *x, const char *y, int n) {
     char nines[24], zeros[24];
     memset(nines, '9', sizeof nines);
     memset(zeros, '0', sizeof zeros);
-    hr_sbuf_printf(b, "( \"%c\" ", x[0]);
-    same_len(b, x + 1, nines, n - 1);
-    if (y[0] - x[0] > 1) hr_sbuf_printf(b, " | [%c-%c] [0-9]{%d}", x[0] + 1, y[0] - 1, n - 1);
-    hr_sbuf_printf(b, " | \"%c\" ", y[0]);
-    same_len(b, zeros, y + 1, n - 1);
+    hr_sbuf_puts(b, "( ");
+    bool any = false;
+    char lo = x[0], hi = y[0];
+    if (!all_of(x + 1, n - 1, '0')) { /* x0 followed by x's tail .. 9..9 */
+        hr_sbuf_printf(b, "\"%c\" ", x[0]);
+        same_len(b, x + 1, nines, n - 1);
+        any = true;
+        lo++;
+    }
+    bool y_tail = !all_of(y + 1, n - 1, '9');
+    if (y_tail) hi--;
+    if (lo <= hi) {
+        hr_sbuf_printf(b, "%s[%c-%c] [0-9]{%d}", any ? " | " : "", lo, hi, n - 1);
+        any = true;
+    }
+    if (y_tail) { /* y0 followed by 0..0 .. y's tail */
+        hr_sbuf_printf(b, "%s\"%c\" ", any ? " | " : "", y[0]);
+        same_len(b, zeros, y + 1, n - 1);
+    }
     hr_sbuf_puts(b, " )");
 }
 
@@ -346,8 +375,10 @@ static bool gen_object(sctx *c, json_t *s, const char *path, hr_sbuf *b) {
         } else {
             json_t *ks = json_string(keys[j]);
             hr_sbuf kv = {0};
-            json_literal(&kv, ks);
+            if (ks) json_literal(&kv, ks);
+            kv.oom |= !ks;
             json_decref(ks);
+            ok = sb_ok(c, &kv);
             hr_sbuf_printf(&first, "%s ws \":\" ws %s ws s%d", kv.s ? kv.s : "\"\"", val[j], base + (int)(2 * j + 3));
             hr_sbuf_printf(&next, "\",\" ws %s ws \":\" ws %s ws s%d", kv.s ? kv.s : "\"\"", val[j],
                            base + (int)(2 * j + 3));
@@ -357,8 +388,9 @@ static bool gen_object(sctx *c, json_t *s, const char *path, hr_sbuf *b) {
             }
             free(kv.s);
         }
-        emit_rule(c, fname, &first);
-        emit_rule(c, nname, &next);
+        ok = ok && sb_ok(c, &first) && sb_ok(c, &next);
+        if (ok) emit_rule(c, fname, &first);
+        if (ok) emit_rule(c, nname, &next);
         free(first.s);
         free(next.s);
     }
@@ -429,10 +461,11 @@ static bool gen_ref(sctx *c, json_t *s, const char *path, char *name) {
     if (!gen(c, target, ref, tname)) return false;
     hr_sbuf body = {0};
     hr_sbuf_puts(&body, tname);
-    emit_rule(c, rname, &body);
+    bool ok = sb_ok(c, &body);
+    if (ok) emit_rule(c, rname, &body);
     free(body.s);
     snprintf(name, 24, "%s", rname);
-    return true;
+    return ok;
 }
 
 static bool type_one(sctx *c, json_t *s, const char *t, const char *path, hr_sbuf *b) {
@@ -539,6 +572,7 @@ static bool gen(sctx *c, json_t *s, const char *path, char *name) {
             ok = type_one(c, s, types[i], path, &b);
         }
     }
+    if (ok) ok = sb_ok(c, &b);
     if (ok) emit_rule(c, name, &b);
     free(b.s);
     c->depth--;
