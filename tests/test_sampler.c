@@ -187,5 +187,46 @@ int main(void) {
     p = hr_sampler_default_params();
     p.temperature = NAN;
     CHECK(hr_sampler_params_check(&p, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "temperature"));
+    /* masked sampling (constrained decoding): greedy picks the best allowed token; every mode draws
+     * only allowed tokens, in proportion among them; top-k counts allowed tokens only */
+    {
+        float ml[6] = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f, 2.0f};
+        uint64_t mask = (1u << 0) | (1u << 2) | (1u << 3); /* ids 0, 2, 3 */
+        hr_sampler_params q = hr_sampler_default_params();
+        hr_sampler *g = make(q, 6);
+        CHECK(hr_sampler_sample_masked(g, ml, &mask) == 3);
+        hr_sampler_destroy(g);
+        q.temperature = 1.0f;
+        q.top_k = 0;
+        q.top_p = 1.0f;
+        q.min_p = 0.0f;
+        q.seed = 11;
+        hr_sampler *t = make(q, 6);
+        int hits[6] = {0};
+        for (int i = 0; i < 20000; i++) hits[hr_sampler_sample_masked(t, ml, &mask)]++;
+        CHECK(hits[1] == 0 && hits[4] == 0 && hits[5] == 0);
+        /* p(3) / p(0) = e^(1.9 - 0.1) = 6.05 */
+        double ratio = (double)hits[3] / (double)hits[0];
+        CHECKF(ratio > 5.3 && ratio < 6.9, "ratio %g", ratio);
+        hr_sampler_destroy(t);
+        q.top_k = 1; /* the best allowed token, not the best token */
+        t = make(q, 6);
+        int best = 1;
+        for (int i = 0; i < 200; i++) best &= hr_sampler_sample_masked(t, ml, &mask) == 3;
+        CHECK(best);
+        hr_sampler_destroy(t);
+        /* every allowed logit -inf: still an allowed token */
+        float inf_l[6] = {-INFINITY, 5, -INFINITY, -INFINITY, 1, 2};
+        q.top_k = 40;
+        t = make(q, 6);
+        int32_t tok = hr_sampler_sample_masked(t, inf_l, &mask);
+        CHECK(tok == 0 || tok == 2 || tok == 3);
+        hr_sampler_destroy(t);
+        q.temperature = 0;
+        t = make(q, 6);
+        tok = hr_sampler_sample_masked(t, inf_l, &mask);
+        CHECK(tok == 0 || tok == 2 || tok == 3);
+        hr_sampler_destroy(t);
+    }
     return hr_test_finish();
 }

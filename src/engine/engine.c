@@ -125,6 +125,8 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
 static void finish_request(hr_engine *e, hr_request *r, hr_request_state state, hr_finish_reason why, hr_status code,
                            const char *msg) {
     sched_release_seq(e, r);
+    hr_matcher_destroy(r->matcher); /* here, on the engine's thread, which owns the store it uses */
+    r->matcher = NULL;
     req_finish(r, e->p.tok, state, why, code, msg);
     if (state == HR_REQ_COMPLETED)
         e->st.completed++;
@@ -160,6 +162,9 @@ void hr_engine_destroy(hr_engine *e) {
     free(e->b_want);
     free(e->b_sample);
     free(e->logits);
+    hr_cons_store_destroy(e->cstore); /* after every request: their matchers are gone */
+    hr_cons_vocab_destroy(e->cvocab);
+    free(e->mask);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->ev_mu);
@@ -185,6 +190,8 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
     if (p->top_logprobs < 0 || p->top_logprobs > HR_ENGINE_MAX_TOP_LOGPROBS || (p->top_logprobs && !p->logprobs))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "top_logprobs is %d: 0..%d, and only with logprobs",
                             p->top_logprobs, HR_ENGINE_MAX_TOP_LOGPROBS);
+    if (p->grammar && !e->p.tok)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "constrained decoding needs the tokenizer (token bytes)");
     hr_status st = hr_sampler_params_check(&p->sampling, err);
     if (st != HR_OK) return st;
     if (p->kv_policy && (st = hr_kv_policy_check(e->p.kv, p->kv_policy, err)) != HR_OK) return st;
@@ -391,8 +398,70 @@ static void record_logprobs(hr_request *r, int i, const float *logits, int n_voc
     }
 }
 
+/* The engine's constraint tables, made at the first constrained request (the vocabulary's bytes
+ * sorted once: tens of milliseconds for 128K tokens). */
+static hr_status constrain_setup(hr_engine *e, hr_error *err) {
+    if (e->cstore) return HR_OK;
+    hr_status st = hr_cons_vocab_from_tokenizer(e->p.tok, &e->cvocab, err);
+    if (st == HR_OK) st = hr_cons_store_create(e->cvocab, &e->cstore, err);
+    if (st == HR_OK) {
+        int n = HR_MAX(e->n_vocab, hr_cons_vocab_size(e->cvocab));
+        e->mask = calloc(hr_cons_mask_words(n), sizeof(uint64_t));
+        if (!e->mask) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for the token mask");
+    }
+    if (st != HR_OK) {
+        hr_cons_store_destroy(e->cstore);
+        hr_cons_vocab_destroy(e->cvocab);
+        e->cstore = NULL;
+        e->cvocab = NULL;
+    }
+    return st;
+}
+
+/* The allowed tokens for a constrained request into e->mask; returns how many (0: none can follow).
+ * With ignore_eos the end-of-generation tokens are left out too. -1 when the tables cannot be made. */
+static int constrain_mask(hr_engine *e, hr_request *r, hr_error *err) {
+    if (!r->matcher && (constrain_setup(e, err) != HR_OK ||
+                        hr_matcher_create(e->cstore, r->grammar, &r->matcher, err) != HR_OK))
+        return -1;
+    double t0 = hr_time_now();
+    int n = hr_matcher_fill_mask(r->matcher, e->mask);
+    if (r->ignore_eos && n > 0) {
+        int n_eog = 0;
+        const int32_t *eog = hr_cons_vocab_eog(e->cvocab, &n_eog);
+        for (int i = 0; i < n_eog; i++) {
+            uint64_t bit = 1ull << (eog[i] & 63);
+            if (e->mask[eog[i] >> 6] & bit) {
+                e->mask[eog[i] >> 6] &= ~bit;
+                n--;
+            }
+        }
+    }
+    e->st.mask_seconds += hr_time_now() - t0;
+    e->st.masks++;
+    return n;
+}
+
 static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
-    int32_t tok = hr_sampler_sample(r->sampler, logits);
+    int32_t tok;
+    if (r->grammar) {
+        hr_error err = {0};
+        int n = constrain_mask(e, r, &err);
+        if (n < 0) {
+            int i = list_find(&e->running, r);
+            if (i >= 0) list_remove_at(&e->running, i);
+            finish_request(e, r, HR_REQ_FAILED, HR_FINISH_ERROR, err.code ? err.code : HR_ERR_NOMEM, err.msg);
+            return;
+        }
+        if (n == 0) { /* no token continues the output: end with what it has (never loop) */
+            complete(e, r, HR_FINISH_LENGTH);
+            return;
+        }
+        tok = hr_sampler_sample_masked(r->sampler, logits, e->mask);
+        hr_matcher_accept_token(r->matcher, tok); /* allowed, so it advances (an EOG token: no bytes) */
+    } else {
+        tok = hr_sampler_sample(r->sampler, logits);
+    }
     if (r->lp && r->n_known - r->n_prompt < r->max_tokens)
         record_logprobs(r, r->n_known - r->n_prompt, logits, e->n_vocab, tok);
     e->st.generated_tokens++;
@@ -403,6 +472,8 @@ static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
     bool stopped = req_push_token(r, e->p.tok, tok);
     if (stopped)
         complete(e, r, HR_FINISH_STOP);
+    else if (r->matcher && hr_matcher_is_done(r->matcher)) /* complete, and nothing may follow */
+        complete(e, r, HR_FINISH_EOG);
     else if (r->n_known - r->n_prompt >= r->max_tokens || (r->span == 0 && r->n_known >= e->p.n_ctx))
         complete(e, r, HR_FINISH_LENGTH);
 }

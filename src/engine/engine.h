@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "constrain/constrain.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
@@ -128,6 +129,12 @@ typedef struct hr_request_params {
                                       the raw logits, before penalties and temperature) */
     int top_logprobs;              /* with logprobs: also the n most likely tokens at each position (0..20) */
     uint64_t cache_scope;          /* prefix-cache scope (hr_kv_seq_set_scope: a tenant); 0: shared */
+    hr_grammar *grammar;           /* NULL, or the grammar the output must follow (constrained decoding; needs
+                                      the tokenizer): the engine holds a reference until the request ends.
+                                      Each step masks the tokens that cannot continue a valid output (an
+                                      end-of-generation token only once the output is complete); the request
+                                      ends "stop" when the output is complete and nothing can follow, and
+                                      "length" when no token can continue it (or at max_tokens) */
 } hr_request_params;
 
 #define HR_ENGINE_MAX_GROUP 16
@@ -276,6 +283,9 @@ typedef struct hr_engine_stats {
     double decode_seconds;
     bool swap_available;
     int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
+    /* constrained decoding: token masks computed and their seconds (inside the steps' sampling) */
+    uint64_t masks;
+    double mask_seconds;
 } hr_engine_stats;
 
 /* ---- events ------------------------------------------------------------------------------------ */

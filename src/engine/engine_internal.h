@@ -52,6 +52,9 @@ struct hr_request {
     uint64_t cache_scope; /* its sequence's prefix-cache scope (0: shared) */
     int span;             /* window/sinks: the most positions its cache keeps (it may run past n_ctx); 0: unbounded */
     hr_sampler *sampler;
+    hr_grammar *grammar; /* constrained decoding: a reference (NULL: none) */
+    hr_matcher *matcher; /* its recognizer, made at the first sample and destroyed when the request
+                            finishes (engine thread: it uses the engine's hr_cons_store) */
     bool ignore_eos;
     char *stop[HR_ENGINE_MAX_STOP];
     int n_stop;
@@ -129,6 +132,11 @@ struct hr_engine {
     uint8_t *b_want;
     hr_request **b_sample; /* [max_running]: the request of each logits row */
     float *logits;         /* [max_running][V] */
+
+    /* constrained decoding (engine thread), made at the first constrained request */
+    hr_cons_vocab *cvocab;
+    hr_cons_store *cstore;
+    uint64_t *mask; /* [words for max(V, the tokenizer's vocabulary)] */
 };
 
 /* ---- request.c ---- */

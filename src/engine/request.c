@@ -121,6 +121,7 @@ bool hr_request_group_kv(hr_request *r, int *blocks_peak, int *blocks_final) {
 static void req_free(hr_request *r) {
     group_leave(r);
     hr_sampler_destroy(r->sampler);
+    hr_grammar_release(r->grammar); /* the matcher went at finish, on the engine thread */
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->tokens);
     free(r->text);
@@ -148,6 +149,7 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group
     r->seq = -1;
     r->ignore_eos = p->ignore_eos;
     r->cache_scope = p->cache_scope;
+    r->grammar = hr_grammar_retain(p->grammar);
     if (p->kv_policy) {
         r->has_policy = true;
         r->policy = *p->kv_policy;

@@ -14,6 +14,8 @@
 #include "common/util.h"
 #include "model/synth.h"
 
+#define HR_RT_GRAMMAR_CACHE 64 /* compiled constraints kept (least recently used dropped) */
+
 struct hr_runtime {
     hr_runtime_params p;
     void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
@@ -24,6 +26,7 @@ struct hr_runtime {
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
     hr_engine *engine;
+    hr_grammar_cache *grammars; /* compiled constraints by content (any thread: locked inside) */
     FILE *step_log; /* p.step_log opened: a JSON line per computed step */
     int n_ctx;
     hr_kv_budget budget;
@@ -380,6 +383,7 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                            .on_step = rt->step_log ? log_step : NULL,
                            .on_step_user = rt->step_log};
     if ((st = hr_engine_create(&ep, &rt->engine, err))) goto fail;
+    if ((st = hr_grammar_cache_create(HR_RT_GRAMMAR_CACHE, &rt->grammars, err))) goto fail;
     *out = rt;
     return HR_OK;
 fail:
@@ -391,6 +395,7 @@ fail:
 void hr_runtime_close(hr_runtime *rt) {
     if (!rt) return;
     hr_engine_destroy(rt->engine); /* stops the thread; frees every sequence, swapped ones too */
+    hr_grammar_cache_destroy(rt->grammars);
     if (rt->step_log) fclose(rt->step_log);
     hr_kv_swap_destroy(rt->swap);
     hr_model_ctx_destroy(rt->ctx);
@@ -509,6 +514,18 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         r->max_tokens = HR_MIN(want, room);
         r->ctx_limited = p->max_tokens > 0 && r->max_tokens < p->max_tokens;
     }
+    hr_grammar *grammar = NULL;
+    if (st == HR_OK && p->constraint.kind != HR_CONS_NONE) {
+        const hr_rt_constraint *c = &p->constraint;
+        if (!rt->tok) {
+            st = hr_error_set(err, HR_ERR_INVALID_ARG, "%s: constrained decoding needs the model's tokenizer",
+                              c->field ? c->field : "constraint");
+        } else if ((st = hr_grammar_cache_get(rt->grammars, c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
+            hr_error_prefix(err, "%s", c->field ? c->field : "constraint");
+            if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */
+            if (err) err->code = st;
+        }
+    }
     if (st == HR_OK) {
         hr_request_params rp = {.prompt = r->prompt,
                                 .n_prompt = r->n_prompt,
@@ -521,7 +538,8 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
                                 .kv_policy = has_pol ? &pol : NULL,
                                 .logprobs = p->logprobs,
                                 .top_logprobs = p->top_logprobs,
-                                .cache_scope = p->cache_scope};
+                                .cache_scope = p->cache_scope,
+                                .grammar = grammar};
         hr_request *h[HR_RT_MAX_CHOICES];
         hr_rt_request *more[HR_RT_MAX_CHOICES] = {0};
         /* choices 1.. are copies of the first (own prompt ids: each is released on its own) */
@@ -550,6 +568,7 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         }
         if (st == HR_OK) r->h = h[0];
     }
+    hr_grammar_release(grammar); /* the request holds its own reference */
     if (st != HR_OK) {
         free(r->prompt);
         free(r);

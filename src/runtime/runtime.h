@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "constrain/constrain.h"
 #include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
@@ -185,6 +186,18 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
+/* Constrained decoding (docs/CONSTRAIN.md): the output follows src, compiled through the runtime's
+ * cache of grammars (keyed by kind and content: a schema sent with every request compiles once).
+ * A source that does not compile, or passes a compile bound, is refused at submit with
+ * HR_ERR_INVALID_ARG and a message that starts with `field` ("response_format: unsupported JSON Schema
+ * keyword 'not' at #/properties/a"). */
+typedef struct hr_rt_constraint {
+    hr_cons_kind kind;
+    const char *src; /* borrowed until submit returns */
+    size_t len;
+    const char *field; /* the request field it came from (NULL: "constraint") */
+} hr_rt_constraint;
+
 typedef struct hr_rt_request hr_rt_request;
 
 typedef struct hr_rt_request_params {
@@ -214,6 +227,7 @@ typedef struct hr_rt_request_params {
                                (hr_runtime_chat_native; messages carry their tool_calls_json / tool_call_id) */
     uint64_t cache_scope;  /* prefix-cache scope: requests share cached blocks (and report hits) only
                               within one scope (a tenant: a hash of its API key or cache salt); 0: shared */
+    hr_rt_constraint constraint; /* constrained decoding (kind HR_CONS_NONE: free text) */
 } hr_rt_request_params;
 
 /* A request under a window or sinks policy may run past the context, but not forever: it generates at

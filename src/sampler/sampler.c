@@ -198,10 +198,10 @@ static int top_k_select(hr_sampler *s, const float *l) {
     return k;
 }
 
-int32_t hr_sampler_sample(hr_sampler *s, const float *logits) {
+static int32_t sample(hr_sampler *s, const float *logits, const uint64_t *mask) {
     const hr_sampler_params *p = &s->p;
     const float *l = logits;
-    if (penalties_active(p) || p->n_bias > 0) {
+    if (penalties_active(p) || mask || p->n_bias > 0) {
         memcpy(s->work, logits, sizeof(float) * (size_t)s->n_vocab);
         if (penalties_active(p)) apply_penalties(s);
         /* OpenAI's -100 is a ban; other values shift the logit */
@@ -209,11 +209,15 @@ int32_t hr_sampler_sample(hr_sampler *s, const float *logits) {
             s->work[p->bias_ids[i]] = p->bias_values[i] <= -100.0f ? -INFINITY : s->work[p->bias_ids[i]] + p->bias_values[i];
         l = s->work;
     }
+    if (mask) /* disallowed tokens leave the distribution: -inf is below every finite logit */
+        for (int i = 0; i < s->n_vocab; i++)
+            if (!((mask[i >> 6] >> (i & 63)) & 1)) s->work[i] = -INFINITY;
     int32_t tok;
     if (p->temperature <= 0.0f) {
         tok = hr_argmax(l, s->n_vocab);
     } else {
         int n = top_k_select(s, l);
+        while (n > 1 && s->cands[n - 1].logit == -INFINITY) n--; /* masked ones sort last: drop them */
         /* softmax over the survivors at temperature 1 to apply top-p and min-p (as llama.cpp does) */
         double mx = s->cands[0].logit, sum = 0.0;
         for (int i = 0; i < n; i++) sum += exp((double)s->cands[i].logit - mx);
@@ -248,6 +252,19 @@ int32_t hr_sampler_sample(hr_sampler *s, const float *logits) {
             }
         }
     }
+    /* every allowed logit -inf (or NaN): the first allowed token, never a masked one */
+    if (mask && !((mask[tok >> 6] >> (tok & 63)) & 1))
+        for (int i = 0; i < s->n_vocab; i++)
+            if ((mask[i >> 6] >> (i & 63)) & 1) {
+                tok = i;
+                break;
+            }
     hr_sampler_accept(s, tok);
     return tok;
+}
+
+int32_t hr_sampler_sample(hr_sampler *s, const float *logits) { return sample(s, logits, NULL); }
+
+int32_t hr_sampler_sample_masked(hr_sampler *s, const float *logits, const uint64_t *mask) {
+    return sample(s, logits, mask);
 }

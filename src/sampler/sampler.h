@@ -50,6 +50,12 @@ void hr_sampler_reset(hr_sampler *s); /* clears history and re-seeds */
 /* Picks a token from logits[n_vocab] (not modified) and accepts it into the history. */
 int32_t hr_sampler_sample(hr_sampler *s, const float *logits);
 
+/* The same over the tokens allowed by mask (bit i of mask[i / 64]: token i allowed; at least one must
+ * be): the others are removed before anything else looks at the logits (greedy picks the best
+ * allowed token; top-k, top-p and min-p see only allowed tokens), so every mode stays a distribution
+ * over allowed tokens. Constrained decoding's hook (constrain/constrain.h fills the mask). */
+int32_t hr_sampler_sample_masked(hr_sampler *s, const float *logits, const uint64_t *mask);
+
 /* The index of the largest logit (lowest index on ties). */
 int32_t hr_argmax(const float *logits, int n);
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "server/openai_format.h"
 #include "server/server_internal.h"
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -130,6 +131,7 @@ static const char *field_in_message(const char *msg) {
     static const char *const fields[] = {"temperature", "top_p",     "top_k",    "min_p", "presence_penalty",
                                          "frequency_penalty", "max_tokens", "kv_policy", "stop",  "priority",
                                          "seed",        "logit_bias"};
+    if (hr_srv_format_field(msg)) return hr_srv_format_field(msg); /* "guided_json: ...": its own field */
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strstr(msg, fields[i])) return fields[i];
     if (strstr(msg, "policy")) return "kv_policy";
@@ -474,8 +476,8 @@ static bool parse_logprobs(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
 
 /* OpenAI fields this server knows but does not do: a request that asks for them is refused, naming
  * the field, rather than answered as if it had not asked (fields it does not know are ignored, as
- * OpenAI-compatible servers do). A field at its "off" value (echo false, an empty suffix, tool_choice
- * "none", response_format text, an empty logit_bias, best_of equal to n) asks for nothing. */
+ * OpenAI-compatible servers do). A field at its "off" value (echo false, an empty suffix, best_of equal
+ * to n, modalities ["text"]) asks for nothing. */
 static bool refuse_unsupported(hr_srv_kind kind, json_t *root, long long n, hr_srv_error *e) {
     static const struct {
         const char *name;
@@ -489,11 +491,6 @@ static bool refuse_unsupported(hr_srv_kind kind, json_t *root, long long n, hr_s
         {"parallel_tool_calls", "tool calling on /v1/completions (use /v1/chat/completions)"},
         {"functions", "function calling"},
         {"function_call", "function calling"},
-        {"response_format", "structured outputs (response_format other than text)"},
-        {"guided_json", "guided decoding"},
-        {"guided_regex", "guided decoding"},
-        {"guided_grammar", "guided decoding"},
-        {"guided_choice", "guided decoding"},
         {"audio", "audio output"},
         {"modalities", "output modalities other than text"},
         {"prediction", "predicted outputs"},
@@ -507,10 +504,6 @@ static bool refuse_unsupported(hr_srv_kind kind, json_t *root, long long n, hr_s
         if (!strcmp(k, "best_of")) off = json_is_integer(v) && json_integer_value(v) == n;
         if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
             off = json_is_string(v) && !strcmp(json_string_value(v), "none");
-        if (!strcmp(k, "response_format")) {
-            json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-            off = json_is_string(t) && !strcmp(json_string_value(t), "text");
-        }
         if (!strcmp(k, "modalities"))
             off = json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
                   !strcmp(json_string_value(json_array_get(v, 0)), "text");
@@ -539,6 +532,7 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     const char *model = NULL, *user = NULL;
     if (!read_string(root, "model", &model, e) || !read_string(root, "user", &user, e)) return false;
     g->prompt_field = kind == HR_SRV_CHAT ? "messages" : "prompt";
+    if (!hr_srv_parse_format(root, g, e)) return false; /* response_format, guided_* (openai_format.c) */
     if (!(kind == HR_SRV_CHAT ? parse_messages(root, g, e) : parse_prompt(root, g, e))) return false;
 
     long long max_tokens = -1, n = 1, top_k = g->rp.sampling.top_k, seed = 0, priority = 0;
@@ -572,11 +566,6 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
         char msg[256];
         if (!hr_tools_read(root, &g->tools, &param, msg, sizeof msg))
             return hr_srv_fail(e, 400, param, "invalid_value", "%s", msg);
-        /* a forced call needs the output constrained to the call's schema */
-        if (g->tools.required)
-            return hr_srv_fail(e, 400, "tool_choice", "unsupported_parameter",
-                               "'tool_choice': \"required\" and named functions need constrained decoding, which "
-                               "this server does not have yet (use \"auto\")");
     }
     g->rp.priority = (int)priority;
     if (!read_string(root, "kv_policy", &g->rp.kv_policy, e) || !read_bool(root, "ignore_eos", &g->rp.ignore_eos, e) ||
@@ -603,6 +592,8 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     }
     return true;
 }
+
+bool hr_srv_keep_owned(hr_srv_gen *g, char *s) { return keep_owned(g, s); } /* openai_format.c's */
 
 /* The template takes them as they are (hr_srv_gen_apply_tools with native). */
 static bool tools_native(hr_srv_gen *g, json_t *msgs, hr_srv_error *e) {
@@ -638,6 +629,17 @@ static bool tools_native(hr_srv_gen *g, json_t *msgs, hr_srv_error *e) {
 
 bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool native, hr_srv_error *e) {
     json_t *msgs = field(root, "messages");
+    if (g->tools.required) { /* the answer must be calls: constrain it to them */
+        if (g->rp.constraint.kind != HR_CONS_NONE)
+            return hr_srv_fail(e, 400, "tool_choice", "invalid_value",
+                               "'tool_choice' asks for a tool call, which cannot be combined with '%s'",
+                               g->rp.constraint.field ? g->rp.constraint.field : "response_format");
+        char msg[256];
+        char *gbnf = hr_tools_grammar(f, &g->tools, msg, sizeof msg);
+        if (!gbnf) return hr_srv_fail(e, 400, "tools", "invalid_value", "%s", msg);
+        if (!keep_owned(g, gbnf)) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
+        g->rp.constraint = (hr_rt_constraint){.kind = HR_CONS_GRAMMAR, .src = gbnf, .len = strlen(gbnf), .field = "tool_choice"};
+    }
     if (native) return tools_native(g, msgs, e);
     size_t n = g->rp.n_messages;
     bool any = g->tools.n > 0 && !g->tools.none;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "constrain/constrain.h"
 #include "server/server_internal.h"
 
 #define MAX_TOOLS 128
@@ -389,7 +390,7 @@ json_t *hr_tools_call_schema(hr_tool_format f, const hr_tools *t, int i) {
 
 void hr_tools_call_id(unsigned long long seed, int k, char out[32]) {
     static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    uint64_t h = hr_mix64(seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(k + 1)));
+    uint64_t h = hr_mix64(hr_mix64(seed + 0x63616c6c5f6964ull) + (uint64_t)k); /* "call_id" */
     memcpy(out, "call_", 5);
     for (int i = 0; i < 24; i++) {
         if (i % 8 == 0) h = hr_mix64(h + (uint64_t)i);
@@ -397,4 +398,87 @@ void hr_tools_call_id(unsigned long long seed, int k, char out[32]) {
         h /= sizeof alpha - 1;
     }
     out[29] = '\0';
+}
+
+/* ---- constraining the answer to calls ----------------------------------------------------------- */
+
+/* gbnf with every rule name `root` (the definition and any reference) renamed `tool-call`; quoted
+ * strings, character classes and /regex/ atoms are left as they are. */
+static bool rename_root(const char *g, hr_srv_buf *b) {
+    size_t n = strlen(g);
+    for (size_t i = 0; i < n;) {
+        char c = g[i];
+        if (c == '"' || c == '[' || c == '/') {
+            char close = c == '[' ? ']' : c;
+            size_t j = i + 1;
+            while (j < n && g[j] != close) j += g[j] == '\\' ? 2 : 1;
+            j = j < n ? j + 1 : n;
+            hr_srv_buf_put(b, g + i, j - i);
+            i = j;
+            continue;
+        }
+        bool ident = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+        if (!ident) {
+            hr_srv_buf_put(b, g + i, 1);
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < n && ((g[j] >= 'a' && g[j] <= 'z') || (g[j] >= 'A' && g[j] <= 'Z') || (g[j] >= '0' && g[j] <= '9') ||
+                         g[j] == '-' || g[j] == '_'))
+            j++;
+        if (j - i == 4 && !memcmp(g + i, "root", 4))
+            put_str(b, "tool-call");
+        else
+            hr_srv_buf_put(b, g + i, j - i);
+        i = j;
+    }
+    return !b->failed;
+}
+
+char *hr_tools_grammar(hr_tool_format f, const hr_tools *t, char *msg, size_t cap) {
+    json_t *any = json_array();
+    for (int i = 0; i < t->n; i++)
+        if (!t->forced || !strcmp(tool_name(t, i), t->forced)) json_array_append_new(any, hr_tools_call_schema(f, t, i));
+    json_t *schema = json_array_size(any) == 1 ? json_incref(json_array_get(any, 0)) : json_pack("{s:O}", "anyOf", any);
+    json_decref(any);
+    char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_decref(schema);
+    char *gbnf = NULL;
+    hr_error err = {0};
+    if (!text || hr_cons_schema_to_gbnf(text, strlen(text), &gbnf, &err) != HR_OK) {
+        snprintf(msg, cap, "a tool's parameters cannot constrain the answer: %s", text ? err.msg : "out of memory");
+        free(text);
+        return NULL;
+    }
+    free(text);
+    hr_srv_buf b = {0};
+    /* the calls in the format's framing; "tool-call" is one call object (the schema's root, renamed) */
+    static const struct {
+        const char *open, *sep, *close;
+    } frame[] = {
+        [HR_TOOLS_JSON] = {"\"{\\\"tool_calls\\\": [\"", "\", \"", "\"]}\""},
+        [HR_TOOLS_HERMES] = {"\"<tool_call>\\n\"", "\"\\n</tool_call>\\n<tool_call>\\n\"", "\"\\n</tool_call>\""},
+        [HR_TOOLS_LLAMA3] = {"\"\"", "\"; \"", "\"\""},
+        [HR_TOOLS_MISTRAL] = {"\"[\"", "\", \"", "\"]\""},
+    };
+    put_str(&b, "root ::= ");
+    put_str(&b, frame[f].open);
+    put_str(&b, " tool-call");
+    if (t->parallel) {
+        put_str(&b, " ( ");
+        put_str(&b, frame[f].sep);
+        put_str(&b, " tool-call )*");
+    }
+    put_str(&b, " ");
+    put_str(&b, frame[f].close);
+    put_str(&b, "\n");
+    bool ok = rename_root(gbnf, &b);
+    free(gbnf);
+    if (!ok) {
+        hr_srv_buf_free(&b);
+        snprintf(msg, cap, "out of memory");
+        return NULL;
+    }
+    return take(&b);
 }

@@ -77,6 +77,13 @@ size_t hr_tools_stream_safe(hr_tool_format f, const char *text, size_t len);
  * parameters}) for tool i, for constrained decoding (new reference). */
 json_t *hr_tools_call_schema(hr_tool_format f, const hr_tools *t, int i);
 
+/* A GBNF grammar (docs/CONSTRAIN.md) whose outputs are exactly the answers that are calls in format f
+ * of t's tools (t->forced: that one only), each call's arguments following its tool's `parameters`
+ * schema, more than one call only when t->parallel: what tool_choice "required" or a named function
+ * constrains the output to (malloc'd; NULL with msg set when a tool's parameters are a schema the
+ * constraint compiler refuses, or on no memory). */
+char *hr_tools_grammar(hr_tool_format f, const hr_tools *t, char *msg, size_t cap);
+
 /* OpenAI's id for call k of a response ("call_" + 24 characters from seed and k). */
 void hr_tools_call_id(unsigned long long seed, int k, char out[32]);
 

@@ -89,6 +89,15 @@ hr_status hr_decode_setup(hr_tokenizer *t) {
     return HR_OK;
 }
 
+const char *hr_tokenizer_token_bytes(const hr_tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || id >= t->n_vocab) {
+        *len = 0;
+        return NULL;
+    }
+    *len = t->dec_len[id];
+    return t->dec_blob + t->dec_off[id];
+}
+
 void hr_detok_init(hr_detok *d) {
     memset(d, 0, sizeof(*d));
     d->at_start = true;

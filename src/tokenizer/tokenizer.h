@@ -87,6 +87,12 @@ hr_status hr_tokenizer_encode_segments(const hr_tokenizer *t, const hr_tok_segme
  * valid until destroy; NULL for ids out of range. */
 const char *hr_tokenizer_piece(const hr_tokenizer *t, int32_t id);
 
+/* The bytes token id decodes to in a continuation (what hr_detok_push appends, before UTF-8 is held
+ * back or repaired): SentencePiece's U+2581 as ' ' and <0xNN> as the byte, byte-level BPE's byte map
+ * undone, user-defined tokens verbatim, control/unknown/unused tokens none. Not NUL-terminated;
+ * valid until destroy. NULL (and *len 0) for ids out of range. */
+const char *hr_tokenizer_token_bytes(const hr_tokenizer *t, int32_t id, size_t *len);
+
 /* Token type as stored in tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control, 4 user-defined,
  * 5 unused, 6 byte (0 for ids out of range). */
 int hr_tokenizer_token_type(const hr_tokenizer *t, int32_t id);

@@ -133,6 +133,39 @@ const streamed = events.map((c) => c.choices[0]?.delta?.content || '').join('');
 check(ts.status === 200 && streamed === tr.json.choices[0].message.content && events.at(-1).choices[0].finish_reason === 'length',
       `streamed with tools: '${streamed}' vs '${tr.json.choices[0].message.content}'`);
 
+// tool_choice "required" / a named function: the answer is constrained to calls whose arguments follow
+// the tool's parameters (temperature 1, several seeds, the demo model's noise notwithstanding)
+const weather = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', additionalProperties: false,
+  properties: { city: { type: 'string', maxLength: 12 }, days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'] } } };
+const adder = { type: 'function', function: { name: 'add', parameters: { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] } } };
+const validArgs = (name, args) => name === 'add' ? Number.isInteger(args.a)
+  : typeof args.city === 'string' && [...args.city].length <= 12 && Number.isInteger(args.days) && args.days >= 1 && args.days <= 7 &&
+    Object.keys(args).every((k) => k === 'city' || k === 'days');
+for (let seed = 0; seed < 6; seed++) {
+  for (const choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const r = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Weather?' }], tools: [weather, adder],
+      tool_choice: choice, parallel_tool_calls: false, max_tokens: 120, temperature: 1, seed });
+    const m = r.json.choices?.[0]?.message, calls = m?.tool_calls || [];
+    const ok = r.status === 200 && r.json.choices[0].finish_reason === 'tool_calls' && m.content === null && calls.length === 1 &&
+      /^call_[A-Za-z0-9]{24}$/.test(calls[0].id) && calls[0].type === 'function' &&
+      (typeof choice === 'string' || calls[0].function.name === 'get_weather') &&
+      validArgs(calls[0].function.name, JSON.parse(calls[0].function.arguments));
+    check(ok, `tool_choice ${JSON.stringify(choice)} seed ${seed}: ${r.status} ${JSON.stringify(r.json).slice(0, 400)}`);
+  }
+}
+const tsr = await fetch(base + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ messages: [{ role: 'user', content: 'Weather?' }], tools: [weather], tool_choice: 'required',
+    parallel_tool_calls: false, max_tokens: 120, temperature: 1, seed: 1, stream: true }) });
+const tev = (await tsr.text()).split('\n\n').filter((x) => x.startsWith('data: {')).map((x) => JSON.parse(x.slice(6)));
+const deltas = tev.flatMap((c) => c.choices[0]?.delta?.tool_calls || []);
+check(deltas.length === 1 && deltas[0].index === 0 && deltas[0].function.name === 'get_weather' &&
+      validArgs('get_weather', JSON.parse(deltas[0].function.arguments)) && tev.at(-1).choices[0].finish_reason === 'tool_calls' &&
+      tev.every((c) => !c.choices[0]?.delta?.content),
+      `streamed tool call: ${JSON.stringify(deltas)} ${JSON.stringify(tev.at(-1))}`);
+const both = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tools: [weather], tool_choice: 'required',
+  response_format: { type: 'json_object' } });
+check(both.status === 400 && both.json.error.param === 'tool_choice', `tool_choice required with response_format: ${JSON.stringify(both.json)}`);
+
 // fields at their "off" values ask for nothing
 const offs = [
   ['/v1/completions', { prompt: 'a', max_tokens: 1, echo: false, suffix: '', best_of: 1 }],
