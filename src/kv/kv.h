@@ -206,6 +206,10 @@ int hr_kv_policy_span(const hr_kv_policy *pol);
  * see only positions > p - window; blocks no layer can see again leave the table. Set it before any
  * sequence holds tokens. HR_ERR_INVALID_ARG for a bad layer or a negative window. */
 hr_status hr_kv_pool_set_sliding_window(hr_kv_pool *pool, int layer, int window, hr_error *err);
+/* The model's attention logit soft-capping (gemma2): every q.k score s, after the scale, becomes
+ * cap * tanh(s / cap) before the softmax; 0 (the default) leaves scores as they are. Set it before
+ * attention runs. HR_ERR_INVALID_ARG for a negative or non-finite cap. */
+hr_status hr_kv_pool_set_attn_softcap(hr_kv_pool *pool, float cap, hr_error *err);
 /* The policy every new sequence starts with (initially full). Checked as hr_kv_policy_check. */
 hr_status hr_kv_pool_set_default_policy(hr_kv_pool *pool, const hr_kv_policy *pol, hr_error *err);
 /* Sets a sequence's policy (per request). Allowed while nothing of the sequence has been evicted (a

@@ -26,8 +26,13 @@ typedef struct hr_synth_shape {
     bool tied_output;
     bool qkv_bias;      /* qwen2 */
     bool llama3_rope;   /* write rope_freqs.weight with Llama-3 frequency factors */
-    int sliding_window; /* mistral: 0 = none */
+    int sliding_window; /* mistral: 0 = none; gemma2/gemma3: the window layers' window */
     hr_synth_vocab vocab;
+    /* the families past llama's (qwen3, gemma2, gemma3, phi3: synth_arch.c); 0 = the family's own */
+    int head_dim;        /* {arch}.attention.key_length; 0 = n_embd / n_head */
+    float attn_softcap;  /* gemma2: {arch}.attn_logit_softcapping */
+    float final_softcap; /* gemma2, gemma3: {arch}.final_logit_softcapping (gemma3: 0 = key absent) */
+    int n_ctx_orig;      /* phi3: LongRoPE factors and original context; 0 = no LongRoPE */
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
