@@ -3,13 +3,15 @@
  *   - llama.cpp's greedy ids: tests/vectors/arch-llamacpp.jsonl records what llama.cpp (CPU, f16 K/V,
  *     flash attention off) generated on the synthetic f32 models `headroom synth --shape S --type f32`
  *     (seed 1) makes, 8 prompts x 64 tokens each (how: tests/vectors/README.md); headroom must
- *     generate the same ids with an f16 cache.
+ *     generate the same ids with an f16 cache, and llama.cpp's 8 largest logits at steps 0, 21, 42
+ *     and 63 within 2e-3 of the largest (llama.cpp's GELU reads an f16 table: gemma's 8e-4).
  *   - a GGUF of a known family with a missing key or tensor, a mis-shaped tensor or a window larger
  *     than its context fails to load with one message naming the key or tensor; an unknown
  *     architecture names the supported list; through the CLI (`run`, `serve`) that is exit 1 and one
  *     line on stderr, and the server does not start.
  * (The float64 reference checks of the same families are in test_model.c.) */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +23,7 @@
 
 /* Greedy generation of one prompt in a fresh f16 cache: the prompt as one batch, then one token a
  * step, as llama.cpp ran it. */
-static void greedy(const hr_model *m, const int32_t *prompt, int n_prompt, int n_ctx, int32_t *out) {
+static void greedy(const hr_model *m, const int32_t *prompt, int n_prompt, int n_ctx, int32_t *out, float *kept) {
     const hr_hparams *hp = hr_model_hparams(m);
     hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
                        .block_size = 16, .k_format = HR_KV_F16, .v_format = HR_KV_F16, .max_seqs = 1};
@@ -51,6 +53,7 @@ static void greedy(const hr_model *m, const int32_t *prompt, int n_prompt, int n
         for (int v = 1; v < hp->n_vocab; v++)
             if (logits[v] > logits[best]) best = v;
         out[g] = toks[0] = best;
+        if (g % 21 == 0) memcpy(kept + (size_t)(g / 21) * hp->n_vocab, logits, sizeof(float) * (size_t)hp->n_vocab);
         n = 1;
     }
     free(logits);
@@ -68,6 +71,7 @@ static void check_llamacpp_ids(void) {
     hr_model *m = NULL;
     void *mem = NULL;
     int n_lines = 0, n_equal = 0;
+    double worst_logit = 0;
     while (fgets(line, sizeof line, f)) {
         json_error_t je;
         json_t *o = json_loads(line, 0, &je);
@@ -87,8 +91,26 @@ static void check_llamacpp_ids(void) {
         }
         int32_t prompt[16], ids[N_GEN];
         int np = (int)json_array_size(pt), first_diff = -1;
+        const int V = m ? hr_model_hparams(m)->n_vocab : 1;
+        float *kept = calloc((size_t)4 * V, sizeof(float));
         for (int i = 0; i < np && i < 16; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pt, i));
-        greedy(m, prompt, np, (int)json_integer_value(json_object_get(o, "n_ctx")), ids);
+        greedy(m, prompt, np, (int)json_integer_value(json_object_get(o, "n_ctx")), ids, kept);
+        /* llama.cpp's 8 largest logits at steps 0, 21, 42, 63: headroom's at those ids, relative to
+         * the largest (its GELU goes through an f16 table, headroom's does not) */
+        json_t *tops = json_object_get(o, "top_logits");
+        CHECK(json_array_size(tops) == 4);
+        for (size_t k = 0; k < json_array_size(tops); k++) {
+            json_t *tk = json_array_get(tops, k), *tid = json_object_get(tk, "ids"), *tl = json_object_get(tk, "logits");
+            double top = fabs(json_real_value(json_array_get(tl, 0)));
+            for (size_t r = 0; r < json_array_size(tid); r++) {
+                int64_t id = json_integer_value(json_array_get(tid, r));
+                CHECK(id >= 0 && id < V);
+                if (id < 0 || id >= V) continue;
+                double d = fabs(kept[k * (size_t)V + (size_t)id] - json_real_value(json_array_get(tl, r))) / top;
+                if (d > worst_logit) worst_logit = d;
+            }
+        }
+        free(kept);
         for (int g = N_GEN - 1; g >= 0; g--)
             if (ids[g] != json_integer_value(json_array_get(ct, g))) first_diff = g;
         CHECKF(first_diff < 0, "%s prompt %d: id %d is %d, llama.cpp's %lld", shape, n_lines % 8, first_diff,
@@ -101,7 +123,10 @@ static void check_llamacpp_ids(void) {
     hr_model_destroy(m);
     free(mem);
     CHECK(n_lines == 32);
-    printf("llama.cpp greedy ids: %d of %d prompts (4 families x 8, 64 tokens each) equal\n", n_equal, n_lines);
+    CHECKF(worst_logit < 2e-3, "logits %.3g (relative to the largest) from llama.cpp's", worst_logit);
+    printf("llama.cpp greedy ids: %d of %d prompts (4 families x 8, 64 tokens each) equal; its top-8 logits at 4 "
+           "steps each within %.2e of the largest (bound 2e-3)\n",
+           n_equal, n_lines, worst_logit);
 }
 
 /* ---- bad input ---- */

@@ -3,8 +3,9 @@
  *   arch_greedy MODEL.gguf N_CTX OUT.bin
  * Runs the 8 prompts of bench/arch_check.c (prompt p: 5 + p ids, id i = 3 + (p * 131 + i * 37) %
  * (V - 3)), each in a fresh context (f16 K and V, flash attention off, one thread), prompt as one
- * batch, then 64 greedy steps; prints one line per prompt with the 64 ids and writes the 8 x 64 x V
- * f32 logits the ids were chosen from to OUT.bin. */
+ * batch, then 64 greedy steps; prints one line per prompt with the 64 ids, then for steps 0, 21, 42
+ * and 63 a line with the 8 largest logits (id:value), and writes the 8 x 64 x V f32 logits the ids
+ * were chosen from to OUT.bin. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -40,10 +41,24 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) toks[i] = 3 + (p * 131 + i * 37) % (V - 3);
         printf("prompt %d: ", p);
         struct llama_batch b = llama_batch_get_one(toks, n);
+        char tops[4][512];
         for (int g = 0; g < N_GEN; g++) {
             if (llama_decode(ctx, b)) return 1;
             const float *lg = llama_get_logits_ith(ctx, -1);
             fwrite(lg, sizeof(float), (size_t)V, out);
+            if (g % 21 == 0) { /* the 8 largest, by repeated selection */
+                int top[8], len = 0;
+                for (int r = 0; r < 8; r++) {
+                    top[r] = -1;
+                    for (int v = 0; v < V; v++) {
+                        int taken = 0;
+                        for (int q = 0; q < r; q++) taken |= top[q] == v;
+                        if (!taken && (top[r] < 0 || lg[v] > lg[top[r]])) top[r] = v;
+                    }
+                    len += snprintf(tops[g / 21] + len, sizeof tops[0] - (size_t)len, "%s%d:%.9g", r ? " " : "",
+                                    top[r], lg[top[r]]);
+                }
+            }
             int best = 0;
             for (int v = 1; v < V; v++)
                 if (lg[v] > lg[best]) best = v;
@@ -52,6 +67,7 @@ int main(int argc, char **argv) {
             next = best;
             b = llama_batch_get_one(&next, 1);
         }
+        for (int k = 0; k < 4; k++) printf("top %d step %d: %s\n", p, 21 * k, tops[k]);
         llama_free(ctx);
     }
     fclose(out);
