@@ -117,7 +117,7 @@ static hr_status plan_layers(const hr_gguf *g, hr_model *m, hr_error *err) {
     hr_hparams *hp = &m->hp;
     const char *a = hp->arch_name;
     hr_status st;
-    m->layer_attn = calloc((size_t)hp->n_layer, sizeof *m->layer_attn);
+    m->layer_attn = calloc((unsigned)hp->n_layer, sizeof *m->layer_attn);
     if (!m->layer_attn) return hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");
     int window = hp->sliding_window, pattern = 0;
     double base_swa = hp->rope_base;
@@ -131,7 +131,11 @@ static hr_status plan_layers(const hr_gguf *g, hr_model *m, hr_error *err) {
         if (!(base_swa > 1))
             return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.freq_base_swa' = %g is not > 1", a, base_swa);
     }
-    if (window > 0 && hp->arch >= HR_ARCH_QWEN3 && window > hp->n_ctx_train)
+    /* a window the file declares past its own context is a broken file (gemma2's default of 4096 where
+     * the key is absent is llama.cpp's, and harmless: full attention on a shorter context) */
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", a);
+    if (window > hp->n_ctx_train && hp->arch >= HR_ARCH_QWEN3 && hr_gguf_find_key(g, key) >= 0)
         return hr_error_set(err, HR_ERR_FORMAT,
                             "metadata '%s.attention.sliding_window' = %d is larger than the context "
                             "('%s.context_length' = %d)",
@@ -190,8 +194,8 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
         return st;
     double eps, base, factor = 1.0;
     if ((st = get_float_key_req(g, a, "attention.layer_norm_rms_epsilon", newer, 1e-5, &eps, err))) return st;
-    if (!(eps > 0 && eps < 1))
-        return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.attention.layer_norm_rms_epsilon' = %g is not in (0, 1)",
+    if (!(eps >= 0 && eps < 1))
+        return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.attention.layer_norm_rms_epsilon' = %g is not in [0, 1)",
                             a, eps);
     if ((st = get_float_key(g, a, "rope.freq_base", ai->rope_base, &base, err))) return st;
     if (!(base > 1)) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.freq_base' = %g is not > 1", a, base);
@@ -455,7 +459,7 @@ static hr_status load_gguf(hr_gguf *g, bool repack, hr_model **out, hr_error *er
         goto fail;
     if ((st = bind_longrope(m, err))) goto fail;
     if ((st = plan_layers(g, m, err))) goto fail;
-    m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    m->layers = calloc((unsigned)m->hp.n_layer, sizeof *m->layers); /* n_layer >= 1: read_hparams */
     if (!m->layers) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");
         goto fail;
