@@ -506,6 +506,10 @@ int main(void) {
         check_against_reference(&s, HR_DTYPE_F32, HR_KV_F32, 1e-4);
         check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
     }
+    /* gemma3 cut to 2 layers: every layer a window layer, all rotating with the window base (10000) */
+    hr_synth_shape_by_name("gemma3-tiny", &s, NULL);
+    s.n_layer = 2;
+    check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
     hr_synth_shape_by_name("phi3-tiny", &s, NULL);
     check_long(&s, HR_DTYPE_F32, HR_KV_F32, 64, 48, 1e-4);
     check_long(&s, HR_DTYPE_Q8_0, HR_KV_F32, 256, 48, 3e-2);

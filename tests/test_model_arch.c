@@ -68,7 +68,7 @@ static void check_llamacpp_ids(void) {
     FILE *f = fopen(path, "r");
     CHECKF(f != NULL, "cannot open %s", path);
     if (!f) return;
-    char line[8192], loaded[64] = "";
+    char line[8192], loaded[96] = "";
     hr_model *m = NULL;
     void *mem = NULL;
     int n_lines = 0, n_equal = 0;
@@ -81,14 +81,19 @@ static void check_llamacpp_ids(void) {
         const char *shape = json_string_value(json_object_get(o, "shape"));
         json_t *pt = json_object_get(o, "prompt_tokens"), *ct = json_object_get(o, "completion_tokens");
         CHECK(shape && json_array_size(pt) <= 16 && json_array_size(ct) == N_GEN);
-        if (shape && strcmp(shape, loaded)) {
+        /* "layers": the shape's first N layers, as `headroom synth --layers N` writes it */
+        const int layers = (int)json_integer_value(json_object_get(o, "layers"));
+        char key[96];
+        snprintf(key, sizeof key, "%s:%d", shape ? shape : "", layers);
+        if (shape && strcmp(key, loaded)) {
             hr_model_destroy(m);
             free(mem);
             hr_synth_shape s;
             hr_error err = {0};
             CHECK(hr_synth_shape_by_name(shape, &s, &err) == HR_OK);
+            if (layers > 0) s.n_layer = layers;
             CHECKF(hr_synth_model(&s, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
-            snprintf(loaded, sizeof loaded, "%s", shape);
+            snprintf(loaded, sizeof loaded, "%s", key);
         }
         int32_t prompt[16], ids[N_GEN];
         int np = (int)json_array_size(pt), first_diff = -1;
@@ -114,7 +119,7 @@ static void check_llamacpp_ids(void) {
         free(kept);
         for (int g = N_GEN - 1; g >= 0; g--)
             if (ids[g] != json_integer_value(json_array_get(ct, g))) first_diff = g;
-        CHECKF(first_diff < 0, "%s prompt %d: id %d is %d, llama.cpp's %lld", shape, n_lines % 8, first_diff,
+        CHECKF(first_diff < 0, "%s prompt %d: id %d is %d, llama.cpp's %lld", key, n_lines % 8, first_diff,
                first_diff < 0 ? 0 : ids[first_diff], first_diff < 0 ? 0 : json_integer_value(json_array_get(ct, first_diff)));
         n_equal += first_diff < 0;
         n_lines++;
@@ -123,9 +128,9 @@ static void check_llamacpp_ids(void) {
     fclose(f);
     hr_model_destroy(m);
     free(mem);
-    CHECK(n_lines == 32);
+    CHECK(n_lines == 40);
     CHECKF(worst_logit < 2e-3, "logits %.3g (relative to the largest) from llama.cpp's", worst_logit);
-    printf("llama.cpp greedy ids: %d of %d prompts (4 families x 8, 64 tokens each) equal; its top-8 logits at 4 "
+    printf("llama.cpp greedy ids: %d of %d prompts (5 models x 8, 64 tokens each) equal; its top-8 logits at 4 "
            "steps each within %.2e of the largest (bound 2e-3)\n",
            n_equal, n_lines, worst_logit);
 }

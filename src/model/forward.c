@@ -135,14 +135,17 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
      * chooses them by its per-sequence context */
     const float *factors = m->rope_freqs;
     if (m->rope_long) factors = c->max_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;
+    /* the window layers' base (gemma3: 10000) goes in inv_freq_swa where full layers exist beside
+     * them, and in inv_freq itself where every layer is a window layer */
     float base_swa = hp->rope_base;
     for (int il = 0; il < hp->n_layer; il++)
         if (m->layer_attn[il].kind == HR_ATTN_WINDOW) base_swa = m->layer_attn[il].rope_base;
+    const double base = hp->n_window_layers == hp->n_layer ? base_swa : hp->rope_base;
     for (int i = 0; i < hp->n_rot / 2; i++) {
-        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
-        if (factors) f /= factors[i];
+        double f = pow(base, -2.0 * i / hp->n_rot), f_swa = pow((double)base_swa, -2.0 * i / hp->n_rot);
+        if (factors) f /= factors[i], f_swa /= factors[i];
         c->inv_freq[i] = (float)f;
-        if (c->inv_freq_swa) c->inv_freq_swa[i] = (float)pow((double)base_swa, -2.0 * i / hp->n_rot);
+        if (c->inv_freq_swa) c->inv_freq_swa[i] = (float)f_swa;
     }
     *out = c;
     return HR_OK;
