@@ -20,7 +20,7 @@ typedef enum hr_synth_vocab {
 
 typedef struct hr_synth_shape {
     const char *name;
-    const char *arch; /* "llama", "mistral", "qwen2" */
+    const char *arch; /* "llama", "mistral", "qwen2"; "qwen3", "gemma2", "gemma3", "phi3" (synth_arch.c) */
     int n_vocab, n_embd, n_ff, n_head, n_head_kv, n_layer, n_ctx;
     float rope_base;
     bool tied_output;
@@ -36,7 +36,9 @@ typedef struct hr_synth_shape {
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
- * "qwen2-tiny". On error the message lists the names. */
+ * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
+ * "gemma2-2b", "gemma3-tiny", "gemma3-1b", "phi3-tiny", "phi3.5-mini". On error the message lists the
+ * names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);
