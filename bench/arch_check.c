@@ -32,8 +32,13 @@ int main(int argc, char **argv) {
     double worst = 0;
     int n_equal = 0;
     for (int p = 0; p < N_PROMPTS; p++) {
-        hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                           .block_size = 16, .k_format = HR_KV_F16, .v_format = HR_KV_F16, .max_seqs = 1};
+        hr_kv_config kc = {.n_layers = hp->n_layer,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .block_size = 16,
+                           .k_format = HR_KV_F16,
+                           .v_format = HR_KV_F16,
+                           .max_seqs = 1};
         kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)((n_ctx + 15) / 16 + 1);
         hr_kv_pool *kv = NULL;
         hr_model_ctx *c = NULL;
@@ -76,8 +81,10 @@ int main(int argc, char **argv) {
             toks[0] = best, pos[0] = at, n = 1;
         }
         if (ref) {
-            if (parted < 0) n_equal++;
-            else printf("prompt %d: ids part from llama.cpp's at step %d\n", p, parted);
+            if (parted < 0)
+                n_equal++;
+            else
+                printf("prompt %d: ids part from llama.cpp's at step %d\n", p, parted);
         }
         hr_model_ctx_destroy(c);
         hr_kv_pool_destroy(kv);

@@ -1,9 +1,9 @@
 /* test_model.c: the forward pass against a plain float64 reference written here, for synthetic
  * models of each architecture (llama, mistral, qwen2 with Q/K/V biases; qwen3's Q/K norms, gemma2's
  * and gemma3's window layers, soft-caps, post-norms and GeGLU, phi3's fused matrices and LongRoPE),
- * several GQA ratios, tied and separate outputs, Llama-3 RoPE scaling, and a ragged batch that mixes a prefill chunk of one
- * sequence with decode steps of others. Also: a token's logits are bit-identical whether it runs
- * alone or in a batch (batch invariance), and loading errors name the problem. */
+ * several GQA ratios, tied and separate outputs, Llama-3 RoPE scaling, and a ragged batch that mixes a prefill chunk of
+ * one sequence with decode steps of others. Also: a token's logits are bit-identical whether it runs alone or in a
+ * batch (batch invariance), and loading errors name the problem. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,8 +113,8 @@ static bool ref_window_layer(const ref_arch *r, int il) {
     return r->window > 0 && (r->pattern == 0 || il % r->pattern < r->pattern - 1);
 }
 
-static void ref_rope_base(double *x, const hr_hparams *hp, const double *freq_factors, int pos, double base,
-                          double lin, double mscale) {
+static void ref_rope_base(double *x, const hr_hparams *hp, const double *freq_factors, int pos, double base, double lin,
+                          double mscale) {
     int half = hp->n_rot / 2;
     for (int i = 0; i < half; i++) {
         double f = pow(base, -2.0 * i / hp->n_rot);
@@ -176,8 +176,8 @@ static double *ref_forward_ctx(const hr_model *m, const int32_t *toks, int n, in
             for (int i = 0; bq && i < qd; i++) q[(size_t)t * qd + i] += bq[i];
             for (int i = 0; bk && i < kvd; i++) k[(size_t)t * kvd + i] += bk[i];
             for (int i = 0; bv && i < kvd; i++) v[(size_t)t * kvd + i] += bv[i];
-            for (int h = 0; qn && h < H; h++) ref_rmsnorm(q + (size_t)t * qd + h * D, q + (size_t)t * qd + h * D, qn, D,
-                                                          hp->norm_eps);
+            for (int h = 0; qn && h < H; h++)
+                ref_rmsnorm(q + (size_t)t * qd + h * D, q + (size_t)t * qd + h * D, qn, D, hp->norm_eps);
             for (int h = 0; kn && h < Hkv; h++)
                 ref_rmsnorm(k + (size_t)t * kvd + h * D, k + (size_t)t * kvd + h * D, kn, D, hp->norm_eps);
             for (int h = 0; h < H; h++) ref_rope_base(q + (size_t)t * qd + h * D, hp, freqs, t, base, lin, ra.mscale);
@@ -211,8 +211,7 @@ static double *ref_forward_ctx(const hr_model *m, const int32_t *toks, int n, in
             ref_rmsnorm(xb, x + (size_t)t * E, fn, E, hp->norm_eps);
             ref_matvec(gate, xb, F, E, hg);
             ref_matvec(up, xb, F, E, hu);
-            for (int i = 0; i < F; i++)
-                hg[i] = (ra.gemma ? ref_gelu_tanh(hg[i]) : hg[i] / (1 + exp(-hg[i]))) * hu[i];
+            for (int i = 0; i < F; i++) hg[i] = (ra.gemma ? ref_gelu_tanh(hg[i]) : hg[i] / (1 + exp(-hg[i]))) * hu[i];
             ref_matvec(wd, hg, E, F, tmp);
             if (pfn) ref_rmsnorm(tmp, tmp, pfn, E, hp->norm_eps);
             for (int i = 0; i < E; i++) x[(size_t)t * E + i] += tmp[i];
@@ -256,7 +255,7 @@ typedef struct rig {
 } rig;
 
 static rig rig_open_ctx(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int n_threads, int max_tokens,
-                       int max_ctx) {
+                        int max_ctx) {
     rig r = {0};
     r.m = build(shape, type, &r.mem);
     const hr_hparams *hp = hr_model_hparams(r.m);

@@ -26,8 +26,13 @@
  * step, as llama.cpp ran it. */
 static void greedy(const hr_model *m, const int32_t *prompt, int n_prompt, int n_ctx, int32_t *out, float *kept) {
     const hr_hparams *hp = hr_model_hparams(m);
-    hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                       .block_size = 16, .k_format = HR_KV_F16, .v_format = HR_KV_F16, .max_seqs = 1};
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 1};
     kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)(n_ctx / 16 + 1);
     hr_kv_pool *kv = NULL;
     hr_model_ctx *c = NULL;
@@ -106,7 +111,8 @@ static void check_llamacpp_ids(void) {
         json_t *tops = json_object_get(o, "top_logits");
         CHECK(json_array_size(tops) == 4);
         for (size_t k = 0; k < json_array_size(tops); k++) {
-            json_t *tk = json_array_get(tops, k), *tid = json_object_get(tk, "ids"), *tl = json_object_get(tk, "logits");
+            json_t *tk = json_array_get(tops, k), *tid = json_object_get(tk, "ids"),
+                   *tl = json_object_get(tk, "logits");
             double top = fabs(json_real_value(json_array_get(tl, 0)));
             for (size_t r = 0; r < json_array_size(tid); r++) {
                 int64_t id = json_integer_value(json_array_get(tid, r));
@@ -120,7 +126,8 @@ static void check_llamacpp_ids(void) {
         for (int g = N_GEN - 1; g >= 0; g--)
             if (ids[g] != json_integer_value(json_array_get(ct, g))) first_diff = g;
         CHECKF(first_diff < 0, "%s prompt %d: id %d is %d, llama.cpp's %lld", key, n_lines % 8, first_diff,
-               first_diff < 0 ? 0 : ids[first_diff], first_diff < 0 ? 0 : json_integer_value(json_array_get(ct, first_diff)));
+               first_diff < 0 ? 0 : ids[first_diff],
+               first_diff < 0 ? 0 : json_integer_value(json_array_get(ct, first_diff)));
         n_equal += first_diff < 0;
         n_lines++;
         json_decref(o);
@@ -301,10 +308,11 @@ static void check_layer_attn(void) {
         for (int il = 0; il < hp->n_layer; il++) {
             bool win = cases[c].kinds[il] == 'W';
             n_win += win;
-            CHECKF(la[il].kind == (win ? HR_ATTN_WINDOW : HR_ATTN_FULL) && la[il].window == (win ? s.sliding_window : 0),
+            CHECKF(la[il].kind == (win ? HR_ATTN_WINDOW : HR_ATTN_FULL) &&
+                       la[il].window == (win ? s.sliding_window : 0),
                    "%s layer %d: kind %d window %d", cases[c].shape, il, la[il].kind, la[il].window);
-            CHECKF(la[il].rope_base == (win ? cases[c].base_w : cases[c].base_f), "%s layer %d: base %g", cases[c].shape,
-                   il, (double)la[il].rope_base);
+            CHECKF(la[il].rope_base == (win ? cases[c].base_w : cases[c].base_f), "%s layer %d: base %g",
+                   cases[c].shape, il, (double)la[il].rope_base);
         }
         CHECK(hp->n_window_layers == n_win);
         /* hparams' sliding_window: every layer's window or none (what the planner reads) */
@@ -336,8 +344,13 @@ static void check_alloc_faults(void) {
             if (!st) st = hr_model_load_gguf(g, &m, &err);
             if (!st) {
                 const hr_hparams *hp = hr_model_hparams(m);
-                hr_kv_config kc = {.n_layers = hp->n_layer, .n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-                                   .block_size = 16, .k_format = HR_KV_F16, .v_format = HR_KV_F16, .max_seqs = 1};
+                hr_kv_config kc = {.n_layers = hp->n_layer,
+                                   .n_kv_heads = hp->n_head_kv,
+                                   .head_dim = hp->head_dim,
+                                   .block_size = 16,
+                                   .k_format = HR_KV_F16,
+                                   .v_format = HR_KV_F16,
+                                   .max_seqs = 1};
                 kc.budget_bytes = hr_kv_block_bytes(&kc) * 4;
                 hr_model_ctx_params mp = {.n_threads = 1, .max_batch_tokens = 4, .max_ctx = 32};
                 st = hr_kv_pool_create(&kc, &kv, &err);

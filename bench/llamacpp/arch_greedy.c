@@ -55,8 +55,8 @@ int main(int argc, char **argv) {
                         for (int q = 0; q < r; q++) taken |= top[q] == v;
                         if (!taken && (top[r] < 0 || lg[v] > lg[top[r]])) top[r] = v;
                     }
-                    len += snprintf(tops[g / 21] + len, sizeof tops[0] - (size_t)len, "%s%d:%.9g", r ? " " : "",
-                                    top[r], lg[top[r]]);
+                    len += snprintf(tops[g / 21] + len, sizeof tops[0] - (size_t)len, "%s%d:%.9g", r ? " " : "", top[r],
+                                    lg[top[r]]);
                 }
             }
             int best = 0;

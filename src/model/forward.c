@@ -5,9 +5,9 @@
  * attention per token through its block table (the layer's window, soft-capped scores where the model
  * says) -> output projection [-> post-attention RMSNorm] and residual -> RMSNorm -> SwiGLU or GeGLU FFN
  * [-> post-FFN RMSNorm] and residual. Logits only for the tokens that ask (soft-capped for gemma).
- * Bracketed steps are the qwen3/gemma ones (model.h says which family has which). Every reduction a token's result depends on is computed per row in a fixed order
- * (matmul rows, attention over its own sequence), so a token's output does not depend on which other
- * tokens share the batch: the basis of headroom's batch-invariance promise. */
+ * Bracketed steps are the qwen3/gemma ones (model.h says which family has which). Every reduction a token's result
+ * depends on is computed per row in a fixed order (matmul rows, attention over its own sequence), so a token's output
+ * does not depend on which other tokens share the batch: the basis of headroom's batch-invariance promise. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -106,8 +106,7 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
     /* the model's own sliding windows (mistral: every layer; gemma: the window layers): attention masks
      * them, and blocks no layer can see again leave the table (with a full layer among them, none) */
     for (int il = 0; il < hp->n_layer; il++)
-        if (m->layer_attn[il].window > 0 &&
-            (st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err)))
+        if (m->layer_attn[il].window > 0 && (st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err)))
             goto fail;
     if ((st = hr_kv_pool_set_attn_softcap(kv, hp->attn_softcap, err))) goto fail;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -167,8 +166,9 @@ uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, 
     uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     uint64_t B = (uint64_t)HR_MAX(1, block_size);
     const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
-    uint64_t n = (hybrid ? 2 : 1) * xbytes((uint64_t)hp->n_rot / 2) + 2 * xbytes(T * E) + 2 * xbytes(T * qd) + 2 * xbytes(T * kvd) +
-                 xbytes(2 * T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) + 2 * (uint64_t)hp->n_layer;
+    uint64_t n = (hybrid ? 2 : 1) * xbytes((uint64_t)hp->n_rot / 2) + 2 * xbytes(T * E) + 2 * xbytes(T * qd) +
+                 2 * xbytes(T * kvd) + xbytes(2 * T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) +
+                 2 * (uint64_t)hp->n_layer;
     uint64_t att_floats = (((uint64_t)HR_MAX(0, max_ctx) + B - 1) / B * B + (uint64_t)hp->head_dim + 16 + 15) & ~15ull;
     n += xbytes(att_floats * (uint64_t)HR_MAX(1, n_threads));
     uint64_t max_k = HR_MAX(HR_MAX(E, F), qd);

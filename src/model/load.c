@@ -18,8 +18,8 @@ typedef struct arch_info {
 } arch_info;
 
 static const arch_info k_archs[] = {
-    {"llama", HR_ARCH_LLAMA, false, 10000.0},   {"mistral", HR_ARCH_MISTRAL, false, 10000.0},
-    {"qwen2", HR_ARCH_QWEN2, true, 1000000.0},  {"qwen3", HR_ARCH_QWEN3, true, 10000.0},
+    {"llama", HR_ARCH_LLAMA, false, 10000.0},  {"mistral", HR_ARCH_MISTRAL, false, 10000.0},
+    {"qwen2", HR_ARCH_QWEN2, true, 1000000.0}, {"qwen3", HR_ARCH_QWEN3, true, 10000.0},
     {"gemma2", HR_ARCH_GEMMA2, true, 10000.0}, {"gemma3", HR_ARCH_GEMMA3, true, 10000.0},
     {"phi3", HR_ARCH_PHI3, true, 10000.0},
 };
@@ -92,8 +92,8 @@ static hr_status read_family_hparams(const hr_gguf *g, hr_hparams *hp, hr_error 
     if (cap < 0) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.attn_logit_softcapping' = %g < 0", a, cap);
     hp->attn_softcap = (float)cap;
     cap = 0;
-    if (gemma && (st = get_float_key(g, a, "final_logit_softcapping", hp->arch == HR_ARCH_GEMMA2 ? 30.0 : 0.0, &cap,
-                                     err)))
+    if (gemma &&
+        (st = get_float_key(g, a, "final_logit_softcapping", hp->arch == HR_ARCH_GEMMA2 ? 30.0 : 0.0, &cap, err)))
         return st;
     if (cap < 0) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.final_logit_softcapping' = %g < 0", a, cap);
     hp->final_softcap = (float)cap;
@@ -412,7 +412,8 @@ static hr_status bind_longrope(hr_model *m, hr_error *err) {
     st = bind_vector(m, "rope_factors_short.weight", n, m->rope_long == NULL, &m->rope_short, err);
     if (st && st != HR_ERR_NOT_FOUND) return st;
     if (m->rope_short && !m->rope_long)
-        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture phi3) lacks the tensor 'rope_factors_long.weight'");
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "model (architecture phi3) lacks the tensor 'rope_factors_long.weight'");
     for (int i = 0; m->rope_long && i < n; i++)
         if (!(m->rope_long[i] > 0) || !(m->rope_short[i] > 0))
             return hr_error_set(err, HR_ERR_FORMAT, "LongRoPE factor %d is not positive (rope_factors_long/short)", i);

@@ -1,7 +1,8 @@
 /* model.h: decoder-only architectures (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3) as
- * hyper-parameters read from GGUF metadata (keys and tensor names as llama.cpp's converter writes them), their weights (views into the mapped file), and a forward pass over a ragged batch: T
- * tokens from any number of sequences, prefill chunks and decode steps mixed, writing K/V into the
- * paged cache (kv/) and returning logits only for the tokens that ask for them.
+ * hyper-parameters read from GGUF metadata (keys and tensor names as llama.cpp's converter writes them), their weights
+ * (views into the mapped file), and a forward pass over a ragged batch: T tokens from any number of sequences, prefill
+ * chunks and decode steps mixed, writing K/V into the paged cache (kv/) and returning logits only for the tokens that
+ * ask for them.
  *
  * Dimension letters: T = tokens in the batch, E = embedding width, H = query heads, Hkv = KV heads,
  * D = head dim, F = FFN width, V = vocabulary, L = layers. */
@@ -62,7 +63,7 @@ typedef struct hr_hparams {
     int n_layer;     /* L */
     int head_dim;    /* D */
     int n_rot;       /* dims RoPE rotates (<= D) */
-    int rope_neox;   /* 0: adjacent pairs (llama, mistral); 1: halves (qwen2) */
+    int rope_neox;   /* 0: adjacent pairs (llama, mistral); 1: halves (qwen2, qwen3, gemma, phi3) */
     float norm_eps;
     float rope_base;
     float rope_linear_scale; /* positions are multiplied by this (1 / rope.scaling.factor for "linear") */
@@ -72,19 +73,19 @@ typedef struct hr_hparams {
     bool tied_output;        /* output projection shares token_embd */
     bool has_qkv_bias;
     /* the families past llama's (0 / false for llama, mistral, qwen2) */
-    bool qk_norm;          /* RMSNorm over each head of Q and K (weights of D) before RoPE: qwen3, gemma3 */
-    bool post_norms;       /* RMSNorm of the attention and FFN outputs before their residual adds: gemma */
-    hr_ffn_act ffn_act;    /* SwiGLU, or GeGLU (gemma) */
-    float embd_scale;      /* the embedding rows are multiplied by this (gemma: sqrt(E)); 0 = 1 */
-    float attn_scale;      /* q.k multiplier (1/sqrt(D); gemma's 27B shapes 1/sqrt(E/H)) */
-    float attn_softcap;    /* scores become c tanh(s / c) before the softmax; 0 = none (gemma2: 50) */
-    float final_softcap;   /* the same on the logits (gemma2: 30; gemma3 where the file says) */
-    int n_window_layers;   /* layers attending through a window (of n_layer) */
-    bool has_longrope;     /* rope_factors_short/long.weight (phi3): long where max_ctx > n_ctx_orig */
-    int n_ctx_orig;        /* {arch}.rope.scaling.original_context_length (phi3), else n_ctx_train */
+    bool qk_norm;           /* RMSNorm over each head of Q and K (weights of D) before RoPE: qwen3, gemma3 */
+    bool post_norms;        /* RMSNorm of the attention and FFN outputs before their residual adds: gemma */
+    hr_ffn_act ffn_act;     /* SwiGLU, or GeGLU (gemma) */
+    float embd_scale;       /* the embedding rows are multiplied by this (gemma: sqrt(E)); 0 = 1 */
+    float attn_scale;       /* q.k multiplier (1/sqrt(D); gemma's 27B shapes 1/sqrt(E/H)) */
+    float attn_softcap;     /* scores become c tanh(s / c) before the softmax; 0 = none (gemma2: 50) */
+    float final_softcap;    /* the same on the logits (gemma2: 30; gemma3 where the file says) */
+    int n_window_layers;    /* layers attending through a window (of n_layer) */
+    bool has_longrope;      /* rope_factors_short/long.weight (phi3): long where max_ctx > n_ctx_orig */
+    int n_ctx_orig;         /* {arch}.rope.scaling.original_context_length (phi3), else n_ctx_train */
     float rope_attn_factor; /* {arch}.rope.scaling.attn_factor: cos and sin are multiplied by it; 0 = 1 */
-    bool fused_qkv;        /* one blk.N.attn_qkv matrix (Q rows, then K, then V): phi3 */
-    bool fused_gate_up;    /* one blk.N.ffn_up matrix of 2F rows (gate, then up): phi3 */
+    bool fused_qkv;         /* one blk.N.attn_qkv matrix (Q rows, then K, then V): phi3 */
+    bool fused_gate_up;     /* one blk.N.ffn_up matrix of 2F rows (gate, then up): phi3 */
 } hr_hparams;
 
 typedef struct hr_model hr_model;
