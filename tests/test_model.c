@@ -131,7 +131,7 @@ static double ref_gelu_tanh(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI
 
 /* logits (n_tokens x V) for every position of one sequence; max_ctx picks LongRoPE's factors (long
  * where it exceeds rope.scaling.original_context_length) */
-static double *ref_forward_ctx(const hr_model *m, const int32_t *toks, int n, int max_ctx) {
+static double *ref_forward_ctx(const hr_model *m, const int32_t *toks, int n, int max_ctx, int pol_window) {
     const hr_hparams *hp = hr_model_hparams(m);
     const ref_arch ra = ref_arch_of(m);
     int E = hp->n_embd, F = hp->n_ff, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, V = hp->n_vocab;
@@ -185,7 +185,10 @@ static double *ref_forward_ctx(const hr_model *m, const int32_t *toks, int n, in
                 ref_rope_base(k + (size_t)t * kvd + h * D, hp, freqs, t, base, lin, ra.mscale);
         }
         for (int t = 0; t < n; t++) {
-            const int s0 = win && t - ra.window + 1 > 0 ? t - ra.window + 1 : 0; /* sees s > t - window */
+            /* sees s > t - W: the layer's window, or a window policy's, the narrower where both */
+            int W = win ? ra.window : 0;
+            if (pol_window > 0 && (W == 0 || pol_window < W)) W = pol_window;
+            const int s0 = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
             for (int h = 0; h < H; h++) {
                 int hk = h / (H / Hkv);
                 const double *qh = q + (size_t)t * qd + h * D;
@@ -233,7 +236,9 @@ static double *ref_forward_ctx(const hr_model *m, const int32_t *toks, int n, in
     return logits;
 }
 
-static double *ref_forward(const hr_model *m, const int32_t *toks, int n) { return ref_forward_ctx(m, toks, n, 256); }
+static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
+    return ref_forward_ctx(m, toks, n, 256, 0);
+}
 
 /* ---- helpers ---- */
 
@@ -362,19 +367,27 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
 /* One sequence of n tokens longer than the model's windows: prefill chunks of 11 tokens up to n / 2,
  * then decode steps; every position's logits against the reference run with the same max_ctx (which
  * picks phi3's LongRoPE factors). */
-static void check_long(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int max_ctx, int n, double tol) {
+static void check_long_policy(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int max_ctx, int n,
+                              int pol_window, double tol) {
     rig r = rig_open_ctx(shape, type, fmt, 2, 16, max_ctx);
     const hr_hparams *hp = hr_model_hparams(r.m);
     const int V = hp->n_vocab;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n), pos[16];
     for (int i = 0; i < n; i++) toks[i] = (i * 97 + 13) % V;
-    double *ref = ref_forward_ctx(r.m, toks, n, max_ctx);
+    double *ref = ref_forward_ctx(r.m, toks, n, max_ctx, pol_window);
     float *logits = malloc(sizeof(float) * (size_t)V * 16);
     hr_kv_seq s, seq[16];
     uint8_t want[16];
     memset(want, 1, sizeof want);
     hr_error err = {0};
     CHECK(hr_kv_seq_create(r.kv, &s, &err) == HR_OK);
+    if (pol_window > 0) {
+        char text[32];
+        hr_kv_policy pol;
+        snprintf(text, sizeof text, "window:%d", pol_window);
+        CHECK(hr_kv_policy_parse(text, &pol, &err) == HR_OK);
+        CHECKF(hr_kv_seq_set_policy(r.kv, s, &pol, &err) == HR_OK, "%s", err.msg);
+    }
     double worst = 0;
     for (int at = 0; at < n;) {
         int chunk = at < n / 2 ? HR_MIN(11, n / 2 - at) : 1;
@@ -389,11 +402,16 @@ static void check_long(const hr_synth_shape *shape, hr_dtype type, hr_kv_format 
     }
     CHECKF(worst < tol, "%s (%s, kv %s, ctx %d, %d tokens): max relative logit error %.3g >= %.3g", shape->name,
            hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), max_ctx, n, worst, tol);
-    printf("%-14s %-5s kv %-4s ctx %3d, %d tokens (windows %d of %d layers): max rel error %.2e (tolerance %.0e)\n",
+    printf("%-14s %-5s kv %-4s ctx %3d, %d tokens (windows %d of %d layers, policy window %d): max rel error %.2e "
+           "(tolerance %.0e)\n",
            shape->name, hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), max_ctx, n, hp->n_window_layers,
-           hp->n_layer, worst, tol);
+           hp->n_layer, pol_window, worst, tol);
     free(toks), free(ref), free(logits);
     rig_close(&r);
+}
+
+static void check_long(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int max_ctx, int n, double tol) {
+    check_long_policy(shape, type, fmt, max_ctx, n, 0, tol);
 }
 
 /* The logits of a sequence's last token are bit-identical alone and inside a larger batch. */
@@ -509,6 +527,10 @@ int main(void) {
     hr_synth_shape_by_name("gemma3-tiny", &s, NULL);
     s.n_layer = 2;
     check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
+    /* a window policy wider than gemma2's windows: its full layers see the last 32 positions (the
+     * blocks past every layer's window leave the pool), its window layers their own 16 */
+    hr_synth_shape_by_name("gemma2-tiny", &s, NULL);
+    check_long_policy(&s, HR_DTYPE_F32, HR_KV_F32, 256, 64, 32, 1e-4);
     hr_synth_shape_by_name("phi3-tiny", &s, NULL);
     check_long(&s, HR_DTYPE_F32, HR_KV_F32, 64, 48, 1e-4);
     check_long(&s, HR_DTYPE_Q8_0, HR_KV_F32, 256, 48, 3e-2);

@@ -283,6 +283,63 @@ static void check_cli_runs(void) {
     }
 }
 
+/* A policy window wider than the model's own: meaningful for gemma (its full layers then see the
+ * policy's window, its window layers their own) and allowed; refused for mistral, where every layer
+ * already has the narrower window. Through the CLI: gemma2-tiny runs window:32 past its 16-token
+ * windows. */
+static void check_policy_windows(void) {
+    const char *shapes[] = {"gemma2-tiny", "mistral-tiny"};
+    for (int i = 0; i < 2; i++) {
+        hr_synth_shape s;
+        hr_model *m = NULL;
+        void *mem = NULL;
+        hr_error err = {0};
+        CHECK(hr_synth_shape_by_name(shapes[i], &s, &err) == HR_OK);
+        CHECK(hr_synth_model(&s, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK);
+        if (!m) continue;
+        const hr_hparams *hp = hr_model_hparams(m);
+        hr_kv_config kc = {.n_layers = hp->n_layer,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .block_size = 16,
+                           .k_format = HR_KV_F16,
+                           .v_format = HR_KV_F16,
+                           .max_seqs = 1};
+        kc.budget_bytes = hr_kv_block_bytes(&kc) * 8;
+        hr_kv_pool *kv = NULL;
+        hr_model_ctx *c = NULL;
+        hr_model_ctx_params mp = {.n_threads = 1, .max_batch_tokens = 4, .max_ctx = 64};
+        CHECK(hr_kv_pool_create(&kc, &kv, &err) == HR_OK && hr_model_ctx_create(m, kv, &mp, &c, &err) == HR_OK);
+        hr_kv_policy pol;
+        char text[32];
+        snprintf(text, sizeof text, "window:%d", 2 * s.sliding_window);
+        CHECK(hr_kv_policy_parse(text, &pol, &err) == HR_OK);
+        hr_status st = hr_kv_policy_check(kv, &pol, &err);
+        CHECKF(i == 0 ? st == HR_OK : st == HR_ERR_INVALID_ARG, "%s %s: status %d (%s)", shapes[i], text, st,
+               st ? err.msg : "");
+        CHECK(hr_kv_policy_parse("h2o:32", &pol, &err) == HR_OK); /* token eviction: never beside a window */
+        CHECK(hr_kv_policy_check(kv, &pol, &err) == HR_ERR_INVALID_ARG);
+        hr_model_ctx_destroy(c);
+        hr_kv_pool_destroy(kv);
+        hr_model_destroy(m);
+        free(mem);
+    }
+    const char *dir = hr_test_tmpdir();
+    char args[8400], *out = NULL;
+    snprintf(args, sizeof args, "synth --shape gemma2-tiny --type f32 -o %s/g2-policy.gguf", dir);
+    CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
+    snprintf(args, sizeof args,
+             "run -m %s/g2-policy.gguf --kv-policy window:32 -p 'the cat sat on the mat' -n 48 --temp 0 --json "
+             "--ignore-eos",
+             dir);
+    CHECKF(hr_test_run_cli(args, &out, NULL) == 0, "%s: %s", args, out ? out : "");
+    json_error_t je;
+    json_t *j = out ? json_loads(out, 0, &je) : NULL;
+    CHECK(j && json_integer_value(json_object_get(j, "completion_tokens")) == 48);
+    json_decref(j);
+    free(out);
+}
+
 /* The per-layer description a KV manager groups layers by. */
 static void check_layer_attn(void) {
     struct {
@@ -380,5 +437,6 @@ int main(void) {
     check_bad_input();
     check_cli_runs();
     check_alloc_faults();
+    check_policy_windows();
     return hr_test_finish();
 }

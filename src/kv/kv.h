@@ -193,8 +193,9 @@ hr_status hr_kv_policy_parse(const char *text, hr_kv_policy *out, hr_error *err)
 /* The canonical text of a policy ("sinks:4,window:64"); returns buf. */
 const char *hr_kv_policy_str(const hr_kv_policy *pol, char *buf, size_t cap);
 /* Whether pool can run pol: a window of at least one block, a budget of at least two tokens (and
- * larger than the snapkv window), and, where the model has a sliding window, no h2o/snapkv and no
- * window larger than the model's. HR_ERR_INVALID_ARG with a message naming what is valid. */
+ * larger than the snapkv window), and, where the model has a sliding window, no h2o/snapkv and, where
+ * every layer has one (mistral, not gemma's mix of window and full layers), no window larger than
+ * the model's. HR_ERR_INVALID_ARG with a message naming what is valid. */
 hr_status hr_kv_policy_check(const hr_kv_pool *pool, const hr_kv_policy *pol, hr_error *err);
 /* "full", "window", "sinks", "h2o", "snapkv"; "?" for other values. */
 const char *hr_kv_policy_kind_name(hr_kv_policy_kind kind);

@@ -147,7 +147,12 @@ hr_status hr_kv_policy_check(const hr_kv_pool *p, const hr_kv_policy *pol, hr_er
                             "already bounds its cache; token eviction needs full attention (use full, window:W or "
                             "sinks:S,window:W with W <= %d)",
                             name, nat, nat);
-    if (nat > 0 && (pol->kind == HR_KV_POLICY_WINDOW || pol->kind == HR_KV_POLICY_SINKS) && pol->window > nat)
+    /* a policy window wider than the model's only has an effect where some layer attends in full
+     * (gemma's global layers): refused only where every layer has a window of its own */
+    bool every_layer = true;
+    for (int l = 0; l < p->cfg.n_layers; l++) every_layer &= p->native_window[l] > 0;
+    if (nat > 0 && every_layer && (pol->kind == HR_KV_POLICY_WINDOW || pol->kind == HR_KV_POLICY_SINKS) &&
+        pol->window > nat)
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "KV policy %s: the model's sliding window is %d tokens; a policy window can only be "
                             "smaller (window:W with W <= %d, or full for the model's own)",
