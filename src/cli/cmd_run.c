@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "      --kv-type-k F, --kv-type-v F  the format of K or V alone\n"
             "      --kv-policy P      what stays resident: full (default), window:W, sinks:S,window:W,\n"
             "                         h2o:B, snapkv:B (docs/POLICIES.md); a model's own sliding window\n"
-            "                         (Mistral) always applies\n"
+            "                         (Mistral; Gemma's window layers) always applies\n"
             "      --block-size N     tokens per KV block, 8..256 (default 16); a --kv-type the model's head\n"
             "                         size cannot use with it is a startup error naming both\n"
             "      --kv-layout L      paged (blocks on demand, prefix sharing; default) or contiguous (each\n"
