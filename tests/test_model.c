@@ -523,6 +523,9 @@ int main(void) {
         check_against_reference(&s, HR_DTYPE_F32, HR_KV_F32, 1e-4);
         check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
     }
+    /* gemma3 with Gemma 3 4B+'s linear RoPE scaling (factor 8), which its full layers alone apply */
+    hr_synth_shape_by_name("gemma3-tiny-scaled", &s, NULL);
+    check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
     /* gemma3 cut to 2 layers: every layer a window layer, all rotating with the window base (10000) */
     hr_synth_shape_by_name("gemma3-tiny", &s, NULL);
     s.n_layer = 2;

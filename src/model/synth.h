@@ -33,12 +33,13 @@ typedef struct hr_synth_shape {
     float attn_softcap;  /* gemma2: {arch}.attn_logit_softcapping */
     float final_softcap; /* gemma2, gemma3: {arch}.final_logit_softcapping (gemma3: 0 = key absent) */
     int n_ctx_orig;      /* phi3: LongRoPE factors and original context; 0 = no LongRoPE */
+    float rope_linear;   /* {arch}.rope.scaling.type linear with this factor (gemma3 4B+: 8); 0 = none */
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
  * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
- * "gemma2-2b", "gemma3-tiny", "gemma3-1b", "phi3-tiny", "phi3.5-mini". On error the message lists the
- * names. */
+ * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny", "phi3.5-mini". On error the
+ * message lists the names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);

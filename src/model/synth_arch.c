@@ -100,6 +100,36 @@ static const hr_synth_shape k_arch_shapes[] = {
      .sliding_window = 512,
      .vocab = HR_SYNTH_VOCAB_SPM,
      .head_dim = 256},
+    {.name = "gemma3-tiny-scaled", /* gemma3-tiny with Gemma 3 4B+'s linear RoPE scaling (full layers only) */
+     .arch = "gemma3",
+     .n_vocab = 512,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 6,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .sliding_window = 16,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 32,
+     .rope_linear = 8.0f},
+    {.name = "gemma3-4b",
+     .arch = "gemma3",
+     .n_vocab = 262208,
+     .n_embd = 2560,
+     .n_ff = 10240,
+     .n_head = 8,
+     .n_head_kv = 4,
+     .n_layer = 34,
+     .n_ctx = 131072,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .sliding_window = 1024,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 256,
+     .rope_linear = 8.0f},
     {.name = "phi3-tiny",
      .arch = "phi3",
      .n_vocab = 512,
@@ -239,6 +269,10 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
         hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
     if ((!strcmp(a, "gemma2") || !strcmp(a, "gemma3")) && s->sliding_window > 0)
         hr_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+    if (s->rope_linear > 0) {
+        hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
+        hr_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear);
+    }
     if (!strcmp(a, "phi3")) {
         hr_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
         if (s->n_ctx_orig > 0) {
