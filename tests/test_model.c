@@ -1,12 +1,14 @@
 /* test_model.c: the forward pass against a plain float64 reference written here, for synthetic
- * models of each architecture (llama, mistral, qwen2 with Q/K/V biases), several GQA ratios, tied and
- * separate outputs, Llama-3 RoPE scaling, and a ragged batch that mixes a prefill chunk of one
- * sequence with decode steps of others. Also: a token's logits are bit-identical whether it runs
- * alone or in a batch (batch invariance), and loading errors name the problem. */
+ * models of each architecture (llama, mistral, qwen2 with Q/K/V biases; qwen3's Q/K norms, gemma2's
+ * and gemma3's window layers, soft-caps, post-norms and GeGLU, phi3's fused matrices and LongRoPE),
+ * several GQA ratios, tied and separate outputs, Llama-3 RoPE scaling, and a ragged batch that mixes a prefill chunk of
+ * one sequence with decode steps of others. Also: a token's logits are bit-identical whether it runs alone or in a
+ * batch (batch invariance), and loading errors name the problem. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -65,80 +67,160 @@ static void ref_rmsnorm(double *out, const double *x, const double *w, int n, do
     for (int i = 0; i < n; i++) out[i] = x[i] * sc * w[i];
 }
 
-static void ref_rope(double *x, const hr_hparams *hp, const double *freq_factors, int pos) {
+/* The families past llama's, read from the file's metadata here rather than from the loader's
+ * hparams where the loader derives them (per-layer windows, RoPE bases, soft-caps, LongRoPE), so that
+ * a loader bug shows as a mismatch: the keys and llama.cpp's defaults (gemma2: window 4096 and
+ * pattern 2, soft-caps 50 / 30; gemma3: pattern 6, window-layer base 10000). */
+typedef struct ref_arch {
+    bool gemma, gemma2, qk_norm, phi3;
+    double embd_scale, attn_scale, attn_cap, final_cap, mscale;
+    int window, pattern;
+    double base_swa;
+} ref_arch;
+
+static double meta_float(const hr_model *m, const char *suffix, double dflt) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", hr_model_hparams(m)->arch_name, suffix);
+    double v = dflt;
+    hr_gguf_get_float(hr_model_gguf(m), key, &v, NULL);
+    return v;
+}
+
+static ref_arch ref_arch_of(const hr_model *m) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    const char *a = hp->arch_name;
+    ref_arch r = {.embd_scale = 1, .mscale = 1, .base_swa = hp->rope_base};
+    r.gemma2 = !strcmp(a, "gemma2");
+    r.gemma = r.gemma2 || !strcmp(a, "gemma3");
+    r.qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3");
+    r.phi3 = !strcmp(a, "phi3");
+    r.attn_scale = 1.0 / sqrt((double)hp->head_dim);
+    if (r.gemma) {
+        r.embd_scale = sqrt((double)hp->n_embd);
+        r.attn_cap = r.gemma2 ? meta_float(m, "attn_logit_softcapping", 50) : 0;
+        r.final_cap = meta_float(m, "final_logit_softcapping", r.gemma2 ? 30 : 0);
+        r.window = (int)meta_float(m, "attention.sliding_window", r.gemma2 ? 4096 : 0);
+        r.pattern = (int)meta_float(m, "attention.sliding_window_pattern", r.gemma2 ? 2 : 6);
+        r.base_swa = meta_float(m, "rope.freq_base_swa", r.gemma2 ? hp->rope_base : 10000.0);
+    } else if (!strcmp(a, "mistral")) {
+        r.window = hp->sliding_window;
+    }
+    r.mscale = meta_float(m, "rope.scaling.attn_factor", 1.0);
+    return r;
+}
+
+static bool ref_window_layer(const ref_arch *r, int il) {
+    return r->window > 0 && (r->pattern == 0 || il % r->pattern < r->pattern - 1);
+}
+
+static void ref_rope_base(double *x, const hr_hparams *hp, const double *freq_factors, int pos, double base, double lin,
+                          double mscale) {
     int half = hp->n_rot / 2;
     for (int i = 0; i < half; i++) {
-        double f = pow(hp->rope_base, -2.0 * i / hp->n_rot);
+        double f = pow(base, -2.0 * i / hp->n_rot);
         if (freq_factors) f /= freq_factors[i];
-        double th = pos * (double)hp->rope_linear_scale * f;
+        double th = pos * lin * f;
         int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
         double x0 = x[a], x1 = x[b];
-        x[a] = x0 * cos(th) - x1 * sin(th);
-        x[b] = x0 * sin(th) + x1 * cos(th);
+        x[a] = mscale * (x0 * cos(th) - x1 * sin(th));
+        x[b] = mscale * (x0 * sin(th) + x1 * cos(th));
     }
 }
 
-/* logits (n_tokens x V) for every position of one sequence */
-static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
+static double ref_gelu_tanh(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+/* logits (n_tokens x V) for every position of one sequence; max_ctx picks LongRoPE's factors (long
+ * where it exceeds rope.scaling.original_context_length) */
+static double *ref_forward_ctx(const hr_model *m, const int32_t *toks, int n, int max_ctx, int pol_window) {
     const hr_hparams *hp = hr_model_hparams(m);
+    const ref_arch ra = ref_arch_of(m);
     int E = hp->n_embd, F = hp->n_ff, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, V = hp->n_vocab;
+    int qd = H * D, kvd = Hkv * D;
     double *emb = tensor_f64(m, "token_embd.weight", NULL);
     double *freqs = tensor_f64(m, "rope_freqs.weight", NULL);
+    if (ra.phi3) {
+        double orig = meta_float(m, "rope.scaling.original_context_length", hp->n_ctx_train);
+        freqs = tensor_f64(m, max_ctx > orig ? "rope_factors_long.weight" : "rope_factors_short.weight", NULL);
+    }
     double *x = calloc((size_t)n * E, sizeof(double));
-    for (int t = 0; t < n; t++) memcpy(x + (size_t)t * E, emb + (size_t)toks[t] * E, sizeof(double) * E);
-    double *xb = malloc(sizeof(double) * E), *q = malloc(sizeof(double) * (size_t)n * H * D);
-    double *k = malloc(sizeof(double) * (size_t)n * Hkv * D), *v = malloc(sizeof(double) * (size_t)n * Hkv * D);
-    double *att = malloc(sizeof(double) * H * D), *tmp = malloc(sizeof(double) * (E > F ? E : F));
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)toks[t] * E + i] * ra.embd_scale;
+    double *xb = malloc(sizeof(double) * E), *q = malloc(sizeof(double) * (size_t)n * qd);
+    double *k = malloc(sizeof(double) * (size_t)n * kvd), *v = malloc(sizeof(double) * (size_t)n * kvd);
+    double *att = malloc(sizeof(double) * qd), *tmp = malloc(sizeof(double) * (E > F ? E : F));
     double *hg = malloc(sizeof(double) * F), *hu = malloc(sizeof(double) * F), *sc = malloc(sizeof(double) * n);
     for (int il = 0; il < hp->n_layer; il++) {
         double *an = layer_tensor(m, il, "attn_norm.weight"), *wq = layer_tensor(m, il, "attn_q.weight");
         double *wk = layer_tensor(m, il, "attn_k.weight"), *wv = layer_tensor(m, il, "attn_v.weight");
+        double *wqkv = layer_tensor(m, il, "attn_qkv.weight");
         double *wo = layer_tensor(m, il, "attn_output.weight"), *fn = layer_tensor(m, il, "ffn_norm.weight");
         double *wg = layer_tensor(m, il, "ffn_gate.weight"), *wu = layer_tensor(m, il, "ffn_up.weight");
         double *wd = layer_tensor(m, il, "ffn_down.weight");
         double *bq = layer_tensor(m, il, "attn_q.bias"), *bk = layer_tensor(m, il, "attn_k.bias");
         double *bv = layer_tensor(m, il, "attn_v.bias");
+        double *qn = layer_tensor(m, il, "attn_q_norm.weight"), *kn = layer_tensor(m, il, "attn_k_norm.weight");
+        double *pan = layer_tensor(m, il, "post_attention_norm.weight");
+        double *pfn = layer_tensor(m, il, "post_ffw_norm.weight");
+        if (wqkv) wq = wqkv, wk = wqkv + (size_t)qd * E, wv = wqkv + (size_t)(qd + kvd) * E; /* row ranges */
+        double *gate = wg, *up = wu;
+        if (ra.phi3) gate = wu, up = wu + (size_t)F * E; /* ffn_up: gate rows, then up rows */
+        const bool win = ref_window_layer(&ra, il);
+        /* gemma3: window layers rotate with base_swa and no linear scaling; gemma2 keeps both */
+        const double base = win ? ra.base_swa : hp->rope_base;
+        const double lin = win && !ra.gemma2 && ra.gemma ? 1.0 : hp->rope_linear_scale;
         for (int t = 0; t < n; t++) {
             ref_rmsnorm(xb, x + (size_t)t * E, an, E, hp->norm_eps);
-            ref_matvec(wq, xb, H * D, E, q + (size_t)t * H * D);
-            ref_matvec(wk, xb, Hkv * D, E, k + (size_t)t * Hkv * D);
-            ref_matvec(wv, xb, Hkv * D, E, v + (size_t)t * Hkv * D);
-            for (int i = 0; bq && i < H * D; i++) q[(size_t)t * H * D + i] += bq[i];
-            for (int i = 0; bk && i < Hkv * D; i++) k[(size_t)t * Hkv * D + i] += bk[i];
-            for (int i = 0; bv && i < Hkv * D; i++) v[(size_t)t * Hkv * D + i] += bv[i];
-            for (int h = 0; h < H; h++) ref_rope(q + (size_t)t * H * D + h * D, hp, freqs, t);
-            for (int h = 0; h < Hkv; h++) ref_rope(k + (size_t)t * Hkv * D + h * D, hp, freqs, t);
+            ref_matvec(wq, xb, qd, E, q + (size_t)t * qd);
+            ref_matvec(wk, xb, kvd, E, k + (size_t)t * kvd);
+            ref_matvec(wv, xb, kvd, E, v + (size_t)t * kvd);
+            for (int i = 0; bq && i < qd; i++) q[(size_t)t * qd + i] += bq[i];
+            for (int i = 0; bk && i < kvd; i++) k[(size_t)t * kvd + i] += bk[i];
+            for (int i = 0; bv && i < kvd; i++) v[(size_t)t * kvd + i] += bv[i];
+            for (int h = 0; qn && h < H; h++)
+                ref_rmsnorm(q + (size_t)t * qd + h * D, q + (size_t)t * qd + h * D, qn, D, hp->norm_eps);
+            for (int h = 0; kn && h < Hkv; h++)
+                ref_rmsnorm(k + (size_t)t * kvd + h * D, k + (size_t)t * kvd + h * D, kn, D, hp->norm_eps);
+            for (int h = 0; h < H; h++) ref_rope_base(q + (size_t)t * qd + h * D, hp, freqs, t, base, lin, ra.mscale);
+            for (int h = 0; h < Hkv; h++)
+                ref_rope_base(k + (size_t)t * kvd + h * D, hp, freqs, t, base, lin, ra.mscale);
         }
         for (int t = 0; t < n; t++) {
+            /* sees s > t - W: the layer's window, or a window policy's, the narrower where both */
+            int W = win ? ra.window : 0;
+            if (pol_window > 0 && (W == 0 || pol_window < W)) W = pol_window;
+            const int s0 = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
             for (int h = 0; h < H; h++) {
                 int hk = h / (H / Hkv);
-                const double *qh = q + (size_t)t * H * D + h * D;
+                const double *qh = q + (size_t)t * qd + h * D;
                 double mx = -1e300;
-                for (int s = 0; s <= t; s++) {
+                for (int s = s0; s <= t; s++) {
                     double d = 0;
-                    for (int i = 0; i < D; i++) d += qh[i] * k[(size_t)s * Hkv * D + hk * D + i];
-                    sc[s] = d / sqrt((double)D);
+                    for (int i = 0; i < D; i++) d += qh[i] * k[(size_t)s * kvd + hk * D + i];
+                    sc[s] = d * ra.attn_scale;
+                    if (ra.attn_cap > 0) sc[s] = ra.attn_cap * tanh(sc[s] / ra.attn_cap);
                     if (sc[s] > mx) mx = sc[s];
                 }
                 double sum = 0;
-                for (int s = 0; s <= t; s++) sum += (sc[s] = exp(sc[s] - mx));
+                for (int s = s0; s <= t; s++) sum += (sc[s] = exp(sc[s] - mx));
                 for (int i = 0; i < D; i++) {
                     double acc = 0;
-                    for (int s = 0; s <= t; s++) acc += sc[s] / sum * v[(size_t)s * Hkv * D + hk * D + i];
+                    for (int s = s0; s <= t; s++) acc += sc[s] / sum * v[(size_t)s * kvd + hk * D + i];
                     att[h * D + i] = acc;
                 }
             }
-            ref_matvec(wo, att, E, H * D, tmp);
+            ref_matvec(wo, att, E, qd, tmp);
+            if (pan) ref_rmsnorm(tmp, tmp, pan, E, hp->norm_eps);
             for (int i = 0; i < E; i++) x[(size_t)t * E + i] += tmp[i];
             ref_rmsnorm(xb, x + (size_t)t * E, fn, E, hp->norm_eps);
-            ref_matvec(wg, xb, F, E, hg);
-            ref_matvec(wu, xb, F, E, hu);
-            for (int i = 0; i < F; i++) hg[i] = hg[i] / (1 + exp(-hg[i])) * hu[i];
+            ref_matvec(gate, xb, F, E, hg);
+            ref_matvec(up, xb, F, E, hu);
+            for (int i = 0; i < F; i++) hg[i] = (ra.gemma ? ref_gelu_tanh(hg[i]) : hg[i] / (1 + exp(-hg[i]))) * hu[i];
             ref_matvec(wd, hg, E, F, tmp);
+            if (pfn) ref_rmsnorm(tmp, tmp, pfn, E, hp->norm_eps);
             for (int i = 0; i < E; i++) x[(size_t)t * E + i] += tmp[i];
         }
-        free(an), free(wq), free(wk), free(wv), free(wo), free(fn), free(wg), free(wu), free(wd);
-        free(bq), free(bk), free(bv);
+        free(an), free(wqkv ? NULL : wq), free(wqkv ? NULL : wk), free(wqkv ? NULL : wv), free(wqkv), free(wo);
+        free(fn), free(wg), free(wu), free(wd), free(bq), free(bk), free(bv), free(qn), free(kn), free(pan), free(pfn);
     }
     double *on = tensor_f64(m, "output_norm.weight", NULL), *out = tensor_f64(m, "output.weight", NULL);
     if (!out) out = emb, emb = NULL;
@@ -146,10 +228,16 @@ static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
     for (int t = 0; t < n; t++) {
         ref_rmsnorm(xb, x + (size_t)t * E, on, E, hp->norm_eps);
         ref_matvec(out, xb, V, E, logits + (size_t)t * V);
+        for (int i = 0; ra.final_cap > 0 && i < V; i++)
+            logits[(size_t)t * V + i] = ra.final_cap * tanh(logits[(size_t)t * V + i] / ra.final_cap);
     }
     free(emb), free(freqs), free(x), free(xb), free(q), free(k), free(v), free(att), free(tmp), free(hg), free(hu);
     free(sc), free(on), free(out);
     return logits;
+}
+
+static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
+    return ref_forward_ctx(m, toks, n, 256, 0);
 }
 
 /* ---- helpers ---- */
@@ -171,7 +259,8 @@ typedef struct rig {
     hr_model_ctx *ctx;
 } rig;
 
-static rig rig_open(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int n_threads, int max_tokens) {
+static rig rig_open_ctx(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int n_threads, int max_tokens,
+                        int max_ctx) {
     rig r = {0};
     r.m = build(shape, type, &r.mem);
     const hr_hparams *hp = hr_model_hparams(r.m);
@@ -184,12 +273,16 @@ static rig rig_open(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt
                        .max_seqs = 16};
     kc.budget_bytes = hr_kv_block_bytes(&kc) * 64;
     hr_error err = {0};
-    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = max_tokens, .max_ctx = 256};
+    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = max_tokens, .max_ctx = max_ctx};
     if (hr_kv_pool_create(&kc, &r.kv, &err) || hr_model_ctx_create(r.m, r.kv, &mp, &r.ctx, &err)) {
         fprintf(stderr, "rig: %s\n", err.msg);
         exit(1);
     }
     return r;
+}
+
+static rig rig_open(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int n_threads, int max_tokens) {
+    return rig_open_ctx(shape, type, fmt, n_threads, max_tokens, 256);
 }
 
 static void rig_close(rig *r) {
@@ -269,6 +362,56 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
            hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), hp->n_head, hp->n_head_kv, worst, tol);
     free(logits), free(ra), free(rb);
     rig_close(&r);
+}
+
+/* One sequence of n tokens longer than the model's windows: prefill chunks of 11 tokens up to n / 2,
+ * then decode steps; every position's logits against the reference run with the same max_ctx (which
+ * picks phi3's LongRoPE factors). */
+static void check_long_policy(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int max_ctx, int n,
+                              int pol_window, double tol) {
+    rig r = rig_open_ctx(shape, type, fmt, 2, 16, max_ctx);
+    const hr_hparams *hp = hr_model_hparams(r.m);
+    const int V = hp->n_vocab;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n), pos[16];
+    for (int i = 0; i < n; i++) toks[i] = (i * 97 + 13) % V;
+    double *ref = ref_forward_ctx(r.m, toks, n, max_ctx, pol_window);
+    float *logits = malloc(sizeof(float) * (size_t)V * 16);
+    hr_kv_seq s, seq[16];
+    uint8_t want[16];
+    memset(want, 1, sizeof want);
+    hr_error err = {0};
+    CHECK(hr_kv_seq_create(r.kv, &s, &err) == HR_OK);
+    if (pol_window > 0) {
+        char text[32];
+        hr_kv_policy pol;
+        snprintf(text, sizeof text, "window:%d", pol_window);
+        CHECK(hr_kv_policy_parse(text, &pol, &err) == HR_OK);
+        CHECKF(hr_kv_seq_set_policy(r.kv, s, &pol, &err) == HR_OK, "%s", err.msg);
+    }
+    double worst = 0;
+    for (int at = 0; at < n;) {
+        int chunk = at < n / 2 ? HR_MIN(11, n / 2 - at) : 1;
+        for (int i = 0; i < chunk; i++) pos[i] = at + i, seq[i] = s;
+        CHECK(hr_kv_seq_reserve(r.kv, s, at + chunk, &err) == HR_OK);
+        hr_batch b = {.n_tokens = chunk, .tokens = toks + at, .pos = pos, .seq = seq, .want_logits = want};
+        CHECKF(hr_model_forward(r.ctx, &b, logits, &err) == HR_OK, "%s", err.msg);
+        hr_kv_seq_commit(r.kv, s, toks + at, chunk);
+        for (int i = 0; i < chunk; i++)
+            worst = fmax(worst, rel_err(logits + (size_t)i * V, ref + (size_t)(at + i) * V, V));
+        at += chunk;
+    }
+    CHECKF(worst < tol, "%s (%s, kv %s, ctx %d, %d tokens): max relative logit error %.3g >= %.3g", shape->name,
+           hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), max_ctx, n, worst, tol);
+    printf("%-14s %-5s kv %-4s ctx %3d, %d tokens (windows %d of %d layers, policy window %d): max rel error %.2e "
+           "(tolerance %.0e)\n",
+           shape->name, hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), max_ctx, n, hp->n_window_layers,
+           hp->n_layer, pol_window, worst, tol);
+    free(toks), free(ref), free(logits);
+    rig_close(&r);
+}
+
+static void check_long(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int max_ctx, int n, double tol) {
+    check_long_policy(shape, type, fmt, max_ctx, n, 0, tol);
 }
 
 /* The logits of a sequence's last token are bit-identical alone and inside a larger batch. */
@@ -371,6 +514,32 @@ int main(void) {
     check_against_reference(&s, HR_DTYPE_Q4_0, HR_KV_F32, 3e-2);
     s.n_embd = 256, s.n_ff = 512, s.n_head = 4; /* q4_K: rows of whole super-blocks (head_dim 64) */
     check_against_reference(&s, HR_DTYPE_Q4_K, HR_KV_F32, 3e-2);
+    /* the families past llama's (synth_arch.c): every position of a 48-token sequence, so that the
+     * 16-token windows of gemma's window layers mask; phi3 with LongRoPE's short factors (max_ctx 64,
+     * its original context) and long ones; quantized: phi3's fused matrices repacked as row ranges */
+    const char *archs[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny"};
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) {
+        hr_synth_shape_by_name(archs[i], &s, NULL);
+        check_against_reference(&s, HR_DTYPE_F32, HR_KV_F32, 1e-4);
+        check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
+    }
+    /* gemma3 with Gemma 3 4B+'s linear RoPE scaling (factor 8), which its full layers alone apply */
+    hr_synth_shape_by_name("gemma3-tiny-scaled", &s, NULL);
+    check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
+    /* gemma3 cut to 2 layers: every layer a window layer, all rotating with the window base (10000) */
+    hr_synth_shape_by_name("gemma3-tiny", &s, NULL);
+    s.n_layer = 2;
+    check_long(&s, HR_DTYPE_F32, HR_KV_F32, 256, 48, 1e-4);
+    /* a window policy wider than gemma2's windows: its full layers see the last 32 positions (the
+     * blocks past every layer's window leave the pool), its window layers their own 16 */
+    hr_synth_shape_by_name("gemma2-tiny", &s, NULL);
+    check_long_policy(&s, HR_DTYPE_F32, HR_KV_F32, 256, 64, 32, 1e-4);
+    hr_synth_shape_by_name("phi3-tiny", &s, NULL);
+    check_long(&s, HR_DTYPE_F32, HR_KV_F32, 64, 48, 1e-4);
+    check_long(&s, HR_DTYPE_Q8_0, HR_KV_F32, 256, 48, 3e-2);
+    /* six layers whose Q/K norms rescale the q8 activation rounding: 3.6e-2 measured */
+    hr_synth_shape_by_name("gemma3-tiny", &s, NULL);
+    check_long(&s, HR_DTYPE_Q8_0, HR_KV_F32, 256, 48, 6e-2);
     check_batch_invariance();
     check_load_errors();
     return hr_test_finish();

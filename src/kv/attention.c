@@ -77,6 +77,16 @@ float kv_softmax_ref(float *s, int n, float scale) {
     return sum;
 }
 
+/* Soft-capping (gemma2): the scaled scores become cap * tanh(s * scale / cap), after which the
+ * softmax scales by 1. Applied before any mask, so a masked score stays -inf. Returns the scale the
+ * softmax is to apply. */
+static float kv_softcap(const hr_kv_pool *p, float *sc, int n, float scale) {
+    const float cap = p->attn_softcap;
+    if (cap <= 0.0f) return scale;
+    for (int t = 0; t < n; t++) sc[t] = cap * tanhf(sc[t] * scale / cap);
+    return 1.0f;
+}
+
 /* The query a head's q.K reads, in buf (head_dim floats) when it differs from q itself:
  *   - keys stored rotated (q4h): the query rotated by the same transform, once per head;
  *   - an f16 K: the query rounded to f16, as the reference engine reads an f16 cache;
@@ -177,6 +187,7 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
         const float *qh = kv_query(p, q + (size_t)h * D, q16);
         float *oh = out + (size_t)h * D;
         int n_sc = 0, k = 0;
+        float sm_scale = scale;
         for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
             int32_t b = s->table[j];
             if (b < 0) continue; /* dropped: a query over an older prefix would have needed it */
@@ -186,11 +197,12 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
                 p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, sc);
             else
                 p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row, sc);
+            sm_scale = kv_softcap(p, sc, n, scale);
             kv_view_mask(p, &v, layer, kh, j, n, sc, -INFINITY);
             n_sc = k * B + n;
             k++;
         }
-        float inv = kv_weights(p, scores, n_sc, p->softmax(scores, n_sc, scale));
+        float inv = kv_weights(p, scores, n_sc, p->softmax(scores, n_sc, sm_scale));
         memset(oh, 0, (size_t)D * sizeof *oh);
         k = 0;
         for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
@@ -257,7 +269,8 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
                             scores + (size_t)j * B);
         }
         /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
-        float inv = kv_weights(p, scores, n_ctx, p->softmax(scores, n_ctx, scale));
+        const float sm_scale = kv_softcap(p, scores, n_ctx, scale);
+        float inv = kv_weights(p, scores, n_ctx, p->softmax(scores, n_ctx, sm_scale));
         /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
         memset(oh, 0, (size_t)D * sizeof *oh);
         for (int j = 0; j < n_blk; j++) {

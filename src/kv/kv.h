@@ -199,8 +199,9 @@ hr_status hr_kv_policy_parse(const char *text, hr_kv_policy *out, hr_error *err)
 /* The canonical text of a policy ("sinks:4,window:64"); returns buf. */
 const char *hr_kv_policy_str(const hr_kv_policy *pol, char *buf, size_t cap);
 /* Whether pool can run pol: a window of at least one block, a budget of at least two tokens (and
- * larger than the snapkv window), and, where the model has a sliding window, no h2o/snapkv and no
- * window larger than the model's. HR_ERR_INVALID_ARG with a message naming what is valid. */
+ * larger than the snapkv window), and, where the model has a sliding window, no h2o/snapkv and, where
+ * every layer has one (mistral, not gemma's mix of window and full layers), no window larger than
+ * the model's. HR_ERR_INVALID_ARG with a message naming what is valid. */
 hr_status hr_kv_policy_check(const hr_kv_pool *pool, const hr_kv_policy *pol, hr_error *err);
 /* "full", "window", "sinks", "h2o", "snapkv"; "?" for other values. */
 const char *hr_kv_policy_kind_name(hr_kv_policy_kind kind);
@@ -212,6 +213,10 @@ int hr_kv_policy_span(const hr_kv_policy *pol);
  * see only positions > p - window; blocks no layer can see again leave the table. Set it before any
  * sequence holds tokens. HR_ERR_INVALID_ARG for a bad layer or a negative window. */
 hr_status hr_kv_pool_set_sliding_window(hr_kv_pool *pool, int layer, int window, hr_error *err);
+/* The model's attention logit soft-capping (gemma2): every q.k score s, after the scale, becomes
+ * cap * tanh(s / cap) before the softmax; 0 (the default) leaves scores as they are. Set it before
+ * attention runs. HR_ERR_INVALID_ARG for a negative or non-finite cap. */
+hr_status hr_kv_pool_set_attn_softcap(hr_kv_pool *pool, float cap, hr_error *err);
 /* The policy every new sequence starts with (initially full). Checked as hr_kv_policy_check. */
 hr_status hr_kv_pool_set_default_policy(hr_kv_pool *pool, const hr_kv_policy *pol, hr_error *err);
 /* Sets a sequence's policy (per request). Allowed while nothing of the sequence has been evicted (a

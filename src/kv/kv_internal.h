@@ -224,6 +224,7 @@ struct hr_kv_pool {
     /* policies */
     hr_kv_policy default_pol; /* what hr_kv_seq_create gives a sequence */
     int32_t *native_window;   /* [L]: the model's sliding window per layer, 0 = none */
+    float attn_softcap;       /* the model's score soft-capping (hr_kv_pool_set_attn_softcap), 0 = none */
 
     /* ledger figures readable from any thread */
     atomic_int n_used, n_cached, n_free;

@@ -10,6 +10,7 @@
  *   2. a dropped block is released like any other: a full hashed block goes to the prefix cache.
  *   3. token-level policies never clear the bit of a token a later query must see (the recent half
  *      for h2o, the observation window and everything after the prompt for snapkv). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,12 @@ hr_status hr_kv_policy_check(const hr_kv_pool *p, const hr_kv_policy *pol, hr_er
                             "already bounds its cache; token eviction needs full attention (use full, window:W or "
                             "sinks:S,window:W with W <= %d)",
                             name, nat, nat);
-    if (nat > 0 && (pol->kind == HR_KV_POLICY_WINDOW || pol->kind == HR_KV_POLICY_SINKS) && pol->window > nat)
+    /* a policy window wider than the model's only has an effect where some layer attends in full
+     * (gemma's global layers): refused only where every layer has a window of its own */
+    bool every_layer = true;
+    for (int l = 0; l < p->cfg.n_layers; l++) every_layer &= p->native_window[l] > 0;
+    if (nat > 0 && every_layer && (pol->kind == HR_KV_POLICY_WINDOW || pol->kind == HR_KV_POLICY_SINKS) &&
+        pol->window > nat)
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "KV policy %s: the model's sliding window is %d tokens; a policy window can only be "
                             "smaller (window:W with W <= %d, or full for the model's own)",
@@ -163,6 +169,13 @@ hr_status hr_kv_pool_set_sliding_window(hr_kv_pool *p, int layer, int window, hr
                             p->cfg.n_layers - 1, window);
     for (int l = 0; l < p->cfg.n_layers; l++)
         if (layer < 0 || l == layer) p->native_window[l] = window;
+    return HR_OK;
+}
+
+hr_status hr_kv_pool_set_attn_softcap(hr_kv_pool *p, float cap, hr_error *err) {
+    if (!(cap >= 0.0f) || !isfinite(cap))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV attention soft-capping %g (>= 0, 0 = none)", (double)cap);
+    p->attn_softcap = cap;
     return HR_OK;
 }
 

@@ -1,11 +1,13 @@
 /* forward.c: one forward pass over a ragged batch of T tokens from many sequences.
  *
  * Per layer: RMSNorm -> Q/K/V projections for all T tokens at once (one weight read per step) ->
- * RoPE -> K/V written into each token's sequence blocks -> attention per token through its block
- * table -> output projection and residual -> RMSNorm -> SwiGLU FFN and residual. Logits only for the
- * tokens that ask. Every reduction a token's result depends on is computed per row in a fixed order
- * (matmul rows, attention over its own sequence), so a token's output does not depend on which other
- * tokens share the batch: the basis of headroom's batch-invariance promise. */
+ * [per-head Q/K RMSNorm] -> RoPE (the layer's base) -> K/V written into each token's sequence blocks ->
+ * attention per token through its block table (the layer's window, soft-capped scores where the model
+ * says) -> output projection [-> post-attention RMSNorm] and residual -> RMSNorm -> SwiGLU or GeGLU FFN
+ * [-> post-FFN RMSNorm] and residual. Logits only for the tokens that ask (soft-capped for gemma).
+ * Bracketed steps are the qwen3/gemma ones (model.h says which family has which). Every reduction a token's result
+ * depends on is computed per row in a fixed order (matmul rows, attention over its own sequence), so a token's output
+ * does not depend on which other tokens share the batch: the basis of headroom's batch-invariance promise. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,7 +28,8 @@ struct hr_model_ctx {
     hr_threadpool *tp;
     hr_matmul_ctx *mm;
     int max_tokens, max_ctx;
-    float *inv_freq; /* (n_rot/2) */
+    float *inv_freq;     /* (n_rot/2) full-attention layers (all layers of most models) */
+    float *inv_freq_swa; /* (n_rot/2) window layers where a model mixes the two (gemma), else NULL */
     /* scratch, sized once for max_tokens */
     float *x;                          /* (T, E) residual stream */
     float *xb;                         /* (T, E) normed input / projection output */
@@ -76,6 +79,11 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
     if ((st = hr_matmul_ctx_create(&c->kernels, c->tp, c->max_tokens, max_k, &c->mm, err))) goto fail;
     size_t T = (size_t)c->max_tokens;
     c->inv_freq = xalloc((size_t)hp->n_rot / 2);
+    const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
+    if (hybrid && !(c->inv_freq_swa = xalloc((size_t)hp->n_rot / 2))) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch");
+        goto fail;
+    }
     c->x = xalloc(T * hp->n_embd);
     c->xb = xalloc(T * hp->n_embd);
     c->q = xalloc(T * qd);
@@ -95,8 +103,12 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
         goto fail;
     }
-    /* the model's own sliding window (mistral): attention masks it and drops blocks past it */
-    if (hp->sliding_window > 0 && (st = hr_kv_pool_set_sliding_window(kv, -1, hp->sliding_window, err))) goto fail;
+    /* the model's own sliding windows (mistral: every layer; gemma: the window layers): attention masks
+     * them, and blocks no layer can see again leave the table (with a full layer among them, none) */
+    for (int il = 0; il < hp->n_layer; il++)
+        if (m->layer_attn[il].window > 0 && (st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err)))
+            goto fail;
+    if ((st = hr_kv_pool_set_attn_softcap(kv, hp->attn_softcap, err))) goto fail;
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_layer *L = &m->layers[il];
         c->fuse_qkv[il] = adjacent(&L->wq, &L->wk) && adjacent(&L->wk, &L->wv);
@@ -118,10 +130,21 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
     if (split_gu) memset(c->hu, 0, T * hp->n_ff * sizeof(float));
     memset(c->qkv, 0, T * (size_t)(qd + 2 * kvd) * sizeof(float));
     memset(c->att_scratch, 0, c->att_scratch_floats * (size_t)n_threads * sizeof(float));
+    /* LongRoPE (phi3): the long factors where a sequence may pass the original context, as llama.cpp
+     * chooses them by its per-sequence context */
+    const float *factors = m->rope_freqs;
+    if (m->rope_long) factors = c->max_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;
+    /* the window layers' base (gemma3: 10000) goes in inv_freq_swa where full layers exist beside
+     * them, and in inv_freq itself where every layer is a window layer */
+    float base_swa = hp->rope_base;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (m->layer_attn[il].kind == HR_ATTN_WINDOW) base_swa = m->layer_attn[il].rope_base;
+    const double base = hp->n_window_layers == hp->n_layer ? base_swa : hp->rope_base;
     for (int i = 0; i < hp->n_rot / 2; i++) {
-        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
-        if (m->rope_freqs) f /= m->rope_freqs[i];
+        double f = pow(base, -2.0 * i / hp->n_rot), f_swa = pow((double)base_swa, -2.0 * i / hp->n_rot);
+        if (factors) f /= factors[i], f_swa /= factors[i];
         c->inv_freq[i] = (float)f;
+        if (c->inv_freq_swa) c->inv_freq_swa[i] = (float)f_swa;
     }
     *out = c;
     return HR_OK;
@@ -142,8 +165,10 @@ uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, 
     uint64_t T = (uint64_t)HR_MAX(1, max_batch_tokens), E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
     uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     uint64_t B = (uint64_t)HR_MAX(1, block_size);
-    uint64_t n = xbytes((uint64_t)hp->n_rot / 2) + 2 * xbytes(T * E) + 2 * xbytes(T * qd) + 2 * xbytes(T * kvd) +
-                 xbytes(2 * T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) + 2 * (uint64_t)hp->n_layer;
+    const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
+    uint64_t n = (hybrid ? 2 : 1) * xbytes((uint64_t)hp->n_rot / 2) + 2 * xbytes(T * E) + 2 * xbytes(T * qd) +
+                 2 * xbytes(T * kvd) + xbytes(2 * T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) +
+                 2 * (uint64_t)hp->n_layer;
     uint64_t att_floats = (((uint64_t)HR_MAX(0, max_ctx) + B - 1) / B * B + (uint64_t)hp->head_dim + 16 + 15) & ~15ull;
     n += xbytes(att_floats * (uint64_t)HR_MAX(1, n_threads));
     uint64_t max_k = HR_MAX(HR_MAX(E, F), qd);
@@ -158,6 +183,7 @@ void hr_model_ctx_destroy(hr_model_ctx *c) {
     hr_matmul_ctx_destroy(c->mm);
     hr_threadpool_destroy(c->tp);
     free(c->inv_freq);
+    free(c->inv_freq_swa);
     free(c->x);
     free(c->xb);
     free(c->q);
@@ -201,19 +227,28 @@ static void project_qkv(hr_model_ctx *c, int il, int T) {
     }
 }
 
-/* hg = silu(xb W_gate^T) * (xb W_up^T): one product when the two weights lie back to back, each
- * output row then [gate | up]; SwiGLU in place, then the gate halves packed into (T, F). */
+static void gated_act(const hr_hparams *hp, float *gate, const float *up, int n) {
+    if (hp->ffn_act == HR_FFN_GELU_TANH)
+        hr_op_geglu_tanh(gate, up, n);
+    else
+        hr_op_swiglu(gate, up, n);
+}
+
+/* hg = act(xb W_gate^T) * (xb W_up^T): one product when the two weights lie back to back (phi3's
+ * ffn_up always), each output row then [gate | up]; the gated activation in place, then the gate
+ * halves packed into (T, F). */
 static void ffn_gate_up(hr_model_ctx *c, int il, int T) {
     const hr_layer *L = &c->m->layers[il];
+    const hr_hparams *hp = &c->m->hp;
     const int64_t F = L->w_gate.rows;
     if (!c->fuse_gu[il]) {
         matmul(c, &L->w_gate, c->xb, T, c->hg);
         matmul(c, &L->w_up, c->xb, T, c->hu);
-        for (int t = 0; t < T; t++) hr_op_swiglu(c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F);
+        for (int t = 0; t < T; t++) gated_act(hp, c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F);
         return;
     }
     hr_matmul(c->mm, L->w_gate.data, L->w_gate.type, 2 * F, L->w_gate.cols, c->xb, T, c->hg);
-    for (int t = 0; t < T; t++) hr_op_swiglu(c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F);
+    for (int t = 0; t < T; t++) gated_act(hp, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F);
     /* row t moves down to t*F: never past a row not yet moved, so ascending order is safe */
     for (int t = 1; t < T; t++) memmove(c->hg + (size_t)t * F, c->hg + (size_t)t * 2 * F, sizeof(float) * (size_t)F);
 }
@@ -240,7 +275,7 @@ static void attention_task(void *arg, int ith, int nth) {
     hr_model_ctx *c = j->c;
     const hr_hparams *hp = &c->m->hp;
     int qd = hp->n_head * hp->head_dim;
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    const float scale = hp->attn_scale;
     float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_floats;
     for (int t = ith; t < j->b->n_tokens; t += nth)
         hr_kv_attention(c->kv, j->layer, j->b->seq[t], j->b->pos[t] + 1, c->q + (size_t)t * qd, hp->n_head, scale,
@@ -252,15 +287,45 @@ static void add_bias(float *y, const float *bias, int64_t T, int n) {
     for (int64_t t = 0; t < T; t++) hr_op_add(y + t * n, bias, n);
 }
 
-static void apply_rope(hr_model_ctx *c, const hr_batch *b) {
+/* Per-head RMSNorm of Q and K (qwen3, gemma3), over D with the layer's (D) weights. */
+static void norm_heads(hr_model_ctx *c, const hr_layer *L, int T) {
     const hr_hparams *hp = &c->m->hp;
+    const int D = hp->head_dim;
+    for (int t = 0; t < T; t++) {
+        float *q = c->q + (size_t)t * hp->n_head * D, *k = c->k + (size_t)t * hp->n_head_kv * D;
+        for (int h = 0; h < hp->n_head; h++) hr_op_rmsnorm(q + h * D, q + h * D, L->q_norm, D, hp->norm_eps);
+        for (int h = 0; h < hp->n_head_kv; h++) hr_op_rmsnorm(k + h * D, k + h * D, L->k_norm, D, hp->norm_eps);
+    }
+}
+
+/* Rotates one head, then scales its rotated dims by LongRoPE's attention factor (cos and sin carry
+ * it in llama.cpp's rope; the dims past n_rot are left as they are there too). */
+static void rope_head(const hr_hparams *hp, float *x, const float *inv_freq, float pos) {
+    hr_op_rope(x, hp->n_rot, inv_freq, pos, hp->rope_neox);
+    if (hp->rope_attn_factor > 0.0f)
+        for (int i = 0; i < hp->n_rot; i++) x[i] *= hp->rope_attn_factor;
+}
+
+static void apply_rope(hr_model_ctx *c, const hr_batch *b, int il) {
+    const hr_hparams *hp = &c->m->hp;
+    const hr_layer_attn *la = &c->m->layer_attn[il];
+    const float *inv_freq = la->kind == HR_ATTN_WINDOW && c->inv_freq_swa ? c->inv_freq_swa : c->inv_freq;
     int D = hp->head_dim, qd = hp->n_head * D, kvd = hp->n_head_kv * D;
     for (int t = 0; t < b->n_tokens; t++) {
-        float pos = (float)b->pos[t] * hp->rope_linear_scale;
-        for (int h = 0; h < hp->n_head; h++)
-            hr_op_rope(c->q + (size_t)t * qd + h * D, hp->n_rot, c->inv_freq, pos, hp->rope_neox);
-        for (int h = 0; h < hp->n_head_kv; h++)
-            hr_op_rope(c->k + (size_t)t * kvd + h * D, hp->n_rot, c->inv_freq, pos, hp->rope_neox);
+        float pos = (float)b->pos[t] * la->rope_linear_scale;
+        for (int h = 0; h < hp->n_head; h++) rope_head(hp, c->q + (size_t)t * qd + h * D, inv_freq, pos);
+        for (int h = 0; h < hp->n_head_kv; h++) rope_head(hp, c->k + (size_t)t * kvd + h * D, inv_freq, pos);
+    }
+}
+
+/* y = RMSNorm(y) * w row by row (gemma's post-attention and post-FFN norms), then x += y. */
+static void residual_add(hr_model_ctx *c, const float *post_norm, int T) {
+    const hr_hparams *hp = &c->m->hp;
+    const int E = hp->n_embd;
+    for (int t = 0; t < T; t++) {
+        float *y = c->xb + (size_t)t * E;
+        if (post_norm) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);
+        hr_op_add(c->x + (size_t)t * E, y, E);
     }
 }
 
@@ -294,6 +359,8 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
     const hr_dequantize_row_fn deq = c->kernels.type[m->tok_embd.type].dequantize;
     for (int t = 0; t < T; t++)
         deq((const uint8_t *)m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes, c->x + (size_t)t * E, E);
+    if (hp->embd_scale > 0.0f) /* gemma: sqrt(E) */
+        for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] *= hp->embd_scale;
 
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_layer *L = &m->layers[il];
@@ -303,7 +370,8 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
         add_bias(c->q, L->bq, T, qd);
         add_bias(c->k, L->bk, T, kvd);
         add_bias(c->v, L->bv, T, kvd);
-        apply_rope(c, b);
+        if (L->q_norm) norm_heads(c, L, T);
+        apply_rope(c, b, il);
         attn_job job = {.c = c, .b = b, .layer = il};
         if (T == 1) { /* one token: one thread's work either way, so no fork/join */
             kv_write_task(&job, 0, 1);
@@ -313,13 +381,13 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
             hr_threadpool_run(c->tp, attention_task, &job);
         }
         matmul(c, &L->wo, c->att, T, c->xb);
-        for (int t = 0; t < T; t++) hr_op_add(c->x + (size_t)t * E, c->xb + (size_t)t * E, E);
+        residual_add(c, L->attn_post_norm, T);
 
         for (int t = 0; t < T; t++)
             hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
         ffn_gate_up(c, il, T);
         matmul(c, &L->w_down, c->hg, T, c->xb);
-        for (int t = 0; t < T; t++) hr_op_add(c->x + (size_t)t * E, c->xb + (size_t)t * E, E);
+        residual_add(c, L->ffn_post_norm, T);
     }
 
     /* logits for the rows that want them: gather, norm, project */
@@ -330,5 +398,9 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
     for (int i = 0; i < n_out; i++)
         hr_op_rmsnorm(c->xb + (size_t)i * E, c->x + (size_t)c->out_rows[i] * E, m->output_norm, E, hp->norm_eps);
     matmul(c, &m->output, c->xb, n_out, logits);
+    if (hp->final_softcap > 0.0f) { /* gemma: logits become cap * tanh(logit / cap) */
+        const float cap = hp->final_softcap;
+        for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    }
     return HR_OK;
 }

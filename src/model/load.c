@@ -1,5 +1,6 @@
 /* load.c: hyper-parameters from GGUF metadata and weight binding with shape/type checks. Every
  * failure names the key or tensor and what was expected. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +8,25 @@
 #include "common/util.h"
 #include "model/model_internal.h"
 
-static const char *const k_archs[] = {"llama", "mistral", "qwen2"};
+/* What the loader knows of each family: its name in general.architecture, its RoPE pairing and the
+ * base llama.cpp assumes where the file gives none. */
+typedef struct arch_info {
+    const char *name;
+    hr_arch arch;
+    bool rope_neox;
+    double rope_base;
+} arch_info;
+
+static const arch_info k_archs[] = {
+    {"llama", HR_ARCH_LLAMA, false, 10000.0},  {"mistral", HR_ARCH_MISTRAL, false, 10000.0},
+    {"qwen2", HR_ARCH_QWEN2, true, 1000000.0}, {"qwen3", HR_ARCH_QWEN3, true, 10000.0},
+    {"gemma2", HR_ARCH_GEMMA2, true, 10000.0}, {"gemma3", HR_ARCH_GEMMA3, true, 10000.0},
+    {"phi3", HR_ARCH_PHI3, true, 10000.0},
+};
+
+const char *hr_arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3"; }
+
+static bool is_gemma(hr_arch a) { return a == HR_ARCH_GEMMA2 || a == HR_ARCH_GEMMA3; }
 
 static hr_status get_int_key(const hr_gguf *g, const char *arch, const char *suffix, bool required, int64_t dflt,
                              int64_t lo, int64_t hi, int *out, hr_error *err) {
@@ -30,17 +49,109 @@ static hr_status get_int_key(const hr_gguf *g, const char *arch, const char *suf
     return HR_OK;
 }
 
-static hr_status get_float_key(const hr_gguf *g, const char *arch, const char *suffix, double dflt, double *out,
-                               hr_error *err) {
+static hr_status get_float_key_req(const hr_gguf *g, const char *arch, const char *suffix, bool required, double dflt,
+                                   double *out, hr_error *err) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     double v;
     hr_status st = hr_gguf_get_float(g, key, &v, err);
-    if (st == HR_ERR_NOT_FOUND)
+    if (st == HR_ERR_NOT_FOUND) {
+        if (required)
+            return hr_error_set(err, HR_ERR_FORMAT, "model metadata lacks the required key '%s' (architecture %s)", key,
+                                arch);
         v = dflt;
-    else if (st != HR_OK)
+    } else if (st != HR_OK) {
         return st;
+    }
+    if (!isfinite(v)) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s' is not a finite number", key);
     *out = v;
+    return HR_OK;
+}
+
+static hr_status get_float_key(const hr_gguf *g, const char *arch, const char *suffix, double dflt, double *out,
+                               hr_error *err) {
+    return get_float_key_req(g, arch, suffix, false, dflt, out, err);
+}
+
+/* The keys of the families past llama's: norms, activations, soft-capping, the attention scale,
+ * LongRoPE's original context and attention factor. */
+static hr_status read_family_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
+    const char *a = hp->arch_name;
+    hr_status st;
+    const bool gemma = is_gemma(hp->arch);
+    hp->qk_norm = hp->arch == HR_ARCH_QWEN3 || hp->arch == HR_ARCH_GEMMA3;
+    hp->post_norms = gemma;
+    hp->ffn_act = gemma ? HR_FFN_GELU_TANH : HR_FFN_SILU;
+    hp->embd_scale = gemma ? sqrtf((float)hp->n_embd) : 0.0f;
+    /* gemma's 27B shapes scale queries by 1/sqrt(E/H) (its query_pre_attn_scalar), the others by
+     * 1/sqrt(D); llama.cpp tells them apart by layer count, as here */
+    bool g27 = (hp->arch == HR_ARCH_GEMMA2 && hp->n_layer == 46) || (hp->arch == HR_ARCH_GEMMA3 && hp->n_layer == 62);
+    hp->attn_scale = 1.0f / sqrtf(g27 ? (float)(hp->n_embd / hp->n_head) : (float)hp->head_dim);
+    double cap = 0;
+    if (hp->arch == HR_ARCH_GEMMA2 && (st = get_float_key(g, a, "attn_logit_softcapping", 50.0, &cap, err))) return st;
+    if (cap < 0) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.attn_logit_softcapping' = %g < 0", a, cap);
+    hp->attn_softcap = (float)cap;
+    cap = 0;
+    if (gemma &&
+        (st = get_float_key(g, a, "final_logit_softcapping", hp->arch == HR_ARCH_GEMMA2 ? 30.0 : 0.0, &cap, err)))
+        return st;
+    if (cap < 0) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.final_logit_softcapping' = %g < 0", a, cap);
+    hp->final_softcap = (float)cap;
+    if ((st = get_int_key(g, a, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1, 1 << 30,
+                          &hp->n_ctx_orig, err)))
+        return st;
+    double attn_factor = 1.0;
+    if ((st = get_float_key(g, a, "rope.scaling.attn_factor", 1.0, &attn_factor, err))) return st;
+    if (!(attn_factor > 0))
+        return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.scaling.attn_factor' = %g is not positive", a,
+                            attn_factor);
+    hp->rope_attn_factor = attn_factor == 1.0 ? 0.0f : (float)attn_factor;
+    return HR_OK;
+}
+
+/* Each layer's attention: gemma2 alternates window and full layers (pattern 2: even layers windowed),
+ * gemma3 has five window layers to one full (pattern 6) with RoPE base 10000 on window layers
+ * (rope.freq_base_swa) and rope.freq_base on full ones; mistral windows every layer. A layer il is a
+ * window layer when pattern is 0 or il % pattern < pattern - 1 (llama.cpp's rule). */
+static hr_status plan_layers(const hr_gguf *g, hr_model *m, hr_error *err) {
+    hr_hparams *hp = &m->hp;
+    const char *a = hp->arch_name;
+    hr_status st;
+    m->layer_attn = calloc((unsigned)hp->n_layer, sizeof *m->layer_attn);
+    if (!m->layer_attn) return hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");
+    int window = hp->sliding_window, pattern = 0;
+    double base_swa = hp->rope_base;
+    float scale_swa = hp->rope_linear_scale;
+    if (is_gemma(hp->arch) && window > 0) {
+        if ((st = get_int_key(g, a, "attention.sliding_window_pattern", false, hp->arch == HR_ARCH_GEMMA2 ? 2 : 6, 0,
+                              1 << 20, &pattern, err)))
+            return st;
+        if (hp->arch == HR_ARCH_GEMMA3) base_swa = 10000.0, scale_swa = 1.0f;
+        if ((st = get_float_key(g, a, "rope.freq_base_swa", base_swa, &base_swa, err))) return st;
+        if (!(base_swa > 1))
+            return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.freq_base_swa' = %g is not > 1", a, base_swa);
+    }
+    /* a window the file declares past its own context is a broken file (gemma2's default of 4096 where
+     * the key is absent is llama.cpp's, and harmless: full attention on a shorter context) */
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", a);
+    if (window > hp->n_ctx_train && hp->arch >= HR_ARCH_QWEN3 && hr_gguf_find_key(g, key) >= 0)
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "metadata '%s.attention.sliding_window' = %d is larger than the context "
+                            "('%s.context_length' = %d)",
+                            a, window, a, hp->n_ctx_train);
+    hp->n_window_layers = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        hr_layer_attn *la = &m->layer_attn[il];
+        bool win = window > 0 && (pattern == 0 || il % pattern < pattern - 1);
+        la->kind = win ? HR_ATTN_WINDOW : HR_ATTN_FULL;
+        la->window = win ? window : 0;
+        la->rope_base = win ? (float)base_swa : hp->rope_base;
+        la->rope_linear_scale = win ? scale_swa : hp->rope_linear_scale;
+        hp->n_window_layers += win;
+    }
+    /* hp->sliding_window keeps its meaning for the planner: the window of every layer, or none */
+    if (hp->n_window_layers < hp->n_layer) hp->sliding_window = 0;
     return HR_OK;
 }
 
@@ -50,13 +161,15 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     if (st == HR_ERR_NOT_FOUND)
         return hr_error_set(err, HR_ERR_FORMAT, "not a model file: metadata lacks 'general.architecture'");
     if (st != HR_OK) return st;
-    int found = -1;
+    const arch_info *ai = NULL;
     for (size_t i = 0; i < HR_ARRAY_LEN(k_archs); i++)
-        if (!strcmp(hp->arch_name, k_archs[i])) found = (int)i;
-    if (found < 0)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "architecture '%s' is not supported (supported: llama, mistral, qwen2)", hp->arch_name);
-    hp->arch = (hr_arch)found;
+        if (!strcmp(hp->arch_name, k_archs[i].name)) ai = &k_archs[i];
+    if (!ai)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
+                            hp->arch_name, hr_arch_supported_list());
+    hp->arch = ai->arch;
+    /* the families added after llama's: keys llama.cpp requires are required here too */
+    const bool newer = hp->arch >= HR_ARCH_QWEN3;
     if (hr_gguf_get_cstr(g, "general.name", hp->name, sizeof hp->name, NULL) != HR_OK) hp->name[0] = '\0';
     const char *a = hp->arch_name;
     const int64_t big = 1 << 24;
@@ -74,11 +187,18 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     if ((st = get_int_key(g, a, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim, &hp->n_rot, err)))
         return st;
     if (hp->n_rot % 2) return hr_error_set(err, HR_ERR_FORMAT, "rope.dimension_count %d is odd", hp->n_rot);
-    if ((st = get_int_key(g, a, "attention.sliding_window", false, 0, 0, 1 << 30, &hp->sliding_window, err))) return st;
-    double eps, base, factor = 1.0;
-    if ((st = get_float_key(g, a, "attention.layer_norm_rms_epsilon", 1e-5, &eps, err))) return st;
-    if ((st = get_float_key(g, a, "rope.freq_base", hp->arch == HR_ARCH_QWEN2 ? 1000000.0 : 10000.0, &base, err)))
+    /* llama.cpp reads no window for qwen3 and turns phi3's off (its converters' values are unreliable) */
+    if (hp->arch != HR_ARCH_QWEN3 && hp->arch != HR_ARCH_PHI3 &&
+        (st = get_int_key(g, a, "attention.sliding_window", false, hp->arch == HR_ARCH_GEMMA2 ? 4096 : 0, 0, 1 << 30,
+                          &hp->sliding_window, err)))
         return st;
+    double eps, base, factor = 1.0;
+    if ((st = get_float_key_req(g, a, "attention.layer_norm_rms_epsilon", newer, 1e-5, &eps, err))) return st;
+    if (!(eps >= 0 && eps < 1))
+        return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.attention.layer_norm_rms_epsilon' = %g is not in [0, 1)",
+                            a, eps);
+    if ((st = get_float_key(g, a, "rope.freq_base", ai->rope_base, &base, err))) return st;
+    if (!(base > 1)) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.freq_base' = %g is not > 1", a, base);
     hp->norm_eps = (float)eps;
     hp->rope_base = (float)base;
     hp->rope_linear_scale = 1.0f;
@@ -90,13 +210,14 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
             if (!(factor > 0))
                 return hr_error_set(err, HR_ERR_FORMAT, "rope.scaling.factor %g is not positive", factor);
             hp->rope_linear_scale = (float)(1.0 / factor);
-        } else if (strcmp(stype, "llama3")) {
+        } else if (strcmp(stype, "llama3") && !(hp->arch == HR_ARCH_PHI3 && !strcmp(stype, "longrope"))) {
             return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                                "rope.scaling.type '%s' is not supported (supported: none, linear, llama3)", stype);
+                                "%s.rope.scaling.type '%s' is not supported (supported: none, linear, llama3%s)", a,
+                                stype, hp->arch == HR_ARCH_PHI3 ? ", longrope" : "");
         }
     }
-    hp->rope_neox = hp->arch == HR_ARCH_QWEN2;
-    return HR_OK;
+    hp->rope_neox = ai->rope_neox;
+    return read_family_hparams(g, hp, err);
 }
 
 /* Binds a matrix tensor, checking type support and shape (cols x rows as GGUF ne[0], ne[1]). */
@@ -155,30 +276,69 @@ static hr_status bind_vector(hr_model *m, const char *name, int64_t n, bool opti
     return HR_OK;
 }
 
+/* Rows [r0, r0 + n) of w, as a matrix of its own (phi3's fused tensors). */
+static hr_weight row_slice(const hr_weight *w, int64_t r0, int64_t n) {
+    hr_weight s = *w;
+    s.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    s.rows = n;
+    return s;
+}
+
 static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
-    const hr_hparams *hp = &m->hp;
+    hr_hparams *hp = &m->hp;
     hr_layer *L = &m->layers[il];
-    int64_t E = hp->n_embd, F = hp->n_ff, qd = (int64_t)hp->n_head * hp->head_dim,
+    int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim, qd = (int64_t)hp->n_head * hp->head_dim,
             kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     char name[96];
     hr_status st;
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, il), name)
     if ((st = bind_vector(m, NAME("attn_norm.weight"), E, false, &L->attn_norm, err))) return st;
-    if ((st = bind_matrix(m, NAME("attn_q.weight"), E, qd, false, &L->wq, err))) return st;
-    if ((st = bind_matrix(m, NAME("attn_k.weight"), E, kvd, false, &L->wk, err))) return st;
-    if ((st = bind_matrix(m, NAME("attn_v.weight"), E, kvd, false, &L->wv, err))) return st;
+    /* Q|K|V in one matrix where the file has blk.N.attn_qkv (phi3; llama.cpp accepts it for every family) */
+    hr_weight qkv;
+    const bool qkv_optional = hp->arch != HR_ARCH_PHI3 || hr_gguf_find_tensor(m->gguf, NAME("attn_q.weight"));
+    st = bind_matrix(m, NAME("attn_qkv.weight"), E, qd + 2 * kvd, qkv_optional, &qkv, err);
+    if (st == HR_OK) {
+        if (hr_gguf_find_tensor(m->gguf, NAME("attn_qkv.bias")))
+            return hr_error_set(err, HR_ERR_UNSUPPORTED, "tensor '%s' (a fused Q|K|V bias) is not supported", name);
+        L->wq = row_slice(&qkv, 0, qd);
+        L->wk = row_slice(&qkv, qd, kvd);
+        L->wv = row_slice(&qkv, qd + kvd, kvd);
+        hp->fused_qkv = true;
+    } else if (st != HR_ERR_NOT_FOUND) {
+        return st;
+    } else {
+        if ((st = bind_matrix(m, NAME("attn_q.weight"), E, qd, false, &L->wq, err))) return st;
+        if ((st = bind_matrix(m, NAME("attn_k.weight"), E, kvd, false, &L->wk, err))) return st;
+        if ((st = bind_matrix(m, NAME("attn_v.weight"), E, kvd, false, &L->wv, err))) return st;
+        bool need_bias = hp->arch == HR_ARCH_QWEN2;
+        st = bind_vector(m, NAME("attn_q.bias"), qd, !need_bias, &L->bq, err);
+        if (st && st != HR_ERR_NOT_FOUND) return st;
+        st = bind_vector(m, NAME("attn_k.bias"), kvd, !need_bias, &L->bk, err);
+        if (st && st != HR_ERR_NOT_FOUND) return st;
+        st = bind_vector(m, NAME("attn_v.bias"), kvd, !need_bias, &L->bv, err);
+        if (st && st != HR_ERR_NOT_FOUND) return st;
+        if (L->bq || L->bk || L->bv) hp->has_qkv_bias = true;
+    }
     if ((st = bind_matrix(m, NAME("attn_output.weight"), qd, E, false, &L->wo, err))) return st;
-    bool need_bias = hp->arch == HR_ARCH_QWEN2;
-    st = bind_vector(m, NAME("attn_q.bias"), qd, !need_bias, &L->bq, err);
-    if (st && st != HR_ERR_NOT_FOUND) return st;
-    st = bind_vector(m, NAME("attn_k.bias"), kvd, !need_bias, &L->bk, err);
-    if (st && st != HR_ERR_NOT_FOUND) return st;
-    st = bind_vector(m, NAME("attn_v.bias"), kvd, !need_bias, &L->bv, err);
-    if (st && st != HR_ERR_NOT_FOUND) return st;
-    if (L->bq || L->bk || L->bv) m->hp.has_qkv_bias = true;
+    if (hp->qk_norm) {
+        if ((st = bind_vector(m, NAME("attn_q_norm.weight"), D, false, &L->q_norm, err))) return st;
+        if ((st = bind_vector(m, NAME("attn_k_norm.weight"), D, false, &L->k_norm, err))) return st;
+    }
+    if (hp->post_norms &&
+        ((st = bind_vector(m, NAME("post_attention_norm.weight"), E, false, &L->attn_post_norm, err)) ||
+         (st = bind_vector(m, NAME("post_ffw_norm.weight"), E, false, &L->ffn_post_norm, err))))
+        return st;
     if ((st = bind_vector(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err))) return st;
-    if ((st = bind_matrix(m, NAME("ffn_gate.weight"), E, F, false, &L->w_gate, err))) return st;
-    if ((st = bind_matrix(m, NAME("ffn_up.weight"), E, F, false, &L->w_up, err))) return st;
+    if (hp->arch == HR_ARCH_PHI3) { /* gate and up in one matrix of 2F rows, gate first */
+        hr_weight gu;
+        if ((st = bind_matrix(m, NAME("ffn_up.weight"), E, 2 * F, false, &gu, err))) return st;
+        L->w_gate = row_slice(&gu, 0, F);
+        L->w_up = row_slice(&gu, F, F);
+        hp->fused_gate_up = true;
+    } else {
+        if ((st = bind_matrix(m, NAME("ffn_gate.weight"), E, F, false, &L->w_gate, err))) return st;
+        if ((st = bind_matrix(m, NAME("ffn_up.weight"), E, F, false, &L->w_up, err))) return st;
+    }
     if ((st = bind_matrix(m, NAME("ffn_down.weight"), F, E, false, &L->w_down, err))) return st;
 #undef NAME
     return HR_OK;
@@ -243,6 +403,24 @@ static void pack_weights(hr_model *m) {
     hr_gguf_edit_end(m->gguf);
 }
 
+/* phi3's LongRoPE factors: both or neither (llama.cpp stores them once, as these names). */
+static hr_status bind_longrope(hr_model *m, hr_error *err) {
+    if (m->hp.arch != HR_ARCH_PHI3) return HR_OK;
+    int n = m->hp.n_rot / 2;
+    hr_status st = bind_vector(m, "rope_factors_long.weight", n, true, &m->rope_long, err);
+    if (st && st != HR_ERR_NOT_FOUND) return st;
+    st = bind_vector(m, "rope_factors_short.weight", n, m->rope_long == NULL, &m->rope_short, err);
+    if (st && st != HR_ERR_NOT_FOUND) return st;
+    if (m->rope_short && !m->rope_long)
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "model (architecture phi3) lacks the tensor 'rope_factors_long.weight'");
+    for (int i = 0; m->rope_long && i < n; i++)
+        if (!(m->rope_long[i] > 0) || !(m->rope_short[i] > 0))
+            return hr_error_set(err, HR_ERR_FORMAT, "LongRoPE factor %d is not positive (rope_factors_long/short)", i);
+    m->hp.has_longrope = m->rope_long != NULL;
+    return HR_OK;
+}
+
 static hr_status load_gguf(hr_gguf *g, bool repack, hr_model **out, hr_error *err);
 hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) { return load_gguf(g, true, out, err); }
 
@@ -280,7 +458,9 @@ static hr_status load_gguf(hr_gguf *g, bool repack, hr_model **out, hr_error *er
         m->hp.has_rope_freqs = true;
     else if (st != HR_ERR_NOT_FOUND)
         goto fail;
-    m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    if ((st = bind_longrope(m, err))) goto fail;
+    if ((st = plan_layers(g, m, err))) goto fail;
+    m->layers = calloc((unsigned)m->hp.n_layer, sizeof *m->layers); /* n_layer >= 1: read_hparams */
     if (!m->layers) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");
         goto fail;
@@ -319,16 +499,24 @@ void hr_model_destroy(hr_model *m) {
             free(L->bq);
             free(L->bk);
             free(L->bv);
+            free(L->q_norm);
+            free(L->k_norm);
+            free(L->attn_post_norm);
+            free(L->ffn_post_norm);
         }
         free(m->layers);
     }
     free(m->output_norm);
     free(m->rope_freqs);
+    free(m->rope_short);
+    free(m->rope_long);
+    free(m->layer_attn);
     hr_gguf_close(m->gguf);
     free(m);
 }
 
 const hr_hparams *hr_model_hparams(const hr_model *m) { return &m->hp; }
+const hr_layer_attn *hr_model_layer_attn(const hr_model *m) { return m->layer_attn; }
 const hr_gguf *hr_model_gguf(const hr_model *m) { return m->gguf; }
 uint64_t hr_model_weight_bytes(const hr_model *m) { return m->weight_bytes; }
 const char *hr_model_type_name(const hr_model *m) { return m->type_name; }

@@ -1,7 +1,8 @@
-/* model.h: llama-family architectures (llama, mistral, qwen2) as hyper-parameters read from GGUF
- * metadata, their weights (views into the mapped file), and a forward pass over a ragged batch: T
- * tokens from any number of sequences, prefill chunks and decode steps mixed, writing K/V into the
- * paged cache (kv/) and returning logits only for the tokens that ask for them.
+/* model.h: decoder-only architectures (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3) as
+ * hyper-parameters read from GGUF metadata (keys and tensor names as llama.cpp's converter writes them), their weights
+ * (views into the mapped file), and a forward pass over a ragged batch: T tokens from any number of sequences, prefill
+ * chunks and decode steps mixed, writing K/V into the paged cache (kv/) and returning logits only for the tokens that
+ * ask for them.
  *
  * Dimension letters: T = tokens in the batch, E = embedding width, H = query heads, Hkv = KV heads,
  * D = head dim, F = FFN width, V = vocabulary, L = layers. */
@@ -20,7 +21,34 @@ typedef enum hr_arch {
     HR_ARCH_LLAMA = 0,
     HR_ARCH_MISTRAL = 1,
     HR_ARCH_QWEN2 = 2,
+    HR_ARCH_QWEN3 = 3,  /* per-head RMSNorm of Q and K before RoPE */
+    HR_ARCH_GEMMA2 = 4, /* scaled embeddings, post-norms, GeGLU, soft-capping, alternating window/full layers */
+    HR_ARCH_GEMMA3 = 5, /* gemma2 without attention soft-capping, with Q/K norm, 5 window : 1 full layers */
+    HR_ARCH_PHI3 = 6,   /* fused Q|K|V and gate|up matrices, LongRoPE frequency factors */
 } hr_arch;
+
+/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3": what the loader accepts. */
+const char *hr_arch_supported_list(void);
+
+/* The FFN's gated activation: act(x W_gate^T) * (x W_up^T). */
+typedef enum hr_ffn_act {
+    HR_FFN_SILU = 0,      /* SwiGLU */
+    HR_FFN_GELU_TANH = 1, /* GeGLU, GELU by its tanh approximation (gemma) */
+} hr_ffn_act;
+
+/* What one layer's attention sees and how it rotates positions: what a KV manager groups layers by
+ * (layers of one kind and window can share a block table and its freeing rule). */
+typedef enum hr_attn_kind {
+    HR_ATTN_FULL = 0,   /* every earlier position */
+    HR_ATTN_WINDOW = 1, /* a query at p sees positions > p - window (itself included) */
+} hr_attn_kind;
+
+typedef struct hr_layer_attn {
+    hr_attn_kind kind;
+    int window;              /* HR_ATTN_WINDOW: tokens seen, else 0 */
+    float rope_base;         /* this layer's RoPE base (gemma3: 10000 on window layers, rope.freq_base on full) */
+    float rope_linear_scale; /* positions are multiplied by this on this layer */
+} hr_layer_attn;
 
 typedef struct hr_hparams {
     hr_arch arch;
@@ -35,14 +63,29 @@ typedef struct hr_hparams {
     int n_layer;     /* L */
     int head_dim;    /* D */
     int n_rot;       /* dims RoPE rotates (<= D) */
-    int rope_neox;   /* 0: adjacent pairs (llama, mistral); 1: halves (qwen2) */
+    int rope_neox;   /* 0: adjacent pairs (llama, mistral); 1: halves (qwen2, qwen3, gemma, phi3) */
     float norm_eps;
     float rope_base;
     float rope_linear_scale; /* positions are multiplied by this (1 / rope.scaling.factor for "linear") */
     bool has_rope_freqs;     /* Llama-3 style per-pair frequency factors (rope_freqs.weight) */
-    int sliding_window;      /* 0 = none */
+    int sliding_window;      /* the window of every layer (mistral); 0 where any layer attends in full
+                                (per layer: hr_model_layer_attn) */
     bool tied_output;        /* output projection shares token_embd */
     bool has_qkv_bias;
+    /* the families past llama's (0 / false for llama, mistral, qwen2) */
+    bool qk_norm;           /* RMSNorm over each head of Q and K (weights of D) before RoPE: qwen3, gemma3 */
+    bool post_norms;        /* RMSNorm of the attention and FFN outputs before their residual adds: gemma */
+    hr_ffn_act ffn_act;     /* SwiGLU, or GeGLU (gemma) */
+    float embd_scale;       /* the embedding rows are multiplied by this (gemma: sqrt(E)); 0 = 1 */
+    float attn_scale;       /* q.k multiplier (1/sqrt(D); gemma's 27B shapes 1/sqrt(E/H)) */
+    float attn_softcap;     /* scores become c tanh(s / c) before the softmax; 0 = none (gemma2: 50) */
+    float final_softcap;    /* the same on the logits (gemma2: 30; gemma3 where the file says) */
+    int n_window_layers;    /* layers attending through a window (of n_layer) */
+    bool has_longrope;      /* rope_factors_short/long.weight (phi3): long where max_ctx > n_ctx_orig */
+    int n_ctx_orig;         /* {arch}.rope.scaling.original_context_length (phi3), else n_ctx_train */
+    float rope_attn_factor; /* {arch}.rope.scaling.attn_factor: cos and sin are multiplied by it; 0 = 1 */
+    bool fused_qkv;         /* one blk.N.attn_qkv matrix (Q rows, then K, then V): phi3 */
+    bool fused_gate_up;     /* one blk.N.ffn_up matrix of 2F rows (gate, then up): phi3 */
 } hr_hparams;
 
 typedef struct hr_model hr_model;
@@ -62,6 +105,8 @@ hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err);
 void hr_model_destroy(hr_model *m); /* NULL allowed */
 
 const hr_hparams *hr_model_hparams(const hr_model *m);
+/* n_layer entries: each layer's attention kind, window and RoPE base (valid while m lives). */
+const hr_layer_attn *hr_model_layer_attn(const hr_model *m);
 const hr_gguf *hr_model_gguf(const hr_model *m);
 /* Bytes of all weight tensors (what a decode step streams from memory). */
 uint64_t hr_model_weight_bytes(const hr_model *m);

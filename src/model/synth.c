@@ -84,7 +84,7 @@ static const hr_synth_shape k_shapes[] = {
 };
 
 const char *hr_synth_shape_names(void) {
-    return "tiny, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, mistral-tiny, qwen2-tiny";
+    return "tiny, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, mistral-tiny, qwen2-tiny, " HR_SYNTH_ARCH_SHAPE_NAMES;
 }
 
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err) {
@@ -93,6 +93,7 @@ hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error
             *out = k_shapes[i];
             return HR_OK;
         }
+    if (hr_synth_arch_shape_by_name(name, out)) return HR_OK;
     return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown shape '%s' (known: %s)", name, hr_synth_shape_names());
 }
 
@@ -168,6 +169,7 @@ static void add_llama3_rope_freqs(hr_gguf_writer *w, int n_rot, float base) {
 }
 
 hr_status hr_synth_build(const hr_synth_shape *s, hr_dtype type, uint64_t seed, hr_gguf_writer **out, hr_error *err) {
+    if (hr_synth_arch_builds(s->arch)) return hr_synth_build_arch(s, type, seed, out, err);
     if (s->n_head <= 0 || s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->n_embd % s->n_head)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "shape '%s': heads %d / kv heads %d / width %d are inconsistent",
                             s->name, s->n_head, s->n_head_kv, s->n_embd);

@@ -20,18 +20,26 @@ typedef enum hr_synth_vocab {
 
 typedef struct hr_synth_shape {
     const char *name;
-    const char *arch; /* "llama", "mistral", "qwen2" */
+    const char *arch; /* "llama", "mistral", "qwen2"; "qwen3", "gemma2", "gemma3", "phi3" (synth_arch.c) */
     int n_vocab, n_embd, n_ff, n_head, n_head_kv, n_layer, n_ctx;
     float rope_base;
     bool tied_output;
     bool qkv_bias;      /* qwen2 */
     bool llama3_rope;   /* write rope_freqs.weight with Llama-3 frequency factors */
-    int sliding_window; /* mistral: 0 = none */
+    int sliding_window; /* mistral: 0 = none; gemma2/gemma3: the window layers' window */
     hr_synth_vocab vocab;
+    /* the families past llama's (qwen3, gemma2, gemma3, phi3: synth_arch.c); 0 = the family's own */
+    int head_dim;        /* {arch}.attention.key_length; 0 = n_embd / n_head */
+    float attn_softcap;  /* gemma2: {arch}.attn_logit_softcapping */
+    float final_softcap; /* gemma2, gemma3: {arch}.final_logit_softcapping (gemma3: 0 = key absent) */
+    int n_ctx_orig;      /* phi3: LongRoPE factors and original context; 0 = no LongRoPE */
+    float rope_linear;   /* {arch}.rope.scaling.type linear with this factor (gemma3 4B+: 8); 0 = none */
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
- * "qwen2-tiny". On error the message lists the names. */
+ * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
+ * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
+ * "phi3.5-mini". On error the message lists the names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);

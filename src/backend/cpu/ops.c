@@ -31,6 +31,14 @@ void hr_op_swiglu(float *gate, const float *up, int n) {
     }
 }
 
+void hr_op_geglu_tanh(float *gate, const float *up, int n) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(k * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
 void hr_op_add(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += x[i];
 }

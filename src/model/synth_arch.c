@@ -1,0 +1,346 @@
+/* synth_arch.c: synthetic models of the families past llama's (qwen3, gemma2, gemma3, phi3), with the
+ * metadata keys and tensor names llama.cpp's converter writes for each (so that llama.cpp loads the
+ * same file: the independent check of tests/test_model_arch.c). Kept apart from synth.c, which builds
+ * the llama family; the weights are drawn the same way (uniform, variance 1/fan_in, per tensor name
+ * and seed), so a shape's values depend only on (shape, type, seed). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "model/synth_internal.h"
+
+/* tiny shapes for tests (windows far smaller than a 64-token generation, heads whose dim is not
+ * E / H, soft-caps low enough to bend the scores), and the published shapes of one model of each
+ * family for benchmarks */
+static const hr_synth_shape k_arch_shapes[] = {
+    {.name = "qwen3-tiny",
+     .arch = "qwen3",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 32},
+    {.name = "qwen3-0.6b",
+     .arch = "qwen3",
+     .n_vocab = 151936,
+     .n_embd = 1024,
+     .n_ff = 3072,
+     .n_head = 16,
+     .n_head_kv = 8,
+     .n_layer = 28,
+     .n_ctx = 40960,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 128},
+    {.name = "gemma2-tiny",
+     .arch = "gemma2",
+     .n_vocab = 512,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 4,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .tied_output = true,
+     .sliding_window = 16,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 16,
+     .attn_softcap = 5.0f,
+     .final_softcap = 10.0f},
+    {.name = "gemma2-2b",
+     .arch = "gemma2",
+     .n_vocab = 256000,
+     .n_embd = 2304,
+     .n_ff = 9216,
+     .n_head = 8,
+     .n_head_kv = 4,
+     .n_layer = 26,
+     .n_ctx = 8192,
+     .rope_base = 10000.0f,
+     .tied_output = true,
+     .sliding_window = 4096,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 256,
+     .attn_softcap = 50.0f,
+     .final_softcap = 30.0f},
+    {.name = "gemma3-tiny",
+     .arch = "gemma3",
+     .n_vocab = 512,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 6,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .sliding_window = 16,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 32},
+    {.name = "gemma3-1b",
+     .arch = "gemma3",
+     .n_vocab = 262144,
+     .n_embd = 1152,
+     .n_ff = 6912,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 26,
+     .n_ctx = 32768,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .sliding_window = 512,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 256},
+    {.name = "gemma3-tiny-scaled", /* gemma3-tiny with Gemma 3 4B+'s linear RoPE scaling (full layers only) */
+     .arch = "gemma3",
+     .n_vocab = 512,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 6,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .sliding_window = 16,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 32,
+     .rope_linear = 8.0f},
+    {.name = "gemma3-4b",
+     .arch = "gemma3",
+     .n_vocab = 262208,
+     .n_embd = 2560,
+     .n_ff = 10240,
+     .n_head = 8,
+     .n_head_kv = 4,
+     .n_layer = 34,
+     .n_ctx = 131072,
+     .rope_base = 1000000.0f,
+     .tied_output = true,
+     .sliding_window = 1024,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .head_dim = 256,
+     .rope_linear = 8.0f},
+    {.name = "phi3-tiny",
+     .arch = "phi3",
+     .n_vocab = 512,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .n_ctx_orig = 64},
+    {.name = "phi3.5-mini",
+     .arch = "phi3",
+     .n_vocab = 32064,
+     .n_embd = 3072,
+     .n_ff = 8192,
+     .n_head = 32,
+     .n_head_kv = 32,
+     .n_layer = 32,
+     .n_ctx = 131072,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .n_ctx_orig = 4096},
+};
+
+bool hr_synth_arch_shape_by_name(const char *name, hr_synth_shape *out) {
+    for (size_t i = 0; i < HR_ARRAY_LEN(k_arch_shapes); i++)
+        if (!strcmp(name, k_arch_shapes[i].name)) {
+            *out = k_arch_shapes[i];
+            return true;
+        }
+    return false;
+}
+
+bool hr_synth_arch_builds(const char *arch) {
+    return !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3") || !strcmp(arch, "phi3");
+}
+
+static uint64_t name_hash(const char *s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ULL ^ seed;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* rows x cols uniform in [-a, a], a = scale sqrt(3 / cols), stored in t (f16 where a row does not
+ * fill t's blocks). */
+static hr_status add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t, uint64_t seed,
+                            float scale, hr_error *err) {
+    const hr_dtype_info *info = hr_dtype_get_info(t);
+    if (!info || t == HR_DTYPE_Q8_K)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "type %d cannot store weights", (int)t);
+    if (cols % info->block_elems) t = HR_DTYPE_F16;
+    size_t row_bytes = hr_dtype_row_bytes(t, cols);
+    uint8_t *data = malloc(row_bytes * (size_t)rows);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    if (!data || !row) {
+        free(data);
+        free(row);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing '%s'", name);
+    }
+    hr_rng rng;
+    hr_rng_seed(&rng, name_hash(name, seed));
+    float a = scale * sqrtf(3.0f / (float)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) row[c] = (float)(2.0 * hr_rng_uniform(&rng) - 1.0) * a;
+        hr_quantize_row_ref(t, row, data + (size_t)r * row_bytes, cols);
+    }
+    free(row);
+    int64_t ne[2] = {cols, rows};
+    hr_gguf_writer_add_tensor(w, name, (uint32_t)t, 2, ne, data, row_bytes * (size_t)rows, false);
+    free(data);
+    return HR_OK;
+}
+
+/* n values base + jitter * uniform(-1, 1) in f32 (norm weights: gemma's converter stores 1 + w, so
+ * every family's norms are plain multipliers near 1 in the file). */
+static hr_status add_vector(hr_gguf_writer *w, const char *name, int64_t n, float base, float jitter, uint64_t seed,
+                            hr_error *err) {
+    float *v = malloc(sizeof(float) * (size_t)n);
+    if (!v) return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing '%s'", name);
+    hr_rng rng;
+    hr_rng_seed(&rng, name_hash(name, seed));
+    for (int64_t i = 0; i < n; i++) v[i] = base + jitter * (float)(2.0 * hr_rng_uniform(&rng) - 1.0);
+    int64_t ne[1] = {n};
+    hr_gguf_writer_add_tensor(w, name, HR_DTYPE_F32, 1, ne, v, sizeof(float) * (size_t)n, false);
+    free(v);
+    return HR_OK;
+}
+
+/* LongRoPE factors (phi3): short ones near 1, long ones growing from 1 to 1 + ctx / ctx_orig along
+ * the pairs (low frequencies stretched most, as in the published factors). */
+static hr_status add_longrope(hr_gguf_writer *w, const hr_synth_shape *s, int n_rot, hr_error *err) {
+    int n = n_rot / 2;
+    float *f = malloc(sizeof(float) * 2 * (size_t)n);
+    if (!f) return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing the LongRoPE factors");
+    double stretch = (double)s->n_ctx / s->n_ctx_orig;
+    for (int i = 0; i < n; i++) {
+        double x = n > 1 ? (double)i / (n - 1) : 0;
+        f[i] = (float)(1.0 + (stretch - 1.0) * x * x); /* long */
+        f[n + i] = (float)(1.0 + 0.25 * x);            /* short */
+    }
+    int64_t ne[1] = {n};
+    hr_gguf_writer_add_tensor(w, "rope_factors_long.weight", HR_DTYPE_F32, 1, ne, f, sizeof(float) * (size_t)n, false);
+    hr_gguf_writer_add_tensor(w, "rope_factors_short.weight", HR_DTYPE_F32, 1, ne, f + n, sizeof(float) * (size_t)n,
+                              false);
+    free(f);
+    return HR_OK;
+}
+
+static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type, uint64_t seed, int head_dim) {
+    const char *a = s->arch;
+    char key[128], name[160];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+    hr_gguf_writer_set_str(w, "general.architecture", a);
+    /* llama.cpp's vocabulary loader looks for Phi-3's special tokens (<|endoftext|>) in any model whose
+     * name says phi3, and the synthetic vocabulary has none: the name says "phi" */
+    const char *shape = s->name, *p3 = strstr(shape, "phi3");
+    snprintf(name, sizeof name, "headroom-synth %.*s%s %s seed %llu", p3 ? (int)(p3 - shape) + 3 : (int)strlen(shape),
+             shape, p3 ? p3 + 4 : "", hr_dtype_get_info(type)->name, (unsigned long long)seed);
+    hr_gguf_writer_set_str(w, "general.name", name);
+    hr_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)s->n_ctx);
+    hr_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)s->n_embd);
+    hr_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
+    hr_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
+    hr_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
+    hr_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)s->n_layer);
+    hr_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
+    hr_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    hr_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
+    hr_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
+    if (!strcmp(a, "gemma2")) {
+        hr_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap > 0 ? s->attn_softcap : 50.0f);
+        hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap > 0 ? s->final_softcap : 30.0f);
+    }
+    if (!strcmp(a, "gemma3") && s->final_softcap > 0)
+        hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
+    if ((!strcmp(a, "gemma2") || !strcmp(a, "gemma3")) && s->sliding_window > 0)
+        hr_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+    if (s->rope_linear > 0) {
+        hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
+        hr_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear);
+    }
+    if (!strcmp(a, "phi3")) {
+        hr_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
+        if (s->n_ctx_orig > 0) {
+            hr_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)s->n_ctx_orig);
+            /* the converter's LongRoPE attention factor: sqrt(1 + ln(ctx / orig) / ln(orig)) */
+            double scale = (double)s->n_ctx / s->n_ctx_orig;
+            if (scale > 1.0)
+                hr_gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"),
+                                       (float)sqrt(1.0 + log(scale) / log((double)s->n_ctx_orig)));
+        }
+    }
+#undef KEY
+}
+
+hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
+                              hr_error *err) {
+    const int head_dim = s->head_dim > 0 ? s->head_dim : (s->n_head > 0 ? s->n_embd / s->n_head : 0);
+    if (s->n_head <= 0 || s->n_head_kv <= 0 || s->n_head % s->n_head_kv || head_dim <= 0 || head_dim % 2)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "shape '%s': heads %d / kv heads %d / head dim %d are inconsistent", s->name, s->n_head,
+                            s->n_head_kv, head_dim);
+    const bool gemma = !strcmp(s->arch, "gemma2") || !strcmp(s->arch, "gemma3");
+    const bool qk_norm = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "gemma3");
+    const bool phi3 = !strcmp(s->arch, "phi3");
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    if (!w) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    write_keys(w, s, type, seed, head_dim);
+    hr_status st = s->vocab == HR_SYNTH_VOCAB_SPM ? hr_synth_vocab_spm(w, s->n_vocab, err)
+                                                  : hr_synth_vocab_bpe(w, s->n_vocab, "qwen2", err);
+    if (st) goto fail;
+    int64_t E = s->n_embd, F = s->n_ff, D = head_dim, qd = (int64_t)s->n_head * D, kvd = (int64_t)s->n_head_kv * D;
+    /* gemma multiplies its embeddings by sqrt(E) itself; the others get unit-scale rows here */
+    if ((st = add_matrix(w, "token_embd.weight", s->n_vocab, E, type, seed, gemma ? 1.0f : sqrtf((float)E), err)))
+        goto fail;
+    if ((st = add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed, err))) goto fail;
+    if (!s->tied_output && (st = add_matrix(w, "output.weight", s->n_vocab, E, type, seed, 4.0f, err))) goto fail;
+    if (phi3 && s->n_ctx_orig > 0 && (st = add_longrope(w, s, (int)D, err))) goto fail;
+    for (int il = 0; il < s->n_layer; il++) {
+        char n[96];
+#define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
+        if ((st = add_vector(w, T("attn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+        if (phi3) {
+            if ((st = add_matrix(w, T("attn_qkv.weight"), qd + 2 * kvd, E, type, seed, 1.0f, err))) goto fail;
+        } else {
+            if ((st = add_matrix(w, T("attn_q.weight"), qd, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = add_matrix(w, T("attn_k.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = add_matrix(w, T("attn_v.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
+        }
+        if (qk_norm) {
+            if ((st = add_vector(w, T("attn_q_norm.weight"), D, 1.0f, 0.2f, seed, err))) goto fail;
+            if ((st = add_vector(w, T("attn_k_norm.weight"), D, 1.0f, 0.2f, seed, err))) goto fail;
+        }
+        if ((st = add_matrix(w, T("attn_output.weight"), E, qd, type, seed, 0.5f, err))) goto fail;
+        if (gemma && (st = add_vector(w, T("post_attention_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+        if ((st = add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+        if (phi3) { /* gate rows, then up rows */
+            if ((st = add_matrix(w, T("ffn_up.weight"), 2 * F, E, type, seed, 1.0f, err))) goto fail;
+        } else {
+            if ((st = add_matrix(w, T("ffn_gate.weight"), F, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = add_matrix(w, T("ffn_up.weight"), F, E, type, seed, 1.0f, err))) goto fail;
+        }
+        if ((st = add_matrix(w, T("ffn_down.weight"), E, F, type, seed, 0.5f, err))) goto fail;
+        if (gemma && (st = add_vector(w, T("post_ffw_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+#undef T
+    }
+    *out = w;
+    return HR_OK;
+fail:
+    hr_gguf_writer_destroy(w);
+    return st;
+}

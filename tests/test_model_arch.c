@@ -1,0 +1,442 @@
+/* test_model_arch.c: the families past llama's (qwen3, gemma2, gemma3, phi3) against an independent
+ * implementation, and their bad input.
+ *   - llama.cpp's greedy ids: tests/vectors/arch-llamacpp.jsonl records what llama.cpp (CPU, f16 K/V,
+ *     flash attention off) generated on the synthetic f32 models `headroom synth --shape S --type f32`
+ *     (seed 1) makes, 8 prompts x 64 tokens each (how: tests/vectors/README.md); headroom must
+ *     generate the same ids with an f16 cache, and llama.cpp's 8 largest logits at steps 0, 21, 42
+ *     and 63 within 2e-3 of the largest (llama.cpp's GELU reads an f16 table: gemma's 8e-4).
+ *   - a GGUF of a known family with a missing key or tensor, a mis-shaped tensor or a window larger
+ *     than its context fails to load with one message naming the key or tensor; an unknown
+ *     architecture names the supported list; through the CLI (`run`, `serve`) that is exit 1 and one
+ *     line on stderr, and the server does not start.
+ * (The float64 reference checks of the same families are in test_model.c.) */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fault.h"
+#include "harness.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+#define N_GEN 64
+
+/* Greedy generation of one prompt in a fresh f16 cache: the prompt as one batch, then one token a
+ * step, as llama.cpp ran it. */
+static void greedy(const hr_model *m, const int32_t *prompt, int n_prompt, int n_ctx, int32_t *out, float *kept) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 1};
+    kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)(n_ctx / 16 + 1);
+    hr_kv_pool *kv = NULL;
+    hr_model_ctx *c = NULL;
+    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 16, .max_ctx = n_ctx};
+    hr_error err = {0};
+    hr_kv_seq s;
+    CHECK(hr_kv_pool_create(&kc, &kv, &err) == HR_OK && hr_model_ctx_create(m, kv, &mp, &c, &err) == HR_OK &&
+          hr_kv_seq_create(kv, &s, &err) == HR_OK);
+    if (!c) return;
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    int32_t toks[16], pos[16];
+    hr_kv_seq seq[16];
+    uint8_t want[16] = {0};
+    int n = n_prompt, at = 0;
+    memcpy(toks, prompt, sizeof(int32_t) * (size_t)n);
+    for (int g = 0; g < N_GEN; g++) {
+        for (int i = 0; i < n; i++) pos[i] = at + i, seq[i] = s, want[i] = i == n - 1;
+        hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seq, .want_logits = want};
+        CHECK(hr_kv_seq_reserve(kv, s, at + n, &err) == HR_OK);
+        CHECKF(hr_model_forward(c, &b, logits, &err) == HR_OK, "%s", err.msg);
+        hr_kv_seq_commit(kv, s, toks, n);
+        at += n;
+        int best = 0;
+        for (int v = 1; v < hp->n_vocab; v++)
+            if (logits[v] > logits[best]) best = v;
+        out[g] = toks[0] = best;
+        if (g % 21 == 0) memcpy(kept + (size_t)(g / 21) * hp->n_vocab, logits, sizeof(float) * (size_t)hp->n_vocab);
+        n = 1;
+    }
+    free(logits);
+    hr_model_ctx_destroy(c);
+    hr_kv_pool_destroy(kv);
+}
+
+static void check_llamacpp_ids(void) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/vectors/arch-llamacpp.jsonl", HR_SOURCE_DIR);
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    char line[8192], loaded[96] = "";
+    hr_model *m = NULL;
+    void *mem = NULL;
+    int n_lines = 0, n_equal = 0;
+    double worst_logit = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        CHECK(o != NULL);
+        if (!o) continue;
+        const char *shape = json_string_value(json_object_get(o, "shape"));
+        json_t *pt = json_object_get(o, "prompt_tokens"), *ct = json_object_get(o, "completion_tokens");
+        CHECK(shape && json_array_size(pt) <= 16 && json_array_size(ct) == N_GEN);
+        /* "layers": the shape's first N layers, as `headroom synth --layers N` writes it */
+        const int layers = (int)json_integer_value(json_object_get(o, "layers"));
+        char key[96];
+        snprintf(key, sizeof key, "%s:%d", shape ? shape : "", layers);
+        if (shape && strcmp(key, loaded)) {
+            hr_model_destroy(m);
+            free(mem);
+            hr_synth_shape s;
+            hr_error err = {0};
+            CHECK(hr_synth_shape_by_name(shape, &s, &err) == HR_OK);
+            if (layers > 0) s.n_layer = layers;
+            CHECKF(hr_synth_model(&s, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
+            snprintf(loaded, sizeof loaded, "%s", key);
+        }
+        int32_t prompt[16], ids[N_GEN];
+        int np = (int)json_array_size(pt), first_diff = -1;
+        const int V = m ? hr_model_hparams(m)->n_vocab : 1;
+        float *kept = calloc((size_t)4 * V, sizeof(float));
+        for (int i = 0; i < np && i < 16; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pt, i));
+        greedy(m, prompt, np, (int)json_integer_value(json_object_get(o, "n_ctx")), ids, kept);
+        /* llama.cpp's 8 largest logits at steps 0, 21, 42, 63: headroom's at those ids, relative to
+         * the largest (its GELU goes through an f16 table, headroom's does not) */
+        json_t *tops = json_object_get(o, "top_logits");
+        CHECK(json_array_size(tops) == 4);
+        for (size_t k = 0; k < json_array_size(tops); k++) {
+            json_t *tk = json_array_get(tops, k), *tid = json_object_get(tk, "ids"),
+                   *tl = json_object_get(tk, "logits");
+            double top = fabs(json_real_value(json_array_get(tl, 0)));
+            for (size_t r = 0; r < json_array_size(tid); r++) {
+                int64_t id = json_integer_value(json_array_get(tid, r));
+                CHECK(id >= 0 && id < V);
+                if (id < 0 || id >= V) continue;
+                double d = fabs(kept[k * (size_t)V + (size_t)id] - json_real_value(json_array_get(tl, r))) / top;
+                if (d > worst_logit) worst_logit = d;
+            }
+        }
+        free(kept);
+        for (int g = N_GEN - 1; g >= 0; g--)
+            if (ids[g] != json_integer_value(json_array_get(ct, g))) first_diff = g;
+        CHECKF(first_diff < 0, "%s prompt %d: id %d is %d, llama.cpp's %lld", key, n_lines % 8, first_diff,
+               first_diff < 0 ? 0 : ids[first_diff],
+               first_diff < 0 ? 0 : json_integer_value(json_array_get(ct, first_diff)));
+        n_equal += first_diff < 0;
+        n_lines++;
+        json_decref(o);
+    }
+    fclose(f);
+    hr_model_destroy(m);
+    free(mem);
+    CHECK(n_lines == 48);
+    CHECKF(worst_logit < 2e-3, "logits %.3g (relative to the largest) from llama.cpp's", worst_logit);
+    printf("llama.cpp greedy ids: %d of %d prompts (6 models x 8, 64 tokens each) equal; its top-8 logits at 4 "
+           "steps each within %.2e of the largest (bound 2e-3)\n",
+           n_equal, n_lines, worst_logit);
+}
+
+/* ---- bad input ---- */
+
+/* The synthetic model of `shape` as a GGUF image (f32, seed 1), with sliding_window overridden when
+ * window >= 0. */
+static void *image(const char *shape, int window, size_t *size) {
+    hr_synth_shape s;
+    hr_error err = {0};
+    hr_gguf_writer *w = NULL;
+    void *mem = NULL;
+    CHECK(hr_synth_shape_by_name(shape, &s, &err) == HR_OK);
+    if (window >= 0) s.sliding_window = window;
+    CHECK(hr_synth_build(&s, HR_DTYPE_F32, 1, &w, &err) == HR_OK);
+    CHECK(hr_gguf_writer_write_memory(w, &mem, size, &err) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    return mem;
+}
+
+/* Renames `from` in the image (a key or tensor name) to the same-length `to`: the original is absent. */
+static void rename_in(void *mem, size_t size, const char *from, const char *to) {
+    char *p = memmem(mem, size, from, strlen(from));
+    CHECKF(p != NULL, "'%s' not in the image", from);
+    if (p) memcpy(p, to, strlen(to));
+}
+
+/* Sets dimension `dim` of tensor `name` in the image's directory (after the name: n_dims u32, then
+ * ne[] u64), making its shape wrong while its data stays inside the file. */
+static void reshape_in(void *mem, size_t size, const char *name, int dim, uint64_t ne) {
+    char *p = memmem(mem, size, name, strlen(name));
+    CHECKF(p != NULL, "'%s' not in the image", name);
+    if (p) memcpy(p + strlen(name) + 4 + 8 * dim, &ne, 8);
+}
+
+/* Loading the image fails, its message containing `needle`; also written to dir/file for the CLI. */
+static void expect_load_error(void *mem, size_t size, const char *needle, const char *dir, const char *file) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(mem, 1, size, f) == size);
+    if (f) fclose(f);
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    hr_error err = {0};
+    CHECK(hr_gguf_open_memory(mem, size, &g, &err) == HR_OK);
+    hr_status st = hr_model_load_gguf(g, &m, &err);
+    CHECKF(st != HR_OK && m == NULL && strstr(err.msg, needle), "%s: status %d, message '%s' lacks '%s'", file, st,
+           err.msg, needle);
+    printf("%-22s -> %s\n", file, err.msg);
+    free(mem);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; s && *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* `headroom ARGS` exits 1 with one line on stderr containing needle (and the server never listens). */
+static void expect_cli_failure(const char *args, const char *needle) {
+    char *out = NULL, *err = NULL;
+    int rc = hr_test_run_cli(args, &out, &err);
+    CHECKF(rc == 1, "'%s' exited %d", args, rc);
+    CHECKF(count_lines(err) == 1 && strstr(err, needle), "'%s': stderr '%s' lacks '%s' or is not one line", args,
+           err ? err : "", needle);
+    free(out);
+    free(err);
+}
+
+static void check_bad_input(void) {
+    const char *dir = hr_test_tmpdir();
+    size_t n;
+    void *mem;
+    /* an unknown architecture names the supported ones */
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf_writer_set_str(w, "general.architecture", "gemma9");
+    hr_error err = {0};
+    CHECK(hr_gguf_writer_write_memory(w, &mem, &n, &err) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    expect_load_error(mem, n, "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3", dir, "unknown-arch.gguf");
+    /* a missing key llama.cpp requires */
+    mem = image("gemma2-tiny", -1, &n);
+    rename_in(mem, n, "gemma2.attention.layer_norm_rms_epsilon", "gemma2.attention.layer_norm_rms_epsilox");
+    expect_load_error(mem, n, "'gemma2.attention.layer_norm_rms_epsilon'", dir, "no-eps.gguf");
+    /* a missing tensor of each family's own */
+    mem = image("qwen3-tiny", -1, &n);
+    rename_in(mem, n, "blk.1.attn_k_norm.weight", "blk.1.attn_k_norx.weight");
+    expect_load_error(mem, n, "'blk.1.attn_k_norm.weight'", dir, "no-k-norm.gguf");
+    mem = image("gemma2-tiny", -1, &n);
+    rename_in(mem, n, "blk.3.post_ffw_norm.weight", "blk.3.post_ffw_norx.weight");
+    expect_load_error(mem, n, "'blk.3.post_ffw_norm.weight'", dir, "no-post-ffw-norm.gguf");
+    mem = image("gemma3-tiny", -1, &n);
+    rename_in(mem, n, "blk.2.post_attention_norm.weight", "blk.2.post_attention_norx.weight");
+    expect_load_error(mem, n, "'blk.2.post_attention_norm.weight'", dir, "no-post-attn-norm.gguf");
+    mem = image("phi3-tiny", -1, &n);
+    rename_in(mem, n, "blk.1.attn_qkv.weight", "blk.1.attn_qkx.weight");
+    expect_load_error(mem, n, "'blk.1.attn_qkv.weight'", dir, "no-qkv.gguf");
+    mem = image("phi3-tiny", -1, &n);
+    rename_in(mem, n, "rope_factors_short.weight", "rope_factors_shorx.weight");
+    expect_load_error(mem, n, "'rope_factors_short.weight'", dir, "no-rope-short.gguf");
+    /* mis-shaped: a Q norm of D / 2, phi3's gate|up with F rows instead of 2F */
+    mem = image("qwen3-tiny", -1, &n);
+    reshape_in(mem, n, "blk.0.attn_q_norm.weight", 0, 16);
+    expect_load_error(mem, n, "'blk.0.attn_q_norm.weight'", dir, "q-norm-shape.gguf");
+    mem = image("phi3-tiny", -1, &n);
+    reshape_in(mem, n, "blk.0.ffn_up.weight", 1, 128);
+    expect_load_error(mem, n, "'blk.0.ffn_up.weight' has shape [64, 128]", dir, "gate-up-shape.gguf");
+    /* a window larger than the context (512) */
+    mem = image("gemma3-tiny", 1024, &n);
+    expect_load_error(mem, n, "'gemma3.attention.sliding_window' = 1024", dir, "big-window.gguf");
+
+    /* the CLI: one line, exit 1; serve fails before it listens */
+    char args[8400];
+    snprintf(args, sizeof args, "run -m %s/no-qkv.gguf -p hi", dir);
+    expect_cli_failure(args, "blk.1.attn_qkv.weight");
+    snprintf(args, sizeof args, "run -m %s/unknown-arch.gguf -p hi", dir);
+    expect_cli_failure(args, "gemma3");
+    int port = hr_test_free_port();
+    snprintf(args, sizeof args, "serve -m %s/big-window.gguf --host 127.0.0.1 --port %d", dir, port);
+    expect_cli_failure(args, "gemma3.attention.sliding_window");
+    snprintf(args, sizeof args, "serve -m %s/no-eps.gguf --host 127.0.0.1 --port %d", dir, port);
+    expect_cli_failure(args, "layer_norm_rms_epsilon");
+}
+
+/* Each family end to end through `headroom run` (synth, tokenizer, engine): 5 tokens. */
+static void check_cli_runs(void) {
+    const char *dir = hr_test_tmpdir();
+    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny"};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        char args[8400], *out = NULL;
+        snprintf(args, sizeof args, "synth --shape %s --type q8_0 -o %s/%s.gguf", shapes[i], dir, shapes[i]);
+        CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
+        snprintf(args, sizeof args, "run -m %s/%s.gguf -p 'the cat' -n 5 --temp 0 --json --ignore-eos", dir, shapes[i]);
+        CHECKF(hr_test_run_cli(args, &out, NULL) == 0, "%s", args);
+        json_error_t je;
+        json_t *j = out ? json_loads(out, 0, &je) : NULL;
+        CHECKF(j && json_integer_value(json_object_get(j, "completion_tokens")) == 5, "%s: %s", shapes[i],
+               out ? out : "");
+        json_decref(j);
+        free(out);
+    }
+}
+
+/* A policy window wider than the model's own: meaningful for gemma (its full layers then see the
+ * policy's window, its window layers their own) and allowed; refused for mistral, where every layer
+ * already has the narrower window. Through the CLI: gemma2-tiny runs window:32 past its 16-token
+ * windows. */
+static void check_policy_windows(void) {
+    const char *shapes[] = {"gemma2-tiny", "mistral-tiny"};
+    for (int i = 0; i < 2; i++) {
+        hr_synth_shape s;
+        hr_model *m = NULL;
+        void *mem = NULL;
+        hr_error err = {0};
+        CHECK(hr_synth_shape_by_name(shapes[i], &s, &err) == HR_OK);
+        CHECK(hr_synth_model(&s, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK);
+        if (!m) continue;
+        const hr_hparams *hp = hr_model_hparams(m);
+        hr_kv_config kc = {.n_layers = hp->n_layer,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .block_size = 16,
+                           .k_format = HR_KV_F16,
+                           .v_format = HR_KV_F16,
+                           .max_seqs = 1};
+        kc.budget_bytes = hr_kv_block_bytes(&kc) * 8;
+        hr_kv_pool *kv = NULL;
+        hr_model_ctx *c = NULL;
+        hr_model_ctx_params mp = {.n_threads = 1, .max_batch_tokens = 4, .max_ctx = 64};
+        CHECK(hr_kv_pool_create(&kc, &kv, &err) == HR_OK && hr_model_ctx_create(m, kv, &mp, &c, &err) == HR_OK);
+        hr_kv_policy pol;
+        char text[32];
+        snprintf(text, sizeof text, "window:%d", 2 * s.sliding_window);
+        CHECK(hr_kv_policy_parse(text, &pol, &err) == HR_OK);
+        hr_status st = hr_kv_policy_check(kv, &pol, &err);
+        CHECKF(i == 0 ? st == HR_OK : st == HR_ERR_INVALID_ARG, "%s %s: status %d (%s)", shapes[i], text, st,
+               st ? err.msg : "");
+        CHECK(hr_kv_policy_parse("h2o:32", &pol, &err) == HR_OK); /* token eviction: never beside a window */
+        CHECK(hr_kv_policy_check(kv, &pol, &err) == HR_ERR_INVALID_ARG);
+        hr_model_ctx_destroy(c);
+        hr_kv_pool_destroy(kv);
+        hr_model_destroy(m);
+        free(mem);
+    }
+    const char *dir = hr_test_tmpdir();
+    char args[8400], *out = NULL;
+    snprintf(args, sizeof args, "synth --shape gemma2-tiny --type f32 -o %s/g2-policy.gguf", dir);
+    CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
+    snprintf(args, sizeof args,
+             "run -m %s/g2-policy.gguf --kv-policy window:32 -p 'the cat sat on the mat' -n 48 --temp 0 --json "
+             "--ignore-eos",
+             dir);
+    CHECKF(hr_test_run_cli(args, &out, NULL) == 0, "%s: %s", args, out ? out : "");
+    json_error_t je;
+    json_t *j = out ? json_loads(out, 0, &je) : NULL;
+    CHECK(j && json_integer_value(json_object_get(j, "completion_tokens")) == 48);
+    json_decref(j);
+    free(out);
+}
+
+/* The per-layer description a KV manager groups layers by. */
+static void check_layer_attn(void) {
+    struct {
+        const char *shape;
+        const char *kinds; /* W: window, F: full */
+        float base_w, base_f;
+    } cases[] = {{"gemma2-tiny", "WFWF", 10000.0f, 10000.0f},
+                 {"gemma3-tiny", "WWWWWF", 10000.0f, 1000000.0f},
+                 {"qwen3-tiny", "FF", 0, 1000000.0f},
+                 {"mistral-tiny", "WW", 10000.0f, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        hr_synth_shape s;
+        hr_model *m = NULL;
+        void *mem = NULL;
+        hr_error err = {0};
+        CHECK(hr_synth_shape_by_name(cases[c].shape, &s, &err) == HR_OK);
+        CHECK(hr_synth_model(&s, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK);
+        if (!m) continue;
+        const hr_hparams *hp = hr_model_hparams(m);
+        const hr_layer_attn *la = hr_model_layer_attn(m);
+        int n_win = 0;
+        CHECK(hp->n_layer == (int)strlen(cases[c].kinds));
+        for (int il = 0; il < hp->n_layer; il++) {
+            bool win = cases[c].kinds[il] == 'W';
+            n_win += win;
+            CHECKF(la[il].kind == (win ? HR_ATTN_WINDOW : HR_ATTN_FULL) &&
+                       la[il].window == (win ? s.sliding_window : 0),
+                   "%s layer %d: kind %d window %d", cases[c].shape, il, la[il].kind, la[il].window);
+            CHECKF(la[il].rope_base == (win ? cases[c].base_w : cases[c].base_f), "%s layer %d: base %g",
+                   cases[c].shape, il, (double)la[il].rope_base);
+        }
+        CHECK(hp->n_window_layers == n_win);
+        /* hparams' sliding_window: every layer's window or none (what the planner reads) */
+        CHECK(hp->sliding_window == (n_win == hp->n_layer ? s.sliding_window : 0));
+        hr_model_destroy(m);
+        free(mem);
+    }
+}
+
+#if HR_FAULT
+/* Fault build: loading each family's model and creating its forward context with the Nth allocation
+ * failing, for every N the clean run makes, ends in a clean error (or success) and leaks nothing
+ * (LeakSanitizer at exit). */
+static void check_alloc_faults(void) {
+    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny"};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        size_t n;
+        void *mem = image(shapes[i], -1, &n);
+        long calls = -1;
+        int failed = 0;
+        for (long nth = 0; nth == 0 || nth <= calls; nth++) {
+            hr_error err = {0};
+            hr_gguf *g = NULL;
+            hr_model *m = NULL;
+            hr_kv_pool *kv = NULL;
+            hr_model_ctx *c = NULL;
+            hr_fault_arm(HR_FAULT_ALLOC, nth);
+            hr_status st = hr_gguf_open_memory(mem, n, &g, &err);
+            if (!st) st = hr_model_load_gguf(g, &m, &err);
+            if (!st) {
+                const hr_hparams *hp = hr_model_hparams(m);
+                hr_kv_config kc = {.n_layers = hp->n_layer,
+                                   .n_kv_heads = hp->n_head_kv,
+                                   .head_dim = hp->head_dim,
+                                   .block_size = 16,
+                                   .k_format = HR_KV_F16,
+                                   .v_format = HR_KV_F16,
+                                   .max_seqs = 1};
+                kc.budget_bytes = hr_kv_block_bytes(&kc) * 4;
+                hr_model_ctx_params mp = {.n_threads = 1, .max_batch_tokens = 4, .max_ctx = 32};
+                st = hr_kv_pool_create(&kc, &kv, &err);
+                if (!st) st = hr_model_ctx_create(m, kv, &mp, &c, &err);
+            }
+            if (nth == 0) calls = hr_fault_calls(HR_FAULT_ALLOC);
+            hr_fault_disarm(HR_FAULT_ALLOC);
+            CHECKF(nth == 0 ? st == HR_OK : (st == HR_OK || err.msg[0]), "%s, allocation %ld: status %d, no message",
+                   shapes[i], nth, st);
+            failed += st != HR_OK;
+            hr_model_ctx_destroy(c);
+            hr_kv_pool_destroy(kv);
+            hr_model_destroy(m);
+        }
+        free(mem);
+        CHECK(calls > 0 && failed > 0);
+        printf("%s: %ld allocations, each failed once: %d clean errors\n", shapes[i], calls, failed);
+    }
+}
+#else
+static void check_alloc_faults(void) {}
+#endif
+
+int main(void) {
+    check_layer_attn();
+    check_llamacpp_ids();
+    check_bad_input();
+    check_cli_runs();
+    check_alloc_faults();
+    check_policy_windows();
+    return hr_test_finish();
+}
