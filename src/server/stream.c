@@ -53,10 +53,23 @@ static const char *tools_finish(hr_srv_job *j, int i, const char *finish) {
         put_event(j, hr_srv_chunk_json(j, i, b->data + j->tool_sent[i], content - j->tool_sent[i], NULL, false, NULL));
     j->tool_sent[i] = b->len;
     if (nc == 0) return finish;
-    json_t *o = hr_srv_chunk_json(j, i, NULL, 0, NULL, false, NULL);
-    json_t *delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
-    json_object_set_new(delta, "tool_calls", hr_srv_tool_calls_json(j, i, calls, j->tools.parallel ? nc : 1, true));
-    put_event(j, o);
+    /* as OpenAI streams a call: its index, id and name with empty arguments, then the arguments */
+    json_t *all = hr_srv_tool_calls_json(j, i, calls, j->tools.parallel ? nc : 1, true);
+    for (size_t k = 0; k < json_array_size(all); k++) {
+        json_t *head = json_deep_copy(json_array_get(all, k));
+        json_t *fn = json_object_get(head, "function");
+        json_t *args = json_incref(json_object_get(fn, "arguments"));
+        json_object_set_new(fn, "arguments", json_string(""));
+        json_t *tail = json_pack("{s:I, s:{s:o}}", "index", (json_int_t)k, "function", "arguments", args);
+        json_t *parts[2] = {head, tail};
+        for (int p = 0; p < 2; p++) {
+            json_t *o = hr_srv_chunk_json(j, i, NULL, 0, NULL, false, NULL);
+            json_t *delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
+            json_object_set_new(delta, "tool_calls", json_pack("[o]", parts[p]));
+            put_event(j, o);
+        }
+    }
+    json_decref(all);
     hr_tools_free_calls(calls, nc);
     return "tool_calls";
 }

@@ -158,8 +158,10 @@ const tsr = await fetch(base + '/v1/chat/completions', { method: 'POST', headers
     parallel_tool_calls: false, max_tokens: 120, temperature: 1, seed: 1, stream: true }) });
 const tev = (await tsr.text()).split('\n\n').filter((x) => x.startsWith('data: {')).map((x) => JSON.parse(x.slice(6)));
 const deltas = tev.flatMap((c) => c.choices[0]?.delta?.tool_calls || []);
-check(deltas.length === 1 && deltas[0].index === 0 && deltas[0].function.name === 'get_weather' &&
-      validArgs('get_weather', JSON.parse(deltas[0].function.arguments)) && tev.at(-1).choices[0].finish_reason === 'tool_calls' &&
+// OpenAI's order: index, id, type and name with empty arguments, then the argument fragments
+check(deltas.length === 2 && deltas.every((d) => d.index === 0) && deltas[0].function.name === 'get_weather' &&
+      /^call_/.test(deltas[0].id) && deltas[0].type === 'function' && deltas[0].function.arguments === '' && !deltas[1].id &&
+      validArgs('get_weather', JSON.parse(deltas.map((d) => d.function.arguments).join(''))) && tev.at(-1).choices[0].finish_reason === 'tool_calls' &&
       tev.every((c) => !c.choices[0]?.delta?.content),
       `streamed tool call: ${JSON.stringify(deltas)} ${JSON.stringify(tev.at(-1))}`);
 const both = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'a' }], tools: [weather], tool_choice: 'required',
