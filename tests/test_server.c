@@ -16,112 +16,11 @@
 
 #include "common/util.h"
 #include "harness.h"
+#include "http_client.h"
 #include "runtime/runtime.h"
 #include "server/server.h"
 
-/* ---- a tiny client ----------------------------------------------------------------------------- */
-
-typedef struct resp {
-    int status;
-    char *head; /* status line and headers */
-    char *body; /* de-chunked */
-    size_t body_len;
-} resp;
-
-static void resp_free(resp *r) {
-    free(r->head);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct timeval tv = {.tv_sec = 30};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static void send_request(int fd, const char *method, const char *path, const char *headers, const char *body,
-                         size_t body_len) {
-    char head[2048];
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%sContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     method, path, headers ? headers : "", body_len);
-    if (write(fd, head, (size_t)n) != n) return;
-    size_t off = 0;
-    while (off < body_len) {
-        ssize_t w = write(fd, body + off, body_len - off);
-        if (w <= 0) return;
-        off += (size_t)w;
-    }
-}
-
-/* Decodes a chunked body in place; returns its length. */
-static size_t dechunk(char *b, size_t n) {
-    size_t in = 0, out = 0;
-    while (in < n) {
-        char *end;
-        unsigned long len = strtoul(b + in, &end, 16);
-        char *crlf = strstr(end, "\r\n");
-        if (!crlf || len == 0) break;
-        in = (size_t)(crlf + 2 - b);
-        if (in + len > n) len = n - in;
-        memmove(b + out, b + in, len);
-        out += len;
-        in += len + 2;
-    }
-    b[out] = '\0';
-    return out;
-}
-
-static void read_response(int fd, resp *r) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (int guard = 0; guard < 100000; guard++) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t got = read(fd, buf + len, cap - len - 1);
-        if (got <= 0) break;
-        len += (size_t)got;
-    }
-    buf[len] = '\0';
-    memset(r, 0, sizeof *r);
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep) {
-        r->head = buf;
-        return;
-    }
-    *sep = '\0';
-    r->head = strdup(buf);
-    sscanf(buf, "HTTP/1.%*d %d", &r->status);
-    size_t blen = len - (size_t)(sep + 4 - buf);
-    r->body = malloc(blen + 1);
-    memcpy(r->body, sep + 4, blen);
-    r->body[blen] = '\0';
-    r->body_len = strcasestr(r->head, "transfer-encoding: chunked") ? dechunk(r->body, blen) : blen;
-    free(buf);
-}
-
-static resp call(int port, const char *method, const char *path, const char *headers, const char *body) {
-    resp r = {0};
-    int fd = dial(port);
-    if (fd < 0) return r;
-    send_request(fd, method, path, headers, body ? body : "", body ? strlen(body) : 0);
-    read_response(fd, &r);
-    close(fd);
-    return r;
-}
-
-static json_t *body_json(const resp *r) { return r->body ? json_loads(r->body, 0, NULL) : NULL; }
-
-static const char *header(const resp *r, const char *name, char *out, size_t cap) {
+static const char *header(const hr_http_resp *r, const char *name, char *out, size_t cap) {
     char key[64];
     snprintf(key, sizeof key, "\r\n%s:", name);
     const char *h = r->head ? strcasestr(r->head, key) : NULL;
@@ -137,8 +36,8 @@ static const char *header(const resp *r, const char *name, char *out, size_t cap
 
 /* Checks an error response: status, OpenAI's shape, and the param it names (NULL: any). */
 static void check_error(int port, const char *path, const char *body, int status, const char *param) {
-    resp r = call(port, "POST", path, NULL, body);
-    json_t *j = body_json(&r);
+    hr_http_resp r = hr_http_call(port, "POST", path, NULL, body);
+    json_t *j = hr_http_json(&r);
     json_t *e = json_object_get(j, "error");
     CHECKF(r.status == status, "%s %.80s: status %d, want %d (%s)", path, body, r.status, status, r.body);
     CHECKF(json_is_string(json_object_get(e, "message")) && json_is_string(json_object_get(e, "type")) &&
@@ -149,19 +48,19 @@ static void check_error(int port, const char *path, const char *body, int status
         CHECKF(p && !strcmp(p, param), "%.80s: param %s, want %s", body, p ? p : "null", param);
     }
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 }
 
 /* ---- helpers over the API ---------------------------------------------------------------------- */
 
 static int pool_blocks_used(int port, int *n_requests) {
-    resp r = call(port, "GET", "/v1/kv", NULL, NULL);
-    json_t *j = body_json(&r);
+    hr_http_resp r = hr_http_call(port, "GET", "/v1/kv", NULL, NULL);
+    json_t *j = hr_http_json(&r);
     int used = (int)json_integer_value(json_object_get(json_object_get(j, "pool"), "blocks_used"));
     if (n_requests) *n_requests = (int)json_array_size(json_object_get(j, "requests"));
     if (r.status != 200) used = -1;
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     return used;
 }
 
@@ -177,13 +76,13 @@ static bool pool_drains(int port) {
 }
 
 static int engine_gauge(int port, const char *name) {
-    resp r = call(port, "GET", "/metrics", NULL, NULL);
+    hr_http_resp r = hr_http_call(port, "GET", "/metrics", NULL, NULL);
     int v = -1;
     char key[128];
     snprintf(key, sizeof key, "\n%s ", name);
     const char *p = r.body ? strstr(r.body, key) : NULL;
     if (p) v = atoi(p + strlen(key));
-    resp_free(&r);
+    hr_http_resp_free(&r);
     return v;
 }
 
@@ -191,8 +90,8 @@ static int engine_gauge(int port, const char *name) {
 static int open_endless_stream(int port) {
     const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":1000000000,\"stream\":true,"
                        "\"kv_policy\":\"window:64\",\"ignore_eos\":true,\"temperature\":1}";
-    int fd = dial(port);
-    send_request(fd, "POST", "/v1/completions", NULL, body, strlen(body));
+    int fd = hr_http_dial(port);
+    hr_http_send(fd, "POST", "/v1/completions", NULL, body, strlen(body));
     char buf[4096];
     size_t len = 0;
     for (int guard = 0; guard < 1000 && len < sizeof buf - 1; guard++) {
@@ -209,21 +108,21 @@ static int open_endless_stream(int port) {
 /* ---- the tests --------------------------------------------------------------------------------- */
 
 static void test_completions(int port, const char *model_name) {
-    resp r = call(port, "GET", "/health", NULL, NULL);
+    hr_http_resp r = hr_http_call(port, "GET", "/health", NULL, NULL);
     CHECKF(r.status == 200 && r.body && strstr(r.body, "\"ok\""), "health: %d %s", r.status, r.body);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 
-    r = call(port, "GET", "/v1/models", NULL, NULL);
-    json_t *j = body_json(&r);
+    r = hr_http_call(port, "GET", "/v1/models", NULL, NULL);
+    json_t *j = hr_http_json(&r);
     const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     CHECKF(r.status == 200 && id && !strcmp(id, model_name), "models: %s", r.body);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 
     const char *req = "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,"
                       "\"unknown_field\":[1,2]}";
-    r = call(port, "POST", "/v1/completions", NULL, req);
-    j = body_json(&r);
+    r = hr_http_call(port, "POST", "/v1/completions", NULL, req);
+    j = hr_http_json(&r);
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
     json_t *u = json_object_get(j, "usage"), *kv = json_object_get(u, "kv");
     const char *text = json_string_value(json_object_get(ch, "text"));
@@ -242,12 +141,12 @@ static void test_completions(int port, const char *model_name) {
                json_object_get(kv, "preempt_swaps") && json_object_get(kv, "prefix_hit_tokens"),
            "usage.kv: %s", r.body);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 
     /* the same request streamed: the same greedy text in SSE chunks, then usage, then [DONE] */
     req = "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
           "\"stream_options\":{\"include_usage\":true}}";
-    r = call(port, "POST", "/v1/completions", NULL, req);
+    r = hr_http_call(port, "POST", "/v1/completions", NULL, req);
     char ctype[128];
     CHECKF(r.status == 200 && header(&r, "content-type", ctype, sizeof ctype) && strstr(ctype, "text/event-stream"),
            "stream: %d %s", r.status, r.head);
@@ -281,22 +180,22 @@ static void test_completions(int port, const char *model_name) {
            shape_ok, n_events, n_usage);
     CHECKF(plain && !strcmp(joined, plain), "streamed text '%s' != plain '%s'", joined, plain ? plain : "");
     free(plain);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 
     /* n = 2 with a seed: two choices */
-    r = call(port, "POST", "/v1/completions", NULL,
+    r = hr_http_call(port, "POST", "/v1/completions", NULL,
              "{\"prompt\":[\"Once\"],\"max_tokens\":5,\"n\":2,\"seed\":7,\"stop\":[\"zzz\"],\"temperature\":0.9}");
-    j = body_json(&r);
+    j = hr_http_json(&r);
     CHECKF(r.status == 200 && json_array_size(json_object_get(j, "choices")) == 2, "n=2: %s", r.body);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 }
 
 static void test_chat(int port) {
     const char *req = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
                       "[{\"type\":\"text\",\"text\":\"Tell a story.\"}]}],\"max_completion_tokens\":8}";
-    resp r = call(port, "POST", "/v1/chat/completions", NULL, req);
-    json_t *j = body_json(&r);
+    hr_http_resp r = hr_http_call(port, "POST", "/v1/chat/completions", NULL, req);
+    json_t *j = hr_http_json(&r);
     json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     CHECKF(r.status == 200 && json_is_string(json_object_get(msg, "content")) &&
                !strcmp(json_string_value(json_object_get(msg, "role")), "assistant") &&
@@ -304,15 +203,15 @@ static void test_chat(int port) {
            "chat: %d %s", r.status, r.body);
     CHECK(json_integer_value(json_object_get(json_object_get(json_object_get(j, "usage"), "kv"), "bytes_peak")) > 0);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 
-    r = call(port, "POST", "/v1/chat/completions", NULL,
+    r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":6,\"stream\":true}");
     const char *first = r.body ? strstr(r.body, "data: ") : NULL;
     CHECKF(r.status == 200 && first && strstr(first, "\"role\":\"assistant\"") &&
                strstr(r.body, "chat.completion.chunk") && strstr(r.body, "data: [DONE]\n\n"),
            "chat stream: %s", r.body);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 }
 
 /* ---- logprobs ---------------------------------------------------------------------------------- */
@@ -421,14 +320,14 @@ static void test_logprobs(int port) {
             else
                 snprintf(req, sizeof req, "{\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"logprobs\":%d,%s%s}", k,
                          greedy, stream ? ",\"stream\":true" : "");
-            resp r = call(port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", NULL, req);
+            hr_http_resp r = hr_http_call(port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", NULL, req);
             CHECKF(r.status == 200, "logprobs %s stream %d: %d %s", chat ? "chat" : "completions", stream, r.status,
                    r.body);
             lp_pos *pos = stream ? streamed : plain;
             int *np = stream ? &n_streamed : &n_plain;
             char *t = stream ? s_text : text, *jn = stream ? s_joined : joined;
             if (!stream) {
-                json_t *j = body_json(&r);
+                json_t *j = hr_http_json(&r);
                 json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
                 json_t *l = json_object_get(c0, "logprobs");
                 const char *content =
@@ -465,7 +364,7 @@ static void test_logprobs(int port) {
                     json_decref(ev);
                 }
             }
-            resp_free(&r);
+            hr_http_resp_free(&r);
         }
         const char *what = chat ? "chat" : "completions";
         CHECKF(n_plain > 0 && !strcmp(joined, text), "%s: tokens '%s' spell the text '%s'", what, joined, text);
@@ -476,31 +375,31 @@ static void test_logprobs(int port) {
     }
 
     /* without logprobs: null; logprobs true alone: empty top lists; completions 0: empty alternatives */
-    resp r = call(port, "POST", "/v1/chat/completions", NULL,
+    hr_http_resp r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3}");
-    json_t *j = body_json(&r);
+    json_t *j = hr_http_json(&r);
     CHECKF(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs")),
            "no logprobs: null: %s", r.body);
     json_decref(j);
-    resp_free(&r);
-    r = call(port, "POST", "/v1/chat/completions", NULL,
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,\"logprobs\":true}");
-    j = body_json(&r);
+    j = hr_http_json(&r);
     json_t *e0 = json_array_get(
         json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs"), "content"), 0);
     CHECKF(e0 && json_array_size(json_object_get(e0, "top_logprobs")) == 0 &&
                json_is_array(json_object_get(e0, "top_logprobs")),
            "logprobs alone: %s", r.body);
     json_decref(j);
-    resp_free(&r);
-    r = call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3,\"logprobs\":0}");
-    j = body_json(&r);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3,\"logprobs\":0}");
+    j = hr_http_json(&r);
     json_t *l = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
     CHECKF(json_array_size(json_object_get(l, "token_logprobs")) > 0 &&
                json_object_size(json_array_get(json_object_get(l, "top_logprobs"), 0)) == 0,
            "completions logprobs 0: %s", r.body);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 
     const char *chat_pre = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],";
     const struct {
@@ -526,26 +425,26 @@ static void test_logprobs(int port) {
 }
 
 static void test_tokenize_kv_metrics(int port) {
-    resp r = call(port, "POST", "/tokenize", NULL, "{\"content\":\"Once upon a time\"}");
-    json_t *j = body_json(&r);
+    hr_http_resp r = hr_http_call(port, "POST", "/tokenize", NULL, "{\"content\":\"Once upon a time\"}");
+    json_t *j = hr_http_json(&r);
     json_t *toks = json_object_get(j, "tokens");
     CHECKF(r.status == 200 && json_array_size(toks) > 0, "tokenize: %s", r.body);
     json_t *back = json_pack("{s:O}", "tokens", toks);
     char *dump = json_dumps(back, JSON_COMPACT);
     json_decref(back);
     json_decref(j);
-    resp_free(&r);
-    r = call(port, "POST", "/detokenize", NULL, dump);
-    j = body_json(&r);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "POST", "/detokenize", NULL, dump);
+    j = hr_http_json(&r);
     const char *content = json_string_value(json_object_get(j, "content"));
     CHECKF(r.status == 200 && content && strstr(content, "upon a time"), "detokenize: %s", r.body);
     free(dump);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     check_error(port, "/detokenize", "{\"tokens\":[-1]}", 400, "tokens");
 
-    r = call(port, "GET", "/v1/kv", NULL, NULL);
-    j = body_json(&r);
+    r = hr_http_call(port, "GET", "/v1/kv", NULL, NULL);
+    j = hr_http_json(&r);
     json_t *pool = json_object_get(j, "pool");
     CHECKF(r.status == 200 && json_integer_value(json_object_get(pool, "blocks_total")) > 0 &&
                json_integer_value(json_object_get(pool, "budget_bytes")) > 0 &&
@@ -553,9 +452,9 @@ static void test_tokenize_kv_metrics(int port) {
                json_is_array(json_object_get(j, "requests")),
            "/v1/kv: %s", r.body);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 
-    r = call(port, "GET", "/metrics", NULL, NULL);
+    r = hr_http_call(port, "GET", "/metrics", NULL, NULL);
     const char *names[] = {"headroom_kv_pool_bytes{state=\"used\"}",
                            "headroom_kv_pool_bytes{state=\"free\"}",
                            "headroom_kv_headroom_bytes",
@@ -579,7 +478,7 @@ static void test_tokenize_kv_metrics(int port) {
     CHECKF(r.status == 200, "metrics: %d", r.status);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECKF(r.body && strstr(r.body, names[i]), "/metrics lacks %s", names[i]);
-    resp_free(&r);
+    hr_http_resp_free(&r);
 }
 
 static void test_errors(int port, int n_ctx) {
@@ -606,31 +505,31 @@ static void test_errors(int port, int n_ctx) {
     size_t off = (size_t)snprintf(big, cap, "{\"prompt\":\"");
     for (int i = 0; i < n_ctx * 2 && off + 16 < cap; i++) off += (size_t)snprintf(big + off, cap - off, "time ");
     snprintf(big + off, cap - off, "\"}");
-    resp r = call(port, "POST", "/v1/completions", NULL, big);
+    hr_http_resp r = hr_http_call(port, "POST", "/v1/completions", NULL, big);
     char ctx_text[32];
     snprintf(ctx_text, sizeof ctx_text, "%d", n_ctx);
     CHECKF(r.status == 400 && r.body && strstr(r.body, "context_length_exceeded") && strstr(r.body, ctx_text),
            "long prompt: %d %s", r.status, r.body);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     free(big);
     /* 404, 405 */
-    r = call(port, "GET", "/v2/nothing", NULL, NULL);
+    r = hr_http_call(port, "GET", "/v2/nothing", NULL, NULL);
     CHECKF(r.status == 404 && r.body && strstr(r.body, "\"error\""), "404: %d", r.status);
-    resp_free(&r);
-    r = call(port, "GET", "/v1/completions", NULL, NULL);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "GET", "/v1/completions", NULL, NULL);
     char allow[32];
     CHECKF(r.status == 405 && header(&r, "allow", allow, sizeof allow) && !strcmp(allow, "POST"), "405: %d %s",
            r.status, r.head);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     /* 413: the test server's body limit is 64 KiB */
     size_t n = 70000;
     char *huge = malloc(n + 1);
     memset(huge, ' ', n);
     huge[n] = '\0';
     huge[0] = '{', huge[n - 1] = '}';
-    r = call(port, "POST", "/v1/completions", NULL, huge);
+    r = hr_http_call(port, "POST", "/v1/completions", NULL, huge);
     CHECKF(r.status == 413, "413: %d", r.status);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     free(huge);
 }
 
@@ -645,8 +544,8 @@ static void test_disconnect(int port) {
     /* the same for a non-streaming request (the server watches the socket while it waits) */
     const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":1000000000,\"kv_policy\":\"window:64\","
                        "\"ignore_eos\":true}";
-    fd = dial(port);
-    send_request(fd, "POST", "/v1/completions", NULL, body, strlen(body));
+    fd = hr_http_dial(port);
+    hr_http_send(fd, "POST", "/v1/completions", NULL, body, strlen(body));
     bool running = false;
     for (int i = 0; i < 3000 && !running; i++) { /* bounded: 60 s (a loaded sanitizer build is slow) */
         running = pool_blocks_used(port, NULL) > 0;
@@ -664,8 +563,8 @@ static void test_queue_and_shutdown(hr_server *srv, hr_runtime *rt) {
     int port = hr_server_port(srv);
     int a = open_endless_stream(port);
     const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":8}";
-    int b = dial(port);
-    send_request(b, "POST", "/v1/completions", NULL, body, strlen(body));
+    int b = hr_http_dial(port);
+    hr_http_send(b, "POST", "/v1/completions", NULL, body, strlen(body));
     bool queued = false;
     for (int i = 0; i < 3000 && !queued; i++) { /* bounded: 60 s */
         queued = engine_gauge(port, "headroom_requests_waiting") == 1;
@@ -673,13 +572,13 @@ static void test_queue_and_shutdown(hr_server *srv, hr_runtime *rt) {
         if (!queued) nanosleep(&ts, NULL);
     }
     CHECKF(queued, "the second request waits");
-    resp r = call(port, "POST", "/v1/completions", NULL, body);
+    hr_http_resp r = hr_http_call(port, "POST", "/v1/completions", NULL, body);
     char ra[32];
-    json_t *j = body_json(&r);
+    json_t *j = hr_http_json(&r);
     CHECKF(r.status == 429 && header(&r, "retry-after", ra, sizeof ra) && atoi(ra) >= 1 && json_object_get(j, "error"),
            "429: %d %s", r.status, r.head);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     CHECK(engine_gauge(port, "headroom_requests_refused_total{reason=\"queue_full\"}") == 1);
 
     double t0 = hr_time_now();
@@ -689,7 +588,7 @@ static void test_queue_and_shutdown(hr_server *srv, hr_runtime *rt) {
     CHECKF(dt < 30, "shutdown took %.2f s", dt);
     CHECK(hr_server_n_inflight(srv) == 0);
     /* the listening socket is closed */
-    int fd = dial(port);
+    int fd = hr_http_dial(port);
     CHECK(fd < 0);
     if (fd >= 0) close(fd);
     hr_runtime_pool p = {0};
@@ -713,24 +612,24 @@ static void test_auth(hr_runtime *rt) {
     CHECKF(hr_server_create(rt, &sp, &srv, &err) == HR_OK, "server with a key: %s", err.msg);
     if (!srv) return;
     int port = hr_server_port(srv);
-    resp r = call(port, "GET", "/v1/models", NULL, NULL);
+    hr_http_resp r = hr_http_call(port, "GET", "/v1/models", NULL, NULL);
     char www[64];
     CHECKF(r.status == 401 && r.body && strstr(r.body, "invalid_api_key") &&
                header(&r, "www-authenticate", www, sizeof www),
            "no key: %d", r.status);
-    resp_free(&r);
-    r = call(port, "GET", "/v1/models", "Authorization: Bearer s3creT\r\n", NULL);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "GET", "/v1/models", "Authorization: Bearer s3creT\r\n", NULL);
     CHECKF(r.status == 401, "wrong key: %d", r.status);
-    resp_free(&r);
-    r = call(port, "GET", "/v1/models", "Authorization: Bearer s3cret\r\n", NULL);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "GET", "/v1/models", "Authorization: Bearer s3cret\r\n", NULL);
     CHECKF(r.status == 200, "right key: %d", r.status);
-    resp_free(&r);
-    r = call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hi\"}");
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hi\"}");
     CHECKF(r.status == 401, "completions without a key: %d", r.status);
-    resp_free(&r);
-    r = call(port, "GET", "/health", NULL, NULL);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "GET", "/health", NULL, NULL);
     CHECKF(r.status == 200, "health needs no key: %d", r.status);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     hr_server_destroy(srv);
 }
 
@@ -743,19 +642,19 @@ static void test_loading(hr_runtime *rt) {
     CHECKF(hr_server_create(NULL, &sp, &srv, &err) == HR_OK, "server without a runtime: %s", err.msg);
     if (!srv) return;
     int port = hr_server_port(srv);
-    resp r = call(port, "GET", "/health", NULL, NULL);
+    hr_http_resp r = hr_http_call(port, "GET", "/health", NULL, NULL);
     CHECKF(r.status == 503 && r.body && strstr(r.body, "loading"), "health while loading: %d %s", r.status, r.body);
-    resp_free(&r);
-    r = call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hi\"}");
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hi\"}");
     CHECKF(r.status == 503 && r.body && strstr(r.body, "\"error\""), "completions while loading: %d", r.status);
-    resp_free(&r);
-    r = call(port, "GET", "/metrics", NULL, NULL);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "GET", "/metrics", NULL, NULL);
     CHECKF(r.status == 200 && r.body && strstr(r.body, "headroom_up 0"), "metrics while loading: %d", r.status);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     hr_server_set_runtime(srv, rt);
-    r = call(port, "GET", "/health", NULL, NULL);
+    r = hr_http_call(port, "GET", "/health", NULL, NULL);
     CHECKF(r.status == 200, "health once loaded: %d", r.status);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     hr_server_destroy(srv);
 }
 

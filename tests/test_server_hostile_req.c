@@ -23,110 +23,10 @@
 
 #include "common/util.h"
 #include "harness.h"
+#include "http_client.h"
 #include "runtime/runtime.h"
 #include "server/server.h"
 
-/* ---- a tiny client ----------------------------------------------------------------------------- */
-
-typedef struct resp {
-    int status;
-    char *head; /* status line and headers */
-    char *body; /* de-chunked */
-    size_t body_len;
-} resp;
-
-static void resp_free(resp *r) {
-    free(r->head);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct timeval tv = {.tv_sec = 30};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static void send_request(int fd, const char *method, const char *path, const char *headers, const char *body,
-                         size_t body_len) {
-    char head[2048];
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%sContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     method, path, headers ? headers : "", body_len);
-    if (write(fd, head, (size_t)n) != n) return;
-    size_t off = 0;
-    while (off < body_len) {
-        ssize_t w = write(fd, body + off, body_len - off);
-        if (w <= 0) return;
-        off += (size_t)w;
-    }
-}
-
-/* Decodes a chunked body in place; returns its length. */
-static size_t dechunk(char *b, size_t n) {
-    size_t in = 0, out = 0;
-    while (in < n) {
-        char *end;
-        unsigned long len = strtoul(b + in, &end, 16);
-        char *crlf = strstr(end, "\r\n");
-        if (!crlf || len == 0) break;
-        in = (size_t)(crlf + 2 - b);
-        if (in + len > n) len = n - in;
-        memmove(b + out, b + in, len);
-        out += len;
-        in += len + 2;
-    }
-    b[out] = '\0';
-    return out;
-}
-
-static void read_response(int fd, resp *r) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (int guard = 0; guard < 100000; guard++) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t got = read(fd, buf + len, cap - len - 1);
-        if (got <= 0) break;
-        len += (size_t)got;
-    }
-    buf[len] = '\0';
-    memset(r, 0, sizeof *r);
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep) {
-        r->head = buf;
-        return;
-    }
-    *sep = '\0';
-    r->head = strdup(buf);
-    sscanf(buf, "HTTP/1.%*d %d", &r->status);
-    size_t blen = len - (size_t)(sep + 4 - buf);
-    r->body = malloc(blen + 1);
-    memcpy(r->body, sep + 4, blen);
-    r->body[blen] = '\0';
-    r->body_len = strcasestr(r->head, "transfer-encoding: chunked") ? dechunk(r->body, blen) : blen;
-    free(buf);
-}
-
-static resp call(int port, const char *method, const char *path, const char *headers, const char *body) {
-    resp r = {0};
-    int fd = dial(port);
-    if (fd < 0) return r;
-    send_request(fd, method, path, headers, body ? body : "", body ? strlen(body) : 0);
-    read_response(fd, &r);
-    close(fd);
-    return r;
-}
-
-static json_t *body_json(const resp *r) { return r->body ? json_loads(r->body, 0, NULL) : NULL; }
 
 /* Under a sanitizer the process's RSS is mostly shadow memory and quarantine (as in test_plan_rss.c):
  * the RSS bound is checked in the plain build, the 413s everywhere. */
@@ -152,15 +52,15 @@ typedef struct hostile_arg {
 
 static void *hostile_client(void *p) {
     hostile_arg *a = p;
-    int fd = dial(a->port);
+    int fd = hr_http_dial(a->port);
     if (fd < 0) return NULL;
-    send_request(fd, "POST", "/v1/completions", NULL, a->body, strlen(a->body));
-    resp r;
-    read_response(fd, &r);
+    hr_http_send(fd, "POST", "/v1/completions", NULL, a->body, strlen(a->body));
+    hr_http_resp r;
+    hr_http_read(fd, &r);
     close(fd);
     a->status = r.status;
     a->names_limit = r.body && strstr(r.body, "parse_memory_exceeded") && strstr(r.body, "JSON parse limit");
-    resp_free(&r);
+    hr_http_resp_free(&r);
     return NULL;
 }
 
@@ -171,11 +71,11 @@ typedef struct normal_arg {
 static void *normal_client(void *p) {
     normal_arg *a = p;
     for (int i = 0; i < 4; i++) {
-        resp r = call(a->port, "POST", "/v1/completions", NULL,
+        hr_http_resp r = hr_http_call(a->port, "POST", "/v1/completions", NULL,
                       "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}");
         a->tried++;
         a->ok += r.status == 200 && r.body && strstr(r.body, "\"choices\"");
-        resp_free(&r);
+        hr_http_resp_free(&r);
     }
     return NULL;
 }
@@ -229,17 +129,17 @@ static void test_amplification(hr_runtime *rt, const hr_server_params *base) {
     size_t k = (size_t)sprintf(big, "{\"prompt\":\"");
     while (k < (3u << 20) - 64) big[k++] = 'a';
     sprintf(big + k, "\",\"max_tokens\":1,\"temperature\":0}");
-    resp r = call(port, "POST", "/tokenize", NULL, "{\"content\":\"hi\"}");
+    hr_http_resp r = hr_http_call(port, "POST", "/tokenize", NULL, "{\"content\":\"hi\"}");
     CHECKF(r.status == 200, "tokenize after: %d", r.status);
-    resp_free(&r);
-    int fd = dial(port);
-    send_request(fd, "POST", "/v1/completions", NULL, big, strlen(big));
-    read_response(fd, &r);
+    hr_http_resp_free(&r);
+    int fd = hr_http_dial(port);
+    hr_http_send(fd, "POST", "/v1/completions", NULL, big, strlen(big));
+    hr_http_read(fd, &r);
     close(fd);
     /* parsed: refused for its length in tokens (context), not for memory */
     CHECKF(r.status == 400 && r.body && strstr(r.body, "context_length_exceeded"), "3 MiB prompt: %d %.200s", r.status,
            r.body ? r.body : "");
-    resp_free(&r);
+    hr_http_resp_free(&r);
     free(big);
     free(body);
     hr_server_destroy(srv);
@@ -254,15 +154,15 @@ static int hits(int port, const char *key, const char *salt) {
              "{\"prompt\":\"Once upon a time there was a little girl named Lily. She liked to play outside in the "
              "park with her big red ball and her little dog Max every day\",\"max_tokens\":1,\"temperature\":0%s%s%s}",
              salt ? ",\"cache_salt\":\"" : "", salt ? salt : "", salt ? "\"" : "");
-    resp r = call(port, "POST", "/v1/completions", headers, body);
-    json_t *j = body_json(&r);
+    hr_http_resp r = hr_http_call(port, "POST", "/v1/completions", headers, body);
+    json_t *j = hr_http_json(&r);
     json_t *kv = json_object_get(json_object_get(j, "usage"), "kv");
     int h = r.status == 200 && json_is_integer(json_object_get(kv, "prefix_hit_tokens"))
                 ? (int)json_integer_value(json_object_get(kv, "prefix_hit_tokens"))
                 : -1;
     CHECKF(h >= 0, "completion under key %s: %d %s", key, r.status, r.body);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     return h;
 }
 
@@ -274,12 +174,12 @@ static void test_scopes(hr_runtime *rt, const hr_server_params *base) {
     CHECKF(hr_server_create(rt, &sp, &srv, &err) == HR_OK, "server: %s", err.msg);
     if (!srv) return;
     int port = hr_server_port(srv);
-    resp r = call(port, "GET", "/v1/models", "Authorization: Bearer key-b\r\n", NULL);
+    hr_http_resp r = hr_http_call(port, "GET", "/v1/models", "Authorization: Bearer key-b\r\n", NULL);
     CHECKF(r.status == 200, "second key accepted: %d", r.status);
-    resp_free(&r);
-    r = call(port, "GET", "/v1/models", "Authorization: Bearer key-a, key-b\r\n", NULL);
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "GET", "/v1/models", "Authorization: Bearer key-a, key-b\r\n", NULL);
     CHECKF(r.status == 401, "the list itself is no key: %d", r.status);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     int a1 = hits(port, "key-a", NULL), a2 = hits(port, "key-a", NULL);
     int b1 = hits(port, "key-b", NULL), b2 = hits(port, "key-b", NULL);
     printf("scopes by key: a %d then %d, b %d then %d\n", a1, a2, b1, b2);
@@ -318,14 +218,14 @@ static void test_events(hr_runtime *rt, const hr_server_params *base) {
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":\"hunter2SECRET\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *path = strstr(bad[i], "messages") ? "/v1/chat/completions" : "/v1/completions";
-        resp r = call(port, "POST", path, NULL, bad[i]);
+        hr_http_resp r = hr_http_call(port, "POST", path, NULL, bad[i]);
         CHECKF(r.status == 400, "bad body %zu: %d %s", i, r.status, r.body);
         if (i < 2) /* the client learns where, never an echo */
             CHECKF(r.body && strstr(r.body, "line 1 column") && !strstr(r.body, "hunter2"), "%s", r.body);
-        resp_free(&r);
+        hr_http_resp_free(&r);
     }
-    resp r = call(port, "GET", "/v1/kv", NULL, NULL);
-    json_t *j = body_json(&r);
+    hr_http_resp r = hr_http_call(port, "GET", "/v1/kv", NULL, NULL);
+    json_t *j = hr_http_json(&r);
     json_t *ev = json_object_get(j, "events");
     int refusals = 0;
     for (size_t i = 0; i < json_array_size(ev); i++) {
@@ -336,7 +236,7 @@ static void test_events(hr_runtime *rt, const hr_server_params *base) {
     CHECKF(r.body && !strstr(r.body, "hunter2"), "/v1/kv leaks body text: %s", r.body ? r.body : "");
     CHECKF(r.body && strstr(r.body, "'max_tokens'"), "field names stay in events: %s", r.body ? r.body : "");
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     hr_server_destroy(srv);
 }
 
@@ -355,8 +255,8 @@ static void test_max_tokens(hr_runtime *rt, const hr_server_params *base) {
         "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],\"max_tokens\":1073741824,\"kv_policy\":"
         "\"window:64\",\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":20}"};
     for (int i = 0; i < 2; i++) {
-        resp r = call(port, "POST", i ? "/v1/chat/completions" : "/v1/completions", NULL, bodies[i]);
-        json_t *j = body_json(&r);
+        hr_http_resp r = hr_http_call(port, "POST", i ? "/v1/chat/completions" : "/v1/completions", NULL, bodies[i]);
+        json_t *j = hr_http_json(&r);
         json_t *u = json_object_get(j, "usage");
         long long prompt = json_integer_value(json_object_get(u, "prompt_tokens"));
         long long done = json_integer_value(json_object_get(u, "completion_tokens"));
@@ -367,7 +267,7 @@ static void test_max_tokens(hr_runtime *rt, const hr_server_params *base) {
         CHECKF(prompt + done / (i ? 1 : 2) == 4LL * n_ctx, "window run %d: %lld prompt + %lld output, want 4 x %d", i,
                prompt, done, n_ctx);
         json_decref(j);
-        resp_free(&r);
+        hr_http_resp_free(&r);
     }
     hr_server_destroy(srv);
     sp.max_tokens_limit = 100;
@@ -375,20 +275,20 @@ static void test_max_tokens(hr_runtime *rt, const hr_server_params *base) {
     CHECKF(hr_server_create(rt, &sp, &srv, &err) == HR_OK, "server: %s", err.msg);
     if (!srv) return;
     port = hr_server_port(srv);
-    resp r = call(port, "POST", "/v1/completions", NULL,
+    hr_http_resp r = hr_http_call(port, "POST", "/v1/completions", NULL,
                   "{\"prompt\":\"Once\",\"max_tokens\":101,\"kv_policy\":\"window:64\"}");
     CHECKF(r.status == 400 && r.body && strstr(r.body, "\"param\":\"max_tokens\"") && strstr(r.body, "100"),
            "over --max-tokens-limit under a window: %d %s", r.status, r.body);
-    resp_free(&r);
-    r = call(port, "POST", "/v1/chat/completions", NULL,
+    hr_http_resp_free(&r);
+    r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],\"kv_policy\":\"window:64\","
              "\"ignore_eos\":true}");
-    json_t *j = body_json(&r);
+    json_t *j = hr_http_json(&r);
     CHECKF(r.status == 200 &&
                json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")) == 100,
            "window without max_tokens stops at the limit: %d %s", r.status, r.body);
     json_decref(j);
-    resp_free(&r);
+    hr_http_resp_free(&r);
     hr_server_destroy(srv);
 }
 
