@@ -222,8 +222,8 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
     rig r = rig_open(shape, type, fmt, 2, 32);
     const hr_hparams *hp = hr_model_hparams(r.m);
     int V = hp->n_vocab;
-    if (g_mix == HR_SYNTH_PURE && (type == HR_DTYPE_Q4_0 || type == HR_DTYPE_Q8_0 || type == HR_DTYPE_Q4_K)) {
-        /* all but the embedding */
+    if (g_mix != HR_SYNTH_PURE || type == HR_DTYPE_Q4_0 || type == HR_DTYPE_Q8_0 || type == HR_DTYPE_Q4_K) {
+        /* all but the embedding (every type of the mixes has an x16 layout) */
         const int packed = hr_model_packed_tensors(r.m, NULL);
         CHECKF(packed == 7 * hp->n_layer + !hp->tied_output, "%d matrices repacked, expected %d", packed,
                7 * hp->n_layer + !hp->tied_output);
