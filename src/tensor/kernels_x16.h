@@ -41,9 +41,15 @@ static inline int32_t load_i32(const void *p) {
  * loads: q4_K 16-stream decode 269 vs 190 tok/s with it (TinyLlama shape, 2 threads); the prompt
  * rates, whose later passes find the rows in L2, did not drop (docs/BENCHMARKS.md, run C). */
 #define HR_X16_PF 4096
-static inline __attribute__((always_inline)) void prefetch_block(const void *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + HR_X16_PF + o, _MM_HINT_T0);
+static inline __attribute__((always_inline)) void prefetch_block_at(const void *p, size_t bytes, size_t ahead) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
 }
+static inline __attribute__((always_inline)) void prefetch_block(const void *p, size_t bytes) {
+    prefetch_block_at(p, bytes, HR_X16_PF);
+}
+#ifndef HR_X16_PF_K56
+#define HR_X16_PF_K56 8192
+#endif
 
 /* q4_Kx16 and q5_Kx16 share d, dmin and scales at the same offsets (the q5 block has its qh between
  * scales and qs), so one program serves both: kb is super-block b of a group of either, read through
@@ -59,6 +65,12 @@ static inline __attribute__((always_inline)) const uint8_t *kqs(const hr_block_q
 }
 static inline __attribute__((always_inline)) const uint8_t *kqh(const hr_block_q4_Kx16 *g) {
     return ((const hr_block_q5_Kx16 *)(const void *)g)->qh;
+}
+
+/* The prefetch of q6_Kx16, a quarter of the super-block (840 bytes) HR_X16_PF_K56 ahead per segment
+ * rather than all 53 lines at once. */
+static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_Kx16 *g, int seg) {
+    prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
 }
 
 #if HR_X16_512
@@ -189,7 +201,7 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16));
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m512i sclo, schi;
         k_scales(g, &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
@@ -239,7 +251,7 @@ static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16));
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m512i sclo, schi;
         k_scales(g, &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
@@ -291,8 +303,8 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
  * the super-block, 4 bytes of each row in chunk v (0..7: elements 4 v .. 4 v + 3 of the quarter's
  * 32): the nibble of ql (the high one for q >= 2) and bits 2 q of qh moved to bits 4-5. */
 static inline __attribute__((always_inline)) __m512i k6_u(const hr_block_q6_Kx16 *g, int h, int q, int v) {
-    const __m512i ql = _mm512_loadu_si512((const void *)(g->ql + 64 * (16 * h + 8 * (q & 1) + v)));
-    const __m512i qh = _mm512_loadu_si512((const void *)(g->qh + 64 * (8 * h + v)));
+    const __m512i ql = _mm512_loadu_si512((const void *)(g->q + hr_q6x16_ql_at(16 * h + 8 * (q & 1) + v)));
+    const __m512i qh = _mm512_loadu_si512((const void *)(g->q + hr_q6x16_qh_at(8 * h + v)));
     const __m512i lo = _mm512_and_si512(q >= 2 ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0F));
     const __m512i hs = q == 0   ? _mm512_slli_epi16(qh, 4)
                        : q == 1 ? _mm512_slli_epi16(qh, 2)
@@ -327,9 +339,9 @@ static inline __attribute__((always_inline)) __m512i k6_corr(const __m512i p[8],
     return _mm512_slli_epi32(c, 5);
 }
 
-/* q6_Kx16, 8 tokens at most per pass (8 value registers, 8 integer sums, 8 accumulators): per
- * quarter of 32 values the rows' values once for the tokens, per token and sub-block 4 vpdpbusd and
- * one vpmulld by the scales; per super-block the -32 term by vpmaddwd and one FMA. */
+/* q6_Kx16, 8 tokens at most per pass (8 integer sums, 8 accumulators): per sub-block the rows'
+ * values once for the tokens (4 registers), per token 4 vpdpbusd and one vpmulld by the scale; per
+ * super-block the -32 term by vpmaddwd and one FMA. */
 static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, int64_t nb, const char *gp, const char *a,
                                                                  size_t as, float *y, size_t ys) {
     const hr_block_q6_Kx16 *g = (const void *)gp;
@@ -337,31 +349,31 @@ static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, in
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
         __m512i isum[8];
 #pragma GCC unroll 8
         for (int t = 0; t < C; t++) isum[t] = _mm512_setzero_si512();
-#pragma GCC unroll 2
+        /* segment after segment (h, e), in memory order; in each the 4 quarters' sub-blocks 8 h + 2 q + e */
         for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++)
 #pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                __m512i u[8];
-#pragma GCC unroll 8
-                for (int v = 0; v < 8; v++) u[v] = k6_u(&g[b], h, q, v);
-                const __m512i sc0 = k6_sc(&g[b], 8 * h + 2 * q), sc1 = k6_sc(&g[b], 8 * h + 2 * q + 1);
-#pragma GCC unroll 8
-                for (int t = 0; t < C; t++) {
-                    const int8_t *yq = ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h + 32 * q;
-                    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+                for (int q = 0; q < 4; q++) {
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
+                    __m512i u[4];
 #pragma GCC unroll 4
-                    for (int v = 0; v < 4; v++) {
-                        s0 = _mm512_dpbusd_epi32(s0, u[v], _mm512_set1_epi32(load_i32(yq + 4 * v)));
-                        s1 = _mm512_dpbusd_epi32(s1, u[4 + v], _mm512_set1_epi32(load_i32(yq + 16 + 4 * v)));
+                    for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], h, q, 4 * e + v);
+                    const __m512i sc = k6_sc(&g[b], 8 * h + 2 * q + e);
+#pragma GCC unroll 8
+                    for (int t = 0; t < C; t++) {
+                        const int8_t *yq =
+                            ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h + 32 * q + 16 * e;
+                        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], _mm512_set1_epi32(load_i32(yq)));
+#pragma GCC unroll 4
+                        for (int v = 1; v < 4; v++)
+                            s = _mm512_dpbusd_epi32(s, u[v], _mm512_set1_epi32(load_i32(yq + 4 * v)));
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
                     }
-                    isum[t] = _mm512_add_epi32(
-                        isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1)));
                 }
-            }
         __m512i p[8];
         k6_pairs(&g[b], p);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
@@ -541,7 +553,7 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16));
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m256i sclo, schi;
         k_scales(g, half, &sclo, &schi);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));
@@ -580,8 +592,9 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
 /* q6_Kx16 with AVX2, 8 rows a half: the values of quarter q of half h, chunk v (as the AVX-512
  * k6_u), */
 static inline __attribute__((always_inline)) __m256i k6_u(const hr_block_q6_Kx16 *g, int half, int h, int q, int v) {
-    const __m256i ql = _mm256_loadu_si256((const __m256i *)(g->ql + 64 * (16 * h + 8 * (q & 1) + v) + 32 * half));
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g->qh + 64 * (8 * h + v) + 32 * half));
+    const __m256i ql =
+        _mm256_loadu_si256((const __m256i *)(g->q + hr_q6x16_ql_at(16 * h + 8 * (q & 1) + v) + 32 * half));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g->q + hr_q6x16_qh_at(8 * h + v) + 32 * half));
     const __m256i lo = _mm256_and_si256(q >= 2 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
     const __m256i hs = q == 0   ? _mm256_slli_epi16(qh, 4)
                        : q == 1 ? _mm256_slli_epi16(qh, 2)
@@ -638,15 +651,15 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
         __m256i isum[HR_X16_TC];
 #pragma GCC unroll 4
         for (int t = 0; t < C; t++) isum[t] = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
+        for (int h = 0; h < 2; h++) /* in memory order, as the AVX-512 tile */
 #pragma GCC unroll 2
-                for (int e = 0; e < 2; e++) {
+            for (int e = 0; e < 2; e++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
                     __m256i u[4];
 #pragma GCC unroll 4
                     for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], half, h, q, 4 * e + v);
@@ -679,13 +692,13 @@ static inline void one_tok_q6k(int64_t nb, const char *gp, const char *a, float 
     const hr_block_q8_K *yb = (const void *)a;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
         __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
+        for (int h = 0; h < 2; h++) /* in memory order */
 #pragma GCC unroll 2
-                for (int e = 0; e < 2; e++) {
+            for (int e = 0; e < 2; e++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
                     const int8_t *yq = yb[b].qs + 128 * h + 32 * q + 16 * e;
 #pragma GCC unroll 2
                     for (int hf = 0; hf < 2; hf++) {
@@ -750,7 +763,7 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16));
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m256i sclo[2], schi[2];
         __m256 dw[2];
         for (int h = 0; h < 2; h++) {

@@ -70,8 +70,8 @@ static void move_q6_K(void *plain, void *x, int r, bool pack) {
     hr_block_q6_Kx16 *g = x;
     scale(&p->d, &g->d[r], pack);
     for (int c = 0; c < 4; c++) lane4(&p->scales[4 * c], &g->scales[64 * c + 4 * r], pack);
-    for (int v = 0; v < 32; v++) lane4(&p->ql[4 * v], &g->ql[64 * v + 4 * r], pack);
-    for (int v = 0; v < 16; v++) lane4(&p->qh[4 * v], &g->qh[64 * v + 4 * r], pack);
+    for (int v = 0; v < 32; v++) lane4(&p->ql[4 * v], &g->q[hr_q6x16_ql_at(v) + 4 * r], pack);
+    for (int v = 0; v < 16; v++) lane4(&p->qh[4 * v], &g->q[hr_q6x16_qh_at(v) + 4 * r], pack);
 }
 
 typedef struct x16_kind {
@@ -275,8 +275,8 @@ static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
                     int32_t s = 0;
                     for (int l = 16 * half16; l < 16 * half16 + 16; l++) {
                         const int lb = 64 * h + 32 * (q & 1) + l, hb = 32 * h + l; /* bytes of the plain row */
-                        const int lo = (g[b].ql[64 * (lb / 4) + 4 * r + lb % 4] >> (4 * (q >> 1))) & 15;
-                        const int hi = (g[b].qh[64 * (hb / 4) + 4 * r + hb % 4] >> (2 * q)) & 3;
+                        const int lo = (g[b].q[hr_q6x16_ql_at(lb / 4) + 4 * r + lb % 4] >> (4 * (q >> 1))) & 15;
+                        const int hi = (g[b].q[hr_q6x16_qh_at(hb / 4) + 4 * r + hb % 4] >> (2 * q)) & 3;
                         s += ((lo | hi << 4) - 32) * a[b].qs[128 * h + 32 * q + l];
                     }
                     isum += g[b].scales[64 * (sb / 4) + 4 * r + sb % 4] * s;
