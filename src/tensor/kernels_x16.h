@@ -775,23 +775,23 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
             const int j = sb >> 1, odd = sb & 1;
             const int8_t *yq = yb[b].qs + 32 * sb;
             /* int16 sums of 8 chunks (q4_K) or 4 (q5_K: k_qdot's bound), then into int32 */
-            const int per = q5 ? 4 : 8;
             __m256i s32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 2
-            for (int part = 0; part < 8 / per; part++) {
-                __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
-                for (int v = per * part; v < per * part + per; v++) {
-                    const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * v));
-                    for (int h = 0; h < 2; h++) {
-                        const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 512 * j + 64 * v + 32 * h));
-                        __m256i n = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
-                        if (q5) n = _mm256_or_si256(n, k_fifth(kqh(g), v, h, sb));
-                        s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(n, yv));
+            for (int v = 0; v < 8; v++) {
+                const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * v));
+                for (int h = 0; h < 2; h++) {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 512 * j + 64 * v + 32 * h));
+                    __m256i n = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
+                    if (q5) n = _mm256_or_si256(n, k_fifth(kqh(g), v, h, sb));
+                    s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(n, yv));
+                    if (q5 && v == 3) {
+                        s32[h] = _mm256_madd_epi16(s16[h], ones);
+                        s16[h] = _mm256_setzero_si256();
                     }
                 }
-                for (int h = 0; h < 2; h++) s32[h] = _mm256_add_epi32(s32[h], _mm256_madd_epi16(s16[h], ones));
             }
+            for (int h = 0; h < 2; h++) s32[h] = _mm256_add_epi32(s32[h], _mm256_madd_epi16(s16[h], ones));
             for (int h = 0; h < 2; h++) {
                 const __m256 dsc = k_dsc(dw[h], sclo[h], schi[h], sb);
                 acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, dy), _mm256_cvtepi32_ps(s32[h]), acc[h]);
