@@ -183,15 +183,15 @@ printf "%-6s %-10s %9s %9s %9s %9s  %s\n" type metric llama.cpp headroom "llama 
     "headroom/llama.cpp, hr avx2/llama avx2 (or /llama.cpp without LLAMA_AVX2_LIB), headroom/hr avx2"
 for t in $TYPES; do
     for k in pp tg par; do
-        l=$(m ${V[$t,llama,$k]}); h=$(m ${V[$t,hr,$k]}); a=$(m ${V[$t,hr_avx2,$k]}); la=$l
-        [ -n "$LLAMA_AVX2_LIB" ] && la=$(m ${V[$t,llama_avx2,$k]})
+        l=$(m ${V[$t,llama,$k]:-}); h=$(m ${V[$t,hr,$k]:-}); a=$(m ${V[$t,hr_avx2,$k]:-}); la=$l
+        [ -n "$LLAMA_AVX2_LIB" ] && la=$(m ${V[$t,llama_avx2,$k]:-})
         printf "%-6s %-10s %9.2f %9.2f %9.2f %9.2f  %s %s %s   (llama.cpp: %s| headroom: %s| llama avx2: %s| avx2: %s)\n" "$t" \
             "$(case $k in pp) echo "pp$PROMPT" ;; tg) echo "tg$GEN" ;; par) echo "tg$GEN x$PARALLEL" ;; esac)" \
             "$l" "$h" "$la" "$a" "$(ratio "$h" "$l")" "$(ratio "$a" "$la")" "$(ratio "$h" "$a")" \
-            "${V[$t,llama,$k]}" "${V[$t,hr,$k]}" "${V[$t,llama_avx2,$k]:-}" "${V[$t,hr_avx2,$k]}"
+            "${V[$t,llama,$k]:-}" "${V[$t,hr,$k]:-}" "${V[$t,llama_avx2,$k]:-}" "${V[$t,hr_avx2,$k]:-}"
     done
-    h1=$(m ${V[$t,hr,tg]}); hx=$(m ${V[$t,hr,par]}); a1=$(m ${V[$t,hr_avx2,tg]}); ax=$(m ${V[$t,hr_avx2,par]})
-    l1=$(m ${V[$t,llama,tg]}); lx=$(m ${V[$t,llama,par]})
+    h1=$(m ${V[$t,hr,tg]:-}); hx=$(m ${V[$t,hr,par]:-}); a1=$(m ${V[$t,hr_avx2,tg]:-}); ax=$(m ${V[$t,hr_avx2,par]:-})
+    l1=$(m ${V[$t,llama,tg]:-}); lx=$(m ${V[$t,llama,par]:-})
     echo "$t worst share of the CPUs taken by others during a run: llama.cpp ${W[$t,llama]:-0}%, headroom ${W[$t,hr]:-0}%, llama avx2 ${W[$t,llama_avx2]:-0}%, avx2 ${W[$t,hr_avx2]:-0}%"
     echo "$t x$PARALLEL / 1-stream: headroom $(ratio "$hx" "$h1"), avx2 $(ratio "$ax" "$a1"), llama.cpp $(ratio "$lx" "$l1")"
 done
