@@ -108,7 +108,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)T_MAX * K; i++) X[i] = hr_rng_normal(&rng);
     static const hr_dtype types[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
                                      HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K,
-                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_K,
+                                     HR_DTYPE_Q6_KX16};
     printf("%-7s", "type");
     for (int j = 0; j < nTs; j++) printf("  %7s=%-3d %s", "T", Ts[j], Ts[j] == 1 ? "GB/s " : "GF/s ");
     printf("\n");

@@ -242,10 +242,15 @@ static double *ref_forward(const hr_model *m, const int32_t *toks, int n) {
 
 /* ---- helpers ---- */
 
+/* When set, build() makes the model with llama.cpp's mix instead of the one type. */
+static hr_synth_mix g_mix = HR_SYNTH_PURE;
+static const char *g_mix_name = NULL;
+
 static hr_model *build(const hr_synth_shape *shape, hr_dtype type, void **mem) {
     hr_error err = {0};
     hr_model *m = NULL;
-    if (hr_synth_model(shape, type, 5, &m, mem, &err)) {
+    if (g_mix != HR_SYNTH_PURE ? hr_synth_model_mix(shape, g_mix, 5, &m, mem, &err)
+                               : hr_synth_model(shape, type, 5, &m, mem, &err)) {
         fprintf(stderr, "build %s: %s\n", shape->name, err.msg);
         exit(1);
     }
@@ -309,7 +314,8 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
     rig r = rig_open(shape, type, fmt, 2, 32);
     const hr_hparams *hp = hr_model_hparams(r.m);
     int V = hp->n_vocab;
-    if (type == HR_DTYPE_Q4_0 || type == HR_DTYPE_Q8_0 || type == HR_DTYPE_Q4_K) { /* all but the embedding */
+    if (g_mix != HR_SYNTH_PURE || type == HR_DTYPE_Q4_0 || type == HR_DTYPE_Q8_0 || type == HR_DTYPE_Q4_K) {
+        /* all but the embedding (every type of the mixes has an x16 layout) */
         const int packed = hr_model_packed_tensors(r.m, NULL);
         CHECKF(packed == 7 * hp->n_layer + !hp->tied_output, "%d matrices repacked, expected %d", packed,
                7 * hp->n_layer + !hp->tied_output);
@@ -359,7 +365,8 @@ static void check_against_reference(const hr_synth_shape *shape, hr_dtype type, 
     CHECKF(worst < tol, "%s (%s, kv %s): max relative logit error %.3g >= %.3g", shape->name,
            hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), worst, tol);
     printf("%-14s %-5s kv %-4s heads %d/%d: max rel error %.2e (tolerance %.0e)\n", shape->name,
-           hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), hp->n_head, hp->n_head_kv, worst, tol);
+           g_mix_name ? g_mix_name : hr_dtype_get_info(type)->name, hr_kv_format_name(fmt), hp->n_head, hp->n_head_kv,
+           worst, tol);
     free(logits), free(ra), free(rb);
     rig_close(&r);
 }
@@ -412,6 +419,88 @@ static void check_long_policy(const hr_synth_shape *shape, hr_dtype type, hr_kv_
 
 static void check_long(const hr_synth_shape *shape, hr_dtype type, hr_kv_format fmt, int max_ctx, int n, double tol) {
     check_long_policy(shape, type, fmt, max_ctx, n, 0, tol);
+}
+
+/* llama.cpp's mixes (synth.h): every matrix's type in the file, as llama-quantize assigns it for
+ * the llama family, written out here by hand for 8 layers (use_more_bits: layers 0, 3, 6, 7); the
+ * fallbacks where rows are not whole super-blocks; then the model loads (the K-quants repacked) and
+ * its logits follow the float64 reference. */
+static void check_mixes(void) {
+    static const struct {
+        hr_synth_mix mix;
+        const char *name;
+        hr_dtype base, more, output;
+    } mixes[] = {
+        {HR_SYNTH_MIX_Q4_0, "Q4_0", HR_DTYPE_Q4_0, HR_DTYPE_Q4_0, HR_DTYPE_Q6_K},
+        {HR_SYNTH_MIX_Q8_0, "q8_0", HR_DTYPE_Q8_0, HR_DTYPE_Q8_0, HR_DTYPE_Q8_0},
+        {HR_SYNTH_MIX_Q4_K_M, "Q4_K_M", HR_DTYPE_Q4_K, HR_DTYPE_Q6_K, HR_DTYPE_Q6_K},
+        {HR_SYNTH_MIX_Q5_K_M, "q5_k_m", HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_Q6_K},
+        {HR_SYNTH_MIX_Q6_K, "Q6_K", HR_DTYPE_Q6_K, HR_DTYPE_Q6_K, HR_DTYPE_Q6_K},
+    };
+    static const char *const plain[] = {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"};
+    static const bool more_bits[8] = {true, false, false, true, false, false, true, true};
+    hr_error err = {0};
+    hr_synth_mix m;
+    CHECK(hr_synth_mix_by_name("Q4_K_S", &m, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "Q5_K_M"));
+    for (size_t i = 0; i < HR_ARRAY_LEN(mixes); i++) {
+        CHECK(hr_synth_mix_by_name(mixes[i].name, &m, &err) == HR_OK && m == mixes[i].mix);
+        hr_synth_shape s;
+        hr_synth_shape_by_name("tiny", &s, NULL);
+        s.name = "llama-mix", s.n_embd = 256, s.n_ff = 512, s.n_head = 4, s.n_head_kv = 2, s.n_layer = 8;
+        hr_gguf_writer *w = NULL;
+        void *mem = NULL;
+        size_t size = 0;
+        hr_gguf *g = NULL;
+        CHECK(hr_synth_build_mix(&s, m, 1, &w, &err) == HR_OK);
+        CHECK(hr_gguf_writer_write_memory(w, &mem, &size, &err) == HR_OK);
+        hr_gguf_writer_destroy(w);
+        CHECK(hr_gguf_open_memory(mem, size, &g, &err) == HR_OK);
+        int bad = 0;
+#define EXPECT(tname, want)                                                                                            \
+    do {                                                                                                               \
+        const hr_gguf_tensor *t = hr_gguf_find_tensor(g, tname);                                                       \
+        if (!t || t->type != (uint32_t)(want)) {                                                                       \
+            fprintf(stderr, "%s: %s is %s, expected %s\n", mixes[i].name, tname,                                       \
+                    t ? hr_gguf_tensor_type_name(t->type) : "missing", hr_dtype_get_info(want)->name);                 \
+            bad++;                                                                                                     \
+        }                                                                                                              \
+    } while (0)
+        EXPECT("token_embd.weight", mixes[i].base);
+        EXPECT("output.weight", mixes[i].output);
+        EXPECT("output_norm.weight", HR_DTYPE_F32);
+        char n[64];
+        for (int l = 0; l < 8; l++) {
+            for (size_t p = 0; p < HR_ARRAY_LEN(plain); p++) {
+                snprintf(n, sizeof n, "blk.%d.%s.weight", l, plain[p]);
+                EXPECT(n, mixes[i].base);
+            }
+            snprintf(n, sizeof n, "blk.%d.attn_v.weight", l);
+            EXPECT(n, more_bits[l] ? mixes[i].more : mixes[i].base);
+            snprintf(n, sizeof n, "blk.%d.ffn_down.weight", l);
+            EXPECT(n, more_bits[l] ? mixes[i].more : mixes[i].base);
+            snprintf(n, sizeof n, "blk.%d.ffn_norm.weight", l);
+            EXPECT(n, HR_DTYPE_F32);
+        }
+        static const int64_t ftypes[] = {0, 2, 7, 15, 17, 18}; /* llama.cpp's LLAMA_FTYPE_MOSTLY_* */
+        int64_t ft = -1;
+        CHECK(hr_gguf_get_int(g, "general.file_type", &ft, &err) == HR_OK && ft == ftypes[mixes[i].mix]);
+        hr_gguf_close(g);
+        free(mem);
+        /* a tied output: the embedding takes the output's type; rows of 64 (tiny): no K-quant fits,
+         * llama.cpp's q6_K fallback and the output's rule give q8_0 (q4_K's q5_0 is not read here: q8_0) */
+        hr_synth_shape t;
+        hr_synth_shape_by_name("tiny", &t, NULL);
+        t.tied_output = true;
+        CHECK(hr_synth_mix_type(m, &t, "token_embd.weight", 256) == mixes[i].output);
+        CHECK(hr_synth_mix_type(m, &t, "token_embd.weight", 64) == HR_DTYPE_Q8_0);
+        CHECK(hr_synth_mix_type(m, &t, "blk.1.ffn_down.weight", 64) ==
+              (mixes[i].base == HR_DTYPE_Q4_0 ? HR_DTYPE_Q4_0 : HR_DTYPE_Q8_0));
+        CHECKF(bad == 0, "%s: %d tensors of another type than llama.cpp's", mixes[i].name, bad);
+#undef EXPECT
+        g_mix = m, g_mix_name = mixes[i].name;
+        check_against_reference(&s, mixes[i].base, HR_KV_F32, 3e-2);
+        g_mix = HR_SYNTH_PURE, g_mix_name = NULL;
+    }
 }
 
 /* The logits of a sequence's last token are bit-identical alone and inside a larger batch. */
@@ -540,6 +629,7 @@ int main(void) {
     /* six layers whose Q/K norms rescale the q8 activation rounding: 3.6e-2 measured */
     hr_synth_shape_by_name("gemma3-tiny", &s, NULL);
     check_long(&s, HR_DTYPE_Q8_0, HR_KV_F32, 256, 48, 6e-2);
+    check_mixes();
     check_batch_invariance();
     check_load_errors();
     return hr_test_finish();

@@ -7,8 +7,8 @@
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
  *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
  *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
- *   q4_0x16, q8_0x16, q4_Kx16 (check_x16): the repack, the activations and every tile element against the one
- *   sequence of tensor.h computed from the plain q4_0 rows, bit for bit
+ *   q4_0x16, q8_0x16, q4_Kx16, q5_Kx16, q6_Kx16 (check_x16): the repack, the activations and every tile
+ *   element against the one sequence of tensor.h computed from the plain rows, bit for bit
  * and f32 -> f16 against the CPU's F16C instruction on random bit patterns. */
 #include <immintrin.h>
 #include <math.h>
@@ -153,19 +153,45 @@ static void k4_scale_min(int j, const uint8_t *q, int *sc, int *m) {
  * (the reference's q8_0 / q8_K), computed from the plain layouts. */
 static float x16_expected(hr_dtype ft, int64_t k, const char *w, const char *a) {
     float acc = 0.0f;
-    if (ft == HR_DTYPE_Q4_K) {
-        const hr_block_q4_K *x = (const void *)w;
+    if (ft == HR_DTYPE_Q6_K) {
+        /* the format's values: q6_K element e of half h = e / 128, l = e % 32, quarter q = (e % 128) / 32 */
+        const hr_block_q6_K *x = (const void *)w;
         const hr_block_q8_K *q = (const void *)a;
         for (int64_t b = 0; b < k / 256; b++) {
-            const float dw = hr_f16_to_f32(x[b].d), mw = hr_f16_to_f32(x[b].dmin);
+            int32_t isum = 0;
+            for (int g = 0; g < 16; g++) {
+                int32_t s = 0;
+                for (int e = 16 * g; e < 16 * g + 16; e++) {
+                    const int h = e / 128, qq = (e % 128) / 32, l = e % 32;
+                    const int lo = (x[b].ql[64 * h + 32 * (qq & 1) + l] >> (4 * (qq / 2))) & 15;
+                    const int hi = (x[b].qh[32 * h + l] >> (2 * qq)) & 3;
+                    s += ((lo | hi << 4) - 32) * q[b].qs[e];
+                }
+                isum += x[b].scales[g] * s;
+            }
+            acc = fmaf(hr_f16_to_f32(x[b].d) * q[b].d, (float)isum, acc);
+        }
+        return acc;
+    }
+    if (ft == HR_DTYPE_Q4_K || ft == HR_DTYPE_Q5_K) {
+        /* q4_K and q5_K share d, dmin, scales and the nibbles' places; q5_K adds bit sb of qh[l] */
+        const bool q5 = ft == HR_DTYPE_Q5_K;
+        const hr_block_q8_K *q = (const void *)a;
+        for (int64_t b = 0; b < k / 256; b++) {
+            const hr_block_q4_K *x4 = (const hr_block_q4_K *)w + b;
+            const hr_block_q5_K *x5 = (const hr_block_q5_K *)w + b;
+            const hr_f16 d = q5 ? x5->d : x4->d, dmin = q5 ? x5->dmin : x4->dmin;
+            const uint8_t *scales = q5 ? x5->scales : x4->scales, *qs = q5 ? x5->qs : x4->qs;
+            const float dw = hr_f16_to_f32(d), mw = hr_f16_to_f32(dmin);
             int32_t msum = 0;
             for (int sb = 0; sb < 8; sb++) {
                 int sc, m;
-                k4_scale_min(sb, x[b].scales, &sc, &m);
+                k4_scale_min(sb, scales, &sc, &m);
                 int32_t qd = 0, ys = 0;
                 for (int l = 0; l < 32; l++) {
                     const int e = 32 * sb + l; /* element; its nibble: byte 32 (sb / 2) + l, high for odd sb */
-                    const int nib = (x[b].qs[32 * (sb / 2) + l] >> (4 * (sb & 1))) & 15;
+                    const int nib =
+                        ((qs[32 * (sb / 2) + l] >> (4 * (sb & 1))) & 15) | (q5 ? ((x5->qh[l] >> sb) & 1) << 4 : 0);
                     qd += nib * q[b].qs[e];
                     ys += q[b].qs[e];
                 }
@@ -228,6 +254,14 @@ static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
                 for (int64_t j = 0; j < k; j++) x[j] = scale * (float)(hr_rng_uniform(rng) * 2.0 - 1.0);
                 if (r == 3) memset(x, 0, sizeof(float) * (size_t)k); /* an all-zero row: scale 0 */
                 hr_quantize_row_ref(ft, x, plain + (size_t)r * ws, k);
+                if (r == 7 && qk == 256) { /* any bytes: the quantizer's scales are >= 0, a file's need not be */
+                    char *row = plain + (size_t)r * ws;
+                    for (size_t i = 0; i < ws; i++) {
+                        const size_t off = i % hr_dtype_get_info(ft)->block_bytes;
+                        const bool keep = ft == HR_DTYPE_Q6_K ? off >= 208 : off < 4; /* d (and dmin) stay sane */
+                        if (!keep) row[i] = (char)hr_rng_next(rng);
+                    }
+                }
                 if (ft == HR_DTYPE_Q8_0 && (r == 5 || r == 6)) { /* -128 here and there, a whole block in row 6 */
                     hr_block_q8_0 *blk = (hr_block_q8_0 *)(plain + (size_t)r * ws);
                     for (int64_t b = 0; b < nb; b += 3)
@@ -248,7 +282,9 @@ static void check_x16(const hr_kernels *kern, hr_dtype xt, hr_rng *rng) {
                 hr_quantize_row_ref(at, x, Ap + (size_t)t * aps, k);
                 for (int64_t b = 0; b < nb; b++) {
                     const char *ref = Ap + (size_t)t * aps + (size_t)b * ablk;
-                    if (xat == HR_DTYPE_Q8_0S) {
+                    if (xat == at) { /* q6_Kx16 takes the plain q8_K blocks */
+                        bad_act += memcmp(ref, A + (size_t)t * as + (size_t)b * ablk, ablk) != 0;
+                    } else if (xat == HR_DTYPE_Q8_0S) {
                         hr_block_q8_0s want;
                         hr_q8_0s_from_q8_0((const hr_block_q8_0 *)ref, &want);
                         bad_act += memcmp(&want, (const hr_block_q8_0s *)(A + (size_t)t * as) + b, sizeof want) != 0;
@@ -331,6 +367,8 @@ int main(void) {
         check_x16(&kern, HR_DTYPE_Q4_0X16, &rng);
         check_x16(&kern, HR_DTYPE_Q8_0X16, &rng);
         check_x16(&kern, HR_DTYPE_Q4_KX16, &rng);
+        check_x16(&kern, HR_DTYPE_Q5_KX16, &rng);
+        check_x16(&kern, HR_DTYPE_Q6_KX16, &rng);
         ran++;
     }
     CHECK(ran >= 1);

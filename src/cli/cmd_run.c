@@ -79,7 +79,7 @@ static void usage(FILE *f) {
             "  -t, --threads N        worker threads, 1..1024 (default: all cores); more than the online cores\n"
             "                         warns and uses the online cores\n"
             "      --mmap             map the model file (pages shared with the page cache, read as touched;\n"
-            "                         q4_0, q8_0, q4_K weights then stay in the file's layout: slower prompts)\n"
+            "                         q4_0, q8_0, q4_K, q5_K, q6_K weights then stay in the file's layout)\n"
             "                         instead of reading it at start into private memory backed by 2 MiB\n"
             "                         huge pages where the kernel allows (faster weight streaming)\n"
             "      --isa NAME         force kernels: scalar, avx2, avx512 (default: best available)\n"

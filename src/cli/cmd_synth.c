@@ -9,17 +9,21 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: headroom synth --shape NAME --type TYPE -o FILE.gguf [--seed S] [--layers N]\n\n"
+            "usage: headroom synth --shape NAME (--type TYPE | --mix MIX) -o FILE.gguf [--seed S] [--layers N]\n\n"
             "Writes a model with deterministic random weights (same seed, same bytes) and a working\n"
             "vocabulary, for benchmarks and tests. Speed does not depend on the weights' values.\n\n"
             "  --shape NAME   %s\n"
             "  --type TYPE    f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (rows whose length does not fit the\n"
             "                 type's block are stored as f16; norms stay f32)\n"
+            "  --mix MIX      %s: llama.cpp's quantization mixes, tensor by tensor as\n"
+            "                 llama-quantize assigns them for the llama family (Q4_K_M: q6_K output and q6_K\n"
+            "                 attn_v / ffn_down in the first and last eighth of the layers and every third\n"
+            "                 between; Q4_0: q6_K output), instead of --type\n"
             "  -o FILE        output path\n"
             "  --seed S       (default 1)\n"
             "  --layers N     keep the first N of the shape's layers (default all): the same per-layer and\n"
             "                 vocabulary costs in a fraction of the size\n\n" HR_EXIT_HELP,
-            hr_synth_shape_names());
+            hr_synth_shape_names(), hr_synth_mix_names());
 }
 
 static bool parse_type(const char *name, hr_dtype *out) {
@@ -36,7 +40,7 @@ static bool parse_type(const char *name, hr_dtype *out) {
 }
 
 int hr_cmd_synth(int argc, char **argv) {
-    const char *shape_name = NULL, *type_name = NULL, *path = NULL;
+    const char *shape_name = NULL, *type_name = NULL, *mix_name = NULL, *path = NULL;
     uint64_t seed = 1;
     int n_layers = 0;
     for (int i = 1; i < argc; i++) {
@@ -48,6 +52,8 @@ int hr_cmd_synth(int argc, char **argv) {
             if (!(shape_name = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--type")) {
             if (!(type_name = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
+        } else if (!strcmp(a, "--mix")) {
+            if (!(mix_name = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(path = hr_arg_value("synth", argc, argv, &i))) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--seed")) {
@@ -60,8 +66,9 @@ int hr_cmd_synth(int argc, char **argv) {
             return HR_EXIT_USAGE;
         }
     }
-    if (!shape_name || !type_name || !path) {
-        fprintf(stderr, "headroom synth: --shape, --type and -o are required (see headroom synth --help)\n");
+    if (!shape_name || !type_name == !mix_name || !path) {
+        fprintf(stderr,
+                "headroom synth: --shape, -o and one of --type or --mix are required (see headroom synth --help)\n");
         return HR_EXIT_USAGE;
     }
     hr_error err = {0};
@@ -76,20 +83,26 @@ int hr_cmd_synth(int argc, char **argv) {
         return HR_EXIT_USAGE;
     }
     if (n_layers > 0) shape.n_layer = n_layers;
-    hr_dtype type;
-    if (!parse_type(type_name, &type)) {
+    hr_dtype type = HR_DTYPE_F32;
+    hr_synth_mix mix = HR_SYNTH_PURE;
+    if (mix_name && hr_synth_mix_by_name(mix_name, &mix, &err)) {
+        fprintf(stderr, "headroom synth: %s\n", err.msg);
+        return HR_EXIT_USAGE;
+    }
+    if (type_name && !parse_type(type_name, &type)) {
         fprintf(stderr, "headroom synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)\n",
                 type_name);
         return HR_EXIT_USAGE;
     }
     hr_gguf_writer *w = NULL;
-    if (hr_synth_build(&shape, type, seed, &w, &err) || hr_gguf_writer_write_file(w, path, &err)) {
+    if ((mix_name ? hr_synth_build_mix(&shape, mix, seed, &w, &err) : hr_synth_build(&shape, type, seed, &w, &err)) ||
+        hr_gguf_writer_write_file(w, path, &err)) {
         fprintf(stderr, "headroom synth: %s\n", err.msg);
         hr_gguf_writer_destroy(w);
         return HR_EXIT_FAIL;
     }
     hr_gguf_writer_destroy(w);
-    fprintf(stderr, "headroom synth: wrote %s (%s, %s, seed %llu)\n", path, shape.name, type_name,
+    fprintf(stderr, "headroom synth: wrote %s (%s, %s, seed %llu)\n", path, shape.name, mix_name ? mix_name : type_name,
             (unsigned long long)seed);
     return HR_EXIT_OK;
 }

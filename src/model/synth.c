@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/util.h"
 #include "model/synth_internal.h"
@@ -103,6 +104,60 @@ static uint64_t name_hash(const char *s, uint64_t seed) {
     return h;
 }
 
+/* ---- llama.cpp's mixes (synth.h) ---- */
+
+static const struct {
+    const char *name;
+    hr_synth_mix mix;
+    hr_dtype base;
+    uint32_t ftype; /* llama.cpp's llama_ftype, written as general.file_type */
+} k_mixes[] = {
+    {"Q4_0", HR_SYNTH_MIX_Q4_0, HR_DTYPE_Q4_0, 2},      {"Q8_0", HR_SYNTH_MIX_Q8_0, HR_DTYPE_Q8_0, 7},
+    {"Q4_K_M", HR_SYNTH_MIX_Q4_K_M, HR_DTYPE_Q4_K, 15}, {"Q5_K_M", HR_SYNTH_MIX_Q5_K_M, HR_DTYPE_Q5_K, 17},
+    {"Q6_K", HR_SYNTH_MIX_Q6_K, HR_DTYPE_Q6_K, 18},
+};
+
+const char *hr_synth_mix_names(void) { return "Q4_0, Q8_0, Q4_K_M, Q5_K_M, Q6_K"; }
+
+hr_status hr_synth_mix_by_name(const char *name, hr_synth_mix *out, hr_error *err) {
+    for (size_t i = 0; i < HR_ARRAY_LEN(k_mixes); i++)
+        if (!strcasecmp(name, k_mixes[i].name)) {
+            *out = k_mixes[i].mix;
+            return HR_OK;
+        }
+    return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown mix '%s' (known: %s)", name, hr_synth_mix_names());
+}
+
+static size_t mix_index(hr_synth_mix mix) {
+    for (size_t i = 0; i < HR_ARRAY_LEN(k_mixes); i++)
+        if (k_mixes[i].mix == mix) return i;
+    return 0;
+}
+
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third between. */
+static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+hr_dtype hr_synth_mix_type(hr_synth_mix mix, const hr_synth_shape *s, const char *name, int64_t cols) {
+    const hr_dtype base = k_mixes[mix_index(mix)].base;
+    const bool k_m = mix == HR_SYNTH_MIX_Q4_K_M || mix == HR_SYNTH_MIX_Q5_K_M;
+    const bool output = !strcmp(name, "output.weight") || (s->tied_output && !strcmp(name, "token_embd.weight"));
+    hr_dtype t = base;
+    int layer = -1, used = 0;
+    if (output) {
+        /* the output matrix: q6_K unless the base is q8_0, q8_0 where a row is not whole super-blocks */
+        t = base == HR_DTYPE_Q8_0 || cols % HR_QK_K ? HR_DTYPE_Q8_0 : HR_DTYPE_Q6_K;
+    } else if (k_m && sscanf(name, "blk.%d.%n", &layer, &used) == 1 && used > 0 &&
+               (!strcmp(name + used, "attn_v.weight") || !strcmp(name + used, "ffn_down.weight"))) {
+        /* the llama family has one attn_v and one ffn_down per layer, so llama.cpp's running counters
+         * of them are the layer index */
+        if (more_bits(layer, s->n_layer)) t = HR_DTYPE_Q6_K;
+    }
+    /* llama.cpp's fallbacks for rows that are not whole blocks (q5_0 / q5_1 for q4_K / q5_K are not
+     * read here: q8_0 instead) */
+    if (cols % hr_dtype_get_info(t)->block_elems) t = HR_DTYPE_Q8_0;
+    return t; /* add_matrix stores f16 where q8_0 does not fit either */
+}
+
 /* Fills rows x cols values uniform in [-a, a] with a = sqrt(3 / cols) (variance 1/cols) and stores them
  * in type t (or f16 when the row length does not fit t's block). Returns the type used. */
 static hr_status add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t, uint64_t seed,
@@ -168,8 +223,21 @@ static void add_llama3_rope_freqs(hr_gguf_writer *w, int n_rot, float base) {
                               false);
 }
 
-hr_status hr_synth_build(const hr_synth_shape *s, hr_dtype type, uint64_t seed, hr_gguf_writer **out, hr_error *err) {
-    if (hr_synth_arch_builds(s->arch)) return hr_synth_build_arch(s, type, seed, out, err);
+/* A matrix in the one type, or the mix's type for it. */
+static hr_status matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_synth_mix mix,
+                        hr_dtype type, const hr_synth_shape *s, uint64_t seed, float scale, hr_error *err) {
+    const hr_dtype t = mix == HR_SYNTH_PURE ? type : hr_synth_mix_type(mix, s, name, cols);
+    return add_matrix(w, name, rows, cols, t, seed, scale, err);
+}
+
+static hr_status build(const hr_synth_shape *s, hr_synth_mix mix, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
+                       hr_error *err) {
+    if (hr_synth_arch_builds(s->arch)) { /* the families past llama's (synth_arch.c) */
+        if (mix != HR_SYNTH_PURE)
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "--mix is llama.cpp's mixes for the llama family; %s takes one type",
+                                s->arch);
+        return hr_synth_build_arch(s, type, seed, out, err);
+    }
     if (s->n_head <= 0 || s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->n_embd % s->n_head)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "shape '%s': heads %d / kv heads %d / width %d are inconsistent",
                             s->name, s->n_head, s->n_head_kv, s->n_embd);
@@ -180,9 +248,11 @@ hr_status hr_synth_build(const hr_synth_shape *s, hr_dtype type, uint64_t seed, 
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
     hr_gguf_writer_set_str(w, "general.architecture", a);
     char name[160];
-    snprintf(name, sizeof name, "headroom-synth %s %s seed %llu", s->name, hr_dtype_get_info(type)->name,
+    snprintf(name, sizeof name, "headroom-synth %s %s seed %llu", s->name,
+             mix == HR_SYNTH_PURE ? hr_dtype_get_info(type)->name : k_mixes[mix_index(mix)].name,
              (unsigned long long)seed);
     hr_gguf_writer_set_str(w, "general.name", name);
+    if (mix != HR_SYNTH_PURE) hr_gguf_writer_set_u32(w, "general.file_type", k_mixes[mix_index(mix)].ftype);
     hr_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)s->n_ctx);
     hr_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)s->n_embd);
     hr_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
@@ -206,27 +276,27 @@ hr_status hr_synth_build(const hr_synth_shape *s, hr_dtype type, uint64_t seed, 
 
     int64_t E = s->n_embd, F = s->n_ff, qd = (int64_t)s->n_head * head_dim, kvd = (int64_t)s->n_head_kv * head_dim;
     /* token_embd at scale ~1 per element so the first RMSNorm sees unit-scale input */
-    if ((st = add_matrix(w, "token_embd.weight", s->n_vocab, E, type, seed, sqrtf((float)E), err))) goto fail;
+    if ((st = matrix(w, "token_embd.weight", s->n_vocab, E, mix, type, s, seed, sqrtf((float)E), err))) goto fail;
     add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed);
-    if (!s->tied_output && (st = add_matrix(w, "output.weight", s->n_vocab, E, type, seed, 4.0f, err))) goto fail;
+    if (!s->tied_output && (st = matrix(w, "output.weight", s->n_vocab, E, mix, type, s, seed, 4.0f, err))) goto fail;
     if (s->llama3_rope) add_llama3_rope_freqs(w, head_dim, s->rope_base);
     for (int il = 0; il < s->n_layer; il++) {
         char n[96];
 #define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
         add_vector(w, T("attn_norm.weight"), E, 1.0f, 0.1f, seed);
-        if ((st = add_matrix(w, T("attn_q.weight"), qd, E, type, seed, 1.0f, err))) goto fail;
-        if ((st = add_matrix(w, T("attn_k.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
-        if ((st = add_matrix(w, T("attn_v.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
-        if ((st = add_matrix(w, T("attn_output.weight"), E, qd, type, seed, 0.5f, err))) goto fail;
+        if ((st = matrix(w, T("attn_q.weight"), qd, E, mix, type, s, seed, 1.0f, err))) goto fail;
+        if ((st = matrix(w, T("attn_k.weight"), kvd, E, mix, type, s, seed, 1.0f, err))) goto fail;
+        if ((st = matrix(w, T("attn_v.weight"), kvd, E, mix, type, s, seed, 1.0f, err))) goto fail;
+        if ((st = matrix(w, T("attn_output.weight"), E, qd, mix, type, s, seed, 0.5f, err))) goto fail;
         if (s->qkv_bias) {
             add_vector(w, T("attn_q.bias"), qd, 0.0f, 0.1f, seed);
             add_vector(w, T("attn_k.bias"), kvd, 0.0f, 0.1f, seed);
             add_vector(w, T("attn_v.bias"), kvd, 0.0f, 0.1f, seed);
         }
         add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed);
-        if ((st = add_matrix(w, T("ffn_gate.weight"), F, E, type, seed, 1.0f, err))) goto fail;
-        if ((st = add_matrix(w, T("ffn_up.weight"), F, E, type, seed, 1.0f, err))) goto fail;
-        if ((st = add_matrix(w, T("ffn_down.weight"), E, F, type, seed, 0.5f, err))) goto fail;
+        if ((st = matrix(w, T("ffn_gate.weight"), F, E, mix, type, s, seed, 1.0f, err))) goto fail;
+        if ((st = matrix(w, T("ffn_up.weight"), F, E, mix, type, s, seed, 1.0f, err))) goto fail;
+        if ((st = matrix(w, T("ffn_down.weight"), E, F, mix, type, s, seed, 0.5f, err))) goto fail;
 #undef T
     }
     *out = w;
@@ -236,13 +306,23 @@ fail:
     return st;
 }
 
-hr_status hr_synth_model(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_model **out, void **file,
-                         hr_error *err) {
+hr_status hr_synth_build(const hr_synth_shape *s, hr_dtype type, uint64_t seed, hr_gguf_writer **out, hr_error *err) {
+    return build(s, HR_SYNTH_PURE, type, seed, out, err);
+}
+
+hr_status hr_synth_build_mix(const hr_synth_shape *s, hr_synth_mix mix, uint64_t seed, hr_gguf_writer **out,
+                             hr_error *err) {
+    if (mix == HR_SYNTH_PURE) return hr_error_set(err, HR_ERR_INVALID_ARG, "no mix given");
+    return build(s, mix, k_mixes[mix_index(mix)].base, seed, out, err);
+}
+
+static hr_status model_of(const hr_synth_shape *shape, hr_synth_mix mix, hr_dtype type, uint64_t seed, hr_model **out,
+                          void **file, hr_error *err) {
     hr_gguf_writer *w = NULL;
     void *mem = NULL;
     size_t size = 0;
     hr_gguf *g = NULL;
-    hr_status st = hr_synth_build(shape, type, seed, &w, err);
+    hr_status st = build(shape, mix, type, seed, &w, err);
     if (!st) st = hr_gguf_writer_write_memory(w, &mem, &size, err);
     hr_gguf_writer_destroy(w);
     if (!st) st = hr_gguf_open_memory_mut(mem, size, &g, err);
@@ -253,4 +333,15 @@ hr_status hr_synth_model(const hr_synth_shape *shape, hr_dtype type, uint64_t se
     }
     *file = mem;
     return HR_OK;
+}
+
+hr_status hr_synth_model(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_model **out, void **file,
+                         hr_error *err) {
+    return model_of(shape, HR_SYNTH_PURE, type, seed, out, file, err);
+}
+
+hr_status hr_synth_model_mix(const hr_synth_shape *shape, hr_synth_mix mix, uint64_t seed, hr_model **out, void **file,
+                             hr_error *err) {
+    if (mix == HR_SYNTH_PURE) return hr_error_set(err, HR_ERR_INVALID_ARG, "no mix given");
+    return model_of(shape, mix, k_mixes[mix_index(mix)].base, seed, out, file, err);
 }

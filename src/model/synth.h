@@ -50,10 +50,45 @@ const char *hr_synth_shape_names(void);
 hr_status hr_synth_build(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
                          hr_error *err);
 
+/* llama.cpp's quantization mixes (llama-quantize's ftype names), tensor by tensor as its quantizer
+ * (llama_tensor_get_type, llama family, no imatrix, no overrides) assigns them:
+ *   base        q4_0 | q8_0 | q4_K (Q4_K_M) | q5_K (Q5_K_M) | q6_K
+ *   output      q8_0 for Q8_0, else q6_K (q8_0 where the row length is not a multiple of 256);
+ *               a tied token embedding takes the output's type
+ *   attn_v, ffn_down of layer i (Q4_K_M, Q5_K_M only): q6_K where i < n/8, i >= 7n/8 or
+ *               (i - n/8) % 3 == 2 (llama.cpp's use_more_bits), else the base
+ *   everything else (token_embd, attn_q/k/output, ffn_gate/up): the base; norms f32.
+ * A row length that does not fit the chosen type's block falls back as llama.cpp does to q8_0 for
+ * q6_K; for q4_K and q5_K llama.cpp takes q5_0 / q5_1, which headroom does not read, so q8_0 here;
+ * f16 where even q8_0 does not fit. PURE: every matrix in the one type given (hr_synth_build). */
+typedef enum hr_synth_mix {
+    HR_SYNTH_PURE = 0,
+    HR_SYNTH_MIX_Q4_0,
+    HR_SYNTH_MIX_Q8_0,
+    HR_SYNTH_MIX_Q4_K_M,
+    HR_SYNTH_MIX_Q5_K_M,
+    HR_SYNTH_MIX_Q6_K,
+} hr_synth_mix;
+
+/* "Q4_K_M" etc., case-insensitive; on error the message lists the names. */
+hr_status hr_synth_mix_by_name(const char *name, hr_synth_mix *out, hr_error *err);
+/* "Q4_0, Q8_0, Q4_K_M, Q5_K_M, Q6_K" */
+const char *hr_synth_mix_names(void);
+/* The type the mix gives the matrix `name` ("token_embd.weight", "output.weight",
+ * "blk.3.ffn_down.weight", ...) of shape s whose rows have `cols` elements (after the fallbacks). */
+hr_dtype hr_synth_mix_type(hr_synth_mix mix, const hr_synth_shape *s, const char *name, int64_t cols);
+/* hr_synth_build with the mix's types; the file also says general.file_type (llama.cpp's ftype:
+ * 2, 7, 15, 17, 18), which llama.cpp prints as the model's type. */
+hr_status hr_synth_build_mix(const hr_synth_shape *shape, hr_synth_mix mix, uint64_t seed, hr_gguf_writer **out,
+                             hr_error *err);
+
 /* Builds the model in memory and loads it: *out is ready to run, and *file receives the GGUF image
  * it reads (free it after hr_model_destroy). On error nothing is left allocated. For the built-in
  * demo model and for tests. */
 hr_status hr_synth_model(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_model **out, void **file,
                          hr_error *err);
+/* The same with a mix's types. */
+hr_status hr_synth_model_mix(const hr_synth_shape *shape, hr_synth_mix mix, uint64_t seed, hr_model **out, void **file,
+                             hr_error *err);
 
 #endif

@@ -93,6 +93,8 @@ static void init_scalar(hr_kernels *k) {
     set(k, HR_DTYPE_Q4_0X16, s, hr_ref_quantize_q8_0s, NULL, NULL, hr_scalar_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_ref_quantize_q8_0s, NULL, NULL, hr_scalar_tile_q8_0x16);
     set(k, HR_DTYPE_Q4_KX16, s, hr_ref_quantize_q8_Ks, NULL, NULL, hr_scalar_tile_q4_Kx16);
+    set(k, HR_DTYPE_Q5_KX16, s, hr_ref_quantize_q8_Ks, NULL, NULL, hr_scalar_tile_q5_Kx16);
+    set(k, HR_DTYPE_Q6_KX16, s, hr_ref_quantize_q8_K, NULL, NULL, hr_scalar_tile_q6_Kx16);
 }
 
 static void init_avx2(hr_kernels *k) {
@@ -108,6 +110,8 @@ static void init_avx2(hr_kernels *k) {
     set(k, HR_DTYPE_Q4_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx2_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx2_tile_q8_0x16);
     set(k, HR_DTYPE_Q4_KX16, s, hr_avx2_quantize_q8_Ks, NULL, NULL, hr_avx2_tile_q4_Kx16);
+    set(k, HR_DTYPE_Q5_KX16, s, hr_avx2_quantize_q8_Ks, NULL, NULL, hr_avx2_tile_q5_Kx16);
+    set(k, HR_DTYPE_Q6_KX16, s, hr_avx2_quantize_q8_K, NULL, NULL, hr_avx2_tile_q6_Kx16);
 }
 
 /* The AVX-512 entries over the AVX2 table: every one there is (all, for force_isa "avx512"), or only
@@ -121,7 +125,6 @@ static void add_avx512(hr_kernels *k, hr_cpu_features f, bool all) {
      * TinyLlama-1.1B shape, 2 threads, medians of 3 alternating rounds (docs/BENCHMARKS.md, "AVX2
      * vs AVX-512"): q4_0 prompt 1.11x, 1-stream generation 1.12x, 16-stream decode 1.10x; q8_0
      * 1.24x, 1.04x, 1.30x. Dispatched by default. */
-    (void)all;
     set(k, HR_DTYPE_Q8_0, s, hr_avx2_quantize_q8_0, hr_ref_dequantize_q8_0, hr_avx512_dot_q8_0, hr_avx512_tile_q8_0);
     set(k, HR_DTYPE_Q4_0, s, hr_avx2_quantize_q8_0, hr_ref_dequantize_q4_0, hr_avx512_dot_q4_0, hr_avx512_tile_q4_0);
     /* The x16 layouts (512-bit VNNI, 16 rows per register): measured faster than their AVX2 builds on
@@ -132,8 +135,15 @@ static void add_avx512(hr_kernels *k, hr_cpu_features f, bool all) {
     set(k, HR_DTYPE_Q4_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx512_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx512_tile_q8_0x16);
     set(k, HR_DTYPE_Q4_KX16, s, hr_avx2_quantize_q8_Ks, NULL, NULL, hr_avx512_tile_q4_Kx16);
-    /* An entry not (yet) measured faster goes here, set only when `all`. None today: f32/f16/bf16 and
-     * the K-quants have no AVX-512 build. */
+    /* q5_Kx16 and q6_Kx16: bench_tile, 1 thread, k 2048, in cache, GF/s avx512 vs avx2 (December 5,
+     * a shared and loaded machine, medians of 15): 64 rows x 64 tokens q5_Kx16 241 vs 123, q6_Kx16
+     * 166 vs 101; 64 rows x 1 token 117 vs 62 and 84 vs 73. One token from DRAM is bound by the
+     * memory either way. Dispatched by default. */
+    set(k, HR_DTYPE_Q5_KX16, s, hr_avx2_quantize_q8_Ks, NULL, NULL, hr_avx512_tile_q5_Kx16);
+    set(k, HR_DTYPE_Q6_KX16, s, hr_avx2_quantize_q8_K, NULL, NULL, hr_avx512_tile_q6_Kx16);
+    /* An entry not (yet) measured faster goes here, set only when `all`. f32/f16/bf16 and the plain
+     * K-quant rows have no AVX-512 build. */
+    (void)all;
 }
 
 static bool has_avx2(hr_cpu_features f) { return f.avx2 && f.fma && f.f16c; }
@@ -174,7 +184,8 @@ void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa) {
 int hr_kernels_describe(const hr_kernels *k, char *buf, size_t n) {
     static const hr_dtype order[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
                                      HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K,
-                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_K,
+                                     HR_DTYPE_Q6_KX16};
     int len = 0;
     if (n) buf[0] = '\0';
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {

@@ -24,6 +24,7 @@
 #define HR_TENSOR_KERNELS_X16_H
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "tensor/kernels_internal.h"
@@ -40,8 +41,36 @@ static inline int32_t load_i32(const void *p) {
  * loads: q4_K 16-stream decode 269 vs 190 tok/s with it (TinyLlama shape, 2 threads); the prompt
  * rates, whose later passes find the rows in L2, did not drop (docs/BENCHMARKS.md, run C). */
 #define HR_X16_PF 4096
+static inline __attribute__((always_inline)) void prefetch_block_at(const void *p, size_t bytes, size_t ahead) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
+}
 static inline __attribute__((always_inline)) void prefetch_block(const void *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + HR_X16_PF + o, _MM_HINT_T0);
+    prefetch_block_at(p, bytes, HR_X16_PF);
+}
+#ifndef HR_X16_PF_K56
+#define HR_X16_PF_K56 8192
+#endif
+
+/* q4_Kx16 and q5_Kx16 share d, dmin and scales at the same offsets (the q5 block has its qh between
+ * scales and qs), so one program serves both: kb is super-block b of a group of either, read through
+ * q4_Kx16's leading fields; kqs / kqh give the nibbles and the fifth bits. */
+_Static_assert(offsetof(hr_block_q5_Kx16, scales) == offsetof(hr_block_q4_Kx16, scales) &&
+                   offsetof(hr_block_q5_Kx16, dmin) == offsetof(hr_block_q4_Kx16, dmin),
+               "q4_Kx16 and q5_Kx16 share their leading fields");
+static inline __attribute__((always_inline)) const hr_block_q4_Kx16 *kb(const char *gp, int64_t b, const int q5) {
+    return (const void *)(gp + (size_t)b * (q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16)));
+}
+static inline __attribute__((always_inline)) const uint8_t *kqs(const hr_block_q4_Kx16 *g, const int q5) {
+    return q5 ? ((const hr_block_q5_Kx16 *)(const void *)g)->qs : g->qs;
+}
+static inline __attribute__((always_inline)) const uint8_t *kqh(const hr_block_q4_Kx16 *g) {
+    return ((const hr_block_q5_Kx16 *)(const void *)g)->qh;
+}
+
+/* The prefetch of q6_Kx16, a quarter of the super-block (840 bytes) HR_X16_PF_K56 ahead per segment
+ * rather than all 53 lines at once. */
+static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_Kx16 *g, int seg) {
+    prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
 }
 
 #if HR_X16_512
@@ -150,30 +179,44 @@ static inline __attribute__((always_inline)) void k_mins(const int C, const hr_b
     }
 }
 
-/* q4_Kx16, 8 tokens at most per pass (16 nibble registers per pair of sub-blocks): per super-block
- * the 16 rows' 6-bit scales and mins are decoded in the lanes (get_scale_min_k4 on 4 bytes at once),
- * then per pair j of sub-blocks the 8 chunks' nibbles are split once for the tokens, and each token
- * runs 8 vpdpbusd per sub-block and one FMA per sub-block, then the mins by vpmaddwd. */
-static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, int64_t nb, const char *gp, const char *a,
-                                                                 size_t as, float *y, size_t ys) {
-    const hr_block_q4_Kx16 *g = (const void *)gp;
+/* q5_Kx16's values of sub-block sb in chunk v: the nibbles plus 16 where bit sb of the lane's qh byte
+ * is set (vptestmb, then a masked add). */
+static inline __attribute__((always_inline)) __m512i k_fifth(__m512i nib, const uint8_t *qh, int v, int sb) {
+    const __mmask64 set =
+        _mm512_test_epi8_mask(_mm512_loadu_si512((const void *)(qh + 64 * v)), _mm512_set1_epi8((char)(1 << sb)));
+    return _mm512_mask_add_epi8(nib, set, nib, _mm512_set1_epi8(16));
+}
+
+/* q4_Kx16 (and q5_Kx16, q5 1), 8 tokens at most per pass (16 nibble registers per pair of
+ * sub-blocks): per super-block the 16 rows' 6-bit scales and mins are decoded in the lanes
+ * (get_scale_min_k4 on 4 bytes at once), then per pair j of sub-blocks the 8 chunks' nibbles (and
+ * fifth bits) are split once for the tokens, and each token runs 8 vpdpbusd per sub-block and one
+ * FMA per sub-block, then the mins by vpmaddwd. */
+static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int64_t nb, const char *gp, const char *a,
+                                                               size_t as, float *y, size_t ys, const int q5) {
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        const hr_block_q4_Kx16 *g = kb(gp, b, q5);
+        const uint8_t *qs = kqs(g, q5);
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m512i sclo, schi;
-        k_scales(&g[b], &sclo, &schi);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
+        k_scales(g, &sclo, &schi);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             __m512i lo[8], hi[8];
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) {
-                const __m512i w = _mm512_loadu_si512((const void *)(g[b].qs + 512 * j + 64 * v));
+                const __m512i w = _mm512_loadu_si512((const void *)(qs + 512 * j + 64 * v));
                 lo[v] = _mm512_and_si512(w, m4);
                 hi[v] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+                if (q5) {
+                    lo[v] = k_fifth(lo[v], kqh(g), v, 2 * j);
+                    hi[v] = k_fifth(hi[v], kqh(g), v, 2 * j + 1);
+                }
             }
             const __m512 dsc0 = k_dsc(dw, sclo, schi, 2 * j), dsc1 = k_dsc(dw, sclo, schi, 2 * j + 1);
 #pragma GCC unroll 8
@@ -191,7 +234,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, in
                 acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc1, dy), _mm512_cvtepi32_ps(q1), acc[t]);
             }
         }
-        k_mins(C, &g[b], a, as, b, acc);
+        k_mins(C, g, a, as, b, acc);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
@@ -199,25 +242,27 @@ static inline __attribute__((always_inline)) void rows_tile_q4k8(const int C, in
 
 /* The same for up to 16 tokens in one pass, sub-block after sub-block (8 nibble registers, each
  * chunk loaded once per sub-block, from L1 the second time) so that 16 accumulators fit. */
-static inline __attribute__((always_inline)) void rows_tile_q4k16(const int C, int64_t nb, const char *gp,
-                                                                  const char *a, size_t as, float *y, size_t ys) {
-    const hr_block_q4_Kx16 *g = (const void *)gp;
+static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int64_t nb, const char *gp, const char *a,
+                                                                size_t as, float *y, size_t ys, const int q5) {
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        const hr_block_q4_Kx16 *g = kb(gp, b, q5);
+        const uint8_t *qs = kqs(g, q5);
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m512i sclo, schi;
-        k_scales(&g[b], &sclo, &schi);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
+        k_scales(g, &sclo, &schi);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
             __m512i nib[8];
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) {
-                const __m512i w = _mm512_loadu_si512((const void *)(g[b].qs + 512 * j + 64 * v));
+                const __m512i w = _mm512_loadu_si512((const void *)(qs + 512 * j + 64 * v));
                 nib[v] = _mm512_and_si512(odd ? _mm512_srli_epi16(w, 4) : w, m4);
+                if (q5) nib[v] = k_fifth(nib[v], kqh(g), v, sb);
             }
             const __m512 dsc = k_dsc(dw, sclo, schi, sb);
 #pragma GCC unroll 16
@@ -230,7 +275,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k16(const int C, i
                 acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(q), acc[t]);
             }
         }
-        k_mins(C, &g[b], a, as, b, acc);
+        k_mins(C, g, a, as, b, acc);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
@@ -240,9 +285,118 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
                                                                 const char *a, size_t as, float *y, size_t ys) {
     (void)half;
     if (C > 8)
-        rows_tile_q4k16(C, nb, gp, a, as, y, ys);
+        rows_tile_k16(C, nb, gp, a, as, y, ys, 0);
     else
-        rows_tile_q4k8(C, nb, gp, a, as, y, ys);
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 0);
+}
+
+static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
+    (void)half;
+    if (C > 8)
+        rows_tile_k16(C, nb, gp, a, as, y, ys, 1);
+    else
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 1);
+}
+
+/* q6_Kx16: the 6-bit values u = q (0..63, unsigned for vpdpbusd) of quarter q (0..3) of half h of
+ * the super-block, 4 bytes of each row in chunk v (0..7: elements 4 v .. 4 v + 3 of the quarter's
+ * 32): the nibble of ql (the high one for q >= 2) and bits 2 q of qh moved to bits 4-5. */
+static inline __attribute__((always_inline)) __m512i k6_u(const hr_block_q6_Kx16 *g, int h, int q, int v) {
+    const __m512i ql = _mm512_loadu_si512((const void *)(g->q + hr_q6x16_ql_at(16 * h + 8 * (q & 1) + v)));
+    const __m512i qh = _mm512_loadu_si512((const void *)(g->q + hr_q6x16_qh_at(8 * h + v)));
+    const __m512i lo = _mm512_and_si512(q >= 2 ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0F));
+    const __m512i hs = q == 0   ? _mm512_slli_epi16(qh, 4)
+                       : q == 1 ? _mm512_slli_epi16(qh, 2)
+                       : q == 2 ? qh
+                                : _mm512_srli_epi16(qh, 2);
+    return _mm512_or_si512(lo, _mm512_and_si512(hs, _mm512_set1_epi8(0x30)));
+}
+
+/* The 16 rows' int8 scale of sub-block sb, sign-extended to the lanes. */
+static inline __attribute__((always_inline)) __m512i k6_sc(const hr_block_q6_Kx16 *g, int sb) {
+    const __m512i s = _mm512_loadu_si512((const void *)(g->scales + 64 * (sb >> 2)));
+    return _mm512_srai_epi32(_mm512_slli_epi32(s, 24 - 8 * (sb & 3)), 24);
+}
+
+/* The -32 of every value, for all sub-blocks at once: -32 x sum_g scale[g] x bsums[g] by vpmaddwd of
+ * the scales paired (sc[4c], sc[4c+1]), (sc[4c+2], sc[4c+3]) as int16 against the q8_K block's
+ * adjacent int16 sums. */
+static inline __attribute__((always_inline)) void k6_pairs(const hr_block_q6_Kx16 *g, __m512i p[8]) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i s = _mm512_loadu_si512((const void *)(g->scales + 64 * c));
+        const __m512i ev = _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8), od = _mm512_srai_epi16(s, 8);
+        p[2 * c] = _mm512_mask_blend_epi16(0xAAAAAAAA, ev, _mm512_slli_epi32(od, 16));
+        p[2 * c + 1] = _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srli_epi32(ev, 16), od);
+    }
+}
+static inline __attribute__((always_inline)) __m512i k6_corr(const __m512i p[8], const hr_block_q8_K *yb) {
+    __m512i c = _mm512_madd_epi16(p[0], _mm512_set1_epi32(load_i32(yb->bsums)));
+#pragma GCC unroll 8
+    for (int i = 1; i < 8; i++)
+        c = _mm512_add_epi32(c, _mm512_madd_epi16(p[i], _mm512_set1_epi32(load_i32(yb->bsums + 2 * i))));
+    return _mm512_slli_epi32(c, 5);
+}
+
+/* q6_Kx16, 8 tokens at most per pass (8 integer sums, 8 accumulators): per sub-block the rows'
+ * values once for the tokens (4 registers), per token 4 vpdpbusd and one vpmulld by the scale; per
+ * super-block the -32 term by vpmaddwd and one FMA. */
+static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, int64_t nb, const char *gp, const char *a,
+                                                                 size_t as, float *y, size_t ys) {
+    const hr_block_q6_Kx16 *g = (const void *)gp;
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i isum[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) isum[t] = _mm512_setzero_si512();
+        /* segment after segment (h, e), in memory order; in each the 4 quarters' sub-blocks 8 h + 2 q + e */
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
+                    __m512i u[4];
+#pragma GCC unroll 4
+                    for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], h, q, 4 * e + v);
+                    const __m512i sc = k6_sc(&g[b], 8 * h + 2 * q + e);
+#pragma GCC unroll 8
+                    for (int t = 0; t < C; t++) {
+                        const int8_t *yq =
+                            ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h + 32 * q + 16 * e;
+                        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], _mm512_set1_epi32(load_i32(yq)));
+#pragma GCC unroll 4
+                        for (int v = 1; v < 4; v++)
+                            s = _mm512_dpbusd_epi32(s, u[v], _mm512_set1_epi32(load_i32(yq + 4 * v)));
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
+                    }
+                }
+        __m512i p[8];
+        k6_pairs(&g[b], p);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) {
+            const hr_block_q8_K *yb = (const hr_block_q8_K *)(a + (size_t)t * as) + b;
+            const __m512i s = _mm512_sub_epi32(isum[t], k6_corr(p, yb));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(s), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
+    (void)half;
+    if (C > 8) {
+        rows_tile_q6k8(8, nb, gp, a, as, y, ys);
+        rows_tile_q6k8(C - 8, nb, gp, a + 8 * as, as, y + 8 * ys, ys);
+    } else {
+        rows_tile_q6k8(C, nb, gp, a, as, y, ys);
+    }
 }
 #else
 #define HR_X16_TC   4 /* tokens per tile: 8 nibble registers + 4 accumulators + temporaries in 16 */
@@ -362,48 +516,211 @@ static inline __attribute__((always_inline)) void k_mins(const int C, const hr_b
     }
 }
 
-/* q4_Kx16 with AVX2, 8 rows a half: per super-block the scales and mins decoded in the lanes, then
- * sub-block after sub-block its 8 chunks' nibbles once for the C tokens, each token 8 vpmaddubsw
- * summed in int16 (|sum| <= 8 x 2 x 15 x 128 < 2^15) and one vpmaddwd, one FMA per sub-block; then
- * the mins by vpmaddwd. */
-static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
-    const hr_block_q4_Kx16 *g = (const void *)gp;
+/* q5_Kx16's fifth bits of sub-block sb for chunk v of one half: 16 where bit sb of the byte is set. */
+static inline __attribute__((always_inline)) __m256i k_fifth(const uint8_t *qh, int v, int half, int sb) {
+    const __m256i bit = _mm256_set1_epi8((char)(1 << sb));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(qh + 64 * v + 32 * half));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(16));
+}
+
+/* The exact int32 dot of a sub-block's 8 chunks n[] (unsigned, < 16 or < 32) with the token's
+ * values yq: vpmaddubsw pairs summed in int16, then one vpmaddwd; in int16 at most 8 (q4_K: 8 x 2 x
+ * 15 x 128 < 2^15) or 4 (q5_K: 4 x 2 x 31 x 128 < 2^15) chunks, so q5_K takes two vpmaddwd. */
+static inline __attribute__((always_inline)) __m256i k_qdot(const __m256i n[8], const int8_t *yq, const int q5) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s16 = _mm256_maddubs_epi16(n[0], _mm256_set1_epi32(load_i32(yq)));
+#pragma GCC unroll 4
+    for (int v = 1; v < 4; v++)
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(n[v], _mm256_set1_epi32(load_i32(yq + 4 * v))));
+    __m256i t16 = q5 ? _mm256_maddubs_epi16(n[4], _mm256_set1_epi32(load_i32(yq + 16))) : s16;
+#pragma GCC unroll 4
+    for (int v = 4 + q5; v < 8; v++)
+        t16 = _mm256_add_epi16(t16, _mm256_maddubs_epi16(n[v], _mm256_set1_epi32(load_i32(yq + 4 * v))));
+    return q5 ? _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_madd_epi16(t16, ones))
+              : _mm256_madd_epi16(t16, ones);
+}
+
+/* q4_Kx16 (q5_Kx16: q5 1) with AVX2, 8 rows a half: per super-block the scales and mins decoded in
+ * the lanes, then sub-block after sub-block its 8 chunks' values once for the C tokens, each token
+ * 8 vpmaddubsw (k_qdot), one FMA per sub-block; then the mins by vpmaddwd. */
+static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64_t nb, const char *gp, int half,
+                                                              const char *a, size_t as, float *y, size_t ys,
+                                                              const int q5) {
     __m256 acc[HR_X16_TC];
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        const hr_block_q4_Kx16 *g = kb(gp, b, q5);
+        const uint8_t *qs = kqs(g, q5);
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m256i sclo, schi;
-        k_scales(&g[b], half, &sclo, &schi);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * half)));
+        k_scales(g, half, &sclo, &schi);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
             __m256i nib[8];
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(g[b].qs + 512 * j + 64 * v + 32 * half));
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 512 * j + 64 * v + 32 * half));
                 nib[v] = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
+                if (q5) nib[v] = _mm256_or_si256(nib[v], k_fifth(kqh(g), v, half, sb));
             }
             const __m256 dsc = k_dsc(dw, sclo, schi, sb);
 #pragma GCC unroll 4
             for (int t = 0; t < C; t++) {
                 const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
-                const int8_t *yq = yb->qs + 32 * sb;
-                __m256i s16 = _mm256_maddubs_epi16(nib[0], _mm256_set1_epi32(load_i32(yq)));
-#pragma GCC unroll 8
-                for (int v = 1; v < 8; v++)
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[v], _mm256_set1_epi32(load_i32(yq + 4 * v))));
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, _mm256_set1_ps(yb->d)),
-                                         _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), acc[t]);
+                const __m256i q = k_qdot(nib, yb->qs + 32 * sb, q5);
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(q), acc[t]);
             }
         }
-        k_mins(C, &g[b], half, a, as, b, acc);
+        k_mins(C, g, half, a, as, b, acc);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
+
+static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
+    rows_tile_k(C, nb, gp, half, a, as, y, ys, 0);
+}
+static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
+    rows_tile_k(C, nb, gp, half, a, as, y, ys, 1);
+}
+
+/* q6_Kx16 with AVX2, 8 rows a half: the values of quarter q of half h, chunk v (as the AVX-512
+ * k6_u), */
+static inline __attribute__((always_inline)) __m256i k6_u(const hr_block_q6_Kx16 *g, int half, int h, int q, int v) {
+    const __m256i ql =
+        _mm256_loadu_si256((const __m256i *)(g->q + hr_q6x16_ql_at(16 * h + 8 * (q & 1) + v) + 32 * half));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g->q + hr_q6x16_qh_at(8 * h + v) + 32 * half));
+    const __m256i lo = _mm256_and_si256(q >= 2 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
+    const __m256i hs = q == 0   ? _mm256_slli_epi16(qh, 4)
+                       : q == 1 ? _mm256_slli_epi16(qh, 2)
+                       : q == 2 ? qh
+                                : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+}
+
+/* the 8 rows' scale of sub-block sb as int16 in both halves of each dword (for vpmaddwd), */
+static inline __attribute__((always_inline)) __m256i k6_sc16(const hr_block_q6_Kx16 *g, int half, int sb) {
+    const __m256i s = _mm256_loadu_si256((const __m256i *)(g->scales + 64 * (sb >> 2) + 32 * half));
+    const int i = sb & 3;
+#define K6_CTRL(j) (int)(((4 * (j) + i) << 24) | (0x80 << 16) | ((4 * (j) + i) << 8) | 0x80)
+    const __m256i ctrl = _mm256_setr_epi32(K6_CTRL(0), K6_CTRL(1), K6_CTRL(2), K6_CTRL(3), K6_CTRL(0), K6_CTRL(1),
+                                           K6_CTRL(2), K6_CTRL(3));
+#undef K6_CTRL
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(s, ctrl), 8);
+}
+
+/* the scales paired for the -32 term (as the AVX-512 k6_pairs), */
+static inline __attribute__((always_inline)) void k6_pairs(const hr_block_q6_Kx16 *g, int half, __m256i p[8]) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m256i s = _mm256_loadu_si256((const __m256i *)(g->scales + 64 * c + 32 * half));
+        const __m256i ev = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8), od = _mm256_srai_epi16(s, 8);
+        p[2 * c] = _mm256_blend_epi16(ev, _mm256_slli_epi32(od, 16), 0xAA);
+        p[2 * c + 1] = _mm256_blend_epi16(_mm256_srli_epi32(ev, 16), od, 0xAA);
+    }
+}
+static inline __attribute__((always_inline)) __m256i k6_corr(const __m256i p[8], const hr_block_q8_K *yb) {
+    __m256i c = _mm256_madd_epi16(p[0], _mm256_set1_epi32(load_i32(yb->bsums)));
+#pragma GCC unroll 8
+    for (int i = 1; i < 8; i++)
+        c = _mm256_add_epi32(c, _mm256_madd_epi16(p[i], _mm256_set1_epi32(load_i32(yb->bsums + 2 * i))));
+    return _mm256_slli_epi32(c, 5);
+}
+
+/* and the exact int32 sum over one sub-block of 16 values (4 chunks u) times its scale: vpmaddubsw
+ * pairs of two chunks summed in int16 (2 x 2 x 63 x 128 < 2^15), vpmaddwd by the scale. */
+static inline __attribute__((always_inline)) __m256i k6_sub(const __m256i u[4], __m256i sc16, const int8_t *yq) {
+    const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], _mm256_set1_epi32(load_i32(yq))),
+                                        _mm256_maddubs_epi16(u[1], _mm256_set1_epi32(load_i32(yq + 4))));
+    const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], _mm256_set1_epi32(load_i32(yq + 8))),
+                                        _mm256_maddubs_epi16(u[3], _mm256_set1_epi32(load_i32(yq + 12))));
+    return _mm256_add_epi32(_mm256_madd_epi16(p0, sc16), _mm256_madd_epi16(p1, sc16));
+}
+
+/* q6_Kx16 with AVX2, one half, C tokens: sub-block after sub-block (4 value registers shared by the
+ * tokens), an int32 sum per token over the super-block, then the -32 term and one FMA. */
+static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
+    const hr_block_q6_Kx16 *g = (const void *)gp;
+    __m256 acc[HR_X16_TC];
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i isum[HR_X16_TC];
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) isum[t] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) /* in memory order, as the AVX-512 tile */
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
+                    __m256i u[4];
+#pragma GCC unroll 4
+                    for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], half, h, q, 4 * e + v);
+                    const __m256i sc16 = k6_sc16(&g[b], half, 8 * h + 2 * q + e);
+#pragma GCC unroll 4
+                    for (int t = 0; t < C; t++) {
+                        const int8_t *yq =
+                            ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h + 32 * q + 16 * e;
+                        isum[t] = _mm256_add_epi32(isum[t], k6_sub(u, sc16, yq));
+                    }
+                }
+        __m256i p[8];
+        k6_pairs(&g[b], half, p);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * half)));
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) {
+            const hr_block_q8_K *yb = (const hr_block_q8_K *)(a + (size_t)t * as) + b;
+            const __m256i s = _mm256_sub_epi32(isum[t], k6_corr(p, yb));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+/* One token (decode) of q6_Kx16 with AVX2: both halves per sub-block, so each line of the group is
+ * read once and each activation broadcast serves 16 rows. */
+static inline void one_tok_q6k(int64_t nb, const char *gp, const char *a, float *y) {
+    const hr_block_q6_Kx16 *g = (const void *)gp;
+    const hr_block_q8_K *yb = (const void *)a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int h = 0; h < 2; h++) /* in memory order */
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
+                    const int8_t *yq = yb[b].qs + 128 * h + 32 * q + 16 * e;
+#pragma GCC unroll 2
+                    for (int hf = 0; hf < 2; hf++) {
+                        __m256i u[4];
+#pragma GCC unroll 4
+                        for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], hf, h, q, 4 * e + v);
+                        isum[hf] = _mm256_add_epi32(isum[hf], k6_sub(u, k6_sc16(&g[b], hf, 8 * h + 2 * q + e), yq));
+                    }
+                }
+        const __m256 dy = _mm256_set1_ps(yb[b].d);
+        for (int hf = 0; hf < 2; hf++) {
+            __m256i p[8];
+            k6_pairs(&g[b], hf, p);
+            const __m256i s = _mm256_sub_epi32(isum[hf], k6_corr(p, &yb[b]));
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * hf)));
+            acc[hf] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(s), acc[hf]);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+#define HR_X16_ONE_Q6K one_tok_q6k
 
 /* One token (decode) of q8_0x16 with AVX2: both halves of the group per block, so each line of the
  * group is read once and the token's activation broadcasts serve both. */
@@ -436,46 +753,58 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
 }
 #define HR_X16_ONE_Q8 one_tok_q8
 
-/* One token (decode) of q4_Kx16 with AVX2: both halves per sub-block, so each line of the group is
- * read once and each activation broadcast serves 16 rows. */
-static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float *y) {
-    const hr_block_q4_Kx16 *g = (const void *)gp;
+/* One token (decode) of q4_Kx16 (q5_Kx16: q5 1) with AVX2: both halves per sub-block, so each line
+ * of the group is read once and each activation broadcast serves 16 rows. */
+static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const char *gp, const char *a, float *y,
+                                                            const int q5) {
     const hr_block_q8_Ks *yb = (const void *)a;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        const hr_block_q4_Kx16 *g = kb(gp, b, q5);
+        const uint8_t *qs = kqs(g, q5);
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m256i sclo[2], schi[2];
         __m256 dw[2];
         for (int h = 0; h < 2; h++) {
-            k_scales(&g[b], h, &sclo[h], &schi[h]);
-            dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * h)));
+            k_scales(g, h, &sclo[h], &schi[h]);
+            dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * h)));
         }
         const __m256 dy = _mm256_set1_ps(yb[b].d);
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
             const int8_t *yq = yb[b].qs + 32 * sb;
+            /* int16 sums of 8 chunks (q4_K) or 4 (q5_K: k_qdot's bound), then into int32 */
+            __m256i s32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) {
                 const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * v));
                 for (int h = 0; h < 2; h++) {
-                    const __m256i w = _mm256_loadu_si256((const __m256i *)(g[b].qs + 512 * j + 64 * v + 32 * h));
-                    const __m256i n = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 512 * j + 64 * v + 32 * h));
+                    __m256i n = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
+                    if (q5) n = _mm256_or_si256(n, k_fifth(kqh(g), v, h, sb));
                     s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(n, yv));
+                    if (q5 && v == 3) {
+                        s32[h] = _mm256_madd_epi16(s16[h], ones);
+                        s16[h] = _mm256_setzero_si256();
+                    }
                 }
             }
+            for (int h = 0; h < 2; h++) s32[h] = _mm256_add_epi32(s32[h], _mm256_madd_epi16(s16[h], ones));
             for (int h = 0; h < 2; h++) {
                 const __m256 dsc = k_dsc(dw[h], sclo[h], schi[h], sb);
-                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, dy), _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[h], ones)),
-                                         acc[h]);
+                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, dy), _mm256_cvtepi32_ps(s32[h]), acc[h]);
             }
         }
-        for (int h = 0; h < 2; h++) k_mins(1, &g[b], h, a, 0, b, &acc[h]);
+        for (int h = 0; h < 2; h++) k_mins(1, g, h, a, 0, b, &acc[h]);
     }
     _mm256_storeu_ps(y, acc[0]);
     _mm256_storeu_ps(y + 8, acc[1]);
 }
+static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float *y) { one_tok_k(nb, gp, a, y, 0); }
+static inline void one_tok_q5k(int64_t nb, const char *gp, const char *a, float *y) { one_tok_k(nb, gp, a, y, 1); }
+#define HR_X16_ONE_Q5K one_tok_q5k
 #define HR_X16_ONE_Q4K one_tok_q4k
 
 /* One token (decode) of q4_0x16 with AVX2: both halves per block (each line read once). */
@@ -524,6 +853,14 @@ HR_X16_ONE_VIA(rows_tile_q4)
 #ifndef HR_X16_ONE_Q4K
 HR_X16_ONE_VIA(rows_tile_q4k)
 #define HR_X16_ONE_Q4K one_tok_via_rows_tile_q4k
+#endif
+#ifndef HR_X16_ONE_Q5K
+HR_X16_ONE_VIA(rows_tile_q5k)
+#define HR_X16_ONE_Q5K one_tok_via_rows_tile_q5k
+#endif
+#ifndef HR_X16_ONE_Q6K
+HR_X16_ONE_VIA(rows_tile_q6k)
+#define HR_X16_ONE_Q6K one_tok_via_rows_tile_q6k
 #endif
 #ifndef HR_X16_ONE_Q8
 HR_X16_ONE_VIA(rows_tile_q8)
@@ -589,5 +926,7 @@ HR_X16_ONE_VIA(rows_tile_q8)
 HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, HR_X16_ONE_Q4, HR_QK4_0)
 HR_X16_DRIVER(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0)
 HR_X16_DRIVER(HR_X16FN(tile_q4_Kx16), rows_tile_q4k, HR_X16_ONE_Q4K, HR_QK_K)
+HR_X16_DRIVER(HR_X16FN(tile_q5_Kx16), rows_tile_q5k, HR_X16_ONE_Q5K, HR_QK_K)
+HR_X16_DRIVER(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K)
 
 #endif

@@ -200,7 +200,9 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_Q8_KS: hr_ref_quantize_q8_Ks(x, dst, k); break;
     case HR_DTYPE_Q4_0X16: /* rows live in groups: quantize q4_0 (q8_0, q4_K), then hr_x16_repack */
     case HR_DTYPE_Q8_0X16:
-    case HR_DTYPE_Q4_KX16: break;
+    case HR_DTYPE_Q4_KX16:
+    case HR_DTYPE_Q5_KX16:
+    case HR_DTYPE_Q6_KX16: break;
     }
 }
 
@@ -227,7 +229,9 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
         break;
     case HR_DTYPE_Q4_0X16: /* rows live in groups: hr_x16_unpack, then the file type's */
     case HR_DTYPE_Q8_0X16:
-    case HR_DTYPE_Q4_KX16: break;
+    case HR_DTYPE_Q4_KX16:
+    case HR_DTYPE_Q5_KX16:
+    case HR_DTYPE_Q6_KX16: break;
     }
 }
 
@@ -246,7 +250,9 @@ float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_r
     case HR_DTYPE_Q8_KS: break;
     case HR_DTYPE_Q4_0X16: /* no lone row: hr_kernels' tile */
     case HR_DTYPE_Q8_0X16:
-    case HR_DTYPE_Q4_KX16: break;
+    case HR_DTYPE_Q4_KX16:
+    case HR_DTYPE_Q5_KX16:
+    case HR_DTYPE_Q6_KX16: break;
     }
     return 0.0f;
 }

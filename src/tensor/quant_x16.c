@@ -1,4 +1,4 @@
-/* quant_x16.c: the interleaved layouts q4_0x16, q8_0x16 and q4_Kx16 (tensor.h): repacking rows in
+/* quant_x16.c: the interleaved layouts q4_0x16, q8_0x16, q4_Kx16, q5_Kx16 and q6_Kx16 (tensor.h): repacking rows in
  * place into groups of 16 and back, the q8_0s / q8_Ks activations they multiply, and the scalar
  * tiles, which define every table's results (kernels_x16.h computes the same bits with SIMD). */
 #include <string.h>
@@ -54,6 +54,26 @@ static void move_q4_K(void *plain, void *x, int r, bool pack) {
         for (int v = 0; v < 8; v++) lane4(&p->qs[32 * j + 4 * v], &g->qs[512 * j + 64 * v + 4 * r], pack);
 }
 
+static void move_q5_K(void *plain, void *x, int r, bool pack) {
+    hr_block_q5_K *p = plain;
+    hr_block_q5_Kx16 *g = x;
+    scale(&p->d, &g->d[r], pack);
+    scale(&p->dmin, &g->dmin[r], pack);
+    for (int c = 0; c < 3; c++) lane4(&p->scales[4 * c], &g->scales[64 * c + 4 * r], pack);
+    for (int v = 0; v < 8; v++) lane4(&p->qh[4 * v], &g->qh[64 * v + 4 * r], pack);
+    for (int j = 0; j < 4; j++)
+        for (int v = 0; v < 8; v++) lane4(&p->qs[32 * j + 4 * v], &g->qs[512 * j + 64 * v + 4 * r], pack);
+}
+
+static void move_q6_K(void *plain, void *x, int r, bool pack) {
+    hr_block_q6_K *p = plain;
+    hr_block_q6_Kx16 *g = x;
+    scale(&p->d, &g->d[r], pack);
+    for (int c = 0; c < 4; c++) lane4(&p->scales[4 * c], &g->scales[64 * c + 4 * r], pack);
+    for (int v = 0; v < 32; v++) lane4(&p->ql[4 * v], &g->q[hr_q6x16_ql_at(v) + 4 * r], pack);
+    for (int v = 0; v < 16; v++) lane4(&p->qh[4 * v], &g->q[hr_q6x16_qh_at(v) + 4 * r], pack);
+}
+
 typedef struct x16_kind {
     hr_dtype x16, file;
     void (*move)(void *plain, void *x, int r, bool pack);
@@ -63,11 +83,15 @@ typedef struct x16_kind {
 static float dot_q4_0x16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q8_0x16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q4_Kx16(int64_t nb, const void *gp, int r, const void *ap);
+static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap);
+static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap);
 
 static const x16_kind kinds[] = {
     {HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_0, move_q4_0, dot_q4_0x16},
     {HR_DTYPE_Q8_0X16, HR_DTYPE_Q8_0, move_q8_0, dot_q8_0x16},
     {HR_DTYPE_Q4_KX16, HR_DTYPE_Q4_K, move_q4_K, dot_q4_Kx16},
+    {HR_DTYPE_Q5_KX16, HR_DTYPE_Q5_K, move_q5_K, dot_q5_Kx16},
+    {HR_DTYPE_Q6_KX16, HR_DTYPE_Q6_K, move_q6_K, dot_q6_Kx16},
 };
 
 static const x16_kind *kind_of(hr_dtype x16) {
@@ -137,6 +161,16 @@ void hr_scalar_tile_q4_Kx16(int64_t k, const void *w, size_t w_stride, int nr, c
     tile(HR_DTYPE_Q4_KX16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
 }
 
+void hr_scalar_tile_q5_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride) {
+    tile(HR_DTYPE_Q5_KX16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+}
+
+void hr_scalar_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride) {
+    tile(HR_DTYPE_Q6_KX16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+}
+
 static float dot_q4_0x16(int64_t nb, const void *gp, int r, const void *ap) {
     const hr_block_q4_0x16 *g = gp;
     const hr_block_q8_0s *a = ap;
@@ -190,6 +224,64 @@ static float dot_q4_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
             msum += min * ys;
         }
         acc = fmaf(-(mw * a[b].d), (float)msum, acc);
+    }
+    return acc;
+}
+
+/* q5_Kx16: q4_Kx16's sequence with the fifth bit (bit s of the lane's qh byte) on every value. */
+static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
+    const hr_block_q5_Kx16 *g = gp;
+    const hr_block_q8_Ks *a = ap;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t sc[HR_K_SCALE_SIZE];
+        for (int c = 0; c < 3; c++) memcpy(&sc[4 * c], &g[b].scales[64 * c + 4 * r], 4);
+        const float dw = hr_f16_to_f32(g[b].d[r]), mw = hr_f16_to_f32(g[b].dmin[r]);
+        int32_t msum = 0;
+        for (int s = 0; s < 8; s++) {
+            uint8_t scale, min;
+            hr_get_scale_min_k4(s, sc, &scale, &min);
+            const int j = s / 2, shift = 4 * (s & 1);
+            int32_t qdot = 0, ys = 0;
+            for (int v = 0; v < 8; v++)
+                for (int i = 0; i < 4; i++) {
+                    const int8_t y = a[b].qs[32 * s + 4 * v + i];
+                    const int q = ((g[b].qs[512 * j + 64 * v + 4 * r + i] >> shift) & 15) |
+                                  (((g[b].qh[64 * v + 4 * r + i] >> s) & 1) << 4);
+                    qdot += q * y;
+                    ys += y;
+                }
+            acc = fmaf((dw * (float)scale) * a[b].d, (float)qdot, acc);
+            msum += min * ys;
+        }
+        acc = fmaf(-(mw * a[b].d), (float)msum, acc);
+    }
+    return acc;
+}
+
+/* q6_Kx16: element 128 h + 32 q + l (half h, quarter q, l < 32) has its low 4 bits in ql byte 64 h +
+ * 32 (q & 1) + l (the high nibble for q >= 2) and its top 2 in bits 2 q of qh byte 32 h + l; its
+ * sub-block is 8 h + 2 q + l / 16. */
+static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
+    const hr_block_q6_Kx16 *g = gp;
+    const hr_block_q8_K *a = ap;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int h = 0; h < 2; h++)
+            for (int q = 0; q < 4; q++)
+                for (int half16 = 0; half16 < 2; half16++) {
+                    const int sb = 8 * h + 2 * q + half16;
+                    int32_t s = 0;
+                    for (int l = 16 * half16; l < 16 * half16 + 16; l++) {
+                        const int lb = 64 * h + 32 * (q & 1) + l, hb = 32 * h + l; /* bytes of the plain row */
+                        const int lo = (g[b].q[hr_q6x16_ql_at(lb / 4) + 4 * r + lb % 4] >> (4 * (q >> 1))) & 15;
+                        const int hi = (g[b].q[hr_q6x16_qh_at(hb / 4) + 4 * r + hb % 4] >> (2 * q)) & 3;
+                        s += ((lo | hi << 4) - 32) * a[b].qs[128 * h + 32 * q + l];
+                    }
+                    isum += g[b].scales[64 * (sb / 4) + 4 * r + sb % 4] * s;
+                }
+        acc = fmaf(hr_f16_to_f32(g[b].d[r]) * a[b].d, (float)isum, acc);
     }
     return acc;
 }

@@ -29,9 +29,11 @@ typedef enum hr_dtype {
     HR_DTYPE_Q8_0X16 = 42, /* q8_0 weights repacked at load, 16 rows interleaved (hr_block_q8_0x16) */
     HR_DTYPE_Q4_KX16 = 43, /* q4_K weights repacked at load, 16 rows interleaved (hr_block_q4_Kx16) */
     HR_DTYPE_Q8_KS = 44,   /* activations for q4_Kx16: q8_K with its sub-block sums paired (hr_block_q8_Ks) */
+    HR_DTYPE_Q5_KX16 = 45, /* q5_K weights repacked at load, 16 rows interleaved (hr_block_q5_Kx16) */
+    HR_DTYPE_Q6_KX16 = 46, /* q6_K weights repacked at load, 16 rows interleaved (hr_block_q6_Kx16) */
 } hr_dtype;
 
-#define HR_DTYPE_TABLE 45 /* ids below this index the type and kernel tables */
+#define HR_DTYPE_TABLE 47 /* ids below this index the type and kernel tables */
 
 typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
 typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
@@ -101,6 +103,36 @@ typedef struct {
     uint8_t qs[HR_X16 * HR_QK_K / 2];
 } hr_block_q4_Kx16; /* 2304 bytes */
 
+/* Super-block b of 16 q5_K rows: q4_Kx16's layout (d, dmin, scales, qs in the same places relative
+ * to each other) with the fifth bits between scales and qs, 8 chunks of 64 bytes: qh[64 v + 4 r + i]
+ * = row r's qh[4 v + i] (bit s: element 4 v + i of sub-block s); 16 x 176 bytes, in place. */
+typedef struct {
+    hr_f16 d[HR_X16], dmin[HR_X16];
+    uint8_t scales[HR_X16 * HR_K_SCALE_SIZE];
+    uint8_t qh[HR_X16 * HR_QK_K / 8];
+    uint8_t qs[HR_X16 * HR_QK_K / 2];
+} hr_block_q5_Kx16; /* 2816 bytes */
+
+/* Super-block b of 16 q6_K rows: d[r], the int8 scales as 4 chunks (scales[64 c + 4 r + i] = row r's
+ * scales[4 c + i]), then the 6-bit values as 4 segments of 12 chunks of 64 bytes, in the order the
+ * tiles read them (one forward pass: the hardware prefetcher lost track of the former ql-then-qh
+ * order, 9-14 vs 20-25 GB/s for one token from DRAM). Segment s = 2 h + e (half h of the
+ * super-block, e = which 16 of each 32 values) holds, for vv = 0..3, the ql chunks 16 h + 4 e + vv
+ * (at 64 vv) and 16 h + 8 + 4 e + vv (at 256 + 64 vv) and the qh chunk 8 h + 4 e + vv (at 512 + 64
+ * vv), where ql chunk v is row r's ql[4 v + i] at lane 4 r + i, qh chunk v likewise
+ * (hr_q6x16_ql_at / hr_q6x16_qh_at); 16 x 210 bytes, in place. */
+typedef struct {
+    hr_f16 d[HR_X16];
+    int8_t scales[HR_X16 * HR_QK_K / 16];
+    uint8_t q[HR_X16 * (HR_QK_K / 2 + HR_QK_K / 4)];
+} hr_block_q6_Kx16; /* 3360 bytes */
+
+/* Where ql chunk v (0..31) and qh chunk v (0..15) of a q6_Kx16 super-block start in its q[]. */
+static inline int hr_q6x16_ql_at(int v) {
+    return 768 * (2 * (v >> 4) + ((v >> 2) & 1)) + 256 * ((v >> 3) & 1) + 64 * (v & 3);
+}
+static inline int hr_q6x16_qh_at(int v) { return 768 * (2 * (v >> 3) + ((v >> 2) & 1)) + 512 + 64 * (v & 3); }
+
 /* The activation block q4_Kx16 multiplies: q8_K's scale and values (the same quantization), and the
  * sums of its 8 sub-blocks of 32, ys[s], paired as 16-bit halves of 4 dwords for vpmaddwd:
  * ysp = {ys0 | ys2 << 16, ys1 | ys3 << 16, ys4 | ys6 << 16, ys5 | ys7 << 16}. */
@@ -139,8 +171,8 @@ const char *hr_dtype_supported_list(void);
  * takes in its group (the same as a q4_0 row). */
 size_t hr_dtype_row_bytes(hr_dtype t, int64_t k);
 
-/* The interleaved layout of type t (q4_0x16 for q4_0, q8_0x16 for q8_0, q4_Kx16 for q4_K), or t
- * itself when it has none. */
+/* The interleaved layout of type t (q4_0x16 for q4_0, q8_0x16 for q8_0, q4_Kx16 for q4_K, q5_Kx16
+ * for q5_K, q6_Kx16 for q6_K), or t itself when it has none. */
 hr_dtype hr_dtype_x16(hr_dtype t);
 /* Repacks rows rows of k elements of x16's file type (rows a multiple of HR_X16) in place into x16
  * groups; tmp holds HR_X16 rows (HR_X16 x the file type's row bytes). hr_x16_unpack, with the same
@@ -197,7 +229,10 @@ typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row
  *     for s = 0..7: acc = fmaf((d_w * (float)sc[s]) * d_a, (float)qdot[s], acc)
  *     then          acc = fmaf(-(dmin_w * d_a), (float)sum_s(m[s] * ys[s]), acc)
  * with qdot[s] the exact dot of the sub-block's nibbles (0..15) and values, sc and m its 6-bit
- * scale and min, ys[s] the sum of its 32 values. */
+ * scale and min, ys[s] the sum of its 32 values. q5_Kx16 is the same sequence with its 5-bit values
+ * (0..31) in qdot. q6_Kx16 (against plain q8_K activations) runs per super-block
+ *     acc = fmaf(d_w * d_a, (float)isum, acc)
+ * with isum = sum over its 16 sub-blocks g of 16 of scale[g] * (sum of (q - 32) y), exact (int32). */
 typedef void (*hr_vec_dot_tile_fn)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,
                                    int nt, float *y, size_t y_stride);
 
