@@ -23,10 +23,12 @@ static const char *k_schema =
     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":24},"
     "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":130},\"email\":{\"type\":\"string\",\"maxLength\":32},"
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":12},\"maxItems\":4},"
-    "\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\",\"maxLength\":32},\"zip\":{\"type\":\"string\","
+    "\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\",\"maxLength\":32},\"zip\":{"
+    "\"type\":\"string\","
     "\"pattern\":\"^[0-9]{5}$\"}},\"required\":[\"street\",\"zip\"],\"additionalProperties\":false},"
     "\"active\":{\"type\":\"boolean\"},\"joined\":{\"type\":\"string\",\"format\":\"date\"}},"
-    "\"required\":[\"name\",\"age\",\"email\",\"tags\",\"address\",\"active\",\"joined\"],\"additionalProperties\":false}";
+    "\"required\":[\"name\",\"age\",\"email\",\"tags\",\"address\",\"active\",\"joined\"],\"additionalProperties\":"
+    "false}";
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -17,8 +17,8 @@ static void die(const char *what) {
     abort();
 }
 
-static const char *const k_toks[] = {"a", "b", "ab", "{", "}", "\"", ":", ",", " ", "0", "12", "-", "[", "]",
-                                     "true", "null", "x\"", "\\", "é", "\xC3", "\xA9", "\n", "a1", "}]"};
+static const char *const k_toks[] = {"a", "b", "ab",   "{",    "}",   "\"", ":", ",",    " ",    "0",  "12", "-",
+                                     "[", "]", "true", "null", "x\"", "\\", "é", "\xC3", "\xA9", "\n", "a1", "}]"};
 #define N_TOKS ((int)(sizeof k_toks / sizeof k_toks[0]))
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

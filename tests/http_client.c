@@ -31,7 +31,7 @@ int hr_http_dial(int port) {
 }
 
 void hr_http_send(int fd, const char *method, const char *path, const char *headers, const char *body,
-                         size_t body_len) {
+                  size_t body_len) {
     char head[2048];
     int n = snprintf(head, sizeof head,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%sContent-Type: application/json\r\n"
@@ -102,4 +102,3 @@ hr_http_resp hr_http_call(int port, const char *method, const char *path, const 
 }
 
 json_t *hr_http_json(const hr_http_resp *r) { return r->body ? json_loads(r->body, 0, NULL) : NULL; }
-

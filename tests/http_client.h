@@ -19,8 +19,7 @@ void hr_http_resp_free(hr_http_resp *r);
 int hr_http_dial(int port);
 /* Writes one request (JSON content type, Content-Length, Connection: close; headers: extra "K: V\r\n"
  * lines or NULL). */
-void hr_http_send(int fd, const char *method, const char *path, const char *headers, const char *body,
-                  size_t body_len);
+void hr_http_send(int fd, const char *method, const char *path, const char *headers, const char *body, size_t body_len);
 /* Reads the answer until the server closes. */
 void hr_http_read(int fd, hr_http_resp *r);
 /* dial + send + read + close. */

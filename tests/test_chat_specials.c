@@ -160,7 +160,10 @@ static void test_chatml(void) {
 
 static void test_llama3(void) {
     hr_tokenizer *t = make_vocab("llama-bpe");
-    hr_chat_msg m[] = {{.role = "system", .content = k_sys}, {.role = "user", .content = k_attack}, {.role = "assistant", .content = "hello <|eot_id|>"}, {.role = "user", .content = "hello"}};
+    hr_chat_msg m[] = {{.role = "system", .content = k_sys},
+                       {.role = "user", .content = k_attack},
+                       {.role = "assistant", .content = "hello <|eot_id|>"},
+                       {.role = "user", .content = "hello"}};
     int32_t *ids = NULL;
     size_t n = 0;
     hr_error err = {0};
@@ -293,7 +296,9 @@ static void test_jinja_template(void) {
     CHECK(count_id(ids, n, C_IM_START) == 4 && count_id(ids, n, C_IM_END) == 5);
     free(ids);
     /* fence characters in content are dropped: the same ids as without them */
-    hr_chat_msg f[] = {{.role = "user", .content = "a\xEF\xA3\xB1<|im_end|>\xEF\xA3\xB0" "b"}};
+    hr_chat_msg f[] = {{.role = "user",
+                        .content = "a\xEF\xA3\xB1<|im_end|>\xEF\xA3\xB0"
+                                   "b"}};
     hr_chat_msg g[] = {{.role = "user", .content = "a<|im_end|>b"}};
     rp.msgs = f;
     rp.n_msgs = 1;

@@ -86,8 +86,9 @@ static int walk_check(hr_cons_store *st, hr_grammar *g, const char *const *toks,
             }
             bool got = (mask[t >> 6] >> (t & 63)) & 1;
             if (want != got) {
-                if (bad < 5) fprintf(stderr, "step %d after '%s': token '%s' mask %d brute %d\n", step, out,
-                                     t == n ? "<eos>" : toks[t], got, want);
+                if (bad < 5)
+                    fprintf(stderr, "step %d after '%s': token '%s' mask %d brute %d\n", step, out,
+                            t == n ? "<eos>" : toks[t], got, want);
                 bad++;
             }
             if (got) count++;
@@ -109,10 +110,11 @@ static int walk_check(hr_cons_store *st, hr_grammar *g, const char *const *toks,
 }
 
 static const char *const k_json_toks[] = {
-    "{", "}", "[", "]", "\"", ",", ":", " ", "\n", "0", "1", "12", "-", ".", "5e", "e", "E+", "true", "false", "null",
-    "tr", "ue", "nu", "ll", "a", "b", "ab", "\\", "\\n", "\\u", "00", "0a", "d8", "\":", "\",", "\"}", "{\"", "\"a\"",
-    "name", "\"name\"", ": \"", "\": \"", "age", "\"age\": ", "x", "é", "\xC3", "\xA9", "ok", "[{", "}]", "},", "\"]",
-    "2024", "-0", "3-", "T", "Z", ":0", "00:", "-12-", "1\"", "42", "  ", "\t"};
+    "{",        "}",    "[",      "]",   "\"",        ",",     ":",    " ",    "\n",   "0",   "1",   "12",    "-",
+    ".",        "5e",   "e",      "E+",  "true",      "false", "null", "tr",   "ue",   "nu",  "ll",  "a",     "b",
+    "ab",       "\\",   "\\n",    "\\u", "00",        "0a",    "d8",   "\":",  "\",",  "\"}", "{\"", "\"a\"", "name",
+    "\"name\"", ": \"", "\": \"", "age", "\"age\": ", "x",     "é",    "\xC3", "\xA9", "ok",  "[{",  "}]",    "},",
+    "\"]",      "2024", "-0",     "3-",  "T",         "Z",     ":0",   "00:",  "-12-", "1\"", "42",  "  ",    "\t"};
 
 #if HR_FAULT
 /* Compiles src and runs a matcher over the JSON test vocabulary for a few steps; every failure must
@@ -182,10 +184,10 @@ int main(void) {
     uint64_t mask[4];
     CHECK(hr_matcher_fill_mask(m, mask) == 3);
     CHECK(mask[0] == ((1u << 0) | (1u << 2) | (1u << 5))); /* a, ab, abc */
-    CHECK(hr_matcher_accept_token(m, 0));                   /* "a" */
+    CHECK(hr_matcher_accept_token(m, 0));                  /* "a" */
     CHECK(hr_matcher_fill_mask(m, mask) == 3);
     CHECK(mask[0] == ((1u << 1) | (1u << 4) | (1u << 6))); /* b, c, bc */
-    CHECK(!hr_matcher_accept_token(m, 3));                  /* "ba" */
+    CHECK(!hr_matcher_accept_token(m, 3));                 /* "ba" */
     CHECK(!hr_matcher_is_complete(m));
     CHECK(hr_matcher_accept_token(m, 6)); /* "bc" */
     CHECK(hr_matcher_is_complete(m) && hr_matcher_is_done(m));
@@ -247,7 +249,8 @@ int main(void) {
     CHECK(hr_cons_store_create(v, &st, &err) == HR_OK);
     g = compile(HR_CONS_JSON_SCHEMA, schema);
     CHECK(matches(st, g, "{\"name\":\"bo\",\"age\":7}"));
-    CHECK(matches(st, g, " { \"name\" : \"\" , \"age\" : 120 , \"tags\" : [ \"a\" , 1 ] , \"when\" : \"2024-12-31\" }"));
+    CHECK(
+        matches(st, g, " { \"name\" : \"\" , \"age\" : 120 , \"tags\" : [ \"a\" , 1 ] , \"when\" : \"2024-12-31\" }"));
     CHECK(!matches(st, g, "{\"name\":\"bo\",\"age\":121}"));
     CHECK(!matches(st, g, "{\"age\":7,\"name\":\"bo\"}"));        /* order of the schema */
     CHECK(!matches(st, g, "{\"name\":\"bo\"}"));                  /* age is required */

@@ -56,7 +56,8 @@ static void bad(int port, const char *route, const char *json, const char *param
     json_t *r = NULL;
     long st = post(port, route, json, &r);
     json_t *e = json_object_get(r, "error");
-    const char *p = json_string_value(json_object_get(e, "param")), *m = json_string_value(json_object_get(e, "message"));
+    const char *p = json_string_value(json_object_get(e, "param")),
+               *m = json_string_value(json_object_get(e, "message"));
     CHECKF(st == 400 && p && !strcmp(p, param) && m && strstr(m, reason), "%s -> %ld param %s message %s", json, st,
            p ? p : "-", m ? m : "-");
     json_decref(r);
@@ -86,7 +87,8 @@ static bool json_prefix_ok(const char *s) {
     hr_matcher *m = NULL;
     hr_error err;
     bool ok = hr_cons_vocab_create(1, tok, len, NULL, &v, &err) == HR_OK &&
-              hr_cons_store_create(v, &st, &err) == HR_OK && hr_grammar_compile(HR_CONS_JSON, "", 0, &g, &err) == HR_OK &&
+              hr_cons_store_create(v, &st, &err) == HR_OK &&
+              hr_grammar_compile(HR_CONS_JSON, "", 0, &g, &err) == HR_OK &&
               hr_matcher_create(st, g, &m, &err) == HR_OK && hr_matcher_accept_bytes(m, s, strlen(s));
     hr_matcher_destroy(m);
     hr_grammar_release(g);
@@ -121,7 +123,8 @@ int main(void) {
 
     /* ---- every field works ---- */
     good(port, C,
-         "{\"prompt\":\"Hi\",\"max_tokens\":300,\"temperature\":1,\"seed\":1,\"response_format\":{\"type\":\"json_schema\","
+         "{\"prompt\":\"Hi\",\"max_tokens\":300,\"temperature\":1,\"seed\":1,\"response_format\":{\"type\":\"json_"
+         "schema\","
          "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"n\":{"
          "\"type\":\"integer\",\"minimum\":1,\"maximum\":5}},\"required\":[\"n\"],\"additionalProperties\":false}}}}",
          "stop", text, sizeof text);
@@ -136,14 +139,18 @@ int main(void) {
     doc = json_loads(text, 0, NULL);
     CHECKF(json_is_array(doc) && json_array_size(doc) <= 3, "'%s'", text);
     json_decref(doc);
-    good(port, C, "{\"prompt\":\"Hi\",\"max_tokens\":20,\"temperature\":1,\"seed\":3,\"guided_regex\":\"[a-c]{2}[0-9]\"}",
+    good(port, C,
+         "{\"prompt\":\"Hi\",\"max_tokens\":20,\"temperature\":1,\"seed\":3,\"guided_regex\":\"[a-c]{2}[0-9]\"}",
          "stop", text, sizeof text);
     CHECKF(strlen(text) == 3 && strchr("abc", text[0]) && strchr("abc", text[1]) && text[2] >= '0' && text[2] <= '9',
            "'%s'", text);
-    good(port, CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":20,\"guided_choice\":[\"yes\",\"no\"]}",
+    good(port, CH,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":20,\"guided_choice\":[\"yes\",\"no\"]}",
          "stop", text, sizeof text);
     CHECKF(!strcmp(text, "yes") || !strcmp(text, "no"), "'%s'", text);
-    good(port, C, "{\"prompt\":\"Hi\",\"max_tokens\":20,\"temperature\":1,\"guided_grammar\":\"root ::= \\\"<\\\" [xy]{1,5} \\\">\\\"\"}",
+    good(port, C,
+         "{\"prompt\":\"Hi\",\"max_tokens\":20,\"temperature\":1,\"guided_grammar\":\"root ::= \\\"<\\\" [xy]{1,5} "
+         "\\\">\\\"\"}",
          "stop", text, sizeof text);
     CHECKF(text[0] == '<' && text[strlen(text) - 1] == '>' && strspn(text + 1, "xy") == strlen(text) - 2, "'%s'", text);
     /* any object: unbounded, so a weak model may run out of tokens ("length"); five seeds, and every one
@@ -175,27 +182,29 @@ int main(void) {
     good(port, C, "{\"prompt\":\"Hi\",\"max_tokens\":5,\"response_format\":{\"type\":\"text\"}}", "length", text,
          sizeof text);
     /* cannot finish within max_tokens: "length", with what it produced */
-    good(port, C, "{\"prompt\":\"Hi\",\"max_tokens\":4,\"temperature\":1,\"guided_regex\":\"(xy){30}\"}", "length", text,
-         sizeof text);
+    good(port, C, "{\"prompt\":\"Hi\",\"max_tokens\":4,\"temperature\":1,\"guided_regex\":\"(xy){30}\"}", "length",
+         text, sizeof text);
     CHECKF(strlen(text) >= 4 && strspn(text, "xy") == strlen(text) && text[0] == 'x', "'%s'", text);
 
     /* ---- bad input: 400 naming the field, with the reason ---- */
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_json\":{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}}",
         "guided_json", "unsupported JSON Schema keyword 'not' at #/properties/a");
     bad(port, CH,
-        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{"
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_"
+        "schema\":{"
         "\"name\":\"a\",\"schema\":{\"type\":\"string\",\"format\":\"email\"}}}}",
         "response_format", "format 'email'");
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_json\":{\"$ref\":\"#/$defs/nope\"}}", "guided_json", "does not resolve");
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_json\":\"{not json\"}", "guided_json", "not JSON");
-    bad(port, C, "{\"prompt\":\"Hi\",\"guided_json\":{\"type\":\"integer\",\"minimum\":5,\"maximum\":1}}", "guided_json",
-        "leave no integer");
+    bad(port, C, "{\"prompt\":\"Hi\",\"guided_json\":{\"type\":\"integer\",\"minimum\":5,\"maximum\":1}}",
+        "guided_json", "leave no integer");
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_regex\":\"(ab\"}", "guided_regex", "expected ')'");
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_regex\":\"a(?<=b)\"}", "guided_regex", "lookaround");
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_regex\":\"[z-a]\"}", "guided_regex", "reversed");
     bad(port, CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"guided_grammar\":\"root ::= item+\"}",
         "guided_grammar", "undefined rule 'item'");
-    bad(port, C, "{\"prompt\":\"Hi\",\"guided_grammar\":\"root ::= root \\\"a\\\" | \\\"b\\\"\"}", "guided_grammar", "left-recursive");
+    bad(port, C, "{\"prompt\":\"Hi\",\"guided_grammar\":\"root ::= root \\\"a\\\" | \\\"b\\\"\"}", "guided_grammar",
+        "left-recursive");
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_grammar\":\"root ::= \\\"a\"}", "guided_grammar", "unterminated");
     /* bounds: repetition count, elements, source size */
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_regex\":\"a{10001}\"}", "guided_regex", "bound on repetitions");
@@ -209,7 +218,8 @@ int main(void) {
     free(big);
     /* shapes */
     bad(port, C, "{\"prompt\":\"Hi\",\"response_format\":{\"type\":\"xml\"}}", "response_format", "'xml'");
-    bad(port, C, "{\"prompt\":\"Hi\",\"response_format\":{\"type\":\"json_schema\"}}", "response_format", "json_schema");
+    bad(port, C, "{\"prompt\":\"Hi\",\"response_format\":{\"type\":\"json_schema\"}}", "response_format",
+        "json_schema");
     bad(port, C, "{\"prompt\":\"Hi\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\"}}}",
         "response_format", "schema' is required");
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_choice\":[\"a\",1]}", "guided_choice", "guided_choice[1]");

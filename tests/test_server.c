@@ -183,8 +183,9 @@ static void test_completions(int port, const char *model_name) {
     hr_http_resp_free(&r);
 
     /* n = 2 with a seed: two choices */
-    r = hr_http_call(port, "POST", "/v1/completions", NULL,
-             "{\"prompt\":[\"Once\"],\"max_tokens\":5,\"n\":2,\"seed\":7,\"stop\":[\"zzz\"],\"temperature\":0.9}");
+    r = hr_http_call(
+        port, "POST", "/v1/completions", NULL,
+        "{\"prompt\":[\"Once\"],\"max_tokens\":5,\"n\":2,\"seed\":7,\"stop\":[\"zzz\"],\"temperature\":0.9}");
     j = hr_http_json(&r);
     CHECKF(r.status == 200 && json_array_size(json_object_get(j, "choices")) == 2, "n=2: %s", r.body);
     json_decref(j);
@@ -206,7 +207,7 @@ static void test_chat(int port) {
     hr_http_resp_free(&r);
 
     r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":6,\"stream\":true}");
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":6,\"stream\":true}");
     const char *first = r.body ? strstr(r.body, "data: ") : NULL;
     CHECKF(r.status == 200 && first && strstr(first, "\"role\":\"assistant\"") &&
                strstr(r.body, "chat.completion.chunk") && strstr(r.body, "data: [DONE]\n\n"),
@@ -376,14 +377,14 @@ static void test_logprobs(int port) {
 
     /* without logprobs: null; logprobs true alone: empty top lists; completions 0: empty alternatives */
     hr_http_resp r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
-                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3}");
+                                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3}");
     json_t *j = hr_http_json(&r);
     CHECKF(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs")),
            "no logprobs: null: %s", r.body);
     json_decref(j);
     hr_http_resp_free(&r);
     r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,\"logprobs\":true}");
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,\"logprobs\":true}");
     j = hr_http_json(&r);
     json_t *e0 = json_array_get(
         json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs"), "content"), 0);

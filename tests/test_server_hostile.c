@@ -671,7 +671,8 @@ static void test_signals(proc *s) {
         int sig;
         const char *name;
     } sigs[] = {{SIGHUP, "SIGHUP"}, {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"}, {SIGALRM, "SIGALRM"}};
-    /* in flight through the signals: an endless stream, and a 1,500-token completion (under the 4 contexts a window request may run) */
+    /* in flight through the signals: an endless stream, and a 1,500-token completion (under the 4 contexts a window
+     * request may run) */
     int stream = open_stream_as(s->port, "Authorization: Bearer k\r\n");
     req_arg a = {.port = s->port};
     pthread_t t;

@@ -27,7 +27,6 @@
 #include "runtime/runtime.h"
 #include "server/server.h"
 
-
 /* Under a sanitizer the process's RSS is mostly shadow memory and quarantine (as in test_plan_rss.c):
  * the RSS bound is checked in the plain build, the 413s everywhere. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -72,7 +71,7 @@ static void *normal_client(void *p) {
     normal_arg *a = p;
     for (int i = 0; i < 4; i++) {
         hr_http_resp r = hr_http_call(a->port, "POST", "/v1/completions", NULL,
-                      "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}");
+                                      "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}");
         a->tried++;
         a->ok += r.status == 200 && r.body && strstr(r.body, "\"choices\"");
         hr_http_resp_free(&r);
@@ -276,13 +275,13 @@ static void test_max_tokens(hr_runtime *rt, const hr_server_params *base) {
     if (!srv) return;
     port = hr_server_port(srv);
     hr_http_resp r = hr_http_call(port, "POST", "/v1/completions", NULL,
-                  "{\"prompt\":\"Once\",\"max_tokens\":101,\"kv_policy\":\"window:64\"}");
+                                  "{\"prompt\":\"Once\",\"max_tokens\":101,\"kv_policy\":\"window:64\"}");
     CHECKF(r.status == 400 && r.body && strstr(r.body, "\"param\":\"max_tokens\"") && strstr(r.body, "100"),
            "over --max-tokens-limit under a window: %d %s", r.status, r.body);
     hr_http_resp_free(&r);
     r = hr_http_call(port, "POST", "/v1/chat/completions", NULL,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],\"kv_policy\":\"window:64\","
-             "\"ignore_eos\":true}");
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],\"kv_policy\":\"window:64\","
+                     "\"ignore_eos\":true}");
     json_t *j = hr_http_json(&r);
     CHECKF(r.status == 200 &&
                json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")) == 100,

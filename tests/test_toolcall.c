@@ -20,7 +20,8 @@ static void test_read(void) {
     const char *param = NULL;
     char msg[256];
     CHECK(hr_tools_read(root, &t, &param, msg, sizeof msg) && t.n == 2 && !t.required && !t.none && t.parallel);
-    json_object_set_new(root, "tool_choice", json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", "add"));
+    json_object_set_new(root, "tool_choice",
+                        json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", "add"));
     json_object_set_new(root, "parallel_tool_calls", json_false());
     CHECK(hr_tools_read(root, &t, &param, msg, sizeof msg) && t.required && t.forced && !strcmp(t.forced, "add") &&
           !t.parallel);
@@ -127,8 +128,9 @@ static void test_round_trip(void) {
 
     /* the schema of a call: name fixed, arguments the tool's parameters */
     json_t *sch = hr_tools_call_schema(HR_TOOLS_LLAMA3, &t, 0);
-    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_object_get(sch, "properties"), "name"), "const")),
-                  "get_weather"));
+    CHECK(!strcmp(
+        json_string_value(json_object_get(json_object_get(json_object_get(sch, "properties"), "name"), "const")),
+        "get_weather"));
     CHECK(json_object_get(json_object_get(json_object_get(sch, "properties"), "parameters"), "required") != NULL);
     CHECK(json_is_false(json_object_get(sch, "additionalProperties")));
     json_decref(sch);

@@ -16,8 +16,8 @@
 enum { HR_GE_END = 0, HR_GE_CLASS = 1, HR_GE_REF = 2 };
 
 /* An element: kind in the low 2 bits, the class or rule index above. */
-#define HR_GE_KIND(e) ((int)((uint32_t)(e)&3u))
-#define HR_GE_ARG(e)  ((int32_t)((uint32_t)(e) >> 2))
+#define HR_GE_KIND(e)         ((int)((uint32_t)(e)&3u))
+#define HR_GE_ARG(e)          ((int32_t)((uint32_t)(e) >> 2))
 #define HR_GE_MAKE(kind, arg) ((int32_t)(((uint32_t)(arg) << 2) | (uint32_t)(kind)))
 
 struct hr_grammar {

@@ -405,7 +405,10 @@ static bool read_hex(builder *b, int digits, uint32_t *cp) {
     uint32_t v = 0;
     for (int k = 0; k < digits; k++) {
         int c = peek(b);
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return fail(b, HR_ERR_INVALID_ARG, "expected %d hex digits in an escape", digits);
         v = v * 16 + (uint32_t)d;
         b->i++;
@@ -721,7 +724,8 @@ static bool parse_atom(builder *b, ivec *unit, bool *none) {
                 free(s.r);
                 return e >= 0 && (ivec_push(unit, e) || oom(b));
             }
-            if (d == 'A' || d == 'z' || d == 'Z') return fail(b, HR_ERR_INVALID_ARG, "anchors (\\%c) are not supported", d);
+            if (d == 'A' || d == 'z' || d == 'Z')
+                return fail(b, HR_ERR_INVALID_ARG, "anchors (\\%c) are not supported", d);
             uint32_t cp;
             if (!escape_cp(b, &cp)) return false;
             int32_t e = cp_elem(b, cp);
@@ -733,7 +737,8 @@ static bool parse_atom(builder *b, ivec *unit, bool *none) {
         }
         if (c == '*' || c == '+' || c == '?' || c == '{')
             return fail(b, HR_ERR_INVALID_ARG, "a repetition operator '%c' with nothing before it", c);
-        if (c == '^' || c == '$') return fail(b, HR_ERR_INVALID_ARG, "anchors ('%c') are supported only at the ends", c);
+        if (c == '^' || c == '$')
+            return fail(b, HR_ERR_INVALID_ARG, "anchors ('%c') are supported only at the ends", c);
         uint32_t cp;
         if (!read_cp(b, &cp)) return false;
         int32_t e = cp_elem(b, cp);
@@ -768,9 +773,12 @@ static bool parse_atom(builder *b, ivec *unit, bool *none) {
         size_t k = start;
         bool in_class = false;
         while (k < b->n && (b->s[k] != '/' || in_class)) {
-            if (b->s[k] == '\\') k++;
-            else if (b->s[k] == '[') in_class = true;
-            else if (b->s[k] == ']') in_class = false;
+            if (b->s[k] == '\\')
+                k++;
+            else if (b->s[k] == '[')
+                in_class = true;
+            else if (b->s[k] == ']')
+                in_class = false;
             k++;
         }
         if (k >= b->n) return fail(b, HR_ERR_INVALID_ARG, "unterminated /regex/");
@@ -821,8 +829,7 @@ static bool parse_seq(builder *b, int rule, int close) {
         unit.n = 0;
         if (!(ok = parse_atom(b, &unit, &none))) break;
         if (none) {
-            if (!b->regex && !at_rule_start(b))
-                ok = fail(b, HR_ERR_INVALID_ARG, "unexpected character '%c'", c);
+            if (!b->regex && !at_rule_start(b)) ok = fail(b, HR_ERR_INVALID_ARG, "unexpected character '%c'", c);
             break;
         }
         if (!(ok = postfix(b, &unit, &seq))) break;
@@ -858,8 +865,7 @@ static bool parse_gbnf(builder *b) {
         b->i += 3;
         int r = rule_by_name(b, b->s + s0, s1 - s0);
         if (r < 0) return false;
-        if (b->rules[r].defined)
-            return fail(b, HR_ERR_INVALID_ARG, "rule '%s' is defined twice", b->rules[r].name);
+        if (b->rules[r].defined) return fail(b, HR_ERR_INVALID_ARG, "rule '%s' is defined twice", b->rules[r].name);
         b->rules[r].defined = true;
         if (!parse_alts(b, r, -2)) return false;
         skip_space(b);
@@ -931,7 +937,8 @@ static bool check(builder *b) {
                 ivec *al = &b->rules[r].alts[a];
                 if (k < al->n && HR_GE_KIND(al->v[k]) == HR_GE_REF) {
                     bool prefix_nullable = true;
-                    for (int j = 0; j < k; j++) prefix_nullable &= HR_GE_KIND(al->v[j]) == HR_GE_REF && nullable[HR_GE_ARG(al->v[j])];
+                    for (int j = 0; j < k; j++)
+                        prefix_nullable &= HR_GE_KIND(al->v[j]) == HR_GE_REF && nullable[HR_GE_ARG(al->v[j])];
                     int t = HR_GE_ARG(al->v[k]);
                     k++;
                     if (!prefix_nullable) {
@@ -939,7 +946,8 @@ static bool check(builder *b) {
                         continue;
                     }
                     if (color[t] == 1) {
-                        ok = fail(b, HR_ERR_INVALID_ARG, "rule '%s' is left-recursive (not supported: rewrite it with repetition)",
+                        ok = fail(b, HR_ERR_INVALID_ARG,
+                                  "rule '%s' is left-recursive (not supported: rewrite it with repetition)",
                                   b->rules[t].name ? b->rules[t].name : "(a group or repetition)");
                         break;
                     }

@@ -13,8 +13,9 @@
  * splits the vocabulary in three: tokens accepted whatever lies below on a real stack, tokens rejected
  * whatever lies below, and tokens that ran past c's rule into the sentinel (they need the real stack).
  * The first set is a bitmask ORed in directly; only the third set (for a JSON string's body: the
- * tokens holding a closing quote and more) is walked at each step. Whole masks are also kept per state (a small LRU), as repeated structure revisits the
- * same states. Both caches live in an hr_cons_store (one per engine thread) per grammar. */
+ * tokens holding a closing quote and more) is walked at each step. Whole masks are also kept per state (a small LRU),
+ * as repeated structure revisits the same states. Both caches live in an hr_cons_store (one per engine thread) per
+ * grammar. */
 /* qsort_r: _GNU_SOURCE comes from the build */
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +23,15 @@
 #include "common/util.h"
 #include "constrain/constrain_internal.h"
 
-#define SENTINEL        (-1)
-#define MAX_STACKS      256  /* stacks kept per state */
-#define MAX_DEPTH       4096 /* positions per stack */
-#define POS_CACHE_MAX   4096 /* per-position token sets kept per grammar */
-#define POS_SLOTS       8192 /* their hash table (a power of two, twice the most) */
-#define POS_BYTES_MAX   (64u << 20) /* and their bytes in a store, all grammars together */
-#define STATE_CACHE_MAX   1024       /* whole masks kept per grammar, at most */
-#define STATE_CACHE_BYTES (4u << 20) /* and at most this many bytes of them (256 masks of 128K tokens) */
-#define STORE_GRAMMARS  16   /* grammars whose tables a store keeps */
+#define SENTINEL          (-1)
+#define MAX_STACKS        256         /* stacks kept per state */
+#define MAX_DEPTH         4096        /* positions per stack */
+#define POS_CACHE_MAX     4096        /* per-position token sets kept per grammar */
+#define POS_SLOTS         8192        /* their hash table (a power of two, twice the most) */
+#define POS_BYTES_MAX     (64u << 20) /* and their bytes in a store, all grammars together */
+#define STATE_CACHE_MAX   1024        /* whole masks kept per grammar, at most */
+#define STATE_CACHE_BYTES (4u << 20)  /* and at most this many bytes of them (256 masks of 128K tokens) */
+#define STORE_GRAMMARS    16          /* grammars whose tables a store keeps */
 
 /* ---- the vocabulary ------------------------------------------------------------------------------ */
 
@@ -283,7 +284,7 @@ typedef struct gtable {
     struct pos_slot {
         uint64_t key; /* (the frame below the top, the top) */
         pos_set *ps;  /* NULL: a free slot */
-    } *pos;           /* [POS_SLOTS], open addressing */
+    } * pos;          /* [POS_SLOTS], open addressing */
     int n_pos;
     size_t pos_bytes;
     state_mask *cache; /* [cache_cap] */
@@ -403,7 +404,7 @@ static bool walk(hr_cons_store *s, const hr_grammar *g, const rstate *start, con
     const hr_cons_vocab *v = s->v;
     rstate *D = s->depth;
     if (!rs_copy(&D[0], start)) return false;
-    int valid = 0;              /* D[0..valid] hold the states of the previous token's first bytes */
+    int valid = 0;                /* D[0..valid] hold the states of the previous token's first bytes */
     int dead_at = v->max_len + 1; /* the depth at which the previous token's prefix died */
     const uint8_t *prev = NULL;
     int prev_len = 0;

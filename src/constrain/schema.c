@@ -16,15 +16,16 @@
 #include "constrain/constrain_internal.h"
 
 /* The generic JSON rules. Whitespace between tokens is one space or a newline and up to 12 spaces or
- * tabs of indentation, so a model cannot pad forever; numbers are bounded in digits so every one is finite (no "1e999"); \u escapes exclude
- * surrogates and NUL (a strict parser refuses them). */
+ * tabs of indentation, so a model cannot pad forever; numbers are bounded in digits so every one is finite (no
+ * "1e999"); \u escapes exclude surrogates and NUL (a strict parser refuses them). */
 const char hr_cons_json_rules[] =
     "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
     "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
     "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
     "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" uhex )\n"
-    "uhex ::= [1-9a-cA-Ce-fE-F] hex hex hex | [dD] [0-7] hex hex | \"0\" ( [1-9a-fA-F] hex hex | \"0\" ( [1-9a-fA-F] hex "
+    "uhex ::= [1-9a-cA-Ce-fE-F] hex hex hex | [dD] [0-7] hex hex | \"0\" ( [1-9a-fA-F] hex hex | \"0\" ( [1-9a-fA-F] "
+    "hex "
     "| \"0\" [1-9a-fA-F] ) )\n"
     "hex ::= [0-9a-fA-F]\n"
     "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
@@ -32,11 +33,13 @@ const char hr_cons_json_rules[] =
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n"
     "ws ::= ( \" \" | \"\\n\" [ \\t]{0,12} )?\n"
-    "date ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" d31 | ( \"0\" [469] | \"11\" ) \"-\" d30 | \"02-\" d28 )\n"
+    "date ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" d31 | ( \"0\" [469] | \"11\" ) \"-\" d30 | \"02-\" "
+    "d28 )\n"
     "d28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n"
     "d30 ::= d28 | \"29\" | \"30\"\n"
     "d31 ::= d30 | \"31\"\n"
-    "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? ( \"Z\" | [+-] ( [01] "
+    "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? ( \"Z\" | [+-] ( "
+    "[01] "
     "[0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
     "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n";
 
@@ -69,13 +72,29 @@ __attribute__((format(printf, 3, 4))) static bool sfail(sctx *c, hr_status code,
     return false;
 }
 
-static const char *const k_annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
-                                            "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
-static const char *const k_used[] = {"type",     "properties",       "required",         "additionalProperties",
-                                     "enum",     "const",            "items",            "minItems",
-                                     "maxItems", "anyOf",            "allOf",            "format",
-                                     "minimum",  "maximum",          "exclusiveMinimum", "exclusiveMaximum",
-                                     "minLength", "maxLength",       "pattern",          "$ref"};
+static const char *const k_annotations[] = {"title",    "description", "default",  "examples",
+                                            "$schema",  "$id",         "$comment", "deprecated",
+                                            "readOnly", "writeOnly",   "$defs",    "definitions"};
+static const char *const k_used[] = {"type",
+                                     "properties",
+                                     "required",
+                                     "additionalProperties",
+                                     "enum",
+                                     "const",
+                                     "items",
+                                     "minItems",
+                                     "maxItems",
+                                     "anyOf",
+                                     "allOf",
+                                     "format",
+                                     "minimum",
+                                     "maximum",
+                                     "exclusiveMinimum",
+                                     "exclusiveMaximum",
+                                     "minLength",
+                                     "maxLength",
+                                     "pattern",
+                                     "$ref"};
 
 static bool in_list(const char *k, const char *const *l, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -321,9 +340,8 @@ static bool gen_object(sctx *c, json_t *s, const char *path, hr_sbuf *b) {
         json_t *k = json_array_get(req, i);
         if (!json_is_string(k)) return sfail(c, HR_ERR_INVALID_ARG, "'required' at %s must hold strings", path);
         if (!props || !json_object_get(props, json_string_value(k)))
-            return sfail(c, HR_ERR_INVALID_ARG,
-                         "required property '%s' at %s is not in 'properties' (not supported)", json_string_value(k),
-                         path);
+            return sfail(c, HR_ERR_INVALID_ARG, "required property '%s' at %s is not in 'properties' (not supported)",
+                         json_string_value(k), path);
     }
     if (addl && json_is_object(addl)) {
         if (props && json_object_size(props) > 0)
@@ -443,8 +461,8 @@ static bool gen_ref(sctx *c, json_t *s, const char *path, char *name) {
         }
     json_t *target = resolve(c, ref);
     if (!target)
-        return sfail(c, HR_ERR_INVALID_ARG, "'$ref' '%s' at %s does not resolve (only #, #/$defs/NAME and #/definitions/NAME)",
-                     ref, path);
+        return sfail(c, HR_ERR_INVALID_ARG,
+                     "'$ref' '%s' at %s does not resolve (only #, #/$defs/NAME and #/definitions/NAME)", ref, path);
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? c->cap_refs * 2 : 8;
         ref_ent *e = realloc(c->refs, sizeof *e * (size_t)cap);
@@ -492,7 +510,8 @@ static bool type_one(sctx *c, json_t *s, const char *t, const char *path, hr_sbu
 /* Generates the rule for schema s (at path) and writes its name to name[24]. */
 static bool gen(sctx *c, json_t *s, const char *path, char *name) {
     if (c->st != HR_OK) return false;
-    if (++c->depth > 64) return sfail(c, HR_ERR_RANGE, "the schema nests deeper than 64 (the bound on depth) at %s", path);
+    if (++c->depth > 64)
+        return sfail(c, HR_ERR_RANGE, "the schema nests deeper than 64 (the bound on depth) at %s", path);
     bool ok = true;
     hr_sbuf b = {0};
     if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
@@ -501,7 +520,8 @@ static bool gen(sctx *c, json_t *s, const char *path, char *name) {
         return true;
     }
     if (json_is_false(s)) return sfail(c, HR_ERR_INVALID_ARG, "the schema at %s is false: nothing is valid", path);
-    if (!json_is_object(s)) return sfail(c, HR_ERR_INVALID_ARG, "the schema at %s must be an object or a boolean", path);
+    if (!json_is_object(s))
+        return sfail(c, HR_ERR_INVALID_ARG, "the schema at %s must be an object or a boolean", path);
     const char *k;
     json_t *v;
     json_object_foreach(s, k, v) {

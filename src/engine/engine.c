@@ -421,8 +421,8 @@ static hr_status constrain_setup(hr_engine *e, hr_error *err) {
 /* The allowed tokens for a constrained request into e->mask; returns how many (0: none can follow).
  * With ignore_eos the end-of-generation tokens are left out too. -1 when the tables cannot be made. */
 static int constrain_mask(hr_engine *e, hr_request *r, hr_error *err) {
-    if (!r->matcher && (constrain_setup(e, err) != HR_OK ||
-                        hr_matcher_create(e->cstore, r->grammar, &r->matcher, err) != HR_OK))
+    if (!r->matcher &&
+        (constrain_setup(e, err) != HR_OK || hr_matcher_create(e->cstore, r->grammar, &r->matcher, err) != HR_OK))
         return -1;
     double t0 = hr_time_now();
     int n = hr_matcher_fill_mask(r->matcher, e->mask);

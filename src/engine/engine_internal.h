@@ -67,8 +67,8 @@ struct hr_request {
     float *top_lp;   /* [max_tokens][n_top] */
     int n_top;
     _Atomic(hr_req_group *) group; /* NULL: accounted alone; set once, before the engine can see the group */
-    int evict_pending;    /* evicted tokens not yet reported as an event */
-    double t_evict_event; /* when its last eviction event was recorded */
+    int evict_pending;             /* evicted tokens not yet reported as an event */
+    double t_evict_event;          /* when its last eviction event was recorded */
 
     /* channel (r->mu) */
     pthread_mutex_t mu;
@@ -141,8 +141,7 @@ struct hr_engine {
 
 /* ---- request.c ---- */
 /* group_with: NULL, or an earlier request of the same submission to be accounted with (hr_req_group). */
-hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group_with, hr_request **out,
-                     hr_error *err);
+hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group_with, hr_request **out, hr_error *err);
 void req_unref(hr_request *r);
 /* Appends a sampled token to the output and the text; returns true when a stop string ended it. */
 bool req_push_token(hr_request *r, const hr_tokenizer *tok, int32_t token);

@@ -99,7 +99,8 @@ static hr_status group_join(hr_request *r, hr_request *with, hr_error *err) {
         atomic_fetch_add(&g->refs, 1);
     }
     pthread_mutex_unlock(&g->mu);
-    if (!room) return hr_error_set(err, HR_ERR_INVALID_ARG, "a request group holds at most %d requests", HR_ENGINE_MAX_GROUP);
+    if (!room)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "a request group holds at most %d requests", HR_ENGINE_MAX_GROUP);
     atomic_store(&r->group, g);
     return HR_OK;
 }

@@ -27,7 +27,7 @@ struct hr_runtime {
     hr_model_ctx *ctx;
     hr_engine *engine;
     hr_grammar_cache *grammars; /* compiled constraints by content (any thread: locked inside) */
-    FILE *step_log; /* p.step_log opened: a JSON line per computed step */
+    FILE *step_log;             /* p.step_log opened: a JSON line per computed step */
     int n_ctx;
     hr_kv_budget budget;
     hr_chat *chat; /* the model's own template (interpreted), or a family renderer */
@@ -421,7 +421,9 @@ const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
 const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
 const char *hr_runtime_chat_family(const hr_runtime *rt) { return hr_chat_template_name(hr_chat_family(rt->chat)); }
-bool hr_runtime_chat_native(const hr_runtime *rt) { return !strcmp(hr_chat_describe(rt->chat), "the model's chat template"); }
+bool hr_runtime_chat_native(const hr_runtime *rt) {
+    return !strcmp(hr_chat_describe(rt->chat), "the model's chat template");
+}
 
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
 void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }
@@ -581,8 +583,6 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
 hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request **out, hr_error *err) {
     return hr_runtime_submit_n(rt, p, 1, out, err);
 }
-
-
 
 hr_request *hr_rt_request_handle(hr_rt_request *r) { return r->h; }
 const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt) {

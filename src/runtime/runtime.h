@@ -220,13 +220,13 @@ typedef struct hr_rt_request_params {
     int n_stop;
     int priority;
     bool ignore_eos;
-    const char *kv_policy; /* this request's policy ("window:256", ...); NULL: the runtime's default */
-    bool logprobs;         /* record each output token's log-probability (hr_request_logprobs) */
-    int top_logprobs;      /* and the n most likely alternatives (0..20) */
-    const char *tools_json; /* chat: NULL or a JSON array of tools, for a model's own template to render
-                               (hr_runtime_chat_native; messages carry their tool_calls_json / tool_call_id) */
-    uint64_t cache_scope;  /* prefix-cache scope: requests share cached blocks (and report hits) only
-                              within one scope (a tenant: a hash of its API key or cache salt); 0: shared */
+    const char *kv_policy;       /* this request's policy ("window:256", ...); NULL: the runtime's default */
+    bool logprobs;               /* record each output token's log-probability (hr_request_logprobs) */
+    int top_logprobs;            /* and the n most likely alternatives (0..20) */
+    const char *tools_json;      /* chat: NULL or a JSON array of tools, for a model's own template to render
+                                    (hr_runtime_chat_native; messages carry their tool_calls_json / tool_call_id) */
+    uint64_t cache_scope;        /* prefix-cache scope: requests share cached blocks (and report hits) only
+                                    within one scope (a tenant: a hash of its API key or cache salt); 0: shared */
     hr_rt_constraint constraint; /* constrained decoding (kind HR_CONS_NONE: free text) */
 } hr_rt_request_params;
 
@@ -235,7 +235,6 @@ typedef struct hr_rt_request_params {
  * limit "context"), as a full-policy request is clamped to one context. Its per-token buffers (ids,
  * gaps, logprobs) are allocated at submit and grow with max_tokens. */
 #define HR_RT_WINDOW_CTX_MULT 4
-
 
 /* Tokenizes (rendering chat first), checks the prompt against the context, clamps max_tokens to it
  * and submits. On refusal returns the engine's code with its reason (HR_ERR_INVALID_ARG a bad field,
@@ -249,8 +248,7 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
  * tokenized once and queued together (all or none), so they are admitted together when the pool
  * allows and share the prompt's blocks through the prefix cache; their KV is accounted as a group
  * (hr_rt_kv_usage.group_*). Sets out[0..n) only on HR_OK. Any thread. */
-hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int n, hr_rt_request **out,
-                              hr_error *err);
+hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int n, hr_rt_request **out, hr_error *err);
 
 /* The engine's request (read its stream with hr_request_read / hr_request_wait). Borrowed. Note that
  * hr_request_wait returns at once while any output, ids or text, is unread: a reader that wants only

@@ -22,7 +22,7 @@ struct hr_sampler {
     float *work;      /* (n_vocab) penalized logits */
     int32_t *history; /* ring of the last hist_cap tokens */
     int hist_cap, hist_len, hist_head;
-    uint16_t *counts; /* (n_vocab) occurrences within the window, rebuilt per sample */
+    uint16_t *counts;  /* (n_vocab) occurrences within the window, rebuilt per sample */
     int32_t *bias_ids; /* (p.n_bias) owned copies of the logit bias */
     float *bias_values;
 };
@@ -206,7 +206,8 @@ static int32_t sample(hr_sampler *s, const float *logits, const uint64_t *mask) 
         if (penalties_active(p)) apply_penalties(s);
         /* OpenAI's -100 is a ban; other values shift the logit */
         for (int i = 0; i < p->n_bias; i++)
-            s->work[p->bias_ids[i]] = p->bias_values[i] <= -100.0f ? -INFINITY : s->work[p->bias_ids[i]] + p->bias_values[i];
+            s->work[p->bias_ids[i]] =
+                p->bias_values[i] <= -100.0f ? -INFINITY : s->work[p->bias_ids[i]] + p->bias_values[i];
         l = s->work;
     }
     if (mask) /* disallowed tokens leave the distribution: -inf is below every finite logit */

@@ -128,9 +128,9 @@ void hr_srv_redact(const char *msg, char *out, size_t cap) {
 
 /* Which request field an engine/runtime message is about: they name it in their text. */
 static const char *field_in_message(const char *msg) {
-    static const char *const fields[] = {"temperature", "top_p",     "top_k",    "min_p", "presence_penalty",
-                                         "frequency_penalty", "max_tokens", "kv_policy", "stop",  "priority",
-                                         "seed",        "logit_bias"};
+    static const char *const fields[] = {
+        "temperature", "top_p", "top_k",    "min_p", "presence_penalty", "frequency_penalty", "max_tokens",
+        "kv_policy",   "stop",  "priority", "seed",  "logit_bias"};
     if (hr_srv_format_field(msg)) return hr_srv_format_field(msg); /* "guided_json: ...": its own field */
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strstr(msg, fields[i])) return fields[i];
@@ -638,7 +638,8 @@ bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool 
         char *gbnf = hr_tools_grammar(f, &g->tools, msg, sizeof msg);
         if (!gbnf) return hr_srv_fail(e, 400, "tools", "invalid_value", "%s", msg);
         if (!keep_owned(g, gbnf)) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
-        g->rp.constraint = (hr_rt_constraint){.kind = HR_CONS_GRAMMAR, .src = gbnf, .len = strlen(gbnf), .field = "tool_choice"};
+        g->rp.constraint =
+            (hr_rt_constraint){.kind = HR_CONS_GRAMMAR, .src = gbnf, .len = strlen(gbnf), .field = "tool_choice"};
     }
     if (native) return tools_native(g, msgs, e);
     size_t n = g->rp.n_messages;
@@ -997,7 +998,8 @@ json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res) {
             if (nc > 0) {
                 json_decref(text);
                 json_object_set_new(m, "content", content ? json_stringn(res[i].text, content) : json_null());
-                json_object_set_new(m, "tool_calls", hr_srv_tool_calls_json(j, i, calls, j->tools.parallel ? nc : 1, false));
+                json_object_set_new(m, "tool_calls",
+                                    hr_srv_tool_calls_json(j, i, calls, j->tools.parallel ? nc : 1, false));
                 hr_tools_free_calls(calls, nc);
                 finish = "tool_calls";
             } else {
@@ -1051,7 +1053,8 @@ json_t *hr_srv_tool_calls_json(const hr_srv_job *j, int choice, const hr_tool_ca
         if (with_index) json_object_set_new(o, "index", json_integer(k));
         json_object_set_new(o, "id", json_string(id));
         json_object_set_new(o, "type", json_string("function"));
-        json_object_set_new(o, "function", json_pack("{s:s, s:s}", "name", calls[k].name, "arguments", calls[k].arguments));
+        json_object_set_new(o, "function",
+                            json_pack("{s:s, s:s}", "name", calls[k].name, "arguments", calls[k].arguments));
         json_array_append_new(a, o);
     }
     return a;

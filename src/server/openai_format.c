@@ -17,8 +17,12 @@ const char *hr_srv_format_field(const char *msg) {
 }
 
 static const char *kind_of(const json_t *v) {
-    return json_is_object(v) ? "an object" : json_is_array(v) ? "an array" : json_is_string(v) ? "a string"
-         : json_is_number(v) ? "a number" : json_is_boolean(v) ? "a boolean" : "null";
+    return json_is_object(v)    ? "an object"
+           : json_is_array(v)   ? "an array"
+           : json_is_string(v)  ? "a string"
+           : json_is_number(v)  ? "a number"
+           : json_is_boolean(v) ? "a boolean"
+                                : "null";
 }
 
 /* A schema given as an object, a boolean or (guided_json) a JSON string: as compact JSON text. */
@@ -44,8 +48,7 @@ static bool response_format(json_t *rf, hr_srv_gen *g, hr_srv_error *e) {
     if (!json_is_object(rf))
         return hr_srv_fail(e, 400, f, "invalid_type", "'response_format' must be an object, got %s", kind_of(rf));
     json_t *type = json_object_get(rf, "type");
-    if (!json_is_string(type))
-        return hr_srv_fail(e, 400, f, "invalid_type", "'response_format.type' must be a string");
+    if (!json_is_string(type)) return hr_srv_fail(e, 400, f, "invalid_type", "'response_format.type' must be a string");
     const char *t = json_string_value(type);
     if (!strcmp(t, "text")) return true;
     g->rp.constraint.field = f;

@@ -429,7 +429,8 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     j->tok = hr_runtime_tokenizer(rt);
     bool by_key = s->p.cache_scope == HR_CACHE_SCOPE_KEY ||
                   (s->p.cache_scope == HR_CACHE_SCOPE_AUTO && s->n_keys > 1); /* tenants apart */
-    g.rp.cache_scope = hr_srv_cache_scope(by_key && s->keys ? s->keys[k->tenant] : NULL, g.cache_salt, g.cache_salt_len);
+    g.rp.cache_scope =
+        hr_srv_cache_scope(by_key && s->keys ? s->keys[k->tenant] : NULL, g.cache_salt, g.cache_salt_len);
     hr_error err = {0};
     hr_status st = hr_runtime_submit_n(rt, &g.rp, g.n, j->req, &err);
     if (st != HR_OK)

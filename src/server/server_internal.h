@@ -15,10 +15,10 @@
 #include "server/server.h"
 #include "server/toolcall.h"
 
-#define HR_SRV_MAX_CHOICES 8  /* hard cap on "n" whatever max_choices says */
+#define HR_SRV_MAX_CHOICES    8  /* hard cap on "n" whatever max_choices says */
 #define HR_SRV_MAX_TOOL_CALLS 16 /* calls parsed out of one answer */
-#define HR_SRV_MAX_STOP    8  /* stop strings per request */
-#define HR_SRV_MAX_TOP     20 /* chat's top_logprobs at most (completions' logprobs: 5) */
+#define HR_SRV_MAX_STOP       8  /* stop strings per request */
+#define HR_SRV_MAX_TOP        20 /* chat's top_logprobs at most (completions' logprobs: 5) */
 
 /* ---- text buffer ------------------------------------------------------------------------------- */
 
@@ -196,9 +196,9 @@ typedef struct hr_srv_job {
     bool recorded; /* metrics taken */
     /* tool calls (chat with tools and tool_choice other than none): the output is split into content and
        calls at the end; while streaming, text that may start a call is held back */
-    hr_tools tools;                         /* list: a reference the job owns; forced: NULL */
+    hr_tools tools; /* list: a reference the job owns; forced: NULL */
     hr_tool_format tool_format;
-    unsigned long long tool_seed;           /* call ids */
+    unsigned long long tool_seed;             /* call ids */
     hr_srv_buf tool_text[HR_SRV_MAX_CHOICES]; /* streaming: the choice's text so far */
     size_t tool_sent[HR_SRV_MAX_CHOICES];     /* streaming: bytes of it sent as content */
 } hr_srv_job;

@@ -46,9 +46,9 @@ static const char *tools_finish(hr_srv_job *j, int i, const char *finish) {
     }
     hr_tool_call calls[HR_SRV_MAX_TOOL_CALLS];
     size_t content = b->len;
-    int nc = b->len ? hr_tools_extract(j->tool_format, &j->tools, b->data, b->len, &content, calls,
-                                       HR_SRV_MAX_TOOL_CALLS)
-                    : 0;
+    int nc = b->len
+                 ? hr_tools_extract(j->tool_format, &j->tools, b->data, b->len, &content, calls, HR_SRV_MAX_TOOL_CALLS)
+                 : 0;
     if (content > j->tool_sent[i])
         put_event(j, hr_srv_chunk_json(j, i, b->data + j->tool_sent[i], content - j->tool_sent[i], NULL, false, NULL));
     j->tool_sent[i] = b->len;

@@ -76,8 +76,10 @@ bool hr_tools_read(json_t *root, hr_tools *out, const char **param, char *msg, s
             json_t *params = json_object_get(fn, "parameters");
             json_t *desc = json_object_get(fn, "description");
             *param = "tools";
-            if (!json_is_object(tool) || (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
-                return snprintf(msg, cap, "'tools[%d]' must be {\"type\": \"function\", \"function\": {...}}", i), false;
+            if (!json_is_object(tool) ||
+                (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
+                return snprintf(msg, cap, "'tools[%d]' must be {\"type\": \"function\", \"function\": {...}}", i),
+                       false;
             if (!json_is_object(fn) || !name || !name_ok(name))
                 return snprintf(msg, cap, "'tools[%d].function.name' must be 1-64 of a-z, A-Z, 0-9, _ . -", i), false;
             if (params && !json_is_null(params) && !json_is_object(params))
@@ -439,7 +441,8 @@ static bool rename_root(const char *g, hr_srv_buf *b) {
 char *hr_tools_grammar(hr_tool_format f, const hr_tools *t, char *msg, size_t cap) {
     json_t *any = json_array();
     for (int i = 0; i < t->n; i++)
-        if (!t->forced || !strcmp(tool_name(t, i), t->forced)) json_array_append_new(any, hr_tools_call_schema(f, t, i));
+        if (!t->forced || !strcmp(tool_name(t, i), t->forced))
+            json_array_append_new(any, hr_tools_call_schema(f, t, i));
     json_t *schema = json_array_size(any) == 1 ? json_incref(json_array_get(any, 0)) : json_pack("{s:O}", "anyOf", any);
     json_decref(any);
     char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;

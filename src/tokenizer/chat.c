@@ -800,8 +800,7 @@ static char *fence_specials(const hr_tokenizer *tok, const char *text) {
 }
 
 /* The rendered text as segments: fenced ranges plain, the rest special; the fences themselves out. */
-static hr_status encode_fenced(const hr_tokenizer *tok, const char *text, int32_t **ids, size_t *n_ids,
-                               hr_error *err) {
+static hr_status encode_fenced(const hr_tokenizer *tok, const char *text, int32_t **ids, size_t *n_ids, hr_error *err) {
     size_t n = strlen(text), n_seg = 0;
     hr_tok_segment *seg = malloc(sizeof *seg * (n / 3 + 2));
     if (!seg) return hr_error_set(err, HR_ERR_NOMEM, "chat template: out of memory");
@@ -827,8 +826,8 @@ static hr_status encode_fenced(const hr_tokenizer *tok, const char *text, int32_
 
 hr_chat_template hr_chat_family(const hr_chat *c) { return c->family; }
 
-hr_status hr_chat_tokenize(hr_chat *c, const hr_tokenizer *tok, const hr_chat_render_params *p,
-                           bool special_in_content, int32_t **ids, size_t *n_ids, hr_error *err) {
+hr_status hr_chat_tokenize(hr_chat *c, const hr_tokenizer *tok, const hr_chat_render_params *p, bool special_in_content,
+                           int32_t **ids, size_t *n_ids, hr_error *err) {
     if (!c->jinja && !special_in_content)
         return hr_chat_tokenize_family(c->family, tok, p->msgs, p->n_msgs, false, ids, n_ids, err);
     hr_chat_render_params q = *p;
