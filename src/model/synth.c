@@ -155,13 +155,13 @@ hr_dtype hr_synth_mix_type(hr_synth_mix mix, const hr_synth_shape *s, const char
     /* llama.cpp's fallbacks for rows that are not whole blocks (q5_0 / q5_1 for q4_K / q5_K are not
      * read here: q8_0 instead) */
     if (cols % hr_dtype_get_info(t)->block_elems) t = HR_DTYPE_Q8_0;
-    return t; /* add_matrix stores f16 where q8_0 does not fit either */
+    return t; /* hr_synth_add_matrix stores f16 where q8_0 does not fit either */
 }
 
 /* Fills rows x cols values uniform in [-a, a] with a = sqrt(3 / cols) (variance 1/cols) and stores them
  * in type t (or f16 when the row length does not fit t's block). Returns the type used. */
-static hr_status add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t, uint64_t seed,
-                            float scale, hr_error *err) {
+hr_status hr_synth_add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t,
+                              uint64_t seed, float scale, hr_error *err) {
     const hr_dtype_info *info = hr_dtype_get_info(t);
     if (!info || t == HR_DTYPE_Q8_K)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "type %d cannot store weights", (int)t);
@@ -188,15 +188,17 @@ static hr_status add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, i
     return HR_OK;
 }
 
-static void add_vector(hr_gguf_writer *w, const char *name, int64_t n, float base, float jitter, uint64_t seed) {
+hr_status hr_synth_add_vector(hr_gguf_writer *w, const char *name, int64_t n, float base, float jitter, uint64_t seed,
+                              hr_error *err) {
     float *v = malloc(sizeof(float) * (size_t)n);
-    if (!v) return; /* the writer reports the missing tensor as a size mismatch below */
+    if (!v) return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing '%s'", name);
     hr_rng rng;
     hr_rng_seed(&rng, name_hash(name, seed));
     for (int64_t i = 0; i < n; i++) v[i] = base + jitter * (float)(2.0 * hr_rng_uniform(&rng) - 1.0);
     int64_t ne[1] = {n};
     hr_gguf_writer_add_tensor(w, name, HR_DTYPE_F32, 1, ne, v, sizeof(float) * (size_t)n, false);
     free(v);
+    return HR_OK;
 }
 
 static void add_llama3_rope_freqs(hr_gguf_writer *w, int n_rot, float base) {
@@ -227,7 +229,7 @@ static void add_llama3_rope_freqs(hr_gguf_writer *w, int n_rot, float base) {
 static hr_status matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_synth_mix mix,
                         hr_dtype type, const hr_synth_shape *s, uint64_t seed, float scale, hr_error *err) {
     const hr_dtype t = mix == HR_SYNTH_PURE ? type : hr_synth_mix_type(mix, s, name, cols);
-    return add_matrix(w, name, rows, cols, t, seed, scale, err);
+    return hr_synth_add_matrix(w, name, rows, cols, t, seed, scale, err);
 }
 
 static hr_status build(const hr_synth_shape *s, hr_synth_mix mix, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
@@ -277,23 +279,23 @@ static hr_status build(const hr_synth_shape *s, hr_synth_mix mix, hr_dtype type,
     int64_t E = s->n_embd, F = s->n_ff, qd = (int64_t)s->n_head * head_dim, kvd = (int64_t)s->n_head_kv * head_dim;
     /* token_embd at scale ~1 per element so the first RMSNorm sees unit-scale input */
     if ((st = matrix(w, "token_embd.weight", s->n_vocab, E, mix, type, s, seed, sqrtf((float)E), err))) goto fail;
-    add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed);
+    (void)hr_synth_add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed, NULL);
     if (!s->tied_output && (st = matrix(w, "output.weight", s->n_vocab, E, mix, type, s, seed, 4.0f, err))) goto fail;
     if (s->llama3_rope) add_llama3_rope_freqs(w, head_dim, s->rope_base);
     for (int il = 0; il < s->n_layer; il++) {
         char n[96];
 #define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
-        add_vector(w, T("attn_norm.weight"), E, 1.0f, 0.1f, seed);
+        (void)hr_synth_add_vector(w, T("attn_norm.weight"), E, 1.0f, 0.1f, seed, NULL);
         if ((st = matrix(w, T("attn_q.weight"), qd, E, mix, type, s, seed, 1.0f, err))) goto fail;
         if ((st = matrix(w, T("attn_k.weight"), kvd, E, mix, type, s, seed, 1.0f, err))) goto fail;
         if ((st = matrix(w, T("attn_v.weight"), kvd, E, mix, type, s, seed, 1.0f, err))) goto fail;
         if ((st = matrix(w, T("attn_output.weight"), E, qd, mix, type, s, seed, 0.5f, err))) goto fail;
         if (s->qkv_bias) {
-            add_vector(w, T("attn_q.bias"), qd, 0.0f, 0.1f, seed);
-            add_vector(w, T("attn_k.bias"), kvd, 0.0f, 0.1f, seed);
-            add_vector(w, T("attn_v.bias"), kvd, 0.0f, 0.1f, seed);
+            (void)hr_synth_add_vector(w, T("attn_q.bias"), qd, 0.0f, 0.1f, seed, NULL);
+            (void)hr_synth_add_vector(w, T("attn_k.bias"), kvd, 0.0f, 0.1f, seed, NULL);
+            (void)hr_synth_add_vector(w, T("attn_v.bias"), kvd, 0.0f, 0.1f, seed, NULL);
         }
-        add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed);
+        (void)hr_synth_add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, NULL);
         if ((st = matrix(w, T("ffn_gate.weight"), F, E, mix, type, s, seed, 1.0f, err))) goto fail;
         if ((st = matrix(w, T("ffn_up.weight"), F, E, mix, type, s, seed, 1.0f, err))) goto fail;
         if ((st = matrix(w, T("ffn_down.weight"), E, F, mix, type, s, seed, 0.5f, err))) goto fail;

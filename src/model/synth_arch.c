@@ -169,57 +169,6 @@ bool hr_synth_arch_builds(const char *arch) {
     return !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3") || !strcmp(arch, "phi3");
 }
 
-static uint64_t name_hash(const char *s, uint64_t seed) {
-    uint64_t h = 1469598103934665603ULL ^ seed;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
-/* rows x cols uniform in [-a, a], a = scale sqrt(3 / cols), stored in t (f16 where a row does not
- * fill t's blocks). */
-static hr_status add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t, uint64_t seed,
-                            float scale, hr_error *err) {
-    const hr_dtype_info *info = hr_dtype_get_info(t);
-    if (!info || t == HR_DTYPE_Q8_K)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "type %d cannot store weights", (int)t);
-    if (cols % info->block_elems) t = HR_DTYPE_F16;
-    size_t row_bytes = hr_dtype_row_bytes(t, cols);
-    uint8_t *data = malloc(row_bytes * (size_t)rows);
-    float *row = malloc(sizeof(float) * (size_t)cols);
-    if (!data || !row) {
-        free(data);
-        free(row);
-        return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing '%s'", name);
-    }
-    hr_rng rng;
-    hr_rng_seed(&rng, name_hash(name, seed));
-    float a = scale * sqrtf(3.0f / (float)cols);
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = 0; c < cols; c++) row[c] = (float)(2.0 * hr_rng_uniform(&rng) - 1.0) * a;
-        hr_quantize_row_ref(t, row, data + (size_t)r * row_bytes, cols);
-    }
-    free(row);
-    int64_t ne[2] = {cols, rows};
-    hr_gguf_writer_add_tensor(w, name, (uint32_t)t, 2, ne, data, row_bytes * (size_t)rows, false);
-    free(data);
-    return HR_OK;
-}
-
-/* n values base + jitter * uniform(-1, 1) in f32 (norm weights: gemma's converter stores 1 + w, so
- * every family's norms are plain multipliers near 1 in the file). */
-static hr_status add_vector(hr_gguf_writer *w, const char *name, int64_t n, float base, float jitter, uint64_t seed,
-                            hr_error *err) {
-    float *v = malloc(sizeof(float) * (size_t)n);
-    if (!v) return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing '%s'", name);
-    hr_rng rng;
-    hr_rng_seed(&rng, name_hash(name, seed));
-    for (int64_t i = 0; i < n; i++) v[i] = base + jitter * (float)(2.0 * hr_rng_uniform(&rng) - 1.0);
-    int64_t ne[1] = {n};
-    hr_gguf_writer_add_tensor(w, name, HR_DTYPE_F32, 1, ne, v, sizeof(float) * (size_t)n, false);
-    free(v);
-    return HR_OK;
-}
-
 /* LongRoPE factors (phi3): short ones near 1, long ones growing from 1 to 1 + ctx / ctx_orig along
  * the pairs (low frequencies stretched most, as in the published factors). */
 static hr_status add_longrope(hr_gguf_writer *w, const hr_synth_shape *s, int n_rot, hr_error *err) {
@@ -305,37 +254,40 @@ hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t s
     if (st) goto fail;
     int64_t E = s->n_embd, F = s->n_ff, D = head_dim, qd = (int64_t)s->n_head * D, kvd = (int64_t)s->n_head_kv * D;
     /* gemma multiplies its embeddings by sqrt(E) itself; the others get unit-scale rows here */
-    if ((st = add_matrix(w, "token_embd.weight", s->n_vocab, E, type, seed, gemma ? 1.0f : sqrtf((float)E), err)))
+    if ((st = hr_synth_add_matrix(w, "token_embd.weight", s->n_vocab, E, type, seed, gemma ? 1.0f : sqrtf((float)E),
+                                  err)))
         goto fail;
-    if ((st = add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed, err))) goto fail;
-    if (!s->tied_output && (st = add_matrix(w, "output.weight", s->n_vocab, E, type, seed, 4.0f, err))) goto fail;
+    if ((st = hr_synth_add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed, err))) goto fail;
+    if (!s->tied_output && (st = hr_synth_add_matrix(w, "output.weight", s->n_vocab, E, type, seed, 4.0f, err)))
+        goto fail;
     if (phi3 && s->n_ctx_orig > 0 && (st = add_longrope(w, s, (int)D, err))) goto fail;
     for (int il = 0; il < s->n_layer; il++) {
         char n[96];
 #define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
-        if ((st = add_vector(w, T("attn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+        if ((st = hr_synth_add_vector(w, T("attn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
         if (phi3) {
-            if ((st = add_matrix(w, T("attn_qkv.weight"), qd + 2 * kvd, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = hr_synth_add_matrix(w, T("attn_qkv.weight"), qd + 2 * kvd, E, type, seed, 1.0f, err))) goto fail;
         } else {
-            if ((st = add_matrix(w, T("attn_q.weight"), qd, E, type, seed, 1.0f, err))) goto fail;
-            if ((st = add_matrix(w, T("attn_k.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
-            if ((st = add_matrix(w, T("attn_v.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = hr_synth_add_matrix(w, T("attn_q.weight"), qd, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = hr_synth_add_matrix(w, T("attn_k.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = hr_synth_add_matrix(w, T("attn_v.weight"), kvd, E, type, seed, 1.0f, err))) goto fail;
         }
         if (qk_norm) {
-            if ((st = add_vector(w, T("attn_q_norm.weight"), D, 1.0f, 0.2f, seed, err))) goto fail;
-            if ((st = add_vector(w, T("attn_k_norm.weight"), D, 1.0f, 0.2f, seed, err))) goto fail;
+            if ((st = hr_synth_add_vector(w, T("attn_q_norm.weight"), D, 1.0f, 0.2f, seed, err))) goto fail;
+            if ((st = hr_synth_add_vector(w, T("attn_k_norm.weight"), D, 1.0f, 0.2f, seed, err))) goto fail;
         }
-        if ((st = add_matrix(w, T("attn_output.weight"), E, qd, type, seed, 0.5f, err))) goto fail;
-        if (gemma && (st = add_vector(w, T("post_attention_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
-        if ((st = add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+        if ((st = hr_synth_add_matrix(w, T("attn_output.weight"), E, qd, type, seed, 0.5f, err))) goto fail;
+        if (gemma && (st = hr_synth_add_vector(w, T("post_attention_norm.weight"), E, 1.0f, 0.1f, seed, err)))
+            goto fail;
+        if ((st = hr_synth_add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
         if (phi3) { /* gate rows, then up rows */
-            if ((st = add_matrix(w, T("ffn_up.weight"), 2 * F, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = hr_synth_add_matrix(w, T("ffn_up.weight"), 2 * F, E, type, seed, 1.0f, err))) goto fail;
         } else {
-            if ((st = add_matrix(w, T("ffn_gate.weight"), F, E, type, seed, 1.0f, err))) goto fail;
-            if ((st = add_matrix(w, T("ffn_up.weight"), F, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = hr_synth_add_matrix(w, T("ffn_gate.weight"), F, E, type, seed, 1.0f, err))) goto fail;
+            if ((st = hr_synth_add_matrix(w, T("ffn_up.weight"), F, E, type, seed, 1.0f, err))) goto fail;
         }
-        if ((st = add_matrix(w, T("ffn_down.weight"), E, F, type, seed, 0.5f, err))) goto fail;
-        if (gemma && (st = add_vector(w, T("post_ffw_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+        if ((st = hr_synth_add_matrix(w, T("ffn_down.weight"), E, F, type, seed, 0.5f, err))) goto fail;
+        if (gemma && (st = hr_synth_add_vector(w, T("post_ffw_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
 #undef T
     }
     *out = w;

@@ -1,4 +1,4 @@
-/* synth_internal.h: vocabulary builders shared by synth.c and synth_vocab.c. */
+/* synth_internal.h: what synth.c, synth_arch.c and synth_vocab.c share. */
 #ifndef HR_MODEL_SYNTH_INTERNAL_H
 #define HR_MODEL_SYNTH_INTERNAL_H
 
@@ -6,6 +6,15 @@
 
 hr_status hr_synth_vocab_spm(hr_gguf_writer *w, int n_vocab, hr_error *err);
 hr_status hr_synth_vocab_bpe(hr_gguf_writer *w, int n_vocab, const char *pre, hr_error *err);
+
+/* rows x cols uniform in [-a, a], a = scale sqrt(3 / cols) (variance scale^2 / cols), seeded by the
+ * tensor's name, stored in t (f16 where a row does not fill t's blocks). synth.c. */
+hr_status hr_synth_add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t,
+                              uint64_t seed, float scale, hr_error *err);
+/* n values base + jitter * uniform(-1, 1) in f32, seeded by the name (norm weights: gemma's converter
+ * stores 1 + w, so every family's norms are plain multipliers near 1 in the file). synth.c. */
+hr_status hr_synth_add_vector(hr_gguf_writer *w, const char *name, int64_t n, float base, float jitter, uint64_t seed,
+                              hr_error *err);
 
 #define HR_SYNTH_ARCH_SHAPE_NAMES                                                                                      \
     "qwen3-tiny, qwen3-0.6b, gemma2-tiny, gemma2-2b, gemma3-tiny, gemma3-tiny-scaled, gemma3-1b, gemma3-4b, "          \
