@@ -120,3 +120,18 @@ int hr_test_run_sh(const char *cmd, char **out) {
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
+
+void hr_test_gpt2_byte_char(int b, char out[4]) {
+    int direct = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    unsigned cp = (unsigned)b;
+    if (!direct) {
+        int k = 0;
+        for (int i = 0; i < b; i++) k += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE);
+        cp = 0x100u + (unsigned)k;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp, out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+    }
+}

@@ -64,6 +64,11 @@ int hr_test_free_port(void);
  * cannot start; *out gets its stdout, NUL-terminated (malloc'd; may be NULL on no memory). */
 int hr_test_run_sh(const char *cmd, char **out);
 
+/* GPT-2's byte-level character for byte b, as UTF-8 into out (NUL-terminated): the printable bytes are
+ * themselves, the other 68 U+0100.. in order. The tests' own copy of the map, to build vocabularies
+ * independently of the tokenizer's. */
+void hr_test_gpt2_byte_char(int b, char out[4]);
+
 int hr_test_finish(void);
 
 #endif

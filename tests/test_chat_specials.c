@@ -19,21 +19,6 @@
 /* ids 0..255: GPT-2's byte characters; then a few merges; then the control tokens */
 enum { T_HE = 256, T_LL, T_HELL, T_HELLO, C_BOS, C_EOS_S, C_IM_START, C_IM_END, C_EOT, C_SH, C_EH, N_TOK };
 
-static void byte_char(int b, char *out) {
-    int direct = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    unsigned cp = (unsigned)b;
-    if (!direct) {
-        int k = 0;
-        for (int i = 0; i < b; i++) k += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE);
-        cp = 0x100u + (unsigned)k;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp, out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
-    }
-}
-
 /* One vocabulary with both families' markers; pre picks the pre-tokenizer (qwen2 for chatml,
  * llama-bpe for llama3), bos the BOS id the template writes. */
 static hr_tokenizer *make_vocab(const char *pre) {
@@ -41,7 +26,7 @@ static hr_tokenizer *make_vocab(const char *pre) {
     const char *tok[N_TOK];
     int32_t type[N_TOK];
     for (int b = 0; b < 256; b++) {
-        byte_char(b, names[b]);
+        hr_test_gpt2_byte_char(b, names[b]);
         tok[b] = names[b];
         type[b] = 1;
     }

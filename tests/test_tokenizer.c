@@ -77,28 +77,12 @@ static hr_gguf_writer *spm_writer(void) {
 /* BPE: ids 0..255 are the GPT-2-mapped characters of bytes 0..255, then merged tokens and specials. */
 enum { BPE_HE = 256, BPE_LL, BPE_HELL, BPE_HELLO, BPE_GW, BPE_GWO, BPE_EOT, BPE_USER, BPE_XYZ, BPE_N };
 
-static void bpe_byte_char(int b, char *out) {
-    /* GPT-2: printable bytes map to themselves, the other 68 to U+0100.. in order */
-    int direct = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    unsigned cp = (unsigned)b;
-    if (!direct) {
-        int k = 0;
-        for (int i = 0; i < b; i++) k += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE);
-        cp = 0x100u + (unsigned)k;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp, out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
-    }
-}
-
 static hr_gguf_writer *bpe_writer(const char *pre) {
     static char names[256][4];
     const char *tok[BPE_N];
     int32_t type[BPE_N];
     for (int b = 0; b < 256; b++) {
-        bpe_byte_char(b, names[b]);
+        hr_test_gpt2_byte_char(b, names[b]);
         tok[b] = names[b];
         type[b] = 1;
     }
