@@ -130,8 +130,8 @@ static void test_rows_have_help_and_range(void) {
             dsts_init(&b);
             CHECKF(!store_quiet(r, "no-such-value", &b), "%s accepts 'no-such-value'", n);
         } else {
-            CHECKF(r->range && *r->range, "%s: a %s row says what it accepts (.range)",
-                   n, r->type == HR_OPT_STR ? "text" : "custom");
+            CHECKF(r->range && *r->range, "%s: a %s row says what it accepts (.range)", n,
+                   r->type == HR_OPT_STR ? "text" : "custom");
         }
     }
 }
@@ -188,8 +188,7 @@ static const char *reference(const hr_opt *r, const hr_runtime_params *rt, const
     if (r->off >= rt0 && r->off < rt0 + sizeof(hr_runtime_params)) return (const char *)rt + (r->off - rt0);
     /* sampling: the defaults a request without the field gets (the server's: the sampler's, with
        the CLI's temperature) */
-    if (r->off >= s0 && r->off < s0 + sizeof(hr_sampler_params))
-        return (const char *)&srv->sampling + (r->off - s0);
+    if (r->off >= s0 && r->off < s0 + sizeof(hr_sampler_params)) return (const char *)&srv->sampling + (r->off - s0);
     return (const char *)ses + r->off; /* the session's own fields: zero by default */
 }
 
@@ -212,8 +211,7 @@ static void test_defaults_match_runtime(void) {
         if (r->def && (r->flags & HR_OPTF_OWN_DEFAULT)) {
             /* the command's own default: the struct it fills must have none to contradict it */
             static const char zero[16];
-            CHECKF(sz == 0 || !memcmp(ref, zero, sz), "%s: marked as the CLI's own default, but the struct has one",
-                   n);
+            CHECKF(sz == 0 || !memcmp(ref, zero, sz), "%s: marked as the CLI's own default, but the struct has one", n);
             continue;
         }
         n_checked++;

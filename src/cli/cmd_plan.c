@@ -25,8 +25,7 @@ static bool parse(int argc, char **argv, plan_opts *o, bool *help) {
         const char *a = argv[i], *v = NULL;
         switch (hr_opts_parse(HR_CMD_PLAN, "plan", &dst, argc, argv, &i, &row, &v)) {
         case HR_OPT_STORED:
-        case HR_OPT_CALLER: /* plan has no such row */
-            continue;
+        case HR_OPT_CALLER: /* plan has no such row */ continue;
         case HR_OPT_BAD: return false;
         case HR_OPT_HELP: *help = true; return true;
         case HR_OPT_UNKNOWN:

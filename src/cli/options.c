@@ -35,6 +35,12 @@ static const char *preempt_name(int v) { return hr_preempt_mode_name((hr_preempt
 static const char *layout_name(int v) { return hr_kv_layout_name((hr_kv_layout)v); }
 static const char *format_name(int v) { return hr_kv_format_name((hr_kv_format)v); }
 
+/* enumerations are stored as an int */
+_Static_assert(sizeof(hr_admission) == sizeof(int) && sizeof(hr_preempt_mode) == sizeof(int) &&
+                   sizeof(hr_kv_layout) == sizeof(int) && sizeof(hr_cache_scope_mode) == sizeof(int) &&
+                   sizeof(hr_metrics_compat) == sizeof(int),
+               "an enumeration the table stores is not int-sized");
+
 static const char *const cache_scopes[] = {"auto", "key", "shared", NULL}; /* = hr_cache_scope_mode */
 static const char *const metrics_modes[] = {"vllm", "none", NULL};
 static const int metrics_ids[] = {HR_METRICS_VLLM, HR_METRICS_NATIVE};
@@ -113,6 +119,8 @@ static bool opt_sim_running(const hr_opt *r, const char *cmd, const char *flag, 
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
+/* clang-format off */
+/* (a row per flag, kept on few lines so that the table reads as one) */
 #define RS     (HR_CMD_RUN | HR_CMD_SERVE)
 #define SES(f) .dst = HR_DST_SESSION, .off = offsetof(hr_session_opts, f)
 #define SRV(f) .dst = HR_DST_SERVER, .off = offsetof(hr_server_params, f)
@@ -141,7 +149,8 @@ const hr_opt hr_opts[] = {
      .help = "KV pool size > 0, e.g. 256MiB; allocated once, never grows (default, when\n"
              "omitted: one --ctx sequence per prompt that can run at once)"},
     {RS, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT, .value_name = format_name,
-     .def = "f16", SES(rt.k_format), .off2 = offsetof(hr_session_opts, rt.v_format) + 1, .sec = HR_SEC_CACHE,
+     .def = "f16", SES(rt.k_format), .off2 = offsetof(hr_session_opts, rt.v_format), .sec = HR_SEC_CACHE,
+     .flags = HR_OPTF_KV_BOTH,
      .help = "KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2, q4h (default {default})"},
     {RS, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
      .value_name = format_name, .def = "f16", SES(rt.k_format), .sec = HR_SEC_CACHE,
@@ -399,8 +408,9 @@ const hr_opt hr_opts[] = {
     {HR_CMD_PLAN, {"--concurrency"}, "--concurrency N", HR_OPT_INT, 1, 1 << 20, .def = "1", PLN(p.concurrency),
      .sec = HR_SEC_MAIN, .flags = HR_OPTF_OWN_DEFAULT, .help = "sequences of --ctx at once (default {default})"},
     {HR_CMD_PLAN, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
-     .value_name = format_name, .def = "f16", PLN(p.k_format), .off2 = offsetof(hr_plan_cli_opts, p.v_format) + 1,
-     .sec = HR_SEC_MAIN, .help = "the KV format of the budget table (default {default}; every format is listed)"},
+     .value_name = format_name, .def = "f16", PLN(p.k_format), .off2 = offsetof(hr_plan_cli_opts, p.v_format),
+     .sec = HR_SEC_MAIN, .flags = HR_OPTF_KV_BOTH,
+     .help = "the KV format of the budget table (default {default}; every format is listed)"},
     {HR_CMD_PLAN, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
      .value_name = format_name, .def = "f16", PLN(p.k_format), .sec = HR_SEC_MAIN, .help = "K and V formats apart"},
     {HR_CMD_PLAN, {"--kv-type-v"}, "--kv-type-v F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
@@ -449,6 +459,7 @@ const hr_opt hr_opts[] = {
              "cost per step and per sampled row of decode steps; about 10 s) and save the\n"
              "cost model to FILE; no -m needed"},
 };
+/* clang-format on */
 const int hr_n_opts = (int)(sizeof hr_opts / sizeof hr_opts[0]);
 
 /* ---- parsing ------------------------------------------------------------------------------------ */
@@ -558,7 +569,7 @@ bool hr_opts_store(const hr_opt *r, const char *cmd, const char *flag, const cha
             return false;
         }
         memcpy(field, &f, sizeof f);
-        if (r->off2) memcpy(base + r->off2 - 1, &f, sizeof f); /* --kv-type: V too */
+        if (r->flags & HR_OPTF_KV_BOTH) memcpy(base + r->off2, &f, sizeof f); /* --kv-type: V too */
         return true;
     }
     case HR_OPT_CUSTOM: return r->custom(r, cmd, flag, v, base);
@@ -616,10 +627,10 @@ static const help_page pages[] = {
      25,
      false,
      {{.text = "usage: headroom run [-m FILE.gguf] -p PROMPT [-p PROMPT ...] [--prompts FILE] [options]\n\n"
-       "Generates a completion of each PROMPT. Several prompts run concurrently through the engine and\n"
-       "print in input order. Without -m, a built-in tiny demo model with random weights is used (its\n"
-       "text is noise; it shows the pipeline works).\n\n"
-       "model and prompt:\n"},
+               "Generates a completion of each PROMPT. Several prompts run concurrently through the engine and\n"
+               "print in input order. Without -m, a built-in tiny demo model with random weights is used (its\n"
+               "text is noise; it shows the pipeline works).\n\n"
+               "model and prompt:\n"},
       {.secs = SEC(HR_SEC_MODEL)},
       {.text = "generation:\n"},
       {.secs = SEC(HR_SEC_GEN)},
@@ -630,23 +641,23 @@ static const help_page pages[] = {
       {.text = "output:\n"},
       {.secs = SEC(HR_SEC_OUTPUT)},
       {.text = "One prompt streams its completion to stdout. Several print in input order, each after a header\n"
-       "line `--- [i/N] ---` (an error: `--- [i/N] error: MESSAGE ---`).\n"
-       "\n" HR_EXIT_HELP}}},
+               "line `--- [i/N] ---` (an error: `--- [i/N] error: MESSAGE ---`).\n"
+               "\n" HR_EXIT_HELP}}},
     {HR_CMD_SERVE,
      25,
      false,
      {{.text = "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
-       "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
-       "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
-       "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool, every running\n"
-       "request's ledger, rates and events), GET / or /dashboard (a live dashboard of it in the browser;\n"
-       "`headroom top` shows it in a terminal), GET /metrics (Prometheus), GET /health, POST /tokenize,\n"
-       "/detokenize. Request extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int),\n"
-       "\"ignore_eos\" (bool), \"cache_salt\" (string: only requests with the same salt share cached\n"
-       "prefix blocks). Constrained output (docs/CONSTRAIN.md): \"response_format\" (json_object,\n"
-       "json_schema), \"guided_json\", \"guided_regex\", \"guided_grammar\" (GBNF), \"guided_choice\".\n"
-       "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
-       "server:\n"},
+               "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
+               "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
+               "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool, every running\n"
+               "request's ledger, rates and events), GET / or /dashboard (a live dashboard of it in the browser;\n"
+               "`headroom top` shows it in a terminal), GET /metrics (Prometheus), GET /health, POST /tokenize,\n"
+               "/detokenize. Request extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int),\n"
+               "\"ignore_eos\" (bool), \"cache_salt\" (string: only requests with the same salt share cached\n"
+               "prefix blocks). Constrained output (docs/CONSTRAIN.md): \"response_format\" (json_object,\n"
+               "json_schema), \"guided_json\", \"guided_regex\", \"guided_grammar\" (GBNF), \"guided_choice\".\n"
+               "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
+               "server:\n"},
       {.secs = SEC(HR_SEC_SERVER)},
       {.text = HR_SERVE_CLUSTER_HELP "model, cache and engine (as in `headroom run`; see its --help):\n"},
       {.secs = SEC(HR_SEC_MODEL) | SEC(HR_SEC_CACHE) | SEC(HR_SEC_ENGINE), .compact = true},
@@ -658,35 +669,35 @@ static const help_page pages[] = {
      19,
      true,
      {{.text = "usage: headroom eval -m FILE.gguf [--kv-type LIST] [options] TEXT_FILE\n\n"
-       "Measures what each KV cache format does to quality on TEXT_FILE, against an f32 cache.\n"
-       "Scoring: chunks of --ctx tokens, the first replaced by BOS, the second half of each chunk\n"
-       "scored (the method of llama.cpp's perplexity tool, so figures compare with its own).\n\n"},
+               "Measures what each KV cache format does to quality on TEXT_FILE, against an f32 cache.\n"
+               "Scoring: chunks of --ctx tokens, the first replaced by BOS, the second half of each chunk\n"
+               "scored (the method of llama.cpp's perplexity tool, so figures compare with its own).\n\n"},
       {.secs = SEC(HR_SEC_MAIN)},
       {.text = "Output columns: KV bytes per token (all layers, K and V), KV bytes one sequence holds at the\n"
-       "end of a chunk (after its policy), the most tokens one layer and KV head keeps then,\n"
-       "perplexity, its change against the f32 full-cache run,\n"
-       "mean KL divergence from that run (nats), top-1 agreement with it.\n"
-       "TEXT_FILE must be a regular file (a directory is an error).\n\n" HR_EXIT_HELP}}},
+               "end of a chunk (after its policy), the most tokens one layer and KV head keeps then,\n"
+               "perplexity, its change against the f32 full-cache run,\n"
+               "mean KL divergence from that run (nats), top-1 agreement with it.\n"
+               "TEXT_FILE must be a regular file (a directory is an error).\n\n" HR_EXIT_HELP}}},
     {HR_CMD_PLAN,
      25,
      false,
      {{.text = "usage: headroom plan -m FILE.gguf|config.json [--device NAME] [--ctx N] [--concurrency N] [options]\n\n"
-       "The memory a server needs before it starts: weights by tensor type (what gets loaded), KV bytes per\n"
-       "token (per layer kind; sliding-window layers capped at their window), the worst-case KV for context\n"
-       "x concurrency, activations and scratch at the batch-token budget, runtime overhead, the total\n"
-       "against the device's memory, and for every KV format the largest concurrency at the context and\n"
-       "the largest context at the concurrency that fit. The figures come from the function the runtime\n"
-       "sizes its pool with (docs/PLAN.md). A Hugging Face config.json (llama, mistral, qwen2) plans a model\n"
-       "without its weights.\n\n"},
+               "The memory a server needs before it starts: weights by tensor type (what gets loaded), KV bytes per\n"
+               "token (per layer kind; sliding-window layers capped at their window), the worst-case KV for context\n"
+               "x concurrency, activations and scratch at the batch-token budget, runtime overhead, the total\n"
+               "against the device's memory, and for every KV format the largest concurrency at the context and\n"
+               "the largest context at the concurrency that fit. The figures come from the function the runtime\n"
+               "sizes its pool with (docs/PLAN.md). A Hugging Face config.json (llama, mistral, qwen2) plans a model\n"
+               "without its weights.\n\n"},
       {.secs = SEC(HR_SEC_MAIN)},
       {.text = "\ntraffic simulation (the engine's real scheduler and KV block manager in virtual time, no model\n"
-       "compute; docs/PLAN.md):\n"},
+               "compute; docs/PLAN.md):\n"},
       {.secs = SEC(HR_SEC_SIM)},
       {.text = "\nexit status: 0 the configuration fits (with --traffic: a candidate meets every bound); 1 it does\n"
-       "not (stderr says the largest context or concurrency that does; with --traffic: none meets them)\n"
-       "or the model file cannot be read or is not a model (a config.json missing a field or of an unknown\n"
-       "architecture: the message names it); 2 a usage error (a bad flag or value, an unknown device or\n"
-       "traffic preset: the message lists the known ones)\n"}}},
+               "not (stderr says the largest context or concurrency that does; with --traffic: none meets them)\n"
+               "or the model file cannot be read or is not a model (a config.json missing a field or of an unknown\n"
+               "architecture: the message names it); 2 a usage error (a bad flag or value, an unknown device or\n"
+               "traffic preset: the message lists the known ones)\n"}}},
 };
 
 /* A growable string for building one row's lines. */

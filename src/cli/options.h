@@ -74,7 +74,7 @@ typedef enum hr_opt_type {
     HR_OPT_RATE,      /* double bytes per second, written as a size */
     HR_OPT_STR,       /* const char *, borrowed from argv (or the row's default) */
     HR_OPT_ENUM,      /* int: the index of its value in .values, or what .parse_enum says */
-    HR_OPT_KV_FORMAT, /* hr_kv_format at .off (K) and, for --kv-type itself, .off2 (V) */
+    HR_OPT_KV_FORMAT, /* hr_kv_format at .off (and .off2 with HR_OPTF_KV_BOTH) */
     HR_OPT_CUSTOM,    /* .custom checks and stores the value */
 } hr_opt_type;
 
@@ -92,10 +92,11 @@ typedef enum hr_opt_section {
 } hr_opt_section;
 
 enum {
-    HR_OPTF_JOINED = 1u << 0, /* --help: listed on the previous row's line ("--kv-type-k F, --kv-type-v F") */
-    HR_OPTF_INLINE = 1u << 1, /* --help: named inside the previous row's help text */
+    HR_OPTF_JOINED = 1u << 0,      /* --help: listed on the previous row's line ("--kv-type-k F, --kv-type-v F") */
+    HR_OPTF_INLINE = 1u << 1,      /* --help: named inside the previous row's help text */
     HR_OPTF_OWN_DEFAULT = 1u << 2, /* the default is the command's own, not the runtime's (--kv-seqs 4) */
     HR_OPTF_CORES = 1u << 3,       /* a thread count: capped at the online cores with a warning */
+    HR_OPTF_KV_BOTH = 1u << 4,     /* --kv-type: the format goes to .off (K) and .off2 (V) */
 };
 
 typedef struct hr_opt hr_opt;
@@ -104,10 +105,10 @@ struct hr_opt {
     const char *names[3]; /* what the user types: "-b", "--max-batch-tokens", "--batch" */
     const char *syn;      /* as --help shows it: "-b, --max-batch-tokens N" */
     hr_opt_type type;
-    double min, max;            /* numeric types */
-    const char *const *values;  /* HR_OPT_ENUM: the accepted words, NULL-terminated (index = value) */
-    const int *ids;             /* HR_OPT_ENUM with .values: the value each word stores (NULL: its index) */
-    int n_values;               /* or, with .value_name, how many values value_name(0 .. n-1) names */
+    double min, max;           /* numeric types */
+    const char *const *values; /* HR_OPT_ENUM: the accepted words, NULL-terminated (index = value) */
+    const int *ids;            /* HR_OPT_ENUM with .values: the value each word stores (NULL: its index) */
+    int n_values;              /* or, with .value_name, how many values value_name(0 .. n-1) names */
     const char *(*value_name)(int v);
     hr_status (*parse_enum)(const char *text, int *out, hr_error *err); /* NULL: match .values */
     bool (*custom)(const hr_opt *row, const char *cmd, const char *flag, const char *v, void *dst);

@@ -318,10 +318,11 @@ void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n,
     fprintf(f,
             "engine: admission %s, preempt %s, layout %s | %llu preemptions, %llu recomputed tokens, %llu "
             "prefix-hit tokens | kv cache: %s peak per sequence | kernels %s, %d threads\n",
-            hr_admission_name(s->o.rt.admission), hr_preempt_mode_name(s->o.rt.preempt), hr_kv_layout_name(s->o.rt.layout),
-            (unsigned long long)st.preemptions, (unsigned long long)st.recomputed_tokens,
-            (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb),
-            hr_model_ctx_isa(hr_runtime_ctx(s->rt)), hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
+            hr_admission_name(s->o.rt.admission), hr_preempt_mode_name(s->o.rt.preempt),
+            hr_kv_layout_name(s->o.rt.layout), (unsigned long long)st.preemptions,
+            (unsigned long long)st.recomputed_tokens, (unsigned long long)st.prefix_hit_tokens,
+            hr_format_size(peak, kb, sizeof kb), hr_model_ctx_isa(hr_runtime_ctx(s->rt)),
+            hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
 }
 
 void hr_session_print_ledger(hr_session *s, FILE *f) {

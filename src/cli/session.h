@@ -26,12 +26,12 @@ typedef struct hr_session_opts {
     bool no_bos, ignore_eos;
     const char *stop[HR_SESSION_MAX_STOP];
     int n_stop;
-    int n_prompts_hint;  /* prompts this run will submit: sizes the default budget */
-    bool chat;           /* each prompt is a user message rendered with the chat template */
-    const char *system;  /* --system: a system message before it (chat mode) */
-    const char *cmd;     /* the command's name for messages ("run") */
-    FILE *warn;          /* where warnings found while submitting prompts go (a -n clamped by the
-                            context), one line each, before any output; NULL: nowhere */
+    int n_prompts_hint; /* prompts this run will submit: sizes the default budget */
+    bool chat;          /* each prompt is a user message rendered with the chat template */
+    const char *system; /* --system: a system message before it (chat mode) */
+    const char *cmd;    /* the command's name for messages ("run") */
+    FILE *warn;         /* where warnings found while submitting prompts go (a -n clamped by the
+                           context), one line each, before any output; NULL: nowhere */
 } hr_session_opts;
 
 /* The runtime's and the sampler's defaults; the option table's (hr_opts_defaults) go on top. */
