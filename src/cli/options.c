@@ -119,6 +119,12 @@ static bool opt_sim_running(const hr_opt *r, const char *cmd, const char *flag, 
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
+/* The runtime's defaults as its flags spell them (tests/test_cli_options.c checks each against
+ * hr_runtime_default_params); eval's and plan's rows for the same setting take them from here too. */
+#define DEF_KV_FORMAT    "f16"
+#define DEF_BLOCK_SIZE   "16"
+#define DEF_BATCH_TOKENS "512"
+
 /* clang-format off */
 /* (a row per flag, kept on few lines so that the table reads as one) */
 #define RS     (HR_CMD_RUN | HR_CMD_SERVE)
@@ -149,29 +155,30 @@ const hr_opt hr_opts[] = {
      .help = "KV pool size > 0, e.g. 256MiB; allocated once, never grows (default, when\n"
              "omitted: one --ctx sequence per prompt that can run at once)"},
     {RS, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT, .value_name = format_name,
-     .def = "f16", SES(rt.k_format), .off2 = offsetof(hr_session_opts, rt.v_format), .sec = HR_SEC_CACHE,
+     .def = DEF_KV_FORMAT, SES(rt.k_format), .off2 = offsetof(hr_session_opts, rt.v_format), .sec = HR_SEC_CACHE,
      .flags = HR_OPTF_KV_BOTH,
      .help = "KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2, q4h (default {default})"},
     {RS, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
-     .value_name = format_name, .def = "f16", SES(rt.k_format), .sec = HR_SEC_CACHE,
+     .value_name = format_name, .def = DEF_KV_FORMAT, SES(rt.k_format), .sec = HR_SEC_CACHE,
      .help = "the format of K or V alone"},
     {RS, {"--kv-type-v"}, "--kv-type-v F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
-     .value_name = format_name, .def = "f16", SES(rt.v_format), .sec = HR_SEC_CACHE, .flags = HR_OPTF_JOINED,
+     .value_name = format_name, .def = DEF_KV_FORMAT, SES(rt.v_format), .sec = HR_SEC_CACHE, .flags = HR_OPTF_JOINED,
      .help = "the format of V alone"},
     {RS, {"--kv-policy"}, "--kv-policy P", HR_OPT_CUSTOM, .custom = opt_policy,
      .range = "full, window:W, sinks:S,window:W, h2o:B, snapkv:B", SES(rt.kv_policy), .sec = HR_SEC_CACHE,
      .help = "what stays resident: full (default), window:W, sinks:S,window:W,\n"
              "h2o:B, snapkv:B (docs/POLICIES.md); a model's own sliding window\n"
              "(Mistral; Gemma's window layers) always applies"},
-    {RS, {"--block-size"}, "--block-size N", HR_OPT_INT, 8, 256, .def = "16", SES(rt.block_size), .sec = HR_SEC_CACHE,
+    {RS, {"--block-size"}, "--block-size N", HR_OPT_INT, 8, 256, .def = DEF_BLOCK_SIZE, SES(rt.block_size),
+     .sec = HR_SEC_CACHE,
      .help = "tokens per KV block, {min}..{max} (default {default}); a --kv-type the model's head\n"
              "size cannot use with it is a startup error naming both"},
     {RS, {"--kv-layout"}, "--kv-layout L", HR_OPT_ENUM, .n_values = 2, .value_name = layout_name,
      .parse_enum = parse_layout, .def = "paged", SES(rt.layout), .sec = HR_SEC_CACHE,
      .help = "paged (blocks on demand, prefix sharing; default) or contiguous (each\n"
              "sequence reserves --ctx slots up front, like llama.cpp slots)"},
-    {RS, {"-b", "--max-batch-tokens", "--batch"}, "-b, --max-batch-tokens N", HR_OPT_INT, 1, 1 << 16, .def = "512",
-     SES(rt.max_batch_tokens), .sec = HR_SEC_ENGINE,
+    {RS, {"-b", "--max-batch-tokens", "--batch"}, "-b, --max-batch-tokens N", HR_OPT_INT, 1, 1 << 16,
+     .def = DEF_BATCH_TOKENS, SES(rt.max_batch_tokens), .sec = HR_SEC_ENGINE,
      .help = "tokens per engine step, decodes and prefill chunks mixed (default {default};\n"
              "--batch is the same flag)"},
     {RS, {"--prefill-chunk"}, "--prefill-chunk N", HR_OPT_INT, 1, 1 << 16, SES(rt.prefill_chunk),
@@ -372,7 +379,7 @@ const hr_opt hr_opts[] = {
              "several: full, window:W, sinks:S,window:W, h2o:B, snapkv:B[,window:W]\n"
              "(default: full). Each format runs under each policy; policy runs score\n"
              "the second half of a chunk one token at a time after a first-half prompt"},
-    {HR_CMD_EVAL, {"--block-size"}, "--block-size N", HR_OPT_INT, 8, 256, .def = "16", EVL(block_size),
+    {HR_CMD_EVAL, {"--block-size"}, "--block-size N", HR_OPT_INT, 8, 256, .def = DEF_BLOCK_SIZE, EVL(block_size),
      .sec = HR_SEC_MAIN,
      .help = "KV block size, {min}..{max} (default {default}); a format listed in --kv-type that the\n"
              "model's head size cannot use with it is a startup error naming both ('all'\n"
@@ -408,18 +415,19 @@ const hr_opt hr_opts[] = {
     {HR_CMD_PLAN, {"--concurrency"}, "--concurrency N", HR_OPT_INT, 1, 1 << 20, .def = "1", PLN(p.concurrency),
      .sec = HR_SEC_MAIN, .flags = HR_OPTF_OWN_DEFAULT, .help = "sequences of --ctx at once (default {default})"},
     {HR_CMD_PLAN, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
-     .value_name = format_name, .def = "f16", PLN(p.k_format), .off2 = offsetof(hr_plan_cli_opts, p.v_format),
+     .value_name = format_name, .def = DEF_KV_FORMAT, PLN(p.k_format), .off2 = offsetof(hr_plan_cli_opts, p.v_format),
      .sec = HR_SEC_MAIN, .flags = HR_OPTF_KV_BOTH,
      .help = "the KV format of the budget table (default {default}; every format is listed)"},
     {HR_CMD_PLAN, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
-     .value_name = format_name, .def = "f16", PLN(p.k_format), .sec = HR_SEC_MAIN, .help = "K and V formats apart"},
+     .value_name = format_name, .def = DEF_KV_FORMAT, PLN(p.k_format), .sec = HR_SEC_MAIN,
+     .help = "K and V formats apart"},
     {HR_CMD_PLAN, {"--kv-type-v"}, "--kv-type-v F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
-     .value_name = format_name, .def = "f16", PLN(p.v_format), .sec = HR_SEC_MAIN, .flags = HR_OPTF_JOINED,
+     .value_name = format_name, .def = DEF_KV_FORMAT, PLN(p.v_format), .sec = HR_SEC_MAIN, .flags = HR_OPTF_JOINED,
      .help = "the V format apart"},
-    {HR_CMD_PLAN, {"--block-size"}, "--block-size N", HR_OPT_INT, 1, 4096, .def = "16", PLN(p.block_size),
+    {HR_CMD_PLAN, {"--block-size"}, "--block-size N", HR_OPT_INT, 1, 4096, .def = DEF_BLOCK_SIZE, PLN(p.block_size),
      .sec = HR_SEC_MAIN, .help = "KV block size in tokens (default {default})"},
-    {HR_CMD_PLAN, {"-b", "--max-batch-tokens"}, "-b, --max-batch-tokens N", HR_OPT_INT, 1, 1 << 20, .def = "512",
-     PLN(p.max_batch_tokens), .sec = HR_SEC_MAIN,
+    {HR_CMD_PLAN, {"-b", "--max-batch-tokens"}, "-b, --max-batch-tokens N", HR_OPT_INT, 1, 1 << 20,
+     .def = DEF_BATCH_TOKENS, PLN(p.max_batch_tokens), .sec = HR_SEC_MAIN,
      .help = "tokens per engine step: sizes activations and scratch (default {default})"},
     {HR_CMD_PLAN, {"--max-running"}, "--max-running N", HR_OPT_INT, 1, 1 << 20, PLN(p.max_running),
      .sec = HR_SEC_MAIN, .help = "sequence slots (default max(concurrency, 64)): engine logits rows"},
