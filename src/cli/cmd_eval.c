@@ -23,6 +23,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "common/util.h"
 #include "model/model.h"
 #include "runtime/runtime.h"
@@ -31,37 +32,6 @@
 
 #define MAX_FORMATS  16
 #define MAX_POLICIES 16
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: headroom eval -m FILE.gguf [--kv-type LIST] [options] TEXT_FILE\n\n"
-               "Measures what each KV cache format does to quality on TEXT_FILE, against an f32 cache.\n"
-               "Scoring: chunks of --ctx tokens, the first replaced by BOS, the second half of each chunk\n"
-               "scored (the method of llama.cpp's perplexity tool, so figures compare with its own).\n\n"
-               "  -m FILE          GGUF model\n"
-               "  --kv-type LIST   formats to measure, comma-separated: f32, f16, bf16, q8, q4, fp8, kivi2, q4h;\n"
-               "                   K/V for different K and V formats (e.g. q4/f16); 'all' for every format\n"
-               "                   (default: f16,q8)\n"
-               "  -c, --ctx N      chunk length in tokens (default 256, at most the model's trained context:\n"
-               "                   positions past it are out of distribution for RoPE)\n"
-               "  --chunks N       score at most N chunks (default: the whole text)\n"
-               "  --policy P       KV eviction policy to measure; repeat the flag (or separate with ';') for\n"
-               "                   several: full, window:W, sinks:S,window:W, h2o:B, snapkv:B[,window:W]\n"
-               "                   (default: full). Each format runs under each policy; policy runs score\n"
-               "                   the second half of a chunk one token at a time after a first-half prompt\n"
-               "  --block-size N   KV block size, 8..256 (default 16); a format listed in --kv-type that the\n"
-               "                   model's head size cannot use with it is a startup error naming both ('all'\n"
-               "                   lists such a format as unavailable instead)\n"
-               "  -t, --threads N  worker threads, 1..1024 (default: all cores); more than the online cores\n"
-               "                   warns and uses the online cores\n"
-               "  --json           one JSON object instead of the table\n"
-               "  -q, --quiet      no progress on stderr (default: a line rewritten per chunk on a terminal;\n"
-               "                   otherwise one line at start, one at least every 5 s, and one at the end)\n"
-               "Output columns: KV bytes per token (all layers, K and V), KV bytes one sequence holds at the\n"
-               "end of a chunk (after its policy), the most tokens one layer and KV head keeps then,\n"
-               "perplexity, its change against the f32 full-cache run,\n"
-               "mean KL divergence from that run (nats), top-1 agreement with it.\n"
-               "TEXT_FILE must be a regular file (a directory is an error).\n\n" HR_EXIT_HELP);
-}
 
 typedef struct fmt_pair {
     hr_kv_format k, v;
@@ -285,45 +255,21 @@ static void progress_end(progress *p) {
 }
 
 int hr_cmd_eval(int argc, char **argv) {
-    const char *model_path = NULL, *text_path = NULL, *formats = "f16,q8";
-    int n_ctx = 256, max_chunks = 0, block_size = 16, n_threads = 0;
-    bool json = false, quiet = false;
-    char *policy_args[MAX_POLICIES];
-    int n_policy_args = 0;
+    hr_eval_cli_opts eo = {0};
+    hr_opt_dsts dst = {.p[HR_DST_EVAL] = &eo};
+    hr_opts_defaults(HR_CMD_EVAL, &dst);
+    const char *text_path = NULL;
     for (int i = 1; i < argc; i++) {
+        const hr_opt *row;
         const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return HR_EXIT_OK;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = hr_arg_value("eval", argc, argv, &i))) return HR_EXIT_USAGE;
-        } else if (!strcmp(a, "--policy")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i))) return HR_EXIT_USAGE;
-            if (n_policy_args == MAX_POLICIES) {
-                fprintf(stderr, "headroom eval: at most %d --policy flags\n", MAX_POLICIES);
-                return HR_EXIT_USAGE;
-            }
-            policy_args[n_policy_args++] = (char *)v;
-        } else if (!strcmp(a, "--kv-type")) {
-            if (!(formats = hr_arg_value("eval", argc, argv, &i))) return HR_EXIT_USAGE;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 1 << 20, &n_ctx))
-                return HR_EXIT_USAGE;
-        } else if (!strcmp(a, "--chunks")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1 << 30, &max_chunks))
-                return HR_EXIT_USAGE;
-        } else if (!strcmp(a, "--block-size")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 8, 256, &block_size))
-                return HR_EXIT_USAGE;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = hr_arg_value("eval", argc, argv, &i)) || !hr_arg_int("eval", a, v, 1, 1024, &n_threads))
-                return HR_EXIT_USAGE;
-            n_threads = hr_arg_threads_cap("eval", n_threads);
-        } else if (a[0] == '-' && a[1]) {
+        switch (hr_opts_parse(HR_CMD_EVAL, "eval", &dst, argc, argv, &i, &row, &v)) {
+        case HR_OPT_STORED: continue;
+        case HR_OPT_CALLER: continue; /* eval has no such row */
+        case HR_OPT_BAD: return HR_EXIT_USAGE;
+        case HR_OPT_HELP: hr_opts_print_help(HR_CMD_EVAL, stdout); return HR_EXIT_OK;
+        case HR_OPT_UNKNOWN: break;
+        }
+        if (a[0] == '-' && a[1]) {
             fprintf(stderr, "headroom eval: unknown option '%s' (see headroom eval --help)\n", a);
             return HR_EXIT_USAGE;
         } else if (!text_path) {
@@ -333,6 +279,9 @@ int hr_cmd_eval(int argc, char **argv) {
             return HR_EXIT_USAGE;
         }
     }
+    const char *model_path = eo.model_path, *formats = eo.formats;
+    int n_ctx = eo.n_ctx, max_chunks = eo.max_chunks, block_size = eo.block_size, n_threads = eo.n_threads;
+    bool json = eo.json, quiet = eo.quiet;
     if (!model_path || !text_path) {
         fprintf(stderr, "headroom eval: needs -m FILE.gguf and a TEXT_FILE (see headroom eval --help)\n");
         return HR_EXIT_USAGE;
@@ -342,7 +291,7 @@ int hr_cmd_eval(int argc, char **argv) {
     if (!parse_formats(formats, fp, &n_fmt)) return HR_EXIT_USAGE;
     hr_kv_policy pols[MAX_POLICIES];
     int n_pol = 0;
-    if (!parse_policies(policy_args, n_policy_args, pols, &n_pol)) return HR_EXIT_USAGE;
+    if (!parse_policies((char **)eo.policy_args, eo.n_policy_args, pols, &n_pol)) return HR_EXIT_USAGE;
     int n_arms = n_fmt * n_pol; /* arms 1..n_arms: format-major, then policy */
     if (!hr_arg_regular_file("eval", "TEXT_FILE", text_path)) return HR_EXIT_FAIL;
 

@@ -11,167 +11,27 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "common/util.h"
 #include "plan/plan.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: headroom plan -m FILE.gguf|config.json [--device NAME] [--ctx N] [--concurrency N] [options]\n\n"
-            "The memory a server needs before it starts: weights by tensor type (what gets loaded), KV bytes per\n"
-            "token (per layer kind; sliding-window layers capped at their window), the worst-case KV for context\n"
-            "x concurrency, activations and scratch at the batch-token budget, runtime overhead, the total\n"
-            "against the device's memory, and for every KV format the largest concurrency at the context and\n"
-            "the largest context at the concurrency that fit. The figures come from the function the runtime\n"
-            "sizes its pool with (docs/PLAN.md). A Hugging Face config.json (llama, mistral, qwen2) plans a model\n"
-            "without its weights.\n\n"
-            "  -m, --model FILE       a GGUF file or a config.json\n"
-            "      --weight-type T    config.json: the matrices' type (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K,\n"
-            "                         q6_K; default: its torch_dtype)\n"
-            "      --device NAME      %s (default host: MemAvailable, bandwidth measured in\n"
-            "                         about 0.2 s)\n"
-            "      --device-mem SIZE  the device's memory by hand (e.g. 24GiB); with --device, overrides it\n"
-            "      --device-bw GBPS   the device's memory bandwidth in GB/s (skips the measurement)\n"
-            "      --util F           fraction of the memory to plan for (default 0.9 on GPUs, 1 on host)\n"
-            "  -c, --ctx N            context per sequence (default: the model's, capped at 4096)\n"
-            "      --concurrency N    sequences of --ctx at once (default 1)\n"
-            "      --kv-type F        the KV format of the budget table (default f16; every format is listed)\n"
-            "      --kv-type-k F, --kv-type-v F  K and V formats apart\n"
-            "      --block-size N     KV block size in tokens (default 16)\n"
-            "  -b, --max-batch-tokens N  tokens per engine step: sizes activations and scratch (default 512)\n"
-            "      --max-running N    sequence slots (default max(concurrency, 64)): engine logits rows\n"
-            "  -t, --threads N        host threads (attention scratch per thread; default: every core)\n"
-            "      --json             one JSON object instead of the table\n\n"
-            "traffic simulation (the engine's real scheduler and KV block manager in virtual time, no model\n"
-            "compute; docs/PLAN.md):\n"
-            "      --traffic T        chat, rag, agent, burst, long (documented distributions), or a trace file of\n"
-            "                         JSON lines {\"t\": s, \"prompt\": n, \"output\": n, \"prefix\": id,\n"
-            "                         \"prefix_tokens\": n}; runs every candidate (KV format x full or window:ctx/4 x\n"
-            "                         admission x max running) and recommends the best that meets the bounds\n"
-            "      --requests N       requests a preset draws (default: the preset's)\n"
-            "      --seed S           the preset's seed (default 1; same seed, same results)\n"
-            "      --sim-running LIST max running sequences to try, e.g. 8,32,128 (default: --max-running)\n"
-            "      --slo-ttft S       bound on TTFT p99 in seconds; --slo-itl S: on inter-token latency p99\n"
-            "      --eval FILE        a `headroom eval --json` result: each candidate's perplexity change\n"
-            "      --max-ppl-increase P  with --eval: the most perplexity increase (percent) a candidate may cost\n"
-            "      --cost FILE        step costs from a saved calibration (default: a GPU's roofline; on this\n"
-            "                         machine, a calibration measured now)\n"
-            "      --calibrate FILE   measure this machine's kernels once (a synthetic TinyLlama-shaped model in\n"
-            "                         --weight-type, default q4_0: bandwidth, the layers' and the output\n"
-            "                         projection's matrix rates at 1..512 tokens a step, attention's rate, and the\n"
-            "                         cost per step and per sampled row of decode steps; about 10 s) and save the\n"
-            "                         cost model to FILE; no -m needed\n\n"
-            "exit status: 0 the configuration fits (with --traffic: a candidate meets every bound); 1 it does\n"
-            "not (stderr says the largest context or concurrency that does; with --traffic: none meets them)\n"
-            "or the model file cannot be read or is not a model (a config.json missing a field or of an unknown\n"
-            "architecture: the message names it); 2 a usage error (a bad flag or value, an unknown device or\n"
-            "traffic preset: the message lists the known ones)\n",
-            hr_plan_device_names());
-}
-
-typedef struct plan_opts {
-    const char *model, *weight_type, *device;
-    uint64_t device_mem;
-    float device_bw, util;
-    bool json;
-    hr_plan_params p;
-    /* traffic simulation */
-    const char *traffic, *cost_file, *calibrate_file, *eval_file;
-    int n_requests;
-    uint64_t seed;
-    float slo_ttft, slo_itl, max_ppl;
-    int run_list[8], n_run_list;
-} plan_opts;
+typedef hr_plan_cli_opts plan_opts; /* cli/options.h: the table parses into it */
 
 static bool parse(int argc, char **argv, plan_opts *o, bool *help) {
-    o->p.k_format = o->p.v_format = HR_KV_F16;
+    hr_opt_dsts dst = {.p[HR_DST_PLAN] = o};
+    hr_opts_defaults(HR_CMD_PLAN, &dst);
     for (int i = 1; i < argc; i++) {
+        const hr_opt *row;
         const char *a = argv[i], *v = NULL;
-        bool ok = true;
-        hr_error e;
-#define IS(x) (!strcmp(a, x))
-        if (IS("-h") || IS("--help")) {
-            *help = true;
-            return true;
-        } else if (IS("--json")) {
-            o->json = true;
-        } else if (IS("-m") || IS("--model")) {
-            ok = (o->model = hr_arg_value("plan", argc, argv, &i)) != NULL;
-        } else if (IS("--weight-type")) {
-            ok = (o->weight_type = hr_arg_value("plan", argc, argv, &i)) != NULL;
-            if (ok && hr_plan_weight_type_id(o->weight_type) < 0) {
-                fprintf(stderr,
-                        "headroom plan: unknown --weight-type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, "
-                        "q6_K)\n",
-                        o->weight_type);
-                ok = false;
-            }
-        } else if (IS("--device")) {
-            ok = (o->device = hr_arg_value("plan", argc, argv, &i)) != NULL;
-        } else if (IS("--device-mem")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_size("plan", a, v, &o->device_mem);
-        } else if (IS("--device-bw")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 0.001, 1e6, &o->device_bw);
-        } else if (IS("--util")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 0.01, 1, &o->util);
-        } else if (IS("-c") || IS("--ctx")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 24, &o->p.n_ctx);
-        } else if (IS("--concurrency")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.concurrency);
-        } else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
-            hr_kv_format f;
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) != NULL;
-            if (ok && hr_kv_format_parse(v, &f, &e) != HR_OK) {
-                fprintf(stderr, "headroom plan: %s: %s\n", a, e.msg);
-                ok = false;
-            }
-            if (ok && !IS("--kv-type-v")) o->p.k_format = f;
-            if (ok && !IS("--kv-type-k")) o->p.v_format = f;
-        } else if (IS("--block-size")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 4096, &o->p.block_size);
-        } else if (IS("-b") || IS("--max-batch-tokens")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) &&
-                 hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.max_batch_tokens);
-        } else if (IS("--max-running")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 20, &o->p.max_running);
-        } else if (IS("--traffic")) {
-            ok = (o->traffic = hr_arg_value("plan", argc, argv, &i)) != NULL;
-        } else if (IS("--requests")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 1 << 20, &o->n_requests);
-        } else if (IS("--seed")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_u64("plan", a, v, &o->seed);
-        } else if (IS("--cost")) {
-            ok = (o->cost_file = hr_arg_value("plan", argc, argv, &i)) != NULL;
-        } else if (IS("--calibrate")) {
-            ok = (o->calibrate_file = hr_arg_value("plan", argc, argv, &i)) != NULL;
-        } else if (IS("--eval")) {
-            ok = (o->eval_file = hr_arg_value("plan", argc, argv, &i)) != NULL;
-        } else if (IS("--slo-ttft")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 1e-6, 1e6, &o->slo_ttft);
-        } else if (IS("--slo-itl")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 1e-6, 1e6, &o->slo_itl);
-        } else if (IS("--max-ppl-increase")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_float("plan", a, v, 0, 1e6, &o->max_ppl);
-        } else if (IS("--sim-running")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) != NULL;
-            char *dup = ok ? strdup(v) : NULL, *save = NULL;
-            o->n_run_list = 0;
-            for (char *tok = dup ? strtok_r(dup, ",", &save) : NULL; ok && tok; tok = strtok_r(NULL, ",", &save)) {
-                if (o->n_run_list == 8) {
-                    fprintf(stderr, "headroom plan: --sim-running takes at most 8 values\n");
-                    ok = false;
-                } else {
-                    ok = hr_arg_int("plan", a, tok, 1, 4096, &o->run_list[o->n_run_list++]);
-                }
-            }
-            free(dup);
-        } else if (IS("-t") || IS("--threads")) {
-            ok = (v = hr_arg_value("plan", argc, argv, &i)) && hr_arg_int("plan", a, v, 1, 4096, &o->p.n_threads);
-        } else {
+        switch (hr_opts_parse(HR_CMD_PLAN, "plan", &dst, argc, argv, &i, &row, &v)) {
+        case HR_OPT_STORED:
+        case HR_OPT_CALLER: /* plan has no such row */ continue;
+        case HR_OPT_BAD: return false;
+        case HR_OPT_HELP: *help = true; return true;
+        case HR_OPT_UNKNOWN:
             fprintf(stderr, "headroom plan: unknown option '%s' (see headroom plan --help)\n", a);
-            ok = false;
+            return false;
         }
-#undef IS
-        if (!ok) return false;
     }
     if (!o->model && !o->calibrate_file) {
         fprintf(stderr, "headroom plan: -m FILE.gguf|config.json is required (see headroom plan --help)\n");
@@ -507,7 +367,7 @@ int hr_cmd_plan(int argc, char **argv) {
     bool help = false;
     if (!parse(argc, argv, &o, &help)) return HR_EXIT_USAGE;
     if (help) {
-        usage(stdout);
+        hr_opts_print_help(HR_CMD_PLAN, stdout);
         return HR_EXIT_OK;
     }
     hr_error err = {0};

@@ -11,88 +11,12 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/serve_cluster.h"
 #include "cli/session.h"
 #include "common/util.h"
 #include "runtime/runtime.h"
 #include "server/server.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: headroom serve [-m FILE.gguf] [--host H] [--port P] [--api-key K] [options]\n\n"
-            "Serves the model over HTTP with OpenAI's API: POST /v1/completions, /v1/chat/completions (stream\n"
-            "true/false; every usage carries a \"kv\" object: the request's KV blocks and bytes, prefix-cache\n"
-            "hits, evictions, preemptions, queue time), GET /v1/models, GET /v1/kv (the pool, every running\n"
-            "request's ledger, rates and events), GET / or /dashboard (a live dashboard of it in the browser;\n"
-            "`headroom top` shows it in a terminal), GET /metrics (Prometheus), GET /health, POST /tokenize,\n"
-            "/detokenize. Request extensions: \"kv_policy\" (e.g. \"window:256\"), \"priority\" (int),\n"
-            "\"ignore_eos\" (bool), \"cache_salt\" (string: only requests with the same salt share cached\n"
-            "prefix blocks). Constrained output (docs/CONSTRAIN.md): \"response_format\" (json_object,\n"
-            "json_schema), \"guided_json\", \"guided_regex\", \"guided_grammar\" (GBNF), \"guided_choice\".\n"
-            "Without -m, the built-in demo model (random weights: its text is noise).\n\n"
-            "server:\n"
-            "      --host H           numeric address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
-            "      --port P           TCP port (default 8080; 0 picks a free one, printed at start)\n"
-            "      --api-key K        require \"Authorization: Bearer K\" on /v1/*, /tokenize, /detokenize (401\n"
-            "                         otherwise; /health, /metrics and the dashboard page stay open: the page asks\n"
-            "                         for the key); default: $HEADROOM_API_KEY. Repeat it, or give K1,K2,..., for\n"
-            "                         several keys: each is a tenant (see --cache-scope)\n"
-            "      --cache-scope M    who shares the prefix cache (a hit tells a prompt's prefix was seen): auto\n"
-            "                         (default: per API key when several are given, else shared), key, shared. A\n"
-            "                         request's \"cache_salt\" string narrows its scope further in every mode\n"
-            "      --special-in-content  parse special-token text (\"<|im_end|>\", \"</s>\") inside chat message\n"
-            "                         contents and raw prompts as control tokens; default: it stays text, and only\n"
-            "                         the chat template's own markers are control tokens (send ids for control\n"
-            "                         tokens in a raw prompt)\n"
-            "      --max-parse-memory SIZE  memory all request bodies being parsed may hold at once (default\n"
-            "                         64MiB, part of the memory plan); one body may take a quarter, and at most\n"
-            "                         64 x its size + 256KiB (413 above; 503 while others hold it all for 5 s)\n"
-            "      --drain-timeout S  on SIGINT/SIGTERM, seconds in-flight requests may still run (default 30;\n"
-            "                         meanwhile /health answers 503 \"draining\"). SIGUSR1 logs a state line;\n"
-            "                         SIGHUP, SIGUSR2 and SIGALRM are logged and ignored\n"
-            "      --metrics-compat vllm  also export vllm:num_requests_running/waiting, vllm:kv_cache_usage_perc,\n"
-            "                         vllm:gpu_cache_usage_perc, vllm:num_preemptions_total,\n"
-            "                         vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (tokens)\n"
-            "      --max-body SIZE    largest request body (default 4MiB; 413 above)\n"
-            "      --max-connections N  requests served at once, one thread each (default 256); a connection\n"
-            "                         waits without a thread until its request headers are in (up to 4 x N of\n"
-            "                         them; when full, the one waiting longest makes room), then for a thread\n"
-            "      --listen-backlog N connections the kernel holds when every waiting one is ready for a thread\n"
-            "                         (default 1024, capped by net.core.somaxconn)\n"
-            "      --max-conns-per-ip N  connections one client address may have waiting, and as many served\n"
-            "                         (default 64; more are closed at once; 0: no cap; behind a proxy every\n"
-            "                         client has the proxy's address)\n"
-            "      --header-timeout S seconds a connection has to send its request headers (default 10; then it\n"
-            "                         is closed)\n"
-            "      --body-min-rate SIZE  bytes per second a request body must keep up after --header-timeout's\n"
-            "                         grace (default 1KiB; slower connections are closed; 0: no check). Streams\n"
-            "                         and requests waiting on the engine have no deadline; every response\n"
-            "                         closes its connection\n"
-            "      --max-header SIZE  per-connection memory for the request line and headers (default 32KiB,\n"
-            "                         at least 32KiB; 431 above)\n"
-            "      --max-n N          largest \"n\" (choices) a request may ask for, 1..8 (default 8)\n"
-            "      --max-tokens-limit N  largest max_tokens a request may ask for (400 above; also the default\n"
-            "                         when it gives none); default 0: only the context bounds it. A prompt\n"
-            "                         longer than the context (-c) is a 400. A request under a window policy\n"
-            "                         (kv_policy) may run past the context, up to 4 contexts\n" HR_SERVE_CLUSTER_HELP
-            "model, cache and engine (as in `headroom run`; see its --help):\n"
-            "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
-            "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
-            "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
-            "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
-            "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
-            "      --mem-limit SIZE   size the pool from the memory plan so the whole process stays under SIZE\n"
-            "                         (weights, scratch and the rest first; `headroom plan` shows the parts);\n"
-            "                         the plan is logged at start, the measured peak RSS at exit\n"
-            "      --step-log FILE    write one JSON line per engine step that computed: start time, seconds in\n"
-            "                         the step and its forward pass, tokens, prompt tokens, sampled rows, sequences,\n"
-            "                         keys attended (to check `headroom plan`'s cost model against this machine)\n"
-            "sampling defaults (a request's own fields override them):\n"
-            "  --temp T (0.8), --top-k K (40), --top-p P (0.95), --min-p P (0.05), --repeat-penalty X,\n"
-            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, --seed S (requests without a seed\n"
-            "  get S mixed with a request counter)\n"
-            "\n" HR_EXIT_HELP);
-}
 
 static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     const hr_runtime_params *p = hr_runtime_get_params(rt);
@@ -158,128 +82,37 @@ static int serve(int argc, char **argv, char **keys_out) {
     hr_session_opts o = hr_session_default_opts();
     o.cmd = "serve";
     hr_server_params sp = hr_server_default_params();
+    hr_opt_dsts dst = {.p[HR_DST_SESSION] = &o, .p[HR_DST_SERVER] = &sp};
+    hr_opts_defaults(HR_CMD_SERVE, &dst);
     sp.api_key = getenv("HEADROOM_API_KEY");
-    int kv_seqs = 4;
-    uint64_t mem_limit = 0;
-    const char *step_log = NULL;
-    bool special_in_content = false;
     char *keys = NULL; /* --api-key values joined by commas (mirrored in *keys_out) */
     hr_serve_cluster_opts cluster = {0};
     for (int i = 1; i < argc; i++) {
+        const hr_opt *row;
         const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return HR_EXIT_OK;
-        }
-        if (hr_session_parse_common(&o, "serve", argc, argv, &i, &v)) {
-            if (!v) return HR_EXIT_USAGE;
-            continue;
-        }
         bool ok = true;
-        if (hr_serve_cluster_option(&cluster, argc, argv, &i, &ok)) {
-        } else if (!strcmp(a, "--host")) {
-            ok = (sp.host = hr_arg_value("serve", argc, argv, &i)) != NULL;
-        } else if (!strcmp(a, "--port")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 0, 65535, &sp.port);
-        } else if (!strcmp(a, "--api-key")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) != NULL;
-            char *joined = ok ? malloc((keys ? strlen(keys) + 1 : 0) + strlen(v) + 1) : NULL;
-            if (joined) sprintf(joined, "%s%s%s", keys ? keys : "", keys ? "," : "", v); /* repeated: a list */
+        switch (hr_opts_parse(HR_CMD_SERVE, "serve", &dst, argc, argv, &i, &row, &v)) {
+        case HR_OPT_STORED: continue;
+        case HR_OPT_BAD: return HR_EXIT_USAGE; /* the parser printed the problem */
+        case HR_OPT_HELP: hr_opts_print_help(HR_CMD_SERVE, stdout); return HR_EXIT_OK;
+        case HR_OPT_UNKNOWN:
+            if (!hr_serve_cluster_option(&cluster, argc, argv, &i, &ok)) {
+                fprintf(stderr, "headroom serve: unknown option '%s' (see headroom serve --help)\n", a);
+                ok = false;
+            }
+            break;
+        case HR_OPT_CALLER: { /* --api-key: repeated, a list */
+            char *joined = malloc((keys ? strlen(keys) + 1 : 0) + strlen(v) + 1);
+            if (joined) sprintf(joined, "%s%s%s", keys ? keys : "", keys ? "," : "", v);
             free(keys);
             sp.api_key = keys = *keys_out = joined;
-            ok = ok && joined;
-        } else if (!strcmp(a, "--cache-scope")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) != NULL;
-            if (ok && !strcmp(v, "auto"))
-                sp.cache_scope = HR_CACHE_SCOPE_AUTO;
-            else if (ok && !strcmp(v, "key"))
-                sp.cache_scope = HR_CACHE_SCOPE_KEY;
-            else if (ok && !strcmp(v, "shared"))
-                sp.cache_scope = HR_CACHE_SCOPE_SHARED;
-            else if (ok) {
-                fprintf(stderr, "headroom serve: --cache-scope expects auto, key or shared, got '%s'\n", v);
-                ok = false;
-            }
-        } else if (!strcmp(a, "--special-in-content")) {
-            special_in_content = true;
-        } else if (!strcmp(a, "--max-parse-memory")) {
-            uint64_t n = 0;
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
-            if (ok && (n < (1u << 20) || n > (64ull << 30))) {
-                fprintf(stderr, "headroom serve: --max-parse-memory must be 1MiB..64GiB, got '%s'\n", v);
-                ok = false;
-            }
-            sp.max_parse_bytes = (size_t)n;
-        } else if (!strcmp(a, "--drain-timeout")) {
-            float s = 0;
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_float("serve", a, v, 0, 86400, &s);
-            sp.drain_timeout_s = s;
-        } else if (!strcmp(a, "--metrics-compat")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) != NULL;
-            if (ok && !strcmp(v, "vllm"))
-                sp.metrics_compat = HR_METRICS_VLLM;
-            else if (ok && !strcmp(v, "none"))
-                sp.metrics_compat = HR_METRICS_NATIVE;
-            else if (ok) {
-                fprintf(stderr, "headroom serve: --metrics-compat expects vllm or none, got '%s'\n", v);
-                ok = false;
-            }
-        } else if (!strcmp(a, "--max-body")) {
-            uint64_t n = 0;
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
-            sp.max_body_bytes = (size_t)n;
-        } else if (!strcmp(a, "--max-connections")) {
-            ok =
-                (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65536, &sp.max_connections);
-        } else if (!strcmp(a, "--listen-backlog")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 65535, &sp.listen_backlog);
-        } else if (!strcmp(a, "--max-conns-per-ip")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) &&
-                 hr_arg_int("serve", a, v, 0, 65536, &sp.max_conns_per_ip);
-        } else if (!strcmp(a, "--header-timeout")) {
-            float t = 0;
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_float("serve", a, v, 0.1, 3600, &t);
-            sp.header_timeout_s = t;
-        } else if (!strcmp(a, "--body-min-rate")) {
-            uint64_t n = 0;
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
-            sp.body_min_rate = (double)n;
-        } else if (!strcmp(a, "--max-header")) {
-            uint64_t n = 0;
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &n);
-            if (ok && (n < (32u << 10) || n > (16u << 20))) {
-                fprintf(stderr, "headroom serve: --max-header must be 32KiB..16MiB, got '%s'\n", v);
-                ok = false;
-            }
-            sp.max_header_bytes = (size_t)n;
-        } else if (!strcmp(a, "--max-n")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 8, &sp.max_choices);
-        } else if (!strcmp(a, "--max-tokens-limit")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) &&
-                 hr_arg_int("serve", a, v, 0, 1 << 30, &sp.max_tokens_limit);
-        } else if (!strcmp(a, "--mem-limit")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_size("serve", a, v, &mem_limit);
-        } else if (!strcmp(a, "--step-log")) {
-            ok = (step_log = hr_arg_value("serve", argc, argv, &i)) != NULL;
-        } else if (!strcmp(a, "--kv-seqs")) {
-            ok = (v = hr_arg_value("serve", argc, argv, &i)) && hr_arg_int("serve", a, v, 1, 4096, &kv_seqs);
-        } else if (!strcmp(a, "--kv-policy")) {
-            ok = (o.kv_policy = hr_arg_value("serve", argc, argv, &i)) != NULL;
-            hr_kv_policy pol;
-            hr_error perr;
-            if (ok && hr_kv_policy_parse(o.kv_policy, &pol, &perr) != HR_OK) {
-                fprintf(stderr, "headroom serve: --kv-policy: %s\n", perr.msg);
-                ok = false;
-            }
-        } else if (!strcmp(a, "--chat-template")) {
-            ok = (o.chat_template = hr_arg_value("serve", argc, argv, &i)) != NULL;
-        } else {
-            fprintf(stderr, "headroom serve: unknown option '%s' (see headroom serve --help)\n", a);
-            ok = false;
+            ok = joined != NULL;
+            break;
+        }
         }
         if (!ok) return HR_EXIT_USAGE;
     }
-    if (o.model_path && !hr_arg_regular_file("serve", "-m", o.model_path)) return HR_EXIT_USAGE;
+    if (o.rt.model_path && !hr_arg_regular_file("serve", "-m", o.rt.model_path)) return HR_EXIT_USAGE;
     hr_error err = {0};
     if (hr_sampler_params_check(&o.sampling, &err) != HR_OK) {
         fprintf(stderr, "headroom serve: %s\n", err.msg);
@@ -314,10 +147,7 @@ static int serve(int argc, char **argv, char **keys_out) {
         fprintf(stderr, "headroom serve: %s\n", err.msg);
         return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
     }
-    hr_runtime_params rp = hr_session_runtime_params(&o, kv_seqs);
-    rp.mem_limit = mem_limit;
-    rp.step_log = step_log;
-    rp.special_in_content = special_in_content;
+    hr_runtime_params rp = hr_session_runtime_params(&o, o.rt.kv_seqs);
     rp.request_bytes = sp.max_parse_bytes; /* the server's parse bound is part of the plan */
     hr_runtime *rt = NULL;
     bool bad_option = false;

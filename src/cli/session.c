@@ -16,139 +16,12 @@ struct hr_session {
 };
 
 hr_session_opts hr_session_default_opts(void) {
-    hr_runtime_params d = hr_runtime_default_params(); /* the runtime's defaults, as flags */
-    hr_session_opts o = {0};
-    o.k_format = d.k_format;
-    o.v_format = d.v_format;
-    o.block_size = d.block_size;
-    o.n_batch = d.max_batch_tokens;
-    o.max_running = d.max_running;
-    o.admission = d.admission;
-    o.preempt = d.preempt;
-    o.layout = d.layout;
-    o.n_predict = 128;
-    o.sampling = hr_sampler_default_params();
-    o.sampling.temperature = 0.8f;
-    return o;
-}
-
-bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char **argv, int *i, const char **value) {
-    const char *a = argv[*i];
-#define IS(x) (!strcmp(a, x))
-    if (IS("--mmap") || IS("--ctx-extend")) { /* the flags here without a value */
-        if (IS("--mmap")) o->mmap_weights = true;
-        if (IS("--ctx-extend")) o->ctx_extend = true;
-        *value = a;
-        return true;
-    }
-    bool known = IS("-m") || IS("--model") || IS("-c") || IS("--ctx") || IS("--kv-budget") || IS("--kv-type") ||
-                 IS("--kv-type-k") || IS("--kv-type-v") || IS("--block-size") || IS("-b") || IS("--batch") ||
-                 IS("--max-batch-tokens") || IS("--prefill-chunk") || IS("--max-running") || IS("--max-queue") ||
-                 IS("--admission") || IS("--preempt") || IS("--kv-layout") || IS("--swap-space") || IS("-t") ||
-                 IS("--threads") || IS("--isa") || IS("--temp") || IS("--top-k") || IS("--top-p") || IS("--min-p") ||
-                 IS("--repeat-penalty") || IS("--presence-penalty") || IS("--frequency-penalty") ||
-                 IS("--repeat-last-n") || IS("--seed");
-    if (!known) return false;
-    *value = NULL;
-    const char *v = hr_arg_value(cmd, argc, argv, i);
-    if (!v) return true;
-    bool ok = true;
-    hr_sampler_params *sp = &o->sampling;
-    if (IS("-m") || IS("--model"))
-        o->model_path = v;
-    else if (IS("-c") || IS("--ctx"))
-        ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->n_ctx);
-    else if (IS("--kv-budget")) {
-        ok = hr_arg_size(cmd, a, v, &o->kv_budget);
-        if (ok && o->kv_budget == 0) {
-            fprintf(stderr,
-                    "headroom %s: --kv-budget must be > 0; omit it for the default (one --ctx sequence per prompt "
-                    "that can run at once)\n",
-                    cmd);
-            ok = false;
-        }
-    } else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
-        hr_kv_format f;
-        hr_error err;
-        if (hr_kv_format_parse(v, &f, &err) != HR_OK) {
-            fprintf(stderr, "headroom %s: %s: %s\n", cmd, a, err.msg);
-            ok = false;
-        } else {
-            if (!IS("--kv-type-v")) o->k_format = f;
-            if (!IS("--kv-type-k")) o->v_format = f;
-        }
-    } else if (IS("--block-size"))
-        ok = hr_arg_int(cmd, a, v, 8, 256, &o->block_size);
-    else if (IS("-b") || IS("--batch") || IS("--max-batch-tokens"))
-        ok = hr_arg_int(cmd, a, v, 1, 1 << 16, &o->n_batch);
-    else if (IS("--prefill-chunk"))
-        ok = hr_arg_int(cmd, a, v, 1, 1 << 16, &o->prefill_chunk);
-    else if (IS("--max-running"))
-        ok = hr_arg_int(cmd, a, v, 1, 4096, &o->max_running);
-    else if (IS("--swap-space"))
-        ok = hr_arg_size(cmd, a, v, &o->swap_space);
-    else if (IS("--max-queue"))
-        ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->max_queue);
-    else if (IS("--admission") || IS("--preempt") || IS("--kv-layout")) {
-        hr_error err;
-        hr_status st = IS("--admission") ? hr_admission_parse(v, &o->admission, &err)
-                       : IS("--preempt") ? hr_preempt_mode_parse(v, &o->preempt, &err)
-                                         : hr_kv_layout_parse(v, &o->layout, &err);
-        if (st != HR_OK) {
-            fprintf(stderr, "headroom %s: %s: %s\n", cmd, a, err.msg);
-            ok = false;
-        }
-    } else if (IS("-t") || IS("--threads")) {
-        ok = hr_arg_int(cmd, a, v, 1, 1024, &o->n_threads);
-        if (ok) o->n_threads = hr_arg_threads_cap(cmd, o->n_threads);
-    } else if (IS("--isa"))
-        o->isa = v;
-    else if (IS("--temp"))
-        ok = hr_arg_float(cmd, a, v, 0, 100, &sp->temperature);
-    else if (IS("--top-k"))
-        ok = hr_arg_int(cmd, a, v, 0, 1 << 24, &sp->top_k);
-    else if (IS("--top-p"))
-        ok = hr_arg_float(cmd, a, v, 1e-6, 1, &sp->top_p);
-    else if (IS("--min-p"))
-        ok = hr_arg_float(cmd, a, v, 0, 1, &sp->min_p);
-    else if (IS("--repeat-penalty"))
-        ok = hr_arg_float(cmd, a, v, 1e-3, 100, &sp->repeat_penalty);
-    else if (IS("--presence-penalty"))
-        ok = hr_arg_float(cmd, a, v, -2, 2, &sp->presence_penalty);
-    else if (IS("--frequency-penalty"))
-        ok = hr_arg_float(cmd, a, v, -2, 2, &sp->frequency_penalty);
-    else if (IS("--repeat-last-n"))
-        ok = hr_arg_int(cmd, a, v, -1, 1 << 20, &sp->penalty_last_n);
-    else if (IS("--seed"))
-        ok = hr_arg_u64(cmd, a, v, &sp->seed);
-#undef IS
-    if (ok) *value = v;
-    return true;
+    return (hr_session_opts){.rt = hr_runtime_default_params(), .sampling = hr_sampler_default_params()};
 }
 
 hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seqs) {
-    hr_runtime_params p = hr_runtime_default_params();
-    p.model_path = o->model_path;
-    p.mmap_weights = o->mmap_weights;
-    p.n_ctx = o->n_ctx;
-    p.ctx_extend = o->ctx_extend;
-    p.kv_budget = o->kv_budget;
+    hr_runtime_params p = o->rt;
     p.kv_seqs = kv_seqs;
-    p.k_format = o->k_format;
-    p.v_format = o->v_format;
-    p.block_size = o->block_size;
-    p.max_batch_tokens = o->n_batch;
-    p.prefill_chunk = o->prefill_chunk;
-    p.max_running = o->max_running;
-    p.max_queue = o->max_queue;
-    p.admission = o->admission;
-    p.preempt = o->preempt;
-    p.layout = o->layout;
-    p.swap_space = o->swap_space;
-    p.n_threads = o->n_threads;
-    p.isa = o->isa;
-    p.kv_policy = o->kv_policy;
-    p.chat_template = o->chat_template;
     p.prefault = true;
     return p;
 }
@@ -164,7 +37,7 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     s->o = *o;
     /* the default budget holds one context per prompt that can run at once */
-    hr_runtime_params p = hr_session_runtime_params(o, HR_MAX(1, HR_MIN(o->n_prompts_hint, o->max_running)));
+    hr_runtime_params p = hr_session_runtime_params(o, HR_MAX(1, HR_MIN(o->n_prompts_hint, o->rt.max_running)));
     if ((st = hr_runtime_open(&p, &s->rt, bad_option, err))) {
         free(s);
         return st;
@@ -347,7 +220,7 @@ void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE
             g->n_ids, gps, g->finish_reason, why);
     fprintf(f, "kv cache: %s peak (%d tokens, K %s / V %s, block %d) | kernels %s, %d threads\n",
             hr_format_size(g->kv_bytes_peak, kb, sizeof kb), g->ledger.tokens_total,
-            hr_kv_format_name(g->ledger.k_format), hr_kv_format_name(g->ledger.v_format), s->o.block_size,
+            hr_kv_format_name(g->ledger.k_format), hr_kv_format_name(g->ledger.v_format), s->o.rt.block_size,
             hr_model_ctx_isa(hr_runtime_ctx(s->rt)), hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
 }
 
@@ -419,9 +292,9 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
     json_object_set_new(o, "decode_seconds", json_real(st.decode_seconds));
     json_object_set_new(o, "decode_tokens_per_second",
                         json_real(st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0));
-    json_object_set_new(o, "admission", json_string(hr_admission_name(s->o.admission)));
-    json_object_set_new(o, "preempt", json_string(hr_preempt_mode_name(s->o.preempt)));
-    json_object_set_new(o, "kv_layout", json_string(hr_kv_layout_name(s->o.layout)));
+    json_object_set_new(o, "admission", json_string(hr_admission_name(s->o.rt.admission)));
+    json_object_set_new(o, "preempt", json_string(hr_preempt_mode_name(s->o.rt.preempt)));
+    json_object_set_new(o, "kv_layout", json_string(hr_kv_layout_name(s->o.rt.layout)));
     json_object_set_new(o, "kv_pool_bytes", json_integer((json_int_t)l.bytes_total));
     json_object_set_new(o, "kv_pool_blocks", json_integer(l.blocks_total));
     return o;
@@ -445,10 +318,11 @@ void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n,
     fprintf(f,
             "engine: admission %s, preempt %s, layout %s | %llu preemptions, %llu recomputed tokens, %llu "
             "prefix-hit tokens | kv cache: %s peak per sequence | kernels %s, %d threads\n",
-            hr_admission_name(s->o.admission), hr_preempt_mode_name(s->o.preempt), hr_kv_layout_name(s->o.layout),
-            (unsigned long long)st.preemptions, (unsigned long long)st.recomputed_tokens,
-            (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb),
-            hr_model_ctx_isa(hr_runtime_ctx(s->rt)), hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
+            hr_admission_name(s->o.rt.admission), hr_preempt_mode_name(s->o.rt.preempt),
+            hr_kv_layout_name(s->o.rt.layout), (unsigned long long)st.preemptions,
+            (unsigned long long)st.recomputed_tokens, (unsigned long long)st.prefix_hit_tokens,
+            hr_format_size(peak, kb, sizeof kb), hr_model_ctx_isa(hr_runtime_ctx(s->rt)),
+            hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
 }
 
 void hr_session_print_ledger(hr_session *s, FILE *f) {

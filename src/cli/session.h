@@ -19,48 +19,26 @@
 #define HR_SESSION_MAX_STOP 8
 
 typedef struct hr_session_opts {
-    const char *model_path; /* NULL: the built-in demo model */
-    bool mmap_weights;      /* --mmap: map the file instead of reading it into huge-page memory */
-    int n_ctx;              /* 0: the model's, capped at 4096 */
-    bool ctx_extend;        /* --ctx-extend: allow n_ctx past the model's trained context (RoPE out of
-                               distribution there: a startup warning); without it that is an error */
-    uint64_t kv_budget;     /* 0: one n_ctx sequence per concurrent prompt (at most max_running); --kv-budget 0
-                               itself is refused by the parser */
-    hr_kv_format k_format, v_format;
-    int block_size;
-    int n_batch;       /* --max-batch-tokens: tokens per engine step */
-    int prefill_chunk; /* 0: n_batch */
-    int max_running;   /* sequences in flight (KV sequence slots) */
-    int max_queue;     /* 0: the engine's default */
-    hr_admission admission;
-    hr_preempt_mode preempt;
-    hr_kv_layout layout;
-    uint64_t swap_space; /* bytes of the swap tier (an anonymous temp file); 0: none (--preempt swap: = kv budget) */
-    int n_threads;       /* 0: all cores; the parser caps it at the online cores with a warning */
-    const char *isa;
+    hr_runtime_params rt; /* what the runtime opens: the option table (cli/options.c) writes the flags
+                             into it directly; kv_seqs and prefault are set at open */
     hr_sampler_params sampling;
     int n_predict;
     bool no_bos, ignore_eos;
     const char *stop[HR_SESSION_MAX_STOP];
     int n_stop;
-    int n_prompts_hint;        /* prompts this run will submit: sizes the default budget */
-    bool chat;                 /* each prompt is a user message rendered with the chat template */
-    const char *system;        /* --system: a system message before it (chat mode) */
-    const char *chat_template; /* --chat-template NAME: overrides the model's template */
-    const char *kv_policy;     /* --kv-policy: every sequence's eviction/window policy (NULL: full) */
-    const char *cmd;           /* the command's name for messages ("run") */
-    FILE *warn;                /* where warnings found while submitting prompts go (a -n clamped by the
-                                  context), one line each, before any output; NULL: nowhere */
+    int n_prompts_hint; /* prompts this run will submit: sizes the default budget */
+    bool chat;          /* each prompt is a user message rendered with the chat template */
+    const char *system; /* --system: a system message before it (chat mode) */
+    const char *cmd;    /* the command's name for messages ("run") */
+    FILE *warn;         /* where warnings found while submitting prompts go (a -n clamped by the
+                           context), one line each, before any output; NULL: nowhere */
 } hr_session_opts;
 
+/* The runtime's and the sampler's defaults; the option table's (hr_opts_defaults) go on top. */
 hr_session_opts hr_session_default_opts(void);
 
-/* Parses the flags shared by run and eval at argv[*i]. Returns false when argv[*i] is not one of them.
- * When it is: on success *value is non-NULL, on a bad value it prints one line and sets *value NULL. */
-bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char **argv, int *i, const char **value);
-
-/* The runtime's parameters from the shared options (run and serve map them the same way); kv_seqs:
- * the sequences of --ctx the default budget holds. */
+/* The runtime's parameters of these options (run and serve open it the same way); kv_seqs: the
+ * sequences of --ctx the default budget holds. */
 hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seqs);
 
 typedef struct hr_session hr_session;
