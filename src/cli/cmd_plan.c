@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "the largest context at the concurrency that fit. The figures come from the function the runtime\n"
             "sizes its pool with (docs/PLAN.md). A Hugging Face config.json (llama, mistral, qwen2) plans a model\n"
             "without its weights.\n\n"
-            "  -m, --model FILE       a GGUF file or a config.json\n"
+            "  -m, --model FILE       a GGUF file, a config.json, or a checkpoint directory (its config.json)\n"
             "      --weight-type T    config.json: the matrices' type (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K,\n"
             "                         q6_K; default: its torch_dtype)\n"
             "      --device NAME      %s (default host: MemAvailable, bandwidth measured in\n"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -79,7 +80,8 @@ static void usage(FILE *f) {
             "  -m, --model FILE, -c, --ctx N, --ctx-extend, --kv-budget SIZE, --kv-type F, --kv-type-k F,\n"
             "  --kv-type-v F, --kv-policy P, --block-size N, --kv-layout L, -b, --max-batch-tokens N,\n"
             "  --prefill-chunk N, --max-running N, --max-queue N (429 with Retry-After when full), --admission M,\n"
-            "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME\n"
+            "  --preempt M, --swap-space SIZE, -t, --threads N, --mmap, --isa NAME, --chat-template NAME,\n"
+            "  --quantize T (-m may name a Hugging Face checkpoint directory: docs/MODELS.md)\n"
             "      --kv-seqs N        without --kv-budget, the pool holds N sequences of --ctx (default 4)\n"
             "      --mem-limit SIZE   size the pool from the memory plan so the whole process stays under SIZE\n"
             "                         (weights, scratch and the rest first; `headroom plan` shows the parts);\n"
@@ -279,7 +281,10 @@ static int serve(int argc, char **argv, char **keys_out) {
         }
         if (!ok) return HR_EXIT_USAGE;
     }
-    if (o.model_path && !hr_arg_regular_file("serve", "-m", o.model_path)) return HR_EXIT_USAGE;
+    struct stat mst; /* a directory is a Hugging Face checkpoint: the loader checks what it holds */
+    if (o.model_path && !(stat(o.model_path, &mst) == 0 && S_ISDIR(mst.st_mode)) &&
+        !hr_arg_regular_file("serve", "-m", o.model_path))
+        return HR_EXIT_USAGE;
     hr_error err = {0};
     if (hr_sampler_params_check(&o.sampling, &err) != HR_OK) {
         fprintf(stderr, "headroom serve: %s\n", err.msg);

@@ -47,7 +47,7 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
                  IS("--admission") || IS("--preempt") || IS("--kv-layout") || IS("--swap-space") || IS("-t") ||
                  IS("--threads") || IS("--isa") || IS("--temp") || IS("--top-k") || IS("--top-p") || IS("--min-p") ||
                  IS("--repeat-penalty") || IS("--presence-penalty") || IS("--frequency-penalty") ||
-                 IS("--repeat-last-n") || IS("--seed");
+                 IS("--repeat-last-n") || IS("--seed") || IS("--quantize");
     if (!known) return false;
     *value = NULL;
     const char *v = hr_arg_value(cmd, argc, argv, i);
@@ -121,6 +121,8 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
         ok = hr_arg_int(cmd, a, v, -1, 1 << 20, &sp->penalty_last_n);
     else if (IS("--seed"))
         ok = hr_arg_u64(cmd, a, v, &sp->seed);
+    else if (IS("--quantize")) /* checked by the loader (model/hf.c) */
+        o->quantize = v;
 #undef IS
     if (ok) *value = v;
     return true;
@@ -130,6 +132,7 @@ hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seq
     hr_runtime_params p = hr_runtime_default_params();
     p.model_path = o->model_path;
     p.mmap_weights = o->mmap_weights;
+    p.quantize = o->quantize;
     p.n_ctx = o->n_ctx;
     p.ctx_extend = o->ctx_extend;
     p.kv_budget = o->kv_budget;

@@ -21,6 +21,7 @@
 typedef struct hr_session_opts {
     const char *model_path; /* NULL: the built-in demo model */
     bool mmap_weights;      /* --mmap: map the file instead of reading it into huge-page memory */
+    const char *quantize;   /* --quantize T: a checkpoint directory's matrices quantized at load */
     int n_ctx;              /* 0: the model's, capped at 4096 */
     bool ctx_extend;        /* --ctx-extend: allow n_ctx past the model's trained context (RoPE out of
                                distribution there: a startup warning); without it that is an error */

@@ -259,7 +259,7 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
         .n_ctx = rt->n_ctx,
         .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
         .mem = {.model = hp,
-                .weight_bytes = hr_mem_weight_bytes(hp, hr_gguf_file_size(hr_model_gguf(rt->model))),
+                .weight_bytes = hr_mem_weight_bytes(hp, hr_model_file_bytes(rt->model)),
                 .max_batch_tokens = rt->p.max_batch_tokens,
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 .mem_limit = rt->p.mem_limit,
@@ -315,6 +315,8 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     hr_status st = HR_OK;
     if (p->model)
         rt->model = p->model;
+    else if (p->model_path && p->quantize) /* a Hugging Face checkpoint directory quantized at load */
+        st = hr_model_load_dir(p->model_path, p->quantize, true, &rt->owned, err);
     else if (p->model_path)
         /* --mmap keeps the file's pages shared: no repacking (which would copy them) */
         st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT, !p->mmap_weights,

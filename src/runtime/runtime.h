@@ -105,6 +105,7 @@ typedef struct hr_runtime_params {
     const hr_model *model;  /* or a model already loaded (borrowed; outlives the runtime): benches and
                                tests with in-memory synthetic models; model_path then only names it */
     bool mmap_weights;      /* map the file instead of reading it into huge-page memory */
+    const char *quantize;   /* a checkpoint directory's matrices quantized at load: "q8_0", "q4_0", "q4_K"; NULL */
     int n_ctx;              /* 0: the model's trained context, capped at 4096 */
     bool ctx_extend;        /* allow n_ctx past the trained context (a warning; else an error) */
     uint64_t kv_budget;     /* bytes for the KV pool; 0: kv_seqs sequences of n_ctx */
