@@ -40,9 +40,9 @@ static hr_synth_shape shape(void) {
     return s;
 }
 
-/* The synth GGUF (type) opened from memory (*mem to free after the gguf is closed). */
-static hr_gguf *synth_gguf(hr_dtype type, void **mem) {
-    hr_synth_shape s = shape();
+/* The synth GGUF of shape s (type) opened from memory (*mem to free after the gguf is closed). */
+static hr_gguf *synth_gguf_of(const hr_synth_shape *sp, hr_dtype type, void **mem) {
+    hr_synth_shape s = *sp;
     hr_gguf_writer *w = NULL;
     size_t size = 0;
     hr_gguf *g = NULL;
@@ -54,6 +54,11 @@ static hr_gguf *synth_gguf(hr_dtype type, void **mem) {
     }
     hr_gguf_writer_destroy(w);
     return g;
+}
+
+static hr_gguf *synth_gguf(hr_dtype type, void **mem) {
+    hr_synth_shape s = shape();
+    return synth_gguf_of(&s, type, mem);
 }
 
 /* ---- writing a checkpoint ----------------------------------------------------------------------- */
@@ -122,6 +127,16 @@ static void *unpermute(const uint8_t *src, int64_t rows, size_t row_bytes, int n
 }
 
 static void add_entry(st_entry *e, int *n, const hr_gguf *g, const char *gguf_name, const char *hf_name,
+                      int permute_heads);
+
+/* A gemma norm: HF holds w where the GGUF holds 1 + w (f32; g - 1 is exact for g in [0.5, 2]). */
+static void add_gemma_norm(st_entry *e, int *n, const hr_gguf *g, const char *gguf_name, const char *hf_name) {
+    add_entry(e, n, g, gguf_name, hf_name, 0);
+    float *v = e[*n - 1].data;
+    for (size_t i = 0; i < e[*n - 1].bytes / 4; i++) v[i] -= 1.0f;
+}
+
+static void add_entry(st_entry *e, int *n, const hr_gguf *g, const char *gguf_name, const char *hf_name,
                       int permute_heads) {
     const hr_gguf_tensor *t = hr_gguf_find_tensor(g, gguf_name);
     if (!t) {
@@ -173,22 +188,51 @@ static void write_tokenizer(const char *dir) {
                "{\"bos_token_id\": 256, \"eos_token_id\": [257, 5], \"temperature\": 0.6, \"top_p\": 0.9}");
 }
 
-/* The checkpoint of g's weights in dir (created). */
-static void write_checkpoint(const char *dir, const hr_gguf *g, const char *torch_dtype, corrupt how) {
-    mkdir(dir, 0700);
-    hr_synth_shape s = shape();
-    char cfg[1024];
+/* config.json for shape s as its Hugging Face model would have it. */
+static void write_config(const char *dir, const hr_synth_shape *s, const char *torch_dtype) {
+    char cfg[2048];
+    int hd = s->head_dim > 0 ? s->head_dim : s->n_embd / s->n_head;
+    const char *mt = !strcmp(s->arch, "gemma3") ? "gemma3_text" : s->arch;
+    char extra[512] = "";
+    if (s->llama3_rope)
+        snprintf(extra, sizeof extra,
+                 ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0,"
+                 " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}");
+    else if (!strcmp(s->arch, "gemma2"))
+        snprintf(extra, sizeof extra,
+                 ", \"sliding_window\": %d, \"attn_logit_softcapping\": %.1f, \"final_logit_softcapping\": %.1f",
+                 s->sliding_window, (double)s->attn_softcap, (double)s->final_softcap);
+    else if (!strcmp(s->arch, "gemma3"))
+        snprintf(extra, sizeof extra,
+                 ", \"sliding_window\": %d, \"sliding_window_pattern\": 6, \"rope_local_base_freq\": 10000.0,"
+                 " \"final_logit_softcapping\": null, \"rope_scaling\": null",
+                 s->sliding_window);
+    else if (!strcmp(s->arch, "qwen2"))
+        snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
+    bool synth_llama_path = !strcmp(s->arch, "llama") || !strcmp(s->arch, "mistral") || !strcmp(s->arch, "qwen2");
     snprintf(cfg, sizeof cfg,
-             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d,"
-             " \"intermediate_size\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d,"
+             "{\"model_type\": \"%s\", \"hidden_size\": %d, \"intermediate_size\": %d,"
+             " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d,"
              " \"num_hidden_layers\": %d, \"vocab_size\": %d, \"max_position_embeddings\": %d,"
-             " \"rms_norm_eps\": 1e-05, \"rope_theta\": %.1f, \"tie_word_embeddings\": false,"
-             " \"torch_dtype\": \"%s\", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0,"
-             " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}",
-             s.n_embd, s.n_ff, s.n_head, s.n_head_kv, s.n_layer, s.n_vocab, s.n_ctx, (double)s.rope_base, torch_dtype);
+             " \"rms_norm_eps\": %s, \"rope_theta\": %.1f, \"tie_word_embeddings\": %s,"
+             " \"torch_dtype\": \"%s\"%s}",
+             mt, s->n_embd, s->n_ff, s->n_head, s->n_head_kv, hd, s->n_layer, s->n_vocab, s->n_ctx,
+             synth_llama_path ? "1e-05" : "1e-06", (double)s->rope_base, s->tied_output ? "true" : "false",
+             torch_dtype, extra);
     write_text(dir, "config.json", cfg);
+}
+
+/* The checkpoint of g's weights (shape s) in dir (created). */
+static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synth_shape *sp, const char *torch_dtype,
+                                corrupt how) {
+    mkdir(dir, 0700);
+    const hr_synth_shape s = *sp;
+    write_config(dir, &s, torch_dtype);
     write_tokenizer(dir);
-    st_entry e[64];
+    const bool gemma = !strcmp(s.arch, "gemma2") || !strcmp(s.arch, "gemma3");
+    const bool qk_norm = !strcmp(s.arch, "qwen3") || !strcmp(s.arch, "gemma3");
+    const bool permute = !strcmp(s.arch, "llama") || !strcmp(s.arch, "mistral");
+    st_entry e[128];
     int n = 0;
     add_entry(e, &n, g, "token_embd.weight", "model.embed_tokens.weight", 0);
     for (int il = 0; il < s.n_layer; il++) {
@@ -196,31 +240,49 @@ static void write_checkpoint(const char *dir, const hr_gguf *g, const char *torc
         static const struct {
             const char *gguf, *hf;
             int heads; /* 1: q (n_head), 2: k (n_head_kv) */
-        } names[] = {{"attn_norm.weight", "input_layernorm.weight", 0},
-                     {"attn_q.weight", "self_attn.q_proj.weight", 1},
-                     {"attn_k.weight", "self_attn.k_proj.weight", 2},
-                     {"attn_v.weight", "self_attn.v_proj.weight", 0},
-                     {"attn_output.weight", "self_attn.o_proj.weight", 0},
-                     {"ffn_norm.weight", "post_attention_layernorm.weight", 0},
-                     {"ffn_gate.weight", "mlp.gate_proj.weight", 0},
-                     {"ffn_up.weight", "mlp.up_proj.weight", 0},
-                     {"ffn_down.weight", "mlp.down_proj.weight", 0}};
+            int when;  /* 0 always, 1 qkv bias, 2 Q/K norms, 3 not gemma, 4 gemma (a norm stored as w) */
+        } names[] = {{"attn_norm.weight", "input_layernorm.weight", 0, 0},
+                     {"attn_q.weight", "self_attn.q_proj.weight", 1, 0},
+                     {"attn_k.weight", "self_attn.k_proj.weight", 2, 0},
+                     {"attn_v.weight", "self_attn.v_proj.weight", 0, 0},
+                     {"attn_q.bias", "self_attn.q_proj.bias", 0, 1},
+                     {"attn_k.bias", "self_attn.k_proj.bias", 0, 1},
+                     {"attn_v.bias", "self_attn.v_proj.bias", 0, 1},
+                     {"attn_q_norm.weight", "self_attn.q_norm.weight", 0, 2},
+                     {"attn_k_norm.weight", "self_attn.k_norm.weight", 0, 2},
+                     {"attn_output.weight", "self_attn.o_proj.weight", 0, 0},
+                     {"ffn_norm.weight", "post_attention_layernorm.weight", 0, 3},
+                     {"post_attention_norm.weight", "post_attention_layernorm.weight", 0, 4},
+                     {"ffn_norm.weight", "pre_feedforward_layernorm.weight", 0, 4},
+                     {"post_ffw_norm.weight", "post_feedforward_layernorm.weight", 0, 4},
+                     {"ffn_gate.weight", "mlp.gate_proj.weight", 0, 0},
+                     {"ffn_up.weight", "mlp.up_proj.weight", 0, 0},
+                     {"ffn_down.weight", "mlp.down_proj.weight", 0, 0}};
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+            int when = names[k].when;
+            if ((when == 1 && !s.qkv_bias) || (when == 2 && !qk_norm) || (when == 3 && gemma) || (when == 4 && !gemma))
+                continue;
             snprintf(gn, sizeof gn, "blk.%d.%s", il, names[k].gguf);
             snprintf(hn, sizeof hn, "model.layers.%d.%s", il, names[k].hf);
             const char *src = gn;
             char qn[96];
-            int heads = names[k].heads == 1 ? s.n_head : names[k].heads == 2 ? s.n_head_kv : 0;
+            int heads = !permute ? 0 : names[k].heads == 1 ? s.n_head : names[k].heads == 2 ? s.n_head_kv : 0;
             if (how == BAD_SHAPE && il == 1 && names[k].heads == 2) { /* q's data under k's name */
                 snprintf(qn, sizeof qn, "blk.%d.attn_q.weight", il);
                 src = qn;
                 heads = s.n_head;
             }
-            add_entry(e, &n, g, src, hn, heads);
+            if (gemma && strstr(names[k].gguf, "norm.weight"))
+                add_gemma_norm(e, &n, g, src, hn);
+            else
+                add_entry(e, &n, g, src, hn, heads);
         }
     }
-    add_entry(e, &n, g, "output_norm.weight", "model.norm.weight", 0);
-    add_entry(e, &n, g, "output.weight", "lm_head.weight", 0);
+    if (gemma)
+        add_gemma_norm(e, &n, g, "output_norm.weight", "model.norm.weight");
+    else
+        add_entry(e, &n, g, "output_norm.weight", "model.norm.weight", 0);
+    if (!s.tied_output) add_entry(e, &n, g, "output.weight", "lm_head.weight", 0);
     if (how == BAD_DTYPE) { /* layer 0's up_proj in f16 */
         for (int i = 0; i < n; i++)
             if (!strcmp(e[i].name, "model.layers.0.mlp.up_proj.weight")) {
@@ -254,6 +316,11 @@ static void write_checkpoint(const char *dir, const hr_gguf *g, const char *torc
         write_st(path, e, 0, n);
     }
     for (int i = 0; i < n; i++) free(e[i].data);
+}
+
+static void write_checkpoint(const char *dir, const hr_gguf *g, const char *torch_dtype, corrupt how) {
+    hr_synth_shape s = shape();
+    write_checkpoint_of(dir, g, &s, torch_dtype, how);
 }
 
 /* ---- running both ------------------------------------------------------------------------------- */
@@ -328,7 +395,11 @@ static void compare(const char *what, const char *dir, const char *quantize, hr_
     }
     const hr_hparams *ha = hr_model_hparams(a), *hb = hr_model_hparams(b);
     CHECK(ha->n_vocab == hb->n_vocab && ha->n_layer == hb->n_layer && ha->n_head_kv == hb->n_head_kv);
-    CHECKF(ha->has_rope_freqs && hb->has_rope_freqs, "%s: rope_freqs from rope_scaling", what);
+    CHECKF(ha->has_rope_freqs == hb->has_rope_freqs && ha->tied_output == hb->tied_output &&
+               ha->has_qkv_bias == hb->has_qkv_bias && ha->qk_norm == hb->qk_norm &&
+               ha->n_window_layers == hb->n_window_layers && ha->attn_softcap == hb->attn_softcap &&
+               ha->final_softcap == hb->final_softcap && ha->norm_eps == hb->norm_eps && ha->rope_base == hb->rope_base,
+           "%s: hyper-parameters differ", what);
     CHECKF(!strcmp(hr_model_type_name(a), hr_model_type_name(b)), "%s: %s vs %s", what, hr_model_type_name(a),
            hr_model_type_name(b));
     trace ta = run(a), tb = run(b);
@@ -339,10 +410,11 @@ static void compare(const char *what, const char *dir, const char *quantize, hr_
         if (memcmp(&ta.logits[i], &tb.logits[i], sizeof(float))) first = i;
     CHECKF(first == n, "%s: logits differ first at %zu (%g vs %g)", what, first, first < n ? ta.logits[first] : 0.0,
            first < n ? tb.logits[first] : 0.0);
-    /* the ids are not one repeated token: the comparison sees the model work */
+    /* the ids are not one repeated token: the comparison sees the model work (a tied random model soon
+     * repeats the token whose embedding wins: there the logits carry the check) */
     int distinct = 0;
     for (int i = 0; i < N_GEN; i++) distinct += i == 0 || ta.ids[i] != ta.ids[i - 1];
-    CHECKF(distinct >= 2, "%s: greedy ids too uniform to compare", what);
+    CHECKF(ha->tied_output || distinct >= 2, "%s: greedy ids too uniform to compare", what);
     printf("%s: %d greedy ids and %zu logits identical (first ids %d %d %d)\n", what, N_GEN, n, ta.ids[0], ta.ids[1],
            ta.ids[2]);
     free(ta.logits);
@@ -379,6 +451,28 @@ static void test_equivalence(void) {
 
     hr_gguf *gq = synth_gguf(HR_DTYPE_Q8_0, &mq);
     compare("--quantize q8_0", d32, "q8_0", gq);
+
+    void *mb = NULL;
+    hr_gguf *gb = synth_gguf(HR_DTYPE_BF16, &mb);
+    const char *db = dir_of("ckpt-bf16");
+    write_checkpoint(db, gb, "bfloat16", OK);
+    compare("bf16", db, NULL, gb);
+    free(mb);
+
+    /* the other families: biases and tied output (qwen2), Q/K norms (qwen3), gemma's 1 + w norms,
+     * post-norms, soft-caps and window patterns */
+    static const char *const others[] = {"qwen2-tiny", "qwen3-tiny", "gemma2-tiny", "gemma3-tiny"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        hr_synth_shape sh;
+        hr_error err;
+        CHECK(hr_synth_shape_by_name(others[i], &sh, &err) == HR_OK);
+        void *mo = NULL;
+        hr_gguf *go = synth_gguf_of(&sh, HR_DTYPE_F32, &mo);
+        const char *d = dir_of(others[i]);
+        write_checkpoint_of(d, go, &sh, "float32", OK);
+        compare(others[i], d, NULL, go);
+        free(mo);
+    }
     free(m32);
     free(m16);
     free(m32b);
@@ -411,6 +505,13 @@ static void test_runtime(void) {
         CHECK(hr_gguf_get_float(hr_model_gguf(hr_runtime_model(rt)), "headroom.generation.temperature", &temp,
                                 NULL) == HR_OK &&
               temp > 0.59 && temp < 0.61);
+        /* generation_config.json's temperature and top_p where the front end's defaults stand */
+        hr_sampler_params builtin = hr_sampler_default_params(), sp = builtin, mine = builtin;
+        mine.temperature = 0.3f; /* a flag set it */
+        hr_runtime_generation_defaults(rt, &builtin, &sp);
+        hr_runtime_generation_defaults(rt, &builtin, &mine);
+        CHECK(sp.temperature == 0.6f && sp.top_p == 0.9f && sp.top_k == builtin.top_k);
+        CHECK(mine.temperature == 0.3f && mine.top_p == 0.9f);
         hr_runtime_close(rt);
     }
     /* the CLI: run on the directory, quantized; a type it does not take is one line */

@@ -679,3 +679,17 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
 }
 
 double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }
+
+void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_params *builtin, hr_sampler_params *sp) {
+    const hr_gguf *g = hr_model_gguf(rt->model); /* model/hf.c keeps them as headroom.generation.* */
+    double v;
+#define TAKE(key, field, type)                                                                                         \
+    if (sp->field == builtin->field && hr_gguf_get_float(g, "headroom.generation." key, &v, NULL) == HR_OK)          \
+    sp->field = (type)v
+    TAKE("temperature", temperature, float);
+    TAKE("top_p", top_p, float);
+    TAKE("top_k", top_k, int);
+    TAKE("min_p", min_p, float);
+    TAKE("repetition_penalty", repeat_penalty, float);
+#undef TAKE
+}

@@ -178,6 +178,11 @@ const char *hr_runtime_chat_family(const hr_runtime *rt);
 bool hr_runtime_chat_native(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
+/* A Hugging Face checkpoint's generation_config.json sampling defaults (temperature, top_p, top_k, min_p,
+ * repetition_penalty), as vLLM applies them: each field of *sp that still equals builtin's (the front
+ * end's own default: no flag set it) takes the model's value where the checkpoint gives one. A request's
+ * own fields override the result. Models without one leave *sp as it is. */
+void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_params *builtin, hr_sampler_params *sp);
 
 /* The engine thread (a server): start once, stop before close (close also stops it). */
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err);
