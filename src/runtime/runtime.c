@@ -296,9 +296,12 @@ static void set_model_name(hr_runtime *rt) {
         snprintf(rt->model_name, sizeof rt->model_name, "%s", rt->p.model ? "model" : "demo");
         return;
     }
-    const char *base = strrchr(rt->p.model_path, '/');
-    base = base ? base + 1 : rt->p.model_path;
-    size_t n = strlen(base);
+    size_t len = strlen(rt->p.model_path);
+    while (len > 1 && rt->p.model_path[len - 1] == '/') len--; /* a checkpoint directory named "dir/" */
+    const char *base = rt->p.model_path;
+    for (size_t i = 0; i + 1 < len; i++)
+        if (rt->p.model_path[i] == '/') base = rt->p.model_path + i + 1;
+    size_t n = len - (size_t)(base - rt->p.model_path);
     if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
     snprintf(rt->model_name, sizeof rt->model_name, "%.*s", (int)HR_MIN(n, sizeof rt->model_name - 1), base);
 }
