@@ -76,6 +76,7 @@ typedef enum corrupt {
     BAD_DTYPE,    /* one matrix stored F16 while config.json says float32 */
     BAD_SHAPE,    /* layer 1's k_proj holds q_proj's [64, 64] where [32, 64] belongs */
     TWO_SHARDS,   /* model-0000{1,2}-of-00002.safetensors with the index */
+    MULTIMODAL,   /* gemma3 as Gemma3ForConditionalGeneration: text_config, model.language_model.*, a vision tower */
 } corrupt;
 
 static void write_text(const char *dir, const char *file, const char *text) {
@@ -283,6 +284,27 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
     else
         add_entry(e, &n, g, "output_norm.weight", "model.norm.weight", 0);
     if (!s.tied_output) add_entry(e, &n, g, "output.weight", "lm_head.weight", 0);
+    if (how == MULTIMODAL) {
+        for (int i = 0; i < n; i++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "model.language_model.%s", e[i].name + 6);
+            snprintf(e[i].name, sizeof e[i].name, "%s", nm);
+        }
+        st_entry *v = &e[n++]; /* the vision tower's: left out */
+        snprintf(v->name, sizeof v->name, "model.vision_tower.vision_model.post_layernorm.weight");
+        v->dtype = "F32", v->rows = 0, v->cols = 4, v->bytes = 16, v->data = calloc(4, sizeof(float));
+        char path[4200];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        char *text = hr_test_slurp(path, NULL);
+        char *wrapped = malloc(strlen(text) + 256);
+        sprintf(wrapped,
+                "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\","
+                " \"text_config\": %s, \"vision_config\": {\"hidden_size\": 4}}",
+                text);
+        write_text(dir, "config.json", wrapped);
+        free(text);
+        free(wrapped);
+    }
     if (how == BAD_DTYPE) { /* layer 0's up_proj in f16 */
         for (int i = 0; i < n; i++)
             if (!strcmp(e[i].name, "model.layers.0.mlp.up_proj.weight")) {
@@ -473,6 +495,15 @@ static void test_equivalence(void) {
         compare(others[i], d, NULL, go);
         free(mo);
     }
+    hr_synth_shape g3;
+    hr_error err;
+    CHECK(hr_synth_shape_by_name("gemma3-tiny", &g3, &err) == HR_OK);
+    void *mm = NULL;
+    hr_gguf *gm = synth_gguf_of(&g3, HR_DTYPE_F32, &mm);
+    const char *dm = dir_of("gemma3-multimodal");
+    write_checkpoint_of(dm, gm, &g3, "float32", MULTIMODAL);
+    compare("gemma3 (Gemma3ForConditionalGeneration, text part)", dm, NULL, gm);
+    free(mm);
     free(m32);
     free(m16);
     free(m32b);
@@ -603,6 +634,10 @@ static void test_bad_input(void) {
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", d);
     unlink(path);
     expect_fail("missing shard", d, "model-00002-of-00002.safetensors", "missing shard");
+
+    d = dir_of("empty-dir");
+    mkdir(d, 0700);
+    expect_fail("a directory without config.json", d, "empty-dir", "directory without config.json");
 
     d = dir_of("bad-key");
     write_checkpoint(d, g, "float32", OK);

@@ -456,7 +456,15 @@ static const struct {
 /* The GGUF name of an HF tensor (false: unknown), and whether it is to be ignored. */
 static bool map_name(const hf_cfg *c, const char *hf, char *out, size_t cap, bool *ignore) {
     *ignore = false;
+    /* a multimodal checkpoint: the language model's tensors, the vision tower's left out (as the
+     * converter does for the text model) */
+    if (!strncmp(hf, "vision_tower.", 13) || !strncmp(hf, "multi_modal_projector.", 22) ||
+        !strncmp(hf, "model.vision_tower.", 19) || !strncmp(hf, "model.multi_modal_projector.", 28))
+        return *ignore = true, true;
+    char buf[256];
     if (!strncmp(hf, "language_model.", 15)) hf += 15;
+    if (!strncmp(hf, "model.language_model.", 21) && strlen(hf) < sizeof buf - 8) /* newer transformers */
+        hf = (snprintf(buf, sizeof buf, "model.%s", hf + 21), buf);
     if (!strcmp(hf, "model.embed_tokens.weight")) return snprintf(out, cap, "token_embd.weight"), true;
     if (!strcmp(hf, "model.norm.weight")) return snprintf(out, cap, "output_norm.weight"), true;
     if (!strcmp(hf, "lm_head.weight")) {
@@ -699,6 +707,14 @@ hr_status hr_hf_open(const char *dir, const char *quantize_name, hr_hf **hf, hr_
     json_t *root = NULL;
     if (!h || !w) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    struct stat sb;
+    if (stat(c.cfg_path, &sb) != 0) {
+        st = hr_error_set(err, HR_ERR_NOT_FOUND,
+                          "'%s' is a directory without config.json: not a Hugging Face checkpoint (-m takes a GGUF "
+                          "file or a checkpoint directory)",
+                          dir);
         goto fail;
     }
     if (!(root = load_json(c.cfg_path, true, err, &st))) goto fail;
