@@ -190,11 +190,11 @@ static void write_tokenizer(const char *dir) {
 }
 
 /* config.json for shape s as its Hugging Face model would have it. */
-static void write_config(const char *dir, const hr_synth_shape *s, const char *torch_dtype) {
-    char cfg[2048];
+static void write_config(const char *dir, const hr_synth_shape *s, const hr_gguf *g, const char *torch_dtype) {
+    char cfg[4096];
     int hd = s->head_dim > 0 ? s->head_dim : s->n_embd / s->n_head;
     const char *mt = !strcmp(s->arch, "gemma3") ? "gemma3_text" : s->arch;
-    char extra[512] = "";
+    char extra[2048] = "";
     if (s->llama3_rope)
         snprintf(extra, sizeof extra,
                  ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0,"
@@ -208,7 +208,23 @@ static void write_config(const char *dir, const hr_synth_shape *s, const char *t
                  ", \"sliding_window\": %d, \"sliding_window_pattern\": 6, \"rope_local_base_freq\": 10000.0,"
                  " \"final_logit_softcapping\": null, \"rope_scaling\": null",
                  s->sliding_window);
-    else if (!strcmp(s->arch, "qwen2"))
+    else if (!strcmp(s->arch, "phi3") && s->n_ctx_orig > 0) { /* LongRoPE lists from the GGUF's factors */
+        size_t o = (size_t)snprintf(extra, sizeof extra,
+                                    ", \"original_max_position_embeddings\": %d, \"rope_scaling\": {\"type\": "
+                                    "\"longrope\"",
+                                    s->n_ctx_orig);
+        static const char *const lists[2][2] = {{"short_factor", "rope_factors_short.weight"},
+                                                 {"long_factor", "rope_factors_long.weight"}};
+        for (int k = 0; k < 2; k++) {
+            const hr_gguf_tensor *t = hr_gguf_find_tensor(g, lists[k][1]);
+            o += (size_t)snprintf(extra + o, sizeof extra - o, ", \"%s\": [", lists[k][0]);
+            for (int64_t i = 0; t && i < t->ne[0]; i++)
+                o += (size_t)snprintf(extra + o, sizeof extra - o, "%s%.9g", i ? ", " : "",
+                                      (double)((const float *)t->data)[i]);
+            o += (size_t)snprintf(extra + o, sizeof extra - o, "]");
+        }
+        snprintf(extra + o, sizeof extra - o, "}");
+    } else if (!strcmp(s->arch, "qwen2"))
         snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
     bool synth_llama_path = !strcmp(s->arch, "llama") || !strcmp(s->arch, "mistral") || !strcmp(s->arch, "qwen2");
     snprintf(cfg, sizeof cfg,
@@ -228,11 +244,12 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
                                 corrupt how) {
     mkdir(dir, 0700);
     const hr_synth_shape s = *sp;
-    write_config(dir, &s, torch_dtype);
+    write_config(dir, &s, g, torch_dtype);
     write_tokenizer(dir);
     const bool gemma = !strcmp(s.arch, "gemma2") || !strcmp(s.arch, "gemma3");
     const bool qk_norm = !strcmp(s.arch, "qwen3") || !strcmp(s.arch, "gemma3");
     const bool permute = !strcmp(s.arch, "llama") || !strcmp(s.arch, "mistral");
+    const bool phi3 = !strcmp(s.arch, "phi3");
     st_entry e[128];
     int n = 0;
     add_entry(e, &n, g, "token_embd.weight", "model.embed_tokens.weight", 0);
@@ -241,11 +258,14 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
         static const struct {
             const char *gguf, *hf;
             int heads; /* 1: q (n_head), 2: k (n_head_kv) */
-            int when;  /* 0 always, 1 qkv bias, 2 Q/K norms, 3 not gemma, 4 gemma (a norm stored as w) */
+            int when;  /* 0 always, 1 qkv bias, 2 Q/K norms, 3 not gemma, 4 gemma (a norm stored as w),
+                          5 phi3 (fused), 6 not phi3 */
         } names[] = {{"attn_norm.weight", "input_layernorm.weight", 0, 0},
-                     {"attn_q.weight", "self_attn.q_proj.weight", 1, 0},
-                     {"attn_k.weight", "self_attn.k_proj.weight", 2, 0},
-                     {"attn_v.weight", "self_attn.v_proj.weight", 0, 0},
+                     {"attn_q.weight", "self_attn.q_proj.weight", 1, 6},
+                     {"attn_k.weight", "self_attn.k_proj.weight", 2, 6},
+                     {"attn_v.weight", "self_attn.v_proj.weight", 0, 6},
+                     {"attn_qkv.weight", "self_attn.qkv_proj.weight", 0, 5},
+                     {"ffn_up.weight", "mlp.gate_up_proj.weight", 0, 5},
                      {"attn_q.bias", "self_attn.q_proj.bias", 0, 1},
                      {"attn_k.bias", "self_attn.k_proj.bias", 0, 1},
                      {"attn_v.bias", "self_attn.v_proj.bias", 0, 1},
@@ -256,12 +276,13 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
                      {"post_attention_norm.weight", "post_attention_layernorm.weight", 0, 4},
                      {"ffn_norm.weight", "pre_feedforward_layernorm.weight", 0, 4},
                      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight", 0, 4},
-                     {"ffn_gate.weight", "mlp.gate_proj.weight", 0, 0},
-                     {"ffn_up.weight", "mlp.up_proj.weight", 0, 0},
+                     {"ffn_gate.weight", "mlp.gate_proj.weight", 0, 6},
+                     {"ffn_up.weight", "mlp.up_proj.weight", 0, 6},
                      {"ffn_down.weight", "mlp.down_proj.weight", 0, 0}};
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             int when = names[k].when;
-            if ((when == 1 && !s.qkv_bias) || (when == 2 && !qk_norm) || (when == 3 && gemma) || (when == 4 && !gemma))
+            if ((when == 1 && !s.qkv_bias) || (when == 2 && !qk_norm) || (when == 3 && gemma) ||
+                (when == 4 && !gemma) || (when == 5 && !phi3) || (when == 6 && phi3))
                 continue;
             snprintf(gn, sizeof gn, "blk.%d.%s", il, names[k].gguf);
             snprintf(hn, sizeof hn, "model.layers.%d.%s", il, names[k].hf);
@@ -418,6 +439,8 @@ static void compare(const char *what, const char *dir, const char *quantize, hr_
     const hr_hparams *ha = hr_model_hparams(a), *hb = hr_model_hparams(b);
     CHECK(ha->n_vocab == hb->n_vocab && ha->n_layer == hb->n_layer && ha->n_head_kv == hb->n_head_kv);
     CHECKF(ha->has_rope_freqs == hb->has_rope_freqs && ha->tied_output == hb->tied_output &&
+               ha->has_longrope == hb->has_longrope && ha->n_ctx_orig == hb->n_ctx_orig &&
+               ha->rope_attn_factor == hb->rope_attn_factor && ha->fused_qkv == hb->fused_qkv &&
                ha->has_qkv_bias == hb->has_qkv_bias && ha->qk_norm == hb->qk_norm &&
                ha->n_window_layers == hb->n_window_layers && ha->attn_softcap == hb->attn_softcap &&
                ha->final_softcap == hb->final_softcap && ha->norm_eps == hb->norm_eps && ha->rope_base == hb->rope_base,
@@ -483,7 +506,7 @@ static void test_equivalence(void) {
 
     /* the other families: biases and tied output (qwen2), Q/K norms (qwen3), gemma's 1 + w norms,
      * post-norms, soft-caps and window patterns */
-    static const char *const others[] = {"qwen2-tiny", "qwen3-tiny", "gemma2-tiny", "gemma3-tiny"};
+    static const char *const others[] = {"qwen2-tiny", "qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny"};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         hr_synth_shape sh;
         hr_error err;

@@ -239,8 +239,8 @@ static hr_status llama3_freqs(hr_hf *h, const hf_cfg *c, json_t *rs, double base
 }
 
 /* phi3's LongRoPE: short_factor and long_factor lists of n_rot/2 become rope_factors_short/long. */
-static hr_status longrope(hr_hf *h, const hf_cfg *c, json_t *rs, int n_rot, hr_gguf_writer *w, double ctx,
-                          hr_error *err) {
+static hr_status longrope(hr_hf *h, const hf_cfg *c, json_t *root, json_t *rs, int n_rot, hr_gguf_writer *w,
+                          double ctx, hr_error *err) {
     const char *names[2] = {"short_factor", "long_factor"}, *gg[2] = {"rope_factors_short.weight",
                                                                         "rope_factors_long.weight"};
     int n = n_rot / 2;
@@ -263,7 +263,9 @@ static hr_status longrope(hr_hf *h, const hf_cfg *c, json_t *rs, int n_rot, hr_g
     }
     char key[96];
     int64_t orig = 0;
-    hr_status st = cfg_int(c, rs, "original_max_position_embeddings", false, 0, 0, &orig, err);
+    /* Phi-3's configs keep it at the top level; newer ones inside rope_scaling */
+    json_t *where = json_object_get(root, "original_max_position_embeddings") ? root : rs;
+    hr_status st = cfg_int(c, where, "original_max_position_embeddings", false, 0, 0, &orig, err);
     if (st) return st;
     if (orig > 0) {
         snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", c->arch);
@@ -379,7 +381,7 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
             if ((st = llama3_freqs(h, c, rs, theta, err))) return st;
         } else if ((!strcmp(type, "longrope") || !strcmp(type, "su")) && c->arch_id == HR_ARCH_PHI3) {
             hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "longrope");
-            if ((st = longrope(h, c, rs, n_rot, w, (double)ctx, err))) return st;
+            if ((st = longrope(h, c, root, rs, n_rot, w, (double)ctx, err))) return st;
         } else {
             return hr_error_set(err, HR_ERR_UNSUPPORTED,
                                 "%s: rope_scaling type '%.32s' is not supported for %s (supported: default, linear%s)",
