@@ -497,6 +497,28 @@ static void test_equivalence(void) {
     hr_gguf *gq = synth_gguf(HR_DTYPE_Q8_0, &mq);
     compare("--quantize q8_0", d32, "q8_0", gq);
 
+    void *m4 = NULL;
+    hr_gguf *g4 = synth_gguf(HR_DTYPE_Q4_0, &m4);
+    compare("--quantize q4_0", d32, "q4_0", g4);
+    free(m4);
+    /* q4_K's 256-value blocks do not divide rows of 64 or 192: q8_0 then, as synth.h falls back */
+    hr_model *mk = NULL;
+    hr_error kerr = {0};
+    CHECKF(hr_model_load_dir(d32, "q4_K", true, &mk, &kerr) == HR_OK && !strcmp(hr_model_type_name(mk), "q8_0"),
+           "q4_K: %s", kerr.msg);
+    hr_model_destroy(mk);
+    /* and q4_K itself on rows of 256 */
+    hr_synth_shape wide = shape();
+    wide.n_embd = 256, wide.n_ff = 512;
+    void *mw = NULL, *mwk = NULL;
+    hr_gguf *gw = synth_gguf_of(&wide, HR_DTYPE_F32, &mw), *gwk = synth_gguf_of(&wide, HR_DTYPE_Q4_K, &mwk);
+    const char *dw = dir_of("ckpt-wide");
+    write_checkpoint_of(dw, gw, &wide, "float32", OK);
+    hr_gguf_close(gw);
+    compare("--quantize q4_K (E 256)", dw, "q4_K", gwk);
+    free(mw);
+    free(mwk);
+
     void *mb = NULL;
     hr_gguf *gb = synth_gguf(HR_DTYPE_BF16, &mb);
     const char *db = dir_of("ckpt-bf16");
