@@ -741,6 +741,8 @@ hr_status hr_hf_open(const char *dir, const char *quantize_name, hr_hf **hf, hr_
         for (size_t i = 0; i < hr_safetensors_n_tensors(sh); i++)
             if ((st = bind_one(h, &c, sh, hr_safetensors_tensor_at(sh, i), err))) goto fail;
     }
+    /* quantized, the model no longer reads the stored matrices: their pages need not stay resident */
+    for (size_t k = 0; c.quant >= 0 && k < h->n_shards; k++) hr_safetensors_release_pages(h->shards[k]);
     if ((st = hr_gguf_writer_write_memory(w, &h->meta_image, &h->meta_size, err))) goto fail;
     if ((st = hr_gguf_open_memory(h->meta_image, h->meta_size, meta, err))) goto fail;
     hr_gguf_writer_destroy(w);

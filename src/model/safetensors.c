@@ -21,6 +21,7 @@ struct hr_safetensors {
     const uint8_t *base;
     uint64_t size;
     bool mapped;
+    bool edited; /* pages were written (private copies now): never dropped */
     uint64_t data_offset; /* 8 + header length */
     size_t n;
     hr_st_tensor *tensors;
@@ -263,9 +264,15 @@ const hr_st_tensor *hr_safetensors_find(const hr_safetensors *s, const char *nam
 }
 
 bool hr_safetensors_edit_begin(hr_safetensors *s) {
-    return s->mapped && mprotect((void *)s->base, s->size, PROT_READ | PROT_WRITE) == 0;
+    if (!s->mapped || mprotect((void *)s->base, s->size, PROT_READ | PROT_WRITE) != 0) return false;
+    s->edited = true;
+    return true;
 }
 
 void hr_safetensors_edit_end(hr_safetensors *s) {
     if (s->mapped) mprotect((void *)s->base, s->size, PROT_READ);
+}
+
+void hr_safetensors_release_pages(hr_safetensors *s) {
+    if (s->mapped && !s->edited) madvise((void *)s->base, s->size, MADV_DONTNEED);
 }

@@ -52,5 +52,8 @@ const hr_st_tensor *hr_safetensors_find(const hr_safetensors *s, const char *nam
  * read-only; end makes the mapping read-only again. */
 bool hr_safetensors_edit_begin(hr_safetensors *s);
 void hr_safetensors_edit_end(hr_safetensors *s);
+/* Drops the mapping's resident pages (after the loader quantized from them: what stays mapped is read
+ * again from the file if touched). Does nothing once the data was edited, or for lent memory. */
+void hr_safetensors_release_pages(hr_safetensors *s);
 
 #endif
