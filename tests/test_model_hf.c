@@ -73,10 +73,10 @@ typedef struct st_entry {
 
 typedef enum corrupt {
     OK = 0,
-    BAD_DTYPE,    /* one matrix stored F16 while config.json says float32 */
-    BAD_SHAPE,    /* layer 1's k_proj holds q_proj's [64, 64] where [32, 64] belongs */
-    TWO_SHARDS,   /* model-0000{1,2}-of-00002.safetensors with the index */
-    MULTIMODAL,   /* gemma3 as Gemma3ForConditionalGeneration: text_config, model.language_model.*, a vision tower */
+    BAD_DTYPE,  /* one matrix stored F16 while config.json says float32 */
+    BAD_SHAPE,  /* layer 1's k_proj holds q_proj's [64, 64] where [32, 64] belongs */
+    TWO_SHARDS, /* model-0000{1,2}-of-00002.safetensors with the index */
+    MULTIMODAL, /* gemma3 as Gemma3ForConditionalGeneration: text_config, model.language_model.*, a vision tower */
 } corrupt;
 
 static void write_text(const char *dir, const char *file, const char *text) {
@@ -175,11 +175,11 @@ static void write_tokenizer(const char *dir) {
     json_object_set_new(vocab, "<s>", json_integer(256));
     json_object_set_new(vocab, "</s>", json_integer(257));
     json_object_set_new(vocab, "ab", json_integer(258));
-    json_t *tok = json_pack(
-        "{s:n,s:{s:s,s:b,s:b,s:b},s:{s:s},s:[{s:i,s:s,s:b},{s:i,s:s,s:b}],s:{s:s,s:o,s:[[s,s]]}}", "normalizer",
-        "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 1, "decoder",
-        "type", "ByteLevel", "added_tokens", "id", 256, "content", "<s>", "special", 1, "id", 257, "content", "</s>",
-        "special", 1, "model", "type", "BPE", "vocab", vocab, "merges", "a", "b");
+    json_t *tok = json_pack("{s:n,s:{s:s,s:b,s:b,s:b},s:{s:s},s:[{s:i,s:s,s:b},{s:i,s:s,s:b}],s:{s:s,s:o,s:[[s,s]]}}",
+                            "normalizer", "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets",
+                            1, "use_regex", 1, "decoder", "type", "ByteLevel", "added_tokens", "id", 256, "content",
+                            "<s>", "special", 1, "id", 257, "content", "</s>", "special", 1, "model", "type", "BPE",
+                            "vocab", vocab, "merges", "a", "b");
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     json_dump_file(tok, path, 0);
@@ -214,7 +214,7 @@ static void write_config(const char *dir, const hr_synth_shape *s, const hr_gguf
                                     "\"longrope\"",
                                     s->n_ctx_orig);
         static const char *const lists[2][2] = {{"short_factor", "rope_factors_short.weight"},
-                                                 {"long_factor", "rope_factors_long.weight"}};
+                                                {"long_factor", "rope_factors_long.weight"}};
         for (int k = 0; k < 2; k++) {
             const hr_gguf_tensor *t = hr_gguf_find_tensor(g, lists[k][1]);
             o += (size_t)snprintf(extra + o, sizeof extra - o, ", \"%s\": [", lists[k][0]);
@@ -234,8 +234,8 @@ static void write_config(const char *dir, const hr_synth_shape *s, const hr_gguf
              " \"rms_norm_eps\": %s, \"rope_theta\": %.1f, \"tie_word_embeddings\": %s,"
              " \"torch_dtype\": \"%s\"%s}",
              mt, s->n_embd, s->n_ff, s->n_head, s->n_head_kv, hd, s->n_layer, s->n_vocab, s->n_ctx,
-             synth_llama_path ? "1e-05" : "1e-06", (double)s->rope_base, s->tied_output ? "true" : "false",
-             torch_dtype, extra);
+             synth_llama_path ? "1e-05" : "1e-06", (double)s->rope_base, s->tied_output ? "true" : "false", torch_dtype,
+             extra);
     write_text(dir, "config.json", cfg);
 }
 
@@ -347,9 +347,9 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
         write_st(path, e, half, n);
         json_t *map = json_object();
         for (int i = 0; i < n; i++)
-            json_object_set_new(map, e[i].name,
-                                json_string(i < half ? "model-00001-of-00002.safetensors"
-                                                     : "model-00002-of-00002.safetensors"));
+            json_object_set_new(
+                map, e[i].name,
+                json_string(i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"));
         json_t *idx = json_pack("{s:{s:i},s:o}", "metadata", "total_size", 0, "weight_map", map);
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
         json_dump_file(idx, path, 0);
@@ -569,17 +569,17 @@ static void test_runtime(void) {
     if (rt) {
         const hr_tokenizer *t = hr_runtime_tokenizer(rt);
         CHECK(hr_tokenizer_n_vocab(t) == 259);
-        CHECK(hr_tokenizer_is_eog(t, 257));                    /* </s>: tokenizer_config.json's eos */
+        CHECK(hr_tokenizer_is_eog(t, 257));                             /* </s>: tokenizer_config.json's eos */
         CHECK(hr_tokenizer_is_eog(t, 5) && !hr_tokenizer_is_eog(t, 6)); /* generation_config.json's list */
-        CHECK(hr_runtime_chat_native(rt));                     /* tokenizer_config.json's template, interpreted */
+        CHECK(hr_runtime_chat_native(rt)); /* tokenizer_config.json's template, interpreted */
         int32_t ids[8];
         size_t n = 0;
         hr_tokenize_opts o = {.add_bos = true};
         CHECK(hr_tokenizer_encode(t, "abc", 3, &o, ids, 8, &n, &err) == HR_OK && n == 3 && ids[0] == 256 &&
               ids[1] == 258 && ids[2] == 'c'); /* <s>, the merge "ab", "c" */
         double temp = 0;
-        CHECK(hr_gguf_get_float(hr_model_gguf(hr_runtime_model(rt)), "headroom.generation.temperature", &temp,
-                                NULL) == HR_OK &&
+        CHECK(hr_gguf_get_float(hr_model_gguf(hr_runtime_model(rt)), "headroom.generation.temperature", &temp, NULL) ==
+                  HR_OK &&
               temp > 0.59 && temp < 0.61);
         /* generation_config.json's temperature and top_p where the front end's defaults stand */
         hr_sampler_params builtin = hr_sampler_default_params(), sp = builtin, mine = builtin;

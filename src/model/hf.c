@@ -45,7 +45,7 @@ typedef struct hf_cfg {
     bool tied, permute_qk, gemma;
     int torch_dtype; /* HR_DTYPE_F32/F16/BF16, or -1 when config.json does not say */
     char torch_name[16];
-    int quant;       /* --quantize's type, or -1 */
+    int quant; /* --quantize's type, or -1 */
 } hf_cfg;
 
 /* ---- bookkeeping -------------------------------------------------------------------------------- */
@@ -239,10 +239,10 @@ static hr_status llama3_freqs(hr_hf *h, const hf_cfg *c, json_t *rs, double base
 }
 
 /* phi3's LongRoPE: short_factor and long_factor lists of n_rot/2 become rope_factors_short/long. */
-static hr_status longrope(hr_hf *h, const hf_cfg *c, json_t *root, json_t *rs, int n_rot, hr_gguf_writer *w,
-                          double ctx, hr_error *err) {
-    const char *names[2] = {"short_factor", "long_factor"}, *gg[2] = {"rope_factors_short.weight",
-                                                                        "rope_factors_long.weight"};
+static hr_status longrope(hr_hf *h, const hf_cfg *c, json_t *root, json_t *rs, int n_rot, hr_gguf_writer *w, double ctx,
+                          hr_error *err) {
+    const char *names[2] = {"short_factor", "long_factor"},
+               *gg[2] = {"rope_factors_short.weight", "rope_factors_long.weight"};
     int n = n_rot / 2;
     for (int k = 0; k < 2; k++) {
         json_t *a = json_object_get(rs, names[k]);
@@ -293,8 +293,10 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
         (st = cfg_int(c, root, "head_dim", false, c->E / c->H, 1, &c->D, err)))
         return st;
     if (c->H % c->Hkv)
-        return hr_error_set(err, HR_ERR_FORMAT, "%s: num_attention_heads %lld is not a multiple of "
-                            "num_key_value_heads %lld", c->cfg_path, (long long)c->H, (long long)c->Hkv);
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "%s: num_attention_heads %lld is not a multiple of "
+                            "num_key_value_heads %lld",
+                            c->cfg_path, (long long)c->H, (long long)c->Hkv);
     if (c->D % 2 || c->D > 4096)
         return hr_error_set(err, HR_ERR_FORMAT, "%s: head_dim %lld must be even and at most 4096", c->cfg_path,
                             (long long)c->D);
@@ -302,15 +304,17 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
     if (json_is_boolean(tie)) c->tied = json_is_true(tie);
     const char *td = json_string_value(json_object_get(root, "torch_dtype"));
     if (!td) td = json_string_value(json_object_get(root, "dtype"));
-    c->torch_dtype = !td                                                       ? -1
-                     : !strcmp(td, "bfloat16")                                 ? HR_DTYPE_BF16
-                     : !strcmp(td, "float16") || !strcmp(td, "half")          ? HR_DTYPE_F16
-                     : !strcmp(td, "float32") || !strcmp(td, "float")         ? HR_DTYPE_F32
-                                                                               : -2;
+    c->torch_dtype = !td                                              ? -1
+                     : !strcmp(td, "bfloat16")                        ? HR_DTYPE_BF16
+                     : !strcmp(td, "float16") || !strcmp(td, "half")  ? HR_DTYPE_F16
+                     : !strcmp(td, "float32") || !strcmp(td, "float") ? HR_DTYPE_F32
+                                                                      : -2;
     if (td) snprintf(c->torch_name, sizeof c->torch_name, "%s", td);
     if (c->torch_dtype == -2)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED, "%s: torch_dtype '%.32s' is not supported (bfloat16, float16, "
-                            "float32)", c->cfg_path, td);
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "%s: torch_dtype '%.32s' is not supported (bfloat16, float16, "
+                            "float32)",
+                            c->cfg_path, td);
 
     const char *a = c->arch;
     char key[128];
@@ -354,7 +358,8 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
             hr_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)cap);
         }
         if ((st = cfg_num(c, root, "final_logit_softcapping", 0.0, &cap, &present, err))) return st;
-        if (present || c->arch_id == HR_ARCH_GEMMA2) hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)cap);
+        if (present || c->arch_id == HR_ARCH_GEMMA2)
+            hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)cap);
         if (c->arch_id == HR_ARCH_GEMMA3) {
             int64_t pattern;
             double local;
@@ -369,8 +374,7 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
         const char *type = json_string_value(json_object_get(rs, "rope_type"));
         if (!type) type = json_string_value(json_object_get(rs, "type"));
         if (!json_is_object(rs) || !type)
-            return hr_error_set(err, HR_ERR_FORMAT, "%s: rope_scaling must be an object with a rope_type",
-                                c->cfg_path);
+            return hr_error_set(err, HR_ERR_FORMAT, "%s: rope_scaling must be an object with a rope_type", c->cfg_path);
         double factor;
         if (!strcmp(type, "default")) {
         } else if (!strcmp(type, "linear")) {
@@ -386,7 +390,9 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
             return hr_error_set(err, HR_ERR_UNSUPPORTED,
                                 "%s: rope_scaling type '%.32s' is not supported for %s (supported: default, linear%s)",
                                 c->cfg_path, type, a,
-                                c->arch_id == HR_ARCH_PHI3 ? ", longrope" : c->permute_qk ? ", llama3" : "");
+                                c->arch_id == HR_ARCH_PHI3 ? ", longrope"
+                                : c->permute_qk            ? ", llama3"
+                                                           : "");
         }
     }
 #undef KEY
@@ -580,8 +586,8 @@ static hr_status bind_one(hr_hf *h, const hf_cfg *c, hr_safetensors *sh, const h
     if (matrix && c->torch_dtype >= 0 && t->dtype_id != c->torch_dtype)
         return hr_error_set(err, HR_ERR_FORMAT, "%s: tensor '%s' has dtype %s but config.json says torch_dtype %s",
                             file, t->name, t->dtype, c->torch_name);
-    bool shape_ok = matrix ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols
-                           : t->n_dims == 1 && t->shape[0] == cols;
+    bool shape_ok =
+        matrix ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols : t->n_dims == 1 && t->shape[0] == cols;
     if (!shape_ok) {
         char got[96] = "[", want[64];
         for (int d = 0; d < t->n_dims && strlen(got) < 64; d++)
@@ -620,8 +626,10 @@ static hr_status bind_one(hr_hf *h, const hf_cfg *c, hr_safetensors *sh, const h
     }
     if (n_head > 0) {
         if (rows % n_head || (rows / n_head) % 2)
-            return hr_error_set(err, HR_ERR_FORMAT, "%s: tensor '%s': %lld rows do not split into %lld heads of even "
-                                "size", file, t->name, (long long)rows, (long long)n_head);
+            return hr_error_set(err, HR_ERR_FORMAT,
+                                "%s: tensor '%s': %lld rows do not split into %lld heads of even "
+                                "size",
+                                file, t->name, (long long)rows, (long long)n_head);
         hr_status st = permute_in_place(sh, t, n_head, err);
         if (st) return st;
     }

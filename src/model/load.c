@@ -553,9 +553,7 @@ const hr_hparams *hr_model_hparams(const hr_model *m) { return &m->hp; }
 const hr_layer_attn *hr_model_layer_attn(const hr_model *m) { return m->layer_attn; }
 const hr_gguf *hr_model_gguf(const hr_model *m) { return m->gguf; }
 uint64_t hr_model_weight_bytes(const hr_model *m) { return m->weight_bytes; }
-uint64_t hr_model_file_bytes(const hr_model *m) {
-    return m->hf ? hr_hf_bytes(m->hf) : hr_gguf_file_size(m->gguf);
-}
+uint64_t hr_model_file_bytes(const hr_model *m) { return m->hf ? hr_hf_bytes(m->hf) : hr_gguf_file_size(m->gguf); }
 const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
 
 hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {

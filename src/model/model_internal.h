@@ -33,7 +33,6 @@ typedef struct hr_layer {
 
 struct hr_model {
     hr_gguf *gguf; /* owned; weights point into its mapping */
-    struct hr_hf *hf; /* owned: a Hugging Face checkpoint's shards (gguf then holds metadata only), or NULL */
     hr_hparams hp;
     hr_weight tok_embd;            /* (V, E) */
     float *output_norm;            /* (E) */
@@ -44,6 +43,7 @@ struct hr_model {
     hr_layer *layers;              /* (L) */
     uint64_t weight_bytes;
     const char *type_name;
+    struct hr_hf *hf; /* owned: a Hugging Face checkpoint's shards (gguf then holds metadata only), or NULL */
 };
 
 #endif

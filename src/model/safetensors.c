@@ -21,7 +21,7 @@ struct hr_safetensors {
     const uint8_t *base;
     uint64_t size;
     bool mapped;
-    bool edited; /* pages were written (private copies now): never dropped */
+    bool edited;          /* pages were written (private copies now): never dropped */
     uint64_t data_offset; /* 8 + header length */
     size_t n;
     hr_st_tensor *tensors;
@@ -33,10 +33,21 @@ static const struct {
     unsigned bytes;
     int dtype_id;
 } k_dtypes[] = {
-    {"F32", 4, HR_DTYPE_F32}, {"F16", 2, HR_DTYPE_F16}, {"BF16", 2, HR_DTYPE_BF16}, {"F64", 8, -1},
-    {"I64", 8, -1},           {"U64", 8, -1},           {"I32", 4, -1},           {"U32", 4, -1},
-    {"I16", 2, -1},           {"U16", 2, -1},           {"I8", 1, -1},            {"U8", 1, -1},
-    {"BOOL", 1, -1},          {"F8_E4M3", 1, -1},       {"F8_E5M2", 1, -1},
+    {"F32", 4, HR_DTYPE_F32},
+    {"F16", 2, HR_DTYPE_F16},
+    {"BF16", 2, HR_DTYPE_BF16},
+    {"F64", 8, -1},
+    {"I64", 8, -1},
+    {"U64", 8, -1},
+    {"I32", 4, -1},
+    {"U32", 4, -1},
+    {"I16", 2, -1},
+    {"U16", 2, -1},
+    {"I8", 1, -1},
+    {"U8", 1, -1},
+    {"BOOL", 1, -1},
+    {"F8_E4M3", 1, -1},
+    {"F8_E5M2", 1, -1},
 };
 
 /* A tensor name for a one-line message: at most 80 bytes, control bytes as '?'. */
@@ -73,8 +84,10 @@ static hr_status parse_entry(hr_safetensors *s, const char *key, json_t *v, uint
     const char *dt = json_string_value(json_object_get(v, "dtype"));
     json_t *shape = json_object_get(v, "shape"), *offs = json_object_get(v, "data_offsets");
     if (!dt || !json_is_array(shape) || !json_is_array(offs))
-        return hr_error_set(err, HR_ERR_FORMAT, "%s: tensor '%s': header entry lacks \"dtype\", \"shape\" or "
-                            "\"data_offsets\"", f, show(key, nb, sizeof nb));
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "%s: tensor '%s': header entry lacks \"dtype\", \"shape\" or "
+                            "\"data_offsets\"",
+                            f, show(key, nb, sizeof nb));
     unsigned elem = 0;
     for (size_t i = 0; i < sizeof k_dtypes / sizeof k_dtypes[0]; i++)
         if (!strcmp(dt, k_dtypes[i].name)) elem = k_dtypes[i].bytes, t->dtype_id = k_dtypes[i].dtype_id;
@@ -106,8 +119,10 @@ static hr_status parse_entry(hr_safetensors *s, const char *key, json_t *v, uint
     json_t *b = json_array_get(offs, 0), *e = json_array_get(offs, 1);
     if (json_array_size(offs) != 2 || !json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
         json_integer_value(e) < json_integer_value(b))
-        return hr_error_set(err, HR_ERR_FORMAT, "%s: tensor '%s': \"data_offsets\" must be [begin, end] with 0 <= "
-                            "begin <= end", f, show(key, nb, sizeof nb));
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "%s: tensor '%s': \"data_offsets\" must be [begin, end] with 0 <= "
+                            "begin <= end",
+                            f, show(key, nb, sizeof nb));
     uint64_t begin = (uint64_t)json_integer_value(b), end = (uint64_t)json_integer_value(e);
     if (end > data_len)
         return hr_error_set(err, HR_ERR_FORMAT,
@@ -143,8 +158,8 @@ static hr_status parse(hr_safetensors *s, hr_error *err) {
                             " follow the length",
                             f, n, s->size - 8);
     if (n > HR_ST_MAX_HEADER_SIZE)
-        return hr_error_set(err, HR_ERR_FORMAT, "%s: safetensors header of %" PRIu64 " bytes (the format allows %u)",
-                            f, n, HR_ST_MAX_HEADER_SIZE);
+        return hr_error_set(err, HR_ERR_FORMAT, "%s: safetensors header of %" PRIu64 " bytes (the format allows %u)", f,
+                            n, HR_ST_MAX_HEADER_SIZE);
     if (n < 2 || s->base[8] != '{')
         return hr_error_set(err, HR_ERR_FORMAT, "%s: not a safetensors file (the header is not a JSON object)", f);
     s->data_offset = 8 + n;

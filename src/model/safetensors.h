@@ -24,10 +24,10 @@
 typedef struct hr_safetensors hr_safetensors;
 
 typedef struct hr_st_tensor {
-    const char *name;   /* NUL-terminated, owned by the reader */
-    char dtype[12];     /* as in the header: "BF16", "F16", "F32", "I8", ... */
-    int dtype_id;       /* HR_DTYPE_F32 / F16 / BF16 (tensor.h), or -1 for any other dtype */
-    int n_dims;         /* 0 (a scalar) .. HR_ST_MAX_DIMS */
+    const char *name;              /* NUL-terminated, owned by the reader */
+    char dtype[12];                /* as in the header: "BF16", "F16", "F32", "I8", ... */
+    int dtype_id;                  /* HR_DTYPE_F32 / F16 / BF16 (tensor.h), or -1 for any other dtype */
+    int n_dims;                    /* 0 (a scalar) .. HR_ST_MAX_DIMS */
     int64_t shape[HR_ST_MAX_DIMS]; /* row-major, as torch writes it: shape[n_dims - 1] is contiguous */
     uint64_t size_bytes;
     const void *data; /* into the mapping */

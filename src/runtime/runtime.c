@@ -687,7 +687,7 @@ void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_param
     const hr_gguf *g = hr_model_gguf(rt->model); /* model/hf.c keeps them as headroom.generation.* */
     double v;
 #define TAKE(key, field, type)                                                                                         \
-    if (sp->field == builtin->field && hr_gguf_get_float(g, "headroom.generation." key, &v, NULL) == HR_OK)          \
+    if (sp->field == builtin->field && hr_gguf_get_float(g, "headroom.generation." key, &v, NULL) == HR_OK)            \
     sp->field = (type)v
     TAKE("temperature", temperature, float);
     TAKE("top_p", top_p, float);
