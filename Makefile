@@ -62,7 +62,7 @@ soak: build
 # finds goes to build-fuzz/corpus-<name>/). Any crash, leak or timeout fails, leaving
 # build-fuzz/crash-<name>-* to replay with build-fuzz/fuzz_<name> FILE.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf http tokenizer chat jinja grammar trace
+FUZZ_TARGETS ?= gguf http tokenizer chat jinja grammar trace safetensors
 fuzz: deps
 	@HR_DEPS_EXTRA="clang libclang-rt-dev" scripts/deps.sh
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DHR_FUZZ=ON -DHR_SANITIZE=ON >/dev/null

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -112,7 +113,10 @@ static int serve(int argc, char **argv, char **keys_out) {
         }
         if (!ok) return HR_EXIT_USAGE;
     }
-    if (o.rt.model_path && !hr_arg_regular_file("serve", "-m", o.rt.model_path)) return HR_EXIT_USAGE;
+    struct stat mst; /* a directory is a Hugging Face checkpoint: the loader checks what it holds */
+    if (o.rt.model_path && !(stat(o.rt.model_path, &mst) == 0 && S_ISDIR(mst.st_mode)) &&
+        !hr_arg_regular_file("serve", "-m", o.rt.model_path))
+        return HR_EXIT_USAGE;
     hr_error err = {0};
     if (hr_sampler_params_check(&o.sampling, &err) != HR_OK) {
         fprintf(stderr, "headroom serve: %s\n", err.msg);

@@ -141,7 +141,12 @@ const hr_opt hr_opts[] = {
     {RS, {"-m", "--model"}, "-m, --model FILE", HR_OPT_STR, .range = "a file path", SES(rt.model_path),
      .sec = HR_SEC_MODEL,
      .help = "GGUF model (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3;\n"
-             "f32/f16/bf16/q8_0/q4_0/q4_K/q5_K/q6_K)"},
+             "f32/f16/bf16/q8_0/q4_0/q4_K/q5_K/q6_K), or a Hugging Face checkpoint\n"
+             "directory (config.json, *.safetensors, tokenizer.json; docs/MODELS.md)"},
+    {RS, {"--quantize"}, "--quantize T", HR_OPT_STR, .range = "q8_0, q4_0, q4_K (checked by the loader)",
+     SES(rt.quantize), .sec = HR_SEC_MODEL,
+     .help = "a checkpoint directory's matrices quantized at load: q8_0, q4_0, q4_K\n"
+             "(default: bf16/f16/f32 as stored, memory-mapped)"},
     {RS, {"-c", "--ctx"}, "-c, --ctx N", HR_OPT_INT, 1, 1 << 24, SES(rt.n_ctx), .sec = HR_SEC_CACHE,
      .help = "context length (default: the model's, at most 4096). Prompt + -n must fit:\n"
              "a longer -n is clamped (a warning; finish \"length\", limit \"context\").\n"
@@ -395,7 +400,7 @@ const hr_opt hr_opts[] = {
 
     /* ---- plan (hr_plan_cli_opts) ---- */
     {HR_CMD_PLAN, {"-m", "--model"}, "-m, --model FILE", HR_OPT_STR, .range = "a file path", PLN(model),
-     .sec = HR_SEC_MAIN, .help = "a GGUF file or a config.json"},
+     .sec = HR_SEC_MAIN, .help = "a GGUF file, a config.json, or a checkpoint directory (its config.json)"},
     {HR_CMD_PLAN, {"--weight-type"}, "--weight-type T", HR_OPT_CUSTOM, .custom = opt_weight_type,
      .range = "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K", .dst = HR_DST_PLAN, .sec = HR_SEC_MAIN,
      .help = "config.json: the matrices' type (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K,\n"
@@ -801,14 +806,15 @@ static int print_full(FILE *f, const help_page *pg, unsigned secs, int r) {
 }
 
 /* serve's "as in run" lists: every synopsis (and its brief note) comma-separated, wrapped at 100
- * columns with a two-space indent. */
+ * columns with a two-space indent, between synopses or inside a brief note only. */
 static void print_compact(FILE *f, const help_page *pg, unsigned secs) {
     sbuf all = {0};
     for (int r = 0; r < hr_n_opts; r++) {
         const hr_opt *o = &hr_opts[r];
         if (!row_in(o, pg->cmd, secs)) continue;
         if (all.n) sb_add(&all, ", ", 2);
-        sb_add(&all, o->syn, strlen(o->syn));
+        for (const char *c = o->syn; *c; c++) /* a synopsis never wraps inside: '\1' prints as a space */
+            sb_add(&all, *c == ' ' ? "\1" : c, 1);
         if (o->brief) {
             sb_add(&all, " ", 1);
             expand(&all, o, o->brief);
@@ -825,7 +831,7 @@ static void print_compact(FILE *f, const help_page *pg, unsigned secs) {
             fputc(' ', f);
             width++;
         }
-        fwrite(s, 1, len, f);
+        for (size_t k = 0; k < len; k++) fputc(s[k] == '\1' ? ' ' : s[k], f);
         width += (int)len;
         s += len;
         s += *s == ' ';

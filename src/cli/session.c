@@ -42,6 +42,8 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_
         free(s);
         return st;
     }
+    hr_sampler_params builtin = hr_session_default_opts().sampling; /* generation_config.json where no flag set */
+    hr_runtime_generation_defaults(s->rt, &builtin, &s->o.sampling);
     /* the runtime's warnings, after the chat template's in chat mode (one per line) */
     const char *chat = o->chat ? hr_runtime_chat_warning(s->rt) : "", *rtw = hr_runtime_warnings(s->rt);
     snprintf(s->warning, sizeof s->warning, "%s%s%s", chat, chat[0] && rtw[0] ? "\n" : "", rtw);

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "common/util.h"
+#include "model/hf.h"
 #include "model/model_internal.h"
 
 /* What the loader knows of each family: its name in general.architecture, its RoPE pairing and the
@@ -220,10 +223,15 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     return read_family_hparams(g, hp, err);
 }
 
+/* A tensor by GGUF name: from the file, or from a Hugging Face checkpoint's shards (hf.c). */
+static const hr_gguf_tensor *find_tensor(const hr_model *m, const char *name) {
+    return m->hf ? hr_hf_find_tensor(m->hf, name) : hr_gguf_find_tensor(m->gguf, name);
+}
+
 /* Binds a matrix tensor, checking type support and shape (cols x rows as GGUF ne[0], ne[1]). */
 static hr_status bind_matrix(hr_model *m, const char *name, int64_t cols, int64_t rows, bool optional, hr_weight *w,
                              hr_error *err) {
-    const hr_gguf_tensor *t = hr_gguf_find_tensor(m->gguf, name);
+    const hr_gguf_tensor *t = find_tensor(m, name);
     if (!t) {
         if (optional) return HR_ERR_NOT_FOUND;
         return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name, name);
@@ -251,7 +259,7 @@ static hr_status bind_matrix(hr_model *m, const char *name, int64_t cols, int64_
 
 /* Copies a 1-D f32/f16/bf16 tensor of n elements into a new f32 array. */
 static hr_status bind_vector(hr_model *m, const char *name, int64_t n, bool optional, float **out, hr_error *err) {
-    const hr_gguf_tensor *t = hr_gguf_find_tensor(m->gguf, name);
+    const hr_gguf_tensor *t = find_tensor(m, name);
     if (!t) {
         if (optional) return HR_ERR_NOT_FOUND;
         return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name, name);
@@ -295,10 +303,10 @@ static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
     if ((st = bind_vector(m, NAME("attn_norm.weight"), E, false, &L->attn_norm, err))) return st;
     /* Q|K|V in one matrix where the file has blk.N.attn_qkv (phi3; llama.cpp accepts it for every family) */
     hr_weight qkv;
-    const bool qkv_optional = hp->arch != HR_ARCH_PHI3 || hr_gguf_find_tensor(m->gguf, NAME("attn_q.weight"));
+    const bool qkv_optional = hp->arch != HR_ARCH_PHI3 || find_tensor(m, NAME("attn_q.weight"));
     st = bind_matrix(m, NAME("attn_qkv.weight"), E, qd + 2 * kvd, qkv_optional, &qkv, err);
     if (st == HR_OK) {
-        if (hr_gguf_find_tensor(m->gguf, NAME("attn_qkv.bias")))
+        if (find_tensor(m, NAME("attn_qkv.bias")))
             return hr_error_set(err, HR_ERR_UNSUPPORTED, "tensor '%s' (a fused Q|K|V bias) is not supported", name);
         L->wq = row_slice(&qkv, 0, qd);
         L->wk = row_slice(&qkv, qd, kvd);
@@ -389,7 +397,8 @@ static void pack_weights(hr_model *m) {
     FOR_PACKABLE(m, w, {
         if (packable(w)) tmp_bytes = HR_MAX(tmp_bytes, w->row_bytes * HR_X16);
     });
-    if (!tmp_bytes || !hr_gguf_edit_begin(m->gguf)) return;
+    /* a checkpoint's quantized matrices are the loader's own buffers (hf.c): writable as they are */
+    if (!tmp_bytes || (!m->hf && !hr_gguf_edit_begin(m->gguf))) return;
     void *tmp = malloc(tmp_bytes);
     if (tmp)
         FOR_PACKABLE(m, w, {
@@ -400,7 +409,7 @@ static void pack_weights(hr_model *m) {
             }
         });
     free(tmp);
-    hr_gguf_edit_end(m->gguf);
+    if (!m->hf) hr_gguf_edit_end(m->gguf);
 }
 
 /* phi3's LongRoPE factors: both or neither (llama.cpp stores them once, as these names). */
@@ -421,19 +430,22 @@ static hr_status bind_longrope(hr_model *m, hr_error *err) {
     return HR_OK;
 }
 
-static hr_status load_gguf(hr_gguf *g, bool repack, hr_model **out, hr_error *err);
-hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) { return load_gguf(g, true, out, err); }
+static hr_status load_gguf(hr_gguf *g, hr_hf *hf, bool repack, hr_model **out, hr_error *err);
+hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err) { return load_gguf(g, NULL, true, out, err); }
 
-static hr_status load_gguf(hr_gguf *g, bool repack, hr_model **out, hr_error *err) {
+/* Takes g and hf (NULL: the tensors are g's), closing both on failure. */
+static hr_status load_gguf(hr_gguf *g, hr_hf *hf, bool repack, hr_model **out, hr_error *err) {
     hr_model *m = calloc(1, sizeof *m);
     if (!m) {
         hr_gguf_close(g);
+        hr_hf_destroy(hf);
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory loading the model");
     }
     m->gguf = g;
+    m->hf = hf;
     hr_status st = read_hparams(g, &m->hp, err);
     if (st) goto fail;
-    const hr_gguf_tensor *te = hr_gguf_find_tensor(g, "token_embd.weight");
+    const hr_gguf_tensor *te = find_tensor(m, "token_embd.weight");
     if (!te) {
         st = hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor 'token_embd.weight'",
                           m->hp.arch_name);
@@ -480,11 +492,32 @@ hr_status hr_model_load(const char *path, hr_model **out, hr_error *err) {
     return hr_model_load_hold(path, HR_GGUF_MMAP, true, out, err);
 }
 
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+hr_status hr_model_load_dir(const char *dir, const char *quantize, bool repack, hr_model **out, hr_error *err) {
+    if (!is_dir(dir))
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "'%s' is not a directory: --quantize applies to a Hugging Face checkpoint directory "
+                            "(a GGUF file keeps its own types)",
+                            dir);
+    hr_hf *hf = NULL;
+    hr_gguf *g = NULL;
+    hr_status st = hr_hf_open(dir, quantize, &hf, &g, err); /* its messages name the file */
+    if (st) return st;
+    st = load_gguf(g, hf, repack, out, err);
+    if (st) hr_error_prefix(err, "%s", dir);
+    return st;
+}
+
 hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, bool repack, hr_model **out, hr_error *err) {
+    if (is_dir(path)) return hr_model_load_dir(path, NULL, repack, out, err); /* always mapped */
     hr_gguf *g = NULL;
     hr_status st = hr_gguf_open_hold(path, hold, &g, err);
     if (st) return st;
-    st = load_gguf(g, repack, out, err);
+    st = load_gguf(g, NULL, repack, out, err);
     if (st) hr_error_prefix(err, "%s", path);
     return st;
 }
@@ -512,6 +545,7 @@ void hr_model_destroy(hr_model *m) {
     free(m->rope_long);
     free(m->layer_attn);
     hr_gguf_close(m->gguf);
+    hr_hf_destroy(m->hf); /* after the GGUF: it reads the metadata image hf owns */
     free(m);
 }
 
@@ -519,6 +553,7 @@ const hr_hparams *hr_model_hparams(const hr_model *m) { return &m->hp; }
 const hr_layer_attn *hr_model_layer_attn(const hr_model *m) { return m->layer_attn; }
 const hr_gguf *hr_model_gguf(const hr_model *m) { return m->gguf; }
 uint64_t hr_model_weight_bytes(const hr_model *m) { return m->weight_bytes; }
+uint64_t hr_model_file_bytes(const hr_model *m) { return m->hf ? hr_hf_bytes(m->hf) : hr_gguf_file_size(m->gguf); }
 const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
 
 hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {

@@ -102,6 +102,13 @@ hr_status hr_model_load_hold(const char *path, hr_gguf_hold hold, bool repack, h
 /* The same from an already opened GGUF (repacking where hr_gguf_edit_begin allows); the model takes
  * ownership of g (closing it on destroy, and on failure). */
 hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err);
+/* A Hugging Face checkpoint directory (config.json, model.safetensors or shards with
+ * model.safetensors.index.json, tokenizer.json, tokenizer_config.json, generation_config.json; model/hf.c):
+ * the same architectures, the same in-memory model as its GGUF conversion. quantize NULL keeps the
+ * weights as stored (bf16/f16/f32, mapped, never copied; llama/mistral Q and K pages become private where
+ * their rows are permuted); "q8_0", "q4_0" or "q4_K" quantizes every matrix at load. hr_model_load and
+ * hr_model_load_hold take a directory too (quantize NULL). Errors name the file and tensor or key. */
+hr_status hr_model_load_dir(const char *dir, const char *quantize, bool repack, hr_model **out, hr_error *err);
 void hr_model_destroy(hr_model *m); /* NULL allowed */
 
 const hr_hparams *hr_model_hparams(const hr_model *m);
@@ -110,6 +117,9 @@ const hr_layer_attn *hr_model_layer_attn(const hr_model *m);
 const hr_gguf *hr_model_gguf(const hr_model *m);
 /* Bytes of all weight tensors (what a decode step streams from memory). */
 uint64_t hr_model_weight_bytes(const hr_model *m);
+/* Bytes the weights' file(s) hold as loaded: the GGUF file, or a checkpoint's tensors (mapped or quantized)
+ * and its metadata. */
+uint64_t hr_model_file_bytes(const hr_model *m);
 /* The most common weight type of the matrices as in the file ("q4_0", "f16", ...). */
 const char *hr_model_type_name(const hr_model *m);
 /* The type the model computes tensor t of its GGUF in: t->type, or an x16 type where the load

@@ -43,6 +43,7 @@ struct hr_model {
     hr_layer *layers;              /* (L) */
     uint64_t weight_bytes;
     const char *type_name;
+    struct hr_hf *hf; /* owned: a Hugging Face checkpoint's shards (gguf then holds metadata only), or NULL */
 };
 
 #endif

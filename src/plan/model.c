@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "common/util.h"
 #include "gguf/gguf.h"
@@ -241,6 +242,10 @@ static hr_status from_gguf(const char *path, hr_plan_model *out, hr_error *err) 
 }
 
 hr_status hr_plan_model_open(const char *path, const char *weight_type, hr_plan_model *out, hr_error *err) {
+    char cfg[4096]; /* a Hugging Face checkpoint directory: its config.json (the weights are not read) */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && snprintf(cfg, sizeof cfg, "%s/config.json", path) > 0)
+        path = cfg;
     FILE *f = fopen(path, "rb");
     if (!f) return hr_error_set(err, HR_ERR_IO, "cannot open '%s'", path);
     char magic[4] = {0};

@@ -46,7 +46,8 @@ typedef struct hr_plan_model {
  * ones (HR_ERR_UNSUPPORTED); a bad weight type lists the known (HR_ERR_INVALID_ARG). */
 hr_status hr_plan_model_from_config(const char *json_text, size_t len, const char *weight_type, hr_plan_model *out,
                                     hr_error *err);
-/* path: a GGUF file (tensor directory read, weights mapped but not touched) or a config.json. */
+/* path: a GGUF file (tensor directory read, weights mapped but not touched), a config.json, or a Hugging
+ * Face checkpoint directory (its config.json). */
 hr_status hr_plan_model_open(const char *path, const char *weight_type, hr_plan_model *out, hr_error *err);
 
 /* ---- the device -------------------------------------------------------------------------------- */

@@ -259,7 +259,7 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
         .n_ctx = rt->n_ctx,
         .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
         .mem = {.model = hp,
-                .weight_bytes = hr_mem_weight_bytes(hp, hr_gguf_file_size(hr_model_gguf(rt->model))),
+                .weight_bytes = hr_mem_weight_bytes(hp, hr_model_file_bytes(rt->model)),
                 .max_batch_tokens = rt->p.max_batch_tokens,
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 .mem_limit = rt->p.mem_limit,
@@ -296,9 +296,12 @@ static void set_model_name(hr_runtime *rt) {
         snprintf(rt->model_name, sizeof rt->model_name, "%s", rt->p.model ? "model" : "demo");
         return;
     }
-    const char *base = strrchr(rt->p.model_path, '/');
-    base = base ? base + 1 : rt->p.model_path;
-    size_t n = strlen(base);
+    size_t len = strlen(rt->p.model_path);
+    while (len > 1 && rt->p.model_path[len - 1] == '/') len--; /* a checkpoint directory named "dir/" */
+    const char *base = rt->p.model_path;
+    for (size_t i = 0; i + 1 < len; i++)
+        if (rt->p.model_path[i] == '/') base = rt->p.model_path + i + 1;
+    size_t n = len - (size_t)(base - rt->p.model_path);
     if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
     snprintf(rt->model_name, sizeof rt->model_name, "%.*s", (int)HR_MIN(n, sizeof rt->model_name - 1), base);
 }
@@ -315,6 +318,8 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     hr_status st = HR_OK;
     if (p->model)
         rt->model = p->model;
+    else if (p->model_path && p->quantize) /* a Hugging Face checkpoint directory quantized at load */
+        st = hr_model_load_dir(p->model_path, p->quantize, true, &rt->owned, err);
     else if (p->model_path)
         /* --mmap keeps the file's pages shared: no repacking (which would copy them) */
         st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT, !p->mmap_weights,
@@ -677,3 +682,17 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
 }
 
 double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }
+
+void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_params *builtin, hr_sampler_params *sp) {
+    const hr_gguf *g = hr_model_gguf(rt->model); /* model/hf.c keeps them as headroom.generation.* */
+    double v;
+#define TAKE(key, field, type)                                                                                         \
+    if (sp->field == builtin->field && hr_gguf_get_float(g, "headroom.generation." key, &v, NULL) == HR_OK)            \
+    sp->field = (type)v
+    TAKE("temperature", temperature, float);
+    TAKE("top_p", top_p, float);
+    TAKE("top_k", top_k, int);
+    TAKE("min_p", min_p, float);
+    TAKE("repetition_penalty", repeat_penalty, float);
+#undef TAKE
+}

@@ -105,6 +105,7 @@ typedef struct hr_runtime_params {
     const hr_model *model;  /* or a model already loaded (borrowed; outlives the runtime): benches and
                                tests with in-memory synthetic models; model_path then only names it */
     bool mmap_weights;      /* map the file instead of reading it into huge-page memory */
+    const char *quantize;   /* a checkpoint directory's matrices quantized at load: "q8_0", "q4_0", "q4_K"; NULL */
     int n_ctx;              /* 0: the model's trained context, capped at 4096 */
     bool ctx_extend;        /* allow n_ctx past the trained context (a warning; else an error) */
     uint64_t kv_budget;     /* bytes for the KV pool; 0: kv_seqs sequences of n_ctx */
@@ -177,6 +178,11 @@ const char *hr_runtime_chat_family(const hr_runtime *rt);
 bool hr_runtime_chat_native(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
+/* A Hugging Face checkpoint's generation_config.json sampling defaults (temperature, top_p, top_k, min_p,
+ * repetition_penalty), as vLLM applies them: each field of *sp that still equals builtin's (the front
+ * end's own default: no flag set it) takes the model's value where the checkpoint gives one. A request's
+ * own fields override the result. Models without one leave *sp as it is. */
+void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_params *builtin, hr_sampler_params *sp);
 
 /* The engine thread (a server): start once, stop before close (close also stops it). */
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err);

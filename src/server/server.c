@@ -985,6 +985,8 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
 void hr_server_set_runtime(hr_server *s, hr_runtime *rt) {
     pthread_mutex_lock(&s->mu);
     if (!atomic_load(&s->rt) && rt) {
+        hr_sampler_params builtin = hr_server_default_params().sampling; /* before READY: no request reads it */
+        hr_runtime_generation_defaults(rt, &builtin, &s->p.sampling);
         atomic_store(&s->rt, rt);
         if (atomic_load(&s->state) == ST_LOADING) atomic_store(&s->state, ST_READY);
     }

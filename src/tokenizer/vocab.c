@@ -212,6 +212,11 @@ static void load_specials(hr_tokenizer *t, const hr_gguf *g) {
     if (t->eos >= 0) t->is_eog[t->eos] = 1;
     if (t->eot >= 0) t->is_eog[t->eot] = 1;
     if (t->eom >= 0) t->is_eog[t->eom] = 1;
+    hr_gguf_array gen; /* a checkpoint's generation_config.json eos_token_id list (model/hf.c) */
+    if (hr_gguf_get_array(g, "headroom.generation.eos_token_ids", &gen, NULL) == HR_OK)
+        for (uint64_t i = 0; i < gen.n; i++)
+            if (hr_gguf_array_int(&gen, i) >= 0 && hr_gguf_array_int(&gen, i) < n)
+                t->is_eog[hr_gguf_array_int(&gen, i)] = 1;
     /* A generated BOS starts a new document, so it ends this one: llama2.c-trained models (stories260K)
      * end a story by emitting BOS rather than EOS. */
     if (t->bos >= 0) t->is_eog[t->bos] = 1;
