@@ -61,8 +61,14 @@ typedef struct hr_srv_error {
 bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A runtime refusal as HTTP: INVALID_ARG/RANGE/BUDGET 400, FULL 429 (Retry-After from the runtime),
- * anything else 500. prompt_field names the field a RANGE refusal is about ("prompt", "messages"). */
-void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const char *msg, const char *prompt_field);
+ * NOMEM 503, anything else 500. The error's param is the field it names (hr_srv_param_field), spelt as
+ * this request spells it: prompt_field ("prompt", "messages") for the prompt, and for RANGE and BUDGET
+ * refusals about a server setting; format_field for the output format ("response_format",
+ * "guided_json", "tool_choice"; NULL: "response_format"). */
+void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const hr_error *err, const char *prompt_field,
+                        const char *format_field);
+/* The request field that sets param (common/status.h), NULL when none does (a server setting). */
+const char *hr_srv_param_field(hr_param param);
 /* The Retry-After header's whole seconds for a wait of s seconds: rounded up, at least 1, at most a
  * day. */
 int hr_srv_retry_after_secs(double s);
