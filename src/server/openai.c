@@ -122,7 +122,7 @@ void hr_srv_redact(const char *msg, char *out, size_t cap) {
         put_n(out, cap, &o, msg + i, 1);
         i++;
     }
-    while (o > 0 && !hr_srv_utf8_valid(out, o, NULL)) o--; /* a cut never splits a character */
+    while (o > 0 && !hr_utf8_valid(out, o, NULL)) o--; /* a cut never splits a character */
     out[o] = '\0';
 }
 
@@ -779,38 +779,6 @@ void hr_srv_gen_free(hr_srv_gen *g) {
     memset(g, 0, sizeof *g);
 }
 
-bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at) {
-    const unsigned char *s = (const unsigned char *)text;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        int n;
-        unsigned min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 1, min = 0x80, c &= 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2, min = 0x800, c &= 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3, min = 0x10000, c &= 0x07;
-        } else {
-            break;
-        }
-        if (i + (size_t)n >= len) break; /* truncated at the end */
-        int k = 1;
-        for (; k <= n; k++) {
-            if ((s[i + (size_t)k] & 0xC0) != 0x80) break;
-            c = (c << 6) | (s[i + (size_t)k] & 0x3F);
-        }
-        if (k <= n || c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) break;
-        i += (size_t)n + 1;
-    }
-    if (bad_at) *bad_at = i;
-    return i == len;
-}
-
 /* ---- bodies of every route (the server and fuzz/fuzz_http.c share these) ---------------------- */
 
 /* jansson's message without the text it quotes from the input (" near '...'"): a body may hold a
@@ -828,7 +796,7 @@ json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
 json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, size_t *held, hr_srv_error *e) {
     *held = 0;
     size_t bad;
-    if (!hr_srv_utf8_valid(data ? data : "", len, &bad)) {
+    if (!hr_utf8_valid(data ? data : "", len, &bad)) {
         hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
         return NULL;
     }

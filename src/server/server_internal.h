@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/utf8.h"
 #include "runtime/runtime.h"
 #include "server/server.h"
 #include "server/toolcall.h"
@@ -103,10 +104,6 @@ typedef struct hr_srv_gen {
 
 /* Validates every known field (unknown ones are ignored) and fills g; false with e set (400 naming
  * the field) otherwise. auto_seed is used when the request gives no seed. */
-/* Whether text[0..len) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF);
- * *bad_at receives the offset of the first bad byte. */
-bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at);
-
 bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
                       hr_srv_error *e);
 /* Chat with tools. native (the model's own template renders the chat): the tools, each assistant
