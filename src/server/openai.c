@@ -781,11 +781,21 @@ void hr_srv_gen_free(hr_srv_gen *g) {
 
 /* ---- bodies of every route (the server and fuzz/fuzz_http.c share these) ---------------------- */
 
-/* jansson's message without the text it quotes from the input (" near '...'"): a body may hold a
- * password. */
-static void strip_near(char *text) {
-    char *near = strstr(text, " near ");
-    if (near) *near = '\0';
+/* What is wrong with a body jansson refused, from its error code (never from its text, which quotes
+ * the input near the error: a body may hold a password). */
+static const char *json_problem(const json_error_t *je) {
+    switch (json_error_code(je)) {
+    case json_error_premature_end_of_input: return "the body ends inside a value";
+    case json_error_end_of_input_expected: return "text follows the JSON value";
+    case json_error_invalid_utf8: return "invalid UTF-8";
+    case json_error_null_character: return "a NUL character in a string";
+    case json_error_null_byte_in_key: return "a NUL character in a key";
+    case json_error_numeric_overflow: return "a number too large";
+    case json_error_stack_overflow: return "values nested too deep";
+    case json_error_duplicate_key: return "a key given twice";
+    case json_error_out_of_memory: return "out of memory";
+    default: return "invalid syntax";
+    }
 }
 
 json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
@@ -831,8 +841,8 @@ json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t l
         return NULL;
     }
     if (!root) {
-        strip_near(je.text);
-        hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column,
+                    json_problem(&je));
         return NULL;
     }
     if (!json_is_object(root)) {
