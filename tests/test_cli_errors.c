@@ -52,7 +52,8 @@ static void test_table(void) {
         const char *name = hr_param_name((hr_param)p), *flag = hr_cli_param_flag((hr_param)p),
                    *field = hr_srv_param_field((hr_param)p);
         CHECKF(name[0], "param %d has no name", p);
-        for (int q = 1; q < p; q++) CHECKF(strcmp(name, hr_param_name((hr_param)q)), "params %d and %d: '%s'", q, p, name);
+        for (int q = 1; q < p; q++)
+            CHECKF(strcmp(name, hr_param_name((hr_param)q)), "params %d and %d: '%s'", q, p, name);
         /* a domain name is no front end's spelling */
         CHECKF(name[0] != '-' && !strchr(name, '_'), "param %d's name '%s' looks like a flag or a field", p, name);
         CHECKF(flag || field, "param %d (%s) is named by neither the CLI nor the server", p, name);
@@ -72,9 +73,7 @@ static void test_table(void) {
             hr_error_set_param(&err, HR_ERR_INVALID_ARG, (hr_param)p, "7", "%s 7 is wrong", name);
             hr_srv_error e = {0};
             hr_srv_fail_status(&e, NULL, HR_ERR_INVALID_ARG, &err, "messages", "guided_regex");
-            const char *want = p == HR_PARAM_PROMPT          ? "messages"
-                               : p == HR_PARAM_OUTPUT_FORMAT ? "guided_regex"
-                                                             : field;
+            const char *want = p == HR_PARAM_PROMPT ? "messages" : p == HR_PARAM_OUTPUT_FORMAT ? "guided_regex" : field;
             CHECKF(e.http == 400 && e.param && !strcmp(e.param, want) && strstr(e.msg, "is wrong"),
                    "param %d: http %d param %s, want %s: %s", p, e.http, e.param ? e.param : "-", want, e.msg);
         }

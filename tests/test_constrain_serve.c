@@ -274,8 +274,7 @@ int main(void) {
     /* ---- characters the vocabulary spells in byte tokens (the emoji: four): the stream, decoded as it
        goes, gives the text of the whole answer, every chunk whole characters ---- */
     const char *want = "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80 na\xC3\xAFve \xC3\xBC";
-    const char *head[] = {"{\"prompt\":\"Hi\",",
-                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"},
+    const char *head[] = {"{\"prompt\":\"Hi\",", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"},
                *tail = "\"max_tokens\":64,\"temperature\":0,"
                        "\"guided_choice\":[\"\\u00e9\\u20ac\\ud83d\\ude00 na\\u00efve \\u00fc\"]}";
     for (int r = 0; r < 2; r++) {

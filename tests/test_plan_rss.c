@@ -229,8 +229,7 @@ int main(void) {
     CHECK(hr_test_run_cli(args, &out, &errs) == 2);
     CHECKF(errs && strstr(errs, "leaves nothing for the KV cache") && strstr(errs, "needs a memory limit of ") &&
                strstr(errs, "(memory limit: --mem-limit)"),
-           "%s",
-           errs ? errs : "");
+           "%s", errs ? errs : "");
     free(out);
     free(errs);
     return hr_test_finish();

@@ -46,7 +46,9 @@ static hr_tokenizer *spm(void) {
         type[SB(b)] = 6;
     }
     /* é as one piece; "€a" a piece holding a whole 3-byte character and more */
-    const char *pieces[] = {SP, "a", SP "a", "\xC3\xA9", "\xE2\x82\xAC" "a"};
+    const char *pieces[] = {SP, "a", SP "a", "\xC3\xA9",
+                            "\xE2\x82\xAC"
+                            "a"};
     for (int i = 0; i < S_N - S_SP; i++) tok[S_SP + i] = pieces[i], type[S_SP + i] = 1, score[S_SP + i] = -1.0f;
     hr_gguf_writer *w = hr_gguf_writer_create(3);
     hr_gguf_writer_set_str(w, "general.architecture", "llama");
@@ -138,18 +140,27 @@ static void test_spm_stream(void) {
     /* é as two byte tokens, then as one piece; € as three byte tokens; 😀 as four */
     CHECK(STREAM(t, "\xC3\xA9", SB(0xC3), SB(0xA9)));
     CHECK(STREAM(t, "\xC3\xA9\xC3\xA9", SB(0xC3), SB(0xA9), S_EACUTE));
-    CHECK(STREAM(t, "a\xE2\x82\xAC" " a", S_A, SB(0xE2), SB(0x82), SB(0xAC), S_SPA));
+    CHECK(STREAM(t,
+                 "a\xE2\x82\xAC"
+                 " a",
+                 S_A, SB(0xE2), SB(0x82), SB(0xAC), S_SPA));
     CHECK(STREAM(t, "\xF0\x9F\x98\x80", SB(0xF0), SB(0x9F), SB(0x98), SB(0x80)));
     /* the leading space of the first piece goes (dummy prefix), BOS in front does not change that */
     CHECK(STREAM(t, "a\xF0\x9F\x98\x80", 1, S_SPA, SB(0xF0), SB(0x9F), SB(0x98), SB(0x80)));
     /* a piece holding a whole character after bytes of another */
-    CHECK(STREAM(t, "\xC3\xA9\xE2\x82\xAC" "a", SB(0xC3), SB(0xA9), S_EURO_A));
+    CHECK(STREAM(t,
+                 "\xC3\xA9\xE2\x82\xAC"
+                 "a",
+                 SB(0xC3), SB(0xA9), S_EURO_A));
     /* a character cut by a piece: each byte of the cut sequence is one U+FFFD, then the piece */
     CHECK(STREAM(t, "\xEF\xBF\xBD\xEF\xBF\xBD\xC3\xA9", SB(0xF0), SB(0x9F), S_EACUTE));
     /* cut by the end: held back, then U+FFFD per byte at the flush */
     CHECK(STREAM(t, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", S_A, SB(0xF0), SB(0x9F), SB(0x98)));
     /* never-valid bytes: a stray continuation, an overlong lead, a surrogate, 0xFF */
-    CHECK(STREAM(t, "\xEF\xBF\xBD" "a", SB(0x80), S_A));
+    CHECK(STREAM(t,
+                 "\xEF\xBF\xBD"
+                 "a",
+                 SB(0x80), S_A));
     CHECK(STREAM(t, "\xEF\xBF\xBD\xEF\xBF\xBD", SB(0xC0), SB(0xAF)));
     CHECK(STREAM(t, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", SB(0xED), SB(0xA0), SB(0x80)));
     CHECK(STREAM(t, "\xEF\xBF\xBD", SB(0xFF)));
@@ -194,22 +205,22 @@ static void test_validator(void) {
     } cases[] = {
         {"", 0, 0, true},
         {"abc", 3, 3, true},
-        {"\xC2\x80", 2, 2, true},            /* U+0080, the first 2-byte */
-        {"\xDF\xBF", 2, 2, true},            /* U+07FF */
-        {"\xE0\xA0\x80", 3, 3, true},        /* U+0800 */
-        {"\xED\x9F\xBF", 3, 3, true},        /* U+D7FF, below the surrogates */
-        {"\xEE\x80\x80", 3, 3, true},        /* U+E000, above them */
-        {"\xF0\x90\x80\x80", 4, 4, true},    /* U+10000 */
-        {"\xF4\x8F\xBF\xBF", 4, 4, true},    /* U+10FFFF */
-        {"a\xC0\x80", 3, 1, false},          /* overlong NUL */
-        {"ab\xE0\x9F\xBF", 5, 2, false},     /* overlong 3-byte */
-        {"\xED\xA0\x80", 3, 0, false},       /* U+D800 */
-        {"\xF4\x90\x80\x80", 4, 0, false},   /* past U+10FFFF */
-        {"\xF5\x80\x80\x80", 4, 0, false},   /* no such lead */
-        {"a\x80", 2, 1, false},              /* a stray continuation */
-        {"\xC3\xA9\xE2\x82", 4, 2, false},   /* cut by the end */
-        {"\xE2\x28\xA1", 3, 0, false},       /* a bad continuation */
-        {"a\0b", 3, 3, true},                /* NUL is a character */
+        {"\xC2\x80", 2, 2, true},          /* U+0080, the first 2-byte */
+        {"\xDF\xBF", 2, 2, true},          /* U+07FF */
+        {"\xE0\xA0\x80", 3, 3, true},      /* U+0800 */
+        {"\xED\x9F\xBF", 3, 3, true},      /* U+D7FF, below the surrogates */
+        {"\xEE\x80\x80", 3, 3, true},      /* U+E000, above them */
+        {"\xF0\x90\x80\x80", 4, 4, true},  /* U+10000 */
+        {"\xF4\x8F\xBF\xBF", 4, 4, true},  /* U+10FFFF */
+        {"a\xC0\x80", 3, 1, false},        /* overlong NUL */
+        {"ab\xE0\x9F\xBF", 5, 2, false},   /* overlong 3-byte */
+        {"\xED\xA0\x80", 3, 0, false},     /* U+D800 */
+        {"\xF4\x90\x80\x80", 4, 0, false}, /* past U+10FFFF */
+        {"\xF5\x80\x80\x80", 4, 0, false}, /* no such lead */
+        {"a\x80", 2, 1, false},            /* a stray continuation */
+        {"\xC3\xA9\xE2\x82", 4, 2, false}, /* cut by the end */
+        {"\xE2\x28\xA1", 3, 0, false},     /* a bad continuation */
+        {"a\0b", 3, 3, true},              /* NUL is a character */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t at = 99;

@@ -36,9 +36,7 @@ static const char *const k_flags[HR_PARAM_COUNT] = {
     [HR_PARAM_QUANT_MIX] = "--mix",
 };
 
-const char *hr_cli_param_flag(hr_param param) {
-    return (unsigned)param < HR_PARAM_COUNT ? k_flags[param] : NULL;
-}
+const char *hr_cli_param_flag(hr_param param) { return (unsigned)param < HR_PARAM_COUNT ? k_flags[param] : NULL; }
 
 const char *hr_cli_error_text(const hr_error *err, char *out, size_t cap) {
     if (cap == 0) return out;

@@ -32,36 +32,36 @@ typedef enum hr_status {
 /* What an error is about: a setting or a request value, in the domain's terms. Front ends map each
  * to their own name for it (a flag, a JSON field). Explicit values; only grows at the end. */
 typedef enum hr_param {
-    HR_PARAM_NONE = 0,              /* not one setting (a file, an invariant, memory, ...) */
-    HR_PARAM_KV_BUDGET = 1,         /* bytes for the KV cache */
-    HR_PARAM_MEM_LIMIT = 2,         /* bytes for the whole process */
-    HR_PARAM_CONTEXT = 3,           /* the context length, in tokens */
-    HR_PARAM_CONTEXT_EXTEND = 4,    /* leave to run past the model's trained context */
-    HR_PARAM_MAX_TOKENS = 5,        /* the most tokens a request may generate */
-    HR_PARAM_PROMPT = 6,            /* the prompt (its tokens, text or messages) */
-    HR_PARAM_KV_FORMAT = 7,         /* the K/V storage formats */
-    HR_PARAM_BLOCK_SIZE = 8,        /* tokens per KV block */
-    HR_PARAM_KV_POLICY = 9,         /* the KV retention policy */
-    HR_PARAM_SWAP_SPACE = 10,       /* host bytes for swapped-out KV blocks */
-    HR_PARAM_STEP_LOG = 11,         /* the per-step log file */
-    HR_PARAM_TEMPERATURE = 12,      /* sampling temperature */
-    HR_PARAM_TOP_P = 13,            /* nucleus sampling mass */
-    HR_PARAM_TOP_K = 14,            /* top-k cut */
-    HR_PARAM_MIN_P = 15,            /* min-p cut */
-    HR_PARAM_REPEAT_PENALTY = 16,   /* multiplicative repetition penalty */
-    HR_PARAM_PRESENCE_PENALTY = 17, /* additive presence penalty */
-    HR_PARAM_FREQUENCY_PENALTY = 18,/* additive frequency penalty */
-    HR_PARAM_PENALTY_WINDOW = 19,   /* how many recent tokens the penalties look at */
-    HR_PARAM_LOGIT_BIAS = 20,       /* per-token logit bias */
-    HR_PARAM_STOP = 21,             /* stop strings */
-    HR_PARAM_CHOICES = 22,          /* completions per request */
-    HR_PARAM_TOP_LOGPROBS = 23,     /* alternatives reported per token */
-    HR_PARAM_OUTPUT_FORMAT = 24,    /* a constraint on the output (JSON Schema, regex, grammar, choice) */
-    HR_PARAM_CHAT_TEMPLATE = 25,    /* the chat template */
-    HR_PARAM_MAX_RUNNING = 26,      /* sequences run at once */
-    HR_PARAM_QUEUE = 27,            /* the waiting queue's bound */
-    HR_PARAM_QUANT_MIX = 28,        /* a model's per-tensor quantization mix */
-    HR_PARAM_COUNT                  /* not a parameter: how many codes there are */
+    HR_PARAM_NONE = 0,               /* not one setting (a file, an invariant, memory, ...) */
+    HR_PARAM_KV_BUDGET = 1,          /* bytes for the KV cache */
+    HR_PARAM_MEM_LIMIT = 2,          /* bytes for the whole process */
+    HR_PARAM_CONTEXT = 3,            /* the context length, in tokens */
+    HR_PARAM_CONTEXT_EXTEND = 4,     /* leave to run past the model's trained context */
+    HR_PARAM_MAX_TOKENS = 5,         /* the most tokens a request may generate */
+    HR_PARAM_PROMPT = 6,             /* the prompt (its tokens, text or messages) */
+    HR_PARAM_KV_FORMAT = 7,          /* the K/V storage formats */
+    HR_PARAM_BLOCK_SIZE = 8,         /* tokens per KV block */
+    HR_PARAM_KV_POLICY = 9,          /* the KV retention policy */
+    HR_PARAM_SWAP_SPACE = 10,        /* host bytes for swapped-out KV blocks */
+    HR_PARAM_STEP_LOG = 11,          /* the per-step log file */
+    HR_PARAM_TEMPERATURE = 12,       /* sampling temperature */
+    HR_PARAM_TOP_P = 13,             /* nucleus sampling mass */
+    HR_PARAM_TOP_K = 14,             /* top-k cut */
+    HR_PARAM_MIN_P = 15,             /* min-p cut */
+    HR_PARAM_REPEAT_PENALTY = 16,    /* multiplicative repetition penalty */
+    HR_PARAM_PRESENCE_PENALTY = 17,  /* additive presence penalty */
+    HR_PARAM_FREQUENCY_PENALTY = 18, /* additive frequency penalty */
+    HR_PARAM_PENALTY_WINDOW = 19,    /* how many recent tokens the penalties look at */
+    HR_PARAM_LOGIT_BIAS = 20,        /* per-token logit bias */
+    HR_PARAM_STOP = 21,              /* stop strings */
+    HR_PARAM_CHOICES = 22,           /* completions per request */
+    HR_PARAM_TOP_LOGPROBS = 23,      /* alternatives reported per token */
+    HR_PARAM_OUTPUT_FORMAT = 24,     /* a constraint on the output (JSON Schema, regex, grammar, choice) */
+    HR_PARAM_CHAT_TEMPLATE = 25,     /* the chat template */
+    HR_PARAM_MAX_RUNNING = 26,       /* sequences run at once */
+    HR_PARAM_QUEUE = 27,             /* the waiting queue's bound */
+    HR_PARAM_QUANT_MIX = 28,         /* a model's per-tensor quantization mix */
+    HR_PARAM_COUNT                   /* not a parameter: how many codes there are */
 } hr_param;
 
 #define HR_ERROR_MSG_MAX   512

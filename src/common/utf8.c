@@ -44,7 +44,7 @@ bool hr_utf8_valid(const char *text, size_t len, size_t *bad_at) {
 bool hr_utf8_prefix_ok(const uint8_t *s, size_t n) {
     uint8_t c = s[0];
     if (c < 0xC2 || c > 0xF4) return false; /* ASCII, a continuation byte, an overlong or out-of-range lead */
-    if (n >= 2) {                             /* the second byte's range depends on the lead (RFC 3629) */
+    if (n >= 2) {                           /* the second byte's range depends on the lead (RFC 3629) */
         uint8_t lo = 0x80, hi = 0xBF;
         if (c == 0xE0) lo = 0xA0;
         if (c == 0xED) hi = 0x9F;
@@ -121,4 +121,3 @@ char *hr_utf8_sanitize(const char *text, size_t len, size_t *out_len) {
     *out_len = o;
     return out;
 }
-

@@ -231,12 +231,13 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
     if (need > e->n_blocks) {
         uint64_t bb = hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
         char a[32], b[32];
-        return hr_error_set_params(err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_MAX_TOKENS,
-                            hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b),
-                            "the request needs %lld KV blocks (%s) for %d prompt + %d output tokens but the whole "
-                            "pool holds %d (%s): raise the KV budget or lower max tokens",
-                            (long long)need, hr_format_size((uint64_t)need * bb, a, sizeof a), p->n_prompt,
-                            p->max_tokens, e->n_blocks, hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b));
+        return hr_error_set_params(
+            err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_MAX_TOKENS,
+            hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b),
+            "the request needs %lld KV blocks (%s) for %d prompt + %d output tokens but the whole "
+            "pool holds %d (%s): raise the KV budget or lower max tokens",
+            (long long)need, hr_format_size((uint64_t)need * bb, a, sizeof a), p->n_prompt, p->max_tokens, e->n_blocks,
+            hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b));
     }
     return HR_OK;
 }
@@ -264,8 +265,8 @@ static void drop_unsubmitted(hr_request **r, int n) {
 
 hr_status hr_engine_submit_n(hr_engine *e, const hr_request_params *p, int n, hr_request **out, hr_error *err) {
     if (n < 1 || n > HR_ENGINE_MAX_GROUP)
-        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_CHOICES, NULL, "%d requests in one submission: 1..%d",
-                                  n, HR_ENGINE_MAX_GROUP);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_CHOICES, NULL,
+                                  "%d requests in one submission: 1..%d", n, HR_ENGINE_MAX_GROUP);
     hr_status st = validate(e, p, err);
     if (st != HR_OK) {
         pthread_mutex_lock(&e->mu);

@@ -169,23 +169,24 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
                                           "the memory limit %s leaves nothing for the KV cache: the weights (%s), "
                                           "scratch and the rest already take %s; one sequence of context %d at %s/%s "
                                           "needs a memory limit of %s",
-                                    b1, b2, b3, q->n_ctx, hr_kv_format_name(kc.k_format),
-                                    hr_kv_format_name(kc.v_format), b4);
+                                          b1, b2, b3, q->n_ctx, hr_kv_format_name(kc.k_format),
+                                          hr_kv_format_name(kc.v_format), b4);
             return hr_error_set_params(err, HR_ERR_BUDGET, HR_PARAM_MEM_LIMIT, HR_PARAM_CONTEXT, b1,
                                        "the memory limit %s leaves %s for the KV cache after the weights (%s) and the "
                                        "rest (%s in all); it holds %llu tokens at %s/%s but the context is %d: raise "
                                        "the memory limit to %s, or lower the context length to %llu (the longest that "
                                        "fits)",
-                                b1, b5, b2, b3, (unsigned long long)out->n_tokens, hr_kv_format_name(kc.k_format),
-                                hr_kv_format_name(kc.v_format), q->n_ctx, b4, (unsigned long long)out->n_tokens);
+                                       b1, b5, b2, b3, (unsigned long long)out->n_tokens,
+                                       hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx, b4,
+                                       (unsigned long long)out->n_tokens);
         }
         hr_format_size(out->budget_bytes, b1, sizeof b1);
-        return hr_error_set_params(err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_CONTEXT, b1,
-                            "the KV budget %s holds %llu tokens at %s/%s; the context is %d: raise the KV budget to %s "
-                            "or lower the context length (to %llu at most)",
-                            b1, (unsigned long long)out->n_tokens,
-                            hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx,
-                            hr_format_size(one, b2, sizeof b2), (unsigned long long)out->n_tokens);
+        return hr_error_set_params(
+            err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_CONTEXT, b1,
+            "the KV budget %s holds %llu tokens at %s/%s; the context is %d: raise the KV budget to %s "
+            "or lower the context length (to %llu at most)",
+            b1, (unsigned long long)out->n_tokens, hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format),
+            q->n_ctx, hr_format_size(one, b2, sizeof b2), (unsigned long long)out->n_tokens);
     }
     if (whole && m->mem_limit > 0 && out->total_bytes > m->mem_limit) {
         char b1[32], b2[32];

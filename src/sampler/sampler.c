@@ -107,8 +107,8 @@ hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler 
             hr_sampler_destroy(s);
             char v[32];
             return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_LOGIT_BIAS, num_text(p->bias_ids[i], v),
-                                      "logit bias names token %d, outside the vocabulary [0, %d)",
-                                      (int)p->bias_ids[i], n_vocab);
+                                      "logit bias names token %d, outside the vocabulary [0, %d)", (int)p->bias_ids[i],
+                                      n_vocab);
         }
         s->bias_ids[i] = p->bias_ids[i];
         s->bias_values[i] = p->bias_values[i];
