@@ -46,9 +46,7 @@ static hr_tokenizer *spm(void) {
         type[SB(b)] = 6;
     }
     /* é as one piece; "€a" a piece holding a whole 3-byte character and more */
-    const char *pieces[] = {SP, "a", SP "a", "\xC3\xA9",
-                            "\xE2\x82\xAC"
-                            "a"};
+    const char *pieces[] = {SP, "a", SP "a", "\xC3\xA9", "\xE2\x82\xAC\x61"}; /* \x61: 'a' */
     for (int i = 0; i < S_N - S_SP; i++) tok[S_SP + i] = pieces[i], type[S_SP + i] = 1, score[S_SP + i] = -1.0f;
     hr_gguf_writer *w = hr_gguf_writer_create(3);
     hr_gguf_writer_set_str(w, "general.architecture", "llama");

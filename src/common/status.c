@@ -10,8 +10,8 @@ static void set_value(hr_error *err, const char *value) {
     hr_error_oneline(err->value);
 }
 
-static hr_status vset(hr_error *err, hr_status code, hr_param param, hr_param also, const char *value, const char *fmt,
-                      va_list ap) {
+__attribute__((format(printf, 6, 0))) static hr_status
+vset(hr_error *err, hr_status code, hr_param param, hr_param also, const char *value, const char *fmt, va_list ap) {
     if (!err) return code;
     err->code = code;
     err->param = param;
