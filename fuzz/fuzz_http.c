@@ -75,7 +75,7 @@ static void run_generation(hr_srv_kind kind, json_t *root) {
         hr_error err = {0};
         hr_status st = hr_runtime_submit(g_rt, &rp, &req[i], &err);
         if (st != HR_OK) {
-            hr_srv_fail_status(&e, g_rt, st, err.msg, g.prompt_field);
+            hr_srv_fail_status(&e, g_rt, st, &err, g.prompt_field, g.rp.constraint.field);
             check_error(&e);
             break;
         }
