@@ -52,7 +52,7 @@ static void check_error(const hr_srv_error *e) {
     if (!e->msg[0] || strchr(e->msg, '\n')) die("refusal", "message empty or more than one line");
     char clean[sizeof e->msg];
     hr_srv_redact(e->msg, clean, sizeof clean);
-    if (strchr(clean, '\n') || !hr_srv_utf8_valid(clean, strlen(clean), NULL)) die("refusal", "redacted message");
+    if (strchr(clean, '\n') || !hr_utf8_valid(clean, strlen(clean), NULL)) die("refusal", "redacted message");
     char *body = hr_srv_error_body(e);
     if (!body) die("refusal", "no error body");
     free(body);
@@ -75,7 +75,7 @@ static void run_generation(hr_srv_kind kind, json_t *root) {
         hr_error err = {0};
         hr_status st = hr_runtime_submit(g_rt, &rp, &req[i], &err);
         if (st != HR_OK) {
-            hr_srv_fail_status(&e, g_rt, st, err.msg, g.prompt_field);
+            hr_srv_fail_status(&e, g_rt, st, &err, g.prompt_field, g.rp.constraint.field);
             check_error(&e);
             break;
         }
@@ -129,7 +129,7 @@ static void run_detokenize(json_t *root) {
     char *text = NULL;
     size_t len = 0;
     hr_error err = {0};
-    if (hr_tokenizer_decode(tok, ids, n, false, &text, &len, &err) == HR_OK && !hr_srv_utf8_valid(text, len, NULL))
+    if (hr_tokenizer_decode(tok, ids, n, false, &text, &len, &err) == HR_OK && !hr_utf8_valid(text, len, NULL))
         die("detokenize", "decoded text is not valid UTF-8");
     free(text);
     free(ids);

@@ -178,16 +178,18 @@ static void run_model(hr_runtime *rt, const char *label) {
           re_full("^(ab)*a?$", ra.text, ra.text_len));
     hr_rt_request_release(rt, a);
 
-    /* refusals at submit, naming the field */
+    /* refusals at submit, about the output format (the code; the front end names its field) */
     hr_rt_request_params p = {.prompt = "Hi", .max_tokens = 4, .sampling = hr_sampler_default_params()};
     p.constraint = (hr_rt_constraint){
         .kind = HR_CONS_JSON_SCHEMA, .src = "{\"type\":\"object\",\"patternProperties\":{}}", .field = "guided_json"};
     p.constraint.len = strlen(p.constraint.src);
     hr_rt_request *r = NULL;
     CHECK(hr_runtime_submit(rt, &p, &r, &err) == HR_ERR_INVALID_ARG && r == NULL &&
-          !strncmp(err.msg, "guided_json: ", 13) && strstr(err.msg, "'patternProperties'"));
+          !strncmp(err.msg, "output format: ", 15) && strstr(err.msg, "'patternProperties'") &&
+          err.param == HR_PARAM_OUTPUT_FORMAT && !strstr(err.msg, "guided_json"));
     p.constraint = (hr_rt_constraint){.kind = HR_CONS_REGEX, .src = "a{99999}", .len = 8, .field = "guided_regex"};
-    CHECK(hr_runtime_submit(rt, &p, &r, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "bound on repetitions"));
+    CHECK(hr_runtime_submit(rt, &p, &r, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "bound on repetitions") &&
+          err.param == HR_PARAM_OUTPUT_FORMAT);
 }
 
 static hr_runtime *open_rt(const char *path, const hr_model *m) {

@@ -3,11 +3,13 @@
  * whose message gives the reason (a schema keyword not supported, a schema that does not compile, an
  * invalid regex, a grammar with an undefined rule, a bound passed, malformed shapes, two constraints
  * at once); a grammar that cannot finish within max_tokens ends "length". The repo's stories260K-q8_0
- * serves. Every wait is bounded (libcurl's timeout). */
+ * serves. A streamed answer whose characters are split across byte tokens is the whole answer, chunk
+ * by chunk. Every wait is bounded (libcurl's timeout). */
 #include <curl/curl.h>
 #include <jansson.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "constrain/constrain.h"
 #include "harness.h"
 #include "runtime/runtime.h"
@@ -49,6 +51,47 @@ static long post(int port, const char *route, const char *json, json_t **out) {
     *out = b.s ? json_loads(b.s, 0, NULL) : NULL;
     free(b.s);
     return status;
+}
+
+/* POSTs a streaming request; the text of choice 0's chunks joined into out[cap]. False when the
+ * status is not 200, a chunk's text is not valid UTF-8 (a character split between chunks), or the
+ * stream does not end with [DONE]. */
+static bool stream_text(int port, const char *route, const char *json, char *out, size_t cap) {
+    CURL *c = curl_easy_init();
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, route);
+    body b = {0};
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    long status = 0;
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    bool ok = status == 200 && b.s, done = false;
+    size_t o = 0;
+    out[0] = 0;
+    for (char *line = ok ? strtok(b.s, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: ", 6)) continue;
+        if (!strcmp(line + 6, "[DONE]")) {
+            done = true;
+            continue;
+        }
+        json_t *ev = json_loads(line + 6, 0, NULL), *c0 = json_array_get(json_object_get(ev, "choices"), 0);
+        json_t *t = json_object_get(c0, "text");
+        if (!t) t = json_object_get(json_object_get(c0, "delta"), "content");
+        const char *s = json_string_value(t);
+        size_t n = s ? json_string_length(t) : 0;
+        ok = ok && ev && hr_utf8_valid(s ? s : "", n, NULL) && o + n < cap;
+        if (ok && n) memcpy(out + o, s, n), o += n, out[o] = 0;
+        json_decref(ev);
+    }
+    free(b.s);
+    return ok && done;
 }
 
 /* A 400 naming param, whose message holds `reason`. */
@@ -227,6 +270,22 @@ int main(void) {
     bad(port, C, "{\"prompt\":\"Hi\",\"guided_regex\":\"a\",\"guided_choice\":[\"a\"]}", "guided_choice", "give one");
     bad(port, C, "{\"prompt\":\"Hi\",\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}}", "guided_json",
         "give one");
+
+    /* ---- characters the vocabulary spells in byte tokens (the emoji: four): the stream, decoded as it
+       goes, gives the text of the whole answer, every chunk whole characters ---- */
+    const char *want = "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80 na\xC3\xAFve \xC3\xBC";
+    const char *head[] = {"{\"prompt\":\"Hi\",", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"},
+               *tail = "\"max_tokens\":64,\"temperature\":0,"
+                       "\"guided_choice\":[\"\\u00e9\\u20ac\\ud83d\\ude00 na\\u00efve \\u00fc\"]}";
+    for (int r = 0; r < 2; r++) {
+        char req[512], streamed[512];
+        snprintf(req, sizeof req, "%s%s", head[r], tail);
+        good(port, r ? CH : C, req, "stop", text, sizeof text);
+        CHECKF(!strcmp(text, want), "whole: '%s'", text);
+        snprintf(req, sizeof req, "%s\"stream\":true,\"logprobs\":%s,%s", head[r], r ? "true" : "2", tail);
+        CHECKF(stream_text(port, r ? CH : C, req, streamed, sizeof streamed) && !strcmp(streamed, want),
+               "streamed: '%s', whole '%s'", streamed, text);
+    }
 
     hr_server_destroy(srv);
     hr_runtime_close(rt);

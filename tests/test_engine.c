@@ -284,9 +284,11 @@ static void test_refusals(const hr_model *m) {
     CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "vocabulary") && !h);
     p.prompt = good, p.n_prompt = plen[1];
     p.max_tokens = 0;
-    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "max_tokens") && !h);
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "max tokens") && !h &&
+          err.param == HR_PARAM_MAX_TOKENS);
     p.max_tokens = -3;
-    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "max_tokens") && !h);
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "max tokens") && !h &&
+          err.param == HR_PARAM_MAX_TOKENS);
     p.max_tokens = 4;
     p.sampling.temperature = NAN;
     CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "temperature") && !h);
@@ -294,7 +296,8 @@ static void test_refusals(const hr_model *m) {
     CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "temperature") && !h);
     p.sampling = hr_sampler_default_params();
     p.sampling.top_p = 0;
-    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top_p") && !h);
+    CHECK(hr_engine_submit(r.e, &p, &h, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top-p") && !h &&
+          err.param == HR_PARAM_TOP_P && !strcmp(err.value, "0"));
     p.sampling = hr_sampler_default_params();
     const char *stops[1] = {""};
     p.stop = stops, p.n_stop = 1;
@@ -608,7 +611,8 @@ static void test_step_executor(void) {
     hr_request_params bad = {.prompt = prompt[0], .n_prompt = 20, .max_tokens = 2, .top_logprobs = 3};
     bad.sampling = hr_sampler_default_params();
     hr_request *hb = NULL;
-    CHECK(hr_engine_submit(e, &bad, &hb, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top_logprobs") && !hb);
+    CHECK(hr_engine_submit(e, &bad, &hb, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top logprobs") && !hb &&
+          err.param == HR_PARAM_TOP_LOGPROBS);
     bad.logprobs = true;
     bad.top_logprobs = 21;
     CHECK(hr_engine_submit(e, &bad, &hb, &err) == HR_ERR_INVALID_ARG && !hb);

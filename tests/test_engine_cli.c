@@ -119,8 +119,9 @@ int main(void) {
              "run -m %s -n 300 --ctx 512 --kv-budget 40KiB --temp 0 --json -p 'Once upon a time' -p 'The dog'", model);
     CHECK(run(args) == 2);
     char *berr = slurp(err_path);
-    CHECKF(berr && strstr(berr, "--kv-budget 40.0 KiB holds ") && strstr(berr, "the context is 512") &&
-               strstr(berr, "raise --kv-budget to "),
+    CHECKF(berr && strstr(berr, "the KV budget 40.0 KiB holds ") && strstr(berr, "the context is 512") &&
+               strstr(berr, "raise the KV budget to ") &&
+               strstr(berr, "(KV budget: --kv-budget; context length: --ctx)"),
            "%s", berr ? berr : "");
     free(berr);
     /* a prompt longer than the context next to one that fits: reported with its reason, the other

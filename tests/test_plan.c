@@ -122,12 +122,14 @@ static void test_mem_limit(void) {
     /* a limit below weights + one sequence: the error says what would fit */
     q.mem.mem_limit = b.total_bytes - b.budget_bytes + 64ull * 16 * 22528; /* half a context */
     CHECK(hr_kv_budget_compute(&q, &c, &err) == HR_ERR_BUDGET);
-    CHECKF(strstr(err.msg, "--mem-limit") && strstr(err.msg, "the longest that fits"), "%s", err.msg);
+    CHECKF(strstr(err.msg, "the memory limit ") && strstr(err.msg, "the longest that fits"), "%s", err.msg);
+    CHECK(err.param == HR_PARAM_MEM_LIMIT && err.also == HR_PARAM_CONTEXT && err.value[0]);
     CHECK(c.n_blocks >= 60 && c.n_blocks < 128);
     /* an explicit budget over the limit */
     q.kv.budget_bytes = b.budget_bytes;
     q.mem.mem_limit = b.total_bytes - 1;
-    CHECK(hr_kv_budget_compute(&q, &c, &err) == HR_ERR_BUDGET && strstr(err.msg, "over --mem-limit"));
+    CHECK(hr_kv_budget_compute(&q, &c, &err) == HR_ERR_BUDGET && strstr(err.msg, "over the memory limit"));
+    CHECK(err.param == HR_PARAM_KV_BUDGET && err.also == HR_PARAM_MEM_LIMIT);
 }
 
 static void expect_config_error(const char *text, hr_status want, const char *needle) {

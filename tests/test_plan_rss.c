@@ -227,8 +227,9 @@ int main(void) {
     char args[1024], *out = NULL, *errs = NULL;
     snprintf(args, sizeof args, "serve -m %s --port 0 --ctx %d --mem-limit 100MiB", model, CTX);
     CHECK(hr_test_run_cli(args, &out, &errs) == 2);
-    CHECKF(errs && strstr(errs, "leaves nothing for the KV cache") && strstr(errs, "needs --mem-limit"), "%s",
-           errs ? errs : "");
+    CHECKF(errs && strstr(errs, "leaves nothing for the KV cache") && strstr(errs, "needs a memory limit of ") &&
+               strstr(errs, "(memory limit: --mem-limit)"),
+           "%s", errs ? errs : "");
     free(out);
     free(errs);
     return hr_test_finish();

@@ -34,7 +34,10 @@ static void test_budget_arithmetic(void) {
     CHECK(hr_kv_budget_compute(&q, &b, &err) == HR_OK && b.n_blocks == 10 && b.n_seqs_at_ctx == 1);
     /* too small for one context: refused, saying what would do */
     q.kv.budget_bytes = 6 * 16384;
-    CHECK(hr_kv_budget_compute(&q, &b, &err) == HR_ERR_BUDGET && strstr(err.msg, "raise --kv-budget"));
+    CHECK(hr_kv_budget_compute(&q, &b, &err) == HR_ERR_BUDGET && strstr(err.msg, "raise the KV budget to "));
+    /* about the KV budget, the context length the other remedy; the runtime names no flag */
+    CHECK(err.param == HR_PARAM_KV_BUDGET && err.also == HR_PARAM_CONTEXT && !strcmp(err.value, "96.0 KiB"));
+    CHECKF(!strstr(err.msg, "--"), "%s", err.msg);
     CHECK(b.n_blocks == 6);
     /* q4 takes tail buffers first: ceil(512 / 16) + 4 + 1 of them, 2 * 2 * 2 * 16 * 64 * 2 bytes each */
     q.kv.budget_bytes = 0;
@@ -46,7 +49,8 @@ static void test_budget_arithmetic(void) {
     q.kv.head_dim = 12;
     q.kv.k_format = q.kv.v_format = HR_KV_Q4H;
     CHECK(hr_kv_budget_compute(&q, &b, &err) == HR_ERR_INVALID_ARG);
-    CHECKF(strstr(err.msg, "q4h") && strstr(err.msg, "--block-size 16"), "%s", err.msg);
+    CHECKF(strstr(err.msg, "KV format q4h with block size 16") && !strstr(err.msg, "--"), "%s", err.msg);
+    CHECK(err.param == HR_PARAM_KV_FORMAT && err.also == HR_PARAM_BLOCK_SIZE && !strcmp(err.value, "q4h"));
 }
 
 #define CTX 160 /* the demo model's context in this test (its chat rendering alone is ~76 tokens) */
@@ -113,11 +117,12 @@ static void test_demo(void) {
     int n_chat = 0;
     hr_rt_request_prompt(c, &n_chat);
     CHECK(n_chat > 2);
-    /* a window policy per request; a bad one is refused naming the field */
+    /* a window policy per request; a bad one is refused, about the KV policy (its code and value) */
     hr_rt_request_params wp = ip;
     wp.kv_policy = "window:0";
     hr_rt_request *w = NULL;
-    CHECK(hr_runtime_submit(rt, &wp, &w, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "kv_policy") && !w);
+    CHECK(hr_runtime_submit(rt, &wp, &w, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "KV policy") && !w &&
+          err.param == HR_PARAM_KV_POLICY && !strcmp(err.value, "window:0"));
     wp.kv_policy = "window:16";
     wp.max_tokens = CTX + 40; /* past the context: allowed with a window */
     CHECKF(hr_runtime_submit(rt, &wp, &w, &err) == HR_OK, "%s", err.msg);

@@ -62,10 +62,12 @@ int main(void) {
         hr_error err = {0};
         hr_sampler *none = NULL;
         ids[1] = 6; /* outside the vocabulary of 6 */
-        CHECK(hr_sampler_create(&q, 6, &none, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "logit_bias") && !none);
+        CHECK(hr_sampler_create(&q, 6, &none, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "logit bias") && !none &&
+              err.param == HR_PARAM_LOGIT_BIAS);
         ids[1] = 5;
         vals[1] = 100.5f;
-        CHECK(hr_sampler_create(&q, 6, &none, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "logit_bias") && !none);
+        CHECK(hr_sampler_create(&q, 6, &none, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "logit bias") && !none &&
+              err.param == HR_PARAM_LOGIT_BIAS);
     }
 
     /* seeded sampling is reproducible; different seeds give a different sequence */
@@ -183,7 +185,8 @@ int main(void) {
     hr_error err;
     p = hr_sampler_default_params();
     p.top_p = 0.0f;
-    CHECK(hr_sampler_params_check(&p, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top_p"));
+    CHECK(hr_sampler_params_check(&p, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "top-p") &&
+          err.param == HR_PARAM_TOP_P && !strcmp(err.value, "0"));
     p = hr_sampler_default_params();
     p.temperature = NAN;
     CHECK(hr_sampler_params_check(&p, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "temperature"));

@@ -169,9 +169,16 @@ static void test_hostile(void) {
     hr_srv_redact("'a", out, 4);
     CHECK(strlen(out) < 4);
 
-    /* out of memory for a request's buffers: 503 naming max_tokens, never 500 */
-    hr_srv_fail_status(&e, NULL, HR_ERR_NOMEM, "out of memory creating a request", "prompt");
+    /* out of memory for a request's buffers: 503 naming max_tokens (from the error's code, as the engine
+       sets it), never 500; without that code no field, whatever the text says */
+    hr_error oom = {0};
+    hr_error_set_param(&oom, HR_ERR_NOMEM, HR_PARAM_MAX_TOKENS, NULL, "out of memory creating a request");
+    hr_srv_fail_status(&e, NULL, HR_ERR_NOMEM, &oom, "prompt", NULL);
     CHECK(e.http == 503 && !strcmp(e.code, "out_of_memory") && !strcmp(e.param, "max_tokens"));
+    hr_error_set(&oom, HR_ERR_NOMEM, "out of memory creating a request");
+    memset(&e, 0, sizeof e);
+    hr_srv_fail_status(&e, NULL, HR_ERR_NOMEM, &oom, "prompt", NULL);
+    CHECK(e.http == 503 && e.param == NULL);
 
     /* scopes */
     uint64_t none = hr_srv_cache_scope(NULL, NULL, 0), k0 = hr_srv_cache_scope("key-a", NULL, 0),

@@ -23,6 +23,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/errors.h"
 #include "cli/options.h"
 #include "common/util.h"
 #include "model/model.h"
@@ -87,7 +88,7 @@ typedef struct arm {
     double nll, kl;
     long agree, n;
     uint64_t bytes_per_token_x1000;
-    char error[HR_ERROR_MSG_MAX];
+    char error[HR_CLI_ERROR_MAX];
 } arm;
 
 /* An arm's pool and forward context come from the runtime (the one composition root): one sequence of
@@ -299,7 +300,7 @@ int hr_cmd_eval(int argc, char **argv) {
     hr_model *m = NULL;
     hr_tokenizer *tok = NULL;
     if (hr_model_load(model_path, &m, &err) || hr_tokenizer_load(hr_model_gguf(m), &tok, &err)) {
-        fprintf(stderr, "headroom eval: %s\n", err.msg);
+        fprintf(stderr, "headroom eval: %s\n", HR_CLI_ERROR(&err));
         hr_model_destroy(m);
         return HR_EXIT_FAIL;
     }
@@ -366,11 +367,11 @@ int hr_cmd_eval(int argc, char **argv) {
         if (ost == HR_OK) continue;
         bool usage_fault = ost != HR_ERR_NOMEM && ost != HR_ERR_IO && ost != HR_ERR_INTERNAL;
         if (i == 0 || (listed && usage_fault)) {
-            fprintf(stderr, "headroom eval: %s\n", err.msg);
+            fprintf(stderr, "headroom eval: %s\n", HR_CLI_ERROR(&err));
             if (usage_fault) rc = HR_EXIT_USAGE;
             goto done;
         }
-        snprintf(arms[i].error, sizeof arms[i].error, "%s", err.msg);
+        snprintf(arms[i].error, sizeof arms[i].error, "%s", HR_CLI_ERROR(&err));
     }
     progress prog = {
         .tty = isatty(2), .quiet = quiet || (json && isatty(2)), .n_chunks = n_chunks, .n_arms = n_arms + 1};
@@ -382,7 +383,7 @@ int hr_cmd_eval(int argc, char **argv) {
         memcpy(chunk, toks + (size_t)c * n_ctx, sizeof(int32_t) * n_ctx);
         if (bos >= 0) chunk[0] = bos;
         if (arm_forward(&arms[0], chunk, n_ctx, ref_logits, pos, seqs, want, &err)) {
-            fprintf(stderr, "headroom eval: %s\n", err.msg);
+            fprintf(stderr, "headroom eval: %s\n", HR_CLI_ERROR(&err));
             free(chunk);
             goto done;
         }
@@ -396,7 +397,7 @@ int hr_cmd_eval(int argc, char **argv) {
             arm *a = &arms[i];
             if (a->error[0]) continue;
             if (arm_forward(a, chunk, n_ctx, logits, pos, seqs, want, &err)) {
-                snprintf(a->error, sizeof a->error, "%s", err.msg);
+                snprintf(a->error, sizeof a->error, "%s", HR_CLI_ERROR(&err));
                 progress_note(&prog, c, i, a->f.label);
                 continue;
             }

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/errors.h"
 #include "cli/options.h"
 #include "common/util.h"
 #include "plan/plan.h"
@@ -282,7 +283,7 @@ static int run_traffic(const plan_opts *o, const hr_plan_model *m, const hr_plan
     else /* this machine without a saved calibration: measure now (a few seconds) */
         st = hr_cost_calibrate(m->from_config ? m->weight_type : "q4_0", pl->p.n_threads, &cost, &err);
     if (st) {
-        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        fprintf(stderr, "headroom plan: %s\n", HR_CLI_ERROR(&err));
         hr_traffic_free(&t);
         return HR_EXIT_FAIL;
     }
@@ -375,18 +376,18 @@ int hr_cmd_plan(int argc, char **argv) {
     hr_plan_device dev;
     hr_status st = open_device(&o, &dev, &err);
     if (st) {
-        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        fprintf(stderr, "headroom plan: %s\n", HR_CLI_ERROR(&err));
         return st == HR_ERR_NOT_FOUND ? HR_EXIT_USAGE : HR_EXIT_FAIL;
     }
     hr_plan_model m;
     if ((st = hr_plan_model_open(o.model, o.weight_type, &m, &err))) {
-        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        fprintf(stderr, "headroom plan: %s\n", HR_CLI_ERROR(&err));
         return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
     }
     hr_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return HR_EXIT_FAIL;
     if ((st = hr_plan_compute(&m, &dev, &o.p, pl, &err))) {
-        fprintf(stderr, "headroom plan: %s\n", err.msg);
+        fprintf(stderr, "headroom plan: %s\n", HR_CLI_ERROR(&err));
         free(pl);
         return HR_EXIT_USAGE;
     }

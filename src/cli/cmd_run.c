@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/errors.h"
 #include "cli/options.h"
 #include "cli/session.h"
 #include "common/util.h"
@@ -153,7 +154,7 @@ int hr_cmd_run(int argc, char **argv) {
     hr_session *s = NULL;
     bool bad_option = false;
     if (hr_session_open(&o, &s, &bad_option, &err) != HR_OK) {
-        fprintf(stderr, "headroom run: %s\n", err.msg);
+        fprintf(stderr, "headroom run: %s\n", HR_CLI_ERROR(&err));
         rc = bad_option ? HR_EXIT_USAGE : HR_EXIT_FAIL;
         goto out;
     }
@@ -176,7 +177,7 @@ int hr_cmd_run(int argc, char **argv) {
     hr_status st = hr_session_generate_many(s, pl.v, pl.n, json || pl.n > 1 ? NULL : stdout, g, &err);
     double seconds = hr_time_now() - t0;
     if (st != HR_OK) {
-        fprintf(stderr, "headroom run: %s\n", err.msg);
+        fprintf(stderr, "headroom run: %s\n", HR_CLI_ERROR(&err));
     } else if (pl.n > 1) {
         rc = print_many(s, g, pl.n, seconds, json) ? HR_EXIT_FAIL : HR_EXIT_OK;
     } else if (json) {

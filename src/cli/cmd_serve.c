@@ -12,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/errors.h"
 #include "cli/options.h"
 #include "cli/serve_cluster.h"
 #include "cli/session.h"
@@ -119,7 +120,7 @@ static int serve(int argc, char **argv, char **keys_out) {
         return HR_EXIT_USAGE;
     hr_error err = {0};
     if (hr_sampler_params_check(&o.sampling, &err) != HR_OK) {
-        fprintf(stderr, "headroom serve: %s\n", err.msg);
+        fprintf(stderr, "headroom serve: %s\n", HR_CLI_ERROR(&err));
         return HR_EXIT_USAGE;
     }
     sp.sampling = o.sampling;
@@ -148,7 +149,7 @@ static int serve(int argc, char **argv, char **keys_out) {
     hr_server *srv = NULL;
     hr_status st = hr_server_create(NULL, &sp, &srv, &err);
     if (st != HR_OK) {
-        fprintf(stderr, "headroom serve: %s\n", err.msg);
+        fprintf(stderr, "headroom serve: %s\n", HR_CLI_ERROR(&err));
         return st == HR_ERR_INVALID_ARG ? HR_EXIT_USAGE : HR_EXIT_FAIL;
     }
     hr_runtime_params rp = hr_session_runtime_params(&o, o.rt.kv_seqs);
@@ -159,7 +160,7 @@ static int serve(int argc, char **argv, char **keys_out) {
     hr_serve_cluster *cl = st == HR_OK ? hr_serve_cluster_start(&cluster, rt) : NULL;
     if (st == HR_OK && (st = hr_runtime_start(rt, &err)) != HR_OK) bad_option = false;
     if (st != HR_OK) {
-        fprintf(stderr, "headroom serve: %s\n", err.msg);
+        fprintf(stderr, "headroom serve: %s\n", HR_CLI_ERROR(&err));
         hr_server_destroy(srv);
         hr_serve_cluster_stop(cl, rt);
         hr_runtime_close(rt);

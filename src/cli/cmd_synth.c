@@ -4,6 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/errors.h"
 #include "common/util.h"
 #include "model/synth.h"
 
@@ -74,7 +75,7 @@ int hr_cmd_synth(int argc, char **argv) {
     hr_error err = {0};
     hr_synth_shape shape;
     if (hr_synth_shape_by_name(shape_name, &shape, &err)) {
-        fprintf(stderr, "headroom synth: %s\n", err.msg);
+        fprintf(stderr, "headroom synth: %s\n", HR_CLI_ERROR(&err));
         return HR_EXIT_USAGE;
     }
     if (n_layers > shape.n_layer) {
@@ -86,7 +87,7 @@ int hr_cmd_synth(int argc, char **argv) {
     hr_dtype type = HR_DTYPE_F32;
     hr_synth_mix mix = HR_SYNTH_PURE;
     if (mix_name && hr_synth_mix_by_name(mix_name, &mix, &err)) {
-        fprintf(stderr, "headroom synth: %s\n", err.msg);
+        fprintf(stderr, "headroom synth: %s\n", HR_CLI_ERROR(&err));
         return HR_EXIT_USAGE;
     }
     if (type_name && !parse_type(type_name, &type)) {
@@ -97,7 +98,7 @@ int hr_cmd_synth(int argc, char **argv) {
     hr_gguf_writer *w = NULL;
     if ((mix_name ? hr_synth_build_mix(&shape, mix, seed, &w, &err) : hr_synth_build(&shape, type, seed, &w, &err)) ||
         hr_gguf_writer_write_file(w, path, &err)) {
-        fprintf(stderr, "headroom synth: %s\n", err.msg);
+        fprintf(stderr, "headroom synth: %s\n", HR_CLI_ERROR(&err));
         hr_gguf_writer_destroy(w);
         return HR_EXIT_FAIL;
     }

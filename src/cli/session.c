@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/errors.h"
 #include "common/util.h"
 #include "tokenizer/chat.h"
 
@@ -104,7 +105,7 @@ static void submit_one(hr_session *s, int i, const char *prompt, hr_generation *
     }
     g->status = st;
     g->finish_reason = st == HR_OK ? "length" : "error";
-    if (st != HR_OK) snprintf(g->error, sizeof g->error, "%s", e.msg);
+    if (st != HR_OK) snprintf(g->error, sizeof g->error, "%s", HR_CLI_ERROR(&e));
 }
 
 /* Copies a final request's output and figures into g. */

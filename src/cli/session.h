@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli/errors.h"
 #include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
@@ -63,7 +64,7 @@ int hr_session_n_ctx(const hr_session *s); /* the context in use (--ctx, or the 
 
 typedef struct hr_generation {
     hr_status status; /* HR_OK, or why this prompt was refused or failed (error holds the message) */
-    char error[HR_ERROR_MSG_MAX];
+    char error[HR_CLI_ERROR_MAX];
     int32_t *prompt_ids;
     int n_prompt;
     int32_t *ids; /* completion ids */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "common/util.h"
 #include "constrain/constrain_internal.h"
 
@@ -244,22 +245,6 @@ static int32_t byte_range_elem(builder *b, unsigned lo, unsigned hi) {
     return class_elem(b, bits);
 }
 
-static int utf8_put(uint32_t cp, uint8_t *o) {
-    if (cp < 0x80) return o[0] = (uint8_t)cp, 1;
-    if (cp < 0x800) return o[0] = (uint8_t)(0xC0 | (cp >> 6)), o[1] = (uint8_t)(0x80 | (cp & 0x3F)), 2;
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (cp >> 12));
-        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | (cp >> 18));
-    o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 static int utf8_len_of(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
 /* Adds to rule `r` one alternative per byte-range sequence spelling [lo, hi] (same encoded length):
@@ -274,8 +259,8 @@ static bool utf8_split(builder *b, int r, uint32_t lo, uint32_t hi) {
         }
     }
     uint8_t a[4], z[4];
-    utf8_put(lo, a);
-    utf8_put(hi, z);
+    hr_utf8_encode(lo, (char *)a);
+    hr_utf8_encode(hi, (char *)z);
     ivec *alt = new_alt(b, r);
     if (!alt) return false;
     for (int k = 0; k < n; k++) {
@@ -384,20 +369,12 @@ static bool is_name_char(int c) {
 
 /* One UTF-8 code point of the source (a malformed byte is an error). */
 static bool read_cp(builder *b, uint32_t *cp) {
-    const uint8_t *u = (const uint8_t *)b->s + b->i;
     size_t left = b->n - b->i;
     if (left == 0) return fail(b, HR_ERR_INVALID_ARG, "unexpected end of input");
-    int len = u[0] < 0x80 ? 1 : (u[0] & 0xE0) == 0xC0 ? 2 : (u[0] & 0xF0) == 0xE0 ? 3 : (u[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || (size_t)len > left) return fail(b, HR_ERR_INVALID_ARG, "malformed UTF-8 in the source");
-    uint32_t c = len == 1 ? u[0] : u[0] & (0x7Fu >> len);
-    for (int k = 1; k < len; k++) {
-        if ((u[k] & 0xC0) != 0x80) return fail(b, HR_ERR_INVALID_ARG, "malformed UTF-8 in the source");
-        c = (c << 6) | (u[k] & 0x3Fu);
-    }
-    if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF) || utf8_len_of(c) != len)
-        return fail(b, HR_ERR_INVALID_ARG, "malformed UTF-8 in the source");
+    int len = hr_utf8_len((const uint8_t *)b->s + b->i, left);
+    if (len == 0) return fail(b, HR_ERR_INVALID_ARG, "malformed UTF-8 in the source");
+    *cp = hr_utf8_decode(b->s + b->i, &len);
     b->i += (size_t)len;
-    *cp = c;
     return true;
 }
 

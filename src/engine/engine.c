@@ -73,8 +73,9 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     if (p.prefill_chunk <= 0) p.prefill_chunk = p.max_batch_tokens;
     if (p.predict_percentile <= 0 || p.predict_percentile > 1) p.predict_percentile = 0.9f;
     if (p.max_running > kc->max_seqs)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: max_running %d exceeds the KV pool's %d sequence slots",
-                            p.max_running, kc->max_seqs);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_MAX_RUNNING, NULL,
+                                  "engine: %d running sequences exceed the KV pool's %d sequence slots", p.max_running,
+                                  kc->max_seqs);
     if ((unsigned)p.admission > 2 || (unsigned)p.preempt > 2 || (unsigned)p.layout > 1)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "engine: unknown admission, preemption or layout value");
     int n_stage = hr_kv_pool_n_stage(p.kv);
@@ -88,10 +89,10 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     int n_blocks = hr_kv_pool_n_blocks(p.kv);
     int ctx_blocks = (p.n_ctx + kc->block_size - 1) / kc->block_size;
     if (p.layout == HR_LAYOUT_CONTIGUOUS && ctx_blocks > n_blocks)
-        return hr_error_set(err, HR_ERR_BUDGET,
-                            "engine: a contiguous slot needs %d blocks (context %d) but the KV pool has %d: raise "
-                            "--kv-budget or lower --ctx",
-                            ctx_blocks, p.n_ctx, n_blocks);
+        return hr_error_set_params(err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_CONTEXT, NULL,
+                                   "engine: a contiguous slot needs %d blocks (context %d) but the KV pool has %d: "
+                                   "raise the KV budget or lower the context length",
+                                   ctx_blocks, p.n_ctx, n_blocks);
     hr_engine *e = calloc(1, sizeof *e);
     if (!e) return hr_error_set(err, HR_ERR_NOMEM, "engine: out of memory");
     e->p = p;
@@ -173,50 +174,70 @@ void hr_engine_destroy(hr_engine *e) {
 
 /* ---- submit / cancel --------------------------------------------------------------------------- */
 
+/* An integer as an error's offending value (hr_error.value). */
+static const char *int_text(long long x, char v[32]) {
+    snprintf(v, 32, "%lld", x);
+    return v;
+}
+
 static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *err) {
     if (!p->prompt || p->n_prompt < 1)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty (at least one token is needed)");
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, NULL,
+                                  "the prompt is empty (at least one token is needed)");
+    char v[32];
     if (p->max_tokens < 1)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "max_tokens is %d: at least 1 is needed", p->max_tokens);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_MAX_TOKENS, int_text(p->max_tokens, v),
+                                  "max tokens is %d: at least 1 is needed", p->max_tokens);
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)
-            return hr_error_set(err, HR_ERR_INVALID_ARG, "prompt token %d is %d, outside the vocabulary [0, %d)", i,
-                                (int)p->prompt[i], e->n_vocab);
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, int_text(p->prompt[i], v),
+                                      "prompt token %d is %d, outside the vocabulary [0, %d)", i, (int)p->prompt[i],
+                                      e->n_vocab);
     if (p->n_stop < 0 || p->n_stop > HR_ENGINE_MAX_STOP || (p->n_stop > 0 && (!p->stop || !e->p.tok)))
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "stop strings: at most %d, and only with a tokenizer",
-                            HR_ENGINE_MAX_STOP);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_STOP, int_text(p->n_stop, v),
+                                  "stop strings: at most %d, and only with a tokenizer", HR_ENGINE_MAX_STOP);
     for (int i = 0; i < p->n_stop; i++)
-        if (!p->stop[i] || !p->stop[i][0]) return hr_error_set(err, HR_ERR_INVALID_ARG, "stop string %d is empty", i);
+        if (!p->stop[i] || !p->stop[i][0])
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_STOP, "", "stop string %d is empty", i);
     if (p->top_logprobs < 0 || p->top_logprobs > HR_ENGINE_MAX_TOP_LOGPROBS || (p->top_logprobs && !p->logprobs))
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "top_logprobs is %d: 0..%d, and only with logprobs",
-                            p->top_logprobs, HR_ENGINE_MAX_TOP_LOGPROBS);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_TOP_LOGPROBS, int_text(p->top_logprobs, v),
+                                  "top logprobs is %d: 0..%d, and only with logprobs", p->top_logprobs,
+                                  HR_ENGINE_MAX_TOP_LOGPROBS);
     if (p->grammar && !e->p.tok)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "constrained decoding needs the tokenizer (token bytes)");
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_OUTPUT_FORMAT, NULL,
+                                  "constrained decoding needs the tokenizer (token bytes)");
     hr_status st = hr_sampler_params_check(&p->sampling, err);
     if (st != HR_OK) return st;
-    if (p->kv_policy && (st = hr_kv_policy_check(e->p.kv, p->kv_policy, err)) != HR_OK) return st;
+    if (p->kv_policy && (st = hr_kv_policy_check(e->p.kv, p->kv_policy, err)) != HR_OK) {
+        hr_error_about(err, HR_PARAM_KV_POLICY, NULL); /* the request's policy, which the pool refuses */
+        return st;
+    }
     /* a window or sinks policy bounds what the cache keeps, so such a request may run past n_ctx (its
      * prompt must still fit); every other request lives within n_ctx */
     int span = p->kv_policy ? hr_kv_policy_span(p->kv_policy) : 0;
     if (span > 0 && p->n_prompt > e->p.n_ctx)
-        return hr_error_set(err, HR_ERR_RANGE, "the prompt has %d tokens: beyond the context of %d tokens", p->n_prompt,
-                            e->p.n_ctx);
+        return hr_error_set_params(err, HR_ERR_RANGE, HR_PARAM_PROMPT, HR_PARAM_CONTEXT, int_text(p->n_prompt, v),
+                                   "the prompt has %d tokens: beyond the context of %d tokens", p->n_prompt,
+                                   e->p.n_ctx);
     if (span == 0 && (int64_t)p->n_prompt + p->max_tokens > e->p.n_ctx)
-        return hr_error_set(err, HR_ERR_RANGE,
-                            "the prompt has %d tokens and max_tokens is %d: together beyond the context of %d tokens "
-                            "(shorten the prompt, lower max_tokens or raise --ctx)",
-                            p->n_prompt, p->max_tokens, e->p.n_ctx);
+        return hr_error_set_params(
+            err, HR_ERR_RANGE, HR_PARAM_PROMPT, HR_PARAM_MAX_TOKENS, int_text(p->n_prompt, v),
+            "the prompt has %d tokens and max tokens is %d: together beyond the context of %d tokens "
+            "(shorten the prompt, lower max tokens or raise the context length)",
+            p->n_prompt, p->max_tokens, e->p.n_ctx);
     int64_t life = (int64_t)p->n_prompt + p->max_tokens - 1;
     if (span > 0) life = HR_MIN(life, (int64_t)span + 2 * e->block_size); /* resident at most */
     int64_t need = (life + e->block_size - 1) / e->block_size;
     if (need > e->n_blocks) {
         uint64_t bb = hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
         char a[32], b[32];
-        return hr_error_set(err, HR_ERR_BUDGET,
-                            "the request needs %lld KV blocks (%s) for %d prompt + %d output tokens but the whole "
-                            "pool holds %d (%s): raise --kv-budget or lower max_tokens",
-                            (long long)need, hr_format_size((uint64_t)need * bb, a, sizeof a), p->n_prompt,
-                            p->max_tokens, e->n_blocks, hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b));
+        return hr_error_set_params(
+            err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_MAX_TOKENS,
+            hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b),
+            "the request needs %lld KV blocks (%s) for %d prompt + %d output tokens but the whole "
+            "pool holds %d (%s): raise the KV budget or lower max tokens",
+            (long long)need, hr_format_size((uint64_t)need * bb, a, sizeof a), p->n_prompt, p->max_tokens, e->n_blocks,
+            hr_format_size((uint64_t)e->n_blocks * bb, b, sizeof b));
     }
     return HR_OK;
 }
@@ -244,7 +265,8 @@ static void drop_unsubmitted(hr_request **r, int n) {
 
 hr_status hr_engine_submit_n(hr_engine *e, const hr_request_params *p, int n, hr_request **out, hr_error *err) {
     if (n < 1 || n > HR_ENGINE_MAX_GROUP)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d requests in one submission: 1..%d", n, HR_ENGINE_MAX_GROUP);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_CHOICES, NULL,
+                                  "%d requests in one submission: 1..%d", n, HR_ENGINE_MAX_GROUP);
     hr_status st = validate(e, p, err);
     if (st != HR_OK) {
         pthread_mutex_lock(&e->mu);
@@ -271,9 +293,9 @@ hr_status hr_engine_submit_n(hr_engine *e, const hr_request_params *p, int n, hr
         double s = retry_after(e, queued);
         pthread_mutex_unlock(&e->mu);
         drop_unsubmitted(r, n);
-        return hr_error_set(err, HR_ERR_FULL,
-                            "the waiting queue is full (%d requests, max_queue %d); retry in about %.0f s", queued,
-                            e->p.max_queue, s);
+        return hr_error_set_param(err, HR_ERR_FULL, HR_PARAM_QUEUE, NULL,
+                                  "the waiting queue is full (%d requests, at most %d); retry in about %.0f s", queued,
+                                  e->p.max_queue, s);
     }
     for (int i = 0; i < n; i++) {
         r[i]->arrival = e->next_arrival++;
@@ -282,7 +304,8 @@ hr_status hr_engine_submit_n(hr_engine *e, const hr_request_params *p, int n, hr
             for (int k = 0; k < i; k++) list_remove_at(&e->inbox, list_find(&e->inbox, r[k]));
             pthread_mutex_unlock(&e->mu);
             drop_unsubmitted(r, n);
-            return hr_error_set(err, HR_ERR_NOMEM, "out of memory queueing a request");
+            /* a request's buffers grow with its max tokens: the one thing its sender can lower */
+            return hr_error_set_param(err, HR_ERR_NOMEM, HR_PARAM_MAX_TOKENS, NULL, "out of memory queueing a request");
         }
     }
     atomic_fetch_add(&e->n_queued, n);

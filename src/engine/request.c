@@ -81,7 +81,9 @@ static hr_status group_join(hr_request *r, hr_request *with, hr_error *err) {
     hr_req_group *g = atomic_load(&with->group);
     if (!g) {
         hr_req_group *fresh = calloc(1, sizeof *fresh);
-        if (!fresh) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request group");
+        if (!fresh)
+            return hr_error_set_param(err, HR_ERR_NOMEM, HR_PARAM_MAX_TOKENS, NULL,
+                                      "out of memory creating a request group");
         pthread_mutex_init(&fresh->mu, NULL);
         atomic_init(&fresh->refs, 1);
         fresh->members[fresh->n_members++] = with;
@@ -100,7 +102,8 @@ static hr_status group_join(hr_request *r, hr_request *with, hr_error *err) {
     }
     pthread_mutex_unlock(&g->mu);
     if (!room)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "a request group holds at most %d requests", HR_ENGINE_MAX_GROUP);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_CHOICES, NULL,
+                                  "a request group holds at most %d requests", HR_ENGINE_MAX_GROUP);
     atomic_store(&r->group, g);
     return HR_OK;
 }
@@ -138,7 +141,7 @@ static void req_free(hr_request *r) {
 hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group_with, hr_request **out,
                      hr_error *err) {
     hr_request *r = calloc(1, sizeof *r);
-    if (!r) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
+    if (!r) return hr_error_set_param(err, HR_ERR_NOMEM, HR_PARAM_MAX_TOKENS, NULL, "out of memory creating a request");
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->refs, 2);
@@ -169,9 +172,10 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group
     }
     bool lp_ok = !p->logprobs || (r->lp && (r->n_top == 0 || (r->top_id && r->top_lp)));
     r->gap = malloc(sizeof(float) * (size_t)p->max_tokens);
-    hr_status st = (r->tokens && r->text && r->gap && lp_ok)
-                       ? HR_OK
-                       : hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a request");
+    hr_status st =
+        (r->tokens && r->text && r->gap && lp_ok)
+            ? HR_OK
+            : hr_error_set_param(err, HR_ERR_NOMEM, HR_PARAM_MAX_TOKENS, NULL, "out of memory creating a request");
     if (st == HR_OK) st = hr_sampler_create(&p->sampling, e->n_vocab, &r->sampler, err);
     if (st == HR_OK && group_with) st = group_join(r, group_with, err);
     for (int i = 0; st == HR_OK && i < p->n_stop; i++) {

@@ -236,8 +236,9 @@ static hr_status build(const hr_synth_shape *s, hr_synth_mix mix, hr_dtype type,
                        hr_error *err) {
     if (hr_synth_arch_builds(s->arch)) { /* the families past llama's (synth_arch.c) */
         if (mix != HR_SYNTH_PURE)
-            return hr_error_set(err, HR_ERR_INVALID_ARG,
-                                "--mix is llama.cpp's mixes for the llama family; %s takes one type", s->arch);
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_QUANT_MIX, NULL,
+                                      "a quantization mix is llama.cpp's mixes for the llama family; %s takes one type",
+                                      s->arch);
         return hr_synth_build_arch(s, type, seed, out, err);
     }
     if (s->n_head <= 0 || s->n_head_kv <= 0 || s->n_head % s->n_head_kv || s->n_embd % s->n_head)

@@ -106,10 +106,10 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
             snprintf(fmt, sizeof fmt, "%s", hr_kv_format_name(kc.k_format));
         else
             snprintf(fmt, sizeof fmt, "%s/%s", hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format));
-        return hr_error_set(err, HR_ERR_INVALID_ARG,
-                            "--kv-type %s with --block-size %d cannot be used on this model (head_dim %d, %d KV "
-                            "heads): %s",
-                            fmt, kc.block_size, kc.head_dim, kc.n_kv_heads, why.msg);
+        return hr_error_set_params(err, HR_ERR_INVALID_ARG, HR_PARAM_KV_FORMAT, HR_PARAM_BLOCK_SIZE, fmt,
+                                   "KV format %s with block size %d cannot be used on this model (head_dim %d, %d KV "
+                                   "heads): %s",
+                                   fmt, kc.block_size, kc.head_dim, kc.n_kv_heads, why.msg);
     }
     int n_seqs = HR_MAX(1, q->n_seqs);
     uint64_t fixed = hr_kv_fixed_bytes(&kc);
@@ -165,32 +165,38 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
             hr_format_size(need, b4, sizeof b4);
             hr_format_size(out->budget_bytes, b5, sizeof b5);
             if (nb == 0)
-                return hr_error_set(err, HR_ERR_BUDGET,
-                                    "--mem-limit %s leaves nothing for the KV cache: the weights (%s), scratch and the "
-                                    "rest already take %s; one sequence of context %d at %s/%s needs --mem-limit %s",
-                                    b1, b2, b3, q->n_ctx, hr_kv_format_name(kc.k_format),
-                                    hr_kv_format_name(kc.v_format), b4);
-            return hr_error_set(err, HR_ERR_BUDGET,
-                                "--mem-limit %s leaves %s for the KV cache after the weights (%s) and the rest (%s in "
-                                "all); it holds %llu tokens at %s/%s but the context is %d: raise --mem-limit to %s, "
-                                "or lower --ctx to %llu (the longest that fits)",
-                                b1, b5, b2, b3, (unsigned long long)out->n_tokens, hr_kv_format_name(kc.k_format),
-                                hr_kv_format_name(kc.v_format), q->n_ctx, b4, (unsigned long long)out->n_tokens);
+                return hr_error_set_param(err, HR_ERR_BUDGET, HR_PARAM_MEM_LIMIT, b1,
+                                          "the memory limit %s leaves nothing for the KV cache: the weights (%s), "
+                                          "scratch and the rest already take %s; one sequence of context %d at %s/%s "
+                                          "needs a memory limit of %s",
+                                          b1, b2, b3, q->n_ctx, hr_kv_format_name(kc.k_format),
+                                          hr_kv_format_name(kc.v_format), b4);
+            return hr_error_set_params(err, HR_ERR_BUDGET, HR_PARAM_MEM_LIMIT, HR_PARAM_CONTEXT, b1,
+                                       "the memory limit %s leaves %s for the KV cache after the weights (%s) and the "
+                                       "rest (%s in all); it holds %llu tokens at %s/%s but the context is %d: raise "
+                                       "the memory limit to %s, or lower the context length to %llu (the longest that "
+                                       "fits)",
+                                       b1, b5, b2, b3, (unsigned long long)out->n_tokens,
+                                       hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx, b4,
+                                       (unsigned long long)out->n_tokens);
         }
-        return hr_error_set(err, HR_ERR_BUDGET,
-                            "--kv-budget %s holds %llu tokens at %s/%s; the context is %d: raise --kv-budget to %s "
-                            "or lower --ctx (to %llu at most)",
-                            hr_format_size(out->budget_bytes, b1, sizeof b1), (unsigned long long)out->n_tokens,
-                            hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format), q->n_ctx,
-                            hr_format_size(one, b2, sizeof b2), (unsigned long long)out->n_tokens);
+        hr_format_size(out->budget_bytes, b1, sizeof b1);
+        return hr_error_set_params(
+            err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_CONTEXT, b1,
+            "the KV budget %s holds %llu tokens at %s/%s; the context is %d: raise the KV budget to %s "
+            "or lower the context length (to %llu at most)",
+            b1, (unsigned long long)out->n_tokens, hr_kv_format_name(kc.k_format), hr_kv_format_name(kc.v_format),
+            q->n_ctx, hr_format_size(one, b2, sizeof b2), (unsigned long long)out->n_tokens);
     }
     if (whole && m->mem_limit > 0 && out->total_bytes > m->mem_limit) {
         char b1[32], b2[32];
-        return hr_error_set(err, HR_ERR_BUDGET,
-                            "the plan totals %s (weights, KV budget, scratch and the rest), over --mem-limit %s: "
-                            "lower --kv-budget or omit it to size the pool from the limit",
+        hr_format_size(kc.budget_bytes, b2, sizeof b2);
+        hr_error_set_params(err, HR_ERR_BUDGET, HR_PARAM_KV_BUDGET, HR_PARAM_MEM_LIMIT, b2,
+                            "the plan totals %s (weights, KV budget, scratch and the rest), over the memory limit %s: "
+                            "lower the KV budget or leave it unset to size the pool from the limit",
                             hr_format_size(out->total_bytes, b1, sizeof b1),
                             hr_format_size(m->mem_limit, b2, sizeof b2));
+        return HR_ERR_BUDGET;
     }
     return HR_OK;
 }
@@ -230,12 +236,16 @@ static hr_status load_demo(hr_runtime *rt, hr_error *err) {
 static hr_status check_ctx(hr_runtime *rt, const hr_hparams *hp, hr_error *err) {
     int train = hp->n_ctx_train;
     if (train <= 0 || rt->n_ctx <= train) return HR_OK;
-    if (!rt->p.ctx_extend)
-        return hr_error_set(err, HR_ERR_RANGE,
-                            "--ctx %d exceeds the model's trained context (%d): positions past %d are out of "
-                            "distribution for RoPE and quality degrades; add --ctx-extend to allow it anyway, or keep "
-                            "--ctx <= %d and use --kv-policy window:W to run past the context",
-                            rt->n_ctx, train, train, train);
+    if (!rt->p.ctx_extend) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", rt->n_ctx);
+        return hr_error_set_params(err, HR_ERR_RANGE, HR_PARAM_CONTEXT, HR_PARAM_CONTEXT_EXTEND, v,
+                                   "the context length %d exceeds the model's trained context (%d): positions past %d "
+                                   "are out of distribution for RoPE and quality degrades; allow context extension "
+                                   "to run there anyway, or keep the context length <= %d and use a window KV policy "
+                                   "(window:W) to run past the context",
+                                   rt->n_ctx, train, train, train);
+    }
     add_warning(rt,
                 "--ctx %d exceeds the model's trained context (%d) (--ctx-extend): positions past %d are out of "
                 "distribution for RoPE; expect quality to degrade there",
@@ -345,7 +355,7 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     if (p->kv_policy) {
         if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) ||
             (st = hr_kv_pool_set_default_policy(rt->kv, &rt->policy, err))) {
-            hr_error_prefix(err, "--kv-policy");
+            hr_error_about(err, HR_PARAM_KV_POLICY, p->kv_policy); /* its messages say "KV policy" */
             goto fail;
         }
         rt->has_policy = true;
@@ -363,12 +373,14 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     if (swap_bytes && p->preempt != HR_PREEMPT_RECOMPUTE) {
         hr_kv_swap_config sc = {.path = NULL, .budget_bytes = swap_bytes};
         if ((st = hr_kv_swap_create(rt->kv, &sc, &rt->swap, err))) {
-            hr_error_prefix(err, "--swap-space");
+            hr_error_prefix(err, "swap space");
+            hr_error_about(err, HR_PARAM_SWAP_SPACE, NULL);
             goto fail;
         }
     }
     if (p->step_log && !(rt->step_log = fopen(p->step_log, "w"))) {
-        st = hr_error_set(err, HR_ERR_IO, "--step-log: cannot write '%s'", p->step_log);
+        st = hr_error_set_param(err, HR_ERR_IO, HR_PARAM_STEP_LOG, p->step_log, "cannot write the step log '%s'",
+                                p->step_log);
         goto fail;
     }
     if (rt->step_log) setvbuf(rt->step_log, NULL, _IOLBF, 0); /* whole lines as they happen: tail -f works */
@@ -455,11 +467,13 @@ static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, con
 static hr_status prompt_ids(hr_runtime *rt, const hr_rt_request_params *p, hr_rt_request *r, hr_error *err) {
     int forms = (p->prompt != NULL) + (p->messages != NULL) + (p->prompt_ids != NULL);
     if (forms != 1)
-        return hr_error_set(err, HR_ERR_INVALID_ARG,
-                            "a request needs exactly one of a prompt, chat messages or token ids (got %d)", forms);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, NULL,
+                                  "a request needs exactly one of a prompt, chat messages or token ids (got %d)",
+                                  forms);
     if (p->prompt_ids) {
         if (p->n_prompt_ids < 1)
-            return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty (at least one token is needed)");
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, NULL,
+                                      "the prompt is empty (at least one token is needed)");
         r->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt_ids);
         if (!r->prompt) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
         memcpy(r->prompt, p->prompt_ids, sizeof(int32_t) * (size_t)p->n_prompt_ids);
@@ -470,27 +484,31 @@ static hr_status prompt_ids(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
     size_t n = 0;
     hr_status st;
     if (p->messages) {
-        if (p->n_messages == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "messages is empty");
+        if (p->n_messages == 0)
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, NULL, "the chat has no messages");
         st = chat_ids(rt, p->messages, p->n_messages, p->tools_json, &ids, &n, err);
     } else {
         /* a raw prompt's special-token text stays text too (see hr_rt_request_params.prompt_ids) */
         hr_tokenize_opts to = {.add_bos = !p->no_bos && hr_tokenizer_add_bos_default(rt->tok),
                                .parse_special = rt->p.special_in_content};
         size_t len = p->prompt_len ? p->prompt_len : strlen(p->prompt);
-        if (len == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty");
+        if (len == 0) return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, NULL, "the prompt is empty");
         st = hr_tokenizer_encode_alloc(rt->tok, p->prompt, len, &to, &ids, &n, err);
     }
     if (st) return st;
     r->prompt = ids;
     r->n_prompt = (int)n;
-    if (r->n_prompt == 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "the prompt is empty after tokenization");
+    if (r->n_prompt == 0)
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, NULL,
+                                  "the prompt is empty after tokenization");
     return HR_OK;
 }
 
 hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int n, hr_rt_request **out,
                               hr_error *err) {
     if (n < 1 || n > HR_RT_MAX_CHOICES)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d choices: 1..%d", n, HR_RT_MAX_CHOICES);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_CHOICES, NULL, "%d choices: 1..%d", n,
+                                  HR_RT_MAX_CHOICES);
     hr_rt_request *r = calloc(1, sizeof *r);
     if (!r) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     r->block_size = rt->p.block_size;
@@ -501,23 +519,24 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
     if (st == HR_OK && p->kv_policy) {
         if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK)
             has_pol = true;
-        else
-            hr_error_prefix(err, "kv_policy");
+        else {
+            hr_error_about(err, HR_PARAM_KV_POLICY, p->kv_policy); /* its messages say "KV policy" */
+        }
     }
     /* a window or sinks policy lets a sequence run past the context; otherwise it ends there */
     int span = has_pol ? hr_kv_policy_span(&pol) : 0;
     if (st == HR_OK && span == 0 && r->n_prompt >= rt->n_ctx)
-        st = hr_error_set(err, HR_ERR_RANGE,
-                          "the prompt has %d tokens but the context holds %d (at least one more for the output)",
-                          r->n_prompt, rt->n_ctx);
+        st = hr_error_set_params(err, HR_ERR_RANGE, HR_PARAM_PROMPT, HR_PARAM_CONTEXT, NULL,
+                                 "the prompt has %d tokens but the context holds %d (at least one more for the output)",
+                                 r->n_prompt, rt->n_ctx);
     if (st == HR_OK) {
         /* a window runs past the context, up to HR_RT_WINDOW_CTX_MULT of them: its buffers are per token */
         int room = span > 0 ? (int)HR_MIN((int64_t)rt->n_ctx * HR_RT_WINDOW_CTX_MULT, INT32_MAX) - r->n_prompt
                             : rt->n_ctx - r->n_prompt;
         int want = p->max_tokens > 0 ? p->max_tokens : room;
         if (span > 0 && p->max_tokens <= 0)
-            st = hr_error_set(err, HR_ERR_INVALID_ARG,
-                              "max_tokens is needed with a window policy (it can run past the context)");
+            st = hr_error_set_params(err, HR_ERR_INVALID_ARG, HR_PARAM_MAX_TOKENS, HR_PARAM_KV_POLICY, NULL,
+                                     "max tokens is needed with a window policy (it can run past the context)");
         r->max_tokens = HR_MIN(want, room);
         r->ctx_limited = p->max_tokens > 0 && r->max_tokens < p->max_tokens;
     }
@@ -525,10 +544,11 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
     if (st == HR_OK && p->constraint.kind != HR_CONS_NONE) {
         const hr_rt_constraint *c = &p->constraint;
         if (!rt->tok) {
-            st = hr_error_set(err, HR_ERR_INVALID_ARG, "%s: constrained decoding needs the model's tokenizer",
-                              c->field ? c->field : "constraint");
+            st = hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_OUTPUT_FORMAT, NULL,
+                                    "output format: constrained decoding needs the model's tokenizer");
         } else if ((st = hr_grammar_cache_get(rt->grammars, c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
-            hr_error_prefix(err, "%s", c->field ? c->field : "constraint");
+            hr_error_prefix(err, "output format");
+            hr_error_about(err, HR_PARAM_OUTPUT_FORMAT, NULL);
             if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */
             if (err) err->code = st;
         }

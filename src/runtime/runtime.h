@@ -195,13 +195,13 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
 /* Constrained decoding (docs/CONSTRAIN.md): the output follows src, compiled through the runtime's
  * cache of grammars (keyed by kind and content: a schema sent with every request compiles once).
  * A source that does not compile, or passes a compile bound, is refused at submit with
- * HR_ERR_INVALID_ARG and a message that starts with `field` ("response_format: unsupported JSON Schema
- * keyword 'not' at #/properties/a"). */
+ * HR_ERR_INVALID_ARG, err->param HR_PARAM_OUTPUT_FORMAT and a message that starts "output format: "
+ * ("output format: unsupported JSON Schema keyword 'not' at #/properties/a"). */
 typedef struct hr_rt_constraint {
     hr_cons_kind kind;
     const char *src; /* borrowed until submit returns */
     size_t len;
-    const char *field; /* the request field it came from (NULL: "constraint") */
+    const char *field; /* the request field it came from, for the front end's own use (NULL: none) */
 } hr_rt_constraint;
 
 typedef struct hr_rt_request hr_rt_request;

@@ -4,6 +4,7 @@
 #include "sampler/sampler.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,28 +40,44 @@ hr_sampler_params hr_sampler_default_params(void) {
                                .seed = 0};
 }
 
+/* A number as an error's offending value (hr_error.value). */
+static const char *num_text(double x, char v[32]) {
+    snprintf(v, 32, "%g", x);
+    return v;
+}
+
 hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err) {
+    char v[32];
     if (!(p->temperature >= 0.0f) || p->temperature > 100.0f) /* NaN fails the first test */
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "temperature %g is outside [0, 100]", p->temperature);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_TEMPERATURE, num_text(p->temperature, v),
+                                  "temperature %g is outside [0, 100]", p->temperature);
     if (!(p->top_p > 0.0f) || p->top_p > 1.0f)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "top_p %g is outside (0, 1]", p->top_p);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_TOP_P, num_text(p->top_p, v),
+                                  "top-p %g is outside (0, 1]", p->top_p);
     if (!(p->min_p >= 0.0f) || p->min_p > 1.0f)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "min_p %g is outside [0, 1]", p->min_p);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_MIN_P, num_text(p->min_p, v),
+                                  "min-p %g is outside [0, 1]", p->min_p);
     if (!(p->repeat_penalty > 0.0f) || p->repeat_penalty > 100.0f)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "repeat_penalty %g is outside (0, 100]", p->repeat_penalty);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_REPEAT_PENALTY, num_text(p->repeat_penalty, v),
+                                  "repeat penalty %g is outside (0, 100]", p->repeat_penalty);
     if (!isfinite(p->presence_penalty) || fabsf(p->presence_penalty) > 2.0f)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "presence_penalty %g is outside [-2, 2]", p->presence_penalty);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PRESENCE_PENALTY, num_text(p->presence_penalty, v),
+                                  "presence penalty %g is outside [-2, 2]", p->presence_penalty);
     if (!isfinite(p->frequency_penalty) || fabsf(p->frequency_penalty) > 2.0f)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "frequency_penalty %g is outside [-2, 2]", p->frequency_penalty);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_FREQUENCY_PENALTY,
+                                  num_text(p->frequency_penalty, v), "frequency penalty %g is outside [-2, 2]",
+                                  p->frequency_penalty);
     if (p->penalty_last_n < -1 || p->penalty_last_n > (1 << 20))
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "penalty_last_n %d is outside [-1, 1048576]", p->penalty_last_n);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PENALTY_WINDOW, num_text(p->penalty_last_n, v),
+                                  "penalty window %d is outside [-1, 1048576]", p->penalty_last_n);
     if (p->n_bias < 0 || p->n_bias > HR_SAMPLER_MAX_BIAS || (p->n_bias > 0 && (!p->bias_ids || !p->bias_values)))
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "logit_bias holds %d entries: at most %d", p->n_bias,
-                            HR_SAMPLER_MAX_BIAS);
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_LOGIT_BIAS, num_text(p->n_bias, v),
+                                  "logit bias holds %d entries: at most %d", p->n_bias, HR_SAMPLER_MAX_BIAS);
     for (int i = 0; i < p->n_bias; i++)
         if (!(p->bias_values[i] >= -100.0f && p->bias_values[i] <= 100.0f))
-            return hr_error_set(err, HR_ERR_INVALID_ARG, "logit_bias for token %d is %g: outside [-100, 100]",
-                                (int)p->bias_ids[i], p->bias_values[i]);
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_LOGIT_BIAS, num_text(p->bias_values[i], v),
+                                      "logit bias for token %d is %g: outside [-100, 100]", (int)p->bias_ids[i],
+                                      p->bias_values[i]);
     return HR_OK;
 }
 
@@ -88,8 +105,10 @@ hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler 
     for (int i = 0; i < p->n_bias; i++) {
         if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab) {
             hr_sampler_destroy(s);
-            return hr_error_set(err, HR_ERR_INVALID_ARG, "logit_bias names token %d, outside the vocabulary [0, %d)",
-                                (int)p->bias_ids[i], n_vocab);
+            char v[32];
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_LOGIT_BIAS, num_text(p->bias_ids[i], v),
+                                      "logit bias names token %d, outside the vocabulary [0, %d)", (int)p->bias_ids[i],
+                                      n_vocab);
         }
         s->bias_ids[i] = p->bias_ids[i];
         s->bias_values[i] = p->bias_values[i];

@@ -122,32 +122,68 @@ void hr_srv_redact(const char *msg, char *out, size_t cap) {
         put_n(out, cap, &o, msg + i, 1);
         i++;
     }
-    while (o > 0 && !hr_srv_utf8_valid(out, o, NULL)) o--; /* a cut never splits a character */
+    while (o > 0 && !hr_utf8_valid(out, o, NULL)) o--; /* a cut never splits a character */
     out[o] = '\0';
 }
 
-/* Which request field an engine/runtime message is about: they name it in their text. */
-static const char *field_in_message(const char *msg) {
-    static const char *const fields[] = {
-        "temperature", "top_p", "top_k",    "min_p", "presence_penalty", "frequency_penalty", "max_tokens",
-        "kv_policy",   "stop",  "priority", "seed",  "logit_bias"};
-    if (hr_srv_format_field(msg)) return hr_srv_format_field(msg); /* "guided_json: ...": its own field */
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (strstr(msg, fields[i])) return fields[i];
-    if (strstr(msg, "policy")) return "kv_policy";
-    if (strstr(msg, "penalt")) return "presence_penalty";
-    return NULL;
+/* The request field that sets each parameter (see common/status.h): the server names its own field
+ * from the code of a runtime refusal, never from the message's text. NULL: not a request field (a
+ * server setting such as the KV budget). The prompt and the output format have per-request spellings
+ * ("prompt" / "messages", "response_format" / "guided_json" / ...): hr_srv_fail_status picks those. */
+static const char *const k_param_fields[HR_PARAM_COUNT] = {
+    [HR_PARAM_MAX_TOKENS] = "max_tokens",
+    [HR_PARAM_PROMPT] = "prompt",
+    [HR_PARAM_KV_POLICY] = "kv_policy",
+    [HR_PARAM_TEMPERATURE] = "temperature",
+    [HR_PARAM_TOP_P] = "top_p",
+    [HR_PARAM_TOP_K] = "top_k",
+    [HR_PARAM_MIN_P] = "min_p",
+    [HR_PARAM_REPEAT_PENALTY] = "repetition_penalty",
+    [HR_PARAM_PRESENCE_PENALTY] = "presence_penalty",
+    [HR_PARAM_FREQUENCY_PENALTY] = "frequency_penalty",
+    [HR_PARAM_LOGIT_BIAS] = "logit_bias",
+    [HR_PARAM_STOP] = "stop",
+    [HR_PARAM_CHOICES] = "n",
+    [HR_PARAM_TOP_LOGPROBS] = "top_logprobs",
+    [HR_PARAM_OUTPUT_FORMAT] = "response_format",
+};
+
+const char *hr_srv_param_field(hr_param param) {
+    return (unsigned)param < HR_PARAM_COUNT ? k_param_fields[param] : NULL;
 }
 
-void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const char *msg, const char *prompt_field) {
+/* The field of param in this request: its own spelling of the prompt and the output format. */
+static const char *request_field(hr_param param, const char *prompt_field, const char *format_field) {
+    if (param == HR_PARAM_PROMPT && prompt_field) return prompt_field;
+    if (param == HR_PARAM_OUTPUT_FORMAT && format_field) return format_field;
+    return hr_srv_param_field(param);
+}
+
+void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const hr_error *err, const char *prompt_field,
+                        const char *format_field) {
+    /* the message, then the request fields it is about where their names differ from the domain's
+       words the message uses: "... lower max tokens (max tokens: 'max_tokens')" */
+    char msg[HR_ERROR_MSG_MAX + 128];
+    int n = snprintf(msg, sizeof msg, "%s", err->msg);
+    const char *field = request_field(err->param, prompt_field, format_field);
+    const hr_param about[2] = {err->param, err->also};
+    int named = 0;
+    for (int i = 0; i < 2; i++) {
+        const char *f = request_field(about[i], prompt_field, format_field);
+        if (!f || !strcmp(f, hr_param_name(about[i])) || (i == 1 && about[1] == about[0]) || n < 0 ||
+            (size_t)n >= sizeof msg)
+            continue;
+        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s: '%s'", named++ ? "; " : " (", hr_param_name(about[i]), f);
+    }
+    if (named && n >= 0 && (size_t)n < sizeof msg) snprintf(msg + n, sizeof msg - (size_t)n, ")");
     switch (st) {
-    case HR_ERR_INVALID_ARG: hr_srv_fail(e, 400, field_in_message(msg), "invalid_value", "%s", msg); break;
+    case HR_ERR_INVALID_ARG: hr_srv_fail(e, 400, field, "invalid_value", "%s", msg); break;
     case HR_ERR_RANGE:
-        hr_srv_fail(e, 400, prompt_field, "context_length_exceeded", "%s", msg);
+        hr_srv_fail(e, 400, field ? field : prompt_field, "context_length_exceeded", "%s", msg);
         e->refusal = HR_REFUSE_CONTEXT;
         break;
     case HR_ERR_BUDGET:
-        hr_srv_fail(e, 400, prompt_field, "kv_budget_exceeded", "%s", msg);
+        hr_srv_fail(e, 400, field ? field : prompt_field, "kv_budget_exceeded", "%s", msg);
         e->refusal = HR_REFUSE_BUDGET;
         break;
     case HR_ERR_FULL:
@@ -155,7 +191,7 @@ void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const cha
         e->retry_after_s = rt ? hr_runtime_retry_after_s(rt) : 1;
         break;
     case HR_ERR_NOMEM: /* the request's buffers (they grow with max_tokens and top_logprobs): retry or ask less */
-        hr_srv_fail(e, 503, strstr(msg, "request") ? "max_tokens" : NULL, "out_of_memory",
+        hr_srv_fail(e, 503, field, "out_of_memory",
                     "%s: the server cannot hold this request's buffers now; lower max_tokens (or top_logprobs), "
                     "shorten the prompt, or retry",
                     msg);
@@ -743,45 +779,23 @@ void hr_srv_gen_free(hr_srv_gen *g) {
     memset(g, 0, sizeof *g);
 }
 
-bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at) {
-    const unsigned char *s = (const unsigned char *)text;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        int n;
-        unsigned min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 1, min = 0x80, c &= 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2, min = 0x800, c &= 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3, min = 0x10000, c &= 0x07;
-        } else {
-            break;
-        }
-        if (i + (size_t)n >= len) break; /* truncated at the end */
-        int k = 1;
-        for (; k <= n; k++) {
-            if ((s[i + (size_t)k] & 0xC0) != 0x80) break;
-            c = (c << 6) | (s[i + (size_t)k] & 0x3F);
-        }
-        if (k <= n || c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) break;
-        i += (size_t)n + 1;
-    }
-    if (bad_at) *bad_at = i;
-    return i == len;
-}
-
 /* ---- bodies of every route (the server and fuzz/fuzz_http.c share these) ---------------------- */
 
-/* jansson's message without the text it quotes from the input (" near '...'"): a body may hold a
- * password. */
-static void strip_near(char *text) {
-    char *near = strstr(text, " near ");
-    if (near) *near = '\0';
+/* What is wrong with a body jansson refused, from its error code (never from its text, which quotes
+ * the input near the error: a body may hold a password). */
+static const char *json_problem(const json_error_t *je) {
+    switch (json_error_code(je)) {
+    case json_error_premature_end_of_input: return "the body ends inside a value";
+    case json_error_end_of_input_expected: return "text follows the JSON value";
+    case json_error_invalid_utf8: return "invalid UTF-8";
+    case json_error_null_character: return "a NUL character in a string";
+    case json_error_null_byte_in_key: return "a NUL character in a key";
+    case json_error_numeric_overflow: return "a number too large";
+    case json_error_stack_overflow: return "values nested too deep";
+    case json_error_duplicate_key: return "a key given twice";
+    case json_error_out_of_memory: return "out of memory";
+    default: return "invalid syntax";
+    }
 }
 
 json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
@@ -792,7 +806,7 @@ json_t *hr_srv_parse_body(const char *data, size_t len, hr_srv_error *e) {
 json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t len, size_t *held, hr_srv_error *e) {
     *held = 0;
     size_t bad;
-    if (!hr_srv_utf8_valid(data ? data : "", len, &bad)) {
+    if (!hr_utf8_valid(data ? data : "", len, &bad)) {
         hr_srv_fail(e, 400, NULL, "invalid_utf8", "the body is not valid UTF-8 (byte %zu)", bad);
         return NULL;
     }
@@ -827,8 +841,8 @@ json_t *hr_srv_parse_body_in(hr_srv_parse_pool *pool, const char *data, size_t l
         return NULL;
     }
     if (!root) {
-        strip_near(je.text);
-        hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        hr_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s", je.line, je.column,
+                    json_problem(&je));
         return NULL;
     }
     if (!json_is_object(root)) {

@@ -8,14 +8,6 @@
 static const char *const k_fields[] = {"response_format", "guided_json", "guided_regex", "guided_grammar",
                                        "guided_choice"};
 
-const char *hr_srv_format_field(const char *msg) {
-    for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++) {
-        size_t n = strlen(k_fields[i]);
-        if (!strncmp(msg, k_fields[i], n) && (msg[n] == ':' || msg[n] == 0)) return k_fields[i];
-    }
-    return NULL;
-}
-
 static const char *kind_of(const json_t *v) {
     return json_is_object(v)    ? "an object"
            : json_is_array(v)   ? "an array"

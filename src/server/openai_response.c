@@ -97,7 +97,7 @@ static void token_bytes(const hr_tokenizer *t, int32_t id, hr_srv_buf *b) {
 /* The JSON string for a token's bytes: the text when it is valid UTF-8, else OpenAI's spelling for a
  * token that holds part of a character ("bytes:\\xe2\\x80"). */
 static json_t *token_string(const char *s, size_t n) {
-    if (hr_srv_utf8_valid(s, n, NULL)) return json_stringn(s, n);
+    if (hr_utf8_valid(s, n, NULL)) return json_stringn(s, n);
     hr_srv_buf b = {0};
     hr_srv_buf_put(&b, "bytes:", 6);
     for (size_t i = 0; i < n; i++) hr_srv_buf_printf(&b, "\\x%02x", (unsigned char)s[i]);

@@ -434,7 +434,7 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
     hr_error err = {0};
     hr_status st = hr_runtime_submit_n(rt, &g.rp, g.n, j->req, &err);
     if (st != HR_OK)
-        hr_srv_fail_status(&e, rt, st, err.msg, g.prompt_field);
+        hr_srv_fail_status(&e, rt, st, &err, g.prompt_field, g.rp.constraint.field);
     else
         j->n = g.n;
     const char *prompt_field = g.prompt_field;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/utf8.h"
 #include "runtime/runtime.h"
 #include "server/server.h"
 #include "server/toolcall.h"
@@ -61,8 +62,14 @@ typedef struct hr_srv_error {
 bool hr_srv_fail(hr_srv_error *e, int http, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A runtime refusal as HTTP: INVALID_ARG/RANGE/BUDGET 400, FULL 429 (Retry-After from the runtime),
- * anything else 500. prompt_field names the field a RANGE refusal is about ("prompt", "messages"). */
-void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const char *msg, const char *prompt_field);
+ * NOMEM 503, anything else 500. The error's param is the field it names (hr_srv_param_field), spelt as
+ * this request spells it: prompt_field ("prompt", "messages") for the prompt, and for RANGE and BUDGET
+ * refusals about a server setting; format_field for the output format ("response_format",
+ * "guided_json", "tool_choice"; NULL: "response_format"). */
+void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const hr_error *err, const char *prompt_field,
+                        const char *format_field);
+/* The request field that sets param (common/status.h), NULL when none does (a server setting). */
+const char *hr_srv_param_field(hr_param param);
 /* The Retry-After header's whole seconds for a wait of s seconds: rounded up, at least 1, at most a
  * day. */
 int hr_srv_retry_after_secs(double s);
@@ -97,10 +104,6 @@ typedef struct hr_srv_gen {
 
 /* Validates every known field (unknown ones are ignored) and fills g; false with e set (400 naming
  * the field) otherwise. auto_seed is used when the request gives no seed. */
-/* Whether text[0..len) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF);
- * *bad_at receives the offset of the first bad byte. */
-bool hr_srv_utf8_valid(const char *text, size_t len, size_t *bad_at);
-
 bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp, uint64_t auto_seed, hr_srv_gen *g,
                       hr_srv_error *e);
 /* Chat with tools. native (the model's own template renders the chat): the tools, each assistant

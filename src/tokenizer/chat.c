@@ -587,8 +587,8 @@ hr_status hr_chat_create(const hr_chat_params *p, hr_chat **out, char *warning, 
         c->family = hr_chat_template_by_name(p->name);
         if (c->family == HR_CHAT_UNKNOWN) {
             hr_chat_destroy(c);
-            return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown --chat-template '%s' (known: %s)", p->name,
-                                hr_chat_template_names());
+            return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_CHAT_TEMPLATE, p->name,
+                                      "unknown chat template '%s' (known: %s)", p->name, hr_chat_template_names());
         }
         *out = c;
         return HR_OK;

@@ -105,23 +105,6 @@ void hr_detok_init(hr_detok *d) {
 
 size_t hr_detok_max_bytes(const hr_tokenizer *t) { return t->max_detok; }
 
-/* Could s[0..n) (n < full length) still become a valid sequence? */
-static bool utf8_prefix_ok(const uint8_t *s, size_t n) {
-    uint8_t c = s[0];
-    if (c < 0xC2 || c > 0xF4) return false;
-    if (n >= 2) {
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-        if (s[1] < lo || s[1] > hi) return false;
-    }
-    for (size_t i = 2; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80) return false;
-    return true;
-}
-
 typedef struct sink {
     char *out;
     size_t cap, n;
@@ -144,7 +127,7 @@ static void drain(hr_detok *d, const uint8_t *buf, size_t n, sink *k) {
         }
         uint8_t c = buf[i];
         size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-        if (n - i < want && utf8_prefix_ok(buf + i, n - i)) {
+        if (n - i < want && hr_utf8_prefix_ok(buf + i, n - i)) {
             d->n_pending = (int)(n - i);
             memcpy(d->pending, buf + i, n - i);
             return;

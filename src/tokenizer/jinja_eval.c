@@ -335,15 +335,7 @@ static bool case_map(ctx *c, const jstr *s, int mode, jv *out, int line) {
             jb_put(&b, s->p + i, len); /* unchanged (or a stray byte) */
         else {
             char t[4];
-            size_t k;
-            if (m < 0x80)
-                t[0] = (char)m, k = 1;
-            else if (m < 0x800)
-                t[0] = (char)(0xC0 | m >> 6), t[1] = (char)(0x80 | (m & 0x3F)), k = 2;
-            else
-                t[0] = (char)(0xE0 | m >> 12), t[1] = (char)(0x80 | ((m >> 6) & 0x3F)),
-                t[2] = (char)(0x80 | (m & 0x3F)), k = 3;
-            jb_put(&b, t, k);
+            jb_put(&b, t, hr_utf8_encode(m, t));
         }
         prev_cased = cased;
         i += len;

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/utf8.h"
 #include "tokenizer/jinja.h"
 
 /* ---- arena ------------------------------------------------------------------------------------ */

@@ -105,18 +105,7 @@ static jstr *unescape(jarena *a, const char *s, size_t n) {
                 cp = cp << 4 | (uint32_t)(h & 15);
             }
             if (ok && cp < 0x110000 && !(cp >= 0xD800 && cp < 0xE000)) {
-                size_t k = 0;
-                if (cp < 0x80)
-                    t[k++] = (char)cp;
-                else if (cp < 0x800)
-                    t[k++] = (char)(0xC0 | cp >> 6), t[k++] = (char)(0x80 | (cp & 0x3F));
-                else if (cp < 0x10000)
-                    t[k++] = (char)(0xE0 | cp >> 12), t[k++] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-                    t[k++] = (char)(0x80 | (cp & 0x3F));
-                else
-                    t[k++] = (char)(0xF0 | cp >> 18), t[k++] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-                    t[k++] = (char)(0x80 | ((cp >> 6) & 0x3F)), t[k++] = (char)(0x80 | (cp & 0x3F));
-                jb_put(&b, t, k);
+                jb_put(&b, t, hr_utf8_encode(cp, t));
                 i += (size_t)hex;
                 continue;
             }

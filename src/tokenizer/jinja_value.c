@@ -522,16 +522,6 @@ static int hexval(char c) {
     return -1;
 }
 
-static size_t utf8_put(char *o, uint32_t cp) {
-    if (cp < 0x80) return o[0] = (char)cp, 1;
-    if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3F)), 2;
-    if (cp < 0x10000)
-        return o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-               o[2] = (char)(0x80 | (cp & 0x3F)), 3;
-    return o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-           o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), o[3] = (char)(0x80 | (cp & 0x3F)), 4;
-}
-
 static bool jp_hex4(jp *p, uint32_t *out) {
     if (p->n - p->i < 4) return false;
     uint32_t v = 0;
@@ -588,7 +578,7 @@ static bool jp_string(jp *p, jv *out) {
                     p->i = save;
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD; /* a lone surrogate has no UTF-8 form */
-            jb_put(&b, t, utf8_put(t, cp));
+            jb_put(&b, t, hr_utf8_encode(cp, t));
             break;
         }
         default: return jp_fail(p, "bad escape");

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -139,13 +140,7 @@ int32_t hr_tok_lookup(const hr_tokenizer *t, const char *s, size_t n); /* string
 /* Appends a string to the table (the map then resolves its text to this new index). -1 on NOMEM. */
 int32_t hr_tok_intern(hr_tokenizer *t, const char *s, size_t n);
 
-/* utf8.c */
-int hr_utf8_len(const uint8_t *s, size_t n);   /* length of a valid sequence at s, 0 if invalid */
-size_t hr_utf8_encode(uint32_t cp, char *out); /* 1..4 bytes */
-uint32_t hr_utf8_decode(const char *s, int *len);
-/* Copies text replacing each byte that does not start a valid sequence with U+FFFD. Returns a malloc'd
- * buffer (or NULL on allocation failure) and its length. */
-char *hr_utf8_sanitize(const char *text, size_t len, size_t *out_len);
+/* utf8.c (UTF-8 itself: common/utf8.h) */
 /* GPT-2's byte -> code point table and its inverse (-1 for code points that are no byte). */
 uint32_t hr_bpe_byte_to_cp(uint8_t b);
 int hr_bpe_cp_to_byte(uint32_t cp);
