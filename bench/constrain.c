@@ -57,7 +57,7 @@ static double run_one(hr_runtime *rt, const hr_rt_request_params *p, int32_t **i
     hr_rt_result res;
     hr_rt_request_result(r, &res);
     float gaps[8192];
-    int ng = hr_request_token_gaps(hr_rt_request_handle(r), gaps, 8192);
+    int ng = hr_rt_request_token_gaps(r, gaps, 8192);
     double *g = malloc(sizeof(double) * (size_t)(ng + 1));
     int k = 0;
     for (int i = 1; i < ng; i++) g[k++] = gaps[i]; /* gap 0 is the prefill */

@@ -21,7 +21,7 @@
 #include "common/util.h"
 #include "engine/engine.h"
 #include "model/synth.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 typedef struct bench {
     hr_model *m;

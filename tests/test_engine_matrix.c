@@ -26,7 +26,7 @@
 #include "greedy_vectors.h"
 #include "harness.h"
 #include "model/model.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 #include "tokenizer/tokenizer.h"
 
 #define NGEN HR_VEC_NGEN

@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "harness.h"
 #include "model/synth.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 #define RIG_MAX_OUT 512
 

@@ -17,7 +17,7 @@
 
 #include "common/fault.h"
 #include "harness.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 #if !HR_FAULT
 int main(void) { HR_SKIP("needs the fault build (cmake -DHR_FAULT=ON; make faults)"); }

@@ -22,7 +22,7 @@
 
 #include "harness.h"
 #include "remote/kv_remote.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 enum { N_PROMPT = 150, N_OUT = 12, BS = 16 };
 

@@ -9,7 +9,7 @@
 
 #include "common/util.h"
 #include "harness.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 static void test_budget_arithmetic(void) {
     /* llama-ish: 2 layers, 2 KV heads, head 64, f16: a token is 2 * 2 * 2 * 64 * 2 = 1024 bytes, a

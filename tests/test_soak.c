@@ -33,7 +33,7 @@
 #include <jansson.h>
 
 #include "harness.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 #include "server/server.h"
 
 #define N_CLIENTS 6

@@ -1,5 +1,5 @@
 /* session.c: see session.h. The model, tokenizer, KV pool and forward context are opened here; every
- * generation goes through the engine (src/engine), on this thread, one hr_engine_step at a time. */
+ * generation goes through the runtime's engine, on this thread, one hr_runtime_step at a time. */
 #include "cli/session.h"
 
 #include <stdlib.h>
@@ -183,11 +183,6 @@ void hr_session_close(hr_session *s) {
 }
 
 hr_runtime *hr_session_runtime(hr_session *s) { return s->rt; }
-const hr_model *hr_session_model(const hr_session *s) { return hr_runtime_model(s->rt); }
-const hr_tokenizer *hr_session_tokenizer(const hr_session *s) { return hr_runtime_tokenizer(s->rt); }
-hr_kv_pool *hr_session_kv(hr_session *s) { return hr_runtime_kv(s->rt); }
-hr_model_ctx *hr_session_ctx(hr_session *s) { return hr_runtime_ctx(s->rt); }
-hr_engine *hr_session_engine(hr_session *s) { return hr_runtime_engine(s->rt); }
 const hr_session_opts *hr_session_options(const hr_session *s) { return &s->o; }
 const char *hr_session_warning(const hr_session *s) { return s->warning; }
 int hr_session_n_ctx(const hr_session *s) { return hr_runtime_n_ctx(s->rt); }
@@ -272,7 +267,9 @@ static void warn_clamped(hr_session *s, const hr_generation *g, int n) {
     if (!s->o.warn || first < 0) return;
     char who[64] = " ";
     if (n > 1) snprintf(who, sizeof who, " for %d of %d prompts (prompt %d: ", n_clamped, n, first + 1);
-    int train = hr_model_hparams(hr_session_model(s))->n_ctx_train;
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
+    int train = info.n_ctx_train;
     int n_ctx = hr_session_n_ctx(s);
     char hint[96];
     if (n_ctx < train)
@@ -295,14 +292,13 @@ hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, in
     warn_clamped(s, g, n);
     bool stream = out && n == 1 && h[0];
     hr_status st = HR_OK;
-    hr_engine *e = hr_session_engine(s);
     for (int pending = 1; pending > 0;) {
-        if ((st = hr_engine_step(e, &pending, err))) break;
+        if ((st = hr_runtime_step(s->rt, &pending, err))) break;
         if (stream) {
             char buf[4096];
-            hr_request_delta d;
+            hr_rt_delta d;
             do {
-                hr_request_read(hr_rt_request_handle(h[0]), NULL, 0, buf, sizeof buf, &d);
+                hr_rt_request_read(h[0], NULL, 0, buf, sizeof buf, &d);
                 if (d.n_text) fwrite(buf, 1, d.n_text, out);
             } while (d.n_text == sizeof buf - 1);
             fflush(out);
@@ -335,6 +331,8 @@ void hr_generation_free(hr_generation *g) {
 }
 
 void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE *f) {
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
     char kb[32];
     double pps = g->prompt_seconds > 0 ? g->n_prompt / g->prompt_seconds : 0;
     double gps = g->gen_seconds > 0 ? g->n_ids / g->gen_seconds : 0;
@@ -347,11 +345,13 @@ void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE
             g->n_ids, gps, g->finish_reason, why);
     fprintf(f, "kv cache: %s peak (%d tokens, K %s / V %s, block %d) | kernels %s, %d threads\n",
             hr_format_size(g->kv_bytes_peak, kb, sizeof kb), g->ledger.tokens_total,
-            hr_kv_format_name(g->ledger.k_format), hr_kv_format_name(g->ledger.v_format), s->o.block_size,
-            hr_model_ctx_isa(hr_runtime_ctx(s->rt)), hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
+            hr_kv_format_name(g->ledger.k_format), hr_kv_format_name(g->ledger.v_format), s->o.block_size, info.isa,
+            info.n_threads);
 }
 
 json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
     json_t *root = json_object();
     json_t *pids = json_array(), *cids = json_array();
     for (int i = 0; i < g->n_prompt; i++) json_array_append_new(pids, json_integer(g->prompt_ids[i]));
@@ -376,9 +376,9 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
     json_object_set_new(root, "kv_bytes", json_integer((json_int_t)g->kv_bytes_peak));
     json_object_set_new(root, "kv_type_k", json_string(hr_kv_format_name(g->ledger.k_format)));
     json_object_set_new(root, "kv_type_v", json_string(hr_kv_format_name(g->ledger.v_format)));
-    json_object_set_new(root, "model", json_string(hr_model_hparams(hr_session_model(s))->name));
-    json_object_set_new(root, "kernels", json_string(hr_model_ctx_isa(hr_runtime_ctx(s->rt))));
-    json_object_set_new(root, "threads", json_integer(hr_model_ctx_n_threads(hr_runtime_ctx(s->rt))));
+    json_object_set_new(root, "model", json_string(info.model));
+    json_object_set_new(root, "kernels", json_string(info.isa));
+    json_object_set_new(root, "threads", json_integer(info.n_threads));
     json_object_set_new(root, "prefix_hit_tokens", json_integer(g->stats.prefix_hit_tokens));
     json_object_set_new(root, "preemptions", json_integer(g->stats.n_preemptions));
     json_object_set_new(root, "recomputed_tokens", json_integer(g->stats.recomputed_tokens));
@@ -390,10 +390,10 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
 }
 
 json_t *hr_session_engine_json(hr_session *s, double seconds) {
-    hr_engine_stats st;
-    hr_engine_get_stats(hr_session_engine(s), &st);
-    hr_kv_pool_ledger l;
-    hr_kv_pool_get_ledger(hr_session_kv(s), &l);
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(s->rt, &pool);
+    const hr_engine_stats st = pool.engine;
+    const hr_kv_pool_ledger l = pool.ledger;
     json_t *o = json_object();
     json_object_set_new(o, "seconds", json_real(seconds));
     json_object_set_new(o, "completed", json_integer((json_int_t)st.completed));
@@ -428,8 +428,11 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
 }
 
 void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n, double seconds, FILE *f) {
-    hr_engine_stats st;
-    hr_engine_get_stats(hr_session_engine(s), &st);
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(s->rt, &pool);
+    const hr_engine_stats st = pool.engine;
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
     int ok = 0;
     uint64_t peak = 0;
     for (int i = 0; i < n; i++) {
@@ -447,13 +450,13 @@ void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n,
             "prefix-hit tokens | kv cache: %s peak per sequence | kernels %s, %d threads\n",
             hr_admission_name(s->o.admission), hr_preempt_mode_name(s->o.preempt), hr_kv_layout_name(s->o.layout),
             (unsigned long long)st.preemptions, (unsigned long long)st.recomputed_tokens,
-            (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb),
-            hr_model_ctx_isa(hr_runtime_ctx(s->rt)), hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
+            (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb), info.isa, info.n_threads);
 }
 
 void hr_session_print_ledger(hr_session *s, FILE *f) {
-    hr_kv_pool_ledger l;
-    hr_kv_pool_get_ledger(hr_session_kv(s), &l);
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(s->rt, &pool);
+    const hr_kv_pool_ledger l = pool.ledger;
     char a[32], b[32], c[32], d[32];
     fprintf(f, "kv pool: %d blocks (%s): used %d, cached %d (%s), free %d (%s), waste %llu slots (%s)\n",
             l.blocks_total, hr_format_size(l.bytes_total, a, sizeof a), l.blocks_used, l.blocks_cached,

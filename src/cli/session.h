@@ -72,11 +72,6 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_
 void hr_session_close(hr_session *s); /* NULL allowed */
 
 hr_runtime *hr_session_runtime(hr_session *s); /* the runtime underneath (the server opens its own) */
-const hr_model *hr_session_model(const hr_session *s);
-const hr_tokenizer *hr_session_tokenizer(const hr_session *s);
-hr_kv_pool *hr_session_kv(hr_session *s);
-hr_model_ctx *hr_session_ctx(hr_session *s);
-hr_engine *hr_session_engine(hr_session *s);
 const hr_session_opts *hr_session_options(const hr_session *s);
 /* Startup warnings for the user (an unrecognized chat template and the fallback used, --ctx past the
  * trained context), one per line ('\n'-separated, no trailing newline), or "". */

@@ -4,6 +4,7 @@
  * A request here is the engine's request plus what the front end asked for (its prompt ids after
  * chat rendering and tokenization, max_tokens after the context clamp). */
 #include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -425,6 +426,28 @@ bool hr_runtime_chat_native(const hr_runtime *rt) {
     return !strcmp(hr_chat_describe(rt->chat), "the model's chat template");
 }
 
+hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_params *p, hr_runtime **out,
+                                  bool *bad_option, hr_error *err) {
+    hr_runtime_params q = *p;
+    q.model = base->model;
+    q.model_path = base->p.model_path; /* names it only */
+    return hr_runtime_open(&q, out, bad_option, err);
+}
+
+void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out) {
+    const hr_hparams *hp = hr_model_hparams(rt->model);
+    *out = (hr_runtime_info){.model = hp->name,
+                             .arch = hp->arch_name,
+                             .n_ctx_train = hp->n_ctx_train,
+                             .n_vocab = hp->n_vocab,
+                             .isa = hr_model_ctx_isa(rt->ctx),
+                             .n_threads = hr_model_ctx_n_threads(rt->ctx)};
+}
+
+hr_status hr_runtime_step(hr_runtime *rt, int *n_unfinished, hr_error *err) {
+    return hr_engine_step(rt->engine, n_unfinished, err);
+}
+
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
 void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }
 hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_engine_run_until_idle(rt->engine, err); }
@@ -593,6 +616,18 @@ int hr_rt_request_max_tokens(const hr_rt_request *r) { return r->max_tokens; }
 bool hr_rt_request_ctx_limited(const hr_rt_request *r) { return r->ctx_limited; }
 void hr_rt_request_cancel(hr_runtime *rt, hr_rt_request *r) { hr_engine_cancel(rt->engine, r->h); }
 
+void hr_rt_request_read(hr_rt_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap,
+                        hr_rt_delta *d) {
+    hr_request_delta rd;
+    hr_request_read(r->h, tokens, tokens_cap, text, text_cap, &rd);
+    *d = (hr_rt_delta){.n_tokens = rd.n_tokens, .n_text = rd.n_text, .done = rd.done};
+}
+bool hr_rt_request_wait(hr_rt_request *r, double timeout_s) { return hr_request_wait(r->h, timeout_s); }
+int hr_rt_request_logprobs(hr_rt_request *r, int from, int n, float *lp, int32_t *top_ids, float *top_lp) {
+    return hr_request_logprobs(r->h, from, n, lp, top_ids, top_lp);
+}
+int hr_rt_request_token_gaps(hr_rt_request *r, float *gaps, int cap) { return hr_request_token_gaps(r->h, gaps, cap); }
+
 void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r) {
     if (!r) return;
     hr_request_stats s;
@@ -677,3 +712,87 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
 }
 
 double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }
+
+int hr_runtime_events(hr_runtime *rt, uint64_t after, hr_rt_event *out, int cap) {
+    if (cap <= 0) return 0;
+    hr_engine_event *ev = malloc(sizeof *ev * (size_t)HR_MIN(cap, HR_ENGINE_EVENTS));
+    int n = ev ? hr_engine_events(rt->engine, after, ev, HR_MIN(cap, HR_ENGINE_EVENTS)) : 0;
+    for (int i = 0; i < n; i++)
+        out[i] = (hr_rt_event){.seq = ev[i].seq,
+                               .t = ev[i].t,
+                               .kind = hr_engine_event_kind_name(ev[i].kind),
+                               .request = ev[i].request,
+                               .tokens = ev[i].tokens,
+                               .bytes = ev[i].bytes};
+    free(ev);
+    return n;
+}
+
+/* ---- scoring ----------------------------------------------------------------------------------- */
+
+hr_status hr_rt_policy_parse(const char *policy, char *label, size_t cap, hr_error *err) {
+    hr_kv_policy pol;
+    hr_status st = hr_kv_policy_parse(policy, &pol, err);
+    if (st == HR_OK && label) hr_kv_policy_str(&pol, label, cap);
+    return st;
+}
+
+hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_error *err) {
+    hr_kv_policy pol;
+    hr_status st = hr_kv_policy_parse(policy, &pol, err);
+    return st ? st : hr_kv_policy_check(rt->kv, &pol, err);
+}
+
+hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *toks, int n, float *logits,
+                           hr_rt_score *out, hr_error *err) {
+    hr_kv_policy pol = {.kind = HR_KV_POLICY_FULL};
+    hr_status st = policy ? hr_kv_policy_parse(policy, &pol, err) : HR_OK;
+    if (st) return st;
+    if (n < 1 || n > rt->n_ctx || n > rt->p.max_batch_tokens)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d tokens to score: 1..%d", n,
+                            HR_MIN(rt->n_ctx, rt->p.max_batch_tokens));
+    int V = hr_model_hparams(rt->model)->n_vocab;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    hr_kv_seq *seqs = malloc(sizeof(hr_kv_seq) * (size_t)n);
+    uint8_t *want = malloc((size_t)n);
+    hr_kv_seq s;
+    if (!pos || !seqs || !want) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        goto out_free;
+    }
+    if ((st = hr_kv_seq_create(rt->kv, &s, err))) goto out_free;
+    if ((st = hr_kv_seq_set_policy(rt->kv, s, &pol, err))) goto out;
+    for (int i = 0; i < n; i++) pos[i] = i, seqs[i] = s, want[i] = 1;
+    if (pol.kind == HR_KV_POLICY_FULL) {
+        hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_kv_seq_reserve(rt->kv, s, n, err)) || (st = hr_model_forward(rt->ctx, &b, logits, err))) goto out;
+        hr_kv_seq_commit(rt->kv, s, toks, n);
+    } else {
+        /* the first half as a prompt, then one token per forward: the policy acts between them */
+        int first = n / 2;
+        hr_kv_seq_set_prompt_len(rt->kv, s, first);
+        memset(want, 0, (size_t)first);
+        hr_batch b = {.n_tokens = first, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_kv_seq_reserve(rt->kv, s, first, err)) || (st = hr_model_forward(rt->ctx, &b, NULL, err)))
+            goto out;
+        hr_kv_seq_commit(rt->kv, s, toks, first);
+        for (int i = first; i < n; i++) {
+            hr_batch d = {.n_tokens = 1, .tokens = toks + i, .pos = pos + i, .seq = seqs, .want_logits = want + i};
+            want[i] = 1;
+            if ((st = hr_kv_seq_reserve(rt->kv, s, i + 1, err)) ||
+                (st = hr_model_forward(rt->ctx, &d, logits + (size_t)i * V, err)))
+                goto out;
+            hr_kv_seq_commit(rt->kv, s, toks + i, 1);
+        }
+    }
+    hr_kv_seq_ledger l;
+    if (out && hr_kv_seq_get_ledger(rt->kv, s, &l, NULL) == HR_OK)
+        *out = (hr_rt_score){.kv_bytes = l.bytes_now, .tokens_kept = l.tokens_kept_max};
+out:
+    hr_kv_seq_free(rt->kv, s);
+out_free:
+    free(pos);
+    free(seqs);
+    free(want);
+    return st;
+}

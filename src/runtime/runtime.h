@@ -7,7 +7,7 @@
  *
  * Threads: hr_runtime_submit, hr_rt_request_* and hr_runtime_get_* may be called from any thread.
  * Either the engine thread runs (hr_runtime_start; a server) or one caller steps it
- * (hr_runtime_run_until_idle / hr_engine_step on hr_runtime_engine; the CLI), never both. */
+ * (hr_runtime_run_until_idle / hr_runtime_step; the CLI, eval), never both. */
 #ifndef HR_RUNTIME_RUNTIME_H
 #define HR_RUNTIME_RUNTIME_H
 
@@ -155,13 +155,16 @@ hr_status hr_runtime_open(const hr_runtime_params *p, hr_runtime **out, bool *ba
 /* Stops the engine thread if running; unfinished requests end FAILED. NULL allowed. */
 void hr_runtime_close(hr_runtime *rt);
 
+/* Another runtime on base's model: the weights and the tokenizer's file are shared, not loaded again
+ * (base must outlive it); p->model_path and p->model are ignored. Each arm of `headroom eval` is one,
+ * with its own KV formats and pool. Same failures as hr_runtime_open. */
+hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_params *p, hr_runtime **out,
+                                  bool *bad_option, hr_error *err);
+
 const hr_runtime_params *hr_runtime_get_params(const hr_runtime *rt); /* defaults filled in */
-const hr_model *hr_runtime_model(const hr_runtime *rt);
+/* The vocabulary, for text only (tokenizer/tokenizer.h: encode, decode, pieces, token bytes): the one
+ * part the runtime lends, since front ends may use the tokenizer's public header. Borrowed. */
 const hr_tokenizer *hr_runtime_tokenizer(const hr_runtime *rt);
-hr_kv_pool *hr_runtime_kv(hr_runtime *rt);
-hr_kv_swap *hr_runtime_swap(hr_runtime *rt); /* NULL when there is no tier */
-hr_model_ctx *hr_runtime_ctx(hr_runtime *rt);
-hr_engine *hr_runtime_engine(hr_runtime *rt);
 int hr_runtime_n_ctx(const hr_runtime *rt);
 bool hr_runtime_is_demo(const hr_runtime *rt);
 const char *hr_runtime_model_name(const hr_runtime *rt); /* the file's base name, or "demo" */
@@ -178,11 +181,71 @@ bool hr_runtime_chat_native(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
 
+/* What the runtime runs, for a front end to show (the model's own name, the kernels chosen). */
+typedef struct hr_runtime_info {
+    const char *model;  /* the model's name from its metadata ("stories260K", ...) */
+    const char *arch;   /* its architecture ("llama", "qwen3", ...) */
+    int n_ctx_train;    /* the context it was trained for */
+    int n_vocab;        /* rows of its logits */
+    const char *isa;    /* the kernels in use ("avx2", ...) */
+    int n_threads;      /* the forward pass's threads */
+} hr_runtime_info;
+void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out);
+
 /* The engine thread (a server): start once, stop before close (close also stops it). */
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err);
 void hr_runtime_stop(hr_runtime *rt);
 /* Steps on the calling thread until every submitted request is final (when no thread runs). */
 hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
+/* One engine step on the calling thread (take submissions and cancellations, schedule, one forward,
+ * sample, stream). *n_unfinished (may be NULL) receives the requests not yet final. HR_ERR_INVALID_ARG
+ * while the engine thread runs. A request's failure does not fail the step. */
+hr_status hr_runtime_step(hr_runtime *rt, int *n_unfinished, hr_error *err);
+
+/* ---- scoring (teacher forcing: `headroom eval`) ------------------------------------------------ */
+
+typedef struct hr_rt_score {
+    uint64_t kv_bytes; /* KV bytes the sequence held after the last token (after its policy) */
+    int tokens_kept;   /* the most tokens one layer and KV head kept then */
+} hr_rt_score;
+
+/* Checks a KV policy's text ("full", "window:W", "sinks:S,window:W", "h2o:B", "snapkv:B[,window:W]")
+ * for its syntax only and writes its canonical form to label (cap bytes). No runtime needed. */
+hr_status hr_rt_policy_parse(const char *policy, char *label, size_t cap, hr_error *err);
+/* Whether this runtime's pool can use the policy (a window within its model's limits, ...). */
+hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_error *err);
+
+/* Runs tokens[0..n) (n <= the context and max_batch_tokens) as one new sequence under policy (NULL:
+ * full) and writes every position's logits to logits (n x hr_runtime_info.n_vocab). Under the full
+ * policy the tokens go through one forward pass; under any
+ * other the first n / 2 go as a prompt in one pass and the rest one per pass, so that the policy acts
+ * between them (the logits of the first n / 2 positions are then left as they were). The sequence is
+ * freed before returning. On the calling thread, never while the engine thread runs or requests are
+ * in flight (it uses the pool and forward context the engine steps with). */
+hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *tokens, int n, float *logits,
+                           hr_rt_score *out, hr_error *err);
+
+/* ---- replicas: KV events and the shared KV tier ------------------------------------------------ */
+
+/* The runtime's observer hook for the prefix cache: KV events published in vLLM's format (src/events)
+ * and blocks shared through Redis (src/remote), both fed by the pool's one observer. */
+typedef struct hr_rt_cluster_params {
+    const char *kv_events;        /* tcp://HOST:PORT to publish on (NULL: no events) */
+    const char *kv_events_replay; /* a replay ROUTER endpoint (NULL: none) */
+    const char *kv_events_topic;  /* the first frame of every message (NULL: empty) */
+    const char *kv_remote;        /* redis://HOST:PORT (NULL: no shared tier) */
+    const char *model_id;         /* the model's identity in the shared tier (NULL: its name) */
+    void (*log)(void *log_ctx, const char *line); /* one line per thing started, refused or counted */
+    void *log_ctx;
+} hr_rt_cluster_params;
+
+typedef struct hr_rt_cluster hr_rt_cluster;
+
+/* Call after hr_runtime_open and before hr_runtime_start. Never fails: what cannot start is logged
+ * (log) and left out; NULL when nothing was asked for or nothing started. */
+hr_rt_cluster *hr_runtime_cluster_start(hr_runtime *rt, const hr_rt_cluster_params *p);
+/* Call after hr_runtime_stop, before hr_runtime_close: flushes, logs the counters, detaches. NULL ok. */
+void hr_runtime_cluster_stop(hr_runtime *rt, hr_rt_cluster *c);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
@@ -250,10 +313,29 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
  * (hr_rt_kv_usage.group_*). Sets out[0..n) only on HR_OK. Any thread. */
 hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int n, hr_rt_request **out, hr_error *err);
 
-/* The engine's request (read its stream with hr_request_read / hr_request_wait). Borrowed. Note that
- * hr_request_wait returns at once while any output, ids or text, is unread: a reader that wants only
- * the text must still read the ids (or pass a token buffer), or it spins. */
-hr_request *hr_rt_request_handle(hr_rt_request *r);
+/* New output since the last read, copied out under the request's lock. */
+typedef struct hr_rt_delta {
+    int n_tokens;  /* token ids copied into tokens */
+    size_t n_text; /* bytes copied into text (NUL-terminated when text_cap > 0) */
+    bool done;     /* the request is final and everything has been read */
+} hr_rt_delta;
+
+/* Copies up to tokens_cap new ids and up to text_cap - 1 new text bytes (either buffer may be NULL
+ * with cap 0: that stream is then left unread). Text is held back while it could still become part of
+ * a stop string, and always ends on a UTF-8 character boundary. Any thread. */
+void hr_rt_request_read(hr_rt_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap,
+                        hr_rt_delta *d);
+/* Blocks until there is unread output or the request is final, at most timeout_s seconds (< 0:
+ * forever); true when there is something to read or it is final. It returns at once while any output,
+ * ids or text, is unread: a reader that wants only the text must still read the ids (or pass a token
+ * buffer), or it spins. Any thread. */
+bool hr_rt_request_wait(hr_rt_request *r, double timeout_s);
+/* Log-probabilities of output tokens [from, from + n) (a request submitted with logprobs), as far as
+ * they are published: lp[i] for output token from + i; with top_logprobs = K, top_ids / top_lp
+ * [i * K + j] the j-th most likely token there (either may be NULL). Returns how many. Any thread. */
+int hr_rt_request_logprobs(hr_rt_request *r, int from, int n, float *lp, int32_t *top_ids, float *top_lp);
+/* Seconds between output tokens i and i + 1 so far, at most cap of them; returns how many. Any thread. */
+int hr_rt_request_token_gaps(hr_rt_request *r, float *gaps, int cap);
 const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt);
 int hr_rt_request_max_tokens(const hr_rt_request *r);   /* after the clamp */
 bool hr_rt_request_ctx_limited(const hr_rt_request *r); /* max_tokens was clamped by the context */
@@ -313,6 +395,19 @@ typedef struct hr_runtime_pool {
 } hr_runtime_pool;
 
 void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out);
+
+/* What the scheduler did to requests' KV (preemptions, evictions), the newest HR_RT_EVENTS kept. */
+typedef struct hr_rt_event {
+    uint64_t seq;     /* 1, 2, ... in the order they happened */
+    double t;         /* hr_time_now() seconds */
+    const char *kind; /* "preempt_recompute", "preempt_swap", "evict" (static) */
+    uint64_t request; /* the request's number (hr_rt_result.stats.id) */
+    int tokens;       /* preemption: tokens it had computed; eviction: tokens evicted since its last event */
+    uint64_t bytes;   /* preemption: KV bytes it held (released or swapped out); eviction: 0 */
+} hr_rt_event;
+#define HR_RT_EVENTS 1024
+/* Copies the events with seq > after, oldest first (the newest cap when more). Returns how many. */
+int hr_runtime_events(hr_runtime *rt, uint64_t after, hr_rt_event *out, int cap);
 
 /* Planned against measured memory: the plan the pool was sized by (hr_kv_budget_compute with the
  * model) and the process's resident set now and at its peak (/proc/self/status VmRSS and VmHWM; 0

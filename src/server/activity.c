@@ -182,16 +182,16 @@ static json_t *server_json(hr_runtime *rt, const hr_server_params *sp) {
 
 /* Engine events (newest ENGINE_EVS) and refusals, merged in time order. */
 static json_t *events_json(hr_runtime *rt, const refusal *ref, int n_ref, double mono_now, double unix_now) {
-    hr_engine_event *ev = malloc(sizeof *ev * ENGINE_EVS);
-    int n_ev = ev ? hr_engine_events(hr_runtime_engine(rt), 0, ev, ENGINE_EVS) : 0;
+    hr_rt_event *ev = malloc(sizeof *ev * ENGINE_EVS);
+    int n_ev = ev ? hr_runtime_events(rt, 0, ev, ENGINE_EVS) : 0;
     json_t *arr = json_array();
     int i = 0, k = 0;
     while (i < n_ev || k < n_ref) {
         json_t *o;
         if (k >= n_ref || (i < n_ev && ev[i].t <= ref[k].t)) {
-            const hr_engine_event *x = &ev[i++];
+            const hr_rt_event *x = &ev[i++];
             o = json_pack("{s:I, s:s, s:f, s:I, s:i, s:I}", "seq", (json_int_t)x->seq, "kind",
-                          hr_engine_event_kind_name(x->kind), "time", unix_now - (mono_now - x->t), "request_id",
+                          x->kind, "time", unix_now - (mono_now - x->t), "request_id",
                           (json_int_t)x->request, "tokens", x->tokens, "bytes", (json_int_t)x->bytes);
         } else {
             const refusal *x = &ref[k++];

@@ -139,7 +139,7 @@ json_t *hr_srv_logprobs_json(const hr_srv_job *j, int i, int from, const int32_t
     }
     json_t *o = NULL;
     /* tokens are published after their logprobs: every id read has them */
-    int got = n > 0 ? hr_request_logprobs(hr_rt_request_handle(j->req[i]), from, n, lp, top_id, top_lp) : 0;
+    int got = n > 0 ? hr_rt_request_logprobs(j->req[i], from, n, lp, top_id, top_lp) : 0;
     hr_srv_buf b = {0};
     if (j->kind == HR_SRV_CHAT) {
         json_t *content = json_array();

@@ -211,7 +211,7 @@ static void job_record(hr_server *s, hr_srv_job *j, bool aborted) {
         /* a cancelled request may not have reached its final state yet: count it as what it will be */
         if (aborted && r.state != HR_REQ_COMPLETED && r.state != HR_REQ_FAILED) r.state = HR_REQ_CANCELLED;
         float *gaps = r.n_ids > 1 ? malloc(sizeof(float) * (size_t)(r.n_ids - 1)) : NULL;
-        int n_gaps = gaps ? hr_request_token_gaps(hr_rt_request_handle(j->req[i]), gaps, r.n_ids - 1) : 0;
+        int n_gaps = gaps ? hr_rt_request_token_gaps(j->req[i], gaps, r.n_ids - 1) : 0;
         hr_srv_metrics_finished(s->metrics, &r, gaps, n_gaps);
         hr_srv_activity_finished(s->activity, &r, gaps, n_gaps);
         free(gaps);
@@ -303,15 +303,15 @@ enum { WAIT_DONE, WAIT_GONE, WAIT_CLOSED_END, WAIT_TIMEOUT };
 
 /* Waits until every choice is final, the client goes (GONE), it closes its end (CLOSED_END, unless
  * probing: then only GONE counts) or deadline passes. The channels are read and dropped (the result
- * holds the whole output): unread output would keep hr_request_wait from sleeping. */
+ * holds the whole output): unread output would keep hr_rt_request_wait from sleeping. */
 static int wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j, bool probing, double deadline) {
     char text[4096];
     int32_t ids[256];
     for (int i = 0; i < j->n; i++) {
-        hr_request *h = hr_rt_request_handle(j->req[i]);
+        hr_rt_request *h = j->req[i];
         for (;;) {
-            hr_request_delta d;
-            hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
+            hr_rt_delta d;
+            hr_rt_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
             if (d.done) break;
             if (d.n_tokens > 0 || d.n_text > 0) continue;
             if (atomic_load(&s->abandon)) return WAIT_GONE;
@@ -319,7 +319,7 @@ static int wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j, bool 
             if (cs == CLIENT_GONE) return WAIT_GONE;
             if (cs == CLIENT_CLOSED_END && !probing) return WAIT_CLOSED_END;
             if (hr_time_now() > deadline) return WAIT_TIMEOUT;
-            hr_request_wait(h, 0.25);
+            hr_rt_request_wait(h, 0.25);
         }
     }
     return WAIT_DONE;
