@@ -7,7 +7,6 @@
 
 #include "cli/args.h"
 #include "common/util.h"
-#include "tokenizer/chat.h"
 
 struct hr_session {
     hr_session_opts o;

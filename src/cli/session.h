@@ -9,11 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/engine.h"
-#include "kv/kv.h"
-#include "model/model.h"
 #include "runtime/runtime.h"
-#include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 #define HR_SESSION_MAX_STOP 8

@@ -728,6 +728,10 @@ int hr_runtime_events(hr_runtime *rt, uint64_t after, hr_rt_event *out, int cap)
     return n;
 }
 
+hr_status hr_rt_schema_to_gbnf(const char *json, size_t len, char **out, hr_error *err) {
+    return hr_cons_schema_to_gbnf(json, len, out, err);
+}
+
 /* ---- scoring ----------------------------------------------------------------------------------- */
 
 hr_status hr_rt_policy_parse(const char *policy, char *label, size_t cap, hr_error *err) {

@@ -261,6 +261,11 @@ typedef struct hr_rt_constraint {
     const char *field; /* the request field it came from (NULL: "constraint") */
 } hr_rt_constraint;
 
+/* A JSON Schema as the GBNF grammar constrained decoding compiles it to (tool calling frames its
+ * calls' schemas in a grammar of its own): malloc'd text (free it) on success; HR_ERR_INVALID_ARG
+ * names what the schema uses that cannot be constrained. */
+hr_status hr_rt_schema_to_gbnf(const char *json, size_t len, char **out, hr_error *err);
+
 typedef struct hr_rt_request hr_rt_request;
 
 typedef struct hr_rt_request_params {

@@ -31,7 +31,6 @@
 
 #include "common/status.h"
 #include "runtime/runtime.h"
-#include "sampler/sampler.h"
 
 /* Which extra metric families /metrics carries besides headroom_*. */
 typedef enum hr_metrics_compat {
