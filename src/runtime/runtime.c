@@ -4,6 +4,7 @@
  * A request here is the engine's request plus what the front end asked for (its prompt ids after
  * chat rendering and tokenization, max_tokens after the context clamp). */
 #include "runtime/runtime.h"
+#include "runtime/budget.h"
 #include "runtime/runtime_parts.h"
 
 #include <stdarg.h>

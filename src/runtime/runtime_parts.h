@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
+#include "runtime/budget.h"
 #include "runtime/runtime.h"
 
 const hr_model *hr_runtime_model(const hr_runtime *rt);
