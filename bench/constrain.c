@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
 
     /* the same sampling (temperature 1 over the whole vocabulary) with and without the constraint */
     hr_rt_request_params p = {.prompt = "Here is the user record as JSON:", .max_tokens = tokens, .ignore_eos = true};
-    p.sampling = hr_sampler_default_params();
+    p.sampling = hr_rt_sampling_default();
     p.sampling.temperature = 1.0f;
     p.sampling.top_k = 0;
     p.sampling.top_p = 1.0f;
@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
     double step = run_one(rt, &p, NULL, NULL, NULL);
     p.ignore_eos = false;
     p.max_tokens = 1000;
-    p.constraint = (hr_rt_constraint){.kind = HR_CONS_JSON_SCHEMA, .src = schema, .len = strlen(schema)};
+    p.constraint = (hr_rt_constraint){.kind = HR_RT_CONS_JSON_SCHEMA, .src = schema, .len = strlen(schema)};
     int32_t *ids = NULL;
     int n_ids = 0;
     const char *finish = NULL;

@@ -55,17 +55,6 @@ front_end=" cli server eval plan "
 
 # Edges that cross the table today, each with its reason. "file header" exactly as included.
 exceptions="
-# runtime.h still re-exports value types of the layers below (KV formats, admission and preemption
-# modes, sampling parameters, chat messages, constraint kinds, request and engine stats, ledgers):
-# runtime-owned copies of them are the next step. It returns none of their objects (runtime_parts.h
-# lends those to tests and benches only).
-runtime/runtime.h constrain/constrain.h
-runtime/runtime.h engine/engine.h
-runtime/runtime.h kv/kv.h
-runtime/runtime.h model/model.h
-runtime/runtime.h sampler/sampler.h
-runtime/runtime.h tokenizer/chat.h
-runtime/runtime.h tokenizer/tokenizer.h
 # plan's simulator: see backend seam (the planner drives the real engine and pool in virtual time;
 # it moves onto the backend seam, issue 23 point 7).
 plan/plan.h engine/engine.h

@@ -209,9 +209,8 @@ int hr_cmd_run(int argc, char **argv) {
             o.ignore_eos = true;
         } else if (!strcmp(a, "--kv-policy")) {
             if (!(o.kv_policy = hr_arg_value("run", argc, argv, &i))) goto out;
-            hr_kv_policy pol; /* the syntax is checked here (a usage error); the session checks it fits */
-            hr_error perr;
-            if (hr_kv_policy_parse(o.kv_policy, &pol, &perr) != HR_OK) {
+            hr_error perr; /* the syntax is checked here (a usage error); the session checks it fits */
+            if (hr_rt_policy_parse(o.kv_policy, NULL, 0, &perr) != HR_OK) {
                 fprintf(stderr, "headroom run: --kv-policy: %s\n", perr.msg);
                 goto out;
             }

@@ -26,7 +26,7 @@ hr_session_opts hr_session_default_opts(void) {
     o.preempt = d.preempt;
     o.layout = d.layout;
     o.n_predict = 128;
-    o.sampling = hr_sampler_default_params();
+    o.sampling = hr_rt_sampling_default();
     o.sampling.temperature = 0.8f;
     return o;
 }
@@ -52,7 +52,7 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
     const char *v = hr_arg_value(cmd, argc, argv, i);
     if (!v) return true;
     bool ok = true;
-    hr_sampler_params *sp = &o->sampling;
+    hr_rt_sampling *sp = &o->sampling;
     if (IS("-m") || IS("--model"))
         o->model_path = v;
     else if (IS("-c") || IS("--ctx"))
@@ -67,9 +67,9 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
             ok = false;
         }
     } else if (IS("--kv-type") || IS("--kv-type-k") || IS("--kv-type-v")) {
-        hr_kv_format f;
+        hr_rt_kv_format f;
         hr_error err;
-        if (hr_kv_format_parse(v, &f, &err) != HR_OK) {
+        if (hr_rt_kv_format_parse(v, &f, &err) != HR_OK) {
             fprintf(stderr, "headroom %s: %s: %s\n", cmd, a, err.msg);
             ok = false;
         } else {
@@ -90,9 +90,9 @@ bool hr_session_parse_common(hr_session_opts *o, const char *cmd, int argc, char
         ok = hr_arg_int(cmd, a, v, 1, 1 << 24, &o->max_queue);
     else if (IS("--admission") || IS("--preempt") || IS("--kv-layout")) {
         hr_error err;
-        hr_status st = IS("--admission") ? hr_admission_parse(v, &o->admission, &err)
-                       : IS("--preempt") ? hr_preempt_mode_parse(v, &o->preempt, &err)
-                                         : hr_kv_layout_parse(v, &o->layout, &err);
+        hr_status st = IS("--admission") ? hr_rt_admission_parse(v, &o->admission, &err)
+                       : IS("--preempt") ? hr_rt_preempt_parse(v, &o->preempt, &err)
+                                         : hr_rt_layout_parse(v, &o->layout, &err);
         if (st != HR_OK) {
             fprintf(stderr, "headroom %s: %s: %s\n", cmd, a, err.msg);
             ok = false;
@@ -154,7 +154,7 @@ hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seq
 
 hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_option, hr_error *err) {
     if (bad_option) *bad_option = false;
-    hr_status st = hr_sampler_params_check(&o->sampling, err);
+    hr_status st = hr_rt_sampling_check(&o->sampling, err);
     if (st) {
         if (bad_option) *bad_option = true;
         return st;
@@ -201,11 +201,11 @@ static void submit_one(hr_session *s, int i, const char *prompt, hr_generation *
                               .stop = (const char *const *)s->o.stop,
                               .n_stop = s->o.n_stop};
     p.sampling.seed = g->seed;
-    hr_chat_msg msgs[2];
+    hr_rt_chat_msg msgs[2];
     size_t n = 0;
     if (s->o.chat) {
-        if (s->o.system) msgs[n++] = (hr_chat_msg){.role = "system", .content = s->o.system};
-        msgs[n++] = (hr_chat_msg){.role = "user", .content = prompt};
+        if (s->o.system) msgs[n++] = (hr_rt_chat_msg){.role = "system", .content = s->o.system};
+        msgs[n++] = (hr_rt_chat_msg){.role = "user", .content = prompt};
         p.messages = msgs;
         p.n_messages = n;
     } else {
@@ -246,7 +246,7 @@ static hr_status collect(hr_rt_request *h, hr_generation *g) {
     g->gen_seconds = r.t_finish - t1;
     g->finish_reason = r.finish_reason ? r.finish_reason : "error";
     g->limit = r.limit;
-    if (r.state != HR_REQ_COMPLETED) {
+    if (r.state != HR_RT_COMPLETED) {
         g->status = r.status ? r.status : HR_ERR_INTERNAL;
         snprintf(g->error, sizeof g->error, "%s", r.error);
     }
@@ -344,7 +344,7 @@ void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE
             g->n_ids, gps, g->finish_reason, why);
     fprintf(f, "kv cache: %s peak (%d tokens, K %s / V %s, block %d) | kernels %s, %d threads\n",
             hr_format_size(g->kv_bytes_peak, kb, sizeof kb), g->ledger.tokens_total,
-            hr_kv_format_name(g->ledger.k_format), hr_kv_format_name(g->ledger.v_format), s->o.block_size, info.isa,
+            hr_rt_kv_format_name(g->ledger.k_format), hr_rt_kv_format_name(g->ledger.v_format), s->o.block_size, info.isa,
             info.n_threads);
 }
 
@@ -373,8 +373,8 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
     json_object_set_new(root, "generation_tokens_per_second",
                         json_real(g->gen_seconds > 0 ? g->n_ids / g->gen_seconds : 0));
     json_object_set_new(root, "kv_bytes", json_integer((json_int_t)g->kv_bytes_peak));
-    json_object_set_new(root, "kv_type_k", json_string(hr_kv_format_name(g->ledger.k_format)));
-    json_object_set_new(root, "kv_type_v", json_string(hr_kv_format_name(g->ledger.v_format)));
+    json_object_set_new(root, "kv_type_k", json_string(hr_rt_kv_format_name(g->ledger.k_format)));
+    json_object_set_new(root, "kv_type_v", json_string(hr_rt_kv_format_name(g->ledger.v_format)));
     json_object_set_new(root, "model", json_string(info.model));
     json_object_set_new(root, "kernels", json_string(info.isa));
     json_object_set_new(root, "threads", json_integer(info.n_threads));
@@ -391,8 +391,8 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
 json_t *hr_session_engine_json(hr_session *s, double seconds) {
     hr_runtime_pool pool;
     hr_runtime_get_pool(s->rt, &pool);
-    const hr_engine_stats st = pool.engine;
-    const hr_kv_pool_ledger l = pool.ledger;
+    const hr_rt_engine_stats st = pool.engine;
+    const hr_rt_pool_ledger l = pool.ledger;
     json_t *o = json_object();
     json_object_set_new(o, "seconds", json_real(seconds));
     json_object_set_new(o, "completed", json_integer((json_int_t)st.completed));
@@ -418,9 +418,9 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
     json_object_set_new(o, "decode_seconds", json_real(st.decode_seconds));
     json_object_set_new(o, "decode_tokens_per_second",
                         json_real(st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0));
-    json_object_set_new(o, "admission", json_string(hr_admission_name(s->o.admission)));
-    json_object_set_new(o, "preempt", json_string(hr_preempt_mode_name(s->o.preempt)));
-    json_object_set_new(o, "kv_layout", json_string(hr_kv_layout_name(s->o.layout)));
+    json_object_set_new(o, "admission", json_string(hr_rt_admission_name(s->o.admission)));
+    json_object_set_new(o, "preempt", json_string(hr_rt_preempt_name(s->o.preempt)));
+    json_object_set_new(o, "kv_layout", json_string(hr_rt_layout_name(s->o.layout)));
     json_object_set_new(o, "kv_pool_bytes", json_integer((json_int_t)l.bytes_total));
     json_object_set_new(o, "kv_pool_blocks", json_integer(l.blocks_total));
     return o;
@@ -429,7 +429,7 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
 void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n, double seconds, FILE *f) {
     hr_runtime_pool pool;
     hr_runtime_get_pool(s->rt, &pool);
-    const hr_engine_stats st = pool.engine;
+    const hr_rt_engine_stats st = pool.engine;
     hr_runtime_info info;
     hr_runtime_describe(s->rt, &info);
     int ok = 0;
@@ -447,7 +447,7 @@ void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n,
     fprintf(f,
             "engine: admission %s, preempt %s, layout %s | %llu preemptions, %llu recomputed tokens, %llu "
             "prefix-hit tokens | kv cache: %s peak per sequence | kernels %s, %d threads\n",
-            hr_admission_name(s->o.admission), hr_preempt_mode_name(s->o.preempt), hr_kv_layout_name(s->o.layout),
+            hr_rt_admission_name(s->o.admission), hr_rt_preempt_name(s->o.preempt), hr_rt_layout_name(s->o.layout),
             (unsigned long long)st.preemptions, (unsigned long long)st.recomputed_tokens,
             (unsigned long long)st.prefix_hit_tokens, hr_format_size(peak, kb, sizeof kb), info.isa, info.n_threads);
 }
@@ -455,7 +455,7 @@ void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n,
 void hr_session_print_ledger(hr_session *s, FILE *f) {
     hr_runtime_pool pool;
     hr_runtime_get_pool(s->rt, &pool);
-    const hr_kv_pool_ledger l = pool.ledger;
+    const hr_rt_pool_ledger l = pool.ledger;
     char a[32], b[32], c[32], d[32];
     fprintf(f, "kv pool: %d blocks (%s): used %d, cached %d (%s), free %d (%s), waste %llu slots (%s)\n",
             l.blocks_total, hr_format_size(l.bytes_total, a, sizeof a), l.blocks_used, l.blocks_cached,

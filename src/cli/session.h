@@ -22,19 +22,19 @@ typedef struct hr_session_opts {
                                distribution there: a startup warning); without it that is an error */
     uint64_t kv_budget;     /* 0: one n_ctx sequence per concurrent prompt (at most max_running); --kv-budget 0
                                itself is refused by the parser */
-    hr_kv_format k_format, v_format;
+    hr_rt_kv_format k_format, v_format;
     int block_size;
     int n_batch;       /* --max-batch-tokens: tokens per engine step */
     int prefill_chunk; /* 0: n_batch */
     int max_running;   /* sequences in flight (KV sequence slots) */
     int max_queue;     /* 0: the engine's default */
-    hr_admission admission;
-    hr_preempt_mode preempt;
-    hr_kv_layout layout;
+    hr_rt_admission admission;
+    hr_rt_preempt preempt;
+    hr_rt_layout layout;
     uint64_t swap_space; /* bytes of the swap tier (an anonymous temp file); 0: none (--preempt swap: = kv budget) */
     int n_threads;       /* 0: all cores; the parser caps it at the online cores with a warning */
     const char *isa;
-    hr_sampler_params sampling;
+    hr_rt_sampling sampling;
     int n_predict;
     bool no_bos, ignore_eos;
     const char *stop[HR_SESSION_MAX_STOP];
@@ -91,8 +91,8 @@ typedef struct hr_generation {
     uint64_t seed;                      /* the sampler seed of this prompt (hr_prompt_seed of --seed) */
     double prompt_seconds, gen_seconds; /* submit -> first token, first token -> finish */
     uint64_t kv_bytes_peak;
-    hr_kv_seq_ledger ledger;
-    hr_request_stats stats;
+    hr_rt_seq_ledger ledger;
+    hr_rt_request_stats stats;
 } hr_generation;
 
 /* Runs every prompt concurrently through the engine until all are final; g[i] receives prompt i's

@@ -15,7 +15,7 @@
 #define MAX_ARMS (HR_EVAL_MAX_FORMATS * HR_EVAL_MAX_POLICIES + 1)
 
 typedef struct fmt_pair {
-    hr_kv_format k, v;
+    hr_rt_kv_format k, v;
     char label[32];
 } fmt_pair;
 
@@ -58,9 +58,9 @@ struct hr_eval {
 static hr_status parse_formats(const char *list, fmt_pair *out, int *n, hr_error *err) {
     *n = 0;
     if (!strcmp(list, "all")) {
-        for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
-            out[*n].k = out[*n].v = (hr_kv_format)f;
-            snprintf(out[*n].label, sizeof out[*n].label, "%s", hr_kv_format_name((hr_kv_format)f));
+        for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
+            out[*n].k = out[*n].v = (hr_rt_kv_format)f;
+            snprintf(out[*n].label, sizeof out[*n].label, "%s", hr_rt_kv_format_name((hr_rt_kv_format)f));
             (*n)++;
         }
         return HR_OK;
@@ -72,16 +72,16 @@ static hr_status parse_formats(const char *list, fmt_pair *out, int *n, hr_error
         char *slash = strchr(tok, '/');
         if (slash) *slash = 0;
         hr_status st;
-        if ((st = hr_kv_format_parse(tok, &out[*n].k, err)) ||
-            (st = hr_kv_format_parse(slash ? slash + 1 : tok, &out[*n].v, err))) {
+        if ((st = hr_rt_kv_format_parse(tok, &out[*n].k, err)) ||
+            (st = hr_rt_kv_format_parse(slash ? slash + 1 : tok, &out[*n].v, err))) {
             hr_error_prefix(err, "--kv-type");
             return st;
         }
         if (slash)
-            snprintf(out[*n].label, sizeof out[*n].label, "%s/%s", hr_kv_format_name(out[*n].k),
-                     hr_kv_format_name(out[*n].v));
+            snprintf(out[*n].label, sizeof out[*n].label, "%s/%s", hr_rt_kv_format_name(out[*n].k),
+                     hr_rt_kv_format_name(out[*n].v));
         else
-            snprintf(out[*n].label, sizeof out[*n].label, "%s", hr_kv_format_name(out[*n].k));
+            snprintf(out[*n].label, sizeof out[*n].label, "%s", hr_rt_kv_format_name(out[*n].k));
         (*n)++;
     }
     return *n > 0 ? HR_OK : hr_error_set(err, HR_ERR_INVALID_ARG, "--kv-type: no format in '%s'", list);
@@ -229,7 +229,7 @@ hr_status hr_eval_open(hr_eval *ev, const char *text_path, bool *bad_option, hr_
     if (!ev->chunk || !ev->ref_logits || !ev->logits || !ev->lp_ref || !ev->lp)
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     /* arm 0 is the f32 reference */
-    ev->arms[0].f = (fmt_pair){.k = HR_KV_F32, .v = HR_KV_F32, .label = "f32 (ref)"};
+    ev->arms[0].f = (fmt_pair){.k = HR_RT_KV_F32, .v = HR_RT_KV_F32, .label = "f32 (ref)"};
     ev->arms[0].pol = &ev->full;
     for (int i = 0; i + 1 < ev->n_arms; i++) {
         ev->arms[i + 1].f = ev->fp[i / ev->n_pol];
@@ -324,8 +324,8 @@ hr_status hr_eval_run_chunk(hr_eval *ev, int c, void (*on_arm)(void *ctx, int ar
 void hr_eval_get_arm(const hr_eval *ev, int i, hr_eval_arm *out) {
     const arm *a = &ev->arms[i];
     *out = (hr_eval_arm){.label = a->f.label,
-                         .k_format = hr_kv_format_name(a->f.k),
-                         .v_format = hr_kv_format_name(a->f.v),
+                         .k_format = hr_rt_kv_format_name(a->f.k),
+                         .v_format = hr_rt_kv_format_name(a->f.v),
                          .policy = a->pol->label,
                          .error = a->error,
                          .nll = a->nll,

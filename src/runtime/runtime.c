@@ -6,6 +6,7 @@
 #include "runtime/runtime.h"
 #include "runtime/budget.h"
 #include "runtime/runtime_parts.h"
+#include "runtime/vocab.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,7 +15,10 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "constrain/constrain.h"
 #include "model/synth.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
 
 #define HR_RT_GRAMMAR_CACHE 64 /* compiled constraints kept (least recently used dropped) */
 
@@ -201,13 +205,13 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
 
 hr_runtime_params hr_runtime_default_params(void) {
     hr_runtime_params p = {0};
-    p.k_format = p.v_format = HR_KV_F16;
+    p.k_format = p.v_format = HR_RT_KV_F16;
     p.block_size = 16;
     p.max_batch_tokens = 512;
     p.max_running = 64;
-    p.admission = HR_ADMIT_ADAPTIVE;
-    p.preempt = HR_PREEMPT_AUTO;
-    p.layout = HR_LAYOUT_PAGED;
+    p.admission = HR_RT_ADMIT_ADAPTIVE;
+    p.preempt = HR_RT_PREEMPT_AUTO;
+    p.layout = HR_RT_LAYOUT_PAGED;
     return p;
 }
 
@@ -252,8 +256,8 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                .n_kv_heads = hp->n_head_kv,
                .head_dim = hp->head_dim,
                .block_size = rt->p.block_size,
-               .k_format = rt->p.k_format,
-               .v_format = rt->p.v_format,
+               .k_format = (hr_kv_format)rt->p.k_format,
+               .v_format = (hr_kv_format)rt->p.v_format,
                .max_seqs = rt->p.max_running,
                .max_step_tokens = rt->p.max_batch_tokens,
                .budget_bytes = rt->p.kv_budget,
@@ -354,10 +358,10 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;
-    if (!swap_bytes && p->preempt == HR_PREEMPT_SWAP)
+    if (!swap_bytes && p->preempt == HR_RT_PREEMPT_SWAP)
         swap_bytes = (uint64_t)hr_kv_pool_n_blocks(rt->kv) * hr_kv_block_bytes(hr_kv_pool_config(rt->kv)) +
                      hr_kv_stage_block_bytes(hr_kv_pool_config(rt->kv)) * (uint64_t)p->max_running;
-    if (swap_bytes && p->preempt != HR_PREEMPT_RECOMPUTE) {
+    if (swap_bytes && p->preempt != HR_RT_PREEMPT_RECOMPUTE) {
         hr_kv_swap_config sc = {.path = NULL, .budget_bytes = swap_bytes};
         if ((st = hr_kv_swap_create(rt->kv, &sc, &rt->swap, err))) {
             hr_error_prefix(err, "--swap-space");
@@ -379,9 +383,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                            .max_running = p->max_running,
                            .max_queue = p->max_queue,
                            .prefill_chunk = p->prefill_chunk,
-                           .admission = p->admission,
-                           .preempt = p->preempt,
-                           .layout = p->layout,
+                           .admission = (hr_admission)p->admission,
+                           .preempt = (hr_preempt_mode)p->preempt,
+                           .layout = (hr_kv_layout)p->layout,
                            .on_step = rt->step_log ? log_step : NULL,
                            .on_step_user = rt->step_log};
     if ((st = hr_engine_create(&ep, &rt->engine, err))) goto fail;
@@ -458,8 +462,11 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_e
 /* Renders chat messages with the runtime's template and tokenizes them (hr_chat_tokenize: the
  * template's own text with special tokens parsed, the contents as text unless special_in_content; the
  * template writes BOS text itself, so none is added). */
-static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, const char *tools_json, int32_t **ids,
-                          size_t *n_ids, hr_error *err) {
+static hr_status chat_ids(hr_runtime *rt, const hr_rt_chat_msg *rt_msgs, size_t n, const char *tools_json,
+                          int32_t **ids, size_t *n_ids, hr_error *err) {
+    hr_chat_msg *msgs = malloc(sizeof *msgs * n);
+    if (!msgs) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) msgs[i] = hr_rt_to_chat_msg(&rt_msgs[i]);
     int32_t bos = hr_tokenizer_bos(rt->tok), eos = hr_tokenizer_eos(rt->tok);
     hr_chat_render_params cp = {.msgs = msgs,
                                 .n_msgs = n,
@@ -467,7 +474,9 @@ static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, con
                                 .bos = bos >= 0 ? hr_tokenizer_piece(rt->tok, bos) : NULL,
                                 .eos = eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL,
                                 .tools_json = tools_json};
-    return hr_chat_tokenize(rt->chat, rt->tok, &cp, rt->p.special_in_content, ids, n_ids, err);
+    hr_status st = hr_chat_tokenize(rt->chat, rt->tok, &cp, rt->p.special_in_content, ids, n_ids, err);
+    free(msgs);
+    return st;
 }
 
 /* The prompt's ids into r (tokenized text, rendered chat, or the ids as given). */
@@ -541,12 +550,12 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         r->ctx_limited = p->max_tokens > 0 && r->max_tokens < p->max_tokens;
     }
     hr_grammar *grammar = NULL;
-    if (st == HR_OK && p->constraint.kind != HR_CONS_NONE) {
+    if (st == HR_OK && p->constraint.kind != HR_RT_CONS_NONE) {
         const hr_rt_constraint *c = &p->constraint;
         if (!rt->tok) {
             st = hr_error_set(err, HR_ERR_INVALID_ARG, "%s: constrained decoding needs the model's tokenizer",
                               c->field ? c->field : "constraint");
-        } else if ((st = hr_grammar_cache_get(rt->grammars, c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
+        } else if ((st = hr_grammar_cache_get(rt->grammars, (hr_cons_kind)c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
             hr_error_prefix(err, "%s", c->field ? c->field : "constraint");
             if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */
             if (err) err->code = st;
@@ -556,7 +565,7 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         hr_request_params rp = {.prompt = r->prompt,
                                 .n_prompt = r->n_prompt,
                                 .max_tokens = r->max_tokens,
-                                .sampling = p->sampling,
+                                .sampling = hr_rt_to_sampler(&p->sampling),
                                 .priority = p->priority,
                                 .ignore_eos = p->ignore_eos,
                                 .stop = p->stop,
@@ -642,12 +651,14 @@ void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r) {
 
 void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     memset(out, 0, sizeof *out);
-    hr_request_get_stats(r->h, &out->stats);
-    const hr_request_stats *s = &out->stats;
-    out->state = s->state;
+    hr_request_stats stats;
+    hr_request_get_stats(r->h, &stats);
+    hr_rt_from_request_stats(&stats, &out->stats);
+    const hr_request_stats *s = &stats;
+    out->state = (hr_rt_state)s->state;
     bool final = s->state == HR_REQ_COMPLETED || s->state == HR_REQ_CANCELLED || s->state == HR_REQ_FAILED;
     out->status = s->state == HR_REQ_COMPLETED ? HR_OK : s->error_code;
-    out->error = s->error;
+    out->error = out->stats.error;
     out->ids = hr_request_output(r->h, &out->n_ids);
     out->text = hr_request_text(r->h, &out->text_len);
     out->finish_reason = final ? hr_finish_reason_name(s->finish) : NULL;
@@ -658,8 +669,8 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     out->t_first_token = s->t_first_token;
     out->t_finish = s->t_finish;
     hr_rt_kv_usage *k = &out->kv;
-    k->k_format = s->kv.k_format;
-    k->v_format = s->kv.v_format;
+    k->k_format = (hr_rt_kv_format)s->kv.k_format;
+    k->v_format = (hr_rt_kv_format)s->kv.v_format;
     k->block_size = r->block_size;
     k->block_bytes = r->block_bytes;
     k->bytes_now = s->kv.bytes_now; /* once final: what it held at its last step, before release */
@@ -682,8 +693,12 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
 
 void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out) {
     memset(out, 0, sizeof *out);
-    hr_kv_pool_get_ledger(rt->kv, &out->ledger);
-    hr_engine_get_stats(rt->engine, &out->engine);
+    hr_kv_pool_ledger l;
+    hr_engine_stats e;
+    hr_kv_pool_get_ledger(rt->kv, &l);
+    hr_engine_get_stats(rt->engine, &e);
+    hr_rt_from_pool_ledger(&l, &out->ledger);
+    hr_rt_from_engine_stats(&e, &out->engine);
     out->budget_bytes = rt->budget.budget_bytes;
     out->headroom_bytes = (int64_t)out->engine.headroom_blocks * (int64_t)rt->budget.block_bytes;
 }

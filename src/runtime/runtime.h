@@ -16,13 +16,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "constrain/constrain.h"
-#include "engine/engine.h"
-#include "kv/kv.h"
-#include "model/model.h"
-#include "sampler/sampler.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
+#include "runtime/runtime_types.h"
 
 /* ---- the KV budget the pool was sized by (runtime/budget.h: the arithmetic) ---------------------- */
 
@@ -58,15 +52,15 @@ typedef struct hr_runtime_params {
     bool ctx_extend;        /* allow n_ctx past the trained context (a warning; else an error) */
     uint64_t kv_budget;     /* bytes for the KV pool; 0: kv_seqs sequences of n_ctx */
     int kv_seqs;            /* sequences of n_ctx the default budget holds (0: 1) */
-    hr_kv_format k_format, v_format;
+    hr_rt_kv_format k_format, v_format;
     int block_size;       /* 0: 16 */
     int max_batch_tokens; /* tokens per engine step (0: 512) */
     int prefill_chunk;    /* 0: max_batch_tokens */
     int max_running;      /* sequences in flight = KV sequence slots (0: 64) */
     int max_queue;        /* 0: the engine's default */
-    hr_admission admission;
-    hr_preempt_mode preempt;
-    hr_kv_layout layout;
+    hr_rt_admission admission;
+    hr_rt_preempt preempt;
+    hr_rt_layout layout;
     uint64_t swap_space;       /* bytes of the swap tier; 0: none (with preempt swap: as large as the pool) */
     int n_threads;             /* 0: every core */
     const char *isa;           /* NULL: the best measured; "scalar", "avx2", "avx512" */
@@ -122,7 +116,7 @@ const char *hr_runtime_warnings(const hr_runtime *rt);
 /* When the model's chat template was not recognized: a one-line warning naming the template used
  * instead (print it when serving chat), else "". */
 const char *hr_runtime_chat_warning(const hr_runtime *rt);
-/* The chat template family in use ("chatml", "llama3", ...: hr_chat_template_name). */
+/* The chat template family in use ("chatml", "llama3", ...). */
 const char *hr_runtime_chat_family(const hr_runtime *rt);
 /* Whether chat renders through the model's own template (the Jinja interpreter), which takes tools and
  * tool calls as they are; else a family renderer, which knows nothing of tools. */
@@ -204,7 +198,7 @@ void hr_runtime_cluster_stop(hr_runtime *rt, hr_rt_cluster *c);
  * HR_ERR_INVALID_ARG and a message that starts with `field` ("response_format: unsupported JSON Schema
  * keyword 'not' at #/properties/a"). */
 typedef struct hr_rt_constraint {
-    hr_cons_kind kind;
+    hr_rt_cons_kind kind;
     const char *src; /* borrowed until submit returns */
     size_t len;
     const char *field; /* the request field it came from (NULL: "constraint") */
@@ -221,7 +215,7 @@ typedef struct hr_rt_request_params {
     /* exactly one of: */
     const char *prompt;          /* text (BOS added as the vocabulary says, unless no_bos) */
     size_t prompt_len;           /* 0: strlen(prompt) */
-    const hr_chat_msg *messages; /* chat: rendered with the runtime's template; special-token text is
+    const hr_rt_chat_msg *messages; /* chat: rendered with the runtime's template; special-token text is
                                     parsed in the template's markers only (see special_in_content) */
     size_t n_messages;
     /* a text prompt's special-token text ("</s>") stays text, unless special_in_content is set: a
@@ -232,19 +226,19 @@ typedef struct hr_rt_request_params {
     bool no_bos;
     int max_tokens; /* 0: up to the context (with a window policy: give one; it is clamped to
                        HR_RT_WINDOW_CTX_MULT contexts) */
-    hr_sampler_params sampling;
+    hr_rt_sampling sampling;
     const char *const *stop; /* copied */
     int n_stop;
     int priority;
     bool ignore_eos;
     const char *kv_policy;       /* this request's policy ("window:256", ...); NULL: the runtime's default */
-    bool logprobs;               /* record each output token's log-probability (hr_request_logprobs) */
+    bool logprobs;               /* record each output token's log-probability (hr_rt_request_logprobs) */
     int top_logprobs;            /* and the n most likely alternatives (0..20) */
     const char *tools_json;      /* chat: NULL or a JSON array of tools, for a model's own template to render
                                     (hr_runtime_chat_native; messages carry their tool_calls_json / tool_call_id) */
     uint64_t cache_scope;        /* prefix-cache scope: requests share cached blocks (and report hits) only
                                     within one scope (a tenant: a hash of its API key or cache salt); 0: shared */
-    hr_rt_constraint constraint; /* constrained decoding (kind HR_CONS_NONE: free text) */
+    hr_rt_constraint constraint; /* constrained decoding (kind HR_RT_CONS_NONE: free text) */
 } hr_rt_request_params;
 
 /* A request under a window or sinks policy may run past the context, but not forever: it generates at
@@ -299,7 +293,7 @@ void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r);
 
 /* What a request used of the KV cache: every response carries it. */
 typedef struct hr_rt_kv_usage {
-    hr_kv_format k_format, v_format;
+    hr_rt_kv_format k_format, v_format;
     int block_size;
     uint64_t block_bytes;        /* one block of every layer's K and V */
     int blocks_now, blocks_peak; /* blocks_now: held after its last step (once final: at finish,
@@ -319,7 +313,7 @@ typedef struct hr_rt_kv_usage {
 } hr_rt_kv_usage;
 
 typedef struct hr_rt_result {
-    hr_request_state state;
+    hr_rt_state state;
     hr_status status; /* HR_OK unless failed or cancelled */
     const char *error;
     const int32_t *ids; /* completion ids (valid until release) */
@@ -331,7 +325,7 @@ typedef struct hr_rt_result {
     int n_prompt, max_tokens;
     double t_submit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached */
     hr_rt_kv_usage kv;
-    hr_request_stats stats;
+    hr_rt_request_stats stats;
 } hr_rt_result;
 
 /* A snapshot of the request now (final or not). Any thread. `error` points into out->stats, `ids` and
@@ -341,11 +335,11 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out);
 /* ---- the whole picture (any thread) ------------------------------------------------------------ */
 
 typedef struct hr_runtime_pool {
-    hr_kv_pool_ledger ledger;
+    hr_rt_pool_ledger ledger;
     uint64_t budget_bytes;
     int64_t headroom_bytes; /* budget (free + evictable blocks) minus what admitted requests may still
                                claim: the number that must never go negative */
-    hr_engine_stats engine;
+    hr_rt_engine_stats engine;
 } hr_runtime_pool;
 
 void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out);

@@ -12,8 +12,8 @@
 
 static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
     json_t *o = json_object();
-    json_object_set_new(o, "k_format", json_string(hr_kv_format_name(kv->k_format)));
-    json_object_set_new(o, "v_format", json_string(hr_kv_format_name(kv->v_format)));
+    json_object_set_new(o, "k_format", json_string(hr_rt_kv_format_name(kv->k_format)));
+    json_object_set_new(o, "v_format", json_string(hr_rt_kv_format_name(kv->v_format)));
     json_object_set_new(o, "block_size", json_integer(kv->block_size));
     json_object_set_new(o, "policy", json_string(kv->policy ? kv->policy : "full"));
     json_object_set_new(o, "blocks_peak", json_integer(kv->blocks_peak));

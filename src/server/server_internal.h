@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "runtime/runtime.h"
+#include "tokenizer/tokenizer.h"
 #include "server/server.h"
 #include "server/toolcall.h"
 
@@ -78,7 +79,7 @@ typedef enum hr_srv_kind { HR_SRV_COMPLETION = 0, HR_SRV_CHAT = 1 } hr_srv_kind;
 typedef struct hr_srv_gen {
     hr_srv_kind kind;
     hr_rt_request_params rp;
-    hr_chat_msg *messages; /* owned */
+    hr_rt_chat_msg *messages; /* owned */
     char **owned;          /* owned strings (content parts joined), n_owned of them */
     int n_owned;
     int32_t *prompt_ids; /* owned (a prompt given as token ids) */
