@@ -91,7 +91,8 @@ static void run_model(hr_runtime *rt, const char *label) {
     hr_rt_request **req = calloc((size_t)total, sizeof *req);
     int k = 0;
     for (int s = 0; s < n_sch; s++)
-        for (int i = 0; i < N_SEEDS; i++) req[k++] = submit(rt, HR_RT_CONS_JSON_SCHEMA, k_schemas[s], 1.0f, 100 + i, 1400);
+        for (int i = 0; i < N_SEEDS; i++)
+            req[k++] = submit(rt, HR_RT_CONS_JSON_SCHEMA, k_schemas[s], 1.0f, 100 + i, 1400);
     for (int s = 0; s < n_txt; s++)
         for (int i = 0; i < N_SEEDS; i++)
             req[k++] = submit(rt, k_text_cases[s].kind, k_text_cases[s].src, 1.0f, 200 + i, 200);
@@ -181,8 +182,9 @@ static void run_model(hr_runtime *rt, const char *label) {
 
     /* refusals at submit, naming the field */
     hr_rt_request_params p = {.prompt = "Hi", .max_tokens = 4, .sampling = hr_rt_sampling_default()};
-    p.constraint = (hr_rt_constraint){
-        .kind = HR_RT_CONS_JSON_SCHEMA, .src = "{\"type\":\"object\",\"patternProperties\":{}}", .field = "guided_json"};
+    p.constraint = (hr_rt_constraint){.kind = HR_RT_CONS_JSON_SCHEMA,
+                                      .src = "{\"type\":\"object\",\"patternProperties\":{}}",
+                                      .field = "guided_json"};
     p.constraint.len = strlen(p.constraint.src);
     hr_rt_request *r = NULL;
     CHECK(hr_runtime_submit(rt, &p, &r, &err) == HR_ERR_INVALID_ARG && r == NULL &&

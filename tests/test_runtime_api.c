@@ -36,8 +36,7 @@ static void test_vocabulary(void) {
     for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
         hr_rt_kv_format back = HR_RT_KV_F32;
         hr_error err = {0};
-        CHECK(hr_rt_kv_format_parse(hr_rt_kv_format_name((hr_rt_kv_format)f), &back, &err) == HR_OK &&
-              (int)back == f);
+        CHECK(hr_rt_kv_format_parse(hr_rt_kv_format_name((hr_rt_kv_format)f), &back, &err) == HR_OK && (int)back == f);
     }
     hr_rt_kv_format kf;
     hr_error err = {0};
@@ -112,8 +111,8 @@ static void test_score(void) {
     hr_error err = {0};
     hr_tokenize_opts to = {.add_bos = true};
     const char *text = "Once upon a time there was a little dog who liked to run in the park.";
-    CHECKF(hr_tokenizer_encode(hr_runtime_tokenizer(base), text, strlen(text), &to, toks, CTX, &n, &err) == HR_OK,
-           "%s", err.msg);
+    CHECKF(hr_tokenizer_encode(hr_runtime_tokenizer(base), text, strlen(text), &to, toks, CTX, &n, &err) == HR_OK, "%s",
+           err.msg);
     int N = (int)n;
     CHECKF(N >= 16 && N <= CTX, "%d tokens", N);
     if (N < 16 || N > CTX) N = 16; /* a failed check above; keeps the buffers' bounds */
@@ -125,7 +124,8 @@ static void test_score(void) {
     CHECK(!memcmp(a, b, sizeof(float) * V * (size_t)N));
     CHECK(sa.kv_bytes == sb.kv_bytes && sa.kv_bytes > 0 && sa.tokens_kept == N);
     /* again: the same logits, and the pool back where it was */
-    CHECK(hr_runtime_score(base, NULL, toks, N, b, NULL, &err) == HR_OK && !memcmp(a, b, sizeof(float) * V * (size_t)N));
+    CHECK(hr_runtime_score(base, NULL, toks, N, b, NULL, &err) == HR_OK &&
+          !memcmp(a, b, sizeof(float) * V * (size_t)N));
     hr_runtime_pool pool;
     hr_runtime_get_pool(base, &pool);
     CHECK(pool.ledger.blocks_used == 0);
@@ -182,7 +182,8 @@ static void test_eval(void) {
         return;
     }
     CHECK(hr_eval_n_arms(ev) == 5 && hr_eval_n_chunks(ev) == 2 && hr_eval_n_tokens(ev) >= 128);
-    for (int c = 0; c < hr_eval_n_chunks(ev); c++) CHECKF(hr_eval_run_chunk(ev, c, NULL, NULL, &err) == HR_OK, "%s", err.msg);
+    for (int c = 0; c < hr_eval_n_chunks(ev); c++)
+        CHECKF(hr_eval_run_chunk(ev, c, NULL, NULL, &err) == HR_OK, "%s", err.msg);
     hr_eval_arm ref, f32, win;
     hr_eval_get_arm(ev, 0, &ref);
     hr_eval_get_arm(ev, 1, &f32); /* f32 under full */

@@ -344,8 +344,8 @@ void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE
             g->n_ids, gps, g->finish_reason, why);
     fprintf(f, "kv cache: %s peak (%d tokens, K %s / V %s, block %d) | kernels %s, %d threads\n",
             hr_format_size(g->kv_bytes_peak, kb, sizeof kb), g->ledger.tokens_total,
-            hr_rt_kv_format_name(g->ledger.k_format), hr_rt_kv_format_name(g->ledger.v_format), s->o.block_size, info.isa,
-            info.n_threads);
+            hr_rt_kv_format_name(g->ledger.k_format), hr_rt_kv_format_name(g->ledger.v_format), s->o.block_size,
+            info.isa, info.n_threads);
 }
 
 json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {

@@ -43,8 +43,8 @@ struct hr_eval {
     int n_fmt;
     pol_text pols[HR_EVAL_MAX_POLICIES];
     int n_pol;
-    pol_text full; /* the reference's */
-    hr_runtime *base;  /* holds the model and tokenizer; the arms borrow them */
+    pol_text full;    /* the reference's */
+    hr_runtime *base; /* holds the model and tokenizer; the arms borrow them */
     hr_runtime_info info;
     int32_t *toks;
     size_t n_tok;
@@ -68,7 +68,8 @@ static hr_status parse_formats(const char *list, fmt_pair *out, int *n, hr_error
     char buf[256];
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == HR_EVAL_MAX_FORMATS) return hr_error_set(err, HR_ERR_INVALID_ARG, "at most %d formats", HR_EVAL_MAX_FORMATS);
+        if (*n == HR_EVAL_MAX_FORMATS)
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "at most %d formats", HR_EVAL_MAX_FORMATS);
         char *slash = strchr(tok, '/');
         if (slash) *slash = 0;
         hr_status st;

@@ -25,9 +25,9 @@
 #define HR_EVAL_MAX_POLICIES 16
 
 typedef struct hr_eval_params {
-    const char *model_path;     /* a GGUF model */
-    const char *formats;        /* "f16,q8", "q4/f16" (K/V), "all" (every format; one the shape cannot use
-                                   is then reported unavailable instead of refused) */
+    const char *model_path;      /* a GGUF model */
+    const char *formats;         /* "f16,q8", "q4/f16" (K/V), "all" (every format; one the shape cannot use
+                                    is then reported unavailable instead of refused) */
     const char *const *policies; /* each one policy or several separated by ';' (NULL / 0: full) */
     int n_policies;
     int n_ctx;      /* chunk length in tokens (at most the model's trained context) */
@@ -63,16 +63,16 @@ hr_status hr_eval_run_chunk(hr_eval *ev, int c, void (*on_arm)(void *ctx, int ar
 
 /* An arm's figures so far: sums, so that a front end divides as it prints. */
 typedef struct hr_eval_arm {
-    const char *label;             /* "f16", "q4/f16", "f32 (ref)" */
+    const char *label;               /* "f16", "q4/f16", "f32 (ref)" */
     const char *k_format, *v_format; /* the formats' names */
-    const char *policy;            /* canonical ("full", "window:256", ...) */
-    const char *error;             /* "" or why the arm is unavailable */
-    double nll;                    /* sum of -log p(next token) over the scored positions */
-    double kl;                     /* sum of KL(P_ref || P_arm) (0 for the reference) */
-    long agree, n;                 /* top-1 agreements with the reference, positions scored */
-    double kv_bytes_per_token;     /* every layer's K and V, scales included */
-    uint64_t seq_bytes;            /* the most KV bytes the sequence held at the end of a chunk */
-    int kept;                      /* the most tokens one layer and KV head kept then */
+    const char *policy;              /* canonical ("full", "window:256", ...) */
+    const char *error;               /* "" or why the arm is unavailable */
+    double nll;                      /* sum of -log p(next token) over the scored positions */
+    double kl;                       /* sum of KL(P_ref || P_arm) (0 for the reference) */
+    long agree, n;                   /* top-1 agreements with the reference, positions scored */
+    double kv_bytes_per_token;       /* every layer's K and V, scales included */
+    uint64_t seq_bytes;              /* the most KV bytes the sequence held at the end of a chunk */
+    int kept;                        /* the most tokens one layer and KV head kept then */
 } hr_eval_arm;
 
 void hr_eval_get_arm(const hr_eval *ev, int arm, hr_eval_arm *out);

@@ -55,7 +55,6 @@ typedef struct hr_kv_budget_query {
     hr_mem_query mem;
 } hr_kv_budget_query;
 
-
 /* HR_ERR_INVALID_ARG (a format or block size this shape cannot use: the message names both) or
  * HR_ERR_BUDGET (the budget, or mem.mem_limit, holds no n_ctx sequence: the message says what would:
  * the budget or limit one sequence needs, and the longest context that fits) on failure; *out is

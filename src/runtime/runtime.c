@@ -555,7 +555,8 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         if (!rt->tok) {
             st = hr_error_set(err, HR_ERR_INVALID_ARG, "%s: constrained decoding needs the model's tokenizer",
                               c->field ? c->field : "constraint");
-        } else if ((st = hr_grammar_cache_get(rt->grammars, (hr_cons_kind)c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
+        } else if ((st = hr_grammar_cache_get(rt->grammars, (hr_cons_kind)c->kind, c->src, c->len, &grammar, err)) !=
+                   HR_OK) {
             hr_error_prefix(err, "%s", c->field ? c->field : "constraint");
             if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */
             if (err) err->code = st;

@@ -126,12 +126,12 @@ const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
 
 /* What the runtime runs, for a front end to show (the model's own name, the kernels chosen). */
 typedef struct hr_runtime_info {
-    const char *model;  /* the model's name from its metadata ("stories260K", ...) */
-    const char *arch;   /* its architecture ("llama", "qwen3", ...) */
-    int n_ctx_train;    /* the context it was trained for */
-    int n_vocab;        /* rows of its logits */
-    const char *isa;    /* the kernels in use ("avx2", ...) */
-    int n_threads;      /* the forward pass's threads */
+    const char *model; /* the model's name from its metadata ("stories260K", ...) */
+    const char *arch;  /* its architecture ("llama", "qwen3", ...) */
+    int n_ctx_train;   /* the context it was trained for */
+    int n_vocab;       /* rows of its logits */
+    const char *isa;   /* the kernels in use ("avx2", ...) */
+    int n_threads;     /* the forward pass's threads */
 } hr_runtime_info;
 void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out);
 
@@ -173,11 +173,11 @@ hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *to
 /* The runtime's observer hook for the prefix cache: KV events published in vLLM's format (src/events)
  * and blocks shared through Redis (src/remote), both fed by the pool's one observer. */
 typedef struct hr_rt_cluster_params {
-    const char *kv_events;        /* tcp://HOST:PORT to publish on (NULL: no events) */
-    const char *kv_events_replay; /* a replay ROUTER endpoint (NULL: none) */
-    const char *kv_events_topic;  /* the first frame of every message (NULL: empty) */
-    const char *kv_remote;        /* redis://HOST:PORT (NULL: no shared tier) */
-    const char *model_id;         /* the model's identity in the shared tier (NULL: its name) */
+    const char *kv_events;                        /* tcp://HOST:PORT to publish on (NULL: no events) */
+    const char *kv_events_replay;                 /* a replay ROUTER endpoint (NULL: none) */
+    const char *kv_events_topic;                  /* the first frame of every message (NULL: empty) */
+    const char *kv_remote;                        /* redis://HOST:PORT (NULL: no shared tier) */
+    const char *model_id;                         /* the model's identity in the shared tier (NULL: its name) */
     void (*log)(void *log_ctx, const char *line); /* one line per thing started, refused or counted */
     void *log_ctx;
 } hr_rt_cluster_params;
@@ -213,8 +213,8 @@ typedef struct hr_rt_request hr_rt_request;
 
 typedef struct hr_rt_request_params {
     /* exactly one of: */
-    const char *prompt;          /* text (BOS added as the vocabulary says, unless no_bos) */
-    size_t prompt_len;           /* 0: strlen(prompt) */
+    const char *prompt;             /* text (BOS added as the vocabulary says, unless no_bos) */
+    size_t prompt_len;              /* 0: strlen(prompt) */
     const hr_rt_chat_msg *messages; /* chat: rendered with the runtime's template; special-token text is
                                     parsed in the template's markers only (see special_in_content) */
     size_t n_messages;
@@ -271,8 +271,7 @@ typedef struct hr_rt_delta {
 /* Copies up to tokens_cap new ids and up to text_cap - 1 new text bytes (either buffer may be NULL
  * with cap 0: that stream is then left unread). Text is held back while it could still become part of
  * a stop string, and always ends on a UTF-8 character boundary. Any thread. */
-void hr_rt_request_read(hr_rt_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap,
-                        hr_rt_delta *d);
+void hr_rt_request_read(hr_rt_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap, hr_rt_delta *d);
 /* Blocks until there is unread output or the request is final, at most timeout_s seconds (< 0:
  * forever); true when there is something to read or it is final. It returns at once while any output,
  * ids or text, is unread: a reader that wants only the text must still read the ids (or pass a token

@@ -190,9 +190,9 @@ static json_t *events_json(hr_runtime *rt, const refusal *ref, int n_ref, double
         json_t *o;
         if (k >= n_ref || (i < n_ev && ev[i].t <= ref[k].t)) {
             const hr_rt_event *x = &ev[i++];
-            o = json_pack("{s:I, s:s, s:f, s:I, s:i, s:I}", "seq", (json_int_t)x->seq, "kind",
-                          x->kind, "time", unix_now - (mono_now - x->t), "request_id",
-                          (json_int_t)x->request, "tokens", x->tokens, "bytes", (json_int_t)x->bytes);
+            o = json_pack("{s:I, s:s, s:f, s:I, s:i, s:I}", "seq", (json_int_t)x->seq, "kind", x->kind, "time",
+                          unix_now - (mono_now - x->t), "request_id", (json_int_t)x->request, "tokens", x->tokens,
+                          "bytes", (json_int_t)x->bytes);
         } else {
             const refusal *x = &ref[k++];
             o = json_pack("{s:I, s:s, s:f, s:s, s:i, s:s}", "seq", (json_int_t)x->seq, "kind", "refusal", "time",

@@ -542,9 +542,8 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
         for (int i = 0; i < j->n; i++) {
             hr_rt_result r;
             hr_rt_request_result(j->req[i], &r);
-            json_t *o =
-                json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
-                          hr_rt_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens", r.n_ids);
+            json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
+                                  hr_rt_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens", r.n_ids);
             json_object_set_new(o, "kv", hr_srv_kv_usage_json(&r.kv));
             hr_srv_activity_row_json(&r, now, o);
             json_array_append_new(reqs, o);
