@@ -5,6 +5,11 @@
  * context check and the max_tokens clamp applied here, and results as plain structs (no JSON here:
  * front ends format them).
  *
+ * The boundary: this header speaks only the runtime's own vocabulary (runtime_types.h) and hands out
+ * none of the objects it composes; front ends (src/cli, src/server, src/eval) need nothing below it
+ * but the tokenizer's header, for text (tests/layering.sh). runtime_parts.h lends the objects to the
+ * tests; budget.h holds the budget arithmetic the planner shares.
+ *
  * Threads: hr_runtime_submit, hr_rt_request_* and hr_runtime_get_* may be called from any thread.
  * Either the engine thread runs (hr_runtime_start; a server) or one caller steps it
  * (hr_runtime_run_until_idle / hr_runtime_step; the CLI, eval), never both. */
