@@ -17,7 +17,7 @@ struct hr_rt_cluster {
     void *log_ctx;
 };
 
-static void cl_logf(const hr_rt_cluster *c, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void cl_logf(const hr_rt_cluster *c, const char *fmt, ...) {
     if (!c->log) return;
     char line[512];
     va_list ap;
