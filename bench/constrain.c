@@ -57,7 +57,7 @@ static double run_one(hr_runtime *rt, const hr_rt_request_params *p, int32_t **i
     hr_rt_result res;
     hr_rt_request_result(r, &res);
     float gaps[8192];
-    int ng = hr_request_token_gaps(hr_rt_request_handle(r), gaps, 8192);
+    int ng = hr_rt_request_token_gaps(r, gaps, 8192);
     double *g = malloc(sizeof(double) * (size_t)(ng + 1));
     int k = 0;
     for (int i = 1; i < ng; i++) g[k++] = gaps[i]; /* gap 0 is the prefill */
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
 
     /* the same sampling (temperature 1 over the whole vocabulary) with and without the constraint */
     hr_rt_request_params p = {.prompt = "Here is the user record as JSON:", .max_tokens = tokens, .ignore_eos = true};
-    p.sampling = hr_sampler_default_params();
+    p.sampling = hr_rt_sampling_default();
     p.sampling.temperature = 1.0f;
     p.sampling.top_k = 0;
     p.sampling.top_p = 1.0f;
@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
     double step = run_one(rt, &p, NULL, NULL, NULL);
     p.ignore_eos = false;
     p.max_tokens = 1000;
-    p.constraint = (hr_rt_constraint){.kind = HR_CONS_JSON_SCHEMA, .src = schema, .len = strlen(schema)};
+    p.constraint = (hr_rt_constraint){.kind = HR_RT_CONS_JSON_SCHEMA, .src = schema, .len = strlen(schema)};
     int32_t *ids = NULL;
     int n_ids = 0;
     const char *finish = NULL;

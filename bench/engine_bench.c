@@ -21,7 +21,7 @@
 #include "common/util.h"
 #include "engine/engine.h"
 #include "model/synth.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 typedef struct bench {
     hr_model *m;
@@ -73,9 +73,9 @@ static rig rig_open(const bench *b, hr_admission adm, hr_kv_layout layout, int m
     p.kv_budget = b->budget;
     p.max_running = max_seqs;
     p.max_queue = max_queue;
-    p.admission = adm;
-    p.preempt = HR_PREEMPT_RECOMPUTE;
-    p.layout = layout;
+    p.admission = (hr_rt_admission)adm;
+    p.preempt = HR_RT_PREEMPT_RECOMPUTE;
+    p.layout = (hr_rt_layout)layout;
     p.n_threads = b->threads;
     rig r = {0};
     hr_error err = {0};

@@ -87,9 +87,9 @@ static void run_generation(hr_srv_kind kind, json_t *root) {
     for (int i = 0; i < n; i++) {
         hr_rt_result r;
         hr_rt_request_result(req[i], &r);
-        if (r.state != HR_REQ_COMPLETED && r.state != HR_REQ_FAILED) die("request", "not final after idle");
+        if (r.state != HR_RT_COMPLETED && r.state != HR_RT_FAILED) die("request", "not final after idle");
         if (!r.finish_reason) die("request", "no finish reason");
-        if (r.state == HR_REQ_FAILED && (!r.error || !r.error[0])) die("request", "failed without a reason");
+        if (r.state == HR_RT_FAILED && (!r.error || !r.error[0])) die("request", "failed without a reason");
         for (int t = 0; t < r.n_ids; t++)
             if (r.ids[t] < 0 || r.ids[t] >= n_vocab) die("request", "token id outside the vocabulary");
         hr_rt_request_release(g_rt, req[i]);

@@ -222,8 +222,8 @@ static int eos_in_prompt(bool special_in_content, bool chat) {
     CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "runtime: %s", err.msg);
     if (!rt) return -1;
     int32_t eos = hr_tokenizer_eos(hr_runtime_tokenizer(rt));
-    hr_chat_msg m[] = {{.role = "user", .content = "the end</s> of it"}};
-    hr_rt_request_params rp = {.max_tokens = 1, .sampling = hr_sampler_default_params()};
+    hr_rt_chat_msg m[] = {{.role = "user", .content = "the end</s> of it"}};
+    hr_rt_request_params rp = {.max_tokens = 1, .sampling = hr_rt_sampling_default()};
     if (chat) {
         rp.messages = m;
         rp.n_messages = 1;

@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "model/synth.h"
 #include "runtime/runtime.h"
+#include "tokenizer/tokenizer.h"
 
 #define N_SEEDS 8
 
@@ -40,17 +41,17 @@ static const char *const k_schemas[] = {
 };
 
 typedef struct kase {
-    hr_cons_kind kind;
+    hr_rt_cons_kind kind;
     const char *src;
     const char *check_re; /* for regex / grammar: the anchored PCRE2 pattern the output must match */
 } kase;
 
 static const kase k_text_cases[] = {
-    {HR_CONS_REGEX, "[0-9]{3}-[a-z]{2,5}( (yes|no))?", "^[0-9]{3}-[a-z]{2,5}( (yes|no))?$"},
-    {HR_CONS_GRAMMAR,
+    {HR_RT_CONS_REGEX, "[0-9]{3}-[a-z]{2,5}( (yes|no))?", "^[0-9]{3}-[a-z]{2,5}( (yes|no))?$"},
+    {HR_RT_CONS_GRAMMAR,
      "root ::= item (\", \" item){1,3}\nitem ::= num | word\nnum ::= [1-9] [0-9]{0,2}\nword ::= /[a-z]{1,6}/\n",
      "^([1-9][0-9]{0,2}|[a-z]{1,6})(, ([1-9][0-9]{0,2}|[a-z]{1,6})){1,3}$"},
-    {HR_CONS_CHOICE, "[\"yes\",\"no\",\"maybe so\"]", "^(yes|no|maybe so)$"},
+    {HR_RT_CONS_CHOICE, "[\"yes\",\"no\",\"maybe so\"]", "^(yes|no|maybe so)$"},
 };
 
 static bool re_full(const char *pattern, const char *s, size_t n) {
@@ -65,10 +66,10 @@ static bool re_full(const char *pattern, const char *s, size_t n) {
     return rc >= 0;
 }
 
-static hr_rt_request *submit(hr_runtime *rt, hr_cons_kind kind, const char *src, float temp, uint64_t seed,
+static hr_rt_request *submit(hr_runtime *rt, hr_rt_cons_kind kind, const char *src, float temp, uint64_t seed,
                              int max_tokens) {
     hr_rt_request_params p = {.prompt = "Once upon a time", .max_tokens = max_tokens};
-    p.sampling = hr_sampler_default_params();
+    p.sampling = hr_rt_sampling_default();
     p.sampling.temperature = temp;
     p.sampling.top_k = 0;
     p.sampling.top_p = 1.0f;
@@ -90,12 +91,13 @@ static void run_model(hr_runtime *rt, const char *label) {
     hr_rt_request **req = calloc((size_t)total, sizeof *req);
     int k = 0;
     for (int s = 0; s < n_sch; s++)
-        for (int i = 0; i < N_SEEDS; i++) req[k++] = submit(rt, HR_CONS_JSON_SCHEMA, k_schemas[s], 1.0f, 100 + i, 1400);
+        for (int i = 0; i < N_SEEDS; i++)
+            req[k++] = submit(rt, HR_RT_CONS_JSON_SCHEMA, k_schemas[s], 1.0f, 100 + i, 1400);
     for (int s = 0; s < n_txt; s++)
         for (int i = 0; i < N_SEEDS; i++)
             req[k++] = submit(rt, k_text_cases[s].kind, k_text_cases[s].src, 1.0f, 200 + i, 200);
-    req[k++] = submit(rt, HR_CONS_NONE, NULL, 1.0f, 7, 40);
-    req[k++] = submit(rt, HR_CONS_NONE, NULL, 1.0f, 8, 40);
+    req[k++] = submit(rt, HR_RT_CONS_NONE, NULL, 1.0f, 7, 40);
+    req[k++] = submit(rt, HR_RT_CONS_NONE, NULL, 1.0f, 8, 40);
     CHECK(k == total);
     CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
     hr_runtime_pool pool;
@@ -150,15 +152,15 @@ static void run_model(hr_runtime *rt, const char *label) {
     for (; k < total; k++) {
         hr_rt_result res;
         hr_rt_request_result(req[k], &res);
-        CHECK(res.state == HR_REQ_COMPLETED && res.n_ids > 0);
+        CHECK(res.state == HR_RT_COMPLETED && res.n_ids > 0);
     }
     printf("%s: %d JSON outputs parsed, %d text outputs matched\n", label, parsed, matched);
     for (int i = 0; i < total; i++) hr_rt_request_release(rt, req[i]);
     free(req);
 
     /* greedy: the same output twice, and it is valid */
-    hr_rt_request *a = submit(rt, HR_CONS_JSON_SCHEMA, k_schemas[0], 0.0f, 1, 1400);
-    hr_rt_request *b = submit(rt, HR_CONS_JSON_SCHEMA, k_schemas[0], 0.0f, 2, 1400);
+    hr_rt_request *a = submit(rt, HR_RT_CONS_JSON_SCHEMA, k_schemas[0], 0.0f, 1, 1400);
+    hr_rt_request *b = submit(rt, HR_RT_CONS_JSON_SCHEMA, k_schemas[0], 0.0f, 2, 1400);
     CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
     hr_rt_result ra, rb;
     hr_rt_request_result(a, &ra);
@@ -171,7 +173,7 @@ static void run_model(hr_runtime *rt, const char *label) {
     hr_rt_request_release(rt, b);
 
     /* a grammar that cannot finish within max_tokens ends "length" with a valid prefix */
-    a = submit(rt, HR_CONS_REGEX, "(ab){40}", 1.0f, 3, 5);
+    a = submit(rt, HR_RT_CONS_REGEX, "(ab){40}", 1.0f, 3, 5);
     CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
     hr_rt_request_result(a, &ra);
     CHECK(!strcmp(ra.finish_reason, "length") && ra.n_ids == 5 && ra.text_len >= 5 &&
@@ -179,15 +181,15 @@ static void run_model(hr_runtime *rt, const char *label) {
     hr_rt_request_release(rt, a);
 
     /* refusals at submit, about the output format (the code; the front end names its field) */
-    hr_rt_request_params p = {.prompt = "Hi", .max_tokens = 4, .sampling = hr_sampler_default_params()};
+    hr_rt_request_params p = {.prompt = "Hi", .max_tokens = 4, .sampling = hr_rt_sampling_default()};
     p.constraint = (hr_rt_constraint){
-        .kind = HR_CONS_JSON_SCHEMA, .src = "{\"type\":\"object\",\"patternProperties\":{}}", .field = "guided_json"};
+        .kind = HR_RT_CONS_JSON_SCHEMA, .src = "{\"type\":\"object\",\"patternProperties\":{}}", .field = "guided_json"};
     p.constraint.len = strlen(p.constraint.src);
     hr_rt_request *r = NULL;
     CHECK(hr_runtime_submit(rt, &p, &r, &err) == HR_ERR_INVALID_ARG && r == NULL &&
           !strncmp(err.msg, "output format: ", 15) && strstr(err.msg, "'patternProperties'") &&
           err.param == HR_PARAM_OUTPUT_FORMAT && !strstr(err.msg, "guided_json"));
-    p.constraint = (hr_rt_constraint){.kind = HR_CONS_REGEX, .src = "a{99999}", .len = 8, .field = "guided_regex"};
+    p.constraint = (hr_rt_constraint){.kind = HR_RT_CONS_REGEX, .src = "a{99999}", .len = 8, .field = "guided_regex"};
     CHECK(hr_runtime_submit(rt, &p, &r, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "bound on repetitions") &&
           err.param == HR_PARAM_OUTPUT_FORMAT);
 }

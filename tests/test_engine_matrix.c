@@ -26,7 +26,7 @@
 #include "greedy_vectors.h"
 #include "harness.h"
 #include "model/model.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 #include "tokenizer/tokenizer.h"
 
 #define NGEN HR_VEC_NGEN
@@ -126,15 +126,15 @@ static bool rig_open(const env *en, const setup *s, engine_rig *r, hr_error *err
     p.model = en->m;
     p.n_ctx = en->n_ctx;
     p.kv_blocks = s->n_blocks;
-    p.k_format = s->f.k;
-    p.v_format = s->f.v;
+    p.k_format = (hr_rt_kv_format)s->f.k;
+    p.v_format = (hr_rt_kv_format)s->f.v;
     p.block_size = s->block;
     p.max_batch_tokens = s->max_batch;
     p.prefill_chunk = s->chunk;
     p.max_running = s->max_seqs;
-    p.admission = s->admission;
-    p.preempt = s->preempt;
-    p.layout = s->layout;
+    p.admission = (hr_rt_admission)s->admission;
+    p.preempt = (hr_rt_preempt)s->preempt;
+    p.layout = (hr_rt_layout)s->layout;
     p.n_threads = 2;
     p.isa = hr_test_isa();
     p.raw_ids = true;

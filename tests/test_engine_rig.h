@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "harness.h"
 #include "model/synth.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 #define RIG_MAX_OUT 512
 
@@ -64,15 +64,15 @@ static inline rig rig_open(const hr_model *m, const rig_opts *o) {
     p.n_ctx = o->n_ctx ? o->n_ctx : hr_model_hparams(m)->n_ctx_train;
     p.ctx_extend = true;
     p.kv_blocks = o->n_blocks;
-    p.k_format = p.v_format = o->fmt;
+    p.k_format = p.v_format = (hr_rt_kv_format)o->fmt;
     p.block_size = 16;
     p.max_batch_tokens = o->max_batch;
     p.prefill_chunk = o->prefill_chunk;
     p.max_running = o->max_seqs;
     p.max_queue = o->max_queue;
-    p.admission = o->admission;
-    p.preempt = o->preempt;
-    p.layout = o->layout;
+    p.admission = (hr_rt_admission)o->admission;
+    p.preempt = (hr_rt_preempt)o->preempt;
+    p.layout = (hr_rt_layout)o->layout;
     p.n_threads = 2;
     p.forward_max_ctx = o->ctx_max;
     p.raw_ids = o->tok == NULL;

@@ -17,7 +17,7 @@
 
 #include "common/fault.h"
 #include "harness.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 #if !HR_FAULT
 int main(void) { HR_SKIP("needs the fault build (cmake -DHR_FAULT=ON; make faults)"); }
@@ -56,8 +56,8 @@ static hr_runtime_params workload_params(void) {
     p.kv_blocks = 8; /* three requests of ~5 blocks each cannot all stay */
     p.max_running = 3;
     p.max_batch_tokens = 64;
-    p.admission = HR_ADMIT_OPTIMISTIC; /* admit on the prompt alone: growth preempts */
-    p.preempt = HR_PREEMPT_SWAP;
+    p.admission = HR_RT_ADMIT_OPTIMISTIC; /* admit on the prompt alone: growth preempts */
+    p.preempt = HR_RT_PREEMPT_SWAP;
     p.swap_space = 1u << 20;
     p.n_threads = 1;
     return p;
@@ -77,7 +77,7 @@ static void workload(outcome *o) {
     hr_rt_request *req[N_REQ] = {0};
     for (int i = 0; i < N_REQ; i++) {
         hr_rt_request_params rp = {.prompt = k_prompts[i], .max_tokens = 40};
-        rp.sampling = hr_sampler_default_params();
+        rp.sampling = hr_rt_sampling_default();
         rp.sampling.temperature = 0;
         rp.ignore_eos = true;
         if (hr_runtime_submit(rt, &rp, &req[i], &err) != HR_OK) {
@@ -95,14 +95,14 @@ static void workload(outcome *o) {
         }
         hr_rt_result r;
         hr_rt_request_result(req[i], &r);
-        if (r.state == HR_REQ_COMPLETED) {
+        if (r.state == HR_RT_COMPLETED) {
             o->n_completed++;
             o->n_ids[i] = r.n_ids < MAX_OUT ? r.n_ids : MAX_OUT;
             memcpy(o->ids[i], r.ids, sizeof(int32_t) * (size_t)o->n_ids[i]);
             o->prefix_hits += r.kv.prefix_hit_tokens;
             o->swaps_out += r.kv.preempt_swaps;
         } else {
-            CHECKF(r.state == HR_REQ_FAILED, "request %d ended %s", i, hr_request_state_name(r.state));
+            CHECKF(r.state == HR_RT_FAILED, "request %d ended %s", i, hr_rt_state_name(r.state));
             CHECKF(r.error && r.error[0], "request %d failed without a reason", i);
             o->n_failed++;
             o->n_ids[i] = -1;

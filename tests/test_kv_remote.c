@@ -22,7 +22,7 @@
 
 #include "harness.h"
 #include "remote/kv_remote.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 enum { N_PROMPT = 150, N_OUT = 12, BS = 16 };
 
@@ -86,7 +86,7 @@ static bool rig_open(rig *g, bool tier, hr_kv_format fmt, const char *model_id) 
     hr_runtime_params p = hr_runtime_default_params();
     p.n_ctx = 256;
     p.block_size = BS;
-    p.k_format = p.v_format = fmt;
+    p.k_format = p.v_format = (hr_rt_kv_format)fmt;
     hr_error err = {0};
     bool bad = false;
     CHECKF(hr_runtime_open(&p, &g->rt, &bad, &err) == HR_OK, "%s", err.msg);
@@ -112,7 +112,7 @@ static uint64_t rig_run(rig *g, int32_t *out) {
     int32_t prompt[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) prompt[i] = 3 + (i * 37) % 200;
     hr_rt_request_params rp = {.prompt_ids = prompt, .n_prompt_ids = N_PROMPT, .max_tokens = N_OUT, .ignore_eos = true};
-    rp.sampling = hr_sampler_default_params();
+    rp.sampling = hr_rt_sampling_default();
     rp.sampling.temperature = 0;
     hr_rt_request *r = NULL;
     hr_error err = {0};
@@ -121,7 +121,7 @@ static uint64_t rig_run(rig *g, int32_t *out) {
     CHECKF(hr_runtime_run_until_idle(g->rt, &err) == HR_OK, "%s", err.msg);
     hr_rt_result res;
     hr_rt_request_result(r, &res);
-    CHECKF(res.state == HR_REQ_COMPLETED && res.n_ids == N_OUT, "state %d, %d ids", (int)res.state, res.n_ids);
+    CHECKF(res.state == HR_RT_COMPLETED && res.n_ids == N_OUT, "state %d, %d ids", (int)res.state, res.n_ids);
     for (int i = 0; i < N_OUT; i++) out[i] = i < res.n_ids ? res.ids[i] : -1;
     hr_rt_request_release(g->rt, r);
     if (g->remote) CHECK(hr_kv_remote_flush(g->remote, 10000));

@@ -26,6 +26,7 @@
 #include "model/synth.h"
 #include "plan/plan.h"
 #include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 #include "tensor/tensor.h"
 #include "tokenizer/tokenizer.h"
 
@@ -582,7 +583,7 @@ static void test_runtime(void) {
                   HR_OK &&
               temp > 0.59 && temp < 0.61);
         /* generation_config.json's temperature and top_p where the front end's defaults stand */
-        hr_sampler_params builtin = hr_sampler_default_params(), sp = builtin, mine = builtin;
+        hr_rt_sampling builtin = hr_rt_sampling_default(), sp = builtin, mine = builtin;
         mine.temperature = 0.3f; /* a flag set it */
         hr_runtime_generation_defaults(rt, &builtin, &sp);
         hr_runtime_generation_defaults(rt, &builtin, &mine);

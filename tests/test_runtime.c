@@ -9,7 +9,7 @@
 
 #include "common/util.h"
 #include "harness.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 
 static void test_budget_arithmetic(void) {
     /* llama-ish: 2 layers, 2 KV heads, head 64, f16: a token is 2 * 2 * 2 * 64 * 2 = 1024 bytes, a
@@ -57,7 +57,7 @@ static void test_budget_arithmetic(void) {
 
 static hr_rt_request *submit_text(hr_runtime *rt, const char *text, int max_tokens, hr_status want) {
     hr_rt_request_params p = {.prompt = text, .max_tokens = max_tokens, .ignore_eos = true};
-    p.sampling = hr_sampler_default_params();
+    p.sampling = hr_rt_sampling_default();
     p.sampling.temperature = 0;
     hr_rt_request *r = NULL;
     hr_error err = {0};
@@ -92,7 +92,7 @@ static void test_demo(void) {
     for (size_t i = 1; i < sizeof big - 1; i += 2) big[i] = ' ';
     big[sizeof big - 1] = 0;
     hr_rt_request_params bp = {.prompt = big, .max_tokens = 4};
-    bp.sampling = hr_sampler_default_params();
+    bp.sampling = hr_rt_sampling_default();
     CHECK(hr_runtime_submit(rt, &bp, &too_long, &err) == HR_ERR_RANGE && !too_long);
     CHECKF(strstr(err.msg, "tokens") && strstr(err.msg, "160"), "%s", err.msg);
     /* exactly one prompt form */
@@ -105,12 +105,12 @@ static void test_demo(void) {
     /* ids and chat */
     int32_t ids[3] = {1, 20, 30};
     hr_rt_request_params ip = {.prompt_ids = ids, .n_prompt_ids = 3, .max_tokens = 5, .ignore_eos = true};
-    ip.sampling = hr_sampler_default_params();
+    ip.sampling = hr_rt_sampling_default();
     hr_rt_request *b = NULL;
     CHECK(hr_runtime_submit(rt, &ip, &b, &err) == HR_OK);
-    hr_chat_msg msgs[2] = {{.role = "system", .content = "be brief"}, {.role = "user", .content = "hello"}};
+    hr_rt_chat_msg msgs[2] = {{.role = "system", .content = "be brief"}, {.role = "user", .content = "hello"}};
     hr_rt_request_params cp = {.messages = msgs, .n_messages = 2, .max_tokens = 3, .ignore_eos = true};
-    cp.sampling = hr_sampler_default_params();
+    cp.sampling = hr_rt_sampling_default();
     hr_rt_request *c = NULL;
     CHECKF(hr_runtime_submit(rt, &cp, &c, &err) == HR_OK, "%s", err.msg);
     if (!c) return;
@@ -135,7 +135,7 @@ static void test_demo(void) {
     for (int steps = 0; left > 0 && steps < 10000; steps++) {
         CHECK(hr_engine_step(e, &left, &err) == HR_OK);
         hr_rt_request_result(a, &res);
-        if (res.state == HR_REQ_RUNNING && res.kv.bytes_now > 0) saw_live = true;
+        if (res.state == HR_RT_RUNNING && res.kv.bytes_now > 0) saw_live = true;
         if (steps == 1) {
             hr_runtime_pool pool;
             hr_runtime_get_pool(rt, &pool);
@@ -145,17 +145,17 @@ static void test_demo(void) {
     }
     CHECK(saw_live);
     hr_rt_request_result(a, &res);
-    CHECK(res.state == HR_REQ_COMPLETED && res.n_prompt > 0 && res.n_ids == CTX - res.n_prompt);
+    CHECK(res.state == HR_RT_COMPLETED && res.n_prompt > 0 && res.n_ids == CTX - res.n_prompt);
     CHECK(res.max_tokens == CTX - res.n_prompt && hr_rt_request_ctx_limited(a));
     CHECK(!strcmp(res.finish_reason, "length") && !strcmp(res.limit, "context"));
     CHECK(res.kv.bytes_peak > 0 && res.kv.bytes_now == res.kv.bytes_peak && res.kv.blocks_peak == CTX / 16);
     CHECK(res.kv.blocks_now == CTX / 16 && res.kv.block_size == 16);
-    CHECK(res.kv.k_format == HR_KV_F16 && !strcmp(res.kv.policy, "full"));
+    CHECK(res.kv.k_format == HR_RT_KV_F16 && !strcmp(res.kv.policy, "full"));
     CHECK(res.t_submit > 0 && res.t_finish >= res.t_submit && res.kv.queued_seconds >= 0);
     hr_rt_request_result(b, &res);
-    CHECK(res.state == HR_REQ_COMPLETED && res.n_ids == 5 && !strcmp(res.limit, "max_tokens"));
+    CHECK(res.state == HR_RT_COMPLETED && res.n_ids == 5 && !strcmp(res.limit, "max_tokens"));
     hr_rt_request_result(w, &res);
-    CHECK(res.state == HR_REQ_COMPLETED && res.n_ids == CTX + 40 && !strcmp(res.kv.policy, "window"));
+    CHECK(res.state == HR_RT_COMPLETED && res.n_ids == CTX + 40 && !strcmp(res.kv.policy, "window"));
     CHECK(res.kv.evicted_tokens > 0);
     hr_rt_request_release(rt, a);
     hr_rt_request_release(rt, b);

@@ -235,7 +235,7 @@ int main(void) {
     hr_runtime_params rp = hr_runtime_default_params();
     rp.model_path = model;
     rp.kv_budget = 400 * 1024;
-    rp.admission = HR_ADMIT_OPTIMISTIC;
+    rp.admission = HR_RT_ADMIT_OPTIMISTIC;
     rp.n_threads = 1;
     rp.isa = hr_test_isa();
     hr_runtime *rt = NULL;

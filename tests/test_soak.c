@@ -33,7 +33,7 @@
 #include <jansson.h>
 
 #include "harness.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 #include "server/server.h"
 
 #define N_CLIENTS 6
@@ -333,8 +333,8 @@ int main(void) {
     p.kv_blocks = 12; /* 192 tokens for 4 running requests of up to ~80 tokens and a 100-token stream */
     p.max_running = 4;
     p.max_queue = 6;
-    p.admission = HR_ADMIT_OPTIMISTIC;
-    p.preempt = HR_PREEMPT_SWAP;
+    p.admission = HR_RT_ADMIT_OPTIMISTIC;
+    p.preempt = HR_RT_PREEMPT_SWAP;
     p.swap_space = 4u << 20;
     p.n_threads = 1;
     hr_runtime *rt = NULL;

@@ -83,7 +83,9 @@ static int print_many(hr_session *s, hr_generation *g, int n, double seconds, bo
         for (int i = 0; i < n; i++) json_array_append_new(arr, hr_generation_to_json(s, &g[i]));
         json_object_set_new(root, "results", arr);
         json_object_set_new(root, "engine", hr_session_engine_json(s, seconds));
-        json_object_set_new(root, "model", json_string(hr_model_hparams(hr_session_model(s))->name));
+        hr_runtime_info info;
+        hr_runtime_describe(hr_session_runtime(s), &info);
+        json_object_set_new(root, "model", json_string(info.model));
         print_json(root);
         return bad;
     }

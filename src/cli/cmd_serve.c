@@ -27,7 +27,7 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     printf("headroom serve: %s%s, context %d, KV %s/%s block %d, budget %s = %lld tokens (%d sequences of the "
            "context)\n",
            hr_runtime_model_name(rt), hr_runtime_is_demo(rt) ? " (demo model, random weights: its text is noise)" : "",
-           hr_runtime_n_ctx(rt), hr_kv_format_name(p->k_format), hr_kv_format_name(p->v_format), p->block_size,
+           hr_runtime_n_ctx(rt), hr_rt_kv_format_name(p->k_format), hr_rt_kv_format_name(p->v_format), p->block_size,
            hr_format_size(b->budget_bytes, size, sizeof size), (long long)b->n_tokens, b->n_seqs_at_ctx);
     bool v6 = strchr(sp->host, ':') != NULL;
     const char *host = !strcmp(sp->host, "0.0.0.0") ? "127.0.0.1" : !strcmp(sp->host, "::") ? "::1" : sp->host;
@@ -119,7 +119,7 @@ static int serve(int argc, char **argv, char **keys_out) {
         !hr_arg_regular_file("serve", "-m", o.rt.model_path))
         return HR_EXIT_USAGE;
     hr_error err = {0};
-    if (hr_sampler_params_check(&o.sampling, &err) != HR_OK) {
+    if (hr_rt_sampling_check(&o.sampling, &err) != HR_OK) {
         fprintf(stderr, "headroom serve: %s\n", HR_CLI_ERROR(&err));
         return HR_EXIT_USAGE;
     }

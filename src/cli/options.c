@@ -13,31 +13,31 @@
 /* ---- values of the enumerations ---------------------------------------------------------------- */
 
 static hr_status parse_admission(const char *t, int *out, hr_error *e) {
-    hr_admission v;
-    hr_status st = hr_admission_parse(t, &v, e);
+    hr_rt_admission v;
+    hr_status st = hr_rt_admission_parse(t, &v, e);
     if (st == HR_OK) *out = (int)v;
     return st;
 }
 static hr_status parse_preempt(const char *t, int *out, hr_error *e) {
-    hr_preempt_mode v;
-    hr_status st = hr_preempt_mode_parse(t, &v, e);
+    hr_rt_preempt v;
+    hr_status st = hr_rt_preempt_parse(t, &v, e);
     if (st == HR_OK) *out = (int)v;
     return st;
 }
 static hr_status parse_layout(const char *t, int *out, hr_error *e) {
-    hr_kv_layout v;
-    hr_status st = hr_kv_layout_parse(t, &v, e);
+    hr_rt_layout v;
+    hr_status st = hr_rt_layout_parse(t, &v, e);
     if (st == HR_OK) *out = (int)v;
     return st;
 }
-static const char *admission_name(int v) { return hr_admission_name((hr_admission)v); }
-static const char *preempt_name(int v) { return hr_preempt_mode_name((hr_preempt_mode)v); }
-static const char *layout_name(int v) { return hr_kv_layout_name((hr_kv_layout)v); }
-static const char *format_name(int v) { return hr_kv_format_name((hr_kv_format)v); }
+static const char *admission_name(int v) { return hr_rt_admission_name((hr_rt_admission)v); }
+static const char *preempt_name(int v) { return hr_rt_preempt_name((hr_rt_preempt)v); }
+static const char *layout_name(int v) { return hr_rt_layout_name((hr_rt_layout)v); }
+static const char *format_name(int v) { return hr_rt_kv_format_name((hr_rt_kv_format)v); }
 
 /* enumerations are stored as an int */
-_Static_assert(sizeof(hr_admission) == sizeof(int) && sizeof(hr_preempt_mode) == sizeof(int) &&
-                   sizeof(hr_kv_layout) == sizeof(int) && sizeof(hr_cache_scope_mode) == sizeof(int) &&
+_Static_assert(sizeof(hr_rt_admission) == sizeof(int) && sizeof(hr_rt_preempt) == sizeof(int) &&
+                   sizeof(hr_rt_layout) == sizeof(int) && sizeof(hr_rt_kv_format) == sizeof(int) && sizeof(hr_cache_scope_mode) == sizeof(int) &&
                    sizeof(hr_metrics_compat) == sizeof(int),
                "an enumeration the table stores is not int-sized");
 
@@ -49,9 +49,8 @@ static const int metrics_ids[] = {HR_METRICS_VLLM, HR_METRICS_NATIVE};
 
 /* --kv-policy: the syntax is checked here (a usage error); the runtime checks it fits the model */
 static bool opt_policy(const hr_opt *r, const char *cmd, const char *flag, const char *v, void *dst) {
-    hr_kv_policy pol;
     hr_error err;
-    if (hr_kv_policy_parse(v, &pol, &err) != HR_OK) {
+    if (hr_rt_policy_parse(v, NULL, 0, &err) != HR_OK) {
         fprintf(stderr, "headroom %s: %s: %s\n", cmd, flag, err.msg);
         return false;
     }
@@ -159,14 +158,14 @@ const hr_opt hr_opts[] = {
      .bad = "must be > 0; omit it for the default (one --ctx sequence per prompt that can run at once)",
      .help = "KV pool size > 0, e.g. 256MiB; allocated once, never grows (default, when\n"
              "omitted: one --ctx sequence per prompt that can run at once)"},
-    {RS, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT, .value_name = format_name,
+    {RS, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_RT_KV_FORMAT_COUNT, .value_name = format_name,
      .def = DEF_KV_FORMAT, SES(rt.k_format), .off2 = offsetof(hr_session_opts, rt.v_format), .sec = HR_SEC_CACHE,
      .flags = HR_OPTF_KV_BOTH,
      .help = "KV format for K and V: f32, f16, bf16, q8, q4, fp8, kivi2, q4h (default {default})"},
-    {RS, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
+    {RS, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_RT_KV_FORMAT_COUNT,
      .value_name = format_name, .def = DEF_KV_FORMAT, SES(rt.k_format), .sec = HR_SEC_CACHE,
      .help = "the format of K or V alone"},
-    {RS, {"--kv-type-v"}, "--kv-type-v F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
+    {RS, {"--kv-type-v"}, "--kv-type-v F", HR_OPT_KV_FORMAT, .n_values = HR_RT_KV_FORMAT_COUNT,
      .value_name = format_name, .def = DEF_KV_FORMAT, SES(rt.v_format), .sec = HR_SEC_CACHE, .flags = HR_OPTF_JOINED,
      .help = "the format of V alone"},
     {RS, {"--kv-policy"}, "--kv-policy P", HR_OPT_CUSTOM, .custom = opt_policy,
@@ -419,14 +418,14 @@ const hr_opt hr_opts[] = {
      .help = "context per sequence (default: the model's, capped at 4096)"},
     {HR_CMD_PLAN, {"--concurrency"}, "--concurrency N", HR_OPT_INT, 1, 1 << 20, .def = "1", PLN(p.concurrency),
      .sec = HR_SEC_MAIN, .flags = HR_OPTF_OWN_DEFAULT, .help = "sequences of --ctx at once (default {default})"},
-    {HR_CMD_PLAN, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
+    {HR_CMD_PLAN, {"--kv-type"}, "--kv-type F", HR_OPT_KV_FORMAT, .n_values = HR_RT_KV_FORMAT_COUNT,
      .value_name = format_name, .def = DEF_KV_FORMAT, PLN(p.k_format), .off2 = offsetof(hr_plan_cli_opts, p.v_format),
      .sec = HR_SEC_MAIN, .flags = HR_OPTF_KV_BOTH,
      .help = "the KV format of the budget table (default {default}; every format is listed)"},
-    {HR_CMD_PLAN, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
+    {HR_CMD_PLAN, {"--kv-type-k"}, "--kv-type-k F", HR_OPT_KV_FORMAT, .n_values = HR_RT_KV_FORMAT_COUNT,
      .value_name = format_name, .def = DEF_KV_FORMAT, PLN(p.k_format), .sec = HR_SEC_MAIN,
      .help = "K and V formats apart"},
-    {HR_CMD_PLAN, {"--kv-type-v"}, "--kv-type-v F", HR_OPT_KV_FORMAT, .n_values = HR_KV_FORMAT_COUNT,
+    {HR_CMD_PLAN, {"--kv-type-v"}, "--kv-type-v F", HR_OPT_KV_FORMAT, .n_values = HR_RT_KV_FORMAT_COUNT,
      .value_name = format_name, .def = DEF_KV_FORMAT, PLN(p.v_format), .sec = HR_SEC_MAIN, .flags = HR_OPTF_JOINED,
      .help = "the V format apart"},
     {HR_CMD_PLAN, {"--block-size"}, "--block-size N", HR_OPT_INT, 1, 4096, .def = DEF_BLOCK_SIZE, PLN(p.block_size),
@@ -575,9 +574,9 @@ bool hr_opts_store(const hr_opt *r, const char *cmd, const char *flag, const cha
     case HR_OPT_STR: memcpy(field, &v, sizeof v); return true;
     case HR_OPT_ENUM: return store_enum(r, cmd, flag, v, field);
     case HR_OPT_KV_FORMAT: {
-        hr_kv_format f;
+        hr_rt_kv_format f;
         hr_error err;
-        if (hr_kv_format_parse(v, &f, &err) != HR_OK) {
+        if (hr_rt_kv_format_parse(v, &f, &err) != HR_OK) {
             fprintf(stderr, "headroom %s: %s: %s\n", cmd, flag, err.msg);
             return false;
         }

@@ -74,7 +74,7 @@ typedef enum hr_opt_type {
     HR_OPT_RATE,      /* double bytes per second, written as a size */
     HR_OPT_STR,       /* const char *, borrowed from argv (or the row's default) */
     HR_OPT_ENUM,      /* int: the index of its value in .values, or what .parse_enum says */
-    HR_OPT_KV_FORMAT, /* hr_kv_format at .off (and .off2 with HR_OPTF_KV_BOTH) */
+    HR_OPT_KV_FORMAT, /* hr_rt_kv_format at .off (and .off2 with HR_OPTF_KV_BOTH) */
     HR_OPT_CUSTOM,    /* .custom checks and stores the value */
 } hr_opt_type;
 

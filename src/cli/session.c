@@ -1,5 +1,5 @@
 /* session.c: see session.h. The model, tokenizer, KV pool and forward context are opened here; every
- * generation goes through the engine (src/engine), on this thread, one hr_engine_step at a time. */
+ * generation goes through the runtime's engine, on this thread, one hr_runtime_step at a time. */
 #include "cli/session.h"
 
 #include <stdlib.h>
@@ -8,7 +8,6 @@
 #include "cli/args.h"
 #include "cli/errors.h"
 #include "common/util.h"
-#include "tokenizer/chat.h"
 
 struct hr_session {
     hr_session_opts o;
@@ -17,7 +16,7 @@ struct hr_session {
 };
 
 hr_session_opts hr_session_default_opts(void) {
-    return (hr_session_opts){.rt = hr_runtime_default_params(), .sampling = hr_sampler_default_params()};
+    return (hr_session_opts){.rt = hr_runtime_default_params(), .sampling = hr_rt_sampling_default()};
 }
 
 hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seqs) {
@@ -29,7 +28,7 @@ hr_runtime_params hr_session_runtime_params(const hr_session_opts *o, int kv_seq
 
 hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_option, hr_error *err) {
     if (bad_option) *bad_option = false;
-    hr_status st = hr_sampler_params_check(&o->sampling, err);
+    hr_status st = hr_rt_sampling_check(&o->sampling, err);
     if (st) {
         if (bad_option) *bad_option = true;
         return st;
@@ -43,7 +42,7 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_
         free(s);
         return st;
     }
-    hr_sampler_params builtin = hr_session_default_opts().sampling; /* generation_config.json where no flag set */
+    hr_rt_sampling builtin = hr_session_default_opts().sampling; /* generation_config.json where no flag set */
     hr_runtime_generation_defaults(s->rt, &builtin, &s->o.sampling);
     /* the runtime's warnings, after the chat template's in chat mode (one per line) */
     const char *chat = o->chat ? hr_runtime_chat_warning(s->rt) : "", *rtw = hr_runtime_warnings(s->rt);
@@ -59,11 +58,6 @@ void hr_session_close(hr_session *s) {
 }
 
 hr_runtime *hr_session_runtime(hr_session *s) { return s->rt; }
-const hr_model *hr_session_model(const hr_session *s) { return hr_runtime_model(s->rt); }
-const hr_tokenizer *hr_session_tokenizer(const hr_session *s) { return hr_runtime_tokenizer(s->rt); }
-hr_kv_pool *hr_session_kv(hr_session *s) { return hr_runtime_kv(s->rt); }
-hr_model_ctx *hr_session_ctx(hr_session *s) { return hr_runtime_ctx(s->rt); }
-hr_engine *hr_session_engine(hr_session *s) { return hr_runtime_engine(s->rt); }
 const hr_session_opts *hr_session_options(const hr_session *s) { return &s->o; }
 const char *hr_session_warning(const hr_session *s) { return s->warning; }
 int hr_session_n_ctx(const hr_session *s) { return hr_runtime_n_ctx(s->rt); }
@@ -83,11 +77,11 @@ static void submit_one(hr_session *s, int i, const char *prompt, hr_generation *
                               .stop = (const char *const *)s->o.stop,
                               .n_stop = s->o.n_stop};
     p.sampling.seed = g->seed;
-    hr_chat_msg msgs[2];
+    hr_rt_chat_msg msgs[2];
     size_t n = 0;
     if (s->o.chat) {
-        if (s->o.system) msgs[n++] = (hr_chat_msg){.role = "system", .content = s->o.system};
-        msgs[n++] = (hr_chat_msg){.role = "user", .content = prompt};
+        if (s->o.system) msgs[n++] = (hr_rt_chat_msg){.role = "system", .content = s->o.system};
+        msgs[n++] = (hr_rt_chat_msg){.role = "user", .content = prompt};
         p.messages = msgs;
         p.n_messages = n;
     } else {
@@ -128,7 +122,7 @@ static hr_status collect(hr_rt_request *h, hr_generation *g) {
     g->gen_seconds = r.t_finish - t1;
     g->finish_reason = r.finish_reason ? r.finish_reason : "error";
     g->limit = r.limit;
-    if (r.state != HR_REQ_COMPLETED) {
+    if (r.state != HR_RT_COMPLETED) {
         g->status = r.status ? r.status : HR_ERR_INTERNAL;
         snprintf(g->error, sizeof g->error, "%s", r.error);
     }
@@ -148,7 +142,9 @@ static void warn_clamped(hr_session *s, const hr_generation *g, int n) {
     if (!s->o.warn || first < 0) return;
     char who[64] = " ";
     if (n > 1) snprintf(who, sizeof who, " for %d of %d prompts (prompt %d: ", n_clamped, n, first + 1);
-    int train = hr_model_hparams(hr_session_model(s))->n_ctx_train;
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
+    int train = info.n_ctx_train;
     int n_ctx = hr_session_n_ctx(s);
     char hint[96];
     if (n_ctx < train)
@@ -171,14 +167,13 @@ hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, in
     warn_clamped(s, g, n);
     bool stream = out && n == 1 && h[0];
     hr_status st = HR_OK;
-    hr_engine *e = hr_session_engine(s);
     for (int pending = 1; pending > 0;) {
-        if ((st = hr_engine_step(e, &pending, err))) break;
+        if ((st = hr_runtime_step(s->rt, &pending, err))) break;
         if (stream) {
             char buf[4096];
-            hr_request_delta d;
+            hr_rt_delta d;
             do {
-                hr_request_read(hr_rt_request_handle(h[0]), NULL, 0, buf, sizeof buf, &d);
+                hr_rt_request_read(h[0], NULL, 0, buf, sizeof buf, &d);
                 if (d.n_text) fwrite(buf, 1, d.n_text, out);
             } while (d.n_text == sizeof buf - 1);
             fflush(out);
@@ -211,6 +206,8 @@ void hr_generation_free(hr_generation *g) {
 }
 
 void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE *f) {
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
     char kb[32];
     double pps = g->prompt_seconds > 0 ? g->n_prompt / g->prompt_seconds : 0;
     double gps = g->gen_seconds > 0 ? g->n_ids / g->gen_seconds : 0;
@@ -223,11 +220,13 @@ void hr_generation_print_stats(const hr_session *s, const hr_generation *g, FILE
             g->n_ids, gps, g->finish_reason, why);
     fprintf(f, "kv cache: %s peak (%d tokens, K %s / V %s, block %d) | kernels %s, %d threads\n",
             hr_format_size(g->kv_bytes_peak, kb, sizeof kb), g->ledger.tokens_total,
-            hr_kv_format_name(g->ledger.k_format), hr_kv_format_name(g->ledger.v_format), s->o.rt.block_size,
-            hr_model_ctx_isa(hr_runtime_ctx(s->rt)), hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
+            hr_rt_kv_format_name(g->ledger.k_format), hr_rt_kv_format_name(g->ledger.v_format), s->o.rt.block_size,
+            info.isa, info.n_threads);
 }
 
 json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
     json_t *root = json_object();
     json_t *pids = json_array(), *cids = json_array();
     for (int i = 0; i < g->n_prompt; i++) json_array_append_new(pids, json_integer(g->prompt_ids[i]));
@@ -250,11 +249,11 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
     json_object_set_new(root, "generation_tokens_per_second",
                         json_real(g->gen_seconds > 0 ? g->n_ids / g->gen_seconds : 0));
     json_object_set_new(root, "kv_bytes", json_integer((json_int_t)g->kv_bytes_peak));
-    json_object_set_new(root, "kv_type_k", json_string(hr_kv_format_name(g->ledger.k_format)));
-    json_object_set_new(root, "kv_type_v", json_string(hr_kv_format_name(g->ledger.v_format)));
-    json_object_set_new(root, "model", json_string(hr_model_hparams(hr_session_model(s))->name));
-    json_object_set_new(root, "kernels", json_string(hr_model_ctx_isa(hr_runtime_ctx(s->rt))));
-    json_object_set_new(root, "threads", json_integer(hr_model_ctx_n_threads(hr_runtime_ctx(s->rt))));
+    json_object_set_new(root, "kv_type_k", json_string(hr_rt_kv_format_name(g->ledger.k_format)));
+    json_object_set_new(root, "kv_type_v", json_string(hr_rt_kv_format_name(g->ledger.v_format)));
+    json_object_set_new(root, "model", json_string(info.model));
+    json_object_set_new(root, "kernels", json_string(info.isa));
+    json_object_set_new(root, "threads", json_integer(info.n_threads));
     json_object_set_new(root, "prefix_hit_tokens", json_integer(g->stats.prefix_hit_tokens));
     json_object_set_new(root, "preemptions", json_integer(g->stats.n_preemptions));
     json_object_set_new(root, "recomputed_tokens", json_integer(g->stats.recomputed_tokens));
@@ -266,10 +265,10 @@ json_t *hr_generation_to_json(const hr_session *s, const hr_generation *g) {
 }
 
 json_t *hr_session_engine_json(hr_session *s, double seconds) {
-    hr_engine_stats st;
-    hr_engine_get_stats(hr_session_engine(s), &st);
-    hr_kv_pool_ledger l;
-    hr_kv_pool_get_ledger(hr_session_kv(s), &l);
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(s->rt, &pool);
+    const hr_rt_engine_stats st = pool.engine;
+    const hr_rt_pool_ledger l = pool.ledger;
     json_t *o = json_object();
     json_object_set_new(o, "seconds", json_real(seconds));
     json_object_set_new(o, "completed", json_integer((json_int_t)st.completed));
@@ -295,17 +294,20 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
     json_object_set_new(o, "decode_seconds", json_real(st.decode_seconds));
     json_object_set_new(o, "decode_tokens_per_second",
                         json_real(st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0));
-    json_object_set_new(o, "admission", json_string(hr_admission_name(s->o.rt.admission)));
-    json_object_set_new(o, "preempt", json_string(hr_preempt_mode_name(s->o.rt.preempt)));
-    json_object_set_new(o, "kv_layout", json_string(hr_kv_layout_name(s->o.rt.layout)));
+    json_object_set_new(o, "admission", json_string(hr_rt_admission_name(s->o.rt.admission)));
+    json_object_set_new(o, "preempt", json_string(hr_rt_preempt_name(s->o.rt.preempt)));
+    json_object_set_new(o, "kv_layout", json_string(hr_rt_layout_name(s->o.rt.layout)));
     json_object_set_new(o, "kv_pool_bytes", json_integer((json_int_t)l.bytes_total));
     json_object_set_new(o, "kv_pool_blocks", json_integer(l.blocks_total));
     return o;
 }
 
 void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n, double seconds, FILE *f) {
-    hr_engine_stats st;
-    hr_engine_get_stats(hr_session_engine(s), &st);
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(s->rt, &pool);
+    const hr_rt_engine_stats st = pool.engine;
+    hr_runtime_info info;
+    hr_runtime_describe(s->rt, &info);
     int ok = 0;
     uint64_t peak = 0;
     for (int i = 0; i < n; i++) {
@@ -321,16 +323,16 @@ void hr_session_print_engine_stats(hr_session *s, const hr_generation *g, int n,
     fprintf(f,
             "engine: admission %s, preempt %s, layout %s | %llu preemptions, %llu recomputed tokens, %llu "
             "prefix-hit tokens | kv cache: %s peak per sequence | kernels %s, %d threads\n",
-            hr_admission_name(s->o.rt.admission), hr_preempt_mode_name(s->o.rt.preempt),
-            hr_kv_layout_name(s->o.rt.layout), (unsigned long long)st.preemptions,
+            hr_rt_admission_name(s->o.rt.admission), hr_rt_preempt_name(s->o.rt.preempt),
+            hr_rt_layout_name(s->o.rt.layout), (unsigned long long)st.preemptions,
             (unsigned long long)st.recomputed_tokens, (unsigned long long)st.prefix_hit_tokens,
-            hr_format_size(peak, kb, sizeof kb), hr_model_ctx_isa(hr_runtime_ctx(s->rt)),
-            hr_model_ctx_n_threads(hr_runtime_ctx(s->rt)));
+            hr_format_size(peak, kb, sizeof kb), info.isa, info.n_threads);
 }
 
 void hr_session_print_ledger(hr_session *s, FILE *f) {
-    hr_kv_pool_ledger l;
-    hr_kv_pool_get_ledger(hr_session_kv(s), &l);
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(s->rt, &pool);
+    const hr_rt_pool_ledger l = pool.ledger;
     char a[32], b[32], c[32], d[32];
     fprintf(f, "kv pool: %d blocks (%s): used %d, cached %d (%s), free %d (%s), waste %llu slots (%s)\n",
             l.blocks_total, hr_format_size(l.bytes_total, a, sizeof a), l.blocks_used, l.blocks_cached,

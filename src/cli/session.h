@@ -10,11 +10,7 @@
 #include <stdio.h>
 
 #include "cli/errors.h"
-#include "engine/engine.h"
-#include "kv/kv.h"
-#include "model/model.h"
 #include "runtime/runtime.h"
-#include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 #define HR_SESSION_MAX_STOP 8
@@ -22,7 +18,7 @@
 typedef struct hr_session_opts {
     hr_runtime_params rt; /* what the runtime opens: the option table (cli/options.c) writes the flags
                              into it directly; kv_seqs and prefault are set at open */
-    hr_sampler_params sampling;
+    hr_rt_sampling sampling;
     int n_predict;
     bool no_bos, ignore_eos;
     const char *stop[HR_SESSION_MAX_STOP];
@@ -51,11 +47,6 @@ hr_status hr_session_open(const hr_session_opts *o, hr_session **out, bool *bad_
 void hr_session_close(hr_session *s); /* NULL allowed */
 
 hr_runtime *hr_session_runtime(hr_session *s); /* the runtime underneath (the server opens its own) */
-const hr_model *hr_session_model(const hr_session *s);
-const hr_tokenizer *hr_session_tokenizer(const hr_session *s);
-hr_kv_pool *hr_session_kv(hr_session *s);
-hr_model_ctx *hr_session_ctx(hr_session *s);
-hr_engine *hr_session_engine(hr_session *s);
 const hr_session_opts *hr_session_options(const hr_session *s);
 /* Startup warnings for the user (an unrecognized chat template and the fallback used, --ctx past the
  * trained context), one per line ('\n'-separated, no trailing newline), or "". */
@@ -79,8 +70,8 @@ typedef struct hr_generation {
     uint64_t seed;                      /* the sampler seed of this prompt (hr_prompt_seed of --seed) */
     double prompt_seconds, gen_seconds; /* submit -> first token, first token -> finish */
     uint64_t kv_bytes_peak;
-    hr_kv_seq_ledger ledger;
-    hr_request_stats stats;
+    hr_rt_seq_ledger ledger;
+    hr_rt_request_stats stats;
 } hr_generation;
 
 /* Runs every prompt concurrently through the engine until all are final; g[i] receives prompt i's

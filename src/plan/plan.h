@@ -15,7 +15,7 @@
 #include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
-#include "runtime/runtime.h"
+#include "runtime/budget.h"
 
 /* ---- the model --------------------------------------------------------------------------------- */
 

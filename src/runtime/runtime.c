@@ -4,6 +4,9 @@
  * A request here is the engine's request plus what the front end asked for (its prompt ids after
  * chat rendering and tokenization, max_tokens after the context clamp). */
 #include "runtime/runtime.h"
+#include "runtime/budget.h"
+#include "runtime/runtime_parts.h"
+#include "runtime/vocab.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,7 +15,10 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "constrain/constrain.h"
 #include "model/synth.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
 
 #define HR_RT_GRAMMAR_CACHE 64 /* compiled constraints kept (least recently used dropped) */
 
@@ -205,13 +211,13 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
 
 hr_runtime_params hr_runtime_default_params(void) {
     hr_runtime_params p = {0};
-    p.k_format = p.v_format = HR_KV_F16;
+    p.k_format = p.v_format = HR_RT_KV_F16;
     p.block_size = 16;
     p.max_batch_tokens = 512;
     p.max_running = 64;
-    p.admission = HR_ADMIT_ADAPTIVE;
-    p.preempt = HR_PREEMPT_AUTO;
-    p.layout = HR_LAYOUT_PAGED;
+    p.admission = HR_RT_ADMIT_ADAPTIVE;
+    p.preempt = HR_RT_PREEMPT_AUTO;
+    p.layout = HR_RT_LAYOUT_PAGED;
     return p;
 }
 
@@ -260,8 +266,8 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                .n_kv_heads = hp->n_head_kv,
                .head_dim = hp->head_dim,
                .block_size = rt->p.block_size,
-               .k_format = rt->p.k_format,
-               .v_format = rt->p.v_format,
+               .k_format = (hr_kv_format)rt->p.k_format,
+               .v_format = (hr_kv_format)rt->p.v_format,
                .max_seqs = rt->p.max_running,
                .max_step_tokens = rt->p.max_batch_tokens,
                .budget_bytes = rt->p.kv_budget,
@@ -367,10 +373,10 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;
-    if (!swap_bytes && p->preempt == HR_PREEMPT_SWAP)
+    if (!swap_bytes && p->preempt == HR_RT_PREEMPT_SWAP)
         swap_bytes = (uint64_t)hr_kv_pool_n_blocks(rt->kv) * hr_kv_block_bytes(hr_kv_pool_config(rt->kv)) +
                      hr_kv_stage_block_bytes(hr_kv_pool_config(rt->kv)) * (uint64_t)p->max_running;
-    if (swap_bytes && p->preempt != HR_PREEMPT_RECOMPUTE) {
+    if (swap_bytes && p->preempt != HR_RT_PREEMPT_RECOMPUTE) {
         hr_kv_swap_config sc = {.path = NULL, .budget_bytes = swap_bytes};
         if ((st = hr_kv_swap_create(rt->kv, &sc, &rt->swap, err))) {
             hr_error_prefix(err, "swap space");
@@ -394,9 +400,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                            .max_running = p->max_running,
                            .max_queue = p->max_queue,
                            .prefill_chunk = p->prefill_chunk,
-                           .admission = p->admission,
-                           .preempt = p->preempt,
-                           .layout = p->layout,
+                           .admission = (hr_admission)p->admission,
+                           .preempt = (hr_preempt_mode)p->preempt,
+                           .layout = (hr_kv_layout)p->layout,
                            .on_step = rt->step_log ? log_step : NULL,
                            .on_step_user = rt->step_log};
     if ((st = hr_engine_create(&ep, &rt->engine, err))) goto fail;
@@ -442,6 +448,28 @@ bool hr_runtime_chat_native(const hr_runtime *rt) {
     return !strcmp(hr_chat_describe(rt->chat), "the model's chat template");
 }
 
+hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_params *p, hr_runtime **out,
+                                  bool *bad_option, hr_error *err) {
+    hr_runtime_params q = *p;
+    q.model = base->model;
+    q.model_path = base->p.model_path; /* names it only */
+    return hr_runtime_open(&q, out, bad_option, err);
+}
+
+void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out) {
+    const hr_hparams *hp = hr_model_hparams(rt->model);
+    *out = (hr_runtime_info){.model = hp->name,
+                             .arch = hp->arch_name,
+                             .n_ctx_train = hp->n_ctx_train,
+                             .n_vocab = hp->n_vocab,
+                             .isa = hr_model_ctx_isa(rt->ctx),
+                             .n_threads = hr_model_ctx_n_threads(rt->ctx)};
+}
+
+hr_status hr_runtime_step(hr_runtime *rt, int *n_unfinished, hr_error *err) {
+    return hr_engine_step(rt->engine, n_unfinished, err);
+}
+
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err) { return hr_engine_start(rt->engine, err); }
 void hr_runtime_stop(hr_runtime *rt) { hr_engine_stop(rt->engine); }
 hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_engine_run_until_idle(rt->engine, err); }
@@ -451,8 +479,11 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err) { return hr_e
 /* Renders chat messages with the runtime's template and tokenizes them (hr_chat_tokenize: the
  * template's own text with special tokens parsed, the contents as text unless special_in_content; the
  * template writes BOS text itself, so none is added). */
-static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, const char *tools_json, int32_t **ids,
-                          size_t *n_ids, hr_error *err) {
+static hr_status chat_ids(hr_runtime *rt, const hr_rt_chat_msg *rt_msgs, size_t n, const char *tools_json,
+                          int32_t **ids, size_t *n_ids, hr_error *err) {
+    hr_chat_msg *msgs = malloc(sizeof *msgs * n);
+    if (!msgs) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) msgs[i] = hr_rt_to_chat_msg(&rt_msgs[i]);
     int32_t bos = hr_tokenizer_bos(rt->tok), eos = hr_tokenizer_eos(rt->tok);
     hr_chat_render_params cp = {.msgs = msgs,
                                 .n_msgs = n,
@@ -460,7 +491,9 @@ static hr_status chat_ids(hr_runtime *rt, const hr_chat_msg *msgs, size_t n, con
                                 .bos = bos >= 0 ? hr_tokenizer_piece(rt->tok, bos) : NULL,
                                 .eos = eos >= 0 ? hr_tokenizer_piece(rt->tok, eos) : NULL,
                                 .tools_json = tools_json};
-    return hr_chat_tokenize(rt->chat, rt->tok, &cp, rt->p.special_in_content, ids, n_ids, err);
+    hr_status st = hr_chat_tokenize(rt->chat, rt->tok, &cp, rt->p.special_in_content, ids, n_ids, err);
+    free(msgs);
+    return st;
 }
 
 /* The prompt's ids into r (tokenized text, rendered chat, or the ids as given). */
@@ -541,12 +574,12 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         r->ctx_limited = p->max_tokens > 0 && r->max_tokens < p->max_tokens;
     }
     hr_grammar *grammar = NULL;
-    if (st == HR_OK && p->constraint.kind != HR_CONS_NONE) {
+    if (st == HR_OK && p->constraint.kind != HR_RT_CONS_NONE) {
         const hr_rt_constraint *c = &p->constraint;
         if (!rt->tok) {
             st = hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_OUTPUT_FORMAT, NULL,
                                     "output format: constrained decoding needs the model's tokenizer");
-        } else if ((st = hr_grammar_cache_get(rt->grammars, c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
+        } else if ((st = hr_grammar_cache_get(rt->grammars, (hr_cons_kind)c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
             hr_error_prefix(err, "output format");
             hr_error_about(err, HR_PARAM_OUTPUT_FORMAT, NULL);
             if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */
@@ -557,7 +590,7 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         hr_request_params rp = {.prompt = r->prompt,
                                 .n_prompt = r->n_prompt,
                                 .max_tokens = r->max_tokens,
-                                .sampling = p->sampling,
+                                .sampling = hr_rt_to_sampler(&p->sampling),
                                 .priority = p->priority,
                                 .ignore_eos = p->ignore_eos,
                                 .stop = p->stop,
@@ -618,6 +651,18 @@ int hr_rt_request_max_tokens(const hr_rt_request *r) { return r->max_tokens; }
 bool hr_rt_request_ctx_limited(const hr_rt_request *r) { return r->ctx_limited; }
 void hr_rt_request_cancel(hr_runtime *rt, hr_rt_request *r) { hr_engine_cancel(rt->engine, r->h); }
 
+void hr_rt_request_read(hr_rt_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap,
+                        hr_rt_delta *d) {
+    hr_request_delta rd;
+    hr_request_read(r->h, tokens, tokens_cap, text, text_cap, &rd);
+    *d = (hr_rt_delta){.n_tokens = rd.n_tokens, .n_text = rd.n_text, .done = rd.done};
+}
+bool hr_rt_request_wait(hr_rt_request *r, double timeout_s) { return hr_request_wait(r->h, timeout_s); }
+int hr_rt_request_logprobs(hr_rt_request *r, int from, int n, float *lp, int32_t *top_ids, float *top_lp) {
+    return hr_request_logprobs(r->h, from, n, lp, top_ids, top_lp);
+}
+int hr_rt_request_token_gaps(hr_rt_request *r, float *gaps, int cap) { return hr_request_token_gaps(r->h, gaps, cap); }
+
 void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r) {
     if (!r) return;
     hr_request_stats s;
@@ -631,12 +676,14 @@ void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r) {
 
 void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     memset(out, 0, sizeof *out);
-    hr_request_get_stats(r->h, &out->stats);
-    const hr_request_stats *s = &out->stats;
-    out->state = s->state;
+    hr_request_stats stats;
+    hr_request_get_stats(r->h, &stats);
+    hr_rt_from_request_stats(&stats, &out->stats);
+    const hr_request_stats *s = &stats;
+    out->state = (hr_rt_state)s->state;
     bool final = s->state == HR_REQ_COMPLETED || s->state == HR_REQ_CANCELLED || s->state == HR_REQ_FAILED;
     out->status = s->state == HR_REQ_COMPLETED ? HR_OK : s->error_code;
-    out->error = s->error;
+    out->error = out->stats.error;
     out->ids = hr_request_output(r->h, &out->n_ids);
     out->text = hr_request_text(r->h, &out->text_len);
     out->finish_reason = final ? hr_finish_reason_name(s->finish) : NULL;
@@ -647,8 +694,8 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     out->t_first_token = s->t_first_token;
     out->t_finish = s->t_finish;
     hr_rt_kv_usage *k = &out->kv;
-    k->k_format = s->kv.k_format;
-    k->v_format = s->kv.v_format;
+    k->k_format = (hr_rt_kv_format)s->kv.k_format;
+    k->v_format = (hr_rt_kv_format)s->kv.v_format;
     k->block_size = r->block_size;
     k->block_bytes = r->block_bytes;
     k->bytes_now = s->kv.bytes_now; /* once final: what it held at its last step, before release */
@@ -671,8 +718,12 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
 
 void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out) {
     memset(out, 0, sizeof *out);
-    hr_kv_pool_get_ledger(rt->kv, &out->ledger);
-    hr_engine_get_stats(rt->engine, &out->engine);
+    hr_kv_pool_ledger l;
+    hr_engine_stats e;
+    hr_kv_pool_get_ledger(rt->kv, &l);
+    hr_engine_get_stats(rt->engine, &e);
+    hr_rt_from_pool_ledger(&l, &out->ledger);
+    hr_rt_from_engine_stats(&e, &out->engine);
     out->budget_bytes = rt->budget.budget_bytes;
     out->headroom_bytes = (int64_t)out->engine.headroom_blocks * (int64_t)rt->budget.block_bytes;
 }
@@ -703,7 +754,7 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
 
 double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }
 
-void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_params *builtin, hr_sampler_params *sp) {
+void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_rt_sampling *builtin, hr_rt_sampling *sp) {
     const hr_gguf *g = hr_model_gguf(rt->model); /* model/hf.c keeps them as headroom.generation.* */
     double v;
 #define TAKE(key, field, type)                                                                                         \
@@ -715,4 +766,92 @@ void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_param
     TAKE("min_p", min_p, float);
     TAKE("repetition_penalty", repeat_penalty, float);
 #undef TAKE
+}
+
+int hr_runtime_events(hr_runtime *rt, uint64_t after, hr_rt_event *out, int cap) {
+    if (cap <= 0) return 0;
+    hr_engine_event *ev = malloc(sizeof *ev * (size_t)HR_MIN(cap, HR_ENGINE_EVENTS));
+    int n = ev ? hr_engine_events(rt->engine, after, ev, HR_MIN(cap, HR_ENGINE_EVENTS)) : 0;
+    for (int i = 0; i < n; i++)
+        out[i] = (hr_rt_event){.seq = ev[i].seq,
+                               .t = ev[i].t,
+                               .kind = hr_engine_event_kind_name(ev[i].kind),
+                               .request = ev[i].request,
+                               .tokens = ev[i].tokens,
+                               .bytes = ev[i].bytes};
+    free(ev);
+    return n;
+}
+
+hr_status hr_rt_schema_to_gbnf(const char *json, size_t len, char **out, hr_error *err) {
+    return hr_cons_schema_to_gbnf(json, len, out, err);
+}
+
+/* ---- scoring ----------------------------------------------------------------------------------- */
+
+hr_status hr_rt_policy_parse(const char *policy, char *label, size_t cap, hr_error *err) {
+    hr_kv_policy pol;
+    hr_status st = hr_kv_policy_parse(policy, &pol, err);
+    if (st == HR_OK && label) hr_kv_policy_str(&pol, label, cap);
+    return st;
+}
+
+hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_error *err) {
+    hr_kv_policy pol;
+    hr_status st = hr_kv_policy_parse(policy, &pol, err);
+    return st ? st : hr_kv_policy_check(rt->kv, &pol, err);
+}
+
+hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *toks, int n, float *logits,
+                           hr_rt_score *out, hr_error *err) {
+    hr_kv_policy pol = {.kind = HR_KV_POLICY_FULL};
+    hr_status st = policy ? hr_kv_policy_parse(policy, &pol, err) : HR_OK;
+    if (st) return st;
+    if (n < 1 || n > rt->n_ctx || n > rt->p.max_batch_tokens)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d tokens to score: 1..%d", n,
+                            HR_MIN(rt->n_ctx, rt->p.max_batch_tokens));
+    int V = hr_model_hparams(rt->model)->n_vocab;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    hr_kv_seq *seqs = malloc(sizeof(hr_kv_seq) * (size_t)n);
+    uint8_t *want = malloc((size_t)n);
+    hr_kv_seq s;
+    if (!pos || !seqs || !want) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        goto out_free;
+    }
+    if ((st = hr_kv_seq_create(rt->kv, &s, err))) goto out_free;
+    if ((st = hr_kv_seq_set_policy(rt->kv, s, &pol, err))) goto out;
+    for (int i = 0; i < n; i++) pos[i] = i, seqs[i] = s, want[i] = 1;
+    if (pol.kind == HR_KV_POLICY_FULL) {
+        hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_kv_seq_reserve(rt->kv, s, n, err)) || (st = hr_model_forward(rt->ctx, &b, logits, err))) goto out;
+        hr_kv_seq_commit(rt->kv, s, toks, n);
+    } else {
+        /* the first half as a prompt, then one token per forward: the policy acts between them */
+        int first = n / 2;
+        hr_kv_seq_set_prompt_len(rt->kv, s, first);
+        memset(want, 0, (size_t)first);
+        hr_batch b = {.n_tokens = first, .tokens = toks, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_kv_seq_reserve(rt->kv, s, first, err)) || (st = hr_model_forward(rt->ctx, &b, NULL, err)))
+            goto out;
+        hr_kv_seq_commit(rt->kv, s, toks, first);
+        for (int i = first; i < n; i++) {
+            hr_batch d = {.n_tokens = 1, .tokens = toks + i, .pos = pos + i, .seq = seqs, .want_logits = want + i};
+            want[i] = 1;
+            if ((st = hr_kv_seq_reserve(rt->kv, s, i + 1, err)) ||
+                (st = hr_model_forward(rt->ctx, &d, logits + (size_t)i * V, err)))
+                goto out;
+            hr_kv_seq_commit(rt->kv, s, toks + i, 1);
+        }
+    }
+    hr_kv_seq_ledger l;
+    if (out && hr_kv_seq_get_ledger(rt->kv, s, &l, NULL) == HR_OK)
+        *out = (hr_rt_score){.kv_bytes = l.bytes_now, .tokens_kept = l.tokens_kept_max};
+out:
+    hr_kv_seq_free(rt->kv, s);
+out_free:
+    free(pos);
+    free(seqs);
+    free(want);
+    return st;
 }

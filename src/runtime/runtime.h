@@ -5,9 +5,14 @@
  * context check and the max_tokens clamp applied here, and results as plain structs (no JSON here:
  * front ends format them).
  *
+ * The boundary: this header speaks only the runtime's own vocabulary (runtime_types.h) and hands out
+ * none of the objects it composes; front ends (src/cli, src/server, src/eval) need nothing below it
+ * but the tokenizer's header, for text (tests/layering.sh). runtime_parts.h lends the objects to the
+ * tests; budget.h holds the budget arithmetic the planner shares.
+ *
  * Threads: hr_runtime_submit, hr_rt_request_* and hr_runtime_get_* may be called from any thread.
  * Either the engine thread runs (hr_runtime_start; a server) or one caller steps it
- * (hr_runtime_run_until_idle / hr_engine_step on hr_runtime_engine; the CLI), never both. */
+ * (hr_runtime_run_until_idle / hr_runtime_step; the CLI, eval), never both. */
 #ifndef HR_RUNTIME_RUNTIME_H
 #define HR_RUNTIME_RUNTIME_H
 
@@ -16,57 +21,9 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "constrain/constrain.h"
-#include "engine/engine.h"
-#include "kv/kv.h"
-#include "model/model.h"
-#include "sampler/sampler.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
+#include "runtime/runtime_types.h"
 
-/* ---- the KV budget, as arithmetic -------------------------------------------------------------- */
-
-/* The rest of the process around the pool, for a whole-process budget (docs/PLAN.md). With model
- * NULL the budget is the KV pool's alone (the fields below are ignored). */
-typedef struct hr_mem_query {
-    const hr_hparams *model;  /* the shape: forward scratch, engine buffers, tokenizer */
-    uint64_t weight_bytes;    /* what the loader holds: the GGUF file (read resident, or mapped and
-                                 touched) plus the norm vectors it copies to f32 */
-    int max_batch_tokens;     /* rows of the forward scratch (0: 512) */
-    int n_threads;            /* attention scratch is per thread (0: 1) */
-    uint64_t base_bytes;      /* the process before the model: code, libraries, thread stacks, the HTTP
-                                 server (0: HR_MEM_BASE_BYTES, measured on this machine) */
-    uint64_t mem_limit;       /* > 0 with kv.budget_bytes 0: the KV budget is what the limit leaves after
-                                 everything else; with a budget given: the total must fit under it */
-    uint64_t request_bytes;   /* a front end's memory for requests in flight besides the engine's (serve:
-                                 the bound on JSON parsing, --max-parse-memory); planned like scratch */
-    uint64_t unplanned_bytes; /* of mem_limit, left out of the pool when sizing it from the limit (serve:
-                                 mem_limit / HR_MEM_LIMIT_MARGIN_DIV; the planner: 0, a device's reserved
-                                 memory being part of its profile) */
-} hr_mem_query;
-
-/* The process's resident bytes besides the planned parts: code and data of headroom and its libraries
- * (libc, jansson, pcre2, libmicrohttpd, libcurl and its TLS stack), thread stacks and per-thread malloc
- * arenas, the HTTP server. Measured: an idle `headroom serve -t 2` of stories260K holds 15.0 MiB, of
- * which its planned parts (weights, scratch, tables) are 3.3 MiB (docs/PLAN.md). */
-#define HR_MEM_BASE_BYTES (12ull << 20)
-
-/* Serve sizing the pool from --mem-limit leaves limit / HR_MEM_LIMIT_MARGIN_DIV (3.1%) unplanned: the
- * measured peak RSS has been up to +2.6% over the plan (then every HTTP connection thread carried 1 MiB
- * of the kernels' thread-local scratch, since moved to the kernels' stack; allocator slack remains),
- * and the limit is a promise the process stays under. */
-#define HR_MEM_LIMIT_MARGIN_DIV 32
-
-/* What a pool of this shape holds for a budget, or which budget holds n_seqs sequences of n_ctx
- * tokens, and (with mem.model) what the whole process then holds. Pure: no allocation, no model
- * loaded; the planner calls the same function. */
-typedef struct hr_kv_budget_query {
-    hr_kv_config kv; /* shape, formats, block size, max_seqs, max_step_tokens; budget_bytes:
-                        0 to size it for n_seqs sequences of n_ctx tokens (or from mem.mem_limit) */
-    int n_ctx;       /* the longest sequence */
-    int n_seqs;      /* sequences of n_ctx the default budget holds (>= 1) */
-    hr_mem_query mem;
-} hr_kv_budget_query;
+/* ---- the KV budget the pool was sized by (runtime/budget.h: the arithmetic) ---------------------- */
 
 typedef struct hr_kv_budget {
     uint64_t budget_bytes; /* the budget (given, or computed) */
@@ -89,15 +46,6 @@ typedef struct hr_kv_budget {
     uint64_t total_bytes;
 } hr_kv_budget;
 
-/* HR_ERR_INVALID_ARG (a format or block size this shape cannot use: the message names both) or
- * HR_ERR_BUDGET (the budget, or mem.mem_limit, holds no n_ctx sequence: the message says what would:
- * the budget or limit one sequence needs, and the longest context that fits) on failure; *out is
- * filled in both cases where it can be. */
-hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, hr_error *err);
-
-/* What the loader keeps resident for a GGUF file of file_bytes with this shape (mem.weight_bytes). */
-uint64_t hr_mem_weight_bytes(const hr_hparams *hp, uint64_t file_bytes);
-
 /* ---- opening ----------------------------------------------------------------------------------- */
 
 typedef struct hr_runtime_params {
@@ -110,15 +58,15 @@ typedef struct hr_runtime_params {
     bool ctx_extend;        /* allow n_ctx past the trained context (a warning; else an error) */
     uint64_t kv_budget;     /* bytes for the KV pool; 0: kv_seqs sequences of n_ctx */
     int kv_seqs;            /* sequences of n_ctx the default budget holds (0: 1) */
-    hr_kv_format k_format, v_format;
+    hr_rt_kv_format k_format, v_format;
     int block_size;       /* 0: 16 */
     int max_batch_tokens; /* tokens per engine step (0: 512) */
     int prefill_chunk;    /* 0: max_batch_tokens */
     int max_running;      /* sequences in flight = KV sequence slots (0: 64) */
     int max_queue;        /* 0: the engine's default */
-    hr_admission admission;
-    hr_preempt_mode preempt;
-    hr_kv_layout layout;
+    hr_rt_admission admission;
+    hr_rt_preempt preempt;
+    hr_rt_layout layout;
     uint64_t swap_space;       /* bytes of the swap tier; 0: none (with preempt swap: as large as the pool) */
     int n_threads;             /* 0: every core */
     const char *isa;           /* NULL: the best measured; "scalar", "avx2", "avx512" */
@@ -156,13 +104,16 @@ hr_status hr_runtime_open(const hr_runtime_params *p, hr_runtime **out, bool *ba
 /* Stops the engine thread if running; unfinished requests end FAILED. NULL allowed. */
 void hr_runtime_close(hr_runtime *rt);
 
+/* Another runtime on base's model: the weights and the tokenizer's file are shared, not loaded again
+ * (base must outlive it); p->model_path and p->model are ignored. Each arm of `headroom eval` is one,
+ * with its own KV formats and pool. Same failures as hr_runtime_open. */
+hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_params *p, hr_runtime **out,
+                                  bool *bad_option, hr_error *err);
+
 const hr_runtime_params *hr_runtime_get_params(const hr_runtime *rt); /* defaults filled in */
-const hr_model *hr_runtime_model(const hr_runtime *rt);
+/* The vocabulary, for text only (tokenizer/tokenizer.h: encode, decode, pieces, token bytes): the one
+ * part the runtime lends, since front ends may use the tokenizer's public header. Borrowed. */
 const hr_tokenizer *hr_runtime_tokenizer(const hr_runtime *rt);
-hr_kv_pool *hr_runtime_kv(hr_runtime *rt);
-hr_kv_swap *hr_runtime_swap(hr_runtime *rt); /* NULL when there is no tier */
-hr_model_ctx *hr_runtime_ctx(hr_runtime *rt);
-hr_engine *hr_runtime_engine(hr_runtime *rt);
 int hr_runtime_n_ctx(const hr_runtime *rt);
 bool hr_runtime_is_demo(const hr_runtime *rt);
 const char *hr_runtime_model_name(const hr_runtime *rt); /* the file's base name, or "demo" */
@@ -171,7 +122,7 @@ const char *hr_runtime_warnings(const hr_runtime *rt);
 /* When the model's chat template was not recognized: a one-line warning naming the template used
  * instead (print it when serving chat), else "". */
 const char *hr_runtime_chat_warning(const hr_runtime *rt);
-/* The chat template family in use ("chatml", "llama3", ...: hr_chat_template_name). */
+/* The chat template family in use ("chatml", "llama3", ...). */
 const char *hr_runtime_chat_family(const hr_runtime *rt);
 /* Whether chat renders through the model's own template (the Jinja interpreter), which takes tools and
  * tool calls as they are; else a family renderer, which knows nothing of tools. */
@@ -182,13 +133,73 @@ const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
  * repetition_penalty), as vLLM applies them: each field of *sp that still equals builtin's (the front
  * end's own default: no flag set it) takes the model's value where the checkpoint gives one. A request's
  * own fields override the result. Models without one leave *sp as it is. */
-void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_sampler_params *builtin, hr_sampler_params *sp);
+void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_rt_sampling *builtin, hr_rt_sampling *sp);
+
+/* What the runtime runs, for a front end to show (the model's own name, the kernels chosen). */
+typedef struct hr_runtime_info {
+    const char *model; /* the model's name from its metadata ("stories260K", ...) */
+    const char *arch;  /* its architecture ("llama", "qwen3", ...) */
+    int n_ctx_train;   /* the context it was trained for */
+    int n_vocab;       /* rows of its logits */
+    const char *isa;   /* the kernels in use ("avx2", ...) */
+    int n_threads;     /* the forward pass's threads */
+} hr_runtime_info;
+void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out);
 
 /* The engine thread (a server): start once, stop before close (close also stops it). */
 hr_status hr_runtime_start(hr_runtime *rt, hr_error *err);
 void hr_runtime_stop(hr_runtime *rt);
 /* Steps on the calling thread until every submitted request is final (when no thread runs). */
 hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
+/* One engine step on the calling thread (take submissions and cancellations, schedule, one forward,
+ * sample, stream). *n_unfinished (may be NULL) receives the requests not yet final. HR_ERR_INVALID_ARG
+ * while the engine thread runs. A request's failure does not fail the step. */
+hr_status hr_runtime_step(hr_runtime *rt, int *n_unfinished, hr_error *err);
+
+/* ---- scoring (teacher forcing: `headroom eval`) ------------------------------------------------ */
+
+typedef struct hr_rt_score {
+    uint64_t kv_bytes; /* KV bytes the sequence held after the last token (after its policy) */
+    int tokens_kept;   /* the most tokens one layer and KV head kept then */
+} hr_rt_score;
+
+/* Checks a KV policy's text ("full", "window:W", "sinks:S,window:W", "h2o:B", "snapkv:B[,window:W]")
+ * for its syntax only and writes its canonical form to label (cap bytes). No runtime needed. */
+hr_status hr_rt_policy_parse(const char *policy, char *label, size_t cap, hr_error *err);
+/* Whether this runtime's pool can use the policy (a window within its model's limits, ...). */
+hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_error *err);
+
+/* Runs tokens[0..n) (n <= the context and max_batch_tokens) as one new sequence under policy (NULL:
+ * full) and writes every position's logits to logits (n x hr_runtime_info.n_vocab). Under the full
+ * policy the tokens go through one forward pass; under any
+ * other the first n / 2 go as a prompt in one pass and the rest one per pass, so that the policy acts
+ * between them (the logits of the first n / 2 positions are then left as they were). The sequence is
+ * freed before returning. On the calling thread, never while the engine thread runs or requests are
+ * in flight (it uses the pool and forward context the engine steps with). */
+hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *tokens, int n, float *logits,
+                           hr_rt_score *out, hr_error *err);
+
+/* ---- replicas: KV events and the shared KV tier ------------------------------------------------ */
+
+/* The runtime's observer hook for the prefix cache: KV events published in vLLM's format (src/events)
+ * and blocks shared through Redis (src/remote), both fed by the pool's one observer. */
+typedef struct hr_rt_cluster_params {
+    const char *kv_events;                        /* tcp://HOST:PORT to publish on (NULL: no events) */
+    const char *kv_events_replay;                 /* a replay ROUTER endpoint (NULL: none) */
+    const char *kv_events_topic;                  /* the first frame of every message (NULL: empty) */
+    const char *kv_remote;                        /* redis://HOST:PORT (NULL: no shared tier) */
+    const char *model_id;                         /* the model's identity in the shared tier (NULL: its name) */
+    void (*log)(void *log_ctx, const char *line); /* one line per thing started, refused or counted */
+    void *log_ctx;
+} hr_rt_cluster_params;
+
+typedef struct hr_rt_cluster hr_rt_cluster;
+
+/* Call after hr_runtime_open and before hr_runtime_start. Never fails: what cannot start is logged
+ * (log) and left out; NULL when nothing was asked for or nothing started. */
+hr_rt_cluster *hr_runtime_cluster_start(hr_runtime *rt, const hr_rt_cluster_params *p);
+/* Call after hr_runtime_stop, before hr_runtime_close: flushes, logs the counters, detaches. NULL ok. */
+void hr_runtime_cluster_stop(hr_runtime *rt, hr_rt_cluster *c);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
@@ -198,19 +209,24 @@ hr_status hr_runtime_run_until_idle(hr_runtime *rt, hr_error *err);
  * HR_ERR_INVALID_ARG, err->param HR_PARAM_OUTPUT_FORMAT and a message that starts "output format: "
  * ("output format: unsupported JSON Schema keyword 'not' at #/properties/a"). */
 typedef struct hr_rt_constraint {
-    hr_cons_kind kind;
+    hr_rt_cons_kind kind;
     const char *src; /* borrowed until submit returns */
     size_t len;
     const char *field; /* the request field it came from, for the front end's own use (NULL: none) */
 } hr_rt_constraint;
 
+/* A JSON Schema as the GBNF grammar constrained decoding compiles it to (tool calling frames its
+ * calls' schemas in a grammar of its own): malloc'd text (free it) on success; HR_ERR_INVALID_ARG
+ * names what the schema uses that cannot be constrained. */
+hr_status hr_rt_schema_to_gbnf(const char *json, size_t len, char **out, hr_error *err);
+
 typedef struct hr_rt_request hr_rt_request;
 
 typedef struct hr_rt_request_params {
     /* exactly one of: */
-    const char *prompt;          /* text (BOS added as the vocabulary says, unless no_bos) */
-    size_t prompt_len;           /* 0: strlen(prompt) */
-    const hr_chat_msg *messages; /* chat: rendered with the runtime's template; special-token text is
+    const char *prompt;             /* text (BOS added as the vocabulary says, unless no_bos) */
+    size_t prompt_len;              /* 0: strlen(prompt) */
+    const hr_rt_chat_msg *messages; /* chat: rendered with the runtime's template; special-token text is
                                     parsed in the template's markers only (see special_in_content) */
     size_t n_messages;
     /* a text prompt's special-token text ("</s>") stays text, unless special_in_content is set: a
@@ -221,19 +237,19 @@ typedef struct hr_rt_request_params {
     bool no_bos;
     int max_tokens; /* 0: up to the context (with a window policy: give one; it is clamped to
                        HR_RT_WINDOW_CTX_MULT contexts) */
-    hr_sampler_params sampling;
+    hr_rt_sampling sampling;
     const char *const *stop; /* copied */
     int n_stop;
     int priority;
     bool ignore_eos;
     const char *kv_policy;       /* this request's policy ("window:256", ...); NULL: the runtime's default */
-    bool logprobs;               /* record each output token's log-probability (hr_request_logprobs) */
+    bool logprobs;               /* record each output token's log-probability (hr_rt_request_logprobs) */
     int top_logprobs;            /* and the n most likely alternatives (0..20) */
     const char *tools_json;      /* chat: NULL or a JSON array of tools, for a model's own template to render
                                     (hr_runtime_chat_native; messages carry their tool_calls_json / tool_call_id) */
     uint64_t cache_scope;        /* prefix-cache scope: requests share cached blocks (and report hits) only
                                     within one scope (a tenant: a hash of its API key or cache salt); 0: shared */
-    hr_rt_constraint constraint; /* constrained decoding (kind HR_CONS_NONE: free text) */
+    hr_rt_constraint constraint; /* constrained decoding (kind HR_RT_CONS_NONE: free text) */
 } hr_rt_request_params;
 
 /* A request under a window or sinks policy may run past the context, but not forever: it generates at
@@ -256,10 +272,28 @@ hr_status hr_runtime_submit(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
  * (hr_rt_kv_usage.group_*). Sets out[0..n) only on HR_OK. Any thread. */
 hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int n, hr_rt_request **out, hr_error *err);
 
-/* The engine's request (read its stream with hr_request_read / hr_request_wait). Borrowed. Note that
- * hr_request_wait returns at once while any output, ids or text, is unread: a reader that wants only
- * the text must still read the ids (or pass a token buffer), or it spins. */
-hr_request *hr_rt_request_handle(hr_rt_request *r);
+/* New output since the last read, copied out under the request's lock. */
+typedef struct hr_rt_delta {
+    int n_tokens;  /* token ids copied into tokens */
+    size_t n_text; /* bytes copied into text (NUL-terminated when text_cap > 0) */
+    bool done;     /* the request is final and everything has been read */
+} hr_rt_delta;
+
+/* Copies up to tokens_cap new ids and up to text_cap - 1 new text bytes (either buffer may be NULL
+ * with cap 0: that stream is then left unread). Text is held back while it could still become part of
+ * a stop string, and always ends on a UTF-8 character boundary. Any thread. */
+void hr_rt_request_read(hr_rt_request *r, int32_t *tokens, int tokens_cap, char *text, size_t text_cap, hr_rt_delta *d);
+/* Blocks until there is unread output or the request is final, at most timeout_s seconds (< 0:
+ * forever); true when there is something to read or it is final. It returns at once while any output,
+ * ids or text, is unread: a reader that wants only the text must still read the ids (or pass a token
+ * buffer), or it spins. Any thread. */
+bool hr_rt_request_wait(hr_rt_request *r, double timeout_s);
+/* Log-probabilities of output tokens [from, from + n) (a request submitted with logprobs), as far as
+ * they are published: lp[i] for output token from + i; with top_logprobs = K, top_ids / top_lp
+ * [i * K + j] the j-th most likely token there (either may be NULL). Returns how many. Any thread. */
+int hr_rt_request_logprobs(hr_rt_request *r, int from, int n, float *lp, int32_t *top_ids, float *top_lp);
+/* Seconds between output tokens i and i + 1 so far, at most cap of them; returns how many. Any thread. */
+int hr_rt_request_token_gaps(hr_rt_request *r, float *gaps, int cap);
 const int32_t *hr_rt_request_prompt(const hr_rt_request *r, int *n_prompt);
 int hr_rt_request_max_tokens(const hr_rt_request *r);   /* after the clamp */
 bool hr_rt_request_ctx_limited(const hr_rt_request *r); /* max_tokens was clamped by the context */
@@ -269,7 +303,7 @@ void hr_rt_request_release(hr_runtime *rt, hr_rt_request *r);
 
 /* What a request used of the KV cache: every response carries it. */
 typedef struct hr_rt_kv_usage {
-    hr_kv_format k_format, v_format;
+    hr_rt_kv_format k_format, v_format;
     int block_size;
     uint64_t block_bytes;        /* one block of every layer's K and V */
     int blocks_now, blocks_peak; /* blocks_now: held after its last step (once final: at finish,
@@ -289,7 +323,7 @@ typedef struct hr_rt_kv_usage {
 } hr_rt_kv_usage;
 
 typedef struct hr_rt_result {
-    hr_request_state state;
+    hr_rt_state state;
     hr_status status; /* HR_OK unless failed or cancelled */
     const char *error;
     const int32_t *ids; /* completion ids (valid until release) */
@@ -301,7 +335,7 @@ typedef struct hr_rt_result {
     int n_prompt, max_tokens;
     double t_submit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached */
     hr_rt_kv_usage kv;
-    hr_request_stats stats;
+    hr_rt_request_stats stats;
 } hr_rt_result;
 
 /* A snapshot of the request now (final or not). Any thread. `error` points into out->stats, `ids` and
@@ -311,14 +345,27 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out);
 /* ---- the whole picture (any thread) ------------------------------------------------------------ */
 
 typedef struct hr_runtime_pool {
-    hr_kv_pool_ledger ledger;
+    hr_rt_pool_ledger ledger;
     uint64_t budget_bytes;
     int64_t headroom_bytes; /* budget (free + evictable blocks) minus what admitted requests may still
                                claim: the number that must never go negative */
-    hr_engine_stats engine;
+    hr_rt_engine_stats engine;
 } hr_runtime_pool;
 
 void hr_runtime_get_pool(hr_runtime *rt, hr_runtime_pool *out);
+
+/* What the scheduler did to requests' KV (preemptions, evictions), the newest HR_RT_EVENTS kept. */
+typedef struct hr_rt_event {
+    uint64_t seq;     /* 1, 2, ... in the order they happened */
+    double t;         /* hr_time_now() seconds */
+    const char *kind; /* "preempt_recompute", "preempt_swap", "evict" (static) */
+    uint64_t request; /* the request's number (hr_rt_result.stats.id) */
+    int tokens;       /* preemption: tokens it had computed; eviction: tokens evicted since its last event */
+    uint64_t bytes;   /* preemption: KV bytes it held (released or swapped out); eviction: 0 */
+} hr_rt_event;
+#define HR_RT_EVENTS 1024
+/* Copies the events with seq > after, oldest first (the newest cap when more). Returns how many. */
+int hr_runtime_events(hr_runtime *rt, uint64_t after, hr_rt_event *out, int cap);
 
 /* Planned against measured memory: the plan the pool was sized by (hr_kv_budget_compute with the
  * model) and the process's resident set now and at its peak (/proc/self/status VmRSS and VmHWM; 0

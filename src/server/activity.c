@@ -160,13 +160,13 @@ static json_t *server_json(hr_runtime *rt, const hr_server_params *sp) {
     json_object_set_new(o, "kv_budget_bytes", json_integer((json_int_t)b->budget_bytes));
     json_object_set_new(o, "kv_blocks", json_integer(b->n_blocks));
     json_object_set_new(o, "block_bytes", json_integer((json_int_t)b->block_bytes));
-    json_object_set_new(o, "k_format", json_string(hr_kv_format_name(p->k_format)));
-    json_object_set_new(o, "v_format", json_string(hr_kv_format_name(p->v_format)));
+    json_object_set_new(o, "k_format", json_string(hr_rt_kv_format_name(p->k_format)));
+    json_object_set_new(o, "v_format", json_string(hr_rt_kv_format_name(p->v_format)));
     json_object_set_new(o, "block_size", json_integer(p->block_size));
     json_object_set_new(o, "kv_policy", json_string(p->kv_policy ? p->kv_policy : "full"));
-    json_object_set_new(o, "layout", json_string(hr_kv_layout_name(p->layout)));
-    json_object_set_new(o, "admission", json_string(hr_admission_name(p->admission)));
-    json_object_set_new(o, "preempt", json_string(hr_preempt_mode_name(p->preempt)));
+    json_object_set_new(o, "layout", json_string(hr_rt_layout_name(p->layout)));
+    json_object_set_new(o, "admission", json_string(hr_rt_admission_name(p->admission)));
+    json_object_set_new(o, "preempt", json_string(hr_rt_preempt_name(p->preempt)));
     json_object_set_new(o, "swap_space_bytes", json_integer((json_int_t)p->swap_space));
     json_object_set_new(o, "max_batch_tokens", json_integer(p->max_batch_tokens));
     json_object_set_new(o, "prefill_chunk", json_integer(p->prefill_chunk));
@@ -182,17 +182,17 @@ static json_t *server_json(hr_runtime *rt, const hr_server_params *sp) {
 
 /* Engine events (newest ENGINE_EVS) and refusals, merged in time order. */
 static json_t *events_json(hr_runtime *rt, const refusal *ref, int n_ref, double mono_now, double unix_now) {
-    hr_engine_event *ev = malloc(sizeof *ev * ENGINE_EVS);
-    int n_ev = ev ? hr_engine_events(hr_runtime_engine(rt), 0, ev, ENGINE_EVS) : 0;
+    hr_rt_event *ev = malloc(sizeof *ev * ENGINE_EVS);
+    int n_ev = ev ? hr_runtime_events(rt, 0, ev, ENGINE_EVS) : 0;
     json_t *arr = json_array();
     int i = 0, k = 0;
     while (i < n_ev || k < n_ref) {
         json_t *o;
         if (k >= n_ref || (i < n_ev && ev[i].t <= ref[k].t)) {
-            const hr_engine_event *x = &ev[i++];
-            o = json_pack("{s:I, s:s, s:f, s:I, s:i, s:I}", "seq", (json_int_t)x->seq, "kind",
-                          hr_engine_event_kind_name(x->kind), "time", unix_now - (mono_now - x->t), "request_id",
-                          (json_int_t)x->request, "tokens", x->tokens, "bytes", (json_int_t)x->bytes);
+            const hr_rt_event *x = &ev[i++];
+            o = json_pack("{s:I, s:s, s:f, s:I, s:i, s:I}", "seq", (json_int_t)x->seq, "kind", x->kind, "time",
+                          unix_now - (mono_now - x->t), "request_id", (json_int_t)x->request, "tokens", x->tokens,
+                          "bytes", (json_int_t)x->bytes);
         } else {
             const refusal *x = &ref[k++];
             o = json_pack("{s:I, s:s, s:f, s:s, s:i, s:s}", "seq", (json_int_t)x->seq, "kind", "refusal", "time",
@@ -264,16 +264,16 @@ void hr_srv_activity_add_json(hr_srv_activity *a, hr_runtime *rt, const hr_serve
 }
 
 void hr_srv_activity_row_json(const hr_rt_result *r, double now, json_t *row) {
-    const hr_request_stats *s = &r->stats;
+    const hr_rt_request_stats *s = &r->stats;
     const char *phase = "finished";
-    if (s->state == HR_REQ_WAITING)
+    if (s->state == HR_RT_WAITING)
         phase = "waiting";
-    else if (s->state == HR_REQ_PREEMPTED)
+    else if (s->state == HR_RT_PREEMPTED)
         phase = s->swapped ? "swapped" : "preempted";
-    else if (s->state == HR_REQ_RUNNING)
+    else if (s->state == HR_RT_RUNNING)
         phase = s->n_computed < s->n_prompt + s->n_output - 1 || s->n_output == 0 ? "prefill" : "decode";
     int blocks = s->kv.blocks_own + s->kv.blocks_shared;
-    uint64_t shared = blocks > 0 && s->state == HR_REQ_RUNNING
+    uint64_t shared = blocks > 0 && s->state == HR_RT_RUNNING
                           ? s->kv.bytes_now / (uint64_t)blocks * (uint64_t)s->kv.blocks_shared
                           : 0;
     json_object_set_new(row, "request_id", json_integer((json_int_t)s->id));
@@ -284,6 +284,6 @@ void hr_srv_activity_row_json(const hr_rt_result *r, double now, json_t *row) {
     json_object_set_new(row, "shared_blocks", json_integer(s->kv.blocks_shared));
     json_object_set_new(row, "shared_bytes", json_integer((json_int_t)shared));
     /* kv.bytes_now of a final request is what it held at its last step (its usage); it holds none now */
-    bool final = s->state == HR_REQ_COMPLETED || s->state == HR_REQ_CANCELLED || s->state == HR_REQ_FAILED;
+    bool final = s->state == HR_RT_COMPLETED || s->state == HR_RT_CANCELLED || s->state == HR_RT_FAILED;
     json_object_set_new(row, "held_bytes", json_integer(final ? 0 : (json_int_t)s->kv.bytes_now));
 }

@@ -96,9 +96,9 @@ void hr_srv_metrics_prompt_tokens(hr_srv_metrics *m, int n) {
 
 void hr_srv_metrics_finished(hr_srv_metrics *m, const hr_rt_result *r, const float *gaps, int n_gaps) {
     int fin = FIN_ERROR;
-    if (r->state == HR_REQ_CANCELLED)
+    if (r->state == HR_RT_CANCELLED)
         fin = FIN_CANCELLED;
-    else if (r->state == HR_REQ_COMPLETED)
+    else if (r->state == HR_RT_COMPLETED)
         fin = r->finish_reason && !strcmp(r->finish_reason, "length") ? FIN_LENGTH : FIN_STOP;
     pthread_mutex_lock(&m->mu);
     m->finished[fin]++;
@@ -154,7 +154,7 @@ static void label_value(const char *s, char *out, size_t cap) {
 static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint64_t *prompt_tokens, hr_srv_buf *b) {
     hr_runtime_pool p;
     hr_runtime_get_pool(rt, &p);
-    const hr_kv_pool_ledger *l = &p.ledger;
+    const hr_rt_pool_ledger *l = &p.ledger;
     family(b, "headroom_kv_pool_bytes", "gauge", "KV pool bytes by block state.");
     sample_u(b, "headroom_kv_pool_bytes", "{state=\"used\"}", l->bytes_used);
     sample_u(b, "headroom_kv_pool_bytes", "{state=\"cached\"}", l->bytes_cached);
@@ -188,7 +188,7 @@ static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint6
     sample_u(b, "headroom_kv_waste_bytes", NULL, l->waste_bytes);
     family(b, "headroom_kv_swapped_bytes", "gauge", "Bytes of this pool's sequences in the swap tier.");
     sample_u(b, "headroom_kv_swapped_bytes", NULL, l->bytes_swapped);
-    const hr_engine_stats *e = &p.engine;
+    const hr_rt_engine_stats *e = &p.engine;
     family(b, "headroom_requests_running", "gauge", "Requests holding KV and generating.");
     sample_u(b, "headroom_requests_running", NULL, (uint64_t)e->n_running);
     family(b, "headroom_requests_waiting", "gauge", "Requests queued for admission (preempted ones included).");

@@ -464,9 +464,9 @@ static bool parse_logit_bias(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
                            type_name(b));
     size_t n = json_object_size(b);
     if (n == 0) return true;
-    if (n > HR_SAMPLER_MAX_BIAS)
+    if (n > HR_RT_MAX_BIAS)
         return hr_srv_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' holds at most %d tokens, got %zu",
-                           HR_SAMPLER_MAX_BIAS, n);
+                           HR_RT_MAX_BIAS, n);
     g->bias_ids = malloc(sizeof(int32_t) * n);
     g->bias_values = malloc(sizeof(float) * n);
     if (!g->bias_ids || !g->bias_values) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
@@ -579,7 +579,7 @@ bool hr_srv_parse_gen(hr_srv_kind kind, json_t *root, const hr_server_params *sp
     if (max_tokens > 0) g->rp.max_tokens = (int)max_tokens;
     if (sp->max_tokens_limit > 0 && (g->rp.max_tokens <= 0 || g->rp.max_tokens > sp->max_tokens_limit))
         g->rp.max_tokens = sp->max_tokens_limit; /* an omitted max_tokens stops at the limit too */
-    hr_sampler_params *s = &g->rp.sampling;
+    hr_rt_sampling *s = &g->rp.sampling;
     if (!read_number(root, "temperature", 0, 100, &s->temperature, e) ||
         !read_number(root, "top_p", 0, 1, &s->top_p, e) || !read_number(root, "min_p", 0, 1, &s->min_p, e) ||
         !read_number(root, "presence_penalty", -2, 2, &s->presence_penalty, e) ||
@@ -666,7 +666,7 @@ static bool tools_native(hr_srv_gen *g, json_t *msgs, hr_srv_error *e) {
 bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool native, hr_srv_error *e) {
     json_t *msgs = field(root, "messages");
     if (g->tools.required) { /* the answer must be calls: constrain it to them */
-        if (g->rp.constraint.kind != HR_CONS_NONE)
+        if (g->rp.constraint.kind != HR_RT_CONS_NONE)
             return hr_srv_fail(e, 400, "tool_choice", "invalid_value",
                                "'tool_choice' asks for a tool call, which cannot be combined with '%s'",
                                g->rp.constraint.field ? g->rp.constraint.field : "response_format");
@@ -675,7 +675,7 @@ bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool 
         if (!gbnf) return hr_srv_fail(e, 400, "tools", "invalid_value", "%s", msg);
         if (!keep_owned(g, gbnf)) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
         g->rp.constraint =
-            (hr_rt_constraint){.kind = HR_CONS_GRAMMAR, .src = gbnf, .len = strlen(gbnf), .field = "tool_choice"};
+            (hr_rt_constraint){.kind = HR_RT_CONS_GRAMMAR, .src = gbnf, .len = strlen(gbnf), .field = "tool_choice"};
     }
     if (native) return tools_native(g, msgs, e);
     size_t n = g->rp.n_messages;
@@ -685,13 +685,13 @@ bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool 
         any = !strcmp(g->messages[i].role, "tool") || json_array_size(json_object_get(m, "tool_calls")) > 0;
     }
     if (!any) return true;
-    hr_chat_msg *out = calloc(n + 1, sizeof *out);
+    hr_rt_chat_msg *out = calloc(n + 1, sizeof *out);
     if (!out) return hr_srv_fail(e, 500, NULL, NULL, "out of memory");
     size_t k = 0;
     bool prev_tool = false;
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i);
-        hr_chat_msg msg = g->messages[i];
+        hr_rt_chat_msg msg = g->messages[i];
         char *owned = NULL;
         bool is_tool = !strcmp(msg.role, "tool");
         json_t *calls = json_object_get(m, "tool_calls");
@@ -759,7 +759,7 @@ bool hr_srv_gen_apply_tools(hr_srv_gen *g, json_t *root, hr_tool_format f, bool 
             out[0].content = both;
         } else {
             memmove(out + 1, out, sizeof *out * k++);
-            out[0] = (hr_chat_msg){.role = "system", .content = desc + strspn(desc, "\n")};
+            out[0] = (hr_rt_chat_msg){.role = "system", .content = desc + strspn(desc, "\n")};
         }
     }
     free(g->messages);

@@ -45,7 +45,7 @@ static bool response_format(json_t *rf, hr_srv_gen *g, hr_srv_error *e) {
     if (!strcmp(t, "text")) return true;
     g->rp.constraint.field = f;
     if (!strcmp(t, "json_object")) {
-        g->rp.constraint.kind = HR_CONS_JSON;
+        g->rp.constraint.kind = HR_RT_CONS_JSON;
         g->rp.constraint.src = "";
         return true;
     }
@@ -63,7 +63,7 @@ static bool response_format(json_t *rf, hr_srv_gen *g, hr_srv_error *e) {
     json_t *schema = json_object_get(js, "schema");
     if (!schema)
         return hr_srv_fail(e, 400, f, "missing_required_parameter", "'response_format.json_schema.schema' is required");
-    g->rp.constraint.kind = HR_CONS_JSON_SCHEMA;
+    g->rp.constraint.kind = HR_RT_CONS_JSON_SCHEMA;
     return schema_text(schema, f, false, g, e);
 }
 
@@ -86,7 +86,7 @@ bool hr_srv_parse_format(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     c->field = given;
     if (!strcmp(given, "response_format")) return response_format(v, g, e);
     if (!strcmp(given, "guided_json")) {
-        c->kind = HR_CONS_JSON_SCHEMA;
+        c->kind = HR_RT_CONS_JSON_SCHEMA;
         return schema_text(v, given, true, g, e);
     }
     if (!strcmp(given, "guided_choice")) {
@@ -95,7 +95,7 @@ bool hr_srv_parse_format(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
         for (size_t i = 0; i < json_array_size(v); i++)
             if (!json_is_string(json_array_get(v, i)))
                 return hr_srv_fail(e, 400, given, "invalid_type", "'guided_choice[%zu]' must be a string", i);
-        c->kind = HR_CONS_CHOICE;
+        c->kind = HR_RT_CONS_CHOICE;
         char *t = json_dumps(v, JSON_COMPACT);
         if (!t || !hr_srv_keep_owned(g, t)) return hr_srv_fail(e, 500, NULL, "nomem", "out of memory");
         c->src = t;
@@ -104,7 +104,7 @@ bool hr_srv_parse_format(json_t *root, hr_srv_gen *g, hr_srv_error *e) {
     }
     if (!json_is_string(v))
         return hr_srv_fail(e, 400, given, "invalid_type", "'%s' must be a string, got %s", given, kind_of(v));
-    c->kind = !strcmp(given, "guided_regex") ? HR_CONS_REGEX : HR_CONS_GRAMMAR;
+    c->kind = !strcmp(given, "guided_regex") ? HR_RT_CONS_REGEX : HR_RT_CONS_GRAMMAR;
     c->src = json_string_value(v);
     c->len = json_string_length(v);
     return true;

@@ -12,8 +12,8 @@
 
 static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
     json_t *o = json_object();
-    json_object_set_new(o, "k_format", json_string(hr_kv_format_name(kv->k_format)));
-    json_object_set_new(o, "v_format", json_string(hr_kv_format_name(kv->v_format)));
+    json_object_set_new(o, "k_format", json_string(hr_rt_kv_format_name(kv->k_format)));
+    json_object_set_new(o, "v_format", json_string(hr_rt_kv_format_name(kv->v_format)));
     json_object_set_new(o, "block_size", json_integer(kv->block_size));
     json_object_set_new(o, "policy", json_string(kv->policy ? kv->policy : "full"));
     json_object_set_new(o, "blocks_peak", json_integer(kv->blocks_peak));
@@ -139,7 +139,7 @@ json_t *hr_srv_logprobs_json(const hr_srv_job *j, int i, int from, const int32_t
     }
     json_t *o = NULL;
     /* tokens are published after their logprobs: every id read has them */
-    int got = n > 0 ? hr_request_logprobs(hr_rt_request_handle(j->req[i]), from, n, lp, top_id, top_lp) : 0;
+    int got = n > 0 ? hr_rt_request_logprobs(j->req[i], from, n, lp, top_id, top_lp) : 0;
     hr_srv_buf b = {0};
     if (j->kind == HR_SRV_CHAT) {
         json_t *content = json_array();

@@ -97,7 +97,7 @@ typedef struct conn {
 } conn;
 
 hr_server_params hr_server_default_params(void) {
-    hr_sampler_params sp = hr_sampler_default_params();
+    hr_rt_sampling sp = hr_rt_sampling_default();
     sp.temperature = 0.8f; /* the CLI's default; a request's "temperature" overrides it */
     return (hr_server_params){.host = "127.0.0.1",
                               .port = 8080,
@@ -209,9 +209,9 @@ static void job_record(hr_server *s, hr_srv_job *j, bool aborted) {
         hr_rt_result r;
         hr_rt_request_result(j->req[i], &r);
         /* a cancelled request may not have reached its final state yet: count it as what it will be */
-        if (aborted && r.state != HR_REQ_COMPLETED && r.state != HR_REQ_FAILED) r.state = HR_REQ_CANCELLED;
+        if (aborted && r.state != HR_RT_COMPLETED && r.state != HR_RT_FAILED) r.state = HR_RT_CANCELLED;
         float *gaps = r.n_ids > 1 ? malloc(sizeof(float) * (size_t)(r.n_ids - 1)) : NULL;
-        int n_gaps = gaps ? hr_request_token_gaps(hr_rt_request_handle(j->req[i]), gaps, r.n_ids - 1) : 0;
+        int n_gaps = gaps ? hr_rt_request_token_gaps(j->req[i], gaps, r.n_ids - 1) : 0;
         hr_srv_metrics_finished(s->metrics, &r, gaps, n_gaps);
         hr_srv_activity_finished(s->activity, &r, gaps, n_gaps);
         free(gaps);
@@ -303,15 +303,15 @@ enum { WAIT_DONE, WAIT_GONE, WAIT_CLOSED_END, WAIT_TIMEOUT };
 
 /* Waits until every choice is final, the client goes (GONE), it closes its end (CLOSED_END, unless
  * probing: then only GONE counts) or deadline passes. The channels are read and dropped (the result
- * holds the whole output): unread output would keep hr_request_wait from sleeping. */
+ * holds the whole output): unread output would keep hr_rt_request_wait from sleeping. */
 static int wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j, bool probing, double deadline) {
     char text[4096];
     int32_t ids[256];
     for (int i = 0; i < j->n; i++) {
-        hr_request *h = hr_rt_request_handle(j->req[i]);
+        hr_rt_request *h = j->req[i];
         for (;;) {
-            hr_request_delta d;
-            hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
+            hr_rt_delta d;
+            hr_rt_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
             if (d.done) break;
             if (d.n_tokens > 0 || d.n_text > 0) continue;
             if (atomic_load(&s->abandon)) return WAIT_GONE;
@@ -319,7 +319,7 @@ static int wait_all(hr_server *s, struct MHD_Connection *c, hr_srv_job *j, bool 
             if (cs == CLIENT_GONE) return WAIT_GONE;
             if (cs == CLIENT_CLOSED_END && !probing) return WAIT_CLOSED_END;
             if (hr_time_now() > deadline) return WAIT_TIMEOUT;
-            hr_request_wait(h, 0.25);
+            hr_rt_request_wait(h, 0.25);
         }
     }
     return WAIT_DONE;
@@ -331,7 +331,7 @@ static char *answer_text(hr_server *s, hr_srv_job *j, unsigned *status) {
     hr_rt_result res[HR_SRV_MAX_CHOICES];
     for (int i = 0; i < j->n; i++) hr_rt_request_result(j->req[i], &res[i]);
     for (int i = 0; i < j->n; i++)
-        if (res[i].state == HR_REQ_FAILED) {
+        if (res[i].state == HR_RT_FAILED) {
             hr_srv_error e;
             hr_srv_fail(&e, 500, NULL, "generation_failed", "generation failed: %s", res[i].error ? res[i].error : "?");
             hr_srv_metrics_refused(s->metrics, e.refusal);
@@ -485,8 +485,8 @@ static enum MHD_Result handle_models(hr_server *s, struct MHD_Connection *c, hr_
     const hr_runtime_params *rp = hr_runtime_get_params(rt);
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:s, s:s, s:i, s:I, s:b}}", "id", hr_runtime_model_name(rt),
                           "object", "model", "created", (json_int_t)s->started, "owned_by", "headroom", "meta", "n_ctx",
-                          hr_runtime_n_ctx(rt), "k_format", hr_kv_format_name(rp->k_format), "v_format",
-                          hr_kv_format_name(rp->v_format), "block_size", rp->block_size, "kv_budget_bytes",
+                          hr_runtime_n_ctx(rt), "k_format", hr_rt_kv_format_name(rp->k_format), "v_format",
+                          hr_rt_kv_format_name(rp->v_format), "block_size", rp->block_size, "kv_budget_bytes",
                           (json_int_t)hr_runtime_budget(rt)->budget_bytes, "demo", hr_runtime_is_demo(rt));
     /* what clients read to size requests: vLLM's name, and the plain one */
     json_object_set_new(m, "max_model_len", json_integer(hr_runtime_n_ctx(rt)));
@@ -497,11 +497,11 @@ static enum MHD_Result handle_models(hr_server *s, struct MHD_Connection *c, hr_
 static json_t *pool_json(hr_runtime *rt) {
     hr_runtime_pool p;
     hr_runtime_get_pool(rt, &p);
-    const hr_kv_pool_ledger *l = &p.ledger;
+    const hr_rt_pool_ledger *l = &p.ledger;
     const hr_runtime_params *rp = hr_runtime_get_params(rt);
     json_t *o = json_object();
-    json_object_set_new(o, "k_format", json_string(hr_kv_format_name(rp->k_format)));
-    json_object_set_new(o, "v_format", json_string(hr_kv_format_name(rp->v_format)));
+    json_object_set_new(o, "k_format", json_string(hr_rt_kv_format_name(rp->k_format)));
+    json_object_set_new(o, "v_format", json_string(hr_rt_kv_format_name(rp->v_format)));
     json_object_set_new(o, "block_size", json_integer(rp->block_size));
     json_object_set_new(o, "blocks_total", json_integer(l->blocks_total));
     json_object_set_new(o, "blocks_used", json_integer(l->blocks_used));
@@ -542,9 +542,8 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
         for (int i = 0; i < j->n; i++) {
             hr_rt_result r;
             hr_rt_request_result(j->req[i], &r);
-            json_t *o =
-                json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
-                          hr_request_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens", r.n_ids);
+            json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:i}", "id", j->id, "choice", i, "state",
+                                  hr_rt_state_name(r.state), "prompt_tokens", r.n_prompt, "completion_tokens", r.n_ids);
             json_object_set_new(o, "kv", hr_srv_kv_usage_json(&r.kv));
             hr_srv_activity_row_json(&r, now, o);
             json_array_append_new(reqs, o);
@@ -985,7 +984,7 @@ hr_status hr_server_create(hr_runtime *rt, const hr_server_params *p, hr_server 
 void hr_server_set_runtime(hr_server *s, hr_runtime *rt) {
     pthread_mutex_lock(&s->mu);
     if (!atomic_load(&s->rt) && rt) {
-        hr_sampler_params builtin = hr_server_default_params().sampling; /* before READY: no request reads it */
+        hr_rt_sampling builtin = hr_server_default_params().sampling; /* before READY: no request reads it */
         hr_runtime_generation_defaults(rt, &builtin, &s->p.sampling);
         atomic_store(&s->rt, rt);
         if (atomic_load(&s->state) == ST_LOADING) atomic_store(&s->state, ST_READY);

@@ -31,7 +31,6 @@
 
 #include "common/status.h"
 #include "runtime/runtime.h"
-#include "sampler/sampler.h"
 
 /* Which extra metric families /metrics carries besides headroom_*. */
 typedef enum hr_metrics_compat {
@@ -57,8 +56,8 @@ typedef struct hr_server_params {
     double drain_timeout_s;        /* hr_server_shutdown waits this long for in-flight requests (< 0: 0) */
     int max_connections;           /* concurrent connections = HTTP threads (0: 256) */
     int max_choices;               /* largest "n" a request may ask for (0: 8) */
-    hr_sampler_params sampling;    /* defaults for fields a request omits (its seed is the base of the
-                                      per-request seeds when a request gives none) */
+    hr_rt_sampling sampling;       /* defaults for fields a request omits (its seed is the base of the
+                                         per-request seeds when a request gives none) */
     int default_completion_tokens; /* /v1/completions max_tokens when omitted (0: 16, OpenAI's) */
     hr_metrics_compat metrics_compat;
     size_t max_header_bytes; /* per-connection memory for the request line, headers and I/O buffers

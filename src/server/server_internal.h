@@ -15,6 +15,7 @@
 #include "runtime/runtime.h"
 #include "server/server.h"
 #include "server/toolcall.h"
+#include "tokenizer/tokenizer.h"
 
 #define HR_SRV_MAX_CHOICES    8  /* hard cap on "n" whatever max_choices says */
 #define HR_SRV_MAX_TOOL_CALLS 16 /* calls parsed out of one answer */
@@ -85,8 +86,8 @@ typedef enum hr_srv_kind { HR_SRV_COMPLETION = 0, HR_SRV_CHAT = 1 } hr_srv_kind;
 typedef struct hr_srv_gen {
     hr_srv_kind kind;
     hr_rt_request_params rp;
-    hr_chat_msg *messages; /* owned */
-    char **owned;          /* owned strings (content parts joined), n_owned of them */
+    hr_rt_chat_msg *messages; /* owned */
+    char **owned;             /* owned strings (content parts joined), n_owned of them */
     int n_owned;
     int32_t *prompt_ids; /* owned (a prompt given as token ids) */
     int32_t *bias_ids;   /* owned: logit_bias's tokens and values (rp.sampling points at them) */

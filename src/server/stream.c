@@ -76,15 +76,15 @@ static const char *tools_finish(hr_srv_job *j, int i, const char *finish) {
 
 /* Drains what choice i has produced into SSE chunks. */
 static void drain_choice(hr_srv_job *j, int i) {
-    hr_request *h = hr_rt_request_handle(j->req[i]);
+    hr_rt_request *h = j->req[i];
     char text[8192];
     int32_t ids[256];
     for (int guard = 0; guard < 1024; guard++) { /* bounded: each round takes up to 8 KiB out */
-        hr_request_delta d;
-        /* the ids are read too (unread ids would keep hr_request_wait from blocking): with logprobs,
+        hr_rt_delta d;
+        /* the ids are read too (unread ids would keep hr_rt_request_wait from blocking): with logprobs,
            a chunk carries those of the tokens read with it (text held back for a stop string or a
            split character comes in a later chunk) */
-        hr_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
+        hr_rt_request_read(h, ids, (int)(sizeof ids / sizeof ids[0]), text, sizeof text, &d);
         bool role = j->kind == HR_SRV_CHAT && !j->role_sent[i];
         bool lp = j->logprobs && d.n_tokens > 0;
         /* a chunk for every read that brought tokens, its text "" when they made none yet (a character
@@ -152,7 +152,7 @@ long hr_srv_stream_read(hr_srv_job *j, char *buf, size_t max, const atomic_bool 
         }
         if (j->pending.len > 0) continue;
         /* n > 1: waiting on one choice while another produces costs at most one STREAM_WAIT_S */
-        hr_request_wait(hr_rt_request_handle(j->req[waiting]), j->n > 1 ? STREAM_WAIT_S / 5 : STREAM_WAIT_S);
+        hr_rt_request_wait(j->req[waiting], j->n > 1 ? STREAM_WAIT_S / 5 : STREAM_WAIT_S);
         if (hr_time_now() - j->t_last_out > STREAM_KEEPALIVE_S) hr_srv_buf_put(&j->pending, ": keepalive\n\n", 13);
     }
 }

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "constrain/constrain.h"
 #include "server/server_internal.h"
 
 #define MAX_TOOLS 128
@@ -449,7 +448,7 @@ char *hr_tools_grammar(hr_tool_format f, const hr_tools *t, char *msg, size_t ca
     json_decref(schema);
     char *gbnf = NULL;
     hr_error err = {0};
-    if (!text || hr_cons_schema_to_gbnf(text, strlen(text), &gbnf, &err) != HR_OK) {
+    if (!text || hr_rt_schema_to_gbnf(text, strlen(text), &gbnf, &err) != HR_OK) {
         snprintf(msg, cap, "a tool's parameters cannot constrain the answer: %s", text ? err.msg : "out of memory");
         free(text);
         return NULL;

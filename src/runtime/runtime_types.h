@@ -1,0 +1,197 @@
+/* runtime_types.h: the runtime's vocabulary, what a front end names when it configures a runtime and
+ * reads its results: KV formats, admission, preemption and layout modes, request states, constraint
+ * kinds, sampling parameters, chat messages, and the plain snapshots of a request, the engine and
+ * the pool. Plain values only (and two opaque handles): a front end includes runtime.h and never the
+ * engine's, the KV pool's, the model's or the chat templates' headers.
+ *
+ * Each enum has the same numbers as the layer's own (engine/engine.h, kv/kv.h, constrain/constrain.h)
+ * and each snapshot the same fields; runtime.c checks the numbers at compile time and copies the
+ * snapshots field by field, so the layers below may change their insides without a front end
+ * noticing. Enums only grow at the end. */
+#ifndef HR_RUNTIME_RUNTIME_TYPES_H
+#define HR_RUNTIME_RUNTIME_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* Opaque handles (C11 allows the layers' own headers to repeat these typedefs). */
+typedef struct hr_model hr_model;         /* a model a test or bench loaded itself (hr_runtime_params.model) */
+typedef struct hr_tokenizer hr_tokenizer; /* the vocabulary: tokenizer/tokenizer.h, for text only */
+
+/* ---- KV formats ---------------------------------------------------------------------------------- */
+
+typedef enum hr_rt_kv_format {
+    HR_RT_KV_F32 = 0,
+    HR_RT_KV_F16 = 1,
+    HR_RT_KV_BF16 = 2,
+    HR_RT_KV_Q8 = 3,    /* int8, per token and head, groups of <= 32 with an f16 scale */
+    HR_RT_KV_Q4 = 4,    /* 4-bit, robust to outlier key channels */
+    HR_RT_KV_FP8 = 5,   /* e4m3 with per-head scales */
+    HR_RT_KV_KIVI2 = 6, /* 2-bit KIVI: K per channel over a full block, V per token, tail block in f16 */
+    HR_RT_KV_Q4H = 7,   /* 4-bit per token, K rotated per head by a Hadamard transform */
+} hr_rt_kv_format;
+
+#define HR_RT_KV_FORMAT_COUNT 8
+
+const char *hr_rt_kv_format_name(hr_rt_kv_format f); /* "f32", "f16", ... */
+/* HR_ERR_INVALID_ARG naming the formats there are. */
+hr_status hr_rt_kv_format_parse(const char *name, hr_rt_kv_format *out, hr_error *err);
+
+/* ---- the scheduler's modes --------------------------------------------------------------------- */
+
+typedef enum hr_rt_admission {
+    HR_RT_ADMIT_ADAPTIVE = 0,   /* prompt + predicted output (p90 of completions seen, <= max_tokens) */
+    HR_RT_ADMIT_RESERVE = 1,    /* prompt + max_tokens must fit; never preempts */
+    HR_RT_ADMIT_OPTIMISTIC = 2, /* the prompt must fit; grow; preempt on exhaustion */
+} hr_rt_admission;
+
+typedef enum hr_rt_preempt {
+    HR_RT_PREEMPT_AUTO = 0,      /* swap when moving its bytes is cheaper than recomputing, else recompute */
+    HR_RT_PREEMPT_RECOMPUTE = 1, /* drop its blocks; re-prefill later */
+    HR_RT_PREEMPT_SWAP = 2,      /* copy its blocks to the swap tier */
+} hr_rt_preempt;
+
+typedef enum hr_rt_layout {
+    HR_RT_LAYOUT_PAGED = 0,      /* blocks on demand, prefix sharing */
+    HR_RT_LAYOUT_CONTIGUOUS = 1, /* each admitted sequence reserves n_ctx slots up front */
+} hr_rt_layout;
+
+const char *hr_rt_admission_name(hr_rt_admission a);
+hr_status hr_rt_admission_parse(const char *name, hr_rt_admission *out, hr_error *err);
+const char *hr_rt_preempt_name(hr_rt_preempt m);
+hr_status hr_rt_preempt_parse(const char *name, hr_rt_preempt *out, hr_error *err);
+const char *hr_rt_layout_name(hr_rt_layout l);
+hr_status hr_rt_layout_parse(const char *name, hr_rt_layout *out, hr_error *err);
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+typedef enum hr_rt_state {
+    HR_RT_WAITING = 0,
+    HR_RT_RUNNING = 1,
+    HR_RT_PREEMPTED = 2, /* waiting again after preemption */
+    HR_RT_COMPLETED = 3,
+    HR_RT_CANCELLED = 4,
+    HR_RT_FAILED = 5,
+} hr_rt_state;
+
+const char *hr_rt_state_name(hr_rt_state s); /* "waiting", "running", ... */
+
+/* Constrained decoding's source kinds (docs/CONSTRAIN.md). */
+typedef enum hr_rt_cons_kind {
+    HR_RT_CONS_NONE = 0,
+    HR_RT_CONS_JSON = 1,
+    HR_RT_CONS_JSON_SCHEMA = 2,
+    HR_RT_CONS_REGEX = 3,
+    HR_RT_CONS_GRAMMAR = 4,
+    HR_RT_CONS_CHOICE = 5,
+} hr_rt_cons_kind;
+
+/* Sampling (the sampler's parameters). */
+typedef struct hr_rt_sampling {
+    float temperature;       /* 0: greedy; 0..100 */
+    int top_k;               /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off */
+    float presence_penalty;  /* subtracted once from each recent token's logit */
+    float frequency_penalty; /* subtracted per occurrence */
+    int penalty_last_n;      /* recent tokens the penalties look at (0: off, -1: all) */
+    uint64_t seed;
+    const int32_t *bias_ids; /* logit bias: bias_values[i] (-100..100) added to token bias_ids[i] */
+    const float *bias_values;
+    int n_bias; /* 0..HR_RT_MAX_BIAS */
+} hr_rt_sampling;
+
+#define HR_RT_MAX_BIAS 1024
+
+/* Greedy (temperature 0), top_k 40, top_p 0.95, min_p 0.05, no penalties, last_n 64, seed 0. */
+hr_rt_sampling hr_rt_sampling_default(void);
+/* Ranges, with a message naming the field (bias ids are checked against the vocabulary at submit). */
+hr_status hr_rt_sampling_check(const hr_rt_sampling *p, hr_error *err);
+
+/* One chat message: role "system", "user", "assistant", "tool". The last three fields are for the
+ * model's own template; the family renderers ignore them. */
+typedef struct hr_rt_chat_msg {
+    const char *role;
+    const char *content;         /* NULL: JSON null (an assistant turn that only calls tools) */
+    const char *tool_calls_json; /* NULL or a JSON array of {"id", "type", "function": {"name", "arguments"}} */
+    const char *tool_call_id;    /* a tool result's call id, or NULL */
+    const char *name;            /* a tool result's function name, or NULL */
+} hr_rt_chat_msg;
+
+/* ---- snapshots --------------------------------------------------------------------------------- */
+
+/* A sequence's KV ledger. */
+typedef struct hr_rt_seq_ledger {
+    int blocks_own;     /* blocks only this sequence holds */
+    int blocks_shared;  /* blocks held together with other sequences or the prefix cache */
+    uint64_t bytes_now; /* bytes of the blocks it holds */
+    uint64_t bytes_peak;
+    int tokens_resident; /* committed tokens in the pool, less those its policy evicted */
+    int tokens_total;
+    hr_rt_kv_format k_format, v_format;
+    uint64_t bytes_swapped; /* bytes of this sequence now in the swap tier */
+    int prefix_hit_tokens;  /* tokens whose K/V came from the prefix cache */
+    int tokens_evicted;     /* committed tokens no later query can see in any layer and KV head */
+    int blocks_evicted;     /* blocks the policy took out of the table over the sequence's life */
+    int tokens_kept_max;    /* the most committed tokens the next query sees in one layer and KV head */
+} hr_rt_seq_ledger;
+
+/* A request's figures. */
+typedef struct hr_rt_request_stats {
+    hr_rt_state state;
+    hr_status error_code; /* HR_OK unless FAILED or CANCELLED */
+    char error[256];      /* why it failed or was cancelled */
+    int n_prompt, n_output;
+    int prefix_hit_tokens; /* prompt tokens whose K/V came from the prefix cache (all admissions) */
+    int n_preemptions;
+    int n_preempt_swap, n_preempt_recompute;
+    int recomputed_tokens; /* tokens computed again after preemption */
+    uint64_t swapped_bytes;
+    int priority;
+    hr_rt_seq_ledger kv; /* refreshed after every step that computed for it and at release or swap-out */
+    double t_submit, t_admit, t_first_token, t_finish; /* hr_time_now() seconds; 0 when not reached */
+    uint64_t id;    /* the engine's number for it (1, 2, ... in submission order; events name it) */
+    int n_computed; /* tokens whose K/V are in the cache */
+    bool swapped;   /* its KV is in the swap tier now */
+} hr_rt_request_stats;
+
+/* The pool's ledger. */
+typedef struct hr_rt_pool_ledger {
+    int blocks_total, blocks_used, blocks_cached, blocks_free;
+    uint64_t bytes_total, bytes_used, bytes_cached, bytes_free;
+    uint64_t waste_slots; /* slots in used blocks not yet filled */
+    uint64_t waste_bytes;
+    uint64_t prefix_hit_tokens_total;
+    uint64_t blocks_evicted_total;        /* cached blocks reclaimed for new work */
+    uint64_t bytes_swapped;               /* bytes of the pool's sequences now in the swap tier */
+    uint64_t policy_blocks_evicted_total; /* blocks sequences' policies took out of their tables */
+    uint64_t fetched_tokens_total;        /* prefix tokens whose K/V came from the shared tier */
+} hr_rt_pool_ledger;
+
+/* The engine's counters, as published at the end of its last step. */
+typedef struct hr_rt_engine_stats {
+    uint64_t steps;
+    uint64_t batch_tokens;     /* tokens through the forward pass */
+    uint64_t prefill_tokens;   /* of which were prompt (or recompute) tokens */
+    uint64_t generated_tokens; /* tokens sampled */
+    uint64_t submitted, refused_full, refused_budget, refused_other;
+    uint64_t completed, cancelled, failed;
+    uint64_t preemptions, preempt_recompute, preempt_swap;
+    uint64_t recomputed_tokens, swapped_bytes, prefix_hit_tokens;
+    uint64_t prefix_query_tokens; /* tokens looked up in the prefix cache at admissions (hits included) */
+    int n_waiting, n_running, peak_running;
+    int predicted_output; /* adaptive admission's current prediction (0: none yet) */
+    double forward_seconds;
+    uint64_t decode_steps, decode_tokens; /* steps with no prompt token in the batch, and their tokens */
+    double decode_seconds;
+    bool swap_available;
+    int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
+    uint64_t masks;      /* constrained decoding: token masks computed, and their seconds */
+    double mask_seconds;
+} hr_rt_engine_stats;
+
+#endif
