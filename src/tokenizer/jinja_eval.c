@@ -506,9 +506,11 @@ static bool slice_indices(ctx *c, size_t n, const jv *lo, const jv *hi, const jv
             v = v < -1 ? -1 : v > N - 1 ? N - 1 : v;
         *dst = v;
     }
-    size_t cnt = 0;
-    if (stride > 0 && stop > start) cnt = (size_t)((stop - start + stride - 1) / stride);
-    if (stride < 0 && start > stop) cnt = (size_t)((start - stop + (-stride) - 1) / (-stride));
+    /* counted in unsigned arithmetic: a step near 2**63 (either sign) must not overflow */
+    uint64_t span = stride > 0 ? (stop > start ? (uint64_t)(stop - start) : 0)
+                               : (start > stop ? (uint64_t)(start - stop) : 0);
+    uint64_t ustride = stride > 0 ? (uint64_t)stride : (uint64_t)0 - (uint64_t)stride;
+    size_t cnt = span ? (size_t)((span - 1) / ustride + 1) : 0;
     size_t *ix = ja_alloc(&c->a, (cnt + 1) * sizeof *ix);
     if (!ix) return oom(c, line);
     for (size_t i = 0; i < cnt; i++) ix[i] = (size_t)(start + (int64_t)i * stride);
@@ -607,8 +609,9 @@ static bool compare(ctx *c, int op, jv a, jv b, bool *res, int line) {
 
 /* Python's == with its work charged: deep lists and long strings cost what they take. */
 static bool equal(ctx *c, jv a, jv b, bool *res, int line) {
-    uint64_t work = 0;
-    *res = jv_equal_work(a, b, &work, 0);
+    uint64_t work = 0, left = c->lim.max_steps > c->steps ? c->lim.max_steps - c->steps : 0;
+    uint64_t cap = left > UINT64_MAX / 16 ? UINT64_MAX / 2 : left * 8 + 8; /* what the step limit leaves */
+    *res = jv_equal_work(a, b, &work, cap, 0);
     if (work == UINT64_MAX) return fail(c, HR_ERR_RANGE, line, "values nested deeper than the limit");
     return step(c, (work + 7) / 8, line); /* at least one step: a list scan is never free */
 }
@@ -748,7 +751,11 @@ static bool arith(ctx *c, int op, jv a, jv b, jv *out, int line) {
         r = fmod(x, y);
         if (r != 0 && ((r < 0) != (y < 0))) r += y;
         break;
-    default: r = pow(x, y); break;
+    default:
+        /* Python: 0 ** -1 (int or float) raises ZeroDivisionError, where C's pow gives inf */
+        if (x == 0 && y < 0) return fail(c, HR_ERR_INVALID_ARG, line, "zero to a negative power");
+        r = pow(x, y);
+        break;
     }
     *out = (jv){.t = JV_FLOAT, .u.f = r};
     return true;
@@ -1379,16 +1386,22 @@ static bool call_func(ctx *c, int fn, jv *args, size_t n, jstr **kw, jv *kv, siz
     else
         return fail(c, HR_ERR_INVALID_ARG, line, "range takes 1 to 3 arguments");
     if (stp == 0) return fail(c, HR_ERR_INVALID_ARG, line, "range step cannot be zero");
-    double cnt_d =
-        stp > 0 ? ((double)stop - (double)start) / (double)stp : ((double)start - (double)stop) / -(double)stp;
+    /* the exact count in unsigned arithmetic (start + k * step may not pass INT64_MAX on the way:
+       range(0, 2**63 - 1, 2**62) has two items, not an overflow) */
+    uint64_t span = stp > 0 ? (stop > start ? (uint64_t)stop - (uint64_t)start : 0)
+                            : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
+    uint64_t ustep = stp > 0 ? (uint64_t)stp : (uint64_t)0 - (uint64_t)stp;
+    uint64_t cnt = span ? (span - 1) / ustep + 1 : 0;
     /* charge the items up front: a huge range stops at the step limit before it takes memory */
-    if (cnt_d > (double)c->lim.max_steps || (cnt_d > 0 && !step(c, (uint64_t)cnt_d, line)))
+    if (cnt > c->lim.max_steps || (cnt > 0 && !step(c, cnt, line)))
         return fail(c, HR_ERR_RANGE, line, "range longer than the step limit (%llu)",
                     (unsigned long long)c->lim.max_steps);
     jlist *l = jl_new(&c->a, 0);
     if (!l) return oom(c, line);
-    for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp) {
-        if (!jl_push(&c->a, l, jv_int(i))) return oom(c, line);
+    for (uint64_t k = 0; k < cnt; k++) {
+        uint64_t u = (uint64_t)start + k * (uint64_t)stp; /* wraps as two's complement, lands in range */
+        if (!jl_push(&c->a, l, jv_int(u <= INT64_MAX ? (int64_t)u : -(int64_t)(UINT64_MAX - u) - 1)))
+            return oom(c, line);
     }
     *out = (jv){.t = JV_LIST, .u.l = l};
     return true;
