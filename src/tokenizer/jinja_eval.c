@@ -640,8 +640,10 @@ static bool contains(ctx *c, jv hay, jv needle, bool *res, int line) {
 
 static bool repeat(ctx *c, jv seq, int64_t times, jv *out, int line) {
     if (times < 0) times = 0;
+    size_t n = seq.t == JV_STR ? seq.u.s->n : seq.u.l->n;
+    if (n == 0) times = 0; /* '' * 2**62 is '' at once, not 2**62 turns of a loop */
     if (seq.t == JV_STR) {
-        if (seq.u.s->n && (uint64_t)times > c->lim.max_output_bytes / seq.u.s->n)
+        if (n && (uint64_t)times > c->lim.max_output_bytes / n)
             return fail(c, HR_ERR_RANGE, line, "string repetition past the output limit");
         if (!charge(c, seq.u.s->n * (size_t)times, line)) return false;
         jbuf b = new_buf(c);
@@ -649,7 +651,8 @@ static bool repeat(ctx *c, jv seq, int64_t times, jv *out, int line) {
         for (int64_t i = 0; i < times; i++) jb_put(&b, seq.u.s->p, seq.u.s->n);
         return buf_to_str(c, &b, out, line);
     }
-    if ((uint64_t)times * seq.u.l->n > c->lim.max_steps) return fail(c, HR_ERR_RANGE, line, "list repetition too long");
+    if (n && (uint64_t)times > c->lim.max_steps / n) /* divided: the product may not fit */
+        return fail(c, HR_ERR_RANGE, line, "list repetition longer than the step limit");
     jlist *l = jl_new(&c->a, seq.u.l->n * (size_t)times);
     if (!l) return oom(c, line);
     for (int64_t i = 0; i < times; i++)
