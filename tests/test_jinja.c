@@ -325,9 +325,9 @@ static void test_limits(void) {
 }
 
 /* Hostile templates at the default limits (what the server renders with): each must stop with
- * HR_ERR_RANGE, a limit named in one line, and quickly. The wall-clock bound is generous (60 s for
- * all, where a release build takes about 3 s) so that only a stall, never a slow machine or a
- * sanitizer, fails it. */
+ * HR_ERR_RANGE, a limit named in one line, and quickly. The wall-clock bound is generous (300 s for
+ * all, where a release build takes about 3 s and the ASan build about 20 s) so that only a stall
+ * (the 2^40-leaf walks these once made took hours), never a busy machine or a sanitizer, fails it. */
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -345,10 +345,11 @@ static void test_hostile(void) {
         "{{ r(n - 1) }}{% endcall %}{% endif %}x{% endmacro %}{{ r(60) }}",
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
         /* exponential growth of strings and lists */
-        "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+        "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor "
+        "%}",
         "{% set ns = namespace(s='x') %}{% for i in range(200) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
         "{% set ns = namespace(s='x') %}{% for i in range(200) %}{% set ns.s = ns.s * 2 %}{% endfor %}",
-        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s.replace('x', 'xx') %}{% endfor %}",
+        "{% set ns = namespace(s='xy') %}{% for i in range(60) %}{% set ns.s = ns.s.replace('y', ns.s) %}{% endfor %}",
         "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = (ns.s|indent(2, true)) ~ ns.s %}"
         "{% endfor %}",
         "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
@@ -396,7 +397,7 @@ static void test_hostile(void) {
     double total = now_s() - t0;
     printf("hostile: %zu of %zu templates stopped at a limit, %.2f s in all, slowest %.2f s\n", n_stopped, n, total,
            worst);
-    CHECKF(total < 60, "hostile templates took %.1f s", total);
+    CHECKF(total < 300, "hostile templates took %.1f s", total);
 }
 
 /* Integers at the edges of int64 count and index as Python's do, or fail as a limit (an overflow
@@ -406,8 +407,8 @@ static void test_int_edges(void) {
     EXPECT("{{ range(9223372036854775807, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}", "{}",
            "[9223372036854775807, -1]");
     EXPECT("{{ range(5, -1, -2)|list }}{{ range(-3)|list }}{{ range(10, 0)|list }}", "{}", "[5, 3, 1][][]");
-    EXPECT("{{ 'abc'[::-9223372036854775807 - 1] }}|{{ 'abcdef'[::9223372036854775807] }}|{{ 'abcdef'[5:1:-2] }}",
-           "{}", "c|a|fd");
+    EXPECT("{{ 'abc'[::-9223372036854775807 - 1] }}|{{ 'abcdef'[::9223372036854775807] }}|{{ 'abcdef'[5:1:-2] }}", "{}",
+           "c|a|fd");
     EXPECT_FAIL("{{ 9223372036854775807 + 1 }}", "{}", HR_ERR_RANGE, "overflow");
     EXPECT_FAIL("{{ (-9223372036854775807 - 1) // -1 }}", "{}", HR_ERR_RANGE, "overflow");
     EXPECT_FAIL("{{ 2 ** 63 }}", "{}", HR_ERR_RANGE, "overflow");
