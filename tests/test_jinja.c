@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "tokenizer/jinja.h"
@@ -281,16 +282,21 @@ static void test_limits(void) {
     EXPECT_FAIL("{{ 'x' * 100000000 }}", "{}", HR_ERR_RANGE, "limit");
     EXPECT_FAIL("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{}", HR_ERR_RANGE, "limit");
     /* work that allocates nothing is charged too: long comparisons and searches, deep values */
-    EXPECT_FAIL("{% set l = range(100000)|list %}{% for i in range(100000) %}{{ l == l }}{% endfor %}", "{}",
-                HR_ERR_RANGE, "step limit");
+    EXPECT_FAIL("{% set l = range(100000)|list %}{% set m = range(100000)|list %}{% for i in range(100000) %}"
+                "{{ l == m }}{% endfor %}",
+                "{}", HR_ERR_RANGE, "step limit");
     EXPECT_FAIL("{% set s = 'a' * 1000000 %}{% set n = 'a' * 1000 ~ 'b' %}{% for i in range(100000) %}{{ n in s }}"
                 "{% endfor %}",
                 "{}", HR_ERR_RANGE, "step limit");
     EXPECT_FAIL("{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
                 "{}", HR_ERR_RANGE, "nested");
-    EXPECT_FAIL("{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}{% endfor %}"
-                "{{ ns.l == ns.l }}",
+    EXPECT_FAIL("{% set ns = namespace(l=[], m=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}"
+                "{% set ns.m = [ns.m] %}{% endfor %}{{ ns.l == ns.m }}",
                 "{}", HR_ERR_RANGE, "nested");
+    /* a list is equal to itself without a walk, as in Python (its == finds identical items equal) */
+    EXPECT("{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}{% endfor %}"
+           "{{ ns.l == ns.l }}",
+           "{}", "True");
     /* a JSON object with a repeated key answers with the last value, as Python's json.loads */
     EXPECT("{{ d.k }}", "{\"d\": {\"k\": 1, \"k\": 2}}", "2");
     char deep[2200];
@@ -316,6 +322,101 @@ static void test_limits(void) {
     hr_jinja_limits few = {.max_steps = 50};
     CHECK(hr_jinja_render(t, "{}", &few, &out, NULL, &err) == HR_ERR_RANGE && strstr(err.msg, "step"));
     hr_jinja_destroy(t);
+}
+
+/* Hostile templates at the default limits (what the server renders with): each must stop with
+ * HR_ERR_RANGE, a limit named in one line, and quickly. The wall-clock bound is generous (300 s for
+ * all, where a release build takes about 3 s and the ASan build about 20 s) so that only a stall
+ * (the 2^40-leaf walks these once made took hours), never a busy machine or a sanitizer, fails it. */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void test_hostile(void) {
+    static const char *const k_hostile[] = {
+        /* endless loops: nested ranges, three deep with output, exponential macro fan-out */
+        "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}{{ c }}{% endfor %}"
+        "{% endfor %}{% endfor %}",
+        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}",
+        "{% macro m() %}{{ caller() }}{{ caller() }}{% endmacro %}{% macro r(n) %}{% if n %}{% call m() %}"
+        "{{ r(n - 1) }}{% endcall %}{% endif %}x{% endmacro %}{{ r(60) }}",
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        /* exponential growth of strings and lists */
+        "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor "
+        "%}",
+        "{% set ns = namespace(s='x') %}{% for i in range(200) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(200) %}{% set ns.s = ns.s * 2 %}{% endfor %}",
+        "{% set ns = namespace(s='xy') %}{% for i in range(60) %}{% set ns.s = ns.s.replace('y', ns.s) %}{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = (ns.s|indent(2, true)) ~ ns.s %}"
+        "{% endfor %}",
+        "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+        /* a value that holds another twice, 200 deep: 2^200 leaves when printed, dumped or joined */
+        "{% set ns = namespace(s='x') %}{% for i in range(200) %}{% set ns.s = [ns.s, ns.s] %}{% endfor %}{{ ns.s }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = [ns.s, ns.s] %}{% endfor %}"
+        "{{ ns.s|tojson }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = {'a': ns.s, 'b': ns.s} %}{% endfor %}"
+        "{{ ns.s|string|length }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = [ns.s, ns.s] %}{% endfor %}"
+        "{{ ns.s|join(',') }}",
+        "{% set ns = namespace(a='x', b='x') %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
+        "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+        /* big outputs and big intermediate values */
+        "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}",
+        "{{ 'x' * 4611686018427387904 }}",
+        "{{ [0, 1] * 4611686018427387904 }}",
+        "{{ [0, 1, 2, 3, 4, 5, 6, 7] * 2305843009213693952 }}", /* 8 * 2^61 wraps to 0 in 64 bits */
+        "{{ range(-9223372036854775807 - 1, 9223372036854775807)|list }}",
+        /* work that allocates little: searches, splits, copies and comparisons over megabytes */
+        "{% set s = 'a' * 3000000 %}{% for i in range(100000) %}{{ 'b' in s }}{% endfor %}",
+        "{% set s = 'a' * 1000000 %}{% for i in range(100000) %}{% set t = s.split('a') %}{% endfor %}",
+        "{% set s = 'ab' * 1000000 %}{% for i in range(100000) %}{% set t = s|list %}{% endfor %}",
+        "{% set l = range(1000000)|list %}{% for i in range(100000) %}{% set t = l + l %}{% endfor %}",
+        "{% set l = range(10000)|list %}{% for i in range(100000) %}{{ l|tojson }}{% endfor %}",
+        "{% set l = range(100000)|list %}{% for i in range(100000) %}{{ 99999 in l }}{% endfor %}",
+    };
+    double t0 = now_s(), worst = 0;
+    size_t n = sizeof k_hostile / sizeof k_hostile[0], n_stopped = 0;
+    for (size_t k = 0; k < n; k++) {
+        hr_jinja *t = NULL;
+        hr_error err = {0};
+        char *out = NULL;
+        double t1 = now_s();
+        hr_status st = hr_jinja_parse(k_hostile[k], strlen(k_hostile[k]), NULL, &t, &err);
+        if (st == HR_OK) st = hr_jinja_render(t, "{}", NULL, &out, NULL, &err);
+        double dt = now_s() - t1;
+        worst = dt > worst ? dt : worst;
+        CHECKF(st == HR_ERR_RANGE && !out && strstr(err.msg, "limit") && !strchr(err.msg, '\n'),
+               "hostile %zu: %s '%s' after %.2f s: %s", k, hr_status_name(st), err.msg, dt, k_hostile[k]);
+        n_stopped += st == HR_ERR_RANGE;
+        free(out);
+        hr_jinja_destroy(t);
+    }
+    double total = now_s() - t0;
+    printf("hostile: %zu of %zu templates stopped at a limit, %.2f s in all, slowest %.2f s\n", n_stopped, n, total,
+           worst);
+    CHECKF(total < 300, "hostile templates took %.1f s", total);
+}
+
+/* Integers at the edges of int64 count and index as Python's do, or fail as a limit (an overflow
+ * is never undefined behaviour: UBSan runs this). */
+static void test_int_edges(void) {
+    EXPECT("{{ range(0, 9223372036854775807, 4611686018427387904)|list }}", "{}", "[0, 4611686018427387904]");
+    EXPECT("{{ range(9223372036854775807, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}", "{}",
+           "[9223372036854775807, -1]");
+    EXPECT("{{ range(5, -1, -2)|list }}{{ range(-3)|list }}{{ range(10, 0)|list }}", "{}", "[5, 3, 1][][]");
+    EXPECT("{{ 'abc'[::-9223372036854775807 - 1] }}|{{ 'abcdef'[::9223372036854775807] }}|{{ 'abcdef'[5:1:-2] }}", "{}",
+           "c|a|fd");
+    EXPECT_FAIL("{{ 9223372036854775807 + 1 }}", "{}", HR_ERR_RANGE, "overflow");
+    EXPECT_FAIL("{{ (-9223372036854775807 - 1) // -1 }}", "{}", HR_ERR_RANGE, "overflow");
+    EXPECT_FAIL("{{ 2 ** 63 }}", "{}", HR_ERR_RANGE, "overflow");
+    EXPECT_FAIL("{{ 0 ** -1 }}", "{}", HR_ERR_INVALID_ARG, "negative power");
+    EXPECT("{{ 2 ** -2 }}|{{ 0 ** 0 }}", "{}", "0.25|1");
+    /* empty sequences repeated 2^63-1 times: empty, at once */
+    EXPECT("[{{ '' * 9223372036854775807 }}]{{ [] * 9223372036854775807 }}{{ 9223372036854775807 * [] }}", "{}",
+           "[][][]");
 }
 
 #if HR_FAULT
@@ -372,6 +473,8 @@ int main(void) {
     test_filters_methods();
     test_refusals();
     test_limits();
+    test_hostile();
+    test_int_edges();
 #if HR_FAULT
     test_alloc_faults();
 #endif

@@ -100,10 +100,13 @@ const jv *jd_get(const jdict *d, jv k);
 const jv *jd_gets(const jdict *d, const char *key, size_t n);
 
 bool jv_truthy(jv v);
+/* Python's ==, its work capped at JV_EQUAL_WORK_CAP (dict keys: past it, keys count as different). */
 bool jv_equal(jv a, jv b);
+#define JV_EQUAL_WORK_CAP ((uint64_t)1 << 20)
 /* The same, adding the work done to *work (one per item, one per 64 string bytes); past nesting
- * depth 200 it stops and sets *work to UINT64_MAX. */
-bool jv_equal_work(jv a, jv b, uint64_t *work, int depth);
+ * depth 200 it stops and sets *work to UINT64_MAX; once *work passes cap it stops (answering
+ * false), so the caller sees *work > cap and can report a limit. */
+bool jv_equal_work(jv a, jv b, uint64_t *work, uint64_t cap, int depth);
 const char *jv_type_name(jv v);
 
 /* A growing byte buffer in an arena (for str(), repr() and tojson). */

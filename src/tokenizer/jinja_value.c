@@ -179,16 +179,17 @@ static double num_of(jv v) { return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (d
 /* Python's ==: 1 == 1.0 == True; containers compare element by element; undefined equals undefined. */
 bool jv_equal(jv a, jv b) {
     uint64_t work = 0;
-    return jv_equal_work(a, b, &work, 0);
+    return jv_equal_work(a, b, &work, JV_EQUAL_WORK_CAP, 0);
 }
 
-bool jv_equal_work(jv a, jv b, uint64_t *work, int depth) {
+bool jv_equal_work(jv a, jv b, uint64_t *work, uint64_t cap, int depth) {
     if (*work == UINT64_MAX) return false;
     if (depth > 200) {
         *work = UINT64_MAX;
         return false;
     }
-    (*work)++;
+    /* past the cap, stop: two lists that each hold one list twice, 40 deep, have 2^40 leaves */
+    if (++*work > cap) return false;
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             int64_t x = a.t == JV_INT ? a.u.i : a.u.b, y = b.t == JV_INT ? b.u.i : b.u.b;
@@ -205,17 +206,20 @@ bool jv_equal_work(jv a, jv b, uint64_t *work, int depth) {
         *work += a.u.s->n / 64;
         return memcmp(a.u.s->p, b.u.s->p, a.u.s->n) == 0;
     case JV_LIST:
+        /* the same list: equal, as Python finds an object equal to itself without comparing */
+        if (a.u.l == b.u.l) return true;
         if (a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal_work(a.u.l->v[i], b.u.l->v[i], work, depth + 1)) return false;
+            if (!jv_equal_work(a.u.l->v[i], b.u.l->v[i], work, cap, depth + 1)) return false;
         return true;
     case JV_DICT:
     case JV_NS:
+        if (a.u.d == b.u.d) return true;
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             *work += b.u.d->n; /* the key lookup scans */
             const jv *o = jd_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_equal_work(a.u.d->v[i], *o, work, depth + 1)) return false;
+            if (!o || !jv_equal_work(a.u.d->v[i], *o, work, cap, depth + 1)) return false;
         }
         return true;
     default: return a.u.m == b.u.m;
@@ -348,6 +352,9 @@ void jv_write_repr(jbuf *b, jv v) { write_repr(b, v, 0); }
 void jv_write_str(jbuf *b, jv v) { write_str_depth(b, v, 0); }
 
 static void write_repr(jbuf *b, jv v, int depth) {
+    /* once over, stop walking: a list that holds the same list twice, nested 40 deep, has 2^40
+       leaves, and visiting them all would take hours even with nothing written */
+    if (b->over) return;
     if (depth > 200) {
         b->over = b->too_deep = true;
         return;
@@ -356,7 +363,7 @@ static void write_repr(jbuf *b, jv v, int depth) {
     case JV_STR: write_str_repr(b, v.u.s); return;
     case JV_LIST:
         jb_puts(b, v.u.l->tuple ? "(" : "[");
-        for (size_t i = 0; i < v.u.l->n; i++) {
+        for (size_t i = 0; i < v.u.l->n && !b->over; i++) {
             if (i) jb_puts(b, ", ");
             write_repr(b, v.u.l->v[i], depth + 1);
         }
@@ -364,7 +371,7 @@ static void write_repr(jbuf *b, jv v, int depth) {
         return;
     case JV_DICT:
         jb_puts(b, "{");
-        for (size_t i = 0; i < v.u.d->n; i++) {
+        for (size_t i = 0; i < v.u.d->n && !b->over; i++) {
             if (i) jb_puts(b, ", ");
             write_repr(b, v.u.d->k[i], depth + 1);
             jb_puts(b, ": ");
@@ -434,6 +441,7 @@ static void json_newline(jbuf *b, int indent, int depth) {
 }
 
 bool jv_write_json(jbuf *b, jv v, int indent, int depth) {
+    if (b->over) return false; /* stop walking, as write_repr does */
     if (depth > 200) return false;
     switch (v.t) {
     case JV_NONE: jb_puts(b, "null"); return true;
