@@ -25,8 +25,9 @@ void hr_tokenizer_destroy(hr_tokenizer *t); /* NULL allowed */
  * types and scores, merges, decoded bytes, the special-token trie), read from the sizes they were
  * allocated with; the compiled pre-tokenizer regexes (pcre2's own memory) are not counted. */
 uint64_t hr_tokenizer_table_bytes(const hr_tokenizer *t);
-/* The same before a vocabulary of n_vocab entries is loaded (the planner from a config.json): 48
- * bytes an entry, over the 30-45 that llama's SPM and gpt2's BPE vocabularies measure. */
+/* An estimate before a vocabulary of n_vocab entries is loaded (the planner from a config.json): 64
+ * bytes an entry (a synthetic 32,000-entry SPM vocabulary of TinyLlama's shape measures 59.6; a BPE
+ * vocabulary's merges and many special tokens take more: the runtime counts the loaded one). */
 uint64_t hr_tokenizer_table_bytes_for(int32_t n_vocab);
 
 /* Hugging Face tokenizer.json: `path` is the file or a directory holding it (tokenizer_config.json beside it

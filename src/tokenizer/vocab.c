@@ -403,7 +403,7 @@ uint64_t hr_tokenizer_table_bytes(const hr_tokenizer *t) {
     return n;
 }
 
-uint64_t hr_tokenizer_table_bytes_for(int32_t n_vocab) { return (uint64_t)(n_vocab > 0 ? n_vocab : 0) * 48; }
+uint64_t hr_tokenizer_table_bytes_for(int32_t n_vocab) { return (uint64_t)(n_vocab > 0 ? n_vocab : 0) * 64; }
 
 /* ---- accessors ----------------------------------------------------------------------------------- */
 
