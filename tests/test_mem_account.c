@@ -202,9 +202,7 @@ static hr_status no_forward(void *user, const hr_batch *b, float *logits, hr_err
 }
 
 static void test_engine(void) {
-    const struct {
-        int T, S, V;
-    } cases[] = {{512, 4, 32000}, {64, 1, 1000}, {2048, 64, 151936}, {1, 3, 7}};
+    const struct { int T, S, V; } cases[] = {{512, 4, 32000}, {64, 1, 1000}, {2048, 64, 151936}, {1, 3, 7}};
     for (size_t i = 0; i < HR_ARRAY_LEN(cases); i++) {
         hr_kv_config c = kv_cfg(2, 2, 64, 16, HR_KV_F16, HR_KV_F16, cases[i].S, 64);
         hr_kv_pool *pool = NULL;
@@ -307,20 +305,19 @@ static void test_model(const char *shape_name, hr_dtype type) {
         want = hr_tokenizer_table_bytes(tok);
         CHECKF(got == (long long)want, "%s: the tokenizer allocated %lld, reported %llu (%d entries)", shape_name, got,
                (unsigned long long)want, hr_tokenizer_n_vocab(tok));
-        printf("%s: tokenizer %.1f bytes an entry (%d entries)\n", shape_name,
-               (double)want / hr_tokenizer_n_vocab(tok), hr_tokenizer_n_vocab(tok));
+        printf("%s: tokenizer %.1f bytes an entry (%d entries)\n", shape_name, (double)want / hr_tokenizer_n_vocab(tok),
+               hr_tokenizer_n_vocab(tok));
     }
     hr_tokenizer_destroy(tok);
 
     /* the forward scratch, at a few batch sizes, contexts, block sizes and thread counts */
-    const struct {
-        int T, ctx, B, threads;
-    } cases[] = {{512, 256, 16, 1}, {64, 1000, 32, 2}, {7, 4096, 8, 3}};
+    const struct { int T, ctx, B, threads; } cases[] = {{512, 256, 16, 1}, {64, 1000, 32, 2}, {7, 4096, 8, 3}};
     for (size_t i = 0; i < HR_ARRAY_LEN(cases); i++) {
         hr_kv_config c = kv_cfg(hp->n_layer, hp->n_head_kv, hp->head_dim, cases[i].B, HR_KV_F16, HR_KV_F16, 2, 8);
         hr_kv_pool *pool = NULL;
         CHECK(hr_kv_pool_create(&c, &pool, &err) == HR_OK);
-        hr_model_ctx_params mp = {.n_threads = cases[i].threads, .max_batch_tokens = cases[i].T, .max_ctx = cases[i].ctx};
+        hr_model_ctx_params mp = {
+            .n_threads = cases[i].threads, .max_batch_tokens = cases[i].T, .max_ctx = cases[i].ctx};
         hr_model_ctx *ctx = NULL;
         at = count_begin();
         st = hr_model_ctx_create(m, pool, &mp, &ctx, &err);
@@ -366,13 +363,13 @@ int main(void) {
     test_kv();
     test_engine();
     test_matmul();
-    test_model("tiny", HR_DTYPE_F32);           /* llama, SPM vocabulary */
-    test_model("qwen2-tiny", HR_DTYPE_Q8_0);    /* Q/K/V biases, BPE vocabulary */
-    test_model("qwen3-tiny", HR_DTYPE_F16);     /* per-head Q/K norms */
-    test_model("gemma2-tiny", HR_DTYPE_F32);    /* post norms, window layers */
-    test_model("gemma3-tiny", HR_DTYPE_Q4_0);   /* window and full layers: two RoPE tables */
-    test_model("phi3-tiny", HR_DTYPE_F32);      /* fused Q/K/V and gate/up, LongRoPE */
-    test_model("llama-3.2-1b", HR_DTYPE_Q4_0);  /* rope_freqs; 128k vocabulary */
+    test_model("tiny", HR_DTYPE_F32);          /* llama, SPM vocabulary */
+    test_model("qwen2-tiny", HR_DTYPE_Q8_0);   /* Q/K/V biases, BPE vocabulary */
+    test_model("qwen3-tiny", HR_DTYPE_F16);    /* per-head Q/K norms */
+    test_model("gemma2-tiny", HR_DTYPE_F32);   /* post norms, window layers */
+    test_model("gemma3-tiny", HR_DTYPE_Q4_0);  /* window and full layers: two RoPE tables */
+    test_model("phi3-tiny", HR_DTYPE_F32);     /* fused Q/K/V and gate/up, LongRoPE */
+    test_model("llama-3.2-1b", HR_DTYPE_Q4_0); /* rope_freqs; 128k vocabulary */
     return hr_test_finish();
 #endif
 }

@@ -139,7 +139,7 @@ static void req_free(hr_request *r) {
  * adds them up. Its known tokens (prompt and output), the per-token gaps, the text (grows with the
  * output from this first size), log-probabilities when asked for. */
 #define REQ_ELEM(field) sizeof(((const hr_request *)0)->field[0])
-#define REQ_TEXT_FIRST 64
+#define REQ_TEXT_FIRST  64
 typedef struct req_sizes {
     size_t tokens, gap, text, lp, top_id, top_lp;
 } req_sizes;

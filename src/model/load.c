@@ -255,9 +255,9 @@ uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes) {
     /* the vectors bind_vector copies to f32: output_norm; per layer attn_norm and ffn_norm, Q/K/V
      * biases (qwen2), per-head Q/K norms (qwen3, gemma3), post-attention and post-FFN norms (gemma);
      * rope_freqs (llama 3); LongRoPE's long and short factors (phi3) */
-    uint64_t floats = E + L * (2 * E + (hp->has_qkv_bias ? qkv : 0) + (hp->qk_norm ? 2 * D : 0) +
-                               (hp->post_norms ? 2 * E : 0)) +
-                      (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0);
+    uint64_t floats =
+        E + L * (2 * E + (hp->has_qkv_bias ? qkv : 0) + (hp->qk_norm ? 2 * D : 0) + (hp->post_norms ? 2 * E : 0)) +
+        (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0);
     return file_bytes + floats * sizeof(float);
 }
 
