@@ -2,7 +2,7 @@
  * (hr_kv_budget_compute) adds up figures the modules export: the KV pool's tables and a sequence's
  * block table (kv/), the engine's step buffers and a request's buffers (engine/), the forward scratch
  * (model/forward.c with the matmul context and thread pool of backend/cpu), the loader's f32 copies
- * and tables (model/load.c), the tokenizer's tables. Here every malloc, calloc, realloc, aligned_alloc
+ * and tables (model/load.c), the tokenizer's tables, a request's sampler (sampler/). Here every malloc, calloc, realloc, aligned_alloc
  * and free headroom's code makes on this thread is counted (the linker routes them through the
  * wrappers below: -Wl,--wrap=..., CMakeLists.txt), and the bytes live after each create must equal
  * the module's figure exactly, for several configurations. The fault build wraps the same calls for
@@ -223,12 +223,14 @@ static void test_engine(void) {
         CHECKF(got == (long long)want, "engine T %d S %d V %d: allocated %lld, reported %llu", cases[i].T, cases[i].S,
                cases[i].V, got, (unsigned long long)want);
 
-        /* a request: its buffers (the sampler's are the sampler's, counted apart), at several sizes */
+        /* a request: its buffers and its sampler's, at several sizes and sampling settings */
+        const int32_t bias_ids[3] = {0, 1, 2};
+        const float bias_values[3] = {1, -1, -100};
         const struct {
             int n_prompt, max_tokens;
             bool logprobs;
-            int top;
-        } reqs[] = {{1, 255, false, 0}, {100, 20, true, 0}, {10, 50, true, 5}};
+            int top, penalty_last_n, n_bias;
+        } reqs[] = {{1, 255, false, 0, 64, 0}, {100, 20, true, 0, -1, 3}, {10, 50, true, 5, 0, 1}};
         for (size_t k = 0; st == HR_OK && k < HR_ARRAY_LEN(reqs); k++) {
             int32_t prompt[100];
             for (int t = 0; t < reqs[k].n_prompt; t++) prompt[t] = t % cases[i].V;
@@ -238,18 +240,24 @@ static void test_engine(void) {
                                     .sampling = hr_sampler_default_params(),
                                     .logprobs = reqs[k].logprobs,
                                     .top_logprobs = reqs[k].top};
+            rp.sampling.penalty_last_n = reqs[k].penalty_last_n;
+            rp.sampling.n_bias = HR_MIN(reqs[k].n_bias, cases[i].V);
+            rp.sampling.bias_ids = bias_ids;
+            rp.sampling.bias_values = bias_values;
             hr_sampler *smp = NULL;
             at = count_begin();
             CHECK(hr_sampler_create(&rp.sampling, cases[i].V, &smp, &err) == HR_OK);
-            long long sampler = count_end(at);
+            got = count_end(at);
+            CHECKF(got == (long long)hr_sampler_bytes(&rp.sampling, cases[i].V), "sampler: %lld vs %llu", got,
+                   (unsigned long long)hr_sampler_bytes(&rp.sampling, cases[i].V));
             hr_sampler_destroy(smp);
             /* the engine's inbox grows on the first submission: submit once outside the count */
             hr_request *warm = NULL, *r = NULL;
             CHECK(hr_engine_submit(e, &rp, &warm, &err) == HR_OK);
             at = count_begin();
             CHECKF(hr_engine_submit(e, &rp, &r, &err) == HR_OK, "%s", err.msg);
-            got = count_end(at) - sampler;
-            want = hr_request_buffer_bytes(&rp);
+            got = count_end(at);
+            want = hr_request_buffer_bytes(&rp, cases[i].V);
             CHECKF(got == (long long)want, "request %d+%d (logprobs %d, top %d): allocated %lld, reported %llu",
                    reqs[k].n_prompt, reqs[k].max_tokens, reqs[k].logprobs, reqs[k].top, got, (unsigned long long)want);
             hr_engine_cancel(e, warm);

@@ -143,10 +143,11 @@ typedef struct hr_request_params {
 
 #define HR_ENGINE_MAX_GROUP 16
 
-/* Bytes a request with these parameters allocates when submitted: the request, its prompt and output
- * ids, per-token gaps, log-probabilities when asked for, and the first size of its text (which then
- * grows with the output). The sizes submission allocates; the sampler's (sampler/) not included. */
-uint64_t hr_request_buffer_bytes(const hr_request_params *p);
+/* Bytes a request with these parameters allocates when submitted to an engine of n_vocab: the
+ * request, its prompt and output ids, per-token gaps, log-probabilities when asked for, the first
+ * size of its text (which then grows with the output), its sampler (hr_sampler_bytes). The sizes
+ * submission allocates (stop strings and a choice group aside). Pure. */
+uint64_t hr_request_buffer_bytes(const hr_request_params *p, int n_vocab);
 
 #define HR_ENGINE_MAX_TOP_LOGPROBS 20
 

@@ -155,10 +155,11 @@ static void req_sizes_of(const hr_request_params *p, req_sizes *z) {
                      .top_lp = m * top * REQ_ELEM(top_lp)};
 }
 
-uint64_t hr_request_buffer_bytes(const hr_request_params *p) {
+uint64_t hr_request_buffer_bytes(const hr_request_params *p, int n_vocab) {
     req_sizes z;
     req_sizes_of(p, &z);
-    return sizeof(hr_request) + z.tokens + z.gap + z.text + z.lp + z.top_id + z.top_lp;
+    return sizeof(hr_request) + z.tokens + z.gap + z.text + z.lp + z.top_id + z.top_lp +
+           hr_sampler_bytes(&p->sampling, n_vocab);
 }
 
 hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group_with, hr_request **out,

@@ -75,12 +75,12 @@ static uint64_t mem_scratch_bytes(const hr_kv_budget_query *q) {
 }
 
 /* Tables that do not grow with the pool: for each sequence slot, its block table (kv/) and a request's
- * buffers (engine/request.c) at n_ctx tokens; the tokenizer's tables (measured when loaded, else its
- * estimate from the vocabulary size); the model's own (model/load.c). */
+ * buffers (engine/request.c, its sampler's included) at n_ctx tokens; the tokenizer's tables (measured
+ * when loaded, else its estimate from the vocabulary size); the model's own (model/load.c). */
 static uint64_t mem_meta_fixed_bytes(const hr_kv_budget_query *q) {
     int ctx = HR_MAX(1, q->n_ctx);
-    hr_request_params at_ctx = {.n_prompt = 1, .max_tokens = ctx - 1};
-    uint64_t per_seq = hr_kv_seq_table_bytes(&q->kv, ctx) + hr_request_buffer_bytes(&at_ctx);
+    hr_request_params at_ctx = {.n_prompt = 1, .max_tokens = ctx - 1, .sampling = hr_sampler_default_params()};
+    uint64_t per_seq = hr_kv_seq_table_bytes(&q->kv, ctx) + hr_request_buffer_bytes(&at_ctx, q->mem.model->n_vocab);
     uint64_t tok =
         q->mem.tokenizer_bytes ? q->mem.tokenizer_bytes : hr_tokenizer_table_bytes_for(q->mem.model->n_vocab);
     return (uint64_t)HR_MAX(1, q->kv.max_seqs) * per_seq + tok + hr_model_table_bytes(q->mem.model);
