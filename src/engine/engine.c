@@ -57,6 +57,30 @@ hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err)
 
 /* ---- create / destroy -------------------------------------------------------------------------- */
 
+/* The step buffers, one size each: create allocates exactly these, hr_engine_buffer_bytes adds them
+ * up. T batch rows (token, position, sequence, wants-logits), a sampling slot and a logits row per
+ * running sequence. */
+#define ENG_ELEM(field) sizeof(((const hr_engine *)0)->field[0])
+typedef struct eng_sizes {
+    size_t b_tokens, b_pos, b_seq, b_want, b_sample, logits;
+} eng_sizes;
+
+static void eng_sizes_of(int max_batch_tokens, int max_running, int n_vocab, eng_sizes *z) {
+    size_t T = (size_t)HR_MAX(0, max_batch_tokens), S = (size_t)HR_MAX(0, max_running);
+    *z = (eng_sizes){.b_tokens = T * ENG_ELEM(b_tokens),
+                     .b_pos = T * ENG_ELEM(b_pos),
+                     .b_seq = T * ENG_ELEM(b_seq),
+                     .b_want = T * ENG_ELEM(b_want),
+                     .b_sample = S * ENG_ELEM(b_sample),
+                     .logits = S * (size_t)HR_MAX(0, n_vocab) * ENG_ELEM(logits)};
+}
+
+uint64_t hr_engine_buffer_bytes(int max_batch_tokens, int max_running, int n_vocab) {
+    eng_sizes z;
+    eng_sizes_of(max_batch_tokens, max_running, n_vocab, &z);
+    return sizeof(hr_engine) + z.b_tokens + z.b_pos + z.b_seq + z.b_want + z.b_sample + z.logits;
+}
+
 hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_error *err) {
     if (!params->kv || (!params->forward && (!params->model || !params->ctx)))
         return hr_error_set(err, HR_ERR_INVALID_ARG,
@@ -105,13 +129,14 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     pthread_mutex_init(&e->ev_mu, NULL);
     atomic_init(&e->n_queued, 0);
     atomic_init(&e->running_thread, 0);
-    size_t T = (size_t)p.max_batch_tokens;
-    e->b_tokens = malloc(sizeof(int32_t) * T);
-    e->b_pos = malloc(sizeof(int32_t) * T);
-    e->b_seq = malloc(sizeof(hr_kv_seq) * T);
-    e->b_want = malloc(T);
-    e->b_sample = malloc(sizeof(hr_request *) * (size_t)p.max_running);
-    e->logits = malloc(sizeof(float) * (size_t)p.max_running * (size_t)e->n_vocab);
+    eng_sizes z; /* what hr_engine_buffer_bytes counts */
+    eng_sizes_of(p.max_batch_tokens, p.max_running, e->n_vocab, &z);
+    e->b_tokens = malloc(z.b_tokens);
+    e->b_pos = malloc(z.b_pos);
+    e->b_seq = malloc(z.b_seq);
+    e->b_want = malloc(z.b_want);
+    e->b_sample = malloc(z.b_sample);
+    e->logits = malloc(z.logits);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_sample || !e->logits) {
         hr_engine_destroy(e);
         return hr_error_set(err, HR_ERR_NOMEM, "engine: out of memory for the step buffers");

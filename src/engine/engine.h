@@ -111,6 +111,10 @@ typedef struct hr_request hr_request;
 hr_status hr_engine_create(const hr_engine_params *p, hr_engine **out, hr_error *err);
 /* Stops the thread if running; requests not yet finished end FAILED ("engine destroyed"). NULL ok. */
 void hr_engine_destroy(hr_engine *e);
+/* Bytes hr_engine_create allocates for its step buffers with these (defaulted) parameters: the engine
+ * itself, the batch rows (token, position, sequence, wants-logits) of max_batch_tokens, a sampling slot
+ * and an n_vocab logits row per running sequence. The sizes create allocates. Pure. */
+uint64_t hr_engine_buffer_bytes(int max_batch_tokens, int max_running, int n_vocab);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
@@ -138,6 +142,12 @@ typedef struct hr_request_params {
 } hr_request_params;
 
 #define HR_ENGINE_MAX_GROUP 16
+
+/* Bytes a request with these parameters allocates when submitted to an engine of n_vocab: the
+ * request, its prompt and output ids, per-token gaps, log-probabilities when asked for, the first
+ * size of its text (which then grows with the output), its sampler (hr_sampler_bytes). The sizes
+ * submission allocates (stop strings and a choice group aside). Pure. */
+uint64_t hr_request_buffer_bytes(const hr_request_params *p, int n_vocab);
 
 #define HR_ENGINE_MAX_TOP_LOGPROBS 20
 

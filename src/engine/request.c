@@ -138,6 +138,33 @@ static void req_free(hr_request *r) {
     free(r);
 }
 
+/* A request's buffers, one size each: req_create allocates exactly these, hr_request_buffer_bytes
+ * adds them up. Its known tokens (prompt and output), the per-token gaps, the text (grows with the
+ * output from this first size), log-probabilities when asked for. */
+#define REQ_ELEM(field) sizeof(((const hr_request *)0)->field[0])
+#define REQ_TEXT_FIRST  64
+typedef struct req_sizes {
+    size_t tokens, gap, text, lp, top_id, top_lp;
+} req_sizes;
+
+static void req_sizes_of(const hr_request_params *p, req_sizes *z) {
+    size_t n = (size_t)HR_MAX(0, p->n_prompt), m = (size_t)HR_MAX(0, p->max_tokens);
+    size_t top = p->logprobs ? (size_t)HR_MAX(0, p->top_logprobs) : 0;
+    *z = (req_sizes){.tokens = (n + m) * REQ_ELEM(tokens),
+                     .gap = m * REQ_ELEM(gap),
+                     .text = REQ_TEXT_FIRST,
+                     .lp = p->logprobs ? m * REQ_ELEM(lp) : 0,
+                     .top_id = m * top * REQ_ELEM(top_id),
+                     .top_lp = m * top * REQ_ELEM(top_lp)};
+}
+
+uint64_t hr_request_buffer_bytes(const hr_request_params *p, int n_vocab) {
+    req_sizes z;
+    req_sizes_of(p, &z);
+    return sizeof(hr_request) + z.tokens + z.gap + z.text + z.lp + z.top_id + z.top_lp +
+           hr_sampler_bytes(&p->sampling, n_vocab);
+}
+
 hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group_with, hr_request **out,
                      hr_error *err) {
     hr_request *r = calloc(1, sizeof *r);
@@ -159,19 +186,21 @@ hr_status req_create(hr_engine *e, const hr_request_params *p, hr_request *group
         r->policy = *p->kv_policy;
         r->span = hr_kv_policy_span(p->kv_policy);
     }
-    r->tokens = malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
-    r->text = calloc(1, 64);
-    r->text_cap = 64;
+    req_sizes z; /* what hr_request_buffer_bytes counts */
+    req_sizes_of(p, &z);
+    r->tokens = malloc(z.tokens);
+    r->text = calloc(1, z.text);
+    r->text_cap = z.text;
     if (p->logprobs) {
         r->n_top = p->top_logprobs;
-        r->lp = malloc(sizeof(float) * (size_t)p->max_tokens);
+        r->lp = malloc(z.lp);
         if (r->n_top > 0) {
-            r->top_id = malloc(sizeof(int32_t) * (size_t)p->max_tokens * (size_t)r->n_top);
-            r->top_lp = malloc(sizeof(float) * (size_t)p->max_tokens * (size_t)r->n_top);
+            r->top_id = malloc(z.top_id);
+            r->top_lp = malloc(z.top_lp);
         }
     }
     bool lp_ok = !p->logprobs || (r->lp && (r->n_top == 0 || (r->top_id && r->top_lp)));
-    r->gap = malloc(sizeof(float) * (size_t)p->max_tokens);
+    r->gap = malloc(z.gap);
     hr_status st =
         (r->tokens && r->text && r->gap && lp_ok)
             ? HR_OK

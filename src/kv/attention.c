@@ -112,11 +112,14 @@ static float kv_weights(const hr_kv_pool *p, float *sc, int n, float sum) {
     return 1.0f;
 }
 
-size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
+size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx) {
     /* scores (n_ctx, padded to a block) + one head-row for per-channel formats + slack for SIMD */
-    int B = p->cfg.block_size;
+    int B = cfg->block_size > 0 ? cfg->block_size : 1;
     size_t n = ((size_t)(n_ctx > 0 ? n_ctx : 0) + B - 1) / B * B;
-    return n + (size_t)p->cfg.head_dim + 16;
+    return n + (size_t)cfg->head_dim + 16;
+}
+size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
+    return hr_kv_attention_scratch_floats_for(&p->cfg, n_ctx);
 }
 
 /* ---- attention under a policy ---------------------------------------------------------------------

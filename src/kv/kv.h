@@ -84,6 +84,16 @@ int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs);
  * without them). The pool holds floor((budget_bytes - hr_kv_fixed_bytes) / hr_kv_block_bytes)
  * blocks, so size a budget as fixed + n_blocks * block bytes. */
 uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg);
+/* Why a config cannot make a pool (HR_ERR_INVALID_ARG: a field out of range, a format the head size
+ * cannot use), without making one; HR_OK when hr_kv_block_bytes is > 0. The budget is not checked. */
+hr_status hr_kv_config_check(const hr_kv_config *cfg, hr_error *err);
+/* Bytes hr_kv_pool_create allocates beside the arena for a pool of n_blocks: the pool itself, the
+ * per-block tables (reference counts, states, prefix hashes and parents, token ids, list links,
+ * tail-buffer slots), the prefix map, the sequence slots and their open-block rows (max_seqs), the
+ * per-layer windows. The same sizes create allocates (0 for a bad config). Pure. */
+uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks);
+/* Bytes of one sequence's block table once it holds n_tokens (allocated as the sequence grows). */
+uint64_t hr_kv_seq_table_bytes(const hr_kv_config *cfg, int n_tokens);
 
 /* Allocates the pool. HR_ERR_BUDGET (with a message saying what fits) when the budget holds no block;
  * HR_ERR_INVALID_ARG for a bad block size or format the head size cannot use. */
@@ -161,6 +171,8 @@ void hr_kv_write(hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, const floa
 void hr_kv_attention(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
                      float scale, float *out, float *scratch);
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
+/* The same for a pool of this config (block_size and head_dim decide it), before one exists. */
+size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx);
 
 /* ---- eviction policies -------------------------------------------------------------------------
  * A policy bounds what a sequence keeps (docs/POLICIES.md). Positions are logical: a sequence's

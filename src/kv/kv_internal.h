@@ -249,6 +249,7 @@ static inline bool kv_fmt_deferred(hr_kv_format f) { return f == HR_KV_Q4 || f =
 
 /* prefix.c */
 bool kv_prefix_map_init(hr_kv_pool *p);
+uint64_t kv_prefix_map_slots(int n_blocks); /* the map's capacity for n_blocks (load under 1/2) */
 uint64_t kv_prefix_root(const hr_kv_pool *p);
 void kv_prefix_map_remove(hr_kv_pool *p, int32_t b);
 void kv_prefix_map_add(hr_kv_pool *p, int32_t b); /* b's hash is set; inserts unless present */

@@ -82,6 +82,63 @@ static int kv_n_stage(const hr_kv_config *cfg) {
 
 uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg) { return hr_kv_stage_block_bytes(cfg) * (uint64_t)kv_n_stage(cfg); }
 
+hr_status hr_kv_config_check(const hr_kv_config *cfg, hr_error *err) {
+    kv_fmt kf, vf;
+    return kv_check_config(cfg, &kf, &vf, err);
+}
+
+/* The pool's bookkeeping beside the arena, one size per table hr_kv_pool_create allocates for n
+ * blocks: create allocates exactly these, and hr_kv_pool_meta_bytes adds them up, so the budget's
+ * figure is the allocation's. */
+#define KV_ELEM(field) sizeof(((const hr_kv_pool *)0)->field[0])
+typedef struct kv_meta_sizes {
+    size_t refcnt, state, flags, hash, parent, tokens, prev, next; /* per block */
+    size_t blk_stage, filled, stage_free, map;
+    size_t seqs, pending; /* per sequence slot */
+    size_t native_window; /* per layer */
+} kv_meta_sizes;
+
+static void kv_meta_sizes_of(const hr_kv_config *cfg, int n_blocks, kv_meta_sizes *m) {
+    size_t n = (size_t)HR_MAX(0, n_blocks), B = (size_t)cfg->block_size, S = (size_t)cfg->max_seqs;
+    bool staged = hr_kv_fixed_bytes(cfg) > 0;
+    *m = (kv_meta_sizes){.refcnt = n * KV_ELEM(refcnt),
+                         .state = n * KV_ELEM(state),
+                         .flags = n * KV_ELEM(flags),
+                         .hash = n * KV_ELEM(hash),
+                         .parent = n * KV_ELEM(parent),
+                         .tokens = n * B * KV_ELEM(tokens),
+                         .prev = n * KV_ELEM(prev),
+                         .next = n * KV_ELEM(next),
+                         .blk_stage = n * KV_ELEM(blk_stage),
+                         .filled = staged ? n * (size_t)cfg->n_layers * KV_ELEM(filled) : 0,
+                         .stage_free = ((size_t)(staged ? kv_n_stage(cfg) : 0) + 1) * KV_ELEM(stage_free),
+                         .map = (size_t)kv_prefix_map_slots(n_blocks) * KV_ELEM(map),
+                         .seqs = S * KV_ELEM(seqs),
+                         .pending = S * B * KV_ELEM(pending),
+                         .native_window = (size_t)cfg->n_layers * KV_ELEM(native_window)};
+}
+
+uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks) {
+    if (hr_kv_block_bytes(cfg) == 0) return 0;
+    kv_meta_sizes m;
+    kv_meta_sizes_of(cfg, n_blocks, &m);
+    return sizeof(hr_kv_pool) + m.refcnt + m.state + m.flags + m.hash + m.parent + m.tokens + m.prev + m.next +
+           m.blk_stage + m.filled + m.stage_free + m.map + m.seqs + m.pending + m.native_window;
+}
+
+/* A block table's capacity for n entries: it grows by doubling from 8 (kv_table_reserve). */
+static int kv_table_cap(int n) {
+    int cap = 8;
+    while (cap < n) cap *= 2;
+    return cap;
+}
+
+uint64_t hr_kv_seq_table_bytes(const hr_kv_config *cfg, int n_tokens) {
+    if (cfg->block_size < 1 || n_tokens < 1) return 0;
+    int n = (int)(((int64_t)n_tokens + cfg->block_size - 1) / cfg->block_size);
+    return (uint64_t)kv_table_cap(n) * sizeof(int32_t);
+}
+
 /* ---- lists --------------------------------------------------------------------------------------- */
 
 static void kv_list_push_tail(hr_kv_pool *p, kv_list *l, int32_t b) {
@@ -242,21 +299,23 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->arena = mem;
     p->stage = fixed ? p->arena + blocks_bytes : NULL;
 
-    int n = p->n_blocks, B = cfg->block_size, S = cfg->max_seqs;
-    p->refcnt = calloc((size_t)n, sizeof *p->refcnt);
-    p->state = calloc((size_t)n, 1);
-    p->flags = calloc((size_t)n, 1);
-    p->hash = calloc((size_t)n, sizeof *p->hash);
-    p->parent = calloc((size_t)n, sizeof *p->parent);
-    p->tokens = calloc((size_t)n * B, sizeof *p->tokens);
-    p->prev = malloc((size_t)n * sizeof *p->prev);
-    p->next = malloc((size_t)n * sizeof *p->next);
-    p->seqs = calloc((size_t)S, sizeof *p->seqs);
-    p->pending = calloc((size_t)S * B, sizeof *p->pending);
-    p->blk_stage = malloc((size_t)n * sizeof *p->blk_stage);
-    p->stage_free = malloc((size_t)(p->n_stage + 1) * sizeof *p->stage_free);
-    p->filled = p->stage ? calloc((size_t)n * cfg->n_layers, sizeof *p->filled) : NULL;
-    p->native_window = calloc((size_t)cfg->n_layers, sizeof *p->native_window);
+    int n = p->n_blocks;
+    kv_meta_sizes ms; /* what hr_kv_pool_meta_bytes counts */
+    kv_meta_sizes_of(cfg, n, &ms);
+    p->refcnt = calloc(1, ms.refcnt);
+    p->state = calloc(1, ms.state);
+    p->flags = calloc(1, ms.flags);
+    p->hash = calloc(1, ms.hash);
+    p->parent = calloc(1, ms.parent);
+    p->tokens = calloc(1, ms.tokens);
+    p->prev = malloc(ms.prev);
+    p->next = malloc(ms.next);
+    p->seqs = calloc(1, ms.seqs);
+    p->pending = calloc(1, ms.pending);
+    p->blk_stage = malloc(ms.blk_stage);
+    p->stage_free = malloc(ms.stage_free);
+    p->filled = p->stage ? calloc(1, ms.filled) : NULL;
+    p->native_window = calloc(1, ms.native_window);
     p->default_pol = (hr_kv_policy){.kind = HR_KV_POLICY_FULL};
     bool ok = p->refcnt && p->state && p->flags && p->hash && p->parent && p->tokens && p->prev && p->next && p->seqs &&
               p->pending && p->blk_stage && p->stage_free && (p->filled || !p->stage) && p->native_window &&
@@ -331,8 +390,7 @@ bool kv_seq_valid(const hr_kv_pool *p, hr_kv_seq seq) {
 
 hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err) {
     if (n <= s->cap) return HR_OK;
-    int cap = s->cap ? s->cap : 8;
-    while (cap < n) cap *= 2;
+    int cap = kv_table_cap(n); /* s->cap is a smaller capacity of the same series */
     int32_t *t = realloc(s->table, (size_t)cap * sizeof *t);
     if (!t) return hr_error_set(err, HR_ERR_NOMEM, "KV: out of memory growing a block table to %d entries", cap);
     s->table = t;

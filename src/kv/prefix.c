@@ -31,9 +31,14 @@ static uint64_t kv_chain(uint64_t parent, uint64_t scope, const int32_t *tokens,
 
 /* ---- map: open addressing with linear probing and backward-shift deletion ------------------------ */
 
-bool kv_prefix_map_init(hr_kv_pool *p) {
+uint64_t kv_prefix_map_slots(int n_blocks) {
     uint64_t cap = 16;
-    while (cap < (uint64_t)p->n_blocks * 2) cap *= 2;
+    while (cap < (uint64_t)n_blocks * 2) cap *= 2;
+    return cap;
+}
+
+bool kv_prefix_map_init(hr_kv_pool *p) {
+    uint64_t cap = kv_prefix_map_slots(p->n_blocks);
     p->map = malloc(cap * sizeof *p->map);
     if (!p->map) return false;
     for (uint64_t i = 0; i < cap; i++) p->map[i] = -1;

@@ -44,7 +44,51 @@ struct hr_model_ctx {
     int32_t *out_rows; /* (T) indices of tokens that want logits */
 };
 
-static void *xalloc(size_t n_floats) { return aligned_alloc(64, ((n_floats * sizeof(float) + 63) / 64) * 64); }
+/* Bytes of a 64-byte aligned buffer of n floats (aligned_alloc wants a multiple of the alignment). */
+static size_t xbytes(uint64_t n_floats) { return (size_t)((n_floats * sizeof(float) + 63) / 64 * 64); }
+
+/* The scratch, one size per buffer (bytes): hr_model_ctx_create allocates exactly these and
+ * hr_model_ctx_scratch_bytes adds them up, so the plan's figure is the allocation's. The FFN's hg
+ * holds fused gate|up rows (2F) where a layer's gate and up weights lie back to back, F otherwise; hu
+ * exists only where some layer's are apart. att_floats: one thread's attention scratch (a multiple of
+ * 16 floats). */
+typedef struct fwd_sizes {
+    size_t inv_freq, inv_freq_swa, x, xb, q, k, v, att, hg, hu, qkv, fuse, att_scratch, out_rows;
+    size_t att_floats;
+    int64_t max_k; /* the widest matmul input row */
+} fwd_sizes;
+
+static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_config *kc, int max_ctx, int n_threads,
+                         bool gu_fused, bool gu_split, fwd_sizes *z) {
+    uint64_t T = (uint64_t)HR_MAX(1, max_tokens), E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
+    uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
+    size_t att_floats = (hr_kv_attention_scratch_floats_for(kc, max_ctx) + 15) & ~(size_t)15;
+    *z = (fwd_sizes){.inv_freq = xbytes((uint64_t)hp->n_rot / 2),
+                     .inv_freq_swa = hybrid ? xbytes((uint64_t)hp->n_rot / 2) : 0,
+                     .x = xbytes(T * E),
+                     .xb = xbytes(T * E),
+                     .q = xbytes(T * qd),
+                     .k = xbytes(T * kvd),
+                     .v = xbytes(T * kvd),
+                     .att = xbytes(T * qd),
+                     .hg = xbytes((gu_fused ? 2 : 1) * T * F),
+                     .hu = gu_split ? xbytes(T * F) : 0,
+                     .qkv = xbytes(T * (qd + 2 * kvd)),
+                     .fuse = (size_t)hp->n_layer,
+                     .att_scratch = xbytes((uint64_t)att_floats * (uint64_t)HR_MAX(1, n_threads)),
+                     .out_rows = (size_t)T * sizeof(int32_t),
+                     .att_floats = att_floats,
+                     .max_k = HR_MAX(HR_MAX((int64_t)E, (int64_t)F), (int64_t)qd)};
+}
+
+/* Everything create allocates for these sizes: the context, its scratch, the two fusion tables, the
+ * thread pool and the matmul context. */
+static uint64_t fwd_sizes_total(const fwd_sizes *z, int max_tokens, int n_threads) {
+    return sizeof(hr_model_ctx) + z->inv_freq + z->inv_freq_swa + z->x + z->xb + z->q + z->k + z->v + z->att + z->hg +
+           z->hu + z->qkv + 2 * z->fuse + z->att_scratch + z->out_rows + hr_threadpool_bytes(HR_MAX(1, n_threads)) +
+           hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
+}
 
 /* b's rows follow a's in memory with the same type and width, so one product over a's rows extended
  * by b's computes both (matmul.h: an output element's bits do not depend on the rows around it). */
@@ -75,31 +119,37 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
     hr_status st = hr_threadpool_create(n_threads, &c->tp, err);
     if (st) goto fail;
     int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-    int64_t max_k = HR_MAX(HR_MAX((int64_t)hp->n_embd, (int64_t)hp->n_ff), qd);
-    if ((st = hr_matmul_ctx_create(&c->kernels, c->tp, c->max_tokens, max_k, &c->mm, err))) goto fail;
+    bool gu_fused = false, gu_split = false; /* some layer's gate and up weights lie together / apart */
+    for (int il = 0; il < hp->n_layer; il++) {
+        bool f = adjacent(&m->layers[il].w_gate, &m->layers[il].w_up);
+        gu_fused |= f;
+        gu_split |= !f;
+    }
+    fwd_sizes z; /* what hr_model_ctx_scratch_bytes counts */
+    fwd_sizes_of(hp, c->max_tokens, kc, c->max_ctx, n_threads, gu_fused, gu_split, &z);
+    if ((st = hr_matmul_ctx_create(&c->kernels, c->tp, c->max_tokens, z.max_k, &c->mm, err))) goto fail;
     size_t T = (size_t)c->max_tokens;
-    c->inv_freq = xalloc((size_t)hp->n_rot / 2);
-    const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
-    if (hybrid && !(c->inv_freq_swa = xalloc((size_t)hp->n_rot / 2))) {
+    c->inv_freq = aligned_alloc(64, z.inv_freq);
+    if (z.inv_freq_swa && !(c->inv_freq_swa = aligned_alloc(64, z.inv_freq_swa))) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch");
         goto fail;
     }
-    c->x = xalloc(T * hp->n_embd);
-    c->xb = xalloc(T * hp->n_embd);
-    c->q = xalloc(T * qd);
-    c->k = xalloc(T * kvd);
-    c->v = xalloc(T * kvd);
-    c->att = xalloc(T * qd);
-    c->hg = xalloc(2 * T * hp->n_ff);
-    c->qkv = xalloc(T * (size_t)(qd + 2 * kvd));
-    c->fuse_qkv = calloc((size_t)hp->n_layer, 1);
-    c->fuse_gu = calloc((size_t)hp->n_layer, 1);
-    c->hu = xalloc(T * hp->n_ff);
-    c->att_scratch_floats = (hr_kv_attention_scratch_floats(kv, c->max_ctx) + 15) & ~(size_t)15;
-    c->att_scratch = xalloc(c->att_scratch_floats * (size_t)n_threads);
-    c->out_rows = malloc(sizeof(int32_t) * T);
-    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hg || !c->hu || !c->att_scratch ||
-        !c->out_rows || !c->qkv || !c->fuse_qkv || !c->fuse_gu) {
+    c->x = aligned_alloc(64, z.x);
+    c->xb = aligned_alloc(64, z.xb);
+    c->q = aligned_alloc(64, z.q);
+    c->k = aligned_alloc(64, z.k);
+    c->v = aligned_alloc(64, z.v);
+    c->att = aligned_alloc(64, z.att);
+    c->hg = aligned_alloc(64, z.hg);
+    c->qkv = aligned_alloc(64, z.qkv);
+    c->fuse_qkv = calloc(1, z.fuse);
+    c->fuse_gu = calloc(1, z.fuse);
+    c->hu = z.hu ? aligned_alloc(64, z.hu) : NULL;
+    c->att_scratch_floats = z.att_floats;
+    c->att_scratch = aligned_alloc(64, z.att_scratch);
+    c->out_rows = malloc(z.out_rows);
+    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hg || (z.hu && !c->hu) ||
+        !c->att_scratch || !c->out_rows || !c->qkv || !c->fuse_qkv || !c->fuse_gu) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
         goto fail;
     }
@@ -117,9 +167,8 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
     /* The scratch made resident now (what hr_model_ctx_scratch_bytes counts), so that the first large
      * step does not pay tens of milliseconds of page faults: on a fresh server the first 512-token
      * prompt step took 1.4x the next ones. hu only where a layer's gate and up are apart (then hg is
-     * half used; the plan counts 2 x T x F floats either way). */
-    bool split_gu = false;
-    for (int il = 0; il < hp->n_layer; il++) split_gu |= !c->fuse_gu[il];
+     * F wide, or half used where other layers fuse): 2 x T x F floats touched either way. */
+    bool split_gu = gu_split;
     memset(c->x, 0, T * hp->n_embd * sizeof(float));
     memset(c->xb, 0, T * hp->n_embd * sizeof(float));
     memset(c->q, 0, T * qd * sizeof(float));
@@ -153,29 +202,13 @@ fail:
     return st;
 }
 
-/* Mirrors the allocations above as they become resident (xalloc rounds each to 64 bytes; the matmul
- * context keeps one activation row per token as wide as the widest quantized or f16 input row;
- * attention keeps a block-padded score row plus a head row per thread: kv/attention.c). The FFN touches
- * 2 x T x F floats either way (fused: all of hg; unfused: half of hg and hu), so hu's T x F is not
- * counted; the fused Q|K|V rows are (a layer may fuse). Keep the two in step. */
-static uint64_t xbytes(uint64_t n_floats) { return (n_floats * sizeof(float) + 63) / 64 * 64; }
-
 uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
                                     int n_threads) {
-    uint64_t T = (uint64_t)HR_MAX(1, max_batch_tokens), E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
-    uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-    uint64_t B = (uint64_t)HR_MAX(1, block_size);
-    const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
-    uint64_t n = (hybrid ? 2 : 1) * xbytes((uint64_t)hp->n_rot / 2) + 2 * xbytes(T * E) + 2 * xbytes(T * qd) +
-                 2 * xbytes(T * kvd) + xbytes(2 * T * F) + xbytes(T * (qd + 2 * kvd)) + T * sizeof(int32_t) +
-                 2 * (uint64_t)hp->n_layer;
-    uint64_t att_floats = (((uint64_t)HR_MAX(0, max_ctx) + B - 1) / B * B + (uint64_t)hp->head_dim + 16 + 15) & ~15ull;
-    n += xbytes(att_floats * (uint64_t)HR_MAX(1, n_threads));
-    uint64_t max_k = HR_MAX(HR_MAX(E, F), qd);
-    uint64_t kq0 = (max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0);
-    uint64_t kqk = (max_k + HR_QK_K - 1) / HR_QK_K * sizeof(hr_block_q8_K);
-    uint64_t row = HR_MAX(HR_MAX(kq0, kqk), max_k * sizeof(hr_f16));
-    return n + (row + 63) / 64 * 64 * T;
+    /* every layer alike (gate and up together, or every one apart: 2 x T x F floats either way) */
+    hr_kv_config kc = {.block_size = block_size, .head_dim = hp->head_dim};
+    fwd_sizes z;
+    fwd_sizes_of(hp, max_batch_tokens, &kc, max_ctx, n_threads, true, false, &z);
+    return fwd_sizes_total(&z, max_batch_tokens, n_threads);
 }
 
 void hr_model_ctx_destroy(hr_model_ctx *c) {

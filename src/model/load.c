@@ -257,6 +257,22 @@ static hr_status bind_matrix(hr_model *m, const char *name, int64_t cols, int64_
     return HR_OK;
 }
 
+uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes) {
+    uint64_t E = (uint64_t)hp->n_embd, L = (uint64_t)hp->n_layer, D = (uint64_t)hp->head_dim;
+    uint64_t qkv = ((uint64_t)hp->n_head + 2ull * (uint64_t)hp->n_head_kv) * D, rot = (uint64_t)hp->n_rot / 2;
+    /* the vectors bind_vector copies to f32: output_norm; per layer attn_norm and ffn_norm, Q/K/V
+     * biases (qwen2), per-head Q/K norms (qwen3, gemma3), post-attention and post-FFN norms (gemma);
+     * rope_freqs (llama 3); LongRoPE's long and short factors (phi3) */
+    uint64_t floats =
+        E + L * (2 * E + (hp->has_qkv_bias ? qkv : 0) + (hp->qk_norm ? 2 * D : 0) + (hp->post_norms ? 2 * E : 0)) +
+        (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0);
+    return file_bytes + floats * sizeof(float);
+}
+
+uint64_t hr_model_table_bytes(const hr_hparams *hp) {
+    return sizeof(hr_model) + (uint64_t)hp->n_layer * (sizeof(hr_layer) + sizeof(hr_layer_attn));
+}
+
 /* Copies a 1-D f32/f16/bf16 tensor of n elements into a new f32 array. */
 static hr_status bind_vector(hr_model *m, const char *name, int64_t n, bool optional, float **out, hr_error *err) {
     const hr_gguf_tensor *t = find_tensor(m, name);

@@ -115,6 +115,12 @@ const hr_hparams *hr_model_hparams(const hr_model *m);
 /* n_layer entries: each layer's attention kind, window and RoPE base (valid while m lives). */
 const hr_layer_attn *hr_model_layer_attn(const hr_model *m);
 const hr_gguf *hr_model_gguf(const hr_model *m);
+/* The weights as the loader holds them for a GGUF file of file_bytes with this shape: the file (read
+ * resident, or mapped and touched) and the vectors (norms, biases, RoPE factors) it copies to f32
+ * (load.c, beside the copying). Pure. */
+uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes);
+/* The rest the loader allocates: the model and its per-layer tables. Pure. */
+uint64_t hr_model_table_bytes(const hr_hparams *hp);
 /* Bytes of all weight tensors (what a decode step streams from memory). */
 uint64_t hr_model_weight_bytes(const hr_model *m);
 /* Bytes the weights' file(s) hold as loaded: the GGUF file, or a checkpoint's tensors (mapped or quantized)
@@ -154,8 +160,10 @@ typedef struct hr_model_ctx_params {
 hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
                               hr_error *err);
 void hr_model_ctx_destroy(hr_model_ctx *c); /* NULL allowed */
-/* Bytes hr_model_ctx_create allocates for this shape (every scratch buffer, the matmul activation
- * rows, attention scores for max_ctx per thread): what the memory planner counts. Pure. */
+/* Bytes hr_model_ctx_create allocates for this shape (the context, every scratch buffer, the matmul
+ * activation rows, attention scores for max_ctx per thread, the thread pool's bookkeeping), computed
+ * by the sizes create allocates, for a model whose layers all keep gate and up alike (together or
+ * apart; one that mixes the two takes T x F floats more): what the memory planner counts. Pure. */
 uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
                                     int n_threads);
 const char *hr_model_ctx_isa(const hr_model_ctx *c);

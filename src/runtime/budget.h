@@ -30,6 +30,8 @@ typedef struct hr_mem_query {
     uint64_t unplanned_bytes; /* of mem_limit, left out of the pool when sizing it from the limit (serve:
                                  mem_limit / HR_MEM_LIMIT_MARGIN_DIV; the planner: 0, a device's reserved
                                  memory being part of its profile) */
+    uint64_t tokenizer_bytes; /* the loaded tokenizer's tables (hr_tokenizer_table_bytes); 0: estimated
+                                 from the vocabulary size (hr_tokenizer_table_bytes_for) */
 } hr_mem_query;
 
 /* The process's resident bytes besides the planned parts: code and data of headroom and its libraries

@@ -62,39 +62,48 @@ struct hr_rt_request {
 };
 
 /* ---- the KV budget ----------------------------------------------------------------------------- */
-
-/* The pool's bookkeeping per block beside the arena (kv/pool.c: the block's token ids, reference
- * count, state, flags, prefix hash and parent, list links, staging index; kv/prefix.c's map). */
-#define KV_META_BLOCK_BYTES(B) (4ull * (uint64_t)(B) + 64ull)
-/* The tokenizer's tables per vocabulary entry (piece index, scores, hash buckets) beside the strings
- * the GGUF file already holds. */
-#define TOK_BYTES_PER_ENTRY 48ull
+/* Every part is the figure of the module that allocates it, computed by the function that sizes its
+ * allocation (test_mem_account holds each against what the module allocates): this section only adds
+ * them up. */
 
 uint64_t hr_mem_weight_bytes(const hr_hparams *hp, uint64_t file_bytes) {
-    uint64_t E = (uint64_t)hp->n_embd, L = (uint64_t)hp->n_layer;
-    uint64_t qkv = ((uint64_t)hp->n_head + 2ull * (uint64_t)hp->n_head_kv) * (uint64_t)hp->head_dim;
-    /* model/load.c copies the norm vectors (and qwen2's Q/K/V biases) to f32 */
-    return file_bytes + (2 * L + 1) * E * sizeof(float) + (hp->has_qkv_bias ? L * qkv * sizeof(float) : 0);
+    return hr_model_resident_bytes(hp, file_bytes);
 }
 
-/* Forward scratch (model/forward.c) plus the engine's per-step buffers (engine/engine.c: the batch's
- * token, position, sequence and want-logits rows, one logits row per running sequence). */
+/* The forward pass's scratch (model/forward.c: activations, matmul rows, attention scores per thread)
+ * and the engine's step buffers (engine/engine.c: batch rows, a logits row per running sequence). */
 static uint64_t mem_scratch_bytes(const hr_kv_budget_query *q) {
     const hr_hparams *hp = q->mem.model;
     int T = q->mem.max_batch_tokens > 0 ? q->mem.max_batch_tokens : 512;
-    uint64_t S = (uint64_t)HR_MAX(1, q->kv.max_seqs);
-    uint64_t fwd = hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads));
-    return fwd + (uint64_t)T * (2 * sizeof(int32_t) + sizeof(hr_kv_seq) + 1) +
-           S * (sizeof(void *) + (uint64_t)hp->n_vocab * sizeof(float));
+    int S = HR_MAX(1, q->kv.max_seqs);
+    return hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads)) +
+           hr_engine_buffer_bytes(T, S, hp->n_vocab);
 }
 
-/* Tables that do not grow with the pool: each sequence slot's block table and pending row, each
- * running request's ids and per-token gaps (engine/request.c), the tokenizer's tables. */
+/* Tables that do not grow with the pool: for each sequence slot, its block table (kv/) and a request's
+ * buffers (engine/request.c, its sampler's included) at n_ctx tokens; the tokenizer's tables (measured
+ * when loaded, else its estimate from the vocabulary size); the model's own (model/load.c). */
 static uint64_t mem_meta_fixed_bytes(const hr_kv_budget_query *q) {
-    uint64_t S = (uint64_t)HR_MAX(1, q->kv.max_seqs), ctx = (uint64_t)HR_MAX(0, q->n_ctx);
-    uint64_t B = (uint64_t)HR_MAX(1, q->kv.block_size);
-    uint64_t per_seq = (ctx + B - 1) / B * sizeof(int32_t) + B * sizeof(int32_t) + ctx * 2 * sizeof(int32_t) + 256;
-    return S * per_seq + (uint64_t)q->mem.model->n_vocab * TOK_BYTES_PER_ENTRY;
+    int ctx = HR_MAX(1, q->n_ctx);
+    hr_request_params at_ctx = {.n_prompt = 1, .max_tokens = ctx - 1, .sampling = hr_sampler_default_params()};
+    uint64_t per_seq = hr_kv_seq_table_bytes(&q->kv, ctx) + hr_request_buffer_bytes(&at_ctx, q->mem.model->n_vocab);
+    uint64_t tok =
+        q->mem.tokenizer_bytes ? q->mem.tokenizer_bytes : hr_tokenizer_table_bytes_for(q->mem.model->n_vocab);
+    return (uint64_t)HR_MAX(1, q->kv.max_seqs) * per_seq + tok + hr_model_table_bytes(q->mem.model);
+}
+
+/* The most blocks whose bytes and the pool's tables for them (hr_kv_pool_meta_bytes, which grows by
+ * steps: the prefix map doubles) fit in spare bytes. */
+static uint64_t blocks_that_fit(const hr_kv_config *kc, uint64_t block_bytes, uint64_t spare) {
+    uint64_t lo = 0, hi = HR_MIN(spare / block_bytes, (uint64_t)1 << 30);
+    while (lo < hi) { /* the tables grow with the count: the largest count that fits, by bisection */
+        uint64_t mid = lo + (hi - lo + 1) / 2;
+        if (mid * block_bytes + hr_kv_pool_meta_bytes(kc, (int)mid) <= spare)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, hr_error *err) {
@@ -102,11 +111,8 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     hr_kv_config kc = q->kv;
     uint64_t block_bytes = hr_kv_block_bytes(&kc);
     if (block_bytes == 0) {
-        /* the pool's own check says why; it fails on the config before allocating anything */
-        hr_kv_pool *probe = NULL;
         hr_error why = {.msg = "the KV pool refuses this configuration"};
-        kc.budget_bytes = 1;
-        if (hr_kv_pool_create(&kc, &probe, &why) == HR_OK) hr_kv_pool_destroy(probe);
+        hr_kv_config_check(&kc, &why); /* the pool's own check says why */
         char fmt[32];
         if (kc.k_format == kc.v_format)
             snprintf(fmt, sizeof fmt, "%s", hr_kv_format_name(kc.k_format));
@@ -136,13 +142,12 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
         other = out->weight_bytes + out->scratch_bytes + out->base_bytes + out->meta_bytes + out->request_bytes;
     }
     bool from_limit = whole && m->mem_limit > 0 && !kc.budget_bytes;
-    uint64_t block_meta = KV_META_BLOCK_BYTES(kc.block_size);
     if (kc.budget_bytes) {
         out->budget_bytes = kc.budget_bytes;
-    } else if (from_limit) { /* every block costs its bytes and its row in the pool's tables */
+    } else if (from_limit) { /* every block costs its bytes and its rows in the pool's tables */
         uint64_t usable = m->mem_limit > m->unplanned_bytes ? m->mem_limit - m->unplanned_bytes : 0;
         uint64_t spare = usable > other + fixed ? usable - other - fixed : 0;
-        out->budget_bytes = fixed + spare / (block_bytes + block_meta) * block_bytes;
+        out->budget_bytes = fixed + blocks_that_fit(&kc, block_bytes, spare) * block_bytes;
     } else {
         out->budget_bytes = fixed + (uint64_t)ctx_blocks * block_bytes * (uint64_t)n_seqs;
     }
@@ -152,7 +157,7 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     out->n_tokens = (int64_t)nb * kc.block_size;
     out->n_seqs_at_ctx = ctx_blocks > 0 ? (int)(nb / (uint64_t)ctx_blocks) : 0;
     if (whole) {
-        out->meta_bytes += nb * block_meta;
+        out->meta_bytes += hr_kv_pool_meta_bytes(&kc, (int)nb);
         out->total_bytes = out->weight_bytes + out->budget_bytes + out->scratch_bytes + out->meta_bytes +
                            out->base_bytes + out->request_bytes;
     }
@@ -166,7 +171,7 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
             hr_format_size(m->mem_limit, b1, sizeof b1);
             hr_format_size(out->weight_bytes, b2, sizeof b2);
             hr_format_size(other, b3, sizeof b3);
-            uint64_t need = other + one + (uint64_t)ctx_blocks * block_meta;          /* and the margin on top */
+            uint64_t need = other + one + hr_kv_pool_meta_bytes(&kc, ctx_blocks);     /* and the margin on top */
             if (m->unplanned_bytes) need += need / (HR_MEM_LIMIT_MARGIN_DIV - 1) + 1; /* what serve leaves out */
             hr_format_size(need, b4, sizeof b4);
             hr_format_size(out->budget_bytes, b5, sizeof b5);
@@ -276,6 +281,7 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
         .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
         .mem = {.model = hp,
                 .weight_bytes = hr_mem_weight_bytes(hp, hr_model_file_bytes(rt->model)),
+                .tokenizer_bytes = hr_tokenizer_table_bytes(rt->tok),
                 .max_batch_tokens = rt->p.max_batch_tokens,
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 .mem_limit = rt->p.mem_limit,

@@ -81,6 +81,31 @@ hr_status hr_sampler_params_check(const hr_sampler_params *p, hr_error *err) {
     return HR_OK;
 }
 
+/* The sampler's buffers, one size each: create allocates exactly these, hr_sampler_bytes adds them up. */
+#define SMP_ELEM(field) sizeof(((const hr_sampler *)0)->field[0])
+typedef struct smp_sizes {
+    int hist_cap;
+    size_t cands, work, history, counts, bias_ids, bias_values;
+} smp_sizes;
+
+static void smp_sizes_of(const hr_sampler_params *p, int n_vocab, smp_sizes *z) {
+    size_t V = (size_t)HR_MAX(0, n_vocab), nb = (size_t)HR_MAX(0, p->n_bias);
+    int hist_cap = p->penalty_last_n < 0 ? 1 << 16 : HR_MAX(p->penalty_last_n, 1);
+    *z = (smp_sizes){.hist_cap = hist_cap,
+                     .cands = V * SMP_ELEM(cands),
+                     .work = V * SMP_ELEM(work),
+                     .history = (size_t)hist_cap * SMP_ELEM(history),
+                     .counts = V * SMP_ELEM(counts),
+                     .bias_ids = nb * SMP_ELEM(bias_ids),
+                     .bias_values = nb * SMP_ELEM(bias_values)};
+}
+
+uint64_t hr_sampler_bytes(const hr_sampler_params *p, int n_vocab) {
+    smp_sizes z;
+    smp_sizes_of(p, n_vocab, &z);
+    return sizeof(hr_sampler) + z.cands + z.work + z.history + z.counts + z.bias_ids + z.bias_values;
+}
+
 hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler **out, hr_error *err) {
     hr_status st = hr_sampler_params_check(p, err);
     if (st) return st;
@@ -89,14 +114,16 @@ hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler 
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating a sampler");
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->hist_cap = p->penalty_last_n < 0 ? 1 << 16 : HR_MAX(p->penalty_last_n, 1);
-    s->cands = malloc(sizeof(cand) * (size_t)n_vocab);
-    s->work = malloc(sizeof(float) * (size_t)n_vocab);
-    s->history = malloc(sizeof(int32_t) * (size_t)s->hist_cap);
-    s->counts = calloc((size_t)n_vocab, sizeof(uint16_t));
+    smp_sizes z; /* what hr_sampler_bytes counts */
+    smp_sizes_of(p, n_vocab, &z);
+    s->hist_cap = z.hist_cap;
+    s->cands = malloc(z.cands);
+    s->work = malloc(z.work);
+    s->history = malloc(z.history);
+    s->counts = calloc(1, z.counts);
     if (p->n_bias > 0) {
-        s->bias_ids = malloc(sizeof(int32_t) * (size_t)p->n_bias);
-        s->bias_values = malloc(sizeof(float) * (size_t)p->n_bias);
+        s->bias_ids = malloc(z.bias_ids);
+        s->bias_values = malloc(z.bias_values);
     }
     if (!s->cands || !s->work || !s->history || !s->counts || (p->n_bias > 0 && (!s->bias_ids || !s->bias_values))) {
         hr_sampler_destroy(s);

@@ -38,6 +38,9 @@ typedef struct hr_sampler hr_sampler;
 /* n_vocab sets the size of the internal buffers (allocated once here). */
 hr_status hr_sampler_create(const hr_sampler_params *p, int n_vocab, hr_sampler **out, hr_error *err);
 void hr_sampler_destroy(hr_sampler *s); /* NULL allowed */
+/* Bytes hr_sampler_create allocates for these parameters (candidates, penalized logits and counts per
+ * vocabulary entry, the penalty window, the logit bias). The sizes create allocates. Pure. */
+uint64_t hr_sampler_bytes(const hr_sampler_params *p, int n_vocab);
 
 /* Validates parameters (ranges) with a message naming the field (bias ids are checked against the
  * vocabulary by hr_sampler_create). */

@@ -21,6 +21,14 @@ typedef struct hr_tokenizer hr_tokenizer;
  * tokenizer.ggml.model / .pre value (HR_ERR_UNSUPPORTED: e.g. WordPiece `bert`). */
 hr_status hr_tokenizer_load(const hr_gguf *g, hr_tokenizer **out, hr_error *err);
 void hr_tokenizer_destroy(hr_tokenizer *t); /* NULL allowed */
+/* Bytes the tokenizer's tables hold beside the GGUF (its strings and their index, the lookup map,
+ * types and scores, merges, decoded bytes, the special-token trie), read from the sizes they were
+ * allocated with; the compiled pre-tokenizer regexes (pcre2's own memory) are not counted. */
+uint64_t hr_tokenizer_table_bytes(const hr_tokenizer *t);
+/* An estimate before a vocabulary of n_vocab entries is loaded (the planner from a config.json): 64
+ * bytes an entry (a synthetic 32,000-entry SPM vocabulary of TinyLlama's shape measures 59.6; a BPE
+ * vocabulary's merges and many special tokens take more: the runtime counts the loaded one). */
+uint64_t hr_tokenizer_table_bytes_for(int32_t n_vocab);
 
 /* Hugging Face tokenizer.json: `path` is the file or a directory holding it (tokenizer_config.json beside it
  * supplies the special tokens and add_bos/add_eos). Writes the tokenizer.ggml.* keys llama.cpp's converter

@@ -385,6 +385,31 @@ void hr_tokenizer_destroy(hr_tokenizer *t) {
     free(t);
 }
 
+/* Read from the capacities the tables were allocated with (destroy above frees the same list), so
+ * a table added without its line here shows in test_mem_account. */
+uint64_t hr_tokenizer_table_bytes(const hr_tokenizer *t) {
+    uint64_t V = (uint64_t)t->n_vocab, n = sizeof *t + (uint64_t)t->str_cap * (sizeof *t->off + sizeof *t->len) +
+                                           t->blob_cap + V * (sizeof *t->types + sizeof *t->is_eog);
+    if (t->map.slots) n += ((uint64_t)t->map.mask + 1) * sizeof *t->map.slots;
+    if (t->scores) n += V * sizeof *t->scores;
+    if (t->merges) n += ((uint64_t)t->merge_mask + 1) * sizeof *t->merges;
+    if (t->dec_blob) { /* every token's text decoded, never longer than the text (decode.c) */
+        uint64_t text = 0;
+        for (int32_t i = 0; i < t->n_vocab; i++) text += t->len[i];
+        n += text + 1 + V * (sizeof *t->dec_off + sizeof *t->dec_len);
+    }
+    if (t->strip) n += V;
+    if (t->n_special > 0) { /* special.c: ids by length, rank per token, the trie over their texts */
+        uint64_t text = 0;
+        for (int32_t i = 0; i < t->n_special; i++) text += t->len[t->special_ids[i]];
+        n += (uint64_t)t->n_special * sizeof *t->special_ids + V * sizeof *t->special_rank +
+             (text + 1) * sizeof *t->trie_term + ((uint64_t)t->trie_mask + 1) * sizeof *t->trie;
+    }
+    return n;
+}
+
+uint64_t hr_tokenizer_table_bytes_for(int32_t n_vocab) { return (uint64_t)(n_vocab > 0 ? n_vocab : 0) * 64; }
+
 /* ---- accessors ----------------------------------------------------------------------------------- */
 
 int32_t hr_tokenizer_n_vocab(const hr_tokenizer *t) { return t->n_vocab; }

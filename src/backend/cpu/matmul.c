@@ -45,6 +45,20 @@ struct hr_matmul_ctx {
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* The largest converted activation row of any type: q8_0 (34/32), q8_0s (40/32), q8_K (292/256) or
+ * f16 (2 bytes an element); f32 activations are read in place. */
+static size_t act_row_cap(int64_t max_k) {
+    const size_t kq0 = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0);
+    const size_t kqk = (size_t)(max_k + HR_QK_K - 1) / HR_QK_K * sizeof(hr_block_q8_K);
+    const size_t kh = (size_t)max_k * sizeof(hr_f16);
+    const size_t k0s = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0s);
+    return round_up(HR_MAX(HR_MAX(HR_MAX(kq0, kqk), kh), k0s), HR_MM_ALIGN);
+}
+
+uint64_t hr_matmul_ctx_bytes(int64_t max_tokens, int64_t max_k) {
+    return sizeof(hr_matmul_ctx) + (uint64_t)act_row_cap(max_k) * (uint64_t)HR_MAX(0, max_tokens);
+}
+
 hr_status hr_matmul_ctx_create(const hr_kernels *k, hr_threadpool *tp, int64_t max_tokens, int64_t max_k,
                                hr_matmul_ctx **out, hr_error *err) {
     if (!k || !tp) return hr_error_set(err, HR_ERR_INVALID_ARG, "matmul context needs a kernel table and a pool");
@@ -53,13 +67,7 @@ hr_status hr_matmul_ctx_create(const hr_kernels *k, hr_threadpool *tp, int64_t m
                             "matmul scratch for %lld tokens x %lld elements is out of range (expected 1..2^24 x "
                             "1..2^30)",
                             (long long)max_tokens, (long long)max_k);
-    /* the largest converted activation row of any type: q8_0 (34/32), q8_0s (40/32), q8_K (292/256)
-     * or f16 (2 bytes an element); f32 activations are read in place */
-    const size_t kq0 = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0);
-    const size_t kqk = (size_t)(max_k + HR_QK_K - 1) / HR_QK_K * sizeof(hr_block_q8_K);
-    const size_t kh = (size_t)max_k * sizeof(hr_f16);
-    const size_t k0s = (size_t)(max_k + HR_QK8_0 - 1) / HR_QK8_0 * sizeof(hr_block_q8_0s);
-    const size_t cap = round_up(HR_MAX(HR_MAX(HR_MAX(kq0, kqk), kh), k0s), HR_MM_ALIGN);
+    const size_t cap = act_row_cap(max_k);
     hr_matmul_ctx *m = calloc(1, sizeof *m);
     if (!m) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the matmul context");
     m->act = aligned_alloc(HR_MM_ALIGN, cap * (size_t)max_tokens);

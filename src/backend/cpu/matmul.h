@@ -23,6 +23,8 @@ hr_status hr_matmul_ctx_create(const hr_kernels *k, hr_threadpool *tp, int64_t m
                                hr_matmul_ctx **out, hr_error *err);
 /* NULL is allowed. */
 void hr_matmul_ctx_destroy(hr_matmul_ctx *m);
+/* Bytes hr_matmul_ctx_create allocates (the context and max_tokens activation rows). Pure. */
+uint64_t hr_matmul_ctx_bytes(int64_t max_tokens, int64_t max_k);
 
 /* Y[t][i] = sum_j W[i][j] * X[t][j] for t < T, i < n.
  *   W: n rows of k elements of type wt, row stride hr_dtype_row_bytes(wt, k)   (n, k)

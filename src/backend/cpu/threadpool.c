@@ -135,6 +135,10 @@ static void start_gen(hr_threadpool *tp) {
     if (atomic_load(&tp->gen_sleepers) > 0) futex_wake(&tp->gen, INT_MAX);
 }
 
+uint64_t hr_threadpool_bytes(int n_threads) {
+    return sizeof(hr_threadpool) + (n_threads > 1 ? (uint64_t)(n_threads - 1) * sizeof(worker) : 0);
+}
+
 hr_status hr_threadpool_create(int n_threads, hr_threadpool **out, hr_error *err) {
     if (n_threads < 1 || n_threads > 1024)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "thread count %d is out of range (expected 1..1024)", n_threads);

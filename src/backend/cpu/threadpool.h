@@ -19,6 +19,8 @@ typedef struct hr_threadpool hr_threadpool;
 hr_status hr_threadpool_create(int n_threads, hr_threadpool **out, hr_error *err);
 /* Joins the workers and frees the pool. NULL is allowed. */
 void hr_threadpool_destroy(hr_threadpool *tp);
+/* Bytes hr_threadpool_create allocates (the workers' stacks are the system's, not counted). */
+uint64_t hr_threadpool_bytes(int n_threads);
 int hr_threadpool_size(const hr_threadpool *tp);
 
 /* Share ith of nth (0 <= ith < nth). */
