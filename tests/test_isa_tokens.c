@@ -64,6 +64,7 @@ static void dispatcher_contract(void) {
     const hr_cpu_features g = hr_cpu_detect();
     CHECK(!memcmp(&f, &g, sizeof f));
     CHECK(hr_cpu_isa_choose(f, "scalar") == HR_CPU_ISA_SCALAR);
+    CHECK(hr_cpu_isa_select("scalar") == HR_CPU_ISA_SCALAR && hr_cpu_isa_select(NULL) == hr_cpu_isa_choose(f, NULL));
     CHECK(hr_cpu_isa_choose(none, NULL) == HR_CPU_ISA_SCALAR); /* clamped to what the CPU has */
     CHECK(hr_cpu_isa_choose(none, "avx512") == HR_CPU_ISA_SCALAR);
     const hr_cpu_isa best = hr_cpu_isa_choose(f, NULL);

@@ -70,6 +70,8 @@ hr_cpu_isa hr_cpu_isa_choose(hr_cpu_features f, const char *force_isa) {
     return HR_CPU_ISA_SCALAR;
 }
 
+hr_cpu_isa hr_cpu_isa_select(const char *force_isa) { return hr_cpu_isa_choose(hr_cpu_detect(), force_isa); }
+
 static const char *const names[] = {"scalar", "avx2", "avx512"};
 
 const char *hr_cpu_isa_name(hr_cpu_isa isa) {

@@ -30,6 +30,9 @@ typedef enum hr_cpu_isa {
  * "scalar", "avx2", "avx512" pick that one, clamped down to what the CPU has. Other names: as NULL
  * (the CLI rejects them before; hr_cpu_isa_parse tells). */
 hr_cpu_isa hr_cpu_isa_choose(hr_cpu_features f, const char *force_isa);
+/* hr_cpu_isa_choose for this CPU: the one call every consumer makes with the run's --isa (the CPU
+ * backend's kernel tables; the CPU KV storage takes its result as a creation parameter). */
+hr_cpu_isa hr_cpu_isa_select(const char *force_isa);
 /* Whether `isa` ("scalar", "avx2", "avx512") can run on a CPU with features f (false for other names). */
 bool hr_cpu_isa_available(hr_cpu_features f, const char *isa);
 /* "scalar", "avx2", "avx512". */
