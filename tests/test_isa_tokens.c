@@ -92,7 +92,8 @@ static void dispatcher_contract(void) {
 
 int main(void) {
     dispatcher_contract();
-    const char *models[] = {HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", hr_test_shared_path("models/stories260K.gguf")};
+    const char *models[] = {HR_SOURCE_DIR "/models/stories260K-q8_0.gguf",
+                            hr_test_shared_path("models/stories260K.gguf")};
     /* the formats with AVX2 encode/decode/attention builds, and f32 (scalar only: the control) */
     static const char *kvs[] = {"f16", "q8", "q4", "fp8", "kivi2", "q4h", "f32"};
     for (int mi = 0; mi < 2; mi++) {

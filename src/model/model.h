@@ -137,12 +137,12 @@ typedef struct hr_model_ctx hr_model_ctx;
 struct hr_backend_ops;
 
 typedef struct hr_model_ctx_params {
-    int n_threads;                       /* 0 = number of online CPUs */
-    int max_batch_tokens;                /* the largest T a forward call may get */
-    int max_ctx;                         /* the longest sequence attention must handle */
-    const char *force_isa;               /* NULL, "scalar", "avx2", "avx512" */
+    int n_threads;                        /* 0 = number of online CPUs */
+    int max_batch_tokens;                 /* the largest T a forward call may get */
+    int max_ctx;                          /* the longest sequence attention must handle */
+    const char *force_isa;                /* NULL, "scalar", "avx2", "avx512" */
     const struct hr_backend_ops *backend; /* NULL: the CPU backend (hr_backend_cpu) */
-    void *backend_user;                  /* the backend's own (the simulator's cost model and shape) */
+    void *backend_user;                   /* the backend's own (the simulator's cost model and shape) */
 } hr_model_ctx_params;
 
 hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,

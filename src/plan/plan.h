@@ -232,8 +232,9 @@ typedef struct hr_sim_result {
 
 /* Runs the traffic through the engine's real scheduler and block manager (hr_engine driving the "sim"
  * backend, hr_backend_sim, through the backend seam: it computes nothing, writes zero K/V into a pool
- * of the candidate's block count and returns fixed logits) in virtual time: each step advances the clock by the cost model's time for
- * that batch. Nothing waits in real time; results depend only on the inputs (deterministic). The pool
+ * of the candidate's block count and returns fixed logits) in virtual time: each step advances the
+ * clock by the cost model's time for that batch. Nothing waits in real time; results depend only on
+ * the inputs (deterministic). The pool
  * has the candidate's format on a one-layer, one-head stand-in shape with the block count the plan
  * gives the real model on the device (hr_kv_budget_compute with the device's usable bytes). */
 /* The simulator as a backend (backend/backend.h): hr_model_ctx_create with no model, this as

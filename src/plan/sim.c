@@ -1,13 +1,13 @@
 /* sim.c: a traffic through the engine's real scheduler and KV block manager in virtual time.
  *
  * The forward pass is the "sim" backend (backend/backend.h: hr_backend_sim, the seam the CPU backend
- * plugs into), which computes nothing: it writes zero K/V for every token into a stand-in pool (one layer, one KV head, the candidate's format and
- * block size, the block count the plan gives the real model on the device) and returns fixed logits.
- * Each hr_engine_step advances a virtual clock by the cost model's time for the batch it ran; arrivals
- * are submitted when the clock passes them; a token's time is the clock at the end of the step that
- * sampled it. Nothing reads the wall clock, so a run depends only on its inputs. Preemption is by
- * recompute: the engine's "auto" mode weighs swap against recompute with measured real speeds, which
- * a virtual-time run must not depend on. */
+ * plugs into), which computes nothing: it writes zero K/V for every token into a stand-in pool (one
+ * layer, one KV head, the candidate's format and block size, the block count the plan gives the real
+ * model on the device) and returns fixed logits. Each hr_engine_step advances a virtual clock by the
+ * cost model's time for the batch it ran; arrivals are submitted when the clock passes them; a token's
+ * time is the clock at the end of the step that sampled it. Nothing reads the wall clock, so a run
+ * depends only on its inputs. Preemption is by recompute: the engine's "auto" mode weighs swap against
+ * recompute with measured real speeds, which a virtual-time run must not depend on. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,7 +79,8 @@ static void sim_destroy(hr_model_ctx *c) { free(c); }
 
 /* It holds no weights and no scratch: weight_bytes and scratch_bytes are none (the budget of the
  * device it models comes from the plan, not from this process). */
-const hr_backend_ops hr_backend_sim = {.name = "sim", .create = sim_create, .destroy = sim_destroy, .forward = sim_forward};
+const hr_backend_ops hr_backend_sim = {
+    .name = "sim", .create = sim_create, .destroy = sim_destroy, .forward = sim_forward};
 
 /* The engine takes its default forward path only with a model (the vocabulary's size); the simulator
  * has none, so it hands the engine this step function, which runs the sim backend through the seam. */

@@ -81,10 +81,8 @@ typedef struct x16_kind {
 } x16_kind;
 
 static const x16_kind kinds[] = {
-    {HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_0, move_q4_0},
-    {HR_DTYPE_Q8_0X16, HR_DTYPE_Q8_0, move_q8_0},
-    {HR_DTYPE_Q4_KX16, HR_DTYPE_Q4_K, move_q4_K},
-    {HR_DTYPE_Q5_KX16, HR_DTYPE_Q5_K, move_q5_K},
+    {HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_0, move_q4_0}, {HR_DTYPE_Q8_0X16, HR_DTYPE_Q8_0, move_q8_0},
+    {HR_DTYPE_Q4_KX16, HR_DTYPE_Q4_K, move_q4_K}, {HR_DTYPE_Q5_KX16, HR_DTYPE_Q5_K, move_q5_K},
     {HR_DTYPE_Q6_KX16, HR_DTYPE_Q6_K, move_q6_K},
 };
 
@@ -167,6 +165,9 @@ void hr_quantize_q8_Ks_with(const float *x, void *dst, int64_t k, void (*q8_K)(c
     }
 }
 
-void hr_ref_quantize_q8_0s(const float *x, void *dst, int64_t k) { hr_quantize_q8_0s_with(x, dst, k, hr_ref_quantize_q8_0); }
-void hr_ref_quantize_q8_Ks(const float *x, void *dst, int64_t k) { hr_quantize_q8_Ks_with(x, dst, k, hr_ref_quantize_q8_K); }
-
+void hr_ref_quantize_q8_0s(const float *x, void *dst, int64_t k) {
+    hr_quantize_q8_0s_with(x, dst, k, hr_ref_quantize_q8_0);
+}
+void hr_ref_quantize_q8_Ks(const float *x, void *dst, int64_t k) {
+    hr_quantize_q8_Ks_with(x, dst, k, hr_ref_quantize_q8_K);
+}

@@ -167,7 +167,8 @@ fail:
  * counted; the fused Q|K|V rows are (a layer may fuse). Keep the two in step. */
 static uint64_t xbytes(uint64_t n_floats) { return (n_floats * sizeof(float) + 63) / 64 * 64; }
 
-static uint64_t cpu_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size, int n_threads) {
+static uint64_t cpu_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
+                                  int n_threads) {
     uint64_t T = (uint64_t)HR_MAX(1, max_batch_tokens), E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
     uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     uint64_t B = (uint64_t)HR_MAX(1, block_size);

@@ -185,6 +185,10 @@ static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
 
 #if defined(__x86_64__) || defined(__i386__)
 /* The AVX2 tables' (their base quantizers are AVX2 code, called only where the CPU has it). */
-void hr_avx2_quantize_q8_0s(const float *x, void *dst, int64_t k) { hr_quantize_q8_0s_with(x, dst, k, hr_avx2_quantize_q8_0); }
-void hr_avx2_quantize_q8_Ks(const float *x, void *dst, int64_t k) { hr_quantize_q8_Ks_with(x, dst, k, hr_avx2_quantize_q8_K); }
+void hr_avx2_quantize_q8_0s(const float *x, void *dst, int64_t k) {
+    hr_quantize_q8_0s_with(x, dst, k, hr_avx2_quantize_q8_0);
+}
+void hr_avx2_quantize_q8_Ks(const float *x, void *dst, int64_t k) {
+    hr_quantize_q8_Ks_with(x, dst, k, hr_avx2_quantize_q8_K);
+}
 #endif
