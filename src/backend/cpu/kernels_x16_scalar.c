@@ -5,10 +5,8 @@
 
 #include "backend/cpu/kernels_internal.h"
 
-typedef struct x16_kind {
-    hr_dtype x16, file;
-    float (*dot)(int64_t nb, const void *group, int r, const void *act); /* the scalar element */
-} x16_kind;
+/* The scalar element of each layout: row r of a group's nb blocks against one activation row. */
+typedef float (*x16_dot_fn)(int64_t nb, const void *group, int r, const void *act);
 
 static float dot_q4_0x16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q8_0x16(int64_t nb, const void *gp, int r, const void *ap);
@@ -16,56 +14,43 @@ static float dot_q4_Kx16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap);
 
-static const x16_kind kinds[] = {
-    {HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_0, dot_q4_0x16}, {HR_DTYPE_Q8_0X16, HR_DTYPE_Q8_0, dot_q8_0x16},
-    {HR_DTYPE_Q4_KX16, HR_DTYPE_Q4_K, dot_q4_Kx16}, {HR_DTYPE_Q5_KX16, HR_DTYPE_Q5_K, dot_q5_Kx16},
-    {HR_DTYPE_Q6_KX16, HR_DTYPE_Q6_K, dot_q6_Kx16},
-};
-
-static const x16_kind *kind_of(hr_dtype x16) {
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (kinds[i].x16 == x16) return &kinds[i];
-    return NULL;
-}
-
 /* ---- the scalar tiles: each element the one sequence of tensor.h ---- */
 
-static void tile(hr_dtype x16, int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,
-                 int nt, float *y, size_t y_stride) {
-    const x16_kind *kd = kind_of(x16);
-    const int64_t nb = k / hr_dtype_get_info(kd->file)->block_elems;
+static void tile(hr_dtype x16, x16_dot_fn dot, int64_t k, const void *w, size_t w_stride, int nr, const void *a,
+                 size_t a_stride, int nt, float *y, size_t y_stride) {
+    const int64_t nb = k / hr_dtype_get_info(x16)->block_elems;
     for (int g = 0; g < nr / HR_X16; g++) {
         const char *grp = (const char *)w + (size_t)g * HR_X16 * w_stride;
         for (int t = 0; t < nt; t++)
             for (int r = 0; r < HR_X16; r++)
                 y[(size_t)t * y_stride + (size_t)(g * HR_X16 + r)] =
-                    kd->dot(nb, grp, r, (const char *)a + (size_t)t * a_stride);
+                    dot(nb, grp, r, (const char *)a + (size_t)t * a_stride);
     }
 }
 
 void hr_scalar_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride) {
-    tile(HR_DTYPE_Q4_0X16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+    tile(HR_DTYPE_Q4_0X16, dot_q4_0x16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
 }
 
 void hr_scalar_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride) {
-    tile(HR_DTYPE_Q8_0X16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+    tile(HR_DTYPE_Q8_0X16, dot_q8_0x16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
 }
 
 void hr_scalar_tile_q4_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride) {
-    tile(HR_DTYPE_Q4_KX16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+    tile(HR_DTYPE_Q4_KX16, dot_q4_Kx16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
 }
 
 void hr_scalar_tile_q5_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride) {
-    tile(HR_DTYPE_Q5_KX16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+    tile(HR_DTYPE_Q5_KX16, dot_q5_Kx16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
 }
 
 void hr_scalar_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride) {
-    tile(HR_DTYPE_Q6_KX16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+    tile(HR_DTYPE_Q6_KX16, dot_q6_Kx16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
 }
 
 static float dot_q4_0x16(int64_t nb, const void *gp, int r, const void *ap) {
