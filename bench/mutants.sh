@@ -36,15 +36,15 @@ q4-dequant-scale#src/kv/format.c#float ws = p[t] * kv_f16_to_f32(pair[0]), wm#fl
 kivi2-dequant-scale#src/kv/format.c#float ws = p[t] * kv_f16_to_f32(pair[0]), wm#float ws = p[t] * kv_f16_to_f32(pair[0]) * (bits == 2 ? 1.0078125f : 1.0f), wm#test_kv_formats
 lowbit-k-scale#src/kv/format.c#row[c] = (float)kv_q16(q[c] * kv_f16_to_f32(sc[c]), inv); /* exact integers */#row[c] = (float)kv_q16(q[c] * kv_f16_to_f32(sc[c]) * 1.0078125f, inv);#test_kv_formats
 rope-sign#src/backend/cpu/ops.c#        x[a] = x0 * c - x1 * s;#        x[a] = x0 * c + x1 * s;#test_model test_engine test_stories
-rope-freq#src/model/forward.c#double f = pow(base, -2.0 * i / hp->n_rot)#double f = pow(base, -2.0 * (i + 1) / hp->n_rot)#test_model test_stories
+rope-freq#src/backend/cpu/forward.c#double f = pow(base, -2.0 * i / hp->n_rot)#double f = pow(base, -2.0 * (i + 1) / hp->n_rot)#test_model test_stories
 attn-softcap-off#src/kv/attention.c#    if (cap <= 0.0f) return scale;#    if (cap >= 0.0f) return scale;#test_model test_model_arch
-window-layer-base#src/model/forward.c#const double base = hp->n_window_layers == hp->n_layer ? base_swa : hp->rope_base;#const double base = hp->rope_base;#test_model test_model_arch
-qk-norm-skip#src/model/forward.c#if (L->q_norm) norm_heads(c, L, T);#if (L->q_norm && 0) norm_heads(c, L, T);#test_model test_model_arch
-post-norm-skip#src/model/forward.c#if (post_norm) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);#if (post_norm && 0) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);#test_model test_model_arch
+window-layer-base#src/backend/cpu/forward.c#const double base = hp->n_window_layers == hp->n_layer ? base_swa : hp->rope_base;#const double base = hp->rope_base;#test_model test_model_arch
+qk-norm-skip#src/backend/cpu/forward.c#if (L->q_norm) norm_heads(c, L, T);#if (L->q_norm && 0) norm_heads(c, L, T);#test_model test_model_arch
+post-norm-skip#src/backend/cpu/forward.c#if (post_norm) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);#if (post_norm && 0) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);#test_model test_model_arch
 gelu-coefficient#src/backend/cpu/ops.c#(1.0f + 0.044715f * g * g)#(1.0f + 0.05f * g * g)#test_model test_model_arch
-longrope-swapped#src/model/forward.c#factors = c->max_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;#factors = c->max_ctx > hp->n_ctx_orig ? m->rope_short : m->rope_long;#test_model test_model_arch
-final-softcap-off#src/model/forward.c#if (hp->final_softcap > 0.0f) {#if (hp->final_softcap < 0.0f) {#test_model test_model_arch
-embd-scale-off#src/model/forward.c#if (hp->embd_scale > 0.0f) /* gemma: sqrt(E) */#if (hp->embd_scale < 0.0f) /* gemma: sqrt(E) */#test_model test_model_arch
+longrope-swapped#src/backend/cpu/forward.c#factors = c->max_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;#factors = c->max_ctx > hp->n_ctx_orig ? m->rope_short : m->rope_long;#test_model test_model_arch
+final-softcap-off#src/backend/cpu/forward.c#if (hp->final_softcap > 0.0f) {#if (hp->final_softcap < 0.0f) {#test_model test_model_arch
+embd-scale-off#src/backend/cpu/forward.c#if (hp->embd_scale > 0.0f) /* gemma: sqrt(E) */#if (hp->embd_scale < 0.0f) /* gemma: sqrt(E) */#test_model test_model_arch
 token-id-bounds#src/engine/engine.c#if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)#if (p->prompt[i] < 0)#test_engine test_runtime test_server
 max-tokens-off-by-one#src/engine/engine.c#else if (r->n_known - r->n_prompt >= r->max_tokens ||#else if (r->n_known - r->n_prompt > r->max_tokens ||#test_engine test_runtime
 swap-out-failure-as-success#src/kv/swap.c#        if (w <= 0) return false;#        if (w <= 0) return true;#test_kv_swap test_engine test_faults

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "common/util.h"
-#include "tensor/tensor.h"
+#include "backend/cpu/kernels.h"
 
 static double now(void) {
     struct timespec ts;

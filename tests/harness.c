@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tensor/tensor.h"
+#include "backend/cpu/kernels.h"
 
 int hr_test_passed, hr_test_failed;
 

@@ -7,11 +7,11 @@
 #   common       -
 #   tensor       common
 #   gguf         common
-#   backend      tensor common
 #   kv           backend tensor common
+#   backend      model kv tensor common      (a backend executes a model's description over a KV storage)
 #   sampler      common
 #   tokenizer    gguf common
-#   model        kv backend tensor gguf common
+#   model        kv tensor gguf common
 #   constrain    tokenizer common
 #   engine       model kv sampler constrain tokenizer backend tensor common
 #   events       kv common                  (the prefix cache's observers; the runtime wires them)
@@ -25,7 +25,8 @@
 #   server       -
 #   eval         -
 #   bench        -                           (a client of any HTTP server: not even the runtime)
-#   plan         gguf tensor                 (reads a model's shape from its GGUF tensor directory),
+#   plan         backend gguf tensor         (its simulator is a backend; reads a model's shape from its
+#                                            GGUF tensor directory),
 #                runtime/budget.h            (plans with the runtime's own budget arithmetic)
 set -u
 src=${1:-$(dirname "$0")/../src}
@@ -35,11 +36,11 @@ declare -A allow=(
     [common]=""
     [tensor]="common"
     [gguf]="common"
-    [backend]="tensor common"
+    [backend]="model kv tensor common"
     [kv]="backend tensor common"
     [sampler]="common"
     [tokenizer]="gguf common"
-    [model]="kv backend tensor gguf common"
+    [model]="kv tensor gguf common"
     [constrain]="tokenizer common"
     [engine]="model kv sampler constrain tokenizer backend tensor common"
     [events]="kv common"
@@ -49,7 +50,7 @@ declare -A allow=(
     [server]=""
     [eval]=""
     [bench]="common"
-    [plan]="gguf tensor"
+    [plan]="backend gguf tensor"
 )
 front_end=" cli server eval plan "
 
@@ -63,8 +64,8 @@ plan/plan.h model/model.h
 plan/cost.c engine/engine.h
 plan/cost.c model/synth.h
 plan/cost.c sampler/sampler.h
-# \`headroom version\` prints the CPU's kernel table: the backend seam will offer it (point 7).
-cli/main.c tensor/tensor.h
+# \`headroom version\` prints the CPU backend's kernel table.
+cli/main.c backend/cpu/kernels.h
 # \`headroom synth\` writes a model file with model/'s synthetic writer: a file tool, no runtime.
 cli/cmd_synth.c model/synth.h
 # \`headroom tokenize --to-gguf\` writes the tokenizer's conversion through a GGUF writer.

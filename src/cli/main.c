@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "tensor/tensor.h"
+#include "backend/cpu/kernels.h"
 
 #ifndef HR_VERSION
 #define HR_VERSION "unknown" /* CMakeLists.txt defines it */

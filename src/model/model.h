@@ -146,15 +146,19 @@ typedef struct hr_batch {
     const uint8_t *want_logits;
 } hr_batch;
 
-/* Per-run state of the forward pass: thread pool, kernels, scratch sized once for max_tokens, the KV
- * pool it writes to (borrowed). */
+/* Per-run state of the forward pass on one backend (backend/backend.h: the CPU's thread pool,
+ * kernels and scratch sized once for max_tokens; the KV pool it writes to, borrowed). The functions
+ * below dispatch to the backend the context was made for (defined in backend/backend.c). */
 typedef struct hr_model_ctx hr_model_ctx;
+struct hr_backend_ops;
 
 typedef struct hr_model_ctx_params {
-    int n_threads;         /* 0 = number of online CPUs */
-    int max_batch_tokens;  /* the largest T a forward call may get */
-    int max_ctx;           /* the longest sequence attention must handle */
-    const char *force_isa; /* NULL, "scalar", "avx2", "avx512" */
+    int n_threads;                        /* 0 = number of online CPUs */
+    int max_batch_tokens;                 /* the largest T a forward call may get */
+    int max_ctx;                          /* the longest sequence attention must handle */
+    const char *force_isa;                /* NULL, "scalar", "avx2", "avx512" */
+    const struct hr_backend_ops *backend; /* NULL: the CPU backend (hr_backend_cpu) */
+    void *backend_user;                   /* the backend's own (the simulator's cost model and shape) */
 } hr_model_ctx_params;
 
 hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
@@ -163,7 +167,8 @@ void hr_model_ctx_destroy(hr_model_ctx *c); /* NULL allowed */
 /* Bytes hr_model_ctx_create allocates for this shape (the context, every scratch buffer, the matmul
  * activation rows, attention scores for max_ctx per thread, the thread pool's bookkeeping), computed
  * by the sizes create allocates, for a model whose layers all keep gate and up alike (together or
- * apart; one that mixes the two takes T x F floats more): what the memory planner counts. Pure. */
+ * apart; one that mixes the two takes T x F floats more): what the memory planner counts. Pure.
+ * (hr_backend_scratch_bytes in backend.h: the same for any backend.) */
 uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
                                     int n_threads);
 const char *hr_model_ctx_isa(const hr_model_ctx *c);

@@ -62,7 +62,7 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
     const hr_hparams *hp = &m->hp;
     double util = d->util > 0 && d->util <= 1 ? d->util : 1.0;
     out->usable_bytes = (uint64_t)((double)d->mem_bytes * util);
-    /* blocks wholly past a sliding window are dropped (model/forward.c sets the pool's window), so a
+    /* blocks wholly past a sliding window are dropped (backend/cpu/forward.c sets the pool's window), so a
      * sequence holds the window plus the block being filled */
     out->held_ctx = hp->sliding_window > 0 ? HR_MIN(p->n_ctx, hp->sliding_window + p->block_size) : p->n_ctx;
     out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : 0;

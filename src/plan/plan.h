@@ -231,12 +231,17 @@ typedef struct hr_sim_result {
     double itl_p50, itl_p99;   /* virtual seconds between a request's tokens */
 } hr_sim_result;
 
-/* Runs the traffic through the engine's real scheduler and block manager (hr_engine with a step
- * executor that computes nothing: it writes zero K/V into a pool of the candidate's block count and
- * returns fixed logits) in virtual time: each step advances the clock by the cost model's time for
- * that batch. Nothing waits in real time; results depend only on the inputs (deterministic). The pool
- * has the candidate's format on a one-layer, one-head stand-in shape with the block count the plan
- * gives the real model on the device (hr_kv_budget_compute with the device's usable bytes). */
+/* The simulator as a backend (backend/backend.h): hr_model_ctx_create with no model, this as
+ * hr_model_ctx_params.backend and the pricing state as backend_user (sim.c). */
+extern const struct hr_backend_ops hr_backend_sim;
+
+/* Runs the traffic through the engine's real scheduler and block manager (hr_engine driving the "sim"
+ * backend, hr_backend_sim, through the backend seam: it computes nothing, writes zero K/V into a pool
+ * of the candidate's block count and returns fixed logits) in virtual time: each step advances the
+ * clock by the cost model's time for that batch. Nothing waits in real time; results depend only on
+ * the inputs (deterministic). The pool has the candidate's format on a one-layer, one-head stand-in
+ * shape with the block count the plan gives the real model on the device (hr_kv_budget_compute with
+ * the device's usable bytes). */
 hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_cost_model *cost,
                      const hr_traffic *t, const hr_sim_candidate *c, hr_sim_result *out, hr_error *err);
 

@@ -1,16 +1,17 @@
 /* sim.c: a traffic through the engine's real scheduler and KV block manager in virtual time.
  *
- * The engine runs with a step executor that computes nothing (hr_engine_params.forward): it writes
- * zero K/V for every token into a stand-in pool (one layer, one KV head, the candidate's format and
- * block size, the block count the plan gives the real model on the device) and returns fixed logits.
- * Each hr_engine_step advances a virtual clock by the cost model's time for the batch it ran; arrivals
- * are submitted when the clock passes them; a token's time is the clock at the end of the step that
- * sampled it. Nothing reads the wall clock, so a run depends only on its inputs. Preemption is by
- * recompute: the engine's "auto" mode weighs swap against recompute with measured real speeds, which
- * a virtual-time run must not depend on. */
+ * The forward pass is the "sim" backend (backend/backend.h: hr_backend_sim, the seam the CPU backend
+ * plugs into), which computes nothing: it writes zero K/V for every token into a stand-in pool (one
+ * layer, one KV head, the candidate's format and block size, the block count the plan gives the real
+ * model on the device) and returns fixed logits. Each hr_engine_step advances a virtual clock by the
+ * cost model's time for the batch it ran; arrivals are submitted when the clock passes them; a token's
+ * time is the clock at the end of the step that sampled it. Nothing reads the wall clock, so a run
+ * depends only on its inputs. Preemption is by recompute: the engine's "auto" mode weighs swap against
+ * recompute with measured real speeds, which a virtual-time run must not depend on. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "common/util.h"
 #include "plan/plan.h"
 
@@ -28,9 +29,15 @@ typedef struct sim_exec {
     double step_s;         /* the last step's cost */
 } sim_exec;
 
-static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_error *err) {
+/* The sim backend's instance: the seam's handle first, then the shape and cost it prices with. */
+typedef struct sim_ctx {
+    hr_backend_base base;
+    sim_exec *x;
+} sim_ctx;
+
+static hr_status sim_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
     (void)err;
-    sim_exec *x = user;
+    sim_exec *x = ((sim_ctx *)(void *)c)->x;
     static const float zero[64];
     double kv_bytes = 0, attn = 0;
     int row = 0;
@@ -52,6 +59,33 @@ static hr_status sim_forward(void *user, const hr_batch *b, float *logits, hr_er
                       .attn_flops = attn};
     x->step_s = hr_cost_step_s(x->cost, &s);
     return HR_OK;
+}
+
+/* No model (NULL): the shape and the cost model come as backend_user (a sim_exec), the pool is the
+ * stand-in. */
+static hr_status sim_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
+                            hr_error *err) {
+    (void)m;
+    sim_ctx *c = calloc(1, sizeof *c);
+    if (!c) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    c->base.ops = &hr_backend_sim;
+    c->x = p->backend_user;
+    c->x->kv = kv;
+    *out = (hr_model_ctx *)(void *)c;
+    return HR_OK;
+}
+
+static void sim_destroy(hr_model_ctx *c) { free(c); }
+
+/* It holds no weights and no scratch: weight_bytes and scratch_bytes are none (the budget of the
+ * device it models comes from the plan, not from this process). */
+const hr_backend_ops hr_backend_sim = {
+    .name = "sim", .create = sim_create, .destroy = sim_destroy, .forward = sim_forward};
+
+/* The engine takes its default forward path only with a model (the vocabulary's size); the simulator
+ * has none, so it hands the engine this step function, which runs the sim backend through the seam. */
+static hr_status sim_step(void *user, const hr_batch *b, float *logits, hr_error *err) {
+    return hr_model_forward(user, b, logits, err);
 }
 
 typedef struct sim_req {
@@ -151,9 +185,18 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     x.attn_flops_tok = 4.0 * hp->n_layer * hp->n_head * hp->head_dim;
     if (hp->sliding_window > 0 && (x.window == 0 || hp->sliding_window < x.window)) x.window = hp->sliding_window;
 
+    hr_model_ctx *ctx = NULL;
+    hr_model_ctx_params mp = {.max_batch_tokens = pl->p.max_batch_tokens,
+                              .max_ctx = pl->p.n_ctx,
+                              .backend = &hr_backend_sim,
+                              .backend_user = &x};
+    if ((st = hr_model_ctx_create(NULL, x.kv, &mp, &ctx, err))) {
+        hr_kv_pool_destroy(x.kv);
+        return st;
+    }
     hr_engine_params ep = {.kv = x.kv,
-                           .forward = sim_forward,
-                           .forward_user = &x,
+                           .forward = sim_step,
+                           .forward_user = ctx,
                            .n_vocab = SIM_VOCAB,
                            .n_ctx = pl->p.n_ctx,
                            .max_batch_tokens = pl->p.max_batch_tokens,
@@ -252,6 +295,7 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     }
     for (int i = 0; rs && i < t->n; i++) hr_request_release(rs[i].h);
     hr_engine_destroy(e);
+    hr_model_ctx_destroy(ctx);
     hr_kv_pool_destroy(x.kv);
     free(rs);
     free(ttft);

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tensor/kernels_internal.h"
+#include "tensor/tensor_ref.h"
 
 /* ---- shared: 6-bit scale/min packing of q4_K and q5_K (the inverse of hr_get_scale_min_k4) ---- */
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tensor/kernels_internal.h"
+#include "tensor/tensor_ref.h"
 
 /* ---- float types (activations are f32) ---- */
 

@@ -13,7 +13,7 @@
 
 #include "backend/cpu/threadpool.h"
 #include "common/status.h"
-#include "tensor/tensor.h"
+#include "backend/cpu/kernels.h"
 
 /* Kernel table + thread pool (both borrowed; they must outlive the context) + activation scratch
  * sized at create for up to max_tokens rows of max_k elements. */

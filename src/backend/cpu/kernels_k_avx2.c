@@ -26,7 +26,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tensor/kernels_tile.h"
+#include "backend/cpu/kernels_tile.h"
 
 /* gcc -O2 does not unroll the fixed 4- and 8-step loops by itself; unrolled, the block stays in registers. */
 #define HR_UNROLL _Pragma("GCC unroll 8")

@@ -4,7 +4,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "tensor/kernels_internal.h"
+#include "backend/cpu/kernels_internal.h"
 
 /* ---- q8_0 activation quantizer: same formula as the reference (d = amax/127, q = round(x/d),
  * half away from zero), so it produces the same bytes ---- */
@@ -53,4 +53,4 @@ void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k) {
 
 #define HR_Q_VNNI    0
 #define HR_QFN(name) hr_avx2_##name
-#include "tensor/kernels_q8_0_tile.h"
+#include "backend/cpu/kernels_q8_0_tile.h"

@@ -20,14 +20,14 @@
  * same over 8 chunks of bytes stored + 128 (AVX-512 from s128 = -128 sum(y); AVX2 by |w| x sign(y,
  * w)); q4_Kx16 per sub-block of 32 with the 6-bit scales and mins decoded in the lanes. One token
  * (decode) goes through a path that reads each line of a group once. */
-#ifndef HR_TENSOR_KERNELS_X16_H
-#define HR_TENSOR_KERNELS_X16_H
+#ifndef HR_BACKEND_CPU_KERNELS_X16_H
+#define HR_BACKEND_CPU_KERNELS_X16_H
 
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
 
-#include "tensor/kernels_internal.h"
+#include "backend/cpu/kernels_internal.h"
 
 static inline int32_t load_i32(const void *p) {
     int32_t v;

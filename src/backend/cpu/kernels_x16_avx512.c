@@ -3,4 +3,4 @@
  * AVX512_VNNI. */
 #define HR_X16_512     1
 #define HR_X16FN(name) hr_avx512_##name
-#include "tensor/kernels_x16.h"
+#include "backend/cpu/kernels_x16.h"

@@ -1,4 +1,6 @@
-/* forward.c: one forward pass over a ragged batch of T tokens from many sequences.
+/* forward.c: the CPU backend (backend.h: hr_backend_cpu): one forward pass over a ragged batch of T tokens
+ * from many sequences, executing the model's description (model_internal.h: hyper-parameters, weights,
+ * each layer's attention) with this backend's kernels.
  *
  * Per layer: RMSNorm -> Q/K/V projections for all T tokens at once (one weight read per step) ->
  * [per-head Q/K RMSNorm] -> RoPE (the layer's base) -> K/V written into each token's sequence blocks ->
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/threadpool.h"
@@ -22,6 +25,7 @@
 #include "model/model_internal.h"
 
 struct hr_model_ctx {
+    hr_backend_base base; /* first: the seam's handle (backend.h) */
     const hr_model *m;
     hr_kv_pool *kv;
     hr_kernels kernels;
@@ -97,8 +101,10 @@ static bool adjacent(const hr_weight *a, const hr_weight *b) {
            (const uint8_t *)a->data + (size_t)a->rows * a->row_bytes == (const uint8_t *)b->data;
 }
 
-hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
-                              hr_error *err) {
+static void cpu_destroy(hr_model_ctx *c);
+
+static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
+                            hr_error *err) {
     const hr_hparams *hp = &m->hp;
     const hr_kv_config *kc = hr_kv_pool_config(kv);
     if (kc->n_layers != hp->n_layer || kc->n_kv_heads != hp->n_head_kv || kc->head_dim != hp->head_dim)
@@ -109,6 +115,7 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
         return hr_error_set(err, HR_ERR_INVALID_ARG, "max_batch_tokens and max_ctx must be positive");
     hr_model_ctx *c = calloc(1, sizeof *c);
     if (!c) return hr_error_set(err, HR_ERR_NOMEM, "out of memory creating the model context");
+    c->base.ops = &hr_backend_cpu;
     c->m = m;
     c->kv = kv;
     c->max_tokens = p->max_batch_tokens;
@@ -198,12 +205,13 @@ hr_status hr_model_ctx_create(const hr_model *m, hr_kv_pool *kv, const hr_model_
     *out = c;
     return HR_OK;
 fail:
-    hr_model_ctx_destroy(c);
+    cpu_destroy(c);
     return st;
 }
 
-uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
-                                    int n_threads) {
+/* What create allocates for a model whose layers all keep gate and up alike (the plan's figure). */
+static uint64_t cpu_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
+                                  int n_threads) {
     /* every layer alike (gate and up together, or every one apart: 2 x T x F floats either way) */
     hr_kv_config kc = {.block_size = block_size, .head_dim = hp->head_dim};
     fwd_sizes z;
@@ -211,7 +219,7 @@ uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, 
     return fwd_sizes_total(&z, max_batch_tokens, n_threads);
 }
 
-void hr_model_ctx_destroy(hr_model_ctx *c) {
+static void cpu_destroy(hr_model_ctx *c) {
     if (!c) return;
     hr_matmul_ctx_destroy(c->mm);
     hr_threadpool_destroy(c->tp);
@@ -233,8 +241,8 @@ void hr_model_ctx_destroy(hr_model_ctx *c) {
     free(c);
 }
 
-const char *hr_model_ctx_isa(const hr_model_ctx *c) { return c->kernels.isa; }
-int hr_model_ctx_n_threads(const hr_model_ctx *c) { return hr_threadpool_size(c->tp); }
+static const char *cpu_isa(const hr_model_ctx *c) { return c->kernels.isa; }
+static int cpu_n_threads(const hr_model_ctx *c) { return hr_threadpool_size(c->tp); }
 
 static void matmul(hr_model_ctx *c, const hr_weight *w, const float *X, int64_t T, float *Y) {
     hr_matmul(c->mm, w->data, w->type, w->rows, w->cols, X, T, Y);
@@ -380,7 +388,7 @@ static hr_status check_batch(const hr_model_ctx *c, const hr_batch *b, hr_error 
     return HR_OK;
 }
 
-hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
+static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
     hr_status st = check_batch(c, b, err);
     if (st) return st;
     const hr_model *m = c->m;
@@ -437,3 +445,16 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
     }
     return HR_OK;
 }
+
+/* Weights as this backend holds them: the model's tensors, used in place (mapped or resident; the
+ * x16 repacking at load keeps their size). */
+static uint64_t cpu_weight_bytes(const hr_model *m) { return hr_model_weight_bytes(m); }
+
+const hr_backend_ops hr_backend_cpu = {.name = "cpu",
+                                       .create = cpu_create,
+                                       .destroy = cpu_destroy,
+                                       .forward = cpu_forward,
+                                       .isa = cpu_isa,
+                                       .n_threads = cpu_n_threads,
+                                       .weight_bytes = cpu_weight_bytes,
+                                       .scratch_bytes = cpu_scratch_bytes};

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tensor/kernels_internal.h"
+#include "backend/cpu/kernels_internal.h"
 
 /* hsum8 of the SIMD kernels: (lo128 + hi128), then (0 + 2, 1 + 3), then their sum. */
 static float lanes_hsum8(const float v[8]) {

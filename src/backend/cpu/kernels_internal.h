@@ -1,60 +1,13 @@
 /* kernels_internal.h: the per-type, per-ISA kernel functions that hr_kernels_init puts in the table.
- * Private to src/tensor (tests reach them only through hr_kernels). */
-#ifndef HR_TENSOR_KERNELS_INTERNAL_H
-#define HR_TENSOR_KERNELS_INTERNAL_H
+ * Private to src/backend/cpu (tests reach them only through hr_kernels); the reference routines the
+ * tables also hold come from tensor/tensor_ref.h. */
+#ifndef HR_BACKEND_CPU_KERNELS_INTERNAL_H
+#define HR_BACKEND_CPU_KERNELS_INTERNAL_H
 
 #include <math.h>
 
-#include "tensor/tensor.h"
-
-/* Nearest integer, ties to even, for |x| < 2^22 (ggml's nearest_int: the 1.5*2^23 trick). */
-static inline int hr_nearest_int(float fval) {
-    float val = fval + 12582912.f;
-    int32_t i;
-    __builtin_memcpy(&i, &val, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-/* Scalar reference kernels (quant_ref.c, quant_k_ref.c). Activation quantizers: */
-void hr_ref_copy_f32(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_q8_0(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_q8_K(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_q4_0(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_f16(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_bf16(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_q4_K(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_q5_K(const float *x, void *dst, int64_t k);
-void hr_ref_quantize_q6_K(const float *x, void *dst, int64_t k);
-
-void hr_ref_dequantize_f32(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_f16(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_bf16(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_q8_0(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_q4_0(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_q8_K(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_q4_K(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_q5_K(const void *src, float *y, int64_t k);
-void hr_ref_dequantize_q6_K(const void *src, float *y, int64_t k);
-
-float hr_ref_dot_f32(int64_t k, const void *w, const void *a);
-float hr_ref_dot_f16(int64_t k, const void *w, const void *a);
-float hr_ref_dot_bf16(int64_t k, const void *w, const void *a);
-float hr_ref_dot_q8_0(int64_t k, const void *w, const void *a);
-float hr_ref_dot_q4_0(int64_t k, const void *w, const void *a);
-float hr_ref_dot_q4_K(int64_t k, const void *w, const void *a);
-float hr_ref_dot_q5_K(int64_t k, const void *w, const void *a);
-float hr_ref_dot_q6_K(int64_t k, const void *w, const void *a);
-
-/* Decodes the 6-bit scale and min of sub-block j (0..7) from a q4_K/q5_K scales[12] array. */
-static inline void hr_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-    }
-}
+#include "backend/cpu/kernels.h"
+#include "tensor/tensor_ref.h"
 
 /* The scalar table's dots (kernels_scalar.c): portable C in the SIMD kernels' reduction order. */
 float hr_scalar_dot_f32(int64_t k, const void *w, const void *a);
@@ -105,9 +58,8 @@ void hr_avx512_tile_q8_0(int64_t k, const void *w, size_t w_stride, int nr, cons
 void hr_avx512_tile_q4_0(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                          float *y, size_t y_stride);
 
-/* q4_0x16, q8_0x16 and q4_Kx16 (quant_x16.c, kernels_x16_avx2.c, kernels_x16_avx512.c): the tile of
+/* q4_0x16, q8_0x16 and q4_Kx16 (kernels_x16_scalar.c, kernels_x16_avx2.c, kernels_x16_avx512.c): the tile of
  * each table and the q8_0s / q8_Ks activation quantizers; every one gives the scalar tile's bits. */
-void hr_ref_quantize_q8_0s(const float *x, void *dst, int64_t k);
 void hr_avx2_quantize_q8_0s(const float *x, void *dst, int64_t k);
 void hr_scalar_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
@@ -115,7 +67,6 @@ void hr_avx2_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, con
                           float *y, size_t y_stride);
 void hr_avx512_tile_q4_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
-void hr_ref_quantize_q8_Ks(const float *x, void *dst, int64_t k);
 void hr_avx2_quantize_q8_Ks(const float *x, void *dst, int64_t k);
 void hr_scalar_tile_q4_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);

@@ -2,4 +2,4 @@
  * kernels_q4_0_tile.h, shared with the AVX-512 VNNI build). */
 #define HR_Q_VNNI    0
 #define HR_QFN(name) hr_avx2_##name
-#include "tensor/kernels_q4_0_tile.h"
+#include "backend/cpu/kernels_q4_0_tile.h"

@@ -19,10 +19,10 @@
  * (first) or acc, ending in y[t * ys] (last) or back in acc, with the one sequence of float
  * operations per element that the type's vec_dot runs; so every element has vec_dot's bits however
  * the call is split. */
-#ifndef HR_TENSOR_KERNELS_TILE_H
-#define HR_TENSOR_KERNELS_TILE_H
+#ifndef HR_BACKEND_CPU_KERNELS_TILE_H
+#define HR_BACKEND_CPU_KERNELS_TILE_H
 
-#include "tensor/kernels_internal.h"
+#include "backend/cpu/kernels_internal.h"
 
 /* HR_TILE_DRIVER(name, act_t, acc_t, acc_per_token, units, kp, kp_stream, max_rows, chunk_bytes,
  *                pack, row, one_token) defines

@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "tensor/kernels_internal.h"
+#include "backend/cpu/kernels_internal.h"
 
 enum { W_F32, W_F16, W_BF16 };
 /* the activation element type that goes with a weight kind: f16 with f16, else f32 */

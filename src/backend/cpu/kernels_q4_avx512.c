@@ -3,4 +3,4 @@
  * every result bit, as the AVX2 build of kernels_q4_0_tile.h. Reached only when the CPU has them. */
 #define HR_Q_VNNI    1
 #define HR_QFN(name) hr_avx512_##name
-#include "tensor/kernels_q4_0_tile.h"
+#include "backend/cpu/kernels_q4_0_tile.h"

@@ -17,12 +17,12 @@
  * tokens streams the rows whole (up to k = 8192 at a time: one sequential read the prefetcher
  * follows, its table in L2), the later groups take k-blocks of 16 pairs (table in L1, weights in
  * L2), and the tokens past the groups of 8 run 1 x 4, 1 x 3 and 1 x 2 tiles (no token alone). */
-#ifndef HR_TENSOR_KERNELS_Q8_0_TILE_H
-#define HR_TENSOR_KERNELS_Q8_0_TILE_H
+#ifndef HR_BACKEND_CPU_KERNELS_Q8_0_TILE_H
+#define HR_BACKEND_CPU_KERNELS_Q8_0_TILE_H
 
 #include <immintrin.h>
 
-#include "tensor/kernels_tile.h"
+#include "backend/cpu/kernels_tile.h"
 
 /* Horizontal sum of 8 floats in a fixed order: (lo128 + hi128), then pairs. */
 static inline float hsum8(__m256 v) {

@@ -1,4 +1,4 @@
-/* kernels.c: CPU feature detection and the run-time choice of kernels (hr_kernels_init).
+/* kernels.c: the run-time choice of kernels (hr_kernels_init) from the ISA the dispatcher picks (isa.c).
  *
  * Invariants:
  *   1. Within one table every entry for a type uses one ISA, and its vec_dot_tile computes each
@@ -13,45 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tensor/kernels_internal.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-
-static uint64_t read_xcr0(void) {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
-hr_cpu_features hr_cpu_detect(void) {
-    hr_cpu_features f = {0};
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-    const bool osxsave = (c >> 27) & 1;
-    if (!osxsave) return f;
-    const uint64_t xcr0 = read_xcr0();
-    const bool os_avx = (xcr0 & 0x6) == 0x6;                /* XMM and YMM state */
-    const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
-    const bool avx = (c >> 28) & 1;
-    f.fma = os_avx && ((c >> 12) & 1);
-    f.f16c = os_avx && ((c >> 29) & 1);
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
-        f.avx2 = os_avx && avx && ((b >> 5) & 1);
-        f.avx512f = os_avx512 && ((b >> 16) & 1);
-        f.avx512bw = os_avx512 && ((b >> 30) & 1);
-        f.avx512vl = os_avx512 && ((b >> 31) & 1);
-        f.avx512vnni = os_avx512 && ((c >> 11) & 1);
-    }
-    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avxvnni = os_avx && ((a >> 4) & 1);
-    return f;
-}
-#else
-hr_cpu_features hr_cpu_detect(void) {
-    hr_cpu_features f = {0};
-    return f;
-}
-#endif
+#include "backend/cpu/kernels_internal.h"
 
 /* Scalar tiles: each element is the type's vec_dot, so they are invariant by construction. */
 #define HR_DEFINE_TILE(name, dot)                                                                                      \
@@ -146,29 +108,17 @@ static void add_avx512(hr_kernels *k, hr_cpu_features f, bool all) {
     (void)all;
 }
 
-static bool has_avx2(hr_cpu_features f) { return f.avx2 && f.fma && f.f16c; }
-static bool has_avx512(hr_cpu_features f) { return has_avx2(f) && f.avx512f && f.avx512bw && f.avx512vl; }
-
-bool hr_kernels_isa_available(hr_cpu_features f, const char *isa) {
-    if (!isa) return false;
-    if (!strcmp(isa, "scalar")) return true;
-    if (!strcmp(isa, "avx2")) return has_avx2(f);
-    if (!strcmp(isa, "avx512")) return has_avx512(f);
-    return false;
-}
+bool hr_kernels_isa_available(hr_cpu_features f, const char *isa) { return hr_cpu_isa_available(f, isa); }
 
 void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa) {
     memset(k, 0, sizeof *k);
     k->features = f;
-    int want = 2; /* 0 scalar, 1 avx2, 2 avx512: best available unless forced lower */
-    if (force_isa && !strcmp(force_isa, "scalar"))
-        want = 0;
-    else if (force_isa && !strcmp(force_isa, "avx2"))
-        want = 1;
+    /* the one dispatcher's choice (isa.h), clamped to what f has */
+    const hr_cpu_isa want = hr_cpu_isa_choose(f, force_isa);
     const bool all512 = force_isa && !strcmp(force_isa, "avx512");
-    if (want >= 1 && has_avx2(f)) {
+    if (want >= HR_CPU_ISA_AVX2) {
         init_avx2(k);
-        if (want >= 2 && has_avx512(f)) add_avx512(k, f, all512);
+        if (want >= HR_CPU_ISA_AVX512) add_avx512(k, f, all512);
     } else {
         init_scalar(k);
     }

@@ -24,13 +24,13 @@
  * k = 8192 at a time: one sequential read the prefetcher follows, its table in L2), the later
  * groups take k-blocks of 16 pairs (table in L1, weights in L2), and the tokens past the groups of
  * 8 run 1 x 4, 1 x 3 and 1 x 2 tiles. A lone token (decode) goes row after row. */
-#ifndef HR_TENSOR_KERNELS_Q4_0_TILE_H
-#define HR_TENSOR_KERNELS_Q4_0_TILE_H
+#ifndef HR_BACKEND_CPU_KERNELS_Q4_0_TILE_H
+#define HR_BACKEND_CPU_KERNELS_Q4_0_TILE_H
 
 #include <immintrin.h>
 #include <string.h>
 
-#include "tensor/kernels_tile.h"
+#include "backend/cpu/kernels_tile.h"
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
