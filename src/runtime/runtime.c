@@ -449,6 +449,7 @@ const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name;
 const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
 const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
+const char *hr_runtime_chat_fallback_note(const hr_runtime *rt) { return hr_chat_fallback_note(rt->chat); }
 const char *hr_runtime_chat_family(const hr_runtime *rt) { return hr_chat_template_name(hr_chat_family(rt->chat)); }
 bool hr_runtime_chat_native(const hr_runtime *rt) {
     return !strcmp(hr_chat_describe(rt->chat), "the model's chat template");

@@ -127,6 +127,10 @@ const char *hr_runtime_chat_family(const hr_runtime *rt);
 /* Whether chat renders through the model's own template (the Jinja interpreter), which takes tools and
  * tool calls as they are; else a family renderer, which knows nothing of tools. */
 bool hr_runtime_chat_native(const hr_runtime *rt);
+/* When the model's own template met something the interpreter does not support (or a limit) while
+ * rendering a request, which then got the family renderer's text: the first such reason, one line;
+ * else "". Stable once set (front ends log it once). Any thread. */
+const char *hr_runtime_chat_fallback_note(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
 /* A Hugging Face checkpoint's generation_config.json sampling defaults (temperature, top_p, top_k, min_p,

@@ -54,6 +54,7 @@ struct hr_server {
     long long started; /* unix seconds, the models' "created" */
     atomic_int state;
     atomic_bool abandon; /* past the drain and the cancellations: stop waiting on channels */
+    atomic_bool fallback_logged; /* the chat template's render-time fallback was logged (once) */
     pthread_mutex_t mu;  /* the registry */
     pthread_cond_t cv;   /* a job left the registry */
     hr_srv_job *jobs;
@@ -437,6 +438,12 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
         hr_srv_fail_status(&e, rt, st, &err, g.prompt_field, g.rp.constraint.field);
     else
         j->n = g.n;
+    if (g.rp.n_messages && !atomic_load(&s->fallback_logged)) {
+        const char *note = hr_runtime_chat_fallback_note(rt); /* once: the reason a template fell back */
+        if (note[0] && !atomic_exchange(&s->fallback_logged, true))
+            fprintf(stderr, "headroom serve: chat: the model's template fell back to the %s family renderer: %s\n",
+                    hr_runtime_chat_family(rt), note);
+    }
     const char *prompt_field = g.prompt_field;
     (void)prompt_field;
     hr_srv_gen_free(&g);
