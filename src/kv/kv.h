@@ -24,26 +24,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-
-/* Storage formats of K or V. */
-typedef enum hr_kv_format {
-    HR_KV_F32 = 0,
-    HR_KV_F16 = 1,
-    HR_KV_BF16 = 2,
-    HR_KV_Q8 = 3,    /* int8, per token and head, groups of <=32 with an f16 scale */
-    HR_KV_Q4 = 4,    /* 4-bit, robust to outlier key channels */
-    HR_KV_FP8 = 5,   /* e4m3 with per-head scales */
-    HR_KV_KIVI2 = 6, /* 2-bit KIVI: K per channel over a full block, V per token, tail block in f16 */
-    HR_KV_Q4H = 7,   /* 4-bit per token: K rotated per head by a Hadamard transform (head_dim a power of
-                        two), V as q4's V; encoded at write time, no tail buffer */
-} hr_kv_format;
-
-#define HR_KV_FORMAT_COUNT 8
-
-const char *hr_kv_format_name(hr_kv_format f);
-/* Parses a format name ("f16", "q8", "kivi2", "q4h", ...; also fp32, fp16, q8_0, int8, q4_0, int4,
- * e4m3, fp8_e4m3, q4_hadamard). On error the message lists the valid names. */
-hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err);
+#include "kv/kv_format.h" /* hr_kv_format, names, parsing */
 
 typedef struct hr_kv_config {
     int n_layers;
@@ -61,6 +42,9 @@ typedef struct hr_kv_config {
                               max_batch_tokens; 0: 512); sizes the default stage_blocks */
     bool prefault;         /* map the arena resident at create (MAP_POPULATE): RSS = budget from the start,
                               and a budget the machine cannot hold fails here, not mid-run */
+    const char *isa;       /* the storage's kernels as --isa names them ("scalar"; "avx2" or "avx512": the
+                              AVX2 KV kernels), chosen by the caller's CPU-feature dispatcher; NULL: the
+                              best this CPU has. force_scalar wins over it */
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;
