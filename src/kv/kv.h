@@ -15,6 +15,29 @@
  * called from any thread: the figures are kept in atomics, each read is a consistent-enough snapshot
  * for metrics.
  *
+ * Manager and storage: this is the KV manager (block ids, tables, reference counts, the prefix cache,
+ * policies, the ledger, swap and remote-tier bookkeeping); it never touches a block's bytes. Those
+ * live in a KV storage (kv_storage.h: the CPU's in backend/cpu/kv_storage_cpu.c, a GPU's next), which
+ * writes K/V, attends, and reads, writes and copies whole blocks when the manager asks.
+ *
+ * The files of kv/ in dependency order: each calls only files above it (tests/test_kv_layers.c checks
+ * this list against the code, so there is no call circle):
+ *   kv_format.c      formats as vocabulary: names, parsing, per-head byte layouts
+ *   map.c            the prefix map (hash -> block) and the root of every hash chain
+ *   block.c          block states, free list and LRU, reference counts, tail buffers, table helpers
+ *   evict.c          what policies do to a sequence: holes, token masks and scores, top-k
+ *   policy_window.c  window:W, sinks:S,window:W and model sliding windows
+ *   policy_h2o.c     h2o:B
+ *   policy_snapkv.c  snapkv:B
+ *   policy.c         parsing, checks, the registry, after-commit dispatch, the ledger's policy figures
+ *   swap.c           the swap tier: a file of block slots, bytes through the storage
+ *   prefix.c         chain hashes, commit, share_prefix, the observer and remote fetch, read_block
+ *   pool.c           sizes, create/destroy (with the storage), sequences: create, reserve, free, fork
+ *   attend.c         hr_kv_write, hr_kv_attention: a sequence and position into storage calls
+ *   ledger.c         pool and sequence ledgers, hr_kv_pool_check
+ * Below them all, the storage, reached only through its ops (pool.c also names the CPU storage's
+ * create function as the default).
+ *
  * Dimension letters: L = layers, H = query heads, Hkv = KV heads, D = head_dim, B = block_size. */
 #ifndef HR_KV_KV_H
 #define HR_KV_KV_H
@@ -24,7 +47,8 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "kv/kv_format.h" /* hr_kv_format, names, parsing */
+#include "kv/kv_format.h"  /* hr_kv_format, names, parsing */
+#include "kv/kv_storage.h" /* the storage a pool keeps its bytes in */
 
 typedef struct hr_kv_config {
     int n_layers;
@@ -45,6 +69,8 @@ typedef struct hr_kv_config {
     const char *isa;       /* the storage's kernels as --isa names them ("scalar"; "avx2" or "avx512": the
                               AVX2 KV kernels), chosen by the caller's CPU-feature dispatcher; NULL: the
                               best this CPU has. force_scalar wins over it */
+    hr_kv_storage_create_fn storage; /* where the bytes live: NULL for the CPU storage
+                                        (backend/cpu/kv_storage_cpu.h), or another (a GPU's) */
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;

@@ -124,7 +124,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
                                .n_stage = p->n_stage,
                                .prefault = cfg->prefault,
                                .isa = kv_default_isa(cfg)};
-    rc = hr_kv_storage_cpu_create(&sp, &p->st, err);
+    rc = (cfg->storage ? cfg->storage : hr_kv_storage_cpu_create)(&sp, &p->st, err);
     if (rc != HR_OK) {
         free(p);
         return rc;
