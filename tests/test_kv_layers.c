@@ -198,8 +198,8 @@ int main(void) {
             size_t m = 0;
             while (ident_char(p[m])) m++;
             int k = find_sym(p, m);
-            CHECKF(k < 0, "src/backend/cpu/%s uses %s from src/kv/%s: the storage must not call the manager",
-                   e->d_name, k >= 0 ? syms[k].name : "", k >= 0 ? kv_files[syms[k].file] : "");
+            CHECKF(k < 0, "src/backend/cpu/%s uses %s from src/kv/%s: the storage must not call the manager", e->d_name,
+                   k >= 0 ? syms[k].name : "", k >= 0 ? kv_files[syms[k].file] : "");
             p += m - 1;
         }
         free(s);
@@ -207,7 +207,7 @@ int main(void) {
     if (d) closedir(d);
     CHECKF(n_storage >= 4, "found %d CPU storage files (kv_*.c) in src/backend/cpu", n_storage);
     for (int i = 0; i < n_kv_files; i++) free(src[i]);
-    printf("%d kv/ files in order, %d definitions, %d cross-file uses, %d storage files checked\n", n_kv_files,
-           n_syms, uses, n_storage);
+    printf("%d kv/ files in order, %d definitions, %d cross-file uses, %d storage files checked\n", n_kv_files, n_syms,
+           uses, n_storage);
     return hr_test_finish();
 }

@@ -20,7 +20,18 @@ enum { L = 2, HKV = 2, D = 16, H = 4, B = 16, NT = 45, NB = 24 };
 
 /* ---- the wrapping storage ------------------------------------------------------------------------ */
 
-enum { C_WRITE, C_ATTEND, C_READ, C_WRITE_BLOCK, C_COPY, C_STAGE_RESET, C_STAGE_READ, C_STAGE_WRITE, C_STAGE_COPY, C_N };
+enum {
+    C_WRITE,
+    C_ATTEND,
+    C_READ,
+    C_WRITE_BLOCK,
+    C_COPY,
+    C_STAGE_RESET,
+    C_STAGE_READ,
+    C_STAGE_WRITE,
+    C_STAGE_COPY,
+    C_N
+};
 
 typedef struct wrap {
     hr_kv_storage base;
@@ -197,8 +208,7 @@ static void run(hr_kv_format f) {
     wrap *ws_ = g_last;
     CHECK(ws_ != NULL);
     if (!p || !w || !ws_) return;
-    CHECKF(!strcmp(hr_kv_pool_isa(p), hr_kv_pool_isa(w)), "%s: isa %s vs %s", fn, hr_kv_pool_isa(p),
-           hr_kv_pool_isa(w));
+    CHECKF(!strcmp(hr_kv_pool_isa(p), hr_kv_pool_isa(w)), "%s: isa %s vs %s", fn, hr_kv_pool_isa(p), hr_kv_pool_isa(w));
     CHECK(ws_->n_blocks == NB && (ws_->n_stage > 0) == deferred);
     CHECK(w_footprint(&ws_->base) == cw.budget_bytes); /* blocks + tail buffers: the whole budget */
 

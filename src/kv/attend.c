@@ -14,14 +14,14 @@ void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *
     KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
     const kv_seq *s = &p->seqs[seq];
     int B = p->cfg.block_size;
-    int bi = pos / B;
+    int bi = pos / B, t = pos % B;
     KV_ASSERT(pos >= 0 && bi < s->n_table);
     int32_t b = s->table[bi];
     /* a shared or hashed (full, committed) block is never written */
     KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
     int32_t slot = kv_deferred(p) ? p->blk_stage[b] : -1;
     KV_ASSERT(!kv_deferred(p) || slot >= 0);
-    p->st->ops->write(p->st, layer, b, pos % B, slot, k, v);
+    p->st->ops->write(p->st, layer, b, t, slot, k, v);
 }
 
 /* The positions a query at n_ctx of s sees in layer beyond causality (see kv_storage.h): the sinks

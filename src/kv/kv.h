@@ -69,8 +69,8 @@ typedef struct hr_kv_config {
     const char *isa;       /* the storage's kernels as --isa names them ("scalar"; "avx2" or "avx512": the
                               AVX2 KV kernels), chosen by the caller's CPU-feature dispatcher; NULL: the
                               best this CPU has. force_scalar wins over it */
-    hr_kv_storage_create_fn storage; /* where the bytes live: NULL for the CPU storage
-                                        (backend/cpu/kv_storage_cpu.h), or another (a GPU's) */
+    /* where the bytes live: NULL for the CPU storage (backend/cpu/kv_storage_cpu.h), or another's */
+    hr_kv_storage_create_fn storage;
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;

@@ -58,5 +58,4 @@ typedef struct kv_fmt {
 /* Fills f for a format/role/shape. HR_ERR_INVALID_ARG when the head size cannot use the format. */
 hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr_error *err);
 
-
 #endif

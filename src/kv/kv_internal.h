@@ -77,8 +77,8 @@ typedef struct kv_seq {
 struct hr_kv_pool {
     hr_kv_config cfg;
     int n_blocks;
-    kv_fmt kf, vf, sf;  /* layouts of K, V and an f16 tail buffer's head region */
-    hr_kv_storage *st;  /* the bytes: blocks and tail buffers (owned) */
+    kv_fmt kf, vf, sf;         /* layouts of K, V and an f16 tail buffer's head region */
+    hr_kv_storage *st;         /* the bytes: blocks and tail buffers (owned) */
     uint64_t block_bytes;      /* all layers, K + V: what read_block gives */
     uint64_t stage_slot_bytes; /* one tail buffer, all layers (0 without deferred formats) */
     int n_stage, n_stage_free; /* tail buffers: 0 and 0 without deferred formats */

@@ -31,7 +31,7 @@
 
 typedef struct hr_kv_storage_params {
     int n_layers, n_kv_heads, head_dim, block_size; /* L, Hkv, D, B */
-    kv_fmt k, v;   /* the K and V head-region layouts (kv_fmt_init) */
+    kv_fmt k, v;                                    /* the K and V head-region layouts (kv_fmt_init) */
     kv_fmt stage;  /* an f16 head region at this shape: how a stage is read (deferred formats) */
     int n_blocks;  /* blocks to hold, >= 1 */
     int n_stage;   /* tail buffers (0 unless k or v is deferred) */
@@ -58,9 +58,9 @@ typedef struct hr_kv_attn_view {
 
 /* One query row of a ragged batch: one token of one sequence, over that sequence's blocks. */
 typedef struct hr_kv_attn_query {
-    const int32_t *table; /* physical block ids in logical order (-1: a block the policy dropped) */
-    int n_ctx;            /* positions [0, n_ctx) take part (0: out is zeroed) */
-    int32_t tail_stage;   /* the stage of block n_ctx / B when n_ctx % B != 0 and it has one, else -1 */
+    const int32_t *table;        /* physical block ids in logical order (-1: a block the policy dropped) */
+    int n_ctx;                   /* positions [0, n_ctx) take part (0: out is zeroed) */
+    int32_t tail_stage;          /* the stage of block n_ctx / B when n_ctx % B != 0 and it has one, else -1 */
     const hr_kv_attn_view *view; /* NULL: every position of [0, n_ctx), no holes */
     const float *q;              /* [H][D], RoPE applied */
     float *out;                  /* [H][D] */

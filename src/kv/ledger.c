@@ -1,6 +1,6 @@
 /* ledger.c: the accounting views of the pool (per pool, per sequence) and the invariant checker.
  *
- * Pool figures are kept incrementally in atomics by the owning thread (pool.c, prefix.c, swap.c) and
+ * Pool figures are kept incrementally in atomics by the owning thread (block.c, prefix.c, swap.c...) and
  * may be read from any thread; a sequence's figures are computed from its block table on request
  * (O(blocks it holds)) by the owning thread. */
 #include <stdlib.h>

@@ -1,7 +1,8 @@
-/* policy.c: the eviction-policy interface: parsing and checking policy strings, setting a policy on a
- * pool or a sequence, the per-block mask/score bookkeeping of token-level policies, dropping blocks,
- * and the ledger figures. `full` lives here too (it keeps everything; only a model sliding window
- * makes it drop blocks, through the window code).
+/* policy.c: the eviction-policy interface: parsing and checking policy strings, the registry of
+ * policies and the dispatch after a commit, setting a policy on a pool or a sequence, and the ledger
+ * figures. What policies do to a sequence (holes, masks and scores, top-k) is evict.c's. `full`
+ * lives here too (it keeps everything; only a model sliding window makes it drop blocks, through the
+ * window code).
  *
  * Invariants (checked by hr_kv_pool_check and tests/test_kv_policy.c):
  *   1. a hole (-1 table entry) is a whole block no query at n_ctx > n_tokens can see in any layer;

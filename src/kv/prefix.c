@@ -1,5 +1,7 @@
-/* prefix.c: the prefix cache: chain hashes of full blocks, the hash -> block map, commit (which
- * makes full blocks shareable) and share_prefix (which reuses them).
+/* prefix.c: the prefix cache: chain hashes of full blocks, commit (which makes full blocks
+ * shareable: into map.c's hash -> block map) and share_prefix (which reuses them, or fetches the next
+ * ones through the observer: the remote tier), and the whole-block read the remote tier stores. The
+ * bytes of a fetched or read block go through the storage (write_block, read_block).
  *
  * A full block's identity is hash(parent block's hash, its B tokens, block_size, K format, V format),
  * chained from a root that also covers the shape, so equal hashes mean equal prefixes (and the map

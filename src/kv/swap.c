@@ -5,12 +5,12 @@
  * tier never sees the storage's memory.
  *
  * Slot layout: one block = [L][K block bytes | V block bytes], exactly the bytes read_block gives
- * (HR_KV_BLOCK_LAYOUT), so a round trip is a copy. A block with an f16 tail buffer (q4/kivi2, still being filled) also stores the
- * buffer, cut into as many further slots as it needs. Besides the bytes, a swapped sequence keeps a
- * small record in memory per block: its slot(s), and for full blocks the prefix hash, parent hash and
- * tokens, so the blocks come back shareable; for blocks being filled, the per-layer fill counts.
- * Both directions plan first (count, check space, allocate the record) and then act, so an error
- * leaves everything as it was. */
+ * (HR_KV_BLOCK_LAYOUT), so a round trip is a copy. A block with an f16 tail buffer (q4/kivi2, still
+ * being filled) also stores the buffer, cut into as many further slots as it needs. Besides the
+ * bytes, a swapped sequence keeps a small record in memory per block: its slot(s), and for full
+ * blocks the prefix hash, parent hash and tokens, so the blocks come back shareable; for blocks
+ * being filled, the per-layer fill counts. Both directions plan first (count, check space, allocate
+ * the record) and then act, so an error leaves everything as it was. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>

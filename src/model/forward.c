@@ -155,8 +155,8 @@ fail:
 
 /* Mirrors the allocations above as they become resident (xalloc rounds each to 64 bytes; the matmul
  * context keeps one activation row per token as wide as the widest quantized or f16 input row;
- * attention keeps a block-padded score row plus a head row per thread: kv/attention.c). The FFN touches
- * 2 x T x F floats either way (fused: all of hg; unfused: half of hg and hu), so hu's T x F is not
+ * attention keeps a block-padded score row plus a head row per thread: backend/cpu/kv_attention.c).
+ * The FFN touches 2 x T x F floats either way (fused: all of hg; unfused: half of hg and hu), so hu's T x F is not
  * counted; the fused Q|K|V rows are (a layer may fuse). Keep the two in step. */
 static uint64_t xbytes(uint64_t n_floats) { return (n_floats * sizeof(float) + 63) / 64 * 64; }
 
