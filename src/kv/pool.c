@@ -129,6 +129,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
         free(p);
         return rc;
     }
+    KV_ASSERT(p->st->ops->footprint(p->st) <= cfg->budget_bytes);
 
     int n = p->n_blocks, B = cfg->block_size, S = cfg->max_seqs;
     p->refcnt = calloc((size_t)n, sizeof *p->refcnt);

@@ -104,7 +104,7 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
         KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
 #if HR_DEBUG_CHECKS
         for (int l = 0; kv_deferred(p) && l < p->cfg.n_layers; l++) /* every layer written */
-            KV_ASSERT(p->st->ops->stage_filled(p->st, p->blk_stage[b], l) == B);
+            KV_ASSERT(p->blk_stage[b] >= 0 && p->st->ops->stage_filled(p->st, p->blk_stage[b], l) == B);
 #endif
         kv_stage_release(p, b); /* encoded: the tail buffer is not needed any more */
         uint64_t h = kv_chain(s->last_hash, s->scope, pend, B);
