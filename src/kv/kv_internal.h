@@ -20,19 +20,8 @@
 #include <string.h>
 
 #include "kv/kv.h"
+#include "kv/kv_assert.h"
 #include "kv/kv_storage.h"
-
-#ifndef HR_DEBUG_CHECKS
-#define HR_DEBUG_CHECKS 0
-#endif
-
-/* Invariant checks that are compiled in only for debug (sanitizer) builds. */
-#if HR_DEBUG_CHECKS
-#include <assert.h>
-#define KV_ASSERT(c) assert(c)
-#else
-#define KV_ASSERT(c) ((void)0)
-#endif
 
 /* ---- pool ------------------------------------------------------------------------------------ */
 
