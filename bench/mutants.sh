@@ -25,19 +25,19 @@ cmake --build "$SCRATCH/b" -j "$JOBS" >"$SCRATCH/build.log" 2>&1 || { tail -20 "
 # name#file#exact text#replacement#tests (ctest names, space-separated); '#' separates the fields
 MUTANTS=$(cat <<'LIST'
 block-table-short#src/engine/scheduler.c#{ return (slots + e->block_size - 1) / e->block_size; }#{ return slots / e->block_size; }#test_engine test_engine_prefix test_kv_swap
-attention-last-block#src/kv/attention.c#    int n_blk = (n_ctx + B - 1) / B;#    int n_blk = n_ctx / B;#test_kv_basic test_engine
-attention-policy-last-block#src/kv/attention.c#.n_blk = (n_ctx + B - 1) / B,#.n_blk = n_ctx / B,#test_kv_policy test_engine_policy test_policy_stream
-block-pos-off-by-one#src/kv/attention.c#int bi = pos / B, t = pos % B;#int bi = (pos + 1) / B, t = (pos + 1) % B;#test_kv_basic test_engine
-refcount-skip-decrement#src/kv/pool.c#if (--p->refcnt[b] > 0) return;#if (p->refcnt[b] - 1 > 0) return;#test_kv_pool test_kv_basic test_engine_prefix
-q8-dequant-scale#src/kv/format.c#float w = p[t] * kv_f16_to_f32(sc[g]);#float w = p[t] * kv_f16_to_f32(sc[g]) * 1.0078125f;#test_kv_formats
-q8-dot-scale#src/kv/format.c#        scores[t] = s * step;#        scores[t] = s * step * 1.0078125f;#test_kv_formats
-fp8-dequant-scale#src/kv/format.c#        float w = p[t] * sc;#        float w = p[t] * sc * 1.0078125f;#test_kv_formats
-q4-dequant-scale#src/kv/format.c#float ws = p[t] * kv_f16_to_f32(pair[0]), wm#float ws = p[t] * kv_f16_to_f32(pair[0]) * (bits == 4 ? 1.0078125f : 1.0f), wm#test_kv_formats
-kivi2-dequant-scale#src/kv/format.c#float ws = p[t] * kv_f16_to_f32(pair[0]), wm#float ws = p[t] * kv_f16_to_f32(pair[0]) * (bits == 2 ? 1.0078125f : 1.0f), wm#test_kv_formats
-lowbit-k-scale#src/kv/format.c#row[c] = (float)kv_q16(q[c] * kv_f16_to_f32(sc[c]), inv); /* exact integers */#row[c] = (float)kv_q16(q[c] * kv_f16_to_f32(sc[c]) * 1.0078125f, inv);#test_kv_formats
+attention-last-block#src/backend/cpu/kv_attention.c#    int n_blk = (n_ctx + B - 1) / B;#    int n_blk = n_ctx / B;#test_kv_basic test_engine
+attention-policy-last-block#src/backend/cpu/kv_attention.c#n_heads = a->n_heads, n_blk = (n_ctx + B - 1) / B;#n_heads = a->n_heads, n_blk = n_ctx / B;#test_kv_policy test_engine_policy test_policy_stream
+block-pos-off-by-one#src/kv/attend.c#int bi = pos / B, t = pos % B;#int bi = (pos + 1) / B, t = (pos + 1) % B;#test_kv_basic test_engine
+refcount-skip-decrement#src/kv/block.c#if (--p->refcnt[b] > 0) return;#if (p->refcnt[b] - 1 > 0) return;#test_kv_pool test_kv_basic test_engine_prefix
+q8-dequant-scale#src/backend/cpu/kv_format.c#float w = p[t] * kv_f16_to_f32(sc[g]);#float w = p[t] * kv_f16_to_f32(sc[g]) * 1.0078125f;#test_kv_formats
+q8-dot-scale#src/backend/cpu/kv_format.c#        scores[t] = s * step;#        scores[t] = s * step * 1.0078125f;#test_kv_formats
+fp8-dequant-scale#src/backend/cpu/kv_format.c#        float w = p[t] * sc;#        float w = p[t] * sc * 1.0078125f;#test_kv_formats
+q4-dequant-scale#src/backend/cpu/kv_format.c#float ws = p[t] * kv_f16_to_f32(pair[0]), wm#float ws = p[t] * kv_f16_to_f32(pair[0]) * (bits == 4 ? 1.0078125f : 1.0f), wm#test_kv_formats
+kivi2-dequant-scale#src/backend/cpu/kv_format.c#float ws = p[t] * kv_f16_to_f32(pair[0]), wm#float ws = p[t] * kv_f16_to_f32(pair[0]) * (bits == 2 ? 1.0078125f : 1.0f), wm#test_kv_formats
+lowbit-k-scale#src/backend/cpu/kv_format.c#row[c] = (float)kv_q16(q[c] * kv_f16_to_f32(sc[c]), inv); /* exact integers */#row[c] = (float)kv_q16(q[c] * kv_f16_to_f32(sc[c]) * 1.0078125f, inv);#test_kv_formats
 rope-sign#src/backend/cpu/ops.c#        x[a] = x0 * c - x1 * s;#        x[a] = x0 * c + x1 * s;#test_model test_engine test_stories
 rope-freq#src/backend/cpu/forward.c#double f = pow(base, -2.0 * i / hp->n_rot)#double f = pow(base, -2.0 * (i + 1) / hp->n_rot)#test_model test_stories
-attn-softcap-off#src/kv/attention.c#    if (cap <= 0.0f) return scale;#    if (cap >= 0.0f) return scale;#test_model test_model_arch
+attn-softcap-off#src/backend/cpu/kv_attention.c#    if (cap <= 0.0f) return scale;#    if (cap >= 0.0f) return scale;#test_model test_model_arch
 window-layer-base#src/backend/cpu/forward.c#const double base = hp->n_window_layers == hp->n_layer ? base_swa : hp->rope_base;#const double base = hp->rope_base;#test_model test_model_arch
 qk-norm-skip#src/backend/cpu/forward.c#if (L->q_norm) norm_heads(c, L, T);#if (L->q_norm && 0) norm_heads(c, L, T);#test_model test_model_arch
 post-norm-skip#src/backend/cpu/forward.c#if (post_norm) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);#if (post_norm && 0) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);#test_model test_model_arch
@@ -48,7 +48,7 @@ embd-scale-off#src/backend/cpu/forward.c#if (hp->embd_scale > 0.0f) /* gemma: sq
 token-id-bounds#src/engine/engine.c#if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)#if (p->prompt[i] < 0)#test_engine test_runtime test_server
 max-tokens-off-by-one#src/engine/engine.c#else if (r->n_known - r->n_prompt >= r->max_tokens ||#else if (r->n_known - r->n_prompt > r->max_tokens ||#test_engine test_runtime
 swap-out-failure-as-success#src/kv/swap.c#        if (w <= 0) return false;#        if (w <= 0) return true;#test_kv_swap test_engine test_faults
-swap-read-wrong-slot#src/kv/swap.c#kv_pread_all(w->fd, k, p->k_block_bytes, off)#kv_pread_all(w->fd, k, p->k_block_bytes, off + 1)#test_kv_swap test_engine
+swap-read-wrong-slot#src/kv/swap.c#kv_pread_all(w->fd, w->buf, p->block_bytes, off)#kv_pread_all(w->fd, w->buf, p->block_bytes, off + 1)#test_kv_swap test_engine
 sse-lost-chunk#src/server/stream.c#        if (role || d.n_text > 0 || lp) {#        if (role || d.n_text > 1 || lp) {#test_server test_soak
 sse-no-done#src/server/stream.c#    hr_srv_buf_put(&j->pending, "data: [DONE]\n\n", 14);#    hr_srv_buf_put(&j->pending, "\n", 1);#test_server
 retry-after-rounds-down#src/server/openai.c#return s >= 86400.0 ? 86400 : (int)ceil(s);#return s >= 86400.0 ? 86400 : (int)s;#test_server_parse test_server

@@ -6,7 +6,7 @@
 #include "common/util.h"
 #include "harness.h"
 #include "kv/kv.h"
-#include "kv/kv_internal.h"
+#include "backend/cpu/kv_cpu.h" /* the CPU storage's f16/bf16/e4m3 conversions */
 #include "tensor/tensor.h"
 
 static void ref_attention(const float *K, const float *V, int n_ctx, int Hkv, int D, const float *q, int H, float scale,

@@ -17,7 +17,7 @@
 #include "common/util.h"
 #include "harness.h"
 #include "kv/kv.h"
-#include "kv/kv_internal.h"
+#include "backend/cpu/kv_cpu.h" /* the CPU storage's format kernels, tested one by one */
 
 enum { HKV = 2, NMAX = 1000, DMAX = 128, GMAX = 8 };
 

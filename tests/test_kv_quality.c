@@ -7,8 +7,8 @@
  * predicts the next token with at least CHUNK/2 tokens of context). Per format, against the f32 run:
  * top-1 agreement, perplexity change and mean KL(P_f32 || P_format), each with a stated bound.
  *
- * Every format runs twice: with the scalar reference kernels (src/kv/format.c, the definition of
- * correct) and with the kernels the machine picks (AVX2 where present); both get the same bounds.
+ * Every format runs twice: with the scalar reference kernels (src/backend/cpu/kv_format.c, the
+ * definition of correct) and with the kernels the machine picks (AVX2 where present); both get the same bounds.
  * The model's head_dim is 8, so the q4/kivi2/q4h AVX2 fast paths (32-channel groups) do not run
  * here: test_kv_formats covers those. Skips (exit 77) when ../shared is absent. */
 #include <math.h>

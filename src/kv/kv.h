@@ -15,6 +15,29 @@
  * called from any thread: the figures are kept in atomics, each read is a consistent-enough snapshot
  * for metrics.
  *
+ * Manager and storage: this is the KV manager (block ids, tables, reference counts, the prefix cache,
+ * policies, the ledger, swap and remote-tier bookkeeping); it never touches a block's bytes. Those
+ * live in a KV storage (kv_storage.h: the CPU's in backend/cpu/kv_storage_cpu.c, a GPU's next), which
+ * writes K/V, attends, and reads, writes and copies whole blocks when the manager asks.
+ *
+ * The files of kv/ in dependency order: each calls only files above it (tests/test_kv_layers.c checks
+ * this list against the code, so there is no call circle):
+ *   kv_format.c      formats as vocabulary: names, parsing, per-head byte layouts
+ *   map.c            the prefix map (hash -> block) and the root of every hash chain
+ *   block.c          block states, free list and LRU, reference counts, tail buffers, table helpers
+ *   evict.c          what policies do to a sequence: holes, token masks and scores, top-k
+ *   policy_window.c  window:W, sinks:S,window:W and model sliding windows
+ *   policy_h2o.c     h2o:B
+ *   policy_snapkv.c  snapkv:B
+ *   policy.c         parsing, checks, the registry, after-commit dispatch, the ledger's policy figures
+ *   swap.c           the swap tier: a file of block slots, bytes through the storage
+ *   prefix.c         chain hashes, commit, share_prefix, the observer and remote fetch, read_block
+ *   pool.c           sizes, create/destroy (with the storage), sequences: create, reserve, free, fork
+ *   attend.c         hr_kv_write, hr_kv_attention: a sequence and position into storage calls
+ *   ledger.c         pool and sequence ledgers, hr_kv_pool_check
+ * Below them all, the storage, reached only through its ops (pool.c also names the CPU storage's
+ * create function as the default).
+ *
  * Dimension letters: L = layers, H = query heads, Hkv = KV heads, D = head_dim, B = block_size. */
 #ifndef HR_KV_KV_H
 #define HR_KV_KV_H
@@ -24,26 +47,8 @@
 #include <stdint.h>
 
 #include "common/status.h"
-
-/* Storage formats of K or V. */
-typedef enum hr_kv_format {
-    HR_KV_F32 = 0,
-    HR_KV_F16 = 1,
-    HR_KV_BF16 = 2,
-    HR_KV_Q8 = 3,    /* int8, per token and head, groups of <=32 with an f16 scale */
-    HR_KV_Q4 = 4,    /* 4-bit, robust to outlier key channels */
-    HR_KV_FP8 = 5,   /* e4m3 with per-head scales */
-    HR_KV_KIVI2 = 6, /* 2-bit KIVI: K per channel over a full block, V per token, tail block in f16 */
-    HR_KV_Q4H = 7,   /* 4-bit per token: K rotated per head by a Hadamard transform (head_dim a power of
-                        two), V as q4's V; encoded at write time, no tail buffer */
-} hr_kv_format;
-
-#define HR_KV_FORMAT_COUNT 8
-
-const char *hr_kv_format_name(hr_kv_format f);
-/* Parses a format name ("f16", "q8", "kivi2", "q4h", ...; also fp32, fp16, q8_0, int8, q4_0, int4,
- * e4m3, fp8_e4m3, q4_hadamard). On error the message lists the valid names. */
-hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err);
+#include "kv/kv_format.h"  /* hr_kv_format, names, parsing */
+#include "kv/kv_storage.h" /* the storage a pool keeps its bytes in */
 
 typedef struct hr_kv_config {
     int n_layers;
@@ -61,6 +66,11 @@ typedef struct hr_kv_config {
                               max_batch_tokens; 0: 512); sizes the default stage_blocks */
     bool prefault;         /* map the arena resident at create (MAP_POPULATE): RSS = budget from the start,
                               and a budget the machine cannot hold fails here, not mid-run */
+    const char *isa;       /* the storage's kernels as --isa names them ("scalar"; "avx2" or "avx512": the
+                              AVX2 KV kernels), chosen by the caller's CPU-feature dispatcher; NULL: the
+                              best this CPU has. force_scalar wins over it */
+    /* where the bytes live: NULL for the CPU storage (backend/cpu/kv_storage_cpu.h), or another's */
+    hr_kv_storage_create_fn storage;
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;
@@ -90,7 +100,8 @@ hr_status hr_kv_config_check(const hr_kv_config *cfg, hr_error *err);
 /* Bytes hr_kv_pool_create allocates beside the arena for a pool of n_blocks: the pool itself, the
  * per-block tables (reference counts, states, prefix hashes and parents, token ids, list links,
  * tail-buffer slots), the prefix map, the sequence slots and their open-block rows (max_seqs), the
- * per-layer windows. The same sizes create allocates (0 for a bad config). Pure. */
+ * per-layer windows, and the CPU storage's header and tail-buffer fill counts (cfg->storage NULL). The
+ * same sizes create allocates (0 for a bad config). Pure. */
 uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks);
 /* Bytes of one sequence's block table once it holds n_tokens (allocated as the sequence grows). */
 uint64_t hr_kv_seq_table_bytes(const hr_kv_config *cfg, int n_tokens);

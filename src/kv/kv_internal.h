@@ -1,20 +1,16 @@
-/* kv_internal.h: the pool's private structures, shared by the files of src/kv/ only.
+/* kv_internal.h: the KV manager's private structures, shared by the files of src/kv/ only.
  *
- * Storage layout (why): for every layer there is a K arena and a V arena, each an array of blocks
- * indexed by physical block id. Inside a block the data is head-major: [Hkv][B tokens][D] in the
- * block's format, followed (per head) by that head's scales. One query head's q.K over a block then
- * streams one contiguous run of B*D elements plus its scales, and the P.V accumulation streams the
- * same way; GQA query heads that share a KV head read the same run while it is hot in cache.
- * Every head region starts on a 64-byte boundary, every block too.
+ * The manager holds no block bytes: the pool's blocks, their formats' kernels and attention live in a
+ * KV storage (kv_storage.h; the CPU's in backend/cpu/), which the pool creates for its budget and
+ * reaches only through the storage's ops. What stays here is bookkeeping: block states and lists,
+ * reference counts, the prefix map and each hashed block's tokens, block tables, which tail buffer
+ * (q4/kivi2 "stage") each block being filled holds, policies' masks and scores, the ledger.
  *
- * Formats that quantize per channel over a whole block (Q4, KIVI2: "deferred") cannot encode a block
- * until all of its tokens are written. Such a block gets an f16 staging slot ("tail buffer",
- * [L][K|V][Hkv][B][D]) when it is reserved, from a fixed set allocated at create. Writes go to the
- * slot; a per-(block, layer) atomic count of written slots lets the write that completes a block
- * encode it, whichever thread and order the writes come in. Attention reads a block from its slot
- * while the block is partial for that query, and encoded once full, so a query's result depends
- * only on n_ctx and the data, not on chunking or batch. The slot returns at commit of the block's
- * last token (or when the block is released). */
+ * Tail buffers (why): formats that quantize per channel over a whole block (Q4, KIVI2: "deferred")
+ * cannot encode a block until all of its tokens are written, so such a block gets an f16 tail buffer
+ * when it is reserved, from a fixed set the storage holds; the manager hands them out (stage_free,
+ * blk_stage), names the block's buffer in every write, and takes it back at the commit of the
+ * block's last token (or when the block is released). */
 #ifndef HR_KV_KV_INTERNAL_H
 #define HR_KV_KV_INTERNAL_H
 
@@ -24,122 +20,8 @@
 #include <string.h>
 
 #include "kv/kv.h"
-
-#ifndef HR_DEBUG_CHECKS
-#define HR_DEBUG_CHECKS 0
-#endif
-
-/* Invariant checks that are compiled in only for debug (sanitizer) builds. */
-#if HR_DEBUG_CHECKS
-#include <assert.h>
-#define KV_ASSERT(c) assert(c)
-#else
-#define KV_ASSERT(c) ((void)0)
-#endif
-
-/* ---- f16 / bf16 (private copies; tensor/ owns the public ones) ---------------------------------- */
-
-static inline uint32_t kv_f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float kv_u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline float kv_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = h & 0x7fffu;
-    if (em >= 0x7c00u) return kv_u2f(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
-    if (em >= 0x0400u) return kv_u2f(sign | ((em << 13) + 0x38000000u));
-    return kv_u2f(sign | kv_f2u((float)em * 5.9604644775390625e-8f)); /* subnormal: em * 2^-24 */
-}
-
-/* Round to nearest even; overflow gives inf, NaN stays NaN. */
-static inline uint16_t kv_f32_to_f16(float f) {
-    uint32_t x = kv_f2u(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    x &= 0x7fffffffu;
-    if (x >= 0x7f800000u) return (uint16_t)(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
-    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (x < 0x38800000u) { /* below 2^-14: f16 subnormal, the FPU rounds when adding 0.5 */
-        float v = kv_u2f(x) + 0.5f;
-        return (uint16_t)(sign | (kv_f2u(v) - 0x3f000000u));
-    }
-    uint32_t odd = (x >> 13) & 1u;
-    x += 0xc8000fffu + odd; /* rebias exponent (-112 << 23) and round */
-    return (uint16_t)(sign | (x >> 13));
-}
-
-static inline float kv_bf16_to_f32(uint16_t h) { return kv_u2f((uint32_t)h << 16); }
-static inline uint16_t kv_f32_to_bf16(float f) {
-    uint32_t x = kv_f2u(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-/* e4m3 (OCP FP8, no infinities, max 448): placing the 7 magnitude bits at f32 bit 20 reads them as
- * an f32 with bias 127; multiplying by 2^120 rebiases to 7 and is exact for subnormals too. */
-static inline float kv_e4m3_to_f32(uint8_t b) {
-    float v = kv_u2f((uint32_t)(b & 0x7fu) << 20) * 0x1p120f;
-    return (b & 0x80u) ? -v : v;
-}
-uint8_t kv_f32_to_e4m3(float x); /* round to nearest even, saturating at 448 */
-
-/* ---- formats --------------------------------------------------------------------------------- */
-
-enum { KV_K = 0, KV_V = 1 };
-
-/* One format in one role (K or V) at one shape. Offsets are within a head region. */
-typedef struct kv_fmt {
-    hr_kv_format format;
-    int role;         /* KV_K or KV_V */
-    int B, D;         /* tokens per block, head_dim */
-    int G;            /* group size for per-token group scales (Q8, Q4-V, KIVI2-V, Q4H) */
-    int bits;         /* code bits for Q4 / KIVI2 / Q4H */
-    bool deferred;    /* encoded when the block fills (Q4, KIVI2) */
-    bool per_channel; /* K of Q4/KIVI2: scale and min per channel over the block's tokens */
-    bool rotate;      /* K of Q4H: keys are stored Hadamard-rotated; attention passes dot a rotated q */
-    bool sym;         /* Q4H test variant: symmetric codes (min fixed at -8 * scale) */
-    size_t code_off;  /* where the element codes start */
-    size_t scale_off; /* where the scales start */
-    size_t head_bytes;
-} kv_fmt;
-
-/* Kernels for one format in one role. `head` points at a head region of one block.
- *   enc_token: encode token t (x: D floats). NULL for deferred formats.
- *   enc_block: encode a whole staged block (stage: [B][D] f16). NULL for immediate formats.
- *   dot:       scores[t] = q . k_t for t < n. row: D floats of private scratch.
- *   accum:     acc[:] += sum_t p[t] * v_t for t < n (acc: D floats). */
-typedef struct kv_fmt_ops {
-    void (*enc_token)(const kv_fmt *f, uint8_t *head, int t, const float *x);
-    void (*enc_block)(const kv_fmt *f, uint8_t *head, const uint16_t *stage);
-    void (*dot)(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores);
-    void (*accum)(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc);
-} kv_fmt_ops;
-
-/* x <- H x / sqrt(n), the normalized Walsh-Hadamard transform (orthogonal and its own inverse); n a
- * power of two. Butterflies in a fixed order, so every caller gets the same bits. */
-void kv_hadamard(float *x, int n);
-
-/* Fills f for a format/role/shape. HR_ERR_INVALID_ARG when the head size cannot use the format. */
-hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr_error *err);
-void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops);
-/* Overwrites entries that have an AVX2 version. Only call where the CPU has AVX2+FMA+F16C. */
-void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops);
-
-/* s[t] = exp(scale * s[t] - max), returns the sum; the reduction order depends only on n. */
-float kv_softmax_ref(float *s, int n, float scale);
-float kv_softmax_avx2(float *s, int n, float scale);
-#define KV_MAX_HEAD_DIM 1024 /* what hr_kv_pool_create accepts */
-
-/* x[t] = f16(x[t] * scale) (round to nearest even), kept as f32; the same bits on both paths. */
-void kv_scale_round_f16_ref(float *x, int n, float scale);
-void kv_scale_round_f16_avx2(float *x, int n, float scale);
+#include "kv/kv_assert.h"
+#include "kv/kv_storage.h"
 
 /* ---- pool ------------------------------------------------------------------------------------ */
 
@@ -184,23 +66,13 @@ typedef struct kv_seq {
 struct hr_kv_pool {
     hr_kv_config cfg;
     int n_blocks;
-    kv_fmt kf, vf, sf; /* sf: F16 at the same shape, to read staged blocks */
-    kv_fmt_ops kops, vops, sops;
-    float (*softmax)(float *s, int n, float scale);
-    void (*scale_round_f16)(float *x, int n, float scale);
-    bool avx2;
-
-    size_t k_block_bytes, v_block_bytes; /* one layer, one block */
-    uint64_t block_bytes;                /* all layers, K + V */
-    uint8_t *arena;                      /* [L][K blocks | V blocks], then staging */
-    size_t arena_bytes;
-    uint8_t *stage;            /* [n_stage][L][K|V][Hkv][B][D] f16; NULL without deferred formats */
-    size_t stage_layer_bytes;  /* one slot, one layer, K and V */
-    uint64_t stage_slot_bytes; /* one slot, all layers */
-    int n_stage, n_stage_free;
-    int32_t *stage_free;   /* stack of free slot ids */
-    int32_t *blk_stage;    /* [n_blocks]: the block's staging slot, -1 none */
-    atomic_ushort *filled; /* [n_blocks][L]: slots written in the block (deferred formats) */
+    kv_fmt kf, vf, sf;         /* layouts of K, V and an f16 tail buffer's head region */
+    hr_kv_storage *st;         /* the bytes: blocks and tail buffers (owned) */
+    uint64_t block_bytes;      /* all layers, K + V: what read_block gives */
+    uint64_t stage_slot_bytes; /* one tail buffer, all layers (0 without deferred formats) */
+    int n_stage, n_stage_free; /* tail buffers: 0 and 0 without deferred formats */
+    int32_t *stage_free;       /* stack of free tail buffer ids */
+    int32_t *blk_stage;        /* [n_blocks]: the block's tail buffer, -1 none */
 
     /* block metadata, indexed by physical id */
     int32_t *refcnt;
@@ -231,23 +103,9 @@ struct hr_kv_pool {
     atomic_uint_fast64_t waste_slots, prefix_hits, evicted, bytes_swapped, policy_evicted, fetched_tokens;
 };
 
-static inline uint8_t *kv_block_ptr(const hr_kv_pool *p, int layer, int kind, int32_t block) {
-    size_t layer_bytes = (size_t)p->n_blocks * (p->k_block_bytes + p->v_block_bytes);
-    size_t off = (size_t)layer * layer_bytes;
-    if (kind == KV_V) off += (size_t)p->n_blocks * p->k_block_bytes;
-    off += (size_t)block * (kind == KV_K ? p->k_block_bytes : p->v_block_bytes);
-    return p->arena + off;
-}
+/* ---- the files of kv/, in dependency order (each calls only files above it; see kv.h) ----------- */
 
-static inline uint16_t *kv_stage_ptr(const hr_kv_pool *p, int32_t slot, int layer, int kind) {
-    size_t half = p->stage_layer_bytes / 2;
-    return (uint16_t *)(p->stage + (size_t)slot * p->stage_slot_bytes + (size_t)layer * p->stage_layer_bytes +
-                        (size_t)kind * half);
-}
-
-static inline bool kv_fmt_deferred(hr_kv_format f) { return f == HR_KV_Q4 || f == HR_KV_KIVI2; }
-
-/* prefix.c */
+/* map.c: the prefix map (hash -> block) and the chains' root */
 bool kv_prefix_map_init(hr_kv_pool *p);
 uint64_t kv_prefix_map_slots(int n_blocks); /* the map's capacity for n_blocks (load under 1/2) */
 uint64_t kv_prefix_root(const hr_kv_pool *p);
@@ -255,8 +113,25 @@ void kv_prefix_map_remove(hr_kv_pool *p, int32_t b);
 void kv_prefix_map_add(hr_kv_pool *p, int32_t b); /* b's hash is set; inserts unless present */
 int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash);
 
-/* swap.c: forgets a swapped-out sequence's copy (its slots return to the swap tier). */
-void kv_swap_drop(hr_kv_pool *p, kv_seq *s);
+/* block.c: block states, lists, tail buffers, block tables */
+void kv_blocks_init(hr_kv_pool *p);    /* at create: every block free */
+int32_t kv_block_alloc(hr_kv_pool *p); /* -1 when none; caller checked availability */
+void kv_block_ref(hr_kv_pool *p, int32_t b);
+void kv_block_release(hr_kv_pool *p, int32_t b); /* one table less holds b */
+bool kv_deferred(const hr_kv_pool *p);           /* the formats use tail buffers */
+void kv_stage_release(hr_kv_pool *p, int32_t b); /* returns b's tail buffer, if any */
+int32_t kv_stage_take(hr_kv_pool *p, int32_t b); /* gives b a tail buffer (one must be free) */
+bool kv_seq_valid(const hr_kv_pool *p, hr_kv_seq seq);
+/* A block table's capacity for n entries: it grows by doubling from 8 (kv_table_reserve; the budget's
+ * hr_kv_seq_table_bytes counts the same). */
+static inline int kv_table_cap(int n) {
+    int cap = 8;
+    while (cap < n) cap *= 2;
+    return cap;
+}
+hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err);
+void kv_update_peak(hr_kv_pool *p, kv_seq *s);
+void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s);
 
 /* ---- policies (policy.c, policy_window.c, policy_h2o.c, policy_snapkv.c) -----------------------
  * The interface one policy implements: `check` validates its parameters against a pool, and
@@ -291,10 +166,10 @@ static inline int kv_layer_window(const hr_kv_pool *p, const kv_seq *s, int laye
 static inline int kv_policy_sinks(const kv_seq *s) { return s->pol.kind == HR_KV_POLICY_SINKS ? s->pol.sinks : 0; }
 /* snapkv: where the prompt ends (0 unknown) and the observation window. */
 static inline int kv_snap_end(const kv_seq *s) { return s->prompt_len > 0 ? s->prompt_len : s->reserve_end; }
-int kv_snap_window(const hr_kv_policy *pol);
 
-/* Runs the sequence's policy after a commit (prefix.c). */
-void kv_policy_after_commit(hr_kv_pool *p, kv_seq *s);
+/* evict.c: what policies do to a sequence */
+/* snapkv's observation window */
+int kv_snap_window(const hr_kv_policy *pol);
 /* Makes the mask/score arrays cover n blocks, initializing new ones (all kept, zero score). */
 hr_status kv_policy_meta_grow(hr_kv_pool *p, kv_seq *s, int n, hr_error *err);
 /* Takes logical block j out of the table (a hole): unref, counters. */
@@ -304,19 +179,18 @@ void kv_policy_drop_masked_blocks(hr_kv_pool *p, kv_seq *s);
 /* Keeps, for each (layer, KV head), the k tokens of [0, end) with the highest key among those still
  * kept (ties: the later position); clears the others' mask bits. key[pos] for each position. */
 void kv_policy_keep_top(hr_kv_pool *p, kv_seq *s, int layer, int kh, int end, int k, const uint64_t *key);
-/* ledger figures (ledger.c) */
+
+/* policy_window.c, policy_h2o.c, policy_snapkv.c: kv_pol_window, kv_pol_sinks, kv_pol_h2o, kv_pol_snapkv */
+
+/* policy.c: the registry and dispatch */
+/* Runs the sequence's policy after a commit (prefix.c). */
+void kv_policy_after_commit(hr_kv_pool *p, kv_seq *s);
+/* the ledger's policy figures (ledger.c) */
 void kv_policy_ledger(const hr_kv_pool *p, const kv_seq *s, hr_kv_seq_ledger *l);
 
-/* pool.c helpers used by prefix.c and swap.c */
-void kv_block_ref(hr_kv_pool *p, int32_t b);
-void kv_block_release(hr_kv_pool *p, int32_t b); /* one table less holds b */
-bool kv_deferred(const hr_kv_pool *p);
-void kv_stage_release(hr_kv_pool *p, int32_t b); /* returns b's staging slot, if any */
-int32_t kv_stage_take(hr_kv_pool *p, int32_t b); /* gives b a slot (one must be free) */
-void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s);
-int32_t kv_block_alloc(hr_kv_pool *p); /* -1 when none; caller checked availability */
-hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err);
-bool kv_seq_valid(const hr_kv_pool *p, hr_kv_seq seq);
-void kv_update_peak(hr_kv_pool *p, kv_seq *s);
+/* swap.c: forgets a swapped-out sequence's copy (its slots return to the swap tier). */
+void kv_swap_drop(hr_kv_pool *p, kv_seq *s);
+
+/* prefix.c, pool.c, attend.c, ledger.c: only the public API (kv.h) */
 
 #endif

@@ -1,6 +1,6 @@
 /* ledger.c: the accounting views of the pool (per pool, per sequence) and the invariant checker.
  *
- * Pool figures are kept incrementally in atomics by the owning thread (pool.c, prefix.c, swap.c) and
+ * Pool figures are kept incrementally in atomics by the owning thread (block.c, prefix.c, swap.c...) and
  * may be read from any thread; a sequence's figures are computed from its block table on request
  * (O(blocks it holds)) by the owning thread. */
 #include <stdlib.h>
@@ -155,7 +155,7 @@ hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
             rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d is in the map without a hash", b);
     }
     int staged = 0;
-    for (int b = 0; b < n && rc == HR_OK && p->stage; b++) {
+    for (int b = 0; b < n && rc == HR_OK && kv_deferred(p); b++) {
         if (p->blk_stage[b] < 0) continue;
         staged++;
         if (p->state[b] != KV_BLK_USED || (p->flags[b] & KV_FLAG_HASHED))

@@ -1,7 +1,8 @@
-/* policy.c: the eviction-policy interface: parsing and checking policy strings, setting a policy on a
- * pool or a sequence, the per-block mask/score bookkeeping of token-level policies, dropping blocks,
- * and the ledger figures. `full` lives here too (it keeps everything; only a model sliding window
- * makes it drop blocks, through the window code).
+/* policy.c: the eviction-policy interface: parsing and checking policy strings, the registry of
+ * policies and the dispatch after a commit, setting a policy on a pool or a sequence, and the ledger
+ * figures. What policies do to a sequence (holes, masks and scores, top-k) is evict.c's. `full`
+ * lives here too (it keeps everything; only a model sliding window makes it drop blocks, through the
+ * window code).
  *
  * Invariants (checked by hr_kv_pool_check and tests/test_kv_policy.c):
  *   1. a hole (-1 table entry) is a whole block no query at n_ctx > n_tokens can see in any layer;
@@ -37,12 +38,6 @@ const kv_policy_ops *kv_policy_ops_of(hr_kv_policy_kind k) {
     case HR_KV_POLICY_SNAPKV: return &kv_pol_snapkv;
     }
     return NULL;
-}
-
-int kv_snap_window(const hr_kv_policy *pol) {
-    if (pol->window > 0) return pol->window;
-    int w = pol->budget / 2;
-    return w < 32 ? w : 32;
 }
 
 /* ---- parsing ------------------------------------------------------------------------------------- */
@@ -185,36 +180,6 @@ hr_status hr_kv_pool_set_default_policy(hr_kv_pool *p, const hr_kv_policy *pol, 
     return rc;
 }
 
-hr_status kv_policy_meta_grow(hr_kv_pool *p, kv_seq *s, int n, hr_error *err) {
-    if (!kv_token_level(s) || n <= s->meta_n) return HR_OK;
-    size_t per = (size_t)p->cfg.n_layers * p->cfg.n_kv_heads;
-    int MW = kv_mask_words(p), B = p->cfg.block_size;
-    if (n > s->meta_cap) {
-        int cap = s->meta_cap ? s->meta_cap : 8;
-        while (cap < n) cap *= 2;
-        uint64_t *m = realloc(s->mask, (size_t)cap * per * MW * sizeof *m);
-        if (!m) return hr_error_set(err, HR_ERR_NOMEM, "KV policy: out of memory for the masks of %d blocks", cap);
-        s->mask = m;
-        atomic_uint_fast64_t *sc = realloc(s->score, (size_t)cap * per * B * sizeof *sc);
-        if (!sc) return hr_error_set(err, HR_ERR_NOMEM, "KV policy: out of memory for the scores of %d blocks", cap);
-        s->score = sc;
-        s->meta_cap = cap;
-    }
-    for (int j = s->meta_n; j < n; j++) {
-        for (size_t i = 0; i < per; i++) {
-            uint64_t *m = s->mask + ((size_t)j * per + i) * MW;
-            for (int w = 0; w < MW; w++) {
-                int bits = B - 64 * w;
-                m[w] = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
-            }
-        }
-        atomic_uint_fast64_t *sc = s->score + (size_t)j * per * B;
-        for (size_t i = 0; i < per * (size_t)B; i++) atomic_init(&sc[i], 0);
-    }
-    s->meta_n = n;
-    return HR_OK;
-}
-
 hr_status hr_kv_seq_set_policy(hr_kv_pool *p, hr_kv_seq seq, const hr_kv_policy *pol, hr_error *err) {
     if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV set_policy: %d is not a sequence", seq);
     kv_seq *s = &p->seqs[seq];
@@ -240,90 +205,6 @@ hr_kv_policy hr_kv_seq_policy(const hr_kv_pool *p, hr_kv_seq seq) {
 
 void hr_kv_seq_set_prompt_len(hr_kv_pool *p, hr_kv_seq seq, int n_prompt) {
     if (kv_seq_valid(p, seq) && n_prompt >= 0) p->seqs[seq].prompt_len = n_prompt;
-}
-
-size_t hr_kv_seq_attention_scratch_floats(const hr_kv_pool *p, hr_kv_seq seq, int n_ctx) {
-    size_t all = hr_kv_attention_scratch_floats(p, n_ctx);
-    if (!kv_seq_valid(p, seq)) return all;
-    const kv_seq *s = &p->seqs[seq];
-    int B = p->cfg.block_size, wmax = 0;
-    for (int l = 0; l < p->cfg.n_layers; l++) {
-        int w = kv_layer_window(p, s, l);
-        if (w == 0) return all; /* some layer sees everything */
-        wmax = w > wmax ? w : wmax;
-    }
-    int S = kv_policy_sinks(s);
-    size_t slots = (size_t)((S + B - 1) / B + (wmax + B - 1) / B + 1) * B;
-    size_t bounded = slots + (size_t)p->cfg.head_dim + 16 + (p->kf.rotate ? (size_t)p->cfg.head_dim : 0);
-    return bounded < all ? bounded : all;
-}
-
-/* ---- dropping ------------------------------------------------------------------------------------ */
-
-void kv_policy_drop_block(hr_kv_pool *p, kv_seq *s, int j) {
-    int32_t b = s->table[j];
-    KV_ASSERT(b >= 0 && (j + 1) * p->cfg.block_size <= s->n_tokens);
-    s->table[j] = -1;
-    s->n_holes++;
-    s->blocks_evicted++;
-    atomic_fetch_add_explicit(&p->policy_evicted, 1, memory_order_relaxed);
-    kv_block_release(p, b);
-}
-
-void kv_policy_drop_masked_blocks(hr_kv_pool *p, kv_seq *s) {
-    int B = p->cfg.block_size, MW = kv_mask_words(p);
-    size_t per = (size_t)p->cfg.n_layers * p->cfg.n_kv_heads;
-    int n_full = s->n_tokens / B;
-    for (int j = 0; j < n_full && j < s->meta_n; j++) {
-        if (s->table[j] < 0) continue;
-        const uint64_t *m = s->mask + (size_t)j * per * MW;
-        uint64_t any = 0;
-        for (size_t i = 0; i < per * (size_t)MW; i++) any |= m[i];
-        if (!any) kv_policy_drop_block(p, s, j);
-    }
-}
-
-typedef struct kv_cand {
-    uint64_t key;
-    int pos;
-} kv_cand;
-
-static int kv_cand_cmp(const void *a, const void *b) {
-    const kv_cand *x = a, *y = b;
-    if (x->key != y->key) return x->key > y->key ? -1 : 1;
-    return y->pos - x->pos; /* later position first */
-}
-
-void kv_policy_keep_top(hr_kv_pool *p, kv_seq *s, int layer, int kh, int end, int k, const uint64_t *key) {
-    int B = p->cfg.block_size, MW = kv_mask_words(p);
-    int n_kept = 0;
-    for (int pos = 0; pos < end; pos++) {
-        int j = pos / B, t = pos % B;
-        if (s->table[j] < 0) {
-            pos = (j + 1) * B - 1;
-            continue;
-        }
-        n_kept += (s->mask[kv_meta_index(p, j, layer, kh) * MW + t / 64] >> (t % 64)) & 1;
-    }
-    if (n_kept <= k) return;
-    kv_cand *c = malloc((size_t)n_kept * sizeof *c);
-    if (!c) return; /* keep more than the budget rather than fail a commit */
-    int n = 0;
-    for (int pos = 0; pos < end; pos++) {
-        int j = pos / B, t = pos % B;
-        if (s->table[j] < 0) {
-            pos = (j + 1) * B - 1;
-            continue;
-        }
-        if ((s->mask[kv_meta_index(p, j, layer, kh) * MW + t / 64] >> (t % 64)) & 1)
-            c[n++] = (kv_cand){.key = key[pos], .pos = pos};
-    }
-    qsort(c, (size_t)n, sizeof *c, kv_cand_cmp);
-    for (int i = k; i < n; i++) {
-        int j = c[i].pos / B, t = c[i].pos % B;
-        s->mask[kv_meta_index(p, j, layer, kh) * MW + t / 64] &= ~(1ull << (t % 64));
-    }
-    free(c);
 }
 
 void kv_policy_after_commit(hr_kv_pool *p, kv_seq *s) { kv_policy_ops_of(s->pol.kind)->after_commit(p, s); }

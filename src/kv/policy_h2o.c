@@ -1,7 +1,7 @@
 /* policy_h2o.c: `h2o:B`, heavy-hitter eviction (H2O, Zhang et al. 2023).
  *
  * Per layer and KV head (the group of query heads sharing it), every cached token accumulates the
- * softmax weight each later query of the group gives it (attention.c adds it, in fixed point so the
+ * softmax weight each later query of the group gives it (the storage's attention adds it, fixed point so the
  * sum does not depend on thread order). After each commit, per layer and KV head, the B/2 most recent
  * tokens are kept, and of the older ones still kept only the B - B/2 with the highest accumulated
  * weight stay (ties: the later position); the others lose their bit in the block's token mask and

@@ -1,7 +1,7 @@
 /* policy_snapkv.c: `snapkv:B[,window:W]` (SnapKV, Li et al. 2024).
  *
  * During prefill, the last W queries of the prompt (the observation window; default min(32, B/2))
- * add their softmax weights to each prompt token's score, per layer and KV head (attention.c). At the
+ * add their softmax weights to each prompt token's score, per layer and KV head (the storage's attention). At the
  * commit that completes the prompt, per layer and KV head, the scores of the tokens before the window
  * are max-pooled over 5 neighbouring positions (so a token next to an attended one tends to stay with
  * it, as SnapKV's pooling keeps clusters), and the B - W best of them stay, with the W window tokens;

@@ -1,6 +1,6 @@
 /* policy_window.c: `window:W` and `sinks:S,window:W` (StreamingLLM), and a model's own sliding window.
  *
- * A query at position p sees positions > p - W (and, with sinks, positions < S); attention.c applies
+ * A query at position p sees positions > p - W (and, with sinks, positions < S); attention (attend.c's view) applies
  * that mask token by token, so results match a reference sliding-window attention exactly. What the
  * cache keeps is whole blocks: after each commit, every block whose positions are all below
  * n_tokens + 1 - W (the first position the next query can see) and that holds no sink position

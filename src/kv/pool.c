@@ -1,30 +1,14 @@
-/* pool.c: the block pool (one arena allocated at create), block states, the free list and the LRU of
- * cached blocks, and the sequence operations (create, reserve, free, reset, fork).
+/* pool.c: the pool: its sizes from a config, create (the manager's metadata and the storage that
+ * holds the bytes, both sized once from the budget) and destroy, and the sequence operations
+ * (create, reserve, free, reset, fork). Block states and lists are block.c's.
  *
- * Block states and the functions behind each transition:
- *
- *            kv_block_alloc                    kv_block_release (refcount -> 0, not hashed)
- *     FREE -----------------> USED (refcnt >= 1) ---------------------------------------> FREE
- *       ^                      |  ^
- *       |  kv_block_alloc      |  | share_prefix / fork (refcnt++), share_prefix takes a
- *       |  evicts LRU head     |  | CACHED block back to USED
- *       |                      v  |
- *       +----------------- CACHED (refcnt 0, hash in the prefix map, in the LRU)
- *                kv_block_release (refcount -> 0, hashed)
- *
- * Invariants (see kv.h): free + used + cached == total; refcnt == number of tables holding a block;
- * only USED blocks are in tables; CACHED blocks are exactly the LRU list and are all in the map.
- * Allocation takes never-hashed FREE blocks first and evicts the least recently used CACHED block
- * only when none is left. A sequence's blocks are released last-to-first, so a freed sequence's tail
- * blocks are evicted before its head blocks (heads are the ones other prompts share).
- *
- * Eviction policies (policy*.c) release single blocks from the middle of a table the same way and
- * leave a hole (-1) in their place: positions stay logical, so reserve, commit and the waste figure
- * work unchanged; every walk over a table here skips holes. */
+ * Eviction policies (policy*.c) release single blocks from the middle of a table and leave a hole
+ * (-1) in their place: positions stay logical, so reserve, commit and the waste figure work
+ * unchanged; every walk over a table here skips holes. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "backend/cpu/kv_storage_cpu.h"
 #include "common/util.h"
 #include "kv/kv_internal.h"
 
@@ -87,13 +71,13 @@ hr_status hr_kv_config_check(const hr_kv_config *cfg, hr_error *err) {
     return kv_check_config(cfg, &kf, &vf, err);
 }
 
-/* The pool's bookkeeping beside the arena, one size per table hr_kv_pool_create allocates for n
- * blocks: create allocates exactly these, and hr_kv_pool_meta_bytes adds them up, so the budget's
- * figure is the allocation's. */
+/* The manager's bookkeeping beside the storage, one size per table hr_kv_pool_create allocates for n
+ * blocks: create allocates exactly these, and hr_kv_pool_meta_bytes adds them up (with the storage's
+ * own tables), so the budget's figure is the allocation's. */
 #define KV_ELEM(field) sizeof(((const hr_kv_pool *)0)->field[0])
 typedef struct kv_meta_sizes {
     size_t refcnt, state, flags, hash, parent, tokens, prev, next; /* per block */
-    size_t blk_stage, filled, stage_free, map;
+    size_t blk_stage, stage_free, map;
     size_t seqs, pending; /* per sequence slot */
     size_t native_window; /* per layer */
 } kv_meta_sizes;
@@ -110,7 +94,6 @@ static void kv_meta_sizes_of(const hr_kv_config *cfg, int n_blocks, kv_meta_size
                          .prev = n * KV_ELEM(prev),
                          .next = n * KV_ELEM(next),
                          .blk_stage = n * KV_ELEM(blk_stage),
-                         .filled = staged ? n * (size_t)cfg->n_layers * KV_ELEM(filled) : 0,
                          .stage_free = ((size_t)(staged ? kv_n_stage(cfg) : 0) + 1) * KV_ELEM(stage_free),
                          .map = (size_t)kv_prefix_map_slots(n_blocks) * KV_ELEM(map),
                          .seqs = S * KV_ELEM(seqs),
@@ -122,15 +105,11 @@ uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks) {
     if (hr_kv_block_bytes(cfg) == 0) return 0;
     kv_meta_sizes m;
     kv_meta_sizes_of(cfg, n_blocks, &m);
+    /* the CPU storage's own host tables (another storage keeps its bookkeeping where its bytes are) */
+    uint64_t st = cfg->storage ? 0
+                               : hr_kv_storage_cpu_meta_bytes(cfg->n_layers, hr_kv_fixed_bytes(cfg) > 0 ? kv_n_stage(cfg) : 0);
     return sizeof(hr_kv_pool) + m.refcnt + m.state + m.flags + m.hash + m.parent + m.tokens + m.prev + m.next +
-           m.blk_stage + m.filled + m.stage_free + m.map + m.seqs + m.pending + m.native_window;
-}
-
-/* A block table's capacity for n entries: it grows by doubling from 8 (kv_table_reserve). */
-static int kv_table_cap(int n) {
-    int cap = 8;
-    while (cap < n) cap *= 2;
-    return cap;
+           m.blk_stage + m.stage_free + m.map + m.seqs + m.pending + m.native_window + st;
 }
 
 uint64_t hr_kv_seq_table_bytes(const hr_kv_config *cfg, int n_tokens) {
@@ -139,101 +118,17 @@ uint64_t hr_kv_seq_table_bytes(const hr_kv_config *cfg, int n_tokens) {
     return (uint64_t)kv_table_cap(n) * sizeof(int32_t);
 }
 
-/* ---- lists --------------------------------------------------------------------------------------- */
-
-static void kv_list_push_tail(hr_kv_pool *p, kv_list *l, int32_t b) {
-    p->prev[b] = l->tail;
-    p->next[b] = -1;
-    if (l->tail >= 0)
-        p->next[l->tail] = b;
-    else
-        l->head = b;
-    l->tail = b;
-    l->count++;
-}
-
-static void kv_list_remove(hr_kv_pool *p, kv_list *l, int32_t b) {
-    if (p->prev[b] >= 0)
-        p->next[p->prev[b]] = p->next[b];
-    else
-        l->head = p->next[b];
-    if (p->next[b] >= 0)
-        p->prev[p->next[b]] = p->prev[b];
-    else
-        l->tail = p->prev[b];
-    p->prev[b] = p->next[b] = -1;
-    l->count--;
-}
-
-/* ---- blocks -------------------------------------------------------------------------------------- */
-
-int32_t kv_block_alloc(hr_kv_pool *p) {
-    int32_t b = p->free_list.head;
-    if (b >= 0) {
-        kv_list_remove(p, &p->free_list, b);
-        atomic_fetch_sub_explicit(&p->n_free, 1, memory_order_relaxed);
-    } else {
-        b = p->lru.head;
-        if (b < 0) return -1;
-        kv_list_remove(p, &p->lru, b);
-        kv_prefix_map_remove(p, b);
-        atomic_fetch_sub_explicit(&p->n_cached, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->evicted, 1, memory_order_relaxed);
-    }
-    p->state[b] = KV_BLK_USED;
-    p->refcnt[b] = 1;
-    p->flags[b] = 0;
-    atomic_fetch_add_explicit(&p->n_used, 1, memory_order_relaxed);
-    return b;
-}
-
-bool kv_deferred(const hr_kv_pool *p) { return p->stage != NULL; }
-
-int32_t kv_stage_take(hr_kv_pool *p, int32_t b) {
-    KV_ASSERT(p->n_stage_free > 0 && p->blk_stage[b] < 0);
-    int32_t slot = p->stage_free[--p->n_stage_free];
-    p->blk_stage[b] = slot;
-    for (int l = 0; l < p->cfg.n_layers; l++)
-        atomic_store_explicit(&p->filled[(size_t)b * p->cfg.n_layers + l], 0, memory_order_relaxed);
-    return slot;
-}
-
-void kv_stage_release(hr_kv_pool *p, int32_t b) {
-    if (!p->stage || p->blk_stage[b] < 0) return;
-    p->stage_free[p->n_stage_free++] = p->blk_stage[b];
-    p->blk_stage[b] = -1;
-}
-
-/* One more table holds b (b is USED or CACHED). */
-void kv_block_ref(hr_kv_pool *p, int32_t b) {
-    if (p->state[b] == KV_BLK_CACHED) {
-        kv_list_remove(p, &p->lru, b);
-        p->state[b] = KV_BLK_USED;
-        atomic_fetch_sub_explicit(&p->n_cached, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->n_used, 1, memory_order_relaxed);
-    }
-    KV_ASSERT(p->state[b] == KV_BLK_USED);
-    p->refcnt[b]++;
-}
-
-void kv_block_release(hr_kv_pool *p, int32_t b) {
-    KV_ASSERT(p->state[b] == KV_BLK_USED && p->refcnt[b] > 0);
-    if (--p->refcnt[b] > 0) return;
-    kv_stage_release(p, b);
-    atomic_fetch_sub_explicit(&p->n_used, 1, memory_order_relaxed);
-    if (p->flags[b] & KV_FLAG_IN_MAP) {
-        p->state[b] = KV_BLK_CACHED;
-        kv_list_push_tail(p, &p->lru, b);
-        atomic_fetch_add_explicit(&p->n_cached, 1, memory_order_relaxed);
-    } else {
-        p->state[b] = KV_BLK_FREE;
-        p->flags[b] = 0;
-        kv_list_push_tail(p, &p->free_list, b);
-        atomic_fetch_add_explicit(&p->n_free, 1, memory_order_relaxed);
-    }
-}
-
 /* ---- create / destroy ---------------------------------------------------------------------------- */
+
+/* The kernels the CPU storage runs when the caller did not choose (cfg->isa NULL): the AVX2 ones
+ * where the CPU has AVX2 and FMA, as before the storage took its ISA as a parameter. The one
+ * CPU-feature probe of kv/: the tree's dispatcher replaces it (runtime passes cfg->isa). */
+static const char *kv_default_isa(const hr_kv_config *cfg) {
+    if (cfg->force_scalar) return "scalar";
+    if (cfg->isa) return cfg->isa;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "avx2" : "scalar";
+}
 
 hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error *err) {
     kv_fmt kf, vf;
@@ -265,39 +160,28 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->kf = kf;
     p->vf = vf;
     kv_fmt_init(&p->sf, HR_KV_F16, KV_K, cfg->block_size, cfg->head_dim, NULL);
-    p->k_block_bytes = (size_t)cfg->n_kv_heads * kf.head_bytes;
-    p->v_block_bytes = (size_t)cfg->n_kv_heads * vf.head_bytes;
     p->block_bytes = block_bytes;
     p->stage_slot_bytes = hr_kv_stage_block_bytes(cfg);
-    p->stage_layer_bytes = (size_t)(p->stage_slot_bytes / (uint64_t)cfg->n_layers);
     p->n_stage = fixed ? kv_n_stage(cfg) : 0;
 
-    __builtin_cpu_init();
-    p->avx2 = !cfg->force_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    kv_fmt_ops_ref(&kf, &p->kops);
-    kv_fmt_ops_ref(&vf, &p->vops);
-    kv_fmt_ops_ref(&p->sf, &p->sops);
-    p->softmax = p->avx2 ? kv_softmax_avx2 : kv_softmax_ref;
-    p->scale_round_f16 = p->avx2 ? kv_scale_round_f16_avx2 : kv_scale_round_f16_ref;
-    if (p->avx2) {
-        kv_fmt_ops_avx2(&kf, &p->kops);
-        kv_fmt_ops_avx2(&vf, &p->vops);
-        kv_fmt_ops_avx2(&p->sf, &p->sops);
-    }
-
-    /* one page-aligned mapping for all layers' blocks and the staging buffers; it never grows */
-    size_t blocks_bytes = (size_t)nb * block_bytes;
-    p->arena_bytes = blocks_bytes + (size_t)fixed;
-    int map_flags = MAP_PRIVATE | MAP_ANONYMOUS | (cfg->prefault ? MAP_POPULATE : 0);
-    void *mem = mmap(NULL, p->arena_bytes, PROT_READ | PROT_WRITE, map_flags, -1, 0);
-    if (mem == MAP_FAILED) {
+    /* the bytes: blocks and tail buffers in the storage, sized once here; it never grows */
+    hr_kv_storage_params sp = {.n_layers = cfg->n_layers,
+                               .n_kv_heads = cfg->n_kv_heads,
+                               .head_dim = cfg->head_dim,
+                               .block_size = cfg->block_size,
+                               .k = kf,
+                               .v = vf,
+                               .stage = p->sf,
+                               .n_blocks = p->n_blocks,
+                               .n_stage = p->n_stage,
+                               .prefault = cfg->prefault,
+                               .isa = kv_default_isa(cfg)};
+    rc = (cfg->storage ? cfg->storage : hr_kv_storage_cpu_create)(&sp, &p->st, err);
+    if (rc != HR_OK) {
         free(p);
-        char b1[32];
-        return hr_error_set(err, HR_ERR_NOMEM, "KV pool: cannot map %s for %llu blocks; lower the budget",
-                            hr_format_size(blocks_bytes, b1, sizeof b1), (unsigned long long)nb);
+        return rc;
     }
-    p->arena = mem;
-    p->stage = fixed ? p->arena + blocks_bytes : NULL;
+    KV_ASSERT(p->st->ops->footprint(p->st) <= cfg->budget_bytes);
 
     int n = p->n_blocks;
     kv_meta_sizes ms; /* what hr_kv_pool_meta_bytes counts */
@@ -314,26 +198,15 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->pending = calloc(1, ms.pending);
     p->blk_stage = malloc(ms.blk_stage);
     p->stage_free = malloc(ms.stage_free);
-    p->filled = p->stage ? calloc(1, ms.filled) : NULL;
     p->native_window = calloc(1, ms.native_window);
     p->default_pol = (hr_kv_policy){.kind = HR_KV_POLICY_FULL};
     bool ok = p->refcnt && p->state && p->flags && p->hash && p->parent && p->tokens && p->prev && p->next && p->seqs &&
-              p->pending && p->blk_stage && p->stage_free && (p->filled || !p->stage) && p->native_window &&
-              kv_prefix_map_init(p);
+              p->pending && p->blk_stage && p->stage_free && p->native_window && kv_prefix_map_init(p);
     if (!ok) {
         hr_kv_pool_destroy(p);
         return hr_error_set(err, HR_ERR_NOMEM, "KV pool: out of memory for the metadata of %d blocks", n);
     }
-    p->free_list = (kv_list){-1, -1, 0};
-    p->lru = (kv_list){-1, -1, 0};
-    for (int b = 0; b < n; b++) {
-        kv_list_push_tail(p, &p->free_list, b);
-        p->blk_stage[b] = -1;
-    }
-    for (int i = p->n_stage - 1; i >= 0; i--) p->stage_free[p->n_stage_free++] = i;
-    atomic_init(&p->n_free, n);
-    atomic_init(&p->n_used, 0);
-    atomic_init(&p->n_cached, 0);
+    kv_blocks_init(p);
     atomic_init(&p->waste_slots, 0);
     atomic_init(&p->prefix_hits, 0);
     atomic_init(&p->evicted, 0);
@@ -354,7 +227,7 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
             if (p->seqs[i].swapped) kv_swap_drop(p, &p->seqs[i]);
         }
     }
-    if (p->arena) munmap(p->arena, p->arena_bytes);
+    if (p->st) p->st->ops->destroy(p->st);
     free(p->refcnt);
     free(p->state);
     free(p->flags);
@@ -367,7 +240,6 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     free(p->pending);
     free(p->blk_stage);
     free(p->stage_free);
-    free(p->filled);
     free(p->map);
     free(p->fetch_buf);
     free(p->native_window);
@@ -376,32 +248,9 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
 
 const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *p) { return &p->cfg; }
 int hr_kv_pool_n_blocks(const hr_kv_pool *p) { return p->n_blocks; }
-int hr_kv_pool_n_free(const hr_kv_pool *p) {
-    return atomic_load_explicit(&p->n_free, memory_order_relaxed) +
-           atomic_load_explicit(&p->n_cached, memory_order_relaxed);
-}
-const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->avx2 ? "avx2" : "scalar"; }
+const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->st->ops->isa(p->st); }
 
 /* ---- sequences ----------------------------------------------------------------------------------- */
-
-bool kv_seq_valid(const hr_kv_pool *p, hr_kv_seq seq) {
-    return p && seq >= 0 && seq < p->cfg.max_seqs && p->seqs[seq].active;
-}
-
-hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err) {
-    if (n <= s->cap) return HR_OK;
-    int cap = kv_table_cap(n); /* s->cap is a smaller capacity of the same series */
-    int32_t *t = realloc(s->table, (size_t)cap * sizeof *t);
-    if (!t) return hr_error_set(err, HR_ERR_NOMEM, "KV: out of memory growing a block table to %d entries", cap);
-    s->table = t;
-    s->cap = cap;
-    return HR_OK;
-}
-
-void kv_update_peak(hr_kv_pool *p, kv_seq *s) {
-    uint64_t now = (uint64_t)(s->n_table - s->n_holes) * p->block_bytes;
-    if (now > s->bytes_peak) s->bytes_peak = now;
-}
 
 hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
     for (int i = 0; i < p->cfg.max_seqs; i++) {
@@ -432,7 +281,7 @@ int hr_kv_seq_n_tokens(const hr_kv_pool *p, hr_kv_seq seq) { return kv_seq_valid
 /* Tail buffers that writing tokens up to n_tokens needs beyond those held: one for each block from the
  * first one not yet full up to the last one those tokens reach that has none (new blocks included). */
 static int kv_stage_need(const hr_kv_pool *p, const kv_seq *s, int need_blocks) {
-    if (!p->stage) return 0;
+    if (!kv_deferred(p)) return 0;
     int n = 0;
     for (int i = s->n_tokens / p->cfg.block_size; i < need_blocks; i++)
         n += i >= s->n_table || (s->table[i] >= 0 && p->blk_stage[s->table[i]] < 0);
@@ -491,18 +340,6 @@ hr_status hr_kv_seq_reserve_ahead(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, hr
     return kv_seq_reserve(p, seq, n_tokens, false, err);
 }
 
-/* Drops every block of the table (last to first) and the waste they carried. */
-void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s) {
-    int B = p->cfg.block_size;
-    uint64_t waste = (uint64_t)s->n_table * B - (uint64_t)s->n_tokens;
-    if (s->n_table > 0) atomic_fetch_sub_explicit(&p->waste_slots, waste, memory_order_relaxed);
-    for (int i = s->n_table - 1; i >= 0; i--)
-        if (s->table[i] >= 0) kv_block_release(p, s->table[i]);
-    s->n_table = 0;
-    s->n_holes = 0;
-    s->evict_from = 0;
-}
-
 void hr_kv_seq_reset(hr_kv_pool *p, hr_kv_seq seq) {
     if (!kv_seq_valid(p, seq)) return;
     kv_seq *s = &p->seqs[seq];
@@ -527,10 +364,10 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
     kv_seq *s = &p->seqs[src];
     if (s->swapped)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV fork: sequence %d is swapped out; swap it in first", src);
-    int B = p->cfg.block_size, L = p->cfg.n_layers;
+    int B = p->cfg.block_size;
     int n_full = s->n_tokens / B;
     bool tail = s->n_tokens % B != 0;
-    if (tail && (hr_kv_pool_n_free(p) < 1 || (p->stage && p->n_stage_free < 1)))
+    if (tail && (hr_kv_pool_n_free(p) < 1 || (kv_deferred(p) && p->n_stage_free < 1)))
         return hr_error_set(err, HR_ERR_FULL, "KV fork: no free block (or tail buffer) to copy the partial tail into");
     hr_kv_seq c;
     hr_status rc = hr_kv_seq_create(p, &c, err);
@@ -561,16 +398,10 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
     d->snap_done = s->snap_done;
     if (tail) {
         int32_t from = s->table[n_full], to = kv_block_alloc(p);
-        for (int l = 0; l < L; l++) {
-            memcpy(kv_block_ptr(p, l, KV_K, to), kv_block_ptr(p, l, KV_K, from), p->k_block_bytes);
-            memcpy(kv_block_ptr(p, l, KV_V, to), kv_block_ptr(p, l, KV_V, from), p->v_block_bytes);
-        }
-        if (p->stage && p->blk_stage[from] >= 0) {
+        p->st->ops->copy_block(p->st, from, to); /* the partial tail is the child's own copy */
+        if (kv_deferred(p) && p->blk_stage[from] >= 0) {
             int32_t slot = kv_stage_take(p, to);
-            memcpy(p->stage + (size_t)slot * p->stage_slot_bytes,
-                   p->stage + (size_t)p->blk_stage[from] * p->stage_slot_bytes, p->stage_slot_bytes);
-            for (int l = 0; l < L; l++)
-                atomic_store(&p->filled[(size_t)to * L + l], atomic_load(&p->filled[(size_t)from * L + l]));
+            p->st->ops->stage_copy(p->st, p->blk_stage[from], slot);
         }
         d->table[d->n_table++] = to;
     }

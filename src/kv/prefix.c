@@ -1,5 +1,7 @@
-/* prefix.c: the prefix cache: chain hashes of full blocks, the hash -> block map, commit (which
- * makes full blocks shareable) and share_prefix (which reuses them).
+/* prefix.c: the prefix cache: chain hashes of full blocks, commit (which makes full blocks
+ * shareable: into map.c's hash -> block map) and share_prefix (which reuses them, or fetches the next
+ * ones through the observer: the remote tier), and the whole-block read the remote tier stores. The
+ * bytes of a fetched or read block go through the storage (write_block, read_block).
  *
  * A full block's identity is hash(parent block's hash, its B tokens, block_size, K format, V format),
  * chained from a root that also covers the shape, so equal hashes mean equal prefixes (and the map
@@ -15,87 +17,10 @@
 #include "common/util.h"
 #include "kv/kv_internal.h"
 
-uint64_t kv_prefix_root(const hr_kv_pool *p) {
-    const hr_kv_config *c = &p->cfg;
-    uint64_t h = 0x6b765f726f6f7431ull; /* "kv_root1" */
-    h = hr_mix64(h ^ ((uint64_t)c->k_format | (uint64_t)c->v_format << 8 | (uint64_t)c->block_size << 16));
-    h = hr_mix64(h ^ ((uint64_t)c->n_layers | (uint64_t)c->n_kv_heads << 16 | (uint64_t)c->head_dim << 32));
-    return h;
-}
-
 static uint64_t kv_chain(uint64_t parent, uint64_t scope, const int32_t *tokens, int B) {
     uint64_t h = hr_mix64(parent ^ 0x9e3779b97f4a7c15ull ^ scope);
     for (int i = 0; i < B; i++) h = hr_mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
     return h;
-}
-
-/* ---- map: open addressing with linear probing and backward-shift deletion ------------------------ */
-
-uint64_t kv_prefix_map_slots(int n_blocks) {
-    uint64_t cap = 16;
-    while (cap < (uint64_t)n_blocks * 2) cap *= 2;
-    return cap;
-}
-
-bool kv_prefix_map_init(hr_kv_pool *p) {
-    uint64_t cap = kv_prefix_map_slots(p->n_blocks);
-    p->map = malloc(cap * sizeof *p->map);
-    if (!p->map) return false;
-    for (uint64_t i = 0; i < cap; i++) p->map[i] = -1;
-    p->map_mask = cap - 1;
-    return true;
-}
-
-int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash) {
-    for (uint64_t i = hash & p->map_mask;; i = (i + 1) & p->map_mask) {
-        int32_t b = p->map[i];
-        if (b < 0) return -1;
-        if (p->hash[b] == hash) return b;
-    }
-}
-
-static void kv_prefix_map_insert(hr_kv_pool *p, int32_t b) {
-    uint64_t i = p->hash[b] & p->map_mask;
-    while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
-    p->map[i] = b;
-    p->flags[b] |= KV_FLAG_IN_MAP;
-    if (p->obs.stored) {
-        hr_kv_block_info bi = {.hash = p->hash[b],
-                               .has_parent = p->parent[b] != kv_prefix_root(p),
-                               .parent = p->parent[b],
-                               .tokens = p->tokens + (size_t)b * p->cfg.block_size,
-                               .block_size = p->cfg.block_size,
-                               .fetched = p->fetching};
-        p->obs.stored(p->obs.ctx, &bi);
-    }
-}
-
-void kv_prefix_map_add(hr_kv_pool *p, int32_t b) {
-    if (kv_prefix_map_find(p, p->hash[b]) < 0) kv_prefix_map_insert(p, b);
-}
-
-void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
-    uint64_t i = p->hash[b] & p->map_mask;
-    while (p->map[i] != b) {
-        KV_ASSERT(p->map[i] >= 0);
-        i = (i + 1) & p->map_mask;
-    }
-    /* backward shift: move later entries of the probe run into the hole when their home allows */
-    uint64_t j = i;
-    for (;;) {
-        j = (j + 1) & p->map_mask;
-        int32_t e = p->map[j];
-        if (e < 0) break;
-        uint64_t home = p->hash[e] & p->map_mask;
-        bool movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            p->map[i] = e;
-            i = j;
-        }
-    }
-    p->map[i] = -1;
-    p->flags[b] &= (uint8_t)~KV_FLAG_IN_MAP;
-    if (p->obs.removed) p->obs.removed(p->obs.ctx, p->hash[b]);
 }
 
 hr_status hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs, hr_error *err) {
@@ -112,29 +37,10 @@ hr_status hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs, hr_e
     return HR_OK;
 }
 
-/* The block's bytes as one run: layer by layer, K then V (the order fetch fills). */
-static void kv_block_gather(const hr_kv_pool *p, int32_t b, uint8_t *out) {
-    for (int l = 0; l < p->cfg.n_layers; l++) {
-        memcpy(out, kv_block_ptr(p, l, KV_K, b), p->k_block_bytes);
-        out += p->k_block_bytes;
-        memcpy(out, kv_block_ptr(p, l, KV_V, b), p->v_block_bytes);
-        out += p->v_block_bytes;
-    }
-}
-
-static void kv_block_scatter(hr_kv_pool *p, int32_t b, const uint8_t *in) {
-    for (int l = 0; l < p->cfg.n_layers; l++) {
-        memcpy(kv_block_ptr(p, l, KV_K, b), in, p->k_block_bytes);
-        in += p->k_block_bytes;
-        memcpy(kv_block_ptr(p, l, KV_V, b), in, p->v_block_bytes);
-        in += p->v_block_bytes;
-    }
-}
-
 bool hr_kv_pool_read_block(const hr_kv_pool *p, uint64_t hash, void *out, uint64_t cap) {
     int32_t b = kv_prefix_map_find(p, hash);
     if (b < 0 || cap < p->block_bytes) return false;
-    kv_block_gather(p, b, out);
+    p->st->ops->read_block(p->st, b, out);
     return true;
 }
 
@@ -155,7 +61,7 @@ static int kv_fetch_more(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, int fr
         if (kv_table_reserve(s, s->n_table + 1, NULL) != HR_OK) break;
         int32_t b = kv_block_alloc(p);
         if (b < 0) break;
-        kv_block_scatter(p, b, p->fetch_buf);
+        p->st->ops->write_block(p->st, b, p->fetch_buf);
         p->parent[b] = h;
         p->hash[b] = nh;
         memcpy(p->tokens + (size_t)b * B, tk, (size_t)B * sizeof *tk);
@@ -197,8 +103,8 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
         int32_t b = s->table[s->n_tokens / B - 1];
         KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
 #if HR_DEBUG_CHECKS
-        for (int l = 0; p->stage && l < p->cfg.n_layers; l++)
-            KV_ASSERT(atomic_load(&p->filled[(size_t)b * p->cfg.n_layers + l]) == B); /* every layer written */
+        for (int l = 0; kv_deferred(p) && l < p->cfg.n_layers; l++) /* every layer written */
+            KV_ASSERT(p->blk_stage[b] >= 0 && p->st->ops->stage_filled(p->st, p->blk_stage[b], l) == B);
 #endif
         kv_stage_release(p, b); /* encoded: the tail buffer is not needed any more */
         uint64_t h = kv_chain(s->last_hash, s->scope, pend, B);

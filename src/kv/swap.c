@@ -1,14 +1,16 @@
 /* swap.c: the swap tier: a file with a fixed number of block-sized slots, where a preempted
  * sequence's blocks wait (hr_kv_seq_swap_out) until they are copied back bit for bit
- * (hr_kv_seq_swap_in).
+ * (hr_kv_seq_swap_in). The bytes move only through the storage (read_block / write_block, and
+ * stage_read / stage_write for tail buffers) and one block-sized buffer of the tier's own; the
+ * tier never sees the storage's memory.
  *
- * Slot layout: one block = [L][K block bytes | V block bytes], exactly the bytes the pool holds, so a
- * round trip is a copy. A block with an f16 tail buffer (q4/kivi2, still being filled) also stores the
- * buffer, cut into as many further slots as it needs. Besides the bytes, a swapped sequence keeps a
- * small record in memory per block: its slot(s), and for full blocks the prefix hash, parent hash and
- * tokens, so the blocks come back shareable; for blocks being filled, the per-layer fill counts.
- * Both directions plan first (count, check space, allocate the record) and then act, so an error
- * leaves everything as it was. */
+ * Slot layout: one block = [L][K block bytes | V block bytes], exactly the bytes read_block gives
+ * (HR_KV_BLOCK_LAYOUT), so a round trip is a copy. A block with an f16 tail buffer (q4/kivi2, still
+ * being filled) also stores the buffer, cut into as many further slots as it needs. Besides the
+ * bytes, a swapped sequence keeps a small record in memory per block: its slot(s), and for full
+ * blocks the prefix hash, parent hash and tokens, so the blocks come back shareable; for blocks
+ * being filled, the per-layer fill counts. Both directions plan first (count, check space, allocate
+ * the record) and then act, so an error leaves everything as it was. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -28,6 +30,7 @@ struct hr_kv_swap {
     int n_slots, n_free;
     int32_t *free_slots; /* stack */
     int stage_units;     /* slots one tail buffer takes */
+    uint8_t *buf;        /* one block or one tail buffer, whichever is larger: the bytes in transit */
     /* the ledger's figures, published for readers on other threads (the owner thread alone moves
      * n_free and the stack) */
     atomic_int slots_used;
@@ -62,9 +65,12 @@ hr_status hr_kv_swap_create(const hr_kv_pool *p, const hr_kv_swap_config *cfg, h
     w->fd = -1;
     w->slot_bytes = slot;
     w->n_slots = (int)n;
-    w->stage_units = p->stage ? (int)((p->stage_slot_bytes + slot - 1) / slot) : 0;
+    w->stage_units = kv_deferred(p) ? (int)((p->stage_slot_bytes + slot - 1) / slot) : 0;
     w->free_slots = malloc((size_t)n * sizeof *w->free_slots);
-    if (!w->free_slots) {
+    w->buf = malloc((size_t)(p->stage_slot_bytes > slot ? p->stage_slot_bytes : slot));
+    if (!w->free_slots || !w->buf) {
+        free(w->free_slots);
+        free(w->buf);
         free(w);
         return hr_error_set(err, HR_ERR_NOMEM, "KV swap: out of memory for %llu slots", (unsigned long long)n);
     }
@@ -95,6 +101,7 @@ void hr_kv_swap_destroy(hr_kv_swap *w) {
     if (w->path) unlink(w->path);
     free(w->path);
     free(w->free_slots);
+    free(w->buf);
     free(w);
 }
 
@@ -133,24 +140,23 @@ static bool kv_pread_all(int fd, void *buf, size_t n, off_t off) {
     return true;
 }
 
-/* Copies block b to (or from) slot: each layer's K then V bytes, in order. */
+/* Copies block b to (or from) slot through the tier's buffer: each layer's K then V bytes, in order.
+ * Reading, the block's bytes are written only once the whole slot was read. */
 static bool kv_block_io(hr_kv_pool *p, hr_kv_swap *w, int32_t b, int32_t slot, bool out) {
     off_t off = (off_t)((uint64_t)slot * w->slot_bytes);
-    for (int l = 0; l < p->cfg.n_layers; l++) {
-        uint8_t *k = kv_block_ptr(p, l, KV_K, b), *v = kv_block_ptr(p, l, KV_V, b);
-        bool ok = out ? kv_pwrite_all(w->fd, k, p->k_block_bytes, off) : kv_pread_all(w->fd, k, p->k_block_bytes, off);
-        off += (off_t)p->k_block_bytes;
-        ok = ok &&
-             (out ? kv_pwrite_all(w->fd, v, p->v_block_bytes, off) : kv_pread_all(w->fd, v, p->v_block_bytes, off));
-        off += (off_t)p->v_block_bytes;
-        if (!ok) return false;
+    if (out) {
+        p->st->ops->read_block(p->st, b, w->buf);
+        return kv_pwrite_all(w->fd, w->buf, p->block_bytes, off);
     }
+    if (!kv_pread_all(w->fd, w->buf, p->block_bytes, off)) return false;
+    p->st->ops->write_block(p->st, b, w->buf);
     return true;
 }
 
-/* Copies a tail buffer to (or from) its stage_units slots, one slot's worth at a time. */
-static bool kv_stage_io(hr_kv_pool *p, hr_kv_swap *w, int32_t stage_slot, const int32_t *units, bool out) {
-    uint8_t *buf = p->stage + (size_t)stage_slot * p->stage_slot_bytes;
+/* Copies a tail buffer's bytes, in w->buf, to (or from) its stage_units slots, one slot's worth at a
+ * time. */
+static bool kv_stage_io(hr_kv_pool *p, hr_kv_swap *w, const int32_t *units, bool out) {
+    uint8_t *buf = w->buf;
     uint64_t left = p->stage_slot_bytes;
     for (int u = 0; left > 0; u++) {
         size_t n = (size_t)(left < w->slot_bytes ? left : w->slot_bytes);
@@ -187,7 +193,7 @@ hr_status hr_kv_seq_swap_out(hr_kv_pool *p, hr_kv_swap *w, hr_kv_seq seq, hr_err
                                 "recompute",
                                 seq);
     int n_staged = 0;
-    for (int i = 0; i < nb; i++) n_staged += p->stage && p->blk_stage[s->table[i]] >= 0;
+    for (int i = 0; i < nb; i++) n_staged += kv_deferred(p) && p->blk_stage[s->table[i]] >= 0;
     int units = nb + n_staged * w->stage_units;
     if (units > w->n_slots)
         return hr_error_set(err, HR_ERR_BUDGET, "KV swap out: sequence %d needs %d slots, the tier has %d in all", seq,
@@ -219,10 +225,10 @@ hr_status hr_kv_seq_swap_out(hr_kv_pool *p, hr_kv_swap *w, hr_kv_seq seq, hr_err
         r->hash[i] = p->hash[b];
         r->parent[i] = p->parent[b];
         memcpy(r->tokens + (size_t)i * B, p->tokens + (size_t)b * B, (size_t)B * sizeof *r->tokens);
-        if (ok && p->stage && p->blk_stage[b] >= 0) {
+        if (ok && kv_deferred(p) && p->blk_stage[b] >= 0) {
             r->flags[i] |= REC_STAGED;
-            for (int l = 0; l < L; l++) r->filled[(size_t)i * L + l] = atomic_load(&p->filled[(size_t)b * L + l]);
-            ok = kv_stage_io(p, w, p->blk_stage[b], r->units + extra, true);
+            p->st->ops->stage_read(p->st, p->blk_stage[b], w->buf, r->filled + (size_t)i * L);
+            ok = kv_stage_io(p, w, r->units + extra, true);
             extra += w->stage_units;
         }
         if (!ok) {
@@ -253,7 +259,7 @@ hr_status hr_kv_seq_swap_in(hr_kv_pool *p, hr_kv_seq seq, hr_error *err) {
     int B = p->cfg.block_size, L = p->cfg.n_layers;
     int n_staged = 0;
     for (int i = 0; i < r->n_blocks; i++) n_staged += (r->flags[i] & REC_STAGED) != 0;
-    if (r->n_blocks > hr_kv_pool_n_free(p) || (p->stage && n_staged > p->n_stage_free))
+    if (r->n_blocks > hr_kv_pool_n_free(p) || (kv_deferred(p) && n_staged > p->n_stage_free))
         return hr_error_set(err, HR_ERR_FULL, "KV swap in: sequence %d needs %d blocks (%d free or evictable)", seq,
                             r->n_blocks, hr_kv_pool_n_free(p));
     hr_status rc = kv_table_reserve(s, r->n_blocks, err);
@@ -266,8 +272,8 @@ hr_status hr_kv_seq_swap_in(hr_kv_pool *p, hr_kv_seq seq, hr_error *err) {
         bool ok = kv_block_io(p, w, b, r->units[i], false);
         if (ok && (r->flags[i] & REC_STAGED)) {
             int32_t slot = kv_stage_take(p, b);
-            for (int l = 0; l < L; l++) atomic_store(&p->filled[(size_t)b * L + l], r->filled[(size_t)i * L + l]);
-            ok = kv_stage_io(p, w, slot, r->units + extra, false);
+            ok = kv_stage_io(p, w, r->units + extra, false);
+            if (ok) p->st->ops->stage_write(p->st, slot, w->buf, r->filled + (size_t)i * L);
             extra += w->stage_units;
         }
         if (!ok) {

@@ -1,6 +1,7 @@
 /* kv_remote.c: the Redis KV tier (see kv_remote.h for keys, checks and threads). */
 #include "remote/kv_remote.h"
 #include "common/util.h"
+#include "kv/kv_storage.h" /* HR_KV_BLOCK_LAYOUT */
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -14,7 +15,7 @@
 #include <time.h>
 
 #define KR_MAGIC  0x31424c4b564b5248ull /* "HRKVKLB1" little-endian: the metadata's first 8 bytes */
-#define KR_LAYOUT 1u                    /* kv/kv_internal.h's block layout: [L][K|V][Hkv][B][D] + scales */
+#define KR_LAYOUT HR_KV_BLOCK_LAYOUT    /* the bytes a storage's read_block gives (kv/kv_storage.h) */
 enum { KR_META_FIXED = 8 * 6 + 4 * 8 }; /* bytes before the token ids */
 
 typedef struct kr_item { /* one block waiting to be written */

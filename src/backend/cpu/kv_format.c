@@ -1,144 +1,21 @@
-/* format.c: KV storage formats: names, per-head layouts and byte counts, and the scalar reference
- * kernels (encode, fused dequantize-and-dot for q.K, fused weighted accumulate for P.V).
+/* kv_format.c: the CPU storage's scalar reference kernels for every KV format (encode, fused
+ * dequantize-and-dot for q.K, fused weighted accumulate for P.V), over the layouts kv/format.c
+ * describes (kv/kv_format.h).
  *
- * The scalar kernels are the definition of correct; format_avx2.c must agree with them to 1e-5
+ * The scalar kernels are the definition of correct; kv_format_avx2.c must agree with them to 1e-5
  * relative, and its encoders must store the same bytes. Quantized blocks are never expanded: a dot
  * reads codes and scales and multiplies as it goes; the only temporary is one head-row (D floats):
  * for q8, q4 and kivi2 the query (times the per-channel K scales for q4/kivi2) rounded to int16 once
  * per block, so that every token's dot is an exact integer sum, identical in every kernel.
  *
- * Head-region layouts (B tokens, D = head_dim, G = group):
- *   F32   : f32 [B][D]
- *   F16   : f16 [B][D]
- *   BF16  : bf16 [B][D]
- *   Q8    : int8 [B][D], then f16 scale [B][D/G]            (symmetric, G = min(32, D) power of 2)
- *   FP8   : e4m3 [B][D], then f32 scale [B]                 (per token and head: amax / 448)
- *   Q4  K : f16 scale [D], f16 min [D], then u4 [B][D/2]    (per channel over the block, like KIVI)
- *   Q4  V : u4 [B][D/2], then f16 (scale, min) [B][D/G]     (per token, asymmetric, G <= 32)
- *   KIVI2 K: f16 scale [D], f16 min [D], then u2 [B][D/4]   (per channel over the block)
- *   KIVI2 V: u2 [B][D/4], then f16 (scale, min) [B][D/G]    (per token, asymmetric, G <= 32)
- *   Q4H K : u4 [B][D/2], then f16 (scale, min) [B][D/G]     (Q4 V's layout, of the key rotated by
- *           the normalized Hadamard transform of the head; D a power of two, G = min(32, D))
- *   Q4H V : exactly Q4 V's layout, encoded token by token at write time
  * Packed codes (per = 8/bits codes a byte): a token row is cut into chunks of 16 bytes (32 channels
  * at 4 bits, 64 at 2; the last chunk may be narrower); in a chunk of w channels, byte k holds
  * channels k, k + w/per, ... at bits 0, bits, ... (kv_code_byte). One 16-byte load then unpacks into
  * runs of 16 consecutive channels with one shift and mask each, no shuffles. */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv_internal.h"
-
-static const char *const kv_format_names[HR_KV_FORMAT_COUNT] = {"f32", "f16", "bf16",  "q8",
-                                                                "q4",  "fp8", "kivi2", "q4h"};
-
-const char *hr_kv_format_name(hr_kv_format f) {
-    if ((unsigned)f >= HR_KV_FORMAT_COUNT) return "?";
-    return kv_format_names[f];
-}
-
-/* Other spellings users bring from llama.cpp / vLLM flags. */
-static const struct {
-    const char *name;
-    hr_kv_format f;
-} kv_format_aliases[] = {{"fp32", HR_KV_F32}, {"fp16", HR_KV_F16},     {"q8_0", HR_KV_Q8},
-                         {"int8", HR_KV_Q8},  {"q4_0", HR_KV_Q4},      {"int4", HR_KV_Q4},
-                         {"e4m3", HR_KV_FP8}, {"fp8_e4m3", HR_KV_FP8}, {"q4_hadamard", HR_KV_Q4H}};
-
-hr_status hr_kv_format_parse(const char *name, hr_kv_format *out, hr_error *err) {
-    for (int i = 0; name && i < HR_KV_FORMAT_COUNT; i++) {
-        if (strcmp(name, kv_format_names[i]) == 0) {
-            *out = (hr_kv_format)i;
-            return HR_OK;
-        }
-    }
-    for (size_t i = 0; name && i < sizeof kv_format_aliases / sizeof kv_format_aliases[0]; i++) {
-        if (strcmp(name, kv_format_aliases[i].name) == 0) {
-            *out = kv_format_aliases[i].f;
-            return HR_OK;
-        }
-    }
-    return hr_error_set(err, HR_ERR_INVALID_ARG,
-                        "unknown KV format '%s': expected one of f32, f16, bf16, q8, q4, fp8, kivi2, q4h",
-                        name ? name : "(null)");
-}
-
-/* Largest power of two <= cap that divides D (D % 8 == 0 is checked by the caller, so >= 8). */
-static int kv_group(int D, int cap) {
-    int g = cap;
-    while (g > 1 && D % g != 0) g /= 2;
-    return g;
-}
-
-static size_t kv_align(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-hr_status kv_fmt_init(kv_fmt *f, hr_kv_format format, int role, int B, int D, hr_error *err) {
-    memset(f, 0, sizeof *f);
-    f->format = format;
-    f->role = role;
-    f->B = B;
-    f->D = D;
-    size_t BD = (size_t)B * D;
-    if ((unsigned)format >= HR_KV_FORMAT_COUNT)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV format id %d is not a format", (int)format);
-    if (format >= HR_KV_Q8 && D % 8 != 0)
-        return hr_error_set(err, HR_ERR_INVALID_ARG,
-                            "KV format %s needs head_dim a multiple of 8, got %d: use f16 or bf16",
-                            hr_kv_format_name(format), D);
-    switch (format) {
-    case HR_KV_F32: f->scale_off = f->head_bytes = BD * 4; break;
-    case HR_KV_F16:
-    case HR_KV_BF16: f->scale_off = f->head_bytes = BD * 2; break;
-    case HR_KV_Q8:
-        f->G = kv_group(D, 32);
-        f->scale_off = BD;
-        f->head_bytes = BD + (size_t)B * (D / f->G) * 2;
-        break;
-    case HR_KV_FP8:
-        f->scale_off = kv_align(BD, 4);
-        f->head_bytes = f->scale_off + (size_t)B * 4;
-        break;
-    case HR_KV_Q4:
-    case HR_KV_KIVI2:
-        f->bits = format == HR_KV_Q4 ? 4 : 2;
-        f->deferred = true;
-        f->G = kv_group(D, 32);
-        if (role == KV_K) {
-            f->per_channel = true;
-            f->scale_off = 0;
-            f->code_off = (size_t)D * 4;
-            f->head_bytes = f->code_off + BD * f->bits / 8;
-        } else {
-            f->code_off = 0;
-            f->scale_off = BD * f->bits / 8;
-            f->head_bytes = f->scale_off + (size_t)B * (D / f->G) * 4;
-        }
-        break;
-    case HR_KV_Q4H:
-        if (role == KV_K && (D & (D - 1)) != 0)
-            return hr_error_set(err, HR_ERR_INVALID_ARG,
-                                "KV format q4h rotates keys by a Hadamard transform, which needs head_dim a "
-                                "power of two; %d is not: use q4 (per-channel K scales) instead",
-                                D);
-        f->bits = 4;
-        f->G = kv_group(D, 32);
-        f->code_off = 0;
-        f->scale_off = BD / 2;
-        f->head_bytes = f->scale_off + (size_t)B * (D / f->G) * 4;
-        if (role == KV_K) {
-            /* measurement-only variants (docs/BENCHMARKS.md, the q4h section): HEADROOM_KV_Q4H_VARIANT=norot stores the
-             * keys unrotated (plain per-token 4-bit K), =sym uses symmetric codes, =norot,sym both */
-            const char *var = getenv("HEADROOM_KV_Q4H_VARIANT");
-            f->rotate = !(var && strstr(var, "norot"));
-            f->sym = var && strstr(var, "sym");
-        }
-        break;
-    }
-    f->head_bytes = kv_align(f->head_bytes, 64);
-    return HR_OK;
-}
+#include "backend/cpu/kv_cpu.h"
 
 uint8_t kv_f32_to_e4m3(float x) {
     uint8_t sign = (x < 0.0f || (x == 0.0f && signbit(x))) ? 0x80u : 0u;
@@ -312,7 +189,7 @@ static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p,
  * *shift. Chunks of 16 bytes hold W = 16 * per channels; a narrower last chunk of w channels (a
  * multiple of 8) holds w / per bytes; byte k of a chunk of w channels holds channels k + i * (w / per)
  * at bit i * bits. So 16 bytes zero-extended to 16-bit lanes give, shift by shift, 16 consecutive
- * channels (format_avx2.c). */
+ * channels (kv_format_avx2.c). */
 static inline int kv_code_byte(int D, int bits, int c, int *shift) {
     int per = 8 / bits, W = 16 * per, base = c - c % W;
     int w = D - base < W ? D - base : W, nb = w / per, r = c - base;
@@ -351,7 +228,7 @@ static float kv_fit_err(const float *x, int n, int levels, float s, float m, uin
  * smallest squared error wins (ties: the earlier, so min-max when nothing helps). Codes are then
  * computed against the rounded values, so decode(encode(x)) is as close as the stored scales allow.
  * On stories260K this takes kivi2 from +20% to +12% perplexity and q4 from +0.52% to +0.28%.
- * format_avx2.c runs the same operations in the same order on 8 fits at once (same codes): keep
+ * kv_format_avx2.c runs the same operations in the same order on 8 fits at once (same codes): keep
  * the two in step. */
 static void kv_lowbit_fit(const float *x, int n, int bits, uint16_t *s16, uint16_t *m16, float *s, float *m) {
     int levels = (1 << bits) - 1;

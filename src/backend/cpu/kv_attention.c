@@ -1,5 +1,6 @@
-/* attention.c: writing one token's K/V into its block, and attention of one token's query heads over
- * a sequence's blocks, read in their formats directly.
+/* kv_attention.c: the CPU storage's writes (one token's K/V into a block slot) and attention (one
+ * token's query heads over its sequence's blocks, read in their formats directly). The manager
+ * (kv/attend.c) resolves a sequence and position into blocks, slots, tail buffers and a view.
  *
  * Determinism: for a query at n_ctx, every reduction (each q.k, the max, the exp-sum, the P.V sums)
  * runs over tokens 0..n_ctx-1 block by block in the same order with the same kernels, so the result
@@ -21,19 +22,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "kv/kv_internal.h"
+#include "backend/cpu/kv_cpu.h"
 
-void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *k, const float *v) {
-    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
-    const kv_seq *s = &p->seqs[seq];
-    int B = p->cfg.block_size, D = p->cfg.head_dim, Hkv = p->cfg.n_kv_heads, L = p->cfg.n_layers;
-    int bi = pos / B, t = pos % B;
-    KV_ASSERT(pos >= 0 && bi < s->n_table);
-    int32_t b = s->table[bi];
-    /* a shared or hashed (full, committed) block is never written */
-    KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
-    int32_t slot = p->stage ? p->blk_stage[b] : -1;
-    KV_ASSERT(!p->stage || slot >= 0);
+void kv_cpu_write(hr_kv_storage *base, int layer, int32_t b, int t, int32_t slot, const float *k, const float *v) {
+    kv_cpu *p = (kv_cpu *)base;
+    int B = p->B, D = p->D, Hkv = p->Hkv, L = p->L;
+    KV_ASSERT(layer >= 0 && layer < L && b >= 0 && b < p->n_blocks && t >= 0 && t < B);
+    KV_ASSERT(!p->stage || (slot >= 0 && slot < p->n_stage));
     for (int kind = 0; kind < 2; kind++) {
         const kv_fmt *f = kind == KV_K ? &p->kf : &p->vf;
         const kv_fmt_ops *ops = kind == KV_K ? &p->kops : &p->vops;
@@ -52,7 +47,7 @@ void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *
     if (!p->stage) return;
     /* the write that completes the block in this layer encodes it; acq_rel makes the other writers'
      * rows visible to it */
-    int done = atomic_fetch_add_explicit(&p->filled[(size_t)b * L + layer], 1, memory_order_acq_rel) + 1;
+    int done = atomic_fetch_add_explicit(&p->filled[(size_t)slot * L + layer], 1, memory_order_acq_rel) + 1;
     KV_ASSERT(done <= B);
     if (done != B) return;
     for (int kind = 0; kind < 2; kind++) {
@@ -80,8 +75,7 @@ float kv_softmax_ref(float *s, int n, float scale) {
 /* Soft-capping (gemma2): the scaled scores become cap * tanh(s * scale / cap), after which the
  * softmax scales by 1. Applied before any mask, so a masked score stays -inf. Returns the scale the
  * softmax is to apply. */
-static float kv_softcap(const hr_kv_pool *p, float *sc, int n, float scale) {
-    const float cap = p->attn_softcap;
+static float kv_softcap(float cap, float *sc, int n, float scale) {
     if (cap <= 0.0f) return scale;
     for (int t = 0; t < n; t++) sc[t] = cap * tanhf(sc[t] * scale / cap);
     return 1.0f;
@@ -91,59 +85,48 @@ static float kv_softcap(const hr_kv_pool *p, float *sc, int n, float scale) {
  *   - keys stored rotated (q4h): the query rotated by the same transform, once per head;
  *   - an f16 K: the query rounded to f16, as the reference engine reads an f16 cache;
  *   - otherwise the query itself. */
-static const float *kv_query(const hr_kv_pool *p, const float *qh, float *buf) {
+static const float *kv_query(const kv_cpu *p, const float *qh, float *buf) {
     if (p->kf.rotate) {
-        memcpy(buf, qh, (size_t)p->cfg.head_dim * sizeof *buf);
-        kv_hadamard(buf, p->cfg.head_dim);
+        memcpy(buf, qh, (size_t)p->D * sizeof *buf);
+        kv_hadamard(buf, p->D);
         return buf;
     }
     if (p->kf.format != HR_KV_F16) return qh;
-    memcpy(buf, qh, (size_t)p->cfg.head_dim * sizeof *buf);
-    p->scale_round_f16(buf, p->cfg.head_dim, 1.0f);
+    memcpy(buf, qh, (size_t)p->D * sizeof *buf);
+    p->scale_round_f16(buf, p->D, 1.0f);
     return buf;
 }
 
 /* After the softmax (sc: n exp weights summing to sum): with an f16 V the weights become
  * f16(e / sum) and 1 is returned (nothing left to divide by); otherwise 1 / sum, for the end. */
-static float kv_weights(const hr_kv_pool *p, float *sc, int n, float sum) {
+static float kv_weights(const kv_cpu *p, float *sc, int n, float sum) {
     float inv = 1.0f / sum;
     if (p->vf.format != HR_KV_F16) return inv;
     p->scale_round_f16(sc, n, inv);
     return 1.0f;
 }
 
-size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx) {
-    /* scores (n_ctx, padded to a block) + one head-row for per-channel formats + slack for SIMD */
-    int B = cfg->block_size > 0 ? cfg->block_size : 1;
-    size_t n = ((size_t)(n_ctx > 0 ? n_ctx : 0) + B - 1) / B * B;
-    return n + (size_t)cfg->head_dim + 16;
+/* ---- attention under a view -----------------------------------------------------------------------
+ * The blocks a query reads are [0, sink_blocks) and [first_blk, n_blk) (the manager computed them
+ * from the policy: for window-like ones first_blk = lo / B, lo the first position the window sees;
+ * token-level ones read every block still in the table). Their scores are packed block after block
+ * as in the full path, so with nothing masked the result is the full path's bit for bit. A token the
+ * view hides gets a score of -inf before the softmax and a weight of exactly 0 after it. */
+
+static inline int kv_view_next(const hr_kv_attn_view *v, int j) {
+    return j + 1 == v->sink_blocks ? v->first_blk : j + 1;
 }
-size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
-    return hr_kv_attention_scratch_floats_for(&p->cfg, n_ctx);
+
+static inline size_t kv_meta_index(const kv_cpu *p, int j, int layer, int kh) {
+    return ((size_t)j * p->L + (size_t)layer) * p->Hkv + (size_t)kh;
 }
-
-/* ---- attention under a policy ---------------------------------------------------------------------
- * The blocks a query reads are [0, sink_blocks) and [lo / B, n_blk) for window-like policies (lo = the
- * first position its window sees), or every block still in the table for token-level ones. Their
- * scores are packed block after block as in the full path, so with nothing masked the result is the
- * full path's bit for bit. A token the policy hides gets a score of -inf before the softmax and a
- * weight of exactly 0 after it. */
-
-typedef struct kv_view {
-    int n_ctx, n_blk;
-    int sink_blocks, first_blk; /* visible: [0, sink_blocks) and [first_blk, n_blk) */
-    int sinks, lo;              /* window-like: position t visible iff t < sinks || t >= lo */
-    const uint64_t *mask;       /* token-level: the sequence's masks, else NULL */
-} kv_view;
-
-static inline int kv_view_next(const kv_view *v, int j) { return j + 1 == v->sink_blocks ? v->first_blk : j + 1; }
 
 /* Hides the tokens of logical block j (n of them) that the view masks: score -inf or weight 0. */
-static void kv_view_mask(const hr_kv_pool *p, const kv_view *v, int layer, int kh, int j, int n, float *sc,
+static void kv_view_mask(const kv_cpu *p, const hr_kv_attn_view *v, int layer, int kh, int j, int n, float *sc,
                          float fill) {
-    int B = p->cfg.block_size;
+    int B = p->B;
     if (v->mask) {
-        const uint64_t *m = v->mask + kv_meta_index(p, j, layer, kh) * kv_mask_words(p);
+        const uint64_t *m = v->mask + kv_meta_index(p, j, layer, kh) * (size_t)((B + 63) / 64);
         for (int t = 0; t < n; t++)
             if (!((m[t / 64] >> (t % 64)) & 1)) sc[t] = fill;
         return;
@@ -154,33 +137,22 @@ static void kv_view_mask(const hr_kv_pool *p, const kv_view *v, int layer, int k
         if (p0 + t >= v->sinks && p0 + t < v->lo) sc[t] = fill;
 }
 
-static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, int n_ctx, const float *q, int n_heads,
-                             float scale, float *out, float *scratch) {
-    const hr_kv_config *c = &p->cfg;
-    int B = c->block_size, D = c->head_dim, Hkv = c->n_kv_heads;
+static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                           float *scratch) {
+    int B = p->B, D = p->D, Hkv = p->Hkv;
+    int n_ctx = aq->n_ctx, n_heads = a->n_heads, n_blk = (n_ctx + B - 1) / B;
     int group = n_heads / Hkv;
-    kv_view v = {.n_ctx = n_ctx, .n_blk = (n_ctx + B - 1) / B, .sinks = kv_policy_sinks(s)};
-    int W = kv_layer_window(p, s, layer);
-    v.lo = W > 0 && n_ctx - W > 0 ? n_ctx - W : 0;
-    v.first_blk = v.lo / B;
-    v.sink_blocks = (v.sinks + B - 1) / B;
-    if (v.sink_blocks >= v.first_blk) v.sink_blocks = v.first_blk = 0; /* the two ranges meet */
-    if (v.lo <= v.sinks) v.lo = 0;
-    v.mask = kv_token_level(s) ? s->mask : NULL;
-    /* token-level: add the weights to the scores (h2o: every query; snapkv: the observation window) */
-    atomic_uint_fast64_t *acc = NULL;
-    if (s->pol.kind == HR_KV_POLICY_H2O) acc = s->score;
-    if (s->pol.kind == HR_KV_POLICY_SNAPKV && !s->snap_done) {
-        int end = kv_snap_end(s);
-        if (n_ctx <= end && n_ctx > end - kv_snap_window(&s->pol)) acc = s->score;
-    }
+    const float scale = a->scale, *q = aq->q;
+    float *out = aq->out;
+    const int32_t *table = aq->table;
+    const hr_kv_attn_view v = *aq->view;
+    atomic_uint_fast64_t *acc = v.score;
 
-    int32_t last = s->table[v.n_blk - 1];
-    int32_t slot = (p->stage && n_ctx % B != 0) ? p->blk_stage[last] : -1;
+    int32_t slot = aq->tail_stage;
     const uint16_t *stk = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_K) : NULL;
     const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
     int n_vis = 0;
-    for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) n_vis += s->table[j] >= 0;
+    for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) n_vis += table[j] >= 0;
     float *scores = scratch;
     float *row = scratch + (size_t)n_vis * B; /* scratch holds n_vis * B scores, then one head-row */
     float q16[KV_MAX_HEAD_DIM];
@@ -191,16 +163,16 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
         float *oh = out + (size_t)h * D;
         int n_sc = 0, k = 0;
         float sm_scale = scale;
-        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
-            int32_t b = s->table[j];
+        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) {
+            int32_t b = table[j];
             if (b < 0) continue; /* dropped: a query over an older prefix would have needed it */
-            int n = (j == v.n_blk - 1) ? n_ctx - j * B : B;
+            int n = (j == n_blk - 1) ? n_ctx - j * B : B;
             float *sc = scores + (size_t)k * B;
-            if (j == v.n_blk - 1 && stk && p->kf.deferred)
+            if (j == n_blk - 1 && stk && p->kf.deferred)
                 p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, sc);
             else
                 p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row, sc);
-            sm_scale = kv_softcap(p, sc, n, scale);
+            sm_scale = kv_softcap(a->softcap, sc, n, scale);
             kv_view_mask(p, &v, layer, kh, j, n, sc, -INFINITY);
             n_sc = k * B + n;
             k++;
@@ -208,21 +180,21 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
         float inv = kv_weights(p, scores, n_sc, p->softmax(scores, n_sc, sm_scale));
         memset(oh, 0, (size_t)D * sizeof *oh);
         k = 0;
-        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < v.n_blk; j = kv_view_next(&v, j)) {
-            int32_t b = s->table[j];
+        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) {
+            int32_t b = table[j];
             if (b < 0) continue;
-            int n = (j == v.n_blk - 1) ? n_ctx - j * B : B;
+            int n = (j == n_blk - 1) ? n_ctx - j * B : B;
             float *sc = scores + (size_t)k * B;
             kv_view_mask(p, &v, layer, kh, j, n, sc, 0.0f);
-            if (j == v.n_blk - 1 && stv && p->vf.deferred)
+            if (j == n_blk - 1 && stv && p->vf.deferred)
                 p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, sc, oh);
             else
                 p->vops.accum(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, sc, oh);
             if (acc) {
-                atomic_uint_fast64_t *a = acc + kv_meta_index(p, j, layer, kh) * B;
+                atomic_uint_fast64_t *w = acc + kv_meta_index(p, j, layer, kh) * B;
                 for (int t = 0; t < n; t++)
                     if (sc[t] > 0.0f)
-                        atomic_fetch_add_explicit(&a[t], (uint64_t)((double)(sc[t] * inv) * 4294967296.0 + 0.5),
+                        atomic_fetch_add_explicit(&w[t], (uint64_t)((double)(sc[t] * inv) * 4294967296.0 + 0.5),
                                                   memory_order_relaxed);
             }
             k++;
@@ -231,26 +203,17 @@ static void attention_policy(const hr_kv_pool *p, int layer, const kv_seq *s, in
     }
 }
 
-void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads, float scale,
-                     float *out, float *scratch) {
-    const hr_kv_config *c = &p->cfg;
-    int B = c->block_size, D = c->head_dim, Hkv = c->n_kv_heads;
-    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < c->n_layers);
-    KV_ASSERT(n_heads % Hkv == 0);
-    const kv_seq *s = &p->seqs[seq];
-    KV_ASSERT(n_ctx >= 0 && n_ctx <= s->n_table * B);
-    if (n_ctx <= 0) {
-        memset(out, 0, (size_t)n_heads * D * sizeof *out);
-        return;
-    }
-    if (s->pol.kind != HR_KV_POLICY_FULL || p->native_window[layer] > 0 || s->n_holes > 0) {
-        attention_policy(p, layer, s, n_ctx, q, n_heads, scale, out, scratch);
-        return;
-    }
+/* One query over every position of [0, n_ctx) (no policy, no holes): the path of a full sequence. */
+static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                           float *scratch) {
+    int B = p->B, D = p->D, Hkv = p->Hkv;
+    int n_ctx = aq->n_ctx, n_heads = a->n_heads;
+    const float scale = a->scale, *q = aq->q;
+    float *out = aq->out;
     int group = n_heads / Hkv;
     int n_blk = (n_ctx + B - 1) / B;
     /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
-    int32_t slot = (p->stage && n_ctx % B != 0) ? p->blk_stage[s->table[n_blk - 1]] : -1;
+    int32_t slot = aq->tail_stage;
     const uint16_t *stk = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_K) : NULL;
     const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
     float *scores = scratch;
@@ -264,7 +227,7 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
         /* scores = q . k for every cached token, block by block */
         for (int j = 0; j < n_blk; j++) {
             int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-            int32_t b = s->table[j];
+            int32_t b = aq->table[j];
             if (j == n_blk - 1 && stk && p->kf.deferred)
                 p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, scores + (size_t)j * B);
             else
@@ -272,13 +235,13 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
                             scores + (size_t)j * B);
         }
         /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
-        const float sm_scale = kv_softcap(p, scores, n_ctx, scale);
+        const float sm_scale = kv_softcap(a->softcap, scores, n_ctx, scale);
         float inv = kv_weights(p, scores, n_ctx, p->softmax(scores, n_ctx, sm_scale));
         /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
         memset(oh, 0, (size_t)D * sizeof *oh);
         for (int j = 0; j < n_blk; j++) {
             int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-            int32_t b = s->table[j];
+            int32_t b = aq->table[j];
             if (j == n_blk - 1 && stv && p->vf.deferred)
                 p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, scores + (size_t)j * B, oh);
             else
@@ -286,5 +249,20 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
                               scores + (size_t)j * B, oh);
         }
         for (int d = 0; d < D; d++) oh[d] *= inv;
+    }
+}
+
+void kv_cpu_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_query *qs, int n, const hr_kv_attn_args *a,
+                   float *scratch) {
+    const kv_cpu *p = (const kv_cpu *)st;
+    KV_ASSERT(layer >= 0 && layer < p->L && a->n_heads % p->Hkv == 0);
+    for (int i = 0; i < n; i++) {
+        const hr_kv_attn_query *aq = &qs[i];
+        if (aq->n_ctx <= 0)
+            memset(aq->out, 0, (size_t)a->n_heads * p->D * sizeof *aq->out);
+        else if (aq->view)
+            attention_view(p, layer, aq, a, scratch);
+        else
+            attention_full(p, layer, aq, a, scratch);
     }
 }

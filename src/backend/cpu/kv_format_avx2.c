@@ -1,6 +1,7 @@
-/* format_avx2.c: AVX2/FMA/F16C versions of the format kernels in format.c (same contracts; agree
- * with the scalar reference to 1e-5 relative; encoders store the reference's bytes exactly).
- * Compiled with -mavx2 -mfma -mf16c; called only when the pool found those features at create.
+/* kv_format_avx2.c: AVX2/FMA/F16C versions of the format kernels in kv_format.c (same contracts;
+ * agree with the scalar reference to 1e-5 relative; encoders store the reference's bytes exactly).
+ * Compiled with -mavx2 -mfma -mf16c; called only when the CPU storage was created with isa "avx2"
+ * (or "avx512"), which its creator chooses only where the CPU has those features.
  *
  * q.K for q8/q4/kivi2 is integer (vpmaddwd of the int16 query row with codes zero- or sign-extended
  * to 16 bits), exact and so identical to the reference's sums whatever the grouping of tokens; P.V
@@ -10,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kv/kv_internal.h"
+#include "backend/cpu/kv_cpu.h"
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -98,7 +99,7 @@ static inline __m256 load_i8x8(const int8_t *p) {
 
 enum { KV_QMAX_D = 256 }; /* int16 query rows live on the stack: fast paths need D <= this */
 
-/* x rounded to int16 against its max |x| (format.c's kv_q16: same products, same rounding), in
+/* x rounded to int16 against its max |x| (kv_format.c's kv_q16: same products, same rounding), in
  * channel order; returns the step. D % 16 == 0. */
 static float row_i16(const float *x, int D, int16_t *q16) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -133,7 +134,7 @@ static inline __m256i idot_i8x16(const int8_t *k, const int16_t *q16) {
 }
 
 /* Exact integer group sums (int16 q x int8 k), then the reference's float steps in its order: the
- * same scores as format.c bit for bit. Four tokens at a time. Needs G % 16 == 0. */
+ * same scores as kv_format.c bit for bit. Four tokens at a time. Needs G % 16 == 0. */
 static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
     int D = f->D, G = f->G, ng = D / G, t = 0;
     (void)row;
@@ -198,7 +199,7 @@ static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, 
     }
 }
 
-/* Encoder: format.c's enc_q8 with the same operations per element (max |x|, the f16 scale, one
+/* Encoder: kv_format.c's enc_q8 with the same operations per element (max |x|, the f16 scale, one
  * reciprocal, round to nearest even, saturate), so the same bytes. */
 static inline float hmax8(__m256 v) {
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -344,7 +345,7 @@ static void acc_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float 
     }
 }
 
-/* Encoder: format.c's enc_fp8 and kv_f32_to_e4m3 per element: round to nearest even on the bits
+/* Encoder: kv_format.c's enc_fp8 and kv_f32_to_e4m3 per element: round to nearest even on the bits
  * (normals: 3 mantissa bits kept, the carry moves into the exponent; subnormals: steps of 2^-9),
  * saturating at 448. Same bytes as the reference for finite input. */
 static void enc_fp8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
@@ -378,10 +379,10 @@ static void enc_fp8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
 
 /* ---- Q4 / KIVI2 ------------------------------------------------------------------------------------
  * A 16-byte chunk of a token row holds 32 (4-bit) or 64 (2-bit) channels laid out so that, zero-
- * extended, shift i and a mask give channels [16i, 16i + 16) of the chunk in order (format.c). The
+ * extended, shift i and a mask give channels [16i, 16i + 16) of the chunk in order (kv_format.c). The
  * fast paths need D a multiple of the chunk width and D <= 256 (else the reference runs). */
 
-/* q' = q * scale rounded to int16 against its max |q'| (the same numbers as format.c's reference:
+/* q' = q * scale rounded to int16 against its max |q'| (the same numbers as kv_format.c's reference:
  * same products, same rounding), stored in channel order; returns the step, sets bias. */
 static float qrow_i16(const kv_fmt *f, const uint8_t *head, const float *q, float *row, int16_t *q16, float *bias) {
     int D = f->D;
@@ -484,7 +485,7 @@ static void acc_q4_v(const kv_fmt *f, const uint8_t *head, int n, const float *p
 
 /* q4h K (keys Hadamard-rotated, q is the rotated query): per token and group of 32 channels an exact
  * integer sum of int16 q x 4-bit code, then the reference's float steps in its order (scale per
- * group, min times the group's float sum of q), so the scores equal format.c's bit for bit. A
+ * group, min times the group's float sum of q), so the scores equal kv_format.c's bit for bit. A
  * group's 16 code bytes hold channels k (low nibble) and k + 16 (high nibble). Four tokens at a time.
  * Needs D % 32 == 0 (G = 32) and D <= KV_QMAX_D. */
 static void dot_q4h_k(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
@@ -570,7 +571,7 @@ static void acc_kivi2_v(const kv_fmt *f, const uint8_t *head, int n, const float
     }
 }
 
-/* ---- Q4 / KIVI2 encoders: kv_lowbit_fit (format.c) on 8 fits at once ---------------------------------
+/* ---- Q4 / KIVI2 encoders: kv_lowbit_fit (kv_format.c) on 8 fits at once ---------------------------------
  * Lane l of every vector below is one fit, and it runs exactly the reference's operations in its
  * order (no contraction into FMA, min/max with the reference's operand order), so scales and codes
  * are bit for bit those of the scalar encoder. K: 8 channels of a block; V: 8 tokens of one group. */
@@ -648,7 +649,7 @@ static void fit8(const float *xt, int n, int bits, __m128i *s16, __m128i *m16, _
     *m = _mm256_cvtph_ps(bm);
 }
 
-/* format.c's kv_code_byte: where channel c's code sits in a token row, and its shift. */
+/* kv_format.c's kv_code_byte: where channel c's code sits in a token row, and its shift. */
 static inline int code_byte(int D, int bits, int c, int *shift) {
     int per = 8 / bits, W = 16 * per, base = c - c % W;
     int w = D - base < W ? D - base : W, nb = w / per, r = c - base;

@@ -1,0 +1,96 @@
+/* attend.c: the manager's side of the forward pass: hr_kv_write and hr_kv_attention turn a sequence
+ * and a position into what the storage needs (the block and slot to write, with its tail buffer;
+ * the block table, the last block's tail buffer and, under a policy or a model sliding window, the
+ * view of visible positions) and call the storage, which holds the bytes and the kernels. Also the
+ * attention scratch the forward pass sizes per thread.
+ *
+ * Threads: both run on kernel worker threads during a forward pass, reading the manager's state,
+ * which no one changes then (the engine thread commits after the pass). */
+#include <string.h>
+
+#include "kv/kv_internal.h"
+
+void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *k, const float *v) {
+    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
+    const kv_seq *s = &p->seqs[seq];
+    int B = p->cfg.block_size;
+    int bi = pos / B, t = pos % B;
+    KV_ASSERT(pos >= 0 && bi < s->n_table);
+    int32_t b = s->table[bi];
+    /* a shared or hashed (full, committed) block is never written */
+    KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
+    int32_t slot = kv_deferred(p) ? p->blk_stage[b] : -1;
+    KV_ASSERT(!kv_deferred(p) || slot >= 0);
+    p->st->ops->write(p->st, layer, b, t, slot, k, v);
+}
+
+/* The positions a query at n_ctx of s sees in layer beyond causality (see kv_storage.h): the sinks
+ * and the window of window-like policies and the model's window, the masks of token-level ones, and
+ * where its softmax weights are added (h2o: every query; snapkv: the observation window). */
+static void kv_view(const hr_kv_pool *p, const kv_seq *s, int layer, int n_ctx, hr_kv_attn_view *v) {
+    int B = p->cfg.block_size;
+    memset(v, 0, sizeof *v);
+    v->sinks = kv_policy_sinks(s);
+    int W = kv_layer_window(p, s, layer);
+    v->lo = W > 0 && n_ctx - W > 0 ? n_ctx - W : 0;
+    v->first_blk = v->lo / B;
+    v->sink_blocks = (v->sinks + B - 1) / B;
+    if (v->sink_blocks >= v->first_blk) v->sink_blocks = v->first_blk = 0; /* the two ranges meet */
+    if (v->lo <= v->sinks) v->lo = 0;
+    v->mask = kv_token_level(s) ? s->mask : NULL;
+    if (s->pol.kind == HR_KV_POLICY_H2O) v->score = s->score;
+    if (s->pol.kind == HR_KV_POLICY_SNAPKV && !s->snap_done) {
+        int end = kv_snap_end(s);
+        if (n_ctx <= end && n_ctx > end - kv_snap_window(&s->pol)) v->score = s->score;
+    }
+}
+
+void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads, float scale,
+                     float *out, float *scratch) {
+    const hr_kv_config *c = &p->cfg;
+    int B = c->block_size;
+    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < c->n_layers);
+    KV_ASSERT(n_heads % c->n_kv_heads == 0);
+    const kv_seq *s = &p->seqs[seq];
+    KV_ASSERT(n_ctx >= 0 && n_ctx <= s->n_table * B);
+    hr_kv_attn_query aq = {.table = s->table, .n_ctx = n_ctx > 0 ? n_ctx : 0, .tail_stage = -1, .q = q, .out = out};
+    hr_kv_attn_view view;
+    if (n_ctx > 0) {
+        /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
+        if (kv_deferred(p) && n_ctx % B != 0) aq.tail_stage = p->blk_stage[s->table[(n_ctx + B - 1) / B - 1]];
+        /* full sequences take the storage's plain path, the same code as before policies */
+        if (s->pol.kind != HR_KV_POLICY_FULL || p->native_window[layer] > 0 || s->n_holes > 0) {
+            kv_view(p, s, layer, n_ctx, &view);
+            aq.view = &view;
+        }
+    }
+    hr_kv_attn_args a = {.n_heads = n_heads, .scale = scale, .softcap = p->attn_softcap};
+    p->st->ops->attend(p->st, layer, &aq, 1, &a, scratch);
+}
+
+size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx) {
+    /* scores (n_ctx, padded to a block) + one head-row for per-channel formats + slack for SIMD */
+    int B = cfg->block_size > 0 ? cfg->block_size : 1;
+    size_t n = ((size_t)(n_ctx > 0 ? n_ctx : 0) + B - 1) / B * B;
+    return n + (size_t)cfg->head_dim + 16;
+}
+
+size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {
+    return hr_kv_attention_scratch_floats_for(&p->cfg, n_ctx);
+}
+
+size_t hr_kv_seq_attention_scratch_floats(const hr_kv_pool *p, hr_kv_seq seq, int n_ctx) {
+    size_t all = hr_kv_attention_scratch_floats(p, n_ctx);
+    if (!kv_seq_valid(p, seq)) return all;
+    const kv_seq *s = &p->seqs[seq];
+    int B = p->cfg.block_size, wmax = 0;
+    for (int l = 0; l < p->cfg.n_layers; l++) {
+        int w = kv_layer_window(p, s, l);
+        if (w == 0) return all; /* some layer sees everything */
+        wmax = w > wmax ? w : wmax;
+    }
+    int S = kv_policy_sinks(s);
+    size_t slots = (size_t)((S + B - 1) / B + (wmax + B - 1) / B + 1) * B;
+    size_t bounded = slots + (size_t)p->cfg.head_dim + 16 + (p->kf.rotate ? (size_t)p->cfg.head_dim : 0);
+    return bounded < all ? bounded : all;
+}

@@ -1,0 +1,116 @@
+/* kv_storage.h: the KV storage interface: where the bytes of the KV cache live and the code that
+ * writes and reads them. The KV manager (kv/: block ids, tables, reference counts, prefix cache,
+ * policies, ledger, swap and remote-tier bookkeeping) decides which block and which slot; a storage
+ * holds the blocks and does what needs their bytes: write K/V, attend, whole-block read/write/copy
+ * for swap, the remote tier and copy-on-write. The manager never touches a block's bytes; the CPU
+ * storage (backend/cpu/kv_storage_cpu.h) implements this today, a GPU storage next.
+ *
+ * A storage holds n_blocks blocks, each [L][K | V] with, per layer, K = [Hkv][head region in the K
+ * layout] and V the same in the V layout (kv_format.h), and, for formats encoded when a block fills
+ * (q4, kivi2: "deferred"), n_stage f16 tail buffers ("stages"), each [L][K | V][Hkv][B][D] with a
+ * count per layer of the token slots written. The manager gives a stage to a block being filled,
+ * names it in every write to that block, and takes it back when the block is full.
+ *
+ * Threads: write and attend may run on kernel worker threads at once for distinct (layer, block
+ * slot) writes and for queries of blocks no one writes in the same phase; everything else runs on
+ * the manager's thread. Dimension letters: L layers, Hkv KV heads, H query heads, D head_dim,
+ * B block_size. */
+#ifndef HR_KV_KV_STORAGE_H
+#define HR_KV_KV_STORAGE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kv/kv_format.h"
+
+/* The byte layout read_block gives and write_block takes (every layer's K block then V block, each
+ * head-major in its format); the remote tier writes it into its metadata, so bump it on a change. */
+#define HR_KV_BLOCK_LAYOUT 1u
+
+typedef struct hr_kv_storage_params {
+    int n_layers, n_kv_heads, head_dim, block_size; /* L, Hkv, D, B */
+    kv_fmt k, v;                                    /* the K and V head-region layouts (kv_fmt_init) */
+    kv_fmt stage;  /* an f16 head region at this shape: how a stage is read (deferred formats) */
+    int n_blocks;  /* blocks to hold, >= 1 */
+    int n_stage;   /* tail buffers (0 unless k or v is deferred) */
+    bool prefault; /* make the memory resident at create, so a budget that cannot be held fails there */
+    /* the kernels: "scalar", "avx2" or "avx512" (the AVX2 KV kernels), the same names as --isa. The
+     * caller chooses (the CPU-feature dispatcher) and vouches that the CPU runs them; a storage never
+     * probes the CPU itself. NULL = "scalar". */
+    const char *isa;
+} hr_kv_storage_params;
+
+/* Which positions a query sees beyond causality (a policy or a model's sliding window); the manager
+ * computes it. Visible blocks: logical [0, sink_blocks) and [first_blk, n_blk); within them a
+ * position t is visible iff t < sinks || t >= lo, and, with a mask, iff its bit is set. */
+typedef struct hr_kv_attn_view {
+    int sink_blocks, first_blk;
+    int sinks, lo;
+    /* token-level policies: bit t of mask[((j * L + layer) * Hkv + kv_head) * MW + t / 64], MW =
+     * ceil(B / 64), for logical block j; NULL: no token mask */
+    const uint64_t *mask;
+    /* where each visible token's softmax weight is added, fixed point 2^-32, at
+     * score[((j * L + layer) * Hkv + kv_head) * B + t]; NULL: not accumulated */
+    atomic_uint_fast64_t *score;
+} hr_kv_attn_view;
+
+/* One query row of a ragged batch: one token of one sequence, over that sequence's blocks. */
+typedef struct hr_kv_attn_query {
+    const int32_t *table;        /* physical block ids in logical order (-1: a block the policy dropped) */
+    int n_ctx;                   /* positions [0, n_ctx) take part (0: out is zeroed) */
+    int32_t tail_stage;          /* the stage of block n_ctx / B when n_ctx % B != 0 and it has one, else -1 */
+    const hr_kv_attn_view *view; /* NULL: every position of [0, n_ctx), no holes */
+    const float *q;              /* [H][D], RoPE applied */
+    float *out;                  /* [H][D] */
+} hr_kv_attn_query;
+
+typedef struct hr_kv_attn_args {
+    int n_heads;   /* H, a multiple of Hkv: head h reads KV head h / (H / Hkv) */
+    float scale;   /* applied to q.k */
+    float softcap; /* > 0: a score s becomes softcap * tanh(s / softcap) after the scale */
+} hr_kv_attn_args;
+
+typedef struct hr_kv_storage hr_kv_storage;
+
+typedef struct hr_kv_storage_ops {
+    const char *name; /* "cpu" */
+    void (*destroy)(hr_kv_storage *st);
+    /* the kernels in use ("scalar", "avx2") */
+    const char *(*isa)(const hr_kv_storage *st);
+    /* the bytes it holds for blocks and stages, for the budget (the manager's metadata apart) */
+    uint64_t (*footprint)(const hr_kv_storage *st);
+    /* one token's K and V ([Hkv][D] each) at slot t of block in layer; stage: the block's tail
+     * buffer (deferred formats), else -1. The write that fills the last slot of a block in a layer
+     * encodes the block there. The block is not shared and slot t not written before in that layer. */
+    void (*write)(hr_kv_storage *st, int layer, int32_t block, int t, int32_t stage, const float *k, const float *v);
+    /* out = softmax(scale * q . K) . V for each query of qs[0..n) in layer, reading blocks in their
+     * formats where they lie. scratch: the floats the manager sized for the call's largest query
+     * (hr_kv_attention_scratch_floats), private to the calling thread. Each query's result depends
+     * only on its inputs and the bytes, never on the other queries. */
+    void (*attend)(const hr_kv_storage *st, int layer, const hr_kv_attn_query *qs, int n, const hr_kv_attn_args *a,
+                   float *scratch);
+    /* whole blocks in the HR_KV_BLOCK_LAYOUT byte order (block_bytes = L * Hkv * (K + V head bytes)) */
+    void (*read_block)(const hr_kv_storage *st, int32_t block, void *out);
+    void (*write_block)(hr_kv_storage *st, int32_t block, const void *in);
+    void (*copy_block)(hr_kv_storage *st, int32_t from, int32_t to);
+    /* tail buffers: reset (a block starts filling: no slot written), how many slots of layer are
+     * written, the whole buffer (L * 2 * Hkv * B * D f16) with its L counts, and a copy of both */
+    void (*stage_reset)(hr_kv_storage *st, int32_t stage);
+    int (*stage_filled)(const hr_kv_storage *st, int32_t stage, int layer);
+    void (*stage_read)(const hr_kv_storage *st, int32_t stage, void *out, uint16_t *filled);
+    void (*stage_write)(hr_kv_storage *st, int32_t stage, const void *in, const uint16_t *filled);
+    void (*stage_copy)(hr_kv_storage *st, int32_t from, int32_t to);
+} hr_kv_storage_ops;
+
+/* Every storage begins with this (its own state follows); the manager holds it by pointer. */
+struct hr_kv_storage {
+    const hr_kv_storage_ops *ops;
+};
+
+/* How a pool makes its storage (hr_kv_config.storage): hr_kv_storage_cpu_create, or a GPU's. On
+ * success *out is the storage, which the pool destroys through its ops. */
+typedef hr_status (*hr_kv_storage_create_fn)(const hr_kv_storage_params *p, hr_kv_storage **out, hr_error *err);
+
+#endif
