@@ -24,7 +24,7 @@
 #   cli          server plan eval bench
 #   server       -
 #   eval         -
-#   bench        -                           (a client of any HTTP server: not even the runtime)
+#   bench        common                      (a client of any HTTP server: not even the runtime)
 #   plan         backend gguf tensor         (its simulator is a backend; reads a model's shape from its
 #                                            GGUF tensor directory),
 #                runtime/budget.h            (plans with the runtime's own budget arithmetic)

@@ -1,5 +1,5 @@
 /* errors.c: parameter code -> the CLI flag that sets it (see errors.h). One row per hr_param; the
- * test (test_errors) checks every code has a row and that each flag named is one the CLI accepts. */
+ * test (test_cli_errors) checks every code has a row and that each flag named is one the CLI accepts. */
 #include "cli/errors.h"
 
 #include <stdio.h>

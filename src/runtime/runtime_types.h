@@ -5,7 +5,7 @@
  * engine's, the KV pool's, the model's or the chat templates' headers.
  *
  * Each enum has the same numbers as the layer's own (engine/engine.h, kv/kv.h, constrain/constrain.h)
- * and each snapshot the same fields; runtime.c checks the numbers at compile time and copies the
+ * and each snapshot the same fields; runtime/vocab.c checks the numbers at compile time and copies the
  * snapshots field by field, so the layers below may change their insides without a front end
  * noticing. Enums only grow at the end. */
 #ifndef HR_RUNTIME_RUNTIME_TYPES_H
