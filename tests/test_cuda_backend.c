@@ -237,6 +237,10 @@ static void test_cli(void) {
     check_cli("run --device cuda -p hi", 1, driver ? NULL : run, driver ? "headroom run: CUDA: " : NULL);
     check_cli("run --device cuda:1 -p hi -n 2", 1, driver ? NULL : run, driver ? "headroom run: CUDA: " : NULL);
     check_cli("serve --device cuda --port 0", 1, driver ? NULL : serve, driver ? "headroom serve: CUDA: " : NULL);
+    char ev[256];
+    snprintf(ev, sizeof ev, "headroom eval: %s", no_driver);
+    check_cli("eval --device cuda -m " HR_SOURCE_DIR "/models/stories260K-q8_0.gguf " HR_SOURCE_DIR "/README.md", 1,
+              driver ? NULL : ev, driver ? "headroom eval: CUDA: " : NULL);
     check_cli("run --device tpu -p hi", 2, "headroom run: --device: unknown device 'tpu' (cpu, cuda or cuda:N)", NULL);
     /* --device cpu is the default, token for token */
     char *a = NULL, *b = NULL;

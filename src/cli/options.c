@@ -408,6 +408,8 @@ const hr_opt hr_opts[] = {
     {HR_CMD_EVAL, {"-t", "--threads"}, "-t, --threads N", HR_OPT_INT, 1, 1024, EVL(n_threads), .sec = HR_SEC_MAIN,
      .flags = HR_OPTF_CORES, .help = "worker threads, {min}..{max} (default: all cores); more than the online cores\n"
              "warns and uses the online cores"},
+    {HR_CMD_EVAL, {"--device"}, "--device D", HR_OPT_CUSTOM, .custom = opt_device, .range = "cpu, cuda, cuda:N",
+     EVL(device), .sec = HR_SEC_MAIN, .help = "where the model runs: cpu (default), cuda, cuda:N (docs/GPU.md)"},
     {HR_CMD_EVAL, {"--json"}, "--json", HR_OPT_FLAG, EVL(json), .sec = HR_SEC_MAIN,
      .help = "one JSON object instead of the table"},
     {HR_CMD_EVAL, {"-q", "--quiet"}, "-q, --quiet", HR_OPT_FLAG, EVL(quiet), .sec = HR_SEC_MAIN,
