@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kernels_compile.sh: every CUDA kernel (src/backend/cuda/kernels/*.cu) compiles to PTX with
 # clang-19's NVPTX target (no CUDA SDK, no GPU), warnings as errors, and every extern "C" __global__
-# function of the sources is an .entry of the PTX (the host finds kernels by those names). Run by
+# function of the sources is an .entry of the PTX (the host finds kernels by those names), and no
+# PTX calls a function it does not define (no libdevice here). Run by
 # ctest as test_cuda_kernels_compile: kernels_compile.sh KERNEL_DIR OUT_DIR CLANG_FLAGS...
 # Exits 77 (skipped) when clang-19 is not installed; scripts/deps.sh installs it for `make test`.
 set -u
@@ -28,6 +29,12 @@ for cu in "$dir"/*.cu; do
             status=1
         fi
     done
+    # a call left to an outside function (a libdevice math function: -nocudalib links none) would
+    # only fail when the driver loads the module on a GPU; here it fails at once
+    if grep -qE '^\.extern \.func' "$out/$stem.ptx"; then
+        echo "kernels_compile: $stem.ptx calls functions it does not define: $(grep -E '^\.extern \.func' "$out/$stem.ptx" | tr '\n' ' ')"
+        status=1
+    fi
     grep -q '^\.target sm_90a' "$out/$stem.ptx" || { echo "kernels_compile: $stem.ptx does not target sm_90a"; status=1; }
 done
 [[ $status == 0 ]] && echo "kernels_compile: $n kernels compiled to PTX with $clang"
