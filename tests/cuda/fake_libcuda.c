@@ -1,7 +1,7 @@
 /* fake_libcuda.c: a stand-in for the NVIDIA driver library (libcuda.so.1), built as a shared library
  * for test_cuda_backend, so the CUDA backend's host side (dlopen, symbol lookup, device checks,
  * module loading, kernel lookup by name, device memory) runs on a machine without a GPU. Device
- * memory is host memory; a launch runs nothing and only counts. HR_FAKE_CUDA_MODE picks the machine:
+ * memory is host memory (fresh mappings: zeros); a launch runs nothing and only counts. HR_FAKE_CUDA_MODE picks the machine:
  * unset: one compute capability 9.0 GPU; "nodev": the driver sees no GPU; "cc80": an 8.0 GPU.
  * The ABI is the driver API's documented one, as backend/cuda/cuda_driver.h declares it. */
 #include <stdbool.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef unsigned long long ptr_t;
 
@@ -96,14 +97,22 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     launches++;
     return 0;
 }
+/* device memory from mmap, not malloc: the fault-injection build links every target with
+ * --wrap=malloc,..., and this library is dlopen'ed where those wrappers are not exported. The
+ * mapping's size is kept in its first 64 bytes. */
 int cuMemAlloc_v2(ptr_t *p, size_t bytes) {
-    void *m = calloc(1, bytes);
-    if (!m) return 2;
-    *p = (ptr_t)(uintptr_t)m;
+    size_t n = bytes + 64;
+    unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    memcpy(m, &n, sizeof n);
+    *p = (ptr_t)(uintptr_t)(m + 64);
     return 0;
 }
 int cuMemFree_v2(ptr_t p) {
-    free((void *)(uintptr_t)p);
+    unsigned char *m = (unsigned char *)(uintptr_t)p - 64;
+    size_t n;
+    memcpy(&n, m, sizeof n);
+    munmap(m, n);
     return 0;
 }
 int cuMemcpyHtoD_v2(ptr_t dst, const void *src, size_t n) {
