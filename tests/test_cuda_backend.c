@@ -3,7 +3,7 @@
  * the driver, no GPU, a GPU of another generation, a build without kernels), the embedded PTX (every
  * kernel there by name), and, through a fake driver library (tests/cuda/fake_libcuda.c: device memory
  * in host memory, launches that run nothing), the device KV storage's bytes against the CPU storage's,
- * block for block. The kernels' results are not checked here: tests/gpu/test_cuda_kernels.c does that
+ * block for block, in f16 and q8. The kernels' results are not checked here: tests/gpu/test_cuda_kernels.c does that
  * on a GPU (bench/gpu/check.sh). The CLI's --device lines are checked at the end. */
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -132,7 +132,7 @@ static float frand(void) {
 
 /* The device KV storage (in the fake's host memory) against the CPU storage: the same writes give the
  * same block bytes (f16), and whole-block write, read and copy move them unchanged. */
-static void test_fake_kv_storage(void) {
+static void test_fake_kv_storage(hr_kv_format fmt) {
     if (hr_cuda_n_modules() == 0) return; /* the device does not open without kernels (checked above) */
     hr_error e = {0};
     set_mode(NULL);
@@ -142,7 +142,7 @@ static void test_fake_kv_storage(void) {
     enum { L = 2, HKV = 2, D = 32, B = 4, NB = 3 };
     hr_kv_storage_params p = {.n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB,
                               .isa = "scalar"};
-    CHECK(kv_fmt_init(&p.k, HR_KV_F16, KV_K, B, D, &e) == HR_OK && kv_fmt_init(&p.v, HR_KV_F16, KV_V, B, D, &e) == HR_OK);
+    CHECK(kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) == HR_OK && kv_fmt_init(&p.v, fmt, KV_V, B, D, &e) == HR_OK);
     hr_kv_storage *gpu = NULL, *cpu = NULL;
     CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
     CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
@@ -164,7 +164,8 @@ static void test_fake_kv_storage(void) {
         gpu->ops->read_block(gpu, blk, a);
         cpu->ops->read_block(cpu, blk, b);
         /* the unwritten slot of the last block: zero on the fake's fresh memory; the CPU's is too */
-        CHECKF(memcmp(a, b, bb) == 0, "block %d: the device's bytes differ from the CPU storage's", blk);
+        CHECKF(memcmp(a, b, bb) == 0, "%s block %d: the device's bytes differ from the CPU storage's",
+               hr_kv_format_name(fmt), blk);
     }
     if (a && b && c) {
         for (size_t i = 0; i < bb; i++) c[i] = (unsigned char)(i * 7 + 3);
@@ -259,7 +260,8 @@ int main(void) {
     test_no_driver();
     test_embedded_ptx();
     test_fake_device();
-    test_fake_kv_storage();
+    test_fake_kv_storage(HR_KV_F16);
+    test_fake_kv_storage(HR_KV_Q8);
     test_cli();
     return hr_test_finish();
 }

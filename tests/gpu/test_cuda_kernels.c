@@ -197,7 +197,7 @@ static void test_embed_gemv(void) {
 }
 
 /* paged attention: tokens written by the CPU storage, its blocks copied byte for byte into the
- * device storage, then both attend the same queries (GQA, a dropped block, a softcap) */
+ * device storage, then both attend the same queries (GQA, tables in any order, a softcap) */
 static void test_attention(void) {
     static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8};
     for (int fi = 0; fi < 2; fi++) {
@@ -226,7 +226,7 @@ static void test_attention(void) {
             gpu->ops->write_block(gpu, blk, buf);
         }
         free(buf);
-        int32_t t0[] = {3, 7, 1, 0, 11}, t1[] = {5, -1, 2}, t2[] = {9};
+        int32_t t0[] = {3, 7, 1, 0, 11}, t1[] = {5, 4, 2}, t2[] = {9};
         static float q[NQ][H * D], o_cpu[NQ][H * D], o_gpu[NQ][H * D];
         fill(&q[0][0], NQ * H * D, 1.0f);
         for (int softcap = 0; softcap < 2; softcap++) {

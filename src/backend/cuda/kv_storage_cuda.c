@@ -69,8 +69,8 @@ static uint64_t cuda_kv_footprint(const hr_kv_storage *st) {
 }
 
 /* One token's head of D floats in format f at slot t: f16 halves, or q8 codes with an f16 scale per
- * group of G (scale = max |x| / 127, code = round(x / scale)). The CPU storage's own q8 encoder is
- * the reference; whether this one gives its bytes exactly is for the GPU test to say. */
+ * group of G (scale = max |x| / 127 rounded to f16, code = round(x / scale) within +-127): the bytes
+ * the CPU storage writes (test_cuda_backend compares them through the fake driver). */
 static hr_status put_head(cuda_kv *s, const kv_fmt *f, uint64_t head, int t, const float *x, hr_error *err) {
     int D = f->D;
     unsigned char buf[2048];
@@ -88,9 +88,13 @@ static hr_status put_head(cuda_kv *s, const kv_fmt *f, uint64_t head, int t, con
     for (int g = 0; g < n_groups; g++) {
         float amax = 0.0f;
         for (int i = 0; i < G; i++) amax = fmaxf(amax, fabsf(x[g * G + i]));
-        float sc = amax / 127.0f, inv = sc > 0.0f ? 1.0f / sc : 0.0f;
-        for (int i = 0; i < G; i++) buf[g * G + i] = (unsigned char)(signed char)lrintf(x[g * G + i] * inv);
-        hr_f16 h = hr_f32_to_f16(sc);
+        /* the codes are made against the scale as stored (f16), so code * scale is what was meant */
+        hr_f16 h = hr_f32_to_f16(amax / 127.0f);
+        float sc = hr_f16_to_f32(h), inv = sc > 0.0f ? 1.0f / sc : 0.0f;
+        for (int i = 0; i < G; i++) {
+            float r = rintf(x[g * G + i] * inv);
+            buf[g * G + i] = (unsigned char)(signed char)fmaxf(-127.0f, fminf(127.0f, r));
+        }
         memcpy(scales + 2 * g, &h, 2);
     }
     hr_status st = hr_cuda_upload(s->dev, head + (uint64_t)t * (uint64_t)D, buf, (size_t)D, err);
