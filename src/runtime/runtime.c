@@ -404,7 +404,7 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                               .max_ctx = p->forward_max_ctx > 0 ? p->forward_max_ctx : rt->n_ctx,
                               .force_isa = p->isa,
                               .backend = cuda.ordinal >= 0 ? &hr_backend_cuda : NULL,
-                              .backend_user = &cuda};
+                              .backend_user = cuda.ordinal >= 0 ? &cuda : NULL};
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;
