@@ -26,9 +26,12 @@ run: build
 # The tests also use a few tools (the terminal view under tmux, the dashboard in chromium, the shared KV
 # tier against redis-server, the replicas behind haproxy, the Kubernetes example through yamllint, /metrics
 # through promtool and a Prometheus server).
-TEST_TOOLS ?= tmux curl redis-server haproxy yamllint chromium prometheus
-test: build
+# clang-19 compiles the CUDA kernels (docs/GPU.md): installed before the build, so that the build
+# embeds them and a kernel that does not compile fails here.
+TEST_TOOLS ?= tmux curl redis-server haproxy yamllint chromium prometheus clang-19
+test:
 	@HR_DEPS_OPTIONAL=1 HR_DEPS_EXTRA="$(TEST_TOOLS)" scripts/deps.sh
+	@$(MAKE) --no-print-directory build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 asan: deps

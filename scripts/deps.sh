@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # deps.sh: make sure the Debian packages headroom builds with are present. As root it installs the
 # missing ones with apt-get; otherwise it names them and fails. With HR_DEPS_OPTIONAL=1 (the test
-# tools: tmux, curl, redis-server, haproxy, yamllint, chromium, prometheus) a user who is not root gets the list and
-# goes on: the tests that need a missing tool skip, each naming it.
+# tools: tmux, curl, redis-server, haproxy, yamllint, chromium, prometheus, and clang-19, which
+# compiles the CUDA kernels to PTX: Makefile's TEST_TOOLS) a user who is not root gets the list and
+# goes on: the tests that need a missing tool skip, each naming it (without clang-19 the build embeds
+# no kernels and test_cuda_kernels_compile skips).
 set -euo pipefail
 need=(build-essential cmake pkg-config libpcre2-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libzmq3-dev libmsgpack-dev libhiredis-dev)
 if [ "${HR_DEPS_EXTRA:-}" != "" ]; then read -r -a extra <<<"$HR_DEPS_EXTRA"; need+=("${extra[@]}"); fi

@@ -106,7 +106,8 @@ int hr_cmd_eval(int argc, char **argv) {
                          .n_ctx = n_ctx,
                          .max_chunks = eo.max_chunks,
                          .block_size = eo.block_size,
-                         .n_threads = eo.n_threads};
+                         .n_threads = eo.n_threads,
+                         .device = eo.device};
     hr_eval *ev = NULL;
     if (hr_eval_create(&ep, &ev, &err)) {
         fprintf(stderr, "headroom eval: %s\n", HR_CLI_ERROR(&err));

@@ -58,6 +58,18 @@ static bool opt_policy(const hr_opt *r, const char *cmd, const char *flag, const
     return true;
 }
 
+/* --device: cpu, cuda, cuda:N (a usage error otherwise); whether the GPU is there is the runtime's */
+static bool opt_device(const hr_opt *r, const char *cmd, const char *flag, const char *v, void *dst) {
+    hr_error err;
+    int ordinal;
+    if (hr_rt_device_parse(v, &ordinal, &err) != HR_OK) {
+        fprintf(stderr, "headroom %s: %s: %s\n", cmd, flag, err.msg);
+        return false;
+    }
+    memcpy((char *)dst + r->off, &v, sizeof v);
+    return true;
+}
+
 static bool opt_stop(const hr_opt *r, const char *cmd, const char *flag, const char *v, void *dst) {
     (void)r;
     (void)flag;
@@ -216,6 +228,11 @@ const hr_opt hr_opts[] = {
              "huge pages where the kernel allows (faster weight streaming)"},
     {RS, {"--isa"}, "--isa NAME", HR_OPT_STR, .range = "scalar, avx2, avx512", SES(rt.isa), .sec = HR_SEC_ENGINE,
      .help = "force kernels: scalar, avx2, avx512 (default: best available)"},
+    {RS, {"--device"}, "--device D", HR_OPT_CUSTOM, .custom = opt_device, .range = "cpu, cuda, cuda:N",
+     SES(rt.device), .sec = HR_SEC_ENGINE,
+     .help = "where the model runs: cpu (default), cuda or cuda:N (GPU N; needs the\n"
+             "NVIDIA driver; the GPU path is not finished: it says what is missing\n"
+             "and exits 1; docs/GPU.md)"},
 
     /* ---- run: the prompts ---- */
     {HR_CMD_RUN, {"-p", "--prompt"}, "-p, --prompt TEXT", HR_OPT_STR, .range = "any text", .sec = HR_SEC_MODEL,
@@ -391,6 +408,8 @@ const hr_opt hr_opts[] = {
     {HR_CMD_EVAL, {"-t", "--threads"}, "-t, --threads N", HR_OPT_INT, 1, 1024, EVL(n_threads), .sec = HR_SEC_MAIN,
      .flags = HR_OPTF_CORES, .help = "worker threads, {min}..{max} (default: all cores); more than the online cores\n"
              "warns and uses the online cores"},
+    {HR_CMD_EVAL, {"--device"}, "--device D", HR_OPT_CUSTOM, .custom = opt_device, .range = "cpu, cuda, cuda:N",
+     EVL(device), .sec = HR_SEC_MAIN, .help = "where the model runs: cpu (default), cuda, cuda:N (docs/GPU.md)"},
     {HR_CMD_EVAL, {"--json"}, "--json", HR_OPT_FLAG, EVL(json), .sec = HR_SEC_MAIN,
      .help = "one JSON object instead of the table"},
     {HR_CMD_EVAL, {"-q", "--quiet"}, "-q, --quiet", HR_OPT_FLAG, EVL(quiet), .sec = HR_SEC_MAIN,

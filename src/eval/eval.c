@@ -171,6 +171,7 @@ static hr_status arm_open(hr_eval *ev, arm *a, hr_error *err) {
     p.max_batch_tokens = ev->p.n_ctx;
     p.max_running = 1;
     p.n_threads = ev->p.n_threads;
+    p.device = ev->p.device;
     hr_status st = hr_runtime_open_sibling(ev->base, &p, &a->rt, NULL, err);
     if (st) return st;
     a->bytes_per_token_x1000 = hr_runtime_budget(a->rt)->block_bytes * 1000 / (uint64_t)ev->p.block_size;
@@ -187,6 +188,7 @@ static hr_status open_base(hr_eval *ev, hr_error *err) {
     p.max_batch_tokens = 8;
     p.max_running = 1;
     p.n_threads = 1;
+    p.device = ev->p.device;
     hr_status st = hr_runtime_open(&p, &ev->base, NULL, err);
     if (st == HR_OK) hr_runtime_describe(ev->base, &ev->info);
     return st;

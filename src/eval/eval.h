@@ -34,6 +34,7 @@ typedef struct hr_eval_params {
     int max_chunks; /* 0: the whole text */
     int block_size; /* 0: 16 */
     int n_threads;  /* 0: every core */
+    const char *device; /* hr_runtime_params.device: NULL, "cpu", "cuda", "cuda:N" */
 } hr_eval_params;
 
 typedef struct hr_eval hr_eval;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda.h"
 #include "common/util.h"
 #include "constrain/constrain.h"
 #include "model/synth.h"
@@ -328,6 +329,23 @@ static void set_model_name(hr_runtime *rt) {
     snprintf(rt->model_name, sizeof rt->model_name, "%.*s", (int)HR_MIN(n, sizeof rt->model_name - 1), base);
 }
 
+hr_status hr_rt_device_parse(const char *text, int *ordinal, hr_error *err) {
+    if (!text || !strcmp(text, "cpu")) {
+        *ordinal = -1;
+        return HR_OK;
+    }
+    if (!strcmp(text, "cuda")) {
+        *ordinal = 0;
+        return HR_OK;
+    }
+    char *end = NULL;
+    long n = !strncmp(text, "cuda:", 5) && text[5] >= '0' && text[5] <= '9' ? strtol(text + 5, &end, 10) : -1;
+    if (n < 0 || n > 255 || *end)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown device '%s' (cpu, cuda or cuda:N)", text);
+    *ordinal = (int)n;
+    return HR_OK;
+}
+
 hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, bool *bad_option, hr_error *err) {
     if (bad_option) *bad_option = false;
     hr_runtime *rt = calloc(1, sizeof *rt);
@@ -338,6 +356,15 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     set_model_name(rt);
     bool loaded = false; /* past this point a failure is a parameter's, unless memory or I/O */
     hr_status st = HR_OK;
+    /* --device cuda[:N]: the GPU is checked before the model is read, so that a machine without one
+     * (or without the driver) says what is missing at once */
+    hr_cuda_backend_params cuda = {.ordinal = -1};
+    if ((st = hr_rt_device_parse(p->device, &cuda.ordinal, err))) {
+        if (bad_option) *bad_option = true;
+        hr_runtime_close(rt);
+        return st;
+    }
+    if (cuda.ordinal >= 0 && (st = hr_cuda_probe(NULL, cuda.ordinal, err))) goto fail;
     if (p->model)
         rt->model = p->model;
     else if (p->model_path && p->quantize) /* a Hugging Face checkpoint directory quantized at load */
@@ -375,7 +402,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     hr_model_ctx_params mp = {.n_threads = p->n_threads,
                               .max_batch_tokens = p->max_batch_tokens,
                               .max_ctx = p->forward_max_ctx > 0 ? p->forward_max_ctx : rt->n_ctx,
-                              .force_isa = p->isa};
+                              .force_isa = p->isa,
+                              .backend = cuda.ordinal >= 0 ? &hr_backend_cuda : NULL,
+                              .backend_user = cuda.ordinal >= 0 ? &cuda : NULL};
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;

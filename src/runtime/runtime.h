@@ -70,6 +70,8 @@ typedef struct hr_runtime_params {
     uint64_t swap_space;       /* bytes of the swap tier; 0: none (with preempt swap: as large as the pool) */
     int n_threads;             /* 0: every core */
     const char *isa;           /* NULL: the best measured; "scalar", "avx2", "avx512" */
+    const char *device;        /* where the forward pass runs: NULL or "cpu"; "cuda" or "cuda:N" (GPU N;
+                                  docs/GPU.md: checked before the model is read, refused today) */
     const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
     const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
     bool prefault;             /* make the pool resident at open (RSS = budget from the start) */
@@ -94,6 +96,10 @@ typedef struct hr_runtime_params {
 /* The defaults: f16 K and V, block 16, 512 tokens a step, 64 running, adaptive admission, auto
  * preemption, paged. */
 hr_runtime_params hr_runtime_default_params(void);
+
+/* hr_runtime_params.device: *ordinal = -1 for the CPU (NULL, "cpu"), N for "cuda:N" ("cuda": 0).
+ * HR_ERR_INVALID_ARG for anything else. */
+hr_status hr_rt_device_parse(const char *text, int *ordinal, hr_error *err);
 
 typedef struct hr_runtime hr_runtime;
 

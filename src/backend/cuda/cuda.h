@@ -1,0 +1,84 @@
+/* cuda.h: the CUDA backend (docs/GPU.md). Device code lives in the kernels/ .cu files, compiled to PTX by
+ * clang-19 at build time when it is installed and embedded in the binary; the host side here is plain
+ * C11 that reaches the GPU through the driver API loaded with dlopen (cuda_driver.h), so a build needs
+ * no CUDA SDK and a run needs only the NVIDIA driver.
+ *
+ * State today: the driver, devices, kernel modules, device memory and launches are wired; the
+ * kernels and the device KV storage are written but have never run in this repository's tests (no
+ * GPU in CI); the forward pass on the GPU is not written, so hr_backend_cuda's create fails with a
+ * message after the device checks pass. */
+#ifndef HR_BACKEND_CUDA_CUDA_H
+#define HR_BACKEND_CUDA_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "kv/kv_storage.h"
+
+/* ---- the device ---------------------------------------------------------------------------------- */
+
+typedef struct hr_cuda_device hr_cuda_device; /* the driver, a context on one GPU, the kernel modules */
+
+/* Opens GPU `ordinal` through the driver library `driver_lib` (NULL: "libcuda.so.1"): loads it,
+ * cuInit, checks the ordinal against the devices present, makes a context and loads every embedded
+ * kernel module. Each failure is HR_ERR_UNSUPPORTED with one line beginning "CUDA: " that names what
+ * is missing (the driver, a device, the kernels of a build made without clang-19, ...). */
+hr_status hr_cuda_device_open(const char *driver_lib, int ordinal, hr_cuda_device **out, hr_error *err);
+void hr_cuda_device_close(hr_cuda_device *dev); /* NULL allowed */
+const char *hr_cuda_device_name(const hr_cuda_device *dev);
+/* free and total device memory now (cuMemGetInfo) */
+hr_status hr_cuda_device_mem(hr_cuda_device *dev, uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
+
+/* Device memory, as 64-bit addresses (0: none). Each call makes dev's context current on the
+ * calling thread first. */
+hr_status hr_cuda_alloc(hr_cuda_device *dev, size_t bytes, uint64_t *out, hr_error *err);
+void hr_cuda_free(hr_cuda_device *dev, uint64_t p); /* 0 allowed */
+hr_status hr_cuda_upload(hr_cuda_device *dev, uint64_t dst, const void *src, size_t bytes, hr_error *err);
+hr_status hr_cuda_download(hr_cuda_device *dev, void *dst, uint64_t src, size_t bytes, hr_error *err);
+hr_status hr_cuda_copy(hr_cuda_device *dev, uint64_t dst, uint64_t src, size_t bytes, hr_error *err);
+
+/* Launches kernel `name` (an extern "C" entry of the kernels/ .cu files) on grid (gx, gy) of `threads` threads
+ * with the kernel's arguments: args[i] points at the i-th argument's value (a device address as a
+ * uint64_t, an int, a float, a struct by value), as cuLaunchKernel takes them; then waits for it.
+ * HR_ERR_NOT_FOUND for a name no module has. */
+hr_status hr_cuda_launch(hr_cuda_device *dev, const char *name, unsigned gx, unsigned gy, unsigned threads,
+                         void **args, hr_error *err);
+
+/* ---- the embedded kernels ----------------------------------------------------------------------- */
+
+/* How many PTX modules this build embeds (0: built without clang-19), and module i's name (the .cu
+ * file's stem) and text. */
+int hr_cuda_n_modules(void);
+const char *hr_cuda_module_ptx(int i, const char **name);
+
+/* ---- the backend and the device KV storage -------------------------------------------------------- */
+
+/* hr_model_ctx_params.backend_user: the GPU's ordinal (cuda:N), and the driver library (NULL:
+ * libcuda.so.1; tests name a missing one). */
+typedef struct hr_cuda_backend_params {
+    int ordinal;
+    const char *driver_lib;
+} hr_cuda_backend_params;
+
+extern const hr_backend_ops hr_backend_cuda;
+
+/* Whether GPU `ordinal` can be opened (hr_cuda_device_open, then closed): what a front end checks
+ * before loading a model for --device cuda[:N]. */
+hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err);
+
+/* A KV storage (kv/kv_storage.h) whose blocks live in one device allocation (the arena) of dev:
+ * formats f16 and q8 (K and V), no deferred formats (no stages). The pool's storage hook
+ * (hr_kv_storage_create_fn) carries no device yet, so this takes dev itself; dev must outlive it.
+ * Untested on a GPU so far (docs/GPU.md). */
+hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
+                                    hr_error *err);
+/* the storage's arena and block size, for kernels that read it directly (tests) */
+uint64_t hr_kv_storage_cuda_arena(const hr_kv_storage *st);
+/* The first device failure of a storage op since create (the ops return nothing; their results were
+ * zeros), or HR_OK. */
+hr_status hr_kv_storage_cuda_check(const hr_kv_storage *st, hr_error *err);
+
+#endif

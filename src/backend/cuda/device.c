@@ -1,0 +1,174 @@
+/* device.c: one GPU opened through the driver API: its context, the embedded PTX modules and the
+ * kernels found in them, device memory and launches (cuda.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_driver.h"
+#include "backend/cuda/cuda_ptx.h"
+
+#define HR_CUDA_MAX_MODULES 32
+
+struct hr_cuda_device {
+    hr_cuda_driver drv;
+    hr_cu_device dev;
+    hr_cu_ctx ctx;
+    hr_cu_module mods[HR_CUDA_MAX_MODULES];
+    int n_mods;
+    char name[128];
+};
+
+int hr_cuda_n_modules(void) { return hr_cuda_ptx_count; }
+
+const char *hr_cuda_module_ptx(int i, const char **name) {
+    if (i < 0 || i >= hr_cuda_ptx_count) return NULL;
+    if (name) *name = hr_cuda_ptx_modules[i].name;
+    return hr_cuda_ptx_modules[i].ptx;
+}
+
+/* every failure of open: "CUDA: " then what is missing */
+static hr_status open_fail(hr_cuda_device *d, hr_status st, hr_error *err) {
+    hr_error_prefix(err, "CUDA");
+    hr_cuda_device_close(d);
+    return st;
+}
+
+hr_status hr_cuda_device_open(const char *driver_lib, int ordinal, hr_cuda_device **out, hr_error *err) {
+    hr_cuda_device *d = calloc(1, sizeof *d);
+    if (!d) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    hr_status st = hr_cuda_driver_open(driver_lib, &d->drv, err);
+    if (st) return open_fail(d, st, err);
+    hr_cu_result r = d->drv.cuInit(0);
+    /* CUDA_ERROR_NO_DEVICE (100): the driver is there but sees no GPU (none, or all hidden) */
+    if (r == 100) return open_fail(d, hr_error_set(err, HR_ERR_UNSUPPORTED, "no GPU found by the NVIDIA driver"), err);
+    if (r) return open_fail(d, hr_cuda_fail(&d->drv, r, "the driver did not initialize (cuInit)", err), err);
+    int n = 0;
+    if ((r = d->drv.cuDeviceGetCount(&n)))
+        return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot count the GPUs", err), err);
+    if (ordinal < 0 || ordinal >= n)
+        return open_fail(d, hr_error_set(err, HR_ERR_UNSUPPORTED, "no GPU %d (this machine has %d)", ordinal, n), err);
+    if ((r = d->drv.cuDeviceGet(&d->dev, ordinal)))
+        return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot open the GPU", err), err);
+    if (d->drv.cuDeviceGetName(d->name, (int)sizeof d->name, d->dev)) snprintf(d->name, sizeof d->name, "GPU %d", ordinal);
+    int major = 0, minor = 0;
+    d->drv.cuDeviceGetAttribute(&major, HR_CU_ATTR_CC_MAJOR, d->dev);
+    d->drv.cuDeviceGetAttribute(&minor, HR_CU_ATTR_CC_MINOR, d->dev);
+    /* the PTX targets sm_90a (its wgmma/TMA instructions need exactly a 9.0 part: H100, H200, GH200) */
+    if (major != 9 || minor != 0)
+        return open_fail(d,
+                         hr_error_set(err, HR_ERR_UNSUPPORTED,
+                                      "%s has compute capability %d.%d; the kernels are built for sm_90a (9.0)",
+                                      d->name, major, minor),
+                         err);
+    if (hr_cuda_ptx_count == 0)
+        return open_fail(d,
+                         hr_error_set(err, HR_ERR_UNSUPPORTED,
+                                      "this build has no GPU kernels (clang-19 was not installed when it was built)"),
+                         err);
+    if ((r = d->drv.cuCtxCreate(&d->ctx, 0, d->dev)))
+        return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot create a context", err), err);
+    for (int i = 0; i < hr_cuda_ptx_count && i < HR_CUDA_MAX_MODULES; i++) {
+        /* the driver JIT-compiles the PTX for this GPU here (cached by the driver across runs) */
+        if ((r = d->drv.cuModuleLoadData(&d->mods[i], hr_cuda_ptx_modules[i].ptx))) {
+            hr_cuda_fail(&d->drv, r, "the driver refused kernel module", err);
+            hr_error_prefix(err, "%s", hr_cuda_ptx_modules[i].name);
+            return open_fail(d, HR_ERR_UNSUPPORTED, err);
+        }
+        d->n_mods = i + 1;
+    }
+    *out = d;
+    return HR_OK;
+}
+
+void hr_cuda_device_close(hr_cuda_device *d) {
+    if (!d) return;
+    if (d->ctx) {
+        d->drv.cuCtxSetCurrent(d->ctx);
+        for (int i = 0; i < d->n_mods; i++) d->drv.cuModuleUnload(d->mods[i]);
+        d->drv.cuCtxDestroy(d->ctx);
+    }
+    hr_cuda_driver_close(&d->drv);
+    free(d);
+}
+
+const char *hr_cuda_device_name(const hr_cuda_device *d) { return d->name; }
+
+/* the context on this thread: the driver's current context is per thread */
+static hr_status current(hr_cuda_device *d, hr_error *err) {
+    hr_cu_result r = d->drv.cuCtxSetCurrent(d->ctx);
+    return r ? hr_cuda_fail(&d->drv, r, "CUDA: cannot make the context current", err) : HR_OK;
+}
+
+hr_status hr_cuda_device_mem(hr_cuda_device *d, uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    size_t f = 0, t = 0;
+    hr_cu_result r = d->drv.cuMemGetInfo(&f, &t);
+    if (r) return hr_cuda_fail(&d->drv, r, "CUDA: cannot read the device memory", err);
+    *free_bytes = f;
+    *total_bytes = t;
+    return HR_OK;
+}
+
+hr_status hr_cuda_alloc(hr_cuda_device *d, size_t bytes, uint64_t *out, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_ptr p = 0;
+    hr_cu_result r = d->drv.cuMemAlloc(&p, bytes ? bytes : 1);
+    if (r == 2) /* CUDA_ERROR_OUT_OF_MEMORY */
+        return hr_error_set(err, HR_ERR_BUDGET, "CUDA: the GPU cannot hold %zu more bytes", bytes);
+    if (r) return hr_cuda_fail(&d->drv, r, "CUDA: device allocation failed", err);
+    *out = p;
+    return HR_OK;
+}
+
+void hr_cuda_free(hr_cuda_device *d, uint64_t p) {
+    if (!p || current(d, NULL)) return;
+    d->drv.cuMemFree(p);
+}
+
+hr_status hr_cuda_upload(hr_cuda_device *d, uint64_t dst, const void *src, size_t bytes, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_result r = bytes ? d->drv.cuMemcpyHtoD(dst, src, bytes) : 0;
+    return r ? hr_cuda_fail(&d->drv, r, "CUDA: copy to the GPU failed", err) : HR_OK;
+}
+
+hr_status hr_cuda_download(hr_cuda_device *d, void *dst, uint64_t src, size_t bytes, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_result r = bytes ? d->drv.cuMemcpyDtoH(dst, src, bytes) : 0;
+    return r ? hr_cuda_fail(&d->drv, r, "CUDA: copy from the GPU failed", err) : HR_OK;
+}
+
+hr_status hr_cuda_copy(hr_cuda_device *d, uint64_t dst, uint64_t src, size_t bytes, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_result r = bytes ? d->drv.cuMemcpyDtoD(dst, src, bytes) : 0;
+    return r ? hr_cuda_fail(&d->drv, r, "CUDA: copy on the GPU failed", err) : HR_OK;
+}
+
+hr_status hr_cuda_launch(hr_cuda_device *d, const char *name, unsigned gx, unsigned gy, unsigned threads, void **args,
+                         hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_function f = NULL;
+    for (int i = 0; i < d->n_mods && !f; i++)
+        if (d->drv.cuModuleGetFunction(&f, d->mods[i], name)) f = NULL;
+    if (!f) return hr_error_set(err, HR_ERR_NOT_FOUND, "CUDA: no kernel named %s in this build", name);
+    hr_cu_result r = d->drv.cuLaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, NULL, args, NULL);
+    if (!r) r = d->drv.cuCtxSynchronize(); /* a kernel's fault shows here, named after it */
+    if (r) {
+        hr_cuda_fail(&d->drv, r, "CUDA: kernel failed", err);
+        hr_error_prefix(err, "%s", name);
+    }
+    return r ? HR_ERR_UNSUPPORTED : HR_OK;
+}
+
+hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err) {
+    hr_cuda_device *d = NULL;
+    hr_status st = hr_cuda_device_open(driver_lib, ordinal, &d, err);
+    hr_cuda_device_close(d);
+    return st;
+}

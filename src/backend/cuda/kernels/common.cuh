@@ -1,0 +1,101 @@
+/* common.cuh: what every headroom CUDA kernel needs, without the CUDA SDK. The kernels are compiled
+ * by clang's NVPTX target with -nocudainc -nocudalib (no cuda_runtime.h, no cuda_fp16.h, no
+ * libdevice), so the attributes, thread indices, barriers, shuffles and the few math functions come
+ * from clang's builtins, declared here once. Device code only; every kernel is extern "C" so that the
+ * host finds it by its plain name (cuModuleGetFunction).
+ *
+ * Launch convention shared by the kernels: blockDim.x == HR_K_THREADS (256, 8 warps) unless a
+ * kernel's comment says otherwise; the host (backend/cuda/kernels.c) launches them that way.
+ *
+ * These kernels are compiled in CI but have never run in this repository's tests (no GPU there):
+ * tests/gpu/test_cuda_kernels.c checks them against the CPU reference on a machine with a GPU. */
+#ifndef HR_CUDA_COMMON_CUH
+#define HR_CUDA_COMMON_CUH
+
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+
+#define HR_K_THREADS 256
+#define HR_K_WARP 32
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+static __device__ inline int tid_x(void) { return __nvvm_read_ptx_sreg_tid_x(); }
+static __device__ inline int ntid_x(void) { return __nvvm_read_ptx_sreg_ntid_x(); }
+static __device__ inline int ctaid_x(void) { return __nvvm_read_ptx_sreg_ctaid_x(); }
+static __device__ inline int ctaid_y(void) { return __nvvm_read_ptx_sreg_ctaid_y(); }
+static __device__ inline int nctaid_x(void) { return __nvvm_read_ptx_sreg_nctaid_x(); }
+
+/* e^x through the hardware's 2^x (ex2.approx: about 2 ulp); enough for softmax and SiLU, which the
+ * CPU reference compares within a tolerance, not bit for bit. */
+static __device__ inline float hr_expf(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
+static __device__ inline float hr_rsqrtf(float x) { return __nvvm_rsqrt_approx_f(x); }
+static __device__ inline float hr_tanhf(float x) {
+    /* 1 - 2 / (e^2x + 1): saturates to +-1 without overflow trouble (e^2x = inf gives 1) */
+    return 1.0f - 2.0f / (hr_expf(2.0f * x) + 1.0f);
+}
+
+/* IEEE half -> float by its bits (exact, subnormals included): no cuda_fp16.h and no f16 type
+ * needed, and the same values the CPU's conversion gives. */
+static __device__ inline float hr_h2f(u16 h) {
+    u32 sign = (u32)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13); /* inf, nan */
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else { /* subnormal: shift the mantissa up until its leading one is the implicit bit */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400u));
+        bits = sign | ((u32)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    return __builtin_bit_cast(float, bits);
+}
+
+/* a little-endian u16 at any byte address (q8_0/q4_0 blocks are 34 and 18 bytes: their scales are
+ * only 2-byte aligned, and a KV head region's scales follow int8 codes) */
+static __device__ inline u16 hr_ld_u16(const u8 *p) { return (u16)(p[0] | (p[1] << 8)); }
+
+static __device__ inline float warp_sum(float v) {
+    for (int o = HR_K_WARP / 2; o > 0; o >>= 1) v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 0x1f);
+    return v;
+}
+static __device__ inline float warp_max(float v) {
+    for (int o = HR_K_WARP / 2; o > 0; o >>= 1) {
+        float w = __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 0x1f);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* Block-wide sum / max of every thread's v (blockDim.x a multiple of 32, at most 1024); every thread
+ * gets the result. red: 32 floats of shared memory, reused after a barrier. */
+static __device__ inline float block_sum(float v, float *red) {
+    int lane = tid_x() % HR_K_WARP, warp = tid_x() / HR_K_WARP, nw = ntid_x() / HR_K_WARP;
+    v = warp_sum(v);
+    __syncthreads(); /* red may still be read by a previous reduction */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return warp_sum(v);
+}
+static __device__ inline float block_max(float v, float *red) {
+    int lane = tid_x() % HR_K_WARP, warp = tid_x() / HR_K_WARP, nw = ntid_x() / HR_K_WARP;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : -__builtin_inff();
+    return warp_max(v);
+}
+
+#endif

@@ -1,0 +1,139 @@
+/* fake_libcuda.c: a stand-in for the NVIDIA driver library (libcuda.so.1), built as a shared library
+ * for test_cuda_backend, so the CUDA backend's host side (dlopen, symbol lookup, device checks,
+ * module loading, kernel lookup by name, device memory) runs on a machine without a GPU. Device
+ * memory is host memory (fresh mappings: zeros); a launch runs nothing and only counts. HR_FAKE_CUDA_MODE picks the machine:
+ * unset: one compute capability 9.0 GPU; "nodev": the driver sees no GPU; "cc80": an 8.0 GPU.
+ * The ABI is the driver API's documented one, as backend/cuda/cuda_driver.h declares it. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef unsigned long long ptr_t;
+
+int cuInit(unsigned flags);
+int cuDriverGetVersion(int *v);
+int cuGetErrorString(int r, const char **s);
+int cuDeviceGetCount(int *n);
+int cuDeviceGet(int *d, int ordinal);
+int cuDeviceGetName(char *name, int len, int d);
+int cuDeviceGetAttribute(int *v, int attr, int d);
+int cuCtxCreate_v2(void **c, unsigned flags, int d);
+int cuCtxDestroy_v2(void *c);
+int cuCtxSetCurrent(void *c);
+int cuCtxSynchronize(void);
+int cuModuleLoadData(void **m, const void *image);
+int cuModuleUnload(void *m);
+int cuModuleGetFunction(void **f, void *m, const char *name);
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra);
+int cuMemAlloc_v2(ptr_t *p, size_t bytes);
+int cuMemFree_v2(ptr_t p);
+int cuMemcpyHtoD_v2(ptr_t dst, const void *src, size_t n);
+int cuMemcpyDtoH_v2(void *dst, ptr_t src, size_t n);
+int cuMemcpyDtoD_v2(ptr_t dst, ptr_t src, size_t n);
+int cuMemsetD8_v2(ptr_t dst, unsigned char v, size_t n);
+int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+int hr_fake_cuda_launches(void);
+
+static int launches;
+
+static const char *mode(void) {
+    const char *m = getenv("HR_FAKE_CUDA_MODE");
+    return m ? m : "";
+}
+
+int cuInit(unsigned flags) { return strcmp(mode(), "nodev") == 0 ? 100 : 0; /* CUDA_ERROR_NO_DEVICE */ }
+int cuDriverGetVersion(int *v) {
+    *v = 12040;
+    return 0;
+}
+int cuGetErrorString(int r, const char **s) {
+    *s = r == 500 ? "named symbol not found" : "fake driver error";
+    return 0;
+}
+int cuDeviceGetCount(int *n) {
+    *n = 1;
+    return 0;
+}
+int cuDeviceGet(int *d, int ordinal) {
+    *d = ordinal;
+    return ordinal == 0 ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */
+}
+int cuDeviceGetName(char *name, int len, int d) {
+    strncpy(name, "Fake H100", (size_t)len);
+    return 0;
+}
+int cuDeviceGetAttribute(int *v, int attr, int d) {
+    bool cc80 = strcmp(mode(), "cc80") == 0;
+    *v = attr == 75 ? (cc80 ? 8 : 9) : 0;
+    return 0;
+}
+int cuCtxCreate_v2(void **c, unsigned flags, int d) {
+    *c = (void *)&launches;
+    return 0;
+}
+int cuCtxDestroy_v2(void *c) { return 0; }
+int cuCtxSetCurrent(void *c) { return 0; }
+int cuCtxSynchronize(void) { return 0; }
+/* a module is its PTX text; one with no kernel entry is refused as the driver refuses a bad image */
+int cuModuleLoadData(void **m, const void *image) {
+    if (!strstr(image, ".entry ")) return 200; /* CUDA_ERROR_INVALID_IMAGE */
+    *m = (void *)image;
+    return 0;
+}
+int cuModuleUnload(void *m) { return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) {
+    char want[160];
+    snprintf(want, sizeof want, ".entry %s(", name);
+    if (!strstr(m, want)) return 500; /* CUDA_ERROR_NOT_FOUND */
+    *f = m;
+    return 0;
+}
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra) {
+    launches++;
+    return 0;
+}
+/* device memory from mmap, not malloc: the fault-injection build links every target with
+ * --wrap=malloc,..., and this library is dlopen'ed where those wrappers are not exported. The
+ * mapping's size is kept in its first 64 bytes. */
+int cuMemAlloc_v2(ptr_t *p, size_t bytes) {
+    size_t n = bytes + 64;
+    unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    memcpy(m, &n, sizeof n);
+    *p = (ptr_t)(uintptr_t)(m + 64);
+    return 0;
+}
+int cuMemFree_v2(ptr_t p) {
+    unsigned char *m = (unsigned char *)(uintptr_t)p - 64;
+    size_t n;
+    memcpy(&n, m, sizeof n);
+    munmap(m, n);
+    return 0;
+}
+int cuMemcpyHtoD_v2(ptr_t dst, const void *src, size_t n) {
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return 0;
+}
+int cuMemcpyDtoH_v2(void *dst, ptr_t src, size_t n) {
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+int cuMemcpyDtoD_v2(ptr_t dst, ptr_t src, size_t n) {
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+int cuMemsetD8_v2(ptr_t dst, unsigned char v, size_t n) {
+    memset((void *)(uintptr_t)dst, v, n);
+    return 0;
+}
+int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = (size_t)80 << 30;
+    *total_bytes = (size_t)80 << 30;
+    return 0;
+}
+int hr_fake_cuda_launches(void) { return launches; }

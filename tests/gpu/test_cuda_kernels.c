@@ -1,0 +1,264 @@
+/* test_cuda_kernels.c: every CUDA kernel (src/backend/cuda/kernels) against the CPU's reference at a
+ * few shapes, on a real GPU. Built only where clang-19 compiled the kernels; exits 77 (skipped) when
+ * the GPU cannot be opened (no driver, no GPU, not sm_90). Written without a GPU to run it: its first
+ * run is bench/gpu/check.sh's, on a machine that has one (docs/GPU.md).
+ *
+ * Tolerances: the kernels use the hardware's approximate exp2/rsqrt/sin/cos and add in another order
+ * than the CPU, so results are compared with a relative tolerance (stated per kernel), never bit for
+ * bit; the f16 and q8 dequantization is exact on both sides. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kv_storage_cpu.h"
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda.h"
+#include "harness.h"
+#include "tensor/tensor.h"
+
+static hr_cuda_device *dev;
+
+static uint32_t rng = 2024;
+static float frand(void) { /* [-1, 1) */
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(rng >> 8) / 8388608.0f - 1.0f;
+}
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+}
+
+/* max |a - b| / max(|b|, floor) over n */
+static double max_rel(const float *a, const float *b, size_t n, double floor) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor);
+        if (!(d <= worst)) worst = d; /* NaN counts as worst */
+    }
+    return worst;
+}
+
+/* device copies of host arrays; freed by the caller */
+static uint64_t up(const void *x, size_t bytes) {
+    uint64_t p = 0;
+    hr_error e;
+    if (hr_cuda_alloc(dev, bytes, &p, &e) || hr_cuda_upload(dev, p, x, bytes, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        exit(1);
+    }
+    return p;
+}
+static void down(void *x, uint64_t p, size_t bytes) {
+    hr_error e;
+    if (hr_cuda_download(dev, x, p, bytes, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        exit(1);
+    }
+}
+static bool launch(const char *k, unsigned gx, unsigned gy, void **args) {
+    hr_error e;
+    hr_status st = hr_cuda_launch(dev, k, gx, gy, 256, args, &e);
+    CHECKF(st == HR_OK, "%s: %s", k, e.msg);
+    return st == HR_OK;
+}
+
+static void test_rmsnorm_softmax(void) {
+    static const int ns[] = {1, 7, 64, 288, 4096, 5000};
+    for (size_t si = 0; si < sizeof ns / sizeof ns[0]; si++) {
+        int n = ns[si], rows = 3;
+        float *x = malloc(sizeof(float) * n * rows), *w = malloc(sizeof(float) * n);
+        float *ref = malloc(sizeof(float) * n * rows), *got = malloc(sizeof(float) * n * rows);
+        fill(x, (size_t)n * rows, 4.0f);
+        fill(w, (size_t)n, 1.0f);
+        for (int r = 0; r < rows; r++) hr_op_rmsnorm(ref + r * n, x + r * n, w, n, 1e-5f);
+        uint64_t dx = up(x, sizeof(float) * n * rows), dw = up(w, sizeof(float) * n), dout = up(x, sizeof(float) * n * rows);
+        float eps = 1e-5f;
+        void *a[] = {&dout, &dx, &dw, &n, &eps};
+        if (launch("hr_k_rmsnorm", (unsigned)rows, 1, a)) {
+            down(got, dout, sizeof(float) * n * rows);
+            double r = max_rel(got, ref, (size_t)n * rows, 1e-3);
+            CHECKF(r < 1e-4, "rmsnorm n=%d: relative error %g", n, r);
+        }
+        /* softmax in place on the device's copy of x, rows of n */
+        for (int r = 0; r < rows; r++) {
+            memcpy(ref + r * n, x + r * n, sizeof(float) * n);
+            hr_op_softmax(ref + r * n, n);
+        }
+        void *b[] = {&dx, &n};
+        if (launch("hr_k_softmax", (unsigned)rows, 1, b)) {
+            down(got, dx, sizeof(float) * n * rows);
+            double r = max_rel(got, ref, (size_t)n * rows, 1e-6);
+            CHECKF(r < 1e-4, "softmax n=%d: relative error %g", n, r);
+        }
+        hr_cuda_free(dev, dx);
+        hr_cuda_free(dev, dw);
+        hr_cuda_free(dev, dout);
+        free(x), free(w), free(ref), free(got);
+    }
+}
+
+static void test_rope(void) {
+    for (int neox = 0; neox < 2; neox++) {
+        enum { T = 5, H = 4, D = 64 };
+        int n_rot = 64, heads = H, hd = D;
+        int pos[T] = {0, 1, 17, 4095, 131071};
+        float inv[D / 2], fac[D / 2], inv_ref[D / 2];
+        for (int i = 0; i < n_rot / 2; i++) {
+            inv[i] = (float)pow(500000.0, -2.0 * i / n_rot);
+            fac[i] = i < 8 ? 1.0f : i < 24 ? 2.5f : 8.0f; /* Llama 3's low/mid/high frequency bands, made up */
+            inv_ref[i] = (float)(pow(500000.0, -2.0 * i / n_rot) / fac[i]);
+        }
+        float x[T * H * D], ref[T * H * D], got[T * H * D];
+        fill(x, T * H * D, 2.0f);
+        memcpy(ref, x, sizeof x);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) hr_op_rope(ref + (t * H + h) * D, n_rot, inv_ref, (float)pos[t], neox);
+        uint64_t dx = up(x, sizeof x), dpos = up(pos, sizeof pos), dinv = up(inv, sizeof inv), dfac = up(fac, sizeof fac);
+        void *a[] = {&dx, &dpos, &dinv, &dfac, &heads, &hd, &n_rot, &neox};
+        if (launch("hr_k_rope", T, 1, a)) {
+            down(got, dx, sizeof got);
+            /* absolute: the angle at position 131071 carries float rounding on both sides */
+            double worst = 0;
+            for (int i = 0; i < T * H * D; i++) worst = fmax(worst, fabs((double)got[i] - ref[i]));
+            CHECKF(worst < 2e-3, "rope neox=%d: absolute error %g", neox, worst);
+        }
+        hr_cuda_free(dev, dx), hr_cuda_free(dev, dpos), hr_cuda_free(dev, dinv), hr_cuda_free(dev, dfac);
+    }
+}
+
+static void test_swiglu(void) {
+    unsigned long long n = 100003;
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    fill(g, n, 8.0f);
+    fill(u, n, 2.0f);
+    uint64_t dg = up(g, sizeof(float) * n), du = up(u, sizeof(float) * n);
+    hr_op_swiglu(g, u, (int)n); /* g becomes the reference */
+    void *a[] = {&dg, &dg, &du, &n};
+    if (launch("hr_k_swiglu", 64, 1, a)) {
+        down(got, dg, sizeof(float) * n);
+        double r = max_rel(got, g, n, 1e-3);
+        CHECKF(r < 1e-4, "swiglu: relative error %g", r);
+    }
+    hr_cuda_free(dev, dg), hr_cuda_free(dev, du);
+    free(g), free(u), free(got);
+}
+
+/* embedding rows and GEMV over q8_0 / q4_0 matrices made by the CPU's reference quantizer */
+static void test_embed_gemv(void) {
+    static const struct {
+        hr_dtype t;
+        const char *gemv;
+        int type;
+    } types[] = {{HR_DTYPE_Q8_0, "hr_k_gemv_q8_0", 2}, {HR_DTYPE_Q4_0, "hr_k_gemv_q4_0", -1}, {HR_DTYPE_F16, NULL, 1}};
+    static const int shapes[][2] = {{1, 32}, {7, 64}, {33, 288}, {512, 4096}, {100, 11008}};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1];
+            size_t rb = hr_dtype_row_bytes(types[ti].t, cols);
+            unsigned char *W = malloc(rb * rows);
+            float *wf = malloc(sizeof(float) * cols * rows), *x = malloc(sizeof(float) * cols);
+            float *ref = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols), *got = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols);
+            fill(wf, (size_t)cols * rows, 1.0f);
+            fill(x, (size_t)cols, 1.0f);
+            for (int r = 0; r < rows; r++) {
+                hr_quantize_row_ref(types[ti].t, wf + (size_t)r * cols, W + rb * r, cols);
+                hr_dequantize_row_ref(types[ti].t, W + rb * r, wf + (size_t)r * cols, cols); /* what the GPU sees */
+            }
+            uint64_t dW = up(W, rb * rows), dx = up(x, sizeof(float) * cols), dy = up(ref, sizeof(float) * rows * 4);
+            if (types[ti].gemv) {
+                for (int r = 0; r < rows; r++) {
+                    double s = 0;
+                    for (int c = 0; c < cols; c++) s += (double)wf[(size_t)r * cols + c] * x[c];
+                    ref[r] = (float)s;
+                }
+                void *a[] = {&dy, &dW, &dx, &rows, &cols};
+                if (launch(types[ti].gemv, (unsigned)(rows + 7) / 8, 1, a)) {
+                    down(got, dy, sizeof(float) * rows);
+                    double worst = 0;
+                    for (int r = 0; r < rows; r++) worst = fmax(worst, fabs((double)got[r] - ref[r]) / sqrt((double)cols));
+                    CHECKF(worst < 1e-5, "%s %dx%d: error / sqrt(cols) %g", types[ti].gemv, rows, cols, worst);
+                }
+            }
+            if (types[ti].type >= 0) { /* embedding: 4 ids, one repeated, the last row */
+                int ids[4] = {0, rows - 1, rows / 2, 0}, type = types[ti].type;
+                for (int i = 0; i < 4; i++) memcpy(ref + (size_t)i * cols, wf + (size_t)ids[i] * cols, sizeof(float) * cols);
+                uint64_t dids = up(ids, sizeof ids), dout = up(ref, sizeof(float) * 4 * cols);
+                void *a[] = {&dout, &dW, &dids, &cols, &type};
+                if (launch("hr_k_embed", 4, 1, a)) {
+                    down(got, dout, sizeof(float) * 4 * cols);
+                    CHECKF(memcmp(got, ref, sizeof(float) * 4 * cols) == 0, "embed type %d %dx%d: not exact", type, rows,
+                           cols);
+                }
+                hr_cuda_free(dev, dids), hr_cuda_free(dev, dout);
+            }
+            hr_cuda_free(dev, dW), hr_cuda_free(dev, dx), hr_cuda_free(dev, dy);
+            free(W), free(wf), free(x), free(ref), free(got);
+        }
+}
+
+/* paged attention: tokens written by the CPU storage, its blocks copied byte for byte into the
+ * device storage, then both attend the same queries (GQA, tables in any order, a softcap) */
+static void test_attention(void) {
+    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8};
+    for (int fi = 0; fi < 2; fi++) {
+        enum { L = 2, HKV = 2, H = 8, D = 64, B = 16, NB = 12, NQ = 3 };
+        hr_error e = {0};
+        hr_kv_storage_params p = {.n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB,
+                                  .isa = "scalar"};
+        kv_fmt_init(&p.k, fmts[fi], KV_K, B, D, &e);
+        kv_fmt_init(&p.v, fmts[fi], KV_V, B, D, &e);
+        hr_kv_storage *cpu = NULL, *gpu = NULL;
+        CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
+        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+        if (!cpu || !gpu) return;
+        for (int blk = 0; blk < NB; blk++)
+            for (int l = 0; l < L; l++)
+                for (int t = 0; t < B; t++) {
+                    float k[HKV * D], v[HKV * D];
+                    fill(k, HKV * D, 1.5f);
+                    fill(v, HKV * D, 1.0f);
+                    cpu->ops->write(cpu, l, blk, t, -1, k, v);
+                }
+        size_t bb = (size_t)L * HKV * (p.k.head_bytes + p.v.head_bytes);
+        unsigned char *buf = malloc(bb);
+        for (int blk = 0; blk < NB; blk++) {
+            cpu->ops->read_block(cpu, blk, buf);
+            gpu->ops->write_block(gpu, blk, buf);
+        }
+        free(buf);
+        int32_t t0[] = {3, 7, 1, 0, 11}, t1[] = {5, 4, 2}, t2[] = {9};
+        static float q[NQ][H * D], o_cpu[NQ][H * D], o_gpu[NQ][H * D];
+        fill(&q[0][0], NQ * H * D, 1.0f);
+        for (int softcap = 0; softcap < 2; softcap++) {
+            hr_kv_attn_query qc[NQ] = {{.table = t0, .n_ctx = 5 * B - 3, .tail_stage = -1, .q = q[0], .out = o_cpu[0]},
+                                       {.table = t1, .n_ctx = 3 * B, .tail_stage = -1, .q = q[1], .out = o_cpu[1]},
+                                       {.table = t2, .n_ctx = 1, .tail_stage = -1, .q = q[2], .out = o_cpu[2]}};
+            hr_kv_attn_query qg[NQ];
+            memcpy(qg, qc, sizeof qc);
+            for (int i = 0; i < NQ; i++) qg[i].out = o_gpu[i];
+            hr_kv_attn_args a = {.n_heads = H, .scale = 0.125f, .softcap = softcap ? 30.0f : 0.0f};
+            float *scratch = malloc(sizeof(float) << 20);
+            cpu->ops->attend(cpu, 1, qc, NQ, &a, scratch);
+            free(scratch);
+            gpu->ops->attend(gpu, 1, qg, NQ, &a, NULL);
+            CHECKF(hr_kv_storage_cuda_check(gpu, &e) == HR_OK, "%s", e.msg);
+            double r = max_rel(&o_gpu[0][0], &o_cpu[0][0], NQ * H * D, 1e-2);
+            CHECKF(r < 1e-3, "attention %s softcap %d: relative error %g", hr_kv_format_name(fmts[fi]), softcap, r);
+        }
+        gpu->ops->destroy(gpu);
+        cpu->ops->destroy(cpu);
+    }
+}
+
+int main(void) {
+    hr_error e = {0};
+    if (hr_cuda_device_open(NULL, 0, &dev, &e) != HR_OK) HR_SKIP("%s", e.msg);
+    printf("GPU: %s\n", hr_cuda_device_name(dev));
+    test_rmsnorm_softmax();
+    test_rope();
+    test_swiglu();
+    test_embed_gemv();
+    test_attention();
+    hr_cuda_device_close(dev);
+    return hr_test_finish();
+}

@@ -1,0 +1,267 @@
+/* test_cuda_backend.c: the CUDA backend's host side on a machine without a GPU. What can be checked
+ * here, is: the device names (--device), every refusal's one line (no driver, a library that is not
+ * the driver, no GPU, a GPU of another generation, a build without kernels), the embedded PTX (every
+ * kernel there by name), and, through a fake driver library (tests/cuda/fake_libcuda.c: device memory
+ * in host memory, launches that run nothing), the device KV storage's bytes against the CPU storage's,
+ * block for block, in f16 and q8. The kernels' results are not checked here: tests/gpu/test_cuda_kernels.c does that
+ * on a GPU (bench/gpu/check.sh). The CLI's --device lines are checked at the end. */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kv_storage_cpu.h"
+#include "backend/cuda/cuda.h"
+#include "harness.h"
+#include "runtime/runtime.h"
+
+/* the kernels kernels/ defines: each must be in the embedded PTX */
+static const char *const k_kernels[] = {"hr_k_rmsnorm",   "hr_k_softmax",   "hr_k_rope",        "hr_k_swiglu",
+                                        "hr_k_embed",     "hr_k_gemv_q8_0", "hr_k_gemv_q4_0", "hr_k_attn_decode"};
+#define N_KERNELS (int)(sizeof k_kernels / sizeof k_kernels[0])
+
+static void test_device_names(void) {
+    static const struct {
+        const char *text;
+        hr_status st;
+        int ordinal;
+    } cases[] = {{NULL, HR_OK, -1},          {"cpu", HR_OK, -1},           {"cuda", HR_OK, 0},
+                 {"cuda:0", HR_OK, 0},       {"cuda:7", HR_OK, 7},         {"cuda:255", HR_OK, 255},
+                 {"cuda:256", HR_ERR_INVALID_ARG, 0}, {"cuda:", HR_ERR_INVALID_ARG, 0}, {"cuda:-1", HR_ERR_INVALID_ARG, 0},
+                 {"cuda:1x", HR_ERR_INVALID_ARG, 0},  {"gpu", HR_ERR_INVALID_ARG, 0},   {"CPU", HR_ERR_INVALID_ARG, 0},
+                 {"cuda0", HR_ERR_INVALID_ARG, 0},    {"", HR_ERR_INVALID_ARG, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int ord = 12345;
+        hr_error e = {0};
+        hr_status st = hr_rt_device_parse(cases[i].text, &ord, &e);
+        CHECKF(st == cases[i].st, "'%s': status %d", cases[i].text ? cases[i].text : "(null)", st);
+        if (st == HR_OK)
+            CHECKF(ord == cases[i].ordinal, "'%s': ordinal %d", cases[i].text ? cases[i].text : "(null)", ord);
+        else
+            CHECKF(ord == 12345 && strstr(e.msg, "unknown device"), "'%s': %s", cases[i].text, e.msg);
+    }
+}
+
+/* the dlopen failures: the library is absent, or is not the driver */
+static void test_no_driver(void) {
+    hr_error e = {0};
+    CHECK(hr_cuda_probe("libheadroom-no-such-driver.so.1", 0, &e) == HR_ERR_UNSUPPORTED);
+    CHECKF(!strcmp(e.msg, "CUDA: libheadroom-no-such-driver.so.1 not found (the NVIDIA driver is not installed)"), "%s",
+           e.msg);
+    CHECK(hr_cuda_probe("libm.so.6", 0, &e) == HR_ERR_UNSUPPORTED);
+    CHECKF(!strcmp(e.msg, "CUDA: libm.so.6 has no cuInit (not the NVIDIA driver, or one too old)"), "%s", e.msg);
+    /* the backend's create says the same, and makes nothing */
+    hr_cuda_backend_params cp = {.ordinal = 0, .driver_lib = "libheadroom-no-such-driver.so.1"};
+    hr_model_ctx_params mp = {.backend = &hr_backend_cuda, .backend_user = &cp};
+    hr_model_ctx *ctx = (hr_model_ctx *)&cp; /* untouched on failure */
+    CHECK(hr_model_ctx_create(NULL, NULL, &mp, &ctx, &e) == HR_ERR_UNSUPPORTED);
+    CHECK(ctx == (hr_model_ctx *)&cp);
+    CHECKF(strstr(e.msg, "CUDA: libheadroom-no-such-driver.so.1 not found") == e.msg, "%s", e.msg);
+}
+
+static void test_embedded_ptx(void) {
+    int n = hr_cuda_n_modules();
+    CHECKF(n == HR_CUDA_BUILT_KERNELS, "%d modules embedded, the build compiled %d", n, HR_CUDA_BUILT_KERNELS);
+    CHECK(hr_cuda_module_ptx(n, NULL) == NULL && hr_cuda_module_ptx(-1, NULL) == NULL);
+    for (int k = 0; k < N_KERNELS && n > 0; k++) {
+        char want[96];
+        snprintf(want, sizeof want, ".entry %s(", k_kernels[k]);
+        int found = 0;
+        for (int i = 0; i < n; i++) {
+            const char *name = NULL, *ptx = hr_cuda_module_ptx(i, &name);
+            CHECK(ptx && name && strstr(ptx, ".target sm_90a"));
+            found += ptx && strstr(ptx, want) != NULL;
+        }
+        CHECKF(found == 1, "kernel %s in %d modules", k_kernels[k], found);
+    }
+}
+
+static void set_mode(const char *m) {
+    if (m)
+        setenv("HR_FAKE_CUDA_MODE", m, 1);
+    else
+        unsetenv("HR_FAKE_CUDA_MODE");
+}
+
+/* the device checks, through the fake driver */
+static void test_fake_device(void) {
+    hr_error e = {0};
+    set_mode("nodev");
+    CHECK(hr_cuda_probe(HR_FAKE_CUDA_LIB, 0, &e) == HR_ERR_UNSUPPORTED);
+    CHECKF(!strcmp(e.msg, "CUDA: no GPU found by the NVIDIA driver"), "%s", e.msg);
+    set_mode("cc80");
+    CHECK(hr_cuda_probe(HR_FAKE_CUDA_LIB, 0, &e) == HR_ERR_UNSUPPORTED);
+    CHECKF(!strcmp(e.msg, "CUDA: Fake H100 has compute capability 8.0; the kernels are built for sm_90a (9.0)"), "%s",
+           e.msg);
+    set_mode(NULL);
+    CHECK(hr_cuda_probe(HR_FAKE_CUDA_LIB, 1, &e) == HR_ERR_UNSUPPORTED);
+    CHECKF(!strcmp(e.msg, "CUDA: no GPU 1 (this machine has 1)"), "%s", e.msg);
+    hr_status st = hr_cuda_probe(HR_FAKE_CUDA_LIB, 0, &e);
+    if (hr_cuda_n_modules() == 0) {
+        CHECK(st == HR_ERR_UNSUPPORTED);
+        CHECKF(!strcmp(e.msg, "CUDA: this build has no GPU kernels (clang-19 was not installed when it was built)"),
+               "%s", e.msg);
+        return;
+    }
+    CHECKF(st == HR_OK, "%s", e.msg);
+    /* the backend opens the device, then refuses: no forward pass yet */
+    hr_cuda_backend_params cp = {.ordinal = 0, .driver_lib = HR_FAKE_CUDA_LIB};
+    hr_model_ctx_params mp = {.backend = &hr_backend_cuda, .backend_user = &cp};
+    hr_model_ctx *ctx = NULL;
+    CHECK(hr_model_ctx_create(NULL, NULL, &mp, &ctx, &e) == HR_ERR_UNSUPPORTED && ctx == NULL);
+    CHECKF(!strcmp(e.msg, "CUDA: Fake H100 opened, but the forward pass on the GPU is not written yet (docs/GPU.md)"),
+           "%s", e.msg);
+    /* every kernel is found by name in the loaded modules; an unknown one is not */
+    hr_cuda_device *dev = NULL;
+    CHECK(hr_cuda_device_open(HR_FAKE_CUDA_LIB, 0, &dev, &e) == HR_OK);
+    if (!dev) return;
+    CHECK(!strcmp(hr_cuda_device_name(dev), "Fake H100"));
+    for (int k = 0; k < N_KERNELS; k++)
+        CHECKF(hr_cuda_launch(dev, k_kernels[k], 1, 1, 256, NULL, &e) == HR_OK, "%s: %s", k_kernels[k], e.msg);
+    CHECK(hr_cuda_launch(dev, "hr_k_no_such_kernel", 1, 1, 256, NULL, &e) == HR_ERR_NOT_FOUND);
+    CHECKF(!strcmp(e.msg, "CUDA: no kernel named hr_k_no_such_kernel in this build"), "%s", e.msg);
+    uint64_t fr = 0, tot = 0;
+    CHECK(hr_cuda_device_mem(dev, &fr, &tot, &e) == HR_OK && tot == (uint64_t)80 << 30);
+    hr_cuda_device_close(dev);
+}
+
+static uint32_t rng = 12345;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(int32_t)(rng >> 8 & 0xffff) / 16384.0f - 2.0f;
+}
+
+/* The device KV storage (in the fake's host memory) against the CPU storage: the same writes give the
+ * same block bytes (f16), and whole-block write, read and copy move them unchanged. */
+static void test_fake_kv_storage(hr_kv_format fmt) {
+    if (hr_cuda_n_modules() == 0) return; /* the device does not open without kernels (checked above) */
+    hr_error e = {0};
+    set_mode(NULL);
+    hr_cuda_device *dev = NULL;
+    CHECK(hr_cuda_device_open(HR_FAKE_CUDA_LIB, 0, &dev, &e) == HR_OK);
+    if (!dev) return;
+    enum { L = 2, HKV = 2, D = 32, B = 4, NB = 3 };
+    hr_kv_storage_params p = {.n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB,
+                              .isa = "scalar"};
+    CHECK(kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) == HR_OK && kv_fmt_init(&p.v, fmt, KV_V, B, D, &e) == HR_OK);
+    hr_kv_storage *gpu = NULL, *cpu = NULL;
+    CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+    CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
+    if (!gpu || !cpu) goto out;
+    size_t bb = (size_t)L * HKV * (p.k.head_bytes + p.v.head_bytes);
+    CHECK(gpu->ops->footprint(gpu) == (uint64_t)bb * NB);
+    for (int blk = 0; blk < NB; blk++)
+        for (int layer = 0; layer < L; layer++)
+            for (int t = 0; t < B - (blk == NB - 1); t++) { /* the last block partly filled */
+                float k[HKV * D], v[HKV * D];
+                for (int i = 0; i < HKV * D; i++) k[i] = frand(), v[i] = frand();
+                gpu->ops->write(gpu, layer, blk, t, -1, k, v);
+                cpu->ops->write(cpu, layer, blk, t, -1, k, v);
+            }
+    unsigned char *a = calloc(1, bb), *b = calloc(1, bb), *c = calloc(1, bb);
+    for (int blk = 0; blk < NB && a && b; blk++) {
+        memset(a, 0, bb);
+        memset(b, 0, bb);
+        gpu->ops->read_block(gpu, blk, a);
+        cpu->ops->read_block(cpu, blk, b);
+        /* the unwritten slot of the last block: zero on the fake's fresh memory; the CPU's is too */
+        CHECKF(memcmp(a, b, bb) == 0, "%s block %d: the device's bytes differ from the CPU storage's",
+               hr_kv_format_name(fmt), blk);
+    }
+    if (a && b && c) {
+        for (size_t i = 0; i < bb; i++) c[i] = (unsigned char)(i * 7 + 3);
+        gpu->ops->write_block(gpu, 2, c);
+        gpu->ops->copy_block(gpu, 2, 0);
+        gpu->ops->read_block(gpu, 0, a);
+        CHECK(memcmp(a, c, bb) == 0);
+        gpu->ops->read_block(gpu, 1, a);
+        cpu->ops->read_block(cpu, 1, b);
+        CHECK(memcmp(a, b, bb) == 0); /* block 1 untouched by the copy */
+    }
+    free(a);
+    free(b);
+    free(c);
+    /* attend launches hr_k_attn_decode once for the whole batch (the fake runs nothing) */
+    void *fake = dlopen(HR_FAKE_CUDA_LIB, RTLD_NOW);
+    int (*launches)(void) = NULL;
+    void *sym = fake ? dlsym(fake, "hr_fake_cuda_launches") : NULL;
+    memcpy(&launches, &sym, sizeof sym);
+    if (launches) {
+        int before = launches();
+        int32_t table[2] = {1, 0};
+        float q[2][4 * D], o[2][4 * D];
+        for (int i = 0; i < 4 * D; i++) q[0][i] = q[1][i] = frand(), o[0][i] = o[1][i] = 9.0f;
+        hr_kv_attn_query qs[2] = {{.table = table, .n_ctx = 6, .tail_stage = -1, .q = q[0], .out = o[0]},
+                                  {.table = table, .n_ctx = 3, .tail_stage = -1, .q = q[1], .out = o[1]}};
+        hr_kv_attn_args args = {.n_heads = 4, .scale = 0.125f};
+        gpu->ops->attend(gpu, 1, qs, 2, &args, NULL);
+        CHECK(launches() == before + 1);
+        CHECK(hr_kv_storage_cuda_check(gpu, &e) == HR_OK);
+        CHECK(o[0][0] == 0.0f && o[1][4 * D - 1] == 0.0f); /* the fake's output memory: zeros, copied down */
+    }
+    if (fake) dlclose(fake);
+    /* deferred formats are refused */
+    hr_kv_storage_params pq = p;
+    CHECK(kv_fmt_init(&pq.k, HR_KV_Q4, KV_K, B, D, &e) == HR_OK);
+    hr_kv_storage *bad = NULL;
+    CHECK(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_ERR_UNSUPPORTED && !bad);
+    CHECKF(strstr(e.msg, "only the f16 and q8 formats"), "%s", e.msg);
+out:
+    if (gpu) gpu->ops->destroy(gpu);
+    if (cpu) cpu->ops->destroy(cpu);
+    hr_cuda_device_close(dev);
+}
+
+/* exactly one line on stderr, equal to want (or, where a driver is installed, beginning with
+ * want_prefix: a GPU machine gets further and is still refused today) */
+static void check_cli(const char *args, int want_rc, const char *want, const char *want_prefix) {
+    char *out = NULL, *err = NULL;
+    int rc = hr_test_run_cli(args, &out, &err);
+    CHECKF(rc == want_rc, "headroom %s: exit %d", args, rc);
+    const char *nl = err ? strchr(err, '\n') : NULL;
+    CHECKF(nl && nl[1] == '\0', "headroom %s: not one line: %s", args, err ? err : "(none)");
+    if (want)
+        CHECKF(err && !strncmp(err, want, strlen(want)) && nl == err + strlen(want), "headroom %s: %s", args, err);
+    if (want_prefix) CHECKF(err && !strncmp(err, want_prefix, strlen(want_prefix)), "headroom %s: %s", args, err);
+    CHECKF(out && !out[0], "headroom %s printed on stdout: %s", args, out);
+    free(out);
+    free(err);
+}
+
+static void test_cli(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    bool driver = h != NULL;
+    if (h) dlclose(h);
+    const char *no_driver = "CUDA: libcuda.so.1 not found (the NVIDIA driver is not installed)";
+    char run[256], serve[256];
+    snprintf(run, sizeof run, "headroom run: %s", no_driver);
+    snprintf(serve, sizeof serve, "headroom serve: %s", no_driver);
+    check_cli("run --device cuda -p hi", 1, driver ? NULL : run, driver ? "headroom run: CUDA: " : NULL);
+    check_cli("run --device cuda:1 -p hi -n 2", 1, driver ? NULL : run, driver ? "headroom run: CUDA: " : NULL);
+    check_cli("serve --device cuda --port 0", 1, driver ? NULL : serve, driver ? "headroom serve: CUDA: " : NULL);
+    char ev[256];
+    snprintf(ev, sizeof ev, "headroom eval: %s", no_driver);
+    check_cli("eval --device cuda -m " HR_SOURCE_DIR "/models/stories260K-q8_0.gguf " HR_SOURCE_DIR "/README.md", 1,
+              driver ? NULL : ev, driver ? "headroom eval: CUDA: " : NULL);
+    check_cli("run --device tpu -p hi", 2, "headroom run: --device: unknown device 'tpu' (cpu, cuda or cuda:N)", NULL);
+    /* --device cpu is the default, token for token */
+    char *a = NULL, *b = NULL;
+    CHECK(hr_test_run_cli("run -p 'Once upon' -n 12 --temp 0", &a, NULL) == 0);
+    CHECK(hr_test_run_cli("run --device cpu -p 'Once upon' -n 12 --temp 0", &b, NULL) == 0);
+    CHECKF(a && b && a[0] && !strcmp(a, b), "--device cpu: '%s' vs the default's '%s'", b, a);
+    free(a);
+    free(b);
+    char *help = NULL;
+    CHECK(hr_test_run_cli("run --help", &help, NULL) == 0 && help && strstr(help, "--device D"));
+    free(help);
+}
+
+int main(void) {
+    test_device_names();
+    test_no_driver();
+    test_embedded_ptx();
+    test_fake_device();
+    test_fake_kv_storage(HR_KV_F16);
+    test_fake_kv_storage(HR_KV_Q8);
+    test_cli();
+    return hr_test_finish();
+}
