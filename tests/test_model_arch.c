@@ -262,8 +262,8 @@ static moe_rig rig_open(const hr_model *m, hr_kv_format fmt, int n_seqs, int n_t
     kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)(4 * n_seqs + 4);
     hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = 32, .max_ctx = 64};
     hr_error err = {0};
-    CHECKF(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(m, r.kv, &mp, &r.c, &err) == HR_OK,
-           "%s", err.msg);
+    CHECKF(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(m, r.kv, &mp, &r.c, &err) == HR_OK, "%s",
+           err.msg);
     for (int i = 0; r.c && i < n_seqs; i++) CHECK(hr_kv_seq_create(r.kv, &r.seq[i], &err) == HR_OK);
     return r;
 }
@@ -414,8 +414,8 @@ static void check_moe(void) {
         double top = 0, d = 0;
         for (int v = 0; v < 2048; v++) top = fmax(top, fabs(k32[v]));
         for (int v = 0; v < 2048; v++) d = fmax(d, fabs(kq[v] - k32[v]) / top);
-        CHECKF(d < qs[i].bound, "qwen3moe-small %s: logits %.3g (relative) from f32's", hr_dtype_get_info(qs[i].type)->name,
-               d);
+        CHECKF(d < qs[i].bound, "qwen3moe-small %s: logits %.3g (relative) from f32's",
+               hr_dtype_get_info(qs[i].type)->name, d);
         printf("qwen3moe-small %s: logits within %.3g of f32's (bound %g)\n", hr_dtype_get_info(qs[i].type)->name, d,
                qs[i].bound);
     }

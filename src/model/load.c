@@ -169,8 +169,8 @@ static hr_status read_moe_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
     if (hp->n_expert == 0) return HR_OK;
     if ((st = get_int_key(g, a, "expert_used_count", true, 0, 1, hp->n_expert, &hp->n_expert_used, err))) return st;
     hp->n_ff_exp = hp->n_ff;
-    if (q3moe && (st = get_int_key(g, a, "expert_feed_forward_length", false, hp->n_ff / hp->n_expert_used, 1,
-                                   1 << 24, &hp->n_ff_exp, err)))
+    if (q3moe && (st = get_int_key(g, a, "expert_feed_forward_length", false, hp->n_ff / hp->n_expert_used, 1, 1 << 24,
+                                   &hp->n_ff_exp, err)))
         return st;
     if (hp->n_ff_exp < 1)
         return hr_error_set(err, HR_ERR_FORMAT, "metadata gives no expert FFN width ('%s.expert_feed_forward_length')",
@@ -431,10 +431,10 @@ static const char *dominant_type(const hr_model *m) {
     uint64_t bytes[HR_DTYPE_TABLE] = {0};
     for (int il = 0; il < m->hp.n_layer; il++) {
         const hr_layer *L = &m->layers[il];
-        const hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                 &L->exp_gate, &L->exp_up, &L->exp_down};
+        const hr_weight *ws[] = {&L->wq,   &L->wk,     &L->wv,       &L->wo,     &L->w_gate,
+                                 &L->w_up, &L->w_down, &L->exp_gate, &L->exp_up, &L->exp_down};
         for (size_t i = 0; i < HR_ARRAY_LEN(ws); i++) { /* named as in the file (q4_0, not q4_0x16) */
-            if (!ws[i]->data) continue; /* a MoE layer's dense FFN, a dense layer's experts */
+            if (!ws[i]->data) continue;                 /* a MoE layer's dense FFN, a dense layer's experts */
             const uint64_t n = i >= 7 ? (uint64_t)m->hp.n_expert : 1;
             bytes[hr_dtype_get_info(ws[i]->type)->file_type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows * n;
         }
@@ -469,8 +469,8 @@ static bool packable(const hr_weight *w) {
         }                                                                                                              \
         for (int il_ = 0; il_ < (m)->hp.n_layer; il_++) {                                                              \
             hr_layer *L_ = &(m)->layers[il_];                                                                          \
-            hr_weight *lw_[] = {&L_->wq,     &L_->wk,       &L_->wv,     &L_->wo,      &L_->w_gate,                    \
-                                &L_->w_up,   &L_->w_down,   &L_->exp_gate, &L_->exp_up, &L_->exp_down};            \
+            hr_weight *lw_[] = {&L_->wq,   &L_->wk,     &L_->wv,       &L_->wo,     &L_->w_gate,                       \
+                                &L_->w_up, &L_->w_down, &L_->exp_gate, &L_->exp_up, &L_->exp_down};                    \
             for (size_t i_ = 0; i_ < HR_ARRAY_LEN(lw_); i_++) {                                                        \
                 hr_weight *w = lw_[i_];                                                                                \
                 const int64_t n = i_ >= 7 ? (int64_t)(m)->hp.n_expert : 1;                                             \

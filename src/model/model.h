@@ -25,7 +25,8 @@ typedef enum hr_arch {
     HR_ARCH_GEMMA2 = 4, /* scaled embeddings, post-norms, GeGLU, soft-capping, alternating window/full layers */
     HR_ARCH_GEMMA3 = 5, /* gemma2 without attention soft-capping, with Q/K norm, 5 window : 1 full layers */
     HR_ARCH_PHI3 = 6,   /* fused Q|K|V and gate|up matrices, LongRoPE frequency factors */
-    HR_ARCH_QWEN3MOE = 7, /* qwen3's attention, a mixture-of-experts FFN in every layer */
+    /* qwen3's attention, a mixture-of-experts FFN in every layer */
+    HR_ARCH_QWEN3MOE = 7,
 } hr_arch;
 
 /* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe": what the loader accepts (llama with

@@ -7,7 +7,8 @@
  * attention per token through its block table (the layer's window, soft-capped scores where the model
  * says) -> output projection [-> post-attention RMSNorm] and residual -> RMSNorm -> SwiGLU or GeGLU FFN
  * [-> post-FFN RMSNorm] and residual; or, where the model has experts (qwen3moe, Mixtral), the router, top-k
- * experts per token and their weighted SwiGLU outputs (moe_ffn). Logits only for the tokens that ask (soft-capped for gemma).
+ * experts per token and their weighted SwiGLU outputs (moe_ffn). Logits only for the tokens that ask
+ * (soft-capped for gemma).
  * Bracketed steps are the qwen3/gemma ones (model.h says which family has which). Every reduction a token's result
  * depends on is computed per row in a fixed order (matmul rows, attention over its own sequence), so a token's output
  * does not depend on which other tokens share the batch: the basis of headroom's batch-invariance promise. */
@@ -49,14 +50,14 @@ struct hr_model_ctx {
     int32_t *out_rows; /* (T) indices of tokens that want logits */
     /* mixture of experts (hp.n_expert > 0; hg and hu then absent), K = n_expert_used, NE = n_expert,
      * Fe = n_ff_exp */
-    float *moe_probs;   /* (T, NE) router logits, then probabilities */
-    int32_t *moe_sel;   /* (T, K) each token's experts, rank order */
-    float *moe_w;       /* (T, K) their renormalized weights */
-    int32_t *moe_slots; /* (T*K) slot t*K + k of the tokens routed to each expert, expert by expert */
-    int32_t *moe_start; /* (NE + 1) where each expert's slots begin in moe_slots */
-    float *moe_xe;      /* (T, E) one expert's gathered input rows */
+    float *moe_probs;     /* (T, NE) router logits, then probabilities */
+    int32_t *moe_sel;     /* (T, K) each token's experts, rank order */
+    float *moe_w;         /* (T, K) their renormalized weights */
+    int32_t *moe_slots;   /* (T*K) slot t*K + k of the tokens routed to each expert, expert by expert */
+    int32_t *moe_start;   /* (NE + 1) where each expert's slots begin in moe_slots */
+    float *moe_xe;        /* (T, E) one expert's gathered input rows */
     float *moe_g, *moe_u; /* (T, Fe) its gate and up rows */
-    float *moe_out;     /* (T*K, E) each (token, rank)'s expert output */
+    float *moe_out;       /* (T*K, E) each (token, rank)'s expert output */
 };
 
 /* Bytes of a 64-byte aligned buffer of n floats (aligned_alloc wants a multiple of the alignment). */
@@ -115,8 +116,8 @@ static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_confi
 static uint64_t fwd_sizes_total(const fwd_sizes *z, int max_tokens, int n_threads) {
     return sizeof(hr_model_ctx) + z->inv_freq + z->inv_freq_swa + z->x + z->xb + z->q + z->k + z->v + z->att + z->hg +
            z->hu + z->qkv + 2 * z->fuse + z->att_scratch + z->out_rows + z->moe_probs + z->moe_sel + z->moe_w +
-           z->moe_slots + z->moe_start + z->moe_xe + 2 * z->moe_gu + z->moe_out + hr_threadpool_bytes(HR_MAX(1, n_threads)) +
-           hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
+           z->moe_slots + z->moe_start + z->moe_xe + 2 * z->moe_gu + z->moe_out +
+           hr_threadpool_bytes(HR_MAX(1, n_threads)) + hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
 }
 
 /* b's rows follow a's in memory with the same type and width, so one product over a's rows extended
@@ -201,8 +202,7 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
         memset(c->moe_u, 0, z.moe_gu);
         memset(c->moe_out, 0, z.moe_out);
     }
-    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || (z.hg && !c->hg) ||
-        (z.hu && !c->hu) ||
+    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || (z.hg && !c->hg) || (z.hu && !c->hu) ||
         !c->att_scratch || !c->out_rows || !c->qkv || !c->fuse_qkv || !c->fuse_gu) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
         goto fail;
