@@ -378,6 +378,9 @@ int main(void) {
     test_model("gemma2-tiny", HR_DTYPE_F32);   /* post norms, window layers */
     test_model("gemma3-tiny", HR_DTYPE_Q4_0);  /* window and full layers: two RoPE tables */
     test_model("phi3-tiny", HR_DTYPE_F32);     /* fused Q/K/V and gate/up, LongRoPE */
+    /* experts (the router, the grouping scratch): qwen3moe, llama with experts */
+    test_model("qwen3moe-tiny", HR_DTYPE_Q8_0);
+    test_model("mixtral-tiny", HR_DTYPE_F32);
     test_model("llama-3.2-1b", HR_DTYPE_Q4_0); /* rope_freqs; 128k vocabulary */
     return hr_test_finish();
 #endif

@@ -1,10 +1,14 @@
-/* test_model_arch.c: the families past llama's (qwen3, gemma2, gemma3, phi3) against an independent
- * implementation, and their bad input.
+/* test_model_arch.c: the families past llama's (qwen3, gemma2, gemma3, phi3, qwen3moe, and llama with
+ * experts: Mixtral) against an independent implementation, and their bad input.
  *   - llama.cpp's greedy ids: tests/vectors/arch-llamacpp.jsonl records what llama.cpp (CPU, f16 K/V,
  *     flash attention off) generated on the synthetic f32 models `headroom synth --shape S --type f32`
  *     (seed 1) makes, 8 prompts x 64 tokens each (how: tests/vectors/README.md); headroom must
  *     generate the same ids with an f16 cache, and llama.cpp's 8 largest logits at steps 0, 21, 42
  *     and 63 within 2e-3 of the largest (llama.cpp's GELU reads an f16 table: gemma's 8e-4).
+ *   - mixture of experts (qwen3moe, Mixtral): a float64 reference of one layer (every token its own
+ *     sequence at position 0, so attention is V: the router, top-k, renormalization and the experts
+ *     checked closely); batch invariance (a sequence's logits bit-identical alone and batched with
+ *     others, f32, q8_0 and q4_K experts); q8_0 / q4_K experts near the f32 model's logits.
  *   - a GGUF of a known family with a missing key or tensor, a mis-shaped tensor or a window larger
  *     than its context fails to load with one message naming the key or tensor; an unknown
  *     architecture names the supported list; through the CLI (`run`, `serve`) that is exit 1 and one
@@ -135,11 +139,288 @@ static void check_llamacpp_ids(void) {
     fclose(f);
     hr_model_destroy(m);
     free(mem);
-    CHECK(n_lines == 48);
+    CHECK(n_lines == 64);
     CHECKF(worst_logit < 2e-3, "logits %.3g (relative to the largest) from llama.cpp's", worst_logit);
-    printf("llama.cpp greedy ids: %d of %d prompts (6 models x 8, 64 tokens each) equal; its top-8 logits at 4 "
+    printf("llama.cpp greedy ids: %d of %d prompts (8 models x 8, 64 tokens each) equal; its top-8 logits at 4 "
            "steps each within %.2e of the largest (bound 2e-3)\n",
            n_equal, n_lines, worst_logit);
+}
+
+/* ---- mixture of experts ---- */
+
+static hr_model *synth(const char *shape, int layers, hr_dtype type, void **mem) {
+    hr_synth_shape s;
+    hr_model *m = NULL;
+    hr_error err = {0};
+    CHECK(hr_synth_shape_by_name(shape, &s, &err) == HR_OK);
+    if (layers > 0) s.n_layer = layers;
+    CHECKF(hr_synth_model(&s, type, 1, &m, mem, &err) == HR_OK, "%s: %s", shape, err.msg);
+    return m;
+}
+
+static const float *f32_tensor(const hr_model *m, const char *name) {
+    const hr_gguf_tensor *t = hr_gguf_find_tensor(hr_model_gguf(m), name);
+    CHECKF(t && t->type == HR_DTYPE_F32, "%s: absent or not f32", name);
+    return t && t->type == HR_DTYPE_F32 ? t->data : NULL;
+}
+
+/* y[r] = sum_c W[r][c] x[c], W in f32, in double */
+static void matvec64(const float *W, const double *x, int rows, int cols, double *y) {
+    for (int r = 0; r < rows; r++) {
+        double acc = 0;
+        for (int c = 0; c < cols; c++) acc += (double)W[(size_t)r * cols + c] * x[c];
+        y[r] = acc;
+    }
+}
+
+static void rmsnorm64(double *out, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double inv = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+}
+
+/* The logits of token `tok` alone at position 0 of a 1-layer MoE model, in double: attention over one
+ * position is V, so the layer is x + Wo V(x), then the experts. Also returns the gap between the k-th
+ * and (k+1)-th router probability (how far the choice is from a tie). */
+static void moe_ref_first_token(const hr_model *m, int tok, double *logits, double *gap) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    const int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv, NE = hp->n_expert,
+              K = hp->n_expert_used, Fe = hp->n_ff_exp, V = hp->n_vocab;
+    const double eps = hp->norm_eps;
+    double *x = calloc((size_t)E, sizeof(double)), *xn = calloc((size_t)E, sizeof(double)),
+           *v = calloc((size_t)Hkv * D, sizeof(double)), *att = calloc((size_t)H * D, sizeof(double)),
+           *o = calloc((size_t)E, sizeof(double)), *p = calloc((size_t)NE, sizeof(double)),
+           *g = calloc((size_t)Fe, sizeof(double)), *u = calloc((size_t)Fe, sizeof(double)),
+           *y = calloc((size_t)E, sizeof(double)), *acc = calloc((size_t)E, sizeof(double));
+    const float *emb = f32_tensor(m, "token_embd.weight"), *out = f32_tensor(m, "output.weight");
+    const float *an = f32_tensor(m, "blk.0.attn_norm.weight"), *wv = f32_tensor(m, "blk.0.attn_v.weight"),
+                *wo = f32_tensor(m, "blk.0.attn_output.weight"), *fn = f32_tensor(m, "blk.0.ffn_norm.weight"),
+                *wr = f32_tensor(m, "blk.0.ffn_gate_inp.weight"), *wg = f32_tensor(m, "blk.0.ffn_gate_exps.weight"),
+                *wu = f32_tensor(m, "blk.0.ffn_up_exps.weight"), *wd = f32_tensor(m, "blk.0.ffn_down_exps.weight"),
+                *on = f32_tensor(m, "output_norm.weight");
+    if (!emb || !out || !an || !wv || !wo || !fn || !wr || !wg || !wu || !wd || !on) goto done;
+    for (int i = 0; i < E; i++) x[i] = emb[(size_t)tok * E + i];
+    rmsnorm64(xn, x, an, E, eps);
+    matvec64(wv, xn, Hkv * D, E, v);
+    for (int h = 0; h < H; h++) /* query head h reads KV head h / (H / Hkv) */
+        for (int d = 0; d < D; d++) att[h * D + d] = v[(h / (H / Hkv)) * D + d];
+    matvec64(wo, att, E, H * D, o);
+    for (int i = 0; i < E; i++) x[i] += o[i];
+    rmsnorm64(xn, x, fn, E, eps);
+    matvec64(wr, xn, NE, E, p);
+    double mx = p[0], sum = 0;
+    for (int e = 1; e < NE; e++) mx = fmax(mx, p[e]);
+    for (int e = 0; e < NE; e++) sum += (p[e] = exp(p[e] - mx));
+    for (int e = 0; e < NE; e++) p[e] /= sum;
+    int sel[64];
+    double w[64], wsum = 0;
+    for (int k = 0; k <= K && k < NE; k++) { /* K + 1 largest: the last one only for the gap */
+        int best = -1;
+        for (int e = 0; e < NE; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[k] = best;
+        w[k] = p[best];
+        if (k < K) wsum += w[k];
+    }
+    *gap = K < NE ? w[K - 1] - w[K] : 1.0;
+    for (int k = 0; k < K; k++) {
+        const size_t e = (size_t)sel[k];
+        matvec64(wg + e * Fe * E, xn, Fe, E, g);
+        matvec64(wu + e * Fe * E, xn, Fe, E, u);
+        for (int i = 0; i < Fe; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        matvec64(wd + e * E * Fe, g, E, Fe, y);
+        for (int i = 0; i < E; i++) acc[i] += w[k] / wsum * y[i];
+    }
+    for (int i = 0; i < E; i++) x[i] += acc[i];
+    rmsnorm64(xn, x, on, E, eps);
+    matvec64(out, xn, V, E, logits);
+done:
+    free(x), free(xn), free(v), free(att), free(o), free(p), free(g), free(u), free(y), free(acc);
+}
+
+/* A forward rig: an f16 (or f32) pool for n_seqs sequences of up to 64 tokens, T up to 32. */
+typedef struct moe_rig {
+    hr_kv_pool *kv;
+    hr_model_ctx *c;
+    hr_kv_seq seq[8];
+} moe_rig;
+
+static moe_rig rig_open(const hr_model *m, hr_kv_format fmt, int n_seqs, int n_threads) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    moe_rig r = {0};
+    hr_kv_config kc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .block_size = 16,
+                       .k_format = fmt,
+                       .v_format = fmt,
+                       .max_seqs = n_seqs};
+    kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)(4 * n_seqs + 4);
+    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = 32, .max_ctx = 64};
+    hr_error err = {0};
+    CHECKF(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(m, r.kv, &mp, &r.c, &err) == HR_OK, "%s",
+           err.msg);
+    for (int i = 0; r.c && i < n_seqs; i++) CHECK(hr_kv_seq_create(r.kv, &r.seq[i], &err) == HR_OK);
+    return r;
+}
+
+static void rig_close(moe_rig *r) {
+    hr_model_ctx_destroy(r->c);
+    hr_kv_pool_destroy(r->kv);
+}
+
+/* One forward of n tokens: token i to sequence si[i] at the sequence's next position, logits for all. */
+static void rig_step(moe_rig *r, const int32_t *toks, const int *si, int n, int *at, float *logits) {
+    int32_t pos[32];
+    hr_kv_seq seq[32];
+    uint8_t want[32];
+    int first[8];
+    hr_error err = {0};
+    memcpy(first, at, sizeof first);
+    for (int i = 0; i < n; i++) pos[i] = at[si[i]]++, seq[i] = r->seq[si[i]], want[i] = 1;
+    for (int q = 0; q < 8; q++)
+        if (at[q] > first[q]) CHECK(hr_kv_seq_reserve(r->kv, r->seq[q], at[q], &err) == HR_OK);
+    hr_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seq, .want_logits = want};
+    CHECKF(hr_model_forward(r->c, &b, logits, &err) == HR_OK, "%s", err.msg);
+    for (int q = 0; q < 8; q++) { /* each sequence's tokens are consecutive in toks (the callers' batches) */
+        int i0 = -1, cnt = 0;
+        for (int i = 0; i < n; i++)
+            if (si[i] == q) i0 = i0 < 0 ? i : i0, cnt++;
+        if (cnt) hr_kv_seq_commit(r->kv, r->seq[q], toks + i0, cnt);
+    }
+}
+
+/* 24 tokens, each its own sequence at position 0, in one batch of a 1-layer model, against the float64
+ * reference (f32 cache: nothing rounded to f16 between the two). */
+static void check_moe_reference(const char *shape) {
+    void *mem = NULL;
+    hr_model *m = synth(shape, 1, HR_DTYPE_F32, &mem);
+    if (!m) return;
+    const hr_hparams *hp = hr_model_hparams(m);
+    const int V = hp->n_vocab, N = 24;
+    double worst = 0, min_gap = 1;
+    float *logits = malloc(sizeof(float) * (size_t)V * 8);
+    double *ref = malloc(sizeof(double) * (size_t)V);
+    for (int round = 0; round < N / 8; round++) {
+        moe_rig r = rig_open(m, HR_KV_F32, 8, 2);
+        if (!r.c) break;
+        int32_t toks[8];
+        int si[8], at[8] = {0};
+        for (int i = 0; i < 8; i++) toks[i] = 3 + ((round * 8 + i) * 97) % (V - 3), si[i] = i;
+        rig_step(&r, toks, si, 8, at, logits);
+        for (int i = 0; i < 8; i++) {
+            double gap = 0, top = 0, d = 0;
+            moe_ref_first_token(m, toks[i], ref, &gap);
+            for (int v = 0; v < V; v++) top = fmax(top, fabs(ref[v]));
+            for (int v = 0; v < V; v++) d = fmax(d, fabs(logits[(size_t)i * V + v] - ref[v]) / top);
+            worst = fmax(worst, d);
+            min_gap = fmin(min_gap, gap);
+        }
+        rig_close(&r);
+    }
+    /* a near tie between the k-th and (k+1)-th expert would let a rounding pick either: the gaps here are
+     * far above f32's rounding of the probabilities (~1e-7) */
+    CHECKF(min_gap > 1e-6, "%s: router near tie %.3g", shape, min_gap);
+    CHECKF(worst < 1e-5, "%s: logits %.3g (relative) from the float64 reference", shape, worst);
+    printf("%s (1 layer): %d tokens, logits within %.2e of float64 (bound 1e-5), smallest top-k gap %.3g\n", shape, N,
+           worst, min_gap);
+    free(logits);
+    free(ref);
+    hr_model_destroy(m);
+    free(mem);
+}
+
+/* Six sequences (prompts of 2..7 tokens, then 3 decode steps): each run alone, then all six in one
+ * batch per step (27 prompt tokens, then 6 a step). Every logit equal bit for bit: the experts' grouped
+ * products and the rank-order sums do not depend on the batch. Returns the last step's logits of
+ * sequence 0 (alone) in keep (V floats) for the type comparison. */
+static void check_moe_batch_invariance(const char *shape, hr_dtype type, float *keep) {
+    void *mem = NULL;
+    hr_model *m = synth(shape, 0, type, &mem);
+    if (!m) return;
+    const int V = hr_model_hparams(m)->n_vocab, NS = 6, STEPS = 3;
+    float *alone = malloc(sizeof(float) * (size_t)V * NS * (STEPS + 1));
+    float *batched = malloc(sizeof(float) * (size_t)V * 32);
+    int32_t prompts[6][8];
+    for (int q = 0; q < NS; q++)
+        for (int i = 0; i < 2 + q; i++) prompts[q][i] = 3 + (q * 211 + i * 53) % (V - 3);
+    const int32_t dec[3] = {17, 401, 99};
+    /* alone: sequence q in a rig of its own */
+    for (int q = 0; q < NS; q++) {
+        moe_rig r = rig_open(m, HR_KV_F16, 1, 2);
+        if (!r.c) break;
+        int at[8] = {0}, si[8] = {0};
+        rig_step(&r, prompts[q], si, 2 + q, at, batched);
+        memcpy(alone + ((size_t)q * (STEPS + 1)) * V, batched + (size_t)(1 + q) * V, sizeof(float) * (size_t)V);
+        for (int s = 0; s < STEPS; s++) {
+            int32_t t = dec[s] + q;
+            rig_step(&r, &t, si, 1, at, batched);
+            memcpy(alone + ((size_t)q * (STEPS + 1) + 1 + s) * V, batched, sizeof(float) * (size_t)V);
+        }
+        rig_close(&r);
+    }
+    memcpy(keep, alone + (size_t)STEPS * V, sizeof(float) * (size_t)V);
+    moe_rig r = rig_open(m, HR_KV_F16, NS, 2);
+    int n_diff = 0;
+    if (r.c) {
+        int32_t toks[32];
+        int si[32], at[8] = {0}, n = 0, last[6];
+        for (int q = 0; q < NS; q++) {
+            for (int i = 0; i < 2 + q; i++) toks[n] = prompts[q][i], si[n++] = q;
+            last[q] = n - 1;
+        }
+        rig_step(&r, toks, si, n, at, batched);
+        for (int q = 0; q < NS; q++)
+            n_diff += memcmp(batched + (size_t)last[q] * V, alone + ((size_t)q * (STEPS + 1)) * V,
+                             sizeof(float) * (size_t)V) != 0;
+        for (int s = 0; s < STEPS; s++) {
+            for (int q = 0; q < NS; q++) toks[q] = dec[s] + q, si[q] = q;
+            rig_step(&r, toks, si, NS, at, batched);
+            for (int q = 0; q < NS; q++)
+                n_diff += memcmp(batched + (size_t)q * V, alone + ((size_t)q * (STEPS + 1) + 1 + s) * V,
+                                 sizeof(float) * (size_t)V) != 0;
+        }
+        rig_close(&r);
+    }
+    CHECKF(n_diff == 0, "%s %s: %d of %d logit rows differ batched from alone", shape, hr_dtype_get_info(type)->name,
+           n_diff, NS * (STEPS + 1));
+    printf("%s %s: %d logit rows bit-identical alone and batched (6 sequences, 27-token prefill, 3 steps)\n", shape,
+           hr_dtype_get_info(type)->name, NS * (STEPS + 1) - n_diff);
+    free(alone);
+    free(batched);
+    hr_model_destroy(m);
+    free(mem);
+}
+
+static void check_moe(void) {
+    check_moe_reference("qwen3moe-tiny");
+    check_moe_reference("mixtral-tiny");
+    float *k32 = calloc(2048, sizeof(float)), *kq = calloc(2048, sizeof(float));
+    check_moe_batch_invariance("mixtral-tiny", HR_DTYPE_F32, k32);
+    check_moe_batch_invariance("qwen3moe-tiny", HR_DTYPE_Q8_0, kq);
+    check_moe_batch_invariance("qwen3moe-small", HR_DTYPE_F32, k32);
+    /* quantized experts (every expert matrix of qwen3moe-small in the type: rows of 256): the last
+     * logits of sequence 0 near the f32 model's */
+    const struct {
+        hr_dtype type;
+        double bound;
+    } qs[] = {{HR_DTYPE_Q8_0, 0.02}, {HR_DTYPE_Q4_K, 0.15}};
+    for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
+        check_moe_batch_invariance("qwen3moe-small", qs[i].type, kq);
+        double top = 0, d = 0;
+        for (int v = 0; v < 2048; v++) top = fmax(top, fabs(k32[v]));
+        for (int v = 0; v < 2048; v++) d = fmax(d, fabs(kq[v] - k32[v]) / top);
+        CHECKF(d < qs[i].bound, "qwen3moe-small %s: logits %.3g (relative) from f32's",
+               hr_dtype_get_info(qs[i].type)->name, d);
+        printf("qwen3moe-small %s: logits within %.3g of f32's (bound %g)\n", hr_dtype_get_info(qs[i].type)->name, d,
+               qs[i].bound);
+    }
+    free(k32);
+    free(kq);
 }
 
 /* ---- bad input ---- */
@@ -247,6 +528,27 @@ static void check_bad_input(void) {
     mem = image("phi3-tiny", -1, &n);
     reshape_in(mem, n, "blk.0.ffn_up.weight", 1, 128);
     expect_load_error(mem, n, "'blk.0.ffn_up.weight' has shape [64, 128]", dir, "gate-up-shape.gguf");
+    /* experts: a missing stack, a stack of the wrong count, more experts used than there are, qwen3moe
+     * without its expert count */
+    mem = image("qwen3moe-tiny", -1, &n);
+    rename_in(mem, n, "blk.1.ffn_up_exps.weight", "blk.1.ffn_up_expx.weight");
+    expect_load_error(mem, n, "'blk.1.ffn_up_exps.weight'", dir, "no-up-exps.gguf");
+    mem = image("mixtral-tiny", -1, &n);
+    reshape_in(mem, n, "blk.0.ffn_down_exps.weight", 2, 2);
+    expect_load_error(mem, n, "'blk.0.ffn_down_exps.weight' has shape [64, 64, 2]", dir, "exps-shape.gguf");
+    mem = image("qwen3moe-tiny", -1, &n);
+    rename_in(mem, n, "qwen3moe.expert_count", "qwen3moe.expert_counx");
+    expect_load_error(mem, n, "'qwen3moe.expert_count'", dir, "no-expert-count.gguf");
+    {
+        hr_synth_shape s;
+        hr_gguf_writer *wr = NULL;
+        CHECK(hr_synth_shape_by_name("mixtral-tiny", &s, &err) == HR_OK);
+        CHECK(hr_synth_build(&s, HR_DTYPE_F32, 1, &wr, &err) == HR_OK);
+        hr_gguf_writer_set_u32(wr, "llama.expert_used_count", 5); /* of 4 */
+        CHECK(hr_gguf_writer_write_memory(wr, &mem, &n, &err) == HR_OK);
+        hr_gguf_writer_destroy(wr);
+        expect_load_error(mem, n, "'llama.expert_used_count' = 5", dir, "used-over-count.gguf");
+    }
     /* a window larger than the context (512) */
     mem = image("gemma3-tiny", 1024, &n);
     expect_load_error(mem, n, "'gemma3.attention.sliding_window' = 1024", dir, "big-window.gguf");
@@ -267,7 +569,7 @@ static void check_bad_input(void) {
 /* Each family end to end through `headroom run` (synth, tokenizer, engine): 5 tokens. */
 static void check_cli_runs(void) {
     const char *dir = hr_test_tmpdir();
-    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny"};
+    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny", "mixtral-tiny"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         char args[8400], *out = NULL;
         snprintf(args, sizeof args, "synth --shape %s --type q8_0 -o %s/%s.gguf", shapes[i], dir, shapes[i]);
@@ -384,7 +686,7 @@ static void check_layer_attn(void) {
  * failing, for every N the clean run makes, ends in a clean error (or success) and leaks nothing
  * (LeakSanitizer at exit). */
 static void check_alloc_faults(void) {
-    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny"};
+    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         size_t n;
         void *mem = image(shapes[i], -1, &n);
@@ -434,6 +736,7 @@ static void check_alloc_faults(void) {}
 int main(void) {
     check_layer_attn();
     check_llamacpp_ids();
+    check_moe();
     check_bad_input();
     check_cli_runs();
     check_alloc_faults();

@@ -9,7 +9,7 @@
 set -eu
 build=$1 llama=$2
 shift 2
-[ $# -gt 0 ] || set -- qwen3-tiny gemma2-tiny gemma3-tiny phi3-tiny
+[ $# -gt 0 ] || set -- qwen3-tiny gemma2-tiny gemma3-tiny phi3-tiny qwen3moe-tiny mixtral-tiny
 out=${TMPDIR:-/tmp}/hr-arch-check
 mkdir -p "$out"
 lib=$llama/build/bin

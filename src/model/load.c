@@ -24,10 +24,10 @@ static const arch_info k_archs[] = {
     {"llama", HR_ARCH_LLAMA, false, 10000.0},  {"mistral", HR_ARCH_MISTRAL, false, 10000.0},
     {"qwen2", HR_ARCH_QWEN2, true, 1000000.0}, {"qwen3", HR_ARCH_QWEN3, true, 10000.0},
     {"gemma2", HR_ARCH_GEMMA2, true, 10000.0}, {"gemma3", HR_ARCH_GEMMA3, true, 10000.0},
-    {"phi3", HR_ARCH_PHI3, true, 10000.0},
+    {"phi3", HR_ARCH_PHI3, true, 10000.0},     {"qwen3moe", HR_ARCH_QWEN3MOE, true, 10000.0},
 };
 
-const char *hr_arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3"; }
+const char *hr_arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe"; }
 
 static bool is_gemma(hr_arch a) { return a == HR_ARCH_GEMMA2 || a == HR_ARCH_GEMMA3; }
 
@@ -82,7 +82,7 @@ static hr_status read_family_hparams(const hr_gguf *g, hr_hparams *hp, hr_error 
     const char *a = hp->arch_name;
     hr_status st;
     const bool gemma = is_gemma(hp->arch);
-    hp->qk_norm = hp->arch == HR_ARCH_QWEN3 || hp->arch == HR_ARCH_GEMMA3;
+    hp->qk_norm = hp->arch == HR_ARCH_QWEN3 || hp->arch == HR_ARCH_QWEN3MOE || hp->arch == HR_ARCH_GEMMA3;
     hp->post_norms = gemma;
     hp->ffn_act = gemma ? HR_FFN_GELU_TANH : HR_FFN_SILU;
     hp->embd_scale = gemma ? sqrtf((float)hp->n_embd) : 0.0f;
@@ -158,6 +158,26 @@ static hr_status plan_layers(const hr_gguf *g, hr_model *m, hr_error *err) {
     return HR_OK;
 }
 
+/* The experts' counts (llama.cpp's keys): qwen3moe requires both counts > 0 (as llama.cpp does); llama has
+ * experts where expert_count > 0 (Mixtral), each of feed_forward_length. Other families: none. */
+static hr_status read_moe_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
+    const char *a = hp->arch_name;
+    const bool q3moe = hp->arch == HR_ARCH_QWEN3MOE;
+    hr_status st;
+    if (!q3moe && hp->arch != HR_ARCH_LLAMA) return HR_OK;
+    if ((st = get_int_key(g, a, "expert_count", q3moe, 0, q3moe ? 1 : 0, 4096, &hp->n_expert, err))) return st;
+    if (hp->n_expert == 0) return HR_OK;
+    if ((st = get_int_key(g, a, "expert_used_count", true, 0, 1, hp->n_expert, &hp->n_expert_used, err))) return st;
+    hp->n_ff_exp = hp->n_ff;
+    if (q3moe && (st = get_int_key(g, a, "expert_feed_forward_length", false, hp->n_ff / hp->n_expert_used, 1, 1 << 24,
+                                   &hp->n_ff_exp, err)))
+        return st;
+    if (hp->n_ff_exp < 1)
+        return hr_error_set(err, HR_ERR_FORMAT, "metadata gives no expert FFN width ('%s.expert_feed_forward_length')",
+                            a);
+    return HR_OK;
+}
+
 static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     memset(hp, 0, sizeof *hp);
     hr_status st = hr_gguf_get_cstr(g, "general.architecture", hp->arch_name, sizeof hp->arch_name, err);
@@ -190,8 +210,9 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     if ((st = get_int_key(g, a, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim, &hp->n_rot, err)))
         return st;
     if (hp->n_rot % 2) return hr_error_set(err, HR_ERR_FORMAT, "rope.dimension_count %d is odd", hp->n_rot);
-    /* llama.cpp reads no window for qwen3 and turns phi3's off (its converters' values are unreliable) */
-    if (hp->arch != HR_ARCH_QWEN3 && hp->arch != HR_ARCH_PHI3 &&
+    /* llama.cpp reads no window for qwen3 (and qwen3moe) and turns phi3's off (its converters' values are
+     * unreliable) */
+    if (hp->arch != HR_ARCH_QWEN3 && hp->arch != HR_ARCH_QWEN3MOE && hp->arch != HR_ARCH_PHI3 &&
         (st = get_int_key(g, a, "attention.sliding_window", false, hp->arch == HR_ARCH_GEMMA2 ? 4096 : 0, 0, 1 << 30,
                           &hp->sliding_window, err)))
         return st;
@@ -220,6 +241,7 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
         }
     }
     hp->rope_neox = ai->rope_neox;
+    if ((st = read_moe_hparams(g, hp, err))) return st;
     return read_family_hparams(g, hp, err);
 }
 
@@ -244,6 +266,35 @@ static hr_status bind_matrix(hr_model *m, const char *name, int64_t cols, int64_
         return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
                             name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)cols,
                             (long long)rows);
+    const hr_dtype_info *info = hr_dtype_get_info((hr_dtype)t->type);
+    if (cols % info->block_elems)
+        return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s': row length %lld is not a multiple of %s's block of %d",
+                            name, (long long)cols, info->name, info->block_elems);
+    w->data = t->data;
+    w->type = (hr_dtype)t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = hr_dtype_row_bytes(w->type, cols);
+    m->weight_bytes += t->size_bytes;
+    return HR_OK;
+}
+
+/* Binds a stack of n matrices (a 3-D tensor [cols, rows, n]: the experts) as its first matrix; matrix e
+ * lies at data + e * rows * row_bytes. */
+static hr_status bind_stack(hr_model *m, const char *name, int64_t cols, int64_t rows, int64_t n, hr_weight *w,
+                            hr_error *err) {
+    const hr_gguf_tensor *t = find_tensor(m, name);
+    if (!t)
+        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name, name);
+    if (!hr_dtype_supported(t->type) || t->type == HR_DTYPE_Q8_K)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "tensor '%s' has type %s, which headroom does not support (supported: %s)", name,
+                            hr_gguf_tensor_type_name(t->type), hr_dtype_supported_list());
+    if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n)
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "tensor '%s' has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %lld]", name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)(t->n_dims > 2 ? t->ne[2] : 1),
+                            t->n_dims, (long long)cols, (long long)rows, (long long)n);
     const hr_dtype_info *info = hr_dtype_get_info((hr_dtype)t->type);
     if (cols % info->block_elems)
         return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s': row length %lld is not a multiple of %s's block of %d",
@@ -353,6 +404,14 @@ static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
          (st = bind_vector(m, NAME("post_ffw_norm.weight"), E, false, &L->ffn_post_norm, err))))
         return st;
     if ((st = bind_vector(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err))) return st;
+    if (hp->n_expert > 0) { /* the router and the experts' stacks (qwen3moe, Mixtral) */
+        const int64_t Fe = hp->n_ff_exp, NE = hp->n_expert;
+        if ((st = bind_matrix(m, NAME("ffn_gate_inp.weight"), E, NE, false, &L->w_router, err))) return st;
+        if ((st = bind_stack(m, NAME("ffn_gate_exps.weight"), E, Fe, NE, &L->exp_gate, err))) return st;
+        if ((st = bind_stack(m, NAME("ffn_up_exps.weight"), E, Fe, NE, &L->exp_up, err))) return st;
+        if ((st = bind_stack(m, NAME("ffn_down_exps.weight"), Fe, E, NE, &L->exp_down, err))) return st;
+        return HR_OK;
+    }
     if (hp->arch == HR_ARCH_PHI3) { /* gate and up in one matrix of 2F rows, gate first */
         hr_weight gu;
         if ((st = bind_matrix(m, NAME("ffn_up.weight"), E, 2 * F, false, &gu, err))) return st;
@@ -372,9 +431,13 @@ static const char *dominant_type(const hr_model *m) {
     uint64_t bytes[HR_DTYPE_TABLE] = {0};
     for (int il = 0; il < m->hp.n_layer; il++) {
         const hr_layer *L = &m->layers[il];
-        const hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < HR_ARRAY_LEN(ws); i++) /* named as in the file (q4_0, not q4_0x16) */
-            bytes[hr_dtype_get_info(ws[i]->type)->file_type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows;
+        const hr_weight *ws[] = {&L->wq,   &L->wk,     &L->wv,       &L->wo,     &L->w_gate,
+                                 &L->w_up, &L->w_down, &L->exp_gate, &L->exp_up, &L->exp_down};
+        for (size_t i = 0; i < HR_ARRAY_LEN(ws); i++) { /* named as in the file (q4_0, not q4_0x16) */
+            if (!ws[i]->data) continue;                 /* a MoE layer's dense FFN, a dense layer's experts */
+            const uint64_t n = i >= 7 ? (uint64_t)m->hp.n_expert : 1;
+            bytes[hr_dtype_get_info(ws[i]->type)->file_type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows * n;
+        }
     }
     int best = 0;
     for (int t = 0; t < HR_DTYPE_TABLE; t++)
@@ -389,20 +452,29 @@ static const char *dominant_type(const hr_model *m) {
  * it is (its rows are looked up one by one). Where the data cannot be written (memory lent
  * read-only) or a tmp cannot be had, the weights stay plain: slower, results within rounding of the
  * packed ones. */
-static bool packable(const hr_weight *w) { return hr_dtype_x16(w->type) != w->type && w->rows % HR_X16 == 0; }
+/* (An expert stack repacks as one matrix of n_expert x rows rows: with rows a multiple of 16 no group
+ * straddles two experts, so each expert's slice is its own x16 matrix.) */
+static bool packable(const hr_weight *w) {
+    return w->data && hr_dtype_x16(w->type) != w->type && w->rows % HR_X16 == 0;
+}
 
-/* Visits the matrices pack_weights may repack: the untied output, then every layer's seven. */
-#define FOR_PACKABLE(m, w, ...)                                                                                        \
+/* Visits the matrices pack_weights may repack: the untied output, then every layer's seven (and its
+ * three expert stacks), with n the matrices w stands for (n_expert for a stack, else 1). */
+#define FOR_PACKABLE(m, w, n, ...)                                                                                     \
     do {                                                                                                               \
         if (!(m)->hp.tied_output) {                                                                                    \
             hr_weight *w = &(m)->output;                                                                               \
+            const int64_t n = 1;                                                                                       \
             __VA_ARGS__                                                                                                \
         }                                                                                                              \
         for (int il_ = 0; il_ < (m)->hp.n_layer; il_++) {                                                              \
             hr_layer *L_ = &(m)->layers[il_];                                                                          \
-            hr_weight *lw_[] = {&L_->wq, &L_->wk, &L_->wv, &L_->wo, &L_->w_gate, &L_->w_up, &L_->w_down};              \
+            hr_weight *lw_[] = {&L_->wq,   &L_->wk,     &L_->wv,       &L_->wo,     &L_->w_gate,                       \
+                                &L_->w_up, &L_->w_down, &L_->exp_gate, &L_->exp_up, &L_->exp_down};                    \
             for (size_t i_ = 0; i_ < HR_ARRAY_LEN(lw_); i_++) {                                                        \
                 hr_weight *w = lw_[i_];                                                                                \
+                const int64_t n = i_ >= 7 ? (int64_t)(m)->hp.n_expert : 1;                                             \
+                if (!w->data) continue;                                                                                \
                 __VA_ARGS__                                                                                            \
             }                                                                                                          \
         }                                                                                                              \
@@ -410,17 +482,18 @@ static bool packable(const hr_weight *w) { return hr_dtype_x16(w->type) != w->ty
 
 static void pack_weights(hr_model *m) {
     size_t tmp_bytes = 0;
-    FOR_PACKABLE(m, w, {
+    FOR_PACKABLE(m, w, n, {
+        (void)n;
         if (packable(w)) tmp_bytes = HR_MAX(tmp_bytes, w->row_bytes * HR_X16);
     });
     /* a checkpoint's quantized matrices are the loader's own buffers (hf.c): writable as they are */
     if (!tmp_bytes || (!m->hf && !hr_gguf_edit_begin(m->gguf))) return;
     void *tmp = malloc(tmp_bytes);
     if (tmp)
-        FOR_PACKABLE(m, w, {
+        FOR_PACKABLE(m, w, n, {
             if (packable(w)) {
                 const hr_dtype x16 = hr_dtype_x16(w->type);
-                hr_x16_repack(x16, (void *)(uintptr_t)w->data, w->rows, w->cols, tmp); /* in the edit window */
+                hr_x16_repack(x16, (void *)(uintptr_t)w->data, w->rows * n, w->cols, tmp); /* in the edit window */
                 w->type = x16;
             }
         });
@@ -574,7 +647,8 @@ const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
 
 hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {
     hr_dtype type = (hr_dtype)t->type;
-    FOR_PACKABLE((hr_model *)m, w, {
+    FOR_PACKABLE((hr_model *)m, w, n, {
+        (void)n;
         if (w->data == t->data && hr_dtype_get_info(w->type)->row_group > 1) type = w->type;
     });
     return type;
@@ -583,8 +657,8 @@ hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {
 int hr_model_packed_tensors(const hr_model *m, uint64_t *bytes) {
     int n = 0;
     uint64_t b = 0;
-    FOR_PACKABLE((hr_model *)m, w, {
-        if (hr_dtype_get_info(w->type)->row_group > 1) n++, b += (uint64_t)w->rows * w->row_bytes;
+    FOR_PACKABLE((hr_model *)m, w, nm, {
+        if (hr_dtype_get_info(w->type)->row_group > 1) n++, b += (uint64_t)(w->rows * nm) * w->row_bytes;
     });
     if (bytes) *bytes = b;
     return n;

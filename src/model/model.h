@@ -25,9 +25,12 @@ typedef enum hr_arch {
     HR_ARCH_GEMMA2 = 4, /* scaled embeddings, post-norms, GeGLU, soft-capping, alternating window/full layers */
     HR_ARCH_GEMMA3 = 5, /* gemma2 without attention soft-capping, with Q/K norm, 5 window : 1 full layers */
     HR_ARCH_PHI3 = 6,   /* fused Q|K|V and gate|up matrices, LongRoPE frequency factors */
+    /* qwen3's attention, a mixture-of-experts FFN in every layer */
+    HR_ARCH_QWEN3MOE = 7,
 } hr_arch;
 
-/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3": what the loader accepts. */
+/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe": what the loader accepts (llama with
+ * {arch}.expert_count > 0 is Mixtral). */
 const char *hr_arch_supported_list(void);
 
 /* The FFN's gated activation: act(x W_gate^T) * (x W_up^T). */
@@ -86,6 +89,14 @@ typedef struct hr_hparams {
     float rope_attn_factor; /* {arch}.rope.scaling.attn_factor: cos and sin are multiplied by it; 0 = 1 */
     bool fused_qkv;         /* one blk.N.attn_qkv matrix (Q rows, then K, then V): phi3 */
     bool fused_gate_up;     /* one blk.N.ffn_up matrix of 2F rows (gate, then up): phi3 */
+    /* mixture of experts (qwen3moe; llama with experts: Mixtral); 0 = a dense FFN. Each token's router
+     * logits (blk.N.ffn_gate_inp) go through a softmax over all n_expert, the n_expert_used largest are
+     * kept and renormalized to sum 1 (llama.cpp's build_moe_ffn with norm_w, as both families run it),
+     * and the token's FFN output is the weighted sum of those experts' SwiGLU FFNs, in rank order. */
+    int n_expert;      /* {arch}.expert_count */
+    int n_expert_used; /* {arch}.expert_used_count (k) */
+    int n_ff_exp;      /* one expert's FFN width: qwen3moe's expert_feed_forward_length (default
+                          F / k, as llama.cpp), Mixtral's feed_forward_length */
 } hr_hparams;
 
 typedef struct hr_model hr_model;

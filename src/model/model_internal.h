@@ -27,6 +27,13 @@ typedef struct hr_layer {
     hr_weight w_up;         /* (F, E) */
     hr_weight w_down;       /* (E, F) */
     float *ffn_post_norm;   /* (E) owned: gemma, else NULL */
+    /* mixture of experts (hp.n_expert > 0; w_gate, w_up, w_down then unused): the router, and each
+     * stack as expert 0's matrix, expert e's at data + e * rows * row_bytes (the 3-D tensors
+     * blk.N.ffn_{gate,up,down}_exps, experts outermost) */
+    hr_weight w_router; /* (n_expert, E) blk.N.ffn_gate_inp */
+    hr_weight exp_gate; /* (Fe, E) of n_expert */
+    hr_weight exp_up;   /* (Fe, E) of n_expert */
+    hr_weight exp_down; /* (E, Fe) of n_expert */
 } hr_layer;
 /* phi3 stores Q|K|V in one matrix (blk.N.attn_qkv) and gate|up in one (blk.N.ffn_up): wq, wk, wv
  * (w_gate, w_up) are then row ranges of it, back to back, which the forward pass multiplies as one. */

@@ -234,7 +234,7 @@ static hr_status matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64
 
 static hr_status build(const hr_synth_shape *s, hr_synth_mix mix, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
                        hr_error *err) {
-    if (hr_synth_arch_builds(s->arch)) { /* the families past llama's (synth_arch.c) */
+    if (hr_synth_arch_builds(s->arch) || s->n_expert > 0) { /* past llama's, and experts (synth_arch.c) */
         if (mix != HR_SYNTH_PURE)
             return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_QUANT_MIX, NULL,
                                       "a quantization mix is llama.cpp's mixes for the llama family; %s takes one type",

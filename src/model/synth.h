@@ -34,12 +34,16 @@ typedef struct hr_synth_shape {
     float final_softcap; /* gemma2, gemma3: {arch}.final_logit_softcapping (gemma3: 0 = key absent) */
     int n_ctx_orig;      /* phi3: LongRoPE factors and original context; 0 = no LongRoPE */
     float rope_linear;   /* {arch}.rope.scaling.type linear with this factor (gemma3 4B+: 8); 0 = none */
+    /* mixture of experts (qwen3moe; llama with experts: Mixtral; synth_arch.c): 0 = a dense FFN */
+    int n_expert, n_expert_used;
+    int n_ff_exp; /* qwen3moe: {arch}.expert_feed_forward_length (Mixtral's experts are n_ff wide) */
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
  * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
  * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
- * "phi3.5-mini". On error the message lists the names. */
+ * "phi3.5-mini", "qwen3moe-tiny", "qwen3moe-small",
+ * "qwen3moe-30b-a3b", "mixtral-tiny". On error the message lists the names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);

@@ -1,4 +1,5 @@
-/* synth_arch.c: synthetic models of the families past llama's (qwen3, gemma2, gemma3, phi3), with the
+/* synth_arch.c: synthetic models of the families past llama's (qwen3, gemma2, gemma3, phi3, qwen3moe, and
+ * llama with experts: Mixtral), with the
  * metadata keys and tensor names llama.cpp's converter writes for each (so that llama.cpp loads the
  * same file: the independent check of tests/test_model_arch.c). Kept apart from synth.c, which builds
  * the llama family; the weights are drawn the same way (uniform, variance 1/fan_in, per tensor name
@@ -154,6 +155,66 @@ static const hr_synth_shape k_arch_shapes[] = {
      .rope_base = 10000.0f,
      .vocab = HR_SYNTH_VOCAB_SPM,
      .n_ctx_orig = 4096},
+    /* experts: 8 of width 32, 2 used (qwen3moe); 4 of width 64, 2 used (Mixtral's 2 of 8, smaller) */
+    {.name = "qwen3moe-tiny",
+     .arch = "qwen3moe",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 32,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 32},
+    /* rows of 256: every expert matrix quantizes to q4_K and q8_0 (the tiny shape's go f16 for q4_K) */
+    {.name = "qwen3moe-small",
+     .arch = "qwen3moe",
+     .n_vocab = 2048,
+     .n_embd = 256,
+     .n_ff = 768,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 64,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 256},
+    {.name = "qwen3moe-30b-a3b", /* Qwen3-30B-A3B's published widths (benchmarks: cut with --layers) */
+     .arch = "qwen3moe",
+     .n_vocab = 151936,
+     .n_embd = 2048,
+     .n_ff = 6144,
+     .n_head = 32,
+     .n_head_kv = 4,
+     .n_layer = 48,
+     .n_ctx = 40960,
+     .rope_base = 1000000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 128,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 768},
+    {.name = "mixtral-tiny",
+     .arch = "llama",
+     .n_vocab = 512,
+     .n_embd = 64,
+     .n_ff = 64,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .vocab = HR_SYNTH_VOCAB_SPM,
+     .n_expert = 4,
+     .n_expert_used = 2},
 };
 
 bool hr_synth_arch_shape_by_name(const char *name, hr_synth_shape *out) {
@@ -166,7 +227,53 @@ bool hr_synth_arch_shape_by_name(const char *name, hr_synth_shape *out) {
 }
 
 bool hr_synth_arch_builds(const char *arch) {
-    return !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3") || !strcmp(arch, "phi3");
+    return !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3") || !strcmp(arch, "phi3") ||
+           !strcmp(arch, "qwen3moe");
+}
+
+/* A stack of n matrices of rows x cols (a 3-D tensor [cols, rows, n]: the experts), drawn as
+ * hr_synth_add_matrix draws one (uniform, variance scale^2 / cols, seeded by the name), stored in t or
+ * f16 where a row does not fill t's blocks. */
+static hr_status add_stack(hr_gguf_writer *w, const char *name, int64_t n, int64_t rows, int64_t cols, hr_dtype t,
+                           uint64_t seed, float scale, hr_error *err) {
+    if (cols % hr_dtype_get_info(t)->block_elems) t = HR_DTYPE_F16;
+    const size_t row_bytes = hr_dtype_row_bytes(t, cols);
+    uint8_t *data = malloc(row_bytes * (size_t)(rows * n));
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    if (!data || !row) {
+        free(data);
+        free(row);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing '%s'", name);
+    }
+    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9e3779b97f4a7c15ULL); /* FNV-1a of the name */
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    hr_rng rng;
+    hr_rng_seed(&rng, h);
+    const float a = scale * sqrtf(3.0f / (float)cols);
+    for (int64_t r = 0; r < rows * n; r++) {
+        for (int64_t c = 0; c < cols; c++) row[c] = (float)(2.0 * hr_rng_uniform(&rng) - 1.0) * a;
+        hr_quantize_row_ref(t, row, data + (size_t)r * row_bytes, cols);
+    }
+    free(row);
+    int64_t ne[3] = {cols, rows, n};
+    hr_gguf_writer_add_tensor(w, name, (uint32_t)t, 3, ne, data, row_bytes * (size_t)(rows * n), false);
+    free(data);
+    return HR_OK;
+}
+
+/* The router (f32, as llama.cpp's quantizer leaves ffn_gate_inp) and the experts of layer il. */
+static hr_status add_experts(hr_gguf_writer *w, const hr_synth_shape *s, int il, hr_dtype type, uint64_t seed,
+                             hr_error *err) {
+    const int64_t E = s->n_embd, NE = s->n_expert, Fe = s->n_ff_exp > 0 ? s->n_ff_exp : s->n_ff;
+    char n[96];
+    hr_status st;
+#define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
+    /* scale 4: router logits spread over a few units, so the top-k choice is not a near tie */
+    if ((st = hr_synth_add_matrix(w, T("ffn_gate_inp.weight"), NE, E, HR_DTYPE_F32, seed, 4.0f, err))) return st;
+    if ((st = add_stack(w, T("ffn_gate_exps.weight"), NE, Fe, E, type, seed, 1.0f, err))) return st;
+    if ((st = add_stack(w, T("ffn_up_exps.weight"), NE, Fe, E, type, seed, 1.0f, err))) return st;
+    return add_stack(w, T("ffn_down_exps.weight"), NE, E, Fe, type, seed, 0.5f, err);
+#undef T
 }
 
 /* LongRoPE factors (phi3): short ones near 1, long ones growing from 1 to 1 + ctx / ctx_orig along
@@ -218,6 +325,12 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
         hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
     if ((!strcmp(a, "gemma2") || !strcmp(a, "gemma3")) && s->sliding_window > 0)
         hr_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+    if (s->n_expert > 0) {
+        hr_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)s->n_expert);
+        hr_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)s->n_expert_used);
+        if (s->n_ff_exp > 0) hr_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)s->n_ff_exp);
+    }
+    if (!strcmp(a, "llama")) hr_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
     if (s->rope_linear > 0) {
         hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
         hr_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear);
@@ -244,13 +357,16 @@ hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t s
                             "shape '%s': heads %d / kv heads %d / head dim %d are inconsistent", s->name, s->n_head,
                             s->n_head_kv, head_dim);
     const bool gemma = !strcmp(s->arch, "gemma2") || !strcmp(s->arch, "gemma3");
-    const bool qk_norm = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "gemma3");
+    const bool qk_norm = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "qwen3moe") || !strcmp(s->arch, "gemma3");
     const bool phi3 = !strcmp(s->arch, "phi3");
     hr_gguf_writer *w = hr_gguf_writer_create(3);
     if (!w) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     write_keys(w, s, type, seed, head_dim);
     hr_status st = s->vocab == HR_SYNTH_VOCAB_SPM ? hr_synth_vocab_spm(w, s->n_vocab, err)
                                                   : hr_synth_vocab_bpe(w, s->n_vocab, "qwen2", err);
+    if (!st && s->n_expert > 0 && (s->n_expert_used < 1 || s->n_expert_used > s->n_expert))
+        st = hr_error_set(err, HR_ERR_INVALID_ARG, "shape '%s': %d experts used of %d", s->name, s->n_expert_used,
+                          s->n_expert);
     if (st) goto fail;
     int64_t E = s->n_embd, F = s->n_ff, D = head_dim, qd = (int64_t)s->n_head * D, kvd = (int64_t)s->n_head_kv * D;
     /* gemma multiplies its embeddings by sqrt(E) itself; the others get unit-scale rows here */
@@ -280,13 +396,16 @@ hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t s
         if (gemma && (st = hr_synth_add_vector(w, T("post_attention_norm.weight"), E, 1.0f, 0.1f, seed, err)))
             goto fail;
         if ((st = hr_synth_add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
-        if (phi3) { /* gate rows, then up rows */
+        if (s->n_expert > 0) {
+            if ((st = add_experts(w, s, il, type, seed, err))) goto fail;
+        } else if (phi3) { /* gate rows, then up rows */
             if ((st = hr_synth_add_matrix(w, T("ffn_up.weight"), 2 * F, E, type, seed, 1.0f, err))) goto fail;
         } else {
             if ((st = hr_synth_add_matrix(w, T("ffn_gate.weight"), F, E, type, seed, 1.0f, err))) goto fail;
             if ((st = hr_synth_add_matrix(w, T("ffn_up.weight"), F, E, type, seed, 1.0f, err))) goto fail;
         }
-        if ((st = hr_synth_add_matrix(w, T("ffn_down.weight"), E, F, type, seed, 0.5f, err))) goto fail;
+        if (s->n_expert == 0 && (st = hr_synth_add_matrix(w, T("ffn_down.weight"), E, F, type, seed, 0.5f, err)))
+            goto fail;
         if (gemma && (st = hr_synth_add_vector(w, T("post_ffw_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
 #undef T
     }

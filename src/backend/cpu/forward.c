@@ -6,7 +6,9 @@
  * [per-head Q/K RMSNorm] -> RoPE (the layer's base) -> K/V written into each token's sequence blocks ->
  * attention per token through its block table (the layer's window, soft-capped scores where the model
  * says) -> output projection [-> post-attention RMSNorm] and residual -> RMSNorm -> SwiGLU or GeGLU FFN
- * [-> post-FFN RMSNorm] and residual. Logits only for the tokens that ask (soft-capped for gemma).
+ * [-> post-FFN RMSNorm] and residual; or, where the model has experts (qwen3moe, Mixtral), the router, top-k
+ * experts per token and their weighted SwiGLU outputs (moe_ffn). Logits only for the tokens that ask
+ * (soft-capped for gemma).
  * Bracketed steps are the qwen3/gemma ones (model.h says which family has which). Every reduction a token's result
  * depends on is computed per row in a fixed order (matmul rows, attention over its own sequence), so a token's output
  * does not depend on which other tokens share the batch: the basis of headroom's batch-invariance promise. */
@@ -46,6 +48,16 @@ struct hr_model_ctx {
     float *att_scratch;                /* (n_threads, scratch_floats) */
     size_t att_scratch_floats;
     int32_t *out_rows; /* (T) indices of tokens that want logits */
+    /* mixture of experts (hp.n_expert > 0; hg and hu then absent), K = n_expert_used, NE = n_expert,
+     * Fe = n_ff_exp */
+    float *moe_probs;     /* (T, NE) router logits, then probabilities */
+    int32_t *moe_sel;     /* (T, K) each token's experts, rank order */
+    float *moe_w;         /* (T, K) their renormalized weights */
+    int32_t *moe_slots;   /* (T*K) slot t*K + k of the tokens routed to each expert, expert by expert */
+    int32_t *moe_start;   /* (NE + 1) where each expert's slots begin in moe_slots */
+    float *moe_xe;        /* (T, E) one expert's gathered input rows */
+    float *moe_g, *moe_u; /* (T, Fe) its gate and up rows */
+    float *moe_out;       /* (T*K, E) each (token, rank)'s expert output */
 };
 
 /* Bytes of a 64-byte aligned buffer of n floats (aligned_alloc wants a multiple of the alignment). */
@@ -58,6 +70,7 @@ static size_t xbytes(uint64_t n_floats) { return (size_t)((n_floats * sizeof(flo
  * 16 floats). */
 typedef struct fwd_sizes {
     size_t inv_freq, inv_freq_swa, x, xb, q, k, v, att, hg, hu, qkv, fuse, att_scratch, out_rows;
+    size_t moe_probs, moe_sel, moe_w, moe_slots, moe_start, moe_xe, moe_gu, moe_out; /* 0 without experts */
     size_t att_floats;
     int64_t max_k; /* the widest matmul input row */
 } fwd_sizes;
@@ -67,6 +80,8 @@ static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_confi
     uint64_t T = (uint64_t)HR_MAX(1, max_tokens), E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
     uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
+    const bool moe = hp->n_expert > 0;
+    const uint64_t K = (uint64_t)hp->n_expert_used, NE = (uint64_t)hp->n_expert, Fe = (uint64_t)hp->n_ff_exp;
     size_t att_floats = (hr_kv_attention_scratch_floats_for(kc, max_ctx) + 15) & ~(size_t)15;
     *z = (fwd_sizes){.inv_freq = xbytes((uint64_t)hp->n_rot / 2),
                      .inv_freq_swa = hybrid ? xbytes((uint64_t)hp->n_rot / 2) : 0,
@@ -76,22 +91,33 @@ static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_confi
                      .k = xbytes(T * kvd),
                      .v = xbytes(T * kvd),
                      .att = xbytes(T * qd),
-                     .hg = xbytes((gu_fused ? 2 : 1) * T * F),
-                     .hu = gu_split ? xbytes(T * F) : 0,
+                     .hg = moe ? 0 : xbytes((gu_fused ? 2 : 1) * T * F),
+                     .hu = gu_split && !moe ? xbytes(T * F) : 0,
                      .qkv = xbytes(T * (qd + 2 * kvd)),
                      .fuse = (size_t)hp->n_layer,
                      .att_scratch = xbytes((uint64_t)att_floats * (uint64_t)HR_MAX(1, n_threads)),
                      .out_rows = (size_t)T * sizeof(int32_t),
                      .att_floats = att_floats,
-                     .max_k = HR_MAX(HR_MAX((int64_t)E, (int64_t)F), (int64_t)qd)};
+                     .max_k = HR_MAX(HR_MAX((int64_t)E, (int64_t)F), HR_MAX((int64_t)qd, (int64_t)Fe))};
+    if (moe) {
+        z->moe_probs = xbytes(T * NE);
+        z->moe_sel = xbytes(T * K);
+        z->moe_w = xbytes(T * K);
+        z->moe_slots = xbytes(T * K);
+        z->moe_start = xbytes(NE + 1);
+        z->moe_xe = xbytes(T * E);
+        z->moe_gu = xbytes(T * Fe);
+        z->moe_out = xbytes(T * K * E);
+    }
 }
 
 /* Everything create allocates for these sizes: the context, its scratch, the two fusion tables, the
  * thread pool and the matmul context. */
 static uint64_t fwd_sizes_total(const fwd_sizes *z, int max_tokens, int n_threads) {
     return sizeof(hr_model_ctx) + z->inv_freq + z->inv_freq_swa + z->x + z->xb + z->q + z->k + z->v + z->att + z->hg +
-           z->hu + z->qkv + 2 * z->fuse + z->att_scratch + z->out_rows + hr_threadpool_bytes(HR_MAX(1, n_threads)) +
-           hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
+           z->hu + z->qkv + 2 * z->fuse + z->att_scratch + z->out_rows + z->moe_probs + z->moe_sel + z->moe_w +
+           z->moe_slots + z->moe_start + z->moe_xe + 2 * z->moe_gu + z->moe_out +
+           hr_threadpool_bytes(HR_MAX(1, n_threads)) + hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
 }
 
 /* b's rows follow a's in memory with the same type and width, so one product over a's rows extended
@@ -127,7 +153,7 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     if (st) goto fail;
     int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     bool gu_fused = false, gu_split = false; /* some layer's gate and up weights lie together / apart */
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < hp->n_layer && hp->n_expert == 0; il++) {
         bool f = adjacent(&m->layers[il].w_gate, &m->layers[il].w_up);
         gu_fused |= f;
         gu_split |= !f;
@@ -147,7 +173,7 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     c->k = aligned_alloc(64, z.k);
     c->v = aligned_alloc(64, z.v);
     c->att = aligned_alloc(64, z.att);
-    c->hg = aligned_alloc(64, z.hg);
+    c->hg = z.hg ? aligned_alloc(64, z.hg) : NULL;
     c->qkv = aligned_alloc(64, z.qkv);
     c->fuse_qkv = calloc(1, z.fuse);
     c->fuse_gu = calloc(1, z.fuse);
@@ -155,7 +181,28 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     c->att_scratch_floats = z.att_floats;
     c->att_scratch = aligned_alloc(64, z.att_scratch);
     c->out_rows = malloc(z.out_rows);
-    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hg || (z.hu && !c->hu) ||
+    if (z.moe_probs) {
+        c->moe_probs = aligned_alloc(64, z.moe_probs);
+        c->moe_sel = aligned_alloc(64, z.moe_sel);
+        c->moe_w = aligned_alloc(64, z.moe_w);
+        c->moe_slots = aligned_alloc(64, z.moe_slots);
+        c->moe_start = aligned_alloc(64, z.moe_start);
+        c->moe_xe = aligned_alloc(64, z.moe_xe);
+        c->moe_g = aligned_alloc(64, z.moe_gu);
+        c->moe_u = aligned_alloc(64, z.moe_gu);
+        c->moe_out = aligned_alloc(64, z.moe_out);
+        if (!c->moe_probs || !c->moe_sel || !c->moe_w || !c->moe_slots || !c->moe_start || !c->moe_xe || !c->moe_g ||
+            !c->moe_u || !c->moe_out) {
+            st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for the experts' scratch (%d tokens)", c->max_tokens);
+            goto fail;
+        }
+        /* made resident now, as the rest below */
+        memset(c->moe_xe, 0, z.moe_xe);
+        memset(c->moe_g, 0, z.moe_gu);
+        memset(c->moe_u, 0, z.moe_gu);
+        memset(c->moe_out, 0, z.moe_out);
+    }
+    if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || (z.hg && !c->hg) || (z.hu && !c->hu) ||
         !c->att_scratch || !c->out_rows || !c->qkv || !c->fuse_qkv || !c->fuse_gu) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
         goto fail;
@@ -182,7 +229,7 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     memset(c->k, 0, T * kvd * sizeof(float));
     memset(c->v, 0, T * kvd * sizeof(float));
     memset(c->att, 0, T * qd * sizeof(float));
-    memset(c->hg, 0, (split_gu ? 1 : 2) * T * hp->n_ff * sizeof(float));
+    if (c->hg) memset(c->hg, 0, (split_gu ? 1 : 2) * T * hp->n_ff * sizeof(float));
     if (split_gu) memset(c->hu, 0, T * hp->n_ff * sizeof(float));
     memset(c->qkv, 0, T * (size_t)(qd + 2 * kvd) * sizeof(float));
     memset(c->att_scratch, 0, c->att_scratch_floats * (size_t)n_threads * sizeof(float));
@@ -238,6 +285,15 @@ static void cpu_destroy(hr_model_ctx *c) {
     free(c->fuse_gu);
     free(c->att_scratch);
     free(c->out_rows);
+    free(c->moe_probs);
+    free(c->moe_sel);
+    free(c->moe_w);
+    free(c->moe_slots);
+    free(c->moe_start);
+    free(c->moe_xe);
+    free(c->moe_g);
+    free(c->moe_u);
+    free(c->moe_out);
     free(c);
 }
 
@@ -292,6 +348,95 @@ static void ffn_gate_up(hr_model_ctx *c, int il, int T) {
     for (int t = 0; t < T; t++) gated_act(hp, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F);
     /* row t moves down to t*F: never past a row not yet moved, so ascending order is safe */
     for (int t = 1; t < T; t++) memmove(c->hg + (size_t)t * F, c->hg + (size_t)t * 2 * F, sizeof(float) * (size_t)F);
+}
+
+/* ---- mixture of experts ---- */
+
+/* Expert e's matrix of a stack (model_internal.h: expert e at data + e * rows * row_bytes). */
+static hr_weight expert(const hr_weight *stack, int e) {
+    hr_weight w = *stack;
+    w.data = (const uint8_t *)stack->data + (size_t)e * (size_t)stack->rows * stack->row_bytes;
+    return w;
+}
+
+/* Routing, as llama.cpp's build_moe_ffn runs it for qwen3moe and Mixtral: the router's logits
+ * (xb W_router^T), a softmax over all NE experts (its sum in double, then one multiply by 1/sum), the K
+ * largest probabilities (ties to the lower expert id) in descending order, and those K renormalized by
+ * their sum (double, clamped below at f16's smallest normal). Per token, on its own row. */
+static void moe_route(hr_model_ctx *c, const hr_layer *L, int T) {
+    const hr_hparams *hp = &c->m->hp;
+    const int NE = hp->n_expert, K = hp->n_expert_used;
+    matmul(c, &L->w_router, c->xb, T, c->moe_probs);
+    for (int t = 0; t < T; t++) {
+        float *p = c->moe_probs + (size_t)t * NE;
+        float mx = -INFINITY;
+        for (int e = 0; e < NE; e++) mx = p[e] > mx ? p[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < NE; e++) sum += (double)(p[e] = expf(p[e] - mx));
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < NE; e++) p[e] *= inv;
+        int32_t *sel = c->moe_sel + (size_t)t * K;
+        float *w = c->moe_w + (size_t)t * K;
+        double wsum = 0;
+        for (int k = 0; k < K; k++) { /* K passes of NE: K and NE are small (8 of 128 at most in practice) */
+            int best = -1;
+            for (int e = 0; e < NE; e++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            w[k] = p[best];
+            wsum += w[k];
+        }
+        const float ws = (float)wsum < 6.103515625e-5f ? 6.103515625e-5f : (float)wsum;
+        for (int k = 0; k < K; k++) w[k] /= ws;
+    }
+}
+
+/* xb = the MoE FFN of xb's rows. Tokens are grouped by expert so each expert's three matrices are read
+ * once per step: its tokens' rows gathered, one product per matrix over them, SwiGLU, the results put
+ * in each (token, rank) slot; then each token's slots summed in rank order, weighted. Each product's
+ * row is bit-identical whichever rows share it (matmul.h) and the sum's order is the token's own, so
+ * a token's output does not depend on the batch. */
+static void moe_ffn(hr_model_ctx *c, int il, int T) {
+    const hr_layer *L = &c->m->layers[il];
+    const hr_hparams *hp = &c->m->hp;
+    const int NE = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd;
+    const int64_t Fe = hp->n_ff_exp;
+    moe_route(c, L, T);
+    /* counting sort of the T*K slots by expert, slots ascending within one */
+    int32_t *start = c->moe_start;
+    memset(start, 0, sizeof(int32_t) * (size_t)(NE + 1));
+    for (int i = 0; i < T * K; i++) start[c->moe_sel[i] + 1]++;
+    for (int e = 0; e < NE; e++) start[e + 1] += start[e];
+    for (int i = 0, e; i < T * K; i++) { /* start[e] advances as slots are placed, then is restored */
+        e = c->moe_sel[i];
+        c->moe_slots[start[e]++] = i;
+    }
+    for (int e = NE; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    for (int e = 0; e < NE; e++) {
+        const int n = start[e + 1] - start[e];
+        if (n == 0) continue;
+        const int32_t *slots = c->moe_slots + start[e];
+        for (int i = 0; i < n; i++) /* a token picks an expert once: at most T rows */
+            memcpy(c->moe_xe + (size_t)i * E, c->xb + (size_t)(slots[i] / K) * E, sizeof(float) * (size_t)E);
+        const hr_weight wg = expert(&L->exp_gate, e), wu = expert(&L->exp_up, e), wd = expert(&L->exp_down, e);
+        matmul(c, &wg, c->moe_xe, n, c->moe_g);
+        matmul(c, &wu, c->moe_xe, n, c->moe_u);
+        for (int i = 0; i < n; i++) hr_op_swiglu(c->moe_g + (size_t)i * Fe, c->moe_u + (size_t)i * Fe, (int)Fe);
+        matmul(c, &wd, c->moe_g, n, c->moe_xe); /* the gathered input is spent: its rows take the output */
+        for (int i = 0; i < n; i++)
+            memcpy(c->moe_out + (size_t)slots[i] * E, c->moe_xe + (size_t)i * E, sizeof(float) * (size_t)E);
+    }
+    for (int t = 0; t < T; t++) {
+        float *y = c->xb + (size_t)t * E;
+        const float *w = c->moe_w + (size_t)t * K, *o = c->moe_out + (size_t)t * K * E;
+        for (int j = 0; j < E; j++) y[j] = w[0] * o[j];
+        for (int k = 1; k < K; k++)
+            for (int j = 0; j < E; j++) y[j] += w[k] * o[(size_t)k * E + j];
+    }
 }
 
 /* ---- attention phase: K/V writes, then per-token attention, each split over the thread pool ---- */
@@ -426,8 +571,12 @@ static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
 
         for (int t = 0; t < T; t++)
             hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
-        ffn_gate_up(c, il, T);
-        matmul(c, &L->w_down, c->hg, T, c->xb);
+        if (hp->n_expert > 0) {
+            moe_ffn(c, il, T);
+        } else {
+            ffn_gate_up(c, il, T);
+            matmul(c, &L->w_down, c->hg, T, c->xb);
+        }
         residual_add(c, L->ffn_post_norm, T);
     }
 
