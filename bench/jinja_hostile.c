@@ -25,8 +25,8 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     static const char *const k_templates[] = {
         "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
-        "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor "
-        "%}",
+        ("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor "
+         "%}"),
         "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}",
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
         "{% set s = 'a' * 3000000 %}{% for i in range(100000) %}{{ 'b' in s }}{% endfor %}",
