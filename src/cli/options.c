@@ -215,7 +215,7 @@ const hr_opt hr_opts[] = {
              "instead of reading it at start into private memory backed by 2 MiB\n"
              "huge pages where the kernel allows (faster weight streaming)"},
     {RS, {"--isa"}, "--isa NAME", HR_OPT_STR, .range = "scalar, avx2, avx512", SES(rt.isa), .sec = HR_SEC_ENGINE,
-     .help = "force kernels: scalar, avx2, avx512 (default: best available)"},
+     .help = "force kernels, KV attention included: scalar, avx2, avx512 (default: best available)"},
 
     /* ---- run: the prompts ---- */
     {HR_CMD_RUN, {"-p", "--prompt"}, "-p, --prompt TEXT", HR_OPT_STR, .range = "any text", .sec = HR_SEC_MODEL,
