@@ -227,7 +227,7 @@ const hr_opt hr_opts[] = {
              "instead of reading it at start into private memory backed by 2 MiB\n"
              "huge pages where the kernel allows (faster weight streaming)"},
     {RS, {"--isa"}, "--isa NAME", HR_OPT_STR, .range = "scalar, avx2, avx512", SES(rt.isa), .sec = HR_SEC_ENGINE,
-     .help = "force kernels: scalar, avx2, avx512 (default: best available)"},
+     .help = "force kernels, KV attention included: scalar, avx2, avx512 (default: best available)"},
     {RS, {"--device"}, "--device D", HR_OPT_CUSTOM, .custom = opt_device, .range = "cpu, cuda, cuda:N",
      SES(rt.device), .sec = HR_SEC_ENGINE,
      .help = "where the model runs: cpu (default), cuda or cuda:N (GPU N; needs the\n"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kv_storage_cpu.h"
 #include "common/util.h"
 #include "kv/kv_internal.h"
@@ -120,14 +121,14 @@ uint64_t hr_kv_seq_table_bytes(const hr_kv_config *cfg, int n_tokens) {
 
 /* ---- create / destroy ---------------------------------------------------------------------------- */
 
-/* The kernels the CPU storage runs when the caller did not choose (cfg->isa NULL): the AVX2 ones
- * where the CPU has AVX2 and FMA, as before the storage took its ISA as a parameter. The one
- * CPU-feature probe of kv/: the tree's dispatcher replaces it (runtime passes cfg->isa). */
+/* The kernels the CPU storage runs: the tree's one CPU-feature dispatcher (backend/cpu/isa.h) given
+ * cfg->isa (the run's --isa; NULL: the best this CPU has), clamped to what the CPU has. A name the
+ * dispatcher does not know goes to the storage as it is, which refuses it. */
 static const char *kv_default_isa(const hr_kv_config *cfg) {
     if (cfg->force_scalar) return "scalar";
-    if (cfg->isa) return cfg->isa;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "avx2" : "scalar";
+    hr_cpu_isa isa;
+    if (cfg->isa && strcmp(cfg->isa, "auto") != 0 && !hr_cpu_isa_parse(cfg->isa, &isa)) return cfg->isa;
+    return hr_cpu_isa_name(hr_cpu_isa_select(cfg->isa));
 }
 
 hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error *err) {

@@ -277,7 +277,8 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                .max_seqs = rt->p.max_running,
                .max_step_tokens = rt->p.max_batch_tokens,
                .budget_bytes = rt->p.kv_budget,
-               .prefault = rt->p.prefault},
+               .prefault = rt->p.prefault,
+               .isa = rt->p.isa}, /* --isa reaches attention too: one dispatcher (kv_default_isa) */
         .n_ctx = rt->n_ctx,
         .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
         .mem = {.model = hp,

@@ -99,10 +99,12 @@ typedef struct kv_fmt_ops {
 void kv_hadamard(float *x, int n);
 
 void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops);
-/* Overwrites entries that have an AVX2 version. Only call where the CPU has AVX2+FMA+F16C. */
+/* Overwrites entries that have an AVX2 version (the reference's bits exactly: test_kv_isa_bits).
+ * Only call where the CPU has AVX2+FMA+F16C. */
 void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops);
 
-/* s[t] = exp(scale * s[t] - max), returns the sum; the reduction order depends only on n. */
+/* s[t] = exp(scale * s[t] - max), returns the sum; the reduction order depends only on n, and the
+ * two give the same bits (the scalar one runs the AVX2 one's exp and sum order). */
 float kv_softmax_ref(float *s, int n, float scale);
 float kv_softmax_avx2(float *s, int n, float scale);
 

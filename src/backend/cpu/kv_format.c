@@ -2,8 +2,13 @@
  * dequantize-and-dot for q.K, fused weighted accumulate for P.V), over the layouts kv/format.c
  * describes (kv/kv_format.h).
  *
- * The scalar kernels are the definition of correct; kv_format_avx2.c must agree with them to 1e-5
- * relative, and its encoders must store the same bytes. Quantized blocks are never expanded: a dot
+ * The scalar kernels are the definition of correct, and kv_format_avx2.c gives their bits exactly
+ * (test_kv_formats), so --isa scalar and the AVX2 kernels attend alike. Where the AVX2 kernels sum
+ * floats, these follow the same sequence: 8 lanes (lane l takes channels l, l + 8, ...) with fmaf,
+ * the AVX2 horizontal reductions (kv_hsum8 / kv_hsum8x4 below, chosen by the token's place as the
+ * AVX2 kernel groups tokens by four), P.V as fmaf per channel and token. Built with contraction off
+ * (ISO C for gcc, the pragma below for clang), so a * b + c stays two roundings where written so.
+ * Quantized blocks are never expanded: a dot
  * reads codes and scales and multiplies as it goes; the only temporary is one head-row (D floats):
  * for q8, q4 and kivi2 the query (times the per-channel K scales for q4/kivi2) rounded to int16 once
  * per block, so that every token's dot is an exact integer sum, identical in every kernel.
@@ -16,6 +21,17 @@
 #include <string.h>
 
 #include "backend/cpu/kv_cpu.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* The two horizontal sums of an 8-lane register that kv_format_avx2.c uses: hsum8 (extract, movehl,
+ * movehdup) for a token alone and hsum4's hadd tree for tokens taken four at a time. */
+static inline float kv_hsum8(const float *l) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
+static inline float kv_hsum8x4(const float *l) {
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
 
 uint8_t kv_f32_to_e4m3(float x) {
     uint8_t sign = (x < 0.0f || (x == 0.0f && signbit(x))) ? 0x80u : 0u;
@@ -44,55 +60,44 @@ uint8_t kv_f32_to_e4m3(float x) {
 static void enc_f32(const kv_fmt *f, uint8_t *head, int t, const float *x) {
     memcpy(head + (size_t)t * f->D * 4, x, (size_t)f->D * 4);
 }
-static void dot_f32(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
-    const float *k = (const float *)head;
-    for (int t = 0; t < n; t++, k += f->D) {
-        float s = 0.0f;
-        for (int c = 0; c < f->D; c++) s += q[c] * k[c];
-        scores[t] = s;
-    }
-}
-static void acc_f32(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
-    const float *v = (const float *)head;
-    for (int t = 0; t < n; t++, v += f->D)
-        for (int c = 0; c < f->D; c++) acc[c] += p[t] * v[c];
-}
-
 static void enc_f16(const kv_fmt *f, uint8_t *head, int t, const float *x) {
     uint16_t *d = (uint16_t *)head + (size_t)t * f->D;
     for (int c = 0; c < f->D; c++) d[c] = kv_f32_to_f16(x[c]);
 }
-static void dot_f16(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
-    const uint16_t *k = (const uint16_t *)head;
-    for (int t = 0; t < n; t++, k += f->D) {
-        float s = 0.0f;
-        for (int c = 0; c < f->D; c++) s += q[c] * kv_f16_to_f32(k[c]);
-        scores[t] = s;
-    }
-}
-static void acc_f16(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
-    const uint16_t *v = (const uint16_t *)head;
-    for (int t = 0; t < n; t++, v += f->D)
-        for (int c = 0; c < f->D; c++) acc[c] += p[t] * kv_f16_to_f32(v[c]);
-}
-
 static void enc_bf16(const kv_fmt *f, uint8_t *head, int t, const float *x) {
     uint16_t *d = (uint16_t *)head + (size_t)t * f->D;
     for (int c = 0; c < f->D; c++) d[c] = kv_f32_to_bf16(x[c]);
 }
-static void dot_bf16(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
-    const uint16_t *k = (const uint16_t *)head;
-    for (int t = 0; t < n; t++, k += f->D) {
-        float s = 0.0f;
-        for (int c = 0; c < f->D; c++) s += q[c] * kv_bf16_to_f32(k[c]);
-        scores[t] = s;
+
+/* q.k in kv_format_avx2.c's order: channels below D8 in 8 fmaf lanes, the reduction of the token's
+ * place (tokens below n & ~3 went four at a time), then the channels past D8 one by one. P.V: per
+ * channel below D8 one fmaf per token, past it a multiply and an add. */
+#define KV_REF_FLOAT(name, T, CVT)                                                                                     \
+    static void dot_##name(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {   \
+        int D = f->D, D8 = D & ~7, n4 = n & ~3;                                                                        \
+        const T *k = (const T *)head;                                                                                  \
+        for (int t = 0; t < n; t++, k += D) {                                                                          \
+            float l[8] = {0};                                                                                          \
+            for (int c = 0; c < D8; c += 8)                                                                            \
+                for (int i = 0; i < 8; i++) l[i] = fmaf(q[c + i], CVT(k[c + i]), l[i]);                               \
+            float s = t < n4 ? kv_hsum8x4(l) : kv_hsum8(l);                                                            \
+            for (int c = D8; c < D; c++) s += q[c] * CVT(k[c]);                                                        \
+            scores[t] = s;                                                                                             \
+        }                                                                                                              \
+    }                                                                                                                  \
+    static void acc_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {                  \
+        int D = f->D, D8 = D & ~7;                                                                                     \
+        const T *v = (const T *)head;                                                                                  \
+        for (int t = 0; t < n; t++, v += D) {                                                                          \
+            for (int c = 0; c < D8; c++) acc[c] = fmaf(p[t], CVT(v[c]), acc[c]);                                       \
+            for (int c = D8; c < D; c++) acc[c] += p[t] * CVT(v[c]);                                                   \
+        }                                                                                                              \
     }
-}
-static void acc_bf16(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
-    const uint16_t *v = (const uint16_t *)head;
-    for (int t = 0; t < n; t++, v += f->D)
-        for (int c = 0; c < f->D; c++) acc[c] += p[t] * kv_bf16_to_f32(v[c]);
-}
+
+static inline float kv_id(float x) { return x; }
+KV_REF_FLOAT(f32, float, kv_id)
+KV_REF_FLOAT(f16, uint16_t, kv_f16_to_f32)
+KV_REF_FLOAT(bf16, uint16_t, kv_bf16_to_f32)
 
 static inline int kv_q16(float x, float inv) {
     float r = rintf(x * inv);
@@ -147,7 +152,7 @@ static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, 
         const uint16_t *sc = (const uint16_t *)(head + f->scale_off) + (size_t)t * ng;
         for (int g = 0; g < ng; g++) {
             float w = p[t] * kv_f16_to_f32(sc[g]);
-            for (int c = 0; c < f->G; c++) acc[g * f->G + c] += w * (float)qs[g * f->G + c];
+            for (int c = 0; c < f->G; c++) acc[g * f->G + c] = fmaf(w, (float)qs[g * f->G + c], acc[g * f->G + c]);
         }
     }
 }
@@ -163,23 +168,34 @@ static void enc_fp8(const kv_fmt *f, uint8_t *head, int t, const float *x) {
     for (int c = 0; c < f->D; c++) qs[c] = kv_f32_to_e4m3(x[c] * inv);
     memcpy(head + f->scale_off + (size_t)t * 4, &s, 4);
 }
+/* kv_format_avx2.c reads codes at head_dim % 16 == 0 as f16 bits, the value times 2^-8 exactly, and
+ * moves the 2^8 into the token's scale (sc * 256); else as they are. The same here, so the same
+ * products and sums: 8 fmaf lanes, the AVX2 reduction, then times the scale. */
 static void dot_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {
+    int D = f->D, n4 = n & ~3;
+    bool wide = D % 16 == 0;
+    float ks = wide ? 0x1p-8f : 1.0f;
     for (int t = 0; t < n; t++) {
-        const uint8_t *qs = head + (size_t)t * f->D;
+        const uint8_t *qs = head + (size_t)t * D;
         float sc;
         memcpy(&sc, head + f->scale_off + (size_t)t * 4, 4);
-        float s = 0.0f;
-        for (int c = 0; c < f->D; c++) s += q[c] * kv_e4m3_to_f32(qs[c]);
-        scores[t] = s * sc;
+        float l[8] = {0};
+        for (int c = 0; c < D; c += 8)
+            for (int i = 0; i < 8; i++) l[i] = fmaf(q[c + i], kv_e4m3_to_f32(qs[c + i]) * ks, l[i]);
+        float s = t < n4 ? kv_hsum8x4(l) : kv_hsum8(l);
+        scores[t] = s * (wide ? sc * 256.0f : sc);
     }
 }
 static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    int D = f->D;
+    bool wide = D % 16 == 0;
+    float ks = wide ? 0x1p-8f : 1.0f;
     for (int t = 0; t < n; t++) {
-        const uint8_t *qs = head + (size_t)t * f->D;
+        const uint8_t *qs = head + (size_t)t * D;
         float sc;
         memcpy(&sc, head + f->scale_off + (size_t)t * 4, 4);
-        float w = p[t] * sc;
-        for (int c = 0; c < f->D; c++) acc[c] += w * kv_e4m3_to_f32(qs[c]);
+        float w = p[t] * (wide ? sc * 256.0f : sc);
+        for (int c = 0; c < D; c++) acc[c] = fmaf(w, kv_e4m3_to_f32(qs[c]) * ks, acc[c]);
     }
 }
 
@@ -295,12 +311,12 @@ static void encb_lowbit_k(const kv_fmt *f, uint8_t *head, const uint16_t *stage)
 static float kv_qrow_step(const kv_fmt *f, const uint8_t *head, const float *q, float *inv, float *bias) {
     const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
     const uint16_t *mn = sc + f->D;
-    float amax = 0.0f, b = 0.0f;
+    float amax = 0.0f, l[8] = {0}; /* the bias in kv_format_avx2.c's order: 8 fmaf lanes, hsum8 */
     for (int c = 0; c < f->D; c++) {
         amax = fmaxf(amax, fabsf(q[c] * kv_f16_to_f32(sc[c])));
-        b += q[c] * kv_f16_to_f32(mn[c]);
+        l[c % 8] = fmaf(q[c], kv_f16_to_f32(mn[c]), l[c % 8]);
     }
-    *bias = b;
+    *bias = kv_hsum8(l);
     *inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
     return amax / 32767.0f;
 }
@@ -339,13 +355,18 @@ static void encb_lowbit_v(const kv_fmt *f, uint8_t *head, const uint16_t *stage)
 static void acc_lowbit_v(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
     int D = f->D, G = f->G, ng = D / G, bits = f->bits, per = 8 / bits;
     const uint16_t *sm = (const uint16_t *)(head + f->scale_off);
-    for (int t = 0; t < n; t++) {
-        const uint8_t *codes = head + f->code_off + (size_t)t * D / per;
-        for (int g = 0; g < ng; g++) {
+    /* kv_format_avx2.c's order: per group, the codes' fmaf sums and the mins' sum run apart from
+     * zero over the tokens, then acc + (codes' sum + mins' sum) */
+    for (int g = 0; g < ng; g++) {
+        float a[32] = {0}, wm = 0.0f; /* G <= 32 */
+        for (int t = 0; t < n; t++) {
+            const uint8_t *codes = head + f->code_off + (size_t)t * D / per;
             const uint16_t *pair = sm + ((size_t)t * ng + g) * 2;
-            float ws = p[t] * kv_f16_to_f32(pair[0]), wm = p[t] * kv_f16_to_f32(pair[1]);
-            for (int c = 0; c < G; c++) acc[g * G + c] += ws * (float)kv_code(codes, D, bits, g * G + c) + wm;
+            float ws = p[t] * kv_f16_to_f32(pair[0]);
+            wm += p[t] * kv_f16_to_f32(pair[1]);
+            for (int c = 0; c < G; c++) a[c] = fmaf(ws, (float)kv_code(codes, D, bits, g * G + c), a[c]);
         }
+        for (int c = 0; c < G; c++) acc[g * G + c] += a[c] + wm;
     }
 }
 

@@ -1,5 +1,6 @@
 /* kv_format_avx2.c: AVX2/FMA/F16C versions of the format kernels in kv_format.c (same contracts;
- * agree with the scalar reference to 1e-5 relative; encoders store the reference's bytes exactly).
+ * the same bits as the scalar reference, which follows these kernels' order of operations: keep the
+ * two in step, test_kv_formats compares them bit for bit; encoders store the reference's bytes).
  * Compiled with -mavx2 -mfma -mf16c; called only when the CPU storage was created with isa "avx2"
  * (or "avx512"), which its creator chooses only where the CPU has those features.
  *
@@ -12,6 +13,10 @@
 #include <string.h>
 
 #include "backend/cpu/kv_cpu.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF /* a * b + c written apart stays two roundings, as in kv_format.c */
+#endif
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
