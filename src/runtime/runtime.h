@@ -89,6 +89,13 @@ typedef struct hr_runtime_params {
                             past it fail (fault injection) */
     bool raw_ids;        /* the engine runs without the tokenizer: no end-of-generation stop, no text,
                             no stop strings (random-weight models whose ids are compared as ids) */
+    /* The backend the forward pass runs on (backend/backend.h's hr_backend_ops; NULL: the CPU) and its
+       own state (hr_model_ctx_params.backend_user). */
+    const struct hr_backend_ops *backend;
+    void *backend_user;
+    const hr_rt_shape *shape; /* instead of a model: its shape alone (no weights, no tokenizer, no chat
+                                 template; prompts as token ids only, raw_ids implied), with a backend
+                                 that needs no weights (the planner's simulator, hr_backend_sim) */
 } hr_runtime_params;
 
 /* The defaults: f16 K and V, block 16, 512 tokens a step, 64 running, adaptive admission, auto
