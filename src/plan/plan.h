@@ -12,10 +12,8 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "engine/engine.h"
-#include "kv/kv.h"
-#include "model/model.h"
 #include "runtime/budget.h"
+#include "runtime/runtime.h"
 
 /* ---- the model --------------------------------------------------------------------------------- */
 
@@ -81,7 +79,7 @@ double hr_plan_measure_bw(size_t bytes);
 typedef struct hr_plan_params {
     int n_ctx;                       /* 0: the model's trained context, capped at 4096 (the runtime's default) */
     int concurrency;                 /* sequences of n_ctx at once (0: 1) */
-    hr_kv_format k_format, v_format; /* the format the budget row is for (the table covers every one) */
+    hr_rt_kv_format k_format, v_format; /* the format the budget row is for (the table covers every one) */
     int block_size;                  /* 0: 16 */
     int max_batch_tokens;            /* 0: 512 */
     int max_running;                 /* 0: max(concurrency, the runtime's 64) */
@@ -89,7 +87,7 @@ typedef struct hr_plan_params {
 } hr_plan_params;
 
 typedef struct hr_plan_format_row {
-    hr_kv_format k_format, v_format;
+    hr_rt_kv_format k_format, v_format;
     bool usable;          /* the format can hold this shape (head_dim, block size) */
     uint64_t token_bytes; /* every layer, K and V, scales included */
     hr_kv_budget need;    /* n_ctx x concurrency: the whole process */
@@ -106,7 +104,7 @@ typedef struct hr_plan {
                               block) when the model has one */
     int n_full_layers, n_window_layers;
     uint64_t layer_token_bytes; /* one layer, one token, K and V, in the chosen format */
-    hr_plan_format_row rows[HR_KV_FORMAT_COUNT];
+    hr_plan_format_row rows[HR_RT_KV_FORMAT_COUNT];
     int chosen; /* index of the chosen format's row */
     /* decode roofline at the chosen row: one step reads the weights once and every sequence's KV */
     double step_s, decode_tok_s;
@@ -211,9 +209,9 @@ void hr_cost_roofline(const hr_plan_device *d, hr_cost_model *out);
 /* ---- simulation ---------------------------------------------------------------------------------- */
 
 typedef struct hr_sim_candidate {
-    hr_kv_format format; /* K and V */
+    hr_rt_kv_format format; /* K and V */
     int window;          /* 0: full attention; > 0: every request under window:W (kv/ policy) */
-    hr_admission admission;
+    hr_rt_admission admission;
     int max_running;
 } hr_sim_candidate;
 
@@ -248,11 +246,11 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
 /* ---- the sweep and the recommendation --------------------------------------------------------- */
 
 typedef struct hr_sim_sweep_params {
-    const hr_kv_format *formats; /* candidates: every combination of these */
+    const hr_rt_kv_format *formats; /* candidates: every combination of these */
     int n_formats;
     const int *windows; /* 0: full attention */
     int n_windows;
-    const hr_admission *admissions;
+    const hr_rt_admission *admissions;
     int n_admissions;
     const int *max_running;
     int n_max_running;

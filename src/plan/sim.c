@@ -183,12 +183,12 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     rp.backend = &hr_backend_sim;
     rp.backend_user = &x;
     rp.n_ctx = pl->p.n_ctx;
-    rp.k_format = rp.v_format = (hr_rt_kv_format)c->format;
+    rp.k_format = rp.v_format = c->format;
     rp.block_size = pl->p.block_size;
     rp.max_batch_tokens = pl->p.max_batch_tokens;
     rp.max_running = c->max_running;
     rp.max_queue = t->n + 1;
-    rp.admission = (hr_rt_admission)c->admission;
+    rp.admission = c->admission;
     rp.preempt = HR_RT_PREEMPT_RECOMPUTE;
     rp.kv_blocks = pool_blocks;
     rp.raw_ids = true;
