@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -236,6 +237,20 @@ __attribute__((format(printf, 2, 3))) static void add_warning(hr_runtime *rt, co
     va_end(ap);
 }
 
+/* p.synth: a shape of `headroom synth`'s, its layers cut or grown, its matrices in a GGUF type. */
+static hr_status load_synth(hr_runtime *rt, hr_error *err) {
+    const hr_rt_synth *y = rt->p.synth;
+    hr_synth_shape shape;
+    hr_status st = hr_synth_shape_by_name(y->shape ? y->shape : "tiny", &shape, err);
+    if (st) return st;
+    if (y->n_layer > 0) shape.n_layer = y->n_layer;
+    int type = y->weight_type ? -1 : (int)HR_DTYPE_F32;
+    for (uint32_t id = 0; type < 0 && id < 64; id++)
+        if (!strcasecmp(hr_gguf_tensor_type_name(id), y->weight_type)) type = (int)id;
+    if (type < 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown weight type '%s'", y->weight_type);
+    return hr_synth_model(&shape, (hr_dtype)type, y->seed, &rt->owned, &rt->demo_file, err);
+}
+
 static hr_status load_demo(hr_runtime *rt, hr_error *err) {
     hr_synth_shape shape;
     hr_status st = hr_synth_shape_by_name("tiny", &shape, err);
@@ -355,7 +370,11 @@ static void fill_defaults(hr_runtime_params *p) {
 
 static void set_model_name(hr_runtime *rt) {
     if (!rt->p.model_path) {
-        snprintf(rt->model_name, sizeof rt->model_name, "%s", rt->p.model ? "model" : rt->p.shape ? "shape" : "demo");
+        snprintf(rt->model_name, sizeof rt->model_name, "%s",
+                 rt->p.model   ? "model"
+                 : rt->p.shape ? "shape"
+                 : rt->p.synth ? (rt->p.synth->shape ? rt->p.synth->shape : "tiny")
+                               : "demo");
         return;
     }
     size_t len = strlen(rt->p.model_path);
@@ -385,6 +404,8 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     }
     if (p->model)
         rt->model = p->model;
+    else if (p->synth)
+        st = load_synth(rt, err);
     else if (p->model_path && p->quantize) /* a Hugging Face checkpoint directory quantized at load */
         st = hr_model_load_dir(p->model_path, p->quantize, true, &rt->owned, err);
     else if (p->model_path)
@@ -498,7 +519,7 @@ hr_model_ctx *hr_runtime_ctx(hr_runtime *rt) { return rt->ctx; }
 hr_engine *hr_runtime_engine(hr_runtime *rt) { return rt->engine; }
 int hr_runtime_n_ctx(const hr_runtime *rt) { return rt->n_ctx; }
 bool hr_runtime_is_demo(const hr_runtime *rt) {
-    return rt->p.model_path == NULL && rt->p.model == NULL && rt->p.shape == NULL;
+    return rt->p.model_path == NULL && rt->p.model == NULL && rt->p.shape == NULL && rt->p.synth == NULL;
 }
 const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name; }
 const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
@@ -527,7 +548,17 @@ void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out) {
                              .n_ctx_train = hp->n_ctx_train,
                              .n_vocab = hp->n_vocab,
                              .isa = hr_model_ctx_isa(rt->ctx),
-                             .n_threads = hr_model_ctx_n_threads(rt->ctx)};
+                             .n_threads = hr_model_ctx_n_threads(rt->ctx),
+                             .shape = {.n_vocab = hp->n_vocab,
+                                       .n_ctx_train = hp->n_ctx_train,
+                                       .n_embd = hp->n_embd,
+                                       .n_ff = hp->n_ff,
+                                       .n_head = hp->n_head,
+                                       .n_head_kv = hp->n_head_kv,
+                                       .n_layer = hp->n_layer,
+                                       .head_dim = hp->head_dim,
+                                       .sliding_window = hp->sliding_window},
+                             .weight_bytes = rt->model ? hr_model_weight_bytes(rt->model) : 0};
 }
 
 hr_status hr_runtime_step(hr_runtime *rt, int *n_unfinished, hr_error *err) {
@@ -915,6 +946,46 @@ hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *to
     hr_kv_seq_ledger l;
     if (out && hr_kv_seq_get_ledger(rt->kv, s, &l, NULL) == HR_OK)
         *out = (hr_rt_score){.kv_bytes = l.bytes_now, .tokens_kept = l.tokens_kept_max};
+out:
+    hr_kv_seq_free(rt->kv, s);
+out_free:
+    free(pos);
+    free(seqs);
+    free(want);
+    return st;
+}
+
+hr_status hr_runtime_time_forward(hr_runtime *rt, const int32_t *past, int n_past, const int32_t *tokens, int n,
+                                  bool all, int reps, float *logits, double *seconds, hr_error *err) {
+    if (n < 1 || n_past < 0 || n > rt->p.max_batch_tokens || n_past + n > rt->n_ctx || reps < 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d tokens after %d to time: 1..%d tokens, %d in all", n, n_past,
+                            rt->p.max_batch_tokens, rt->n_ctx);
+    int chunk = HR_MIN(128, rt->p.max_batch_tokens), cap = HR_MAX(n, chunk);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)cap);
+    hr_kv_seq *seqs = malloc(sizeof(hr_kv_seq) * (size_t)cap);
+    uint8_t *want = malloc((size_t)cap);
+    hr_kv_seq s;
+    hr_status st = HR_OK;
+    if (!pos || !seqs || !want) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        goto out_free;
+    }
+    if ((st = hr_kv_seq_create(rt->kv, &s, err))) goto out_free;
+    if ((st = hr_kv_seq_reserve(rt->kv, s, n_past + n, err))) goto out;
+    for (int done = 0; done < n_past;) { /* the cached tokens: computed, not timed */
+        int k = HR_MIN(chunk, n_past - done);
+        for (int i = 0; i < k; i++) pos[i] = done + i, seqs[i] = s, want[i] = 0;
+        hr_batch b = {.n_tokens = k, .tokens = past + done, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_model_forward(rt->ctx, &b, logits, err))) goto out;
+        done += k;
+    }
+    for (int i = 0; i < n; i++) pos[i] = n_past + i, seqs[i] = s, want[i] = all || i == n - 1;
+    hr_batch b = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = seqs, .want_logits = want};
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = hr_time_now();
+        if ((st = hr_model_forward(rt->ctx, &b, logits, err))) goto out;
+        seconds[rep] = hr_time_now() - t0;
+    }
 out:
     hr_kv_seq_free(rt->kv, s);
 out_free:

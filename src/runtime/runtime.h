@@ -96,6 +96,7 @@ typedef struct hr_runtime_params {
     const hr_rt_shape *shape; /* instead of a model: its shape alone (no weights, no tokenizer, no chat
                                  template; prompts as token ids only, raw_ids implied), with a backend
                                  that needs no weights (the planner's simulator, hr_backend_sim) */
+    const hr_rt_synth *synth; /* instead of a model file: a synthetic model built in memory */
 } hr_runtime_params;
 
 /* The defaults: f16 K and V, block 16, 512 tokens a step, 64 running, adaptive admission, auto
@@ -154,6 +155,8 @@ typedef struct hr_runtime_info {
     int n_vocab;       /* rows of its logits */
     const char *isa;   /* the kernels in use ("avx2", ...) */
     int n_threads;     /* the forward pass's threads */
+    hr_rt_shape shape; /* its shape (what a cost model counts flops and bytes with) */
+    uint64_t weight_bytes; /* its weights as the backend holds them: what one forward pass streams */
 } hr_runtime_info;
 void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out);
 
@@ -189,6 +192,14 @@ hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_e
  * in flight (it uses the pool and forward context the engine steps with). */
 hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *tokens, int n, float *logits,
                            hr_rt_score *out, hr_error *err);
+
+/* Times forward passes (the planner's calibration): one new sequence computes past[0..n_past) first,
+ * untimed, 128 tokens a pass, then tokens[0..n) at positions n_past .. n_past + n - 1 reps times (the
+ * same work each time), with logits for every token (all) or the last only, into logits (n x
+ * hr_runtime_info.n_vocab); seconds[i] is pass i's wall time. Nothing is committed; the sequence is
+ * freed. n <= max_batch_tokens, n_past + n <= the context. Same thread rules as hr_runtime_score. */
+hr_status hr_runtime_time_forward(hr_runtime *rt, const int32_t *past, int n_past, const int32_t *tokens, int n,
+                                  bool all, int reps, float *logits, double *seconds, hr_error *err);
 
 /* ---- replicas: KV events and the shared KV tier ------------------------------------------------ */
 

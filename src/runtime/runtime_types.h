@@ -31,6 +31,15 @@ typedef struct hr_rt_shape {
     int sliding_window; /* every layer's window (0: full attention) */
 } hr_rt_shape;
 
+/* A model of random weights built in memory (hr_runtime_params.synth), for measurements that need a
+ * model's compute but not its weights' values (the planner's calibration). */
+typedef struct hr_rt_synth {
+    const char *shape;       /* `headroom synth`'s shape names: "tinyllama-1.1b", "tiny", ... */
+    const char *weight_type; /* the matrices' type ("q4_0", "q8_0", "f16", ...; NULL: f32) */
+    int n_layer;             /* > 0: this many layers instead of the shape's */
+    uint64_t seed;
+} hr_rt_synth;
+
 /* ---- KV formats ---------------------------------------------------------------------------------- */
 
 typedef enum hr_rt_kv_format {
