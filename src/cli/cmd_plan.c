@@ -332,8 +332,9 @@ static int run_traffic(const plan_opts *o, const hr_plan_model *m, const hr_plan
             printf(
                 "\nrecommended: --kv-type %s --kv-policy %s --admission %s --max-running %d: %.1f tokens/s, TTFT p99 "
                 "%.3f s, ITL p99 %.1f ms\n",
-                hr_rt_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol), hr_rt_admission_name(r->c.admission),
-                r->c.max_running, r->throughput_tok_s, r->ttft_p99, r->itl_p99 * 1e3);
+                hr_rt_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol),
+                hr_rt_admission_name(r->c.admission), r->c.max_running, r->throughput_tok_s, r->ttft_p99,
+                r->itl_p99 * 1e3);
         } else {
             printf("\nno candidate meets every bound (the last column says why for each)\n");
         }

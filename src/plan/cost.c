@@ -118,10 +118,8 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
     int type = hr_plan_weight_type_id(weight_type ? weight_type : "q4_0");
     if (type < 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown weight type '%s'", weight_type);
     /* two layers: large enough to leave the caches, quick to build */
-    hr_rt_synth synth = {.shape = "tinyllama-1.1b",
-                         .weight_type = hr_gguf_tensor_type_name((uint32_t)type),
-                         .n_layer = 2,
-                         .seed = 7};
+    hr_rt_synth synth = {
+        .shape = "tinyllama-1.1b", .weight_type = hr_gguf_tensor_type_name((uint32_t)type), .n_layer = 2, .seed = 7};
     hr_runtime_params p = hr_runtime_default_params();
     p.synth = &synth;
     p.raw_ids = true;

@@ -18,8 +18,8 @@ static void fill_defaults(const hr_plan_model *m, const hr_plan_device *d, hr_pl
     if (p->n_threads <= 0) p->n_threads = d->gpu ? 1 : (int)HR_MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_rt_kv_format kf, hr_rt_kv_format vf,
-                     hr_plan_format_row *row) {
+static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_rt_kv_format kf,
+                     hr_rt_kv_format vf, hr_plan_format_row *row) {
     const hr_plan_params *p = &pl->p;
     const hr_hparams *hp = &m->hp;
     memset(row, 0, sizeof *row);

@@ -1,9 +1,11 @@
-/* sim.c: a traffic through the engine's real scheduler and KV block manager in virtual time.
+/* sim.c: a traffic through the engine's real scheduler and KV block manager in virtual time, on a
+ * runtime like any front end's (hr_runtime_open / submit / step, runtime/runtime.h).
  *
- * The forward pass is the "sim" backend (backend/backend.h: hr_backend_sim, the seam the CPU backend
- * plugs into), which computes nothing: it writes zero K/V for every token into a stand-in pool (one
- * layer, one KV head, the candidate's format and block size, the block count the plan gives the real
- * model on the device) and returns fixed logits. Each hr_engine_step advances a virtual clock by the
+ * The runtime opens on a stand-in shape alone (hr_runtime_params.shape: one layer, one KV head of 64,
+ * no weights; the candidate's format and block size, and the block count the plan gives the real model
+ * on the device) with the "sim" backend (hr_runtime_params.backend: hr_backend_sim, the seam the CPU
+ * backend plugs into), which computes nothing: it writes zero K/V for every token and returns fixed
+ * logits, and prices the batch for the real shape. Each hr_runtime_step advances a virtual clock by the
  * cost model's time for the batch it ran; arrivals are submitted when the clock passes them; a token's
  * time is the clock at the end of the step that sampled it. Nothing reads the wall clock, so a run
  * depends only on its inputs. Preemption is by recompute: the engine's "auto" mode weighs swap against
@@ -176,8 +178,8 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     /* A runtime on the stand-in shape (one layer, one KV head of 64, SIM_VOCAB logits) with the sim
      * backend pricing each step for the real shape (x): the runtime's pool, engine and requests as a
      * server has them, in the candidate's format, block count, admission and slots. */
-    hr_rt_shape shape = {.n_vocab = SIM_VOCAB, .n_embd = 64, .n_ff = 64, .n_head = 1, .n_head_kv = 1, .n_layer = 1,
-                         .head_dim = 64};
+    hr_rt_shape shape = {
+        .n_vocab = SIM_VOCAB, .n_embd = 64, .n_ff = 64, .n_head = 1, .n_head_kv = 1, .n_layer = 1, .head_dim = 64};
     hr_runtime_params rp = hr_runtime_default_params();
     rp.shape = &shape;
     rp.backend = &hr_backend_sim;

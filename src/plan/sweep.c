@@ -22,7 +22,8 @@ static bool eval_lookup(json_t *eval, hr_rt_kv_format f, int window, double *pct
         const char *v = json_string_value(json_object_get(o, "kv_type_v"));
         const char *p = json_string_value(json_object_get(o, "policy"));
         json_t *c = json_object_get(o, "perplexity_change_pct");
-        if (k && v && p && json_is_number(c) && !strcmp(k, hr_rt_kv_format_name(f)) && !strcmp(v, k) && !strcmp(p, pol)) {
+        if (k && v && p && json_is_number(c) && !strcmp(k, hr_rt_kv_format_name(f)) && !strcmp(v, k) &&
+            !strcmp(p, pol)) {
             *pct = json_number_value(c);
             return true;
         }

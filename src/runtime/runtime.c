@@ -25,8 +25,8 @@
 
 struct hr_runtime {
     hr_runtime_params p;
-    void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
-    hr_model *owned; /* the model when the runtime loaded it (NULL when borrowed) */
+    void *demo_file;       /* the in-memory demo GGUF (borrowed by the model's reader) */
+    hr_model *owned;       /* the model when the runtime loaded it (NULL when borrowed) */
     const hr_model *model; /* NULL on a shape alone (p.shape) */
     hr_hparams shape_hp;   /* p.shape as the layers below read a shape */
     hr_tokenizer *tok;
@@ -295,7 +295,8 @@ static hr_status shape_forward(void *user, const hr_batch *b, float *logits, hr_
 static hr_status open_shape(hr_runtime *rt, hr_error *err) {
     const hr_rt_shape *s = rt->p.shape;
     if (!rt->p.backend)
-        return hr_error_set(err, HR_ERR_INVALID_ARG, "a runtime on a shape alone needs a backend that needs no weights");
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "a runtime on a shape alone needs a backend that needs no weights");
     if (s->n_vocab <= 0 || s->n_layer <= 0 || s->n_head_kv <= 0 || s->head_dim <= 0 || s->n_head < s->n_head_kv ||
         s->n_ctx_train < 0 || s->sliding_window < 0)
         return hr_error_set(err, HR_ERR_INVALID_ARG,
@@ -525,7 +526,9 @@ const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name;
 const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
 const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
-const char *hr_runtime_chat_fallback_note(const hr_runtime *rt) { return rt->chat ? hr_chat_fallback_note(rt->chat) : ""; }
+const char *hr_runtime_chat_fallback_note(const hr_runtime *rt) {
+    return rt->chat ? hr_chat_fallback_note(rt->chat) : "";
+}
 const char *hr_runtime_chat_family(const hr_runtime *rt) {
     return rt->chat ? hr_chat_template_name(hr_chat_family(rt->chat)) : "none";
 }
@@ -853,7 +856,7 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
 double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }
 
 void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_rt_sampling *builtin, hr_rt_sampling *sp) {
-    if (!rt->model) return; /* a shape alone has no checkpoint */
+    if (!rt->model) return;                      /* a shape alone has no checkpoint */
     const hr_gguf *g = hr_model_gguf(rt->model); /* model/hf.c keeps them as headroom.generation.* */
     double v;
 #define TAKE(key, field, type)                                                                                         \

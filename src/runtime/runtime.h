@@ -149,13 +149,13 @@ void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_rt_sampling *
 
 /* What the runtime runs, for a front end to show (the model's own name, the kernels chosen). */
 typedef struct hr_runtime_info {
-    const char *model; /* the model's name from its metadata ("stories260K", ...) */
-    const char *arch;  /* its architecture ("llama", "qwen3", ...) */
-    int n_ctx_train;   /* the context it was trained for */
-    int n_vocab;       /* rows of its logits */
-    const char *isa;   /* the kernels in use ("avx2", ...) */
-    int n_threads;     /* the forward pass's threads */
-    hr_rt_shape shape; /* its shape (what a cost model counts flops and bytes with) */
+    const char *model;     /* the model's name from its metadata ("stories260K", ...) */
+    const char *arch;      /* its architecture ("llama", "qwen3", ...) */
+    int n_ctx_train;       /* the context it was trained for */
+    int n_vocab;           /* rows of its logits */
+    const char *isa;       /* the kernels in use ("avx2", ...) */
+    int n_threads;         /* the forward pass's threads */
+    hr_rt_shape shape;     /* its shape (what a cost model counts flops and bytes with) */
     uint64_t weight_bytes; /* its weights as the backend holds them: what one forward pass streams */
 } hr_runtime_info;
 void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out);
