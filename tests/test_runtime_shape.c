@@ -103,6 +103,17 @@ static void test_shape(void) {
     r = NULL;
     CHECK(hr_runtime_submit(rt, &tp, &r, &err) == HR_ERR_INVALID_ARG && r == NULL);
     CHECK(strstr(err.msg, "token ids") != NULL);
+    /* a sibling of a runtime on a shape has the same shape, its own pool */
+    hr_runtime_params sp = p;
+    sp.shape = NULL;
+    sp.kv_blocks = 4;
+    hr_runtime *sib = NULL;
+    CHECKF(hr_runtime_open_sibling(rt, &sp, &sib, NULL, &err) == HR_OK, "%s", err.msg);
+    if (sib) {
+        hr_runtime_describe(sib, &info);
+        CHECK(info.shape.n_head == 2 && info.n_vocab == V && hr_runtime_budget(sib)->n_blocks == 4);
+        hr_runtime_close(sib);
+    }
     hr_runtime_close(rt);
 
     /* a shape needs a backend that runs without weights */

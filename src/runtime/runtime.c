@@ -541,6 +541,7 @@ hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_param
     hr_runtime_params q = *p;
     q.model = base->model;
     q.model_path = base->p.model_path; /* names it only */
+    q.shape = base->model ? NULL : base->p.shape; /* a shape alone: the same shape */
     return hr_runtime_open(&q, out, bad_option, err);
 }
 

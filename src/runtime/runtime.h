@@ -113,8 +113,9 @@ hr_status hr_runtime_open(const hr_runtime_params *p, hr_runtime **out, bool *ba
 void hr_runtime_close(hr_runtime *rt);
 
 /* Another runtime on base's model: the weights and the tokenizer's file are shared, not loaded again
- * (base must outlive it); p->model_path and p->model are ignored. Each arm of `headroom eval` is one,
- * with its own KV formats and pool. Same failures as hr_runtime_open. */
+ * (base must outlive it); p->model_path and p->model are ignored (and p->shape: a base on a shape alone
+ * gives its shape). Each arm of `headroom eval` is one, with its own KV formats and pool. Same failures
+ * as hr_runtime_open. */
 hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_params *p, hr_runtime **out,
                                   bool *bad_option, hr_error *err);
 
