@@ -56,14 +56,6 @@ front_end=" cli server eval plan "
 
 # Edges that cross the table today, each with its reason. "file header" exactly as included.
 exceptions="
-# plan's simulator: see backend seam (the planner drives the real engine and pool in virtual time;
-# it moves onto the backend seam, issue 23 point 7).
-plan/plan.h engine/engine.h
-plan/plan.h kv/kv.h
-plan/plan.h model/model.h
-plan/cost.c engine/engine.h
-plan/cost.c model/synth.h
-plan/cost.c sampler/sampler.h
 # \`headroom version\` prints the CPU backend's kernel table.
 cli/main.c backend/cpu/kernels.h
 # \`headroom synth\` writes a model file with model/'s synthetic writer: a file tool, no runtime.

@@ -15,6 +15,7 @@
 #include "cli/options.h"
 #include "cli/serve_cluster.h"
 #include "harness.h"
+#include "sampler/sampler.h" /* hr_sampler_params (plan/plan.h no longer brings it) */
 
 static const struct {
     unsigned bit;

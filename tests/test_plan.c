@@ -185,7 +185,7 @@ static void test_config_shapes(void) {
     CHECKF(from_text(mistral, NULL, &m, &err) == HR_OK, "%s", err.msg);
     CHECK(m.hp.arch == HR_ARCH_MISTRAL && m.hp.sliding_window == 4096);
     hr_plan_device d = {.mem_bytes = 80 * GIB, .util = 1, .reserved_bytes = GIB};
-    hr_plan_params p = {.n_ctx = 32768, .concurrency = 4, .k_format = HR_KV_F16, .v_format = HR_KV_F16};
+    hr_plan_params p = {.n_ctx = 32768, .concurrency = 4, .k_format = HR_RT_KV_F16, .v_format = HR_RT_KV_F16};
     hr_plan *pl = calloc(1, sizeof *pl);
     CHECK(hr_plan_compute(&m, &d, &p, pl, &err) == HR_OK);
     CHECK(pl->held_ctx == 4096 + 16 && pl->n_window_layers == 32 && pl->n_full_layers == 0);

@@ -55,7 +55,7 @@ static void test_determinism(const hr_plan_model *m) {
     hr_plan_device d;
     hr_plan *pl = calloc(1, sizeof *pl);
     tight_plan(m, 2048, 2048, 3, 8, &d, pl);
-    hr_sim_candidate cand = {.format = HR_KV_F16, .admission = HR_ADMIT_ADAPTIVE, .max_running = 8};
+    hr_sim_candidate cand = {.format = HR_RT_KV_F16, .admission = HR_RT_ADMIT_ADAPTIVE, .max_running = 8};
     hr_sim_result r1, r2;
     CHECK(hr_sim_run(m, pl, &d, &cost, &a, &cand, &r1, &err) == HR_OK);
     CHECK(hr_sim_run(m, pl, &d, &cost, &a, &cand, &r2, &err) == HR_OK);
@@ -92,7 +92,7 @@ static void test_pool_consistency(const hr_plan_model *m) {
     for (int i = 0; i < 8; i++)
         reqs[i] = (hr_traffic_req){.t_arrival = 0, .n_prompt = 500, .n_output = 500, .prefix_id = -1};
     hr_traffic t = trace(reqs, 8);
-    hr_sim_candidate cand = {.format = HR_KV_F16, .admission = HR_ADMIT_RESERVE, .max_running = 8};
+    hr_sim_candidate cand = {.format = HR_RT_KV_F16, .admission = HR_RT_ADMIT_RESERVE, .max_running = 8};
     hr_sim_result r;
     CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &r, &err) == HR_OK);
     CHECKF(r.n_blocks >= 128 && r.n_blocks < 128 + 8, "pool of %d blocks", r.n_blocks);
@@ -100,13 +100,13 @@ static void test_pool_consistency(const hr_plan_model *m) {
            r.completed, (unsigned long long)r.preemptions);
     CHECK(r.peak_blocks <= r.n_blocks && r.peak_blocks >= 2 * 63 - 2);
     CHECK(r.peak_kv_bytes == (uint64_t)r.peak_blocks * 16 * 22528);
-    cand.admission = HR_ADMIT_OPTIMISTIC;
+    cand.admission = HR_RT_ADMIT_OPTIMISTIC;
     CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &r, &err) == HR_OK);
     CHECKF(r.completed == 8 && r.preemptions > 0 && r.peak_blocks <= r.n_blocks,
            "optimistic: %d completed, %llu preemptions", r.completed, (unsigned long long)r.preemptions);
     /* q8 holds about twice the blocks: fewer waits, no more preemptions */
     hr_sim_result q;
-    cand.format = HR_KV_Q8;
+    cand.format = HR_RT_KV_Q8;
     CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &q, &err) == HR_OK);
     CHECK(q.n_blocks > r.n_blocks * 3 / 2 && q.preemptions <= r.preemptions && q.completed == 8);
     hr_traffic_free(&t);
@@ -116,7 +116,7 @@ static void test_pool_consistency(const hr_plan_model *m) {
     hr_traffic_req two[2] = {{.t_arrival = 0, .n_prompt = 400, .n_output = 50, .prefix_id = -1},
                              {.t_arrival = 0.5, .n_prompt = 800, .n_output = 100, .prefix_id = -1}};
     t = trace(two, 2);
-    cand = (hr_sim_candidate){.format = HR_KV_F16, .admission = HR_ADMIT_ADAPTIVE, .max_running = 8};
+    cand = (hr_sim_candidate){.format = HR_RT_KV_F16, .admission = HR_RT_ADMIT_ADAPTIVE, .max_running = 8};
     CHECK(hr_sim_run(m, pl, &d, &cost, &t, &cand, &r, &err) == HR_OK);
     CHECKF(r.n_blocks >= 29 && r.n_blocks < 57 && r.completed == 1 && r.refused == 1,
            "blocks %d, completed %d, refused %d", r.n_blocks, r.completed, r.refused);
@@ -262,7 +262,7 @@ static void test_cost_arithmetic(const hr_plan_model *m) {
     hr_plan_device d;
     hr_plan *pl = calloc(1, sizeof *pl);
     tight_plan(m, 2048, 2048, 3, 8, &d, pl);
-    hr_sim_candidate cand = {.format = HR_KV_F16, .admission = HR_ADMIT_ADAPTIVE, .max_running = 8};
+    hr_sim_candidate cand = {.format = HR_RT_KV_F16, .admission = HR_RT_ADMIT_ADAPTIVE, .max_running = 8};
     hr_cost_model c0 = c;
     c0.row_s = 0;
     hr_sim_result r0, r1;

@@ -49,9 +49,9 @@ static const char *sz(uint64_t b, char *buf) { return hr_format_size(b, buf, 32)
 
 static void fmt_name(const hr_plan_format_row *r, char *buf, size_t n) {
     if (r->k_format == r->v_format)
-        snprintf(buf, n, "%s", hr_kv_format_name(r->k_format));
+        snprintf(buf, n, "%s", hr_rt_kv_format_name(r->k_format));
     else
-        snprintf(buf, n, "%s/%s", hr_kv_format_name(r->k_format), hr_kv_format_name(r->v_format));
+        snprintf(buf, n, "%s/%s", hr_rt_kv_format_name(r->k_format), hr_rt_kv_format_name(r->v_format));
 }
 
 static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_plan_device *d, const hr_plan *pl) {
@@ -102,7 +102,7 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
     printf("every KV format   bytes/token   need (ctx x conc)  fits   max conc @ctx %-6d  max ctx @conc %-4d  "
            "pool tokens\n",
            p->n_ctx, p->concurrency);
-    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+    for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
         const hr_plan_format_row *r = &pl->rows[f];
         fmt_name(r, fname, sizeof fname);
         if (!r->usable) {
@@ -121,7 +121,7 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
     if (pl->decode_tok_s > 0)
         printf("\ndecode roofline (%s): a step reads the weights and every sequence's KV: %.2f ms, %.0f tokens/s "
                "over %d sequences\n",
-               hr_kv_format_name(c->k_format), pl->step_s * 1e3, pl->decode_tok_s, p->concurrency);
+               hr_rt_kv_format_name(c->k_format), pl->step_s * 1e3, pl->decode_tok_s, p->concurrency);
 }
 
 static json_t *budget_json(const hr_kv_budget *b) {
@@ -141,7 +141,7 @@ static json_t *plan_json(const plan_opts *o, const hr_plan_model *m, const hr_pl
                                               m->rows[i].n_tensors, "elements", (json_int_t)m->rows[i].n_elements,
                                               "bytes", (json_int_t)m->rows[i].bytes));
     json_t *formats = json_array();
-    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
+    for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
         const hr_plan_format_row *r = &pl->rows[f];
         char fname[32];
         fmt_name(r, fname, sizeof fname);
@@ -221,8 +221,8 @@ static const char *cand_policy(const hr_sim_candidate *c, char *buf, size_t n) {
 static json_t *sim_row_json(const hr_sim_row *row) {
     const hr_sim_result *r = &row->r;
     char pol[32];
-    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:b}", "kv_type", hr_kv_format_name(r->c.format), "policy",
-                          cand_policy(&r->c, pol, sizeof pol), "admission", hr_admission_name(r->c.admission),
+    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:b}", "kv_type", hr_rt_kv_format_name(r->c.format), "policy",
+                          cand_policy(&r->c, pol, sizeof pol), "admission", hr_rt_admission_name(r->c.admission),
                           "max_running", r->c.max_running, "ran", row->ran);
     if (row->ran) {
         json_t *x =
@@ -244,14 +244,14 @@ static void print_sim_row(const hr_sim_row *row, bool best) {
     const hr_sim_result *r = &row->r;
     char pol[32], kv[32];
     if (!row->ran) {
-        printf("  %-6s %-12s %-10s %4d  (%s)\n", hr_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol),
-               hr_admission_name(r->c.admission), r->c.max_running, row->why);
+        printf("  %-6s %-12s %-10s %4d  (%s)\n", hr_rt_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol),
+               hr_rt_admission_name(r->c.admission), r->c.max_running, row->why);
         return;
     }
     char ppl[16] = "-";
     if (row->ppl_known) snprintf(ppl, sizeof ppl, "%+.2f%%", row->ppl_increase_pct);
     printf("%s %-6s %-12s %-10s %4d %7d %9.1f %8.3f %8.3f %7.1f %7.1f %10s %6llu %5d %8s  %s\n", best ? "*" : " ",
-           hr_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol), hr_admission_name(r->c.admission),
+           hr_rt_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol), hr_rt_admission_name(r->c.admission),
            r->c.max_running, r->n_blocks, r->throughput_tok_s, r->ttft_p50, r->ttft_p99, r->itl_p50 * 1e3,
            r->itl_p99 * 1e3, hr_format_size(r->peak_kv_bytes, kv, sizeof kv), (unsigned long long)r->preemptions,
            r->refused, ppl, row->meets ? "meets" : row->why);
@@ -287,10 +287,10 @@ static int run_traffic(const plan_opts *o, const hr_plan_model *m, const hr_plan
         hr_traffic_free(&t);
         return HR_EXIT_FAIL;
     }
-    hr_kv_format formats[] = {HR_KV_F16, HR_KV_Q8, HR_KV_FP8, HR_KV_Q4, HR_KV_Q4H, HR_KV_KIVI2};
+    hr_rt_kv_format formats[] = {HR_RT_KV_F16, HR_RT_KV_Q8, HR_RT_KV_FP8, HR_RT_KV_Q4, HR_RT_KV_Q4H, HR_RT_KV_KIVI2};
     int window = HR_MAX(pl->p.block_size, pl->p.n_ctx / 4 / pl->p.block_size * pl->p.block_size);
     int windows[] = {0, window};
-    hr_admission adm[] = {HR_ADMIT_ADAPTIVE, HR_ADMIT_RESERVE, HR_ADMIT_OPTIMISTIC};
+    hr_rt_admission adm[] = {HR_RT_ADMIT_ADAPTIVE, HR_RT_ADMIT_RESERVE, HR_RT_ADMIT_OPTIMISTIC};
     int runs_default[] = {pl->p.max_running};
     hr_sim_sweep_params sp = {.formats = formats,
                               .n_formats = 6,
@@ -332,8 +332,9 @@ static int run_traffic(const plan_opts *o, const hr_plan_model *m, const hr_plan
             printf(
                 "\nrecommended: --kv-type %s --kv-policy %s --admission %s --max-running %d: %.1f tokens/s, TTFT p99 "
                 "%.3f s, ITL p99 %.1f ms\n",
-                hr_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol), hr_admission_name(r->c.admission),
-                r->c.max_running, r->throughput_tok_s, r->ttft_p99, r->itl_p99 * 1e3);
+                hr_rt_kv_format_name(r->c.format), cand_policy(&r->c, pol, sizeof pol),
+                hr_rt_admission_name(r->c.admission), r->c.max_running, r->throughput_tok_s, r->ttft_p99,
+                r->itl_p99 * 1e3);
         } else {
             printf("\nno candidate meets every bound (the last column says why for each)\n");
         }

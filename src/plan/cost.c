@@ -9,10 +9,9 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "engine/engine.h"
-#include "model/synth.h"
+#include "gguf/gguf.h"
 #include "plan/plan.h"
-#include "sampler/sampler.h"
+#include "runtime/runtime.h"
 
 double hr_cost_rate(const hr_cost_model *c, int n_tokens, bool head) {
     int n = c->n_curve;
@@ -72,32 +71,14 @@ static double mean3(const double t[3]) { return (t[0] + t[1] + t[2]) / 3; }
 
 /* Mean of three timings of one forward pass of T tokens of one sequence at positions past ..
  * past + T - 1, the last token producing logits or (all) every one; the `past` cached tokens are
- * computed first, untimed. */
-static double time_forward(hr_model_ctx *ctx, hr_kv_pool *kv, int T, int past, bool all, float *logits, hr_error *err,
-                           hr_status *st) {
-    int32_t tok[CAL_MAX_T], pos[CAL_MAX_T];
-    hr_kv_seq seq[CAL_MAX_T];
-    uint8_t want[CAL_MAX_T];
+ * computed first, untimed (hr_runtime_time_forward). */
+static double time_forward(hr_runtime *rt, int T, int past, bool all, float *logits, hr_error *err, hr_status *st) {
+    int32_t tok[CAL_MAX_T], hist[CAL_ATTN_PAST];
     double t[3] = {0};
-    hr_kv_seq s;
-    if (*st || (*st = hr_kv_seq_create(kv, &s, err))) return 0;
-    if ((*st = hr_kv_seq_reserve(kv, s, past + T, err)) == HR_OK) {
-        for (int done = 0; done < past && *st == HR_OK;) { /* the cached tokens, 128 a pass */
-            int n = HR_MIN(128, past - done);
-            for (int i = 0; i < n; i++) tok[i] = 3 + (done + i) % 97, pos[i] = done + i, seq[i] = s, want[i] = 0;
-            hr_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
-            *st = hr_model_forward(ctx, &b, logits, err);
-            done += n;
-        }
-        for (int i = 0; i < T; i++) tok[i] = 3 + i % 97, pos[i] = past + i, seq[i] = s, want[i] = all || i == T - 1;
-        hr_batch b = {.n_tokens = T, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
-        for (int rep = 0; rep < 3 && *st == HR_OK; rep++) { /* the same positions again: same work */
-            double t0 = hr_time_now();
-            *st = hr_model_forward(ctx, &b, logits, err);
-            t[rep] = hr_time_now() - t0;
-        }
-    }
-    hr_kv_seq_free(kv, s);
+    if (*st) return 0;
+    for (int i = 0; i < past && i < CAL_ATTN_PAST; i++) hist[i] = 3 + i % 97;
+    for (int i = 0; i < T; i++) tok[i] = 3 + i % 97;
+    *st = hr_runtime_time_forward(rt, hist, HR_MIN(past, CAL_ATTN_PAST), tok, T, all, 3, logits, t, err);
     return mean3(t);
 }
 
@@ -105,40 +86,30 @@ static double time_forward(hr_model_ctx *ctx, hr_kv_pool *kv, int T, int past, b
 #define CAL_SEQS 16
 
 /* Mean of three decode steps of n sequences, each with CAL_PAST cached tokens and every row sampling
- * greedily (temperature 0, what `headroom bench` asks for), run by the real engine (hr_engine_step:
- * scheduling, block bookkeeping, the forward pass, sampling, each token appended to its request) so
- * that the per-step work a served step does beyond the kernels is in the time. */
-static double time_decode(const hr_model *model, hr_model_ctx *ctx, hr_kv_pool *kv, int n, hr_error *err,
-                          hr_status *st) {
-    hr_engine_params ep = {.model = model,
-                           .ctx = ctx,
-                           .kv = kv,
-                           .n_ctx = 256,
-                           .max_batch_tokens = CAL_SEQS * CAL_PAST,
-                           .max_running = CAL_SEQS,
-                           .max_queue = CAL_SEQS,
-                           .admission = HR_ADMIT_RESERVE};
-    hr_engine *e = NULL;
-    hr_request *rq[CAL_SEQS] = {0};
+ * greedily (temperature 0, what `headroom bench` asks for), run by the runtime's engine
+ * (hr_runtime_step: scheduling, block bookkeeping, the forward pass, sampling, each token appended to
+ * its request) so that the per-step work a served step does beyond the kernels is in the time. */
+static double time_decode(hr_runtime *rt, int n, hr_error *err, hr_status *st) {
+    hr_rt_request *rq[CAL_SEQS] = {0};
     int32_t prompt[CAL_PAST];
     double t[3] = {0};
-    if (*st == HR_OK) *st = hr_engine_create(&ep, &e, err);
     for (int i = 0; i < n && *st == HR_OK; i++) {
         for (int k = 0; k < CAL_PAST; k++) prompt[k] = 3 + (i * 31 + k * 7) % 97;
-        hr_request_params rp = {.prompt = prompt, .n_prompt = CAL_PAST, .max_tokens = 8, .ignore_eos = true};
-        rp.sampling = hr_sampler_default_params();
+        hr_rt_request_params rp = {.prompt_ids = prompt, .n_prompt_ids = CAL_PAST, .max_tokens = 8, .ignore_eos = true};
+        rp.sampling = hr_rt_sampling_default();
         rp.sampling.temperature = 0;
-        *st = hr_engine_submit(e, &rp, &rq[i], err);
+        *st = hr_runtime_submit(rt, &rp, &rq[i], err);
     }
     int left = 0;
-    if (*st == HR_OK) *st = hr_engine_step(e, &left, err); /* the prompts: every one samples its first token */
+    if (*st == HR_OK) *st = hr_runtime_step(rt, &left, err); /* the prompts: every one samples its first token */
     for (int rep = 0; rep < 3 && *st == HR_OK; rep++) {
         double t0 = hr_time_now();
-        *st = hr_engine_step(e, &left, err);
+        *st = hr_runtime_step(rt, &left, err);
         t[rep] = hr_time_now() - t0;
     }
-    for (int i = 0; i < n; i++) hr_request_release(rq[i]);
-    hr_engine_destroy(e);
+    for (int i = 0; i < n; i++) hr_rt_request_release(rt, rq[i]);
+    /* the rest of their tokens: the next decode starts from an idle engine and a pool without them */
+    if (*st == HR_OK) *st = hr_runtime_run_until_idle(rt, err);
     return mean3(t);
 }
 
@@ -146,45 +117,42 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
     memset(out, 0, sizeof *out);
     int type = hr_plan_weight_type_id(weight_type ? weight_type : "q4_0");
     if (type < 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown weight type '%s'", weight_type);
-    hr_synth_shape shape;
-    hr_status st = hr_synth_shape_by_name("tinyllama-1.1b", &shape, err);
+    /* two layers: large enough to leave the caches, quick to build */
+    hr_rt_synth synth = {
+        .shape = "tinyllama-1.1b", .weight_type = hr_gguf_tensor_type_name((uint32_t)type), .n_layer = 2, .seed = 7};
+    hr_runtime_params p = hr_runtime_default_params();
+    p.synth = &synth;
+    p.raw_ids = true;
+    p.n_threads = n_threads;
+    p.n_ctx = 1024;
+    p.max_batch_tokens = CAL_MAX_T;
+    p.max_running = CAL_SEQS;
+    p.max_queue = CAL_SEQS;
+    p.admission = HR_RT_ADMIT_RESERVE;
+    p.kv_blocks = (CAL_ATTN_PAST + CAL_ATTN_T) / 16 + 2 + 2 * CAL_SEQS;
+    hr_runtime *rt = NULL;
+    hr_status st = hr_runtime_open(&p, &rt, NULL, err);
     if (st) return st;
-    shape.n_layer = 2; /* two layers: large enough to leave the caches, quick to build */
-    hr_model *model = NULL;
-    void *file = NULL;
-    if ((st = hr_synth_model(&shape, (hr_dtype)type, 7, &model, &file, err))) return st;
-    const hr_hparams *hp = hr_model_hparams(model);
-    hr_kv_config kc = {.n_layers = hp->n_layer,
-                       .n_kv_heads = hp->n_head_kv,
-                       .head_dim = hp->head_dim,
-                       .block_size = 16,
-                       .k_format = HR_KV_F16,
-                       .v_format = HR_KV_F16,
-                       .max_seqs = CAL_SEQS,
-                       .budget_bytes = 0};
-    kc.budget_bytes =
-        hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * ((CAL_ATTN_PAST + CAL_ATTN_T) / 16 + 2 + 2 * CAL_SEQS);
-    hr_kv_pool *kv = NULL;
-    hr_model_ctx *ctx = NULL;
-    hr_model_ctx_params mp = {.n_threads = n_threads, .max_batch_tokens = CAL_MAX_T, .max_ctx = 1024};
+    hr_runtime_info info;
+    hr_runtime_describe(rt, &info);
+    const hr_rt_shape *hp = &info.shape;
     float *logits = malloc(sizeof(float) * (size_t)CAL_MAX_T * (size_t)hp->n_vocab);
     if (!logits) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for the calibration's logits");
-    if (st == HR_OK && (st = hr_kv_pool_create(&kc, &kv, err)) == HR_OK &&
-        (st = hr_model_ctx_create(model, kv, &mp, &ctx, err)) == HR_OK) {
+    if (st == HR_OK) {
         /* matrix parameters every token goes through (the layers); the output projection's per row */
         double layer =
             (double)hp->n_layer * ((double)hp->n_embd * (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim +
                                    (double)hp->n_head * hp->head_dim * hp->n_embd + 3.0 * hp->n_embd * hp->n_ff);
         double head = (double)hp->n_vocab * hp->n_embd;
         double key_flops = 4.0 * hp->n_layer * hp->n_head * hp->head_dim; /* per query per visible key */
-        time_forward(ctx, kv, 1, 0, false, logits, err, &st);             /* warm-up: pages, thread pool */
-        time_forward(ctx, kv, CAL_MAX_T, 0, true, logits, err, &st);      /* and the largest step's scratch */
-        double t1 = time_forward(ctx, kv, 1, 0, false, logits, err, &st);
-        double bytes = (double)hr_model_weight_bytes(model);
+        time_forward(rt, 1, 0, false, logits, err, &st);                  /* warm-up: pages, thread pool */
+        time_forward(rt, CAL_MAX_T, 0, true, logits, err, &st);           /* and the largest step's scratch */
+        double t1 = time_forward(rt, 1, 0, false, logits, err, &st);
+        double bytes = (double)info.weight_bytes;
         out->bw_gbps = t1 > 0 ? bytes / t1 / 1e9 : 0;
         /* attention: the same step after many cached tokens against after none */
-        double ta0 = time_forward(ctx, kv, CAL_ATTN_T, 0, false, logits, err, &st);
-        double ta1 = time_forward(ctx, kv, CAL_ATTN_T, CAL_ATTN_PAST, false, logits, err, &st);
+        double ta0 = time_forward(rt, CAL_ATTN_T, 0, false, logits, err, &st);
+        double ta1 = time_forward(rt, CAL_ATTN_T, CAL_ATTN_PAST, false, logits, err, &st);
         double dkeys = (double)CAL_ATTN_T * CAL_ATTN_PAST;
         out->attn_gflops = ta1 > ta0 ? dkeys * key_flops / (ta1 - ta0) / 1e9 : 0;
         /* one token streams every weight once: the output projection's share of that time is its share
@@ -192,8 +160,8 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
         double head_bytes = bytes * head / (layer + 2.0 * head); /* the layers, the head, the embedding */
         double head1 = t1 * head_bytes / bytes;
         for (int T = 1; T <= CAL_MAX_T && st == HR_OK; T *= 2) {
-            double last = T == 1 ? t1 : time_forward(ctx, kv, T, 0, false, logits, err, &st);
-            double all = T == 1 ? t1 : time_forward(ctx, kv, T, 0, true, logits, err, &st);
+            double last = T == 1 ? t1 : time_forward(rt, T, 0, false, logits, err, &st);
+            double all = T == 1 ? t1 : time_forward(rt, T, 0, true, logits, err, &st);
             double keys = (double)T * (T + 1) / 2;
             double attn_s = out->attn_gflops > 0 ? keys * key_flops / (out->attn_gflops * 1e9) : 0;
             double layers_s = HR_MAX(last - attn_s - head1, 0.25 * last); /* noise cannot make it vanish */
@@ -203,12 +171,12 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
             out->curve_head[out->n_curve++] = 2.0 * head * T / head_s / 1e9;
         }
         out->gflops = out->n_curve ? out->curve_gflops[out->n_curve - 1] : 0;
-        double t4 = time_decode(model, ctx, kv, 4, err, &st);
-        double t16 = time_decode(model, ctx, kv, CAL_SEQS, err, &st);
+        double t4 = time_decode(rt, 4, err, &st);
+        double t16 = time_decode(rt, CAL_SEQS, err, &st);
         if (st == HR_OK) {
             /* the decode steps as the simulator prices them (sim.c); what they took beyond that is the
              * per-step and per-row cost */
-            double tok_kv = (double)hr_kv_block_bytes(&kc) / kc.block_size;
+            double tok_kv = (double)hr_runtime_budget(rt)->token_bytes;
             double r[2];
             int rows[2] = {4, CAL_SEQS};
             double meas[2] = {t4, t16};
@@ -225,17 +193,14 @@ hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_mode
             snprintf(out->source, sizeof out->source,
                      "calibrated here: %s, %d threads, %.1f GB/s; GFLOP/s at 1, 16 and %d tokens: layers %.0f, %.0f, "
                      "%.0f, output %.0f, %.0f, %.0f, attention %.0f; %.2f ms/step + %.2f ms/row",
-                     hr_gguf_tensor_type_name((uint32_t)type), hr_model_ctx_n_threads(ctx), out->bw_gbps, CAL_MAX_T,
+                     hr_gguf_tensor_type_name((uint32_t)type), info.n_threads, out->bw_gbps, CAL_MAX_T,
                      hr_cost_rate(out, 1, false), hr_cost_rate(out, 16, false), out->gflops, hr_cost_rate(out, 1, true),
                      hr_cost_rate(out, 16, true), hr_cost_rate(out, CAL_MAX_T, true), out->attn_gflops,
                      out->overhead_s * 1e3, out->row_s * 1e3);
         }
     }
-    hr_model_ctx_destroy(ctx);
-    hr_kv_pool_destroy(kv);
-    hr_model_destroy(model);
+    hr_runtime_close(rt);
     free(logits);
-    free(file);
     return st;
 }
 

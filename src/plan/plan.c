@@ -18,8 +18,8 @@ static void fill_defaults(const hr_plan_model *m, const hr_plan_device *d, hr_pl
     if (p->n_threads <= 0) p->n_threads = d->gpu ? 1 : (int)HR_MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_kv_format kf, hr_kv_format vf,
-                     hr_plan_format_row *row) {
+static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_rt_kv_format kf,
+                     hr_rt_kv_format vf, hr_plan_format_row *row) {
     const hr_plan_params *p = &pl->p;
     const hr_hparams *hp = &m->hp;
     memset(row, 0, sizeof *row);
@@ -29,8 +29,8 @@ static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *p
                                    .n_kv_heads = hp->n_head_kv,
                                    .head_dim = hp->head_dim,
                                    .block_size = p->block_size,
-                                   .k_format = kf,
-                                   .v_format = vf,
+                                   .k_format = (hr_kv_format)kf, /* the same numbers (runtime_types.h) */
+                                   .v_format = (hr_kv_format)vf,
                                    .max_seqs = p->max_running,
                                    .max_step_tokens = p->max_batch_tokens},
                             .n_ctx = pl->held_ctx,
@@ -68,9 +68,9 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
     out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : 0;
     out->n_full_layers = hp->n_layer - out->n_window_layers;
     out->chosen = -1;
-    for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
-        plan_row(m, d, out, (hr_kv_format)f, (hr_kv_format)f, &out->rows[f]);
-        if ((hr_kv_format)f == p->k_format && p->k_format == p->v_format) out->chosen = f;
+    for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
+        plan_row(m, d, out, (hr_rt_kv_format)f, (hr_rt_kv_format)f, &out->rows[f]);
+        if ((hr_rt_kv_format)f == p->k_format && p->k_format == p->v_format) out->chosen = f;
     }
     if (out->chosen < 0) { /* K and V in different formats: the pair replaces K's row */
         out->chosen = (int)p->k_format;
@@ -82,8 +82,8 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                                        .n_kv_heads = hp->n_head_kv,
                                        .head_dim = hp->head_dim,
                                        .block_size = p->block_size,
-                                       .k_format = p->k_format,
-                                       .v_format = p->v_format,
+                                       .k_format = (hr_kv_format)p->k_format,
+                                       .v_format = (hr_kv_format)p->v_format,
                                        .max_seqs = p->max_running},
                                 .n_ctx = out->held_ctx};
         hr_kv_budget b;

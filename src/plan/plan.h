@@ -12,10 +12,8 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "engine/engine.h"
-#include "kv/kv.h"
-#include "model/model.h"
 #include "runtime/budget.h"
+#include "runtime/runtime.h"
 
 /* ---- the model --------------------------------------------------------------------------------- */
 
@@ -79,17 +77,17 @@ double hr_plan_measure_bw(size_t bytes);
 /* ---- the plan ---------------------------------------------------------------------------------- */
 
 typedef struct hr_plan_params {
-    int n_ctx;                       /* 0: the model's trained context, capped at 4096 (the runtime's default) */
-    int concurrency;                 /* sequences of n_ctx at once (0: 1) */
-    hr_kv_format k_format, v_format; /* the format the budget row is for (the table covers every one) */
-    int block_size;                  /* 0: 16 */
-    int max_batch_tokens;            /* 0: 512 */
-    int max_running;                 /* 0: max(concurrency, the runtime's 64) */
-    int n_threads;                   /* host attention scratch (0: this machine's cores; GPUs: 1) */
+    int n_ctx;                          /* 0: the model's trained context, capped at 4096 (the runtime's default) */
+    int concurrency;                    /* sequences of n_ctx at once (0: 1) */
+    hr_rt_kv_format k_format, v_format; /* the format the budget row is for (the table covers every one) */
+    int block_size;                     /* 0: 16 */
+    int max_batch_tokens;               /* 0: 512 */
+    int max_running;                    /* 0: max(concurrency, the runtime's 64) */
+    int n_threads;                      /* host attention scratch (0: this machine's cores; GPUs: 1) */
 } hr_plan_params;
 
 typedef struct hr_plan_format_row {
-    hr_kv_format k_format, v_format;
+    hr_rt_kv_format k_format, v_format;
     bool usable;          /* the format can hold this shape (head_dim, block size) */
     uint64_t token_bytes; /* every layer, K and V, scales included */
     hr_kv_budget need;    /* n_ctx x concurrency: the whole process */
@@ -106,7 +104,7 @@ typedef struct hr_plan {
                               block) when the model has one */
     int n_full_layers, n_window_layers;
     uint64_t layer_token_bytes; /* one layer, one token, K and V, in the chosen format */
-    hr_plan_format_row rows[HR_KV_FORMAT_COUNT];
+    hr_plan_format_row rows[HR_RT_KV_FORMAT_COUNT];
     int chosen; /* index of the chosen format's row */
     /* decode roofline at the chosen row: one step reads the weights once and every sequence's KV */
     double step_s, decode_tok_s;
@@ -194,12 +192,13 @@ double hr_cost_step_s(const hr_cost_model *c, const hr_cost_step *s);
  * than the kernels). */
 void hr_cost_fit_rows(double resid_a, int rows_a, double resid_b, int rows_b, double *overhead_s, double *row_s);
 
-/* Measures this machine's kernels once: a synthetic TinyLlama-shaped layer stack in weight_type
+/* Measures this machine's kernels once, on a runtime (runtime/runtime.h) opened on a synthetic
+ * (hr_runtime_params.synth) TinyLlama-shaped layer stack in weight_type
  * ("q4_0", "q8_0", "f16", ...): forward passes of T = 1 (bandwidth) and T = 2 .. 512 tokens, once with
  * the last token's logits and once with every token's (the two rate curves: the layers', and from the
  * difference the output projection's; the layers' at 512 is gflops), 64 tokens after 768 cached ones
  * against after none (attention's rate),
- * and two decode steps of 4 and 16 sequences run by the real engine (hr_engine_step, every row sampling
+ * and two decode steps of 4 and 16 sequences run by the real engine (hr_runtime_step, every row sampling
  * greedily; what those take beyond the kernels: overhead_s and row_s, hr_cost_fit_rows), on n_threads
  * (0: every core). Takes a few seconds. */
 hr_status hr_cost_calibrate(const char *weight_type, int n_threads, hr_cost_model *out, hr_error *err);
@@ -211,9 +210,9 @@ void hr_cost_roofline(const hr_plan_device *d, hr_cost_model *out);
 /* ---- simulation ---------------------------------------------------------------------------------- */
 
 typedef struct hr_sim_candidate {
-    hr_kv_format format; /* K and V */
-    int window;          /* 0: full attention; > 0: every request under window:W (kv/ policy) */
-    hr_admission admission;
+    hr_rt_kv_format format; /* K and V */
+    int window;             /* 0: full attention; > 0: every request under window:W (kv/ policy) */
+    hr_rt_admission admission;
     int max_running;
 } hr_sim_candidate;
 
@@ -231,11 +230,11 @@ typedef struct hr_sim_result {
     double itl_p50, itl_p99;   /* virtual seconds between a request's tokens */
 } hr_sim_result;
 
-/* The simulator as a backend (backend/backend.h): hr_model_ctx_create with no model, this as
- * hr_model_ctx_params.backend and the pricing state as backend_user (sim.c). */
+/* The simulator as a backend (backend/backend.h): a runtime opened on a shape alone with this as
+ * hr_runtime_params.backend and the pricing state as backend_user (sim.c). */
 extern const struct hr_backend_ops hr_backend_sim;
 
-/* Runs the traffic through the engine's real scheduler and block manager (hr_engine driving the "sim"
+/* Runs the traffic through the engine's real scheduler and block manager (a runtime stepping the "sim"
  * backend, hr_backend_sim, through the backend seam: it computes nothing, writes zero K/V into a pool
  * of the candidate's block count and returns fixed logits) in virtual time: each step advances the
  * clock by the cost model's time for that batch. Nothing waits in real time; results depend only on
@@ -248,11 +247,11 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
 /* ---- the sweep and the recommendation --------------------------------------------------------- */
 
 typedef struct hr_sim_sweep_params {
-    const hr_kv_format *formats; /* candidates: every combination of these */
+    const hr_rt_kv_format *formats; /* candidates: every combination of these */
     int n_formats;
     const int *windows; /* 0: full attention */
     int n_windows;
-    const hr_admission *admissions;
+    const hr_rt_admission *admissions;
     int n_admissions;
     const int *max_running;
     int n_max_running;

@@ -1,19 +1,23 @@
-/* sim.c: a traffic through the engine's real scheduler and KV block manager in virtual time.
+/* sim.c: a traffic through the engine's real scheduler and KV block manager in virtual time, on a
+ * runtime like any front end's (hr_runtime_open / submit / step, runtime/runtime.h).
  *
- * The forward pass is the "sim" backend (backend/backend.h: hr_backend_sim, the seam the CPU backend
- * plugs into), which computes nothing: it writes zero K/V for every token into a stand-in pool (one
- * layer, one KV head, the candidate's format and block size, the block count the plan gives the real
- * model on the device) and returns fixed logits. Each hr_engine_step advances a virtual clock by the
+ * The runtime opens on a stand-in shape alone (hr_runtime_params.shape: one layer, one KV head of 64,
+ * no weights; the candidate's format and block size, and the block count the plan gives the real model
+ * on the device) with the "sim" backend (hr_runtime_params.backend: hr_backend_sim, the seam the CPU
+ * backend plugs into), which computes nothing: it writes zero K/V for every token and returns fixed
+ * logits, and prices the batch for the real shape. Each hr_runtime_step advances a virtual clock by the
  * cost model's time for the batch it ran; arrivals are submitted when the clock passes them; a token's
  * time is the clock at the end of the step that sampled it. Nothing reads the wall clock, so a run
  * depends only on its inputs. Preemption is by recompute: the engine's "auto" mode weighs swap against
  * recompute with measured real speeds, which a virtual-time run must not depend on. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "common/util.h"
 #include "plan/plan.h"
+#include "runtime/runtime.h"
 
 #define SIM_VOCAB 256
 
@@ -82,14 +86,8 @@ static void sim_destroy(hr_model_ctx *c) { free(c); }
 const hr_backend_ops hr_backend_sim = {
     .name = "sim", .create = sim_create, .destroy = sim_destroy, .forward = sim_forward};
 
-/* The engine takes its default forward path only with a model (the vocabulary's size); the simulator
- * has none, so it hands the engine this step function, which runs the sim backend through the seam. */
-static hr_status sim_step(void *user, const hr_batch *b, float *logits, hr_error *err) {
-    return hr_model_forward(user, b, logits, err);
-}
-
 typedef struct sim_req {
-    hr_request *h;
+    hr_rt_request *h;
     int n_seen;
     double t_last;
     bool done;
@@ -119,18 +117,18 @@ static void fill_prompt(int32_t *ids, const hr_traffic_req *q, int i) {
     }
 }
 
-/* The stand-in pool: the candidate's format on one layer and one head, holding the block count the
- * real model gets on the device. */
-static hr_status sim_pool(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_sim_candidate *c,
-                          const hr_traffic *t, int *n_blocks, uint64_t *real_block_bytes, hr_kv_pool **out,
-                          hr_error *err) {
+/* The block count the real model gets on the device (the plan's), for the stand-in pool (one layer,
+ * one head, the candidate's format) to hold. */
+static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d,
+                            const hr_sim_candidate *c, const hr_traffic *t, int *n_blocks, int *pool_blocks,
+                            uint64_t *real_block_bytes, hr_error *err) {
     const hr_hparams *hp = &m->hp;
     hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
                                    .n_kv_heads = hp->n_head_kv,
                                    .head_dim = hp->head_dim,
                                    .block_size = pl->p.block_size,
-                                   .k_format = c->format,
-                                   .v_format = c->format,
+                                   .k_format = (hr_kv_format)c->format,
+                                   .v_format = (hr_kv_format)c->format,
                                    .max_seqs = c->max_running,
                                    .max_step_tokens = pl->p.max_batch_tokens},
                             .n_ctx = pl->held_ctx,
@@ -146,23 +144,14 @@ static hr_status sim_pool(const hr_plan_model *m, const hr_plan *pl, const hr_pl
     if (st == HR_ERR_INVALID_ARG) return st; /* HR_ERR_BUDGET: the pool is smaller than a context: simulate it */
     *n_blocks = b.n_blocks;
     *real_block_bytes = b.block_bytes;
-    hr_kv_config kc = {.n_layers = 1,
-                       .n_kv_heads = 1,
-                       .head_dim = 64,
-                       .block_size = pl->p.block_size,
-                       .k_format = c->format,
-                       .v_format = c->format,
-                       .max_seqs = c->max_running,
-                       .max_step_tokens = pl->p.max_batch_tokens};
     /* a pool larger than every block the traffic could ever hold at once behaves the same (nothing is
      * ever evicted or refused for room), so the stand-in stops there: a GPU's millions of blocks would
      * cost real memory for nothing */
     uint64_t demand = (uint64_t)c->max_running + 1;
     for (int i = 0; i < t->n; i++)
         demand += (uint64_t)(t->reqs[i].n_prompt + t->reqs[i].n_output + pl->p.block_size - 1) / pl->p.block_size;
-    uint64_t blocks = HR_MIN((uint64_t)HR_MAX(1, b.n_blocks), demand);
-    kc.budget_bytes = hr_kv_fixed_bytes(&kc) + hr_kv_block_bytes(&kc) * blocks;
-    return hr_kv_pool_create(&kc, out, err);
+    *pool_blocks = (int)HR_MIN((uint64_t)HR_MAX(1, b.n_blocks), demand);
+    return HR_OK;
 }
 
 hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d, const hr_cost_model *cost,
@@ -173,7 +162,8 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     const hr_hparams *hp = &m->hp;
     sim_exec x = {.cost = cost, .window = c->window};
     uint64_t real_block_bytes = 0;
-    hr_status st = sim_pool(m, pl, d, c, t, &out->n_blocks, &real_block_bytes, &x.kv, err);
+    int pool_blocks = 0;
+    hr_status st = sim_blocks(m, pl, d, c, t, &out->n_blocks, &pool_blocks, &real_block_bytes, err);
     if (st) return st;
     uint64_t elems = 0;
     for (int i = 0; i < m->n_rows; i++) elems += m->rows[i].n_elements;
@@ -185,49 +175,51 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     x.attn_flops_tok = 4.0 * hp->n_layer * hp->n_head * hp->head_dim;
     if (hp->sliding_window > 0 && (x.window == 0 || hp->sliding_window < x.window)) x.window = hp->sliding_window;
 
-    hr_model_ctx *ctx = NULL;
-    hr_model_ctx_params mp = {.max_batch_tokens = pl->p.max_batch_tokens,
-                              .max_ctx = pl->p.n_ctx,
-                              .backend = &hr_backend_sim,
-                              .backend_user = &x};
-    if ((st = hr_model_ctx_create(NULL, x.kv, &mp, &ctx, err))) {
-        hr_kv_pool_destroy(x.kv);
-        return st;
-    }
-    hr_engine_params ep = {.kv = x.kv,
-                           .forward = sim_step,
-                           .forward_user = ctx,
-                           .n_vocab = SIM_VOCAB,
-                           .n_ctx = pl->p.n_ctx,
-                           .max_batch_tokens = pl->p.max_batch_tokens,
-                           .max_running = c->max_running,
-                           .max_queue = t->n + 1,
-                           .admission = c->admission,
-                           .preempt = HR_PREEMPT_RECOMPUTE};
-    hr_engine *e = NULL;
+    /* A runtime on the stand-in shape (one layer, one KV head of 64, SIM_VOCAB logits) with the sim
+     * backend pricing each step for the real shape (x): the runtime's pool, engine and requests as a
+     * server has them, in the candidate's format, block count, admission and slots. */
+    hr_rt_shape shape = {
+        .n_vocab = SIM_VOCAB, .n_embd = 64, .n_ff = 64, .n_head = 1, .n_head_kv = 1, .n_layer = 1, .head_dim = 64};
+    hr_runtime_params rp = hr_runtime_default_params();
+    rp.shape = &shape;
+    rp.backend = &hr_backend_sim;
+    rp.backend_user = &x;
+    rp.n_ctx = pl->p.n_ctx;
+    rp.k_format = rp.v_format = c->format;
+    rp.block_size = pl->p.block_size;
+    rp.max_batch_tokens = pl->p.max_batch_tokens;
+    rp.max_running = c->max_running;
+    rp.max_queue = t->n + 1;
+    rp.admission = c->admission;
+    rp.preempt = HR_RT_PREEMPT_RECOMPUTE;
+    rp.kv_blocks = pool_blocks;
+    rp.raw_ids = true;
+    rp.n_threads = 1; /* nothing computes */
+    hr_runtime *rt = NULL;
+    if ((st = hr_runtime_open(&rp, &rt, NULL, err))) return st;
+    char pol[32] = "";
+    if (c->window > 0) snprintf(pol, sizeof pol, "window:%d", c->window);
     sim_req *rs = calloc((size_t)t->n, sizeof *rs);
     double *ttft = malloc(sizeof(double) * (size_t)t->n);
     size_t n_gaps = 0, cap_gaps = 1024;
     double *gaps = malloc(sizeof(double) * cap_gaps);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)HR_MAX(1, pl->p.n_ctx));
     if (!rs || !ttft || !gaps || !ids) st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-    if (st == HR_OK) st = hr_engine_create(&ep, &e, err);
-    hr_kv_policy pol = {.kind = HR_KV_POLICY_WINDOW, .window = c->window};
     double now = 0, t_first = t->n ? t->reqs[0].t_arrival : 0, t_end = t_first;
     int next = 0, active = 0, n_ttft = 0;
     while (st == HR_OK && (next < t->n || active > 0)) {
         for (; next < t->n && t->reqs[next].t_arrival <= now; next++) {
             const hr_traffic_req *q = &t->reqs[next];
             fill_prompt(ids, q, next);
-            hr_request_params rp = {.prompt = ids,
-                                    .n_prompt = q->n_prompt,
-                                    .max_tokens = q->n_output,
-                                    .ignore_eos = true,
-                                    .kv_policy = c->window > 0 ? &pol : NULL};
-            rp.sampling = hr_sampler_default_params();
-            rp.sampling.temperature = 0;
+            hr_rt_request_params qp = {.prompt_ids = ids,
+                                       .n_prompt_ids = q->n_prompt,
+                                       .max_tokens = q->n_output,
+                                       .ignore_eos = true,
+                                       .kv_policy = c->window > 0 ? pol : NULL};
+            qp.sampling = hr_rt_sampling_default();
+            qp.sampling.temperature = 0;
             hr_error why;
-            if (hr_engine_submit(e, &rp, &rs[next].h, &why) != HR_OK) {
+            if (hr_runtime_submit(rt, &qp, &rs[next].h, &why) != HR_OK) {
                 out->refused++;
                 rs[next].done = true;
                 continue;
@@ -241,16 +233,17 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
         }
         x.step_s = 0;
         int unfinished = 0;
-        if ((st = hr_engine_step(e, &unfinished, err))) break;
+        if ((st = hr_runtime_step(rt, &unfinished, err))) break;
         now += x.step_s;
-        hr_kv_pool_ledger l;
-        hr_kv_pool_get_ledger(x.kv, &l);
-        out->peak_blocks = HR_MAX(out->peak_blocks, l.blocks_used);
+        hr_runtime_pool pool;
+        hr_runtime_get_pool(rt, &pool);
+        out->peak_blocks = HR_MAX(out->peak_blocks, pool.ledger.blocks_used);
         for (int i = 0; i < next; i++) {
             sim_req *r = &rs[i];
             if (r->done) continue;
-            int n = 0;
-            hr_request_output(r->h, &n);
+            hr_rt_result res;
+            hr_rt_request_result(r->h, &res);
+            int n = res.n_ids;
             for (; r->n_seen < n; r->n_seen++) {
                 if (r->n_seen == 0)
                     ttft[n_ttft++] = now - t->reqs[i].t_arrival;
@@ -267,24 +260,22 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
                 }
                 r->t_last = now;
             }
-            hr_request_stats s;
-            hr_request_get_stats(r->h, &s);
-            if (s.state == HR_REQ_COMPLETED || s.state == HR_REQ_FAILED || s.state == HR_REQ_CANCELLED) {
+            if (res.state == HR_RT_COMPLETED || res.state == HR_RT_FAILED || res.state == HR_RT_CANCELLED) {
                 r->done = true;
                 active--;
-                out->completed += s.state == HR_REQ_COMPLETED;
-                out->refused += s.state == HR_REQ_FAILED; /* the engine gave up on it (it could never run) */
+                out->completed += res.state == HR_RT_COMPLETED;
+                out->refused += res.state == HR_RT_FAILED; /* the engine gave up on it (it could never run) */
                 out->output_tokens += (uint64_t)n;
                 t_end = HR_MAX(t_end, now);
-                hr_request_release(r->h);
+                hr_rt_request_release(rt, r->h);
                 r->h = NULL;
             }
         }
     }
     if (st == HR_OK) {
-        hr_engine_stats es;
-        hr_engine_get_stats(e, &es);
-        out->preemptions = es.preemptions;
+        hr_runtime_pool pool;
+        hr_runtime_get_pool(rt, &pool);
+        out->preemptions = pool.engine.preemptions;
         out->peak_kv_bytes = (uint64_t)out->peak_blocks * real_block_bytes;
         out->makespan_s = t_end - t_first;
         out->throughput_tok_s = out->makespan_s > 0 ? (double)out->output_tokens / out->makespan_s : 0;
@@ -293,10 +284,8 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
         out->itl_p50 = pct(gaps, n_gaps, 0.5);
         out->itl_p99 = pct(gaps, n_gaps, 0.99);
     }
-    for (int i = 0; rs && i < t->n; i++) hr_request_release(rs[i].h);
-    hr_engine_destroy(e);
-    hr_model_ctx_destroy(ctx);
-    hr_kv_pool_destroy(x.kv);
+    for (int i = 0; rs && i < t->n; i++) hr_rt_request_release(rt, rs[i].h);
+    hr_runtime_close(rt);
     free(rs);
     free(ttft);
     free(gaps);

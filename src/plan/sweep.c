@@ -9,7 +9,7 @@
 #include "plan/plan.h"
 
 /* The eval result's perplexity change for this format and policy ("full" or "window:W"). */
-static bool eval_lookup(json_t *eval, hr_kv_format f, int window, double *pct) {
+static bool eval_lookup(json_t *eval, hr_rt_kv_format f, int window, double *pct) {
     json_t *res = json_object_get(eval, "results");
     char pol[32];
     if (window > 0)
@@ -22,7 +22,8 @@ static bool eval_lookup(json_t *eval, hr_kv_format f, int window, double *pct) {
         const char *v = json_string_value(json_object_get(o, "kv_type_v"));
         const char *p = json_string_value(json_object_get(o, "policy"));
         json_t *c = json_object_get(o, "perplexity_change_pct");
-        if (k && v && p && json_is_number(c) && !strcmp(k, hr_kv_format_name(f)) && !strcmp(v, k) && !strcmp(p, pol)) {
+        if (k && v && p && json_is_number(c) && !strcmp(k, hr_rt_kv_format_name(f)) && !strcmp(v, k) &&
+            !strcmp(p, pol)) {
             *pct = json_number_value(c);
             return true;
         }
@@ -34,9 +35,9 @@ static bool eval_lookup(json_t *eval, hr_kv_format f, int window, double *pct) {
  * formats' order by bits (f16, q8, fp8, q4h, q4, kivi2), a window after full attention. */
 static double loss_rank(const hr_sim_row *row) {
     if (row->ppl_known) return row->ppl_increase_pct;
-    static const int order[HR_KV_FORMAT_COUNT] = {
-        [HR_KV_F32] = 0, [HR_KV_F16] = 1, [HR_KV_BF16] = 2, [HR_KV_Q8] = 3,
-        [HR_KV_FP8] = 4, [HR_KV_Q4H] = 5, [HR_KV_Q4] = 6,   [HR_KV_KIVI2] = 7};
+    static const int order[HR_RT_KV_FORMAT_COUNT] = {
+        [HR_RT_KV_F32] = 0, [HR_RT_KV_F16] = 1, [HR_RT_KV_BF16] = 2, [HR_RT_KV_Q8] = 3,
+        [HR_RT_KV_FP8] = 4, [HR_RT_KV_Q4H] = 5, [HR_RT_KV_Q4] = 6,   [HR_RT_KV_KIVI2] = 7};
     return 1000.0 + order[row->r.c.format] * 10 + (row->r.c.window > 0);
 }
 

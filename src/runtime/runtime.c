@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "backend/cuda/cuda.h"
@@ -25,9 +26,10 @@
 
 struct hr_runtime {
     hr_runtime_params p;
-    void *demo_file; /* the in-memory demo GGUF (borrowed by the model's reader) */
-    hr_model *owned; /* the model when the runtime loaded it (NULL when borrowed) */
-    const hr_model *model;
+    void *demo_file;       /* the in-memory demo GGUF (borrowed by the model's reader) */
+    hr_model *owned;       /* the model when the runtime loaded it (NULL when borrowed) */
+    const hr_model *model; /* NULL on a shape alone (p.shape) */
+    hr_hparams shape_hp;   /* p.shape as the layers below read a shape */
     hr_tokenizer *tok;
     hr_kv_pool *kv;
     hr_kv_swap *swap;
@@ -236,6 +238,20 @@ __attribute__((format(printf, 2, 3))) static void add_warning(hr_runtime *rt, co
     va_end(ap);
 }
 
+/* p.synth: a shape of `headroom synth`'s, its layers cut or grown, its matrices in a GGUF type. */
+static hr_status load_synth(hr_runtime *rt, hr_error *err) {
+    const hr_rt_synth *y = rt->p.synth;
+    hr_synth_shape shape;
+    hr_status st = hr_synth_shape_by_name(y->shape ? y->shape : "tiny", &shape, err);
+    if (st) return st;
+    if (y->n_layer > 0) shape.n_layer = y->n_layer;
+    int type = y->weight_type ? -1 : (int)HR_DTYPE_F32;
+    for (uint32_t id = 0; type < 0 && id < 64; id++)
+        if (!strcasecmp(hr_gguf_tensor_type_name(id), y->weight_type)) type = (int)id;
+    if (type < 0) return hr_error_set(err, HR_ERR_INVALID_ARG, "unknown weight type '%s'", y->weight_type);
+    return hr_synth_model(&shape, (hr_dtype)type, y->seed, &rt->owned, &rt->demo_file, err);
+}
+
 static hr_status load_demo(hr_runtime *rt, hr_error *err) {
     hr_synth_shape shape;
     hr_status st = hr_synth_shape_by_name("tiny", &shape, err);
@@ -265,8 +281,48 @@ static hr_status check_ctx(hr_runtime *rt, const hr_hparams *hp, hr_error *err) 
     return HR_OK;
 }
 
+/* The model's shape, or the one given without a model. */
+static const hr_hparams *rt_hparams(const hr_runtime *rt) {
+    return rt->model ? hr_model_hparams(rt->model) : &rt->shape_hp;
+}
+
+/* The engine's forward step on a shape alone: the default path wants a model (its vocabulary's size),
+ * so the runtime hands the engine the forward context's dispatch itself. */
+static hr_status shape_forward(void *user, const hr_batch *b, float *logits, hr_error *err) {
+    return hr_model_forward(user, b, logits, err);
+}
+
+/* p.shape as an hr_hparams (a llama-like shape: nothing reads more of it without weights). */
+static hr_status open_shape(hr_runtime *rt, hr_error *err) {
+    const hr_rt_shape *s = rt->p.shape;
+    if (!rt->p.backend)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "a runtime on a shape alone needs a backend that needs no weights");
+    if (s->n_vocab <= 0 || s->n_layer <= 0 || s->n_head_kv <= 0 || s->head_dim <= 0 || s->n_head < s->n_head_kv ||
+        s->n_ctx_train < 0 || s->sliding_window < 0)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "shape: vocabulary %d, layers %d, heads %d, KV heads %d, head_dim %d (each must be "
+                            "positive, heads >= KV heads)",
+                            s->n_vocab, s->n_layer, s->n_head, s->n_head_kv, s->head_dim);
+    hr_hparams *hp = &rt->shape_hp;
+    snprintf(hp->arch_name, sizeof hp->arch_name, "shape");
+    hp->n_vocab = s->n_vocab;
+    hp->n_ctx_train = s->n_ctx_train;
+    hp->n_embd = s->n_embd;
+    hp->n_ff = s->n_ff;
+    hp->n_head = s->n_head;
+    hp->n_head_kv = s->n_head_kv;
+    hp->n_layer = s->n_layer;
+    hp->head_dim = s->head_dim;
+    hp->n_rot = s->head_dim;
+    hp->sliding_window = s->sliding_window;
+    hp->n_window_layers = s->sliding_window > 0 ? s->n_layer : 0;
+    hp->n_ctx_orig = s->n_ctx_train;
+    return HR_OK;
+}
+
 static hr_status open_kv(hr_runtime *rt, hr_error *err) {
-    const hr_hparams *hp = hr_model_hparams(rt->model);
+    const hr_hparams *hp = rt_hparams(rt);
     hr_kv_budget_query q = {
         .kv = {.n_layers = hp->n_layer,
                .n_kv_heads = hp->n_head_kv,
@@ -282,8 +338,8 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
         .n_ctx = rt->n_ctx,
         .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
         .mem = {.model = hp,
-                .weight_bytes = hr_mem_weight_bytes(hp, hr_model_file_bytes(rt->model)),
-                .tokenizer_bytes = hr_tokenizer_table_bytes(rt->tok),
+                .weight_bytes = rt->model ? hr_mem_weight_bytes(hp, hr_model_file_bytes(rt->model)) : 0,
+                .tokenizer_bytes = rt->tok ? hr_tokenizer_table_bytes(rt->tok) : 0,
                 .max_batch_tokens = rt->p.max_batch_tokens,
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 .mem_limit = rt->p.mem_limit,
@@ -317,7 +373,11 @@ static void fill_defaults(hr_runtime_params *p) {
 
 static void set_model_name(hr_runtime *rt) {
     if (!rt->p.model_path) {
-        snprintf(rt->model_name, sizeof rt->model_name, "%s", rt->p.model ? "model" : "demo");
+        snprintf(rt->model_name, sizeof rt->model_name, "%s",
+                 rt->p.model   ? "model"
+                 : rt->p.shape ? "shape"
+                 : rt->p.synth ? (rt->p.synth->shape ? rt->p.synth->shape : "tiny")
+                               : "demo");
         return;
     }
     size_t len = strlen(rt->p.model_path);
@@ -366,8 +426,15 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
         return st;
     }
     if (cuda.ordinal >= 0 && (st = hr_cuda_probe(NULL, cuda.ordinal, err))) goto fail;
+    if (p->shape) { /* no model to load: what fails from here on is a parameter's (or memory) */
+        loaded = true;
+        if ((st = open_shape(rt, err))) goto fail;
+        goto shape_only;
+    }
     if (p->model)
         rt->model = p->model;
+    else if (p->synth)
+        st = load_synth(rt, err);
     else if (p->model_path && p->quantize) /* a Hugging Face checkpoint directory quantized at load */
         st = hr_model_load_dir(p->model_path, p->quantize, true, &rt->owned, err);
     else if (p->model_path)
@@ -389,8 +456,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     if ((st = hr_chat_create_from_gguf(hr_model_gguf(rt->model), p->chat_template, NULL, &rt->chat, rt->chat_warning,
                                        sizeof rt->chat_warning, err)))
         goto fail;
-    rt->n_ctx = p->n_ctx ? p->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
-    if ((st = check_ctx(rt, hp, err))) goto fail;
+shape_only:
+    rt->n_ctx = p->n_ctx ? p->n_ctx : HR_MIN(rt_hparams(rt)->n_ctx_train, 4096);
+    if ((st = check_ctx(rt, rt_hparams(rt), err))) goto fail;
     if ((st = open_kv(rt, err))) goto fail;
     if (p->kv_policy) {
         if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) ||
@@ -404,8 +472,8 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                               .max_batch_tokens = p->max_batch_tokens,
                               .max_ctx = p->forward_max_ctx > 0 ? p->forward_max_ctx : rt->n_ctx,
                               .force_isa = p->isa,
-                              .backend = cuda.ordinal >= 0 ? &hr_backend_cuda : NULL,
-                              .backend_user = cuda.ordinal >= 0 ? &cuda : NULL};
+                              .backend = cuda.ordinal >= 0 ? &hr_backend_cuda : p->backend,
+                              .backend_user = cuda.ordinal >= 0 ? &cuda : p->backend_user};
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;
@@ -441,6 +509,11 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
                            .layout = (hr_kv_layout)p->layout,
                            .on_step = rt->step_log ? log_step : NULL,
                            .on_step_user = rt->step_log};
+    if (!rt->model) { /* a shape alone */
+        ep.forward = shape_forward;
+        ep.forward_user = rt->ctx;
+        ep.n_vocab = rt->shape_hp.n_vocab;
+    }
     if ((st = hr_engine_create(&ep, &rt->engine, err))) goto fail;
     if ((st = hr_grammar_cache_create(HR_RT_GRAMMAR_CACHE, &rt->grammars, err))) goto fail;
     *out = rt;
@@ -474,15 +547,21 @@ hr_kv_swap *hr_runtime_swap(hr_runtime *rt) { return rt->swap; }
 hr_model_ctx *hr_runtime_ctx(hr_runtime *rt) { return rt->ctx; }
 hr_engine *hr_runtime_engine(hr_runtime *rt) { return rt->engine; }
 int hr_runtime_n_ctx(const hr_runtime *rt) { return rt->n_ctx; }
-bool hr_runtime_is_demo(const hr_runtime *rt) { return rt->p.model_path == NULL && rt->p.model == NULL; }
+bool hr_runtime_is_demo(const hr_runtime *rt) {
+    return rt->p.model_path == NULL && rt->p.model == NULL && rt->p.shape == NULL && rt->p.synth == NULL;
+}
 const char *hr_runtime_model_name(const hr_runtime *rt) { return rt->model_name; }
 const char *hr_runtime_warnings(const hr_runtime *rt) { return rt->warning; }
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt) { return &rt->budget; }
 const char *hr_runtime_chat_warning(const hr_runtime *rt) { return rt->chat_warning; }
-const char *hr_runtime_chat_fallback_note(const hr_runtime *rt) { return hr_chat_fallback_note(rt->chat); }
-const char *hr_runtime_chat_family(const hr_runtime *rt) { return hr_chat_template_name(hr_chat_family(rt->chat)); }
+const char *hr_runtime_chat_fallback_note(const hr_runtime *rt) {
+    return rt->chat ? hr_chat_fallback_note(rt->chat) : "";
+}
+const char *hr_runtime_chat_family(const hr_runtime *rt) {
+    return rt->chat ? hr_chat_template_name(hr_chat_family(rt->chat)) : "none";
+}
 bool hr_runtime_chat_native(const hr_runtime *rt) {
-    return !strcmp(hr_chat_describe(rt->chat), "the model's chat template");
+    return rt->chat && !strcmp(hr_chat_describe(rt->chat), "the model's chat template");
 }
 
 hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_params *p, hr_runtime **out,
@@ -490,17 +569,28 @@ hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_param
     hr_runtime_params q = *p;
     q.model = base->model;
     q.model_path = base->p.model_path; /* names it only */
+    q.shape = base->model ? NULL : base->p.shape; /* a shape alone: the same shape */
     return hr_runtime_open(&q, out, bad_option, err);
 }
 
 void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out) {
-    const hr_hparams *hp = hr_model_hparams(rt->model);
+    const hr_hparams *hp = rt_hparams(rt);
     *out = (hr_runtime_info){.model = hp->name,
                              .arch = hp->arch_name,
                              .n_ctx_train = hp->n_ctx_train,
                              .n_vocab = hp->n_vocab,
                              .isa = hr_model_ctx_isa(rt->ctx),
-                             .n_threads = hr_model_ctx_n_threads(rt->ctx)};
+                             .n_threads = hr_model_ctx_n_threads(rt->ctx),
+                             .shape = {.n_vocab = hp->n_vocab,
+                                       .n_ctx_train = hp->n_ctx_train,
+                                       .n_embd = hp->n_embd,
+                                       .n_ff = hp->n_ff,
+                                       .n_head = hp->n_head,
+                                       .n_head_kv = hp->n_head_kv,
+                                       .n_layer = hp->n_layer,
+                                       .head_dim = hp->head_dim,
+                                       .sliding_window = hp->sliding_window},
+                             .weight_bytes = rt->model ? hr_model_weight_bytes(rt->model) : 0};
 }
 
 hr_status hr_runtime_step(hr_runtime *rt, int *n_unfinished, hr_error *err) {
@@ -550,6 +640,9 @@ static hr_status prompt_ids(hr_runtime *rt, const hr_rt_request_params *p, hr_rt
         r->n_prompt = p->n_prompt_ids;
         return HR_OK;
     }
+    if (!rt->tok)
+        return hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_PROMPT, NULL,
+                                  "a runtime on a shape alone takes prompts as token ids only");
     int32_t *ids = NULL;
     size_t n = 0;
     hr_status st;
@@ -792,6 +885,7 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
 double hr_runtime_retry_after_s(hr_runtime *rt) { return hr_engine_retry_after_s(rt->engine); }
 
 void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_rt_sampling *builtin, hr_rt_sampling *sp) {
+    if (!rt->model) return;                      /* a shape alone has no checkpoint */
     const hr_gguf *g = hr_model_gguf(rt->model); /* model/hf.c keeps them as headroom.generation.* */
     double v;
 #define TAKE(key, field, type)                                                                                         \
@@ -847,7 +941,7 @@ hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *to
     if (n < 1 || n > rt->n_ctx || n > rt->p.max_batch_tokens)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "%d tokens to score: 1..%d", n,
                             HR_MIN(rt->n_ctx, rt->p.max_batch_tokens));
-    int V = hr_model_hparams(rt->model)->n_vocab;
+    int V = rt_hparams(rt)->n_vocab;
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
     hr_kv_seq *seqs = malloc(sizeof(hr_kv_seq) * (size_t)n);
     uint8_t *want = malloc((size_t)n);
@@ -884,6 +978,46 @@ hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *to
     hr_kv_seq_ledger l;
     if (out && hr_kv_seq_get_ledger(rt->kv, s, &l, NULL) == HR_OK)
         *out = (hr_rt_score){.kv_bytes = l.bytes_now, .tokens_kept = l.tokens_kept_max};
+out:
+    hr_kv_seq_free(rt->kv, s);
+out_free:
+    free(pos);
+    free(seqs);
+    free(want);
+    return st;
+}
+
+hr_status hr_runtime_time_forward(hr_runtime *rt, const int32_t *past, int n_past, const int32_t *tokens, int n,
+                                  bool all, int reps, float *logits, double *seconds, hr_error *err) {
+    if (n < 1 || n_past < 0 || n > rt->p.max_batch_tokens || n_past + n > rt->n_ctx || reps < 1)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "%d tokens after %d to time: 1..%d tokens, %d in all", n, n_past,
+                            rt->p.max_batch_tokens, rt->n_ctx);
+    int chunk = HR_MIN(128, rt->p.max_batch_tokens), cap = HR_MAX(n, chunk);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)cap);
+    hr_kv_seq *seqs = malloc(sizeof(hr_kv_seq) * (size_t)cap);
+    uint8_t *want = malloc((size_t)cap);
+    hr_kv_seq s;
+    hr_status st = HR_OK;
+    if (!pos || !seqs || !want) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        goto out_free;
+    }
+    if ((st = hr_kv_seq_create(rt->kv, &s, err))) goto out_free;
+    if ((st = hr_kv_seq_reserve(rt->kv, s, n_past + n, err))) goto out;
+    for (int done = 0; done < n_past;) { /* the cached tokens: computed, not timed */
+        int k = HR_MIN(chunk, n_past - done);
+        for (int i = 0; i < k; i++) pos[i] = done + i, seqs[i] = s, want[i] = 0;
+        hr_batch b = {.n_tokens = k, .tokens = past + done, .pos = pos, .seq = seqs, .want_logits = want};
+        if ((st = hr_model_forward(rt->ctx, &b, logits, err))) goto out;
+        done += k;
+    }
+    for (int i = 0; i < n; i++) pos[i] = n_past + i, seqs[i] = s, want[i] = all || i == n - 1;
+    hr_batch b = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = seqs, .want_logits = want};
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = hr_time_now();
+        if ((st = hr_model_forward(rt->ctx, &b, logits, err))) goto out;
+        seconds[rep] = hr_time_now() - t0;
+    }
 out:
     hr_kv_seq_free(rt->kv, s);
 out_free:

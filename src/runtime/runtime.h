@@ -91,6 +91,14 @@ typedef struct hr_runtime_params {
                             past it fail (fault injection) */
     bool raw_ids;        /* the engine runs without the tokenizer: no end-of-generation stop, no text,
                             no stop strings (random-weight models whose ids are compared as ids) */
+    /* The backend the forward pass runs on (backend/backend.h's hr_backend_ops; NULL: the CPU) and its
+       own state (hr_model_ctx_params.backend_user). */
+    const struct hr_backend_ops *backend;
+    void *backend_user;
+    const hr_rt_shape *shape; /* instead of a model: its shape alone (no weights, no tokenizer, no chat
+                                 template; prompts as token ids only, raw_ids implied), with a backend
+                                 that needs no weights (the planner's simulator, hr_backend_sim) */
+    const hr_rt_synth *synth; /* instead of a model file: a synthetic model built in memory */
 } hr_runtime_params;
 
 /* The defaults: f16 K and V, block 16, 512 tokens a step, 64 running, adaptive admission, auto
@@ -111,8 +119,9 @@ hr_status hr_runtime_open(const hr_runtime_params *p, hr_runtime **out, bool *ba
 void hr_runtime_close(hr_runtime *rt);
 
 /* Another runtime on base's model: the weights and the tokenizer's file are shared, not loaded again
- * (base must outlive it); p->model_path and p->model are ignored. Each arm of `headroom eval` is one,
- * with its own KV formats and pool. Same failures as hr_runtime_open. */
+ * (base must outlive it); p->model_path and p->model are ignored (and p->shape: a base on a shape alone
+ * gives its shape). Each arm of `headroom eval` is one, with its own KV formats and pool. Same failures
+ * as hr_runtime_open. */
 hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_params *p, hr_runtime **out,
                                   bool *bad_option, hr_error *err);
 
@@ -147,12 +156,14 @@ void hr_runtime_generation_defaults(const hr_runtime *rt, const hr_rt_sampling *
 
 /* What the runtime runs, for a front end to show (the model's own name, the kernels chosen). */
 typedef struct hr_runtime_info {
-    const char *model; /* the model's name from its metadata ("stories260K", ...) */
-    const char *arch;  /* its architecture ("llama", "qwen3", ...) */
-    int n_ctx_train;   /* the context it was trained for */
-    int n_vocab;       /* rows of its logits */
-    const char *isa;   /* the kernels in use ("avx2", ...) */
-    int n_threads;     /* the forward pass's threads */
+    const char *model;     /* the model's name from its metadata ("stories260K", ...) */
+    const char *arch;      /* its architecture ("llama", "qwen3", ...) */
+    int n_ctx_train;       /* the context it was trained for */
+    int n_vocab;           /* rows of its logits */
+    const char *isa;       /* the kernels in use ("avx2", ...) */
+    int n_threads;         /* the forward pass's threads */
+    hr_rt_shape shape;     /* its shape (what a cost model counts flops and bytes with) */
+    uint64_t weight_bytes; /* its weights as the backend holds them: what one forward pass streams */
 } hr_runtime_info;
 void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out);
 
@@ -188,6 +199,14 @@ hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_e
  * in flight (it uses the pool and forward context the engine steps with). */
 hr_status hr_runtime_score(hr_runtime *rt, const char *policy, const int32_t *tokens, int n, float *logits,
                            hr_rt_score *out, hr_error *err);
+
+/* Times forward passes (the planner's calibration): one new sequence computes past[0..n_past) first,
+ * untimed, 128 tokens a pass, then tokens[0..n) at positions n_past .. n_past + n - 1 reps times (the
+ * same work each time), with logits for every token (all) or the last only, into logits (n x
+ * hr_runtime_info.n_vocab); seconds[i] is pass i's wall time. Nothing is committed; the sequence is
+ * freed. n <= max_batch_tokens, n_past + n <= the context. Same thread rules as hr_runtime_score. */
+hr_status hr_runtime_time_forward(hr_runtime *rt, const int32_t *past, int n_past, const int32_t *tokens, int n,
+                                  bool all, int reps, float *logits, double *seconds, hr_error *err);
 
 /* ---- replicas: KV events and the shared KV tier ------------------------------------------------ */
 

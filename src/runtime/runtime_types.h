@@ -21,6 +21,25 @@
 typedef struct hr_model hr_model;         /* a model a test or bench loaded itself (hr_runtime_params.model) */
 typedef struct hr_tokenizer hr_tokenizer; /* the vocabulary: tokenizer/tokenizer.h, for text only */
 
+/* A model's shape without its weights (hr_runtime_params.shape): what the KV pool, the engine's
+ * logits and the budget need, for a backend that computes nothing from weights (the planner's
+ * simulator). */
+typedef struct hr_rt_shape {
+    int n_vocab;     /* rows of the logits the backend writes */
+    int n_ctx_train; /* 0: none (no trained-context check) */
+    int n_embd, n_ff, n_head, n_head_kv, n_layer, head_dim;
+    int sliding_window; /* every layer's window (0: full attention) */
+} hr_rt_shape;
+
+/* A model of random weights built in memory (hr_runtime_params.synth), for measurements that need a
+ * model's compute but not its weights' values (the planner's calibration). */
+typedef struct hr_rt_synth {
+    const char *shape;       /* `headroom synth`'s shape names: "tinyllama-1.1b", "tiny", ... */
+    const char *weight_type; /* the matrices' type ("q4_0", "q8_0", "f16", ...; NULL: f32) */
+    int n_layer;             /* > 0: this many layers instead of the shape's */
+    uint64_t seed;
+} hr_rt_synth;
+
 /* ---- KV formats ---------------------------------------------------------------------------------- */
 
 typedef enum hr_rt_kv_format {
