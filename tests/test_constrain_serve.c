@@ -31,23 +31,29 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *u) {
     return sz * nm;
 }
 
-/* POSTs json to route; returns the status and the parsed body in *out (NULL when not JSON). */
-static long post(int port, const char *route, const char *json, json_t **out) {
+/* POSTs json to route: the status, and the raw body in *b (the caller frees b->s). */
+static long post_raw(int port, const char *route, const char *json, body *b) {
     CURL *c = curl_easy_init();
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, route);
-    body b = {0};
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
     long status = 0;
     if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
+    return status;
+}
+
+/* POSTs json to route; returns the status and the parsed body in *out (NULL when not JSON). */
+static long post(int port, const char *route, const char *json, json_t **out) {
+    body b = {0};
+    long status = post_raw(port, route, json, &b);
     *out = b.s ? json_loads(b.s, 0, NULL) : NULL;
     free(b.s);
     return status;
@@ -57,21 +63,8 @@ static long post(int port, const char *route, const char *json, json_t **out) {
  * status is not 200, a chunk's text is not valid UTF-8 (a character split between chunks), or the
  * stream does not end with [DONE]. */
 static bool stream_text(int port, const char *route, const char *json, char *out, size_t cap) {
-    CURL *c = curl_easy_init();
-    char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, route);
     body b = {0};
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-    long status = 0;
-    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
+    long status = post_raw(port, route, json, &b);
     bool ok = status == 200 && b.s, done = false;
     size_t o = 0;
     out[0] = 0;
