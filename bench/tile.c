@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/util.h"
 #include "backend/cpu/kernels.h"
+#include "common/util.h"
 
 static double now(void) {
     struct timespec ts;

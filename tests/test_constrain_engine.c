@@ -182,8 +182,9 @@ static void run_model(hr_runtime *rt, const char *label) {
 
     /* refusals at submit, about the output format (the code; the front end names its field) */
     hr_rt_request_params p = {.prompt = "Hi", .max_tokens = 4, .sampling = hr_rt_sampling_default()};
-    p.constraint = (hr_rt_constraint){
-        .kind = HR_RT_CONS_JSON_SCHEMA, .src = "{\"type\":\"object\",\"patternProperties\":{}}", .field = "guided_json"};
+    p.constraint = (hr_rt_constraint){.kind = HR_RT_CONS_JSON_SCHEMA,
+                                      .src = "{\"type\":\"object\",\"patternProperties\":{}}",
+                                      .field = "guided_json"};
     p.constraint.len = strlen(p.constraint.src);
     hr_rt_request *r = NULL;
     CHECK(hr_runtime_submit(rt, &p, &r, &err) == HR_ERR_INVALID_ARG && r == NULL &&

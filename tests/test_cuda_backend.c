@@ -15,8 +15,8 @@
 #include "runtime/runtime.h"
 
 /* the kernels kernels/ defines: each must be in the embedded PTX */
-static const char *const k_kernels[] = {"hr_k_rmsnorm",   "hr_k_softmax",   "hr_k_rope",        "hr_k_swiglu",
-                                        "hr_k_embed",     "hr_k_gemv_q8_0", "hr_k_gemv_q4_0", "hr_k_attn_decode"};
+static const char *const k_kernels[] = {"hr_k_rmsnorm", "hr_k_softmax",   "hr_k_rope",      "hr_k_swiglu",
+                                        "hr_k_embed",   "hr_k_gemv_q8_0", "hr_k_gemv_q4_0", "hr_k_attn_decode"};
 #define N_KERNELS (int)(sizeof k_kernels / sizeof k_kernels[0])
 
 static void test_device_names(void) {
@@ -24,11 +24,20 @@ static void test_device_names(void) {
         const char *text;
         hr_status st;
         int ordinal;
-    } cases[] = {{NULL, HR_OK, -1},          {"cpu", HR_OK, -1},           {"cuda", HR_OK, 0},
-                 {"cuda:0", HR_OK, 0},       {"cuda:7", HR_OK, 7},         {"cuda:255", HR_OK, 255},
-                 {"cuda:256", HR_ERR_INVALID_ARG, 0}, {"cuda:", HR_ERR_INVALID_ARG, 0}, {"cuda:-1", HR_ERR_INVALID_ARG, 0},
-                 {"cuda:1x", HR_ERR_INVALID_ARG, 0},  {"gpu", HR_ERR_INVALID_ARG, 0},   {"CPU", HR_ERR_INVALID_ARG, 0},
-                 {"cuda0", HR_ERR_INVALID_ARG, 0},    {"", HR_ERR_INVALID_ARG, 0}};
+    } cases[] = {{NULL, HR_OK, -1},
+                 {"cpu", HR_OK, -1},
+                 {"cuda", HR_OK, 0},
+                 {"cuda:0", HR_OK, 0},
+                 {"cuda:7", HR_OK, 7},
+                 {"cuda:255", HR_OK, 255},
+                 {"cuda:256", HR_ERR_INVALID_ARG, 0},
+                 {"cuda:", HR_ERR_INVALID_ARG, 0},
+                 {"cuda:-1", HR_ERR_INVALID_ARG, 0},
+                 {"cuda:1x", HR_ERR_INVALID_ARG, 0},
+                 {"gpu", HR_ERR_INVALID_ARG, 0},
+                 {"CPU", HR_ERR_INVALID_ARG, 0},
+                 {"cuda0", HR_ERR_INVALID_ARG, 0},
+                 {"", HR_ERR_INVALID_ARG, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int ord = 12345;
         hr_error e = {0};
@@ -140,8 +149,8 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
     CHECK(hr_cuda_device_open(HR_FAKE_CUDA_LIB, 0, &dev, &e) == HR_OK);
     if (!dev) return;
     enum { L = 2, HKV = 2, D = 32, B = 4, NB = 3 };
-    hr_kv_storage_params p = {.n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB,
-                              .isa = "scalar"};
+    hr_kv_storage_params p = {
+        .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
     CHECK(kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) == HR_OK && kv_fmt_init(&p.v, fmt, KV_V, B, D, &e) == HR_OK);
     hr_kv_storage *gpu = NULL, *cpu = NULL;
     CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);

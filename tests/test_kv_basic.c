@@ -3,10 +3,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/kv_cpu.h" /* the CPU storage's f16/bf16/e4m3 conversions */
 #include "common/util.h"
 #include "harness.h"
 #include "kv/kv.h"
-#include "backend/cpu/kv_cpu.h" /* the CPU storage's f16/bf16/e4m3 conversions */
 #include "tensor/tensor.h"
 
 static void ref_attention(const float *K, const float *V, int n_ctx, int Hkv, int D, const float *q, int H, float scale,

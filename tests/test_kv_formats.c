@@ -14,10 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cpu/kv_cpu.h" /* the CPU storage's format kernels, tested one by one */
 #include "common/util.h"
 #include "harness.h"
 #include "kv/kv.h"
-#include "backend/cpu/kv_cpu.h" /* the CPU storage's format kernels, tested one by one */
 
 enum { HKV = 2, NMAX = 1000, DMAX = 128, GMAX = 8 };
 

@@ -43,7 +43,8 @@ static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
     kv_fmt_ops_ref(&f, &ref);
     kv_fmt_ops_ref(&f, &simd);
     kv_fmt_ops_avx2(&f, &simd);
-    uint8_t *h1 = aligned_alloc(64, (f.head_bytes + 63) / 64 * 64), *h2 = aligned_alloc(64, (f.head_bytes + 63) / 64 * 64);
+    uint8_t *h1 = aligned_alloc(64, (f.head_bytes + 63) / 64 * 64),
+            *h2 = aligned_alloc(64, (f.head_bytes + 63) / 64 * 64);
     CHECK(h1 && h2);
     if (!h1 || !h2) {
         free(h1);
@@ -75,8 +76,8 @@ static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
                 for (int c = 0; c < D; c++) q[c] = hr_rng_normal(rng) * (c % 7 == 0 ? 4.0f : 1.0f);
                 ref.dot(&f, h1, n, q, row, s1);
                 simd.dot(&f, h1, n, q, row, s2);
-                CHECKF(same_bits(s1, s2, (size_t)n * sizeof *s1), "%s K B=%d D=%d n=%d: q.K scores differ", name, B,
-                       D, n);
+                CHECKF(same_bits(s1, s2, (size_t)n * sizeof *s1), "%s K B=%d D=%d n=%d: q.K scores differ", name, B, D,
+                       n);
             } else {
                 for (int t = 0; t < n; t++) p[t] = (float)hr_rng_uniform(rng) * (t % 3 ? 1.0f : 1e-6f);
                 for (int c = 0; c < D; c++) a0[c] = hr_rng_normal(rng);
@@ -99,7 +100,8 @@ static void test_kernels(hr_rng *rng) {
         for (int role = 0; role < 2; role++)
             for (int bi = 0; bi < 2; bi++)
                 for (int di = 0; di < 6; di++)
-                    if (dims[di] % 8 == 0 || fmt <= HR_KV_BF16) kernel_case((hr_kv_format)fmt, role, blocks[bi], dims[di], rng);
+                    if (dims[di] % 8 == 0 || fmt <= HR_KV_BF16)
+                        kernel_case((hr_kv_format)fmt, role, blocks[bi], dims[di], rng);
     /* the stage's f16 view at the q4/kivi2 shapes is the F16 kernel: covered above */
 }
 

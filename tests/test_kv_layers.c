@@ -158,7 +158,7 @@ int main(void) {
             const char *name = inc + 10;
             bool ok = !strncmp(name, "kv/", 3) || !strncmp(name, "common/", 7) ||
                       (!strcmp(kv_files[i], "pool.c") && (!strncmp(name, "backend/cpu/kv_storage_cpu.h\"", 29) ||
-                                                           !strncmp(name, "backend/cpu/isa.h\"", 18)));
+                                                          !strncmp(name, "backend/cpu/isa.h\"", 18)));
             CHECKF(ok, "src/kv/%s includes \"%.40s", kv_files[i], name);
         }
         strip(src[i]);

@@ -372,12 +372,12 @@ int main(void) {
     test_kv();
     test_engine();
     test_matmul();
-    test_model("tiny", HR_DTYPE_F32);          /* llama, SPM vocabulary */
-    test_model("qwen2-tiny", HR_DTYPE_Q8_0);   /* Q/K/V biases, BPE vocabulary */
-    test_model("qwen3-tiny", HR_DTYPE_F16);    /* per-head Q/K norms */
-    test_model("gemma2-tiny", HR_DTYPE_F32);   /* post norms, window layers */
-    test_model("gemma3-tiny", HR_DTYPE_Q4_0);  /* window and full layers: two RoPE tables */
-    test_model("phi3-tiny", HR_DTYPE_F32);     /* fused Q/K/V and gate/up, LongRoPE */
+    test_model("tiny", HR_DTYPE_F32);         /* llama, SPM vocabulary */
+    test_model("qwen2-tiny", HR_DTYPE_Q8_0);  /* Q/K/V biases, BPE vocabulary */
+    test_model("qwen3-tiny", HR_DTYPE_F16);   /* per-head Q/K norms */
+    test_model("gemma2-tiny", HR_DTYPE_F32);  /* post norms, window layers */
+    test_model("gemma3-tiny", HR_DTYPE_Q4_0); /* window and full layers: two RoPE tables */
+    test_model("phi3-tiny", HR_DTYPE_F32);    /* fused Q/K/V and gate/up, LongRoPE */
     /* experts (the router, the grouping scratch): qwen3moe, llama with experts */
     test_model("qwen3moe-tiny", HR_DTYPE_Q8_0);
     test_model("mixtral-tiny", HR_DTYPE_F32);

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
 #include "common/util.h"
 #include "harness.h"
-#include "backend/cpu/kernels.h"
 
 __attribute__((target("f16c"))) static uint16_t f16c_convert(float f) {
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);

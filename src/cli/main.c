@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/commands.h"
 #include "backend/cpu/kernels.h"
+#include "cli/commands.h"
 
 #ifndef HR_VERSION
 #define HR_VERSION "unknown" /* CMakeLists.txt defines it */

@@ -37,8 +37,8 @@ static const char *format_name(int v) { return hr_rt_kv_format_name((hr_rt_kv_fo
 
 /* enumerations are stored as an int */
 _Static_assert(sizeof(hr_rt_admission) == sizeof(int) && sizeof(hr_rt_preempt) == sizeof(int) &&
-                   sizeof(hr_rt_layout) == sizeof(int) && sizeof(hr_rt_kv_format) == sizeof(int) && sizeof(hr_cache_scope_mode) == sizeof(int) &&
-                   sizeof(hr_metrics_compat) == sizeof(int),
+                   sizeof(hr_rt_layout) == sizeof(int) && sizeof(hr_rt_kv_format) == sizeof(int) &&
+                   sizeof(hr_cache_scope_mode) == sizeof(int) && sizeof(hr_metrics_compat) == sizeof(int),
                "an enumeration the table stores is not int-sized");
 
 static const char *const cache_scopes[] = {"auto", "key", "shared", NULL}; /* = hr_cache_scope_mode */

@@ -34,7 +34,7 @@ typedef struct hr_eval_cli_opts {
     const char *model_path, *formats;
     int n_ctx, max_chunks, block_size, n_threads;
     bool json, quiet;
-    const char *device; /* --device */
+    const char *device;                               /* --device */
     const char *policy_args[HR_EVAL_MAX_POLICY_ARGS]; /* --policy values, in order */
     int n_policy_args;
 } hr_eval_cli_opts;

@@ -30,10 +30,10 @@ typedef struct hr_eval_params {
                                     is then reported unavailable instead of refused) */
     const char *const *policies; /* each one policy or several separated by ';' (NULL / 0: full) */
     int n_policies;
-    int n_ctx;      /* chunk length in tokens (at most the model's trained context) */
-    int max_chunks; /* 0: the whole text */
-    int block_size; /* 0: 16 */
-    int n_threads;  /* 0: every core */
+    int n_ctx;          /* chunk length in tokens (at most the model's trained context) */
+    int max_chunks;     /* 0: the whole text */
+    int block_size;     /* 0: 16 */
+    int n_threads;      /* 0: every core */
     const char *device; /* hr_runtime_params.device: NULL, "cpu", "cuda", "cuda:N" */
 } hr_eval_params;
 

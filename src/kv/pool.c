@@ -107,8 +107,9 @@ uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks) {
     kv_meta_sizes m;
     kv_meta_sizes_of(cfg, n_blocks, &m);
     /* the CPU storage's own host tables (another storage keeps its bookkeeping where its bytes are) */
-    uint64_t st = cfg->storage ? 0
-                               : hr_kv_storage_cpu_meta_bytes(cfg->n_layers, hr_kv_fixed_bytes(cfg) > 0 ? kv_n_stage(cfg) : 0);
+    uint64_t st = cfg->storage
+                      ? 0
+                      : hr_kv_storage_cpu_meta_bytes(cfg->n_layers, hr_kv_fixed_bytes(cfg) > 0 ? kv_n_stage(cfg) : 0);
     return sizeof(hr_kv_pool) + m.refcnt + m.state + m.flags + m.hash + m.parent + m.tokens + m.prev + m.next +
            m.blk_stage + m.stage_free + m.map + m.seqs + m.pending + m.native_window + st;
 }

@@ -568,7 +568,7 @@ hr_status hr_runtime_open_sibling(const hr_runtime *base, const hr_runtime_param
                                   bool *bad_option, hr_error *err) {
     hr_runtime_params q = *p;
     q.model = base->model;
-    q.model_path = base->p.model_path; /* names it only */
+    q.model_path = base->p.model_path;            /* names it only */
     q.shape = base->model ? NULL : base->p.shape; /* a shape alone: the same shape */
     return hr_runtime_open(&q, out, bad_option, err);
 }
@@ -709,7 +709,8 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
         if (!rt->tok) {
             st = hr_error_set_param(err, HR_ERR_INVALID_ARG, HR_PARAM_OUTPUT_FORMAT, NULL,
                                     "output format: constrained decoding needs the model's tokenizer");
-        } else if ((st = hr_grammar_cache_get(rt->grammars, (hr_cons_kind)c->kind, c->src, c->len, &grammar, err)) != HR_OK) {
+        } else if ((st = hr_grammar_cache_get(rt->grammars, (hr_cons_kind)c->kind, c->src, c->len, &grammar, err)) !=
+                   HR_OK) {
             hr_error_prefix(err, "output format");
             hr_error_about(err, HR_PARAM_OUTPUT_FORMAT, NULL);
             if (st != HR_ERR_NOMEM) st = HR_ERR_INVALID_ARG; /* a bound is the request's fault too */

@@ -1,9 +1,9 @@
 /* fake_libcuda.c: a stand-in for the NVIDIA driver library (libcuda.so.1), built as a shared library
  * for test_cuda_backend, so the CUDA backend's host side (dlopen, symbol lookup, device checks,
  * module loading, kernel lookup by name, device memory) runs on a machine without a GPU. Device
- * memory is host memory (fresh mappings: zeros); a launch runs nothing and only counts. HR_FAKE_CUDA_MODE picks the machine:
- * unset: one compute capability 9.0 GPU; "nodev": the driver sees no GPU; "cc80": an 8.0 GPU.
- * The ABI is the driver API's documented one, as backend/cuda/cuda_driver.h declares it. */
+ * memory is host memory (fresh mappings: zeros); a launch runs nothing and only counts. HR_FAKE_CUDA_MODE picks the
+ * machine: unset: one compute capability 9.0 GPU; "nodev": the driver sees no GPU; "cc80": an 8.0 GPU. The ABI is the
+ * driver API's documented one, as backend/cuda/cuda_driver.h declares it. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>

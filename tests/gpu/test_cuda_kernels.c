@@ -71,7 +71,8 @@ static void test_rmsnorm_softmax(void) {
         fill(x, (size_t)n * rows, 4.0f);
         fill(w, (size_t)n, 1.0f);
         for (int r = 0; r < rows; r++) hr_op_rmsnorm(ref + r * n, x + r * n, w, n, 1e-5f);
-        uint64_t dx = up(x, sizeof(float) * n * rows), dw = up(w, sizeof(float) * n), dout = up(x, sizeof(float) * n * rows);
+        uint64_t dx = up(x, sizeof(float) * n * rows), dw = up(w, sizeof(float) * n),
+                 dout = up(x, sizeof(float) * n * rows);
         float eps = 1e-5f;
         void *a[] = {&dout, &dx, &dw, &n, &eps};
         if (launch("hr_k_rmsnorm", (unsigned)rows, 1, a)) {
@@ -113,7 +114,8 @@ static void test_rope(void) {
         memcpy(ref, x, sizeof x);
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) hr_op_rope(ref + (t * H + h) * D, n_rot, inv_ref, (float)pos[t], neox);
-        uint64_t dx = up(x, sizeof x), dpos = up(pos, sizeof pos), dinv = up(inv, sizeof inv), dfac = up(fac, sizeof fac);
+        uint64_t dx = up(x, sizeof x), dpos = up(pos, sizeof pos), dinv = up(inv, sizeof inv),
+                 dfac = up(fac, sizeof fac);
         void *a[] = {&dx, &dpos, &dinv, &dfac, &heads, &hd, &n_rot, &neox};
         if (launch("hr_k_rope", T, 1, a)) {
             down(got, dx, sizeof got);
@@ -157,7 +159,8 @@ static void test_embed_gemv(void) {
             size_t rb = hr_dtype_row_bytes(types[ti].t, cols);
             unsigned char *W = malloc(rb * rows);
             float *wf = malloc(sizeof(float) * cols * rows), *x = malloc(sizeof(float) * cols);
-            float *ref = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols), *got = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols);
+            float *ref = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols),
+                  *got = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols);
             fill(wf, (size_t)cols * rows, 1.0f);
             fill(x, (size_t)cols, 1.0f);
             for (int r = 0; r < rows; r++) {
@@ -175,19 +178,21 @@ static void test_embed_gemv(void) {
                 if (launch(types[ti].gemv, (unsigned)(rows + 7) / 8, 1, a)) {
                     down(got, dy, sizeof(float) * rows);
                     double worst = 0;
-                    for (int r = 0; r < rows; r++) worst = fmax(worst, fabs((double)got[r] - ref[r]) / sqrt((double)cols));
+                    for (int r = 0; r < rows; r++)
+                        worst = fmax(worst, fabs((double)got[r] - ref[r]) / sqrt((double)cols));
                     CHECKF(worst < 1e-5, "%s %dx%d: error / sqrt(cols) %g", types[ti].gemv, rows, cols, worst);
                 }
             }
             if (types[ti].type >= 0) { /* embedding: 4 ids, one repeated, the last row */
                 int ids[4] = {0, rows - 1, rows / 2, 0}, type = types[ti].type;
-                for (int i = 0; i < 4; i++) memcpy(ref + (size_t)i * cols, wf + (size_t)ids[i] * cols, sizeof(float) * cols);
+                for (int i = 0; i < 4; i++)
+                    memcpy(ref + (size_t)i * cols, wf + (size_t)ids[i] * cols, sizeof(float) * cols);
                 uint64_t dids = up(ids, sizeof ids), dout = up(ref, sizeof(float) * 4 * cols);
                 void *a[] = {&dout, &dW, &dids, &cols, &type};
                 if (launch("hr_k_embed", 4, 1, a)) {
                     down(got, dout, sizeof(float) * 4 * cols);
-                    CHECKF(memcmp(got, ref, sizeof(float) * 4 * cols) == 0, "embed type %d %dx%d: not exact", type, rows,
-                           cols);
+                    CHECKF(memcmp(got, ref, sizeof(float) * 4 * cols) == 0, "embed type %d %dx%d: not exact", type,
+                           rows, cols);
                 }
                 hr_cuda_free(dev, dids), hr_cuda_free(dev, dout);
             }
@@ -203,8 +208,8 @@ static void test_attention(void) {
     for (int fi = 0; fi < 2; fi++) {
         enum { L = 2, HKV = 2, H = 8, D = 64, B = 16, NB = 12, NQ = 3 };
         hr_error e = {0};
-        hr_kv_storage_params p = {.n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB,
-                                  .isa = "scalar"};
+        hr_kv_storage_params p = {
+            .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
         kv_fmt_init(&p.k, fmts[fi], KV_K, B, D, &e);
         kv_fmt_init(&p.v, fmts[fi], KV_V, B, D, &e);
         hr_kv_storage *cpu = NULL, *gpu = NULL;

@@ -28,7 +28,9 @@
 
 /* The two horizontal sums of an 8-lane register that kv_format_avx2.c uses: hsum8 (extract, movehl,
  * movehdup) for a token alone and hsum4's hadd tree for tokens taken four at a time. */
-static inline float kv_hsum8(const float *l) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
+static inline float kv_hsum8(const float *l) {
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
 static inline float kv_hsum8x4(const float *l) {
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
@@ -79,7 +81,7 @@ static void enc_bf16(const kv_fmt *f, uint8_t *head, int t, const float *x) {
         for (int t = 0; t < n; t++, k += D) {                                                                          \
             float l[8] = {0};                                                                                          \
             for (int c = 0; c < D8; c += 8)                                                                            \
-                for (int i = 0; i < 8; i++) l[i] = fmaf(q[c + i], CVT(k[c + i]), l[i]);                               \
+                for (int i = 0; i < 8; i++) l[i] = fmaf(q[c + i], CVT(k[c + i]), l[i]);                                \
             float s = t < n4 ? kv_hsum8x4(l) : kv_hsum8(l);                                                            \
             for (int c = D8; c < D; c++) s += q[c] * CVT(k[c]);                                                        \
             scores[t] = s;                                                                                             \

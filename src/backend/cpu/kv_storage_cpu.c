@@ -99,7 +99,8 @@ static const hr_kv_storage_ops kv_cpu_ops = {.name = "cpu",
                                              .stage_copy = cpu_stage_copy};
 
 uint64_t hr_kv_storage_cpu_meta_bytes(int n_layers, int n_stage) {
-    return sizeof(kv_cpu) + (n_stage > 0 ? (uint64_t)n_stage * (uint64_t)n_layers * sizeof(((kv_cpu *)0)->filled[0]) : 0);
+    return sizeof(kv_cpu) +
+           (n_stage > 0 ? (uint64_t)n_stage * (uint64_t)n_layers * sizeof(((kv_cpu *)0)->filled[0]) : 0);
 }
 
 hr_status hr_kv_storage_cpu_create(const hr_kv_storage_params *prm, hr_kv_storage **out, hr_error *err) {

@@ -44,8 +44,8 @@ hr_status hr_cuda_copy(hr_cuda_device *dev, uint64_t dst, uint64_t src, size_t b
  * with the kernel's arguments: args[i] points at the i-th argument's value (a device address as a
  * uint64_t, an int, a float, a struct by value), as cuLaunchKernel takes them; then waits for it.
  * HR_ERR_NOT_FOUND for a name no module has. */
-hr_status hr_cuda_launch(hr_cuda_device *dev, const char *name, unsigned gx, unsigned gy, unsigned threads,
-                         void **args, hr_error *err);
+hr_status hr_cuda_launch(hr_cuda_device *dev, const char *name, unsigned gx, unsigned gy, unsigned threads, void **args,
+                         hr_error *err);
 
 /* ---- the embedded kernels ----------------------------------------------------------------------- */
 

@@ -40,7 +40,7 @@ hr_status hr_cuda_driver_open(const char *lib, hr_cuda_driver *out, hr_error *er
 #define HR_CU_LOAD(field, name)                                                                                        \
     if (!(sym = dlsym(h, name))) {                                                                                     \
         dlclose(h);                                                                                                    \
-        return hr_error_set(err, HR_ERR_UNSUPPORTED, "%s has no %s (not the NVIDIA driver, or one too old)", lib,     \
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "%s has no %s (not the NVIDIA driver, or one too old)", lib,      \
                             name);                                                                                     \
     }                                                                                                                  \
     memcpy(&d.field, &sym, sizeof sym);

@@ -13,8 +13,8 @@
 
 #include "common/status.h"
 
-typedef int hr_cu_result; /* CUresult: 0 is CUDA_SUCCESS */
-typedef int hr_cu_device; /* CUdevice */
+typedef int hr_cu_result;             /* CUresult: 0 is CUDA_SUCCESS */
+typedef int hr_cu_device;             /* CUdevice */
 typedef unsigned long long hr_cu_ptr; /* CUdeviceptr */
 typedef struct hr_cu_ctx_st *hr_cu_ctx;
 typedef struct hr_cu_mod_st *hr_cu_module;

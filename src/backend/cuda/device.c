@@ -50,7 +50,8 @@ hr_status hr_cuda_device_open(const char *driver_lib, int ordinal, hr_cuda_devic
         return open_fail(d, hr_error_set(err, HR_ERR_UNSUPPORTED, "no GPU %d (this machine has %d)", ordinal, n), err);
     if ((r = d->drv.cuDeviceGet(&d->dev, ordinal)))
         return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot open the GPU", err), err);
-    if (d->drv.cuDeviceGetName(d->name, (int)sizeof d->name, d->dev)) snprintf(d->name, sizeof d->name, "GPU %d", ordinal);
+    if (d->drv.cuDeviceGetName(d->name, (int)sizeof d->name, d->dev))
+        snprintf(d->name, sizeof d->name, "GPU %d", ordinal);
     int major = 0, minor = 0;
     d->drv.cuDeviceGetAttribute(&major, HR_CU_ATTR_CC_MAJOR, d->dev);
     d->drv.cuDeviceGetAttribute(&minor, HR_CU_ATTR_CC_MINOR, d->dev);

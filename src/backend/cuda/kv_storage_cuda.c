@@ -74,7 +74,8 @@ static uint64_t cuda_kv_footprint(const hr_kv_storage *st) {
 static hr_status put_head(cuda_kv *s, const kv_fmt *f, uint64_t head, int t, const float *x, hr_error *err) {
     int D = f->D;
     unsigned char buf[2048];
-    if ((size_t)D * 2 > sizeof buf) return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: head_dim %d is too large", D);
+    if ((size_t)D * 2 > sizeof buf)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: head_dim %d is too large", D);
     if (f->format != HR_KV_Q8) {
         for (int d = 0; d < D; d++) {
             hr_f16 h = hr_f32_to_f16(x[d]);

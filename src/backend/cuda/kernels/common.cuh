@@ -17,7 +17,7 @@
 #define __shared__ __attribute__((shared))
 
 #define HR_K_THREADS 256
-#define HR_K_WARP 32
+#define HR_K_WARP    32
 
 typedef unsigned char u8;
 typedef signed char i8;

@@ -7,8 +7,8 @@
  * are the model's per-pair frequency factors (Llama 3's rope_freqs, LongRoPE's short or long set):
  * the pair's frequency is divided by its factor, as the CPU does. neox: pairs are (i, i + n_rot/2)
  * (GPT-NeoX, Qwen, ...); otherwise adjacent (2i, 2i + 1) (Llama's GGUF layout). */
-extern "C" __global__ void hr_k_rope(float *x, const int *pos, const float *inv_freq, const float *factors,
-                                     int n_heads, int head_dim, int n_rot, int neox) {
+extern "C" __global__ void hr_k_rope(float *x, const int *pos, const float *inv_freq, const float *factors, int n_heads,
+                                     int head_dim, int n_rot, int neox) {
     int t = ctaid_x(), half = n_rot / 2;
     float *xt = x + (u64)t * (u64)n_heads * (u64)head_dim;
     double p = (double)pos[t];
