@@ -477,6 +477,47 @@ static char *dir_of(const char *name) {
     return d;
 }
 
+/* `headroom plan -m DIR` and `plan -m FILE.gguf` (hr_plan_model_open, which the command calls) on a
+ * checkpoint and the GGUF it was written from: the same shape (every hyper-parameter the planner reads)
+ * and the same weight rows (tensors, elements, bytes by type). The file sizes differ (a config.json
+ * plans the GGUF it would convert to, estimated), the tensors do not. */
+static void plan_same(const char *what, const char *dir, const hr_synth_shape *sp, hr_dtype type) {
+    hr_synth_shape s = *sp;
+    hr_gguf_writer *w = NULL;
+    hr_error err = {0};
+    char path[4400];
+    snprintf(path, sizeof path, "%s.gguf", dir);
+    CHECKF(hr_synth_build(&s, type, 7, &w, &err) == HR_OK && hr_gguf_writer_write_file(w, path, &err) == HR_OK,
+           "%s: %s", what, err.msg);
+    hr_gguf_writer_destroy(w);
+    hr_plan_model a, b;
+    CHECKF(hr_plan_model_open(dir, NULL, &a, &err) == HR_OK, "%s: plan of the directory: %s", what, err.msg);
+    CHECKF(hr_plan_model_open(path, NULL, &b, &err) == HR_OK, "%s: plan of the GGUF: %s", what, err.msg);
+    const hr_hparams *x = &a.hp, *y = &b.hp;
+    CHECKF(x->arch == y->arch && x->n_embd == y->n_embd && x->n_ff == y->n_ff && x->n_head == y->n_head &&
+               x->n_head_kv == y->n_head_kv && x->head_dim == y->head_dim && x->n_layer == y->n_layer &&
+               x->n_vocab == y->n_vocab && x->n_rot == y->n_rot && x->n_ctx_train == y->n_ctx_train &&
+               x->sliding_window == y->sliding_window && x->n_window_layers == y->n_window_layers &&
+               x->tied_output == y->tied_output && x->fused_qkv == y->fused_qkv && x->qk_norm == y->qk_norm &&
+               x->post_norms == y->post_norms && x->has_qkv_bias == y->has_qkv_bias &&
+               x->has_longrope == y->has_longrope && x->has_rope_freqs == y->has_rope_freqs &&
+               x->n_expert == y->n_expert && x->n_expert_used == y->n_expert_used && x->n_ff_exp == y->n_ff_exp &&
+               x->rope_base == y->rope_base && x->norm_eps == y->norm_eps,
+           "%s: plan shapes differ", what);
+    CHECKF(a.n_rows == b.n_rows && a.tensor_bytes == b.tensor_bytes && !strcmp(a.weight_type, b.weight_type),
+           "%s: %d rows, %llu bytes, %s vs %d rows, %llu bytes, %s", what, a.n_rows, (unsigned long long)a.tensor_bytes,
+           a.weight_type, b.n_rows, (unsigned long long)b.tensor_bytes, b.weight_type);
+    for (int i = 0; i < a.n_rows && i < b.n_rows; i++)
+        CHECKF(!strcmp(a.rows[i].type, b.rows[i].type) && a.rows[i].n_tensors == b.rows[i].n_tensors &&
+                   a.rows[i].n_elements == b.rows[i].n_elements && a.rows[i].bytes == b.rows[i].bytes,
+               "%s: row %d: %s %d tensors %llu elements vs %s %d tensors %llu elements", what, i, a.rows[i].type,
+               a.rows[i].n_tensors, (unsigned long long)a.rows[i].n_elements, b.rows[i].type, b.rows[i].n_tensors,
+               (unsigned long long)b.rows[i].n_elements);
+    printf("%s: plan of the directory = plan of the GGUF (%d layers, %d KV heads, %llu weight bytes)\n", what,
+           x->n_layer, x->n_head_kv, (unsigned long long)a.tensor_bytes);
+    unlink(path);
+}
+
 static void test_equivalence(void) {
     void *m32 = NULL, *m16 = NULL, *mq = NULL;
     hr_gguf *g32 = synth_gguf(HR_DTYPE_F32, &m32);
@@ -539,6 +580,7 @@ static void test_equivalence(void) {
         const char *d = dir_of(others[i]);
         write_checkpoint_of(d, go, &sh, "float32", OK);
         compare(others[i], d, NULL, go);
+        plan_same(others[i], d, &sh, HR_DTYPE_F32);
         free(mo);
     }
     hr_synth_shape g3;

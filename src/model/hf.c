@@ -18,6 +18,7 @@
 
 #include "common/util.h"
 #include "model/model.h"
+#include "model/model_internal.h"
 #include "model/safetensors.h"
 #include "tensor/tensor.h"
 #include "tokenizer/tokenizer.h"
@@ -706,6 +707,53 @@ static hr_status open_shards(hr_hf *h, const char *dir, hr_error *err) {
     return st;
 }
 
+/* A multimodal wrapper's language model (its text_config, with the wrapper's torch_dtype), else root;
+ * takes root's reference. NULL: out of memory. */
+static json_t *text_model(json_t *root) {
+    json_t *text = json_object_get(root, "text_config");
+    if (!json_is_object(text) || !json_object_get(text, "hidden_size")) return root;
+    json_t *inner = json_deep_copy(text);
+    if (inner && !json_object_get(inner, "torch_dtype") && json_object_get(root, "torch_dtype"))
+        json_object_set(inner, "torch_dtype", json_object_get(root, "torch_dtype"));
+    json_decref(root);
+    return inner;
+}
+
+hr_status hr_model_config_hparams(const char *json_text, size_t len, hr_hparams *out, hr_error *err) {
+    hf_cfg c = {.dir = ".", .quant = -1};
+    snprintf(c.cfg_path, sizeof c.cfg_path, "config.json");
+    json_error_t je;
+    json_t *root = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return hr_error_set(err, HR_ERR_FORMAT, "config.json: not JSON: %s (line %d)", je.text, je.line);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return hr_error_set(err, HR_ERR_FORMAT, "config.json: not a JSON object");
+    }
+    hr_hf *h = calloc(1, sizeof *h); /* holds the RoPE factor tensors read_config makes */
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf *g = NULL;
+    hr_status st = HR_OK;
+    if (!(root = text_model(root)) || !h || !w)
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    else if ((st = read_config(h, &c, root, w, err)) == HR_OK &&
+             (st = hr_gguf_writer_write_memory(w, &h->meta_image, &h->meta_size, err)) == HR_OK &&
+             (st = hr_gguf_open_memory(h->meta_image, h->meta_size, &g, err)) == HR_OK &&
+             (st = hr_model_hparams_of_meta(g, out, err)) == HR_OK) {
+        /* what load.c learns from the tensors, from what this architecture's checkpoints store */
+        out->n_vocab = (int)c.V;
+        out->tied_output = c.tied;
+        out->has_rope_freqs = hr_hf_find_tensor(h, "rope_freqs.weight") != NULL;
+        out->has_longrope = hr_hf_find_tensor(h, "rope_factors_long.weight") != NULL;
+        out->fused_qkv = c.arch_id == HR_ARCH_PHI3;
+        out->has_qkv_bias = c.arch_id == HR_ARCH_QWEN2;
+    }
+    hr_gguf_close(g);
+    hr_gguf_writer_destroy(w);
+    json_decref(root);
+    hr_hf_destroy(h);
+    return st;
+}
+
 hr_status hr_hf_open(const char *dir, const char *quantize_name, hr_hf **hf, hr_gguf **meta, hr_error *err) {
     hf_cfg c = {.dir = dir, .quant = -1};
     if (quantize_name && (c.quant = hr_hf_quantize_type(quantize_name)) < 0)
@@ -728,17 +776,9 @@ hr_status hr_hf_open(const char *dir, const char *quantize_name, hr_hf **hf, hr_
         goto fail;
     }
     if (!(root = load_json(c.cfg_path, true, err, &st))) goto fail;
-    json_t *text = json_object_get(root, "text_config"); /* a multimodal wrapper: its language model */
-    if (json_is_object(text) && json_object_get(text, "hidden_size")) {
-        json_t *inner = json_deep_copy(text);
-        if (inner && !json_object_get(inner, "torch_dtype") && json_object_get(root, "torch_dtype"))
-            json_object_set(inner, "torch_dtype", json_object_get(root, "torch_dtype"));
-        json_decref(root);
-        root = inner;
-        if (!root) {
-            st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
+    if (!(root = text_model(root))) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        goto fail;
     }
     if ((st = read_config(h, &c, root, w, err))) goto fail;
     if ((st = read_generation(dir, w, err))) goto fail;
