@@ -74,10 +74,11 @@ typedef struct st_entry {
 
 typedef enum corrupt {
     OK = 0,
-    BAD_DTYPE,  /* one matrix stored F16 while config.json says float32 */
-    BAD_SHAPE,  /* layer 1's k_proj holds q_proj's [64, 64] where [32, 64] belongs */
-    TWO_SHARDS, /* model-0000{1,2}-of-00002.safetensors with the index */
-    MULTIMODAL, /* gemma3 as Gemma3ForConditionalGeneration: text_config, model.language_model.*, a vision tower */
+    BAD_DTYPE,      /* one matrix stored F16 while config.json says float32 */
+    BAD_SHAPE,      /* layer 1's k_proj holds q_proj's [64, 64] where [32, 64] belongs */
+    TWO_SHARDS,     /* model-0000{1,2}-of-00002.safetensors with the index */
+    MISSING_EXPERT, /* a MoE checkpoint without layer 1's gate_proj of expert 3 */
+    MULTIMODAL,     /* gemma3 as Gemma3ForConditionalGeneration: text_config, model.language_model.*, a vision tower */
 } corrupt;
 
 static void write_text(const char *dir, const char *file, const char *text) {
@@ -194,7 +195,10 @@ static void write_tokenizer(const char *dir) {
 static void write_config(const char *dir, const hr_synth_shape *s, const hr_gguf *g, const char *torch_dtype) {
     char cfg[4096];
     int hd = s->head_dim > 0 ? s->head_dim : s->n_embd / s->n_head;
-    const char *mt = !strcmp(s->arch, "gemma3") ? "gemma3_text" : s->arch;
+    const char *mt = !strcmp(s->arch, "gemma3")     ? "gemma3_text"
+                     : !strcmp(s->arch, "qwen3moe") ? "qwen3_moe"
+                     : s->n_expert > 0              ? "mixtral"
+                                                    : s->arch;
     char extra[2048] = "";
     if (s->llama3_rope)
         snprintf(extra, sizeof extra,
@@ -227,7 +231,17 @@ static void write_config(const char *dir, const hr_synth_shape *s, const hr_gguf
         snprintf(extra + o, sizeof extra - o, "}");
     } else if (!strcmp(s->arch, "qwen2"))
         snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
-    bool synth_llama_path = !strcmp(s->arch, "llama") || !strcmp(s->arch, "mistral") || !strcmp(s->arch, "qwen2");
+    else if (!strcmp(s->arch, "qwen3moe"))
+        snprintf(extra, sizeof extra,
+                 ", \"num_experts\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d,"
+                 " \"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": []",
+                 s->n_expert, s->n_expert_used, s->n_ff_exp);
+    else if (s->n_expert > 0)
+        snprintf(extra, sizeof extra,
+                 ", \"num_local_experts\": %d, \"num_experts_per_tok\": %d, \"sliding_window\": null", s->n_expert,
+                 s->n_expert_used);
+    bool synth_llama_path =
+        s->n_expert == 0 && (!strcmp(s->arch, "llama") || !strcmp(s->arch, "mistral") || !strcmp(s->arch, "qwen2"));
     snprintf(cfg, sizeof cfg,
              "{\"model_type\": \"%s\", \"hidden_size\": %d, \"intermediate_size\": %d,"
              " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d,"
@@ -248,10 +262,11 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
     write_config(dir, &s, g, torch_dtype);
     write_tokenizer(dir);
     const bool gemma = !strcmp(s.arch, "gemma2") || !strcmp(s.arch, "gemma3");
-    const bool qk_norm = !strcmp(s.arch, "qwen3") || !strcmp(s.arch, "gemma3");
+    const bool qk_norm = !strcmp(s.arch, "qwen3") || !strcmp(s.arch, "qwen3moe") || !strcmp(s.arch, "gemma3");
+    const bool moe = s.n_expert > 0, mixtral = moe && !strcmp(s.arch, "llama");
     const bool permute = !strcmp(s.arch, "llama") || !strcmp(s.arch, "mistral");
     const bool phi3 = !strcmp(s.arch, "phi3");
-    st_entry e[128];
+    st_entry e[160];
     int n = 0;
     add_entry(e, &n, g, "token_embd.weight", "model.embed_tokens.weight", 0);
     for (int il = 0; il < s.n_layer; il++) {
@@ -282,6 +297,7 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
                      {"ffn_down.weight", "mlp.down_proj.weight", 0, 0}};
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             int when = names[k].when;
+            if (moe && strstr(names[k].gguf, "ffn_") && strcmp(names[k].gguf, "ffn_norm.weight")) continue;
             if ((when == 1 && !s.qkv_bias) || (when == 2 && !qk_norm) || (when == 3 && gemma) ||
                 (when == 4 && !gemma) || (when == 5 && !phi3) || (when == 6 && phi3))
                 continue;
@@ -299,6 +315,34 @@ static void write_checkpoint_of(const char *dir, const hr_gguf *g, const hr_synt
                 add_gemma_norm(e, &n, g, src, hn);
             else
                 add_entry(e, &n, g, src, hn, heads);
+        }
+        if (moe) { /* the router, and each expert's matrices cut from the GGUF's stacks */
+            snprintf(gn, sizeof gn, "blk.%d.ffn_gate_inp.weight", il);
+            snprintf(hn, sizeof hn, "model.layers.%d.%s", il,
+                     mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+            add_entry(e, &n, g, gn, hn, 0);
+            static const char *const stacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+            static const char *const q3[3] = {"gate_proj", "up_proj", "down_proj"}, *mx[3] = {"w1", "w3", "w2"};
+            for (int k = 0; k < 3; k++) {
+                snprintf(gn, sizeof gn, "blk.%d.%s.weight", il, stacks[k]);
+                const hr_gguf_tensor *t = hr_gguf_find_tensor(g, gn);
+                size_t slice = t->size_bytes / (size_t)t->ne[2];
+                for (int x = 0; x < s.n_expert; x++) {
+                    if (how == MISSING_EXPERT && il == 1 && k == 0 && x == 3) continue;
+                    st_entry *y = &e[n++];
+                    if (mixtral)
+                        snprintf(y->name, sizeof y->name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", il,
+                                 x, mx[k]);
+                    else
+                        snprintf(y->name, sizeof y->name, "model.layers.%d.mlp.experts.%d.%s.weight", il, x, q3[k]);
+                    y->dtype = t->type == HR_DTYPE_F32 ? "F32" : t->type == HR_DTYPE_F16 ? "F16" : "BF16";
+                    y->rows = t->ne[1];
+                    y->cols = t->ne[0];
+                    y->bytes = slice;
+                    y->data = malloc(slice);
+                    memcpy(y->data, (const uint8_t *)t->data + (size_t)x * slice, slice);
+                }
+            }
         }
     }
     if (gemma)
@@ -477,6 +521,47 @@ static char *dir_of(const char *name) {
     return d;
 }
 
+/* `headroom plan -m DIR` and `plan -m FILE.gguf` (hr_plan_model_open, which the command calls) on a
+ * checkpoint and the GGUF it was written from: the same shape (every hyper-parameter the planner reads)
+ * and the same weight rows (tensors, elements, bytes by type). The file sizes differ (a config.json
+ * plans the GGUF it would convert to, estimated), the tensors do not. */
+static void plan_same(const char *what, const char *dir, const hr_synth_shape *sp, hr_dtype type) {
+    hr_synth_shape s = *sp;
+    hr_gguf_writer *w = NULL;
+    hr_error err = {0};
+    char path[4400];
+    snprintf(path, sizeof path, "%s.gguf", dir);
+    CHECKF(hr_synth_build(&s, type, 7, &w, &err) == HR_OK && hr_gguf_writer_write_file(w, path, &err) == HR_OK,
+           "%s: %s", what, err.msg);
+    hr_gguf_writer_destroy(w);
+    hr_plan_model a, b;
+    CHECKF(hr_plan_model_open(dir, NULL, &a, &err) == HR_OK, "%s: plan of the directory: %s", what, err.msg);
+    CHECKF(hr_plan_model_open(path, NULL, &b, &err) == HR_OK, "%s: plan of the GGUF: %s", what, err.msg);
+    const hr_hparams *x = &a.hp, *y = &b.hp;
+    CHECKF(x->arch == y->arch && x->n_embd == y->n_embd && x->n_ff == y->n_ff && x->n_head == y->n_head &&
+               x->n_head_kv == y->n_head_kv && x->head_dim == y->head_dim && x->n_layer == y->n_layer &&
+               x->n_vocab == y->n_vocab && x->n_rot == y->n_rot && x->n_ctx_train == y->n_ctx_train &&
+               x->sliding_window == y->sliding_window && x->n_window_layers == y->n_window_layers &&
+               x->tied_output == y->tied_output && x->fused_qkv == y->fused_qkv && x->qk_norm == y->qk_norm &&
+               x->post_norms == y->post_norms && x->has_qkv_bias == y->has_qkv_bias &&
+               x->has_longrope == y->has_longrope && x->has_rope_freqs == y->has_rope_freqs &&
+               x->n_expert == y->n_expert && x->n_expert_used == y->n_expert_used && x->n_ff_exp == y->n_ff_exp &&
+               x->rope_base == y->rope_base && x->norm_eps == y->norm_eps,
+           "%s: plan shapes differ", what);
+    CHECKF(a.n_rows == b.n_rows && a.tensor_bytes == b.tensor_bytes && !strcmp(a.weight_type, b.weight_type),
+           "%s: %d rows, %llu bytes, %s vs %d rows, %llu bytes, %s", what, a.n_rows, (unsigned long long)a.tensor_bytes,
+           a.weight_type, b.n_rows, (unsigned long long)b.tensor_bytes, b.weight_type);
+    for (int i = 0; i < a.n_rows && i < b.n_rows; i++)
+        CHECKF(!strcmp(a.rows[i].type, b.rows[i].type) && a.rows[i].n_tensors == b.rows[i].n_tensors &&
+                   a.rows[i].n_elements == b.rows[i].n_elements && a.rows[i].bytes == b.rows[i].bytes,
+               "%s: row %d: %s %d tensors %llu elements vs %s %d tensors %llu elements", what, i, a.rows[i].type,
+               a.rows[i].n_tensors, (unsigned long long)a.rows[i].n_elements, b.rows[i].type, b.rows[i].n_tensors,
+               (unsigned long long)b.rows[i].n_elements);
+    printf("%s: plan of the directory = plan of the GGUF (%d layers, %d KV heads, %llu weight bytes)\n", what,
+           x->n_layer, x->n_head_kv, (unsigned long long)a.tensor_bytes);
+    unlink(path);
+}
+
 static void test_equivalence(void) {
     void *m32 = NULL, *m16 = NULL, *mq = NULL;
     hr_gguf *g32 = synth_gguf(HR_DTYPE_F32, &m32);
@@ -529,7 +614,8 @@ static void test_equivalence(void) {
 
     /* the other families: biases and tied output (qwen2), Q/K norms (qwen3), gemma's 1 + w norms,
      * post-norms, soft-caps and window patterns */
-    static const char *const others[] = {"qwen2-tiny", "qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny"};
+    static const char *const others[] = {"qwen2-tiny", "qwen3-tiny",    "gemma2-tiny", "gemma3-tiny",
+                                         "phi3-tiny",  "qwen3moe-tiny", "mixtral-tiny"};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         hr_synth_shape sh;
         hr_error err;
@@ -539,10 +625,18 @@ static void test_equivalence(void) {
         const char *d = dir_of(others[i]);
         write_checkpoint_of(d, go, &sh, "float32", OK);
         compare(others[i], d, NULL, go);
+        plan_same(others[i], d, &sh, HR_DTYPE_F32);
         free(mo);
     }
-    hr_synth_shape g3;
+    /* the experts quantized at load: the same as the q8_0 GGUF synth makes (the router stays f32) */
+    hr_synth_shape moe;
     hr_error err;
+    CHECK(hr_synth_shape_by_name("qwen3moe-tiny", &moe, &err) == HR_OK);
+    void *mq8 = NULL;
+    hr_gguf *gq8 = synth_gguf_of(&moe, HR_DTYPE_Q8_0, &mq8);
+    compare("qwen3moe-tiny --quantize q8_0", dir_of("qwen3moe-tiny"), "q8_0", gq8);
+    free(mq8);
+    hr_synth_shape g3;
     CHECK(hr_synth_shape_by_name("gemma3-tiny", &g3, &err) == HR_OK);
     void *mm = NULL;
     hr_gguf *gm = synth_gguf_of(&g3, HR_DTYPE_F32, &mm);
@@ -680,6 +774,26 @@ static void test_bad_input(void) {
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", d);
     unlink(path);
     expect_fail("missing shard", d, "model-00002-of-00002.safetensors", "missing shard");
+
+    hr_synth_shape moe;
+    hr_error merr;
+    CHECK(hr_synth_shape_by_name("qwen3moe-tiny", &moe, &merr) == HR_OK);
+    void *mm = NULL;
+    hr_gguf *gm = synth_gguf_of(&moe, HR_DTYPE_F32, &mm);
+    d = dir_of("moe-missing");
+    write_checkpoint_of(d, gm, &moe, "float32", MISSING_EXPERT);
+    expect_fail("an expert missing", d, "lacks expert 3 of 'blk.1.ffn_gate_exps.weight'", "7 of 8");
+    snprintf(path, sizeof path, "%s/config.json", d);
+    char *cfg = hr_test_slurp(path, NULL), *at = cfg ? strstr(cfg, "\"norm_topk_prob\": true") : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        memcpy(at, "\"norm_topk_prob\":false", 22); /* same length: the rest of the text unchanged */
+        write_text(d, "config.json", cfg);
+        expect_fail("norm_topk_prob false", d, "config.json", "norm_topk_prob false is not supported");
+    }
+    free(cfg);
+    hr_gguf_close(gm);
+    free(mm);
 
     d = dir_of("empty-dir");
     mkdir(d, 0700);

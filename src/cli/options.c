@@ -718,8 +718,8 @@ static const help_page pages[] = {
                "x concurrency, activations and scratch at the batch-token budget, runtime overhead, the total\n"
                "against the device's memory, and for every KV format the largest concurrency at the context and\n"
                "the largest context at the concurrency that fit. The figures come from the function the runtime\n"
-               "sizes its pool with (docs/PLAN.md). A Hugging Face config.json (llama, mistral, qwen2) plans a model\n"
-               "without its weights.\n\n"},
+               "sizes its pool with (docs/PLAN.md). A Hugging Face checkpoint directory or its config.json (any\n"
+               "architecture -m DIR loads) plans a model without reading its weights.\n\n"},
       {.secs = SEC(HR_SEC_MAIN)},
       {.text = "\ntraffic simulation (the engine's real scheduler and KV block manager in virtual time, no model\n"
                "compute; docs/PLAN.md):\n"},

@@ -18,6 +18,7 @@
 
 #include "common/util.h"
 #include "model/model.h"
+#include "model/model_internal.h"
 #include "model/safetensors.h"
 #include "tensor/tensor.h"
 #include "tokenizer/tokenizer.h"
@@ -33,6 +34,14 @@ struct hr_hf {
     size_t n_owned, cap_owned;
     void *meta_image; /* the metadata GGUF's bytes */
     size_t meta_size;
+    /* the experts' stacks (MoE): HF stores one matrix per expert, the GGUF (and the loader's binding)
+     * one 3-D tensor per layer and kind; each is copied into an owned stack as its experts arrive */
+    struct hf_stack {
+        size_t tensor; /* index into tensors */
+        int filled;    /* experts copied */
+        uint8_t *seen; /* n_expert flags */
+    } * stacks;
+    size_t n_stacks, cap_stacks;
 };
 
 /* What the tensor checks need of config.json. */
@@ -42,7 +51,8 @@ typedef struct hf_cfg {
     const char *arch; /* headroom's (GGUF) architecture name */
     hr_arch arch_id;
     int64_t E, F, H, Hkv, L, D, V;
-    bool tied, permute_qk, gemma;
+    int64_t NE, Fe; /* experts (0: dense) and one expert's FFN width */
+    bool tied, permute_qk, gemma, mixtral;
     int torch_dtype; /* HR_DTYPE_F32/F16/BF16, or -1 when config.json does not say */
     char torch_name[16];
     int quant; /* --quantize's type, or -1 */
@@ -76,6 +86,8 @@ void hr_hf_destroy(hr_hf *h) {
     for (size_t i = 0; i < h->n_owned; i++) free(h->owned[i]);
     free(h->owned);
     free(h->meta_image);
+    for (size_t i = 0; i < h->n_stacks; i++) free(h->stacks[i].seen);
+    free(h->stacks);
     free(h);
 }
 
@@ -114,7 +126,7 @@ static hr_status add_tensor(hr_hf *h, const char *name, uint32_t type, int n_dim
     t->n_dims = (uint32_t)n_dims;
     t->ne[0] = ne0;
     t->ne[1] = n_dims > 1 ? ne1 : 1;
-    t->ne[2] = t->ne[3] = 1;
+    t->ne[2] = t->ne[3] = 1; /* an experts' stack sets ne[2] */
     t->type = type;
     t->size_bytes = bytes;
     t->data = data;
@@ -183,6 +195,8 @@ static const struct {
     {"gemma2", "Gemma2ForCausalLM", "gemma2", HR_ARCH_GEMMA2, false, true},
     {"gemma3_text", "Gemma3ForCausalLM", "gemma3", HR_ARCH_GEMMA3, false, true},
     {"phi3", "Phi3ForCausalLM", "phi3", HR_ARCH_PHI3, false, false},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", HR_ARCH_QWEN3MOE, false, false},
+    {"mixtral", "MixtralForCausalLM", "llama", HR_ARCH_LLAMA, true, false}, /* llama with experts, as in GGUF */
 };
 
 static hr_status cfg_arch(hf_cfg *c, json_t *root, hr_error *err) {
@@ -199,11 +213,12 @@ static hr_status cfg_arch(hf_cfg *c, json_t *root, hr_error *err) {
             c->permute_qk = k_hf_archs[i].permute_qk;
             c->tied = k_hf_archs[i].tied;
             c->gemma = c->arch_id == HR_ARCH_GEMMA2 || c->arch_id == HR_ARCH_GEMMA3;
+            c->mixtral = !strcmp(k_hf_archs[i].model_type, "mixtral");
             return HR_OK;
         }
     return hr_error_set(err, HR_ERR_UNSUPPORTED,
                         "%s: architecture '%.64s' is not supported (supported model_type: llama, mistral, qwen2, "
-                        "qwen3, gemma2, gemma3_text, phi3)",
+                        "qwen3, gemma2, gemma3_text, phi3, qwen3_moe, mixtral)",
                         c->cfg_path, mt ? mt : cls);
 }
 
@@ -278,6 +293,41 @@ static hr_status longrope(hr_hf *h, const hf_cfg *c, json_t *root, json_t *rs, i
     return HR_OK;
 }
 
+/* The experts: Qwen3-MoE's num_experts, num_experts_per_tok, moe_intermediate_size (every layer sparse:
+ * decoder_sparse_step 1, no mlp_only_layers) and norm_topk_prob (the forward renormalizes the chosen
+ * experts' weights, as Qwen3-30B-A3B sets); Mixtral's num_local_experts and num_experts_per_tok, each
+ * expert of intermediate_size (Mixtral always renormalizes). */
+static hr_status read_moe(hf_cfg *c, json_t *root, hr_error *err) {
+    const bool q3 = c->arch_id == HR_ARCH_QWEN3MOE;
+    hr_status st;
+    c->NE = 0;
+    c->Fe = c->F;
+    if (!q3 && !c->mixtral) return HR_OK;
+    int64_t used, step = 1;
+    if ((st = cfg_int(c, root, q3 ? "num_experts" : "num_local_experts", true, 0, 1, &c->NE, err)) ||
+        (st = cfg_int(c, root, "num_experts_per_tok", true, 0, 1, &used, err)))
+        return st;
+    if (c->NE > 4096 || used > c->NE)
+        return hr_error_set(err, HR_ERR_FORMAT, "%s: num_experts_per_tok %lld of %lld experts (at most 4096)",
+                            c->cfg_path, (long long)used, (long long)c->NE);
+    if (!q3) return HR_OK;
+    if ((st = cfg_int(c, root, "moe_intermediate_size", true, 0, 1, &c->Fe, err)) ||
+        (st = cfg_int(c, root, "decoder_sparse_step", false, 1, 1, &step, err)))
+        return st;
+    json_t *dense = json_object_get(root, "mlp_only_layers");
+    if (step != 1 || (json_is_array(dense) && json_array_size(dense) > 0))
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "%s: dense layers among the experts' (decoder_sparse_step %lld, mlp_only_layers) are not "
+                            "supported",
+                            c->cfg_path, (long long)step);
+    json_t *norm = json_object_get(root, "norm_topk_prob");
+    if (json_is_boolean(norm) && !json_is_true(norm))
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "%s: norm_topk_prob false is not supported (the chosen experts' weights are renormalized)",
+                            c->cfg_path);
+    return HR_OK;
+}
+
 /* config.json -> {arch}.* metadata (and the rope tensors it implies). */
 static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *w, hr_error *err) {
     hr_status st;
@@ -300,6 +350,7 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
     if (c->D % 2 || c->D > 4096)
         return hr_error_set(err, HR_ERR_FORMAT, "%s: head_dim %lld must be even and at most 4096", c->cfg_path,
                             (long long)c->D);
+    if ((st = read_moe(c, root, err))) return st;
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (json_is_boolean(tie)) c->tied = json_is_true(tie);
     const char *td = json_string_value(json_object_get(root, "torch_dtype"));
@@ -330,6 +381,14 @@ static hr_status read_config(hr_hf *h, hf_cfg *c, json_t *root, hr_gguf_writer *
     hr_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)c->L);
     hr_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)c->D);
     hr_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)c->D);
+    if (c->NE > 0) {
+        int64_t used = 0;
+        cfg_int(c, root, "num_experts_per_tok", true, 0, 1, &used, err); /* checked in read_moe */
+        hr_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)c->NE);
+        hr_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)used);
+        if (c->arch_id == HR_ARCH_QWEN3MOE)
+            hr_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)c->Fe);
+    }
     double prf = 1.0, eps, theta;
     if ((st = cfg_num(c, root, "partial_rotary_factor", 1.0, &prf, NULL, err))) return st;
     int n_rot = (int)((double)c->D * prf);
@@ -461,9 +520,32 @@ static const struct {
     {"mlp.gate_up_proj.weight", "ffn_up.weight"}, /* phi3: gate rows, then up rows */
 };
 
-/* The GGUF name of an HF tensor (false: unknown), and whether it is to be ignored. */
-static bool map_name(const hf_cfg *c, const char *hf, char *out, size_t cap, bool *ignore) {
+/* An expert's matrix: Qwen3-MoE's mlp.experts.X.{gate,up,down}_proj, Mixtral's
+ * block_sparse_moe.experts.X.{w1,w3,w2}; the stack it goes into (GGUF name suffix), or NULL. */
+static const char *expert_stack(const char *rest, int64_t n_expert, int *expert) {
+    static const struct {
+        const char *prefix, *kind, *stack;
+    } kinds[] = {{"mlp.experts.", "gate_proj.weight", "ffn_gate_exps.weight"},
+                 {"mlp.experts.", "up_proj.weight", "ffn_up_exps.weight"},
+                 {"mlp.experts.", "down_proj.weight", "ffn_down_exps.weight"},
+                 {"block_sparse_moe.experts.", "w1.weight", "ffn_gate_exps.weight"},
+                 {"block_sparse_moe.experts.", "w3.weight", "ffn_up_exps.weight"},
+                 {"block_sparse_moe.experts.", "w2.weight", "ffn_down_exps.weight"}};
+    for (size_t i = 0; i < HR_ARRAY_LEN(kinds); i++) {
+        size_t n = strlen(kinds[i].prefix);
+        if (strncmp(rest, kinds[i].prefix, n)) continue;
+        int x = -1, used = 0;
+        if (sscanf(rest + n, "%d.%n", &x, &used) != 1 || used == 0 || x < 0 || x >= n_expert) return NULL;
+        if (!strcmp(rest + n + used, kinds[i].kind)) return *expert = x, kinds[i].stack;
+    }
+    return NULL;
+}
+
+/* The GGUF name of an HF tensor (false: unknown), whether it is to be ignored, and for an expert's
+ * matrix its expert (*expert >= 0; out then names the stack). */
+static bool map_name(const hf_cfg *c, const char *hf, char *out, size_t cap, bool *ignore, int *expert) {
     *ignore = false;
+    *expert = -1;
     /* a multimodal checkpoint: the language model's tensors, the vision tower's left out (as the
      * converter does for the text model) */
     if (!strncmp(hf, "vision_tower.", 13) || !strncmp(hf, "multi_modal_projector.", 22) ||
@@ -483,6 +565,13 @@ static bool map_name(const hf_cfg *c, const char *hf, char *out, size_t cap, boo
     if (sscanf(hf, "model.layers.%d.%n", &il, &used) != 1 || used == 0 || il < 0 || il >= c->L) return false;
     const char *rest = hf + used;
     if (!strcmp(rest, "self_attn.rotary_emb.inv_freq")) return *ignore = true, true; /* recomputed */
+    if (c->NE > 0) {
+        const char *stack = expert_stack(rest, c->NE, expert);
+        if (stack) return snprintf(out, cap, "blk.%d.%s", il, stack), true;
+        if (!strcmp(rest, c->mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"))
+            return snprintf(out, cap, "blk.%d.ffn_gate_inp.weight", il), true;
+        if (strstr(rest, "mlp.")) return false; /* no dense FFN in a MoE layer */
+    }
     for (size_t i = 0; i < HR_ARRAY_LEN(k_layer_names); i++)
         if (!strcmp(rest, k_layer_names[i].hf)) {
             const char *g = k_layer_names[i].gguf;
@@ -507,6 +596,10 @@ static bool expect_shape(const hf_cfg *c, const char *g, int64_t *rows, int64_t 
     if (!strcmp(s, "ffn_gate.weight")) return *rows = F, *cols = E, true;
     if (!strcmp(s, "ffn_up.weight")) return *rows = c->arch_id == HR_ARCH_PHI3 ? 2 * F : F, *cols = E, true;
     if (!strcmp(s, "ffn_down.weight")) return *rows = E, *cols = F, true;
+    /* an expert's matrix (one slice of its stack) and the router */
+    if (!strcmp(s, "ffn_gate_exps.weight") || !strcmp(s, "ffn_up_exps.weight")) return *rows = c->Fe, *cols = E, true;
+    if (!strcmp(s, "ffn_down_exps.weight")) return *rows = E, *cols = c->Fe, true;
+    if (!strcmp(s, "ffn_gate_inp.weight")) return *rows = c->NE, *cols = E, true;
     if (!strcmp(s, "attn_q.bias")) return *cols = qd, true;
     if (!strcmp(s, "attn_k.bias") || !strcmp(s, "attn_v.bias")) return *cols = kvd, true;
     if (!strcmp(s, "attn_q_norm.weight") || !strcmp(s, "attn_k_norm.weight")) return *cols = c->D, true;
@@ -547,12 +640,13 @@ static hr_status permute_in_place(hr_safetensors *sh, const hr_st_tensor *t, int
     return HR_OK;
 }
 
-/* Quantizes an HF matrix [rows, cols] into an owned buffer, permuting rows where asked (n_head > 0). */
-static hr_status quantize(hr_hf *h, const hr_st_tensor *t, int qtype, int64_t n_head, void **out, uint64_t *bytes,
-                          hr_error *err) {
+/* Quantizes an HF matrix [rows, cols] into `into`, or (NULL) an owned buffer, permuting rows where asked
+ * (n_head > 0). */
+static hr_status quantize(hr_hf *h, const hr_st_tensor *t, int qtype, int64_t n_head, uint8_t *into, void **out,
+                          uint64_t *bytes, hr_error *err) {
     int64_t rows = t->shape[0], cols = t->shape[1];
     size_t rb = hr_dtype_row_bytes((hr_dtype)qtype, cols);
-    uint8_t *dst = own(h, rb * (size_t)rows);
+    uint8_t *dst = into ? into : own(h, rb * (size_t)rows);
     float *row = malloc(sizeof(float) * (size_t)cols);
     if (!dst || !row) {
         free(row);
@@ -569,11 +663,56 @@ static hr_status quantize(hr_hf *h, const hr_st_tensor *t, int qtype, int64_t n_
     return HR_OK;
 }
 
+/* Copies expert x's matrix t (HF [rows, cols]) into slice x of the stack g ([cols, rows, n_expert]),
+ * quantized to q (>= 0) or as stored, creating the stack at its first expert. One allocation per stack
+ * rather than a per-expert pointer table in the binding: the forward and the repacking see one
+ * contiguous 3-D tensor as from a GGUF, at the cost of a copy (counted in hr_hf_bytes). */
+static hr_status stack_expert(hr_hf *h, const hf_cfg *c, const char *g, const hr_st_tensor *t, int q, int x,
+                              const char *file, hr_error *err) {
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    const uint32_t type = q >= 0 ? (uint32_t)q : (uint32_t)t->dtype_id;
+    const size_t slice = hr_dtype_row_bytes((hr_dtype)type, cols) * (size_t)rows;
+    struct hf_stack *sk = NULL;
+    for (size_t i = 0; i < h->n_stacks && !sk; i++)
+        if (!strcmp(h->tensors[h->stacks[i].tensor].name.ptr, g)) sk = &h->stacks[i];
+    if (!sk) {
+        if (!grow((void **)&h->stacks, &h->cap_stacks, h->n_stacks, sizeof *h->stacks))
+            return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        uint8_t *data = own(h, slice * (size_t)c->NE);
+        uint8_t *seen = calloc((size_t)c->NE, 1);
+        hr_status st = data && seen ? add_tensor(h, g, type, 3, cols, rows, data, slice * (uint64_t)c->NE, err)
+                                    : hr_error_set(err, HR_ERR_NOMEM, "out of memory stacking the experts of '%s'", g);
+        if (st) {
+            free(seen);
+            return st;
+        }
+        h->tensors[h->n_tensors - 1].ne[2] = c->NE;
+        sk = &h->stacks[h->n_stacks++];
+        *sk = (struct hf_stack){.tensor = h->n_tensors - 1, .seen = seen};
+    }
+    hr_gguf_tensor *st_t = &h->tensors[sk->tensor];
+    if (st_t->type != type)
+        return hr_error_set(err, HR_ERR_FORMAT, "%s: tensor '%s' has dtype %s, unlike the other experts of its layer",
+                            file, t->name, t->dtype);
+    if (sk->seen[x]) return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s' appears twice in the checkpoint", t->name);
+    sk->seen[x] = 1;
+    sk->filled++;
+    uint8_t *dst = (uint8_t *)(uintptr_t)st_t->data + (size_t)x * slice;
+    if (q >= 0) {
+        void *unused;
+        uint64_t bytes;
+        return quantize(h, t, q, 0, dst, &unused, &bytes, err);
+    }
+    memcpy(dst, t->data, slice);
+    return HR_OK;
+}
+
 static hr_status bind_one(hr_hf *h, const hf_cfg *c, hr_safetensors *sh, const hr_st_tensor *t, hr_error *err) {
     char g[128];
     bool ignore;
+    int expert;
     const char *file = hr_safetensors_name(sh);
-    if (!map_name(c, t->name, g, sizeof g, &ignore))
+    if (!map_name(c, t->name, g, sizeof g, &ignore, &expert))
         return hr_error_set(err, HR_ERR_UNSUPPORTED, "%s: tensor '%.96s' is not one the %s architecture has", file,
                             t->name, c->arch);
     if (ignore) return HR_OK;
@@ -614,13 +753,22 @@ static hr_status bind_one(hr_hf *h, const hf_cfg *c, hr_safetensors *sh, const h
         return add_tensor(h, g, (uint32_t)t->dtype_id, 1, cols, 1, t->data, t->size_bytes, err);
     }
     int q = c->quant;
+    if (!strcmp(s, "ffn_gate_inp.weight")) { /* the router in f32, as convert_hf_to_gguf.py writes it */
+        if (t->dtype_id == HR_DTYPE_F32)
+            return add_tensor(h, g, HR_DTYPE_F32, 2, cols, rows, t->data, t->size_bytes, err);
+        float *v = own(h, sizeof(float) * (size_t)(rows * cols));
+        if (!v) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        for (int64_t i = 0; i < rows * cols; i++) v[i] = to_f32(t->dtype_id, t->data, i);
+        return add_tensor(h, g, HR_DTYPE_F32, 2, cols, rows, v, sizeof(float) * (uint64_t)(rows * cols), err);
+    }
     /* a row the block does not divide stays as stored for q8_0/q4_0; q4_K falls back to q8_0 (synth.h) */
     if (q == HR_DTYPE_Q4_K && cols % 256) q = HR_DTYPE_Q8_0;
     if (q >= 0 && cols % hr_dtype_get_info((hr_dtype)q)->block_elems) q = -1;
+    if (expert >= 0) return stack_expert(h, c, g, t, q, expert, file, err);
     if (q >= 0) {
         void *data = NULL;
         uint64_t bytes = 0;
-        hr_status st = quantize(h, t, q, n_head, &data, &bytes, err);
+        hr_status st = quantize(h, t, q, n_head, NULL, &data, &bytes, err);
         if (st) return st;
         return add_tensor(h, g, (uint32_t)q, 2, cols, rows, data, bytes, err);
     }
@@ -706,6 +854,53 @@ static hr_status open_shards(hr_hf *h, const char *dir, hr_error *err) {
     return st;
 }
 
+/* A multimodal wrapper's language model (its text_config, with the wrapper's torch_dtype), else root;
+ * takes root's reference. NULL: out of memory. */
+static json_t *text_model(json_t *root) {
+    json_t *text = json_object_get(root, "text_config");
+    if (!json_is_object(text) || !json_object_get(text, "hidden_size")) return root;
+    json_t *inner = json_deep_copy(text);
+    if (inner && !json_object_get(inner, "torch_dtype") && json_object_get(root, "torch_dtype"))
+        json_object_set(inner, "torch_dtype", json_object_get(root, "torch_dtype"));
+    json_decref(root);
+    return inner;
+}
+
+hr_status hr_model_config_hparams(const char *json_text, size_t len, hr_hparams *out, hr_error *err) {
+    hf_cfg c = {.dir = ".", .quant = -1};
+    snprintf(c.cfg_path, sizeof c.cfg_path, "config.json");
+    json_error_t je;
+    json_t *root = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return hr_error_set(err, HR_ERR_FORMAT, "config.json: not JSON: %s (line %d)", je.text, je.line);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return hr_error_set(err, HR_ERR_FORMAT, "config.json: not a JSON object");
+    }
+    hr_hf *h = calloc(1, sizeof *h); /* holds the RoPE factor tensors read_config makes */
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    hr_gguf *g = NULL;
+    hr_status st = HR_OK;
+    if (!(root = text_model(root)) || !h || !w)
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    else if ((st = read_config(h, &c, root, w, err)) == HR_OK &&
+             (st = hr_gguf_writer_write_memory(w, &h->meta_image, &h->meta_size, err)) == HR_OK &&
+             (st = hr_gguf_open_memory(h->meta_image, h->meta_size, &g, err)) == HR_OK &&
+             (st = hr_model_hparams_of_meta(g, out, err)) == HR_OK) {
+        /* what load.c learns from the tensors, from what this architecture's checkpoints store */
+        out->n_vocab = (int)c.V;
+        out->tied_output = c.tied;
+        out->has_rope_freqs = hr_hf_find_tensor(h, "rope_freqs.weight") != NULL;
+        out->has_longrope = hr_hf_find_tensor(h, "rope_factors_long.weight") != NULL;
+        out->fused_qkv = c.arch_id == HR_ARCH_PHI3;
+        out->has_qkv_bias = c.arch_id == HR_ARCH_QWEN2;
+    }
+    hr_gguf_close(g);
+    hr_gguf_writer_destroy(w);
+    json_decref(root);
+    hr_hf_destroy(h);
+    return st;
+}
+
 hr_status hr_hf_open(const char *dir, const char *quantize_name, hr_hf **hf, hr_gguf **meta, hr_error *err) {
     hf_cfg c = {.dir = dir, .quant = -1};
     if (quantize_name && (c.quant = hr_hf_quantize_type(quantize_name)) < 0)
@@ -728,17 +923,9 @@ hr_status hr_hf_open(const char *dir, const char *quantize_name, hr_hf **hf, hr_
         goto fail;
     }
     if (!(root = load_json(c.cfg_path, true, err, &st))) goto fail;
-    json_t *text = json_object_get(root, "text_config"); /* a multimodal wrapper: its language model */
-    if (json_is_object(text) && json_object_get(text, "hidden_size")) {
-        json_t *inner = json_deep_copy(text);
-        if (inner && !json_object_get(inner, "torch_dtype") && json_object_get(root, "torch_dtype"))
-            json_object_set(inner, "torch_dtype", json_object_get(root, "torch_dtype"));
-        json_decref(root);
-        root = inner;
-        if (!root) {
-            st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
+    if (!(root = text_model(root))) {
+        st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        goto fail;
     }
     if ((st = read_config(h, &c, root, w, err))) goto fail;
     if ((st = read_generation(dir, w, err))) goto fail;
@@ -749,6 +936,15 @@ hr_status hr_hf_open(const char *dir, const char *quantize_name, hr_hf **hf, hr_
         for (size_t i = 0; i < hr_safetensors_n_tensors(sh); i++)
             if ((st = bind_one(h, &c, sh, hr_safetensors_tensor_at(sh, i), err))) goto fail;
     }
+    for (size_t i = 0; i < h->n_stacks; i++)
+        if (h->stacks[i].filled != c.NE) {
+            const char *g = h->tensors[h->stacks[i].tensor].name.ptr;
+            int x = 0;
+            while (x < c.NE && h->stacks[i].seen[x]) x++;
+            st = hr_error_set(err, HR_ERR_FORMAT, "%s: lacks expert %d of '%s' (%d of %lld experts present)", dir, x, g,
+                              h->stacks[i].filled, (long long)c.NE);
+            goto fail;
+        }
     /* quantized, the model no longer reads the stored matrices: their pages need not stay resident */
     for (size_t k = 0; c.quant >= 0 && k < h->n_shards; k++) hr_safetensors_release_pages(h->shards[k]);
     if ((st = hr_gguf_writer_write_memory(w, &h->meta_image, &h->meta_size, err))) goto fail;

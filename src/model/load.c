@@ -577,6 +577,17 @@ fail:
     return st;
 }
 
+/* The hyper-parameters a metadata-only GGUF gives (a checkpoint's config.json converted by hf.c, for
+ * the planner): what load_gguf reads before binding, window layers included. */
+hr_status hr_model_hparams_of_meta(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
+    hr_model m = {0};
+    hr_status st = read_hparams(g, &m.hp, err);
+    if (st == HR_OK) st = plan_layers(g, &m, err);
+    free(m.layer_attn);
+    if (st == HR_OK) *hp = m.hp;
+    return st;
+}
+
 hr_status hr_model_load(const char *path, hr_model **out, hr_error *err) {
     return hr_model_load_hold(path, HR_GGUF_MMAP, true, out, err);
 }

@@ -120,6 +120,11 @@ hr_status hr_model_load_gguf(hr_gguf *g, hr_model **out, hr_error *err);
  * their rows are permuted); "q8_0", "q4_0" or "q4_K" quantizes every matrix at load. hr_model_load and
  * hr_model_load_hold take a directory too (quantize NULL). Errors name the file and tensor or key. */
 hr_status hr_model_load_dir(const char *dir, const char *quantize, bool repack, hr_model **out, hr_error *err);
+/* The shape a Hugging Face config.json (its text) gives, through the same config.json -> metadata
+ * conversion the directory loader uses (hf.c; a multimodal wrapper's text_config): the hyper-parameters
+ * as hr_model_hparams would give them for the loaded checkpoint, tensor-derived ones (tied output,
+ * fused QKV, biases, RoPE factor tensors) from what the architecture stores. Reads no weights. */
+hr_status hr_model_config_hparams(const char *json_text, size_t len, hr_hparams *out, hr_error *err);
 void hr_model_destroy(hr_model *m); /* NULL allowed */
 
 const hr_hparams *hr_model_hparams(const hr_model *m);

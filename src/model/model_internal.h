@@ -53,4 +53,7 @@ struct hr_model {
     struct hr_hf *hf; /* owned: a Hugging Face checkpoint's shards (gguf then holds metadata only), or NULL */
 };
 
+/* The hyper-parameters of a metadata-only GGUF, as load_gguf reads them (load.c; hf.c's config.json). */
+hr_status hr_model_hparams_of_meta(const hr_gguf *g, hr_hparams *hp, hr_error *err);
+
 #endif

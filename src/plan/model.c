@@ -60,19 +60,6 @@ static void finish(hr_plan_model *m) {
 
 /* ---- config.json --------------------------------------------------------------------------------- */
 
-static hr_status get_int(json_t *root, const char *key, bool required, int def, int *out, hr_error *err) {
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) {
-        if (required) return hr_error_set(err, HR_ERR_FORMAT, "config.json lacks the field \"%s\"", key);
-        *out = def;
-        return HR_OK;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
-        return hr_error_set(err, HR_ERR_FORMAT, "config.json field \"%s\" must be a non-negative integer", key);
-    *out = (int)json_integer_value(v);
-    return HR_OK;
-}
-
 static const char *dtype_from_torch(const char *t) {
     if (!strcmp(t, "bfloat16")) return "bf16";
     if (!strcmp(t, "float16") || !strcmp(t, "half")) return "f16";
@@ -80,72 +67,8 @@ static const char *dtype_from_torch(const char *t) {
     return NULL;
 }
 
-static hr_status config_arch(json_t *root, hr_hparams *hp, hr_error *err) {
-    static const struct {
-        const char *model_type, *class_name;
-        hr_arch arch;
-    } archs[] = {{"llama", "LlamaForCausalLM", HR_ARCH_LLAMA},
-                 {"mistral", "MistralForCausalLM", HR_ARCH_MISTRAL},
-                 {"qwen2", "Qwen2ForCausalLM", HR_ARCH_QWEN2}};
-    const char *mt = json_string_value(json_object_get(root, "model_type"));
-    json_t *classes = json_object_get(root, "architectures");
-    const char *cls = json_is_array(classes) ? json_string_value(json_array_get(classes, 0)) : NULL;
-    if (!mt && !cls)
-        return hr_error_set(err, HR_ERR_FORMAT, "config.json lacks the field \"model_type\" (and \"architectures\")");
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
-        if ((mt && !strcmp(mt, archs[i].model_type)) || (!mt && cls && !strcmp(cls, archs[i].class_name))) {
-            hp->arch = archs[i].arch;
-            snprintf(hp->arch_name, sizeof hp->arch_name, "%s", archs[i].model_type);
-            return HR_OK;
-        }
-    }
-    return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                        "config.json: unknown architecture '%s' (known: llama, mistral, qwen2; as model_type or "
-                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)",
-                        mt ? mt : cls);
-}
-
-static hr_status config_shape(json_t *root, hr_hparams *hp, hr_error *err) {
-    hr_status st;
-    if ((st = config_arch(root, hp, err)) || (st = get_int(root, "hidden_size", true, 0, &hp->n_embd, err)) ||
-        (st = get_int(root, "num_hidden_layers", true, 0, &hp->n_layer, err)) ||
-        (st = get_int(root, "num_attention_heads", true, 0, &hp->n_head, err)) ||
-        (st = get_int(root, "intermediate_size", true, 0, &hp->n_ff, err)) ||
-        (st = get_int(root, "vocab_size", true, 0, &hp->n_vocab, err)) ||
-        (st = get_int(root, "num_key_value_heads", false, hp->n_head, &hp->n_head_kv, err)) ||
-        (st = get_int(root, "max_position_embeddings", false, 4096, &hp->n_ctx_train, err)))
-        return st;
-    const char *zero = !hp->n_embd      ? "hidden_size"
-                       : !hp->n_layer   ? "num_hidden_layers"
-                       : !hp->n_head    ? "num_attention_heads"
-                       : !hp->n_ff      ? "intermediate_size"
-                       : !hp->n_vocab   ? "vocab_size"
-                       : !hp->n_head_kv ? "num_key_value_heads"
-                                        : NULL;
-    if (zero) return hr_error_set(err, HR_ERR_FORMAT, "config.json field \"%s\" must be positive", zero);
-    if ((st = get_int(root, "head_dim", false, hp->n_embd / hp->n_head, &hp->head_dim, err))) return st;
-    if (hp->head_dim <= 0) return hr_error_set(err, HR_ERR_FORMAT, "config.json field \"head_dim\" must be positive");
-    if (hp->n_head % hp->n_head_kv)
-        return hr_error_set(err, HR_ERR_FORMAT,
-                            "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                            hp->n_head, hp->n_head_kv);
-    /* qwen2 configs carry sliding_window with use_sliding_window false: the window is then off */
-    json_t *use_sw = json_object_get(root, "use_sliding_window");
-    bool sw_on = hp->arch != HR_ARCH_QWEN2 || json_is_true(use_sw);
-    if (sw_on && (st = get_int(root, "sliding_window", false, 0, &hp->sliding_window, err))) return st;
-    hp->tied_output = json_is_true(json_object_get(root, "tie_word_embeddings"));
-    hp->has_qkv_bias = hp->arch == HR_ARCH_QWEN2;
-    hp->n_rot = hp->head_dim;
-    hp->rope_neox = hp->arch == HR_ARCH_QWEN2;
-    json_t *theta = json_object_get(root, "rope_theta");
-    hp->rope_base = json_is_number(theta) ? (float)json_number_value(theta) : 10000.0f;
-    json_t *eps = json_object_get(root, "rms_norm_eps");
-    hp->norm_eps = json_is_number(eps) ? (float)json_number_value(eps) : 1e-5f;
-    hp->rope_linear_scale = 1.0f;
-    return HR_OK;
-}
-
-/* The tensors model/load.c binds for this shape, in `type` (norms and biases f32). */
+/* The tensors model/load.c binds for this shape, in `type` (norms, biases and RoPE factors f32), as a
+ * GGUF conversion of the checkpoint holds them. */
 static void config_tensors(hr_plan_model *m, uint32_t type) {
     const hr_hparams *hp = &m->hp;
     uint64_t E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
@@ -153,17 +76,35 @@ static void config_tensors(hr_plan_model *m, uint32_t type) {
     int L = hp->n_layer;
     add_tensor(m, type, V, E, 1); /* token_embd (V, E) */
     if (!hp->tied_output) add_tensor(m, type, V, E, 1);
-    add_tensor(m, type, qd, E, L);                /* attn_q */
-    add_tensor(m, type, kvd, E, L);               /* attn_k */
-    add_tensor(m, type, kvd, E, L);               /* attn_v */
-    add_tensor(m, type, E, qd, L);                /* attn_output */
-    add_tensor(m, type, F, E, 2 * L);             /* ffn_gate, ffn_up */
-    add_tensor(m, type, E, F, L);                 /* ffn_down */
+    if (hp->fused_qkv) {
+        add_tensor(m, type, qd + 2 * kvd, E, L); /* attn_qkv (phi3) */
+    } else {
+        add_tensor(m, type, qd, E, L);  /* attn_q */
+        add_tensor(m, type, kvd, E, L); /* attn_k */
+        add_tensor(m, type, kvd, E, L); /* attn_v */
+    }
+    add_tensor(m, type, E, qd, L); /* attn_output */
+    if (hp->n_expert > 0) {
+        uint64_t X = (uint64_t)hp->n_expert, FX = (uint64_t)hp->n_ff_exp;
+        add_tensor(m, HR_DTYPE_F32, X, E, L);  /* ffn_gate_inp: the router */
+        add_tensor(m, type, X * FX, E, 2 * L); /* ffn_gate_exps, ffn_up_exps (X stacked matrices) */
+        add_tensor(m, type, X * E, FX, L);     /* ffn_down_exps */
+    } else if (hp->arch == HR_ARCH_PHI3) {
+        add_tensor(m, type, 2 * F, E, L); /* ffn_up: gate rows, then up rows */
+        add_tensor(m, type, E, F, L);     /* ffn_down */
+    } else {
+        add_tensor(m, type, F, E, 2 * L); /* ffn_gate, ffn_up */
+        add_tensor(m, type, E, F, L);     /* ffn_down */
+    }
     add_tensor(m, HR_DTYPE_F32, 1, E, 2 * L + 1); /* attn_norm, ffn_norm per layer; output_norm */
+    if (hp->post_norms) add_tensor(m, HR_DTYPE_F32, 1, E, 2 * L);
+    if (hp->qk_norm) add_tensor(m, HR_DTYPE_F32, 1, (uint64_t)hp->head_dim, 2 * L);
     if (hp->has_qkv_bias) {
         add_tensor(m, HR_DTYPE_F32, 1, qd, L);
         add_tensor(m, HR_DTYPE_F32, 1, kvd, 2 * L);
     }
+    if (hp->has_rope_freqs) add_tensor(m, HR_DTYPE_F32, 1, (uint64_t)hp->n_rot / 2, 1);
+    if (hp->has_longrope) add_tensor(m, HR_DTYPE_F32, 1, (uint64_t)hp->n_rot / 2, 2);
 }
 
 hr_status hr_plan_model_from_config(const char *text, size_t len, const char *weight_type, hr_plan_model *out,
@@ -177,7 +118,17 @@ hr_status hr_plan_model_from_config(const char *text, size_t len, const char *we
         return hr_error_set(err, HR_ERR_FORMAT, "config.json is not a JSON object");
     }
     hr_plan_model m = {.from_config = true};
-    hr_status st = config_shape(root, &m.hp, err);
+    /* the shape: the loader's own config.json conversion (model/hf.c), every architecture it loads; a
+     * config without max_position_embeddings (the loader requires it) plans with 4096 */
+    if (!json_object_get(root, "max_position_embeddings") &&
+        !json_object_get(json_object_get(root, "text_config"), "max_position_embeddings")) {
+        json_t *tc = json_object_get(root, "text_config");
+        json_object_set_new(json_is_object(tc) ? tc : root, "max_position_embeddings", json_integer(4096));
+    }
+    char *shape_text = json_dumps(root, JSON_COMPACT);
+    hr_status st = shape_text ? hr_model_config_hparams(shape_text, strlen(shape_text), &m.hp, err)
+                              : hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    free(shape_text);
     const char *wt = weight_type;
     if (st == HR_OK && !wt) {
         json_t *d = json_object_get(root, "torch_dtype");

@@ -37,7 +37,8 @@ typedef struct hr_plan_model {
     uint64_t resident_bytes; /* what the loader holds: hr_mem_weight_bytes(hp, file_bytes) */
 } hr_plan_model;
 
-/* A Hugging Face config.json (llama, mistral, qwen2; "architectures" or "model_type"). weight_type
+/* A Hugging Face config.json, read by the loader's own conversion (hr_model_config_hparams, model/hf.c:
+ * every architecture a checkpoint directory loads; "model_type" or "architectures"). weight_type
  * NULL: from "torch_dtype" (or "dtype"); else f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (matrices;
  * rows a block type cannot hold are f16, norms f32, as `headroom synth` writes them). Errors: a
  * missing or ill-typed field names it (HR_ERR_FORMAT); an unknown architecture names it and the known
