@@ -24,7 +24,6 @@ typedef struct xfer {
     char *raw; /* error bodies (first ERRBODY_MAX bytes) and the poll's JSON */
     size_t raw_len, raw_cap;
     bool nomem;
-    char curl_err[CURL_ERROR_SIZE];
     struct xfer *prev, *next; /* the requests in flight */
 } xfer;
 
@@ -123,7 +122,6 @@ static xfer *xfer_new(run *r, const char *path, char *body, int idx) {
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->curl_err);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     double limit = idx < 0 ? 5 : r->p->timeout_s;
@@ -237,16 +235,6 @@ static void body_reason(const xfer *x, char *out, size_t cap) {
         if ((unsigned char)*c < 0x20) *c = ' ';
 }
 
-/* Removes libcurl's " after N ms" so that one cause reads as one reason however long it took. */
-static void drop_elapsed(char *reason) {
-    char *a = strstr(reason, " after ");
-    if (!a) return;
-    char *d = a + 7;
-    while (*d >= '0' && *d <= '9') d++;
-    if (d == a + 7 || strncmp(d, " ms", 3)) return;
-    memmove(a, d + 3, strlen(d + 3) + 1);
-}
-
 static void finish_request(run *r, xfer *x, CURLcode rc, bool interrupted) {
     hr_bench_result *res = &r->res[x->idx];
     const hr_bench_sse *s = &x->sse;
@@ -269,8 +257,9 @@ static void finish_request(run *r, xfer *x, CURLcode rc, bool interrupted) {
         body_reason(x, res->reason, sizeof res->reason);
     } else if (rc != CURLE_OK) {
         res->status = HR_BENCH_FAILED;
-        snprintf(res->reason, sizeof res->reason, "%.180s", x->curl_err[0] ? x->curl_err : curl_easy_strerror(rc));
-        drop_elapsed(res->reason);
+        /* by libcurl's code, not its message (which carries the elapsed time): one cause reads as one
+         * reason however long it took */
+        snprintf(res->reason, sizeof res->reason, "%s (libcurl error %d)", curl_easy_strerror(rc), (int)rc);
     } else if (code != 200) {
         res->status = HR_BENCH_FAILED;
         snprintf(res->reason, sizeof res->reason, "unexpected HTTP %ld", code);
