@@ -165,6 +165,10 @@ hr_status hr_session_generate_many(hr_session *s, const char *const *prompts, in
     memset(g, 0, sizeof *g * (size_t)n);
     for (int i = 0; i < n; i++) submit_one(s, i, prompts[i], &g[i], &h[i]);
     warn_clamped(s, g, n);
+    const char *note = s->o.chat ? hr_runtime_chat_fallback_note(s->rt) : "";
+    if (note[0] && s->o.warn) /* the model's template met something the interpreter refuses: say why */
+        fprintf(s->o.warn, "headroom %s: warning: the model's chat template fell back to the %s family renderer: %s\n",
+                s->o.cmd ? s->o.cmd : "run", hr_runtime_chat_family(s->rt), note);
     bool stream = out && n == 1 && h[0];
     hr_status st = HR_OK;
     for (int pending = 1; pending > 0;) {
