@@ -279,4 +279,3 @@ json_t *hr_srv_usage_chunk_json(const hr_srv_job *j, const hr_rt_result *res) {
     json_object_set_new(o, "usage", hr_srv_usage_json(res, j->n));
     return o;
 }
-

@@ -53,10 +53,10 @@ struct hr_server {
     int port;
     long long started; /* unix seconds, the models' "created" */
     atomic_int state;
-    atomic_bool abandon; /* past the drain and the cancellations: stop waiting on channels */
+    atomic_bool abandon;         /* past the drain and the cancellations: stop waiting on channels */
     atomic_bool fallback_logged; /* the chat template's render-time fallback was logged (once) */
-    pthread_mutex_t mu;  /* the registry */
-    pthread_cond_t cv;   /* a job left the registry */
+    pthread_mutex_t mu;          /* the registry */
+    pthread_cond_t cv;           /* a job left the registry */
     hr_srv_job *jobs;
     int n_jobs;
     atomic_uint_fast64_t next_id;
