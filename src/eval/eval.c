@@ -270,13 +270,6 @@ static void log_softmax(const float *l, int V, double *out) {
 }
 
 /* The first index of the largest logit (the sampler's greedy choice). */
-static int argmax_row(const float *l, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (l[i] > l[best]) best = i;
-    return best;
-}
-
 static hr_status arm_score(arm *a, const int32_t *chunk, int n, float *logits, hr_error *err) {
     hr_rt_score sc;
     hr_status st = hr_runtime_score(a->rt, a->pol->text[0] ? a->pol->text : NULL, chunk, n, logits, &sc, err);
@@ -319,7 +312,7 @@ hr_status hr_eval_run_chunk(hr_eval *ev, int c, void (*on_arm)(void *ctx, int ar
             for (int t = 0; t < V; t++) kl += exp(ev->lp_ref[t]) * (ev->lp_ref[t] - ev->lp[t]);
             a->kl += kl;
             a->nll -= ev->lp[chunk[j + 1]];
-            a->agree += argmax_row(ev->ref_logits + (size_t)j * V, V) == argmax_row(ev->logits + (size_t)j * V, V);
+            a->agree += hr_rt_argmax(ev->ref_logits + (size_t)j * V, V) == hr_rt_argmax(ev->logits + (size_t)j * V, V);
             a->n++;
         }
         if (on_arm) on_arm(ctx, i, a->f.label);

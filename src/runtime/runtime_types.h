@@ -128,6 +128,8 @@ typedef struct hr_rt_sampling {
 
 /* Greedy (temperature 0), top_k 40, top_p 0.95, min_p 0.05, no penalties, last_n 64, seed 0. */
 hr_rt_sampling hr_rt_sampling_default(void);
+/* The index of the largest of n logits (the first on ties): greedy decoding's choice (the sampler's). */
+int32_t hr_rt_argmax(const float *logits, int n);
 /* Ranges, with a message naming the field (bias ids are checked against the vocabulary at submit). */
 hr_status hr_rt_sampling_check(const hr_rt_sampling *p, hr_error *err);
 

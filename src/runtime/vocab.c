@@ -76,6 +76,8 @@ hr_sampler_params hr_rt_to_sampler(const hr_rt_sampling *s) {
                                .n_bias = s->n_bias};
 }
 
+int32_t hr_rt_argmax(const float *logits, int n) { return hr_argmax(logits, n); }
+
 hr_rt_sampling hr_rt_sampling_default(void) {
     hr_sampler_params d = hr_sampler_default_params();
     return (hr_rt_sampling){.temperature = d.temperature,

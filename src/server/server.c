@@ -444,8 +444,6 @@ static enum MHD_Result handle_generate(hr_server *s, struct MHD_Connection *c, c
             fprintf(stderr, "headroom serve: chat: the model's template fell back to the %s family renderer: %s\n",
                     hr_runtime_chat_family(rt), note);
     }
-    const char *prompt_field = g.prompt_field;
-    (void)prompt_field;
     hr_srv_gen_free(&g);
     drop_body(k, root);
     if (e.http) {
