@@ -394,7 +394,7 @@ const hr_opt hr_opts[] = {
              "positions past it are out of distribution for RoPE)"},
     {HR_CMD_EVAL, {"--chunks"}, "--chunks N", HR_OPT_INT, 1, 1 << 30, EVL(max_chunks), .sec = HR_SEC_MAIN,
      .help = "score at most N chunks (default: the whole text)"},
-    {HR_CMD_EVAL, {"--policy"}, "--policy P", HR_OPT_CUSTOM, .custom = opt_eval_policy,
+    {HR_CMD_EVAL, {"--policy", "--kv-policy"}, "--policy, --kv-policy P", HR_OPT_CUSTOM, .custom = opt_eval_policy,
      .range = "full, window:W, sinks:S,window:W, h2o:B, snapkv:B[,window:W]", .dst = HR_DST_EVAL, .sec = HR_SEC_MAIN,
      .help = "KV eviction policy to measure; repeat the flag (or separate with ';') for\n"
              "several: full, window:W, sinks:S,window:W, h2o:B, snapkv:B[,window:W]\n"
