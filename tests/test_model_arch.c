@@ -33,6 +33,7 @@ static void greedy(const hr_model *m, const int32_t *prompt, int n_prompt, int n
     hr_kv_config kc = {.n_layers = hp->n_layer,
                        .n_kv_heads = hp->n_head_kv,
                        .head_dim = hp->head_dim,
+                       .v_from_k = hp->kv_lora_rank, /* deepseek2: the latent cache */
                        .block_size = 16,
                        .k_format = HR_KV_F16,
                        .v_format = HR_KV_F16,
@@ -71,9 +72,10 @@ static void greedy(const hr_model *m, const int32_t *prompt, int n_prompt, int n
     hr_kv_pool_destroy(kv);
 }
 
-static void check_llamacpp_ids(void) {
+/* file: under tests/vectors/, n_expected lines of 8 per model */
+static void check_llamacpp_ids(const char *file, int n_expected) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tests/vectors/arch-llamacpp.jsonl", HR_SOURCE_DIR);
+    snprintf(path, sizeof path, "%s/tests/vectors/%s", HR_SOURCE_DIR, file);
     FILE *f = fopen(path, "r");
     CHECKF(f != NULL, "cannot open %s", path);
     if (!f) return;
@@ -139,11 +141,11 @@ static void check_llamacpp_ids(void) {
     fclose(f);
     hr_model_destroy(m);
     free(mem);
-    CHECK(n_lines == 64);
+    CHECK(n_lines == n_expected);
     CHECKF(worst_logit < 2e-3, "logits %.3g (relative to the largest) from llama.cpp's", worst_logit);
-    printf("llama.cpp greedy ids: %d of %d prompts (8 models x 8, 64 tokens each) equal; its top-8 logits at 4 "
-           "steps each within %.2e of the largest (bound 2e-3)\n",
-           n_equal, n_lines, worst_logit);
+    printf("llama.cpp greedy ids (%s): %d of %d prompts (%d models x 8, 64 tokens each) equal; its top-8 logits at "
+           "4 steps each within %.2e of the largest (bound 2e-3)\n",
+           file, n_equal, n_lines, n_lines / 8, worst_logit);
 }
 
 /* ---- mixture of experts ---- */
@@ -255,6 +257,7 @@ static moe_rig rig_open(const hr_model *m, hr_kv_format fmt, int n_seqs, int n_t
     hr_kv_config kc = {.n_layers = hp->n_layer,
                        .n_kv_heads = hp->n_head_kv,
                        .head_dim = hp->head_dim,
+                       .v_from_k = hp->kv_lora_rank, /* deepseek2: the latent cache */
                        .block_size = 16,
                        .k_format = fmt,
                        .v_format = fmt,
@@ -735,7 +738,8 @@ static void check_alloc_faults(void) {}
 
 int main(void) {
     check_layer_attn();
-    check_llamacpp_ids();
+    check_llamacpp_ids("arch-llamacpp.jsonl", 64);
+    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 16); /* deepseek2: latent attention, DeepSeek's MoE */
     check_moe();
     check_bad_input();
     check_cli_runs();
