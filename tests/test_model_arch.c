@@ -668,6 +668,15 @@ static void check_mla_reference(const char *shape) {
     free(mem);
 }
 
+/* Latent attention and DeepSeek's routing keep a sequence's logits independent of its batch (f16 cache, f32
+ * and q8_0 weights). */
+static void check_mla_batch_invariance(void) {
+    float *keep = calloc(2048, sizeof(float));
+    check_moe_batch_invariance("deepseek3-tiny", HR_DTYPE_F32, keep);
+    check_moe_batch_invariance("deepseek2-tiny", HR_DTYPE_Q8_0, keep);
+    free(keep);
+}
+
 /* The latent cache in each per-token format: the same 12-token prompt and 4 decode steps as the f32
  * cache, the last logits near f32's (the bounds a few times what each format measured); the formats
  * that cannot hold V inside K (q4, kivi2 per channel; q4h rotated) are refused with one line. A block
@@ -908,6 +917,99 @@ static void check_bad_input(void) {
     expect_cli_failure(args, "layer_norm_rms_epsilon");
 }
 
+/* deepseek2's own bad input: a missing or mis-shaped latent-attention tensor, an expert stack whose count
+ * is not expert_count, a file from before llama.cpp's MLA converter (no key_length_mla), a cache width
+ * that is not kv_lora_rank + rope dims, YaRN (not implemented for MLA): one message naming the key or
+ * tensor, and through the CLI exit 1 with one line. */
+static hr_gguf_writer *mla_writer(const char *shape) {
+    hr_synth_shape s;
+    hr_gguf_writer *w = NULL;
+    hr_error err = {0};
+    CHECK(hr_synth_shape_by_name(shape, &s, &err) == HR_OK && hr_synth_build(&s, HR_DTYPE_F32, 1, &w, &err) == HR_OK);
+    return w;
+}
+
+static void *mla_written(hr_gguf_writer *w, size_t *n) {
+    void *mem = NULL;
+    hr_error err = {0};
+    CHECK(w && hr_gguf_writer_write_memory(w, &mem, n, &err) == HR_OK);
+    hr_gguf_writer_destroy(w);
+    return mem;
+}
+
+static void check_mla_bad_input(void) {
+    const char *dir = hr_test_tmpdir();
+    size_t n;
+    void *mem = image("deepseek3-tiny", -1, &n);
+    rename_in(mem, n, "blk.1.attn_kv_a_mqa.weight", "blk.1.attn_kv_a_mqx.weight");
+    expect_load_error(mem, n, "'blk.1.attn_kv_a_mqa.weight'", dir, "ds-no-kv-a.gguf");
+    mem = image("deepseek3-tiny", -1, &n);
+    rename_in(mem, n, "blk.2.attn_q_a_norm.weight", "blk.2.attn_q_a_norx.weight");
+    expect_load_error(mem, n, "'blk.2.attn_q_a_norm.weight'", dir, "ds-no-q-a-norm.gguf");
+    mem = image("deepseek2-tiny", -1, &n);
+    rename_in(mem, n, "blk.0.attn_v_b.weight", "blk.0.attn_v_x.weight");
+    expect_load_error(mem, n, "'blk.0.attn_v_b.weight'", dir, "ds-no-v-b.gguf");
+    mem = image("deepseek3-tiny", -1, &n);
+    rename_in(mem, n, "blk.1.ffn_up_shexp.weight", "blk.1.ffn_up_shexx.weight");
+    expect_load_error(mem, n, "'blk.1.ffn_up_shexp.weight'", dir, "ds-no-shexp.gguf");
+    /* W_UK of 16 latent rows instead of kv_lora_rank 32; an expert stack of 8 where expert_count is 16 */
+    mem = image("deepseek3-tiny", -1, &n);
+    reshape_in(mem, n, "blk.0.attn_k_b.weight", 1, 16);
+    expect_load_error(mem, n, "'blk.0.attn_k_b.weight' has shape [16, 16, 4]", dir, "ds-k-b-shape.gguf");
+    mem = image("deepseek3-tiny", -1, &n);
+    reshape_in(mem, n, "blk.2.ffn_gate_exps.weight", 2, 8);
+    expect_load_error(mem, n, "'blk.2.ffn_gate_exps.weight' has shape [64, 32, 8] (3 dims), expected [64, 32, 16]",
+                      dir, "ds-exps-count.gguf");
+    mem = image("deepseek3-tiny", -1, &n);
+    reshape_in(mem, n, "blk.1.exp_probs_b.bias", 0, 8);
+    expect_load_error(mem, n, "'blk.1.exp_probs_b.bias'", dir, "ds-bias-shape.gguf");
+    /* keys */
+    mem = image("deepseek2-tiny", -1, &n);
+    rename_in(mem, n, "deepseek2.attention.kv_lora_rank", "deepseek2.attention.kv_lora_ranx");
+    expect_load_error(mem, n, "'deepseek2.attention.kv_lora_rank'", dir, "ds-no-kv-lora.gguf");
+    mem = image("deepseek2-tiny", -1, &n);
+    rename_in(mem, n, "deepseek2.attention.key_length_mla", "deepseek2.attention.key_length_mlx");
+    expect_load_error(mem, n, "'deepseek2.attention.key_length_mla'", dir, "ds-legacy.gguf");
+    mem = image("deepseek3-tiny", -1, &n);
+    rename_in(mem, n, "deepseek2.expert_count", "deepseek2.expert_counx");
+    expect_load_error(mem, n, "'deepseek2.expert_count'", dir, "ds-no-expert-count.gguf");
+    hr_gguf_writer *w = mla_writer("deepseek2-tiny");
+    hr_gguf_writer_set_u32(w, "deepseek2.attention.key_length", 40); /* not 32 + 16 */
+    mem = mla_written(w, &n);
+    expect_load_error(mem, n, "'deepseek2.attention.key_length' = 40", dir, "ds-key-length.gguf");
+    w = mla_writer("deepseek3-tiny");
+    hr_gguf_writer_set_u32(w, "deepseek2.expert_group_count", 3); /* 16 experts do not split in 3 */
+    mem = mla_written(w, &n);
+    expect_load_error(mem, n, "'deepseek2.expert_group_count' = 3", dir, "ds-groups.gguf");
+    w = mla_writer("deepseek3-tiny");
+    hr_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 4); /* sqrt-softplus: not DeepSeek's */
+    mem = mla_written(w, &n);
+    expect_load_error(mem, n, "'deepseek2.expert_gating_func' = 4", dir, "ds-gating.gguf");
+    w = mla_writer("deepseek2-tiny");
+    hr_gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "yarn");
+    hr_gguf_writer_set_f32(w, "deepseek2.rope.scaling.factor", 40.0f);
+    mem = mla_written(w, &n);
+    expect_load_error(mem, n, "deepseek2.rope.scaling.type", dir, "ds-yarn.gguf");
+
+    char args[8400];
+    snprintf(args, sizeof args, "run -m %s/ds-k-b-shape.gguf -p hi", dir);
+    expect_cli_failure(args, "blk.0.attn_k_b.weight");
+    snprintf(args, sizeof args, "run -m %s/ds-yarn.gguf -p hi", dir);
+    expect_cli_failure(args, "rope.scaling.type");
+    int port = hr_test_free_port();
+    snprintf(args, sizeof args, "serve -m %s/ds-exps-count.gguf --host 127.0.0.1 --port %d", dir, port);
+    expect_cli_failure(args, "blk.2.ffn_gate_exps.weight");
+    /* a KV format the latent cache cannot hold */
+    snprintf(args, sizeof args, "synth --shape deepseek2-tiny --type f32 -o %s/ds-ok.gguf", dir);
+    CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
+    /* a KV format the latent cache cannot hold: a usage error (exit 2, as any --kv-type a shape refuses) */
+    snprintf(args, sizeof args, "run -m %s/ds-ok.gguf -p hi --kv-type kivi2", dir);
+    char *err = NULL;
+    CHECK(hr_test_run_cli(args, NULL, &err) == 2);
+    CHECKF(count_lines(err) == 1 && strstr(err, "cannot hold a latent cache"), "'%s'", err ? err : "");
+    free(err);
+}
+
 /* Each family end to end through `headroom run` (synth, tokenizer, engine): 5 tokens. */
 static void check_cli_runs(void) {
     const char *dir = hr_test_tmpdir();
@@ -1083,9 +1185,11 @@ int main(void) {
     check_moe();
     check_mla_reference("deepseek2-tiny");
     check_mla_reference("deepseek3-tiny");
+    check_mla_batch_invariance();
     check_mla_kv_formats();
     check_mla_paper_bytes();
     check_bad_input();
+    check_mla_bad_input();
     check_cli_runs();
     check_alloc_faults();
     check_policy_windows();
