@@ -1131,7 +1131,7 @@ static void check_layer_attn(void) {
  * failing, for every N the clean run makes, ends in a clean error (or success) and leaks nothing
  * (LeakSanitizer at exit). */
 static void check_alloc_faults(void) {
-    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny"};
+    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny", "deepseek3-tiny"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         size_t n;
         void *mem = image(shapes[i], -1, &n);
@@ -1151,6 +1151,7 @@ static void check_alloc_faults(void) {
                 hr_kv_config kc = {.n_layers = hp->n_layer,
                                    .n_kv_heads = hp->n_head_kv,
                                    .head_dim = hp->head_dim,
+                                   .v_from_k = hp->kv_lora_rank,
                                    .block_size = 16,
                                    .k_format = HR_KV_F16,
                                    .v_format = HR_KV_F16,
