@@ -5,11 +5,12 @@
 # x 64 greedy tokens with an f16 KV cache, and prints headroom's comparison (ids, logit bound).
 #   bench/llamacpp/arch_check.sh BUILD_DIR LLAMA_CPP_DIR [SHAPE[:LAYERS] ...]
 # LLAMA_CPP_DIR holds include/llama.h, ggml/include and build/bin/libllama.so. The ids it prints for
-# the tiny shapes are the ones tests/vectors/arch-llamacpp.jsonl records.
+# the tiny shapes are the ones tests/vectors/arch-llamacpp.jsonl (deepseek: arch-llamacpp-mla.jsonl) records.
 set -eu
 build=$1 llama=$2
 shift 2
-[ $# -gt 0 ] || set -- qwen3-tiny gemma2-tiny gemma3-tiny phi3-tiny qwen3moe-tiny mixtral-tiny
+[ $# -gt 0 ] || set -- qwen3-tiny gemma2-tiny gemma3-tiny phi3-tiny qwen3moe-tiny mixtral-tiny deepseek2-tiny \
+  deepseek3-tiny
 out=${TMPDIR:-/tmp}/hr-arch-check
 mkdir -p "$out"
 lib=$llama/build/bin

@@ -71,6 +71,11 @@ typedef struct hr_kv_config {
                               best this CPU has. force_scalar wins over it */
     /* where the bytes live: NULL for the CPU storage (backend/cpu/kv_storage_cpu.h), or another's */
     hr_kv_storage_create_fn storage;
+    /* > 0: a latent cache (DeepSeek's multi-head latent attention, hr_hparams.kv_lora_rank): V is not
+     * stored; a token's V is the first v_from_k dims of its K (attention reads K's bytes for both), so a
+     * block holds K only. Needs a per-token format read as stored (f32, f16, bf16, q8, fp8) with
+     * v_format == k_format. 0: K and V stored apart. */
+    int v_from_k;
 } hr_kv_config;
 
 typedef struct hr_kv_pool hr_kv_pool;

@@ -15,6 +15,26 @@
 
 /* ---- sizes --------------------------------------------------------------------------------------- */
 
+/* A latent cache (v_from_k): V is read from K's bytes by V's kernels, which holds where a format lays
+ * K and V out alike, token by token (f32, f16, bf16, q8, fp8); q4 and kivi2 quantize K per channel over
+ * a block, q4h stores K rotated. */
+static hr_status kv_check_latent(const hr_kv_config *cfg, const kv_fmt *kf, hr_error *err) {
+    if (cfg->v_from_k < 0 || cfg->v_from_k > cfg->head_dim)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "KV v_from_k must be 0..head_dim (%d), got %d", cfg->head_dim,
+                            cfg->v_from_k);
+    if (kf->deferred || kf->rotate || kf->per_channel)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "KV format %s cannot hold a latent cache (multi-head latent attention reads V from K's "
+                            "bytes; %s stores K %s): use f16, bf16, f32, q8 or fp8",
+                            hr_kv_format_name(cfg->k_format), hr_kv_format_name(cfg->k_format),
+                            kf->rotate ? "rotated" : "per channel over a block");
+    if (cfg->v_format != cfg->k_format)
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "a latent KV cache stores V inside K: V's format (%s) must be K's (%s)",
+                            hr_kv_format_name(cfg->v_format), hr_kv_format_name(cfg->k_format));
+    return HR_OK;
+}
+
 static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf, hr_error *err) {
     if (!cfg) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV config is NULL");
     if (cfg->n_layers < 1 || cfg->n_layers > 4096)
@@ -36,6 +56,7 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
                             cfg->max_step_tokens);
     hr_status rc = kv_fmt_init(kf, cfg->k_format, KV_K, cfg->block_size, cfg->head_dim, err);
     if (rc == HR_OK) rc = kv_fmt_init(vf, cfg->v_format, KV_V, cfg->block_size, cfg->head_dim, err);
+    if (rc == HR_OK && cfg->v_from_k) rc = kv_check_latent(cfg, kf, err);
     if (rc != HR_OK) hr_error_prefix(err, "KV config");
     return rc;
 }
@@ -43,7 +64,8 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
 uint64_t hr_kv_block_bytes(const hr_kv_config *cfg) {
     kv_fmt kf, vf;
     if (kv_check_config(cfg, &kf, &vf, NULL) != HR_OK) return 0;
-    return (uint64_t)cfg->n_layers * cfg->n_kv_heads * (kf.head_bytes + vf.head_bytes);
+    /* a latent cache (v_from_k) stores K only: DeepSeek-V3's (512 + 64) f16 x 61 layers = 70,272 bytes a token */
+    return (uint64_t)cfg->n_layers * cfg->n_kv_heads * (kf.head_bytes + (cfg->v_from_k ? 0 : vf.head_bytes));
 }
 
 uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg) {
@@ -177,6 +199,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
                                .n_blocks = p->n_blocks,
                                .n_stage = p->n_stage,
                                .prefault = cfg->prefault,
+                               .v_from_k = cfg->v_from_k > 0,
                                .isa = kv_default_isa(cfg)};
     rc = (cfg->storage ? cfg->storage : hr_kv_storage_cpu_create)(&sp, &p->st, err);
     if (rc != HR_OK) {

@@ -25,9 +25,12 @@ static const arch_info k_archs[] = {
     {"qwen2", HR_ARCH_QWEN2, true, 1000000.0}, {"qwen3", HR_ARCH_QWEN3, true, 10000.0},
     {"gemma2", HR_ARCH_GEMMA2, true, 10000.0}, {"gemma3", HR_ARCH_GEMMA3, true, 10000.0},
     {"phi3", HR_ARCH_PHI3, true, 10000.0},     {"qwen3moe", HR_ARCH_QWEN3MOE, true, 10000.0},
+    {"deepseek2", HR_ARCH_DEEPSEEK2, false, 10000.0},
 };
 
-const char *hr_arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe"; }
+const char *hr_arch_supported_list(void) {
+    return "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, deepseek2";
+}
 
 static bool is_gemma(hr_arch a) { return a == HR_ARCH_GEMMA2 || a == HR_ARCH_GEMMA3; }
 
@@ -178,6 +181,77 @@ static hr_status read_moe_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
     return HR_OK;
 }
 
+/* DeepSeek-V2/V3 (deepseek2), as llama.cpp's MLA converter writes them: key_length is the cached vector
+ * (kv_lora_rank + rope dims) of one KV head, value_length the latent, key_length_mla / value_length_mla a
+ * head's Q/K and V widths before absorption. Files from before that converter (attn_kv_b, no *_mla keys)
+ * are refused by name. Then DeepSeek's MoE keys. */
+static hr_status read_mla_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
+    const char *a = hp->arch_name;
+    const int64_t big = 1 << 24;
+    hr_status st;
+    int k_mla = 0, v_len = 0, gating = HR_MOE_GATING_SOFTMAX;
+    char key[160], stype[32];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    if (hr_gguf_get_cstr(g, key, stype, sizeof stype, NULL) == HR_OK && !strcmp(stype, "yarn"))
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "%s.rope.scaling.type 'yarn' is not supported for deepseek2 (its mscale-adjusted "
+                            "attention scale is not implemented)",
+                            a);
+    if ((st = get_int_key(g, a, "attention.q_lora_rank", false, 0, 0, big, &hp->q_lora_rank, err)) ||
+        (st = get_int_key(g, a, "attention.kv_lora_rank", true, 0, 1, 4096, &hp->kv_lora_rank, err)) ||
+        (st = get_int_key(g, a, "attention.key_length_mla", true, 0, 1, 4096, &k_mla, err)) ||
+        (st = get_int_key(g, a, "attention.value_length_mla", true, 0, 1, 4096, &hp->v_head_dim, err)) ||
+        (st = get_int_key(g, a, "attention.value_length", false, hp->kv_lora_rank, 1, 4096, &v_len, err)))
+        return st;
+    if (hp->n_head_kv != 1 || hp->head_dim != hp->kv_lora_rank + hp->n_rot || v_len != hp->kv_lora_rank)
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "metadata '%s.attention.key_length' = %d, value_length = %d, head_count_kv = %d: a "
+                            "latent-attention cache needs key_length = kv_lora_rank + rope.dimension_count (%d + %d), "
+                            "value_length = kv_lora_rank and one KV head",
+                            a, hp->head_dim, v_len, hp->n_head_kv, hp->kv_lora_rank, hp->n_rot);
+    if (k_mla <= hp->n_rot)
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "metadata '%s.attention.key_length_mla' = %d leaves no non-rotated dims (rope %d)", a,
+                            k_mla, hp->n_rot);
+    hp->qk_nope_dim = k_mla - hp->n_rot;
+    hp->attn_scale = 1.0f / sqrtf((float)k_mla); /* a head's q.k before absorption has key_length_mla terms */
+    if ((st = get_int_key(g, a, "leading_dense_block_count", false, 0, 0, hp->n_layer, &hp->n_layer_dense, err)))
+        return st;
+    if (hp->n_layer_dense == hp->n_layer) return HR_OK; /* no experts */
+    if ((st = get_int_key(g, a, "expert_count", true, 0, 1, 4096, &hp->n_expert, err)) ||
+        (st = get_int_key(g, a, "expert_used_count", true, 0, 1, hp->n_expert, &hp->n_expert_used, err)) ||
+        (st = get_int_key(g, a, "expert_feed_forward_length", true, 0, 1, big, &hp->n_ff_exp, err)) ||
+        (st = get_int_key(g, a, "expert_shared_count", true, 0, 0, 64, &hp->n_expert_shared, err)) ||
+        (st = get_int_key(g, a, "expert_gating_func", false, HR_MOE_GATING_SOFTMAX, 0, 16, &gating, err)) ||
+        (st = get_int_key(g, a, "expert_group_count", false, 0, 0, 64, &hp->n_expert_groups, err)) ||
+        (st = get_int_key(g, a, "expert_group_used_count", false, 0, 0, hp->n_expert, &hp->n_group_used, err)))
+        return st;
+    if (gating == 0) gating = HR_MOE_GATING_SOFTMAX; /* llama.cpp's "none": V2 files before the key */
+    if (gating != HR_MOE_GATING_SOFTMAX && gating != HR_MOE_GATING_SIGMOID)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "metadata '%s.expert_gating_func' = %d is not supported (1 softmax, 2 sigmoid)", a, gating);
+    hp->moe_gating = (hr_moe_gating)gating;
+    /* llama.cpp picks each group's best two experts for its score: groups need two */
+    if (hp->n_expert_groups > 1 &&
+        (hp->n_expert % hp->n_expert_groups || hp->n_expert / hp->n_expert_groups < 2 || hp->n_group_used < 1 ||
+         hp->n_group_used > hp->n_expert_groups ||
+         hp->n_group_used * (hp->n_expert / hp->n_expert_groups) < hp->n_expert_used))
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "metadata '%s.expert_group_count' = %d, expert_group_used_count = %d do not split %d "
+                            "experts into groups of two or more that hold the %d used",
+                            a, hp->n_expert_groups, hp->n_group_used, hp->n_expert, hp->n_expert_used);
+    double scale = 0;
+    if ((st = get_float_key(g, a, "expert_weights_scale", 0.0, &scale, err))) return st;
+    if (scale < 0) return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.expert_weights_scale' = %g < 0", a, scale);
+    hp->moe_scale = (float)scale;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", a);
+    bool norm = false;
+    st = hr_gguf_get_bool(g, key, &norm, err);
+    if (st && st != HR_ERR_NOT_FOUND) return st;
+    hp->moe_norm = st == HR_OK && norm;
+    return HR_OK;
+}
+
 static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     memset(hp, 0, sizeof *hp);
     hr_status st = hr_gguf_get_cstr(g, "general.architecture", hp->arch_name, sizeof hp->arch_name, err);
@@ -242,7 +316,8 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     }
     hp->rope_neox = ai->rope_neox;
     if ((st = read_moe_hparams(g, hp, err))) return st;
-    return read_family_hparams(g, hp, err);
+    if ((st = read_family_hparams(g, hp, err))) return st;
+    return hp->arch == HR_ARCH_DEEPSEEK2 ? read_mla_hparams(g, hp, err) : HR_OK;
 }
 
 /* A tensor by GGUF name: from the file, or from a Hugging Face checkpoint's shards (hf.c). */
@@ -316,7 +391,9 @@ uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes) {
      * rope_freqs (llama 3); LongRoPE's long and short factors (phi3) */
     uint64_t floats =
         E + L * (2 * E + (hp->has_qkv_bias ? qkv : 0) + (hp->qk_norm ? 2 * D : 0) + (hp->post_norms ? 2 * E : 0)) +
-        (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0);
+        (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0) +
+        /* deepseek2: the Q and KV low-rank norms, and the experts' selection bias */
+        (hp->kv_lora_rank > 0 ? L * ((uint64_t)hp->q_lora_rank + (uint64_t)hp->kv_lora_rank + (uint64_t)hp->n_expert) : 0);
     return file_bytes + floats * sizeof(float);
 }
 
@@ -359,7 +436,65 @@ static hr_weight row_slice(const hr_weight *w, int64_t r0, int64_t n) {
     return s;
 }
 
+/* A DeepSeek layer (deepseek2): the latent attention's matrices (Q directly or through its low-rank
+ * pair, the joint KV down-projection with the RoPE key, W_UK and W_UV per head as llama.cpp's converter
+ * splits attn_kv_b), then a dense FFN on the leading layers and the router, experts and shared experts
+ * on the rest. Shapes as ggml writes them: [cols, rows(, heads)]. */
+static hr_status bind_mla_layer(hr_model *m, int il, hr_error *err) {
+    hr_hparams *hp = &m->hp;
+    hr_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_rot, Dn = hp->qk_nope_dim, Dv = hp->v_head_dim,
+                  C = hp->kv_lora_rank, Cq = hp->q_lora_rank, qd = H * (Dn + R);
+    char name[96];
+    hr_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, il), name)
+    if ((st = bind_vector(m, NAME("attn_norm.weight"), E, false, &L->attn_norm, err))) return st;
+    if (Cq > 0) {
+        if ((st = bind_matrix(m, NAME("attn_q_a.weight"), E, Cq, false, &L->wq_a, err)) ||
+            (st = bind_vector(m, NAME("attn_q_a_norm.weight"), Cq, false, &L->q_a_norm, err)) ||
+            (st = bind_matrix(m, NAME("attn_q_b.weight"), Cq, qd, false, &L->wq_b, err)))
+            return st;
+    } else if ((st = bind_matrix(m, NAME("attn_q.weight"), E, qd, false, &L->wq, err))) {
+        return st;
+    }
+    if ((st = bind_matrix(m, NAME("attn_kv_a_mqa.weight"), E, C + R, false, &L->wkv_a, err)) ||
+        (st = bind_vector(m, NAME("attn_kv_a_norm.weight"), C, false, &L->kv_a_norm, err)))
+        return st;
+    if (find_tensor(m, NAME("attn_kv_b.weight")) && !find_tensor(m, NAME("attn_k_b.weight")))
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "tensor '%s' (K and V up-projections in one) is not supported: latent attention needs "
+                            "them split as attn_k_b / attn_v_b (reconvert with a recent llama.cpp)",
+                            name);
+    if ((st = bind_stack(m, NAME("attn_k_b.weight"), Dn, C, H, &L->wk_b, err)) ||
+        (st = bind_stack(m, NAME("attn_v_b.weight"), C, Dv, H, &L->wv_b, err)) ||
+        (st = bind_matrix(m, NAME("attn_output.weight"), H * Dv, E, false, &L->wo, err)) ||
+        (st = bind_vector(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err)))
+        return st;
+    if (il < hp->n_layer_dense) {
+        if ((st = bind_matrix(m, NAME("ffn_gate.weight"), E, hp->n_ff, false, &L->w_gate, err)) ||
+            (st = bind_matrix(m, NAME("ffn_up.weight"), E, hp->n_ff, false, &L->w_up, err)) ||
+            (st = bind_matrix(m, NAME("ffn_down.weight"), hp->n_ff, E, false, &L->w_down, err)))
+            return st;
+        return HR_OK;
+    }
+    const int64_t Fe = hp->n_ff_exp, NE = hp->n_expert, Fs = (int64_t)hp->n_expert_shared * Fe;
+    if ((st = bind_matrix(m, NAME("ffn_gate_inp.weight"), E, NE, false, &L->w_router, err)) ||
+        (st = bind_stack(m, NAME("ffn_gate_exps.weight"), E, Fe, NE, &L->exp_gate, err)) ||
+        (st = bind_stack(m, NAME("ffn_up_exps.weight"), E, Fe, NE, &L->exp_up, err)) ||
+        (st = bind_stack(m, NAME("ffn_down_exps.weight"), Fe, E, NE, &L->exp_down, err)))
+        return st;
+    st = bind_vector(m, NAME("exp_probs_b.bias"), NE, true, &L->exp_probs_b, err);
+    if (st && st != HR_ERR_NOT_FOUND) return st;
+    if (Fs > 0 && ((st = bind_matrix(m, NAME("ffn_gate_shexp.weight"), E, Fs, false, &L->sh_gate, err)) ||
+                   (st = bind_matrix(m, NAME("ffn_up_shexp.weight"), E, Fs, false, &L->sh_up, err)) ||
+                   (st = bind_matrix(m, NAME("ffn_down_shexp.weight"), Fs, E, false, &L->sh_down, err))))
+        return st;
+#undef NAME
+    return HR_OK;
+}
+
 static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
+    if (m->hp.arch == HR_ARCH_DEEPSEEK2) return bind_mla_layer(m, il, err);
     hr_hparams *hp = &m->hp;
     hr_layer *L = &m->layers[il];
     int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim, qd = (int64_t)hp->n_head * hp->head_dim,
@@ -636,6 +771,9 @@ void hr_model_destroy(hr_model *m) {
             free(L->k_norm);
             free(L->attn_post_norm);
             free(L->ffn_post_norm);
+            free(L->q_a_norm);
+            free(L->kv_a_norm);
+            free(L->exp_probs_b);
         }
         free(m->layers);
     }

@@ -27,9 +27,18 @@ typedef enum hr_arch {
     HR_ARCH_PHI3 = 6,   /* fused Q|K|V and gate|up matrices, LongRoPE frequency factors */
     /* qwen3's attention, a mixture-of-experts FFN in every layer */
     HR_ARCH_QWEN3MOE = 7,
+    /* DeepSeek-V2/V3: multi-head latent attention (one latent + decoupled RoPE key cached per token),
+     * DeepSeek's MoE (softmax or sigmoid gates, shared experts, leading dense layers) */
+    HR_ARCH_DEEPSEEK2 = 8,
 } hr_arch;
 
-/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe": what the loader accepts (llama with
+/* How a DeepSeek router turns logits into gates (llama.cpp's expert_gating_func numbers). */
+typedef enum hr_moe_gating {
+    HR_MOE_GATING_SOFTMAX = 1, /* V2 */
+    HR_MOE_GATING_SIGMOID = 2, /* V3: selection adds exp_probs_b, the weights do not */
+} hr_moe_gating;
+
+/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, deepseek2": what the loader accepts (llama with
  * {arch}.expert_count > 0 is Mixtral). */
 const char *hr_arch_supported_list(void);
 
@@ -97,6 +106,20 @@ typedef struct hr_hparams {
     int n_expert_used; /* {arch}.expert_used_count (k) */
     int n_ff_exp;      /* one expert's FFN width: qwen3moe's expert_feed_forward_length (default
                           F / k, as llama.cpp), Mixtral's feed_forward_length */
+    /* DeepSeek-V2/V3 (deepseek2; 0 elsewhere). Multi-head latent attention: the KV cache holds per layer
+     * and token one vector [kv_lora_rank normalized latent | n_rot roped key] (head_dim wide, one KV
+     * head), V is its first kv_lora_rank dims; a query head is [q_nope W_UK (kv_lora_rank) | q_pe]. */
+    int q_lora_rank;     /* {arch}.attention.q_lora_rank: 0 = one attn_q matrix (V2-Lite) */
+    int kv_lora_rank;    /* {arch}.attention.kv_lora_rank (d_c): also V's dims within K (hr_kv_config.v_from_k) */
+    int qk_nope_dim;     /* a head's non-rotated Q/K dims: key_length_mla - n_rot */
+    int v_head_dim;      /* {arch}.attention.value_length_mla: a head's output after W_UV */
+    int n_layer_dense;   /* {arch}.leading_dense_block_count: layers [0, n) have a dense FFN */
+    int n_expert_shared; /* {arch}.expert_shared_count: ffn_*_shexp of n_expert_shared x n_ff_exp, always added */
+    hr_moe_gating moe_gating; /* {arch}.expert_gating_func */
+    bool moe_norm;            /* {arch}.expert_weights_norm: the k weights renormalized to sum 1 */
+    float moe_scale;          /* {arch}.expert_weights_scale: the weights multiplied by it; 0 = 1 */
+    int n_expert_groups;      /* {arch}.expert_group_count: > 1 limits top-k to the best groups */
+    int n_group_used;         /* {arch}.expert_group_used_count */
 } hr_hparams;
 
 typedef struct hr_model hr_model;

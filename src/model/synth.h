@@ -37,13 +37,20 @@ typedef struct hr_synth_shape {
     /* mixture of experts (qwen3moe; llama with experts: Mixtral; synth_arch.c): 0 = a dense FFN */
     int n_expert, n_expert_used;
     int n_ff_exp; /* qwen3moe: {arch}.expert_feed_forward_length (Mixtral's experts are n_ff wide) */
+    /* deepseek2 (synth_arch.c): multi-head latent attention (head_dim = kv_lora_rank + qk_rope_dim, one KV
+     * head) and DeepSeek's MoE (experts from layer n_layer_dense on) */
+    int q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
+    int n_layer_dense, n_expert_shared, n_expert_groups, n_group_used;
+    bool moe_sigmoid; /* V3: sigmoid gates with a selection bias (exp_probs_b); else V2's softmax */
+    bool moe_norm;    /* {arch}.expert_weights_norm */
+    float moe_scale;  /* {arch}.expert_weights_scale */
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
  * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
  * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
  * "phi3.5-mini", "qwen3moe-tiny", "qwen3moe-small",
- * "qwen3moe-30b-a3b", "mixtral-tiny". On error the message lists the names. */
+ * "qwen3moe-30b-a3b", "mixtral-tiny", "deepseek2-tiny", "deepseek3-tiny", "deepseek-v2-lite". On error the message lists the names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);

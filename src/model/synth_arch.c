@@ -215,6 +215,81 @@ static const hr_synth_shape k_arch_shapes[] = {
      .vocab = HR_SYNTH_VOCAB_SPM,
      .n_expert = 4,
      .n_expert_used = 2},
+    /* DeepSeek (deepseek2): latent attention (cache 32 + 16 = 48 floats a token and layer), a leading
+     * dense layer, shared experts. V2-Lite-like: Q directly, softmax gates, weights unnormalized; V3-like:
+     * Q through its low-rank pair, sigmoid gates with a selection bias, 4 groups of which 2 are searched,
+     * normalized weights scaled by 2.5 */
+    {.name = "deepseek2-tiny",
+     .arch = "deepseek2",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 3,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 48,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 32,
+     .kv_lora_rank = 32,
+     .qk_nope_dim = 16,
+     .qk_rope_dim = 16,
+     .v_head_dim = 16,
+     .n_layer_dense = 1,
+     .n_expert_shared = 2,
+     .moe_scale = 1.0f},
+    {.name = "deepseek3-tiny",
+     .arch = "deepseek2",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 3,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 48,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 32,
+     .q_lora_rank = 48,
+     .kv_lora_rank = 32,
+     .qk_nope_dim = 16,
+     .qk_rope_dim = 16,
+     .v_head_dim = 24,
+     .n_layer_dense = 1,
+     .n_expert_shared = 1,
+     .n_expert_groups = 4,
+     .n_group_used = 2,
+     .moe_sigmoid = true,
+     .moe_norm = true,
+     .moe_scale = 2.5f},
+    {.name = "deepseek-v2-lite", /* DeepSeek-V2-Lite's published widths, without its YaRN (benchmarks) */
+     .arch = "deepseek2",
+     .n_vocab = 102400,
+     .n_embd = 2048,
+     .n_ff = 10944,
+     .n_head = 16,
+     .n_head_kv = 1,
+     .n_layer = 27,
+     .n_ctx = 163840,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 576,
+     .n_expert = 64,
+     .n_expert_used = 6,
+     .n_ff_exp = 1408,
+     .kv_lora_rank = 512,
+     .qk_nope_dim = 128,
+     .qk_rope_dim = 64,
+     .v_head_dim = 128,
+     .n_layer_dense = 1,
+     .n_expert_shared = 2,
+     .moe_scale = 1.0f},
 };
 
 bool hr_synth_arch_shape_by_name(const char *name, hr_synth_shape *out) {
@@ -228,7 +303,7 @@ bool hr_synth_arch_shape_by_name(const char *name, hr_synth_shape *out) {
 
 bool hr_synth_arch_builds(const char *arch) {
     return !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3") || !strcmp(arch, "phi3") ||
-           !strcmp(arch, "qwen3moe");
+           !strcmp(arch, "qwen3moe") || !strcmp(arch, "deepseek2");
 }
 
 /* A stack of n matrices of rows x cols (a 3-D tensor [cols, rows, n]: the experts), drawn as
@@ -296,6 +371,27 @@ static hr_status add_longrope(hr_gguf_writer *w, const hr_synth_shape *s, int n_
     return HR_OK;
 }
 
+/* deepseek2's keys as llama.cpp's converter writes them (key_length and value_length: write_keys). */
+static void write_mla_keys(hr_gguf_writer *w, const hr_synth_shape *s) {
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, s->arch), key)
+    hr_gguf_writer_set_u32(w, KEY("attention.q_lora_rank"), (uint32_t)s->q_lora_rank);
+    hr_gguf_writer_set_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)s->kv_lora_rank);
+    hr_gguf_writer_set_u32(w, KEY("attention.key_length_mla"), (uint32_t)(s->qk_nope_dim + s->qk_rope_dim));
+    hr_gguf_writer_set_u32(w, KEY("attention.value_length_mla"), (uint32_t)s->v_head_dim);
+    hr_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s->qk_rope_dim);
+    hr_gguf_writer_set_u32(w, KEY("leading_dense_block_count"), (uint32_t)s->n_layer_dense);
+    hr_gguf_writer_set_u32(w, KEY("expert_shared_count"), (uint32_t)s->n_expert_shared);
+    hr_gguf_writer_set_f32(w, KEY("expert_weights_scale"), s->moe_scale);
+    if (s->moe_norm) hr_gguf_writer_set_bool(w, KEY("expert_weights_norm"), true);
+    hr_gguf_writer_set_u32(w, KEY("expert_gating_func"), s->moe_sigmoid ? 2 : 1);
+    if (s->n_expert_groups > 1) {
+        hr_gguf_writer_set_u32(w, KEY("expert_group_count"), (uint32_t)s->n_expert_groups);
+        hr_gguf_writer_set_u32(w, KEY("expert_group_used_count"), (uint32_t)s->n_group_used);
+    }
+#undef KEY
+}
+
 static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type, uint64_t seed, int head_dim) {
     const char *a = s->arch;
     char key[128], name[160];
@@ -314,7 +410,8 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
     hr_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
     hr_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)s->n_layer);
     hr_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
-    hr_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    hr_gguf_writer_set_u32(w, KEY("attention.value_length"),
+                           (uint32_t)(s->kv_lora_rank > 0 ? s->kv_lora_rank : head_dim)); /* deepseek2: the latent */
     hr_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
     hr_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
     if (!strcmp(a, "gemma2")) {
@@ -325,6 +422,7 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
         hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
     if ((!strcmp(a, "gemma2") || !strcmp(a, "gemma3")) && s->sliding_window > 0)
         hr_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+    if (s->kv_lora_rank > 0) write_mla_keys(w, s);
     if (s->n_expert > 0) {
         hr_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)s->n_expert);
         hr_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)s->n_expert_used);
@@ -349,6 +447,59 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
 #undef KEY
 }
 
+/* deepseek2's tensors: the latent attention's (W_UK and W_UV per head, as the converter splits
+ * kv_b_proj), a dense FFN on the leading layers, then the router (and V3's selection bias), the experts
+ * and the shared experts. */
+static hr_status build_mla(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type, uint64_t seed, hr_error *err) {
+    const int64_t E = s->n_embd, H = s->n_head, R = s->qk_rope_dim, Dn = s->qk_nope_dim, Dv = s->v_head_dim,
+                  C = s->kv_lora_rank, Cq = s->q_lora_rank, Fs = (int64_t)s->n_expert_shared * s->n_ff_exp;
+    hr_status st;
+    if (Dn < 1 || R < 2 || R % 2 || Dv < 1 || s->head_dim != C + R || s->n_head_kv != 1 ||
+        (s->n_layer_dense < s->n_layer && (s->n_expert < 1 || s->n_ff_exp < 1)))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "shape '%s': an inconsistent latent-attention shape", s->name);
+    if ((st = hr_synth_add_matrix(w, "token_embd.weight", s->n_vocab, E, type, seed, sqrtf((float)E), err)) ||
+        (st = hr_synth_add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed, err)) ||
+        (!s->tied_output && (st = hr_synth_add_matrix(w, "output.weight", s->n_vocab, E, type, seed, 4.0f, err))))
+        return st;
+    for (int il = 0; il < s->n_layer; il++) {
+        char n[96];
+#define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
+        if ((st = hr_synth_add_vector(w, T("attn_norm.weight"), E, 1.0f, 0.1f, seed, err))) return st;
+        if (Cq > 0) {
+            if ((st = hr_synth_add_matrix(w, T("attn_q_a.weight"), Cq, E, type, seed, 1.0f, err)) ||
+                (st = hr_synth_add_vector(w, T("attn_q_a_norm.weight"), Cq, 1.0f, 0.1f, seed, err)) ||
+                (st = hr_synth_add_matrix(w, T("attn_q_b.weight"), H * (Dn + R), Cq, type, seed, 1.0f, err)))
+                return st;
+        } else if ((st = hr_synth_add_matrix(w, T("attn_q.weight"), H * (Dn + R), E, type, seed, 1.0f, err))) {
+            return st;
+        }
+        if ((st = hr_synth_add_matrix(w, T("attn_kv_a_mqa.weight"), C + R, E, type, seed, 1.0f, err)) ||
+            (st = hr_synth_add_vector(w, T("attn_kv_a_norm.weight"), C, 1.0f, 0.1f, seed, err)) ||
+            (st = add_stack(w, T("attn_k_b.weight"), H, C, Dn, type, seed, 1.0f, err)) ||
+            (st = add_stack(w, T("attn_v_b.weight"), H, Dv, C, type, seed, 1.0f, err)) ||
+            (st = hr_synth_add_matrix(w, T("attn_output.weight"), E, H * Dv, type, seed, 0.5f, err)) ||
+            (st = hr_synth_add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, err)))
+            return st;
+        if (il < s->n_layer_dense) {
+            if ((st = hr_synth_add_matrix(w, T("ffn_gate.weight"), s->n_ff, E, type, seed, 1.0f, err)) ||
+                (st = hr_synth_add_matrix(w, T("ffn_up.weight"), s->n_ff, E, type, seed, 1.0f, err)) ||
+                (st = hr_synth_add_matrix(w, T("ffn_down.weight"), E, s->n_ff, type, seed, 0.5f, err)))
+                return st;
+            continue;
+        }
+        if ((st = add_experts(w, s, il, type, seed, err))) return st;
+        /* V3's selection bias: spread like the gates, so it changes which experts win */
+        if (s->moe_sigmoid && (st = hr_synth_add_vector(w, T("exp_probs_b.bias"), s->n_expert, 0.0f, 0.3f, seed, err)))
+            return st;
+        if (Fs > 0 && ((st = hr_synth_add_matrix(w, T("ffn_gate_shexp.weight"), Fs, E, type, seed, 1.0f, err)) ||
+                       (st = hr_synth_add_matrix(w, T("ffn_up_shexp.weight"), Fs, E, type, seed, 1.0f, err)) ||
+                       (st = hr_synth_add_matrix(w, T("ffn_down_shexp.weight"), E, Fs, type, seed, 0.5f, err))))
+            return st;
+#undef T
+    }
+    return HR_OK;
+}
+
 hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
                               hr_error *err) {
     const int head_dim = s->head_dim > 0 ? s->head_dim : (s->n_head > 0 ? s->n_embd / s->n_head : 0);
@@ -368,6 +519,11 @@ hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t s
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "shape '%s': %d experts used of %d", s->name, s->n_expert_used,
                           s->n_expert);
     if (st) goto fail;
+    if (s->kv_lora_rank > 0) { /* deepseek2 */
+        if ((st = build_mla(w, s, type, seed, err))) goto fail;
+        *out = w;
+        return HR_OK;
+    }
     int64_t E = s->n_embd, F = s->n_ff, D = head_dim, qd = (int64_t)s->n_head * D, kvd = (int64_t)s->n_head_kv * D;
     /* gemma multiplies its embeddings by sqrt(E) itself; the others get unit-scale rows here */
     if ((st = hr_synth_add_matrix(w, "token_embd.weight", s->n_vocab, E, type, seed, gemma ? 1.0f : sqrtf((float)E),

@@ -28,6 +28,7 @@ static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *p
     hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
                                    .n_kv_heads = hp->n_head_kv,
                                    .head_dim = hp->head_dim,
+                                   .v_from_k = hp->kv_lora_rank, /* deepseek2: a latent cache, V read from K */
                                    .block_size = p->block_size,
                                    .k_format = (hr_kv_format)kf, /* the same numbers (runtime_types.h) */
                                    .v_format = (hr_kv_format)vf,
@@ -81,6 +82,7 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
         hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
                                        .n_kv_heads = hp->n_head_kv,
                                        .head_dim = hp->head_dim,
+                                       .v_from_k = hp->kv_lora_rank, /* deepseek2: a latent cache, V read from K */
                                        .block_size = p->block_size,
                                        .k_format = (hr_kv_format)p->k_format,
                                        .v_format = (hr_kv_format)p->v_format,

@@ -126,6 +126,7 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
     hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
                                    .n_kv_heads = hp->n_head_kv,
                                    .head_dim = hp->head_dim,
+                                   .v_from_k = hp->kv_lora_rank, /* deepseek2: a latent cache, V read from K */
                                    .block_size = pl->p.block_size,
                                    .k_format = (hr_kv_format)c->format,
                                    .v_format = (hr_kv_format)c->format,

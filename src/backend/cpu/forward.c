@@ -58,6 +58,16 @@ struct hr_model_ctx {
     float *moe_xe;        /* (T, E) one expert's gathered input rows */
     float *moe_g, *moe_u; /* (T, Fe) its gate and up rows */
     float *moe_out;       /* (T*K, E) each (token, rank)'s expert output */
+    /* deepseek2 (hp.kv_lora_rank > 0; else NULL). Dq = qk_nope_dim + n_rot, C = kv_lora_rank, Cq =
+     * q_lora_rank, Dv = v_head_dim, Dm = max(qk_nope_dim, C, Dv), Fs = n_expert_shared x Fe. The latent
+     * attention's absorbed query goes in q (T, H*D), the cached vector [latent | rope key] in k (T, D). */
+    float *mla_q;           /* (T, H*Dq) the query before absorption */
+    float *mla_qa;          /* (T, Cq) Q's low-rank projection */
+    float *mla_a, *mla_b;   /* (T, Dm) one head's gathered rows in, product out */
+    float *mla_o;           /* (T, H*Dv) the heads' outputs after W_UV */
+    float *moe_sc;          /* (NE) one token's selection scores */
+    float *sh_g, *sh_u;     /* (T, Fs) the shared experts' gate and up rows */
+    float *sh_out;          /* (T, E) their output */
 };
 
 /* Bytes of a 64-byte aligned buffer of n floats (aligned_alloc wants a multiple of the alignment). */
@@ -71,9 +81,27 @@ static size_t xbytes(uint64_t n_floats) { return (size_t)((n_floats * sizeof(flo
 typedef struct fwd_sizes {
     size_t inv_freq, inv_freq_swa, x, xb, q, k, v, att, hg, hu, qkv, fuse, att_scratch, out_rows;
     size_t moe_probs, moe_sel, moe_w, moe_slots, moe_start, moe_xe, moe_gu, moe_out; /* 0 without experts */
+    size_t mla_q, mla_qa, mla_ab, mla_o, moe_sc, sh_gu, sh_out;                       /* 0 but deepseek2 */
     size_t att_floats;
     int64_t max_k; /* the widest matmul input row */
 } fwd_sizes;
+
+/* deepseek2's buffers (the latent attention's and the shared experts'), and its widest matmul inputs. */
+static void mla_sizes_of(const hr_hparams *hp, uint64_t T, fwd_sizes *z) {
+    const uint64_t H = (uint64_t)hp->n_head, Dq = (uint64_t)(hp->qk_nope_dim + hp->n_rot),
+                   C = (uint64_t)hp->kv_lora_rank, Dv = (uint64_t)hp->v_head_dim, E = (uint64_t)hp->n_embd;
+    const uint64_t Dm = HR_MAX(HR_MAX((uint64_t)hp->qk_nope_dim, C), Dv);
+    const uint64_t Fs = (uint64_t)hp->n_expert_shared * (uint64_t)hp->n_ff_exp;
+    z->mla_q = xbytes(T * H * Dq);
+    z->mla_qa = hp->q_lora_rank > 0 ? xbytes(T * (uint64_t)hp->q_lora_rank) : 0;
+    z->mla_ab = xbytes(T * Dm);
+    z->mla_o = xbytes(T * H * Dv);
+    z->moe_sc = hp->n_expert > 0 ? xbytes((uint64_t)hp->n_expert) : 0;
+    z->sh_gu = Fs > 0 ? xbytes(T * Fs) : 0;
+    z->sh_out = Fs > 0 ? xbytes(T * E) : 0;
+    int64_t k = HR_MAX(HR_MAX((int64_t)hp->q_lora_rank, (int64_t)Dm), HR_MAX((int64_t)(H * Dv), (int64_t)Fs));
+    z->max_k = HR_MAX(z->max_k, k);
+}
 
 static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_config *kc, int max_ctx, int n_threads,
                          bool gu_fused, bool gu_split, fwd_sizes *z) {
@@ -81,6 +109,7 @@ static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_confi
     uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     const bool hybrid = hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer;
     const bool moe = hp->n_expert > 0;
+    const bool dense = !moe || hp->n_layer_dense > 0; /* some layer has a dense FFN (deepseek2: the leading ones) */
     const uint64_t K = (uint64_t)hp->n_expert_used, NE = (uint64_t)hp->n_expert, Fe = (uint64_t)hp->n_ff_exp;
     size_t att_floats = (hr_kv_attention_scratch_floats_for(kc, max_ctx) + 15) & ~(size_t)15;
     *z = (fwd_sizes){.inv_freq = xbytes((uint64_t)hp->n_rot / 2),
@@ -91,8 +120,8 @@ static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_confi
                      .k = xbytes(T * kvd),
                      .v = xbytes(T * kvd),
                      .att = xbytes(T * qd),
-                     .hg = moe ? 0 : xbytes((gu_fused ? 2 : 1) * T * F),
-                     .hu = gu_split && !moe ? xbytes(T * F) : 0,
+                     .hg = dense ? xbytes((gu_fused ? 2 : 1) * T * F) : 0,
+                     .hu = gu_split && dense ? xbytes(T * F) : 0,
                      .qkv = xbytes(T * (qd + 2 * kvd)),
                      .fuse = (size_t)hp->n_layer,
                      .att_scratch = xbytes((uint64_t)att_floats * (uint64_t)HR_MAX(1, n_threads)),
@@ -109,6 +138,7 @@ static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_confi
         z->moe_gu = xbytes(T * Fe);
         z->moe_out = xbytes(T * K * E);
     }
+    if (hp->kv_lora_rank > 0) mla_sizes_of(hp, T, z);
 }
 
 /* Everything create allocates for these sizes: the context, its scratch, the two fusion tables, the
@@ -116,7 +146,8 @@ static void fwd_sizes_of(const hr_hparams *hp, int max_tokens, const hr_kv_confi
 static uint64_t fwd_sizes_total(const fwd_sizes *z, int max_tokens, int n_threads) {
     return sizeof(hr_model_ctx) + z->inv_freq + z->inv_freq_swa + z->x + z->xb + z->q + z->k + z->v + z->att + z->hg +
            z->hu + z->qkv + 2 * z->fuse + z->att_scratch + z->out_rows + z->moe_probs + z->moe_sel + z->moe_w +
-           z->moe_slots + z->moe_start + z->moe_xe + 2 * z->moe_gu + z->moe_out +
+           z->moe_slots + z->moe_start + z->moe_xe + 2 * z->moe_gu + z->moe_out + z->mla_q + z->mla_qa + 2 * z->mla_ab +
+           z->mla_o + z->moe_sc + 2 * z->sh_gu + z->sh_out +
            hr_threadpool_bytes(HR_MAX(1, n_threads)) + hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
 }
 
@@ -128,6 +159,24 @@ static bool adjacent(const hr_weight *a, const hr_weight *b) {
 }
 
 static void cpu_destroy(hr_model_ctx *c);
+
+/* deepseek2's scratch (mla_sizes_of), made resident as the rest. */
+static hr_status mla_alloc(hr_model_ctx *c, const fwd_sizes *z, hr_error *err) {
+    struct {
+        float **p;
+        size_t n;
+    } bufs[] = {{&c->mla_q, z->mla_q},   {&c->mla_qa, z->mla_qa}, {&c->mla_a, z->mla_ab},
+                {&c->mla_b, z->mla_ab},  {&c->mla_o, z->mla_o},   {&c->moe_sc, z->moe_sc},
+                {&c->sh_g, z->sh_gu},    {&c->sh_u, z->sh_gu},    {&c->sh_out, z->sh_out}};
+    for (size_t i = 0; i < HR_ARRAY_LEN(bufs); i++) {
+        if (!bufs[i].n) continue;
+        if (!(*bufs[i].p = aligned_alloc(64, bufs[i].n)))
+            return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the latent attention's scratch (%d tokens)",
+                                c->max_tokens);
+        memset(*bufs[i].p, 0, bufs[i].n);
+    }
+    return HR_OK;
+}
 
 static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
                             hr_error *err) {
@@ -153,7 +202,8 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     if (st) goto fail;
     int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     bool gu_fused = false, gu_split = false; /* some layer's gate and up weights lie together / apart */
-    for (int il = 0; il < hp->n_layer && hp->n_expert == 0; il++) {
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!m->layers[il].w_gate.data) continue; /* a MoE layer */
         bool f = adjacent(&m->layers[il].w_gate, &m->layers[il].w_up);
         gu_fused |= f;
         gu_split |= !f;
@@ -202,6 +252,7 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
         memset(c->moe_u, 0, z.moe_gu);
         memset(c->moe_out, 0, z.moe_out);
     }
+    if (hp->kv_lora_rank > 0 && (st = mla_alloc(c, &z, err))) goto fail;
     if (!c->inv_freq || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || (z.hg && !c->hg) || (z.hu && !c->hu) ||
         !c->att_scratch || !c->out_rows || !c->qkv || !c->fuse_qkv || !c->fuse_gu) {
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
@@ -294,6 +345,15 @@ static void cpu_destroy(hr_model_ctx *c) {
     free(c->moe_g);
     free(c->moe_u);
     free(c->moe_out);
+    free(c->mla_q);
+    free(c->mla_qa);
+    free(c->mla_a);
+    free(c->mla_b);
+    free(c->mla_o);
+    free(c->moe_sc);
+    free(c->sh_g);
+    free(c->sh_u);
+    free(c->sh_out);
     free(c);
 }
 
@@ -394,6 +454,85 @@ static void moe_route(hr_model_ctx *c, const hr_layer *L, int T) {
     }
 }
 
+/* DeepSeek's routing (deepseek2), as llama.cpp's build_moe_ffn runs it: gates from the router's logits
+ * by a softmax (V2; as moe_route's) or a sigmoid (V3); selection over the gates plus exp_probs_b where
+ * the layer has it (the bias picks experts, never weighs them); with expert groups, only the
+ * n_group_used groups whose two best biased gates sum highest take part; the K best (ties to the lower
+ * id) in descending order; their unbiased gates renormalized (expert_weights_norm; sum in double,
+ * clamped below at f16's smallest normal) and multiplied by expert_weights_scale. Per token. */
+static void moe_route_deepseek(hr_model_ctx *c, const hr_layer *L, int T) {
+    const hr_hparams *hp = &c->m->hp;
+    const int NE = hp->n_expert, K = hp->n_expert_used, NG = hp->n_expert_groups;
+    matmul(c, &L->w_router, c->xb, T, c->moe_probs);
+    float *s = c->moe_sc;
+    for (int t = 0; t < T; t++) {
+        float *p = c->moe_probs + (size_t)t * NE;
+        if (hp->moe_gating == HR_MOE_GATING_SIGMOID) {
+            for (int e = 0; e < NE; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
+        } else {
+            float mx = -INFINITY;
+            for (int e = 0; e < NE; e++) mx = p[e] > mx ? p[e] : mx;
+            double sum = 0;
+            for (int e = 0; e < NE; e++) sum += (double)(p[e] = expf(p[e] - mx));
+            const float inv = (float)(1.0 / sum);
+            for (int e = 0; e < NE; e++) p[e] *= inv;
+        }
+        for (int e = 0; e < NE; e++) s[e] = L->exp_probs_b ? p[e] + L->exp_probs_b[e] : p[e];
+        if (NG > 1) { /* group-limited: each group scored by its two best, the best n_group_used kept */
+            const int per = NE / NG;
+            float gs[64]; /* the loader allows 64 groups */
+            bool keep[64] = {false};
+            const int ng = NG < 64 ? NG : 64;
+            for (int g = 0; g < ng; g++) {
+                float b1 = -INFINITY, b2 = -INFINITY;
+                for (int e = g * per; e < (g + 1) * per; e++) {
+                    if (s[e] > b1) b2 = b1, b1 = s[e];
+                    else if (s[e] > b2) b2 = s[e];
+                }
+                gs[g] = b1 + b2;
+            }
+            for (int u = 0; u < hp->n_group_used && u < ng; u++) {
+                int best = -1;
+                for (int g = 0; g < ng; g++)
+                    if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+                keep[best] = true;
+            }
+            for (int e = 0; e < NE; e++)
+                if (e / per >= ng || !keep[e / per]) s[e] = -INFINITY;
+        }
+        int32_t *sel = c->moe_sel + (size_t)t * K;
+        float *w = c->moe_w + (size_t)t * K;
+        double wsum = 0;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < NE; e++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= sel[j] == e;
+                if (!taken && (best < 0 || s[e] > s[best])) best = e;
+            }
+            sel[k] = best;
+            w[k] = p[best];
+            wsum += w[k];
+        }
+        if (hp->moe_norm) {
+            const float ws = (float)wsum < 6.103515625e-5f ? 6.103515625e-5f : (float)wsum;
+            for (int k = 0; k < K; k++) w[k] /= ws;
+        }
+        if (hp->moe_scale != 0.0f && hp->moe_scale != 1.0f)
+            for (int k = 0; k < K; k++) w[k] *= hp->moe_scale;
+    }
+}
+
+/* sh_out = the shared experts' SwiGLU FFN of xb's rows (deepseek2: one FFN n_expert_shared x Fe wide,
+ * added to every token's routed output). */
+static void shared_experts(hr_model_ctx *c, const hr_layer *L, int T) {
+    const int64_t Fs = L->sh_gate.rows;
+    matmul(c, &L->sh_gate, c->xb, T, c->sh_g);
+    matmul(c, &L->sh_up, c->xb, T, c->sh_u);
+    for (int t = 0; t < T; t++) hr_op_swiglu(c->sh_g + (size_t)t * Fs, c->sh_u + (size_t)t * Fs, (int)Fs);
+    matmul(c, &L->sh_down, c->sh_g, T, c->sh_out);
+}
+
 /* xb = the MoE FFN of xb's rows. Tokens are grouped by expert so each expert's three matrices are read
  * once per step: its tokens' rows gathered, one product per matrix over them, SwiGLU, the results put
  * in each (token, rank) slot; then each token's slots summed in rank order, weighted. Each product's
@@ -404,7 +543,12 @@ static void moe_ffn(hr_model_ctx *c, int il, int T) {
     const hr_hparams *hp = &c->m->hp;
     const int NE = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd;
     const int64_t Fe = hp->n_ff_exp;
-    moe_route(c, L, T);
+    if (hp->arch == HR_ARCH_DEEPSEEK2) {
+        moe_route_deepseek(c, L, T);
+        if (L->sh_gate.data) shared_experts(c, L, T); /* from xb, before the sum below overwrites it */
+    } else {
+        moe_route(c, L, T);
+    }
     /* counting sort of the T*K slots by expert, slots ascending within one */
     int32_t *start = c->moe_start;
     memset(start, 0, sizeof(int32_t) * (size_t)(NE + 1));
@@ -436,6 +580,7 @@ static void moe_ffn(hr_model_ctx *c, int il, int T) {
         for (int j = 0; j < E; j++) y[j] = w[0] * o[j];
         for (int k = 1; k < K; k++)
             for (int j = 0; j < E; j++) y[j] += w[k] * o[(size_t)k * E + j];
+        if (L->sh_gate.data) hr_op_add(y, c->sh_out + (size_t)t * E, E); /* deepseek2: routed + shared */
     }
 }
 
@@ -452,8 +597,9 @@ static void kv_write_task(void *arg, int ith, int nth) {
     hr_model_ctx *c = j->c;
     const hr_hparams *hp = &c->m->hp;
     int kvd = hp->n_head_kv * hp->head_dim;
+    const float *v = hp->kv_lora_rank > 0 ? c->k : c->v; /* latent attention: V is K's first dims */
     for (int t = ith; t < j->b->n_tokens; t += nth)
-        hr_kv_write(c->kv, j->layer, j->b->seq[t], j->b->pos[t], c->k + (size_t)t * kvd, c->v + (size_t)t * kvd);
+        hr_kv_write(c->kv, j->layer, j->b->seq[t], j->b->pos[t], c->k + (size_t)t * kvd, v + (size_t)t * kvd);
 }
 
 static void attention_task(void *arg, int ith, int nth) {
@@ -504,6 +650,67 @@ static void apply_rope(hr_model_ctx *c, const hr_batch *b, int il) {
     }
 }
 
+/* ---- multi-head latent attention (deepseek2) ----
+ * xb = the layer's attention of xb's rows with the absorbed projections (DeepSeek-V2 paper, section
+ * 2.1; llama.cpp's MLA graph): per token the cache gets one vector [RMSNorm(c_KV) (C) | RoPE(k_pe) (R)]
+ * (xb W_kv_a^T); each query head becomes [q_nope W_UK_h (C) | RoPE(q_pe) (R)], so q.k over the cached
+ * vector equals the head's q.k over its decompressed key, and attention's output over the cached vectors'
+ * first C dims (V from K, one KV head for all H) is the latent the head's W_UV decompresses. Decode reads
+ * only the latent cache. Shapes: Dq = qk_nope_dim + R, D = C + R (the cache's head_dim). */
+static void mla_attention(hr_model_ctx *c, const hr_batch *b, int il) {
+    const hr_layer *L = &c->m->layers[il];
+    const hr_hparams *hp = &c->m->hp;
+    const hr_layer_attn *la = &c->m->layer_attn[il];
+    const int T = b->n_tokens, H = hp->n_head, R = hp->n_rot, Dn = hp->qk_nope_dim, Dv = hp->v_head_dim;
+    const int C = hp->kv_lora_rank, D = hp->head_dim, Dq = Dn + R;
+    if (hp->q_lora_rank > 0) { /* V2/V3: Q through its low-rank pair, normed between */
+        matmul(c, &L->wq_a, c->xb, T, c->mla_qa);
+        for (int t = 0; t < T; t++) {
+            float *r = c->mla_qa + (size_t)t * hp->q_lora_rank;
+            hr_op_rmsnorm(r, r, L->q_a_norm, hp->q_lora_rank, hp->norm_eps);
+        }
+        matmul(c, &L->wq_b, c->mla_qa, T, c->mla_q);
+    } else { /* V2-Lite */
+        matmul(c, &L->wq, c->xb, T, c->mla_q);
+    }
+    matmul(c, &L->wkv_a, c->xb, T, c->k); /* (T, C + R) */
+    for (int t = 0; t < T; t++) {
+        const float pos = (float)b->pos[t] * la->rope_linear_scale;
+        float *kt = c->k + (size_t)t * D;
+        hr_op_rmsnorm(kt, kt, L->kv_a_norm, C, hp->norm_eps);
+        rope_head(hp, kt + C, c->inv_freq, pos);
+        for (int h = 0; h < H; h++) rope_head(hp, c->mla_q + ((size_t)t * H + h) * Dq + Dn, c->inv_freq, pos);
+    }
+    for (int h = 0; h < H; h++) { /* absorb W_UK: one product per head over the T tokens */
+        for (int t = 0; t < T; t++)
+            memcpy(c->mla_a + (size_t)t * Dn, c->mla_q + ((size_t)t * H + h) * Dq, sizeof(float) * (size_t)Dn);
+        const hr_weight wk = expert(&L->wk_b, h);
+        matmul(c, &wk, c->mla_a, T, c->mla_b);
+        for (int t = 0; t < T; t++) {
+            float *qh = c->q + ((size_t)t * H + h) * D;
+            memcpy(qh, c->mla_b + (size_t)t * C, sizeof(float) * (size_t)C);
+            memcpy(qh + C, c->mla_q + ((size_t)t * H + h) * Dq + Dn, sizeof(float) * (size_t)R);
+        }
+    }
+    attn_job job = {.c = c, .b = b, .layer = il};
+    if (T == 1) {
+        kv_write_task(&job, 0, 1);
+        attention_task(&job, 0, 1);
+    } else {
+        hr_threadpool_run(c->tp, kv_write_task, &job);
+        hr_threadpool_run(c->tp, attention_task, &job);
+    }
+    for (int h = 0; h < H; h++) { /* decompress through W_UV: the first C dims of each head's output */
+        for (int t = 0; t < T; t++)
+            memcpy(c->mla_a + (size_t)t * C, c->att + ((size_t)t * H + h) * D, sizeof(float) * (size_t)C);
+        const hr_weight wv = expert(&L->wv_b, h);
+        matmul(c, &wv, c->mla_a, T, c->mla_b);
+        for (int t = 0; t < T; t++)
+            memcpy(c->mla_o + ((size_t)t * H + h) * Dv, c->mla_b + (size_t)t * Dv, sizeof(float) * (size_t)Dv);
+    }
+    matmul(c, &L->wo, c->mla_o, T, c->xb);
+}
+
 /* y = RMSNorm(y) * w row by row (gemma's post-attention and post-FFN norms), then x += y. */
 static void residual_add(hr_model_ctx *c, const float *post_norm, int T) {
     const hr_hparams *hp = &c->m->hp;
@@ -552,26 +759,30 @@ static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
         const hr_layer *L = &m->layers[il];
         for (int t = 0; t < T; t++)
             hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
-        project_qkv(c, il, T);
-        add_bias(c->q, L->bq, T, qd);
-        add_bias(c->k, L->bk, T, kvd);
-        add_bias(c->v, L->bv, T, kvd);
-        if (L->q_norm) norm_heads(c, L, T);
-        apply_rope(c, b, il);
-        attn_job job = {.c = c, .b = b, .layer = il};
-        if (T == 1) { /* one token: one thread's work either way, so no fork/join */
-            kv_write_task(&job, 0, 1);
-            attention_task(&job, 0, 1);
+        if (hp->kv_lora_rank > 0) { /* deepseek2 */
+            mla_attention(c, b, il);
         } else {
-            hr_threadpool_run(c->tp, kv_write_task, &job);
-            hr_threadpool_run(c->tp, attention_task, &job);
+            project_qkv(c, il, T);
+            add_bias(c->q, L->bq, T, qd);
+            add_bias(c->k, L->bk, T, kvd);
+            add_bias(c->v, L->bv, T, kvd);
+            if (L->q_norm) norm_heads(c, L, T);
+            apply_rope(c, b, il);
+            attn_job job = {.c = c, .b = b, .layer = il};
+            if (T == 1) { /* one token: one thread's work either way, so no fork/join */
+                kv_write_task(&job, 0, 1);
+                attention_task(&job, 0, 1);
+            } else {
+                hr_threadpool_run(c->tp, kv_write_task, &job);
+                hr_threadpool_run(c->tp, attention_task, &job);
+            }
+            matmul(c, &L->wo, c->att, T, c->xb);
         }
-        matmul(c, &L->wo, c->att, T, c->xb);
         residual_add(c, L->attn_post_norm, T);
 
         for (int t = 0; t < T; t++)
             hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
-        if (hp->n_expert > 0) {
+        if (hp->n_expert > 0 && il >= hp->n_layer_dense) { /* deepseek2's leading layers are dense */
             moe_ffn(c, il, T);
         } else {
             ffn_gate_up(c, il, T);

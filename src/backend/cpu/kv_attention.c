@@ -33,7 +33,7 @@ void kv_cpu_write(hr_kv_storage *base, int layer, int32_t b, int t, int32_t slot
     int B = p->B, D = p->D, Hkv = p->Hkv, L = p->L;
     KV_ASSERT(layer >= 0 && layer < L && b >= 0 && b < p->n_blocks && t >= 0 && t < B);
     KV_ASSERT(!p->stage || (slot >= 0 && slot < p->n_stage));
-    for (int kind = 0; kind < 2; kind++) {
+    for (int kind = 0; kind < (p->v_from_k ? 1 : 2); kind++) { /* a latent cache: K only (v unread) */
         const kv_fmt *f = kind == KV_K ? &p->kf : &p->vf;
         const kv_fmt_ops *ops = kind == KV_K ? &p->kops : &p->vops;
         const float *x = kind == KV_K ? k : v;

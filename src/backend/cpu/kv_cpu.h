@@ -132,9 +132,11 @@ typedef struct kv_cpu {
     size_t stage_layer_bytes;  /* one stage, one layer, K and V */
     uint64_t stage_slot_bytes; /* one stage, all layers */
     atomic_ushort *filled;     /* [n_stage][L]: slots written in the stage's block (deferred formats) */
+    bool v_from_k;             /* a latent cache: no V arena, V is read from the K block (v_block_bytes 0) */
 } kv_cpu;
 
 static inline uint8_t *kv_block_ptr(const kv_cpu *p, int layer, int kind, int32_t block) {
+    if (p->v_from_k) kind = KV_K; /* V's reads land on K's bytes; V's copies move 0 bytes */
     size_t layer_bytes = (size_t)p->n_blocks * (p->k_block_bytes + p->v_block_bytes);
     size_t off = (size_t)layer * layer_bytes;
     if (kind == KV_V) off += (size_t)p->n_blocks * p->k_block_bytes;

@@ -126,7 +126,8 @@ hr_status hr_kv_storage_cpu_create(const hr_kv_storage_params *prm, hr_kv_storag
     p->vf = prm->v;
     p->sf = prm->stage;
     p->k_block_bytes = (size_t)p->Hkv * p->kf.head_bytes;
-    p->v_block_bytes = (size_t)p->Hkv * p->vf.head_bytes;
+    p->v_from_k = prm->v_from_k;
+    p->v_block_bytes = p->v_from_k ? 0 : (size_t)p->Hkv * p->vf.head_bytes;
     p->block_bytes = (uint64_t)p->L * (p->k_block_bytes + p->v_block_bytes);
     p->stage_slot_bytes = p->n_stage > 0 ? (uint64_t)p->L * 2 * p->Hkv * p->B * p->D * 2 : 0;
     p->stage_layer_bytes = (size_t)(p->stage_slot_bytes / (uint64_t)p->L);
