@@ -1,4 +1,4 @@
-/* model.h: decoder-only architectures (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3) as
+/* model.h: decoder-only architectures (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss) as
  * hyper-parameters read from GGUF metadata (keys and tensor names as llama.cpp's converter writes them), their weights
  * (views into the mapped file), and a forward pass over a ragged batch: T tokens from any number of sequences, prefill
  * chunks and decode steps mixed, writing K/V into the paged cache (kv/) and returning logits only for the tokens that

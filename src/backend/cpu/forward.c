@@ -6,7 +6,7 @@
  * [per-head Q/K RMSNorm] -> RoPE (the layer's base) -> K/V written into each token's sequence blocks ->
  * attention per token through its block table (the layer's window, soft-capped scores where the model
  * says) -> output projection [-> post-attention RMSNorm] and residual -> RMSNorm -> SwiGLU or GeGLU FFN
- * [-> post-FFN RMSNorm] and residual; or, where the model has experts (qwen3moe, Mixtral), the router, top-k
+ * [-> post-FFN RMSNorm] and residual; or, where the model has experts (qwen3moe, Mixtral, gpt-oss), the router, top-k
  * experts per token and their weighted SwiGLU outputs (moe_ffn). Logits only for the tokens that ask
  * (soft-capped for gemma).
  * Bracketed steps are the qwen3/gemma ones (model.h says which family has which). Every reduction a token's result
