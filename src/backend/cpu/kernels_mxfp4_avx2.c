@@ -4,11 +4,16 @@
  * Blocks go in pairs: one register holds the 16 code bytes of block b in its low half and of b + 1 in
  * its high half; one AND and one shift+AND give both blocks' codes of elements 0..15 and 16..31, and a
  * byte shuffle through the doubled E2M1 table turns codes into signed values (-12..12). The activations
- * are rearranged the same way (two lane shuffles). Products go through maddubs as |v| * (y with v's
- * sign) (exact: |p| <= 4 * 12 * 127 per int16), then madd by 1 to int32: lanes 0-3 block b, 4-7 block
- * b + 1. The float part: acc = fma([dx_b x4, dx_b+1 x4] * [dy_b x4, dy_b+1 x4], cvt(s), acc), pairs in
- * order, then hsum8. The tile computes each (row, token) pair exactly as the dot: up to 4 tokens share
- * each decoded weight pair. */
+ * are rearranged the same way (two lane shuffles). The table is stored offset by 12 (u = v + 12, 0..24,
+ * unsigned: maddubs's first operand), and 12 x the sum of each lane's 8 activations is subtracted:
+ *     s = madd(maddubs(u_lo, y_lo) + maddubs(u_hi, y_hi), 1) - 12 sum(y)     (int16 exact: <= 12192)
+ * the exact integer dot of the signed values; lanes 0-3 block b, 4-7 block b + 1. The float part:
+ * acc = fma([dx_b x4, dx_b+1 x4] * [dy_b x4, dy_b+1 x4], cvt(s), acc), pairs in order, then hsum8.
+ *
+ * The tile prepares each token's activation pairs once per call (a thread-local table, up to 256 pairs:
+ * k <= 16384; longer rows prepare them per row) and runs register tiles of rows x tokens (4 x 1, 2 x 2,
+ * 1 x 3, 1 x 4) sharing each decoded weight pair; every (row, token) element is the dot's sequence, so
+ * the same bits. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -22,25 +27,32 @@ static inline float hsum8(__m256 v) {
 }
 
 typedef struct mx_w {
-    __m256i lo, hi; /* signed values of elements 0..15 and 16..31 of both blocks */
+    __m256i lo, hi; /* v + 12 of elements 0..15 and 16..31 of both blocks */
     __m256 d;       /* [dx_b x4, dx_b+1 x4] */
 } mx_w;
 
 typedef struct mx_a {
     __m256i lo, hi; /* the activations, same layout */
+    __m256i y12;    /* 12 x the sum of each int32 lane's 8 activations */
     __m256 d;
 } mx_a;
+
+static const int8_t k_table_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0}; /* v + 12 */
+
+static inline uint32_t half_scale_bits(uint8_t e) { return e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23; }
 
 static inline __attribute__((always_inline)) mx_w load_w(const hr_block_mxfp4 *b, const bool two) {
     const __m128i q0 = _mm_loadu_si128((const __m128i *)b[0].qs);
     const __m256i q = _mm256_set_m128i(two ? _mm_loadu_si128((const __m128i *)b[1].qs) : _mm_setzero_si128(), q0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)HR_MXFP4_VALUES));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_table_u));
     mx_w x;
     x.lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
     x.hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-    const float d0 = hr_mxfp4_half_scale(b[0].e), d1 = two ? hr_mxfp4_half_scale(b[1].e) : 0.0f;
-    x.d = _mm256_set_m128(_mm_set1_ps(d1), _mm_set1_ps(d0));
+    /* a missing second block: codes 0 give u = 12 against zero activations and zero sums, scale 0 */
+    const __m128i d0 = _mm_set1_epi32((int)half_scale_bits(b[0].e));
+    const __m128i d1 = two ? _mm_set1_epi32((int)half_scale_bits(b[1].e)) : _mm_setzero_si128();
+    x.d = _mm256_castsi256_ps(_mm256_set_m128i(d1, d0));
     return x;
 }
 
@@ -50,6 +62,10 @@ static inline __attribute__((always_inline)) mx_a load_a(const hr_block_q8_0 *b,
     mx_a y;
     y.lo = _mm256_permute2x128_si256(y0, y1, 0x20);
     y.hi = _mm256_permute2x128_si256(y0, y1, 0x31);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, y.lo), _mm256_maddubs_epi16(ones8, y.hi));
+    const __m256i sum32 = _mm256_madd_epi16(sum16, _mm256_set1_epi16(1));
+    y.y12 = _mm256_add_epi32(_mm256_slli_epi32(sum32, 3), _mm256_slli_epi32(sum32, 2));
     uint16_t h0, h1 = 0;
     memcpy(&h0, &b[0].d, 2);
     if (two) memcpy(&h1, &b[1].d, 2);
@@ -59,10 +75,8 @@ static inline __attribute__((always_inline)) mx_a load_a(const hr_block_q8_0 *b,
 }
 
 static inline __attribute__((always_inline)) __m256 step(__m256 acc, const mx_w *x, const mx_a *y) {
-    const __m256i p =
-        _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x->lo, x->lo), _mm256_sign_epi8(y->lo, x->lo)),
-                         _mm256_maddubs_epi16(_mm256_sign_epi8(x->hi, x->hi), _mm256_sign_epi8(y->hi, x->hi)));
-    const __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(x->lo, y->lo), _mm256_maddubs_epi16(x->hi, y->hi));
+    const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), y->y12);
     return _mm256_fmadd_ps(_mm256_mul_ps(x->d, y->d), _mm256_cvtepi32_ps(s), acc);
 }
 
@@ -85,35 +99,68 @@ float hr_avx2_dot_mxfp4(int64_t k, const void *w, const void *a) {
     return hsum8(acc);
 }
 
-/* One row against n (1..4) tokens: each weight pair decoded once for all of them. */
-static void row_x4(int64_t nb, const hr_block_mxfp4 *x, const char *a, size_t a_stride, int n, float *y,
-                   size_t y_stride) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+#define MX_MAX_PAIRS 256 /* prepared activation pairs per token: k <= 16384 */
+#define MX_TOKENS    4
+
+/* R rows x N tokens against prepared pairs (np of them, the last one single when nb is odd). */
+static inline __attribute__((always_inline)) void tile_rn(int64_t nb, const char *w, size_t ws,
+                                                          const mx_a (*ap)[MX_MAX_PAIRS], float *y, size_t ys,
+                                                          const int R, const int N) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < N; t++) acc[r][t] = _mm256_setzero_ps();
     int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        const mx_w wx = load_w(x + ib, true);
-        for (int t = 0; t < n; t++) {
-            const mx_a ay = load_a((const hr_block_q8_0 *)(a + (size_t)t * a_stride) + ib, true);
-            acc[t] = step(acc[t], &wx, &ay);
+    for (; ib + 2 <= nb; ib += 2)
+        for (int r = 0; r < R; r++) {
+            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + ib, true);
+            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t][ib / 2]);
         }
-    }
-    if (ib < nb) {
-        const mx_w wx = load_w(x + ib, false);
-        for (int t = 0; t < n; t++) {
-            const mx_a ay = load_a((const hr_block_q8_0 *)(a + (size_t)t * a_stride) + ib, false);
-            acc[t] = step(acc[t], &wx, &ay);
+    if (ib < nb)
+        for (int r = 0; r < R; r++) {
+            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + ib, false);
+            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t][ib / 2]);
         }
-    }
-    for (int t = 0; t < n; t++) y[(size_t)t * y_stride] = hsum8(acc[t]);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < N; t++) y[(size_t)t * ys + r] = hsum8(acc[r][t]);
 }
 
 void hr_avx2_tile_mxfp4(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                         float *y, size_t y_stride) {
-    const int64_t nb = k / HR_QK_MXFP4;
-    for (int t0 = 0; t0 < nt; t0 += 4) {
-        const int n = nt - t0 < 4 ? nt - t0 : 4;
-        for (int r = 0; r < nr; r++)
-            row_x4(nb, (const hr_block_mxfp4 *)((const char *)w + (size_t)r * w_stride),
-                   (const char *)a + (size_t)t0 * a_stride, a_stride, n, y + (size_t)t0 * y_stride + r, y_stride);
+    static _Thread_local mx_a prepared[MX_TOKENS][MX_MAX_PAIRS];
+    const int64_t nb = k / HR_QK_MXFP4, np = (nb + 1) / 2;
+    if (np > MX_MAX_PAIRS) { /* rows past the table: each element by the dot */
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++)
+                y[(size_t)t * y_stride + r] = hr_avx2_dot_mxfp4(k, (const char *)w + (size_t)r * w_stride,
+                                                                (const char *)a + (size_t)t * a_stride);
+        return;
+    }
+    for (int t0 = 0; t0 < nt; t0 += MX_TOKENS) {
+        const int n = nt - t0 < MX_TOKENS ? nt - t0 : MX_TOKENS;
+        for (int t = 0; t < n; t++) {
+            const hr_block_q8_0 *yb = (const hr_block_q8_0 *)((const char *)a + (size_t)(t0 + t) * a_stride);
+            for (int64_t p = 0; p < np; p++) prepared[t][p] = load_a(yb + 2 * p, 2 * p + 1 < nb);
+        }
+        float *yt = y + (size_t)t0 * y_stride;
+        const char *wr = w;
+        int r = 0;
+        switch (n) { /* the register tile for this many tokens; leftover rows one by one */
+        case 1:
+            for (; r + 4 <= nr; r += 4)
+                tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 4, 1);
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 1);
+            break;
+        case 2:
+            for (; r + 2 <= nr; r += 2)
+                tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 2, 2);
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 2);
+            break;
+        case 3:
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 3);
+            break;
+        default:
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 4);
+            break;
+        }
     }
 }
