@@ -213,6 +213,41 @@ static void test_q6_K_block(void) {
 }
 
 /* Round trips on random rows stay within half a step; ref dots equal the dot of dequantized rows. */
+/* MXFP4: the doubled E2M1 table at half the E8M0 scale, so e = 128 gives the table's values halved
+ * times 2 (E2M1 x 2^(128 - 127)); e = 0 and 1 the subnormal scales; the quantizer's exponent choice
+ * (largest magnitude in [4, 8) x 2^(e - 127)), nearest codes and the NaN scale finder. */
+static void test_mxfp4_block(void) {
+    CHECK(hr_dtype_get_info(HR_DTYPE_MXFP4)->block_bytes == 17 && hr_dtype_get_info(HR_DTYPE_MXFP4)->block_elems == 32);
+    CHECK(hr_dtype_get_info(HR_DTYPE_MXFP4)->vec_dot_type == HR_DTYPE_Q8_0 && hr_dtype_supported(39));
+    static const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    hr_block_mxfp4 b;
+    float y[32];
+    b.e = 128;
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | (15 - j) << 4);
+    hr_dequantize_row_ref(HR_DTYPE_MXFP4, &b, y, 32);
+    int bad = 0;
+    for (int j = 0; j < 16; j++) {
+        const float lo = (j < 8 ? 1 : -1) * e2m1[j & 7] * 2, hi = (15 - j < 8 ? 1 : -1) * e2m1[(15 - j) & 7] * 2;
+        bad += y[j] != lo || y[16 + j] != hi;
+    }
+    CHECK(bad == 0);
+    CHECK(hr_mxfp4_half_scale(127) == 0.5f && hr_mxfp4_half_scale(254) == 0x1p126f);
+    CHECK(hr_mxfp4_half_scale(0) == 0x1p-128f && hr_mxfp4_half_scale(1) == 0x1p-127f && hr_mxfp4_half_scale(2) == 0x1p-126f);
+    /* amax 5: floor(log2 5) = 2, e = 127, scale 1, values = E2M1: 5 -> 4 or 6 (a tie: the lower code, 4),
+     * 2.9 -> 3, -0.7 -> -0.5, 0.26 -> 0.5, 0.24 -> 0 */
+    float x[32] = {5, 2.9f, -0.7f, 0.26f, 0.24f, -6.5f};
+    hr_quantize_row_ref(HR_DTYPE_MXFP4, x, &b, 32);
+    CHECK(b.e == 127);
+    hr_dequantize_row_ref(HR_DTYPE_MXFP4, &b, y, 32);
+    CHECKF(y[0] == 4 && y[1] == 3 && y[2] == -0.5f && y[3] == 0.5f && y[4] == 0 && y[5] == -6 && y[31] == 0,
+           "%g %g %g %g %g %g", y[0], y[1], y[2], y[3], y[4], y[5]);
+    memset(x, 0, sizeof x);
+    hr_quantize_row_ref(HR_DTYPE_MXFP4, x, &b, 32);
+    CHECK(b.e == 0 && b.qs[0] == 0);
+    hr_block_mxfp4 row[3] = {{.e = 1}, {.e = 254}, {.e = 0xFF}};
+    CHECK(hr_mxfp4_find_nan_scale(row, 96) == 2 && hr_mxfp4_find_nan_scale(row, 64) == -1);
+}
+
 static void test_round_trip_and_dot(void) {
     hr_rng rng;
     hr_rng_seed(&rng, 7);
@@ -221,7 +256,7 @@ static void test_round_trip_and_dot(void) {
     for (int i = 0; i < K; i++) x[i] = hr_rng_normal(&rng);
     for (int i = 0; i < K; i++) a[i] = hr_rng_normal(&rng);
     static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
-                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
     _Alignas(64) unsigned char wq[K * 4], act[K * 4];
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
         const hr_dtype t = types[ti];
@@ -240,6 +275,7 @@ static void test_round_trip_and_dot(void) {
                             : t == HR_DTYPE_Q4_K ? amax / 5 /* range / 15 plus scale rounding */
                             : t == HR_DTYPE_Q5_K ? amax / 10
                             : t == HR_DTYPE_Q6_K ? amax / 20
+                            : t == HR_DTYPE_MXFP4 ? amax /* a block's top in [4, 8) x its scale, E2M1's top 6 */
                                                  : 0;
         /* q4_0's top value is 7d while its bottom is -8d = -amax, so the clamped end errs up to d */
         const double bound = (t == HR_DTYPE_Q4_0 ? 1.0 : 0.5) * step * 1.01 + 1e-7;
@@ -265,6 +301,7 @@ int main(void) {
     test_q4_K_block();
     test_q5_K_block();
     test_q6_K_block();
+    test_mxfp4_block();
     test_round_trip_and_dot();
     return hr_test_finish();
 }

@@ -47,6 +47,11 @@ static void kv_view(const hr_kv_pool *p, const kv_seq *s, int layer, int n_ctx, 
 
 void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads, float scale,
                      float *out, float *scratch) {
+    hr_kv_attention_sinks(p, layer, seq, n_ctx, q, n_heads, scale, NULL, out, scratch);
+}
+
+void hr_kv_attention_sinks(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
+                           float scale, const float *sinks, float *out, float *scratch) {
     const hr_kv_config *c = &p->cfg;
     int B = c->block_size;
     KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < c->n_layers);
@@ -64,7 +69,7 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
             aq.view = &view;
         }
     }
-    hr_kv_attn_args a = {.n_heads = n_heads, .scale = scale, .softcap = p->attn_softcap};
+    hr_kv_attn_args a = {.n_heads = n_heads, .scale = scale, .softcap = p->attn_softcap, .sinks = sinks};
     p->st->ops->attend(p->st, layer, &aq, 1, &a, scratch);
 }
 

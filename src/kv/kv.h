@@ -186,6 +186,10 @@ void hr_kv_write(hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, const floa
  * hr_kv_attention_scratch_floats(pool, n_ctx) floats, private to the calling thread. */
 void hr_kv_attention(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
                      float scale, float *out, float *scratch);
+/* The same with learned attention sinks (gpt-oss): sinks[h] (n_heads of them, or NULL: hr_kv_attention)
+ * joins head h's softmax denominator as a logit no value stands behind (kv_storage.h). */
+void hr_kv_attention_sinks(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
+                           float scale, const float *sinks, float *out, float *scratch);
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
 /* The same for a pool of this config (block_size and head_dim decide it), before one exists. */
 size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx);

@@ -72,6 +72,9 @@ typedef struct hr_kv_attn_args {
     int n_heads;   /* H, a multiple of Hkv: head h reads KV head h / (H / Hkv) */
     float scale;   /* applied to q.k */
     float softcap; /* > 0: a score s becomes softcap * tanh(s / softcap) after the scale */
+    /* [H] or NULL: head h's learned sink logit joins its softmax's denominator (gpt-oss): the weights
+     * become e^(x_t - m) / (sum_t e^(x_t - m) + e^(sinks[h] - m)), m the scores' max */
+    const float *sinks;
 } hr_kv_attn_args;
 
 typedef struct hr_kv_storage hr_kv_storage;

@@ -26,10 +26,11 @@ static const arch_info k_archs[] = {
     {"gemma2", HR_ARCH_GEMMA2, true, 10000.0}, {"gemma3", HR_ARCH_GEMMA3, true, 10000.0},
     {"phi3", HR_ARCH_PHI3, true, 10000.0},     {"qwen3moe", HR_ARCH_QWEN3MOE, true, 10000.0},
     {"deepseek2", HR_ARCH_DEEPSEEK2, false, 10000.0},
+    {"gpt-oss", HR_ARCH_GPT_OSS, true, 10000.0},
 };
 
 const char *hr_arch_supported_list(void) {
-    return "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, deepseek2";
+    return "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss, deepseek2";
 }
 
 static bool is_gemma(hr_arch a) { return a == HR_ARCH_GEMMA2 || a == HR_ARCH_GEMMA3; }
@@ -112,6 +113,16 @@ static hr_status read_family_hparams(const hr_gguf *g, hr_hparams *hp, hr_error 
         return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.scaling.attn_factor' = %g is not positive", a,
                             attn_factor);
     hp->rope_attn_factor = attn_factor == 1.0 ? 0.0f : (float)attn_factor;
+    if (hp->yarn_factor > 0.0f) { /* YaRN's magnitude scale joins the attention factor (model.h) */
+        const float ms = hr_rope_yarn_mscale(hp->yarn_factor, (float)attn_factor);
+        hp->rope_attn_factor = ms == 1.0f ? 0.0f : ms;
+    }
+    if (hp->arch == HR_ARCH_GPT_OSS) { /* llama.cpp's openai-moe graph */
+        hp->attn_scale = 1.0f / sqrtf((float)hp->n_rot);
+        hp->attn_sinks = true;
+        hp->moe_softmax_topk = true;
+        hp->ffn_act = HR_FFN_SWIGLU_OAI;
+    }
     return HR_OK;
 }
 
@@ -128,8 +139,8 @@ static hr_status plan_layers(const hr_gguf *g, hr_model *m, hr_error *err) {
     int window = hp->sliding_window, pattern = 0;
     double base_swa = hp->rope_base;
     float scale_swa = hp->rope_linear_scale;
-    if (is_gemma(hp->arch) && window > 0) {
-        if ((st = get_int_key(g, a, "attention.sliding_window_pattern", false, hp->arch == HR_ARCH_GEMMA2 ? 2 : 6, 0,
+    if ((is_gemma(hp->arch) || hp->arch == HR_ARCH_GPT_OSS) && window > 0) { /* gpt-oss: as gemma2, same base */
+        if ((st = get_int_key(g, a, "attention.sliding_window_pattern", false, hp->arch == HR_ARCH_GEMMA3 ? 6 : 2, 0,
                               1 << 20, &pattern, err)))
             return st;
         if (hp->arch == HR_ARCH_GEMMA3) base_swa = 10000.0, scale_swa = 1.0f;
@@ -165,15 +176,15 @@ static hr_status plan_layers(const hr_gguf *g, hr_model *m, hr_error *err) {
  * experts where expert_count > 0 (Mixtral), each of feed_forward_length. Other families: none. */
 static hr_status read_moe_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     const char *a = hp->arch_name;
-    const bool q3moe = hp->arch == HR_ARCH_QWEN3MOE;
+    const bool q3moe = hp->arch == HR_ARCH_QWEN3MOE || hp->arch == HR_ARCH_GPT_OSS; /* both counts required */
     hr_status st;
     if (!q3moe && hp->arch != HR_ARCH_LLAMA) return HR_OK;
     if ((st = get_int_key(g, a, "expert_count", q3moe, 0, q3moe ? 1 : 0, 4096, &hp->n_expert, err))) return st;
     if (hp->n_expert == 0) return HR_OK;
     if ((st = get_int_key(g, a, "expert_used_count", true, 0, 1, hp->n_expert, &hp->n_expert_used, err))) return st;
     hp->n_ff_exp = hp->n_ff;
-    if (q3moe && (st = get_int_key(g, a, "expert_feed_forward_length", false, hp->n_ff / hp->n_expert_used, 1, 1 << 24,
-                                   &hp->n_ff_exp, err)))
+    if (q3moe && (st = get_int_key(g, a, "expert_feed_forward_length", hp->arch == HR_ARCH_GPT_OSS,
+                                   hp->n_ff / hp->n_expert_used, 1, 1 << 24, &hp->n_ff_exp, err)))
         return st;
     if (hp->n_ff_exp < 1)
         return hr_error_set(err, HR_ERR_FORMAT, "metadata gives no expert FFN width ('%s.expert_feed_forward_length')",
@@ -287,8 +298,8 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     /* llama.cpp reads no window for qwen3 (and qwen3moe) and turns phi3's off (its converters' values are
      * unreliable) */
     if (hp->arch != HR_ARCH_QWEN3 && hp->arch != HR_ARCH_QWEN3MOE && hp->arch != HR_ARCH_PHI3 &&
-        (st = get_int_key(g, a, "attention.sliding_window", false, hp->arch == HR_ARCH_GEMMA2 ? 4096 : 0, 0, 1 << 30,
-                          &hp->sliding_window, err)))
+        (st = get_int_key(g, a, "attention.sliding_window", hp->arch == HR_ARCH_GPT_OSS,
+                          hp->arch == HR_ARCH_GEMMA2 ? 4096 : 0, 0, 1 << 30, &hp->sliding_window, err)))
         return st;
     double eps, base, factor = 1.0;
     if ((st = get_float_key_req(g, a, "attention.layer_norm_rms_epsilon", newer, 1e-5, &eps, err))) return st;
@@ -308,10 +319,14 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
             if (!(factor > 0))
                 return hr_error_set(err, HR_ERR_FORMAT, "rope.scaling.factor %g is not positive", factor);
             hp->rope_linear_scale = (float)(1.0 / factor);
+        } else if (!strcmp(stype, "yarn")) { /* llama.cpp's defaults: ext 1, beta 32 / 1; factor 0 = 1 */
+            if (!(factor >= 0)) return hr_error_set(err, HR_ERR_FORMAT, "rope.scaling.factor %g is negative", factor);
+            hp->yarn_factor = factor == 0 ? 1.0f : (float)factor;
+            hp->yarn_ext_factor = 1.0f, hp->yarn_beta_fast = 32.0f, hp->yarn_beta_slow = 1.0f;
         } else if (strcmp(stype, "llama3") && !(hp->arch == HR_ARCH_PHI3 && !strcmp(stype, "longrope"))) {
             return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                                "%s.rope.scaling.type '%s' is not supported (supported: none, linear, llama3%s)", a,
-                                stype, hp->arch == HR_ARCH_PHI3 ? ", longrope" : "");
+                                "%s.rope.scaling.type '%s' is not supported (supported: none, linear, yarn, llama3%s)",
+                                a, stype, hp->arch == HR_ARCH_PHI3 ? ", longrope" : "");
         }
     }
     hp->rope_neox = ai->rope_neox;
@@ -323,6 +338,18 @@ static hr_status read_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
 /* A tensor by GGUF name: from the file, or from a Hugging Face checkpoint's shards (hf.c). */
 static const hr_gguf_tensor *find_tensor(const hr_model *m, const char *name) {
     return m->hf ? hr_hf_find_tensor(m->hf, name) : hr_gguf_find_tensor(m->gguf, name);
+}
+
+/* An MXFP4 tensor of rows x cols: no block's E8M0 scale is 0xFF (NaN; llama.cpp's validation refuses it
+ * too). Reads one byte of every 17 (the whole mapping's pages, once, at load). */
+static hr_status check_mxfp4(const hr_gguf_tensor *t, const char *name, int64_t rows, int64_t cols, hr_error *err) {
+    if (t->type != HR_DTYPE_MXFP4) return HR_OK;
+    const int64_t nb = rows * (cols / HR_QK_MXFP4);
+    const int64_t bad = hr_mxfp4_find_nan_scale(t->data, nb * HR_QK_MXFP4);
+    if (bad < 0) return HR_OK;
+    return hr_error_set(err, HR_ERR_FORMAT,
+                        "tensor '%s': MXFP4 block %lld (row %lld) has the scale byte 0xFF, E8M0's NaN", name,
+                        (long long)bad, (long long)(bad / (cols / HR_QK_MXFP4)));
 }
 
 /* Binds a matrix tensor, checking type support and shape (cols x rows as GGUF ne[0], ne[1]). */
@@ -345,6 +372,8 @@ static hr_status bind_matrix(hr_model *m, const char *name, int64_t cols, int64_
     if (cols % info->block_elems)
         return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s': row length %lld is not a multiple of %s's block of %d",
                             name, (long long)cols, info->name, info->block_elems);
+    hr_status st = check_mxfp4(t, name, rows * (t->n_dims > 2 ? t->ne[2] : 1), cols, err);
+    if (st) return st;
     w->data = t->data;
     w->type = (hr_dtype)t->type;
     w->rows = rows;
@@ -374,6 +403,8 @@ static hr_status bind_stack(hr_model *m, const char *name, int64_t cols, int64_t
     if (cols % info->block_elems)
         return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s': row length %lld is not a multiple of %s's block of %d",
                             name, (long long)cols, info->name, info->block_elems);
+    hr_status st = check_mxfp4(t, name, rows * (t->n_dims > 2 ? t->ne[2] : 1), cols, err);
+    if (st) return st;
     w->data = t->data;
     w->type = (hr_dtype)t->type;
     w->rows = rows;
@@ -394,6 +425,8 @@ uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes) {
         (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0) +
         /* deepseek2: the Q and KV low-rank norms, and the experts' selection bias */
         (hp->kv_lora_rank > 0 ? L * ((uint64_t)hp->q_lora_rank + (uint64_t)hp->kv_lora_rank + (uint64_t)hp->n_expert) : 0);
+    if (hp->arch == HR_ARCH_GPT_OSS) /* bind_gptoss: output bias, sinks, router and expert biases */
+        floats += L * (E + (uint64_t)hp->n_head + (uint64_t)hp->n_expert * (1 + 2 * (uint64_t)hp->n_ff_exp + E));
     return file_bytes + floats * sizeof(float);
 }
 
@@ -493,6 +526,46 @@ static hr_status bind_mla_layer(hr_model *m, int il, hr_error *err) {
     return HR_OK;
 }
 
+/* Copies an f32/f16/bf16 tensor of n rows x cols (a 2-D [cols, n]: the experts' biases) into a new f32
+ * array. */
+static hr_status bind_rows(hr_model *m, const char *name, int64_t cols, int64_t n, float **out, hr_error *err) {
+    const hr_gguf_tensor *t = find_tensor(m, name);
+    if (!t)
+        return hr_error_set(err, HR_ERR_FORMAT, "model (architecture %s) lacks the tensor '%s'", m->hp.arch_name, name);
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != n)
+        return hr_error_set(err, HR_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
+                            name, (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1), t->n_dims,
+                            (long long)cols, (long long)n);
+    if (t->type != HR_DTYPE_F32 && t->type != HR_DTYPE_F16 && t->type != HR_DTYPE_BF16)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "bias tensor '%s' has type %s (expected f32, f16 or bf16)", name,
+                            hr_gguf_tensor_type_name(t->type));
+    float *v = malloc(sizeof(float) * (size_t)(cols * n));
+    if (!v) return hr_error_set(err, HR_ERR_NOMEM, "out of memory copying '%s'", name);
+    hr_dequantize_row_ref((hr_dtype)t->type, t->data, v, cols * n);
+    m->weight_bytes += t->size_bytes;
+    *out = v;
+    return HR_OK;
+}
+
+/* gpt-oss's own tensors past the experts (llama.cpp requires each): the attention output's bias, the
+ * sinks, the router's bias and the experts' biases. */
+static hr_status bind_gptoss(hr_model *m, int il, hr_error *err) {
+    const hr_hparams *hp = &m->hp;
+    hr_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, NE = hp->n_expert, Fe = hp->n_ff_exp;
+    char name[96];
+    hr_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, il), name)
+    if ((st = bind_vector(m, NAME("attn_output.bias"), E, false, &L->bo, err))) return st;
+    if ((st = bind_vector(m, NAME("attn_sinks.weight"), hp->n_head, false, &L->sinks, err))) return st;
+    if ((st = bind_vector(m, NAME("ffn_gate_inp.bias"), NE, false, &L->b_router, err))) return st;
+    if ((st = bind_rows(m, NAME("ffn_gate_exps.bias"), Fe, NE, &L->b_exp_gate, err))) return st;
+    if ((st = bind_rows(m, NAME("ffn_up_exps.bias"), Fe, NE, &L->b_exp_up, err))) return st;
+    if ((st = bind_rows(m, NAME("ffn_down_exps.bias"), E, NE, &L->b_exp_down, err))) return st;
+#undef NAME
+    return HR_OK;
+}
+
 static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
     if (m->hp.arch == HR_ARCH_DEEPSEEK2) return bind_mla_layer(m, il, err);
     hr_hparams *hp = &m->hp;
@@ -538,14 +611,17 @@ static hr_status bind_layer(hr_model *m, int il, hr_error *err) {
         ((st = bind_vector(m, NAME("post_attention_norm.weight"), E, false, &L->attn_post_norm, err)) ||
          (st = bind_vector(m, NAME("post_ffw_norm.weight"), E, false, &L->ffn_post_norm, err))))
         return st;
-    if ((st = bind_vector(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err))) return st;
+    /* gpt-oss's FFN input norm is stored as blk.N.post_attention_norm (the converter's name for it) */
+    if ((st = bind_vector(m, hp->arch == HR_ARCH_GPT_OSS ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"),
+                          E, false, &L->ffn_norm, err)))
+        return st;
     if (hp->n_expert > 0) { /* the router and the experts' stacks (qwen3moe, Mixtral) */
         const int64_t Fe = hp->n_ff_exp, NE = hp->n_expert;
         if ((st = bind_matrix(m, NAME("ffn_gate_inp.weight"), E, NE, false, &L->w_router, err))) return st;
         if ((st = bind_stack(m, NAME("ffn_gate_exps.weight"), E, Fe, NE, &L->exp_gate, err))) return st;
         if ((st = bind_stack(m, NAME("ffn_up_exps.weight"), E, Fe, NE, &L->exp_up, err))) return st;
         if ((st = bind_stack(m, NAME("ffn_down_exps.weight"), Fe, E, NE, &L->exp_down, err))) return st;
-        return HR_OK;
+        return hp->arch == HR_ARCH_GPT_OSS ? bind_gptoss(m, il, err) : HR_OK;
     }
     if (hp->arch == HR_ARCH_PHI3) { /* gate and up in one matrix of 2F rows, gate first */
         hr_weight gu;
@@ -682,7 +758,7 @@ static hr_status load_gguf(hr_gguf *g, hr_hf *hf, bool repack, hr_model **out, h
     m->hp.n_vocab = (int)te->ne[1];
     if ((st = bind_matrix(m, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, false, &m->tok_embd, err))) goto fail;
     if ((st = bind_vector(m, "output_norm.weight", m->hp.n_embd, false, &m->output_norm, err))) goto fail;
-    st = bind_matrix(m, "output.weight", m->hp.n_embd, m->hp.n_vocab, true, &m->output, err);
+    st = bind_matrix(m, "output.weight", m->hp.n_embd, m->hp.n_vocab, m->hp.arch != HR_ARCH_GPT_OSS, &m->output, err);
     if (st == HR_ERR_NOT_FOUND) {
         m->output = m->tok_embd;
         m->hp.tied_output = true;
@@ -774,6 +850,12 @@ void hr_model_destroy(hr_model *m) {
             free(L->q_a_norm);
             free(L->kv_a_norm);
             free(L->exp_probs_b);
+            free(L->bo);
+            free(L->sinks);
+            free(L->b_router);
+            free(L->b_exp_gate);
+            free(L->b_exp_up);
+            free(L->b_exp_down);
         }
         free(m->layers);
     }

@@ -1,4 +1,4 @@
-/* model.h: decoder-only architectures (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3) as
+/* model.h: decoder-only architectures (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss) as
  * hyper-parameters read from GGUF metadata (keys and tensor names as llama.cpp's converter writes them), their weights
  * (views into the mapped file), and a forward pass over a ragged batch: T tokens from any number of sequences, prefill
  * chunks and decode steps mixed, writing K/V into the paged cache (kv/) and returning logits only for the tokens that
@@ -30,6 +30,10 @@ typedef enum hr_arch {
     /* DeepSeek-V2/V3: multi-head latent attention (one latent + decoupled RoPE key cached per token),
      * DeepSeek's MoE (softmax or sigmoid gates, shared experts, leading dense layers) */
     HR_ARCH_DEEPSEEK2 = 8,
+    /* gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE): Q/K/V/O biases, learned attention sinks, window (128) and
+     * full layers alternating, YaRN, a MoE FFN in every layer (router and expert biases, softmax over the
+     * top-k router logits, swiglu_oai), experts usually MXFP4 */
+    HR_ARCH_GPT_OSS = 9,
 } hr_arch;
 
 /* How a DeepSeek router turns logits into gates (llama.cpp's expert_gating_func numbers). */
@@ -38,7 +42,7 @@ typedef enum hr_moe_gating {
     HR_MOE_GATING_SIGMOID = 2, /* V3: selection adds exp_probs_b, the weights do not */
 } hr_moe_gating;
 
-/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, deepseek2": what the loader accepts (llama with
+/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss, deepseek2": what the loader accepts (llama with
  * {arch}.expert_count > 0 is Mixtral). */
 const char *hr_arch_supported_list(void);
 
@@ -46,6 +50,8 @@ const char *hr_arch_supported_list(void);
 typedef enum hr_ffn_act {
     HR_FFN_SILU = 0,      /* SwiGLU */
     HR_FFN_GELU_TANH = 1, /* GeGLU, GELU by its tanh approximation (gemma) */
+    /* gpt-oss's experts: g = min(gate, 7), u = clamp(up, -7, 7), g sigmoid(1.702 g) (u + 1) */
+    HR_FFN_SWIGLU_OAI = 2,
 } hr_ffn_act;
 
 /* What one layer's attention sees and how it rotates positions: what a KV manager groups layers by
@@ -120,7 +126,29 @@ typedef struct hr_hparams {
     float moe_scale;          /* {arch}.expert_weights_scale: the weights multiplied by it; 0 = 1 */
     int n_expert_groups;      /* {arch}.expert_group_count: > 1 limits top-k to the best groups */
     int n_group_used;         /* {arch}.expert_group_used_count */
+    /* gpt-oss (false / 0 elsewhere) */
+    bool attn_sinks;       /* blk.N.attn_sinks: per query head a learned logit s_h joins each softmax's
+                              denominator (weights e^(x_t - m) / (sum_t e^(x_t - m) + e^(s_h - m))) */
+    bool moe_softmax_topk; /* routing by the router logits (plus blk.N.ffn_gate_inp.bias): the k largest,
+                              then a softmax over those k alone (llama.cpp's SOFTMAX_WEIGHT gating) */
+    /* YaRN ({arch}.rope.scaling.type "yarn"; gpt-oss, DeepSeek): positions are not scaled; pair i of
+     * a rotation of base b turns b^(-2i/n_rot) * hr_rope_yarn_freq_factor(hp, b, i) per position, and
+     * the rotated dims are multiplied by rope_attn_factor (llama.cpp's mscale: {arch}.rope.scaling.
+     * attn_factor x (1 + 0.1 ln factor), after its cancelling of get_mscale), as llama.cpp computes them */
+    float yarn_factor;                    /* rope.scaling.factor s (position interpolation 1/s); 0 = no YaRN */
+    float yarn_ext_factor;                /* extrapolation mix: 1 (llama.cpp's default for yarn) */
+    float yarn_beta_fast, yarn_beta_slow; /* correction range in rotations: 32 and 1 (llama.cpp's) */
 } hr_hparams;
+
+/* YaRN's factor on pair i's frequency (of n_rot / 2) for a rotation of base `base`, as ggml's rope
+ * computes theta = theta_interp (1 - r) + theta_extrap r with theta_interp = theta_extrap / s:
+ * (1 - r_i) / s + r_i, r_i = ext_factor (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)), lo and hi
+ * ggml's correction dims from beta_fast / beta_slow over n_ctx_orig (floor / ceil, in float as ggml
+ * does, so the same pairs are mixed). 1 where hp has no YaRN. Pure (model/rope_yarn.c). */
+double hr_rope_yarn_freq_factor(const hr_hparams *hp, double base, int i);
+/* llama.cpp's YaRN magnitude scale: attn_factor (rope.scaling.attn_factor, 1 when absent) times
+ * get_mscale(s) / (1 + 0.1 ln s) times (1 + 0.1 ln s), in float in that order (1.3466 for s = 32). */
+float hr_rope_yarn_mscale(float factor, float attn_factor);
 
 typedef struct hr_model hr_model;
 

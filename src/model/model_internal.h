@@ -46,6 +46,13 @@ typedef struct hr_layer {
     float *exp_probs_b;     /* (n_expert) owned: selection bias (V3), or NULL */
     hr_weight sh_gate, sh_up; /* (Fs, E) ffn_gate_shexp, ffn_up_shexp */
     hr_weight sh_down;        /* (E, Fs) ffn_down_shexp */
+    /* gpt-oss, owned f32 copies (else NULL): the attention output's bias, each query head's sink logit,
+     * the router's bias and each expert's biases (expert e's row at e * width) */
+    float *bo;                    /* (E) attn_output.bias */
+    float *sinks;                 /* (H) attn_sinks.weight */
+    float *b_router;              /* (n_expert) ffn_gate_inp.bias */
+    float *b_exp_gate, *b_exp_up; /* (n_expert, Fe) ffn_{gate,up}_exps.bias */
+    float *b_exp_down;            /* (n_expert, E) ffn_down_exps.bias */
 } hr_layer;
 /* phi3 stores Q|K|V in one matrix (blk.N.attn_qkv) and gate|up in one (blk.N.ffn_up): wq, wk, wv
  * (w_gate, w_up) are then row ranges of it, back to back, which the forward pass multiplies as one. */

@@ -44,19 +44,23 @@ typedef struct hr_synth_shape {
     bool moe_sigmoid; /* V3: sigmoid gates with a selection bias (exp_probs_b); else V2's softmax */
     bool moe_norm;    /* {arch}.expert_weights_norm */
     float moe_scale;  /* {arch}.expert_weights_scale */
+    /* gpt-oss: rope.scaling.type yarn with this factor over original context n_ctx_orig; 0 = none */
+    float rope_yarn;
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
  * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
  * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
  * "phi3.5-mini", "qwen3moe-tiny", "qwen3moe-small",
- * "qwen3moe-30b-a3b", "mixtral-tiny", "deepseek2-tiny", "deepseek3-tiny", "deepseek-v2-lite". On error the message lists the names. */
+ * "qwen3moe-30b-a3b", "mixtral-tiny", "gpt-oss-tiny", "gpt-oss-small", "gpt-oss-20b", "deepseek2-tiny",
+ * "deepseek3-tiny", "deepseek-v2-lite". On error the message lists the names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);
 
 /* Builds the model into a writer (caller writes and destroys it). Matrices are stored in `type`
- * (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K where the row length allows; norms stay f32).
+ * (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K where the row length allows; norms stay f32). mxfp4
+ * (gpt-oss shapes): the experts in MXFP4 and every other matrix in q8_0, as gpt-oss's files hold them.
  * Weights are N(0, 1/sqrt(fan_in)) from seed, so logits stay in a sane range. */
 hr_status hr_synth_build(const hr_synth_shape *shape, hr_dtype type, uint64_t seed, hr_gguf_writer **out,
                          hr_error *err);

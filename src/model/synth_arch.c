@@ -290,6 +290,64 @@ static const hr_synth_shape k_arch_shapes[] = {
      .n_layer_dense = 1,
      .n_expert_shared = 2,
      .moe_scale = 1.0f},
+    /* gpt-oss: window layers (16 tokens here, so 64-token generations cross them) alternating with full
+     * ones, 8 experts of width 32 with 4 used, YaRN 32 over 4096 as gpt-oss-20b; head dim 32 (H x D = 128
+     * != E, as gpt-oss's 64 x 64 != 2880) */
+    {.name = "gpt-oss-tiny",
+     .arch = "gpt-oss",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 32,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .n_layer = 2,
+     .n_ctx = 131072,
+     .rope_base = 150000.0f,
+     .sliding_window = 16,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 32,
+     .n_expert = 8,
+     .n_expert_used = 4,
+     .n_ff_exp = 32,
+     .n_ctx_orig = 4096,
+     .rope_yarn = 32.0f},
+    /* rows of 512: benchmarks of the MoE FFN at moderate widths (mxfp4 experts) */
+    {.name = "gpt-oss-small",
+     .arch = "gpt-oss",
+     .n_vocab = 2048,
+     .n_embd = 512,
+     .n_ff = 512,
+     .n_head = 8,
+     .n_head_kv = 2,
+     .n_layer = 4,
+     .n_ctx = 131072,
+     .rope_base = 150000.0f,
+     .sliding_window = 128,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 64,
+     .n_expert = 32,
+     .n_expert_used = 4,
+     .n_ff_exp = 512,
+     .n_ctx_orig = 4096,
+     .rope_yarn = 32.0f},
+    {.name = "gpt-oss-20b", /* gpt-oss-20b's published shape (config.json) */
+     .arch = "gpt-oss",
+     .n_vocab = 201088,
+     .n_embd = 2880,
+     .n_ff = 2880,
+     .n_head = 64,
+     .n_head_kv = 8,
+     .n_layer = 24,
+     .n_ctx = 131072,
+     .rope_base = 150000.0f,
+     .sliding_window = 128,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 64,
+     .n_expert = 32,
+     .n_expert_used = 4,
+     .n_ff_exp = 2880,
+     .n_ctx_orig = 4096,
+     .rope_yarn = 32.0f},
 };
 
 bool hr_synth_arch_shape_by_name(const char *name, hr_synth_shape *out) {
@@ -303,7 +361,7 @@ bool hr_synth_arch_shape_by_name(const char *name, hr_synth_shape *out) {
 
 bool hr_synth_arch_builds(const char *arch) {
     return !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3") || !strcmp(arch, "phi3") ||
-           !strcmp(arch, "qwen3moe") || !strcmp(arch, "deepseek2");
+           !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss") || !strcmp(arch, "deepseek2");
 }
 
 /* A stack of n matrices of rows x cols (a 3-D tensor [cols, rows, n]: the experts), drawn as
@@ -348,6 +406,36 @@ static hr_status add_experts(hr_gguf_writer *w, const hr_synth_shape *s, int il,
     if ((st = add_stack(w, T("ffn_gate_exps.weight"), NE, Fe, E, type, seed, 1.0f, err))) return st;
     if ((st = add_stack(w, T("ffn_up_exps.weight"), NE, Fe, E, type, seed, 1.0f, err))) return st;
     return add_stack(w, T("ffn_down_exps.weight"), NE, E, Fe, type, seed, 0.5f, err);
+#undef T
+}
+
+/* gpt-oss's attention extras of layer il: Q/K/V biases (optional in llama.cpp, present in gpt-oss),
+ * the output's bias and one sink logit per query head (spread over [-1, 3], so some heads' sinks take
+ * a large share of the softmax and others little). */
+static hr_status add_gptoss_attn(hr_gguf_writer *w, const hr_synth_shape *s, int il, uint64_t seed, hr_error *err) {
+    const int64_t D = s->head_dim > 0 ? s->head_dim : s->n_embd / s->n_head;
+    char n[96];
+    hr_status st;
+#define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
+    if ((st = hr_synth_add_vector(w, T("attn_q.bias"), s->n_head * D, 0.0f, 0.2f, seed, err))) return st;
+    if ((st = hr_synth_add_vector(w, T("attn_k.bias"), s->n_head_kv * D, 0.0f, 0.2f, seed, err))) return st;
+    if ((st = hr_synth_add_vector(w, T("attn_v.bias"), s->n_head_kv * D, 0.0f, 0.2f, seed, err))) return st;
+    if ((st = hr_synth_add_vector(w, T("attn_output.bias"), s->n_embd, 0.0f, 0.1f, seed, err))) return st;
+    return hr_synth_add_vector(w, T("attn_sinks.weight"), s->n_head, 1.0f, 2.0f, seed, err);
+#undef T
+}
+
+/* gpt-oss's router bias and experts' biases ([Fe, NE] and [E, NE], f32) of layer il. */
+static hr_status add_gptoss_ffn_biases(hr_gguf_writer *w, const hr_synth_shape *s, int il, uint64_t seed,
+                                       hr_error *err) {
+    const int64_t E = s->n_embd, NE = s->n_expert, Fe = s->n_ff_exp > 0 ? s->n_ff_exp : s->n_ff;
+    char n[96];
+    hr_status st;
+#define T(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
+    if ((st = hr_synth_add_vector(w, T("ffn_gate_inp.bias"), NE, 0.0f, 0.5f, seed, err))) return st;
+    if ((st = hr_synth_add_matrix(w, T("ffn_gate_exps.bias"), NE, Fe, HR_DTYPE_F32, seed, 1.0f, err))) return st;
+    if ((st = hr_synth_add_matrix(w, T("ffn_up_exps.bias"), NE, Fe, HR_DTYPE_F32, seed, 1.0f, err))) return st;
+    return hr_synth_add_matrix(w, T("ffn_down_exps.bias"), NE, E, HR_DTYPE_F32, seed, 1.0f, err);
 #undef T
 }
 
@@ -420,7 +508,7 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
     }
     if (!strcmp(a, "gemma3") && s->final_softcap > 0)
         hr_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
-    if ((!strcmp(a, "gemma2") || !strcmp(a, "gemma3")) && s->sliding_window > 0)
+    if ((!strcmp(a, "gemma2") || !strcmp(a, "gemma3") || !strcmp(a, "gpt-oss")) && s->sliding_window > 0)
         hr_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
     if (s->kv_lora_rank > 0) write_mla_keys(w, s);
     if (s->n_expert > 0) {
@@ -429,6 +517,11 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
         if (s->n_ff_exp > 0) hr_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)s->n_ff_exp);
     }
     if (!strcmp(a, "llama")) hr_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
+    if (s->rope_yarn > 0) { /* the converter's keys for rope_scaling {rope_type: yarn} */
+        hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+        hr_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_yarn);
+        hr_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)s->n_ctx_orig);
+    }
     if (s->rope_linear > 0) {
         hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
         hr_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear);
@@ -510,6 +603,10 @@ hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t s
     const bool gemma = !strcmp(s->arch, "gemma2") || !strcmp(s->arch, "gemma3");
     const bool qk_norm = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "qwen3moe") || !strcmp(s->arch, "gemma3");
     const bool phi3 = !strcmp(s->arch, "phi3");
+    const bool oss = !strcmp(s->arch, "gpt-oss");
+    /* mxfp4: gpt-oss's files hold only the experts in MXFP4 (the rest here in q8_0) */
+    const hr_dtype exp_type = type;
+    if (type == HR_DTYPE_MXFP4) type = HR_DTYPE_Q8_0;
     hr_gguf_writer *w = hr_gguf_writer_create(3);
     if (!w) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     write_keys(w, s, type, seed, head_dim);
@@ -530,7 +627,8 @@ hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t s
                                   err)))
         goto fail;
     if ((st = hr_synth_add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed, err))) goto fail;
-    if (!s->tied_output && (st = hr_synth_add_matrix(w, "output.weight", s->n_vocab, E, type, seed, 4.0f, err)))
+    if ((!s->tied_output || oss) &&
+        (st = hr_synth_add_matrix(w, "output.weight", s->n_vocab, E, type, seed, 4.0f, err)))
         goto fail;
     if (phi3 && s->n_ctx_orig > 0 && (st = add_longrope(w, s, (int)D, err))) goto fail;
     for (int il = 0; il < s->n_layer; il++) {
@@ -549,11 +647,15 @@ hr_status hr_synth_build_arch(const hr_synth_shape *s, hr_dtype type, uint64_t s
             if ((st = hr_synth_add_vector(w, T("attn_k_norm.weight"), D, 1.0f, 0.2f, seed, err))) goto fail;
         }
         if ((st = hr_synth_add_matrix(w, T("attn_output.weight"), E, qd, type, seed, 0.5f, err))) goto fail;
+        if (oss && (st = add_gptoss_attn(w, s, il, seed, err))) goto fail;
         if (gemma && (st = hr_synth_add_vector(w, T("post_attention_norm.weight"), E, 1.0f, 0.1f, seed, err)))
             goto fail;
-        if ((st = hr_synth_add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, err))) goto fail;
+        if ((st = hr_synth_add_vector(w, oss ? T("post_attention_norm.weight") : T("ffn_norm.weight"), E, 1.0f, 0.1f,
+                                      seed, err)))
+            goto fail;
         if (s->n_expert > 0) {
-            if ((st = add_experts(w, s, il, type, seed, err))) goto fail;
+            if ((st = add_experts(w, s, il, exp_type, seed, err))) goto fail;
+            if (oss && (st = add_gptoss_ffn_biases(w, s, il, seed, err))) goto fail;
         } else if (phi3) { /* gate rows, then up rows */
             if ((st = hr_synth_add_matrix(w, T("ffn_up.weight"), 2 * F, E, type, seed, 1.0f, err))) goto fail;
         } else {

@@ -196,6 +196,7 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_Q4_K: hr_ref_quantize_q4_K(x, dst, k); break;
     case HR_DTYPE_Q5_K: hr_ref_quantize_q5_K(x, dst, k); break;
     case HR_DTYPE_Q6_K: hr_ref_quantize_q6_K(x, dst, k); break;
+    case HR_DTYPE_MXFP4: hr_ref_quantize_mxfp4(x, dst, k); break;
     case HR_DTYPE_Q8_0S: hr_ref_quantize_q8_0s(x, dst, k); break;
     case HR_DTYPE_Q8_KS: hr_ref_quantize_q8_Ks(x, dst, k); break;
     case HR_DTYPE_Q4_0X16: /* rows live in groups: quantize q4_0 (q8_0, q4_K), then hr_x16_repack */
@@ -217,6 +218,7 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
     case HR_DTYPE_Q4_K: hr_ref_dequantize_q4_K(src, y, k); break;
     case HR_DTYPE_Q5_K: hr_ref_dequantize_q5_K(src, y, k); break;
     case HR_DTYPE_Q6_K: hr_ref_dequantize_q6_K(src, y, k); break;
+    case HR_DTYPE_MXFP4: hr_ref_dequantize_mxfp4(src, y, k); break;
     case HR_DTYPE_Q8_0S:
         for (int64_t i = 0; i < k / HR_QK8_0; i++)
             for (int j = 0; j < HR_QK8_0; j++)
@@ -245,6 +247,7 @@ float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_r
     case HR_DTYPE_Q4_K: return hr_ref_dot_q4_K(k, w_row, act_row);
     case HR_DTYPE_Q5_K: return hr_ref_dot_q5_K(k, w_row, act_row);
     case HR_DTYPE_Q6_K: return hr_ref_dot_q6_K(k, w_row, act_row);
+    case HR_DTYPE_MXFP4: return hr_ref_dot_mxfp4(k, w_row, act_row);
     case HR_DTYPE_Q8_K: /* activation types: nothing dots against them as weights */
     case HR_DTYPE_Q8_0S:
     case HR_DTYPE_Q8_KS: break;

@@ -12,6 +12,7 @@ _Static_assert(sizeof(hr_block_q4_K) == 144, "q4_K block must match ggml");
 _Static_assert(sizeof(hr_block_q5_K) == 176, "q5_K block must match ggml");
 _Static_assert(sizeof(hr_block_q6_K) == 210, "q6_K block must match ggml");
 _Static_assert(sizeof(hr_block_q8_K) == 292, "q8_K block must match ggml");
+_Static_assert(sizeof(hr_block_mxfp4) == 17, "mxfp4 block must match ggml");
 _Static_assert(sizeof(hr_block_q4_0x16) == HR_X16 * sizeof(hr_block_q4_0), "a q4_0x16 block is 16 q4_0 blocks");
 _Static_assert(sizeof(hr_block_q8_0s) == 44, "q8_0s block: f32 scale, two int32 sums, 32 values");
 _Static_assert(sizeof(hr_block_q8_0x16) == HR_X16 * sizeof(hr_block_q8_0), "a q8_0x16 block is 16 q8_0 blocks");
@@ -31,6 +32,7 @@ static const hr_dtype_info dtype_table[HR_DTYPE_TABLE] = {
     [HR_DTYPE_Q5_K] = {"q5_K", HR_QK_K, sizeof(hr_block_q5_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q5_K},
     [HR_DTYPE_Q6_K] = {"q6_K", HR_QK_K, sizeof(hr_block_q6_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q6_K},
     [HR_DTYPE_Q8_K] = {"q8_K", HR_QK_K, sizeof(hr_block_q8_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q8_K},
+    [HR_DTYPE_MXFP4] = {"mxfp4", HR_QK_MXFP4, sizeof(hr_block_mxfp4), HR_DTYPE_Q8_0, 1, HR_DTYPE_MXFP4},
     /* per row: a q4_0 row's bytes (a group of 16 rows is 16 q4_0 rows, interleaved) */
     [HR_DTYPE_Q4_0X16] = {"q4_0x16", HR_QK4_0, sizeof(hr_block_q4_0), HR_DTYPE_Q8_0S, HR_X16, HR_DTYPE_Q4_0},
     [HR_DTYPE_Q8_0S] = {"q8_0s", HR_QK8_0, sizeof(hr_block_q8_0s), HR_DTYPE_Q8_0S, 1, HR_DTYPE_Q8_0S},
@@ -53,7 +55,7 @@ bool hr_dtype_supported(uint32_t ggml_type) {
     return hr_dtype_get_info((hr_dtype)ggml_type) != NULL;
 }
 
-const char *hr_dtype_supported_list(void) { return "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K"; }
+const char *hr_dtype_supported_list(void) { return "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, mxfp4"; }
 
 size_t hr_dtype_row_bytes(hr_dtype t, int64_t k) {
     const hr_dtype_info *info = hr_dtype_get_info(t);

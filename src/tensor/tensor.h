@@ -23,6 +23,7 @@ typedef enum hr_dtype {
     HR_DTYPE_Q6_K = 14,
     HR_DTYPE_Q8_K = 15, /* activations only (the partner of the K-quants in dot products) */
     HR_DTYPE_BF16 = 30,
+    HR_DTYPE_MXFP4 = 39, /* OCP microscaling FP4: E2M1 values, one E8M0 scale per 32 (gpt-oss experts) */
     /* headroom's own layouts, never read from a file (hr_dtype_supported is false for them): */
     HR_DTYPE_Q4_0X16 = 40, /* q4_0 weights repacked at load, 16 rows interleaved (hr_block_q4_0x16) */
     HR_DTYPE_Q8_0S = 41,   /* activations for q4_0x16 and q8_0x16: q8_0 with the scale in f32 and sums */
@@ -73,6 +74,29 @@ typedef struct { /* 292 bytes */
     int8_t qs[HR_QK_K];
     int16_t bsums[HR_QK_K / 16];
 } hr_block_q8_K;
+
+/* MXFP4 (OCP Microscaling Formats v1.0; ggml type 39): 32 values as 4-bit E2M1 codes and one shared
+ * E8M0 scale byte e. Code c (sign bit 3, then 3 magnitude bits) stands for HR_MXFP4_VALUES[c] / 2 (the
+ * table holds the E2M1 values doubled: 0, 0.5, 1, 1.5, 2, 3, 4, 6 -> 0, 1, 2, 3, 4, 6, 8, 12, so they
+ * are integers); the scale is 2^(e - 127), so element j = HR_MXFP4_VALUES[c_j] * 2^(e - 128) exactly
+ * (hr_mxfp4_half_scale). qs[j] holds element j in its low nibble and j + 16 in its high, as q4_0.
+ * e = 0xFF is E8M0's NaN: no valid block has it (the loader refuses such a tensor). */
+#define HR_QK_MXFP4 32
+typedef struct {
+    uint8_t e;
+    uint8_t qs[HR_QK_MXFP4 / 2];
+} hr_block_mxfp4; /* 17 bytes */
+extern const int8_t HR_MXFP4_VALUES[16];
+/* 2^(e - 128) (half the E8M0 scale: the table's values are doubled), exact, e < 0xFF; e = 0 and 1 give
+ * the subnormals 2^-128 and 2^-127. */
+static inline float hr_mxfp4_half_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    __builtin_memcpy(&f, &bits, sizeof f);
+    return f;
+}
+/* The first block of an MXFP4 row of k elements whose scale is 0xFF (NaN), or -1 when none. */
+int64_t hr_mxfp4_find_nan_scale(const void *row, int64_t k);
 
 /* Block b of 16 q4_0 rows, interleaved so that one 64-byte load holds 4 bytes of each row: d[r] is
  * row r's scale, and byte i (0..3) of lane r of chunk v (0..3), qs[64 v + 4 r + i], is row r's
@@ -165,7 +189,7 @@ typedef struct hr_dtype_info {
 /* NULL when `t` is not a type headroom computes with. */
 const hr_dtype_info *hr_dtype_get_info(hr_dtype t);
 bool hr_dtype_supported(uint32_t ggml_type);
-/* "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K": for error messages. */
+/* "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, mxfp4": for error messages. */
 const char *hr_dtype_supported_list(void);
 /* Bytes of a row of k elements (k must be a multiple of block_elems). For q4_0x16 the bytes a row
  * takes in its group (the same as a q4_0 row). */
@@ -199,7 +223,7 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k);
 void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k);
 /* Dot of a weight row of type t with an activation row already in info(t)->vec_dot_type. Returns
  * the sum in f32. Activation types: f32/bf16 weights -> f32; f16 -> f16; q8_0/q4_0 -> q8_0;
- * q4_K/q5_K/q6_K -> q8_K (converted or quantized on the fly, as llama.cpp does: ggml's vec_dot_type
+ * mxfp4 -> q8_0; q4_K/q5_K/q6_K -> q8_K (converted or quantized on the fly, as llama.cpp does: ggml's vec_dot_type
  * for f16 is f16, so its f16 matmuls see activations rounded to f16). */
 float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_row);
 

@@ -27,6 +27,7 @@ void hr_ref_quantize_bf16(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_q4_K(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_q5_K(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_q6_K(const float *x, void *dst, int64_t k);
+void hr_ref_quantize_mxfp4(const float *x, void *dst, int64_t k); /* quant_mxfp4_ref.c */
 
 void hr_ref_dequantize_f32(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_f16(const void *src, float *y, int64_t k);
@@ -37,6 +38,7 @@ void hr_ref_dequantize_q8_K(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q4_K(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q5_K(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q6_K(const void *src, float *y, int64_t k);
+void hr_ref_dequantize_mxfp4(const void *src, float *y, int64_t k);
 
 float hr_ref_dot_f32(int64_t k, const void *w, const void *a);
 float hr_ref_dot_f16(int64_t k, const void *w, const void *a);
@@ -46,6 +48,7 @@ float hr_ref_dot_q4_0(int64_t k, const void *w, const void *a);
 float hr_ref_dot_q4_K(int64_t k, const void *w, const void *a);
 float hr_ref_dot_q5_K(int64_t k, const void *w, const void *a);
 float hr_ref_dot_q6_K(int64_t k, const void *w, const void *a);
+float hr_ref_dot_mxfp4(int64_t k, const void *w, const void *a); /* against q8_0 */
 
 /* Decodes the 6-bit scale and min of sub-block j (0..7) from a q4_K/q5_K scales[12] array. */
 static inline void hr_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {

@@ -6,7 +6,7 @@
  * [per-head Q/K RMSNorm] -> RoPE (the layer's base) -> K/V written into each token's sequence blocks ->
  * attention per token through its block table (the layer's window, soft-capped scores where the model
  * says) -> output projection [-> post-attention RMSNorm] and residual -> RMSNorm -> SwiGLU or GeGLU FFN
- * [-> post-FFN RMSNorm] and residual; or, where the model has experts (qwen3moe, Mixtral), the router, top-k
+ * [-> post-FFN RMSNorm] and residual; or, where the model has experts (qwen3moe, Mixtral, gpt-oss), the router, top-k
  * experts per token and their weighted SwiGLU outputs (moe_ffn). Logits only for the tokens that ask
  * (soft-capped for gemma).
  * Bracketed steps are the qwen3/gemma ones (model.h says which family has which). Every reduction a token's result
@@ -297,6 +297,8 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     for (int i = 0; i < hp->n_rot / 2; i++) {
         double f = pow(base, -2.0 * i / hp->n_rot), f_swa = pow((double)base_swa, -2.0 * i / hp->n_rot);
         if (factors) f /= factors[i], f_swa /= factors[i];
+        f *= hr_rope_yarn_freq_factor(hp, base, i); /* YaRN (gpt-oss): 1 elsewhere */
+        f_swa *= hr_rope_yarn_freq_factor(hp, base_swa, i);
         c->inv_freq[i] = (float)f;
         if (c->inv_freq_swa) c->inv_freq_swa[i] = (float)f_swa;
     }
@@ -423,9 +425,16 @@ static hr_weight expert(const hr_weight *stack, int e) {
  * (xb W_router^T), a softmax over all NE experts (its sum in double, then one multiply by 1/sum), the K
  * largest probabilities (ties to the lower expert id) in descending order, and those K renormalized by
  * their sum (double, clamped below at f16's smallest normal). Per token, on its own row. */
+static void moe_route_softmax_topk(hr_model_ctx *c, const hr_layer *L, int T);
+static void add_bias(float *y, const float *bias, int64_t T, int n);
+
 static void moe_route(hr_model_ctx *c, const hr_layer *L, int T) {
     const hr_hparams *hp = &c->m->hp;
     const int NE = hp->n_expert, K = hp->n_expert_used;
+    if (hp->moe_softmax_topk) {
+        moe_route_softmax_topk(c, L, T);
+        return;
+    }
     matmul(c, &L->w_router, c->xb, T, c->moe_probs);
     for (int t = 0; t < T; t++) {
         float *p = c->moe_probs + (size_t)t * NE;
@@ -533,6 +542,42 @@ static void shared_experts(hr_model_ctx *c, const hr_layer *L, int T) {
     matmul(c, &L->sh_down, c->sh_g, T, c->sh_out);
 }
 
+/* gpt-oss's routing (llama.cpp's SOFTMAX_WEIGHT gating): the router's logits plus its bias, the K
+ * largest (ties to the lower expert id) in descending order, and a softmax over those K alone (the
+ * largest subtracted, the sum in double, one multiply by 1/sum). Per token, on its own row. */
+static void moe_route_softmax_topk(hr_model_ctx *c, const hr_layer *L, int T) {
+    const hr_hparams *hp = &c->m->hp;
+    const int NE = hp->n_expert, K = hp->n_expert_used;
+    matmul(c, &L->w_router, c->xb, T, c->moe_probs);
+    add_bias(c->moe_probs, L->b_router, T, NE);
+    for (int t = 0; t < T; t++) {
+        const float *p = c->moe_probs + (size_t)t * NE;
+        int32_t *sel = c->moe_sel + (size_t)t * K;
+        float *w = c->moe_w + (size_t)t * K;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < NE; e++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            w[k] = p[best];
+        }
+        const float mx = w[0];
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += (double)(w[k] = expf(w[k] - mx));
+        const float inv = (float)(1.0 / sum);
+        for (int k = 0; k < K; k++) w[k] *= inv;
+    }
+}
+
+/* n rows of width `width`, row i += bias row e (an expert's bias; NULL: none). */
+static void add_expert_bias(float *y, const float *bias, int e, int n, int64_t width) {
+    if (!bias) return;
+    for (int i = 0; i < n; i++) hr_op_add(y + (size_t)i * width, bias + (size_t)e * width, (int)width);
+}
+
 /* xb = the MoE FFN of xb's rows. Tokens are grouped by expert so each expert's three matrices are read
  * once per step: its tokens' rows gathered, one product per matrix over them, SwiGLU, the results put
  * in each (token, rank) slot; then each token's slots summed in rank order, weighted. Each product's
@@ -569,8 +614,16 @@ static void moe_ffn(hr_model_ctx *c, int il, int T) {
         const hr_weight wg = expert(&L->exp_gate, e), wu = expert(&L->exp_up, e), wd = expert(&L->exp_down, e);
         matmul(c, &wg, c->moe_xe, n, c->moe_g);
         matmul(c, &wu, c->moe_xe, n, c->moe_u);
-        for (int i = 0; i < n; i++) hr_op_swiglu(c->moe_g + (size_t)i * Fe, c->moe_u + (size_t)i * Fe, (int)Fe);
+        add_expert_bias(c->moe_g, L->b_exp_gate, e, n, Fe); /* gpt-oss's expert biases */
+        add_expert_bias(c->moe_u, L->b_exp_up, e, n, Fe);
+        for (int i = 0; i < n; i++) {
+            if (hp->ffn_act == HR_FFN_SWIGLU_OAI)
+                hr_op_swiglu_oai(c->moe_g + (size_t)i * Fe, c->moe_u + (size_t)i * Fe, (int)Fe);
+            else
+                hr_op_swiglu(c->moe_g + (size_t)i * Fe, c->moe_u + (size_t)i * Fe, (int)Fe);
+        }
         matmul(c, &wd, c->moe_g, n, c->moe_xe); /* the gathered input is spent: its rows take the output */
+        add_expert_bias(c->moe_xe, L->b_exp_down, e, n, E);
         for (int i = 0; i < n; i++)
             memcpy(c->moe_out + (size_t)slots[i] * E, c->moe_xe + (size_t)i * E, sizeof(float) * (size_t)E);
     }
@@ -610,8 +663,8 @@ static void attention_task(void *arg, int ith, int nth) {
     const float scale = hp->attn_scale;
     float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_floats;
     for (int t = ith; t < j->b->n_tokens; t += nth)
-        hr_kv_attention(c->kv, j->layer, j->b->seq[t], j->b->pos[t] + 1, c->q + (size_t)t * qd, hp->n_head, scale,
-                        c->att + (size_t)t * qd, scratch);
+        hr_kv_attention_sinks(c->kv, j->layer, j->b->seq[t], j->b->pos[t] + 1, c->q + (size_t)t * qd, hp->n_head, scale,
+                              c->m->layers[j->layer].sinks, c->att + (size_t)t * qd, scratch);
 }
 
 static void add_bias(float *y, const float *bias, int64_t T, int n) {
@@ -777,6 +830,7 @@ static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
                 hr_threadpool_run(c->tp, attention_task, &job);
             }
             matmul(c, &L->wo, c->att, T, c->xb);
+            add_bias(c->xb, L->bo, T, E); /* gpt-oss */
         }
         residual_add(c, L->attn_post_norm, T);
 

@@ -52,6 +52,7 @@ static void init_scalar(hr_kernels *k) {
     set(k, HR_DTYPE_Q4_K, s, hr_ref_quantize_q8_K, hr_ref_dequantize_q4_K, hr_scalar_dot_q4_K, tile_scalar_q4_K);
     set(k, HR_DTYPE_Q5_K, s, hr_ref_quantize_q8_K, hr_ref_dequantize_q5_K, hr_scalar_dot_q5_K, tile_scalar_q5_K);
     set(k, HR_DTYPE_Q6_K, s, hr_ref_quantize_q8_K, hr_ref_dequantize_q6_K, hr_scalar_dot_q6_K, tile_scalar_q6_K);
+    set(k, HR_DTYPE_MXFP4, s, hr_ref_quantize_q8_0, hr_ref_dequantize_mxfp4, hr_scalar_dot_mxfp4, hr_scalar_tile_mxfp4);
     set(k, HR_DTYPE_Q4_0X16, s, hr_ref_quantize_q8_0s, NULL, NULL, hr_scalar_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_ref_quantize_q8_0s, NULL, NULL, hr_scalar_tile_q8_0x16);
     set(k, HR_DTYPE_Q4_KX16, s, hr_ref_quantize_q8_Ks, NULL, NULL, hr_scalar_tile_q4_Kx16);
@@ -69,6 +70,7 @@ static void init_avx2(hr_kernels *k) {
     set(k, HR_DTYPE_Q4_K, s, hr_avx2_quantize_q8_K, hr_ref_dequantize_q4_K, hr_avx2_dot_q4_K, hr_avx2_tile_q4_K);
     set(k, HR_DTYPE_Q5_K, s, hr_avx2_quantize_q8_K, hr_ref_dequantize_q5_K, hr_avx2_dot_q5_K, hr_avx2_tile_q5_K);
     set(k, HR_DTYPE_Q6_K, s, hr_avx2_quantize_q8_K, hr_ref_dequantize_q6_K, hr_avx2_dot_q6_K, hr_avx2_tile_q6_K);
+    set(k, HR_DTYPE_MXFP4, s, hr_avx2_quantize_q8_0, hr_ref_dequantize_mxfp4, hr_avx2_dot_mxfp4, hr_avx2_tile_mxfp4);
     set(k, HR_DTYPE_Q4_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx2_tile_q4_0x16);
     set(k, HR_DTYPE_Q8_0X16, s, hr_avx2_quantize_q8_0s, NULL, NULL, hr_avx2_tile_q8_0x16);
     set(k, HR_DTYPE_Q4_KX16, s, hr_avx2_quantize_q8_Ks, NULL, NULL, hr_avx2_tile_q4_Kx16);
@@ -135,7 +137,7 @@ int hr_kernels_describe(const hr_kernels *k, char *buf, size_t n) {
     static const hr_dtype order[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
                                      HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K,
                                      HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_K,
-                                     HR_DTYPE_Q6_KX16};
+                                     HR_DTYPE_Q6_KX16, HR_DTYPE_MXFP4};
     int len = 0;
     if (n) buf[0] = '\0';
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {

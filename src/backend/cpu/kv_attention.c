@@ -108,6 +108,17 @@ static float kv_softcap(float cap, float *sc, int n, float scale) {
     return 1.0f;
 }
 
+/* The softmax's sum for head h: p->softmax's (the scaled scores' max m subtracted), plus, with learned
+ * sinks (gpt-oss), e^(sink_h - m), the sink's share of the denominator (llama.cpp takes the max over the
+ * scores and the sink; the ratios are the same, only roundings differ). Without sinks: p->softmax alone,
+ * the path every other model takes, unchanged. */
+static float kv_softmax_sum(const kv_cpu *p, const hr_kv_attn_args *a, int h, float *sc, int n, float scale) {
+    if (!a->sinks) return p->softmax(sc, n, scale);
+    float mx = -INFINITY;
+    for (int t = 0; t < n; t++) mx = fmaxf(mx, sc[t] * scale); /* the max p->softmax subtracts */
+    return p->softmax(sc, n, scale) + expf(a->sinks[h] - mx);
+}
+
 /* The query a head's q.K reads, in buf (head_dim floats) when it differs from q itself:
  *   - keys stored rotated (q4h): the query rotated by the same transform, once per head;
  *   - an f16 K: the query rounded to f16, as the reference engine reads an f16 cache;
@@ -204,7 +215,7 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
             n_sc = k * B + n;
             k++;
         }
-        float inv = kv_weights(p, scores, n_sc, p->softmax(scores, n_sc, sm_scale));
+        float inv = kv_weights(p, scores, n_sc, kv_softmax_sum(p, a, h, scores, n_sc, sm_scale));
         memset(oh, 0, (size_t)D * sizeof *oh);
         k = 0;
         for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) {
@@ -263,7 +274,7 @@ static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *a
         }
         /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
         const float sm_scale = kv_softcap(a->softcap, scores, n_ctx, scale);
-        float inv = kv_weights(p, scores, n_ctx, p->softmax(scores, n_ctx, sm_scale));
+        float inv = kv_weights(p, scores, n_ctx, kv_softmax_sum(p, a, h, scores, n_ctx, sm_scale));
         /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
         memset(oh, 0, (size_t)D * sizeof *oh);
         for (int j = 0; j < n_blk; j++) {

@@ -31,6 +31,14 @@ void hr_op_swiglu(float *gate, const float *up, int n) {
     }
 }
 
+void hr_op_swiglu_oai(float *gate, const float *up, int n) {
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int i = 0; i < n; i++) {
+        const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        gate[i] = g / (1.0f + expf(alpha * -g)) * (u + 1.0f);
+    }
+}
+
 void hr_op_geglu_tanh(float *gate, const float *up, int n) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int i = 0; i < n; i++) {

@@ -19,6 +19,10 @@ void hr_op_rope(float *x, int n_rot, const float *inv_freq, float pos_scaled, in
 /* gate[i] = silu(gate[i]) * up[i] (SwiGLU), i < n. */
 void hr_op_swiglu(float *gate, const float *up, int n);
 
+/* gpt-oss's gated activation (llama.cpp's swiglu_oai, alpha 1.702, limit 7): g = min(gate[i], 7),
+ * u = clamp(up[i], -7, 7), gate[i] = g / (1 + e^(-1.702 g)) * (u + 1), i < n. */
+void hr_op_swiglu_oai(float *gate, const float *up, int n);
+
 /* gate[i] = gelu(gate[i]) * up[i] (GeGLU), gelu by its tanh approximation
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), i < n. */
 void hr_op_geglu_tanh(float *gate, const float *up, int n);

@@ -1,0 +1,33 @@
+/* rope_yarn.c: YaRN's frequency correction and magnitude scale (model.h), as llama.cpp and ggml compute
+ * them (the YaRN paper's NTK-by-parts interpolation: pairs that turn many times over the original
+ * context keep their frequency, pairs that turn less than once are interpolated by 1/s, a linear ramp
+ * between; plus the attention temperature 0.1 ln s + 1 on the rotated dims). The arithmetic of the
+ * correction dims stays in float as ggml's, so floor/ceil pick the same pairs. */
+#include <math.h>
+
+#include "model/model.h"
+
+/* ggml's correction dim: the pair whose wavelength turns n_rotations times over n_ctx_orig. */
+static float corr_dim(int n_dims, int n_ctx_orig, float n_rotations, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rotations * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+double hr_rope_yarn_freq_factor(const hr_hparams *hp, double base, int i) {
+    if (!(hp->yarn_factor > 0.0f)) return 1.0;
+    const float freq_scale = 1.0f / hp->yarn_factor;
+    float lo = floorf(corr_dim(hp->n_rot, hp->n_ctx_orig, hp->yarn_beta_fast, (float)base));
+    float hi = ceilf(corr_dim(hp->n_rot, hp->n_ctx_orig, hp->yarn_beta_slow, (float)base));
+    lo = lo > 0.0f ? lo : 0.0f;
+    hi = hi < (float)(hp->n_rot - 1) ? hi : (float)(hp->n_rot - 1);
+    const float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+    const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * hp->yarn_ext_factor;
+    return (double)freq_scale * (1.0 - ramp) + ramp;
+}
+
+float hr_rope_yarn_mscale(float factor, float attn_factor) {
+    const float freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f, s = 1.0f / freq_scale;
+    float m = s <= 1.0f ? 1.0f : 0.1f * logf(s) + 1.0f; /* llama.cpp's get_mscale(s, 1) */
+    m *= 1.0f / (1.0f + 0.1f * logf(s));                /* cancelled, as llama.cpp then does */
+    m *= attn_factor;
+    return m * (1.0f + 0.1f * logf(1.0f / freq_scale)); /* what ggml's rope_yarn multiplies in */
+}
