@@ -1010,6 +1010,22 @@ static void check_mla_bad_input(void) {
     free(err);
 }
 
+/* The runtime builds a latent pool for deepseek2: `run --json` reports one block of 16 tokens x 3 layers
+ * x 48 f16 (K only) for a 5 + 5-token request, not twice that. */
+static void check_mla_cli_kv(void) {
+    const char *dir = hr_test_tmpdir();
+    char args[8400], *out = NULL;
+    snprintf(args, sizeof args, "synth --shape deepseek3-tiny --type f32 -o %s/ds3.gguf", dir);
+    CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
+    snprintf(args, sizeof args, "run -m %s/ds3.gguf -p 'the cat' -n 5 --temp 0 --json --ignore-eos", dir);
+    CHECK(hr_test_run_cli(args, &out, NULL) == 0);
+    json_error_t je;
+    json_t *j = out ? json_loads(out, 0, &je) : NULL;
+    CHECKF(j && json_integer_value(json_object_get(j, "kv_bytes")) == 16 * 3 * 48 * 2, "%s", out ? out : "");
+    json_decref(j);
+    free(out);
+}
+
 /* Each family end to end through `headroom run` (synth, tokenizer, engine): 5 tokens. */
 static void check_cli_runs(void) {
     const char *dir = hr_test_tmpdir();
@@ -1191,6 +1207,7 @@ int main(void) {
     check_mla_paper_bytes();
     check_bad_input();
     check_mla_bad_input();
+    check_mla_cli_kv();
     check_cli_runs();
     check_alloc_faults();
     check_policy_windows();
