@@ -452,8 +452,7 @@ static void rope64(double *x, int n, double pos, double base) {
     }
 }
 
-static void swiglu_ffn64(const float *wg, const float *wu, const float *wd, const double *xn, int E, int F,
-                         double *y) {
+static void swiglu_ffn64(const float *wg, const float *wu, const float *wd, const double *xn, int E, int F, double *y) {
     double *g = calloc((size_t)F, sizeof(double)), *u = calloc((size_t)F, sizeof(double));
     matvec64(wg, xn, F, E, g);
     matvec64(wu, xn, F, E, u);
@@ -719,8 +718,15 @@ static void check_mla_kv_formats(void) {
     const hr_kv_format bad[] = {HR_KV_Q4, HR_KV_KIVI2, HR_KV_Q4H};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         /* head_dim a power of two, so that q4h's own shape check passes and the latent one speaks */
-        hr_kv_config kc = {.n_layers = 2, .n_kv_heads = 1, .head_dim = 512, .v_from_k = 448, .block_size = 16,
-                           .k_format = bad[i], .v_format = bad[i], .max_seqs = 1, .budget_bytes = 1 << 24};
+        hr_kv_config kc = {.n_layers = 2,
+                           .n_kv_heads = 1,
+                           .head_dim = 512,
+                           .v_from_k = 448,
+                           .block_size = 16,
+                           .k_format = bad[i],
+                           .v_format = bad[i],
+                           .max_seqs = 1,
+                           .budget_bytes = 1 << 24};
         hr_kv_pool *kv = NULL;
         hr_error err = {0};
         CHECKF(hr_kv_pool_create(&kc, &kv, &err) != HR_OK && strstr(err.msg, "latent") && !strchr(err.msg, '\n'),
@@ -743,13 +749,33 @@ static void check_mla_paper_bytes(void) {
     const uint64_t paper = (uint64_t)(d_c + d_rh) * (uint64_t)l * 2; /* f16 */
     CHECK(paper == 70272);
     hr_plan_model m = {0};
-    m.hp = (hr_hparams){.arch = HR_ARCH_DEEPSEEK2, .n_vocab = 129280, .n_ctx_train = 163840, .n_embd = 7168,
-                        .n_ff = 18432, .n_head = n_h, .n_head_kv = 1, .n_layer = l, .head_dim = d_c + d_rh,
-                        .n_rot = d_rh, .norm_eps = 1e-6f, .rope_base = 10000, .rope_linear_scale = 1,
-                        .q_lora_rank = 1536, .kv_lora_rank = d_c, .qk_nope_dim = d_h, .v_head_dim = d_h,
-                        .n_layer_dense = 3, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 2048,
-                        .n_expert_shared = 1, .moe_gating = HR_MOE_GATING_SIGMOID, .moe_norm = true,
-                        .moe_scale = 2.5f, .n_expert_groups = 8, .n_group_used = 4};
+    m.hp = (hr_hparams){.arch = HR_ARCH_DEEPSEEK2,
+                        .n_vocab = 129280,
+                        .n_ctx_train = 163840,
+                        .n_embd = 7168,
+                        .n_ff = 18432,
+                        .n_head = n_h,
+                        .n_head_kv = 1,
+                        .n_layer = l,
+                        .head_dim = d_c + d_rh,
+                        .n_rot = d_rh,
+                        .norm_eps = 1e-6f,
+                        .rope_base = 10000,
+                        .rope_linear_scale = 1,
+                        .q_lora_rank = 1536,
+                        .kv_lora_rank = d_c,
+                        .qk_nope_dim = d_h,
+                        .v_head_dim = d_h,
+                        .n_layer_dense = 3,
+                        .n_expert = 256,
+                        .n_expert_used = 8,
+                        .n_ff_exp = 2048,
+                        .n_expert_shared = 1,
+                        .moe_gating = HR_MOE_GATING_SIGMOID,
+                        .moe_norm = true,
+                        .moe_scale = 2.5f,
+                        .n_expert_groups = 8,
+                        .n_group_used = 4};
     snprintf(m.hp.arch_name, sizeof m.hp.arch_name, "deepseek2");
     m.file_bytes = m.resident_bytes = 1ull << 30; /* the weights do not enter bytes per token */
     hr_plan_device d = {.mem_bytes = 2048ull << 30, .util = 1, .bw_gbps = 100, .reserved_bytes = 1ull << 30};
@@ -763,8 +789,14 @@ static void check_mla_paper_bytes(void) {
         CHECK(pl->rows[HR_RT_KV_F32].token_bytes == 2 * paper);
         CHECK(!pl->rows[HR_RT_KV_Q4].usable && !pl->rows[HR_RT_KV_KIVI2].usable && pl->rows[HR_RT_KV_Q8].usable);
     }
-    hr_kv_config kc = {.n_layers = l, .n_kv_heads = 1, .head_dim = d_c + d_rh, .v_from_k = d_c, .block_size = 16,
-                       .k_format = HR_KV_F16, .v_format = HR_KV_F16, .max_seqs = 1};
+    hr_kv_config kc = {.n_layers = l,
+                       .n_kv_heads = 1,
+                       .head_dim = d_c + d_rh,
+                       .v_from_k = d_c,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 1};
     CHECK(hr_kv_block_bytes(&kc) / 16 == paper);
     const uint64_t mha = (uint64_t)n_h * 2 * d_h * l * 2;
     printf("DeepSeek-V3 shape: %llu bytes a token in f16 (paper: (d_c + d_h^R) l = %d elements), planner %llu, "
@@ -958,8 +990,8 @@ static void check_mla_bad_input(void) {
     expect_load_error(mem, n, "'blk.0.attn_k_b.weight' has shape [16, 16, 4]", dir, "ds-k-b-shape.gguf");
     mem = image("deepseek3-tiny", -1, &n);
     reshape_in(mem, n, "blk.2.ffn_gate_exps.weight", 2, 8);
-    expect_load_error(mem, n, "'blk.2.ffn_gate_exps.weight' has shape [64, 32, 8] (3 dims), expected [64, 32, 16]",
-                      dir, "ds-exps-count.gguf");
+    expect_load_error(mem, n, "'blk.2.ffn_gate_exps.weight' has shape [64, 32, 8] (3 dims), expected [64, 32, 16]", dir,
+                      "ds-exps-count.gguf");
     mem = image("deepseek3-tiny", -1, &n);
     reshape_in(mem, n, "blk.1.exp_probs_b.bias", 0, 8);
     expect_load_error(mem, n, "'blk.1.exp_probs_b.bias'", dir, "ds-bias-shape.gguf");
@@ -1029,7 +1061,7 @@ static void check_mla_cli_kv(void) {
 /* Each family end to end through `headroom run` (synth, tokenizer, engine): 5 tokens. */
 static void check_cli_runs(void) {
     const char *dir = hr_test_tmpdir();
-    const char *shapes[] = {"qwen3-tiny",    "gemma2-tiny",  "gemma3-tiny",   "phi3-tiny",
+    const char *shapes[] = {"qwen3-tiny",    "gemma2-tiny",  "gemma3-tiny",    "phi3-tiny",
                             "qwen3moe-tiny", "mixtral-tiny", "deepseek2-tiny", "deepseek3-tiny"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         char args[8400], *out = NULL;

@@ -232,10 +232,9 @@ static hr_status read_mla_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
                             "metadata '%s.expert_gating_func' = %d is not supported (1 softmax, 2 sigmoid)", a, gating);
     hp->moe_gating = (hr_moe_gating)gating;
     /* llama.cpp picks each group's best two experts for its score: groups need two */
-    if (hp->n_expert_groups > 1 &&
-        (hp->n_expert % hp->n_expert_groups || hp->n_expert / hp->n_expert_groups < 2 || hp->n_group_used < 1 ||
-         hp->n_group_used > hp->n_expert_groups ||
-         hp->n_group_used * (hp->n_expert / hp->n_expert_groups) < hp->n_expert_used))
+    if (hp->n_expert_groups > 1 && (hp->n_expert % hp->n_expert_groups || hp->n_expert / hp->n_expert_groups < 2 ||
+                                    hp->n_group_used < 1 || hp->n_group_used > hp->n_expert_groups ||
+                                    hp->n_group_used * (hp->n_expert / hp->n_expert_groups) < hp->n_expert_used))
         return hr_error_set(err, HR_ERR_FORMAT,
                             "metadata '%s.expert_group_count' = %d, expert_group_used_count = %d do not split %d "
                             "experts into groups of two or more that hold the %d used",
@@ -393,7 +392,8 @@ uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes) {
         E + L * (2 * E + (hp->has_qkv_bias ? qkv : 0) + (hp->qk_norm ? 2 * D : 0) + (hp->post_norms ? 2 * E : 0)) +
         (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0) +
         /* deepseek2: the Q and KV low-rank norms, and the experts' selection bias */
-        (hp->kv_lora_rank > 0 ? L * ((uint64_t)hp->q_lora_rank + (uint64_t)hp->kv_lora_rank + (uint64_t)hp->n_expert) : 0);
+        (hp->kv_lora_rank > 0 ? L * ((uint64_t)hp->q_lora_rank + (uint64_t)hp->kv_lora_rank + (uint64_t)hp->n_expert)
+                              : 0);
     return file_bytes + floats * sizeof(float);
 }
 
