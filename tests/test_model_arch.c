@@ -670,10 +670,27 @@ static void check_mla_reference(const char *shape) {
 /* Latent attention and DeepSeek's routing keep a sequence's logits independent of its batch (f16 cache, f32
  * and q8_0 weights). */
 static void check_mla_batch_invariance(void) {
-    float *keep = calloc(2048, sizeof(float));
-    check_moe_batch_invariance("deepseek3-tiny", HR_DTYPE_F32, keep);
-    check_moe_batch_invariance("deepseek2-tiny", HR_DTYPE_Q8_0, keep);
-    free(keep);
+    float *k32 = calloc(2048, sizeof(float)), *kq = calloc(2048, sizeof(float));
+    check_moe_batch_invariance("deepseek3-tiny", HR_DTYPE_F32, k32);
+    check_moe_batch_invariance("deepseek2-tiny", HR_DTYPE_F32, k32);
+    check_moe_batch_invariance("deepseek2-tiny", HR_DTYPE_Q8_0, kq);
+    double top = 0, d = 0;
+    for (int v = 0; v < 2048; v++) top = fmax(top, fabs(k32[v]));
+    for (int v = 0; v < 2048; v++) d = fmax(d, fabs(kq[v] - k32[v]) / top);
+    CHECKF(d < 0.05, "deepseek2-tiny q8_0: logits %.3g (relative) from f32's", d);
+    printf("deepseek2-tiny q8_0 (latent-attention matrices x16-repacked): logits within %.3g of f32's (bound 0.05)\n",
+           d);
+    /* the q8_0 matrices whose rows are a multiple of 16, repacked: the output; layer 0's attn_q, attn_output,
+     * ffn_gate/up/down, attn_kv_a_mqa and attn_v_b (16 rows a head; attn_k_b's rows of 16 are f16); layers 1
+     * and 2's attn_q, attn_output, the three expert stacks, attn_kv_a_mqa, attn_v_b and the three shared */
+    void *mem = NULL;
+    hr_model *m = synth("deepseek2-tiny", 0, HR_DTYPE_Q8_0, &mem);
+    CHECKF(m && hr_model_packed_tensors(m, NULL) == 1 + 7 + 2 * 10, "%d packed",
+           m ? hr_model_packed_tensors(m, NULL) : -1);
+    hr_model_destroy(m);
+    free(mem);
+    free(k32);
+    free(kq);
 }
 
 /* The latent cache in each per-token format: the same 12-token prompt and 4 decode steps as the f32

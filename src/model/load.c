@@ -573,6 +573,12 @@ static const char *dominant_type(const hr_model *m) {
             const uint64_t n = i >= 7 ? (uint64_t)m->hp.n_expert : 1;
             bytes[hr_dtype_get_info(ws[i]->type)->file_type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows * n;
         }
+        const hr_weight *mla[] = {&L->wq_a,  &L->wq_b,    &L->wkv_a, &L->sh_gate,
+                                  &L->sh_up, &L->sh_down, &L->wk_b,  &L->wv_b};
+        for (size_t i = 0; i < HR_ARRAY_LEN(mla); i++) /* deepseek2's; W_UK and W_UV per head */
+            if (mla[i]->data)
+                bytes[hr_dtype_get_info(mla[i]->type)->file_type] +=
+                    mla[i]->row_bytes * (uint64_t)mla[i]->rows * (i >= 6 ? (uint64_t)m->hp.n_head : 1);
     }
     int best = 0;
     for (int t = 0; t < HR_DTYPE_TABLE; t++)
@@ -594,7 +600,7 @@ static bool packable(const hr_weight *w) {
 }
 
 /* Visits the matrices pack_weights may repack: the untied output, then every layer's seven (and its
- * three expert stacks), with n the matrices w stands for (n_expert for a stack, else 1). */
+ * three expert stacks; deepseek2's eight), with n the matrices w stands for (n_expert for a stack, else 1). */
 #define FOR_PACKABLE(m, w, n, ...)                                                                                     \
     do {                                                                                                               \
         if (!(m)->hp.tied_output) {                                                                                    \
@@ -609,6 +615,15 @@ static bool packable(const hr_weight *w) {
             for (size_t i_ = 0; i_ < HR_ARRAY_LEN(lw_); i_++) {                                                        \
                 hr_weight *w = lw_[i_];                                                                                \
                 const int64_t n = i_ >= 7 ? (int64_t)(m)->hp.n_expert : 1;                                             \
+                if (!w->data) continue;                                                                                \
+                __VA_ARGS__                                                                                            \
+            }                                                                                                          \
+            /* deepseek2's: W_UK and W_UV are stacks of n_head */                                                      \
+            hr_weight *mw_[] = {&L_->wq_a,  &L_->wq_b,    &L_->wkv_a, &L_->sh_gate,                                    \
+                                &L_->sh_up, &L_->sh_down, &L_->wk_b,  &L_->wv_b};                                      \
+            for (size_t i_ = 0; i_ < HR_ARRAY_LEN(mw_); i_++) {                                                        \
+                hr_weight *w = mw_[i_];                                                                                \
+                const int64_t n = i_ >= 6 ? (int64_t)(m)->hp.n_head : 1;                                               \
                 if (!w->data) continue;                                                                                \
                 __VA_ARGS__                                                                                            \
             }                                                                                                          \
