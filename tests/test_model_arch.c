@@ -669,6 +669,45 @@ static void check_mla_reference(const char *shape) {
 
 /* Latent attention and DeepSeek's routing keep a sequence's logits independent of its batch (f16 cache, f32
  * and q8_0 weights). */
+/* A file from before llama.cpp's MLA converter (one attn_kv_b, a head's key_length and value_length) is
+ * split at load into the very model the converter's split file is: every logit bit-identical. */
+static void check_mla_legacy_kv_b(void) {
+    void *m1 = NULL, *m2 = NULL;
+    hr_model *a = synth("deepseek2-tiny", 0, HR_DTYPE_F32, &m1), *b = synth("deepseek2-tiny-kvb", 0, HR_DTYPE_F32, &m2);
+    if (a && b) {
+        const hr_hparams *ha = hr_model_hparams(a), *hb = hr_model_hparams(b);
+        CHECK(hb->kv_b_split && !ha->kv_b_split && hb->head_dim == ha->head_dim && hb->n_head_kv == 1 &&
+              hb->qk_nope_dim == ha->qk_nope_dim && hb->v_head_dim == ha->v_head_dim);
+        const int V = ha->n_vocab;
+        float *la = malloc(sizeof(float) * (size_t)V * 10), *lb = malloc(sizeof(float) * (size_t)V * 10);
+        moe_rig ra = rig_open(a, HR_KV_F16, 1, 2), rb = rig_open(b, HR_KV_F16, 1, 2);
+        int32_t toks[10];
+        int si[10] = {0}, ata[8] = {0}, atb[8] = {0}, n_diff = 0;
+        for (int i = 0; i < 10; i++) toks[i] = 3 + (i * 577) % (V - 3);
+        if (ra.c && rb.c) {
+            rig_step(&ra, toks, si, 10, ata, la);
+            rig_step(&rb, toks, si, 10, atb, lb);
+            n_diff += memcmp(la, lb, sizeof(float) * (size_t)V * 10) != 0;
+            for (int g = 0; g < 4; g++) {
+                toks[0] = 50 + g;
+                rig_step(&ra, toks, si, 1, ata, la);
+                rig_step(&rb, toks, si, 1, atb, lb);
+                n_diff += memcmp(la, lb, sizeof(float) * (size_t)V) != 0;
+            }
+        }
+        CHECKF(n_diff == 0, "deepseek2-tiny-kvb: %d of 5 steps' logits differ from deepseek2-tiny's", n_diff);
+        printf("deepseek2-tiny-kvb (attn_kv_b split at load): logits bit-identical to deepseek2-tiny's (5 steps)\n");
+        rig_close(&ra);
+        rig_close(&rb);
+        free(la);
+        free(lb);
+    }
+    hr_model_destroy(a);
+    hr_model_destroy(b);
+    free(m1);
+    free(m2);
+}
+
 static void check_mla_batch_invariance(void) {
     float *k32 = calloc(2048, sizeof(float)), *kq = calloc(2048, sizeof(float));
     check_moe_batch_invariance("deepseek3-tiny", HR_DTYPE_F32, k32);
@@ -1017,6 +1056,9 @@ static void check_mla_bad_input(void) {
     reshape_in(mem, n, "blk.1.exp_probs_b.bias", 0, 8);
     expect_load_error(mem, n, "'blk.1.exp_probs_b.bias'", dir, "ds-bias-shape.gguf");
     /* keys */
+    mem = image("deepseek2-tiny-kvb", -1, &n);
+    reshape_in(mem, n, "blk.1.attn_kv_b.weight", 1, 100);
+    expect_load_error(mem, n, "'blk.1.attn_kv_b.weight' has shape [32, 100]", dir, "ds-kv-b-shape.gguf");
     mem = image("deepseek2-tiny", -1, &n);
     rename_in(mem, n, "deepseek2.attention.kv_lora_rank", "deepseek2.attention.kv_lora_ranx");
     expect_load_error(mem, n, "'deepseek2.attention.kv_lora_rank'", dir, "ds-no-kv-lora.gguf");
@@ -1200,7 +1242,8 @@ static void check_layer_attn(void) {
  * failing, for every N the clean run makes, ends in a clean error (or success) and leaks nothing
  * (LeakSanitizer at exit). */
 static void check_alloc_faults(void) {
-    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny", "deepseek3-tiny"};
+    const char *shapes[] = {"qwen3-tiny",    "gemma2-tiny",    "gemma3-tiny",       "phi3-tiny",
+                            "qwen3moe-tiny", "deepseek3-tiny", "deepseek2-tiny-kvb"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         size_t n;
         void *mem = image(shapes[i], -1, &n);
@@ -1251,11 +1294,12 @@ static void check_alloc_faults(void) {}
 int main(void) {
     check_layer_attn();
     check_llamacpp_ids("arch-llamacpp.jsonl", 64);
-    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 16); /* deepseek2: latent attention, DeepSeek's MoE */
+    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 24); /* deepseek2: latent attention, DeepSeek's MoE */
     check_moe();
     check_mla_reference("deepseek2-tiny");
     check_mla_reference("deepseek3-tiny");
     check_mla_batch_invariance();
+    check_mla_legacy_kv_b();
     check_mla_kv_formats();
     check_mla_paper_bytes();
     check_bad_input();

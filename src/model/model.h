@@ -120,6 +120,8 @@ typedef struct hr_hparams {
     float moe_scale;          /* {arch}.expert_weights_scale: the weights multiplied by it; 0 = 1 */
     int n_expert_groups;      /* {arch}.expert_group_count: > 1 limits top-k to the best groups */
     int n_group_used;         /* {arch}.expert_group_used_count */
+    bool kv_b_split;          /* a file from before llama.cpp's MLA converter: W_UK | W_UV in one attn_kv_b,
+                                 split into f32 copies at load */
 } hr_hparams;
 
 typedef struct hr_model hr_model;

@@ -44,6 +44,7 @@ typedef struct hr_layer {
     hr_weight wk_b;           /* (C, Dn) of H: W_UK per head, attn_k_b */
     hr_weight wv_b;           /* (Dv, C) of H: W_UV per head, attn_v_b */
     float *exp_probs_b;       /* (n_expert) owned: selection bias (V3), or NULL */
+    float *kv_b_f32;          /* owned where hp.kv_b_split: wk_b's then wv_b's f32 data, else NULL */
     hr_weight sh_gate, sh_up; /* (Fs, E) ffn_gate_shexp, ffn_up_shexp */
     hr_weight sh_down;        /* (E, Fs) ffn_down_shexp */
 } hr_layer;

@@ -44,13 +44,16 @@ typedef struct hr_synth_shape {
     bool moe_sigmoid; /* V3: sigmoid gates with a selection bias (exp_probs_b); else V2's softmax */
     bool moe_norm;    /* {arch}.expert_weights_norm */
     float moe_scale;  /* {arch}.expert_weights_scale */
+    bool legacy_kv_b; /* as llama.cpp's converter wrote deepseek2 before MLA: one attn_kv_b, key_length and
+                         value_length a head's (head_dim = qk_nope + rope, n_head_kv = n_head), no *_mla keys */
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
  * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
  * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
  * "phi3.5-mini", "qwen3moe-tiny", "qwen3moe-small",
- * "qwen3moe-30b-a3b", "mixtral-tiny", "deepseek2-tiny", "deepseek3-tiny", "deepseek-v2-lite". On error the message
+ * "qwen3moe-30b-a3b", "mixtral-tiny", "deepseek2-tiny", "deepseek2-tiny-kvb", "deepseek3-tiny",
+ * "deepseek-v2-lite". On error the message
  * lists the names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
