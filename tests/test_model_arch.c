@@ -452,8 +452,7 @@ static void rope64(double *x, int n, double pos, double base) {
     }
 }
 
-static void swiglu_ffn64(const float *wg, const float *wu, const float *wd, const double *xn, int E, int F,
-                         double *y) {
+static void swiglu_ffn64(const float *wg, const float *wu, const float *wd, const double *xn, int E, int F, double *y) {
     double *g = calloc((size_t)F, sizeof(double)), *u = calloc((size_t)F, sizeof(double));
     matvec64(wg, xn, F, E, g);
     matvec64(wu, xn, F, E, u);
@@ -670,11 +669,67 @@ static void check_mla_reference(const char *shape) {
 
 /* Latent attention and DeepSeek's routing keep a sequence's logits independent of its batch (f16 cache, f32
  * and q8_0 weights). */
+/* A file from before llama.cpp's MLA converter (one attn_kv_b, a head's key_length and value_length) is
+ * split at load into the very model the converter's split file is: every logit bit-identical. */
+static void check_mla_legacy_kv_b(void) {
+    void *m1 = NULL, *m2 = NULL;
+    hr_model *a = synth("deepseek2-tiny", 0, HR_DTYPE_F32, &m1), *b = synth("deepseek2-tiny-kvb", 0, HR_DTYPE_F32, &m2);
+    if (a && b) {
+        const hr_hparams *ha = hr_model_hparams(a), *hb = hr_model_hparams(b);
+        CHECK(hb->kv_b_split && !ha->kv_b_split && hb->head_dim == ha->head_dim && hb->n_head_kv == 1 &&
+              hb->qk_nope_dim == ha->qk_nope_dim && hb->v_head_dim == ha->v_head_dim);
+        const int V = ha->n_vocab;
+        float *la = malloc(sizeof(float) * (size_t)V * 10), *lb = malloc(sizeof(float) * (size_t)V * 10);
+        moe_rig ra = rig_open(a, HR_KV_F16, 1, 2), rb = rig_open(b, HR_KV_F16, 1, 2);
+        int32_t toks[10];
+        int si[10] = {0}, ata[8] = {0}, atb[8] = {0}, n_diff = 0;
+        for (int i = 0; i < 10; i++) toks[i] = 3 + (i * 577) % (V - 3);
+        if (ra.c && rb.c) {
+            rig_step(&ra, toks, si, 10, ata, la);
+            rig_step(&rb, toks, si, 10, atb, lb);
+            n_diff += memcmp(la, lb, sizeof(float) * (size_t)V * 10) != 0;
+            for (int g = 0; g < 4; g++) {
+                toks[0] = 50 + g;
+                rig_step(&ra, toks, si, 1, ata, la);
+                rig_step(&rb, toks, si, 1, atb, lb);
+                n_diff += memcmp(la, lb, sizeof(float) * (size_t)V) != 0;
+            }
+        }
+        CHECKF(n_diff == 0, "deepseek2-tiny-kvb: %d of 5 steps' logits differ from deepseek2-tiny's", n_diff);
+        printf("deepseek2-tiny-kvb (attn_kv_b split at load): logits bit-identical to deepseek2-tiny's (5 steps)\n");
+        rig_close(&ra);
+        rig_close(&rb);
+        free(la);
+        free(lb);
+    }
+    hr_model_destroy(a);
+    hr_model_destroy(b);
+    free(m1);
+    free(m2);
+}
+
 static void check_mla_batch_invariance(void) {
-    float *keep = calloc(2048, sizeof(float));
-    check_moe_batch_invariance("deepseek3-tiny", HR_DTYPE_F32, keep);
-    check_moe_batch_invariance("deepseek2-tiny", HR_DTYPE_Q8_0, keep);
-    free(keep);
+    float *k32 = calloc(2048, sizeof(float)), *kq = calloc(2048, sizeof(float));
+    check_moe_batch_invariance("deepseek3-tiny", HR_DTYPE_F32, k32);
+    check_moe_batch_invariance("deepseek2-tiny", HR_DTYPE_F32, k32);
+    check_moe_batch_invariance("deepseek2-tiny", HR_DTYPE_Q8_0, kq);
+    double top = 0, d = 0;
+    for (int v = 0; v < 2048; v++) top = fmax(top, fabs(k32[v]));
+    for (int v = 0; v < 2048; v++) d = fmax(d, fabs(kq[v] - k32[v]) / top);
+    CHECKF(d < 0.05, "deepseek2-tiny q8_0: logits %.3g (relative) from f32's", d);
+    printf("deepseek2-tiny q8_0 (latent-attention matrices x16-repacked): logits within %.3g of f32's (bound 0.05)\n",
+           d);
+    /* the q8_0 matrices whose rows are a multiple of 16, repacked: the output; layer 0's attn_q, attn_output,
+     * ffn_gate/up/down, attn_kv_a_mqa and attn_v_b (16 rows a head; attn_k_b's rows of 16 are f16); layers 1
+     * and 2's attn_q, attn_output, the three expert stacks, attn_kv_a_mqa, attn_v_b and the three shared */
+    void *mem = NULL;
+    hr_model *m = synth("deepseek2-tiny", 0, HR_DTYPE_Q8_0, &mem);
+    CHECKF(m && hr_model_packed_tensors(m, NULL) == 1 + 7 + 2 * 10, "%d packed",
+           m ? hr_model_packed_tensors(m, NULL) : -1);
+    hr_model_destroy(m);
+    free(mem);
+    free(k32);
+    free(kq);
 }
 
 /* The latent cache in each per-token format: the same 12-token prompt and 4 decode steps as the f32
@@ -719,8 +774,15 @@ static void check_mla_kv_formats(void) {
     const hr_kv_format bad[] = {HR_KV_Q4, HR_KV_KIVI2, HR_KV_Q4H};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         /* head_dim a power of two, so that q4h's own shape check passes and the latent one speaks */
-        hr_kv_config kc = {.n_layers = 2, .n_kv_heads = 1, .head_dim = 512, .v_from_k = 448, .block_size = 16,
-                           .k_format = bad[i], .v_format = bad[i], .max_seqs = 1, .budget_bytes = 1 << 24};
+        hr_kv_config kc = {.n_layers = 2,
+                           .n_kv_heads = 1,
+                           .head_dim = 512,
+                           .v_from_k = 448,
+                           .block_size = 16,
+                           .k_format = bad[i],
+                           .v_format = bad[i],
+                           .max_seqs = 1,
+                           .budget_bytes = 1 << 24};
         hr_kv_pool *kv = NULL;
         hr_error err = {0};
         CHECKF(hr_kv_pool_create(&kc, &kv, &err) != HR_OK && strstr(err.msg, "latent") && !strchr(err.msg, '\n'),
@@ -743,13 +805,33 @@ static void check_mla_paper_bytes(void) {
     const uint64_t paper = (uint64_t)(d_c + d_rh) * (uint64_t)l * 2; /* f16 */
     CHECK(paper == 70272);
     hr_plan_model m = {0};
-    m.hp = (hr_hparams){.arch = HR_ARCH_DEEPSEEK2, .n_vocab = 129280, .n_ctx_train = 163840, .n_embd = 7168,
-                        .n_ff = 18432, .n_head = n_h, .n_head_kv = 1, .n_layer = l, .head_dim = d_c + d_rh,
-                        .n_rot = d_rh, .norm_eps = 1e-6f, .rope_base = 10000, .rope_linear_scale = 1,
-                        .q_lora_rank = 1536, .kv_lora_rank = d_c, .qk_nope_dim = d_h, .v_head_dim = d_h,
-                        .n_layer_dense = 3, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 2048,
-                        .n_expert_shared = 1, .moe_gating = HR_MOE_GATING_SIGMOID, .moe_norm = true,
-                        .moe_scale = 2.5f, .n_expert_groups = 8, .n_group_used = 4};
+    m.hp = (hr_hparams){.arch = HR_ARCH_DEEPSEEK2,
+                        .n_vocab = 129280,
+                        .n_ctx_train = 163840,
+                        .n_embd = 7168,
+                        .n_ff = 18432,
+                        .n_head = n_h,
+                        .n_head_kv = 1,
+                        .n_layer = l,
+                        .head_dim = d_c + d_rh,
+                        .n_rot = d_rh,
+                        .norm_eps = 1e-6f,
+                        .rope_base = 10000,
+                        .rope_linear_scale = 1,
+                        .q_lora_rank = 1536,
+                        .kv_lora_rank = d_c,
+                        .qk_nope_dim = d_h,
+                        .v_head_dim = d_h,
+                        .n_layer_dense = 3,
+                        .n_expert = 256,
+                        .n_expert_used = 8,
+                        .n_ff_exp = 2048,
+                        .n_expert_shared = 1,
+                        .moe_gating = HR_MOE_GATING_SIGMOID,
+                        .moe_norm = true,
+                        .moe_scale = 2.5f,
+                        .n_expert_groups = 8,
+                        .n_group_used = 4};
     snprintf(m.hp.arch_name, sizeof m.hp.arch_name, "deepseek2");
     m.file_bytes = m.resident_bytes = 1ull << 30; /* the weights do not enter bytes per token */
     hr_plan_device d = {.mem_bytes = 2048ull << 30, .util = 1, .bw_gbps = 100, .reserved_bytes = 1ull << 30};
@@ -761,10 +843,20 @@ static void check_mla_paper_bytes(void) {
         CHECKF(pl->rows[HR_RT_KV_F16].token_bytes == paper, "planner: %llu bytes a token, the paper's %llu",
                (unsigned long long)pl->rows[HR_RT_KV_F16].token_bytes, (unsigned long long)paper);
         CHECK(pl->rows[HR_RT_KV_F32].token_bytes == 2 * paper);
+        /* q8: 576 int8 + 18 f16 group scales; fp8: 576 e4m3 + one f32 scale (docs/KV.md's table) */
+        CHECKF(pl->rows[HR_RT_KV_Q8].token_bytes == 37332 && pl->rows[HR_RT_KV_FP8].token_bytes == 35380,
+               "q8 %llu, fp8 %llu", (unsigned long long)pl->rows[HR_RT_KV_Q8].token_bytes,
+               (unsigned long long)pl->rows[HR_RT_KV_FP8].token_bytes);
         CHECK(!pl->rows[HR_RT_KV_Q4].usable && !pl->rows[HR_RT_KV_KIVI2].usable && pl->rows[HR_RT_KV_Q8].usable);
     }
-    hr_kv_config kc = {.n_layers = l, .n_kv_heads = 1, .head_dim = d_c + d_rh, .v_from_k = d_c, .block_size = 16,
-                       .k_format = HR_KV_F16, .v_format = HR_KV_F16, .max_seqs = 1};
+    hr_kv_config kc = {.n_layers = l,
+                       .n_kv_heads = 1,
+                       .head_dim = d_c + d_rh,
+                       .v_from_k = d_c,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 1};
     CHECK(hr_kv_block_bytes(&kc) / 16 == paper);
     const uint64_t mha = (uint64_t)n_h * 2 * d_h * l * 2;
     printf("DeepSeek-V3 shape: %llu bytes a token in f16 (paper: (d_c + d_h^R) l = %d elements), planner %llu, "
@@ -958,12 +1050,15 @@ static void check_mla_bad_input(void) {
     expect_load_error(mem, n, "'blk.0.attn_k_b.weight' has shape [16, 16, 4]", dir, "ds-k-b-shape.gguf");
     mem = image("deepseek3-tiny", -1, &n);
     reshape_in(mem, n, "blk.2.ffn_gate_exps.weight", 2, 8);
-    expect_load_error(mem, n, "'blk.2.ffn_gate_exps.weight' has shape [64, 32, 8] (3 dims), expected [64, 32, 16]",
-                      dir, "ds-exps-count.gguf");
+    expect_load_error(mem, n, "'blk.2.ffn_gate_exps.weight' has shape [64, 32, 8] (3 dims), expected [64, 32, 16]", dir,
+                      "ds-exps-count.gguf");
     mem = image("deepseek3-tiny", -1, &n);
     reshape_in(mem, n, "blk.1.exp_probs_b.bias", 0, 8);
     expect_load_error(mem, n, "'blk.1.exp_probs_b.bias'", dir, "ds-bias-shape.gguf");
     /* keys */
+    mem = image("deepseek2-tiny-kvb", -1, &n);
+    reshape_in(mem, n, "blk.1.attn_kv_b.weight", 1, 100);
+    expect_load_error(mem, n, "'blk.1.attn_kv_b.weight' has shape [32, 100]", dir, "ds-kv-b-shape.gguf");
     mem = image("deepseek2-tiny", -1, &n);
     rename_in(mem, n, "deepseek2.attention.kv_lora_rank", "deepseek2.attention.kv_lora_ranx");
     expect_load_error(mem, n, "'deepseek2.attention.kv_lora_rank'", dir, "ds-no-kv-lora.gguf");
@@ -1010,10 +1105,26 @@ static void check_mla_bad_input(void) {
     free(err);
 }
 
+/* The runtime builds a latent pool for deepseek2: `run --json` reports one block of 16 tokens x 3 layers
+ * x 48 f16 (K only) for a 5 + 5-token request, not twice that. */
+static void check_mla_cli_kv(void) {
+    const char *dir = hr_test_tmpdir();
+    char args[8400], *out = NULL;
+    snprintf(args, sizeof args, "synth --shape deepseek3-tiny --type f32 -o %s/ds3.gguf", dir);
+    CHECK(hr_test_run_cli(args, NULL, NULL) == 0);
+    snprintf(args, sizeof args, "run -m %s/ds3.gguf -p 'the cat' -n 5 --temp 0 --json --ignore-eos", dir);
+    CHECK(hr_test_run_cli(args, &out, NULL) == 0);
+    json_error_t je;
+    json_t *j = out ? json_loads(out, 0, &je) : NULL;
+    CHECKF(j && json_integer_value(json_object_get(j, "kv_bytes")) == 16 * 3 * 48 * 2, "%s", out ? out : "");
+    json_decref(j);
+    free(out);
+}
+
 /* Each family end to end through `headroom run` (synth, tokenizer, engine): 5 tokens. */
 static void check_cli_runs(void) {
     const char *dir = hr_test_tmpdir();
-    const char *shapes[] = {"qwen3-tiny",    "gemma2-tiny",  "gemma3-tiny",   "phi3-tiny",
+    const char *shapes[] = {"qwen3-tiny",    "gemma2-tiny",  "gemma3-tiny",    "phi3-tiny",
                             "qwen3moe-tiny", "mixtral-tiny", "deepseek2-tiny", "deepseek3-tiny"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         char args[8400], *out = NULL;
@@ -1131,7 +1242,8 @@ static void check_layer_attn(void) {
  * failing, for every N the clean run makes, ends in a clean error (or success) and leaks nothing
  * (LeakSanitizer at exit). */
 static void check_alloc_faults(void) {
-    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny", "deepseek3-tiny"};
+    const char *shapes[] = {"qwen3-tiny",    "gemma2-tiny",    "gemma3-tiny",       "phi3-tiny",
+                            "qwen3moe-tiny", "deepseek3-tiny", "deepseek2-tiny-kvb"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         size_t n;
         void *mem = image(shapes[i], -1, &n);
@@ -1182,15 +1294,17 @@ static void check_alloc_faults(void) {}
 int main(void) {
     check_layer_attn();
     check_llamacpp_ids("arch-llamacpp.jsonl", 64);
-    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 16); /* deepseek2: latent attention, DeepSeek's MoE */
+    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 24); /* deepseek2: latent attention, DeepSeek's MoE */
     check_moe();
     check_mla_reference("deepseek2-tiny");
     check_mla_reference("deepseek3-tiny");
     check_mla_batch_invariance();
+    check_mla_legacy_kv_b();
     check_mla_kv_formats();
     check_mla_paper_bytes();
     check_bad_input();
     check_mla_bad_input();
+    check_mla_cli_kv();
     check_cli_runs();
     check_alloc_faults();
     check_policy_windows();

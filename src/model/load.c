@@ -194,8 +194,9 @@ static hr_status read_moe_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
 
 /* DeepSeek-V2/V3 (deepseek2), as llama.cpp's MLA converter writes them: key_length is the cached vector
  * (kv_lora_rank + rope dims) of one KV head, value_length the latent, key_length_mla / value_length_mla a
- * head's Q/K and V widths before absorption. Files from before that converter (attn_kv_b, no *_mla keys)
- * are refused by name. Then DeepSeek's MoE keys. */
+ * head's Q/K and V widths before absorption. Files from before that converter (no *_mla keys: key_length and
+ * value_length a head's, W_UK and W_UV in one attn_kv_b) load too, attn_kv_b split at bind. Then DeepSeek's
+ * MoE keys. */
 static hr_status read_mla_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *err) {
     const char *a = hp->arch_name;
     const int64_t big = 1 << 24;
@@ -210,10 +211,26 @@ static hr_status read_mla_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
                             a);
     if ((st = get_int_key(g, a, "attention.q_lora_rank", false, 0, 0, big, &hp->q_lora_rank, err)) ||
         (st = get_int_key(g, a, "attention.kv_lora_rank", true, 0, 1, 4096, &hp->kv_lora_rank, err)) ||
-        (st = get_int_key(g, a, "attention.key_length_mla", true, 0, 1, 4096, &k_mla, err)) ||
-        (st = get_int_key(g, a, "attention.value_length_mla", true, 0, 1, 4096, &hp->v_head_dim, err)) ||
-        (st = get_int_key(g, a, "attention.value_length", false, hp->kv_lora_rank, 1, 4096, &v_len, err)))
+        (st = get_int_key(g, a, "attention.key_length_mla", false, 0, 0, 4096, &k_mla, err)))
         return st;
+    if (k_mla == 0) { /* before the MLA converter: key_length and value_length are a head's; attn_kv_b */
+        if (hr_gguf_find_tensor(g, "blk.0.attn_k_b.weight"))
+            return hr_error_set(err, HR_ERR_FORMAT,
+                                "model metadata lacks the required key '%s.attention.key_length_mla' (the file has "
+                                "'blk.0.attn_k_b.weight', as llama.cpp's MLA converter writes it)",
+                                a);
+        k_mla = hp->head_dim;
+        if ((st = get_int_key(g, a, "attention.value_length", false, hp->n_embd / hp->n_head, 1, 4096, &hp->v_head_dim,
+                              err)))
+            return st;
+        hp->kv_b_split = true;
+        hp->n_head_kv = 1; /* the cache is the latent's, whatever head_count_kv the file gives */
+        hp->head_dim = hp->kv_lora_rank + hp->n_rot;
+        v_len = hp->kv_lora_rank;
+    } else if ((st = get_int_key(g, a, "attention.value_length_mla", true, 0, 1, 4096, &hp->v_head_dim, err)) ||
+               (st = get_int_key(g, a, "attention.value_length", false, hp->kv_lora_rank, 1, 4096, &v_len, err))) {
+        return st;
+    }
     if (hp->n_head_kv != 1 || hp->head_dim != hp->kv_lora_rank + hp->n_rot || v_len != hp->kv_lora_rank)
         return hr_error_set(err, HR_ERR_FORMAT,
                             "metadata '%s.attention.key_length' = %d, value_length = %d, head_count_kv = %d: a "
@@ -243,10 +260,9 @@ static hr_status read_mla_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
                             "metadata '%s.expert_gating_func' = %d is not supported (1 softmax, 2 sigmoid)", a, gating);
     hp->moe_gating = (hr_moe_gating)gating;
     /* llama.cpp picks each group's best two experts for its score: groups need two */
-    if (hp->n_expert_groups > 1 &&
-        (hp->n_expert % hp->n_expert_groups || hp->n_expert / hp->n_expert_groups < 2 || hp->n_group_used < 1 ||
-         hp->n_group_used > hp->n_expert_groups ||
-         hp->n_group_used * (hp->n_expert / hp->n_expert_groups) < hp->n_expert_used))
+    if (hp->n_expert_groups > 1 && (hp->n_expert % hp->n_expert_groups || hp->n_expert / hp->n_expert_groups < 2 ||
+                                    hp->n_group_used < 1 || hp->n_group_used > hp->n_expert_groups ||
+                                    hp->n_group_used * (hp->n_expert / hp->n_expert_groups) < hp->n_expert_used))
         return hr_error_set(err, HR_ERR_FORMAT,
                             "metadata '%s.expert_group_count' = %d, expert_group_used_count = %d do not split %d "
                             "experts into groups of two or more that hold the %d used",
@@ -424,7 +440,12 @@ uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes) {
         E + L * (2 * E + (hp->has_qkv_bias ? qkv : 0) + (hp->qk_norm ? 2 * D : 0) + (hp->post_norms ? 2 * E : 0)) +
         (hp->has_rope_freqs ? rot : 0) + (hp->has_longrope ? 2 * rot : 0) +
         /* deepseek2: the Q and KV low-rank norms, and the experts' selection bias */
-        (hp->kv_lora_rank > 0 ? L * ((uint64_t)hp->q_lora_rank + (uint64_t)hp->kv_lora_rank + (uint64_t)hp->n_expert) : 0);
+        (hp->kv_lora_rank > 0 ? L * ((uint64_t)hp->q_lora_rank + (uint64_t)hp->kv_lora_rank + (uint64_t)hp->n_expert)
+                              : 0) +
+        /* a legacy deepseek2 file's attn_kv_b, split into f32 W_UK and W_UV */
+        (hp->kv_b_split
+             ? L * (uint64_t)hp->n_head * (uint64_t)hp->kv_lora_rank * (uint64_t)(hp->qk_nope_dim + hp->v_head_dim)
+             : 0);
     if (hp->arch == HR_ARCH_GPT_OSS) /* bind_gptoss: output bias, sinks, router and expert biases */
         floats += L * (E + (uint64_t)hp->n_head + (uint64_t)hp->n_expert * (1 + 2 * (uint64_t)hp->n_ff_exp + E));
     return file_bytes + floats * sizeof(float);
@@ -469,6 +490,49 @@ static hr_weight row_slice(const hr_weight *w, int64_t r0, int64_t n) {
     return s;
 }
 
+/* A file from before llama.cpp's MLA converter: blk.N.attn_kv_b ([C, H x (Dn + Dv)], per head Dn rows of
+ * K's up-projection then Dv of V's) becomes the W_UK stack ([Dn, C, H]: its K rows transposed) and the
+ * W_UV stack ([C, Dv, H]) in one owned f32 buffer, whatever the file's type (rows dequantized), so the
+ * forward pass sees the split file's layer. */
+static hr_status split_kv_b(hr_model *m, int il, hr_error *err) {
+    const hr_hparams *hp = &m->hp;
+    hr_layer *L = &m->layers[il];
+    const int64_t H = hp->n_head, C = hp->kv_lora_rank, Dn = hp->qk_nope_dim, Dv = hp->v_head_dim;
+    char name[96], kb[96];
+    snprintf(name, sizeof name, "blk.%d.attn_kv_b.weight", il);
+    snprintf(kb, sizeof kb, "blk.%d.attn_k_b.weight", il);
+    if (!find_tensor(m, name) && find_tensor(m, kb))
+        return hr_error_set(err, HR_ERR_FORMAT,
+                            "model metadata lacks the required key '%s.attention.key_length_mla' (the file has "
+                            "'%s', as llama.cpp's MLA converter writes it)",
+                            hp->arch_name, kb);
+    hr_weight w;
+    hr_status st = bind_matrix(m, name, C, H * (Dn + Dv), false, &w, err);
+    if (st) return st;
+    float *buf = malloc(sizeof(float) * (size_t)(H * C * (Dn + Dv))), *row = malloc(sizeof(float) * (size_t)C);
+    if (!buf || !row) {
+        free(buf);
+        free(row);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory splitting '%s'", name);
+    }
+    float *wk = buf, *wv = buf + H * C * Dn;
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t j = 0; j < Dn + Dv; j++) {
+            hr_dequantize_row_ref(w.type, (const uint8_t *)w.data + (size_t)(h * (Dn + Dv) + j) * w.row_bytes, row, C);
+            if (j < Dn)
+                for (int64_t r = 0; r < C; r++) wk[(h * C + r) * Dn + j] = row[r];
+            else
+                memcpy(wv + (h * Dv + (j - Dn)) * C, row, sizeof(float) * (size_t)C);
+        }
+    free(row);
+    L->kv_b_f32 = buf;
+    L->wk_b =
+        (hr_weight){.data = wk, .type = HR_DTYPE_F32, .rows = C, .cols = Dn, .row_bytes = sizeof(float) * (size_t)Dn};
+    L->wv_b =
+        (hr_weight){.data = wv, .type = HR_DTYPE_F32, .rows = Dv, .cols = C, .row_bytes = sizeof(float) * (size_t)C};
+    return HR_OK;
+}
+
 /* A DeepSeek layer (deepseek2): the latent attention's matrices (Q directly or through its low-rank
  * pair, the joint KV down-projection with the RoPE key, W_UK and W_UV per head as llama.cpp's converter
  * splits attn_kv_b), then a dense FFN on the leading layers and the router, experts and shared experts
@@ -493,14 +557,13 @@ static hr_status bind_mla_layer(hr_model *m, int il, hr_error *err) {
     if ((st = bind_matrix(m, NAME("attn_kv_a_mqa.weight"), E, C + R, false, &L->wkv_a, err)) ||
         (st = bind_vector(m, NAME("attn_kv_a_norm.weight"), C, false, &L->kv_a_norm, err)))
         return st;
-    if (find_tensor(m, NAME("attn_kv_b.weight")) && !find_tensor(m, NAME("attn_k_b.weight")))
-        return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "tensor '%s' (K and V up-projections in one) is not supported: latent attention needs "
-                            "them split as attn_k_b / attn_v_b (reconvert with a recent llama.cpp)",
-                            name);
-    if ((st = bind_stack(m, NAME("attn_k_b.weight"), Dn, C, H, &L->wk_b, err)) ||
-        (st = bind_stack(m, NAME("attn_v_b.weight"), C, Dv, H, &L->wv_b, err)) ||
-        (st = bind_matrix(m, NAME("attn_output.weight"), H * Dv, E, false, &L->wo, err)) ||
+    if (hp->kv_b_split) {
+        if ((st = split_kv_b(m, il, err))) return st;
+    } else if ((st = bind_stack(m, NAME("attn_k_b.weight"), Dn, C, H, &L->wk_b, err)) ||
+               (st = bind_stack(m, NAME("attn_v_b.weight"), C, Dv, H, &L->wv_b, err))) {
+        return st;
+    }
+    if ((st = bind_matrix(m, NAME("attn_output.weight"), H * Dv, E, false, &L->wo, err)) ||
         (st = bind_vector(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err)))
         return st;
     if (il < hp->n_layer_dense) {
@@ -649,6 +712,12 @@ static const char *dominant_type(const hr_model *m) {
             const uint64_t n = i >= 7 ? (uint64_t)m->hp.n_expert : 1;
             bytes[hr_dtype_get_info(ws[i]->type)->file_type] += ws[i]->row_bytes * (uint64_t)ws[i]->rows * n;
         }
+        const hr_weight *mla[] = {&L->wq_a,  &L->wq_b,    &L->wkv_a, &L->sh_gate,
+                                  &L->sh_up, &L->sh_down, &L->wk_b,  &L->wv_b};
+        for (size_t i = 0; i < HR_ARRAY_LEN(mla); i++) /* deepseek2's; W_UK and W_UV per head */
+            if (mla[i]->data)
+                bytes[hr_dtype_get_info(mla[i]->type)->file_type] +=
+                    mla[i]->row_bytes * (uint64_t)mla[i]->rows * (i >= 6 ? (uint64_t)m->hp.n_head : 1);
     }
     int best = 0;
     for (int t = 0; t < HR_DTYPE_TABLE; t++)
@@ -670,7 +739,7 @@ static bool packable(const hr_weight *w) {
 }
 
 /* Visits the matrices pack_weights may repack: the untied output, then every layer's seven (and its
- * three expert stacks), with n the matrices w stands for (n_expert for a stack, else 1). */
+ * three expert stacks; deepseek2's eight), with n the matrices w stands for (n_expert for a stack, else 1). */
 #define FOR_PACKABLE(m, w, n, ...)                                                                                     \
     do {                                                                                                               \
         if (!(m)->hp.tied_output) {                                                                                    \
@@ -685,6 +754,15 @@ static bool packable(const hr_weight *w) {
             for (size_t i_ = 0; i_ < HR_ARRAY_LEN(lw_); i_++) {                                                        \
                 hr_weight *w = lw_[i_];                                                                                \
                 const int64_t n = i_ >= 7 ? (int64_t)(m)->hp.n_expert : 1;                                             \
+                if (!w->data) continue;                                                                                \
+                __VA_ARGS__                                                                                            \
+            }                                                                                                          \
+            /* deepseek2's: W_UK and W_UV are stacks of n_head */                                                      \
+            hr_weight *mw_[] = {&L_->wq_a,  &L_->wq_b,    &L_->wkv_a, &L_->sh_gate,                                    \
+                                &L_->sh_up, &L_->sh_down, &L_->wk_b,  &L_->wv_b};                                      \
+            for (size_t i_ = 0; i_ < HR_ARRAY_LEN(mw_); i_++) {                                                        \
+                hr_weight *w = mw_[i_];                                                                                \
+                const int64_t n = i_ >= 6 ? (int64_t)(m)->hp.n_head : 1;                                               \
                 if (!w->data) continue;                                                                                \
                 __VA_ARGS__                                                                                            \
             }                                                                                                          \
@@ -856,6 +934,7 @@ void hr_model_destroy(hr_model *m) {
             free(L->b_exp_gate);
             free(L->b_exp_up);
             free(L->b_exp_down);
+            free(L->kv_b_f32);
         }
         free(m->layers);
     }

@@ -115,12 +115,12 @@ typedef struct hr_hparams {
     /* DeepSeek-V2/V3 (deepseek2; 0 elsewhere). Multi-head latent attention: the KV cache holds per layer
      * and token one vector [kv_lora_rank normalized latent | n_rot roped key] (head_dim wide, one KV
      * head), V is its first kv_lora_rank dims; a query head is [q_nope W_UK (kv_lora_rank) | q_pe]. */
-    int q_lora_rank;     /* {arch}.attention.q_lora_rank: 0 = one attn_q matrix (V2-Lite) */
-    int kv_lora_rank;    /* {arch}.attention.kv_lora_rank (d_c): also V's dims within K (hr_kv_config.v_from_k) */
-    int qk_nope_dim;     /* a head's non-rotated Q/K dims: key_length_mla - n_rot */
-    int v_head_dim;      /* {arch}.attention.value_length_mla: a head's output after W_UV */
-    int n_layer_dense;   /* {arch}.leading_dense_block_count: layers [0, n) have a dense FFN */
-    int n_expert_shared; /* {arch}.expert_shared_count: ffn_*_shexp of n_expert_shared x n_ff_exp, always added */
+    int q_lora_rank;          /* {arch}.attention.q_lora_rank: 0 = one attn_q matrix (V2-Lite) */
+    int kv_lora_rank;         /* {arch}.attention.kv_lora_rank (d_c): also V's dims within K (hr_kv_config.v_from_k) */
+    int qk_nope_dim;          /* a head's non-rotated Q/K dims: key_length_mla - n_rot */
+    int v_head_dim;           /* {arch}.attention.value_length_mla: a head's output after W_UV */
+    int n_layer_dense;        /* {arch}.leading_dense_block_count: layers [0, n) have a dense FFN */
+    int n_expert_shared;      /* {arch}.expert_shared_count: ffn_*_shexp of n_expert_shared x n_ff_exp, always added */
     hr_moe_gating moe_gating; /* {arch}.expert_gating_func */
     bool moe_norm;            /* {arch}.expert_weights_norm: the k weights renormalized to sum 1 */
     float moe_scale;          /* {arch}.expert_weights_scale: the weights multiplied by it; 0 = 1 */
@@ -138,6 +138,8 @@ typedef struct hr_hparams {
     float yarn_factor;                    /* rope.scaling.factor s (position interpolation 1/s); 0 = no YaRN */
     float yarn_ext_factor;                /* extrapolation mix: 1 (llama.cpp's default for yarn) */
     float yarn_beta_fast, yarn_beta_slow; /* correction range in rotations: 32 and 1 (llama.cpp's) */
+    bool kv_b_split;          /* a file from before llama.cpp's MLA converter: W_UK | W_UV in one attn_kv_b,
+                                 split into f32 copies at load */
 } hr_hparams;
 
 /* YaRN's factor on pair i's frequency (of n_rot / 2) for a rotation of base `base`, as ggml's rope

@@ -36,14 +36,15 @@ typedef struct hr_layer {
     hr_weight exp_down; /* (E, Fe) of n_expert */
     /* DeepSeek (hp.kv_lora_rank > 0; wq, wk, wv then unused unless q_lora_rank is 0: wq). R = n_rot,
      * Dn = qk_nope_dim, Dv = v_head_dim, C = kv_lora_rank, Cq = q_lora_rank, Fs = n_expert_shared x Fe */
-    hr_weight wq_a;         /* (Cq, E) attn_q_a */
-    float *q_a_norm;        /* (Cq) owned */
-    hr_weight wq_b;         /* (H*(Dn+R), Cq) attn_q_b */
-    hr_weight wkv_a;        /* (C+R, E) attn_kv_a_mqa: the latent, then the RoPE key */
-    float *kv_a_norm;       /* (C) owned */
-    hr_weight wk_b;         /* (C, Dn) of H: W_UK per head, attn_k_b */
-    hr_weight wv_b;         /* (Dv, C) of H: W_UV per head, attn_v_b */
-    float *exp_probs_b;     /* (n_expert) owned: selection bias (V3), or NULL */
+    hr_weight wq_a;           /* (Cq, E) attn_q_a */
+    float *q_a_norm;          /* (Cq) owned */
+    hr_weight wq_b;           /* (H*(Dn+R), Cq) attn_q_b */
+    hr_weight wkv_a;          /* (C+R, E) attn_kv_a_mqa: the latent, then the RoPE key */
+    float *kv_a_norm;         /* (C) owned */
+    hr_weight wk_b;           /* (C, Dn) of H: W_UK per head, attn_k_b */
+    hr_weight wv_b;           /* (Dv, C) of H: W_UV per head, attn_v_b */
+    float *exp_probs_b;       /* (n_expert) owned: selection bias (V3), or NULL */
+    float *kv_b_f32;          /* owned where hp.kv_b_split: wk_b's then wv_b's f32 data, else NULL */
     hr_weight sh_gate, sh_up; /* (Fs, E) ffn_gate_shexp, ffn_up_shexp */
     hr_weight sh_down;        /* (E, Fs) ffn_down_shexp */
     /* gpt-oss, owned f32 copies (else NULL): the attention output's bias, each query head's sink logit,

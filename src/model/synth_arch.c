@@ -241,6 +241,31 @@ static const hr_synth_shape k_arch_shapes[] = {
      .n_layer_dense = 1,
      .n_expert_shared = 2,
      .moe_scale = 1.0f},
+    /* deepseek2-tiny as a GGUF from before llama.cpp's MLA converter: the same weights, W_UK and W_UV in
+     * one attn_kv_b (the loader splits it back) */
+    {.name = "deepseek2-tiny-kvb",
+     .arch = "deepseek2",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 4,
+     .n_layer = 3,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 32,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 32,
+     .kv_lora_rank = 32,
+     .qk_nope_dim = 16,
+     .qk_rope_dim = 16,
+     .v_head_dim = 16,
+     .n_layer_dense = 1,
+     .n_expert_shared = 2,
+     .moe_scale = 1.0f,
+     .legacy_kv_b = true},
     {.name = "deepseek3-tiny",
      .arch = "deepseek2",
      .n_vocab = 2048,
@@ -465,8 +490,10 @@ static void write_mla_keys(hr_gguf_writer *w, const hr_synth_shape *s) {
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, s->arch), key)
     hr_gguf_writer_set_u32(w, KEY("attention.q_lora_rank"), (uint32_t)s->q_lora_rank);
     hr_gguf_writer_set_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)s->kv_lora_rank);
-    hr_gguf_writer_set_u32(w, KEY("attention.key_length_mla"), (uint32_t)(s->qk_nope_dim + s->qk_rope_dim));
-    hr_gguf_writer_set_u32(w, KEY("attention.value_length_mla"), (uint32_t)s->v_head_dim);
+    if (!s->legacy_kv_b) {
+        hr_gguf_writer_set_u32(w, KEY("attention.key_length_mla"), (uint32_t)(s->qk_nope_dim + s->qk_rope_dim));
+        hr_gguf_writer_set_u32(w, KEY("attention.value_length_mla"), (uint32_t)s->v_head_dim);
+    }
     hr_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s->qk_rope_dim);
     hr_gguf_writer_set_u32(w, KEY("leading_dense_block_count"), (uint32_t)s->n_layer_dense);
     hr_gguf_writer_set_u32(w, KEY("expert_shared_count"), (uint32_t)s->n_expert_shared);
@@ -499,7 +526,8 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
     hr_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)s->n_layer);
     hr_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
     hr_gguf_writer_set_u32(w, KEY("attention.value_length"),
-                           (uint32_t)(s->kv_lora_rank > 0 ? s->kv_lora_rank : head_dim)); /* deepseek2: the latent */
+                           (uint32_t)(s->kv_lora_rank > 0 ? (s->legacy_kv_b ? s->v_head_dim : s->kv_lora_rank)
+                                                          : head_dim)); /* deepseek2: the latent */
     hr_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
     hr_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
     if (!strcmp(a, "gemma2")) {
@@ -540,6 +568,50 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
 #undef KEY
 }
 
+/* n matrices of rows x cols in f32, drawn as add_stack draws the stack of that name. NULL: no memory. */
+static float *draw_stack(const char *name, int64_t n, int64_t rows, int64_t cols, uint64_t seed, float scale) {
+    float *v = malloc(sizeof(float) * (size_t)(n * rows * cols));
+    if (!v) return NULL;
+    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9e3779b97f4a7c15ULL); /* FNV-1a of the name */
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    hr_rng rng;
+    hr_rng_seed(&rng, h);
+    const float a = scale * sqrtf(3.0f / (float)cols);
+    for (int64_t i = 0; i < n * rows * cols; i++) v[i] = (float)(2.0 * hr_rng_uniform(&rng) - 1.0) * a;
+    return v;
+}
+
+/* A legacy file's blk.N.attn_kv_b ([C, H x (Dn + Dv)]: per head Dn rows of K's up-projection, then Dv of
+ * V's), made of the very values the split file's attn_k_b ([Dn, C, H], transposed here) and attn_v_b
+ * ([C, Dv, H]) hold, so that the two files are one model. */
+static hr_status add_kv_b(hr_gguf_writer *w, const hr_synth_shape *s, int il, hr_dtype t, uint64_t seed,
+                          hr_error *err) {
+    const int64_t H = s->n_head, C = s->kv_lora_rank, Dn = s->qk_nope_dim, Dv = s->v_head_dim, rows = H * (Dn + Dv);
+    char nk[96], nv[96], n[96];
+    snprintf(nk, sizeof nk, "blk.%d.attn_k_b.weight", il);
+    snprintf(nv, sizeof nv, "blk.%d.attn_v_b.weight", il);
+    snprintf(n, sizeof n, "blk.%d.attn_kv_b.weight", il);
+    if (C % hr_dtype_get_info(t)->block_elems) t = HR_DTYPE_F16;
+    const size_t row_bytes = hr_dtype_row_bytes(t, C);
+    float *kb = draw_stack(nk, H, C, Dn, seed, 1.0f), *vb = draw_stack(nv, H, Dv, C, seed, 1.0f);
+    float *row = malloc(sizeof(float) * (size_t)C);
+    uint8_t *data = malloc(row_bytes * (size_t)rows);
+    if (!kb || !vb || !row || !data) {
+        free(kb), free(vb), free(row), free(data);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory synthesizing '%s'", n);
+    }
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t j = 0; j < Dn + Dv; j++) {
+            for (int64_t r = 0; r < C; r++)
+                row[r] = j < Dn ? kb[(h * C + r) * Dn + j] : vb[(h * Dv + (j - Dn)) * C + r];
+            hr_quantize_row_ref(t, row, data + (size_t)(h * (Dn + Dv) + j) * row_bytes, C);
+        }
+    int64_t ne[2] = {C, rows};
+    hr_gguf_writer_add_tensor(w, n, (uint32_t)t, 2, ne, data, row_bytes * (size_t)rows, false);
+    free(kb), free(vb), free(row), free(data);
+    return HR_OK;
+}
+
 /* deepseek2's tensors: the latent attention's (W_UK and W_UV per head, as the converter splits
  * kv_b_proj), a dense FFN on the leading layers, then the router (and V3's selection bias), the experts
  * and the shared experts. */
@@ -547,8 +619,9 @@ static hr_status build_mla(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype 
     const int64_t E = s->n_embd, H = s->n_head, R = s->qk_rope_dim, Dn = s->qk_nope_dim, Dv = s->v_head_dim,
                   C = s->kv_lora_rank, Cq = s->q_lora_rank, Fs = (int64_t)s->n_expert_shared * s->n_ff_exp;
     hr_status st;
-    if (Dn < 1 || R < 2 || R % 2 || Dv < 1 || s->head_dim != C + R || s->n_head_kv != 1 ||
-        (s->n_layer_dense < s->n_layer && (s->n_expert < 1 || s->n_ff_exp < 1)))
+    const bool legacy = s->legacy_kv_b;
+    if (Dn < 1 || R < 2 || R % 2 || Dv < 1 || s->head_dim != (legacy ? Dn + R : C + R) ||
+        s->n_head_kv != (legacy ? H : 1) || (s->n_layer_dense < s->n_layer && (s->n_expert < 1 || s->n_ff_exp < 1)))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "shape '%s': an inconsistent latent-attention shape", s->name);
     if ((st = hr_synth_add_matrix(w, "token_embd.weight", s->n_vocab, E, type, seed, sqrtf((float)E), err)) ||
         (st = hr_synth_add_vector(w, "output_norm.weight", E, 1.0f, 0.1f, seed, err)) ||
@@ -568,8 +641,9 @@ static hr_status build_mla(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype 
         }
         if ((st = hr_synth_add_matrix(w, T("attn_kv_a_mqa.weight"), C + R, E, type, seed, 1.0f, err)) ||
             (st = hr_synth_add_vector(w, T("attn_kv_a_norm.weight"), C, 1.0f, 0.1f, seed, err)) ||
-            (st = add_stack(w, T("attn_k_b.weight"), H, C, Dn, type, seed, 1.0f, err)) ||
-            (st = add_stack(w, T("attn_v_b.weight"), H, Dv, C, type, seed, 1.0f, err)) ||
+            (legacy && (st = add_kv_b(w, s, il, type, seed, err))) ||
+            (!legacy && (st = add_stack(w, T("attn_k_b.weight"), H, C, Dn, type, seed, 1.0f, err))) ||
+            (!legacy && (st = add_stack(w, T("attn_v_b.weight"), H, Dv, C, type, seed, 1.0f, err))) ||
             (st = hr_synth_add_matrix(w, T("attn_output.weight"), E, H * Dv, type, seed, 0.5f, err)) ||
             (st = hr_synth_add_vector(w, T("ffn_norm.weight"), E, 1.0f, 0.1f, seed, err)))
             return st;

@@ -61,13 +61,13 @@ struct hr_model_ctx {
     /* deepseek2 (hp.kv_lora_rank > 0; else NULL). Dq = qk_nope_dim + n_rot, C = kv_lora_rank, Cq =
      * q_lora_rank, Dv = v_head_dim, Dm = max(qk_nope_dim, C, Dv), Fs = n_expert_shared x Fe. The latent
      * attention's absorbed query goes in q (T, H*D), the cached vector [latent | rope key] in k (T, D). */
-    float *mla_q;           /* (T, H*Dq) the query before absorption */
-    float *mla_qa;          /* (T, Cq) Q's low-rank projection */
-    float *mla_a, *mla_b;   /* (T, Dm) one head's gathered rows in, product out */
-    float *mla_o;           /* (T, H*Dv) the heads' outputs after W_UV */
-    float *moe_sc;          /* (NE) one token's selection scores */
-    float *sh_g, *sh_u;     /* (T, Fs) the shared experts' gate and up rows */
-    float *sh_out;          /* (T, E) their output */
+    float *mla_q;         /* (T, H*Dq) the query before absorption */
+    float *mla_qa;        /* (T, Cq) Q's low-rank projection */
+    float *mla_a, *mla_b; /* (T, Dm) one head's gathered rows in, product out */
+    float *mla_o;         /* (T, H*Dv) the heads' outputs after W_UV */
+    float *moe_sc;        /* (NE) one token's selection scores */
+    float *sh_g, *sh_u;   /* (T, Fs) the shared experts' gate and up rows */
+    float *sh_out;        /* (T, E) their output */
 };
 
 /* Bytes of a 64-byte aligned buffer of n floats (aligned_alloc wants a multiple of the alignment). */
@@ -81,7 +81,7 @@ static size_t xbytes(uint64_t n_floats) { return (size_t)((n_floats * sizeof(flo
 typedef struct fwd_sizes {
     size_t inv_freq, inv_freq_swa, x, xb, q, k, v, att, hg, hu, qkv, fuse, att_scratch, out_rows;
     size_t moe_probs, moe_sel, moe_w, moe_slots, moe_start, moe_xe, moe_gu, moe_out; /* 0 without experts */
-    size_t mla_q, mla_qa, mla_ab, mla_o, moe_sc, sh_gu, sh_out;                       /* 0 but deepseek2 */
+    size_t mla_q, mla_qa, mla_ab, mla_o, moe_sc, sh_gu, sh_out;                      /* 0 but deepseek2 */
     size_t att_floats;
     int64_t max_k; /* the widest matmul input row */
 } fwd_sizes;
@@ -147,8 +147,8 @@ static uint64_t fwd_sizes_total(const fwd_sizes *z, int max_tokens, int n_thread
     return sizeof(hr_model_ctx) + z->inv_freq + z->inv_freq_swa + z->x + z->xb + z->q + z->k + z->v + z->att + z->hg +
            z->hu + z->qkv + 2 * z->fuse + z->att_scratch + z->out_rows + z->moe_probs + z->moe_sel + z->moe_w +
            z->moe_slots + z->moe_start + z->moe_xe + 2 * z->moe_gu + z->moe_out + z->mla_q + z->mla_qa + 2 * z->mla_ab +
-           z->mla_o + z->moe_sc + 2 * z->sh_gu + z->sh_out +
-           hr_threadpool_bytes(HR_MAX(1, n_threads)) + hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
+           z->mla_o + z->moe_sc + 2 * z->sh_gu + z->sh_out + hr_threadpool_bytes(HR_MAX(1, n_threads)) +
+           hr_matmul_ctx_bytes(HR_MAX(1, max_tokens), z->max_k);
 }
 
 /* b's rows follow a's in memory with the same type and width, so one product over a's rows extended
@@ -165,9 +165,9 @@ static hr_status mla_alloc(hr_model_ctx *c, const fwd_sizes *z, hr_error *err) {
     struct {
         float **p;
         size_t n;
-    } bufs[] = {{&c->mla_q, z->mla_q},   {&c->mla_qa, z->mla_qa}, {&c->mla_a, z->mla_ab},
-                {&c->mla_b, z->mla_ab},  {&c->mla_o, z->mla_o},   {&c->moe_sc, z->moe_sc},
-                {&c->sh_g, z->sh_gu},    {&c->sh_u, z->sh_gu},    {&c->sh_out, z->sh_out}};
+    } bufs[] = {{&c->mla_q, z->mla_q},  {&c->mla_qa, z->mla_qa}, {&c->mla_a, z->mla_ab},
+                {&c->mla_b, z->mla_ab}, {&c->mla_o, z->mla_o},   {&c->moe_sc, z->moe_sc},
+                {&c->sh_g, z->sh_gu},   {&c->sh_u, z->sh_gu},    {&c->sh_out, z->sh_out}};
     for (size_t i = 0; i < HR_ARRAY_LEN(bufs); i++) {
         if (!bufs[i].n) continue;
         if (!(*bufs[i].p = aligned_alloc(64, bufs[i].n)))
@@ -495,8 +495,10 @@ static void moe_route_deepseek(hr_model_ctx *c, const hr_layer *L, int T) {
             for (int g = 0; g < ng; g++) {
                 float b1 = -INFINITY, b2 = -INFINITY;
                 for (int e = g * per; e < (g + 1) * per; e++) {
-                    if (s[e] > b1) b2 = b1, b1 = s[e];
-                    else if (s[e] > b2) b2 = s[e];
+                    if (s[e] > b1)
+                        b2 = b1, b1 = s[e];
+                    else if (s[e] > b2)
+                        b2 = s[e];
                 }
                 gs[g] = b1 + b2;
             }

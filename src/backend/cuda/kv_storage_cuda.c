@@ -237,6 +237,9 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
         return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: only the f16 and q8 formats are supported (K %s, V %s)",
                             hr_kv_format_name(p->k.format), hr_kv_format_name(p->v.format));
     if (p->n_blocks < 1) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: no blocks asked for");
+    if (p->v_from_k) /* its kernels read V from a V arena */
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "CUDA KV: a latent cache (V read from K: deepseek2) is not supported yet");
     cuda_kv *s = calloc(1, sizeof *s);
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     s->base.ops = &cuda_kv_ops;
