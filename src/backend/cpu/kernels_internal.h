@@ -19,13 +19,16 @@ float hr_scalar_dot_q4_K(int64_t k, const void *w, const void *a);
 float hr_scalar_dot_q5_K(int64_t k, const void *w, const void *a);
 float hr_scalar_dot_q6_K(int64_t k, const void *w, const void *a);
 
-/* MXFP4 against q8_0 (kernels_mxfp4.c, kernels_mxfp4_avx2.c): the same bits in both. */
+/* MXFP4 against q8_0 (kernels_mxfp4.c, kernels_mxfp4_avx2.c, kernels_mxfp4_avx512.c): the same bits in all. */
 float hr_scalar_dot_mxfp4(int64_t k, const void *w, const void *a);
 void hr_scalar_tile_mxfp4(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                           float *y, size_t y_stride);
 float hr_avx2_dot_mxfp4(int64_t k, const void *w, const void *a);
 void hr_avx2_tile_mxfp4(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                         float *y, size_t y_stride);
+float hr_avx512_dot_mxfp4(int64_t k, const void *w, const void *a);
+void hr_avx512_tile_mxfp4(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                          float *y, size_t y_stride);
 
 /* AVX2 kernels (kernels_avx2.c, kernels_q4_avx2.c, kernels_float_avx2.c, kernels_k_avx2.c); only called when the
  * CPU has AVX2+FMA+F16C. */

@@ -1,0 +1,180 @@
+/* kernels_mxfp4_tile.h: the dot and tile of MXFP4 weights against q8_0 activations, written once and
+ * compiled twice: AVX2 (kernels_mxfp4_avx2.c: HR_MX_VNNI 0, names hr_avx2_*) and AVX-512 VNNI at 256 bits
+ * (kernels_mxfp4_avx512.c: HR_MX_VNNI 1, names hr_avx512_*: s below is two vpdpbusd from -12 sum(y), the
+ * same integers, so the same bits). The order is the one the scalar build in kernels_mxfp4.c reproduces.
+ *
+ * Blocks go in pairs: one register holds the 16 code bytes of block b in its low half and of b + 1 in
+ * its high half; one AND and one shift+AND give both blocks' codes of elements 0..15 and 16..31, and a
+ * byte shuffle through the doubled E2M1 table turns codes into signed values (-12..12). The activations
+ * are rearranged the same way (two lane shuffles). The table is stored offset by 12 (u = v + 12, 0..24,
+ * unsigned: maddubs's first operand), and 12 x the sum of each lane's 8 activations is subtracted:
+ *     s = madd(maddubs(u_lo, y_lo) + maddubs(u_hi, y_hi), 1) - 12 sum(y)     (int16 exact: <= 12192)
+ * the exact integer dot of the signed values; lanes 0-3 block b, 4-7 block b + 1. The float part:
+ * acc = fma([dx_b x4, dx_b+1 x4] * [dy_b x4, dy_b+1 x4], cvt(s), acc), pairs in order, then hsum8.
+ *
+ * The tile prepares each token's activation pairs once per call (a thread-local table, up to 256 pairs:
+ * k <= 16384; longer rows prepare them per row) and runs register tiles of rows x tokens (4 x 1, 2 x 2,
+ * 1 x 3, 1 x 4) sharing each decoded weight pair; every (row, token) element is the dot's sequence, so
+ * the same bits. */
+#ifndef HR_BACKEND_CPU_KERNELS_MXFP4_TILE_H
+#define HR_BACKEND_CPU_KERNELS_MXFP4_TILE_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/kernels_internal.h"
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+typedef struct mx_w {
+    __m256i lo, hi; /* v + 12 of elements 0..15 and 16..31 of both blocks */
+    __m256 d;       /* [dx_b x4, dx_b+1 x4] */
+} mx_w;
+
+typedef struct mx_a {
+    __m256i lo, hi; /* the activations, same layout */
+    __m256i y12;    /* 12 x the sum of each int32 lane's 8 activations */
+    __m256 d;
+} mx_a;
+
+static const int8_t k_table_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0}; /* v + 12 */
+
+static inline uint32_t half_scale_bits(uint8_t e) { return e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23; }
+
+static inline __attribute__((always_inline)) mx_w load_w(const hr_block_mxfp4 *b, const bool two) {
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)b[0].qs);
+    const __m256i q = _mm256_set_m128i(two ? _mm_loadu_si128((const __m128i *)b[1].qs) : _mm_setzero_si128(), q0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_table_u));
+    mx_w x;
+    x.lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+    x.hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+    /* a missing second block: codes 0 give u = 12 against zero activations and zero sums, scale 0 */
+    const __m128i d0 = _mm_set1_epi32((int)half_scale_bits(b[0].e));
+    const __m128i d1 = two ? _mm_set1_epi32((int)half_scale_bits(b[1].e)) : _mm_setzero_si128();
+    x.d = _mm256_castsi256_ps(_mm256_set_m128i(d1, d0));
+    return x;
+}
+
+static inline __attribute__((always_inline)) mx_a load_a(const hr_block_q8_0 *b, const bool two) {
+    const __m256i y0 = _mm256_loadu_si256((const __m256i *)b[0].qs);
+    const __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
+    mx_a y;
+    y.lo = _mm256_permute2x128_si256(y0, y1, 0x20);
+    y.hi = _mm256_permute2x128_si256(y0, y1, 0x31);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, y.lo), _mm256_maddubs_epi16(ones8, y.hi));
+    const __m256i sum32 = _mm256_madd_epi16(sum16, _mm256_set1_epi16(1));
+    y.y12 = _mm256_add_epi32(_mm256_slli_epi32(sum32, 3), _mm256_slli_epi32(sum32, 2));
+#if HR_MX_VNNI
+    y.y12 = _mm256_sub_epi32(_mm256_setzero_si256(), y.y12); /* the dots' start */
+#endif
+    uint16_t h0, h1 = 0;
+    memcpy(&h0, &b[0].d, 2);
+    if (two) memcpy(&h1, &b[1].d, 2);
+    const __m128i h = _mm_cvtsi32_si128((int)(h0 | (uint32_t)h1 << 16));
+    y.d = _mm256_cvtph_ps(_mm_shuffle_epi8(h, _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3)));
+    return y;
+}
+
+static inline __attribute__((always_inline)) __m256 step(__m256 acc, const mx_w *x, const mx_a *y) {
+#if HR_MX_VNNI /* the same exact integers: -12 sum(y) + sum u y, four products per lane and instruction */
+    const __m256i s = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(y->y12, x->lo, y->lo), x->hi, y->hi);
+#else
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(x->lo, y->lo), _mm256_maddubs_epi16(x->hi, y->hi));
+    const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), y->y12);
+#endif
+    return _mm256_fmadd_ps(_mm256_mul_ps(x->d, y->d), _mm256_cvtepi32_ps(s), acc);
+}
+
+float HR_MXFN(dot_mxfp4)(int64_t k, const void *w, const void *a) {
+    const hr_block_mxfp4 *x = w;
+    const hr_block_q8_0 *y = a;
+    const int64_t nb = k / HR_QK_MXFP4;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        const mx_w wx = load_w(x + ib, true);
+        const mx_a ay = load_a(y + ib, true);
+        acc = step(acc, &wx, &ay);
+    }
+    if (ib < nb) {
+        const mx_w wx = load_w(x + ib, false);
+        const mx_a ay = load_a(y + ib, false);
+        acc = step(acc, &wx, &ay);
+    }
+    return hsum8(acc);
+}
+
+#define MX_MAX_PAIRS 256 /* prepared activation pairs per token: k <= 16384 */
+#define MX_TOKENS    4
+
+/* R rows x N tokens against prepared pairs (np of them, the last one single when nb is odd). */
+static inline __attribute__((always_inline)) void tile_rn(int64_t nb, const char *w, size_t ws,
+                                                          const mx_a (*ap)[MX_MAX_PAIRS], float *y, size_t ys,
+                                                          const int R, const int N) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < N; t++) acc[r][t] = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2)
+        for (int r = 0; r < R; r++) {
+            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + ib, true);
+            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t][ib / 2]);
+        }
+    if (ib < nb)
+        for (int r = 0; r < R; r++) {
+            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + ib, false);
+            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t][ib / 2]);
+        }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < N; t++) y[(size_t)t * ys + r] = hsum8(acc[r][t]);
+}
+
+void HR_MXFN(tile_mxfp4)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                         float *y, size_t y_stride) {
+    static _Thread_local mx_a prepared[MX_TOKENS][MX_MAX_PAIRS];
+    const int64_t nb = k / HR_QK_MXFP4, np = (nb + 1) / 2;
+    if (np > MX_MAX_PAIRS) { /* rows past the table: each element by the dot */
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++)
+                y[(size_t)t * y_stride + r] = HR_MXFN(dot_mxfp4)(k, (const char *)w + (size_t)r * w_stride,
+                                                                 (const char *)a + (size_t)t * a_stride);
+        return;
+    }
+    for (int t0 = 0; t0 < nt; t0 += MX_TOKENS) {
+        const int n = nt - t0 < MX_TOKENS ? nt - t0 : MX_TOKENS;
+        for (int t = 0; t < n; t++) {
+            const hr_block_q8_0 *yb = (const hr_block_q8_0 *)((const char *)a + (size_t)(t0 + t) * a_stride);
+            for (int64_t p = 0; p < np; p++) prepared[t][p] = load_a(yb + 2 * p, 2 * p + 1 < nb);
+        }
+        float *yt = y + (size_t)t0 * y_stride;
+        const char *wr = w;
+        int r = 0;
+        switch (n) { /* the register tile for this many tokens; leftover rows one by one */
+        case 1:
+            for (; r + 4 <= nr; r += 4)
+                tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 4, 1);
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 1);
+            break;
+        case 2:
+            for (; r + 2 <= nr; r += 2)
+                tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 2, 2);
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 2);
+            break;
+        case 3:
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 3);
+            break;
+        default:
+            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 4);
+            break;
+        }
+    }
+}
+
+#endif
