@@ -11,7 +11,7 @@
  *     one), written here from the model card's math: Q/K/V/O biases, YaRN (factor 32 over 4096, beta
  *     32 / 1, mscale 1 + 0.1 ln 32), sinks in each softmax's denominator, router bias, top-4 of the
  *     logits then softmax over them, expert biases, swiglu_oai; every logit of every position.
- *   - batch invariance: a sequence's logits bit-identical alone and batched (f32 and MXFP4 experts).
+ *   - batch invariance: a sequence's logits bit-identical alone and batched (f32, MXFP4, q8_0, f16).
  *   - bad input: a missing sink / bias / window key, an expert stack of the wrong count, a window
  *     larger than the context, an MXFP4 block with the NaN scale: one message naming it; through the
  *     CLI exit 1 and one line.
@@ -611,6 +611,8 @@ int main(void) {
     check_llamacpp();
     check_batch_invariance(HR_DTYPE_F32);
     check_batch_invariance(HR_DTYPE_MXFP4);
+    check_batch_invariance(HR_DTYPE_Q8_0); /* every matrix q8_0, the experts' stacks x16-repacked */
+    check_batch_invariance(HR_DTYPE_F16);
     check_bad_input();
     check_cli_and_layers();
     check_alloc_faults();
