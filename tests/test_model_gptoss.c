@@ -11,10 +11,12 @@
  *     one), written here from the model card's math: Q/K/V/O biases, YaRN (factor 32 over 4096, beta
  *     32 / 1, mscale 1 + 0.1 ln 32), sinks in each softmax's denominator, router bias, top-4 of the
  *     logits then softmax over them, expert biases, swiglu_oai; every logit of every position.
- *   - batch invariance: a sequence's logits bit-identical alone and batched (f32 and MXFP4 experts).
+ *   - batch invariance: a sequence's logits bit-identical alone and batched (f32, MXFP4, q8_0, f16).
  *   - bad input: a missing sink / bias / window key, an expert stack of the wrong count, a window
  *     larger than the context, an MXFP4 block with the NaN scale: one message naming it; through the
- *     CLI exit 1 and one line. */
+ *     CLI exit 1 and one line.
+ * Every forward runs on HEADROOM_ISA's kernels where set (test_model_gptoss_isa_*: the scalar, AVX2 and
+ * AVX-512 MXFP4 kernels give the same bits, so the same ids and bounds). */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +28,8 @@
 #include "model/synth.h"
 
 #define N_GEN 64
+
+static const char *g_isa; /* HEADROOM_ISA (the *_isa_* variants), or NULL: the CPU's default kernels */
 
 static hr_model *synth(const char *shape, hr_dtype type, void **mem) {
     hr_synth_shape s;
@@ -55,7 +59,7 @@ static rig rig_open(const hr_model *m, hr_kv_format fmt, int n_seqs) {
                        .v_format = fmt,
                        .max_seqs = n_seqs};
     kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)(6 * n_seqs + 2);
-    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 16, .max_ctx = 80};
+    hr_model_ctx_params mp = {.n_threads = 2, .max_batch_tokens = 16, .max_ctx = 80, .force_isa = g_isa};
     hr_error err = {0};
     CHECKF(hr_kv_pool_create(&kc, &r.kv, &err) == HR_OK && hr_model_ctx_create(m, r.kv, &mp, &r.c, &err) == HR_OK, "%s",
            err.msg);
@@ -602,10 +606,13 @@ static void check_alloc_faults(void) {}
 #endif
 
 int main(void) {
+    g_isa = hr_test_isa();
     check_reference();
     check_llamacpp();
     check_batch_invariance(HR_DTYPE_F32);
     check_batch_invariance(HR_DTYPE_MXFP4);
+    check_batch_invariance(HR_DTYPE_Q8_0); /* every matrix q8_0, the experts' stacks x16-repacked */
+    check_batch_invariance(HR_DTYPE_F16);
     check_bad_input();
     check_cli_and_layers();
     check_alloc_faults();

@@ -5,7 +5,9 @@
 # x 64 greedy tokens with an f16 KV cache, and prints headroom's comparison (ids, logit bound).
 #   bench/llamacpp/arch_check.sh BUILD_DIR LLAMA_CPP_DIR [SHAPE[:LAYERS] ...]
 # LLAMA_CPP_DIR holds include/llama.h, ggml/include and build/bin/libllama.so. The ids it prints for
-# the tiny shapes are the ones tests/vectors/arch-llamacpp.jsonl (deepseek: arch-llamacpp-mla.jsonl) records.
+# the tiny shapes are the ones tests/vectors/arch-llamacpp.jsonl (deepseek: arch-llamacpp-mla.jsonl) records. env TYPE:
+# the weights' type (default f32; TYPE=mxfp4 gpt-oss-tiny gives tests/vectors/gptoss-llamacpp.jsonl's mxfp4 lines,
+# through arch_jsonl.py).
 set -eu
 build=$1 llama=$2
 shift 2
@@ -21,7 +23,7 @@ for spec in "$@"; do
   [ "$shape" = "$spec" ] || layers="--layers ${spec#*:}"
   f=$out/$shape.gguf
   # shellcheck disable=SC2086 # $layers is empty or two words
-  "$build/headroom" synth --shape "$shape" --type f32 $layers -o "$f" 2>/dev/null
+  "$build/headroom" synth --shape "$shape" --type "${TYPE:-f32}" $layers -o "$f" 2>/dev/null
   "$out/arch_greedy" "$f" 256 "$out/$shape.llama.bin" >"$out/$shape.llama.txt" 2>"$out/$shape.llama.err"
   echo "== $spec"
   "$build/bench_arch_check" "$f" 256 "$out/$shape.llama.bin" | tail -1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # moe_side_by_side.sh: headroom and llama.cpp (llama-bench from a local build, never committed) on the
-# same synthetic mixture-of-experts GGUF, alternating within each repeat so a shared box's load hits
+# same synthetic mixture-of-experts GGUF (qwen3moe, Mixtral, gpt-oss: `headroom synth --type mxfp4` for its MXFP4
+# experts), alternating within each repeat so a shared box's load hits
 # both alike; prints each side's medians and the ratio headroom / llama.cpp.
 #   bench/llamacpp/moe_side_by_side.sh MODEL.gguf LLAMA_BENCH [REPEATS]
 # env: BUILD (build), THREADS (2), PROMPT (128 tokens), GEN (32).

@@ -12,10 +12,11 @@
  * the exact integer dot of the signed values; lanes 0-3 block b, 4-7 block b + 1. The float part:
  * acc = fma([dx_b x4, dx_b+1 x4] * [dy_b x4, dy_b+1 x4], cvt(s), acc), pairs in order, then hsum8.
  *
- * The tile prepares each token's activation pairs once per call (a thread-local table, up to 256 pairs:
- * k <= 16384; longer rows prepare them per row) and runs register tiles of rows x tokens (4 x 1, 2 x 2,
- * 1 x 3, 1 x 4) sharing each decoded weight pair; every (row, token) element is the dot's sequence, so
- * the same bits. */
+ * The tile prepares the tokens' activation pairs once per block of 64 rows (a 32 KiB stack table: up to
+ * 256 pairs for one token, 64 each for four; longer rows go in chunks, the accumulators kept exactly in
+ * memory between them) and runs register tiles of rows x tokens (4 x 1, 2 x 2, 1 x 3, 1 x 4) sharing
+ * each decoded weight pair; every (row, token) element is the dot's sequence, so the same bits. No
+ * thread-local storage (tests/no_tls.sh). */
 #ifndef HR_BACKEND_CPU_KERNELS_MXFP4_TILE_H
 #define HR_BACKEND_CPU_KERNELS_MXFP4_TILE_H
 
@@ -111,68 +112,86 @@ float HR_MXFN(dot_mxfp4)(int64_t k, const void *w, const void *a) {
     return hsum8(acc);
 }
 
-#define MX_MAX_PAIRS 256 /* prepared activation pairs per token: k <= 16384 */
-#define MX_TOKENS    4
+#define MX_PREP   256 /* prepared activation pairs on the stack (32 KiB), shared by the tile's tokens */
+#define MX_ROWS   64  /* rows whose accumulators persist between chunks of pairs (8 KiB) */
+#define MX_TOKENS 4
 
-/* R rows x N tokens against prepared pairs (np of them, the last one single when nb is odd). */
-static inline __attribute__((always_inline)) void tile_rn(int64_t nb, const char *w, size_t ws,
-                                                          const mx_a (*ap)[MX_MAX_PAIRS], float *y, size_t ys,
-                                                          const int R, const int N) {
+/* R rows x N tokens over pairs [p0, p1) against prepared pairs (token t's pair p at ap[t * stride + p -
+ * p0]); the accumulators start at zero (first) or from acc, and end in y (last) or back in acc
+ * ([r][MX_TOKENS] vectors; memory holds them exactly). */
+static inline __attribute__((always_inline)) void tile_rn(int64_t nb, const char *w, size_t ws, const mx_a *ap,
+                                                          int64_t stride, int64_t p0, int64_t p1, __m256 *acc_mem,
+                                                          bool first, bool last, float *y, size_t ys, const int R,
+                                                          const int N) {
     __m256 acc[4][4];
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < N; t++) acc[r][t] = _mm256_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2)
+        for (int t = 0; t < N; t++) acc[r][t] = first ? _mm256_setzero_ps() : acc_mem[r * MX_TOKENS + t];
+    const int64_t pf = 2 * p1 <= nb ? p1 : p1 - 1; /* pairs of two blocks; an odd last block alone */
+    for (int64_t p = p0; p < pf; p++)
         for (int r = 0; r < R; r++) {
-            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + ib, true);
-            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t][ib / 2]);
+            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + 2 * p, true);
+            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t * stride + p - p0]);
         }
-    if (ib < nb)
+    if (pf < p1)
         for (int r = 0; r < R; r++) {
-            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + ib, false);
-            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t][ib / 2]);
+            const mx_w wx = load_w((const hr_block_mxfp4 *)(w + (size_t)r * ws) + 2 * pf, false);
+            for (int t = 0; t < N; t++) acc[r][t] = step(acc[r][t], &wx, &ap[t * stride + pf - p0]);
         }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < N; t++) y[(size_t)t * ys + r] = hsum8(acc[r][t]);
+        for (int t = 0; t < N; t++) {
+            if (last)
+                y[(size_t)t * ys + r] = hsum8(acc[r][t]);
+            else
+                acc_mem[r * MX_TOKENS + t] = acc[r][t];
+        }
+}
+
+/* Rows [0, nr) (nr <= MX_ROWS) x n tokens over pairs [p0, p1) in the register tile for n. */
+static inline void rows_n(int64_t nb, const char *w, size_t ws, int nr, const mx_a *ap, int64_t stride, int64_t p0,
+                          int64_t p1, __m256 *acc, bool first, bool last, float *y, size_t ys, int n) {
+    int r = 0;
+#define MX_T(R, N)                                                                                                     \
+    tile_rn(nb, w + (size_t)r * ws, ws, ap, stride, p0, p1, acc + r * MX_TOKENS, first, last, y + r, ys, R, N)
+    switch (n) {
+    case 1:
+        for (; r + 4 <= nr; r += 4) MX_T(4, 1);
+        for (; r < nr; r++) MX_T(1, 1);
+        break;
+    case 2:
+        for (; r + 2 <= nr; r += 2) MX_T(2, 2);
+        for (; r < nr; r++) MX_T(1, 2);
+        break;
+    case 3:
+        for (; r < nr; r++) MX_T(1, 3);
+        break;
+    default:
+        for (; r < nr; r++) MX_T(1, 4);
+        break;
+    }
+#undef MX_T
 }
 
 void HR_MXFN(tile_mxfp4)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                          float *y, size_t y_stride) {
-    static _Thread_local mx_a prepared[MX_TOKENS][MX_MAX_PAIRS];
     const int64_t nb = k / HR_QK_MXFP4, np = (nb + 1) / 2;
-    if (np > MX_MAX_PAIRS) { /* rows past the table: each element by the dot */
-        for (int t = 0; t < nt; t++)
-            for (int r = 0; r < nr; r++)
-                y[(size_t)t * y_stride + r] = HR_MXFN(dot_mxfp4)(k, (const char *)w + (size_t)r * w_stride,
-                                                                 (const char *)a + (size_t)t * a_stride);
-        return;
-    }
+    mx_a prep[MX_PREP];
+    __m256 acc[MX_ROWS * MX_TOKENS];
+    /* tokens in groups of up to 4; per group, rows in blocks of MX_ROWS and pairs in chunks that fit
+     * the table (256 / n pairs a token): each chunk's activation pairs prepared once for the block's rows */
     for (int t0 = 0; t0 < nt; t0 += MX_TOKENS) {
         const int n = nt - t0 < MX_TOKENS ? nt - t0 : MX_TOKENS;
-        for (int t = 0; t < n; t++) {
-            const hr_block_q8_0 *yb = (const hr_block_q8_0 *)((const char *)a + (size_t)(t0 + t) * a_stride);
-            for (int64_t p = 0; p < np; p++) prepared[t][p] = load_a(yb + 2 * p, 2 * p + 1 < nb);
-        }
-        float *yt = y + (size_t)t0 * y_stride;
-        const char *wr = w;
-        int r = 0;
-        switch (n) { /* the register tile for this many tokens; leftover rows one by one */
-        case 1:
-            for (; r + 4 <= nr; r += 4)
-                tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 4, 1);
-            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 1);
-            break;
-        case 2:
-            for (; r + 2 <= nr; r += 2)
-                tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 2, 2);
-            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 2);
-            break;
-        case 3:
-            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 3);
-            break;
-        default:
-            for (; r < nr; r++) tile_rn(nb, wr + (size_t)r * w_stride, w_stride, prepared, yt + r, y_stride, 1, 4);
-            break;
+        const int64_t chunk = MX_PREP / n;
+        for (int r0 = 0; r0 < nr; r0 += MX_ROWS) {
+            const int rows = nr - r0 < MX_ROWS ? nr - r0 : MX_ROWS;
+            for (int64_t p0 = 0; p0 < np; p0 += chunk) {
+                const int64_t p1 = p0 + chunk < np ? p0 + chunk : np;
+                for (int t = 0; t < n; t++) {
+                    const hr_block_q8_0 *yb = (const hr_block_q8_0 *)((const char *)a + (size_t)(t0 + t) * a_stride);
+                    for (int64_t p = p0; p < p1; p++) prep[t * chunk + p - p0] = load_a(yb + 2 * p, 2 * p + 1 < nb);
+                }
+                rows_n(nb, (const char *)w + (size_t)r0 * w_stride, w_stride, rows, prep, chunk, p0, p1, acc, p0 == 0,
+                       p1 == np, y + (size_t)t0 * y_stride + r0, y_stride, n);
+            }
         }
     }
 }
