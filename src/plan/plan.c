@@ -18,8 +18,19 @@ static void fill_defaults(const hr_plan_model *m, const hr_plan_device *d, hr_pl
     if (p->n_threads <= 0) p->n_threads = d->gpu ? 1 : (int)HR_MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+/* Each layer's window as the pool will be told it: a model mixing window and full layers (gemma2/3)
+ * gets hp->n_window_layers windows of hp->swa_window (which layers does not change the groups or
+ * their bytes: only the counts do); NULL for a one-kind model (held_ctx covers a window of every
+ * layer, as before). w holds n_layer entries. */
+static const int32_t *plan_windows(const hr_hparams *hp, int32_t *w) {
+    if (hp->sliding_window > 0 || hp->n_window_layers <= 0 || hp->swa_window <= 0 || hp->n_layer > 4096) return NULL;
+    for (int l = 0; l < hp->n_layer; l++) w[l] = l < hp->n_window_layers ? hp->swa_window : 0;
+    return w;
+}
+
 static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_rt_kv_format kf,
                      hr_rt_kv_format vf, hr_plan_format_row *row) {
+    static _Thread_local int32_t win[4096];
     const hr_plan_params *p = &pl->p;
     const hr_hparams *hp = &m->hp;
     memset(row, 0, sizeof *row);
@@ -32,7 +43,8 @@ static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *p
                                    .k_format = (hr_kv_format)kf, /* the same numbers (runtime_types.h) */
                                    .v_format = (hr_kv_format)vf,
                                    .max_seqs = p->max_running,
-                                   .max_step_tokens = p->max_batch_tokens},
+                                   .max_step_tokens = p->max_batch_tokens,
+                                   .layer_window = plan_windows(hp, win)},
                             .n_ctx = pl->held_ctx,
                             .n_seqs = p->concurrency,
                             .mem = {.model = hp,
@@ -65,7 +77,7 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
     /* blocks wholly past a sliding window are dropped (backend/cpu/forward.c sets the pool's window), so a
      * sequence holds the window plus the block being filled */
     out->held_ctx = hp->sliding_window > 0 ? HR_MIN(p->n_ctx, hp->sliding_window + p->block_size) : p->n_ctx;
-    out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : 0;
+    out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : hp->swa_window > 0 ? hp->n_window_layers : 0;
     out->n_full_layers = hp->n_layer - out->n_window_layers;
     out->chosen = -1;
     for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
@@ -90,6 +102,25 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
         return hr_kv_budget_compute(&q, &b, err); /* the runtime's own message names format and shape */
     }
     out->layer_token_bytes = c->token_bytes / (uint64_t)HR_MAX(1, hp->n_layer);
+    {
+        static _Thread_local int32_t win[4096];
+        hr_kv_config kc = {.n_layers = hp->n_layer,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .block_size = p->block_size,
+                           .k_format = (hr_kv_format)c->k_format,
+                           .v_format = (hr_kv_format)c->v_format,
+                           .max_seqs = p->max_running,
+                           .max_step_tokens = p->max_batch_tokens,
+                           .layer_window = plan_windows(hp, win)};
+        if (hr_kv_config_groups(&kc, &out->groups, err) != HR_OK) return HR_ERR_INVALID_ARG;
+        for (int k = 0; k < out->groups.n_kinds; k++) {
+            out->kind_token_bytes[k] = out->groups.block_bytes * (uint64_t)out->groups.kinds[k].n_groups /
+                                       (uint64_t)p->block_size;
+            out->kind_seq_bytes[k] = (uint64_t)hr_kv_kind_blocks_at(&kc, k, out->held_ctx) * out->groups.block_bytes;
+            out->seq_bytes += out->kind_seq_bytes[k];
+        }
+    }
     if (d->bw_gbps > 0) {
         double step_bytes = (double)m->tensor_bytes + (double)p->concurrency * out->held_ctx * (double)c->token_bytes;
         out->step_s = step_bytes / (d->bw_gbps * 1e9);
