@@ -40,7 +40,7 @@ int sched_claim_slots(const hr_engine *e, const hr_request *r) {
 }
 
 static int outstanding_blocks(const hr_engine *e, const hr_request *r) {
-    int need = pool_blocks(e, sched_claim_slots(e, r)) - pool_blocks(e, r->n_slots);
+    int need = (int)hr_kv_seq_claim_blocks(e->p.kv, r->swapped ? -1 : r->seq, r->n_slots, sched_claim_slots(e, r));
     /* a window keeps at most span positions (+ a partial block at each end): the blocks it leaves
      * behind return to the pool as new ones are taken, so it never needs more than that ahead */
     if (r->span > 0) need = HR_MIN(need, pool_blocks(e, r->span + 2 * e->block_size));

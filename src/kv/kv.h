@@ -166,6 +166,11 @@ const char *hr_kv_pool_isa(const hr_kv_pool *pool); /* "avx2" or "scalar": the k
 const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *pool); /* the pool's layer groups */
 /* hr_kv_seq_blocks_at for this pool's config. */
 int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *pool, int64_t n_tokens);
+/* Blocks seq may still take to grow from n_slots reserved slots to `claim`: on a one-group pool
+ * hr_kv_pool_seq_blocks(claim) - hr_kv_pool_seq_blocks(n_slots) (as before groups); on a hybrid pool
+ * the claim's most less the blocks it holds now (a window group between two steps holds fewer than
+ * its most: the next prefill chunk takes them back). seq < 0 or swapped: the whole claim. >= 0. */
+int64_t hr_kv_seq_claim_blocks(const hr_kv_pool *pool, hr_kv_seq seq, int64_t n_slots, int64_t claim);
 
 /* ---- sequences --------------------------------------------------------------------------------- */
 

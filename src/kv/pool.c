@@ -413,6 +413,17 @@ const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->st->ops->isa(p->st);
 const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *p) { return &p->lay; }
 int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *p, int64_t n_tokens) { return kv_blocks_at(&p->cfg, &p->lay, -1, n_tokens); }
 
+int64_t hr_kv_seq_claim_blocks(const hr_kv_pool *p, hr_kv_seq seq, int64_t n_slots, int64_t claim) {
+    int64_t want = hr_kv_pool_seq_blocks(p, claim), held;
+    if (p->n_groups == 1)
+        held = hr_kv_pool_seq_blocks(p, n_slots);
+    else if (kv_seq_valid(p, seq) && !p->seqs[seq].swapped)
+        held = (int64_t)p->seqs[seq].n_table * p->n_groups - p->seqs[seq].n_holes;
+    else
+        held = 0;
+    return want > held ? want - held : 0;
+}
+
 /* ---- sequences ----------------------------------------------------------------------------------- */
 
 hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
