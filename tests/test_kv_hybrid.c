@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "plan/plan.h"
+#include "runtime/runtime.h"
 
 enum { HKV = 2, D = 16, H = 4, B = 16, NT = 220 };
 
@@ -372,6 +373,48 @@ static void test_swap(void) {
     hr_kv_swap_destroy(w);
 }
 
+/* ---- policies on a hybrid pool ----------------------------------------------------------------- */
+
+static void test_policies(void) {
+    const int32_t win[6] = {32, 32, 32, 32, 32, 0};
+    hr_kv_pool *p = make(6, win, 200, 4);
+    hr_error err = {0};
+    hr_kv_policy pol;
+    /* token-level eviction needs full attention: refused with what is valid */
+    CHECK(hr_kv_policy_parse("h2o:64", &pol, &err) == HR_OK);
+    CHECK(hr_kv_policy_check(p, &pol, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "sliding window"));
+    /* window:48 bounds the full group too: every group frees, counted as the policy's evictions */
+    CHECK(hr_kv_policy_parse("window:48", &pol, &err) == HR_OK);
+    hr_kv_seq s, t;
+    CHECK(hr_kv_seq_create(p, &s, &err) == HR_OK && hr_kv_seq_set_policy(p, s, &pol, &err) == HR_OK);
+    put(p, s, 0, 150);
+    CHECKF(hr_kv_pool_check(p, &err) == HR_OK, "%s", err.msg);
+    hr_kv_seq_ledger l;
+    CHECK(hr_kv_seq_get_ledger(p, s, &l, &err) == HR_OK);
+    /* at 150 tokens: window groups keep blocks ending past 119 (7..9), the full group past 103 (6..9) */
+    CHECK(l.kinds[0].blocks == 5 * 3 && l.kinds[1].blocks == 4 && l.blocks_evicted == 5 * 7 + 6 &&
+          l.tokens_evicted > 0);
+    /* a sequence whose policy dropped blocks comes back only by recompute */
+    hr_kv_swap *w = NULL;
+    hr_kv_swap_config sc = {.budget_bytes = hr_kv_block_bytes(hr_kv_pool_config(p)) * 40};
+    CHECK(hr_kv_swap_create(p, &sc, &w, &err) == HR_OK);
+    CHECK(hr_kv_seq_swap_out(p, w, s, &err) == HR_ERR_UNSUPPORTED && strstr(err.msg, "recompute"));
+    /* fork copies every group's row, holes included */
+    CHECK(hr_kv_seq_fork(p, s, &t, &err) == HR_OK);
+    CHECKF(hr_kv_pool_check(p, &err) == HR_OK, "%s", err.msg);
+    CHECK(hr_kv_seq_reserve(p, s, 151, &err) == HR_OK && hr_kv_seq_reserve(p, t, 151, &err) == HR_OK);
+    for (int ly = 0; ly < 6; ly++) {
+        hr_kv_write(p, ly, s, 150, kd[150], vd[150]);
+        hr_kv_write(p, ly, t, 150, kd[150], vd[150]);
+    }
+    CHECK(same_attention(p, s, p, t, 151));
+    hr_kv_seq_free(p, s);
+    hr_kv_seq_free(p, t);
+    CHECK(used_blocks(p) == 0 && hr_kv_pool_check(p, &err) == HR_OK);
+    hr_kv_swap_destroy(w);
+    hr_kv_pool_destroy(p);
+}
+
 /* ---- plan and pool agree ------------------------------------------------------------------------ */
 
 static void test_plan_agrees(void) {
@@ -466,6 +509,58 @@ static void test_plan_agrees(void) {
     }
 }
 
+/* ---- the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by kind ------- */
+
+static void test_runtime(void) {
+    hr_synth_shape sh;
+    hr_model *m = NULL;
+    void *mem = NULL;
+    hr_error err = {0};
+    CHECK(hr_synth_shape_by_name("gemma3-tiny", &sh, &err) == HR_OK);
+    CHECKF(hr_synth_model(&sh, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = m;
+    p.n_ctx = 256;
+    p.kv_seqs = 2;
+    p.n_threads = 2;
+    hr_runtime *rt = NULL;
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+    if (!rt) {
+        hr_model_destroy(m);
+        free(mem);
+        return;
+    }
+    /* the budget: 2 sequences of 256 tokens, the window groups counted at their window */
+    const hr_kv_budget *b = hr_runtime_budget(rt);
+    CHECK(b->block_bytes == 1ull * 1 * 2 * 16 * 32 * 2 && b->token_bytes == 6ull * 2 * 32 * 2);
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = 3 + (i * 11) % 500;
+    hr_rt_request_params rp = {.prompt_ids = ids, .n_prompt_ids = 100, .max_tokens = 40, .ignore_eos = true};
+    rp.sampling = hr_rt_sampling_default();
+    rp.sampling.temperature = 0;
+    hr_rt_request *r = NULL;
+    CHECKF(hr_runtime_submit(rt, &rp, &r, &err) == HR_OK, "%s", err.msg);
+    CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
+    hr_rt_result res;
+    hr_rt_request_result(r, &res);
+    CHECK(res.state == HR_RT_COMPLETED && res.n_ids == 40);
+    /* at its last step 139 tokens: the full group 9 blocks; each window group (16 tokens) 2 */
+    CHECKF(res.kv.n_kinds == 2 && res.kv.kinds[0].window == 16 && res.kv.kinds[0].n_layers == 5 &&
+               res.kv.kinds[1].window == 0 && res.kv.kinds[1].n_layers == 1 && res.kv.kinds[1].blocks == 9 &&
+               res.kv.kinds[0].blocks <= 5 * 3 && res.kv.window_blocks_freed >= 5 * 6,
+           "kinds %d: window %d blocks, full %d blocks, freed %d", res.kv.n_kinds, res.kv.kinds[0].blocks,
+           res.kv.kinds[1].blocks, res.kv.window_blocks_freed);
+    CHECK(res.kv.bytes_now == (uint64_t)(res.kv.kinds[0].blocks + res.kv.kinds[1].blocks) * b->block_bytes);
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(rt, &pool);
+    CHECK(pool.ledger.n_groups == 6 && pool.ledger.n_kinds == 2 && pool.ledger.window_blocks_freed_total >= 30);
+    hr_rt_request_release(rt, r);
+    hr_runtime_close(rt);
+    hr_model_destroy(m);
+    free(mem);
+}
+
 int main(void) {
     hr_rng r;
     hr_rng_seed(&r, 11);
@@ -481,6 +576,8 @@ int main(void) {
     test_models();
     test_prefix();
     test_swap();
+    test_policies();
     test_plan_agrees();
+    test_runtime();
     return hr_test_finish();
 }

@@ -864,6 +864,9 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     k->first_token_seconds = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0;
     k->policy = hr_kv_policy_kind_name(s->kv.policy.kind);
     k->grouped = hr_request_group_kv(r->h, &k->group_blocks_peak, &k->group_blocks_final);
+    k->n_kinds = s->kv.n_kinds;
+    memcpy(k->kinds, s->kv.kinds, sizeof k->kinds);
+    k->window_blocks_freed = s->kv.blocks_window_freed;
 }
 
 /* ---- the whole picture ------------------------------------------------------------------------- */
