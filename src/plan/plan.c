@@ -61,6 +61,17 @@ static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *p
     hr_kv_budget_compute(&q, &row->most, NULL); /* HR_ERR_BUDGET when not one sequence fits: the rows say */
     row->max_concurrency = row->most.n_seqs_at_ctx;
     row->max_ctx = (int64_t)(row->most.n_blocks / p->concurrency) * p->block_size;
+    if (q.kv.layer_window) { /* a hybrid pool: the longest context whose sequences' groups all fit */
+        int64_t lo = 0, hi = INT32_MAX / 2, per = row->most.n_blocks / p->concurrency;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo + 1) / 2;
+            if (hr_kv_seq_blocks_at(&q.kv, mid) <= per)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        row->max_ctx = lo / p->block_size * p->block_size;
+    }
     /* a sliding-window model holds at most the window per sequence: any context fits once that does */
     if (hp->sliding_window > 0 && row->max_concurrency >= p->concurrency) row->max_ctx = INT64_MAX;
 }
@@ -122,7 +133,9 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
         }
     }
     if (d->bw_gbps > 0) {
-        double step_bytes = (double)m->tensor_bytes + (double)p->concurrency * out->held_ctx * (double)c->token_bytes;
+        /* a hybrid pool's window layers read at most their window */
+        double seq_kv = out->groups.n_groups > 1 ? (double)out->seq_bytes : out->held_ctx * (double)c->token_bytes;
+        double step_bytes = (double)m->tensor_bytes + (double)p->concurrency * seq_kv;
         out->step_s = step_bytes / (d->bw_gbps * 1e9);
         out->decode_tok_s = p->concurrency / out->step_s;
     }
