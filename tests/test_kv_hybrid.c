@@ -137,7 +137,7 @@ static void test_window_freeing(void) {
     /* the hybrid pool's groups are fixed by its config */
     CHECK(hr_kv_pool_set_sliding_window(p, 0, 32, &err) == HR_OK);
     CHECK(hr_kv_pool_set_sliding_window(p, 5, 32, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "layer_window"));
-    hr_kv_seq s, o;
+    hr_kv_seq s = -1, o = -1;
     CHECK(hr_kv_seq_create(p, &s, &err) == HR_OK && hr_kv_seq_create(one, &o, &err) == HR_OK);
     int freed = 0, bad_check = 0, bad_count = 0, bad_attn = 0, peak = 0;
     for (int n = 1; n <= 200; n++) {
@@ -276,7 +276,7 @@ static void test_prefix(void) {
     const int32_t win[6] = {32, 32, 32, 32, 32, 0};
     hr_kv_pool *p = make(6, win, 120, 4);
     hr_error err = {0};
-    hr_kv_seq a, b, c, d;
+    hr_kv_seq a = -1, b = -1, c = -1, d = -1;
     CHECK(hr_kv_seq_create(p, &a, &err) == HR_OK);
     put(p, a, 0, 100); /* window groups dropped blocks 0..3 into the prefix cache */
     hr_kv_seq_ledger la;
@@ -340,7 +340,7 @@ static void test_swap(void) {
     hr_kv_swap *w = NULL;
     hr_kv_swap_config sc = {.budget_bytes = bb * 60};
     CHECKF(hr_kv_swap_create(p, &sc, &w, &err) == HR_OK, "%s", err.msg);
-    hr_kv_seq a, ctl;
+    hr_kv_seq a = -1, ctl = -1;
     CHECK(hr_kv_seq_create(p, &a, &err) == HR_OK && hr_kv_seq_create(p, &ctl, &err) == HR_OK);
     put(p, a, 0, 90); /* a partial last block, and holes in the window groups */
     put(p, ctl, 0, 90);
@@ -385,7 +385,7 @@ static void test_policies(void) {
     CHECK(hr_kv_policy_check(p, &pol, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "sliding window"));
     /* window:48 bounds the full group too: every group frees, counted as the policy's evictions */
     CHECK(hr_kv_policy_parse("window:48", &pol, &err) == HR_OK);
-    hr_kv_seq s, t;
+    hr_kv_seq s = -1, t = -1;
     CHECK(hr_kv_seq_create(p, &s, &err) == HR_OK && hr_kv_seq_set_policy(p, s, &pol, &err) == HR_OK);
     put(p, s, 0, 150);
     CHECKF(hr_kv_pool_check(p, &err) == HR_OK, "%s", err.msg);
@@ -456,7 +456,7 @@ static void test_plan_agrees(void) {
                            .layer_window = win};
         kc.budget_bytes = hr_kv_block_bytes(&kc) * (uint64_t)(n_ctx / 16 * hp->n_layer + 8);
         hr_kv_pool *p = NULL;
-        hr_kv_seq s;
+        hr_kv_seq s = -1;
         CHECKF(hr_kv_pool_create(&kc, &p, &err) == HR_OK && hr_kv_seq_create(p, &s, &err) == HR_OK, "%s", err.msg);
         if (!p) continue;
         const hr_kv_groups *g = hr_kv_pool_groups(p);
