@@ -3,6 +3,7 @@
  * device's usable bytes as the limit (what the device holds). Nothing here re-derives a byte count the
  * runtime computes. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -23,14 +24,13 @@ static void fill_defaults(const hr_plan_model *m, const hr_plan_device *d, hr_pl
  * their bytes: only the counts do); NULL for a one-kind model (held_ctx covers a window of every
  * layer, as before). w holds n_layer entries. */
 static const int32_t *plan_windows(const hr_hparams *hp, int32_t *w) {
-    if (hp->sliding_window > 0 || hp->n_window_layers <= 0 || hp->swa_window <= 0 || hp->n_layer > 4096) return NULL;
+    if (hp->sliding_window > 0 || hp->n_window_layers <= 0 || hp->swa_window <= 0) return NULL;
     for (int l = 0; l < hp->n_layer; l++) w[l] = l < hp->n_window_layers ? hp->swa_window : 0;
     return w;
 }
 
 static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_rt_kv_format kf,
-                     hr_rt_kv_format vf, hr_plan_format_row *row) {
-    static _Thread_local int32_t win[4096];
+                     hr_rt_kv_format vf, const int32_t *windows, hr_plan_format_row *row) {
     const hr_plan_params *p = &pl->p;
     const hr_hparams *hp = &m->hp;
     memset(row, 0, sizeof *row);
@@ -44,7 +44,7 @@ static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *p
                                    .v_format = (hr_kv_format)vf,
                                    .max_seqs = p->max_running,
                                    .max_step_tokens = p->max_batch_tokens,
-                                   .layer_window = plan_windows(hp, win)},
+                                   .layer_window = windows},
                             .n_ctx = pl->held_ctx,
                             .n_seqs = p->concurrency,
                             .mem = {.model = hp,
@@ -91,13 +91,16 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
     out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : hp->swa_window > 0 ? hp->n_window_layers : 0;
     out->n_full_layers = hp->n_layer - out->n_window_layers;
     out->chosen = -1;
+    int32_t *win = malloc(sizeof(int32_t) * (size_t)HR_MAX(1, hp->n_layer));
+    if (!win) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer windows", hp->n_layer);
+    const int32_t *windows = plan_windows(hp, win); /* NULL: one kind of layer */
     for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
-        plan_row(m, d, out, (hr_rt_kv_format)f, (hr_rt_kv_format)f, &out->rows[f]);
+        plan_row(m, d, out, (hr_rt_kv_format)f, (hr_rt_kv_format)f, windows, &out->rows[f]);
         if ((hr_rt_kv_format)f == p->k_format && p->k_format == p->v_format) out->chosen = f;
     }
     if (out->chosen < 0) { /* K and V in different formats: the pair replaces K's row */
         out->chosen = (int)p->k_format;
-        plan_row(m, d, out, p->k_format, p->v_format, &out->rows[out->chosen]);
+        plan_row(m, d, out, p->k_format, p->v_format, windows, &out->rows[out->chosen]);
     }
     const hr_plan_format_row *c = &out->rows[out->chosen];
     if (!c->usable) {
@@ -110,11 +113,11 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                                        .max_seqs = p->max_running},
                                 .n_ctx = out->held_ctx};
         hr_kv_budget b;
+        free(win);
         return hr_kv_budget_compute(&q, &b, err); /* the runtime's own message names format and shape */
     }
     out->layer_token_bytes = c->token_bytes / (uint64_t)HR_MAX(1, hp->n_layer);
     {
-        static _Thread_local int32_t win[4096];
         hr_kv_config kc = {.n_layers = hp->n_layer,
                            .n_kv_heads = hp->n_head_kv,
                            .head_dim = hp->head_dim,
@@ -123,14 +126,16 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                            .v_format = (hr_kv_format)c->v_format,
                            .max_seqs = p->max_running,
                            .max_step_tokens = p->max_batch_tokens,
-                           .layer_window = plan_windows(hp, win)};
-        if (hr_kv_config_groups(&kc, &out->groups, err) != HR_OK) return HR_ERR_INVALID_ARG;
-        for (int k = 0; k < out->groups.n_kinds; k++) {
+                           .layer_window = windows};
+        hr_status st = hr_kv_config_groups(&kc, &out->groups, err);
+        for (int k = 0; st == HR_OK && k < out->groups.n_kinds; k++) {
             out->kind_token_bytes[k] = out->groups.block_bytes * (uint64_t)out->groups.kinds[k].n_groups /
                                        (uint64_t)p->block_size;
             out->kind_seq_bytes[k] = (uint64_t)hr_kv_kind_blocks_at(&kc, k, out->held_ctx) * out->groups.block_bytes;
             out->seq_bytes += out->kind_seq_bytes[k];
         }
+        free(win); /* kc.layer_window pointed into it */
+        if (st != HR_OK) return st;
     }
     if (d->bw_gbps > 0) {
         /* a hybrid pool's window layers read at most their window */
