@@ -8,7 +8,10 @@
  *     and with the one-group pool (test_model_arch checks the latter against llama.cpp), in less memory.
  *   - prefix sharing across a window: a hit needs the full groups' blocks and, in window groups, only
  *     the blocks the window still sees; older window blocks may be gone from the cache.
- *   - swap round trip of a hybrid sequence (its window holes stay holes) and decoding on after it.
+ *   - swap round trip of a hybrid sequence (its window holes stay holes) and decoding on after it;
+ *     the engine preempting hybrid sequences by swap and by recompute gives the ids of a roomy pool.
+ *   - the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by layer kind;
+ *     policies on a hybrid pool (h2o refused, window:W bounds every group, swap refused, fork).
  *   - `headroom plan` (hr_plan_compute) and the pool agree on bytes per token per kind and on one
  *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%. */
 #include <math.h>
@@ -561,6 +564,67 @@ static void test_runtime(void) {
     free(mem);
 }
 
+/* ---- the engine preempting hybrid sequences: swap and recompute give the ids of a roomy pool ------ */
+
+/* 6 requests of 20 prompt + 100 output tokens on gemma3-tiny; ids[6][100]; preemptions of that mode. */
+static uint64_t run_six(const hr_model *m, int kv_blocks, hr_rt_preempt mode, int32_t ids[6][100]) {
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = m;
+    p.n_ctx = 128;
+    p.kv_seqs = 6;
+    p.kv_blocks = kv_blocks;
+    p.n_threads = 2;
+    p.max_batch_tokens = 64;
+    p.admission = HR_RT_ADMIT_OPTIMISTIC; /* grow, preempt on exhaustion */
+    p.preempt = mode;
+    hr_runtime *rt = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+    if (!rt) return 0;
+    hr_rt_request *r[6] = {0};
+    for (int i = 0; i < 6; i++) {
+        int32_t prompt[20];
+        for (int t = 0; t < 20; t++) prompt[t] = 3 + (t * 13 + i * 7) % 500;
+        hr_rt_request_params rp = {.prompt_ids = prompt, .n_prompt_ids = 20, .max_tokens = 100, .ignore_eos = true};
+        rp.sampling = hr_rt_sampling_default();
+        rp.sampling.temperature = 0;
+        CHECKF(hr_runtime_submit(rt, &rp, &r[i], &err) == HR_OK, "%s", err.msg);
+    }
+    CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
+    for (int i = 0; i < 6; i++) {
+        hr_rt_result res;
+        hr_rt_request_result(r[i], &res);
+        CHECK(res.state == HR_RT_COMPLETED && res.n_ids == 100);
+        for (int t = 0; t < 100 && t < res.n_ids; t++) ids[i][t] = res.ids[t];
+        hr_rt_request_release(rt, r[i]);
+    }
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(rt, &pool);
+    hr_runtime_close(rt);
+    /* preemptions of the mode asked for (a swap refused would have fallen back to recompute) */
+    return mode == HR_RT_PREEMPT_SWAP ? pool.engine.preempt_swap : pool.engine.preempt_recompute;
+}
+
+static void test_engine_preempt(void) {
+    hr_synth_shape sh;
+    hr_model *m = NULL;
+    void *mem = NULL;
+    hr_error err = {0};
+    CHECK(hr_synth_shape_by_name("gemma3-tiny", &sh, &err) == HR_OK);
+    CHECKF(hr_synth_model(&sh, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    static int32_t roomy[6][100], swapped[6][100], recomputed[6][100];
+    /* a sequence at 120 tokens holds 8 full-group blocks and 2 in each of 5 window groups: 600 blocks
+     * hold all six at once; 40 admit three after their prompts (12 each), which then outgrow it */
+    CHECK(run_six(m, 600, HR_RT_PREEMPT_RECOMPUTE, roomy) == 0);
+    CHECK(run_six(m, 40, HR_RT_PREEMPT_SWAP, swapped) > 0);
+    CHECK(run_six(m, 40, HR_RT_PREEMPT_RECOMPUTE, recomputed) > 0);
+    CHECK(memcmp(roomy, swapped, sizeof roomy) == 0);
+    CHECK(memcmp(roomy, recomputed, sizeof roomy) == 0);
+    hr_model_destroy(m);
+    free(mem);
+}
+
 int main(void) {
     hr_rng r;
     hr_rng_seed(&r, 11);
@@ -579,5 +643,6 @@ int main(void) {
     test_policies();
     test_plan_agrees();
     test_runtime();
+    test_engine_preempt();
     return hr_test_finish();
 }
