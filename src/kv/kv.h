@@ -8,6 +8,9 @@
  *      refcount >= 1, cached and free blocks refcount 0.
  *   3. only full blocks carry a prefix hash and are shared; a shared block is never written.
  *   4. the pool's memory is allocated once in hr_kv_pool_create and never grows.
+ *   5. (layer groups, below) a block is held only by rows of one group; a window group's row has a
+ *      hole exactly where its window no longer sees a whole block (no policy), a full group's none;
+ *      the blocks in use by each layer kind are counted (the ledger's kinds).
  *
  * Threads: one thread (the engine's) owns a pool and calls everything here except that, during a
  * forward pass, hr_kv_write and hr_kv_attention may be called from kernel worker threads for

@@ -201,6 +201,13 @@ hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
         else if ((p->flags[b] & KV_FLAG_IN_MAP) && !(p->flags[b] & KV_FLAG_HASHED))
             rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: block %d is in the map without a hash", b);
     }
+    int kind_used[HR_KV_MAX_KINDS] = {0}; /* invariant 5: the blocks in use by kind */
+    for (int b = 0; b < n; b++)
+        if (p->state[b] == KV_BLK_USED) kind_used[p->lay.group_kind[p->blk_group[b]]]++;
+    for (int k = 0; k < p->lay.n_kinds && rc == HR_OK; k++)
+        if (kind_used[k] != atomic_load(&p->kind_used[k]))
+            rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: kind %d has %d blocks in use but the ledger says %d", k,
+                              kind_used[k], atomic_load(&p->kind_used[k]));
     int staged = 0;
     for (int b = 0; b < n && rc == HR_OK && kv_deferred(p); b++) {
         if (p->blk_stage[b] < 0) continue;
