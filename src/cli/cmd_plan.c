@@ -86,6 +86,21 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
     else
         printf("\n");
     printf("  every layer             %s per token\n", sz(c->token_bytes, b1));
+    if (pl->groups.n_groups > 1) { /* a hybrid pool: window groups hold at most their window */
+        printf("  layer groups            %d of %d layers each (one pool, one budget)\n", pl->groups.n_groups,
+               pl->groups.slots);
+        for (int k = 0; k < pl->groups.n_kinds; k++) {
+            char kind[32];
+            if (pl->groups.kinds[k].window > 0)
+                snprintf(kind, sizeof kind, "window %d", pl->groups.kinds[k].window);
+            else
+                snprintf(kind, sizeof kind, "full");
+            printf("    %-12s %3d layers  %s per token, one sequence at the context %s\n", kind,
+                   pl->groups.kinds[k].n_layers, sz(pl->kind_token_bytes[k], b1), sz(pl->kind_seq_bytes[k], b2));
+        }
+        printf("  one sequence at the context: %s (every layer full: %s)\n", sz(pl->seq_bytes, b1),
+               sz(c->token_bytes * (uint64_t)((p->n_ctx + p->block_size - 1) / p->block_size * p->block_size), b2));
+    }
     printf("  held per sequence       %d tokens (context %d)\n\n", pl->held_ctx, p->n_ctx);
 
     const hr_kv_budget *n = &c->need;
@@ -179,6 +194,24 @@ static json_t *plan_json(const plan_opts *o, const hr_plan_model *m, const hr_pl
         (json_int_t)pl->layer_token_bytes, "full_layers", pl->n_full_layers, "window_layers", pl->n_window_layers,
         "held_ctx", pl->held_ctx, "budget", budget_json(&c->need), "fits", c->fits, "formats", formats, "roofline",
         "step_s", pl->step_s, "decode_tok_s", pl->decode_tok_s);
+    /* the pool's layer groups (kv.h): per kind, bytes per token and one sequence at the context */
+    json_t *kinds = json_array();
+    for (int k = 0; k < pl->groups.n_kinds; k++)
+        json_array_append_new(kinds, json_pack("{s:s,s:i,s:i,s:i,s:I,s:I}", "kind",
+                                               pl->groups.kinds[k].window > 0 ? "window" : "full", "window",
+                                               pl->groups.kinds[k].window, "layers", pl->groups.kinds[k].n_layers,
+                                               "groups", pl->groups.kinds[k].n_groups, "token_bytes",
+                                               (json_int_t)pl->kind_token_bytes[k], "seq_bytes",
+                                               (json_int_t)pl->kind_seq_bytes[k]));
+    json_t *kv = json_object_get(root, "kv");
+    if (kv) {
+        json_object_set_new(kv, "layer_groups", json_integer(pl->groups.n_groups));
+        json_object_set_new(kv, "group_slots", json_integer(pl->groups.slots));
+        json_object_set_new(kv, "seq_bytes", json_integer((json_int_t)pl->seq_bytes));
+        json_object_set_new(kv, "groups", kinds);
+    } else {
+        json_decref(kinds);
+    }
     return root;
 }
 

@@ -19,6 +19,9 @@
 #include "engine/engine_internal.h"
 
 static int blocks_of(const hr_engine *e, int slots) { return (slots + e->block_size - 1) / e->block_size; }
+/* Physical blocks a sequence of this many slots holds at most, every layer group counted (kv.h: a
+ * hybrid pool's window groups hold at most their window; a one-group pool, blocks_of). */
+static int pool_blocks(const hr_engine *e, int slots) { return (int)hr_kv_pool_seq_blocks(e->p.kv, slots); }
 
 /* ---- claims and headroom ----------------------------------------------------------------------- */
 
@@ -37,10 +40,10 @@ int sched_claim_slots(const hr_engine *e, const hr_request *r) {
 }
 
 static int outstanding_blocks(const hr_engine *e, const hr_request *r) {
-    int need = blocks_of(e, sched_claim_slots(e, r)) - blocks_of(e, r->n_slots);
+    int need = (int)hr_kv_seq_claim_blocks(e->p.kv, r->swapped ? -1 : r->seq, r->n_slots, sched_claim_slots(e, r));
     /* a window keeps at most span positions (+ a partial block at each end): the blocks it leaves
      * behind return to the pool as new ones are taken, so it never needs more than that ahead */
-    if (r->span > 0) need = HR_MIN(need, blocks_of(e, r->span) + 2);
+    if (r->span > 0) need = HR_MIN(need, pool_blocks(e, r->span + 2 * e->block_size));
     return need > 0 ? need : 0;
 }
 
@@ -109,7 +112,7 @@ void sched_release_seq(hr_engine *e, hr_request *r) {
 static bool swap_cheaper(const hr_engine *e, const hr_request *v) {
     double tok_s = e->st.forward_seconds > 0 ? (double)e->st.batch_tokens / e->st.forward_seconds : 1000.0;
     double bw = e->swap_bytes_per_s > 0 ? e->swap_bytes_per_s : 2e9;
-    double bytes = (double)blocks_of(e, v->n_computed) * (double)hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
+    double bytes = (double)pool_blocks(e, v->n_computed) * (double)hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
     return 2 * bytes / bw < v->n_computed / tok_s;
 }
 
@@ -278,8 +281,8 @@ static bool take_seq(hr_engine *e, hr_request *r) {
 
 /* Brings a swapped-out r back when its whole claim fits the headroom. */
 static bool swap_back_in(hr_engine *e, hr_request *r) {
-    int whole = blocks_of(e, sched_claim_slots(e, r));
-    if (r->span > 0) whole = HR_MIN(whole, blocks_of(e, r->span) + 2);
+    int whole = pool_blocks(e, sched_claim_slots(e, r));
+    if (r->span > 0) whole = HR_MIN(whole, pool_blocks(e, r->span + 2 * e->block_size));
     if (sched_headroom_blocks(e) < whole) {
         snprintf(e->stall_msg, sizeof e->stall_msg,
                  "swapping it back in needs %d KV blocks, the headroom is %d of the pool's %d blocks", whole,

@@ -16,12 +16,13 @@ void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *
     int B = p->cfg.block_size;
     int bi = pos / B, t = pos % B;
     KV_ASSERT(pos >= 0 && bi < s->n_table);
-    int32_t b = s->table[bi];
+    int g = p->layer_gs[2 * layer], slot_l = p->layer_gs[2 * layer + 1]; /* the layer's group and slot */
+    int32_t b = kv_tab(s, g)[bi];
     /* a shared or hashed (full, committed) block is never written */
     KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
     int32_t slot = kv_deferred(p) ? p->blk_stage[b] : -1;
     KV_ASSERT(!kv_deferred(p) || slot >= 0);
-    p->st->ops->write(p->st, layer, b, t, slot, k, v);
+    p->st->ops->write(p->st, slot_l, b, t, slot, k, v);
 }
 
 /* The positions a query at n_ctx of s sees in layer beyond causality (see kv_storage.h): the sinks
@@ -58,19 +59,22 @@ void hr_kv_attention_sinks(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_
     KV_ASSERT(n_heads % c->n_kv_heads == 0);
     const kv_seq *s = &p->seqs[seq];
     KV_ASSERT(n_ctx >= 0 && n_ctx <= s->n_table * B);
-    hr_kv_attn_query aq = {.table = s->table, .n_ctx = n_ctx > 0 ? n_ctx : 0, .tail_stage = -1, .q = q, .out = out};
+    int g = p->layer_gs[2 * layer], slot_l = p->layer_gs[2 * layer + 1]; /* the layer's group and slot */
+    const int32_t *table = kv_tab(s, g);
+    hr_kv_attn_query aq = {.table = table, .n_ctx = n_ctx > 0 ? n_ctx : 0, .tail_stage = -1, .q = q, .out = out};
     hr_kv_attn_view view;
     if (n_ctx > 0) {
         /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
-        if (kv_deferred(p) && n_ctx % B != 0) aq.tail_stage = p->blk_stage[s->table[(n_ctx + B - 1) / B - 1]];
-        /* full sequences take the storage's plain path, the same code as before policies */
-        if (s->pol.kind != HR_KV_POLICY_FULL || p->native_window[layer] > 0 || s->n_holes > 0) {
+        if (kv_deferred(p) && n_ctx % B != 0) aq.tail_stage = p->blk_stage[table[(n_ctx + B - 1) / B - 1]];
+        /* full sequences take the storage's plain path, the same code as before policies (a hybrid
+         * pool's full groups too: their rows have no holes) */
+        if (s->pol.kind != HR_KV_POLICY_FULL || p->native_window[layer] > 0 || kv_holes(s, g) > 0) {
             kv_view(p, s, layer, n_ctx, &view);
             aq.view = &view;
         }
     }
     hr_kv_attn_args a = {.n_heads = n_heads, .scale = scale, .softcap = p->attn_softcap, .sinks = sinks};
-    p->st->ops->attend(p->st, layer, &aq, 1, &a, scratch);
+    p->st->ops->attend(p->st, slot_l, &aq, 1, &a, scratch);
 }
 
 size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx) {

@@ -65,7 +65,7 @@ void kv_blocks_init(hr_kv_pool *p) {
 
 /* ---- blocks -------------------------------------------------------------------------------------- */
 
-int32_t kv_block_alloc(hr_kv_pool *p) {
+int32_t kv_block_alloc(hr_kv_pool *p, int group) {
     int32_t b = p->free_list.head;
     if (b >= 0) {
         kv_list_remove(p, &p->free_list, b);
@@ -81,7 +81,9 @@ int32_t kv_block_alloc(hr_kv_pool *p) {
     p->state[b] = KV_BLK_USED;
     p->refcnt[b] = 1;
     p->flags[b] = 0;
+    p->blk_group[b] = (int8_t)group;
     atomic_fetch_add_explicit(&p->n_used, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->kind_used[p->lay.group_kind[group]], 1, memory_order_relaxed);
     return b;
 }
 
@@ -108,6 +110,7 @@ void kv_block_ref(hr_kv_pool *p, int32_t b) {
         p->state[b] = KV_BLK_USED;
         atomic_fetch_sub_explicit(&p->n_cached, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->n_used, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->kind_used[p->lay.group_kind[p->blk_group[b]]], 1, memory_order_relaxed);
     }
     KV_ASSERT(p->state[b] == KV_BLK_USED);
     p->refcnt[b]++;
@@ -118,6 +121,7 @@ void kv_block_release(hr_kv_pool *p, int32_t b) {
     if (--p->refcnt[b] > 0) return;
     kv_stage_release(p, b);
     atomic_fetch_sub_explicit(&p->n_used, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&p->kind_used[p->lay.group_kind[p->blk_group[b]]], 1, memory_order_relaxed);
     if (p->flags[b] & KV_FLAG_IN_MAP) {
         p->state[b] = KV_BLK_CACHED;
         kv_list_push_tail(p, &p->lru, b);
@@ -141,29 +145,35 @@ bool kv_seq_valid(const hr_kv_pool *p, hr_kv_seq seq) {
     return p && seq >= 0 && seq < p->cfg.max_seqs && p->seqs[seq].active;
 }
 
-hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err) {
+hr_status kv_table_reserve(const hr_kv_pool *p, kv_seq *s, int n, hr_error *err) {
     if (n <= s->cap) return HR_OK;
-    int cap = kv_table_cap(n); /* s->cap is a smaller capacity of the same series */
-    int32_t *t = realloc(s->table, (size_t)cap * sizeof *t);
+    int cap = kv_table_cap(n), NG = p->n_groups; /* s->cap is a smaller capacity of the same series */
+    int32_t *t = realloc(s->table, (size_t)cap * (size_t)NG * sizeof *t);
     if (!t) return hr_error_set(err, HR_ERR_NOMEM, "KV: out of memory growing a block table to %d entries", cap);
+    /* group rows move to their new stride, last first (the rows only move up) */
+    for (int g = NG - 1; g > 0; g--) memmove(t + (size_t)g * cap, t + (size_t)g * s->cap, (size_t)s->n_table * sizeof *t);
     s->table = t;
     s->cap = cap;
     return HR_OK;
 }
 
 void kv_update_peak(hr_kv_pool *p, kv_seq *s) {
-    uint64_t now = (uint64_t)(s->n_table - s->n_holes) * p->block_bytes;
+    uint64_t now = ((uint64_t)s->n_table * (uint64_t)p->n_groups - (uint64_t)s->n_holes) * p->block_bytes;
     if (now > s->bytes_peak) s->bytes_peak = now;
 }
 
-/* Drops every block of the table (last to first) and the waste they carried. */
+/* Drops every block of the table (last to first, group by group) and the waste they carried. */
 void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s) {
     int B = p->cfg.block_size;
     uint64_t waste = (uint64_t)s->n_table * B - (uint64_t)s->n_tokens;
     if (s->n_table > 0) atomic_fetch_sub_explicit(&p->waste_slots, waste, memory_order_relaxed);
-    for (int i = s->n_table - 1; i >= 0; i--)
-        if (s->table[i] >= 0) kv_block_release(p, s->table[i]);
+    for (int g = 0; g < p->n_groups; g++) {
+        const int32_t *t = kv_tab(s, g);
+        for (int i = s->n_table - 1; i >= 0; i--)
+            if (t[i] >= 0) kv_block_release(p, t[i]);
+    }
     s->n_table = 0;
     s->n_holes = 0;
     s->evict_from = 0;
+    if (s->ghole) memset(s->ghole, 0, 2 * (size_t)p->n_groups * sizeof *s->ghole);
 }

@@ -45,15 +45,24 @@ hr_status kv_policy_meta_grow(hr_kv_pool *p, kv_seq *s, int n, hr_error *err) {
 
 /* ---- dropping ------------------------------------------------------------------------------------ */
 
-void kv_policy_drop_block(hr_kv_pool *p, kv_seq *s, int j) {
-    int32_t b = s->table[j];
+void kv_group_drop_block(hr_kv_pool *p, kv_seq *s, int g, int j, bool policy) {
+    int32_t *t = kv_tab(s, g);
+    int32_t b = t[j];
     KV_ASSERT(b >= 0 && (j + 1) * p->cfg.block_size <= s->n_tokens);
-    s->table[j] = -1;
+    t[j] = -1;
     s->n_holes++;
-    s->blocks_evicted++;
-    atomic_fetch_add_explicit(&p->policy_evicted, 1, memory_order_relaxed);
+    if (s->ghole) s->ghole[g]++;
+    if (policy) {
+        s->blocks_evicted++;
+        atomic_fetch_add_explicit(&p->policy_evicted, 1, memory_order_relaxed);
+    } else {
+        s->window_freed++;
+        atomic_fetch_add_explicit(&p->window_freed, 1, memory_order_relaxed);
+    }
     kv_block_release(p, b);
 }
+
+void kv_policy_drop_block(hr_kv_pool *p, kv_seq *s, int j) { kv_group_drop_block(p, s, 0, j, true); }
 
 void kv_policy_drop_masked_blocks(hr_kv_pool *p, kv_seq *s) {
     int B = p->cfg.block_size, MW = kv_mask_words(p);

@@ -8,6 +8,9 @@
  *      refcount >= 1, cached and free blocks refcount 0.
  *   3. only full blocks carry a prefix hash and are shared; a shared block is never written.
  *   4. the pool's memory is allocated once in hr_kv_pool_create and never grows.
+ *   5. (layer groups, below) a block is held only by rows of one group; a window group's row has a
+ *      hole exactly where its window no longer sees a whole block (no policy), a full group's none;
+ *      the blocks in use by each layer kind are counted (the ledger's kinds).
  *
  * Threads: one thread (the engine's) owns a pool and calls everything here except that, during a
  * forward pass, hr_kv_write and hr_kv_attention may be called from kernel worker threads for
@@ -76,7 +79,55 @@ typedef struct hr_kv_config {
      * block holds K only. Needs a per-token format read as stored (f32, f16, bf16, q8, fp8) with
      * v_format == k_format. 0: K and V stored apart. */
     int v_from_k;
+    /* [n_layers]: each layer's sliding window (0: full attention), borrowed for the calls that take the
+     * config; NULL: every layer full. Layers are grouped by kind (layer groups, below): a model whose
+     * layers are all of one kind (llama, qwen, mistral) has one group and the pool is exactly the
+     * one-table pool; a model mixing window and full layers (gemma2/3, gpt-oss) has several, and its
+     * window groups free what their window no longer sees while the full groups keep everything. */
+    const int32_t *layer_window;
 } hr_kv_config;
+
+/* ---- layer groups -------------------------------------------------------------------------------
+ * The hybrid KV manager (vLLM's hybrid allocator, llama.cpp's iSWA cache, done here this way): layers
+ * of one kind (full attention; a sliding window of W tokens; a later MLA latent is one more shape) are
+ * grouped, every group has the same number G of layer slots, G = the gcd of the kinds' layer counts
+ * (G = n_layers and one group for a one-kind model), so every physical block is G slots x Hkv x (K +
+ * V) for B tokens, all groups draw from ONE free list and ONE budget, and each sequence has one block
+ * table per group. Layer l of kind k, the i-th of its kind, is slot i % G of that kind's group i / G.
+ * A window group's table loses (holes) the blocks its window cannot see any more, as the sequence
+ * grows; a full group keeps everything. More than HR_KV_MAX_GROUPS groups (a gcd of 1 on a deep model
+ * with a lopsided mix) falls back to one group of every layer (the old behaviour: a block leaves only
+ * when no layer sees it). */
+#define HR_KV_MAX_GROUPS 64
+#define HR_KV_MAX_KINDS 4 /* distinct layer kinds (window sizes, full); more: one group */
+
+typedef struct hr_kv_kind_info {
+    int window;   /* 0: full attention; > 0: sliding window of this many tokens */
+    int n_layers; /* layers of this kind */
+    int n_groups; /* groups of this kind (n_layers / G) */
+} hr_kv_kind_info;
+
+typedef struct hr_kv_groups {
+    int n_groups;                             /* 1 for a one-kind model */
+    int slots;                                /* G: layer slots per block */
+    int n_kinds;                              /* 1..HR_KV_MAX_KINDS (1 when fallen back to one group) */
+    hr_kv_kind_info kinds[HR_KV_MAX_KINDS];   /* in order of their first layer */
+    int8_t group_kind[HR_KV_MAX_GROUPS];      /* each group's kind */
+    uint64_t block_bytes;                     /* one physical block (G slots) */
+    uint64_t group_token_bytes;               /* block_bytes / block_size: one group, one token */
+} hr_kv_groups;
+
+/* The grouping a config makes (pure; HR_ERR_INVALID_ARG for a bad config or a negative window). */
+hr_status hr_kv_config_groups(const hr_kv_config *cfg, hr_kv_groups *out, hr_error *err);
+/* The most physical blocks one sequence holds with n_tokens slots reserved, all groups: a full group
+ * ceil(n / B); a window group min(ceil(n / B), the most its window ever holds: the window, the chunk
+ * one step writes (max_step_tokens, 0: 512) reserved before the commit that frees the oldest, and a
+ * partial block at each end; about (W + max_step_tokens) / B + 2). A one-group pool counts ceil(n / B)
+ * whatever its window (the scheduler bounds windowed requests by their span). What the budget,
+ * `headroom plan` and the scheduler count. 0 for a bad config. */
+int64_t hr_kv_seq_blocks_at(const hr_kv_config *cfg, int64_t n_tokens);
+/* The same for the groups of one kind only (hr_kv_groups.kinds[kind]); 0 for a bad kind. */
+int64_t hr_kv_kind_blocks_at(const hr_kv_config *cfg, int kind, int64_t n_tokens);
 
 typedef struct hr_kv_pool hr_kv_pool;
 typedef int32_t hr_kv_seq; /* a sequence handle, valid from hr_kv_seq_create to hr_kv_seq_free */
@@ -120,6 +171,14 @@ const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *pool);
 int hr_kv_pool_n_blocks(const hr_kv_pool *pool);
 int hr_kv_pool_n_free(const hr_kv_pool *pool);      /* free + evictable cached blocks */
 const char *hr_kv_pool_isa(const hr_kv_pool *pool); /* "avx2" or "scalar": the kernels in use */
+const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *pool); /* the pool's layer groups */
+/* hr_kv_seq_blocks_at for this pool's config. */
+int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *pool, int64_t n_tokens);
+/* Blocks seq may still take to grow from n_slots reserved slots to `claim`: on a one-group pool
+ * hr_kv_pool_seq_blocks(claim) - hr_kv_pool_seq_blocks(n_slots) (as before groups); on a hybrid pool
+ * the claim's most less the blocks it holds now (a window group between two steps holds fewer than
+ * its most: the next prefill chunk takes them back). seq < 0 or swapped: the whole claim. >= 0. */
+int64_t hr_kv_seq_claim_blocks(const hr_kv_pool *pool, hr_kv_seq seq, int64_t n_slots, int64_t claim);
 
 /* ---- sequences --------------------------------------------------------------------------------- */
 
@@ -305,6 +364,14 @@ bool hr_kv_seq_is_swapped(const hr_kv_pool *pool, hr_kv_seq seq);
 
 /* ---- ledger ------------------------------------------------------------------------------------ */
 
+/* Blocks and bytes held by the groups of one layer kind. */
+typedef struct hr_kv_kind_bytes {
+    int window;   /* the kind: 0 full, > 0 a sliding window */
+    int n_layers; /* layers of the kind */
+    int blocks;   /* blocks its groups hold (pool: in use) */
+    uint64_t bytes;
+} hr_kv_kind_bytes;
+
 typedef struct hr_kv_seq_ledger {
     int blocks_own;     /* blocks only this sequence holds */
     int blocks_shared;  /* blocks held together with other sequences or the prefix cache */
@@ -320,6 +387,10 @@ typedef struct hr_kv_seq_ledger {
     int blocks_evicted;  /* blocks the policy took out of the table over the sequence's life */
     int tokens_kept_max; /* the most committed tokens the next query sees in one layer and KV head
                           * (window:W keeps W - 1 of them besides the query itself; h2o:B keeps B) */
+    /* by layer kind (hr_kv_groups.kinds; one entry for a one-kind model): what this sequence holds */
+    int n_kinds;
+    hr_kv_kind_bytes kinds[HR_KV_MAX_KINDS];
+    int blocks_window_freed; /* blocks its window groups gave back as it grew (several groups only) */
 } hr_kv_seq_ledger;
 
 typedef struct hr_kv_pool_ledger {
@@ -332,6 +403,10 @@ typedef struct hr_kv_pool_ledger {
     uint64_t bytes_swapped;               /* bytes of this pool's sequences now in swap tiers */
     uint64_t policy_blocks_evicted_total; /* blocks sequences' policies took out of their tables */
     uint64_t fetched_tokens_total;        /* prefix tokens whose K/V came from the observer's fetch */
+    int n_groups;                         /* layer groups (1: a one-kind model) */
+    int n_kinds;
+    hr_kv_kind_bytes kinds[HR_KV_MAX_KINDS]; /* blocks in use by kind */
+    uint64_t window_blocks_freed_total;      /* blocks window groups gave back (several groups only) */
 } hr_kv_pool_ledger;
 
 hr_status hr_kv_seq_get_ledger(const hr_kv_pool *pool, hr_kv_seq seq, hr_kv_seq_ledger *out, hr_error *err);

@@ -37,9 +37,13 @@ typedef struct kv_seq {
     bool active;
     bool swapped;
     int n_tokens;       /* committed tokens */
-    int n_table;        /* blocks in the table */
-    int cap;            /* allocated table entries */
-    int32_t *table;     /* physical block ids, logical order */
+    int n_table;        /* blocks in each group's table (every group covers the same positions) */
+    int cap;            /* allocated entries per group */
+    int32_t *table;     /* [n_groups][cap]: physical block ids, logical order (kv_tab: group g's row;
+                           group 0 first, so one-group code reads s->table as before) */
+    int32_t *ghole;     /* several groups: [n_groups] holes per group, then [n_groups] evict_from per
+                           group; NULL for one group (n_holes and evict_from are the group's) */
+    int window_freed;   /* blocks window groups dropped over the sequence's life (several groups) */
     uint64_t last_hash; /* chain hash of the last full committed block (or the root) */
     uint64_t scope;     /* cache scope mixed into every chain link (0: shared); kept across reset */
     uint64_t bytes_peak;
@@ -51,7 +55,7 @@ typedef struct kv_seq {
     /* eviction policy (policy*.c). Logical block j covers positions [j*B, (j+1)*B); a block the
      * policy dropped stays in the table as a hole (-1). */
     hr_kv_policy pol;
-    int n_holes;        /* table entries that are -1 */
+    int n_holes;        /* table entries that are -1 (all groups) */
     int blocks_evicted; /* blocks the policy dropped over the sequence's life (kept across reset) */
     int evict_from;     /* window: blocks in [sink blocks, evict_from) are already holes */
     int reserve_end;    /* where the first reserve ended: snapkv's prompt end when none was set */
@@ -68,7 +72,12 @@ struct hr_kv_pool {
     int n_blocks;
     kv_fmt kf, vf, sf;         /* layouts of K, V and an f16 tail buffer's head region */
     hr_kv_storage *st;         /* the bytes: blocks and tail buffers (owned) */
-    uint64_t block_bytes;      /* all layers, K + V: what read_block gives */
+    hr_kv_groups lay;          /* layer groups (kv.h); one group: the one-table pool */
+    int n_groups;              /* lay.n_groups */
+    int32_t *layer_gs;         /* [L][2]: each layer's group and slot in the group's blocks; then [L]: the
+                                  config's windows, which cfg.layer_window points at */
+    int8_t *blk_group;         /* [n_blocks]: the group whose tables hold a used block */
+    uint64_t block_bytes;      /* one block, G = lay.slots layers, K + V: what read_block gives */
     uint64_t stage_slot_bytes; /* one tail buffer, all layers (0 without deferred formats) */
     int n_stage, n_stage_free; /* tail buffers: 0 and 0 without deferred formats */
     int32_t *stage_free;       /* stack of free tail buffer ids */
@@ -101,7 +110,17 @@ struct hr_kv_pool {
     /* ledger figures readable from any thread */
     atomic_int n_used, n_cached, n_free;
     atomic_uint_fast64_t waste_slots, prefix_hits, evicted, bytes_swapped, policy_evicted, fetched_tokens;
+    atomic_int kind_used[HR_KV_MAX_KINDS];
+    atomic_uint_fast64_t window_freed;
 };
+
+/* Group g's row of a sequence's block table. */
+static inline int32_t *kv_tab(const kv_seq *s, int g) { return s->table + (size_t)g * (size_t)s->cap; }
+/* Holes in group g's row, and where its window eviction goes on from. */
+static inline int kv_holes(const kv_seq *s, int g) { return s->ghole ? s->ghole[g] : s->n_holes; }
+static inline int *kv_evict_from(const hr_kv_pool *p, kv_seq *s, int g) {
+    return s->ghole ? &s->ghole[p->n_groups + g] : &s->evict_from;
+}
 
 /* ---- the files of kv/, in dependency order (each calls only files above it; see kv.h) ----------- */
 
@@ -115,7 +134,7 @@ int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash);
 
 /* block.c: block states, lists, tail buffers, block tables */
 void kv_blocks_init(hr_kv_pool *p);    /* at create: every block free */
-int32_t kv_block_alloc(hr_kv_pool *p); /* -1 when none; caller checked availability */
+int32_t kv_block_alloc(hr_kv_pool *p, int group); /* -1 when none; caller checked availability */
 void kv_block_ref(hr_kv_pool *p, int32_t b);
 void kv_block_release(hr_kv_pool *p, int32_t b); /* one table less holds b */
 bool kv_deferred(const hr_kv_pool *p);           /* the formats use tail buffers */
@@ -129,7 +148,8 @@ static inline int kv_table_cap(int n) {
     while (cap < n) cap *= 2;
     return cap;
 }
-hr_status kv_table_reserve(kv_seq *s, int n, hr_error *err);
+/* Makes every group's row hold n entries (rows move when the capacity grows). */
+hr_status kv_table_reserve(const hr_kv_pool *p, kv_seq *s, int n, hr_error *err);
 void kv_update_peak(hr_kv_pool *p, kv_seq *s);
 void kv_seq_release_blocks(hr_kv_pool *p, kv_seq *s);
 
@@ -174,6 +194,14 @@ int kv_snap_window(const hr_kv_policy *pol);
 hr_status kv_policy_meta_grow(hr_kv_pool *p, kv_seq *s, int n, hr_error *err);
 /* Takes logical block j out of the table (a hole): unref, counters. */
 void kv_policy_drop_block(hr_kv_pool *p, kv_seq *s, int j);
+/* The same in group g's row; `policy` false for a window group of a hybrid pool (the model's own
+ * window freeing memory, not an eviction: counted apart, the tokens stay visible to full layers). */
+void kv_group_drop_block(hr_kv_pool *p, kv_seq *s, int g, int j, bool policy);
+/* The window and sinks group g keeps for s (0 window: everything): the widest kv_layer_window of its
+ * layers (all of one kind, so the same unless a policy window applies), and whether block j is kept
+ * once the sequence holds n_tokens (what window eviction leaves; share_prefix asks the same). */
+int kv_group_window(const hr_kv_pool *p, const kv_seq *s, int g);
+bool kv_group_keeps(const hr_kv_pool *p, const kv_seq *s, int g, int j, int n_tokens);
 /* Drops every resident block of [0, n_tokens / B) whose tokens are all masked in every layer/head. */
 void kv_policy_drop_masked_blocks(hr_kv_pool *p, kv_seq *s);
 /* Keeps, for each (layer, KV head), the k tokens of [0, end) with the highest key among those still

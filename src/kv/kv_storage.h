@@ -30,6 +30,8 @@
 #define HR_KV_BLOCK_LAYOUT 1u
 
 typedef struct hr_kv_storage_params {
+    /* L is the layer slots of one block: every layer of a one-kind model; a hybrid pool's G slots
+     * per group (kv.h's layer groups), the manager mapping each model layer to a group's slot */
     int n_layers, n_kv_heads, head_dim, block_size; /* L, Hkv, D, B */
     kv_fmt k, v;                                    /* the K and V head-region layouts (kv_fmt_init) */
     kv_fmt stage;  /* an f16 head region at this shape: how a stage is read (deferred formats) */

@@ -45,7 +45,7 @@ static void kv_prefix_map_insert(hr_kv_pool *p, int32_t b) {
     while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
     p->map[i] = b;
     p->flags[b] |= KV_FLAG_IN_MAP;
-    if (p->obs.stored) {
+    if (p->obs.stored && p->n_groups == 1) { /* a hybrid pool's groups are not reported (kv.h) */
         hr_kv_block_info bi = {.hash = p->hash[b],
                                .has_parent = p->parent[b] != kv_prefix_root(p),
                                .parent = p->parent[b],
@@ -81,5 +81,5 @@ void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
     }
     p->map[i] = -1;
     p->flags[b] &= (uint8_t)~KV_FLAG_IN_MAP;
-    if (p->obs.removed) p->obs.removed(p->obs.ctx, p->hash[b]);
+    if (p->obs.removed && p->n_groups == 1) p->obs.removed(p->obs.ctx, p->hash[b]);
 }

@@ -162,6 +162,13 @@ hr_status hr_kv_pool_set_sliding_window(hr_kv_pool *p, int layer, int window, hr
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "KV sliding window: layer %d (0..%d or -1 for all), window %d (>= 0)", layer,
                             p->cfg.n_layers - 1, window);
+    /* a hybrid pool's groups were made from its config's windows: they are fixed */
+    for (int l = 0; p->n_groups > 1 && l < p->cfg.n_layers; l++)
+        if ((layer < 0 || l == layer) && p->cfg.layer_window[l] != window)
+            return hr_error_set(err, HR_ERR_INVALID_ARG,
+                                "KV sliding window %d for layer %d: this pool groups its layers by the windows its "
+                                "config gave (layer %d: %d); give the windows in hr_kv_config.layer_window",
+                                window, l, l, p->cfg.layer_window[l]);
     for (int l = 0; l < p->cfg.n_layers; l++)
         if (layer < 0 || l == layer) p->native_window[l] = window;
     return HR_OK;

@@ -54,6 +54,10 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
     if (cfg->max_step_tokens < 0 || cfg->max_step_tokens > (1 << 24))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV max_step_tokens must be 0..16777216, got %d",
                             cfg->max_step_tokens);
+    for (int l = 0; cfg->layer_window && l < cfg->n_layers; l++)
+        if (cfg->layer_window[l] < 0)
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "KV layer %d: sliding window %d (>= 0, 0 = full attention)",
+                                l, cfg->layer_window[l]);
     hr_status rc = kv_fmt_init(kf, cfg->k_format, KV_K, cfg->block_size, cfg->head_dim, err);
     if (rc == HR_OK) rc = kv_fmt_init(vf, cfg->v_format, KV_V, cfg->block_size, cfg->head_dim, err);
     if (rc == HR_OK && cfg->v_from_k) rc = kv_check_latent(cfg, kf, err);
@@ -61,18 +65,144 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
     return rc;
 }
 
-uint64_t hr_kv_block_bytes(const hr_kv_config *cfg) {
-    kv_fmt kf, vf;
-    if (kv_check_config(cfg, &kf, &vf, NULL) != HR_OK) return 0;
+/* ---- layer groups ------------------------------------------------------------------------------- */
+
+static int kv_gcd(int a, int b) {
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int kv_cfg_window(const hr_kv_config *cfg, int l) { return cfg->layer_window ? cfg->layer_window[l] : 0; }
+
+/* The grouping of a checked config (see kv.h): kinds in order of their first layer, G the gcd of
+ * their counts; one group of every layer for one kind, or where the kinds or groups would be too
+ * many. */
+static void kv_layout_of(const hr_kv_config *cfg, const kv_fmt *kf, const kv_fmt *vf, hr_kv_groups *lay) {
+    memset(lay, 0, sizeof *lay);
+    bool one = false;
+    for (int l = 0; l < cfg->n_layers && !one; l++) {
+        int w = kv_cfg_window(cfg, l), k = 0;
+        while (k < lay->n_kinds && lay->kinds[k].window != w) k++;
+        if (k == HR_KV_MAX_KINDS) {
+            one = true;
+            break;
+        }
+        if (k == lay->n_kinds) lay->kinds[lay->n_kinds++].window = w;
+        lay->kinds[k].n_layers++;
+    }
+    int G = 0, n_groups = 0;
+    for (int k = 0; k < lay->n_kinds && !one; k++) G = kv_gcd(G, lay->kinds[k].n_layers);
+    if (!one && G > 0) n_groups = cfg->n_layers / G;
+    if (one || lay->n_kinds <= 1 || n_groups > HR_KV_MAX_GROUPS) {
+        /* one group of every layer, windows applied per layer by attention and eviction as before */
+        int w0 = kv_cfg_window(cfg, 0), wmax = 0;
+        bool same = true;
+        for (int l = 0; l < cfg->n_layers; l++) {
+            same &= kv_cfg_window(cfg, l) == w0;
+            wmax = HR_MAX(wmax, kv_cfg_window(cfg, l));
+        }
+        lay->n_kinds = 1;
+        lay->kinds[0] = (hr_kv_kind_info){.window = same ? w0 : 0, .n_layers = cfg->n_layers, .n_groups = 1};
+        (void)wmax;
+        G = cfg->n_layers;
+        n_groups = 1;
+        lay->group_kind[0] = 0;
+    } else {
+        int g = 0;
+        for (int k = 0; k < lay->n_kinds; k++) {
+            lay->kinds[k].n_groups = lay->kinds[k].n_layers / G;
+            for (int i = 0; i < lay->kinds[k].n_groups; i++) lay->group_kind[g++] = (int8_t)k;
+        }
+    }
+    lay->n_groups = n_groups;
+    lay->slots = G;
     /* a latent cache (v_from_k) stores K only: DeepSeek-V3's (512 + 64) f16 x 61 layers = 70,272 bytes a token */
-    return (uint64_t)cfg->n_layers * cfg->n_kv_heads * (kf.head_bytes + (cfg->v_from_k ? 0 : vf.head_bytes));
+    lay->block_bytes = (uint64_t)G * cfg->n_kv_heads * (kf->head_bytes + (cfg->v_from_k ? 0 : vf->head_bytes));
+    lay->group_token_bytes = lay->block_bytes / (uint64_t)cfg->block_size;
+}
+
+/* Layer l's group and slot under lay (the i-th layer of its kind: group base + i / G, slot i % G). */
+static void kv_layer_place(const hr_kv_config *cfg, const hr_kv_groups *lay, int l, int *group, int *slot) {
+    if (lay->n_groups == 1) {
+        *group = 0, *slot = l;
+        return;
+    }
+    int w = kv_cfg_window(cfg, l), k = 0, base = 0, rank = 0;
+    while (lay->kinds[k].window != w) base += lay->kinds[k++].n_groups;
+    for (int i = 0; i < l; i++) rank += kv_cfg_window(cfg, i) == w;
+    *group = base + rank / lay->slots;
+    *slot = rank % lay->slots;
+}
+
+hr_status hr_kv_config_groups(const hr_kv_config *cfg, hr_kv_groups *out, hr_error *err) {
+    kv_fmt kf, vf;
+    hr_status rc = kv_check_config(cfg, &kf, &vf, err);
+    if (rc == HR_OK) kv_layout_of(cfg, &kf, &vf, out);
+    return rc;
+}
+
+static int64_t kv_floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* Blocks one group of `window` (0: full) holds when a reservation reaches m slots: a full group every
+ * block; a window group the blocks from the first one its window still saw before the step (the
+ * commit that frees older ones comes after) up to block ceil(m / B), most with the largest chunk a
+ * step writes (max_step_tokens, 0: 512). */
+static int64_t kv_group_blocks_at(const hr_kv_config *cfg, int window, int64_t m) {
+    int64_t B = cfg->block_size, C = cfg->max_step_tokens > 0 ? cfg->max_step_tokens : 512;
+    int64_t all = (m + B - 1) / B;
+    if (window <= 0) return all;
+    return HR_MIN(all, all - kv_floor_div(m - C + 1 - window, B));
+}
+
+/* Blocks one sequence of n_tokens slots holds at most in the groups of `kind` (-1: every group): the
+ * largest total over its life, which is reached with a reservation ending in the last block of
+ * positions (n - B, n] (B positions earlier cost a full block and gain nothing: the window counts
+ * repeat with period B); the kinds' figures are those of that moment, so they add up to the total. */
+static int64_t kv_blocks_at(const hr_kv_config *cfg, const hr_kv_groups *lay, int kind, int64_t n_tokens) {
+    if (n_tokens <= 0) return 0;
+    if (lay->n_groups == 1) return kind <= 0 ? (n_tokens + cfg->block_size - 1) / cfg->block_size : 0;
+    int64_t best = -1, best_kind = 0;
+    for (int64_t m = HR_MAX(1, n_tokens - cfg->block_size + 1); m <= n_tokens; m++) {
+        int64_t total = 0, of_kind = 0;
+        for (int k = 0; k < lay->n_kinds; k++) {
+            int64_t n = kv_group_blocks_at(cfg, lay->kinds[k].window, m) * lay->kinds[k].n_groups;
+            total += n;
+            if (k == kind) of_kind = n;
+        }
+        if (total > best) best = total, best_kind = of_kind;
+    }
+    return kind < 0 ? best : best_kind;
+}
+
+int64_t hr_kv_seq_blocks_at(const hr_kv_config *cfg, int64_t n_tokens) {
+    hr_kv_groups lay;
+    if (hr_kv_config_groups(cfg, &lay, NULL) != HR_OK) return 0;
+    return kv_blocks_at(cfg, &lay, -1, n_tokens);
+}
+
+int64_t hr_kv_kind_blocks_at(const hr_kv_config *cfg, int kind, int64_t n_tokens) {
+    hr_kv_groups lay;
+    if (kind < 0 || hr_kv_config_groups(cfg, &lay, NULL) != HR_OK || kind >= lay.n_kinds) return 0;
+    return kv_blocks_at(cfg, &lay, kind, n_tokens);
+}
+
+uint64_t hr_kv_block_bytes(const hr_kv_config *cfg) {
+    hr_kv_groups lay;
+    if (hr_kv_config_groups(cfg, &lay, NULL) != HR_OK) return 0;
+    return lay.block_bytes;
 }
 
 uint64_t hr_kv_stage_block_bytes(const hr_kv_config *cfg) {
     kv_fmt kf, vf;
     if (kv_check_config(cfg, &kf, &vf, NULL) != HR_OK) return 0;
     if (!kf.deferred && !vf.deferred) return 0;
-    return (uint64_t)cfg->n_layers * 2 * cfg->n_kv_heads * cfg->block_size * cfg->head_dim * 2;
+    hr_kv_groups lay;
+    kv_layout_of(cfg, &kf, &vf, &lay);
+    return (uint64_t)lay.slots * 2 * cfg->n_kv_heads * cfg->block_size * cfg->head_dim * 2;
 }
 
 int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs) {
@@ -102,7 +232,8 @@ typedef struct kv_meta_sizes {
     size_t refcnt, state, flags, hash, parent, tokens, prev, next; /* per block */
     size_t blk_stage, stage_free, map;
     size_t seqs, pending; /* per sequence slot */
-    size_t native_window; /* per layer */
+    size_t native_window, layer_gs; /* per layer */
+    size_t blk_group;               /* per block */
 } kv_meta_sizes;
 
 static void kv_meta_sizes_of(const hr_kv_config *cfg, int n_blocks, kv_meta_sizes *m) {
@@ -121,7 +252,9 @@ static void kv_meta_sizes_of(const hr_kv_config *cfg, int n_blocks, kv_meta_size
                          .map = (size_t)kv_prefix_map_slots(n_blocks) * KV_ELEM(map),
                          .seqs = S * KV_ELEM(seqs),
                          .pending = S * B * KV_ELEM(pending),
-                         .native_window = (size_t)cfg->n_layers * KV_ELEM(native_window)};
+                         .native_window = (size_t)cfg->n_layers * KV_ELEM(native_window),
+                         .layer_gs = (size_t)cfg->n_layers * 3 * KV_ELEM(layer_gs),
+                         .blk_group = n * KV_ELEM(blk_group)};
 }
 
 uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks) {
@@ -129,17 +262,23 @@ uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks) {
     kv_meta_sizes m;
     kv_meta_sizes_of(cfg, n_blocks, &m);
     /* the CPU storage's own host tables (another storage keeps its bookkeeping where its bytes are) */
+    hr_kv_groups lay;
+    hr_kv_config_groups(cfg, &lay, NULL);
     uint64_t st = cfg->storage
                       ? 0
-                      : hr_kv_storage_cpu_meta_bytes(cfg->n_layers, hr_kv_fixed_bytes(cfg) > 0 ? kv_n_stage(cfg) : 0);
+                      : hr_kv_storage_cpu_meta_bytes(lay.slots, hr_kv_fixed_bytes(cfg) > 0 ? kv_n_stage(cfg) : 0);
     return sizeof(hr_kv_pool) + m.refcnt + m.state + m.flags + m.hash + m.parent + m.tokens + m.prev + m.next +
-           m.blk_stage + m.stage_free + m.map + m.seqs + m.pending + m.native_window + st;
+           m.blk_stage + m.stage_free + m.map + m.seqs + m.pending + m.native_window + m.layer_gs + m.blk_group + st;
 }
 
 uint64_t hr_kv_seq_table_bytes(const hr_kv_config *cfg, int n_tokens) {
     if (cfg->block_size < 1 || n_tokens < 1) return 0;
     int n = (int)(((int64_t)n_tokens + cfg->block_size - 1) / cfg->block_size);
-    return (uint64_t)kv_table_cap(n) * sizeof(int32_t);
+    hr_kv_groups lay;
+    if (hr_kv_config_groups(cfg, &lay, NULL) != HR_OK) return 0;
+    /* a row per group, and several groups' holes and eviction marks */
+    return (uint64_t)kv_table_cap(n) * sizeof(int32_t) * (uint64_t)lay.n_groups +
+           (lay.n_groups > 1 ? 2 * (uint64_t)lay.n_groups * sizeof(int32_t) : 0);
 }
 
 /* ---- create / destroy ---------------------------------------------------------------------------- */
@@ -158,7 +297,9 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     kv_fmt kf, vf;
     hr_status rc = kv_check_config(cfg, &kf, &vf, err);
     if (rc != HR_OK) return rc;
-    uint64_t block_bytes = hr_kv_block_bytes(cfg);
+    hr_kv_groups lay;
+    kv_layout_of(cfg, &kf, &vf, &lay);
+    uint64_t block_bytes = lay.block_bytes;
     uint64_t fixed = hr_kv_fixed_bytes(cfg);
     if (cfg->budget_bytes < fixed + block_bytes) {
         char b1[32], b2[32], b3[32];
@@ -169,7 +310,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
                             "KV budget %s holds no block: one block of %d tokens (%d layers, K %s, V %s) takes %s"
                             "%s; the smallest budget that fits one block is %s (%llu bytes); raise the budget, "
                             "or use a smaller block_size or format",
-                            b1, cfg->block_size, cfg->n_layers, hr_kv_format_name(cfg->k_format),
+                            b1, cfg->block_size, lay.slots, hr_kv_format_name(cfg->k_format),
                             hr_kv_format_name(cfg->v_format), b2,
                             fixed ? " plus f16 tail buffers (stage_blocks) for the blocks being filled" : "", b3,
                             (unsigned long long)(fixed + block_bytes));
@@ -180,6 +321,8 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     hr_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return hr_error_set(err, HR_ERR_NOMEM, "KV pool: out of memory for the pool header");
     p->cfg = *cfg;
+    p->lay = lay;
+    p->n_groups = lay.n_groups;
     p->n_blocks = (int)nb;
     p->kf = kf;
     p->vf = vf;
@@ -189,7 +332,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->n_stage = fixed ? kv_n_stage(cfg) : 0;
 
     /* the bytes: blocks and tail buffers in the storage, sized once here; it never grows */
-    hr_kv_storage_params sp = {.n_layers = cfg->n_layers,
+    hr_kv_storage_params sp = {.n_layers = lay.slots, /* the storage sees G layer slots per block */
                                .n_kv_heads = cfg->n_kv_heads,
                                .head_dim = cfg->head_dim,
                                .block_size = cfg->block_size,
@@ -224,14 +367,27 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
     p->blk_stage = malloc(ms.blk_stage);
     p->stage_free = malloc(ms.stage_free);
     p->native_window = calloc(1, ms.native_window);
+    p->layer_gs = malloc(ms.layer_gs);
+    p->blk_group = calloc(1, ms.blk_group);
     p->default_pol = (hr_kv_policy){.kind = HR_KV_POLICY_FULL};
     bool ok = p->refcnt && p->state && p->flags && p->hash && p->parent && p->tokens && p->prev && p->next && p->seqs &&
-              p->pending && p->blk_stage && p->stage_free && p->native_window && kv_prefix_map_init(p);
+              p->pending && p->blk_stage && p->stage_free && p->native_window && p->layer_gs && p->blk_group &&
+              kv_prefix_map_init(p);
     if (!ok) {
         hr_kv_pool_destroy(p);
         return hr_error_set(err, HR_ERR_NOMEM, "KV pool: out of memory for the metadata of %d blocks", n);
     }
+    for (int l = 0; l < cfg->n_layers; l++) {
+        p->native_window[l] = kv_cfg_window(cfg, l);
+        p->layer_gs[2 * cfg->n_layers + l] = kv_cfg_window(cfg, l);
+        kv_layer_place(cfg, &lay, l, &p->layer_gs[2 * l], &p->layer_gs[2 * l + 1]);
+    }
+    /* the config's windows were borrowed: the pool's copy (fixed, unlike native_window, which
+     * hr_kv_pool_set_sliding_window may still set on a one-group pool) */
+    p->cfg.layer_window = cfg->layer_window ? p->layer_gs + 2 * cfg->n_layers : NULL;
     kv_blocks_init(p);
+    for (int k = 0; k < HR_KV_MAX_KINDS; k++) atomic_init(&p->kind_used[k], 0);
+    atomic_init(&p->window_freed, 0);
     atomic_init(&p->waste_slots, 0);
     atomic_init(&p->prefix_hits, 0);
     atomic_init(&p->evicted, 0);
@@ -247,6 +403,7 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     if (p->seqs) {
         for (int i = 0; i < p->cfg.max_seqs; i++) {
             free(p->seqs[i].table);
+            free(p->seqs[i].ghole);
             free(p->seqs[i].mask);
             free(p->seqs[i].score);
             if (p->seqs[i].swapped) kv_swap_drop(p, &p->seqs[i]);
@@ -268,12 +425,27 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
     free(p->map);
     free(p->fetch_buf);
     free(p->native_window);
+    free(p->layer_gs);
+    free(p->blk_group);
     free(p);
 }
 
 const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *p) { return &p->cfg; }
 int hr_kv_pool_n_blocks(const hr_kv_pool *p) { return p->n_blocks; }
 const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->st->ops->isa(p->st); }
+const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *p) { return &p->lay; }
+int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *p, int64_t n_tokens) { return kv_blocks_at(&p->cfg, &p->lay, -1, n_tokens); }
+
+int64_t hr_kv_seq_claim_blocks(const hr_kv_pool *p, hr_kv_seq seq, int64_t n_slots, int64_t claim) {
+    int64_t want = hr_kv_pool_seq_blocks(p, claim), held;
+    if (p->n_groups == 1)
+        held = hr_kv_pool_seq_blocks(p, n_slots);
+    else if (kv_seq_valid(p, seq) && !p->seqs[seq].swapped)
+        held = (int64_t)p->seqs[seq].n_table * p->n_groups - p->seqs[seq].n_holes;
+    else
+        held = 0;
+    return want > held ? want - held : 0;
+}
 
 /* ---- sequences ----------------------------------------------------------------------------------- */
 
@@ -281,13 +453,17 @@ hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
     for (int i = 0; i < p->cfg.max_seqs; i++) {
         kv_seq *s = &p->seqs[i];
         if (s->active) continue;
-        int32_t *table = s->table;
+        int32_t *table = s->table, *ghole = s->ghole;
         int cap = s->cap, meta_cap = s->meta_cap;
         uint64_t *mask = s->mask;
         atomic_uint_fast64_t *score = s->score;
+        if (p->n_groups > 1 && !ghole && !(ghole = calloc(2 * (size_t)p->n_groups, sizeof *ghole)))
+            return hr_error_set(err, HR_ERR_NOMEM, "KV: out of memory for a sequence's %d group rows", p->n_groups);
         memset(s, 0, sizeof *s);
         s->table = table; /* keep the allocations of the previous user of this slot */
         s->cap = cap;
+        s->ghole = ghole;
+        if (ghole) memset(ghole, 0, 2 * (size_t)p->n_groups * sizeof *ghole);
         s->mask = mask;
         s->score = score;
         s->meta_cap = meta_cap;
@@ -303,13 +479,17 @@ hr_status hr_kv_seq_create(hr_kv_pool *p, hr_kv_seq *out, hr_error *err) {
 
 int hr_kv_seq_n_tokens(const hr_kv_pool *p, hr_kv_seq seq) { return kv_seq_valid(p, seq) ? p->seqs[seq].n_tokens : 0; }
 
-/* Tail buffers that writing tokens up to n_tokens needs beyond those held: one for each block from the
- * first one not yet full up to the last one those tokens reach that has none (new blocks included). */
+/* Tail buffers that writing tokens up to n_tokens needs beyond those held: in every group, one for
+ * each block from the first one not yet full up to the last one those tokens reach that has none (new
+ * blocks included). */
 static int kv_stage_need(const hr_kv_pool *p, const kv_seq *s, int need_blocks) {
     if (!kv_deferred(p)) return 0;
     int n = 0;
-    for (int i = s->n_tokens / p->cfg.block_size; i < need_blocks; i++)
-        n += i >= s->n_table || (s->table[i] >= 0 && p->blk_stage[s->table[i]] < 0);
+    for (int g = 0; g < p->n_groups; g++) {
+        const int32_t *t = kv_tab(s, g);
+        for (int i = s->n_tokens / p->cfg.block_size; i < need_blocks; i++)
+            n += i >= s->n_table || (t[i] >= 0 && p->blk_stage[t[i]] < 0);
+    }
     return n;
 }
 
@@ -321,8 +501,9 @@ int hr_kv_seq_stage_need(const hr_kv_pool *p, hr_kv_seq seq, int n_tokens) {
 int hr_kv_pool_n_stage(const hr_kv_pool *p) { return p->n_stage; }
 int hr_kv_pool_n_stage_free(const hr_kv_pool *p) { return p->n_stage_free; }
 
-/* Grows the table to n_tokens slots; with `writable`, also gives every block those tokens reach (from
- * the first one not yet full) a tail buffer. Plan first, then commit: on refusal nothing changed. */
+/* Grows the table to n_tokens slots (every group's row); with `writable`, also gives every block those
+ * tokens reach (from the first one not yet full) a tail buffer. Plan first, then commit: on refusal
+ * nothing changed. */
 static hr_status kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, bool writable, hr_error *err) {
     if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV reserve: %d is not a sequence", seq);
     kv_seq *s = &p->seqs[seq];
@@ -335,24 +516,29 @@ static hr_status kv_seq_reserve(hr_kv_pool *p, hr_kv_seq seq, int n_tokens, bool
     int stage = writable ? kv_stage_need(p, s, need_blocks) : 0;
     if (writable && s->reserve_end == 0 && n_tokens > s->n_tokens) s->reserve_end = n_tokens; /* snapkv's default */
     if (add <= 0 && stage == 0) return HR_OK;
-    if (add > hr_kv_pool_n_free(p))
+    int64_t add_all = add > 0 ? (int64_t)add * p->n_groups : 0; /* a block per group per position block */
+    if (add_all > hr_kv_pool_n_free(p))
         return hr_error_set(err, HR_ERR_FULL,
-                            "KV reserve: %d more blocks needed for %d tokens, %d free or evictable of %d", add,
-                            n_tokens, hr_kv_pool_n_free(p), p->n_blocks);
+                            "KV reserve: %lld more blocks needed for %d tokens, %d free or evictable of %d",
+                            (long long)add_all, n_tokens, hr_kv_pool_n_free(p), p->n_blocks);
     if (stage > p->n_stage_free)
         return hr_error_set(err, HR_ERR_FULL,
                             "KV reserve: %d blocks to fill need f16 tail buffers, %d of %d free (stage_blocks); "
                             "retry after commits or raise stage_blocks",
                             stage, p->n_stage_free, p->n_stage);
     if (add > 0) {
-        hr_status rc = kv_table_reserve(s, need_blocks, err);
+        hr_status rc = kv_table_reserve(p, s, need_blocks, err);
         if (rc == HR_OK) rc = kv_policy_meta_grow(p, s, need_blocks, err);
         if (rc != HR_OK) return rc;
-        for (int i = 0; i < add; i++) s->table[s->n_table++] = kv_block_alloc(p);
+        for (int i = 0; i < add; i++, s->n_table++)
+            for (int g = 0; g < p->n_groups; g++) kv_tab(s, g)[s->n_table] = kv_block_alloc(p, g);
         atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)add * B, memory_order_relaxed);
     }
-    for (int i = s->n_tokens / B; stage > 0 && i < need_blocks; i++)
-        if (s->table[i] >= 0 && p->blk_stage[s->table[i]] < 0) kv_stage_take(p, s->table[i]);
+    for (int g = 0; g < p->n_groups && stage > 0; g++) {
+        int32_t *t = kv_tab(s, g);
+        for (int i = s->n_tokens / B; i < need_blocks; i++)
+            if (t[i] >= 0 && p->blk_stage[t[i]] < 0) kv_stage_take(p, t[i]);
+    }
     kv_update_peak(p, s);
     return HR_OK;
 }
@@ -389,10 +575,10 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
     kv_seq *s = &p->seqs[src];
     if (s->swapped)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "KV fork: sequence %d is swapped out; swap it in first", src);
-    int B = p->cfg.block_size;
+    int B = p->cfg.block_size, NG = p->n_groups;
     int n_full = s->n_tokens / B;
     bool tail = s->n_tokens % B != 0;
-    if (tail && (hr_kv_pool_n_free(p) < 1 || (kv_deferred(p) && p->n_stage_free < 1)))
+    if (tail && (hr_kv_pool_n_free(p) < NG || (kv_deferred(p) && p->n_stage_free < NG)))
         return hr_error_set(err, HR_ERR_FULL, "KV fork: no free block (or tail buffer) to copy the partial tail into");
     hr_kv_seq c;
     hr_status rc = hr_kv_seq_create(p, &c, err);
@@ -400,7 +586,7 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
     s = &p->seqs[src];
     kv_seq *d = &p->seqs[c];
     d->pol = s->pol;
-    rc = kv_table_reserve(d, n_full + (tail ? 1 : 0), err);
+    rc = kv_table_reserve(p, d, n_full + (tail ? 1 : 0), err);
     if (rc == HR_OK) rc = kv_policy_meta_grow(p, d, s->meta_n < s->n_table ? s->meta_n : s->n_table, err);
     if (rc != HR_OK) {
         d->active = false;
@@ -412,23 +598,32 @@ hr_status hr_kv_seq_fork(hr_kv_pool *p, hr_kv_seq src, hr_kv_seq *out, hr_error 
         for (size_t i = 0; i < (size_t)d->meta_n * per * (size_t)B; i++)
             atomic_init(&d->score[i], atomic_load_explicit(&s->score[i], memory_order_relaxed));
     }
-    for (int i = 0; i < n_full; i++) {
-        if (s->table[i] >= 0) kv_block_ref(p, s->table[i]);
-        d->table[d->n_table++] = s->table[i];
+    for (int g = 0; g < NG; g++) {
+        const int32_t *st = kv_tab(s, g);
+        int32_t *dt = kv_tab(d, g);
+        for (int i = 0; i < n_full; i++) {
+            if (st[i] >= 0) kv_block_ref(p, st[i]);
+            dt[i] = st[i];
+        }
     }
+    d->n_table = n_full;
     d->n_holes = s->n_holes;
     d->evict_from = s->evict_from;
+    if (NG > 1) memcpy(d->ghole, s->ghole, 2 * (size_t)NG * sizeof *d->ghole);
     d->reserve_end = s->reserve_end;
     d->prompt_len = s->prompt_len;
     d->snap_done = s->snap_done;
     if (tail) {
-        int32_t from = s->table[n_full], to = kv_block_alloc(p);
-        p->st->ops->copy_block(p->st, from, to); /* the partial tail is the child's own copy */
-        if (kv_deferred(p) && p->blk_stage[from] >= 0) {
-            int32_t slot = kv_stage_take(p, to);
-            p->st->ops->stage_copy(p->st, p->blk_stage[from], slot);
+        for (int g = 0; g < NG; g++) {
+            int32_t from = kv_tab(s, g)[n_full], to = kv_block_alloc(p, g);
+            p->st->ops->copy_block(p->st, from, to); /* the partial tail is the child's own copy */
+            if (kv_deferred(p) && p->blk_stage[from] >= 0) {
+                int32_t slot = kv_stage_take(p, to);
+                p->st->ops->stage_copy(p->st, p->blk_stage[from], slot);
+            }
+            kv_tab(d, g)[n_full] = to;
         }
-        d->table[d->n_table++] = to;
+        d->n_table++;
     }
     memcpy(p->pending + (size_t)c * B, p->pending + (size_t)src * B, (size_t)B * sizeof *p->pending);
     d->n_tokens = s->n_tokens;

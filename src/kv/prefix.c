@@ -23,6 +23,11 @@ static uint64_t kv_chain(uint64_t parent, uint64_t scope, const int32_t *tokens,
     return h;
 }
 
+/* Group g's hash of the block whose token chain is h: group 0 keeps the chain itself (a one-group
+ * pool's hashes, events and remote keys are as they always were); the others mix their index in, so
+ * a group shares only with the same group of another sequence. */
+static uint64_t kv_group_hash(uint64_t h, int g) { return g == 0 ? h : hr_mix64(h ^ (0x67726f7570000000ull + (uint64_t)g)); }
+
 hr_status hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs, hr_error *err) {
     if (obs && obs->fetch && !p->fetch_buf) {
         p->fetch_buf = malloc(p->block_bytes);
@@ -49,7 +54,7 @@ bool hr_kv_pool_read_block(const hr_kv_pool *p, uint64_t hash, void *out, uint64
  * hash the map already holds for other tokens, or when no block is free. Returns blocks appended. */
 static int kv_fetch_more(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, int from, int max_blocks) {
     int B = p->cfg.block_size, n = 0;
-    if (!p->obs.fetch || !p->fetch_buf || s->pol.kind != HR_KV_POLICY_FULL) return 0;
+    if (!p->obs.fetch || !p->fetch_buf || s->pol.kind != HR_KV_POLICY_FULL || p->n_groups > 1) return 0;
     uint64_t root = kv_prefix_root(p), h = s->last_hash;
     for (int i = from; i < max_blocks; i++) {
         const int32_t *tk = tokens + (size_t)i * B;
@@ -58,8 +63,8 @@ static int kv_fetch_more(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, int fr
         if (p->free_list.count + p->lru.count == 0) break;
         hr_kv_block_info bi = {.hash = nh, .has_parent = h != root, .parent = h, .tokens = tk, .block_size = B};
         if (!p->obs.fetch(p->obs.ctx, &bi, p->fetch_buf, p->block_bytes)) break;
-        if (kv_table_reserve(s, s->n_table + 1, NULL) != HR_OK) break;
-        int32_t b = kv_block_alloc(p);
+        if (kv_table_reserve(p, s, s->n_table + 1, NULL) != HR_OK) break;
+        int32_t b = kv_block_alloc(p, 0);
         if (b < 0) break;
         p->st->ops->write_block(p->st, b, p->fetch_buf);
         p->parent[b] = h;
@@ -100,19 +105,21 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
         pend[s->n_tokens % B] = tokens[i];
         s->n_tokens++;
         if (s->n_tokens % B != 0) continue;
-        int32_t b = s->table[s->n_tokens / B - 1];
-        KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0);
-#if HR_DEBUG_CHECKS
-        for (int l = 0; kv_deferred(p) && l < p->cfg.n_layers; l++) /* every layer written */
-            KV_ASSERT(p->blk_stage[b] >= 0 && p->st->ops->stage_filled(p->st, p->blk_stage[b], l) == B);
-#endif
-        kv_stage_release(p, b); /* encoded: the tail buffer is not needed any more */
         uint64_t h = kv_chain(s->last_hash, s->scope, pend, B);
-        p->parent[b] = s->last_hash;
-        p->hash[b] = h;
-        memcpy(p->tokens + (size_t)b * B, pend, (size_t)B * sizeof *pend);
-        p->flags[b] |= KV_FLAG_HASHED;
-        kv_prefix_map_add(p, b);
+        for (int g = 0; g < p->n_groups; g++) {
+            int32_t b = kv_tab(s, g)[s->n_tokens / B - 1];
+            KV_ASSERT(b >= 0 && p->refcnt[b] == 1 && p->flags[b] == 0);
+#if HR_DEBUG_CHECKS
+            for (int l = 0; kv_deferred(p) && l < p->lay.slots; l++) /* every layer slot written */
+                KV_ASSERT(p->blk_stage[b] >= 0 && p->st->ops->stage_filled(p->st, p->blk_stage[b], l) == B);
+#endif
+            kv_stage_release(p, b); /* encoded: the tail buffer is not needed any more */
+            p->parent[b] = s->last_hash; /* the token chain's previous link, whatever the group */
+            p->hash[b] = kv_group_hash(h, g);
+            memcpy(p->tokens + (size_t)b * B, pend, (size_t)B * sizeof *pend);
+            p->flags[b] |= KV_FLAG_HASHED;
+            kv_prefix_map_add(p, b);
+        }
         s->last_hash = h;
     }
     atomic_fetch_sub_explicit(&p->waste_slots, (uint64_t)n, memory_order_relaxed);
@@ -130,6 +137,76 @@ hr_status hr_kv_seq_set_scope(hr_kv_pool *p, hr_kv_seq seq, uint64_t scope, hr_e
     return HR_OK;
 }
 
+/* Group g's block of chain hash h whose parent link is `parent` and tokens tk, or -1. */
+static int32_t kv_group_find(const hr_kv_pool *p, int g, uint64_t h, uint64_t parent, const int32_t *tk) {
+    int B = p->cfg.block_size;
+    int32_t b = kv_prefix_map_find(p, kv_group_hash(h, g));
+    if (b < 0 || p->parent[b] != parent || memcmp(p->tokens + (size_t)b * B, tk, (size_t)B * sizeof *tk) != 0)
+        return -1;
+    return b;
+}
+
+/* share_prefix on a hybrid pool. A hit of n blocks needs every full group's blocks [0, n) and, in
+ * each window group, only the blocks its window still sees once the sequence holds n * B tokens
+ * (kv_group_keeps: the window's and the sinks'); the others start as holes, as if the window had
+ * dropped them. So a shared prefix longer than a window is still a hit when the window groups kept
+ * (or the prefix cache still holds) the blocks at its end: the longest n for which every group has
+ * what it needs is taken. Plan, then take: a failed allocation changes nothing. */
+static hr_status kv_share_groups(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, int max_blocks, int *n_cached,
+                                 hr_error *err) {
+    int B = p->cfg.block_size, NG = p->n_groups;
+    uint64_t *ch = malloc(((size_t)max_blocks + 1) * sizeof *ch); /* ch[j + 1]: the chain after block j */
+    if (!ch) return hr_error_set(err, HR_ERR_NOMEM, "KV share_prefix: out of memory for %d hashes", max_blocks);
+    ch[0] = s->last_hash;
+    for (int j = 0; j < max_blocks; j++) ch[j + 1] = kv_chain(ch[j], s->scope, tokens + (size_t)j * B, B);
+    int run = max_blocks; /* the full groups' run: every block from the first */
+    for (int g = 0; g < NG; g++) {
+        if (kv_group_window(p, s, g) > 0) continue;
+        int j = 0;
+        while (j < run && kv_group_find(p, g, ch[j + 1], ch[j], tokens + (size_t)j * B) >= 0) j++;
+        run = j;
+    }
+    int n = run;
+    for (; n > 0; n--) { /* the longest run the window groups can take too */
+        bool ok = true;
+        for (int g = 0; g < NG && ok; g++) {
+            if (kv_group_window(p, s, g) == 0) continue;
+            for (int j = 0; j < n && ok; j++)
+                if (kv_group_keeps(p, s, g, j, n * B))
+                    ok = kv_group_find(p, g, ch[j + 1], ch[j], tokens + (size_t)j * B) >= 0;
+        }
+        if (ok) break;
+    }
+    hr_status rc = kv_table_reserve(p, s, n, err);
+    if (rc != HR_OK) {
+        free(ch);
+        return rc;
+    }
+    for (int g = 0; g < NG; g++) {
+        int32_t *t = kv_tab(s, g);
+        for (int j = 0; j < n; j++) {
+            if (!kv_group_keeps(p, s, g, j, n * B)) {
+                t[j] = -1; /* what the window dropped: a hole from the start, not an eviction */
+                s->n_holes++;
+                s->ghole[g]++;
+                continue;
+            }
+            int32_t b = kv_group_find(p, g, ch[j + 1], ch[j], tokens + (size_t)j * B);
+            kv_block_ref(p, b);
+            t[j] = b;
+        }
+    }
+    s->n_table = n;
+    s->last_hash = ch[n];
+    s->n_tokens = n * B;
+    s->prefix_hit_tokens = n * B;
+    free(ch);
+    atomic_fetch_add_explicit(&p->prefix_hits, (uint64_t)n * B, memory_order_relaxed);
+    kv_update_peak(p, s);
+    *n_cached = n * B;
+    return HR_OK;
+}
+
 hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n_tokens, int *n_cached,
                                  hr_error *err) {
     if (!kv_seq_valid(p, seq))
@@ -142,6 +219,7 @@ hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *to
                             seq, s->n_tokens, s->n_table);
     int B = p->cfg.block_size;
     int max_blocks = n_tokens > 0 ? (n_tokens - 1) / B : 0;
+    if (p->n_groups > 1) return kv_share_groups(p, s, tokens, max_blocks, n_cached, err);
     /* find the run first (plan), then take it (commit), so a failed table allocation changes nothing */
     uint64_t h = s->last_hash;
     int n_found = 0;
@@ -152,7 +230,7 @@ hr_status hr_kv_seq_share_prefix(hr_kv_pool *p, hr_kv_seq seq, const int32_t *to
         if (b < 0 || p->parent[b] != h || memcmp(p->tokens + (size_t)b * B, tk, (size_t)B * sizeof *tk) != 0) break;
         h = nh;
     }
-    hr_status rc = kv_table_reserve(s, n_found, err);
+    hr_status rc = kv_table_reserve(p, s, n_found, err);
     if (rc != HR_OK) return rc;
     h = s->last_hash;
     for (int i = 0; i < n_found; i++) {

@@ -39,6 +39,9 @@ struct hr_kv_swap {
 
 typedef struct kv_swap_rec {
     int n_blocks, n_units;
+    int n_table;    /* table entries per group it restores (holes stay holes) */
+    int32_t *where; /* [n_blocks]: group * n_table + entry of each block (group by group, in order) */
+    int32_t *holes; /* several groups: the sequence's ghole (holes and evict_from per group) */
     int32_t *units; /* n_units slot ids: one per block, then stage_units per staged block */
     uint8_t *flags; /* per block: KV_FLAG_HASHED, and bit 7 = had a tail buffer */
     uint64_t *hash, *parent;
@@ -169,6 +172,8 @@ static bool kv_stage_io(hr_kv_pool *p, hr_kv_swap *w, const int32_t *units, bool
 
 static void kv_rec_free(kv_swap_rec *r) {
     if (!r) return;
+    free(r->where);
+    free(r->holes);
     free(r->units);
     free(r->flags);
     free(r->hash);
@@ -184,16 +189,30 @@ hr_status hr_kv_seq_swap_out(hr_kv_pool *p, hr_kv_swap *w, hr_kv_seq seq, hr_err
     if (!kv_seq_valid(p, seq)) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap out: %d is not a sequence", seq);
     kv_seq *s = &p->seqs[seq];
     if (s->swapped) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap out: sequence %d is already out", seq);
-    int B = p->cfg.block_size, L = p->cfg.n_layers;
-    int nb = (s->n_tokens + B - 1) / B; /* reserved blocks past the tokens are released, not copied */
-    for (int i = 0; i < nb; i++)
-        if (s->table[i] < 0)
-            return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                                "KV swap out: sequence %d has blocks its eviction policy dropped; preempt it by "
-                                "recompute",
-                                seq);
+    int B = p->cfg.block_size, L = p->lay.slots, NG = p->n_groups;
+    int nt = (s->n_tokens + B - 1) / B; /* reserved blocks past the tokens are released, not copied */
+    /* a one-group pool's holes are a policy's; a hybrid pool's window-group holes are the model's
+     * window, restored as holes, unless a policy made some */
+    bool holes_ok = NG > 1 && s->pol.kind == HR_KV_POLICY_FULL;
+    int nb = 0;
+    for (int g = 0; g < NG; g++)
+        for (int i = 0; i < nt; i++) {
+            if (kv_tab(s, g)[i] >= 0) {
+                nb++;
+                continue;
+            }
+            if (!holes_ok)
+                return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                                    "KV swap out: sequence %d has blocks its eviction policy dropped; preempt it by "
+                                    "recompute",
+                                    seq);
+        }
     int n_staged = 0;
-    for (int i = 0; i < nb; i++) n_staged += kv_deferred(p) && p->blk_stage[s->table[i]] >= 0;
+    for (int g = 0; g < NG; g++)
+        for (int i = 0; i < nt; i++) {
+            int32_t b = kv_tab(s, g)[i];
+            n_staged += b >= 0 && kv_deferred(p) && p->blk_stage[b] >= 0;
+        }
     int units = nb + n_staged * w->stage_units;
     if (units > w->n_slots)
         return hr_error_set(err, HR_ERR_BUDGET, "KV swap out: sequence %d needs %d slots, the tier has %d in all", seq,
@@ -209,35 +228,44 @@ hr_status hr_kv_seq_swap_out(hr_kv_pool *p, hr_kv_swap *w, hr_kv_seq seq, hr_err
         r->parent = calloc((size_t)nb + 1, sizeof *r->parent);
         r->tokens = malloc(((size_t)nb * B + 1) * sizeof *r->tokens);
         r->filled = calloc((size_t)nb * L + 1, sizeof *r->filled);
+        r->where = malloc(((size_t)nb + 1) * sizeof *r->where);
+        r->holes = NG > 1 ? malloc(2 * (size_t)NG * sizeof *r->holes) : NULL;
     }
-    if (!r || !r->units || !r->flags || !r->hash || !r->parent || !r->tokens || !r->filled) {
+    if (!r || !r->units || !r->flags || !r->hash || !r->parent || !r->tokens || !r->filled || !r->where ||
+        (NG > 1 && !r->holes)) {
         kv_rec_free(r);
         return hr_error_set(err, HR_ERR_NOMEM, "KV swap out: out of memory for the record of %d blocks", nb);
     }
     r->n_blocks = nb;
     r->n_units = units;
+    r->n_table = nt;
+    if (r->holes) memcpy(r->holes, s->ghole, 2 * (size_t)NG * sizeof *r->holes);
     for (int u = 0; u < units; u++) r->units[u] = w->free_slots[w->n_free - 1 - u];
-    int extra = nb;
-    for (int i = 0; i < nb; i++) {
-        int32_t b = s->table[i];
-        bool ok = kv_block_io(p, w, b, r->units[i], true);
-        r->flags[i] = p->flags[b] & KV_FLAG_HASHED;
-        r->hash[i] = p->hash[b];
-        r->parent[i] = p->parent[b];
-        memcpy(r->tokens + (size_t)i * B, p->tokens + (size_t)b * B, (size_t)B * sizeof *r->tokens);
-        if (ok && kv_deferred(p) && p->blk_stage[b] >= 0) {
-            r->flags[i] |= REC_STAGED;
-            p->st->ops->stage_read(p->st, p->blk_stage[b], w->buf, r->filled + (size_t)i * L);
-            ok = kv_stage_io(p, w, r->units + extra, true);
-            extra += w->stage_units;
+    int extra = nb, i = 0;
+    for (int g = 0; g < NG; g++)
+        for (int e = 0; e < nt; e++) {
+            int32_t b = kv_tab(s, g)[e];
+            if (b < 0) continue;
+            r->where[i] = g * nt + e;
+            bool ok = kv_block_io(p, w, b, r->units[i], true);
+            r->flags[i] = p->flags[b] & KV_FLAG_HASHED;
+            r->hash[i] = p->hash[b];
+            r->parent[i] = p->parent[b];
+            memcpy(r->tokens + (size_t)i * B, p->tokens + (size_t)b * B, (size_t)B * sizeof *r->tokens);
+            if (ok && kv_deferred(p) && p->blk_stage[b] >= 0) {
+                r->flags[i] |= REC_STAGED;
+                p->st->ops->stage_read(p->st, p->blk_stage[b], w->buf, r->filled + (size_t)i * L);
+                ok = kv_stage_io(p, w, r->units + extra, true);
+                extra += w->stage_units;
+            }
+            if (!ok) {
+                int en = errno;
+                kv_rec_free(r);
+                return hr_error_set(err, HR_ERR_IO, "KV swap out: writing block %d of sequence %d failed: %s", i, seq,
+                                    strerror(en));
+            }
+            i++;
         }
-        if (!ok) {
-            int e = errno;
-            kv_rec_free(r);
-            return hr_error_set(err, HR_ERR_IO, "KV swap out: writing block %d of sequence %d failed: %s", i, seq,
-                                strerror(e));
-        }
-    }
     w->n_free -= units; /* commit: the slots were the top of the stack */
     atomic_fetch_add_explicit(&w->slots_used, units, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->out_total, (uint64_t)nb, memory_order_relaxed);
@@ -256,19 +284,24 @@ hr_status hr_kv_seq_swap_in(hr_kv_pool *p, hr_kv_seq seq, hr_error *err) {
     if (!s->swapped) return hr_error_set(err, HR_ERR_INVALID_ARG, "KV swap in: sequence %d is not swapped out", seq);
     kv_swap_rec *r = s->rec;
     hr_kv_swap *w = s->swap;
-    int B = p->cfg.block_size, L = p->cfg.n_layers;
+    int B = p->cfg.block_size, L = p->lay.slots, NG = p->n_groups;
     int n_staged = 0;
     for (int i = 0; i < r->n_blocks; i++) n_staged += (r->flags[i] & REC_STAGED) != 0;
     if (r->n_blocks > hr_kv_pool_n_free(p) || (kv_deferred(p) && n_staged > p->n_stage_free))
         return hr_error_set(err, HR_ERR_FULL, "KV swap in: sequence %d needs %d blocks (%d free or evictable)", seq,
                             r->n_blocks, hr_kv_pool_n_free(p));
-    hr_status rc = kv_table_reserve(s, r->n_blocks, err);
+    hr_status rc = kv_table_reserve(p, s, r->n_table, err);
     if (rc != HR_OK) return rc;
-    /* read into fresh blocks; on a read error give them back and leave the copy in the tier */
+    /* every entry a hole first, then the blocks read into fresh ones; on a read error give them back
+     * and leave the copy in the tier */
+    for (int g = 0; g < NG; g++)
+        for (int e = 0; e < r->n_table; e++) kv_tab(s, g)[e] = -1;
+    s->n_table = r->n_table;
     int extra = r->n_blocks;
     for (int i = 0; i < r->n_blocks; i++) {
-        int32_t b = kv_block_alloc(p);
-        s->table[s->n_table++] = b;
+        int g = r->where[i] / r->n_table, e = r->where[i] % r->n_table;
+        int32_t b = kv_block_alloc(p, g);
+        kv_tab(s, g)[e] = b;
         bool ok = kv_block_io(p, w, b, r->units[i], false);
         if (ok && (r->flags[i] & REC_STAGED)) {
             int32_t slot = kv_stage_take(p, b);
@@ -277,23 +310,28 @@ hr_status hr_kv_seq_swap_in(hr_kv_pool *p, hr_kv_seq seq, hr_error *err) {
             extra += w->stage_units;
         }
         if (!ok) {
-            int e = errno;
+            int en = errno;
             int n_tokens = s->n_tokens;
             s->n_tokens = s->n_table * B; /* release without touching the waste figure */
             kv_seq_release_blocks(p, s);
             s->n_tokens = n_tokens;
             return hr_error_set(err, HR_ERR_IO, "KV swap in: reading block %d of sequence %d failed: %s", i, seq,
-                                strerror(e));
+                                strerror(en));
         }
     }
     for (int i = 0; i < r->n_blocks; i++) {
-        int32_t b = s->table[i];
+        int32_t b = kv_tab(s, r->where[i] / r->n_table)[r->where[i] % r->n_table];
         if (!(r->flags[i] & KV_FLAG_HASHED)) continue;
         p->hash[b] = r->hash[i];
         p->parent[b] = r->parent[i];
         memcpy(p->tokens + (size_t)b * B, r->tokens + (size_t)i * B, (size_t)B * sizeof *p->tokens);
         p->flags[b] |= KV_FLAG_HASHED;
         kv_prefix_map_add(p, b); /* shareable again unless the cache already has this block */
+    }
+    if (r->holes) { /* the window groups' holes and where their eviction goes on */
+        memcpy(s->ghole, r->holes, 2 * (size_t)NG * sizeof *s->ghole);
+        s->n_holes = 0;
+        for (int g = 0; g < NG; g++) s->n_holes += s->ghole[g];
     }
     atomic_fetch_add_explicit(&p->waste_slots, (uint64_t)s->n_table * B - (uint64_t)s->n_tokens, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->in_total, (uint64_t)r->n_blocks, memory_order_relaxed);

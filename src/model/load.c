@@ -167,6 +167,7 @@ static hr_status plan_layers(const hr_gguf *g, hr_model *m, hr_error *err) {
         la->rope_linear_scale = win ? scale_swa : hp->rope_linear_scale;
         hp->n_window_layers += win;
     }
+    hp->swa_window = hp->n_window_layers > 0 ? window : 0; /* the KV pool's window groups, the planner */
     /* hp->sliding_window keeps its meaning for the planner: the window of every layer, or none */
     if (hp->n_window_layers < hp->n_layer) hp->sliding_window = 0;
     return HR_OK;

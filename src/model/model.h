@@ -99,6 +99,7 @@ typedef struct hr_hparams {
     float attn_softcap;     /* scores become c tanh(s / c) before the softmax; 0 = none (gemma2: 50) */
     float final_softcap;    /* the same on the logits (gemma2: 30; gemma3 where the file says) */
     int n_window_layers;    /* layers attending through a window (of n_layer) */
+    int swa_window;         /* those layers' window (gemma's beside full layers too), 0 = none */
     bool has_longrope;      /* rope_factors_short/long.weight (phi3): long where max_ctx > n_ctx_orig */
     int n_ctx_orig;         /* {arch}.rope.scaling.original_context_length (phi3), else n_ctx_train */
     float rope_attn_factor; /* {arch}.rope.scaling.attn_factor: cos and sin are multiplied by it; 0 = 1 */

@@ -3,6 +3,7 @@
  * device's usable bytes as the limit (what the device holds). Nothing here re-derives a byte count the
  * runtime computes. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,8 +19,18 @@ static void fill_defaults(const hr_plan_model *m, const hr_plan_device *d, hr_pl
     if (p->n_threads <= 0) p->n_threads = d->gpu ? 1 : (int)HR_MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+/* Each layer's window as the pool will be told it: a model mixing window and full layers (gemma2/3)
+ * gets hp->n_window_layers windows of hp->swa_window (which layers does not change the groups or
+ * their bytes: only the counts do); NULL for a one-kind model (held_ctx covers a window of every
+ * layer, as before). w holds n_layer entries. */
+static const int32_t *plan_windows(const hr_hparams *hp, int32_t *w) {
+    if (hp->sliding_window > 0 || hp->n_window_layers <= 0 || hp->swa_window <= 0) return NULL;
+    for (int l = 0; l < hp->n_layer; l++) w[l] = l < hp->n_window_layers ? hp->swa_window : 0;
+    return w;
+}
+
 static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *pl, hr_rt_kv_format kf,
-                     hr_rt_kv_format vf, hr_plan_format_row *row) {
+                     hr_rt_kv_format vf, const int32_t *windows, hr_plan_format_row *row) {
     const hr_plan_params *p = &pl->p;
     const hr_hparams *hp = &m->hp;
     memset(row, 0, sizeof *row);
@@ -33,7 +44,8 @@ static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *p
                                    .k_format = (hr_kv_format)kf, /* the same numbers (runtime_types.h) */
                                    .v_format = (hr_kv_format)vf,
                                    .max_seqs = p->max_running,
-                                   .max_step_tokens = p->max_batch_tokens},
+                                   .max_step_tokens = p->max_batch_tokens,
+                                   .layer_window = windows},
                             .n_ctx = pl->held_ctx,
                             .n_seqs = p->concurrency,
                             .mem = {.model = hp,
@@ -50,6 +62,17 @@ static void plan_row(const hr_plan_model *m, const hr_plan_device *d, hr_plan *p
     hr_kv_budget_compute(&q, &row->most, NULL); /* HR_ERR_BUDGET when not one sequence fits: the rows say */
     row->max_concurrency = row->most.n_seqs_at_ctx;
     row->max_ctx = (int64_t)(row->most.n_blocks / p->concurrency) * p->block_size;
+    if (q.kv.layer_window) { /* a hybrid pool: the longest context whose sequences' groups all fit */
+        int64_t lo = 0, hi = INT32_MAX / 2, per = row->most.n_blocks / p->concurrency;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo + 1) / 2;
+            if (hr_kv_seq_blocks_at(&q.kv, mid) <= per)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        row->max_ctx = lo / p->block_size * p->block_size;
+    }
     /* a sliding-window model holds at most the window per sequence: any context fits once that does */
     if (hp->sliding_window > 0 && row->max_concurrency >= p->concurrency) row->max_ctx = INT64_MAX;
 }
@@ -66,16 +89,19 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
     /* blocks wholly past a sliding window are dropped (backend/cpu/forward.c sets the pool's window), so a
      * sequence holds the window plus the block being filled */
     out->held_ctx = hp->sliding_window > 0 ? HR_MIN(p->n_ctx, hp->sliding_window + p->block_size) : p->n_ctx;
-    out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : 0;
+    out->n_window_layers = hp->sliding_window > 0 ? hp->n_layer : hp->swa_window > 0 ? hp->n_window_layers : 0;
     out->n_full_layers = hp->n_layer - out->n_window_layers;
     out->chosen = -1;
+    int32_t *win = malloc(sizeof(int32_t) * (size_t)HR_MAX(1, hp->n_layer));
+    if (!win) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer windows", hp->n_layer);
+    const int32_t *windows = plan_windows(hp, win); /* NULL: one kind of layer */
     for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
-        plan_row(m, d, out, (hr_rt_kv_format)f, (hr_rt_kv_format)f, &out->rows[f]);
+        plan_row(m, d, out, (hr_rt_kv_format)f, (hr_rt_kv_format)f, windows, &out->rows[f]);
         if ((hr_rt_kv_format)f == p->k_format && p->k_format == p->v_format) out->chosen = f;
     }
     if (out->chosen < 0) { /* K and V in different formats: the pair replaces K's row */
         out->chosen = (int)p->k_format;
-        plan_row(m, d, out, p->k_format, p->v_format, &out->rows[out->chosen]);
+        plan_row(m, d, out, p->k_format, p->v_format, windows, &out->rows[out->chosen]);
     }
     const hr_plan_format_row *c = &out->rows[out->chosen];
     if (!c->usable) {
@@ -89,11 +115,34 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                                        .max_seqs = p->max_running},
                                 .n_ctx = out->held_ctx};
         hr_kv_budget b;
+        free(win);
         return hr_kv_budget_compute(&q, &b, err); /* the runtime's own message names format and shape */
     }
     out->layer_token_bytes = c->token_bytes / (uint64_t)HR_MAX(1, hp->n_layer);
+    {
+        hr_kv_config kc = {.n_layers = hp->n_layer,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .block_size = p->block_size,
+                           .k_format = (hr_kv_format)c->k_format,
+                           .v_format = (hr_kv_format)c->v_format,
+                           .max_seqs = p->max_running,
+                           .max_step_tokens = p->max_batch_tokens,
+                           .layer_window = windows};
+        hr_status st = hr_kv_config_groups(&kc, &out->groups, err);
+        for (int k = 0; st == HR_OK && k < out->groups.n_kinds; k++) {
+            out->kind_token_bytes[k] = out->groups.block_bytes * (uint64_t)out->groups.kinds[k].n_groups /
+                                       (uint64_t)p->block_size;
+            out->kind_seq_bytes[k] = (uint64_t)hr_kv_kind_blocks_at(&kc, k, out->held_ctx) * out->groups.block_bytes;
+            out->seq_bytes += out->kind_seq_bytes[k];
+        }
+        free(win); /* kc.layer_window pointed into it */
+        if (st != HR_OK) return st;
+    }
     if (d->bw_gbps > 0) {
-        double step_bytes = (double)m->tensor_bytes + (double)p->concurrency * out->held_ctx * (double)c->token_bytes;
+        /* a hybrid pool's window layers read at most their window */
+        double seq_kv = out->groups.n_groups > 1 ? (double)out->seq_bytes : out->held_ctx * (double)c->token_bytes;
+        double step_bytes = (double)m->tensor_bytes + (double)p->concurrency * seq_kv;
         out->step_s = step_bytes / (d->bw_gbps * 1e9);
         out->decode_tok_s = p->concurrency / out->step_s;
     }

@@ -105,6 +105,12 @@ typedef struct hr_plan {
                               block) when the model has one */
     int n_full_layers, n_window_layers;
     uint64_t layer_token_bytes; /* one layer, one token, K and V, in the chosen format */
+    /* the pool's layer groups at the chosen format (kv.h): one for a one-kind model; a model mixing
+     * window and full layers (gemma2/3) has window groups that hold at most their window */
+    hr_kv_groups groups;
+    uint64_t kind_token_bytes[HR_KV_MAX_KINDS]; /* per kind: bytes per token, all its layers */
+    uint64_t kind_seq_bytes[HR_KV_MAX_KINDS];   /* per kind: one sequence at n_ctx, at most */
+    uint64_t seq_bytes;                         /* one sequence at n_ctx, every group: the worst case */
     hr_plan_format_row rows[HR_RT_KV_FORMAT_COUNT];
     int chosen; /* index of the chosen format's row */
     /* decode roofline at the chosen row: one step reads the weights once and every sequence's KV */

@@ -128,10 +128,13 @@ hr_status hr_kv_budget_compute(const hr_kv_budget_query *q, hr_kv_budget *out, h
     }
     int n_seqs = HR_MAX(1, q->n_seqs);
     uint64_t fixed = hr_kv_fixed_bytes(&kc);
-    int ctx_blocks = (q->n_ctx + kc.block_size - 1) / kc.block_size;
+    /* a hybrid pool's window groups hold at most their window of a sequence (kv.h's layer groups) */
+    int ctx_blocks = (int)HR_MIN(hr_kv_seq_blocks_at(&kc, q->n_ctx), INT32_MAX);
+    hr_kv_groups lay;
+    hr_kv_config_groups(&kc, &lay, NULL);
     out->block_bytes = block_bytes;
     out->fixed_bytes = fixed;
-    out->token_bytes = block_bytes / (uint64_t)kc.block_size;
+    out->token_bytes = block_bytes * (uint64_t)lay.n_groups / (uint64_t)kc.block_size; /* every layer */
     out->ctx_blocks = ctx_blocks;
     const hr_mem_query *m = &q->mem;
     bool whole = m->model != NULL;
@@ -346,18 +349,36 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                 .mem_limit = rt->p.mem_limit,
                 .request_bytes = rt->p.request_bytes,
                 .unplanned_bytes = rt->p.mem_limit / HR_MEM_LIMIT_MARGIN_DIV}};
+    /* each layer's window: a model mixing window and full layers (gemma2/3, gpt-oss) gets a hybrid pool
+     * whose window groups free what they no longer see (kv.h's layer groups); borrowed until create */
+    int32_t *windows = NULL;
+    const hr_layer_attn *la = rt->model ? hr_model_layer_attn(rt->model) : NULL;
+    bool any = false;
+    for (int l = 0; la && l < hp->n_layer; l++) any |= la[l].window > 0;
+    if (any) {
+        if (!(windows = malloc((size_t)hp->n_layer * sizeof *windows)))
+            return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer windows", hp->n_layer);
+        for (int l = 0; l < hp->n_layer; l++) windows[l] = la[l].window;
+        q.kv.layer_window = windows;
+    }
     hr_status st;
     if (rt->p.kv_blocks > 0) { /* an exact block count: the shape must be usable, the size is given */
         q.kv.budget_bytes = 0;
         st = hr_kv_budget_compute(&q, &rt->budget, err);
-        if (st == HR_ERR_INVALID_ARG) return st;
+        if (st == HR_ERR_INVALID_ARG) {
+            free(windows);
+            return st;
+        }
         q.kv.budget_bytes = rt->budget.fixed_bytes + rt->budget.block_bytes * (uint64_t)rt->p.kv_blocks;
         hr_kv_budget_compute(&q, &rt->budget, NULL); /* may hold less than a context: see runtime.h */
     } else if ((st = hr_kv_budget_compute(&q, &rt->budget, err))) {
+        free(windows);
         return st;
     }
     q.kv.budget_bytes = rt->budget.budget_bytes;
-    return hr_kv_pool_create(&q.kv, &rt->kv, err);
+    st = hr_kv_pool_create(&q.kv, &rt->kv, err);
+    free(windows);
+    return st;
 }
 
 /* Whether a failure after the model and tokenizer loaded is about a parameter rather than memory, a
@@ -844,6 +865,9 @@ void hr_rt_request_result(hr_rt_request *r, hr_rt_result *out) {
     k->first_token_seconds = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0;
     k->policy = hr_kv_policy_kind_name(s->kv.policy.kind);
     k->grouped = hr_request_group_kv(r->h, &k->group_blocks_peak, &k->group_blocks_final);
+    k->n_kinds = s->kv.n_kinds;
+    memcpy(k->kinds, s->kv.kinds, sizeof k->kinds);
+    k->window_blocks_freed = s->kv.blocks_window_freed;
 }
 
 /* ---- the whole picture ------------------------------------------------------------------------- */

@@ -349,6 +349,11 @@ typedef struct hr_rt_kv_usage {
     int group_blocks_peak;      /* grouped: the most blocks the group held together at a step's end, each
                                    shared block once (never more than the pool) */
     int group_blocks_final;     /* grouped: the most the group held together when one of them finished */
+    /* a hybrid pool (a model mixing window and full layers): what it holds per layer kind now (once
+     * final: at its last step), and the blocks its window groups gave back; n_kinds 1 otherwise */
+    int n_kinds;
+    hr_rt_kv_kind kinds[HR_RT_KV_MAX_KINDS];
+    int window_blocks_freed;
 } hr_rt_kv_usage;
 
 typedef struct hr_rt_result {

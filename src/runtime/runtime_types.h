@@ -146,6 +146,16 @@ typedef struct hr_rt_chat_msg {
 /* ---- snapshots --------------------------------------------------------------------------------- */
 
 /* A sequence's KV ledger. */
+/* Blocks and bytes held by the layers of one kind (a hybrid pool's groups: kv.h's layer groups). */
+typedef struct hr_rt_kv_kind {
+    int window;   /* 0: full attention; > 0: sliding window of this many tokens */
+    int n_layers; /* layers of the kind */
+    int blocks;   /* blocks its groups hold */
+    uint64_t bytes;
+} hr_rt_kv_kind;
+
+#define HR_RT_KV_MAX_KINDS 4
+
 typedef struct hr_rt_seq_ledger {
     int blocks_own;     /* blocks only this sequence holds */
     int blocks_shared;  /* blocks held together with other sequences or the prefix cache */
@@ -159,6 +169,9 @@ typedef struct hr_rt_seq_ledger {
     int tokens_evicted;     /* committed tokens no later query can see in any layer and KV head */
     int blocks_evicted;     /* blocks the policy took out of the table over the sequence's life */
     int tokens_kept_max;    /* the most committed tokens the next query sees in one layer and KV head */
+    int n_kinds;            /* layer kinds: 1 for a one-kind model; more for a hybrid pool */
+    hr_rt_kv_kind kinds[HR_RT_KV_MAX_KINDS];
+    int blocks_window_freed; /* blocks its window groups gave back as it grew (hybrid pools) */
 } hr_rt_seq_ledger;
 
 /* A request's figures. */
@@ -191,6 +204,10 @@ typedef struct hr_rt_pool_ledger {
     uint64_t bytes_swapped;               /* bytes of the pool's sequences now in the swap tier */
     uint64_t policy_blocks_evicted_total; /* blocks sequences' policies took out of their tables */
     uint64_t fetched_tokens_total;        /* prefix tokens whose K/V came from the shared tier */
+    int n_groups;                         /* layer groups: 1, or several for a hybrid pool (gemma2/3) */
+    int n_kinds;
+    hr_rt_kv_kind kinds[HR_RT_KV_MAX_KINDS]; /* blocks in use by layer kind */
+    uint64_t window_blocks_freed_total;      /* blocks window groups gave back (hybrid pools) */
 } hr_rt_pool_ledger;
 
 /* The engine's counters, as published at the end of its last step. */

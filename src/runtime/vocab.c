@@ -120,7 +120,15 @@ void hr_rt_from_seq_ledger(const hr_kv_seq_ledger *in, hr_rt_seq_ledger *out) {
                               .prefix_hit_tokens = in->prefix_hit_tokens,
                               .tokens_evicted = in->tokens_evicted,
                               .blocks_evicted = in->blocks_evicted,
-                              .tokens_kept_max = in->tokens_kept_max};
+                              .tokens_kept_max = in->tokens_kept_max,
+                              .n_kinds = in->n_kinds,
+                              .blocks_window_freed = in->blocks_window_freed};
+    _Static_assert(HR_RT_KV_MAX_KINDS == HR_KV_MAX_KINDS, "the runtime's kinds are the pool's");
+    for (int k = 0; k < in->n_kinds && k < HR_RT_KV_MAX_KINDS; k++)
+        out->kinds[k] = (hr_rt_kv_kind){.window = in->kinds[k].window,
+                                        .n_layers = in->kinds[k].n_layers,
+                                        .blocks = in->kinds[k].blocks,
+                                        .bytes = in->kinds[k].bytes};
 }
 
 void hr_rt_from_request_stats(const hr_request_stats *in, hr_rt_request_stats *out) {
@@ -163,7 +171,15 @@ void hr_rt_from_pool_ledger(const hr_kv_pool_ledger *in, hr_rt_pool_ledger *out)
                                .blocks_evicted_total = in->blocks_evicted_total,
                                .bytes_swapped = in->bytes_swapped,
                                .policy_blocks_evicted_total = in->policy_blocks_evicted_total,
-                               .fetched_tokens_total = in->fetched_tokens_total};
+                               .fetched_tokens_total = in->fetched_tokens_total,
+                               .n_groups = in->n_groups,
+                               .n_kinds = in->n_kinds,
+                               .window_blocks_freed_total = in->window_blocks_freed_total};
+    for (int k = 0; k < in->n_kinds && k < HR_RT_KV_MAX_KINDS; k++)
+        out->kinds[k] = (hr_rt_kv_kind){.window = in->kinds[k].window,
+                                        .n_layers = in->kinds[k].n_layers,
+                                        .blocks = in->kinds[k].blocks,
+                                        .bytes = in->kinds[k].bytes};
 }
 
 void hr_rt_from_engine_stats(const hr_engine_stats *in, hr_rt_engine_stats *out) {

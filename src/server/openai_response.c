@@ -30,7 +30,21 @@ static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
     /* the server's own time to first token (the client's adds the network and its reading) */
     json_object_set_new(o, "first_token_seconds",
                         kv->first_token_seconds > 0 ? json_real(kv->first_token_seconds) : json_null());
+    /* a hybrid pool (window layers beside full ones): what each layer kind holds */
+    if (kv->n_kinds > 1) {
+        json_object_set_new(o, "groups", hr_srv_kv_kinds_json(kv->kinds, kv->n_kinds));
+        json_object_set_new(o, "window_blocks_freed", json_integer(kv->window_blocks_freed));
+    }
     return o;
+}
+
+json_t *hr_srv_kv_kinds_json(const hr_rt_kv_kind *kinds, int n) {
+    json_t *a = json_array();
+    for (int k = 0; k < n; k++)
+        json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:I}", "kind", kinds[k].window > 0 ? "window" : "full",
+                                           "window", kinds[k].window, "layers", kinds[k].n_layers, "blocks",
+                                           kinds[k].blocks, "bytes", (json_int_t)kinds[k].bytes));
+    return a;
 }
 
 json_t *hr_srv_kv_usage_json(const hr_rt_kv_usage *kv) { return kv_json(kv, true); }
@@ -54,6 +68,11 @@ json_t *hr_srv_usage_json(const hr_rt_result *res, int n) {
         kv.preempt_swaps += k->preempt_swaps;
         kv.preempt_recomputes += k->preempt_recomputes;
         kv.swapped_bytes += k->swapped_bytes;
+        for (int g = 0; g < kv.n_kinds && g < k->n_kinds; g++) {
+            kv.kinds[g].blocks += k->kinds[g].blocks;
+            kv.kinds[g].bytes += k->kinds[g].bytes;
+        }
+        kv.window_blocks_freed += k->window_blocks_freed;
         if (k->queued_seconds > kv.queued_seconds) kv.queued_seconds = k->queued_seconds;
         if (k->first_token_seconds > kv.first_token_seconds) kv.first_token_seconds = k->first_token_seconds;
     }

@@ -214,6 +214,8 @@ static inline bool hr_srv_job_tools(const hr_srv_job *j) { return j->tools.n > 0
 json_t *hr_srv_usage_json(const hr_rt_result *res, int n);
 /* One request's KV usage as JSON (also each live request in /v1/kv). */
 json_t *hr_srv_kv_usage_json(const hr_rt_kv_usage *kv);
+/* [{"kind": "window"|"full", "window", "layers", "blocks", "bytes"}] for a hybrid pool's layer kinds. */
+json_t *hr_srv_kv_kinds_json(const hr_rt_kv_kind *kinds, int n);
 /* The whole non-streaming response. */
 json_t *hr_srv_response_json(const hr_srv_job *j, const hr_rt_result *res);
 /* choices[i].logprobs for output tokens [from, from + n) of choice i (ids: those tokens), in the shape
