@@ -31,13 +31,13 @@ enum { HKV = 2, D = 16, H = 4, B = 16, NT = 220 };
 static float kd[NT][HKV * D], vd[NT][HKV * D];
 static int32_t toks[NT];
 
-static hr_kv_pool *make(int n_layers, const int32_t *win, int n_blocks, int max_seqs) {
+static hr_kv_pool *make_f(int n_layers, const int32_t *win, int n_blocks, int max_seqs, hr_kv_format f) {
     hr_kv_config c = {.n_layers = n_layers,
                       .n_kv_heads = HKV,
                       .head_dim = D,
                       .block_size = B,
-                      .k_format = HR_KV_F16,
-                      .v_format = HR_KV_F16,
+                      .k_format = f,
+                      .v_format = f,
                       .max_seqs = max_seqs,
                       .max_step_tokens = B,
                       .layer_window = win};
@@ -46,6 +46,10 @@ static hr_kv_pool *make(int n_layers, const int32_t *win, int n_blocks, int max_
     hr_error err = {0};
     CHECKF(hr_kv_pool_create(&c, &p, &err) == HR_OK, "%s", err.msg);
     return p;
+}
+
+static hr_kv_pool *make(int n_layers, const int32_t *win, int n_blocks, int max_seqs) {
+    return make_f(n_layers, win, n_blocks, max_seqs, HR_KV_F16);
 }
 
 /* Reserves, writes every layer's K/V of tokens [from, to) and commits them. */
@@ -131,10 +135,15 @@ static void test_groups(void) {
 
 /* ---- window freeing ---------------------------------------------------------------------------- */
 
-static void test_window_freeing(void) {
+static void test_window_freeing(hr_kv_format f) {
     const int32_t win[6] = {32, 32, 32, 32, 32, 0};
-    hr_kv_pool *p = make(6, win, 400, 2);
-    hr_kv_pool *one = make(6, NULL, 400, 2); /* the one-group pool the forward pass had before */
+    hr_kv_pool *p = make_f(6, win, 400, 2, f);
+    hr_kv_pool *one = make_f(6, NULL, 400, 2, f); /* the one-group pool the forward pass had before */
+    /* formats encoded when a block fills: a tail buffer per group's block being filled, by default
+     * as many sets as groups (the same bytes: each is one group's G slots) */
+    if (hr_kv_pool_n_stage(one) > 0)
+        CHECK(hr_kv_pool_n_stage(p) == 6 * hr_kv_pool_n_stage(one) &&
+              hr_kv_fixed_bytes(hr_kv_pool_config(p)) == hr_kv_fixed_bytes(hr_kv_pool_config(one)));
     hr_error err = {0};
     for (int l = 0; l < 5; l++) CHECK(hr_kv_pool_set_sliding_window(one, l, 32, &err) == HR_OK);
     /* the hybrid pool's groups are fixed by its config */
@@ -636,7 +645,10 @@ int main(void) {
         }
     }
     test_groups();
-    test_window_freeing();
+    test_window_freeing(HR_KV_F16);
+    test_window_freeing(HR_KV_Q4);    /* encoded when a block fills: tail buffers per group */
+    test_window_freeing(HR_KV_KIVI2);
+    test_window_freeing(HR_KV_Q8);
     test_models();
     test_prefix();
     test_swap();

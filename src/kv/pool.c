@@ -190,9 +190,14 @@ int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs) {
     return n > (1 << 22) ? 1 << 22 : (int)n;
 }
 
+/* The tail buffers: as asked, or enough for a step (one set per layer group: each group's block being
+ * filled holds its own, of G slots, so the bytes are those of one group of every layer) */
 static int kv_n_stage(const hr_kv_config *cfg) {
-    return cfg->stage_blocks > 0 ? cfg->stage_blocks
-                                 : hr_kv_stage_blocks_for(cfg->block_size, cfg->max_step_tokens, cfg->max_seqs);
+    if (cfg->stage_blocks > 0) return cfg->stage_blocks;
+    hr_kv_groups lay;
+    int ng = hr_kv_config_groups(cfg, &lay, NULL) == HR_OK ? lay.n_groups : 1;
+    int64_t n = (int64_t)hr_kv_stage_blocks_for(cfg->block_size, cfg->max_step_tokens, cfg->max_seqs) * ng;
+    return n > (1 << 22) ? 1 << 22 : (int)n;
 }
 
 uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg) { return hr_kv_stage_block_bytes(cfg) * (uint64_t)kv_n_stage(cfg); }
