@@ -514,7 +514,7 @@ static void test_plan_agrees(void) {
         /* the budget the runtime sizes holds exactly that sequence */
         CHECK(pl.rows[pl.chosen].need.ctx_blocks * pl.groups.block_bytes == pl.seq_bytes);
         if (g->n_groups > 1) CHECK(pl.seq_bytes < (uint64_t)n_ctx * all); /* the windows' saving */
-        if (i == 2) CHECK(pl.seq_bytes * 2 < (uint64_t)n_ctx * all);       /* gemma3: 5 of 6 layers windowed */
+        if (i == 2) CHECK(pl.seq_bytes * 2 < (uint64_t)n_ctx * all);      /* gemma3: 5 of 6 layers windowed */
         hr_kv_pool_destroy(p);
         hr_model_destroy(m);
         free(mem);
@@ -646,7 +646,7 @@ int main(void) {
     }
     test_groups();
     test_window_freeing(HR_KV_F16);
-    test_window_freeing(HR_KV_Q4);    /* encoded when a block fills: tail buffers per group */
+    test_window_freeing(HR_KV_Q4); /* encoded when a block fills: tail buffers per group */
     test_window_freeing(HR_KV_KIVI2);
     test_window_freeing(HR_KV_Q8);
     test_models();
