@@ -10,7 +10,8 @@
  *     the blocks the window still sees; older window blocks may be gone from the cache.
  *   - swap round trip of a hybrid sequence (its window holes stay holes) and decoding on after it;
  *     the engine preempting hybrid sequences by swap and by recompute gives the ids of a roomy pool.
- *   - the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by layer kind;
+ *   - the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by layer kind; the
+ *     same prompt again is a 96-token prefix hit across the window with the same ids;
  *     policies on a hybrid pool (h2o refused, window:W bounds every group, swap refused, fork).
  *   - `headroom plan` (hr_plan_compute) and the pool agree on bytes per token per kind and on one
  *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%. */
@@ -567,6 +568,16 @@ static void test_runtime(void) {
     hr_runtime_pool pool;
     hr_runtime_get_pool(rt, &pool);
     CHECK(pool.ledger.n_groups == 6 && pool.ledger.n_kinds == 2 && pool.ledger.window_blocks_freed_total >= 30);
+    /* the same prompt again: a prefix hit across the window (96 of its 100 tokens: the full group's
+     * 6 blocks, the window groups' last ones, cached when the first request ended), the same ids */
+    hr_rt_request *r2 = NULL;
+    CHECKF(hr_runtime_submit(rt, &rp, &r2, &err) == HR_OK, "%s", err.msg);
+    CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
+    hr_rt_result res2;
+    hr_rt_request_result(r2, &res2);
+    CHECK(res2.state == HR_RT_COMPLETED && res2.kv.prefix_hit_tokens == 96 && res2.n_ids == res.n_ids);
+    CHECK(res2.n_ids == res.n_ids && memcmp(res2.ids, res.ids, sizeof(int32_t) * (size_t)res.n_ids) == 0);
+    hr_rt_request_release(rt, r2);
     hr_rt_request_release(rt, r);
     hr_runtime_close(rt);
     hr_model_destroy(m);
