@@ -146,13 +146,19 @@ int main(int argc, char **argv) {
     int n_req = 24, ctx = 32768, window = 1024, layers = 6;
     double budget_mib = 96;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--requests")) n_req = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--budget-mib")) budget_mib = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--ctx")) ctx = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--window")) window = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--layers")) layers = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--requests"))
+            n_req = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--budget-mib"))
+            budget_mib = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ctx"))
+            ctx = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--window"))
+            window = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--layers"))
+            layers = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench_kv_hybrid [--requests N] [--budget-mib M] [--ctx T] [--window W] [--layers L]\n");
+            fprintf(stderr,
+                    "usage: bench_kv_hybrid [--requests N] [--budget-mib M] [--ctx T] [--window W] [--layers L]\n");
             return 2;
         }
     }

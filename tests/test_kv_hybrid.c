@@ -10,7 +10,8 @@
  *     the blocks the window still sees; older window blocks may be gone from the cache.
  *   - swap round trip of a hybrid sequence (its window holes stay holes) and decoding on after it;
  *     the engine preempting hybrid sequences by swap and by recompute gives the ids of a roomy pool.
- *   - the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by layer kind;
+ *   - the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by layer kind; the
+ *     same prompt again is a 96-token prefix hit across the window with the same ids;
  *     policies on a hybrid pool (h2o refused, window:W bounds every group, swap refused, fork).
  *   - `headroom plan` (hr_plan_compute) and the pool agree on bytes per token per kind and on one
  *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%. */
@@ -31,13 +32,13 @@ enum { HKV = 2, D = 16, H = 4, B = 16, NT = 220 };
 static float kd[NT][HKV * D], vd[NT][HKV * D];
 static int32_t toks[NT];
 
-static hr_kv_pool *make(int n_layers, const int32_t *win, int n_blocks, int max_seqs) {
+static hr_kv_pool *make_f(int n_layers, const int32_t *win, int n_blocks, int max_seqs, hr_kv_format f) {
     hr_kv_config c = {.n_layers = n_layers,
                       .n_kv_heads = HKV,
                       .head_dim = D,
                       .block_size = B,
-                      .k_format = HR_KV_F16,
-                      .v_format = HR_KV_F16,
+                      .k_format = f,
+                      .v_format = f,
                       .max_seqs = max_seqs,
                       .max_step_tokens = B,
                       .layer_window = win};
@@ -46,6 +47,10 @@ static hr_kv_pool *make(int n_layers, const int32_t *win, int n_blocks, int max_
     hr_error err = {0};
     CHECKF(hr_kv_pool_create(&c, &p, &err) == HR_OK, "%s", err.msg);
     return p;
+}
+
+static hr_kv_pool *make(int n_layers, const int32_t *win, int n_blocks, int max_seqs) {
+    return make_f(n_layers, win, n_blocks, max_seqs, HR_KV_F16);
 }
 
 /* Reserves, writes every layer's K/V of tokens [from, to) and commits them. */
@@ -131,10 +136,15 @@ static void test_groups(void) {
 
 /* ---- window freeing ---------------------------------------------------------------------------- */
 
-static void test_window_freeing(void) {
+static void test_window_freeing(hr_kv_format f) {
     const int32_t win[6] = {32, 32, 32, 32, 32, 0};
-    hr_kv_pool *p = make(6, win, 400, 2);
-    hr_kv_pool *one = make(6, NULL, 400, 2); /* the one-group pool the forward pass had before */
+    hr_kv_pool *p = make_f(6, win, 400, 2, f);
+    hr_kv_pool *one = make_f(6, NULL, 400, 2, f); /* the one-group pool the forward pass had before */
+    /* formats encoded when a block fills: a tail buffer per group's block being filled, by default
+     * as many sets as groups (the same bytes: each is one group's G slots) */
+    if (hr_kv_pool_n_stage(one) > 0)
+        CHECK(hr_kv_pool_n_stage(p) == 6 * hr_kv_pool_n_stage(one) &&
+              hr_kv_fixed_bytes(hr_kv_pool_config(p)) == hr_kv_fixed_bytes(hr_kv_pool_config(one)));
     hr_error err = {0};
     for (int l = 0; l < 5; l++) CHECK(hr_kv_pool_set_sliding_window(one, l, 32, &err) == HR_OK);
     /* the hybrid pool's groups are fixed by its config */
@@ -505,7 +515,7 @@ static void test_plan_agrees(void) {
         /* the budget the runtime sizes holds exactly that sequence */
         CHECK(pl.rows[pl.chosen].need.ctx_blocks * pl.groups.block_bytes == pl.seq_bytes);
         if (g->n_groups > 1) CHECK(pl.seq_bytes < (uint64_t)n_ctx * all); /* the windows' saving */
-        if (i == 2) CHECK(pl.seq_bytes * 2 < (uint64_t)n_ctx * all);       /* gemma3: 5 of 6 layers windowed */
+        if (i == 2) CHECK(pl.seq_bytes * 2 < (uint64_t)n_ctx * all);      /* gemma3: 5 of 6 layers windowed */
         hr_kv_pool_destroy(p);
         hr_model_destroy(m);
         free(mem);
@@ -558,6 +568,16 @@ static void test_runtime(void) {
     hr_runtime_pool pool;
     hr_runtime_get_pool(rt, &pool);
     CHECK(pool.ledger.n_groups == 6 && pool.ledger.n_kinds == 2 && pool.ledger.window_blocks_freed_total >= 30);
+    /* the same prompt again: a prefix hit across the window (96 of its 100 tokens: the full group's
+     * 6 blocks, the window groups' last ones, cached when the first request ended), the same ids */
+    hr_rt_request *r2 = NULL;
+    CHECKF(hr_runtime_submit(rt, &rp, &r2, &err) == HR_OK, "%s", err.msg);
+    CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
+    hr_rt_result res2;
+    hr_rt_request_result(r2, &res2);
+    CHECK(res2.state == HR_RT_COMPLETED && res2.kv.prefix_hit_tokens == 96 && res2.n_ids == res.n_ids);
+    CHECK(res2.n_ids == res.n_ids && memcmp(res2.ids, res.ids, sizeof(int32_t) * (size_t)res.n_ids) == 0);
+    hr_rt_request_release(rt, r2);
     hr_rt_request_release(rt, r);
     hr_runtime_close(rt);
     hr_model_destroy(m);
@@ -636,7 +656,10 @@ int main(void) {
         }
     }
     test_groups();
-    test_window_freeing();
+    test_window_freeing(HR_KV_F16);
+    test_window_freeing(HR_KV_Q4); /* encoded when a block fills: tail buffers per group */
+    test_window_freeing(HR_KV_KIVI2);
+    test_window_freeing(HR_KV_Q8);
     test_models();
     test_prefix();
     test_swap();

@@ -151,7 +151,8 @@ hr_status kv_table_reserve(const hr_kv_pool *p, kv_seq *s, int n, hr_error *err)
     int32_t *t = realloc(s->table, (size_t)cap * (size_t)NG * sizeof *t);
     if (!t) return hr_error_set(err, HR_ERR_NOMEM, "KV: out of memory growing a block table to %d entries", cap);
     /* group rows move to their new stride, last first (the rows only move up) */
-    for (int g = NG - 1; g > 0; g--) memmove(t + (size_t)g * cap, t + (size_t)g * s->cap, (size_t)s->n_table * sizeof *t);
+    for (int g = NG - 1; g > 0; g--)
+        memmove(t + (size_t)g * cap, t + (size_t)g * s->cap, (size_t)s->n_table * sizeof *t);
     s->table = t;
     s->cap = cap;
     return HR_OK;

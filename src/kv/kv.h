@@ -99,7 +99,7 @@ typedef struct hr_kv_config {
  * with a lopsided mix) falls back to one group of every layer (the old behaviour: a block leaves only
  * when no layer sees it). */
 #define HR_KV_MAX_GROUPS 64
-#define HR_KV_MAX_KINDS 4 /* distinct layer kinds (window sizes, full); more: one group */
+#define HR_KV_MAX_KINDS  4 /* distinct layer kinds (window sizes, full); more: one group */
 
 typedef struct hr_kv_kind_info {
     int window;   /* 0: full attention; > 0: sliding window of this many tokens */
@@ -108,13 +108,13 @@ typedef struct hr_kv_kind_info {
 } hr_kv_kind_info;
 
 typedef struct hr_kv_groups {
-    int n_groups;                             /* 1 for a one-kind model */
-    int slots;                                /* G: layer slots per block */
-    int n_kinds;                              /* 1..HR_KV_MAX_KINDS (1 when fallen back to one group) */
-    hr_kv_kind_info kinds[HR_KV_MAX_KINDS];   /* in order of their first layer */
-    int8_t group_kind[HR_KV_MAX_GROUPS];      /* each group's kind */
-    uint64_t block_bytes;                     /* one physical block (G slots) */
-    uint64_t group_token_bytes;               /* block_bytes / block_size: one group, one token */
+    int n_groups;                           /* 1 for a one-kind model */
+    int slots;                              /* G: layer slots per block */
+    int n_kinds;                            /* 1..HR_KV_MAX_KINDS (1 when fallen back to one group) */
+    hr_kv_kind_info kinds[HR_KV_MAX_KINDS]; /* in order of their first layer */
+    int8_t group_kind[HR_KV_MAX_GROUPS];    /* each group's kind */
+    uint64_t block_bytes;                   /* one physical block (G slots) */
+    uint64_t group_token_bytes;             /* block_bytes / block_size: one group, one token */
 } hr_kv_groups;
 
 /* The grouping a config makes (pure; HR_ERR_INVALID_ARG for a bad config or a negative window). */
@@ -169,8 +169,8 @@ void hr_kv_pool_destroy(hr_kv_pool *pool); /* NULL allowed */
 
 const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *pool);
 int hr_kv_pool_n_blocks(const hr_kv_pool *pool);
-int hr_kv_pool_n_free(const hr_kv_pool *pool);      /* free + evictable cached blocks */
-const char *hr_kv_pool_isa(const hr_kv_pool *pool); /* "avx2" or "scalar": the kernels in use */
+int hr_kv_pool_n_free(const hr_kv_pool *pool);                 /* free + evictable cached blocks */
+const char *hr_kv_pool_isa(const hr_kv_pool *pool);            /* "avx2" or "scalar": the kernels in use */
 const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *pool); /* the pool's layer groups */
 /* hr_kv_seq_blocks_at for this pool's config. */
 int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *pool, int64_t n_tokens);

@@ -133,7 +133,7 @@ void kv_prefix_map_add(hr_kv_pool *p, int32_t b); /* b's hash is set; inserts un
 int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash);
 
 /* block.c: block states, lists, tail buffers, block tables */
-void kv_blocks_init(hr_kv_pool *p);    /* at create: every block free */
+void kv_blocks_init(hr_kv_pool *p);               /* at create: every block free */
 int32_t kv_block_alloc(hr_kv_pool *p, int group); /* -1 when none; caller checked availability */
 void kv_block_ref(hr_kv_pool *p, int32_t b);
 void kv_block_release(hr_kv_pool *p, int32_t b); /* one table less holds b */

@@ -57,8 +57,7 @@ hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_led
             kb->blocks++;
             kb->bytes += p->block_bytes;
             /* shared: another table holds it, or it is the prefix cache's copy another prompt may take */
-            if (p->refcnt[b] > 1 ||
-                ((p->flags[b] & KV_FLAG_IN_MAP) && i * p->cfg.block_size < s->prefix_hit_tokens))
+            if (p->refcnt[b] > 1 || ((p->flags[b] & KV_FLAG_IN_MAP) && i * p->cfg.block_size < s->prefix_hit_tokens))
                 l.blocks_shared++;
             else
                 l.blocks_own++;
@@ -155,22 +154,24 @@ hr_status hr_kv_pool_check(const hr_kv_pool *p, hr_error *err) {
                     continue;
                 }
                 if (b < 0 || b >= n) {
-                    rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d group %d entry %d holds bad block %d",
-                                      si, g, i, b);
+                    rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d group %d entry %d holds bad block %d", si,
+                                      g, i, b);
                     break;
                 }
                 held[b]++;
                 bool full = (i + 1) * B <= s->n_tokens;
                 if (p->blk_group[b] != g)
-                    rc = hr_error_set(err, HR_ERR_INTERNAL, "KV check: seq %d group %d entry %d holds block %d of group %d",
-                                      si, g, i, b, p->blk_group[b]);
+                    rc = hr_error_set(err, HR_ERR_INTERNAL,
+                                      "KV check: seq %d group %d entry %d holds block %d of group %d", si, g, i, b,
+                                      p->blk_group[b]);
                 else if (!full && (p->flags[b] & KV_FLAG_HASHED))
                     rc = hr_error_set(err, HR_ERR_INTERNAL,
                                       "KV check: seq %d block %d (group %d entry %d) is not full but hashed", si, b, g,
                                       i);
                 else if (full && !(p->flags[b] & KV_FLAG_HASHED))
-                    rc = hr_error_set(err, HR_ERR_INTERNAL,
-                                      "KV check: seq %d block %d (group %d entry %d) is full but unhashed", si, b, g, i);
+                    rc =
+                        hr_error_set(err, HR_ERR_INTERNAL,
+                                     "KV check: seq %d block %d (group %d entry %d) is full but unhashed", si, b, g, i);
             }
             /* a window group's holes are exactly the blocks its window no longer sees; a full group has
              * none (several groups, no policy: one group's holes are a policy's, checked above) */

@@ -52,7 +52,7 @@ static void window_after_commit(hr_kv_pool *p, kv_seq *s) {
     bool policy = p->n_groups == 1 || s->pol.kind != HR_KV_POLICY_FULL;
     for (int g = 0; g < p->n_groups; g++) {
         int wmax = kv_group_window(p, s, g);
-        if (wmax == 0) continue; /* a full group keeps everything */
+        if (wmax == 0) continue;         /* a full group keeps everything */
         int lo = s->n_tokens + 1 - wmax; /* first position the next query sees */
         int sink_blocks = (kv_policy_sinks(s) + B - 1) / B;
         int *from = kv_evict_from(p, s, g);

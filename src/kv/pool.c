@@ -56,8 +56,8 @@ static hr_status kv_check_config(const hr_kv_config *cfg, kv_fmt *kf, kv_fmt *vf
                             cfg->max_step_tokens);
     for (int l = 0; cfg->layer_window && l < cfg->n_layers; l++)
         if (cfg->layer_window[l] < 0)
-            return hr_error_set(err, HR_ERR_INVALID_ARG, "KV layer %d: sliding window %d (>= 0, 0 = full attention)",
-                                l, cfg->layer_window[l]);
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "KV layer %d: sliding window %d (>= 0, 0 = full attention)", l,
+                                cfg->layer_window[l]);
     hr_status rc = kv_fmt_init(kf, cfg->k_format, KV_K, cfg->block_size, cfg->head_dim, err);
     if (rc == HR_OK) rc = kv_fmt_init(vf, cfg->v_format, KV_V, cfg->block_size, cfg->head_dim, err);
     if (rc == HR_OK && cfg->v_from_k) rc = kv_check_latent(cfg, kf, err);
@@ -99,15 +99,11 @@ static void kv_layout_of(const hr_kv_config *cfg, const kv_fmt *kf, const kv_fmt
     if (!one && G > 0) n_groups = cfg->n_layers / G;
     if (one || lay->n_kinds <= 1 || n_groups > HR_KV_MAX_GROUPS) {
         /* one group of every layer, windows applied per layer by attention and eviction as before */
-        int w0 = kv_cfg_window(cfg, 0), wmax = 0;
+        int w0 = kv_cfg_window(cfg, 0);
         bool same = true;
-        for (int l = 0; l < cfg->n_layers; l++) {
-            same &= kv_cfg_window(cfg, l) == w0;
-            wmax = HR_MAX(wmax, kv_cfg_window(cfg, l));
-        }
-        lay->n_kinds = 1;
+        for (int l = 0; l < cfg->n_layers; l++) same &= kv_cfg_window(cfg, l) == w0;
+        lay->n_kinds = 1; /* a mix fallen back to one group is counted as full: a full layer keeps all */
         lay->kinds[0] = (hr_kv_kind_info){.window = same ? w0 : 0, .n_layers = cfg->n_layers, .n_groups = 1};
-        (void)wmax;
         G = cfg->n_layers;
         n_groups = 1;
         lay->group_kind[0] = 0;
@@ -212,9 +208,14 @@ int hr_kv_stage_blocks_for(int block_size, int max_step_tokens, int max_seqs) {
     return n > (1 << 22) ? 1 << 22 : (int)n;
 }
 
+/* The tail buffers: as asked, or enough for a step (one set per layer group: each group's block being
+ * filled holds its own, of G slots, so the bytes are those of one group of every layer) */
 static int kv_n_stage(const hr_kv_config *cfg) {
-    return cfg->stage_blocks > 0 ? cfg->stage_blocks
-                                 : hr_kv_stage_blocks_for(cfg->block_size, cfg->max_step_tokens, cfg->max_seqs);
+    if (cfg->stage_blocks > 0) return cfg->stage_blocks;
+    hr_kv_groups lay;
+    int ng = hr_kv_config_groups(cfg, &lay, NULL) == HR_OK ? lay.n_groups : 1;
+    int64_t n = (int64_t)hr_kv_stage_blocks_for(cfg->block_size, cfg->max_step_tokens, cfg->max_seqs) * ng;
+    return n > (1 << 22) ? 1 << 22 : (int)n;
 }
 
 uint64_t hr_kv_fixed_bytes(const hr_kv_config *cfg) { return hr_kv_stage_block_bytes(cfg) * (uint64_t)kv_n_stage(cfg); }
@@ -231,7 +232,7 @@ hr_status hr_kv_config_check(const hr_kv_config *cfg, hr_error *err) {
 typedef struct kv_meta_sizes {
     size_t refcnt, state, flags, hash, parent, tokens, prev, next; /* per block */
     size_t blk_stage, stage_free, map;
-    size_t seqs, pending; /* per sequence slot */
+    size_t seqs, pending;           /* per sequence slot */
     size_t native_window, layer_gs; /* per layer */
     size_t blk_group;               /* per block */
 } kv_meta_sizes;
@@ -264,9 +265,8 @@ uint64_t hr_kv_pool_meta_bytes(const hr_kv_config *cfg, int n_blocks) {
     /* the CPU storage's own host tables (another storage keeps its bookkeeping where its bytes are) */
     hr_kv_groups lay;
     hr_kv_config_groups(cfg, &lay, NULL);
-    uint64_t st = cfg->storage
-                      ? 0
-                      : hr_kv_storage_cpu_meta_bytes(lay.slots, hr_kv_fixed_bytes(cfg) > 0 ? kv_n_stage(cfg) : 0);
+    uint64_t st =
+        cfg->storage ? 0 : hr_kv_storage_cpu_meta_bytes(lay.slots, hr_kv_fixed_bytes(cfg) > 0 ? kv_n_stage(cfg) : 0);
     return sizeof(hr_kv_pool) + m.refcnt + m.state + m.flags + m.hash + m.parent + m.tokens + m.prev + m.next +
            m.blk_stage + m.stage_free + m.map + m.seqs + m.pending + m.native_window + m.layer_gs + m.blk_group + st;
 }
@@ -434,7 +434,9 @@ const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *p) { return &p->cfg; }
 int hr_kv_pool_n_blocks(const hr_kv_pool *p) { return p->n_blocks; }
 const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->st->ops->isa(p->st); }
 const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *p) { return &p->lay; }
-int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *p, int64_t n_tokens) { return kv_blocks_at(&p->cfg, &p->lay, -1, n_tokens); }
+int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *p, int64_t n_tokens) {
+    return kv_blocks_at(&p->cfg, &p->lay, -1, n_tokens);
+}
 
 int64_t hr_kv_seq_claim_blocks(const hr_kv_pool *p, hr_kv_seq seq, int64_t n_slots, int64_t claim) {
     int64_t want = hr_kv_pool_seq_blocks(p, claim), held;

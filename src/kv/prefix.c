@@ -26,7 +26,9 @@ static uint64_t kv_chain(uint64_t parent, uint64_t scope, const int32_t *tokens,
 /* Group g's hash of the block whose token chain is h: group 0 keeps the chain itself (a one-group
  * pool's hashes, events and remote keys are as they always were); the others mix their index in, so
  * a group shares only with the same group of another sequence. */
-static uint64_t kv_group_hash(uint64_t h, int g) { return g == 0 ? h : hr_mix64(h ^ (0x67726f7570000000ull + (uint64_t)g)); }
+static uint64_t kv_group_hash(uint64_t h, int g) {
+    return g == 0 ? h : hr_mix64(h ^ (0x67726f7570000000ull + (uint64_t)g));
+}
 
 hr_status hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs, hr_error *err) {
     if (obs && obs->fetch && !p->fetch_buf) {
@@ -113,7 +115,7 @@ void hr_kv_seq_commit(hr_kv_pool *p, hr_kv_seq seq, const int32_t *tokens, int n
             for (int l = 0; kv_deferred(p) && l < p->lay.slots; l++) /* every layer slot written */
                 KV_ASSERT(p->blk_stage[b] >= 0 && p->st->ops->stage_filled(p->st, p->blk_stage[b], l) == B);
 #endif
-            kv_stage_release(p, b); /* encoded: the tail buffer is not needed any more */
+            kv_stage_release(p, b);      /* encoded: the tail buffer is not needed any more */
             p->parent[b] = s->last_hash; /* the token chain's previous link, whatever the group */
             p->hash[b] = kv_group_hash(h, g);
             memcpy(p->tokens + (size_t)b * B, pend, (size_t)B * sizeof *pend);

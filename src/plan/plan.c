@@ -131,8 +131,8 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                            .layer_window = windows};
         hr_status st = hr_kv_config_groups(&kc, &out->groups, err);
         for (int k = 0; st == HR_OK && k < out->groups.n_kinds; k++) {
-            out->kind_token_bytes[k] = out->groups.block_bytes * (uint64_t)out->groups.kinds[k].n_groups /
-                                       (uint64_t)p->block_size;
+            out->kind_token_bytes[k] =
+                out->groups.block_bytes * (uint64_t)out->groups.kinds[k].n_groups / (uint64_t)p->block_size;
             out->kind_seq_bytes[k] = (uint64_t)hr_kv_kind_blocks_at(&kc, k, out->held_ctx) * out->groups.block_bytes;
             out->seq_bytes += out->kind_seq_bytes[k];
         }
