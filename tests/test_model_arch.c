@@ -442,10 +442,46 @@ static const float *layer_tensor(const hr_model *m, int il, const char *suffix) 
     return t && t->type == HR_DTYPE_F32 ? t->data : NULL;
 }
 
-/* llama.cpp's "norm" RoPE (adjacent pairs) over n dims, in double */
-static void rope64(double *x, int n, double pos, double base) {
+/* YaRN as a DeepSeek file gives it, read from the file's keys here (not the loader's results); s = 0:
+ * none. DeepSeek's converter writes yarn_log_multiplier = 0.1 mscale_all_dim, and its model (and
+ * llama.cpp's deepseek2 graph) keeps the rotation's magnitude at 1 and scales the softmax by mscale^2,
+ * mscale = 1 + 0.1 mscale_all_dim ln s. */
+typedef struct yarn64 {
+    double s, orig, mscale;
+} yarn64;
+
+static yarn64 yarn64_of(const hr_model *m) {
+    const hr_gguf *g = hr_model_gguf(m);
+    yarn64 y = {0, 0, 1};
+    char type[16];
+    double lm = 0;
+    int64_t orig = 0;
+    if (hr_gguf_get_cstr(g, "deepseek2.rope.scaling.type", type, sizeof type, NULL) != HR_OK || strcmp(type, "yarn"))
+        return y;
+    CHECK(hr_gguf_get_float(g, "deepseek2.rope.scaling.factor", &y.s, NULL) == HR_OK &&
+          hr_gguf_get_int(g, "deepseek2.rope.scaling.original_context_length", &orig, NULL) == HR_OK);
+    if (hr_gguf_get_float(g, "deepseek2.rope.scaling.yarn_log_multiplier", &lm, NULL) != HR_OK) lm = 0;
+    y.orig = (double)orig;
+    y.mscale = 1 + lm * log(y.s); /* 0.1 mscale_all_dim ln s + 1 */
+    return y;
+}
+
+/* llama.cpp's "norm" RoPE (adjacent pairs) over n dims, in double; with YaRN (the paper's NTK-by-parts,
+ * beta_fast 32, beta_slow 1): pair i turns theta / s (1 - r_i) + theta r_i, r_i = 1 - clamp((i - lo) /
+ * (hi - lo), 0, 1), lo and hi the pairs that turn 32 and 1 times over the original context */
+static void rope64(double *x, int n, double pos, double base, const yarn64 *y) {
+    double lo = 0, hi = 0;
+    if (y->s > 0) {
+        lo = fmax(0, floor(n * log(y->orig / (32 * 2 * M_PI)) / (2 * log(base))));
+        hi = fmin(n - 1, ceil(n * log(y->orig / (1 * 2 * M_PI)) / (2 * log(base))));
+    }
     for (int i = 0; i < n / 2; i++) {
-        const double th = pos * pow(base, -2.0 * i / n), c = cos(th), s = sin(th);
+        double th = pos * pow(base, -2.0 * i / n);
+        if (y->s > 0) {
+            const double r = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+            th = th / y->s * (1 - r) + th * r;
+        }
+        const double c = cos(th), s = sin(th);
         const double a = x[2 * i], b = x[2 * i + 1];
         x[2 * i] = a * c - b * s;
         x[2 * i + 1] = a * s + b * c;
@@ -541,7 +577,8 @@ static void mla_ref64(const hr_model *m, const int32_t *toks, int n, double *log
     const hr_hparams *hp = hr_model_hparams(m);
     const int E = hp->n_embd, H = hp->n_head, R = hp->n_rot, Dn = hp->qk_nope_dim, Dv = hp->v_head_dim,
               C = hp->kv_lora_rank, Cq = hp->q_lora_rank, Dq = Dn + R, V = hp->n_vocab;
-    const double eps = hp->norm_eps, base = hp->rope_base, scale = 1.0 / sqrt((double)Dq);
+    const yarn64 yarn = yarn64_of(m);
+    const double eps = hp->norm_eps, base = hp->rope_base, scale = yarn.mscale * yarn.mscale / sqrt((double)Dq);
     double *x = calloc((size_t)n * E, sizeof(double)), *xn = calloc((size_t)n * E, sizeof(double)),
            *q = calloc((size_t)n * H * Dq, sizeof(double)), *kv = calloc((size_t)n * (C + R), sizeof(double)),
            *kn = calloc((size_t)n * H * Dn, sizeof(double)), *vv = calloc((size_t)n * H * Dv, sizeof(double)),
@@ -566,9 +603,9 @@ static void mla_ref64(const hr_model *m, const int32_t *toks, int n, double *log
             }
             matvec64(layer_tensor(m, il, "attn_kv_a_mqa.weight"), xt, C + R, E, kt);
             rmsnorm64(kt, kt, layer_tensor(m, il, "attn_kv_a_norm.weight"), C, eps);
-            rope64(kt + C, R, t, base);
+            rope64(kt + C, R, t, base, &yarn);
             for (int h = 0; h < H; h++) {
-                rope64(qt + h * Dq + Dn, R, t, base);
+                rope64(qt + h * Dq + Dn, R, t, base, &yarn);
                 /* decompress: k_nope[c] = sum_r W_UK[h][r][c] lat[r]; v[d] = sum_r W_UV[h][d][r] lat[r] */
                 for (int c2 = 0; c2 < Dn; c2++) {
                     double acc = 0;
@@ -1011,7 +1048,7 @@ static void check_bad_input(void) {
 
 /* deepseek2's own bad input: a missing or mis-shaped latent-attention tensor, an expert stack whose count
  * is not expert_count, a file from before llama.cpp's MLA converter (no key_length_mla), a cache width
- * that is not kv_lora_rank + rope dims, YaRN (not implemented for MLA): one message naming the key or
+ * that is not kv_lora_rank + rope dims, a negative YaRN log multiplier: one message naming the key or
  * tensor, and through the CLI exit 1 with one line. */
 static hr_gguf_writer *mla_writer(const char *shape) {
     hr_synth_shape s;
@@ -1080,17 +1117,16 @@ static void check_mla_bad_input(void) {
     hr_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 4); /* sqrt-softplus: not DeepSeek's */
     mem = mla_written(w, &n);
     expect_load_error(mem, n, "'deepseek2.expert_gating_func' = 4", dir, "ds-gating.gguf");
-    w = mla_writer("deepseek2-tiny");
-    hr_gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "yarn");
-    hr_gguf_writer_set_f32(w, "deepseek2.rope.scaling.factor", 40.0f);
+    w = mla_writer("deepseek2-tiny-yarn");
+    hr_gguf_writer_set_f32(w, "deepseek2.rope.scaling.yarn_log_multiplier", -0.0707f); /* a negative temperature */
     mem = mla_written(w, &n);
-    expect_load_error(mem, n, "deepseek2.rope.scaling.type", dir, "ds-yarn.gguf");
+    expect_load_error(mem, n, "'deepseek2.rope.scaling.yarn_log_multiplier' = -0.0707", dir, "ds-yarn.gguf");
 
     char args[8400];
     snprintf(args, sizeof args, "run -m %s/ds-k-b-shape.gguf -p hi", dir);
     expect_cli_failure(args, "blk.0.attn_k_b.weight");
     snprintf(args, sizeof args, "run -m %s/ds-yarn.gguf -p hi", dir);
-    expect_cli_failure(args, "rope.scaling.type");
+    expect_cli_failure(args, "rope.scaling.yarn_log_multiplier");
     int port = hr_test_free_port();
     snprintf(args, sizeof args, "serve -m %s/ds-exps-count.gguf --host 127.0.0.1 --port %d", dir, port);
     expect_cli_failure(args, "blk.2.ffn_gate_exps.weight");
@@ -1294,10 +1330,11 @@ static void check_alloc_faults(void) {}
 int main(void) {
     check_layer_attn();
     check_llamacpp_ids("arch-llamacpp.jsonl", 64);
-    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 24); /* deepseek2: latent attention, DeepSeek's MoE */
+    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 32); /* deepseek2: latent attention, DeepSeek's MoE, YaRN */
     check_moe();
     check_mla_reference("deepseek2-tiny");
     check_mla_reference("deepseek3-tiny");
+    check_mla_reference("deepseek2-tiny-yarn");
     check_mla_batch_invariance();
     check_mla_legacy_kv_b();
     check_mla_kv_formats();
