@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/isa.h"
 #include "common/fault.h"
+#include "common/util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -769,6 +771,72 @@ static void check_mla_batch_invariance(void) {
     free(kq);
 }
 
+/* A latent pool's attention (V the first C dims of K, only those summed) against a pool that stores the
+ * same rows as K and again as V: every output head's first C dims bit-identical, and 0 past them, for
+ * every latent format, scalar and AVX2 kernels, contexts 1..70 (block 16: partial blocks), 4 heads on
+ * one KV head, C a multiple of 16 and not (C 24 sums up to 32, the kernels' step, and drops the rest). */
+static void check_mla_v_from_k_bits(void) {
+    static const int dims[][2] = {{48, 32}, {40, 24}, {576, 512}}; /* D, C */
+    static const hr_kv_format fmts[] = {HR_KV_F32, HR_KV_F16, HR_KV_BF16, HR_KV_Q8, HR_KV_FP8};
+    const bool avx2 = hr_cpu_isa_has_avx2(hr_cpu_isa_select(NULL));
+    enum { H = 4, NCTX = 70 };
+    int n_cases = 0, bad = 0;
+    hr_rng rng;
+    hr_rng_seed(&rng, 7);
+    for (size_t di = 0; di < HR_ARRAY_LEN(dims); di++)
+        for (size_t fi = 0; fi < HR_ARRAY_LEN(fmts); fi++)
+            for (int isa = 0; isa < (avx2 ? 2 : 1); isa++) {
+                const int D = dims[di][0], C = dims[di][1];
+                hr_kv_pool *pl[2] = {NULL, NULL};
+                hr_kv_seq sq[2] = {-1, -1};
+                hr_error err = {0};
+                bool ok = true;
+                for (int k = 0; k < 2; k++) {
+                    hr_kv_config c = {.n_layers = 1,
+                                      .n_kv_heads = 1,
+                                      .head_dim = D,
+                                      .v_from_k = k == 0 ? C : 0,
+                                      .block_size = 16,
+                                      .k_format = fmts[fi],
+                                      .v_format = fmts[fi],
+                                      .max_seqs = 1,
+                                      .isa = isa ? "avx2" : "scalar"};
+                    c.budget_bytes = hr_kv_block_bytes(&c) * (NCTX / 16 + 2) + hr_kv_fixed_bytes(&c);
+                    ok = ok && hr_kv_pool_create(&c, &pl[k], &err) == HR_OK &&
+                         hr_kv_seq_create(pl[k], &sq[k], &err) == HR_OK;
+                }
+                CHECKF(ok, "D %d C %d %s: %s", D, C, hr_kv_format_name(fmts[fi]), err.msg);
+                float *kv = malloc(sizeof(float) * D), *q = malloc(sizeof(float) * H * D),
+                      *o[2] = {malloc(sizeof(float) * H * D), malloc(sizeof(float) * H * D)},
+                      *scratch = malloc(sizeof(float) * (NCTX + 4 * (size_t)D + 64));
+                for (int pos = 0; ok && pos < NCTX; pos++) {
+                    for (int i = 0; i < D; i++) kv[i] = (float)hr_rng_normal(&rng) * (i % 13 == 5 ? 5.0f : 1.0f);
+                    for (int i = 0; i < H * D; i++) q[i] = (float)hr_rng_normal(&rng);
+                    for (int k = 0; k < 2; k++) {
+                        CHECK(hr_kv_seq_reserve(pl[k], sq[k], pos + 1, &err) == HR_OK);
+                        hr_kv_write(pl[k], 0, sq[k], pos, kv, kv);
+                        int32_t tok = pos;
+                        hr_kv_seq_commit(pl[k], sq[k], &tok, 1);
+                        CHECK(hr_kv_attention_scratch_floats(pl[k], pos + 1) <= NCTX + 4 * (size_t)D + 64);
+                        hr_kv_attention(pl[k], 0, sq[k], pos + 1, q, H, 0.125f, o[k], scratch);
+                    }
+                    for (int h = 0; h < H; h++) {
+                        bool same = !memcmp(o[0] + h * D, o[1] + h * D, sizeof(float) * (size_t)C);
+                        for (int d = C; d < D; d++) same &= o[0][h * D + d] == 0.0f;
+                        bad += !same;
+                    }
+                    n_cases++;
+                }
+                free(kv), free(q), free(o[0]), free(o[1]), free(scratch);
+                hr_kv_pool_destroy(pl[0]);
+                hr_kv_pool_destroy(pl[1]);
+            }
+    CHECKF(bad == 0, "%d of %d latent attention heads differ from a V-arena pool's first C dims", bad, n_cases * H);
+    printf("latent attention (V the first C of K, only those summed): %d queries x %d heads bit-identical to a "
+           "V-arena pool's first C dims (f32, f16, bf16, q8, fp8; %s)\n",
+           n_cases, H, avx2 ? "scalar and AVX2" : "scalar");
+}
+
 /* The latent cache in each per-token format: the same 12-token prompt and 4 decode steps as the f32
  * cache, the last logits near f32's (the bounds a few times what each format measured); the formats
  * that cannot hold V inside K (q4, kivi2 per channel; q4h rotated) are refused with one line. A block
@@ -1338,6 +1406,7 @@ int main(void) {
     check_mla_batch_invariance();
     check_mla_legacy_kv_b();
     check_mla_kv_formats();
+    check_mla_v_from_k_bits();
     check_mla_paper_bytes();
     check_bad_input();
     check_mla_bad_input();

@@ -56,7 +56,8 @@ typedef struct hr_synth_shape {
  * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
  * "phi3.5-mini", "qwen3moe-tiny", "qwen3moe-small",
  * "qwen3moe-30b-a3b", "mixtral-tiny", "gpt-oss-tiny", "gpt-oss-small", "gpt-oss-20b", "deepseek2-tiny",
- * "deepseek2-tiny-yarn", "deepseek2-tiny-kvb", "deepseek3-tiny", "deepseek-v2-lite". On error the message lists the names. */
+ * "deepseek2-tiny-yarn", "deepseek2-tiny-kvb", "deepseek3-tiny", "deepseek-v2-lite". On error the message lists the
+ * names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);
