@@ -665,6 +665,14 @@ static void check_mla_reference(const char *shape) {
     if (!m) return;
     const hr_hparams *hp = hr_model_hparams(m);
     const int V = hp->n_vocab, NP = 12, NG = 6, N = NP + NG;
+    if (hp->yarn_factor > 0) { /* DeepSeek's YaRN: the rotation keeps magnitude 1, the scale takes mscale^2 */
+        const double ms = 1 + 0.0707 * log(40.0), want = ms * ms / sqrt(32.0);
+        CHECKF(hp->yarn_factor == 40.0f && fabsf(hp->yarn_log_mul - 0.707f) < 1e-6f &&
+                   fabs(hp->attn_scale - want) < 1e-6 * want &&
+                   (hp->rope_attn_factor == 0.0f || fabsf(hp->rope_attn_factor - 1.0f) < 1e-6f),
+               "%s: yarn %g, log mul %g, scale %.9g (want %.9g), rope factor %.9g", shape, hp->yarn_factor,
+               hp->yarn_log_mul, hp->attn_scale, want, hp->rope_attn_factor);
+    }
     float *logits = malloc(sizeof(float) * (size_t)V * NP);
     double *ref = malloc(sizeof(double) * (size_t)V * N), worst = 0, gap = INFINITY;
     int32_t toks[18];
