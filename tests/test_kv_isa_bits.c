@@ -87,6 +87,20 @@ static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
                 simd.accum(&f, h1, n, p, a2);
                 CHECKF(same_bits(a1, a2, (size_t)D * sizeof *a1), "%s V B=%d D=%d n=%d: P.V sums differ", name, B, D,
                        n);
+                /* a latent cache's V (its first nc channels): accum's bits there on both paths, the rest
+                 * of the accumulator untouched */
+                for (int nc = 16; ref.accum_first && nc < D; nc += 16) {
+                    float b1[DMAX], b2[DMAX];
+                    memcpy(b1, a0, sizeof b1);
+                    memcpy(b2, a0, sizeof b2);
+                    ref.accum_first(&f, h1, n, p, nc, b1);
+                    simd.accum_first(&f, h1, n, p, nc, b2);
+                    CHECKF(same_bits(b1, a1, (size_t)nc * sizeof *b1) && same_bits(b2, a1, (size_t)nc * sizeof *b2) &&
+                               same_bits(b1 + nc, a0 + nc, (size_t)(D - nc) * sizeof *b1) &&
+                               same_bits(b2 + nc, a0 + nc, (size_t)(D - nc) * sizeof *b2),
+                           "%s V B=%d D=%d n=%d: the first %d channels' P.V sums differ from the whole row's", name, B,
+                           D, n, nc);
+                }
             }
         }
     }

@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/isa.h"
 #include "common/fault.h"
+#include "common/util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -442,10 +444,46 @@ static const float *layer_tensor(const hr_model *m, int il, const char *suffix) 
     return t && t->type == HR_DTYPE_F32 ? t->data : NULL;
 }
 
-/* llama.cpp's "norm" RoPE (adjacent pairs) over n dims, in double */
-static void rope64(double *x, int n, double pos, double base) {
+/* YaRN as a DeepSeek file gives it, read from the file's keys here (not the loader's results); s = 0:
+ * none. DeepSeek's converter writes yarn_log_multiplier = 0.1 mscale_all_dim, and its model (and
+ * llama.cpp's deepseek2 graph) keeps the rotation's magnitude at 1 and scales the softmax by mscale^2,
+ * mscale = 1 + 0.1 mscale_all_dim ln s. */
+typedef struct yarn64 {
+    double s, orig, mscale;
+} yarn64;
+
+static yarn64 yarn64_of(const hr_model *m) {
+    const hr_gguf *g = hr_model_gguf(m);
+    yarn64 y = {0, 0, 1};
+    char type[16];
+    double lm = 0;
+    int64_t orig = 0;
+    if (hr_gguf_get_cstr(g, "deepseek2.rope.scaling.type", type, sizeof type, NULL) != HR_OK || strcmp(type, "yarn"))
+        return y;
+    CHECK(hr_gguf_get_float(g, "deepseek2.rope.scaling.factor", &y.s, NULL) == HR_OK &&
+          hr_gguf_get_int(g, "deepseek2.rope.scaling.original_context_length", &orig, NULL) == HR_OK);
+    if (hr_gguf_get_float(g, "deepseek2.rope.scaling.yarn_log_multiplier", &lm, NULL) != HR_OK) lm = 0;
+    y.orig = (double)orig;
+    y.mscale = 1 + lm * log(y.s); /* 0.1 mscale_all_dim ln s + 1 */
+    return y;
+}
+
+/* llama.cpp's "norm" RoPE (adjacent pairs) over n dims, in double; with YaRN (the paper's NTK-by-parts,
+ * beta_fast 32, beta_slow 1): pair i turns theta / s (1 - r_i) + theta r_i, r_i = 1 - clamp((i - lo) /
+ * (hi - lo), 0, 1), lo and hi the pairs that turn 32 and 1 times over the original context */
+static void rope64(double *x, int n, double pos, double base, const yarn64 *y) {
+    double lo = 0, hi = 0;
+    if (y->s > 0) {
+        lo = fmax(0, floor(n * log(y->orig / (32 * 2 * M_PI)) / (2 * log(base))));
+        hi = fmin(n - 1, ceil(n * log(y->orig / (1 * 2 * M_PI)) / (2 * log(base))));
+    }
     for (int i = 0; i < n / 2; i++) {
-        const double th = pos * pow(base, -2.0 * i / n), c = cos(th), s = sin(th);
+        double th = pos * pow(base, -2.0 * i / n);
+        if (y->s > 0) {
+            const double r = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+            th = th / y->s * (1 - r) + th * r;
+        }
+        const double c = cos(th), s = sin(th);
         const double a = x[2 * i], b = x[2 * i + 1];
         x[2 * i] = a * c - b * s;
         x[2 * i + 1] = a * s + b * c;
@@ -541,7 +579,8 @@ static void mla_ref64(const hr_model *m, const int32_t *toks, int n, double *log
     const hr_hparams *hp = hr_model_hparams(m);
     const int E = hp->n_embd, H = hp->n_head, R = hp->n_rot, Dn = hp->qk_nope_dim, Dv = hp->v_head_dim,
               C = hp->kv_lora_rank, Cq = hp->q_lora_rank, Dq = Dn + R, V = hp->n_vocab;
-    const double eps = hp->norm_eps, base = hp->rope_base, scale = 1.0 / sqrt((double)Dq);
+    const yarn64 yarn = yarn64_of(m);
+    const double eps = hp->norm_eps, base = hp->rope_base, scale = yarn.mscale * yarn.mscale / sqrt((double)Dq);
     double *x = calloc((size_t)n * E, sizeof(double)), *xn = calloc((size_t)n * E, sizeof(double)),
            *q = calloc((size_t)n * H * Dq, sizeof(double)), *kv = calloc((size_t)n * (C + R), sizeof(double)),
            *kn = calloc((size_t)n * H * Dn, sizeof(double)), *vv = calloc((size_t)n * H * Dv, sizeof(double)),
@@ -566,9 +605,9 @@ static void mla_ref64(const hr_model *m, const int32_t *toks, int n, double *log
             }
             matvec64(layer_tensor(m, il, "attn_kv_a_mqa.weight"), xt, C + R, E, kt);
             rmsnorm64(kt, kt, layer_tensor(m, il, "attn_kv_a_norm.weight"), C, eps);
-            rope64(kt + C, R, t, base);
+            rope64(kt + C, R, t, base, &yarn);
             for (int h = 0; h < H; h++) {
-                rope64(qt + h * Dq + Dn, R, t, base);
+                rope64(qt + h * Dq + Dn, R, t, base, &yarn);
                 /* decompress: k_nope[c] = sum_r W_UK[h][r][c] lat[r]; v[d] = sum_r W_UV[h][d][r] lat[r] */
                 for (int c2 = 0; c2 < Dn; c2++) {
                     double acc = 0;
@@ -626,6 +665,14 @@ static void check_mla_reference(const char *shape) {
     if (!m) return;
     const hr_hparams *hp = hr_model_hparams(m);
     const int V = hp->n_vocab, NP = 12, NG = 6, N = NP + NG;
+    if (hp->yarn_factor > 0) { /* DeepSeek's YaRN: the rotation keeps magnitude 1, the scale takes mscale^2 */
+        const double ms = 1 + 0.0707 * log(40.0), want = ms * ms / sqrt(32.0);
+        CHECKF(hp->yarn_factor == 40.0f && fabsf(hp->yarn_log_mul - 0.707f) < 1e-6f &&
+                   fabs(hp->attn_scale - want) < 1e-6 * want &&
+                   (hp->rope_attn_factor == 0.0f || fabsf(hp->rope_attn_factor - 1.0f) < 1e-6f),
+               "%s: yarn %g, log mul %g, scale %.9g (want %.9g), rope factor %.9g", shape, hp->yarn_factor,
+               hp->yarn_log_mul, hp->attn_scale, want, hp->rope_attn_factor);
+    }
     float *logits = malloc(sizeof(float) * (size_t)V * NP);
     double *ref = malloc(sizeof(double) * (size_t)V * N), worst = 0, gap = INFINITY;
     int32_t toks[18];
@@ -730,6 +777,72 @@ static void check_mla_batch_invariance(void) {
     free(mem);
     free(k32);
     free(kq);
+}
+
+/* A latent pool's attention (V the first C dims of K, only those summed) against a pool that stores the
+ * same rows as K and again as V: every output head's first C dims bit-identical, and 0 past them, for
+ * every latent format, scalar and AVX2 kernels, contexts 1..70 (block 16: partial blocks), 4 heads on
+ * one KV head, C a multiple of 16 and not (C 24 sums up to 32, the kernels' step, and drops the rest). */
+static void check_mla_v_from_k_bits(void) {
+    static const int dims[][2] = {{48, 32}, {40, 24}, {576, 512}}; /* D, C */
+    static const hr_kv_format fmts[] = {HR_KV_F32, HR_KV_F16, HR_KV_BF16, HR_KV_Q8, HR_KV_FP8};
+    const bool avx2 = hr_cpu_isa_has_avx2(hr_cpu_isa_select(NULL));
+    enum { H = 4, NCTX = 70 };
+    int n_cases = 0, bad = 0;
+    hr_rng rng;
+    hr_rng_seed(&rng, 7);
+    for (size_t di = 0; di < HR_ARRAY_LEN(dims); di++)
+        for (size_t fi = 0; fi < HR_ARRAY_LEN(fmts); fi++)
+            for (int isa = 0; isa < (avx2 ? 2 : 1); isa++) {
+                const int D = dims[di][0], C = dims[di][1];
+                hr_kv_pool *pl[2] = {NULL, NULL};
+                hr_kv_seq sq[2] = {-1, -1};
+                hr_error err = {0};
+                bool ok = true;
+                for (int k = 0; k < 2; k++) {
+                    hr_kv_config c = {.n_layers = 1,
+                                      .n_kv_heads = 1,
+                                      .head_dim = D,
+                                      .v_from_k = k == 0 ? C : 0,
+                                      .block_size = 16,
+                                      .k_format = fmts[fi],
+                                      .v_format = fmts[fi],
+                                      .max_seqs = 1,
+                                      .isa = isa ? "avx2" : "scalar"};
+                    c.budget_bytes = hr_kv_block_bytes(&c) * (NCTX / 16 + 2) + hr_kv_fixed_bytes(&c);
+                    ok = ok && hr_kv_pool_create(&c, &pl[k], &err) == HR_OK &&
+                         hr_kv_seq_create(pl[k], &sq[k], &err) == HR_OK;
+                }
+                CHECKF(ok, "D %d C %d %s: %s", D, C, hr_kv_format_name(fmts[fi]), err.msg);
+                float *kv = malloc(sizeof(float) * D), *q = malloc(sizeof(float) * H * D),
+                      *o[2] = {malloc(sizeof(float) * H * D), malloc(sizeof(float) * H * D)},
+                      *scratch = malloc(sizeof(float) * (NCTX + 4 * (size_t)D + 64));
+                for (int pos = 0; ok && pos < NCTX; pos++) {
+                    for (int i = 0; i < D; i++) kv[i] = (float)hr_rng_normal(&rng) * (i % 13 == 5 ? 5.0f : 1.0f);
+                    for (int i = 0; i < H * D; i++) q[i] = (float)hr_rng_normal(&rng);
+                    for (int k = 0; k < 2; k++) {
+                        CHECK(hr_kv_seq_reserve(pl[k], sq[k], pos + 1, &err) == HR_OK);
+                        hr_kv_write(pl[k], 0, sq[k], pos, kv, kv);
+                        int32_t tok = pos;
+                        hr_kv_seq_commit(pl[k], sq[k], &tok, 1);
+                        CHECK(hr_kv_attention_scratch_floats(pl[k], pos + 1) <= NCTX + 4 * (size_t)D + 64);
+                        hr_kv_attention(pl[k], 0, sq[k], pos + 1, q, H, 0.125f, o[k], scratch);
+                    }
+                    for (int h = 0; h < H; h++) {
+                        bool same = !memcmp(o[0] + h * D, o[1] + h * D, sizeof(float) * (size_t)C);
+                        for (int d = C; d < D; d++) same &= o[0][h * D + d] == 0.0f;
+                        bad += !same;
+                    }
+                    n_cases++;
+                }
+                free(kv), free(q), free(o[0]), free(o[1]), free(scratch);
+                hr_kv_pool_destroy(pl[0]);
+                hr_kv_pool_destroy(pl[1]);
+            }
+    CHECKF(bad == 0, "%d of %d latent attention heads differ from a V-arena pool's first C dims", bad, n_cases * H);
+    printf("latent attention (V the first C of K, only those summed): %d queries x %d heads bit-identical to a "
+           "V-arena pool's first C dims (f32, f16, bf16, q8, fp8; %s)\n",
+           n_cases, H, avx2 ? "scalar and AVX2" : "scalar");
 }
 
 /* The latent cache in each per-token format: the same 12-token prompt and 4 decode steps as the f32
@@ -1011,7 +1124,7 @@ static void check_bad_input(void) {
 
 /* deepseek2's own bad input: a missing or mis-shaped latent-attention tensor, an expert stack whose count
  * is not expert_count, a file from before llama.cpp's MLA converter (no key_length_mla), a cache width
- * that is not kv_lora_rank + rope dims, YaRN (not implemented for MLA): one message naming the key or
+ * that is not kv_lora_rank + rope dims, a negative YaRN log multiplier: one message naming the key or
  * tensor, and through the CLI exit 1 with one line. */
 static hr_gguf_writer *mla_writer(const char *shape) {
     hr_synth_shape s;
@@ -1080,17 +1193,16 @@ static void check_mla_bad_input(void) {
     hr_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 4); /* sqrt-softplus: not DeepSeek's */
     mem = mla_written(w, &n);
     expect_load_error(mem, n, "'deepseek2.expert_gating_func' = 4", dir, "ds-gating.gguf");
-    w = mla_writer("deepseek2-tiny");
-    hr_gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "yarn");
-    hr_gguf_writer_set_f32(w, "deepseek2.rope.scaling.factor", 40.0f);
+    w = mla_writer("deepseek2-tiny-yarn");
+    hr_gguf_writer_set_f32(w, "deepseek2.rope.scaling.yarn_log_multiplier", -0.0707f); /* a negative temperature */
     mem = mla_written(w, &n);
-    expect_load_error(mem, n, "deepseek2.rope.scaling.type", dir, "ds-yarn.gguf");
+    expect_load_error(mem, n, "'deepseek2.rope.scaling.yarn_log_multiplier' = -0.0707", dir, "ds-yarn.gguf");
 
     char args[8400];
     snprintf(args, sizeof args, "run -m %s/ds-k-b-shape.gguf -p hi", dir);
     expect_cli_failure(args, "blk.0.attn_k_b.weight");
     snprintf(args, sizeof args, "run -m %s/ds-yarn.gguf -p hi", dir);
-    expect_cli_failure(args, "rope.scaling.type");
+    expect_cli_failure(args, "rope.scaling.yarn_log_multiplier");
     int port = hr_test_free_port();
     snprintf(args, sizeof args, "serve -m %s/ds-exps-count.gguf --host 127.0.0.1 --port %d", dir, port);
     expect_cli_failure(args, "blk.2.ffn_gate_exps.weight");
@@ -1294,13 +1406,15 @@ static void check_alloc_faults(void) {}
 int main(void) {
     check_layer_attn();
     check_llamacpp_ids("arch-llamacpp.jsonl", 64);
-    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 24); /* deepseek2: latent attention, DeepSeek's MoE */
+    check_llamacpp_ids("arch-llamacpp-mla.jsonl", 32); /* deepseek2: latent attention, DeepSeek's MoE, YaRN */
     check_moe();
     check_mla_reference("deepseek2-tiny");
     check_mla_reference("deepseek3-tiny");
+    check_mla_reference("deepseek2-tiny-yarn");
     check_mla_batch_invariance();
     check_mla_legacy_kv_b();
     check_mla_kv_formats();
+    check_mla_v_from_k_bits();
     check_mla_paper_bytes();
     check_bad_input();
     check_mla_bad_input();

@@ -12,7 +12,7 @@ set -eu
 build=$1 llama=$2
 shift 2
 [ $# -gt 0 ] || set -- qwen3-tiny gemma2-tiny gemma3-tiny phi3-tiny qwen3moe-tiny mixtral-tiny deepseek2-tiny \
-  deepseek3-tiny deepseek2-tiny-kvb
+  deepseek3-tiny deepseek2-tiny-kvb deepseek2-tiny-yarn
 out=${TMPDIR:-/tmp}/hr-arch-check
 mkdir -p "$out"
 lib=$llama/build/bin

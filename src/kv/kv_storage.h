@@ -42,8 +42,10 @@ typedef struct hr_kv_storage_params {
      * caller chooses (the CPU-feature dispatcher) and vouches that the CPU runs them; a storage never
      * probes the CPU itself. NULL = "scalar". */
     const char *isa;
-    /* a latent cache: no V bytes; V's kernels read each token's K (k and v share one format, per token) */
-    bool v_from_k;
+    /* a latent cache: no V bytes; V is each token's first v_from_k dims of K, which V's kernels read (k
+     * and v share one format, per token), and attention's out holds them per head (0 past them); 0: V
+     * has its own bytes */
+    int v_from_k;
 } hr_kv_storage_params;
 
 /* Which positions a query sees beyond causality (a policy or a model's sliding window); the manager

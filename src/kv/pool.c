@@ -342,7 +342,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
                                .n_blocks = p->n_blocks,
                                .n_stage = p->n_stage,
                                .prefault = cfg->prefault,
-                               .v_from_k = cfg->v_from_k > 0,
+                               .v_from_k = cfg->v_from_k,
                                .isa = kv_default_isa(cfg)};
     rc = (cfg->storage ? cfg->storage : hr_kv_storage_cpu_create)(&sp, &p->st, err);
     if (rc != HR_OK) {

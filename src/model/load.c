@@ -113,8 +113,18 @@ static hr_status read_family_hparams(const hr_gguf *g, hr_hparams *hp, hr_error 
         return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.scaling.attn_factor' = %g is not positive", a,
                             attn_factor);
     hp->rope_attn_factor = attn_factor == 1.0 ? 0.0f : (float)attn_factor;
+    if (hp->arch == HR_ARCH_DEEPSEEK2) { /* DeepSeek's mscale_all_dim x 0.1, as its converter writes it */
+        double log_mul = 0;
+        if ((st = get_float_key(g, a, "rope.scaling.yarn_log_multiplier", 0.0, &log_mul, err))) return st;
+        if (log_mul < 0)
+            return hr_error_set(err, HR_ERR_FORMAT, "metadata '%s.rope.scaling.yarn_log_multiplier' = %g < 0", a,
+                                log_mul);
+        hp->yarn_log_mul = (float)log_mul / 0.1f; /* llama.cpp cancels the converter's 0.1 so, in float */
+    }
     if (hp->yarn_factor > 0.0f) { /* YaRN's magnitude scale joins the attention factor (model.h) */
-        const float ms = hr_rope_yarn_mscale(hp->yarn_factor, (float)attn_factor);
+        /* llama.cpp takes mscale = mscale_all_dims for deepseek2 (1 elsewhere; only deepseek2 reads the key) */
+        const float mall = hp->yarn_log_mul, msc = mall != 0.0f && mall != 1.0f ? mall : 1.0f;
+        const float ms = hr_rope_yarn_mscale(hp->yarn_factor, (float)attn_factor, msc, mall);
         hp->rope_attn_factor = ms == 1.0f ? 0.0f : ms;
     }
     if (hp->arch == HR_ARCH_GPT_OSS) { /* llama.cpp's openai-moe graph */
@@ -203,13 +213,7 @@ static hr_status read_mla_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
     const int64_t big = 1 << 24;
     hr_status st;
     int k_mla = 0, v_len = 0, gating = HR_MOE_GATING_SOFTMAX;
-    char key[160], stype[32];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    if (hr_gguf_get_cstr(g, key, stype, sizeof stype, NULL) == HR_OK && !strcmp(stype, "yarn"))
-        return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "%s.rope.scaling.type 'yarn' is not supported for deepseek2 (its mscale-adjusted "
-                            "attention scale is not implemented)",
-                            a);
+    char key[160];
     if ((st = get_int_key(g, a, "attention.q_lora_rank", false, 0, 0, big, &hp->q_lora_rank, err)) ||
         (st = get_int_key(g, a, "attention.kv_lora_rank", true, 0, 1, 4096, &hp->kv_lora_rank, err)) ||
         (st = get_int_key(g, a, "attention.key_length_mla", false, 0, 0, 4096, &k_mla, err)))
@@ -243,7 +247,15 @@ static hr_status read_mla_hparams(const hr_gguf *g, hr_hparams *hp, hr_error *er
                             "metadata '%s.attention.key_length_mla' = %d leaves no non-rotated dims (rope %d)", a,
                             k_mla, hp->n_rot);
     hp->qk_nope_dim = k_mla - hp->n_rot;
-    hp->attn_scale = 1.0f / sqrtf((float)k_mla); /* a head's q.k before absorption has key_length_mla terms */
+    /* a head's q.k before absorption has key_length_mla terms; llama.cpp's deepseek2 graph multiplies in
+     * YaRN's temperature squared (model.h's yarn_log_mul): the rotation's magnitude (its attn_factor with
+     * the rope's (1 + 0.1 ln s) put back, computed as ggml does) times 1 + 0.1 yarn_log_mul ln s. Without
+     * YaRN s = 1 / the linear scale and the magnitude is rope.scaling.attn_factor. */
+    const float freq_scale = hp->yarn_factor > 0.0f ? 1.0f / hp->yarn_factor : hp->rope_linear_scale;
+    const float rot = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0f;
+    const float af = hp->yarn_factor > 0.0f ? rot : rot * (1.0f + 0.1f * logf(1.0f / freq_scale));
+    const float mscale = af * (1.0f + 0.1f * hp->yarn_log_mul * logf(1.0f / freq_scale));
+    hp->attn_scale = 1.0f * mscale * mscale / sqrtf((float)k_mla);
     if ((st = get_int_key(g, a, "leading_dense_block_count", false, 0, 0, hp->n_layer, &hp->n_layer_dense, err)))
         return st;
     if (hp->n_layer_dense == hp->n_layer) return HR_OK; /* no experts */

@@ -132,13 +132,19 @@ typedef struct hr_hparams {
                               denominator (weights e^(x_t - m) / (sum_t e^(x_t - m) + e^(s_h - m))) */
     bool moe_softmax_topk; /* routing by the router logits (plus blk.N.ffn_gate_inp.bias): the k largest,
                               then a softmax over those k alone (llama.cpp's SOFTMAX_WEIGHT gating) */
-    /* YaRN ({arch}.rope.scaling.type "yarn"; gpt-oss, DeepSeek): positions are not scaled; pair i of
+    /* YaRN ({arch}.rope.scaling.type "yarn"; gpt-oss, DeepSeek-V2/V3): positions are not scaled; pair i of
      * a rotation of base b turns b^(-2i/n_rot) * hr_rope_yarn_freq_factor(hp, b, i) per position, and
      * the rotated dims are multiplied by rope_attn_factor (llama.cpp's mscale: {arch}.rope.scaling.
      * attn_factor x (1 + 0.1 ln factor), after its cancelling of get_mscale), as llama.cpp computes them */
     float yarn_factor;                    /* rope.scaling.factor s (position interpolation 1/s); 0 = no YaRN */
     float yarn_ext_factor;                /* extrapolation mix: 1 (llama.cpp's default for yarn) */
     float yarn_beta_fast, yarn_beta_slow; /* correction range in rotations: 32 and 1 (llama.cpp's) */
+    /* deepseek2: {arch}.rope.scaling.yarn_log_multiplier / 0.1 (the converter writes 0.1 mscale_all_dim:
+     * 0.707 for V2 and V2-Lite, 1 for V3), 0 = absent. YaRN's temperature then leaves the rotation (its
+     * magnitude is rope.scaling.attn_factor alone) for the attention scale, which becomes
+     * mscale^2 / sqrt(key_length_mla), mscale = that magnitude x (1 + 0.1 yarn_log_mul ln s): llama.cpp's
+     * deepseek2 kq_scale */
+    float yarn_log_mul;
     bool kv_b_split;          /* a file from before llama.cpp's MLA converter: W_UK | W_UV in one attn_kv_b,
                                  split into f32 copies at load */
 } hr_hparams;
@@ -149,9 +155,15 @@ typedef struct hr_hparams {
  * ggml's correction dims from beta_fast / beta_slow over n_ctx_orig (floor / ceil, in float as ggml
  * does, so the same pairs are mixed). 1 where hp has no YaRN. Pure (model/rope_yarn.c). */
 double hr_rope_yarn_freq_factor(const hr_hparams *hp, double base, int i);
-/* llama.cpp's YaRN magnitude scale: attn_factor (rope.scaling.attn_factor, 1 when absent) times
- * get_mscale(s) / (1 + 0.1 ln s) times (1 + 0.1 ln s), in float in that order (1.3466 for s = 32). */
-float hr_rope_yarn_mscale(float factor, float attn_factor);
+/* llama.cpp's YaRN attn_factor, what it passes to its rope (cparams.yarn_attn_factor): m / (1 + 0.1 ln s)
+ * times attn_factor (rope.scaling.attn_factor, 1 when absent), in float in that order, where
+ * m = get_mscale(s, mscale) / get_mscale(s, mscale_all_dims) when mscale_all_dims != 0 (DeepSeek's
+ * yarn_log_multiplier / 0.1; llama.cpp sets mscale = mscale_all_dims for deepseek2, so m = 1) and
+ * get_mscale(s, 1) otherwise; get_mscale(s, x) = 0.1 x ln s + 1 (1 for s <= 1). */
+float hr_rope_yarn_attn_factor(float factor, float attn_factor, float mscale, float mscale_all_dims);
+/* The magnitude the rotation applies: hr_rope_yarn_attn_factor times (1 + 0.1 ln s), as ggml's rope
+ * multiplies it back in (1.3466 for gpt-oss's s = 32; 1 up to rounding for DeepSeek's files). */
+float hr_rope_yarn_mscale(float factor, float attn_factor, float mscale, float mscale_all_dims);
 
 typedef struct hr_model hr_model;
 

@@ -1,7 +1,8 @@
 /* rope_yarn.c: YaRN's frequency correction and magnitude scale (model.h), as llama.cpp and ggml compute
  * them (the YaRN paper's NTK-by-parts interpolation: pairs that turn many times over the original
  * context keep their frequency, pairs that turn less than once are interpolated by 1/s, a linear ramp
- * between; plus the attention temperature 0.1 ln s + 1 on the rotated dims). The arithmetic of the
+ * between; plus the attention temperature 0.1 ln s + 1 on the rotated dims, which DeepSeek moves into
+ * the attention scale: see model.h). The arithmetic of the
  * correction dims stays in float as ggml's, so floor/ceil pick the same pairs. */
 #include <math.h>
 
@@ -24,10 +25,20 @@ double hr_rope_yarn_freq_factor(const hr_hparams *hp, double base, int i) {
     return (double)freq_scale * (1.0 - ramp) + ramp;
 }
 
-float hr_rope_yarn_mscale(float factor, float attn_factor) {
+/* llama.cpp's get_mscale: the YaRN paper's attention temperature 0.1 m ln s + 1 (1 where s <= 1) */
+static float get_mscale(float s, float m) { return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f; }
+
+float hr_rope_yarn_attn_factor(float factor, float attn_factor, float mscale, float mscale_all_dims) {
     const float freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f, s = 1.0f / freq_scale;
-    float m = s <= 1.0f ? 1.0f : 0.1f * logf(s) + 1.0f; /* llama.cpp's get_mscale(s, 1) */
-    m *= 1.0f / (1.0f + 0.1f * logf(s));                /* cancelled, as llama.cpp then does */
-    m *= attn_factor;
+    /* DeepSeek's mscale over mscale_all_dims where the file has yarn_log_multiplier (the ratio is 1 for
+     * every DeepSeek file: llama.cpp takes mscale = mscale_all_dims there), else get_mscale(s, 1) */
+    float m = mscale_all_dims != 0.0f ? get_mscale(s, mscale) / get_mscale(s, mscale_all_dims) : get_mscale(s, 1.0f);
+    m *= 1.0f / (1.0f + 0.1f * logf(s)); /* cancelled, as llama.cpp then does */
+    return m * attn_factor;
+}
+
+float hr_rope_yarn_mscale(float factor, float attn_factor, float mscale, float mscale_all_dims) {
+    const float freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f;
+    const float m = hr_rope_yarn_attn_factor(factor, attn_factor, mscale, mscale_all_dims);
     return m * (1.0f + 0.1f * logf(1.0f / freq_scale)); /* what ggml's rope_yarn multiplies in */
 }

@@ -44,8 +44,9 @@ typedef struct hr_synth_shape {
     bool moe_sigmoid; /* V3: sigmoid gates with a selection bias (exp_probs_b); else V2's softmax */
     bool moe_norm;    /* {arch}.expert_weights_norm */
     float moe_scale;  /* {arch}.expert_weights_scale */
-    /* gpt-oss: rope.scaling.type yarn with this factor over original context n_ctx_orig; 0 = none */
+    /* gpt-oss, deepseek2: rope.scaling.type yarn with this factor over original context n_ctx_orig; 0 = none */
     float rope_yarn;
+    float yarn_log_mul; /* deepseek2 with YaRN: rope.scaling.yarn_log_multiplier (0.1 mscale_all_dim); 0 = absent */
     bool legacy_kv_b; /* as llama.cpp's converter wrote deepseek2 before MLA: one attn_kv_b, key_length and
                          value_length a head's (head_dim = qk_nope + rope, n_head_kv = n_head), no *_mla keys */
 } hr_synth_shape;
@@ -55,7 +56,8 @@ typedef struct hr_synth_shape {
  * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
  * "phi3.5-mini", "qwen3moe-tiny", "qwen3moe-small",
  * "qwen3moe-30b-a3b", "mixtral-tiny", "gpt-oss-tiny", "gpt-oss-small", "gpt-oss-20b", "deepseek2-tiny",
- * "deepseek2-tiny-kvb", "deepseek3-tiny", "deepseek-v2-lite". On error the message lists the names. */
+ * "deepseek2-tiny-yarn", "deepseek2-tiny-kvb", "deepseek3-tiny", "deepseek-v2-lite". On error the message lists the
+ * names. */
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err);
 /* "tiny, tinyllama-1.1b, ..." */
 const char *hr_synth_shape_names(void);

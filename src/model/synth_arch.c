@@ -241,6 +241,33 @@ static const hr_synth_shape k_arch_shapes[] = {
      .n_layer_dense = 1,
      .n_expert_shared = 2,
      .moe_scale = 1.0f},
+    /* deepseek2-tiny's weights with YaRN as DeepSeek-V2 files carry it (factor, original context,
+     * yarn_log_multiplier 0.1 x mscale_all_dim 0.707): DeepSeek's factor 40, over 128 tokens */
+    {.name = "deepseek2-tiny-yarn",
+     .arch = "deepseek2",
+     .n_vocab = 2048,
+     .n_embd = 64,
+     .n_ff = 128,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .n_layer = 3,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .vocab = HR_SYNTH_VOCAB_BPE,
+     .head_dim = 48,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 32,
+     .kv_lora_rank = 32,
+     .qk_nope_dim = 16,
+     .qk_rope_dim = 16,
+     .v_head_dim = 16,
+     .n_layer_dense = 1,
+     .n_expert_shared = 2,
+     .moe_scale = 1.0f,
+     .n_ctx_orig = 128,
+     .rope_yarn = 40.0f,
+     .yarn_log_mul = 0.0707f},
     /* deepseek2-tiny as a GGUF from before llama.cpp's MLA converter: the same weights, W_UK and W_UV in
      * one attn_kv_b (the loader splits it back) */
     {.name = "deepseek2-tiny-kvb",
@@ -293,7 +320,7 @@ static const hr_synth_shape k_arch_shapes[] = {
      .moe_sigmoid = true,
      .moe_norm = true,
      .moe_scale = 2.5f},
-    {.name = "deepseek-v2-lite", /* DeepSeek-V2-Lite's published widths, without its YaRN (benchmarks) */
+    {.name = "deepseek-v2-lite", /* DeepSeek-V2-Lite's published widths and YaRN (config.json's rope_scaling) */
      .arch = "deepseek2",
      .n_vocab = 102400,
      .n_embd = 2048,
@@ -314,7 +341,10 @@ static const hr_synth_shape k_arch_shapes[] = {
      .v_head_dim = 128,
      .n_layer_dense = 1,
      .n_expert_shared = 2,
-     .moe_scale = 1.0f},
+     .moe_scale = 1.0f,
+     .n_ctx_orig = 4096,
+     .rope_yarn = 40.0f,
+     .yarn_log_mul = 0.0707f},
     /* gpt-oss: window layers (16 tokens here, so 64-token generations cross them) alternating with full
      * ones, 8 experts of width 32 with 4 used, YaRN 32 over 4096 as gpt-oss-20b; head dim 32 (H x D = 128
      * != E, as gpt-oss's 64 x 64 != 2880) */
@@ -549,6 +579,7 @@ static void write_keys(hr_gguf_writer *w, const hr_synth_shape *s, hr_dtype type
         hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
         hr_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_yarn);
         hr_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)s->n_ctx_orig);
+        if (s->yarn_log_mul > 0) hr_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_log_multiplier"), s->yarn_log_mul);
     }
     if (s->rope_linear > 0) {
         hr_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");

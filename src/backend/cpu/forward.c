@@ -297,7 +297,7 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     for (int i = 0; i < hp->n_rot / 2; i++) {
         double f = pow(base, -2.0 * i / hp->n_rot), f_swa = pow((double)base_swa, -2.0 * i / hp->n_rot);
         if (factors) f /= factors[i], f_swa /= factors[i];
-        f *= hr_rope_yarn_freq_factor(hp, base, i); /* YaRN (gpt-oss): 1 elsewhere */
+        f *= hr_rope_yarn_freq_factor(hp, base, i); /* YaRN (gpt-oss, DeepSeek): 1 elsewhere */
         f_swa *= hr_rope_yarn_freq_factor(hp, base_swa, i);
         c->inv_freq[i] = (float)f;
         if (c->inv_freq_swa) c->inv_freq_swa[i] = (float)f_swa;

@@ -144,6 +144,25 @@ static float kv_weights(const kv_cpu *p, float *sc, int n, float sum) {
     return 1.0f;
 }
 
+/* P.V over one block's head region (w: n weights) into oh. A latent cache's V is the first v_from_k dims
+ * of each K row: only those are summed (rounded up to the kernels' 16-channel steps), not the RoPE key
+ * behind them, with the bits the whole row's sums had on those dims (each channel's sum is its own). */
+static inline void kv_accum_v(const kv_cpu *p, const uint8_t *head, int n, const float *w, float *oh) {
+    const int nc = (p->v_from_k + 15) & ~15;
+    if (p->v_from_k && nc < p->D)
+        p->vops.accum_first(&p->vf, head, n, w, nc, oh);
+    else
+        p->vops.accum(&p->vf, head, n, w, oh);
+}
+
+/* oh (one head's output) times inv; a latent cache's past V's dims set to 0 (what was summed there is
+ * not V) */
+static inline void kv_finish_head(const kv_cpu *p, float *oh, float inv) {
+    const int nv = p->v_from_k ? p->v_from_k : p->D;
+    for (int d = 0; d < nv; d++) oh[d] *= inv;
+    memset(oh + nv, 0, (size_t)(p->D - nv) * sizeof *oh);
+}
+
 /* ---- attention under a view -----------------------------------------------------------------------
  * The blocks a query reads are [0, sink_blocks) and [first_blk, n_blk) (the manager computed them
  * from the policy: for window-like ones first_blk = lo / B, lo the first position the window sees;
@@ -227,7 +246,7 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
             if (j == n_blk - 1 && stv && p->vf.deferred)
                 p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, sc, oh);
             else
-                p->vops.accum(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, sc, oh);
+                kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, sc, oh);
             if (acc) {
                 atomic_uint_fast64_t *w = acc + kv_meta_index(p, j, layer, kh) * B;
                 for (int t = 0; t < n; t++)
@@ -237,7 +256,7 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
             }
             k++;
         }
-        for (int d = 0; d < D; d++) oh[d] *= inv;
+        kv_finish_head(p, oh, inv);
     }
 }
 
@@ -283,10 +302,10 @@ static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *a
             if (j == n_blk - 1 && stv && p->vf.deferred)
                 p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, scores + (size_t)j * B, oh);
             else
-                p->vops.accum(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,
-                              scores + (size_t)j * B, oh);
+                kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,
+                           scores + (size_t)j * B, oh);
         }
-        for (int d = 0; d < D; d++) oh[d] *= inv;
+        kv_finish_head(p, oh, inv);
     }
 }
 

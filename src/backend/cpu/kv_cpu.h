@@ -83,15 +83,19 @@ uint8_t kv_f32_to_e4m3(float x); /* round to nearest even, saturating at 448 */
 /* ---- format kernels --------------------------------------------------------------------------- */
 
 /* Kernels for one format in one role. `head` points at a head region of one block.
- *   enc_token: encode token t (x: D floats). NULL for deferred formats.
- *   enc_block: encode a whole staged block (stage: [B][D] f16). NULL for immediate formats.
- *   dot:       scores[t] = q . k_t for t < n. row: D floats of private scratch.
- *   accum:     acc[:] += sum_t p[t] * v_t for t < n (acc: D floats). */
+ *   enc_token:   encode token t (x: D floats). NULL for deferred formats.
+ *   enc_block:   encode a whole staged block (stage: [B][D] f16). NULL for immediate formats.
+ *   dot:         scores[t] = q . k_t for t < n. row: D floats of private scratch.
+ *   accum:       acc[:] += sum_t p[t] * v_t for t < n (acc: D floats).
+ *   accum_first: the same for channels c < nc only (nc a multiple of 16 below D, or D), each with
+ *                accum's bits: what a latent cache's V (the first v_from_k dims of K) reads. The
+ *                token-wise formats (f32, f16, bf16, q8, fp8) only; NULL elsewhere. */
 typedef struct kv_fmt_ops {
     void (*enc_token)(const kv_fmt *f, uint8_t *head, int t, const float *x);
     void (*enc_block)(const kv_fmt *f, uint8_t *head, const uint16_t *stage);
     void (*dot)(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores);
     void (*accum)(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc);
+    void (*accum_first)(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc);
 } kv_fmt_ops;
 
 /* x <- H x / sqrt(n), the normalized Walsh-Hadamard transform (orthogonal and its own inverse); n a
@@ -132,7 +136,8 @@ typedef struct kv_cpu {
     size_t stage_layer_bytes;  /* one stage, one layer, K and V */
     uint64_t stage_slot_bytes; /* one stage, all layers */
     atomic_ushort *filled;     /* [n_stage][L]: slots written in the stage's block (deferred formats) */
-    bool v_from_k;             /* a latent cache: no V arena, V is read from the K block (v_block_bytes 0) */
+    int v_from_k; /* a latent cache: no V arena, V is the first v_from_k dims of the K block's rows (v_block_bytes
+                     0); 0: V has its arena */
 } kv_cpu;
 
 static inline uint8_t *kv_block_ptr(const kv_cpu *p, int layer, int kind, int32_t block) {

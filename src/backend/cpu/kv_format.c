@@ -87,13 +87,16 @@ static void enc_bf16(const kv_fmt *f, uint8_t *head, int t, const float *x) {
             scores[t] = s;                                                                                             \
         }                                                                                                              \
     }                                                                                                                  \
-    static void acc_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {                  \
-        int D = f->D, D8 = D & ~7;                                                                                     \
+    static void accf_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {         \
+        int D = f->D, D8 = D & ~7, E8 = nc < D8 ? nc : D8;                                                             \
         const T *v = (const T *)head;                                                                                  \
         for (int t = 0; t < n; t++, v += D) {                                                                          \
-            for (int c = 0; c < D8; c++) acc[c] = fmaf(p[t], CVT(v[c]), acc[c]);                                       \
-            for (int c = D8; c < D; c++) acc[c] += p[t] * CVT(v[c]);                                                   \
+            for (int c = 0; c < E8; c++) acc[c] = fmaf(p[t], CVT(v[c]), acc[c]);                                       \
+            for (int c = D8; c < nc; c++) acc[c] += p[t] * CVT(v[c]);                                                  \
         }                                                                                                              \
+    }                                                                                                                  \
+    static void acc_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {                  \
+        accf_##name(f, head, n, p, f->D, acc);                                                                         \
     }
 
 static inline float kv_id(float x) { return x; }
@@ -147,16 +150,20 @@ static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, 
         scores[t] = s * step;
     }
 }
-static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+static void accf_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {
     int ng = f->D / f->G;
     for (int t = 0; t < n; t++) {
         const int8_t *qs = (const int8_t *)head + (size_t)t * f->D;
         const uint16_t *sc = (const uint16_t *)(head + f->scale_off) + (size_t)t * ng;
-        for (int g = 0; g < ng; g++) {
+        for (int g = 0; g < ng && g * f->G < nc; g++) {
             float w = p[t] * kv_f16_to_f32(sc[g]);
-            for (int c = 0; c < f->G; c++) acc[g * f->G + c] = fmaf(w, (float)qs[g * f->G + c], acc[g * f->G + c]);
+            int ce = nc - g * f->G < f->G ? nc - g * f->G : f->G;
+            for (int c = 0; c < ce; c++) acc[g * f->G + c] = fmaf(w, (float)qs[g * f->G + c], acc[g * f->G + c]);
         }
     }
+}
+static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    accf_q8(f, head, n, p, f->D, acc);
 }
 
 /* ---- FP8 e4m3, per token and head scale -------------------------------------------------------- */
@@ -188,7 +195,7 @@ static void dot_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *q,
         scores[t] = s * (wide ? sc * 256.0f : sc);
     }
 }
-static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+static void accf_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {
     int D = f->D;
     bool wide = D % 16 == 0;
     float ks = wide ? 0x1p-8f : 1.0f;
@@ -197,8 +204,11 @@ static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p,
         float sc;
         memcpy(&sc, head + f->scale_off + (size_t)t * 4, 4);
         float w = p[t] * (wide ? sc * 256.0f : sc);
-        for (int c = 0; c < D; c++) acc[c] = fmaf(w, kv_e4m3_to_f32(qs[c]) * ks, acc[c]);
+        for (int c = 0; c < nc; c++) acc[c] = fmaf(w, kv_e4m3_to_f32(qs[c]) * ks, acc[c]);
     }
+}
+static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    accf_fp8(f, head, n, p, f->D, acc);
 }
 
 /* ---- Q4 / KIVI2: asymmetric low-bit codes ------------------------------------------------------ */
@@ -469,23 +479,23 @@ static void dot_q4h_k(const kv_fmt *f, const uint8_t *head, int n, const float *
 void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops) {
     memset(ops, 0, sizeof *ops);
     switch (f->format) {
-    case HR_KV_F32: *ops = (kv_fmt_ops){enc_f32, NULL, dot_f32, acc_f32}; break;
-    case HR_KV_F16: *ops = (kv_fmt_ops){enc_f16, NULL, dot_f16, acc_f16}; break;
-    case HR_KV_BF16: *ops = (kv_fmt_ops){enc_bf16, NULL, dot_bf16, acc_bf16}; break;
-    case HR_KV_Q8: *ops = (kv_fmt_ops){enc_q8, NULL, dot_q8, acc_q8}; break;
-    case HR_KV_FP8: *ops = (kv_fmt_ops){enc_fp8, NULL, dot_fp8, acc_fp8}; break;
+    case HR_KV_F32: *ops = (kv_fmt_ops){enc_f32, NULL, dot_f32, acc_f32, accf_f32}; break;
+    case HR_KV_F16: *ops = (kv_fmt_ops){enc_f16, NULL, dot_f16, acc_f16, accf_f16}; break;
+    case HR_KV_BF16: *ops = (kv_fmt_ops){enc_bf16, NULL, dot_bf16, acc_bf16, accf_bf16}; break;
+    case HR_KV_Q8: *ops = (kv_fmt_ops){enc_q8, NULL, dot_q8, acc_q8, accf_q8}; break;
+    case HR_KV_FP8: *ops = (kv_fmt_ops){enc_fp8, NULL, dot_fp8, acc_fp8, accf_fp8}; break;
     case HR_KV_Q4:
     case HR_KV_KIVI2:
         if (f->role == KV_K)
-            *ops = (kv_fmt_ops){NULL, encb_lowbit_k, dot_lowbit_k, NULL};
+            *ops = (kv_fmt_ops){NULL, encb_lowbit_k, dot_lowbit_k, NULL, NULL};
         else
-            *ops = (kv_fmt_ops){NULL, encb_lowbit_v, NULL, acc_lowbit_v};
+            *ops = (kv_fmt_ops){NULL, encb_lowbit_v, NULL, acc_lowbit_v, NULL};
         break;
     case HR_KV_Q4H:
         if (f->role == KV_K)
-            *ops = (kv_fmt_ops){enc_q4h_k, NULL, dot_q4h_k, NULL};
+            *ops = (kv_fmt_ops){enc_q4h_k, NULL, dot_q4h_k, NULL, NULL};
         else
-            *ops = (kv_fmt_ops){enc_q4tok, NULL, NULL, acc_lowbit_v};
+            *ops = (kv_fmt_ops){enc_q4tok, NULL, NULL, acc_lowbit_v, NULL};
         break;
     }
 }

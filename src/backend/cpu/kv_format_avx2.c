@@ -72,11 +72,11 @@ static inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
             scores[t] = sum;                                                                                           \
         }                                                                                                              \
     }                                                                                                                  \
-    static void acc_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {                  \
-        int D = f->D, D8 = D & ~7;                                                                                     \
+    static void accf_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {         \
+        int D = f->D, D8 = D & ~7, E8 = nc < D8 ? nc : D8;                                                             \
         const T *v = (const T *)head;                                                                                  \
-        for (int c0 = 0; c0 < D8; c0 += 32) {                                                                          \
-            int w = (D8 - c0 >= 32 ? 32 : D8 - c0) / 8;                                                                \
+        for (int c0 = 0; c0 < E8; c0 += 32) {                                                                          \
+            int w = (E8 - c0 >= 32 ? 32 : E8 - c0) / 8;                                                                \
             __m256 a[4];                                                                                               \
             for (int i = 0; i < 4; i++) a[i] = i < w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();        \
             for (int t = 0; t < n; t++) {                                                                              \
@@ -87,8 +87,11 @@ static inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
             }                                                                                                          \
             for (int i = 0; i < w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);                                      \
         }                                                                                                              \
-        for (int t = 0; t < n && D8 < D; t++)                                                                          \
-            for (int c = D8; c < D; c++) acc[c] += p[t] * CVT(v[(size_t)t * D + c]);                                   \
+        for (int t = 0; t < n && D8 < nc; t++)                                                                         \
+            for (int c = D8; c < nc; c++) acc[c] += p[t] * CVT(v[(size_t)t * D + c]);                                  \
+    }                                                                                                                  \
+    static void acc_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {                  \
+        accf_##name(f, head, n, p, f->D, acc);                                                                         \
     }
 
 static inline float id_f32(float x) { return x; }
@@ -179,11 +182,11 @@ static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, 
 
 /* P.V: 32 output channels in registers while the tokens stream by; one weight p * scale per token
  * and group (G >= 8, so one per register). */
-static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+static void accf_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {
     int D = f->D, G = f->G, ng = D / G;
     const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
-    for (int c0 = 0; c0 < D; c0 += 32) {
-        int w = (D - c0 >= 32 ? 32 : D - c0) / 8;
+    for (int c0 = 0; c0 < nc; c0 += 32) {
+        int w = (nc - c0 >= 32 ? 32 : nc - c0) / 8;
         __m256 a[4];
         for (int i = 0; i < 4; i++) a[i] = i < w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
@@ -202,6 +205,9 @@ static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, 
         }
         for (int i = 0; i < w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
     }
+}
+static void acc_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    accf_q8(f, head, n, p, f->D, acc);
 }
 
 /* Encoder: kv_format.c's enc_q8 with the same operations per element (max |x|, the f16 scale, one
@@ -270,11 +276,11 @@ static void dot_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *q,
     }
 }
 
-static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+static void accf_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {
     int D = f->D;
     const float *sc = (const float *)(head + f->scale_off);
-    for (int c0 = 0; c0 < D; c0 += 32) {
-        int w = (D - c0 >= 32 ? 32 : D - c0) / 8;
+    for (int c0 = 0; c0 < nc; c0 += 32) {
+        int w = (nc - c0 >= 32 ? 32 : nc - c0) / 8;
         __m256 a[4];
         for (int i = 0; i < 4; i++) a[i] = i < w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
@@ -285,6 +291,9 @@ static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p,
         }
         for (int i = 0; i < w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
     }
+}
+static void acc_fp8(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    accf_fp8(f, head, n, p, f->D, acc);
 }
 
 /* 16 e4m3 codes as f16 bits: magnitude bits << 7 make an f16 of the same mantissa with exponent bias
@@ -329,11 +338,11 @@ static void dot_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float 
     }
 }
 
-static void acc_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+static void accf_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {
     int D = f->D;
     const float *sc = (const float *)(head + f->scale_off);
-    for (int c0 = 0; c0 < D; c0 += 32) {
-        int w = (D - c0 >= 32 ? 32 : D - c0) / 16;
+    for (int c0 = 0; c0 < nc; c0 += 32) {
+        int w = (nc - c0 >= 32 ? 32 : nc - c0) / 16;
         __m256 a[4];
         for (int i = 0; i < 4; i++) a[i] = i < 2 * w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
@@ -348,6 +357,9 @@ static void acc_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float 
         }
         for (int i = 0; i < 2 * w; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
     }
+}
+static void acc_fp8_16(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc) {
+    accf_fp8_16(f, head, n, p, f->D, acc);
 }
 
 /* Encoder: kv_format.c's enc_fp8 and kv_f32_to_e4m3 per element: round to nearest even on the bits
@@ -814,20 +826,20 @@ void kv_scale_round_f16_avx2(float *x, int n, float scale) {
 
 void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
     switch (f->format) {
-    case HR_KV_F32: ops->dot = dot_f32, ops->accum = acc_f32; break;
-    case HR_KV_F16: ops->dot = dot_f16, ops->accum = acc_f16; break;
-    case HR_KV_BF16: ops->dot = dot_bf16, ops->accum = acc_bf16; break;
+    case HR_KV_F32: ops->dot = dot_f32, ops->accum = acc_f32, ops->accum_first = accf_f32; break;
+    case HR_KV_F16: ops->dot = dot_f16, ops->accum = acc_f16, ops->accum_first = accf_f16; break;
+    case HR_KV_BF16: ops->dot = dot_bf16, ops->accum = acc_bf16, ops->accum_first = accf_bf16; break;
     case HR_KV_Q8:
         ops->enc_token = enc_q8;
-        ops->accum = acc_q8;
+        ops->accum = acc_q8, ops->accum_first = accf_q8;
         if (f->G % 16 == 0 && f->D <= KV_QMAX_D) ops->dot = dot_q8;
         break;
     case HR_KV_FP8:
         ops->enc_token = enc_fp8;
         if (f->D % 16 == 0)
-            ops->dot = dot_fp8_16, ops->accum = acc_fp8_16;
+            ops->dot = dot_fp8_16, ops->accum = acc_fp8_16, ops->accum_first = accf_fp8_16;
         else
-            ops->dot = dot_fp8, ops->accum = acc_fp8;
+            ops->dot = dot_fp8, ops->accum = acc_fp8, ops->accum_first = accf_fp8;
         break;
     case HR_KV_Q4:
     case HR_KV_KIVI2:
