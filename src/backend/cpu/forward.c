@@ -428,6 +428,41 @@ static hr_weight expert(const hr_weight *stack, int e) {
 static void moe_route_softmax_topk(hr_model_ctx *c, const hr_layer *L, int T);
 static void add_bias(float *y, const float *bias, int64_t T, int n);
 
+/* p[0..n) = softmax(p): the largest subtracted, the sum in double, then one multiply by 1/sum. */
+static void moe_softmax(float *p, int n) {
+    float mx = -INFINITY;
+    for (int e = 0; e < n; e++) mx = p[e] > mx ? p[e] : mx;
+    double sum = 0;
+    for (int e = 0; e < n; e++) sum += (double)(p[e] = expf(p[e] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int e = 0; e < n; e++) p[e] *= inv;
+}
+
+/* The K experts of the largest score[0..NE) (ties to the lower id) in descending order into sel, with
+ * w[k] = val[sel[k]]; returns the sum of those K values in double. K passes of NE: K and NE are small
+ * (8 of 256 at most in practice). */
+static double moe_top_k(const float *score, const float *val, int NE, int K, int32_t *sel, float *w) {
+    double wsum = 0;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < NE; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || score[e] > score[best])) best = e;
+        }
+        sel[k] = best;
+        w[k] = val[best];
+        wsum += w[k];
+    }
+    return wsum;
+}
+
+/* w[0..K) divided by their sum, clamped below at f16's smallest normal (llama.cpp's norm_w). */
+static void moe_renorm(float *w, int K, double wsum) {
+    const float ws = (float)wsum < 6.103515625e-5f ? 6.103515625e-5f : (float)wsum;
+    for (int k = 0; k < K; k++) w[k] /= ws;
+}
+
 static void moe_route(hr_model_ctx *c, const hr_layer *L, int T) {
     const hr_hparams *hp = &c->m->hp;
     const int NE = hp->n_expert, K = hp->n_expert_used;
@@ -438,28 +473,9 @@ static void moe_route(hr_model_ctx *c, const hr_layer *L, int T) {
     matmul(c, &L->w_router, c->xb, T, c->moe_probs);
     for (int t = 0; t < T; t++) {
         float *p = c->moe_probs + (size_t)t * NE;
-        float mx = -INFINITY;
-        for (int e = 0; e < NE; e++) mx = p[e] > mx ? p[e] : mx;
-        double sum = 0;
-        for (int e = 0; e < NE; e++) sum += (double)(p[e] = expf(p[e] - mx));
-        const float inv = (float)(1.0 / sum);
-        for (int e = 0; e < NE; e++) p[e] *= inv;
-        int32_t *sel = c->moe_sel + (size_t)t * K;
+        moe_softmax(p, NE);
         float *w = c->moe_w + (size_t)t * K;
-        double wsum = 0;
-        for (int k = 0; k < K; k++) { /* K passes of NE: K and NE are small (8 of 128 at most in practice) */
-            int best = -1;
-            for (int e = 0; e < NE; e++) {
-                bool taken = false;
-                for (int j = 0; j < k; j++) taken |= sel[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[k] = best;
-            w[k] = p[best];
-            wsum += w[k];
-        }
-        const float ws = (float)wsum < 6.103515625e-5f ? 6.103515625e-5f : (float)wsum;
-        for (int k = 0; k < K; k++) w[k] /= ws;
+        moe_renorm(w, K, moe_top_k(p, p, NE, K, c->moe_sel + (size_t)t * K, w));
     }
 }
 
@@ -479,12 +495,7 @@ static void moe_route_deepseek(hr_model_ctx *c, const hr_layer *L, int T) {
         if (hp->moe_gating == HR_MOE_GATING_SIGMOID) {
             for (int e = 0; e < NE; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
         } else {
-            float mx = -INFINITY;
-            for (int e = 0; e < NE; e++) mx = p[e] > mx ? p[e] : mx;
-            double sum = 0;
-            for (int e = 0; e < NE; e++) sum += (double)(p[e] = expf(p[e] - mx));
-            const float inv = (float)(1.0 / sum);
-            for (int e = 0; e < NE; e++) p[e] *= inv;
+            moe_softmax(p, NE);
         }
         for (int e = 0; e < NE; e++) s[e] = L->exp_probs_b ? p[e] + L->exp_probs_b[e] : p[e];
         if (NG > 1) { /* group-limited: each group scored by its two best, the best n_group_used kept */
@@ -511,24 +522,9 @@ static void moe_route_deepseek(hr_model_ctx *c, const hr_layer *L, int T) {
             for (int e = 0; e < NE; e++)
                 if (e / per >= ng || !keep[e / per]) s[e] = -INFINITY;
         }
-        int32_t *sel = c->moe_sel + (size_t)t * K;
         float *w = c->moe_w + (size_t)t * K;
-        double wsum = 0;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < NE; e++) {
-                bool taken = false;
-                for (int j = 0; j < k; j++) taken |= sel[j] == e;
-                if (!taken && (best < 0 || s[e] > s[best])) best = e;
-            }
-            sel[k] = best;
-            w[k] = p[best];
-            wsum += w[k];
-        }
-        if (hp->moe_norm) {
-            const float ws = (float)wsum < 6.103515625e-5f ? 6.103515625e-5f : (float)wsum;
-            for (int k = 0; k < K; k++) w[k] /= ws;
-        }
+        const double wsum = moe_top_k(s, p, NE, K, c->moe_sel + (size_t)t * K, w);
+        if (hp->moe_norm) moe_renorm(w, K, wsum);
         if (hp->moe_scale != 0.0f && hp->moe_scale != 1.0f)
             for (int k = 0; k < K; k++) w[k] *= hp->moe_scale;
     }
@@ -554,18 +550,8 @@ static void moe_route_softmax_topk(hr_model_ctx *c, const hr_layer *L, int T) {
     add_bias(c->moe_probs, L->b_router, T, NE);
     for (int t = 0; t < T; t++) {
         const float *p = c->moe_probs + (size_t)t * NE;
-        int32_t *sel = c->moe_sel + (size_t)t * K;
         float *w = c->moe_w + (size_t)t * K;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < NE; e++) {
-                bool taken = false;
-                for (int j = 0; j < k; j++) taken |= sel[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[k] = best;
-            w[k] = p[best];
-        }
+        (void)moe_top_k(p, p, NE, K, c->moe_sel + (size_t)t * K, w);
         const float mx = w[0];
         double sum = 0;
         for (int k = 0; k < K; k++) sum += (double)(w[k] = expf(w[k] - mx));
