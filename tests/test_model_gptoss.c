@@ -558,48 +558,16 @@ static void check_cli_and_layers(void) {
 }
 
 #if HR_FAULT
+#include "model_faults.h"
+
 /* Fault build: loading gpt-oss-tiny (MXFP4 experts) and creating its forward context with the Nth
  * allocation failing, for every N the clean run makes, ends in a clean error (or success) and leaks
  * nothing (LeakSanitizer at exit). */
 static void check_alloc_faults(void) {
     size_t n;
     void *mem = image(HR_DTYPE_MXFP4, -1, &n);
-    long calls = -1;
-    int failed = 0;
-    for (long nth = 0; nth == 0 || nth <= calls; nth++) {
-        hr_error err = {0};
-        hr_gguf *g = NULL;
-        hr_model *m = NULL;
-        hr_kv_pool *kv = NULL;
-        hr_model_ctx *c = NULL;
-        hr_fault_arm(HR_FAULT_ALLOC, nth);
-        hr_status st = hr_gguf_open_memory(mem, n, &g, &err);
-        if (!st) st = hr_model_load_gguf(g, &m, &err);
-        if (!st) {
-            const hr_hparams *hp = hr_model_hparams(m);
-            hr_kv_config kc = {.n_layers = hp->n_layer,
-                               .n_kv_heads = hp->n_head_kv,
-                               .head_dim = hp->head_dim,
-                               .block_size = 16,
-                               .k_format = HR_KV_F16,
-                               .v_format = HR_KV_F16,
-                               .max_seqs = 1};
-            kc.budget_bytes = hr_kv_block_bytes(&kc) * 4;
-            hr_model_ctx_params mp = {.n_threads = 1, .max_batch_tokens = 4, .max_ctx = 32};
-            st = hr_kv_pool_create(&kc, &kv, &err);
-            if (!st) st = hr_model_ctx_create(m, kv, &mp, &c, &err);
-        }
-        if (nth == 0) calls = hr_fault_calls(HR_FAULT_ALLOC);
-        hr_fault_disarm(HR_FAULT_ALLOC);
-        CHECKF(nth == 0 ? st == HR_OK : (st == HR_OK || err.msg[0]), "allocation %ld: status %d, no message", nth, st);
-        failed += st != HR_OK;
-        hr_model_ctx_destroy(c);
-        hr_kv_pool_destroy(kv);
-        hr_model_destroy(m);
-    }
+    check_model_alloc_faults(mem, n, "gpt-oss-tiny mxfp4");
     free(mem);
-    CHECK(calls > 0 && failed > 0);
-    printf("gpt-oss-tiny mxfp4: %ld allocations, each failed once: %d clean errors\n", calls, failed);
 }
 #else
 static void check_alloc_faults(void) {}
