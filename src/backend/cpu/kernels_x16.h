@@ -75,14 +75,16 @@ static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_
     prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
 }
 
-/* One token (decode) of q4_Kx16 / q5_Kx16 leaves the prefetch to the hardware: the tiles' burst of
- * a whole block's lines (36 / 44 prefetches at once, 4-8 KiB ahead) slowed a lone token down from
- * DRAM. One token, 2 MiB pages, 32 matrices in turn (none stays in L3), CPU-time GB/s,
+/* One token (decode) of q4_Kx16 / q5_Kx16 (and of q4_0x16 / q8_0x16) leaves the prefetch to the
+ * hardware: the tiles' burst of a whole block's lines (36 / 44 prefetches at once, 4-8 KiB ahead)
+ * slowed a lone token down from DRAM (q6_Kx16's per-segment prefetch helps it: without, 9.8 vs 20.7
+ * GB/s on AVX2). One token, 2 MiB pages, 32 matrices in turn (none stays in L3), CPU-time GB/s,
  * burst vs none (December 6, a loaded machine, medians of 3 alternating rounds): 1 thread 2048 x
  * 2048 q4_Kx16 AVX-512 29.2 vs 33.1, AVX2 24.6 vs 29.4; q5_Kx16 AVX-512 16.8 vs 33.5; 2048 x 5632
  * q5_Kx16 AVX2 13.0 vs 21.3; 2 threads 2048 x 5632 q4_Kx16 AVX-512 39.1 vs 56.7. Spreading the same
  * prefetch over the block (a quarter per step, HR_X16_PF1_* bytes ahead: pf1_quarter) was between
- * the two. */
+ * the two. q4_0x16 / q8_0x16, 2048 x 2048: AVX-512 30.4 vs 35.5 / 31.6 vs 34.8, AVX2 31.0 vs 33.6 /
+ * 31.6 vs 32.5. */
 #ifndef HR_X16_PF1_Q4K
 #define HR_X16_PF1_Q4K 0
 #endif
@@ -98,16 +100,15 @@ static inline __attribute__((always_inline)) void pf1_quarter(const void *g, siz
 #define HR_X16_ROWS 16 /* rows per register */
 
 /* One group (16 rows) x C tokens over all nb blocks; y[t * ys + r]. */
-static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
-                                                               const char *a, size_t as, float *y, size_t ys) {
-    (void)half;
+static inline __attribute__((always_inline)) void rows_tile_q4p(const int C, int64_t nb, const char *gp, const char *a,
+                                                                size_t as, float *y, size_t ys, const int pf) {
     const hr_block_q4_0x16 *g = (const void *)gp;
     __m512 acc[HR_X16_TC];
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         __m512i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -132,17 +133,22 @@ static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int6
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
-/* q8_0x16: the 8 chunks' bytes (x + 128) are the unsigned operand as loaded; each token's sum starts
- * from its s128 = -128 sum(y). */
-static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
+static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
                                                                const char *a, size_t as, float *y, size_t ys) {
     (void)half;
+    rows_tile_q4p(C, nb, gp, a, as, y, ys, 1);
+}
+
+/* q8_0x16: the 8 chunks' bytes (x + 128) are the unsigned operand as loaded; each token's sum starts
+ * from its s128 = -128 sum(y). */
+static inline __attribute__((always_inline)) void rows_tile_q8p(const int C, int64_t nb, const char *gp, const char *a,
+                                                                size_t as, float *y, size_t ys, const int pf) {
     const hr_block_q8_0x16 *g = (const void *)gp;
     __m512 acc[HR_X16_TC];
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         __m512i w[8];
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) w[v] = _mm512_loadu_si512((const void *)(g[b].qs + 64 * v));
@@ -158,6 +164,12 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
     }
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
+                                                               const char *a, size_t as, float *y, size_t ys) {
+    (void)half;
+    rows_tile_q8p(C, nb, gp, a, as, y, ys, 1);
 }
 
 /* q4_Kx16, shared by the two tiles below: the 16 rows' 6-bit scales of super-block g, sc0..3 in the
@@ -429,8 +441,16 @@ static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float 
 static inline void one_tok_q5k(int64_t nb, const char *gp, const char *a, float *y) {
     rows_tile_k8(1, nb, gp, a, 0, y, 0, 1, 1);
 }
+static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *y) {
+    rows_tile_q4p(1, nb, gp, a, 0, y, 0, 0);
+}
+static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *y) {
+    rows_tile_q8p(1, nb, gp, a, 0, y, 0, 0);
+}
 #define HR_X16_ONE_Q4K one_tok_q4k
 #define HR_X16_ONE_Q5K one_tok_q5k
+#define HR_X16_ONE_Q4  one_tok_q4
+#define HR_X16_ONE_Q8  one_tok_q8
 #else
 #define HR_X16_TC   4 /* tokens per tile: 8 nibble registers + 4 accumulators + temporaries in 16 */
 #define HR_X16_ROWS 8 /* rows per register: a group is two halves */
@@ -763,7 +783,6 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) {
@@ -848,7 +867,6 @@ static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
         __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
