@@ -8,11 +8,16 @@
  * First it prints the pool's fork/join cost: microseconds per run of empty shares (the caller takes
  * them all when the workers are not already spinning) and per run of 20 us shares (time beyond
  * 20 us is the cost of waking, joining and waiting), medians of 5 batches.
+ * The weights sit in 2 MiB pages where the kernel allows (madvise, as the model loader holds them).
+ * With copies > 1 each timed call walks that many copies of the matrix one after the other, so with
+ * small shapes (TinyLlama's 2048 x 2048) the rows still come from DRAM as in a decode step, where
+ * the whole model streams past the L3.
  * usage: bench_kernels [threads] [isa: scalar|avx2|avx512|best] [repeats] [types e.g. q8_0,q4_0]
- *                      [Ts e.g. 1,16,64,512] [n] [k] */
+ *                      [Ts e.g. 1,16,64,512] [n] [k] [copies] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,6 +91,7 @@ int main(int argc, char **argv) {
         }
     }
     const int64_t N = argc > 6 ? atoll(argv[6]) : 2048, K = argc > 7 ? atoll(argv[7]) : 5632;
+    const int copies = HR_MAX(1, HR_MIN(argc > 8 ? atoi(argv[8]) : 1, 1024));
     hr_kernels kern;
     hr_kernels_init(&kern, hr_cpu_detect(), isa);
     hr_error err;
@@ -96,20 +102,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_kernels: %s\n", err.msg);
         return 1;
     }
-    printf("isa %s, %d threads, W %lld x %lld, medians of %d; each cell: wall | cpu-time figure\n", kern.isa, n_threads,
-           (long long)N, (long long)K, reps);
+    printf("isa %s, %d threads, W %lld x %lld (%d %s), medians of %d; each cell: wall | cpu-time figure\n", kern.isa,
+           n_threads, (long long)N, (long long)K, copies, copies > 1 ? "copies" : "copy", reps);
     bench_pool(tp);
     hr_rng rng;
     hr_rng_seed(&rng, 1);
     float *wrow = malloc(sizeof(float) * (size_t)K), *X = malloc(sizeof(float) * (size_t)T_MAX * K);
     float *Y = malloc(sizeof(float) * (size_t)T_MAX * N);
-    void *W = malloc(sizeof(float) * (size_t)N * K);
-    if (!wrow || !X || !Y || !W) return 1;
-    for (size_t i = 0; i < (size_t)T_MAX * K; i++) X[i] = hr_rng_normal(&rng);
     static const hr_dtype types[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
                                      HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K,
                                      HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_K,
                                      HR_DTYPE_Q6_KX16};
+    size_t wbytes = sizeof(float) * (size_t)N * K; /* the f32 rows are quantized in place */
+    for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++)
+        if (listed(type_list, hr_dtype_get_info(types[ti])->name))
+            wbytes = HR_MAX(wbytes, hr_dtype_row_bytes(types[ti], K) * (size_t)N * (size_t)copies);
+    const size_t huge = (size_t)2 << 20;
+    char *W = aligned_alloc(huge, (wbytes + huge - 1) / huge * huge);
+    if (!wrow || !X || !Y || !W) return 1;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(W, (wbytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* advice only */
+#endif
+    for (size_t i = 0; i < (size_t)T_MAX * K; i++) X[i] = hr_rng_normal(&rng);
     printf("%-7s", "type");
     for (int j = 0; j < nTs; j++) printf("  %7s=%-3d %s", "T", Ts[j], Ts[j] == 1 ? "GB/s " : "GF/s ");
     printf("\n");
@@ -120,13 +134,14 @@ int main(int argc, char **argv) {
         const size_t row = hr_dtype_row_bytes(t, K);
         for (int64_t i = 0; i < N; i++) {
             for (int64_t j = 0; j < K; j++) wrow[j] = hr_rng_normal(&rng);
-            hr_quantize_row_ref(info->file_type, wrow, (char *)W + i * row, K); /* x16: repacked below */
+            hr_quantize_row_ref(info->file_type, wrow, W + i * row, K); /* x16: repacked below */
         }
         if (info->row_group > 1) {
             void *tmp = malloc(row * HR_X16);
             hr_x16_repack(t, W, N, K, tmp);
             free(tmp);
         }
+        for (int c = 1; c < copies; c++) memcpy(W + (size_t)c * row * N, W, row * N);
         printf("%-7s", info->name);
         for (int j = 0; j < nTs; j++) {
             const int T = Ts[j];
@@ -134,12 +149,12 @@ int main(int argc, char **argv) {
             hr_matmul(mm, W, t, N, K, X, T, Y); /* warm up */
             for (int i = 0; i < reps; i++) {
                 const double c0 = cpu_now(), t0 = hr_time_now();
-                hr_matmul(mm, W, t, N, K, X, T, Y);
+                for (int c = 0; c < copies; c++) hr_matmul(mm, W + (size_t)c * row * N, t, N, K, X, T, Y);
                 wall[i] = hr_time_now() - t0;
                 cpu[i] = (cpu_now() - c0) / n_threads;
             }
             const double mw = median(wall, reps), mc = median(cpu, reps);
-            const double work = T == 1 ? (double)row * N : 2.0 * T * N * K;
+            const double work = copies * (T == 1 ? (double)row * N : 2.0 * T * N * K);
             printf("  %6.1f | %6.1f", work / mw / 1e9, work / mc / 1e9);
         }
         printf("\n");

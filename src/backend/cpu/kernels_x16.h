@@ -40,7 +40,9 @@ static inline int32_t load_i32(const void *p) {
  * hardware prefetcher alone falls behind even with 16 tokens of arithmetic per block to hide the
  * loads: q4_K 16-stream decode 269 vs 190 tok/s with it (TinyLlama shape, 2 threads); the prompt
  * rates, whose later passes find the rows in L2, did not drop (docs/BENCHMARKS.md, run C). */
+#ifndef HR_X16_PF
 #define HR_X16_PF 4096
+#endif
 static inline __attribute__((always_inline)) void prefetch_block_at(const void *p, size_t bytes, size_t ahead) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
 }
@@ -73,21 +75,40 @@ static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_
     prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
 }
 
+/* One token (decode) of q4_Kx16 / q5_Kx16 (and of q4_0x16 / q8_0x16) leaves the prefetch to the
+ * hardware: the tiles' burst of a whole block's lines (36 / 44 prefetches at once, 4-8 KiB ahead)
+ * slowed a lone token down from DRAM (q6_Kx16's per-segment prefetch helps it: without, 9.8 vs 20.7
+ * GB/s on AVX2). One token, 2 MiB pages, 32 matrices in turn (none stays in L3), CPU-time GB/s,
+ * burst vs none (December 6, a loaded machine, medians of 3 alternating rounds): 1 thread 2048 x
+ * 2048 q4_Kx16 AVX-512 29.2 vs 33.1, AVX2 24.6 vs 29.4; q5_Kx16 AVX-512 16.8 vs 33.5; 2048 x 5632
+ * q5_Kx16 AVX2 13.0 vs 21.3; 2 threads 2048 x 5632 q4_Kx16 AVX-512 39.1 vs 56.7. Spreading the same
+ * prefetch over the block (a quarter per step, HR_X16_PF1_* bytes ahead: pf1_quarter) was between
+ * the two. q4_0x16 / q8_0x16, 2048 x 2048: AVX-512 30.4 vs 35.5 / 31.6 vs 34.8, AVX2 31.0 vs 33.6 /
+ * 31.6 vs 32.5. */
+#ifndef HR_X16_PF1_Q4K
+#define HR_X16_PF1_Q4K 0
+#endif
+#ifndef HR_X16_PF1_Q5K
+#define HR_X16_PF1_Q5K 0
+#endif
+static inline __attribute__((always_inline)) void pf1_quarter(const void *g, size_t bytes, int quarter, size_t ahead) {
+    if (ahead) prefetch_block_at((const char *)g + quarter * (bytes / 4), bytes / 4, ahead);
+}
+
 #if HR_X16_512
 #define HR_X16_TC   16 /* tokens per tile */
 #define HR_X16_ROWS 16 /* rows per register */
 
 /* One group (16 rows) x C tokens over all nb blocks; y[t * ys + r]. */
-static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
-                                                               const char *a, size_t as, float *y, size_t ys) {
-    (void)half;
+static inline __attribute__((always_inline)) void rows_tile_q4p(const int C, int64_t nb, const char *gp, const char *a,
+                                                                size_t as, float *y, size_t ys, const int pf) {
     const hr_block_q4_0x16 *g = (const void *)gp;
     __m512 acc[HR_X16_TC];
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         __m512i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -112,17 +133,22 @@ static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int6
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
-/* q8_0x16: the 8 chunks' bytes (x + 128) are the unsigned operand as loaded; each token's sum starts
- * from its s128 = -128 sum(y). */
-static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
+static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
                                                                const char *a, size_t as, float *y, size_t ys) {
     (void)half;
+    rows_tile_q4p(C, nb, gp, a, as, y, ys, 1);
+}
+
+/* q8_0x16: the 8 chunks' bytes (x + 128) are the unsigned operand as loaded; each token's sum starts
+ * from its s128 = -128 sum(y). */
+static inline __attribute__((always_inline)) void rows_tile_q8p(const int C, int64_t nb, const char *gp, const char *a,
+                                                                size_t as, float *y, size_t ys, const int pf) {
     const hr_block_q8_0x16 *g = (const void *)gp;
     __m512 acc[HR_X16_TC];
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         __m512i w[8];
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) w[v] = _mm512_loadu_si512((const void *)(g[b].qs + 64 * v));
@@ -138,6 +164,12 @@ static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int6
     }
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
+                                                               const char *a, size_t as, float *y, size_t ys) {
+    (void)half;
+    rows_tile_q8p(C, nb, gp, a, as, y, ys, 1);
 }
 
 /* q4_Kx16, shared by the two tiles below: the 16 rows' 6-bit scales of super-block g, sc0..3 in the
@@ -193,7 +225,8 @@ static inline __attribute__((always_inline)) __m512i k_fifth(__m512i nib, const 
  * fifth bits) are split once for the tokens, and each token runs 8 vpdpbusd per sub-block and one
  * FMA per sub-block, then the mins by vpmaddwd. */
 static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int64_t nb, const char *gp, const char *a,
-                                                               size_t as, float *y, size_t ys, const int q5) {
+                                                               size_t as, float *y, size_t ys, const int q5,
+                                                               const int one) {
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
@@ -201,12 +234,14 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        const size_t gbytes = q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16);
+        if (!one) prefetch_block_at(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m512i sclo, schi;
         k_scales(g, &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
+            if (one) pf1_quarter(g, gbytes, j, q5 ? HR_X16_PF1_Q5K : HR_X16_PF1_Q4K);
             __m512i lo[8], hi[8];
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) {
@@ -287,7 +322,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
     if (C > 8)
         rows_tile_k16(C, nb, gp, a, as, y, ys, 0);
     else
-        rows_tile_k8(C, nb, gp, a, as, y, ys, 0);
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 0, 0);
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int64_t nb, const char *gp, int half,
@@ -296,7 +331,7 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
     if (C > 8)
         rows_tile_k16(C, nb, gp, a, as, y, ys, 1);
     else
-        rows_tile_k8(C, nb, gp, a, as, y, ys, 1);
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 1, 0);
 }
 
 /* q6_Kx16: the 6-bit values u = q (0..63, unsigned for vpdpbusd) of quarter q (0..3) of half h of
@@ -398,6 +433,24 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
         rows_tile_q6k8(C, nb, gp, a, as, y, ys);
     }
 }
+
+/* One token (decode): the tiles at C = 1 with the one-token prefetch. */
+static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float *y) {
+    rows_tile_k8(1, nb, gp, a, 0, y, 0, 0, 1);
+}
+static inline void one_tok_q5k(int64_t nb, const char *gp, const char *a, float *y) {
+    rows_tile_k8(1, nb, gp, a, 0, y, 0, 1, 1);
+}
+static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *y) {
+    rows_tile_q4p(1, nb, gp, a, 0, y, 0, 0);
+}
+static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *y) {
+    rows_tile_q8p(1, nb, gp, a, 0, y, 0, 0);
+}
+#define HR_X16_ONE_Q4K one_tok_q4k
+#define HR_X16_ONE_Q5K one_tok_q5k
+#define HR_X16_ONE_Q4  one_tok_q4
+#define HR_X16_ONE_Q8  one_tok_q8
 #else
 #define HR_X16_TC   4 /* tokens per tile: 8 nibble registers + 4 accumulators + temporaries in 16 */
 #define HR_X16_ROWS 8 /* rows per register: a group is two halves */
@@ -730,7 +783,6 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) {
@@ -763,7 +815,7 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        const size_t gbytes = q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16);
         __m256i sclo[2], schi[2];
         __m256 dw[2];
         for (int h = 0; h < 2; h++) {
@@ -773,6 +825,7 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
         const __m256 dy = _mm256_set1_ps(yb[b].d);
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
+            if (!odd) pf1_quarter(g, gbytes, j, q5 ? HR_X16_PF1_Q5K : HR_X16_PF1_Q4K);
             const int8_t *yq = yb[b].qs + 32 * sb;
             /* int16 sums of 8 chunks (q4_K) or 4 (q5_K: k_qdot's bound), then into int32 */
             __m256i s32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
@@ -814,7 +867,6 @@ static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
         __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
