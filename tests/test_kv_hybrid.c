@@ -14,7 +14,9 @@
  *     same prompt again is a 96-token prefix hit across the window with the same ids;
  *     policies on a hybrid pool (h2o refused, window:W bounds every group, swap refused, fork).
  *   - `headroom plan` (hr_plan_compute) and the pool agree on bytes per token per kind and on one
- *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%. */
+ *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%.
+ *   - a latent cache (v_from_k: DeepSeek MLA) is kind "latent" with its bytes per token (DeepSeek-V3:
+ *     70,272 f16) in the groups, the plan, usage.kv and the pool ledger (deepseek2-tiny). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -522,6 +524,86 @@ static void test_plan_agrees(void) {
     }
 }
 
+/* ---- a latent cache (v_from_k, MLA) reports its layers as kind "latent" with their bytes per token -- */
+
+static void test_latent(void) {
+    hr_error err = {0};
+    /* DeepSeek-V3: 61 layers, one latent of kv_lora_rank 512 + 64 RoPE dims, f16: 61 x 576 x 2 */
+    hr_kv_config v3 = {.n_layers = 61,
+                       .n_kv_heads = 1,
+                       .head_dim = 576,
+                       .v_from_k = 512,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 1};
+    hr_kv_groups g;
+    CHECKF(hr_kv_config_groups(&v3, &g, &err) == HR_OK, "%s", err.msg);
+    CHECKF(g.n_kinds == 1 && g.kinds[0].latent && g.kinds[0].window == 0 && g.kinds[0].token_bytes == 70272,
+           "kinds %d latent %d token bytes %llu", g.n_kinds, g.kinds[0].latent,
+           (unsigned long long)g.kinds[0].token_bytes);
+    v3.v_from_k = 0; /* the same shape with V of its own: full, twice the bytes */
+    CHECK(hr_kv_config_groups(&v3, &g, &err) == HR_OK && g.n_kinds == 1 && !g.kinds[0].latent &&
+          g.kinds[0].token_bytes == 2 * 70272);
+    /* deepseek2-tiny: 3 layers of one latent of 32 + 16 f16 values = 288 bytes a token, in the plan
+     * (the kind and its bytes) and in the runtime's ledgers */
+    hr_synth_shape sh;
+    hr_model *m = NULL;
+    void *mem = NULL;
+    CHECK(hr_synth_shape_by_name("deepseek2-tiny", &sh, &err) == HR_OK);
+    CHECKF(hr_synth_model(&sh, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    hr_plan_model pm = {.hp = *hr_model_hparams(m), .resident_bytes = 1 << 20};
+    hr_plan_device dev = {.mem_bytes = 64ull << 30, .util = 1.0};
+    hr_plan_params pp = {.n_ctx = 256,
+                         .concurrency = 1,
+                         .k_format = HR_RT_KV_F16,
+                         .v_format = HR_RT_KV_F16,
+                         .block_size = 16,
+                         .max_batch_tokens = 256};
+    hr_plan pl;
+    CHECKF(hr_plan_compute(&pm, &dev, &pp, &pl, &err) == HR_OK, "%s", err.msg);
+    CHECKF(pl.groups.n_kinds == 1 && pl.groups.kinds[0].latent && pl.kind_token_bytes[0] == 288 &&
+               pl.groups.kinds[0].token_bytes == 288 && pl.seq_bytes == 256ull * 288,
+           "plan: latent %d, %llu bytes a token, %llu a sequence", pl.groups.kinds[0].latent,
+           (unsigned long long)pl.kind_token_bytes[0], (unsigned long long)pl.seq_bytes);
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = m;
+    p.n_ctx = 256;
+    p.kv_seqs = 1;
+    p.n_threads = 2;
+    hr_runtime *rt = NULL;
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+    if (rt) {
+        int32_t ids[40];
+        for (int i = 0; i < 40; i++) ids[i] = 3 + (i * 11) % 500;
+        hr_rt_request_params rp = {.prompt_ids = ids, .n_prompt_ids = 40, .max_tokens = 8, .ignore_eos = true};
+        rp.sampling = hr_rt_sampling_default();
+        rp.sampling.temperature = 0;
+        hr_rt_request *r = NULL;
+        CHECKF(hr_runtime_submit(rt, &rp, &r, &err) == HR_OK, "%s", err.msg);
+        CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
+        hr_rt_result res;
+        if (r) {
+            hr_rt_request_result(r, &res);
+            /* 47 tokens at its last step: 3 blocks of 16 tokens x 288 bytes */
+            CHECKF(res.state == HR_RT_COMPLETED && res.kv.n_kinds == 1 && res.kv.kinds[0].latent &&
+                       res.kv.kinds[0].token_bytes == 288 && res.kv.kinds[0].n_layers == 3 &&
+                       res.kv.kinds[0].blocks == 3 && res.kv.kinds[0].bytes == 3ull * 16 * 288,
+                   "usage.kv: kinds %d latent %d token bytes %llu blocks %d", res.kv.n_kinds, res.kv.kinds[0].latent,
+                   (unsigned long long)res.kv.kinds[0].token_bytes, res.kv.kinds[0].blocks);
+            hr_runtime_pool pool;
+            hr_runtime_get_pool(rt, &pool);
+            CHECK(pool.ledger.n_groups == 1 && pool.ledger.n_kinds == 1 && pool.ledger.kinds[0].latent &&
+                  pool.ledger.kinds[0].token_bytes == 288);
+            hr_rt_request_release(rt, r);
+        }
+        hr_runtime_close(rt);
+    }
+    hr_model_destroy(m);
+    free(mem);
+}
+
 /* ---- the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by kind ------- */
 
 static void test_runtime(void) {
@@ -665,6 +747,7 @@ int main(void) {
     test_swap();
     test_policies();
     test_plan_agrees();
+    test_latent();
     test_runtime();
     test_engine_preempt();
     return hr_test_finish();

@@ -123,6 +123,7 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
         hr_kv_config kc = {.n_layers = hp->n_layer,
                            .n_kv_heads = hp->n_head_kv,
                            .head_dim = hp->head_dim,
+                           .v_from_k = hp->kv_lora_rank, /* the groups' bytes: a latent cache counts K only */
                            .block_size = p->block_size,
                            .k_format = (hr_kv_format)c->k_format,
                            .v_format = (hr_kv_format)c->v_format,

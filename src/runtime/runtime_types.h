@@ -152,6 +152,8 @@ typedef struct hr_rt_kv_kind {
     int n_layers; /* layers of the kind */
     int blocks;   /* blocks its groups hold */
     uint64_t bytes;
+    bool latent;          /* a latent cache's layers (MLA: kind "latent", not "full") */
+    uint64_t token_bytes; /* one token in every layer of the kind */
 } hr_rt_kv_kind;
 
 #define HR_RT_KV_MAX_KINDS 4
