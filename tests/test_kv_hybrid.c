@@ -16,7 +16,9 @@
  *   - `headroom plan` (hr_plan_compute) and the pool agree on bytes per token per kind and on one
  *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%.
  *   - a latent cache (v_from_k: DeepSeek MLA) is kind "latent" with its bytes per token (DeepSeek-V3:
- *     70,272 f16) in the groups, the plan, usage.kv and the pool ledger (deepseek2-tiny). */
+ *     70,272 f16) in the groups, the plan, usage.kv and the pool ledger (deepseek2-tiny).
+ *   - plan --sim (hr_sim_run) on a gemma3 shape: the real pool's block count (layer groups) in the
+ *     same memory, and a stand-in that holds the groups' blocks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,6 +526,76 @@ static void test_plan_agrees(void) {
     }
 }
 
+/* ---- plan --sim on a gemma3 shape: the real runtime's hybrid pool, not one group ---------------- */
+
+static void test_sim_groups(void) {
+    hr_synth_shape sh;
+    hr_model *m = NULL;
+    void *mem = NULL;
+    hr_error err = {0};
+    CHECK(hr_synth_shape_by_name("gemma3-tiny", &sh, &err) == HR_OK);
+    sh.n_ctx = 4096;
+    sh.sliding_window = 256;
+    CHECKF(hr_synth_model(&sh, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_plan_model pm = {.hp = *hp, .resident_bytes = 1 << 20};
+    /* a device that holds two sequences of 2048 tokens */
+    hr_plan_device dev = {.mem_bytes = 1ull << 40, .util = 1, .bw_gbps = 100, .reserved_bytes = 1 << 20};
+    hr_plan_params pp = {.n_ctx = 2048, .concurrency = 2, .max_running = 8, .n_threads = 1, .max_batch_tokens = 256};
+    hr_plan *pl = calloc(1, sizeof *pl);
+    CHECK(hr_plan_compute(&pm, &dev, &pp, pl, &err) == HR_OK);
+    dev.mem_bytes = pl->rows[HR_KV_F16].need.total_bytes;
+    CHECK(hr_plan_compute(&pm, &dev, &pp, pl, &err) == HR_OK);
+    hr_traffic_req reqs[4];
+    for (int i = 0; i < 4; i++)
+        reqs[i] = (hr_traffic_req){.t_arrival = 0, .n_prompt = 1900, .n_output = 100, .prefix_id = -1};
+    hr_traffic t = {.n = 4, .reqs = reqs};
+    hr_sim_candidate cand = {.format = HR_RT_KV_F16, .admission = HR_RT_ADMIT_RESERVE, .max_running = 8};
+    hr_cost_model cost = {.bw_gbps = 100, .gflops = 1000, .overhead_s = 0.001, .source = "test"};
+    hr_sim_result r;
+    CHECKF(hr_sim_run(&pm, pl, &dev, &cost, &t, &cand, &r, &err) == HR_OK, "%s", err.msg);
+    /* the real pool in the same memory: the runtime's query, each layer's window from the model */
+    int32_t win[64];
+    for (int l = 0; l < hp->n_layer; l++) win[l] = hr_model_layer_attn(m)[l].window;
+    hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
+                                   .n_kv_heads = hp->n_head_kv,
+                                   .head_dim = hp->head_dim,
+                                   .block_size = 16,
+                                   .k_format = HR_KV_F16,
+                                   .v_format = HR_KV_F16,
+                                   .max_seqs = 8,
+                                   .max_step_tokens = 256,
+                                   .layer_window = win},
+                            .n_ctx = pl->held_ctx,
+                            .n_seqs = 1,
+                            .mem = {.model = hp,
+                                    .weight_bytes = pm.resident_bytes,
+                                    .max_batch_tokens = 256,
+                                    .n_threads = 1,
+                                    .base_bytes = dev.reserved_bytes,
+                                    .mem_limit = pl->usable_bytes}};
+    hr_kv_budget b;
+    CHECKF(hr_kv_budget_compute(&q, &b, &err) == HR_OK, "%s", err.msg);
+    CHECKF(r.n_blocks == b.n_blocks && b.block_bytes == 1ull * 2 * 16 * 32 * 2, "sim %d blocks, real pool %d of %llu",
+           r.n_blocks, b.n_blocks, (unsigned long long)b.block_bytes);
+    /* one group of every layer (what the sim counted before) would give about a sixth of the blocks,
+     * each 6 layers: fewer than one 2048-token context, so the budget says HR_ERR_BUDGET */
+    q.kv.layer_window = NULL;
+    hr_kv_budget one;
+    hr_error e2;
+    CHECK(hr_kv_budget_compute(&q, &one, &e2) == HR_ERR_BUDGET);
+    CHECKF(one.n_blocks * 5 < b.n_blocks, "one group %d, groups %d", one.n_blocks, b.n_blocks);
+    /* the stand-in pool holds the groups' blocks: every request completes, the peak at most the pool
+     * and each running sequence's blocks in 6 groups (at least its full group's 2000 / 16) */
+    CHECKF(r.completed == 4 && r.refused == 0 && r.peak_blocks <= r.n_blocks && r.peak_blocks >= 125 + 5 * 16 &&
+               r.peak_kv_bytes == (uint64_t)r.peak_blocks * b.block_bytes,
+           "completed %d refused %d peak %d of %d", r.completed, r.refused, r.peak_blocks, r.n_blocks);
+    free(pl);
+    hr_model_destroy(m);
+    free(mem);
+}
+
 /* ---- a latent cache (v_from_k, MLA) reports its layers as kind "latent" with their bytes per token -- */
 
 static void test_latent(void) {
@@ -748,6 +820,7 @@ int main(void) {
     test_policies();
     test_plan_agrees();
     test_latent();
+    test_sim_groups();
     test_runtime();
     test_engine_preempt();
     return hr_test_finish();
