@@ -17,6 +17,9 @@
  *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%.
  *   - a latent cache (v_from_k: DeepSeek MLA) is kind "latent" with its bytes per token (DeepSeek-V3:
  *     70,272 f16) in the groups, the plan, usage.kv and the pool ledger (deepseek2-tiny).
+ *   - the prefix observer (KV events) on a hybrid pool: every group's blocks stored with the group's
+ *     hashes (group 0 a one-group pool's), each group a chain; removed on reclaim; the map is stored
+ *     minus removed. The remote tier refuses a hybrid pool.
  *   - plan --sim (hr_sim_run) on a gemma3 shape: the real pool's block count (layer groups) in the
  *     same memory, and a stand-in that holds the groups' blocks. */
 #include <math.h>
@@ -29,6 +32,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "plan/plan.h"
+#include "remote/kv_remote.h"
 #include "runtime/runtime.h"
 
 enum { HKV = 2, D = 16, H = 4, B = 16, NT = 220 };
@@ -526,6 +530,96 @@ static void test_plan_agrees(void) {
     }
 }
 
+/* ---- the prefix observer (KV events) on a hybrid pool: every group's blocks, a chain per group ---- */
+
+enum { EVN = 256 };
+typedef struct ev_log {
+    int n_stored, n_removed;
+    uint64_t hash[EVN], parent[EVN], removed[EVN];
+    bool has_parent[EVN];
+    int group[EVN];
+} ev_log;
+
+static void ev_stored(void *ctx, const hr_kv_block_info *b) {
+    ev_log *e = ctx;
+    if (e->n_stored >= EVN) return;
+    e->hash[e->n_stored] = b->hash;
+    e->parent[e->n_stored] = b->parent;
+    e->has_parent[e->n_stored] = b->has_parent;
+    e->group[e->n_stored++] = b->group;
+}
+static void ev_removed(void *ctx, uint64_t h) {
+    ev_log *e = ctx;
+    if (e->n_removed < EVN) e->removed[e->n_removed++] = h;
+}
+
+static bool has_hash(const uint64_t *v, int n, uint64_t h) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == h) return true;
+    return false;
+}
+
+static void test_events(void) {
+    const int32_t win[4] = {32, 0, 32, 0}; /* group 0: the window layers, group 1: the full ones */
+    hr_kv_pool *hy = make(4, win, 16, 2), *one = make(4, NULL, 16, 2);
+    if (!hy || !one) return;
+    static ev_log eh, eo;
+    memset(&eh, 0, sizeof eh);
+    memset(&eo, 0, sizeof eo);
+    hr_error err = {0};
+    hr_kv_observer oh = {.stored = ev_stored, .removed = ev_removed, .ctx = &eh};
+    hr_kv_observer oo = {.stored = ev_stored, .removed = ev_removed, .ctx = &eo};
+    CHECK(hr_kv_pool_set_observer(hy, &oh, &err) == HR_OK && hr_kv_pool_set_observer(one, &oo, &err) == HR_OK);
+    hr_kv_seq s = -1, so = -1;
+    CHECK(hr_kv_seq_create(hy, &s, &err) == HR_OK && hr_kv_seq_create(one, &so, &err) == HR_OK);
+    put(hy, s, 0, 96);
+    put(one, so, 0, 96);
+    /* 6 full blocks: one stored event per group and block; the one-group pool's 6 */
+    CHECKF(eh.n_stored == 12 && eo.n_stored == 6 && eh.n_removed == 0, "stored %d / %d", eh.n_stored, eo.n_stored);
+    uint64_t g_hash[2][6];
+    int n_g[2] = {0, 0};
+    for (int i = 0; i < eh.n_stored; i++) {
+        int g = eh.group[i];
+        CHECK(g == 0 || g == 1);
+        if (g < 0 || g > 1 || n_g[g] >= 6) continue;
+        int j = n_g[g]++;
+        g_hash[g][j] = eh.hash[i];
+        /* a chain per group: block j's parent is the same group's block j - 1 */
+        CHECKF(eh.has_parent[i] == (j > 0) && (j == 0 || eh.parent[i] == g_hash[g][j - 1]), "group %d block %d", g, j);
+    }
+    CHECK(n_g[0] == 6 && n_g[1] == 6);
+    for (int j = 0; j < 6 && n_g[0] == 6 && eo.n_stored == 6; j++) {
+        CHECK(g_hash[0][j] == eo.hash[j] && eo.group[j] == 0); /* group 0: a one-group pool's hashes */
+        CHECK(g_hash[1][j] != g_hash[0][j] && !has_hash(eo.hash, 6, g_hash[1][j])); /* the group mixed in */
+    }
+    /* reclaim: the first sequence's blocks cached, another (other scope: other hashes) takes the pool;
+     * every removed hash was stored, and the map holds exactly stored minus removed */
+    hr_kv_seq_reset(hy, s);
+    hr_kv_seq s2 = -1;
+    CHECK(hr_kv_seq_create(hy, &s2, &err) == HR_OK && hr_kv_seq_set_scope(hy, s2, 7, &err) == HR_OK);
+    for (int t = 0; t < 208; t += B) put(hy, s2, t, t + B); /* a block a step: the window frees as it goes */
+    CHECKF(eh.n_removed >= 8, "removed %d", eh.n_removed);
+    uint64_t map[64];
+    int n_map = hr_kv_pool_prefix_hashes(hy, map, 64);
+    int expect = 0;
+    for (int i = 0; i < eh.n_stored; i++) {
+        bool gone = has_hash(eh.removed, eh.n_removed, eh.hash[i]);
+        expect += !gone;
+        CHECK(has_hash(map, HR_MIN(n_map, 64), eh.hash[i]) == !gone);
+    }
+    for (int i = 0; i < eh.n_removed; i++) CHECK(has_hash(eh.hash, eh.n_stored, eh.removed[i]));
+    CHECKF(n_map == expect, "map %d, stored - removed %d", n_map, expect);
+    CHECK(hr_kv_pool_check(hy, &err) == HR_OK);
+    hr_kv_pool_destroy(hy);
+    hr_kv_pool_destroy(one);
+    /* the shared tier refuses a hybrid pool in one line (its fetch is one block per token chain) */
+    hy = make(4, win, 16, 2);
+    hr_kv_remote *rm = NULL;
+    hr_kv_remote_params rp = {.url = "redis://127.0.0.1:9", .model_id = "t", .pool = hy};
+    CHECK(hy && hr_kv_remote_create(&rp, &rm, &err) == HR_ERR_UNSUPPORTED && !rm && strstr(err.msg, "hybrid"));
+    hr_kv_pool_destroy(hy);
+}
+
 /* ---- plan --sim on a gemma3 shape: the real runtime's hybrid pool, not one group ---------------- */
 
 static void test_sim_groups(void) {
@@ -821,6 +915,7 @@ int main(void) {
     test_plan_agrees();
     test_latent();
     test_sim_groups();
+    test_events();
     test_runtime();
     test_engine_preempt();
     return hr_test_finish();

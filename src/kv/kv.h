@@ -441,6 +441,8 @@ typedef struct hr_kv_block_info {
     const int32_t *tokens; /* block_size ids, borrowed for the call */
     int block_size;
     bool fetched; /* stored: the bytes came from fetch, not from this process's forward pass */
+    int group;    /* the layer group (0 on a one-group pool); a hybrid pool reports each group's blocks
+                     with that group's hashes (hash and parent), so each group is a chain of its own */
 } hr_kv_block_info;
 
 typedef struct hr_kv_observer {
