@@ -214,8 +214,8 @@ int main(int argc, char **argv) {
     }
     const hr_hparams *hp = hr_model_hparams(m);
     uint64_t budget = (uint64_t)(budget_mib * 1048576.0);
-    printf("%s-shaped: %d layers (%d window of %d tokens, %d full), %d KV head x %d, f16 K/V, block 16\n",
-           shape, hp->n_layer, hp->n_window_layers, window, hp->n_layer - hp->n_window_layers, hp->n_head_kv, hp->head_dim);
+    printf("%s-shaped: %d layers (%d window of %d tokens, %d full), %d KV head x %d, f16 K/V, block 16\n", shape,
+           hp->n_layer, hp->n_window_layers, window, hp->n_layer - hp->n_window_layers, hp->n_head_kv, hp->head_dim);
     printf("KV budget %.0f MiB, %d requests of %d prompt + 64 output tokens (context %d), reserve admission\n\n",
            budget_mib, n_req, ctx - 64, ctx);
     printf("%-22s %8s %12s %14s %10s %8s %9s %8s\n", "pool", "blocks", "block bytes", "peak running", "completed",

@@ -200,14 +200,14 @@ static json_t *plan_json(const plan_opts *o, const hr_plan_model *m, const hr_pl
     /* the pool's layer groups (kv.h): per kind, bytes per token and one sequence at the context */
     json_t *kinds = json_array();
     for (int k = 0; k < pl->groups.n_kinds; k++)
-        json_array_append_new(
-            kinds, json_pack("{s:s,s:i,s:i,s:i,s:I,s:I}", "kind",
-                             pl->groups.kinds[k].window > 0 ? "window"
-                             : pl->groups.kinds[k].latent   ? "latent"
-                                                            : "full",
-                             "window", pl->groups.kinds[k].window, "layers", pl->groups.kinds[k].n_layers, "groups",
-                             pl->groups.kinds[k].n_groups, "token_bytes", (json_int_t)pl->kind_token_bytes[k],
-                             "seq_bytes", (json_int_t)pl->kind_seq_bytes[k]));
+        json_array_append_new(kinds, json_pack("{s:s,s:i,s:i,s:i,s:I,s:I}", "kind",
+                                               pl->groups.kinds[k].window > 0 ? "window"
+                                               : pl->groups.kinds[k].latent   ? "latent"
+                                                                              : "full",
+                                               "window", pl->groups.kinds[k].window, "layers",
+                                               pl->groups.kinds[k].n_layers, "groups", pl->groups.kinds[k].n_groups,
+                                               "token_bytes", (json_int_t)pl->kind_token_bytes[k], "seq_bytes",
+                                               (json_int_t)pl->kind_seq_bytes[k]));
     json_t *kv = json_object_get(root, "kv");
     if (kv) {
         json_object_set_new(kv, "layer_groups", json_integer(pl->groups.n_groups));

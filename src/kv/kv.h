@@ -102,10 +102,10 @@ typedef struct hr_kv_config {
 #define HR_KV_MAX_KINDS  4 /* distinct layer kinds (window sizes, full); more: one group */
 
 typedef struct hr_kv_kind_info {
-    int window;   /* 0: full attention; > 0: sliding window of this many tokens */
-    int n_layers; /* layers of this kind */
-    int n_groups; /* groups of this kind (n_layers / G) */
-    bool latent;  /* full layers of a latent cache (v_from_k: MLA's one latent per token, K only) */
+    int window;           /* 0: full attention; > 0: sliding window of this many tokens */
+    int n_layers;         /* layers of this kind */
+    int n_groups;         /* groups of this kind (n_layers / G) */
+    bool latent;          /* full layers of a latent cache (v_from_k: MLA's one latent per token, K only) */
     uint64_t token_bytes; /* one token in every layer of this kind */
 } hr_kv_kind_info;
 

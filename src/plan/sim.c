@@ -24,16 +24,16 @@
 typedef struct sim_exec {
     hr_kv_pool *kv;
     const hr_cost_model *cost;
-    double weight_bytes;   /* streamed once a step */
-    double matrix_params;  /* the layers' matrices: 2 flops each per token */
-    double head_params;    /* the output projection: 2 flops each per token that samples */
-    double token_bytes;    /* KV of one token, every layer: read once per query token that sees it */
+    double weight_bytes;    /* streamed once a step */
+    double matrix_params;   /* the layers' matrices: 2 flops each per token */
+    double head_params;     /* the output projection: 2 flops each per token that samples */
+    double token_bytes;     /* KV of one token, every layer: read once per query token that sees it */
     double swa_token_bytes; /* a hybrid pool: its window groups' share of a token (token_bytes: the rest) */
     double swa_flops_tok;   /* ... and of attn_flops_tok */
     int swa_window;         /* ... and their window */
-    double attn_flops_tok; /* 4 x layers x heads x head_dim: per query token per visible key */
-    int window;            /* keys visible to a query: min(pos + 1, window) when > 0 */
-    double step_s;         /* the last step's cost */
+    double attn_flops_tok;  /* 4 x layers x heads x head_dim: per query token per visible key */
+    int window;             /* keys visible to a query: min(pos + 1, window) when > 0 */
+    double step_s;          /* the last step's cost */
 } sim_exec;
 
 /* The sim backend's instance: the seam's handle first, then the shape and cost it prices with. */
@@ -193,7 +193,8 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
                        .layer_window = windows};
     if (windows && hr_kv_config_groups(&gc, &lay, NULL) != HR_OK) lay = (hr_kv_groups){.n_groups = 1};
     int win_groups = 0;
-    for (int k = 0; lay.n_groups > 1 && k < lay.n_kinds; k++) win_groups += lay.kinds[k].window > 0 ? lay.kinds[k].n_groups : 0;
+    for (int k = 0; lay.n_groups > 1 && k < lay.n_kinds; k++)
+        win_groups += lay.kinds[k].window > 0 ? lay.kinds[k].n_groups : 0;
     hr_status st = sim_blocks(m, pl, d, c, t, windows, &lay, &out->n_blocks, &pool_blocks, &real_block_bytes, err);
     free(win);
     if (st) return st;
