@@ -1,9 +1,11 @@
 /* kv_hybrid.c: how many 32K-context sequences one KV budget serves at once for a Gemma-3-shaped model
- * (5 sliding-window layers of 1024 tokens to 1 full layer), with the hybrid KV manager (kv.h's layer
- * groups: the window groups free what their window no longer sees) and with the same pool keeping
- * every layer's blocks (one group, as before).
+ * (5 sliding-window layers of 1024 tokens to 1 full layer) or a gpt-oss-shaped one (window layers of
+ * 128 tokens alternating with full ones), with the hybrid KV manager (kv.h's layer groups: the window
+ * groups free what their window no longer sees) and with the same pool keeping every layer's blocks
+ * (one group, as before).
  *
- *   bench_kv_hybrid [--requests N] [--budget-mib M] [--ctx T] [--window W] [--layers L]
+ *   bench_kv_hybrid [--shape gemma3|gpt-oss] [--requests N] [--budget-mib M] [--ctx T] [--window W]
+ *                   [--layers L] [--kv-heads H] [--head-dim D]
  *
  * The real engine (scheduler, admission in reserve mode: a request is admitted only when its whole
  * life fits, so none is ever preempted; 8192 tokens a step in prefill chunks of 512, so every
@@ -13,8 +15,11 @@
  * runs every layer's attention (hr_kv_attention, the window layers masked to their window) for each
  * row that samples, so every block a sequence keeps is written and read; it skips the model's
  * matrices (a 32K prefill of even a tiny model takes minutes per sequence on 2 cores) and samples
- * from constant logits. The shape: a synthetic gemma3 (`headroom synth --shape gemma3-tiny` with
- * L layers, window W, context T): 1 KV head of dimension 32, f16 K/V, block 16. */
+ * from constant logits. The shapes: a synthetic gemma3 (`headroom synth --shape gemma3-tiny` with
+ * L layers, window W, context T: 1 KV head of dimension 32) or gpt-oss (`gpt-oss-tiny` with 24 layers,
+ * window 128, 1 KV head of dimension 64 unless --kv-heads / --head-dim say otherwise); f16 K/V, block
+ * 16. Every layer of both shapes has the same K/V width, so the ratio does not depend on H x D (gpt-oss's
+ * real 8 x 64 costs 8x the attention time on 2 cores for the same figure). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +31,8 @@
 typedef struct exec {
     hr_kv_pool *kv;
     int n_layers, n_vocab, d;
-    float *scratch, k[256], v[256], q[1024], out[1024];
+    int n_q_heads;
+    float *scratch, *k, *v, *q, *out;
     int32_t last_seq_tokens;
 } exec;
 
@@ -41,7 +47,7 @@ static hr_status step(void *user, const hr_batch *b, float *logits, hr_error *er
     for (int i = 0; i < b->n_tokens; i++) {
         if (!b->want_logits[i]) continue;
         for (int l = 0; l < x->n_layers; l++)
-            hr_kv_attention(x->kv, l, b->seq[i], b->pos[i] + 1, x->q, 4, 0.18f, x->out, x->scratch);
+            hr_kv_attention(x->kv, l, b->seq[i], b->pos[i] + 1, x->q, x->n_q_heads, 0.18f, x->out, x->scratch);
         memset(logits + (size_t)row * x->n_vocab, 0, sizeof(float) * (size_t)x->n_vocab);
         row++;
     }
@@ -80,9 +86,18 @@ static result serve(const hr_model *m, bool hybrid, uint64_t budget, int n_req, 
     /* without groups the window layers are still masked to their window (the model's attention),
      * only their blocks stay, as before the hybrid manager */
     for (int l = 0; !hybrid && l < hp->n_layer; l++) hr_kv_pool_set_sliding_window(kv, l, win[l], NULL);
-    exec x = {.kv = kv, .n_layers = hp->n_layer, .n_vocab = hp->n_vocab, .d = hp->n_head_kv * hp->head_dim};
+    /* 4 query heads per KV head at most 4 KV heads, one per KV head past that (grouped queries) */
+    exec x = {.kv = kv,
+              .n_layers = hp->n_layer,
+              .n_vocab = hp->n_vocab,
+              .d = hp->n_head_kv * hp->head_dim,
+              .n_q_heads = HR_MAX(4, hp->n_head_kv)};
     x.scratch = malloc(sizeof(float) * hr_kv_attention_scratch_floats(kv, ctx));
-    for (int i = 0; i < 4 * hp->head_dim; i++) x.q[i] = (float)(i % 7) * 0.1f;
+    x.k = malloc(sizeof(float) * (size_t)x.d);
+    x.v = malloc(sizeof(float) * (size_t)x.d);
+    x.q = malloc(sizeof(float) * (size_t)(x.n_q_heads * hp->head_dim));
+    x.out = malloc(sizeof(float) * (size_t)(x.n_q_heads * hp->head_dim));
+    for (int i = 0; i < x.n_q_heads * hp->head_dim; i++) x.q[i] = (float)(i % 7) * 0.1f;
     hr_engine_params ep = {.forward = step,
                            .forward_user = &x,
                            .n_vocab = hp->n_vocab,
@@ -138,15 +153,26 @@ static result serve(const hr_model *m, bool hybrid, uint64_t budget, int n_req, 
     free(h);
     free(prompt);
     free(x.scratch);
+    free(x.k);
+    free(x.v);
+    free(x.q);
+    free(x.out);
     free(win);
     return r;
 }
 
 int main(int argc, char **argv) {
-    int n_req = 24, ctx = 32768, window = 1024, layers = 6;
+    int n_req = 24, ctx = 32768, window = -1, layers = -1, kv_heads = -1, head_dim = -1;
     double budget_mib = 96;
+    const char *shape = "gemma3";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--requests"))
+        if (!strcmp(argv[i], "--shape"))
+            shape = argv[i + 1];
+        else if (!strcmp(argv[i], "--kv-heads"))
+            kv_heads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--head-dim"))
+            head_dim = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--requests"))
             n_req = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--budget-mib"))
             budget_mib = atof(argv[i + 1]);
@@ -157,17 +183,29 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layers"))
             layers = atoi(argv[i + 1]);
         else {
-            fprintf(stderr,
-                    "usage: bench_kv_hybrid [--requests N] [--budget-mib M] [--ctx T] [--window W] [--layers L]\n");
+            fprintf(stderr, "usage: bench_kv_hybrid [--shape gemma3|gpt-oss] [--requests N] [--budget-mib M] [--ctx T] "
+                            "[--window W] [--layers L] [--kv-heads H] [--head-dim D]\n");
             return 2;
         }
     }
+    bool gptoss = !strcmp(shape, "gpt-oss");
+    if (!gptoss && strcmp(shape, "gemma3")) {
+        fprintf(stderr, "bench_kv_hybrid: --shape %s: gemma3 or gpt-oss\n", shape);
+        return 2;
+    }
+    if (window < 0) window = gptoss ? 128 : 1024;
+    if (layers < 0) layers = gptoss ? 24 : 6;
+    if (kv_heads < 1) kv_heads = 1;
+    if (head_dim < 1) head_dim = gptoss ? 64 : 32;
     hr_synth_shape sh;
     hr_error err = {0};
     hr_model *m = NULL;
     void *mem = NULL;
-    if (hr_synth_shape_by_name("gemma3-tiny", &sh, &err) != HR_OK) return 1;
+    if (hr_synth_shape_by_name(gptoss ? "gpt-oss-tiny" : "gemma3-tiny", &sh, &err) != HR_OK) return 1;
     sh.n_layer = layers;
+    sh.n_head_kv = kv_heads;
+    sh.head_dim = head_dim;
+    sh.n_head = HR_MAX(4, kv_heads);
     sh.sliding_window = window;
     sh.n_ctx = ctx;
     if (hr_synth_model(&sh, HR_DTYPE_F32, 1, &m, &mem, &err) != HR_OK) {
@@ -176,7 +214,7 @@ int main(int argc, char **argv) {
     }
     const hr_hparams *hp = hr_model_hparams(m);
     uint64_t budget = (uint64_t)(budget_mib * 1048576.0);
-    printf("gemma3-shaped: %d layers (%d window of %d tokens, %d full), %d KV head x %d, f16 K/V, block 16\n",
+    printf("%s-shaped: %d layers (%d window of %d tokens, %d full), %d KV head x %d, f16 K/V, block 16\n", shape,
            hp->n_layer, hp->n_window_layers, window, hp->n_layer - hp->n_window_layers, hp->n_head_kv, hp->head_dim);
     printf("KV budget %.0f MiB, %d requests of %d prompt + 64 output tokens (context %d), reserve admission\n\n",
            budget_mib, n_req, ctx - 64, ctx);

@@ -14,7 +14,14 @@
  *     same prompt again is a 96-token prefix hit across the window with the same ids;
  *     policies on a hybrid pool (h2o refused, window:W bounds every group, swap refused, fork).
  *   - `headroom plan` (hr_plan_compute) and the pool agree on bytes per token per kind and on one
- *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%. */
+ *     sequence's worst case at the context (llama, gemma2, gemma3, phi3, qwen3 shapes), within 1%.
+ *   - a latent cache (v_from_k: DeepSeek MLA) is kind "latent" with its bytes per token (DeepSeek-V3:
+ *     70,272 f16) in the groups, the plan, usage.kv and the pool ledger (deepseek2-tiny).
+ *   - the prefix observer (KV events) on a hybrid pool: every group's blocks stored with the group's
+ *     hashes (group 0 a one-group pool's), each group a chain; removed on reclaim; the map is stored
+ *     minus removed. The remote tier refuses a hybrid pool.
+ *   - plan --sim (hr_sim_run) on a gemma3 shape: the real pool's block count (layer groups) in the
+ *     same memory, and a stand-in that holds the groups' blocks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +32,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "plan/plan.h"
+#include "remote/kv_remote.h"
 #include "runtime/runtime.h"
 
 enum { HKV = 2, D = 16, H = 4, B = 16, NT = 220 };
@@ -522,6 +530,246 @@ static void test_plan_agrees(void) {
     }
 }
 
+/* ---- the prefix observer (KV events) on a hybrid pool: every group's blocks, a chain per group ---- */
+
+enum { EVN = 256 };
+typedef struct ev_log {
+    int n_stored, n_removed;
+    uint64_t hash[EVN], parent[EVN], removed[EVN];
+    bool has_parent[EVN];
+    int group[EVN];
+} ev_log;
+
+static void ev_stored(void *ctx, const hr_kv_block_info *b) {
+    ev_log *e = ctx;
+    if (e->n_stored >= EVN) return;
+    e->hash[e->n_stored] = b->hash;
+    e->parent[e->n_stored] = b->parent;
+    e->has_parent[e->n_stored] = b->has_parent;
+    e->group[e->n_stored++] = b->group;
+}
+static void ev_removed(void *ctx, uint64_t h) {
+    ev_log *e = ctx;
+    if (e->n_removed < EVN) e->removed[e->n_removed++] = h;
+}
+
+static bool has_hash(const uint64_t *v, int n, uint64_t h) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == h) return true;
+    return false;
+}
+
+static void test_events(void) {
+    const int32_t win[4] = {32, 0, 32, 0}; /* group 0: the window layers, group 1: the full ones */
+    hr_kv_pool *hy = make(4, win, 16, 2), *one = make(4, NULL, 16, 2);
+    if (!hy || !one) return;
+    static ev_log eh, eo;
+    memset(&eh, 0, sizeof eh);
+    memset(&eo, 0, sizeof eo);
+    hr_error err = {0};
+    hr_kv_observer oh = {.stored = ev_stored, .removed = ev_removed, .ctx = &eh};
+    hr_kv_observer oo = {.stored = ev_stored, .removed = ev_removed, .ctx = &eo};
+    CHECK(hr_kv_pool_set_observer(hy, &oh, &err) == HR_OK && hr_kv_pool_set_observer(one, &oo, &err) == HR_OK);
+    hr_kv_seq s = -1, so = -1;
+    CHECK(hr_kv_seq_create(hy, &s, &err) == HR_OK && hr_kv_seq_create(one, &so, &err) == HR_OK);
+    put(hy, s, 0, 96);
+    put(one, so, 0, 96);
+    /* 6 full blocks: one stored event per group and block; the one-group pool's 6 */
+    CHECKF(eh.n_stored == 12 && eo.n_stored == 6 && eh.n_removed == 0, "stored %d / %d", eh.n_stored, eo.n_stored);
+    uint64_t g_hash[2][6];
+    int n_g[2] = {0, 0};
+    for (int i = 0; i < eh.n_stored; i++) {
+        int g = eh.group[i];
+        CHECK(g == 0 || g == 1);
+        if (g < 0 || g > 1 || n_g[g] >= 6) continue;
+        int j = n_g[g]++;
+        g_hash[g][j] = eh.hash[i];
+        /* a chain per group: block j's parent is the same group's block j - 1 */
+        CHECKF(eh.has_parent[i] == (j > 0) && (j == 0 || eh.parent[i] == g_hash[g][j - 1]), "group %d block %d", g, j);
+    }
+    CHECK(n_g[0] == 6 && n_g[1] == 6);
+    for (int j = 0; j < 6 && n_g[0] == 6 && eo.n_stored == 6; j++) {
+        CHECK(g_hash[0][j] == eo.hash[j] && eo.group[j] == 0); /* group 0: a one-group pool's hashes */
+        CHECK(g_hash[1][j] != g_hash[0][j] && !has_hash(eo.hash, 6, g_hash[1][j])); /* the group mixed in */
+    }
+    /* reclaim: the first sequence's blocks cached, another (other scope: other hashes) takes the pool;
+     * every removed hash was stored, and the map holds exactly stored minus removed */
+    hr_kv_seq_reset(hy, s);
+    hr_kv_seq s2 = -1;
+    CHECK(hr_kv_seq_create(hy, &s2, &err) == HR_OK && hr_kv_seq_set_scope(hy, s2, 7, &err) == HR_OK);
+    for (int t = 0; t < 208; t += B) put(hy, s2, t, t + B); /* a block a step: the window frees as it goes */
+    CHECKF(eh.n_removed >= 8, "removed %d", eh.n_removed);
+    uint64_t map[64];
+    int n_map = hr_kv_pool_prefix_hashes(hy, map, 64);
+    int expect = 0;
+    for (int i = 0; i < eh.n_stored; i++) {
+        bool gone = has_hash(eh.removed, eh.n_removed, eh.hash[i]);
+        expect += !gone;
+        CHECK(has_hash(map, HR_MIN(n_map, 64), eh.hash[i]) == !gone);
+    }
+    for (int i = 0; i < eh.n_removed; i++) CHECK(has_hash(eh.hash, eh.n_stored, eh.removed[i]));
+    CHECKF(n_map == expect, "map %d, stored - removed %d", n_map, expect);
+    CHECK(hr_kv_pool_check(hy, &err) == HR_OK);
+    hr_kv_pool_destroy(hy);
+    hr_kv_pool_destroy(one);
+    /* the shared tier refuses a hybrid pool in one line (its fetch is one block per token chain) */
+    hy = make(4, win, 16, 2);
+    hr_kv_remote *rm = NULL;
+    hr_kv_remote_params rp = {.url = "redis://127.0.0.1:9", .model_id = "t", .pool = hy};
+    CHECK(hy && hr_kv_remote_create(&rp, &rm, &err) == HR_ERR_UNSUPPORTED && !rm && strstr(err.msg, "hybrid"));
+    hr_kv_pool_destroy(hy);
+}
+
+/* ---- plan --sim on a gemma3 shape: the real runtime's hybrid pool, not one group ---------------- */
+
+static void test_sim_groups(void) {
+    hr_synth_shape sh;
+    hr_model *m = NULL;
+    void *mem = NULL;
+    hr_error err = {0};
+    CHECK(hr_synth_shape_by_name("gemma3-tiny", &sh, &err) == HR_OK);
+    sh.n_ctx = 4096;
+    sh.sliding_window = 256;
+    CHECKF(hr_synth_model(&sh, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_plan_model pm = {.hp = *hp, .resident_bytes = 1 << 20};
+    /* a device that holds two sequences of 2048 tokens */
+    hr_plan_device dev = {.mem_bytes = 1ull << 40, .util = 1, .bw_gbps = 100, .reserved_bytes = 1 << 20};
+    hr_plan_params pp = {.n_ctx = 2048, .concurrency = 2, .max_running = 8, .n_threads = 1, .max_batch_tokens = 256};
+    hr_plan *pl = calloc(1, sizeof *pl);
+    CHECK(hr_plan_compute(&pm, &dev, &pp, pl, &err) == HR_OK);
+    dev.mem_bytes = pl->rows[HR_KV_F16].need.total_bytes;
+    CHECK(hr_plan_compute(&pm, &dev, &pp, pl, &err) == HR_OK);
+    hr_traffic_req reqs[4];
+    for (int i = 0; i < 4; i++)
+        reqs[i] = (hr_traffic_req){.t_arrival = 0, .n_prompt = 1900, .n_output = 100, .prefix_id = -1};
+    hr_traffic t = {.n = 4, .reqs = reqs};
+    hr_sim_candidate cand = {.format = HR_RT_KV_F16, .admission = HR_RT_ADMIT_RESERVE, .max_running = 8};
+    hr_cost_model cost = {.bw_gbps = 100, .gflops = 1000, .overhead_s = 0.001, .source = "test"};
+    hr_sim_result r;
+    CHECKF(hr_sim_run(&pm, pl, &dev, &cost, &t, &cand, &r, &err) == HR_OK, "%s", err.msg);
+    /* the real pool in the same memory: the runtime's query, each layer's window from the model */
+    int32_t win[64];
+    for (int l = 0; l < hp->n_layer; l++) win[l] = hr_model_layer_attn(m)[l].window;
+    hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
+                                   .n_kv_heads = hp->n_head_kv,
+                                   .head_dim = hp->head_dim,
+                                   .block_size = 16,
+                                   .k_format = HR_KV_F16,
+                                   .v_format = HR_KV_F16,
+                                   .max_seqs = 8,
+                                   .max_step_tokens = 256,
+                                   .layer_window = win},
+                            .n_ctx = pl->held_ctx,
+                            .n_seqs = 1,
+                            .mem = {.model = hp,
+                                    .weight_bytes = pm.resident_bytes,
+                                    .max_batch_tokens = 256,
+                                    .n_threads = 1,
+                                    .base_bytes = dev.reserved_bytes,
+                                    .mem_limit = pl->usable_bytes}};
+    hr_kv_budget b;
+    CHECKF(hr_kv_budget_compute(&q, &b, &err) == HR_OK, "%s", err.msg);
+    CHECKF(r.n_blocks == b.n_blocks && b.block_bytes == 1ull * 2 * 16 * 32 * 2, "sim %d blocks, real pool %d of %llu",
+           r.n_blocks, b.n_blocks, (unsigned long long)b.block_bytes);
+    /* one group of every layer (what the sim counted before) would give about a sixth of the blocks,
+     * each 6 layers: fewer than one 2048-token context, so the budget says HR_ERR_BUDGET */
+    q.kv.layer_window = NULL;
+    hr_kv_budget one;
+    hr_error e2;
+    CHECK(hr_kv_budget_compute(&q, &one, &e2) == HR_ERR_BUDGET);
+    CHECKF(one.n_blocks * 5 < b.n_blocks, "one group %d, groups %d", one.n_blocks, b.n_blocks);
+    /* the stand-in pool holds the groups' blocks: every request completes, the peak at most the pool
+     * and each running sequence's blocks in 6 groups (at least its full group's 2000 / 16) */
+    CHECKF(r.completed == 4 && r.refused == 0 && r.peak_blocks <= r.n_blocks && r.peak_blocks >= 125 + 5 * 16 &&
+               r.peak_kv_bytes == (uint64_t)r.peak_blocks * b.block_bytes,
+           "completed %d refused %d peak %d of %d", r.completed, r.refused, r.peak_blocks, r.n_blocks);
+    free(pl);
+    hr_model_destroy(m);
+    free(mem);
+}
+
+/* ---- a latent cache (v_from_k, MLA) reports its layers as kind "latent" with their bytes per token -- */
+
+static void test_latent(void) {
+    hr_error err = {0};
+    /* DeepSeek-V3: 61 layers, one latent of kv_lora_rank 512 + 64 RoPE dims, f16: 61 x 576 x 2 */
+    hr_kv_config v3 = {.n_layers = 61,
+                       .n_kv_heads = 1,
+                       .head_dim = 576,
+                       .v_from_k = 512,
+                       .block_size = 16,
+                       .k_format = HR_KV_F16,
+                       .v_format = HR_KV_F16,
+                       .max_seqs = 1};
+    hr_kv_groups g;
+    CHECKF(hr_kv_config_groups(&v3, &g, &err) == HR_OK, "%s", err.msg);
+    CHECKF(g.n_kinds == 1 && g.kinds[0].latent && g.kinds[0].window == 0 && g.kinds[0].token_bytes == 70272,
+           "kinds %d latent %d token bytes %llu", g.n_kinds, g.kinds[0].latent,
+           (unsigned long long)g.kinds[0].token_bytes);
+    v3.v_from_k = 0; /* the same shape with V of its own: full, twice the bytes */
+    CHECK(hr_kv_config_groups(&v3, &g, &err) == HR_OK && g.n_kinds == 1 && !g.kinds[0].latent &&
+          g.kinds[0].token_bytes == 2 * 70272);
+    /* deepseek2-tiny: 3 layers of one latent of 32 + 16 f16 values = 288 bytes a token, in the plan
+     * (the kind and its bytes) and in the runtime's ledgers */
+    hr_synth_shape sh;
+    hr_model *m = NULL;
+    void *mem = NULL;
+    CHECK(hr_synth_shape_by_name("deepseek2-tiny", &sh, &err) == HR_OK);
+    CHECKF(hr_synth_model(&sh, HR_DTYPE_F32, 1, &m, &mem, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    hr_plan_model pm = {.hp = *hr_model_hparams(m), .resident_bytes = 1 << 20};
+    hr_plan_device dev = {.mem_bytes = 64ull << 30, .util = 1.0};
+    hr_plan_params pp = {.n_ctx = 256,
+                         .concurrency = 1,
+                         .k_format = HR_RT_KV_F16,
+                         .v_format = HR_RT_KV_F16,
+                         .block_size = 16,
+                         .max_batch_tokens = 256};
+    hr_plan pl;
+    CHECKF(hr_plan_compute(&pm, &dev, &pp, &pl, &err) == HR_OK, "%s", err.msg);
+    CHECKF(pl.groups.n_kinds == 1 && pl.groups.kinds[0].latent && pl.kind_token_bytes[0] == 288 &&
+               pl.groups.kinds[0].token_bytes == 288 && pl.seq_bytes == 256ull * 288,
+           "plan: latent %d, %llu bytes a token, %llu a sequence", pl.groups.kinds[0].latent,
+           (unsigned long long)pl.kind_token_bytes[0], (unsigned long long)pl.seq_bytes);
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model = m;
+    p.n_ctx = 256;
+    p.kv_seqs = 1;
+    p.n_threads = 2;
+    hr_runtime *rt = NULL;
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+    if (rt) {
+        int32_t ids[40];
+        for (int i = 0; i < 40; i++) ids[i] = 3 + (i * 11) % 500;
+        hr_rt_request_params rp = {.prompt_ids = ids, .n_prompt_ids = 40, .max_tokens = 8, .ignore_eos = true};
+        rp.sampling = hr_rt_sampling_default();
+        rp.sampling.temperature = 0;
+        hr_rt_request *r = NULL;
+        CHECKF(hr_runtime_submit(rt, &rp, &r, &err) == HR_OK, "%s", err.msg);
+        CHECK(hr_runtime_run_until_idle(rt, &err) == HR_OK);
+        hr_rt_result res;
+        if (r) {
+            hr_rt_request_result(r, &res);
+            /* 47 tokens at its last step: 3 blocks of 16 tokens x 288 bytes */
+            CHECKF(res.state == HR_RT_COMPLETED && res.kv.n_kinds == 1 && res.kv.kinds[0].latent &&
+                       res.kv.kinds[0].token_bytes == 288 && res.kv.kinds[0].n_layers == 3 &&
+                       res.kv.kinds[0].blocks == 3 && res.kv.kinds[0].bytes == 3ull * 16 * 288,
+                   "usage.kv: kinds %d latent %d token bytes %llu blocks %d", res.kv.n_kinds, res.kv.kinds[0].latent,
+                   (unsigned long long)res.kv.kinds[0].token_bytes, res.kv.kinds[0].blocks);
+            hr_runtime_pool pool;
+            hr_runtime_get_pool(rt, &pool);
+            CHECK(pool.ledger.n_groups == 1 && pool.ledger.n_kinds == 1 && pool.ledger.kinds[0].latent &&
+                  pool.ledger.kinds[0].token_bytes == 288);
+            hr_rt_request_release(rt, r);
+        }
+        hr_runtime_close(rt);
+    }
+    hr_model_destroy(m);
+    free(mem);
+}
+
 /* ---- the runtime: a gemma3 model gets a hybrid pool; usage.kv and the pool ledger by kind ------- */
 
 static void test_runtime(void) {
@@ -665,6 +913,9 @@ int main(void) {
     test_swap();
     test_policies();
     test_plan_agrees();
+    test_latent();
+    test_sim_groups();
+    test_events();
     test_runtime();
     test_engine_preempt();
     return hr_test_finish();

@@ -86,6 +86,9 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
     else
         printf("\n");
     printf("  every layer             %s per token\n", sz(c->token_bytes, b1));
+    if (pl->groups.n_kinds == 1 && pl->groups.kinds[0].latent) /* MLA: one latent a token and layer, K only */
+        printf("  latent layers           %3d, %s per token (one latent a layer; V read from it)\n",
+               pl->groups.kinds[0].n_layers, sz(pl->kind_token_bytes[0], b1));
     if (pl->groups.n_groups > 1) { /* a hybrid pool: window groups hold at most their window */
         printf("  layer groups            %d of %d layers each (one pool, one budget)\n", pl->groups.n_groups,
                pl->groups.slots);
@@ -94,7 +97,7 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
             if (pl->groups.kinds[k].window > 0)
                 snprintf(kind, sizeof kind, "window %d", pl->groups.kinds[k].window);
             else
-                snprintf(kind, sizeof kind, "full");
+                snprintf(kind, sizeof kind, "%s", pl->groups.kinds[k].latent ? "latent" : "full");
             printf("    %-12s %3d layers  %s per token, one sequence at the context %s\n", kind,
                    pl->groups.kinds[k].n_layers, sz(pl->kind_token_bytes[k], b1), sz(pl->kind_seq_bytes[k], b2));
         }
@@ -197,11 +200,14 @@ static json_t *plan_json(const plan_opts *o, const hr_plan_model *m, const hr_pl
     /* the pool's layer groups (kv.h): per kind, bytes per token and one sequence at the context */
     json_t *kinds = json_array();
     for (int k = 0; k < pl->groups.n_kinds; k++)
-        json_array_append_new(
-            kinds, json_pack("{s:s,s:i,s:i,s:i,s:I,s:I}", "kind", pl->groups.kinds[k].window > 0 ? "window" : "full",
-                             "window", pl->groups.kinds[k].window, "layers", pl->groups.kinds[k].n_layers, "groups",
-                             pl->groups.kinds[k].n_groups, "token_bytes", (json_int_t)pl->kind_token_bytes[k],
-                             "seq_bytes", (json_int_t)pl->kind_seq_bytes[k]));
+        json_array_append_new(kinds, json_pack("{s:s,s:i,s:i,s:i,s:I,s:I}", "kind",
+                                               pl->groups.kinds[k].window > 0 ? "window"
+                                               : pl->groups.kinds[k].latent   ? "latent"
+                                                                              : "full",
+                                               "window", pl->groups.kinds[k].window, "layers",
+                                               pl->groups.kinds[k].n_layers, "groups", pl->groups.kinds[k].n_groups,
+                                               "token_bytes", (json_int_t)pl->kind_token_bytes[k], "seq_bytes",
+                                               (json_int_t)pl->kind_seq_bytes[k]));
     json_t *kv = json_object_get(root, "kv");
     if (kv) {
         json_object_set_new(kv, "layer_groups", json_integer(pl->groups.n_groups));

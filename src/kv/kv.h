@@ -102,9 +102,11 @@ typedef struct hr_kv_config {
 #define HR_KV_MAX_KINDS  4 /* distinct layer kinds (window sizes, full); more: one group */
 
 typedef struct hr_kv_kind_info {
-    int window;   /* 0: full attention; > 0: sliding window of this many tokens */
-    int n_layers; /* layers of this kind */
-    int n_groups; /* groups of this kind (n_layers / G) */
+    int window;           /* 0: full attention; > 0: sliding window of this many tokens */
+    int n_layers;         /* layers of this kind */
+    int n_groups;         /* groups of this kind (n_layers / G) */
+    bool latent;          /* full layers of a latent cache (v_from_k: MLA's one latent per token, K only) */
+    uint64_t token_bytes; /* one token in every layer of this kind */
 } hr_kv_kind_info;
 
 typedef struct hr_kv_groups {
@@ -370,6 +372,8 @@ typedef struct hr_kv_kind_bytes {
     int n_layers; /* layers of the kind */
     int blocks;   /* blocks its groups hold (pool: in use) */
     uint64_t bytes;
+    bool latent;          /* a latent cache's layers (hr_kv_kind_info.latent) */
+    uint64_t token_bytes; /* one token in every layer of the kind */
 } hr_kv_kind_bytes;
 
 typedef struct hr_kv_seq_ledger {
@@ -437,6 +441,8 @@ typedef struct hr_kv_block_info {
     const int32_t *tokens; /* block_size ids, borrowed for the call */
     int block_size;
     bool fetched; /* stored: the bytes came from fetch, not from this process's forward pass */
+    int group;    /* the layer group (0 on a one-group pool); a hybrid pool reports each group's blocks
+                     with that group's hashes (hash and parent), so each group is a chain of its own */
 } hr_kv_block_info;
 
 typedef struct hr_kv_observer {

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "kv/kv.h"
 #include "kv/kv_assert.h"
 #include "kv/kv_storage.h"
@@ -128,6 +129,12 @@ static inline int *kv_evict_from(const hr_kv_pool *p, kv_seq *s, int g) {
 bool kv_prefix_map_init(hr_kv_pool *p);
 uint64_t kv_prefix_map_slots(int n_blocks); /* the map's capacity for n_blocks (load under 1/2) */
 uint64_t kv_prefix_root(const hr_kv_pool *p);
+/* Group g's hash of the block whose token chain is h: group 0 keeps the chain itself (a one-group
+ * pool's hashes, events and remote keys are as they always were); the others mix their index in, so
+ * a group shares only with the same group of another sequence, and a KV event names group + contents. */
+static inline uint64_t kv_group_hash(uint64_t h, int g) {
+    return g == 0 ? h : hr_mix64(h ^ (0x67726f7570000000ull + (uint64_t)g));
+}
 void kv_prefix_map_remove(hr_kv_pool *p, int32_t b);
 void kv_prefix_map_add(hr_kv_pool *p, int32_t b); /* b's hash is set; inserts unless present */
 int32_t kv_prefix_map_find(const hr_kv_pool *p, uint64_t hash);

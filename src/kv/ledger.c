@@ -33,7 +33,9 @@ void hr_kv_pool_get_ledger(const hr_kv_pool *p, hr_kv_pool_ledger *out) {
         out->kinds[k] = (hr_kv_kind_bytes){.window = p->lay.kinds[k].window,
                                            .n_layers = p->lay.kinds[k].n_layers,
                                            .blocks = used,
-                                           .bytes = (uint64_t)used * p->block_bytes};
+                                           .bytes = (uint64_t)used * p->block_bytes,
+                                           .latent = p->lay.kinds[k].latent,
+                                           .token_bytes = p->lay.kinds[k].token_bytes};
     }
     out->window_blocks_freed_total = atomic_load_explicit(&p->window_freed, memory_order_relaxed);
 }
@@ -47,6 +49,8 @@ hr_status hr_kv_seq_get_ledger(const hr_kv_pool *p, hr_kv_seq seq, hr_kv_seq_led
     for (int k = 0; k < p->lay.n_kinds; k++) {
         l.kinds[k].window = p->lay.kinds[k].window;
         l.kinds[k].n_layers = p->lay.kinds[k].n_layers;
+        l.kinds[k].latent = p->lay.kinds[k].latent;
+        l.kinds[k].token_bytes = p->lay.kinds[k].token_bytes;
     }
     for (int g = 0; g < p->n_groups; g++) {
         const int32_t *t = kv_tab(s, g);

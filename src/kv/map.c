@@ -45,13 +45,18 @@ static void kv_prefix_map_insert(hr_kv_pool *p, int32_t b) {
     while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
     p->map[i] = b;
     p->flags[b] |= KV_FLAG_IN_MAP;
-    if (p->obs.stored && p->n_groups == 1) { /* a hybrid pool's groups are not reported (kv.h) */
+    if (p->obs.stored) {
+        /* a hybrid pool reports every group's blocks: group g's hash and its parent's in group g (the
+         * parent link is the token chain's; kv_group_hash maps it), so each group is a chain of its own */
+        int g = p->n_groups > 1 ? p->blk_group[b] : 0;
+        bool has_parent = p->parent[b] != kv_prefix_root(p);
         hr_kv_block_info bi = {.hash = p->hash[b],
-                               .has_parent = p->parent[b] != kv_prefix_root(p),
-                               .parent = p->parent[b],
+                               .has_parent = has_parent,
+                               .parent = has_parent ? kv_group_hash(p->parent[b], g) : p->parent[b],
                                .tokens = p->tokens + (size_t)b * p->cfg.block_size,
                                .block_size = p->cfg.block_size,
-                               .fetched = p->fetching};
+                               .fetched = p->fetching,
+                               .group = g};
         p->obs.stored(p->obs.ctx, &bi);
     }
 }
@@ -81,5 +86,5 @@ void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
     }
     p->map[i] = -1;
     p->flags[b] &= (uint8_t)~KV_FLAG_IN_MAP;
-    if (p->obs.removed && p->n_groups == 1) p->obs.removed(p->obs.ctx, p->hash[b]);
+    if (p->obs.removed) p->obs.removed(p->obs.ctx, p->hash[b]); /* group g's own hash (stored's) */
 }

@@ -117,8 +117,14 @@ static void kv_layout_of(const hr_kv_config *cfg, const kv_fmt *kf, const kv_fmt
     lay->n_groups = n_groups;
     lay->slots = G;
     /* a latent cache (v_from_k) stores K only: DeepSeek-V3's (512 + 64) f16 x 61 layers = 70,272 bytes a token */
-    lay->block_bytes = (uint64_t)G * cfg->n_kv_heads * (kf->head_bytes + (cfg->v_from_k ? 0 : vf->head_bytes));
+    uint64_t layer_block = (uint64_t)cfg->n_kv_heads * (kf->head_bytes + (cfg->v_from_k ? 0 : vf->head_bytes));
+    lay->block_bytes = (uint64_t)G * layer_block;
     lay->group_token_bytes = lay->block_bytes / (uint64_t)cfg->block_size;
+    for (int k = 0; k < lay->n_kinds; k++) {
+        /* a latent cache's layers are MLA's whole-context ones: reported as "latent", not "full" */
+        lay->kinds[k].latent = cfg->v_from_k > 0 && lay->kinds[k].window == 0;
+        lay->kinds[k].token_bytes = (uint64_t)lay->kinds[k].n_layers * layer_block / (uint64_t)cfg->block_size;
+    }
 }
 
 /* Layer l's group and slot under lay (the i-th layer of its kind: group base + i / G, slot i % G). */

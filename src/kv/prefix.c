@@ -23,13 +23,6 @@ static uint64_t kv_chain(uint64_t parent, uint64_t scope, const int32_t *tokens,
     return h;
 }
 
-/* Group g's hash of the block whose token chain is h: group 0 keeps the chain itself (a one-group
- * pool's hashes, events and remote keys are as they always were); the others mix their index in, so
- * a group shares only with the same group of another sequence. */
-static uint64_t kv_group_hash(uint64_t h, int g) {
-    return g == 0 ? h : hr_mix64(h ^ (0x67726f7570000000ull + (uint64_t)g));
-}
-
 hr_status hr_kv_pool_set_observer(hr_kv_pool *p, const hr_kv_observer *obs, hr_error *err) {
     if (obs && obs->fetch && !p->fetch_buf) {
         p->fetch_buf = malloc(p->block_bytes);

@@ -23,7 +23,7 @@ static void fill_defaults(const hr_plan_model *m, const hr_plan_device *d, hr_pl
  * gets hp->n_window_layers windows of hp->swa_window (which layers does not change the groups or
  * their bytes: only the counts do); NULL for a one-kind model (held_ctx covers a window of every
  * layer, as before). w holds n_layer entries. */
-static const int32_t *plan_windows(const hr_hparams *hp, int32_t *w) {
+const int32_t *hr_plan_layer_windows(const hr_hparams *hp, int32_t *w) {
     if (hp->sliding_window > 0 || hp->n_window_layers <= 0 || hp->swa_window <= 0) return NULL;
     for (int l = 0; l < hp->n_layer; l++) w[l] = l < hp->n_window_layers ? hp->swa_window : 0;
     return w;
@@ -94,7 +94,7 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
     out->chosen = -1;
     int32_t *win = malloc(sizeof(int32_t) * (size_t)HR_MAX(1, hp->n_layer));
     if (!win) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer windows", hp->n_layer);
-    const int32_t *windows = plan_windows(hp, win); /* NULL: one kind of layer */
+    const int32_t *windows = hr_plan_layer_windows(hp, win); /* NULL: one kind of layer */
     for (int f = 0; f < HR_RT_KV_FORMAT_COUNT; f++) {
         plan_row(m, d, out, (hr_rt_kv_format)f, (hr_rt_kv_format)f, windows, &out->rows[f]);
         if ((hr_rt_kv_format)f == p->k_format && p->k_format == p->v_format) out->chosen = f;
@@ -123,6 +123,7 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
         hr_kv_config kc = {.n_layers = hp->n_layer,
                            .n_kv_heads = hp->n_head_kv,
                            .head_dim = hp->head_dim,
+                           .v_from_k = hp->kv_lora_rank, /* the groups' bytes: a latent cache counts K only */
                            .block_size = p->block_size,
                            .k_format = (hr_kv_format)c->k_format,
                            .v_format = (hr_kv_format)c->v_format,

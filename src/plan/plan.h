@@ -119,6 +119,11 @@ typedef struct hr_plan {
 
 /* Fills the plan for every KV format. HR_ERR_INVALID_ARG when the chosen format cannot hold this shape;
  * otherwise HR_OK even when nothing fits (the rows say). */
+/* Each layer's window as the pool will be told it (w holds n_layer entries): a model mixing window and
+ * full layers gets its first n_window_layers layers windowed to swa_window (only the counts shape the
+ * groups and their bytes); NULL for a one-kind model. */
+const int32_t *hr_plan_layer_windows(const hr_hparams *hp, int32_t *w);
+
 hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const hr_plan_params *p, hr_plan *out,
                           hr_error *err);
 

@@ -24,13 +24,16 @@
 typedef struct sim_exec {
     hr_kv_pool *kv;
     const hr_cost_model *cost;
-    double weight_bytes;   /* streamed once a step */
-    double matrix_params;  /* the layers' matrices: 2 flops each per token */
-    double head_params;    /* the output projection: 2 flops each per token that samples */
-    double token_bytes;    /* KV of one token, every layer: read once per query token that sees it */
-    double attn_flops_tok; /* 4 x layers x heads x head_dim: per query token per visible key */
-    int window;            /* keys visible to a query: min(pos + 1, window) when > 0 */
-    double step_s;         /* the last step's cost */
+    double weight_bytes;    /* streamed once a step */
+    double matrix_params;   /* the layers' matrices: 2 flops each per token */
+    double head_params;     /* the output projection: 2 flops each per token that samples */
+    double token_bytes;     /* KV of one token, every layer: read once per query token that sees it */
+    double swa_token_bytes; /* a hybrid pool: its window groups' share of a token (token_bytes: the rest) */
+    double swa_flops_tok;   /* ... and of attn_flops_tok */
+    int swa_window;         /* ... and their window */
+    double attn_flops_tok;  /* 4 x layers x heads x head_dim: per query token per visible key */
+    int window;             /* keys visible to a query: min(pos + 1, window) when > 0 */
+    double step_s;          /* the last step's cost */
 } sim_exec;
 
 /* The sim backend's instance: the seam's handle first, then the shape and cost it prices with. */
@@ -50,6 +53,11 @@ static hr_status sim_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
         double visible = (double)(x->window > 0 ? HR_MIN(b->pos[i] + 1, x->window) : b->pos[i] + 1);
         kv_bytes += visible * x->token_bytes;
         attn += visible * x->attn_flops_tok;
+        if (x->swa_window > 0) { /* a hybrid pool's window layers see at most their window */
+            double seen = (double)HR_MIN(b->pos[i] + 1, x->swa_window);
+            kv_bytes += seen * x->swa_token_bytes;
+            attn += seen * x->swa_flops_tok;
+        }
         if (!b->want_logits || !b->want_logits[i]) continue; /* the output projection: rows that sample */
         float *y = logits + (size_t)row++ * SIM_VOCAB;
         for (int v = 0; v < SIM_VOCAB; v++) y[v] = 0;
@@ -120,8 +128,9 @@ static void fill_prompt(int32_t *ids, const hr_traffic_req *q, int i) {
 /* The block count the real model gets on the device (the plan's), for the stand-in pool (one layer,
  * one head, the candidate's format) to hold. */
 static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_plan_device *d,
-                            const hr_sim_candidate *c, const hr_traffic *t, int *n_blocks, int *pool_blocks,
-                            uint64_t *real_block_bytes, hr_error *err) {
+                            const hr_sim_candidate *c, const hr_traffic *t, const int32_t *windows,
+                            const hr_kv_groups *lay, int *n_blocks, int *pool_blocks, uint64_t *real_block_bytes,
+                            hr_error *err) {
     const hr_hparams *hp = &m->hp;
     hr_kv_budget_query q = {.kv = {.n_layers = hp->n_layer,
                                    .n_kv_heads = hp->n_head_kv,
@@ -131,7 +140,8 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
                                    .k_format = (hr_kv_format)c->format,
                                    .v_format = (hr_kv_format)c->format,
                                    .max_seqs = c->max_running,
-                                   .max_step_tokens = pl->p.max_batch_tokens},
+                                   .max_step_tokens = pl->p.max_batch_tokens,
+                                   .layer_window = windows}, /* a hybrid model's groups, as the runtime's */
                             .n_ctx = pl->held_ctx,
                             .n_seqs = 1,
                             .mem = {.model = hp,
@@ -150,7 +160,8 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
      * cost real memory for nothing */
     uint64_t demand = (uint64_t)c->max_running + 1;
     for (int i = 0; i < t->n; i++)
-        demand += (uint64_t)(t->reqs[i].n_prompt + t->reqs[i].n_output + pl->p.block_size - 1) / pl->p.block_size;
+        demand += (uint64_t)lay->n_groups *
+                  ((uint64_t)(t->reqs[i].n_prompt + t->reqs[i].n_output + pl->p.block_size - 1) / pl->p.block_size);
     *pool_blocks = (int)HR_MIN((uint64_t)HR_MAX(1, b.n_blocks), demand);
     return HR_OK;
 }
@@ -164,7 +175,28 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     sim_exec x = {.cost = cost, .window = c->window};
     uint64_t real_block_bytes = 0;
     int pool_blocks = 0;
-    hr_status st = sim_blocks(m, pl, d, c, t, &out->n_blocks, &pool_blocks, &real_block_bytes, err);
+    /* a model mixing window and full layers: the real runtime's hybrid pool (kv.h's layer groups), in
+     * the block count and in the stand-in, which gets one layer per group of the same kinds */
+    int32_t *win = malloc(sizeof(int32_t) * (size_t)HR_MAX(1, hp->n_layer));
+    if (!win) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    const int32_t *windows = hr_plan_layer_windows(hp, win);
+    hr_kv_groups lay = {.n_groups = 1};
+    hr_kv_config gc = {.n_layers = hp->n_layer,
+                       .n_kv_heads = hp->n_head_kv,
+                       .head_dim = hp->head_dim,
+                       .v_from_k = hp->kv_lora_rank,
+                       .block_size = pl->p.block_size,
+                       .k_format = (hr_kv_format)c->format,
+                       .v_format = (hr_kv_format)c->format,
+                       .max_seqs = c->max_running,
+                       .max_step_tokens = pl->p.max_batch_tokens,
+                       .layer_window = windows};
+    if (windows && hr_kv_config_groups(&gc, &lay, NULL) != HR_OK) lay = (hr_kv_groups){.n_groups = 1};
+    int win_groups = 0;
+    for (int k = 0; lay.n_groups > 1 && k < lay.n_kinds; k++)
+        win_groups += lay.kinds[k].window > 0 ? lay.kinds[k].n_groups : 0;
+    hr_status st = sim_blocks(m, pl, d, c, t, windows, &lay, &out->n_blocks, &pool_blocks, &real_block_bytes, err);
+    free(win);
     if (st) return st;
     uint64_t elems = 0;
     for (int i = 0; i < m->n_rows; i++) elems += m->rows[i].n_elements;
@@ -175,12 +207,25 @@ hr_status hr_sim_run(const hr_plan_model *m, const hr_plan *pl, const hr_plan_de
     x.token_bytes = (double)real_block_bytes / pl->p.block_size;
     x.attn_flops_tok = 4.0 * hp->n_layer * hp->n_head * hp->head_dim;
     if (hp->sliding_window > 0 && (x.window == 0 || hp->sliding_window < x.window)) x.window = hp->sliding_window;
+    if (lay.n_groups > 1) { /* real_block_bytes is one group's: the full groups' and the window groups' */
+        x.token_bytes = (double)real_block_bytes * (lay.n_groups - win_groups) / pl->p.block_size;
+        x.swa_token_bytes = (double)real_block_bytes * win_groups / pl->p.block_size;
+        x.attn_flops_tok = 4.0 * (hp->n_layer - hp->n_window_layers) * hp->n_head * hp->head_dim;
+        x.swa_flops_tok = 4.0 * hp->n_window_layers * hp->n_head * hp->head_dim;
+        x.swa_window = hp->swa_window;
+        if (x.window > 0 && x.window < x.swa_window) x.swa_window = x.window; /* a window:W candidate */
+    }
 
     /* A runtime on the stand-in shape (one layer, one KV head of 64, SIM_VOCAB logits) with the sim
      * backend pricing each step for the real shape (x): the runtime's pool, engine and requests as a
      * server has them, in the candidate's format, block count, admission and slots. */
     hr_rt_shape shape = {
         .n_vocab = SIM_VOCAB, .n_embd = 64, .n_ff = 64, .n_head = 1, .n_head_kv = 1, .n_layer = 1, .head_dim = 64};
+    if (lay.n_groups > 1) { /* one stand-in layer per group, window groups first: the same block counts */
+        shape.n_layer = lay.n_groups;
+        shape.n_window_layers = win_groups;
+        shape.swa_window = hp->swa_window;
+    }
     hr_runtime_params rp = hr_runtime_default_params();
     rp.shape = &shape;
     rp.backend = &hr_backend_sim;

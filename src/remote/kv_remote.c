@@ -356,6 +356,13 @@ static bool kr_parse_url(const char *url, char **host, int *port) {
 
 hr_status hr_kv_remote_create(const hr_kv_remote_params *p, hr_kv_remote **out, hr_error *err) {
     if (!p->pool) return hr_error_set(err, HR_ERR_INVALID_ARG, "--kv-remote: no pool");
+    /* a hybrid pool (layer groups) shares a prefix only when every group has its blocks, the window
+     * groups only the ones their window still sees: a fetch of one block per token chain cannot fill it */
+    if (hr_kv_pool_groups(p->pool)->n_groups > 1)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "--kv-remote: a hybrid KV pool (%d layer groups: window layers beside full ones) is not "
+                            "served by the shared tier yet",
+                            hr_kv_pool_groups(p->pool)->n_groups);
     hr_kv_remote *r = calloc(1, sizeof *r);
     if (!r) return hr_error_set(err, HR_ERR_NOMEM, "--kv-remote: out of memory");
     r->p = *p;

@@ -302,7 +302,8 @@ static hr_status open_shape(hr_runtime *rt, hr_error *err) {
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "a runtime on a shape alone needs a backend that needs no weights");
     if (s->n_vocab <= 0 || s->n_layer <= 0 || s->n_head_kv <= 0 || s->head_dim <= 0 || s->n_head < s->n_head_kv ||
-        s->n_ctx_train < 0 || s->sliding_window < 0)
+        s->n_ctx_train < 0 || s->sliding_window < 0 || s->swa_window < 0 || s->n_window_layers < 0 ||
+        s->n_window_layers > s->n_layer)
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "shape: vocabulary %d, layers %d, heads %d, KV heads %d, head_dim %d (each must be "
                             "positive, heads >= KV heads)",
@@ -320,6 +321,10 @@ static hr_status open_shape(hr_runtime *rt, hr_error *err) {
     hp->n_rot = s->head_dim;
     hp->sliding_window = s->sliding_window;
     hp->n_window_layers = s->sliding_window > 0 ? s->n_layer : 0;
+    if (s->sliding_window == 0 && s->swa_window > 0 && s->n_window_layers > 0) { /* a hybrid shape */
+        hp->n_window_layers = s->n_window_layers;
+        hp->swa_window = s->swa_window;
+    }
     hp->n_ctx_orig = s->n_ctx_train;
     return HR_OK;
 }
@@ -355,10 +360,13 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
     const hr_layer_attn *la = rt->model ? hr_model_layer_attn(rt->model) : NULL;
     bool any = false;
     for (int l = 0; la && l < hp->n_layer; l++) any |= la[l].window > 0;
-    if (any) {
+    /* a hybrid shape alone (the planner's simulator): its first n_window_layers layers windowed */
+    bool shape_hybrid = !la && rt->p.shape && hp->sliding_window == 0 && hp->swa_window > 0 && hp->n_window_layers > 0;
+    if (any || shape_hybrid) {
         if (!(windows = malloc((size_t)hp->n_layer * sizeof *windows)))
             return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer windows", hp->n_layer);
-        for (int l = 0; l < hp->n_layer; l++) windows[l] = la[l].window;
+        for (int l = 0; l < hp->n_layer; l++)
+            windows[l] = la ? la[l].window : (l < hp->n_window_layers ? hp->swa_window : 0);
         q.kv.layer_window = windows;
     }
     hr_status st;

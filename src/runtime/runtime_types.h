@@ -29,6 +29,10 @@ typedef struct hr_rt_shape {
     int n_ctx_train; /* 0: none (no trained-context check) */
     int n_embd, n_ff, n_head, n_head_kv, n_layer, head_dim;
     int sliding_window; /* every layer's window (0: full attention) */
+    /* a hybrid model (gemma2/3, gpt-oss: window layers beside full ones; sliding_window 0): the first
+     * n_window_layers layers have a window of swa_window tokens, the others none; the pool groups them
+     * as a model's own (kv.h's layer groups: only the counts shape the groups). 0: none */
+    int swa_window, n_window_layers;
 } hr_rt_shape;
 
 /* A model of random weights built in memory (hr_runtime_params.synth), for measurements that need a
@@ -152,6 +156,8 @@ typedef struct hr_rt_kv_kind {
     int n_layers; /* layers of the kind */
     int blocks;   /* blocks its groups hold */
     uint64_t bytes;
+    bool latent;          /* a latent cache's layers (MLA: kind "latent", not "full") */
+    uint64_t token_bytes; /* one token in every layer of the kind */
 } hr_rt_kv_kind;
 
 #define HR_RT_KV_MAX_KINDS 4

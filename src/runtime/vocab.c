@@ -128,7 +128,9 @@ void hr_rt_from_seq_ledger(const hr_kv_seq_ledger *in, hr_rt_seq_ledger *out) {
         out->kinds[k] = (hr_rt_kv_kind){.window = in->kinds[k].window,
                                         .n_layers = in->kinds[k].n_layers,
                                         .blocks = in->kinds[k].blocks,
-                                        .bytes = in->kinds[k].bytes};
+                                        .bytes = in->kinds[k].bytes,
+                                        .latent = in->kinds[k].latent,
+                                        .token_bytes = in->kinds[k].token_bytes};
 }
 
 void hr_rt_from_request_stats(const hr_request_stats *in, hr_rt_request_stats *out) {
@@ -179,7 +181,9 @@ void hr_rt_from_pool_ledger(const hr_kv_pool_ledger *in, hr_rt_pool_ledger *out)
         out->kinds[k] = (hr_rt_kv_kind){.window = in->kinds[k].window,
                                         .n_layers = in->kinds[k].n_layers,
                                         .blocks = in->kinds[k].blocks,
-                                        .bytes = in->kinds[k].bytes};
+                                        .bytes = in->kinds[k].bytes,
+                                        .latent = in->kinds[k].latent,
+                                        .token_bytes = in->kinds[k].token_bytes};
 }
 
 void hr_rt_from_engine_stats(const hr_engine_stats *in, hr_rt_engine_stats *out) {

@@ -31,7 +31,7 @@ static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
     json_object_set_new(o, "first_token_seconds",
                         kv->first_token_seconds > 0 ? json_real(kv->first_token_seconds) : json_null());
     /* a hybrid pool (window layers beside full ones): what each layer kind holds */
-    if (kv->n_kinds > 1) {
+    if (kv->n_kinds > 1 || (kv->n_kinds == 1 && kv->kinds[0].latent)) {
         json_object_set_new(o, "groups", hr_srv_kv_kinds_json(kv->kinds, kv->n_kinds));
         json_object_set_new(o, "window_blocks_freed", json_integer(kv->window_blocks_freed));
     }
@@ -41,9 +41,13 @@ static json_t *kv_json(const hr_rt_kv_usage *kv, bool live) {
 json_t *hr_srv_kv_kinds_json(const hr_rt_kv_kind *kinds, int n) {
     json_t *a = json_array();
     for (int k = 0; k < n; k++)
-        json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:I}", "kind", kinds[k].window > 0 ? "window" : "full",
+        json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:I, s:I}", "kind",
+                                           kinds[k].window > 0 ? "window"
+                                           : kinds[k].latent   ? "latent"
+                                                               : "full",
                                            "window", kinds[k].window, "layers", kinds[k].n_layers, "blocks",
-                                           kinds[k].blocks, "bytes", (json_int_t)kinds[k].bytes));
+                                           kinds[k].blocks, "bytes", (json_int_t)kinds[k].bytes, "token_bytes",
+                                           (json_int_t)kinds[k].token_bytes));
     return a;
 }
 

@@ -525,7 +525,7 @@ static json_t *pool_json(hr_runtime *rt) {
     json_object_set_new(o, "requests_waiting", json_integer(p.engine.n_waiting));
     json_object_set_new(o, "preemptions", json_integer((json_int_t)p.engine.preemptions));
     /* a hybrid pool: the layer groups and what each kind of layer holds (kv.h's layer groups) */
-    if (l->n_groups > 1) {
+    if (l->n_groups > 1 || (l->n_kinds == 1 && l->kinds[0].latent)) { /* and a latent cache's one kind */
         json_object_set_new(o, "layer_groups", json_integer(l->n_groups));
         json_object_set_new(o, "groups", hr_srv_kv_kinds_json(l->kinds, l->n_kinds));
         json_object_set_new(o, "window_blocks_freed_total", json_integer((json_int_t)l->window_blocks_freed_total));

@@ -258,8 +258,10 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory for forward-pass scratch (%d tokens)", c->max_tokens);
         goto fail;
     }
-    /* the model's own sliding windows (mistral: every layer; gemma: the window layers): attention masks
-     * them, and blocks no layer can see again leave the table (with a full layer among them, none) */
+    /* the model's own sliding windows (mistral: every layer; gemma, gpt-oss: the window layers):
+     * attention masks them; in a one-group pool blocks no layer can see again leave the table (with a
+     * full layer among them, none), in a hybrid pool (kv.h's layer groups) each window group drops the
+     * blocks its own window no longer sees while the full groups keep theirs */
     for (int il = 0; il < hp->n_layer; il++)
         if (m->layer_attn[il].window > 0 && (st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err)))
             goto fail;
