@@ -79,16 +79,19 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
 
     fmt_name(c, fname, sizeof fname);
     printf("KV cache per token (%s, block %d)\n", fname, p->block_size);
-    printf("  full-attention layers   %3d x %s\n", pl->n_full_layers, sz(pl->layer_token_bytes, b1));
-    printf("  sliding-window layers   %3d x %s", pl->n_window_layers, sz(pl->layer_token_bytes, b1));
-    if (hp->sliding_window)
-        printf(" (capped at the window: %d tokens + one block)\n", hp->sliding_window);
-    else
-        printf("\n");
+    if (pl->groups.n_kinds == 1 && pl->groups.kinds[0].latent) { /* MLA: one latent a token and layer, K only */
+        const int nl = pl->groups.kinds[0].n_layers;
+        printf("  latent layers           %3d x %s (one latent a layer; V read from it)\n", nl,
+               sz(nl > 0 ? pl->kind_token_bytes[0] / (uint64_t)nl : 0, b1));
+    } else {
+        printf("  full-attention layers   %3d x %s\n", pl->n_full_layers, sz(pl->layer_token_bytes, b1));
+        printf("  sliding-window layers   %3d x %s", pl->n_window_layers, sz(pl->layer_token_bytes, b1));
+        if (hp->sliding_window)
+            printf(" (capped at the window: %d tokens + one block)\n", hp->sliding_window);
+        else
+            printf("\n");
+    }
     printf("  every layer             %s per token\n", sz(c->token_bytes, b1));
-    if (pl->groups.n_kinds == 1 && pl->groups.kinds[0].latent) /* MLA: one latent a token and layer, K only */
-        printf("  latent layers           %3d, %s per token (one latent a layer; V read from it)\n",
-               pl->groups.kinds[0].n_layers, sz(pl->kind_token_bytes[0], b1));
     if (pl->groups.n_groups > 1) { /* a hybrid pool: window groups hold at most their window */
         printf("  layer groups            %d of %d layers each (one pool, one budget)\n", pl->groups.n_groups,
                pl->groups.slots);
