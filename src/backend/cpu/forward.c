@@ -399,8 +399,8 @@ static void gated_act(const hr_hparams *hp, float *gate, const float *up, int n)
  * The steps between the products work token by token (norms, the residual, RoPE, the gated
  * activation), and a token's row depends on nothing but itself, so running the rows on the pool's
  * threads changes no bits. On one thread they were a serial part of every step while the other
- * threads waited: at 16 tokens (TinyLlama) ~1.4M expf, 0.4M cosf / sinf and 1.5M elements of
- * RMSNorm per step. */
+ * threads waited: 6.4% of a 16-token TinyLlama step's CPU (~2M expf, 0.4M cosf / sinf, 1.5M
+ * elements of RMSNorm), about 12% of its wall time at 2 threads (docs/BENCHMARKS_LOG.md). */
 enum {
     ROW_ATTN_NORM, /* xb = RMSNorm(x) with the layer's attention norm */
     ROW_ATTN_PREP, /* Q/K/V biases, per-head Q/K norms, RoPE (q, k and v of the token) */
@@ -705,8 +705,8 @@ static void rope_head(const hr_hparams *hp, float *x, const float *inv_freq, flo
  * so far is at most 256; past this it turns head by head, the same bits). */
 #define HR_ROPE_PAIRS_MAX 512
 
-/* RoPE of token t's Q and K heads: the angles' cosines and sines once for the token (each head turns
- * by the same ones: a 16-token TinyLlama step spent ~400K cosf / sinf calls per head before). */
+/* RoPE of token t's Q and K heads: the angles' cosines and sines once for the token, since every
+ * head turns by the same ones (per head, a 16-token TinyLlama step made ~400K cosf / sinf calls). */
 static void rope_row(hr_model_ctx *c, const hr_batch *b, int il, int t) {
     const hr_hparams *hp = &c->m->hp;
     const hr_layer_attn *la = &c->m->layer_attn[il];
