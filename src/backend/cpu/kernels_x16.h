@@ -470,8 +470,11 @@ static inline __attribute__((always_inline)) void rows_tile_q6k16(const int C, i
     }
 }
 
+/* Off (two passes of 8) until measured faster: bench_tile q6_Kx16 64 2048 NT avx512, 1 thread, 4
+ * alternating rounds on a loaded machine (December 6), two passes / one pass: NT 16 240 / 253 GF/s
+ * (medians; runs 203-261 / 222-256), NT 64 259 / 228 (the prompt's tiles of 16 went slower). */
 #ifndef HR_X16_Q6K16
-#define HR_X16_Q6K16 1 /* 0: 9-16 tokens in two passes of rows_tile_q6k8, as before */
+#define HR_X16_Q6K16 0 /* 1: 9-16 tokens in one pass of rows_tile_q6k16 */
 #endif
 static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
                                                                 const char *a, size_t as, float *y, size_t ys) {
