@@ -395,23 +395,45 @@ static void gated_act(const hr_hparams *hp, float *gate, const float *up, int n)
         hr_op_swiglu(gate, up, n);
 }
 
+/* ---- row-wise steps, split over the pool by tokens ----
+ * The steps between the products work token by token (norms, the residual, RoPE, the gated
+ * activation), and a token's row depends on nothing but itself, so running the rows on the pool's
+ * threads changes no bits. On one thread they were a serial part of every step while the other
+ * threads waited: 6.4% of a 16-token TinyLlama step's CPU (~2M expf, 0.4M cosf / sinf, 1.5M
+ * elements of RMSNorm), about 12% of its wall time at 2 threads (docs/BENCHMARKS_LOG.md). */
+enum {
+    ROW_ATTN_NORM, /* xb = RMSNorm(x) with the layer's attention norm */
+    ROW_ATTN_PREP, /* Q/K/V biases, per-head Q/K norms, RoPE (q, k and v of the token) */
+    ROW_ATTN_OUT,  /* x += [post-norm](xb), then xb = RMSNorm(x) with the FFN norm */
+    ROW_FFN_OUT,   /* x += [post-norm](xb), then the next layer's ROW_ATTN_NORM */
+    ROW_ACT_FUSED, /* hg's gate half = act(gate) * up of a fused gate|up row (2F) */
+    ROW_ACT_SPLIT  /* hg = act(hg) * hu (rows of F) */
+};
+
+typedef struct rows_job {
+    hr_model_ctx *c;
+    const hr_batch *b; /* ROW_ATTN_PREP only */
+    int il, op;
+} rows_job;
+
+static void rows(hr_model_ctx *c, const hr_batch *b, int il, int op, int T);
+
 /* hg = act(xb W_gate^T) * (xb W_up^T): one product when the two weights lie back to back (phi3's
- * ffn_up always), each output row then [gate | up]; the gated activation in place, then the gate
- * halves packed into (T, F). */
-static void ffn_gate_up(hr_model_ctx *c, int il, int T) {
+ * ffn_up always), each output row then [gate | up] and the gated activation in place in its gate
+ * half. Returns the floats between hg's rows (F, or 2F where fused: the down projection reads the
+ * gate halves in place, no copy). */
+static int64_t ffn_gate_up(hr_model_ctx *c, int il, int T) {
     const hr_layer *L = &c->m->layers[il];
-    const hr_hparams *hp = &c->m->hp;
     const int64_t F = L->w_gate.rows;
     if (!c->fuse_gu[il]) {
         matmul(c, &L->w_gate, c->xb, T, c->hg);
         matmul(c, &L->w_up, c->xb, T, c->hu);
-        for (int t = 0; t < T; t++) gated_act(hp, c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F);
-        return;
+        rows(c, NULL, il, ROW_ACT_SPLIT, T);
+        return F;
     }
     hr_matmul(c->mm, L->w_gate.data, L->w_gate.type, 2 * F, L->w_gate.cols, c->xb, T, c->hg);
-    for (int t = 0; t < T; t++) gated_act(hp, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F);
-    /* row t moves down to t*F: never past a row not yet moved, so ascending order is safe */
-    for (int t = 1; t < T; t++) memmove(c->hg + (size_t)t * F, c->hg + (size_t)t * 2 * F, sizeof(float) * (size_t)F);
+    rows(c, NULL, il, ROW_ACT_FUSED, T);
+    return 2 * F;
 }
 
 /* ---- mixture of experts ---- */
@@ -662,15 +684,13 @@ static void add_bias(float *y, const float *bias, int64_t T, int n) {
     for (int64_t t = 0; t < T; t++) hr_op_add(y + t * n, bias, n);
 }
 
-/* Per-head RMSNorm of Q and K (qwen3, gemma3), over D with the layer's (D) weights. */
-static void norm_heads(hr_model_ctx *c, const hr_layer *L, int T) {
+/* Per-head RMSNorm of token t's Q and K (qwen3, gemma3), over D with the layer's (D) weights. */
+static void norm_heads_row(hr_model_ctx *c, const hr_layer *L, int t) {
     const hr_hparams *hp = &c->m->hp;
     const int D = hp->head_dim;
-    for (int t = 0; t < T; t++) {
-        float *q = c->q + (size_t)t * hp->n_head * D, *k = c->k + (size_t)t * hp->n_head_kv * D;
-        for (int h = 0; h < hp->n_head; h++) hr_op_rmsnorm(q + h * D, q + h * D, L->q_norm, D, hp->norm_eps);
-        for (int h = 0; h < hp->n_head_kv; h++) hr_op_rmsnorm(k + h * D, k + h * D, L->k_norm, D, hp->norm_eps);
-    }
+    float *q = c->q + (size_t)t * hp->n_head * D, *k = c->k + (size_t)t * hp->n_head_kv * D;
+    for (int h = 0; h < hp->n_head; h++) hr_op_rmsnorm(q + h * D, q + h * D, L->q_norm, D, hp->norm_eps);
+    for (int h = 0; h < hp->n_head_kv; h++) hr_op_rmsnorm(k + h * D, k + h * D, L->k_norm, D, hp->norm_eps);
 }
 
 /* Rotates one head, then scales its rotated dims by LongRoPE's attention factor (cos and sin carry
@@ -681,15 +701,31 @@ static void rope_head(const hr_hparams *hp, float *x, const float *inv_freq, flo
         for (int i = 0; i < hp->n_rot; i++) x[i] *= hp->rope_attn_factor;
 }
 
-static void apply_rope(hr_model_ctx *c, const hr_batch *b, int il) {
+/* Pairs of rotated dims whose angles rope_row computes once for all heads (every model's n_rot / 2
+ * so far is at most 256; past this it turns head by head, the same bits). */
+#define HR_ROPE_PAIRS_MAX 512
+
+/* RoPE of token t's Q and K heads: the angles' cosines and sines once for the token, since every
+ * head turns by the same ones (per head, a 16-token TinyLlama step made ~400K cosf / sinf calls). */
+static void rope_row(hr_model_ctx *c, const hr_batch *b, int il, int t) {
     const hr_hparams *hp = &c->m->hp;
     const hr_layer_attn *la = &c->m->layer_attn[il];
     const float *inv_freq = la->kind == HR_ATTN_WINDOW && c->inv_freq_swa ? c->inv_freq_swa : c->inv_freq;
-    int D = hp->head_dim, qd = hp->n_head * D, kvd = hp->n_head_kv * D;
-    for (int t = 0; t < b->n_tokens; t++) {
-        float pos = (float)b->pos[t] * la->rope_linear_scale;
-        for (int h = 0; h < hp->n_head; h++) rope_head(hp, c->q + (size_t)t * qd + h * D, inv_freq, pos);
-        for (int h = 0; h < hp->n_head_kv; h++) rope_head(hp, c->k + (size_t)t * kvd + h * D, inv_freq, pos);
+    const int D = hp->head_dim, qd = hp->n_head * D, kvd = hp->n_head_kv * D;
+    const float pos = (float)b->pos[t] * la->rope_linear_scale;
+    float *q = c->q + (size_t)t * qd, *k = c->k + (size_t)t * kvd;
+    if (hp->n_rot / 2 > HR_ROPE_PAIRS_MAX) {
+        for (int h = 0; h < hp->n_head; h++) rope_head(hp, q + h * D, inv_freq, pos);
+        for (int h = 0; h < hp->n_head_kv; h++) rope_head(hp, k + h * D, inv_freq, pos);
+        return;
+    }
+    float cs[2 * HR_ROPE_PAIRS_MAX];
+    hr_op_rope_angles(cs, hp->n_rot, inv_freq, pos);
+    for (int h = 0; h < hp->n_head + hp->n_head_kv; h++) {
+        float *x = h < hp->n_head ? q + h * D : k + (h - hp->n_head) * D;
+        hr_op_rope_cs(x, hp->n_rot, cs, hp->rope_neox);
+        if (hp->rope_attn_factor > 0.0f) /* as rope_head */
+            for (int i = 0; i < hp->n_rot; i++) x[i] *= hp->rope_attn_factor;
     }
 }
 
@@ -754,15 +790,53 @@ static void mla_attention(hr_model_ctx *c, const hr_batch *b, int il) {
     matmul(c, &L->wo, c->mla_o, T, c->xb);
 }
 
-/* y = RMSNorm(y) * w row by row (gemma's post-attention and post-FFN norms), then x += y. */
-static void residual_add(hr_model_ctx *c, const float *post_norm, int T) {
+/* y = RMSNorm(y) * w (gemma's post-attention and post-FFN norms, where present), then x += y. */
+static void residual_row(const hr_hparams *hp, const float *post_norm, float *x, float *y) {
+    if (post_norm) hr_op_rmsnorm(y, y, post_norm, hp->n_embd, hp->norm_eps);
+    hr_op_add(x, y, hp->n_embd);
+}
+
+static void row_op(const rows_job *j, int t) {
+    hr_model_ctx *c = j->c;
     const hr_hparams *hp = &c->m->hp;
+    const hr_layer *L = &c->m->layers[j->il];
     const int E = hp->n_embd;
-    for (int t = 0; t < T; t++) {
-        float *y = c->xb + (size_t)t * E;
-        if (post_norm) hr_op_rmsnorm(y, y, post_norm, E, hp->norm_eps);
-        hr_op_add(c->x + (size_t)t * E, y, E);
+    const int64_t F = L->w_gate.rows; /* ROW_ACT_*: a dense layer's FFN width */
+    float *x = c->x + (size_t)t * E, *xb = c->xb + (size_t)t * E;
+    switch (j->op) {
+    case ROW_ATTN_NORM: hr_op_rmsnorm(xb, x, L->attn_norm, E, hp->norm_eps); break;
+    case ROW_ATTN_PREP: {
+        const int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+        if (L->bq) hr_op_add(c->q + (size_t)t * qd, L->bq, qd);
+        if (L->bk) hr_op_add(c->k + (size_t)t * kvd, L->bk, kvd);
+        if (L->bv) hr_op_add(c->v + (size_t)t * kvd, L->bv, kvd);
+        if (L->q_norm) norm_heads_row(c, L, t);
+        rope_row(c, j->b, j->il, t);
+        break;
     }
+    case ROW_ATTN_OUT:
+        residual_row(hp, L->attn_post_norm, x, xb);
+        hr_op_rmsnorm(xb, x, L->ffn_norm, E, hp->norm_eps);
+        break;
+    case ROW_FFN_OUT:
+        residual_row(hp, L->ffn_post_norm, x, xb);
+        if (j->il + 1 < hp->n_layer) hr_op_rmsnorm(xb, x, c->m->layers[j->il + 1].attn_norm, E, hp->norm_eps);
+        break;
+    case ROW_ACT_FUSED: gated_act(hp, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F); break;
+    case ROW_ACT_SPLIT: gated_act(hp, c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F); break;
+    default: break;
+    }
+}
+
+static void rows_item(void *arg, int64_t t, int ith) {
+    (void)ith;
+    row_op(arg, (int)t);
+}
+
+/* Step op of layer il for the T tokens; one token runs inline (run_items does not fork for one). */
+static void rows(hr_model_ctx *c, const hr_batch *b, int il, int op, int T) {
+    rows_job j = {.c = c, .b = b, .il = il, .op = op};
+    hr_threadpool_run_items(c->tp, rows_item, &j, T);
 }
 
 static hr_status check_batch(const hr_model_ctx *c, const hr_batch *b, hr_error *err) {
@@ -789,7 +863,6 @@ static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
     const hr_model *m = c->m;
     const hr_hparams *hp = &m->hp;
     const int T = b->n_tokens, E = hp->n_embd;
-    const int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
 
     /* x = token_embd[tokens] */
     const hr_dequantize_row_fn deq = c->kernels.type[m->tok_embd.type].dequantize;
@@ -798,19 +871,14 @@ static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
     if (hp->embd_scale > 0.0f) /* gemma: sqrt(E) */
         for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] *= hp->embd_scale;
 
+    rows(c, b, 0, ROW_ATTN_NORM, T); /* the later layers' attention norms end the layer before (ROW_FFN_OUT) */
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_layer *L = &m->layers[il];
-        for (int t = 0; t < T; t++)
-            hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
         if (hp->kv_lora_rank > 0) { /* deepseek2 */
             mla_attention(c, b, il);
         } else {
             project_qkv(c, il, T);
-            add_bias(c->q, L->bq, T, qd);
-            add_bias(c->k, L->bk, T, kvd);
-            add_bias(c->v, L->bv, T, kvd);
-            if (L->q_norm) norm_heads(c, L, T);
-            apply_rope(c, b, il);
+            rows(c, b, il, ROW_ATTN_PREP, T);
             attn_job job = {.c = c, .b = b, .layer = il};
             if (T == 1) { /* one token: one thread's work either way, so no fork/join */
                 kv_write_task(&job, 0, 1);
@@ -822,17 +890,15 @@ static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
             matmul(c, &L->wo, c->att, T, c->xb);
             add_bias(c->xb, L->bo, T, E); /* gpt-oss */
         }
-        residual_add(c, L->attn_post_norm, T);
-
-        for (int t = 0; t < T; t++)
-            hr_op_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
+        rows(c, b, il, ROW_ATTN_OUT, T);
         if (hp->n_expert > 0 && il >= hp->n_layer_dense) { /* deepseek2's leading layers are dense */
             moe_ffn(c, il, T);
         } else {
-            ffn_gate_up(c, il, T);
-            matmul(c, &L->w_down, c->hg, T, c->xb);
+            const int64_t hs = ffn_gate_up(c, il, T);
+            hr_matmul_strided(c->mm, L->w_down.data, L->w_down.type, L->w_down.rows, L->w_down.cols, c->hg, hs, T,
+                              c->xb);
         }
-        residual_add(c, L->ffn_post_norm, T);
+        rows(c, b, il, ROW_FFN_OUT, T);
     }
 
     /* logits for the rows that want them: gather, norm, project */

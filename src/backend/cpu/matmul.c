@@ -37,6 +37,7 @@ struct hr_matmul_ctx {
         int64_t rows_per_block; /* rows per chunk, a multiple of 4 and of the type's row group */
         int64_t n, k, T;
         const float *X;
+        int64_t x_stride; /* floats between X's rows */
         float *Y;
         const char *A; /* activations in vec_dot_type */
         size_t a_stride;
@@ -95,7 +96,7 @@ void hr_matmul_ctx_destroy(hr_matmul_ctx *m) {
 /* Phase 1: item t quantizes token row t. */
 static void quantize_item(void *arg, int64_t t, int ith) {
     hr_matmul_ctx *m = arg;
-    m->job.tk->quantize_act(m->job.X + t * m->job.k, (char *)m->act + (size_t)t * m->act_row_cap, m->job.k);
+    m->job.tk->quantize_act(m->job.X + t * m->job.x_stride, (char *)m->act + (size_t)t * m->act_row_cap, m->job.k);
 }
 
 /* Phase 2: item c computes the rows of chunk c for all tokens. */
@@ -114,9 +115,14 @@ static void compute_item(void *arg, int64_t c, int ith) {
 
 void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t k, const float *X, int64_t T,
                float *Y) {
+    hr_matmul_strided(m, W, wt, n, k, X, k, T, Y);
+}
+
+void hr_matmul_strided(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t k, const float *X,
+                       int64_t x_stride, int64_t T, float *Y) {
     const hr_dtype_info *info = hr_dtype_get_info(wt);
     assert(info && m->kernels->type[wt].vec_dot_tile);
-    assert(T >= 0 && T <= m->max_tokens && k >= 0 && k <= m->max_k && k % info->block_elems == 0);
+    assert(T >= 0 && T <= m->max_tokens && k >= 0 && k <= m->max_k && k % info->block_elems == 0 && x_stride >= k);
     if (T == 0 || n == 0) return;
     const hr_type_kernels *tk = &m->kernels->type[wt];
     m->job.tk = tk;
@@ -136,10 +142,11 @@ void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t 
     m->job.k = k;
     m->job.T = T;
     m->job.X = X;
+    m->job.x_stride = x_stride;
     m->job.Y = Y;
     if (info->vec_dot_type == HR_DTYPE_F32) {
         m->job.A = (const char *)X;
-        m->job.a_stride = (size_t)k * sizeof(float);
+        m->job.a_stride = (size_t)x_stride * sizeof(float);
     } else {
         m->job.A = m->act;
         m->job.a_stride = m->act_row_cap;

@@ -34,5 +34,9 @@ uint64_t hr_matmul_ctx_bytes(int64_t max_tokens, int64_t max_k);
  * table must have kernels for wt (violations are bugs: asserted). Activations are converted to wt's vec_dot_type once
  * per call; rows are split over the pool's threads. Not reentrant on one context. */
 void hr_matmul(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t k, const float *X, int64_t T, float *Y);
+/* The same with X's rows x_stride >= k floats apart (X: T x k floats, row stride x_stride), so a row
+ * that sits inside a wider one (the gate half of a fused gate|up row) is read in place. */
+void hr_matmul_strided(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, int64_t k, const float *X,
+                       int64_t x_stride, int64_t T, float *Y);
 
 #endif

@@ -24,6 +24,26 @@ void hr_op_rope(float *x, int n_rot, const float *inv_freq, float pos_scaled, in
     }
 }
 
+void hr_op_rope_angles(float *cs, int n_rot, const float *inv_freq, float pos_scaled) {
+    for (int i = 0; i < n_rot / 2; i++) {
+        float theta = pos_scaled * inv_freq[i];
+        cs[2 * i] = cosf(theta);
+        cs[2 * i + 1] = sinf(theta);
+    }
+}
+
+void hr_op_rope_cs(float *x, int n_rot, const float *cs, int neox) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1];
+        int a = neox ? i : 2 * i;
+        int b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
 void hr_op_swiglu(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         float g = gate[i];

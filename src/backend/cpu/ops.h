@@ -16,6 +16,13 @@ void hr_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
  * neox != 0: pairs are (x[i], x[i + n_rot/2]) (qwen2). */
 void hr_op_rope(float *x, int n_rot, const float *inv_freq, float pos_scaled, int neox);
 
+/* hr_op_rope in two halves, for the heads of one token, which all turn by the same angles: cs[2i] =
+ * cos(pos_scaled * inv_freq[i]) and cs[2i+1] = its sine (i < n_rot/2), computed once per token, then
+ * each head rotated with them; the same bits as hr_op_rope on every head (the same cosf / sinf of the
+ * same angles, the same products). */
+void hr_op_rope_angles(float *cs, int n_rot, const float *inv_freq, float pos_scaled);
+void hr_op_rope_cs(float *x, int n_rot, const float *cs, int neox);
+
 /* gate[i] = silu(gate[i]) * up[i] (SwiGLU), i < n. */
 void hr_op_swiglu(float *gate, const float *up, int n);
 
