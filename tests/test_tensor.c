@@ -232,7 +232,8 @@ static void test_mxfp4_block(void) {
     }
     CHECK(bad == 0);
     CHECK(hr_mxfp4_half_scale(127) == 0.5f && hr_mxfp4_half_scale(254) == 0x1p126f);
-    CHECK(hr_mxfp4_half_scale(0) == 0x1p-128f && hr_mxfp4_half_scale(1) == 0x1p-127f && hr_mxfp4_half_scale(2) == 0x1p-126f);
+    CHECK(hr_mxfp4_half_scale(0) == 0x1p-128f && hr_mxfp4_half_scale(1) == 0x1p-127f &&
+          hr_mxfp4_half_scale(2) == 0x1p-126f);
     /* amax 5: floor(log2 5) = 2, e = 127, scale 1, values = E2M1: 5 -> 4 or 6 (a tie: the lower code, 4),
      * 2.9 -> 3, -0.7 -> -0.5, 0.26 -> 0.5, 0.24 -> 0 */
     float x[32] = {5, 2.9f, -0.7f, 0.26f, 0.24f, -6.5f};
@@ -255,8 +256,8 @@ static void test_round_trip_and_dot(void) {
     float x[K], y[K], a[K], aq[K];
     for (int i = 0; i < K; i++) x[i] = hr_rng_normal(&rng);
     for (int i = 0; i < K; i++) a[i] = hr_rng_normal(&rng);
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
-                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
+                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
     _Alignas(64) unsigned char wq[K * 4], act[K * 4];
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
         const hr_dtype t = types[ti];
@@ -268,15 +269,15 @@ static void test_round_trip_and_dot(void) {
             max_err = fmax(max_err, fabs(x[i] - y[i]));
             amax = fmax(amax, fabs(x[i]));
         }
-        const double step = t == HR_DTYPE_Q8_0   ? amax / 127
-                            : t == HR_DTYPE_Q4_0 ? amax / 8
-                            : t == HR_DTYPE_BF16 ? amax * 0x1p-7
-                            : t == HR_DTYPE_F16  ? amax * 0x1p-10
-                            : t == HR_DTYPE_Q4_K ? amax / 5 /* range / 15 plus scale rounding */
-                            : t == HR_DTYPE_Q5_K ? amax / 10
-                            : t == HR_DTYPE_Q6_K ? amax / 20
+        const double step = t == HR_DTYPE_Q8_0    ? amax / 127
+                            : t == HR_DTYPE_Q4_0  ? amax / 8
+                            : t == HR_DTYPE_BF16  ? amax * 0x1p-7
+                            : t == HR_DTYPE_F16   ? amax * 0x1p-10
+                            : t == HR_DTYPE_Q4_K  ? amax / 5 /* range / 15 plus scale rounding */
+                            : t == HR_DTYPE_Q5_K  ? amax / 10
+                            : t == HR_DTYPE_Q6_K  ? amax / 20
                             : t == HR_DTYPE_MXFP4 ? amax /* a block's top in [4, 8) x its scale, E2M1's top 6 */
-                                                 : 0;
+                                                  : 0;
         /* q4_0's top value is 7d while its bottom is -8d = -amax, so the clamped end errs up to d */
         const double bound = (t == HR_DTYPE_Q4_0 ? 1.0 : 0.5) * step * 1.01 + 1e-7;
         CHECKF(max_err <= bound, "%s round trip error %g (step %g)", info->name, max_err, step);

@@ -53,8 +53,8 @@ static double exact_q_dot(hr_dtype t, int64_t k, const void *w, const void *a, d
 }
 
 static void check_kernels(const hr_kernels *kern, const hr_kernels *scalar, hr_rng *rng) {
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
-                                     HR_DTYPE_Q4_0, HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
+                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
     static const int64_t float_ks[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 65, 96, 100, 4096, 4128};
     static const int64_t q_ks[] = {32, 64, 96, 4096, 4128, 16416}; /* 16416: past the tiles' prepared tables */
     static const int64_t k_ks[] = {256, 512, 4096};

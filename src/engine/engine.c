@@ -252,7 +252,7 @@ static hr_status validate(hr_engine *e, const hr_request_params *p, hr_error *er
             p->n_prompt, p->max_tokens, e->p.n_ctx);
     int64_t life = (int64_t)p->n_prompt + p->max_tokens - 1;
     if (span > 0) life = HR_MIN(life, (int64_t)span + 2 * e->block_size); /* resident at most */
-    int64_t need = hr_kv_pool_seq_blocks(e->p.kv, life); /* every layer group's blocks */
+    int64_t need = hr_kv_pool_seq_blocks(e->p.kv, life);                  /* every layer group's blocks */
     if (need > e->n_blocks) {
         uint64_t bb = hr_kv_block_bytes(hr_kv_pool_config(e->p.kv));
         char a[32], b[32];

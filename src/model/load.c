@@ -21,10 +21,14 @@ typedef struct arch_info {
 } arch_info;
 
 static const arch_info k_archs[] = {
-    {"llama", HR_ARCH_LLAMA, false, 10000.0},  {"mistral", HR_ARCH_MISTRAL, false, 10000.0},
-    {"qwen2", HR_ARCH_QWEN2, true, 1000000.0}, {"qwen3", HR_ARCH_QWEN3, true, 10000.0},
-    {"gemma2", HR_ARCH_GEMMA2, true, 10000.0}, {"gemma3", HR_ARCH_GEMMA3, true, 10000.0},
-    {"phi3", HR_ARCH_PHI3, true, 10000.0},     {"qwen3moe", HR_ARCH_QWEN3MOE, true, 10000.0},
+    {"llama", HR_ARCH_LLAMA, false, 10000.0},
+    {"mistral", HR_ARCH_MISTRAL, false, 10000.0},
+    {"qwen2", HR_ARCH_QWEN2, true, 1000000.0},
+    {"qwen3", HR_ARCH_QWEN3, true, 10000.0},
+    {"gemma2", HR_ARCH_GEMMA2, true, 10000.0},
+    {"gemma3", HR_ARCH_GEMMA3, true, 10000.0},
+    {"phi3", HR_ARCH_PHI3, true, 10000.0},
+    {"qwen3moe", HR_ARCH_QWEN3MOE, true, 10000.0},
     {"deepseek2", HR_ARCH_DEEPSEEK2, false, 10000.0},
     {"gpt-oss", HR_ARCH_GPT_OSS, true, 10000.0},
 };

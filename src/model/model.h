@@ -42,8 +42,8 @@ typedef enum hr_moe_gating {
     HR_MOE_GATING_SIGMOID = 2, /* V3: selection adds exp_probs_b, the weights do not */
 } hr_moe_gating;
 
-/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss, deepseek2": what the loader accepts (llama with
- * {arch}.expert_count > 0 is Mixtral). */
+/* "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, gpt-oss, deepseek2": what the loader accepts (llama
+ * with {arch}.expert_count > 0 is Mixtral). */
 const char *hr_arch_supported_list(void);
 
 /* The FFN's gated activation: act(x W_gate^T) * (x W_up^T). */
@@ -145,8 +145,8 @@ typedef struct hr_hparams {
      * mscale^2 / sqrt(key_length_mla), mscale = that magnitude x (1 + 0.1 yarn_log_mul ln s): llama.cpp's
      * deepseek2 kq_scale */
     float yarn_log_mul;
-    bool kv_b_split;          /* a file from before llama.cpp's MLA converter: W_UK | W_UV in one attn_kv_b,
-                                 split into f32 copies at load */
+    bool kv_b_split; /* a file from before llama.cpp's MLA converter: W_UK | W_UV in one attn_kv_b,
+                        split into f32 copies at load */
 } hr_hparams;
 
 /* YaRN's factor on pair i's frequency (of n_rot / 2) for a rotation of base `base`, as ggml's rope

@@ -47,8 +47,8 @@ typedef struct hr_synth_shape {
     /* gpt-oss, deepseek2: rope.scaling.type yarn with this factor over original context n_ctx_orig; 0 = none */
     float rope_yarn;
     float yarn_log_mul; /* deepseek2 with YaRN: rope.scaling.yarn_log_multiplier (0.1 mscale_all_dim); 0 = absent */
-    bool legacy_kv_b; /* as llama.cpp's converter wrote deepseek2 before MLA: one attn_kv_b, key_length and
-                         value_length a head's (head_dim = qk_nope + rope, n_head_kv = n_head), no *_mla keys */
+    bool legacy_kv_b;   /* as llama.cpp's converter wrote deepseek2 before MLA: one attn_kv_b, key_length and
+                           value_length a head's (head_dim = qk_nope + rope, n_head_kv = n_head), no *_mla keys */
 } hr_synth_shape;
 
 /* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
