@@ -423,65 +423,10 @@ static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, in
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
-/* The same for 9 to 16 tokens in one pass: the values of each sub-block are rebuilt once for all the
- * tokens instead of once per pass of 8. The 16 integer sums stay in registers for the super-block
- * and the float accumulators live in y (16 floats a token, loaded and stored once per super-block):
- * 16 of each would not fit the 32 registers beside the values. Same sequence per element. */
-static inline __attribute__((always_inline)) void rows_tile_q6k16(const int C, int64_t nb, const char *gp,
-                                                                  const char *a, size_t as, float *y, size_t ys) {
-    const hr_block_q6_Kx16 *g = (const void *)gp;
-#pragma GCC unroll 16
-    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_setzero_ps());
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i isum[16];
-#pragma GCC unroll 16
-        for (int t = 0; t < C; t++) isum[t] = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++)
-#pragma GCC unroll 2
-            for (int e = 0; e < 2; e++)
-                for (int q = 0; q < 4; q++) {
-                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
-                    __m512i u[4];
-#pragma GCC unroll 4
-                    for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], h, q, 4 * e + v);
-                    const __m512i sc = k6_sc(&g[b], 8 * h + 2 * q + e);
-#pragma GCC unroll 16
-                    for (int t = 0; t < C; t++) {
-                        const int8_t *yq =
-                            ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h + 32 * q + 16 * e;
-                        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], _mm512_set1_epi32(load_i32(yq)));
-#pragma GCC unroll 4
-                        for (int v = 1; v < 4; v++)
-                            s = _mm512_dpbusd_epi32(s, u[v], _mm512_set1_epi32(load_i32(yq + 4 * v)));
-                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
-                    }
-                }
-        __m512i p[8];
-        k6_pairs(&g[b], p);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
-#pragma GCC unroll 16
-        for (int t = 0; t < C; t++) {
-            const hr_block_q8_K *yb = (const hr_block_q8_K *)(a + (size_t)t * as) + b;
-            const __m512i s = _mm512_sub_epi32(isum[t], k6_corr(p, yb));
-            float *yt = y + (size_t)t * ys;
-            _mm512_storeu_ps(yt, _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(s),
-                                                 _mm512_loadu_ps(yt)));
-        }
-    }
-}
-
-/* Off (two passes of 8) until measured faster: bench_tile q6_Kx16 64 2048 NT avx512, 1 thread, 4
- * alternating rounds on a loaded machine (December 6), two passes / one pass: NT 16 240 / 253 GF/s
- * (medians; runs 203-261 / 222-256), NT 64 259 / 228 (the prompt's tiles of 16 went slower). */
-#ifndef HR_X16_Q6K16
-#define HR_X16_Q6K16 0 /* 1: 9-16 tokens in one pass of rows_tile_q6k16 */
-#endif
 static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
                                                                 const char *a, size_t as, float *y, size_t ys) {
     (void)half;
-    if (C > 8 && HR_X16_Q6K16) {
-        rows_tile_q6k16(C, nb, gp, a, as, y, ys);
-    } else if (C > 8) {
+    if (C > 8) {
         rows_tile_q6k8(8, nb, gp, a, as, y, ys);
         rows_tile_q6k8(C - 8, nb, gp, a + 8 * as, as, y + 8 * ys, ys);
     } else {
