@@ -82,18 +82,9 @@ static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_
  * burst vs none (December 6, a loaded machine, medians of 3 alternating rounds): 1 thread 2048 x
  * 2048 q4_Kx16 AVX-512 29.2 vs 33.1, AVX2 24.6 vs 29.4; q5_Kx16 AVX-512 16.8 vs 33.5; 2048 x 5632
  * q5_Kx16 AVX2 13.0 vs 21.3; 2 threads 2048 x 5632 q4_Kx16 AVX-512 39.1 vs 56.7. Spreading the same
- * prefetch over the block (a quarter per step, HR_X16_PF1_* bytes ahead: pf1_quarter) was between
+ * prefetch over the block (a quarter per step, 2-8 KiB ahead) was between
  * the two. q4_0x16 / q8_0x16, 2048 x 2048: AVX-512 30.4 vs 35.5 / 31.6 vs 34.8, AVX2 31.0 vs 33.6 /
  * 31.6 vs 32.5. */
-#ifndef HR_X16_PF1_Q4K
-#define HR_X16_PF1_Q4K 0
-#endif
-#ifndef HR_X16_PF1_Q5K
-#define HR_X16_PF1_Q5K 0
-#endif
-static inline __attribute__((always_inline)) void pf1_quarter(const void *g, size_t bytes, int quarter, size_t ahead) {
-    if (ahead) prefetch_block_at((const char *)g + quarter * (bytes / 4), bytes / 4, ahead);
-}
 
 #if HR_X16_512
 #define HR_X16_TC   16 /* tokens per tile */
@@ -241,7 +232,6 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            if (one) pf1_quarter(g, gbytes, j, q5 ? HR_X16_PF1_Q5K : HR_X16_PF1_Q4K);
             __m512i lo[8], hi[8];
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) {
@@ -815,7 +805,6 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        const size_t gbytes = q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16);
         __m256i sclo[2], schi[2];
         __m256 dw[2];
         for (int h = 0; h < 2; h++) {
@@ -825,7 +814,6 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
         const __m256 dy = _mm256_set1_ps(yb[b].d);
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
-            if (!odd) pf1_quarter(g, gbytes, j, q5 ? HR_X16_PF1_Q5K : HR_X16_PF1_Q4K);
             const int8_t *yq = yb[b].qs + 32 * sb;
             /* int16 sums of 8 chunks (q4_K) or 4 (q5_K: k_qdot's bound), then into int32 */
             __m256i s32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
