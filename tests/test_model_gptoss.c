@@ -26,6 +26,7 @@
 #include "harness.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "model_images.h"
 
 #define N_GEN 64
 
@@ -439,52 +440,23 @@ static void *image(hr_dtype type, int window, size_t *size) {
     return mem;
 }
 
-static void rename_in(void *mem, size_t size, const char *from, const char *to) {
-    char *p = memmem(mem, size, from, strlen(from));
-    CHECKF(p != NULL, "'%s' not in the image", from);
-    if (p) memcpy(p, to, strlen(to));
-}
-
-static void expect_load_error(void *mem, size_t size, const char *needle, const char *file) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", hr_test_tmpdir(), file);
-    FILE *f = fopen(path, "wb");
-    CHECK(f && fwrite(mem, 1, size, f) == size);
-    if (f) fclose(f);
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    hr_error err = {0};
-    CHECK(hr_gguf_open_memory(mem, size, &g, &err) == HR_OK);
-    hr_status st = hr_model_load_gguf(g, &m, &err);
-    CHECKF(st != HR_OK && m == NULL && strstr(err.msg, needle), "%s: status %d, message '%s' lacks '%s'", file, st,
-           err.msg, needle);
-    printf("%-20s -> %s\n", file, err.msg);
-    free(mem);
-}
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; s && *s; s++) n += *s == '\n';
-    return n;
-}
-
 static void check_bad_input(void) {
     size_t n;
     void *mem = image(HR_DTYPE_F32, -1, &n);
     rename_in(mem, n, "blk.1.attn_sinks.weight", "blk.1.attn_sinkx.weight");
-    expect_load_error(mem, n, "'blk.1.attn_sinks.weight'", "no-sinks.gguf");
+    expect_load_error(mem, n, "'blk.1.attn_sinks.weight'", hr_test_tmpdir(), "no-sinks.gguf");
     mem = image(HR_DTYPE_F32, -1, &n);
     rename_in(mem, n, "blk.0.ffn_down_exps.bias", "blk.0.ffn_down_expx.bias");
-    expect_load_error(mem, n, "'blk.0.ffn_down_exps.bias'", "no-down-bias.gguf");
+    expect_load_error(mem, n, "'blk.0.ffn_down_exps.bias'", hr_test_tmpdir(), "no-down-bias.gguf");
     mem = image(HR_DTYPE_F32, -1, &n);
     rename_in(mem, n, "blk.0.post_attention_norm.weight", "blk.0.post_attention_norx.weight");
-    expect_load_error(mem, n, "'blk.0.post_attention_norm.weight'", "no-ffn-norm.gguf");
+    expect_load_error(mem, n, "'blk.0.post_attention_norm.weight'", hr_test_tmpdir(), "no-ffn-norm.gguf");
     mem = image(HR_DTYPE_F32, -1, &n);
     rename_in(mem, n, "gpt-oss.attention.sliding_window", "gpt-oss.attention.sliding_windox");
-    expect_load_error(mem, n, "'gpt-oss.attention.sliding_window'", "no-window.gguf");
+    expect_load_error(mem, n, "'gpt-oss.attention.sliding_window'", hr_test_tmpdir(), "no-window.gguf");
     mem = image(HR_DTYPE_F32, -1, &n);
     rename_in(mem, n, "gpt-oss.expert_feed_forward_length", "gpt-oss.expert_feed_forward_lengtx");
-    expect_load_error(mem, n, "'gpt-oss.expert_feed_forward_length'", "no-exp-ff.gguf");
+    expect_load_error(mem, n, "'gpt-oss.expert_feed_forward_length'", hr_test_tmpdir(), "no-exp-ff.gguf");
     { /* 9 experts claimed, 8 stacked */
         hr_synth_shape s;
         hr_gguf_writer *w = NULL;
@@ -494,11 +466,12 @@ static void check_bad_input(void) {
         hr_gguf_writer_set_u32(w, "gpt-oss.expert_count", 9);
         CHECK(hr_gguf_writer_write_memory(w, &mem, &n, &err) == HR_OK);
         hr_gguf_writer_destroy(w);
-        expect_load_error(mem, n, "'blk.0.ffn_gate_inp.weight' has shape [64, 8]", "expert-count.gguf");
+        expect_load_error(mem, n, "'blk.0.ffn_gate_inp.weight' has shape [64, 8]", hr_test_tmpdir(),
+                          "expert-count.gguf");
     }
     mem = image(HR_DTYPE_F32, 262144, &n); /* the context is 131072 */
     expect_load_error(mem, n, "'gpt-oss.attention.sliding_window' = 262144 is larger than the context",
-                      "big-window.gguf");
+                      hr_test_tmpdir(), "big-window.gguf");
     /* an MXFP4 block with the scale byte 0xFF: block 5 of blk.1.ffn_up_exps */
     mem = image(HR_DTYPE_MXFP4, -1, &n);
     hr_gguf *g = NULL;
@@ -510,7 +483,7 @@ static void check_bad_input(void) {
     hr_gguf_close(g);
     ((unsigned char *)mem)[off + 5 * sizeof(hr_block_mxfp4)] = 0xFF;
     expect_load_error(mem, n, "'blk.1.ffn_up_exps.weight': MXFP4 block 5 (row 2) has the scale byte 0xFF",
-                      "nan-scale.gguf");
+                      hr_test_tmpdir(), "nan-scale.gguf");
     /* the CLI: one line, exit 1; serve never listens */
     const struct {
         const char *cmd, *file, *needle;
