@@ -1,7 +1,7 @@
 /* model_faults.h: the fault build's check that loading a model image and creating its forward context
  * with the Nth allocation failing, for every N the clean run makes, ends in a clean error (or success)
  * and leaks nothing (LeakSanitizer at exit). Shared by the family tests (test_model_arch,
- * test_model_gptoss); include after harness.h, in HR_FAULT builds only. */
+ * test_model_mla, test_model_gptoss); include after harness.h, in HR_FAULT builds only. */
 #ifndef HR_TESTS_MODEL_FAULTS_H
 #define HR_TESTS_MODEL_FAULTS_H
 

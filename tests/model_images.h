@@ -1,6 +1,6 @@
 /* model_images.h: what the family tests do to a model's GGUF image in memory to make it bad (a
  * renamed key or tensor, a wrong dimension) and how they check the load refuses it with one message.
- * Shared by test_model_arch and test_model_gptoss; include after harness.h (static inline: each test
+ * Shared by test_model_arch, test_model_mla and test_model_gptoss; include after harness.h (static inline: each test
  * uses what it needs). The including file defines _GNU_SOURCE (memmem). */
 #ifndef HR_TESTS_MODEL_IMAGES_H
 #define HR_TESTS_MODEL_IMAGES_H
