@@ -2,7 +2,9 @@
  * model's shape alone with a chosen backend (here a test backend whose logits make greedy sampling
  * count upwards, so the output ids are known exactly), its refusals (text prompts, no backend, a bad
  * shape), and a runtime on a synthetic model whose timed forward passes (hr_runtime_time_forward) give
- * the same logits as scoring the same tokens. */
+ * the same logits as scoring the same tokens. hr_runtime_describe on each family's synthetic model: its
+ * layer kinds in order, its window counts, latent width and sinks, and its shape given back as
+ * hr_runtime_params.shape making a pool of the same layer groups, kinds and bytes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,8 +178,110 @@ static void test_synth_time_forward(void) {
     CHECK(hr_runtime_open(&p, &rt, NULL, &err) == HR_ERR_INVALID_ARG && rt == NULL && strstr(err.msg, "q3_x"));
 }
 
+/* Each family's synthetic model described, then its described shape opened alone: the same pool. */
+static void test_describe_round_trip(void) {
+    const struct {
+        const char *shape, *kinds;
+        int sliding_window, swa_window, n_window_layers, kv_lora_rank;
+        bool sinks;
+    } cases[] = {{"qwen3-tiny", "FF", 0, 0, 0, 0, false},     {"mistral-tiny", "WW", 256, -1, 2, 0, false},
+                 {"gemma2-tiny", "WFWF", 0, 16, 2, 0, false}, {"gemma3-tiny", "WWWWWF", 0, 16, 5, 0, false},
+                 {"gpt-oss-tiny", "WF", 0, 16, 1, 0, true},   {"deepseek3-tiny", "LLL", 0, 0, 0, 32, false}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        hr_rt_synth synth = {.shape = cases[c].shape, .weight_type = "f32", .seed = 1};
+        hr_runtime_params p = hr_runtime_default_params();
+        p.synth = &synth;
+        p.raw_ids = true;
+        p.n_threads = 1;
+        p.n_ctx = 64;
+        p.kv_blocks = 12;
+        hr_runtime *rt = NULL, *alone = NULL;
+        hr_error err;
+        CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s: %s", cases[c].shape, err.msg);
+        if (!rt) continue;
+        hr_runtime_info info;
+        hr_runtime_describe(rt, &info);
+        const hr_rt_shape *s = &info.shape;
+        CHECKF(info.layer_kinds && !strcmp(info.layer_kinds, cases[c].kinds), "%s: layer kinds '%s', want '%s'",
+               cases[c].shape, info.layer_kinds ? info.layer_kinds : "(null)", cases[c].kinds);
+        CHECKF(s->sliding_window == cases[c].sliding_window &&
+                   (cases[c].swa_window < 0 || s->swa_window == cases[c].swa_window) &&
+                   s->n_window_layers == cases[c].n_window_layers && s->kv_lora_rank == cases[c].kv_lora_rank &&
+                   s->attn_sinks == cases[c].sinks,
+               "%s: window %d, swa %d x %d layers, latent %d, sinks %d", cases[c].shape, s->sliding_window,
+               s->swa_window, s->n_window_layers, s->kv_lora_rank, s->attn_sinks);
+        /* the described shape alone (no weights) with the same pool parameters */
+        hr_rt_shape shape = *s;
+        hr_runtime_params q = hr_runtime_default_params();
+        q.shape = &shape;
+        q.backend = &fake_ops;
+        q.backend_user = &n_forward;
+        q.raw_ids = true;
+        q.n_ctx = 64;
+        q.kv_blocks = 12;
+        CHECKF(hr_runtime_open(&q, &alone, NULL, &err) == HR_OK, "%s alone: %s", cases[c].shape, err.msg);
+        if (alone) {
+            const hr_kv_budget *a = hr_runtime_budget(rt), *b = hr_runtime_budget(alone);
+            CHECKF(a->block_bytes == b->block_bytes && a->token_bytes == b->token_bytes && a->n_blocks == b->n_blocks,
+                   "%s: block %llu / %llu bytes, token %llu / %llu", cases[c].shape, (unsigned long long)a->block_bytes,
+                   (unsigned long long)b->block_bytes, (unsigned long long)a->token_bytes,
+                   (unsigned long long)b->token_bytes);
+            hr_runtime_pool pa, pb;
+            hr_runtime_get_pool(rt, &pa);
+            hr_runtime_get_pool(alone, &pb);
+            CHECKF(pa.ledger.n_groups == pb.ledger.n_groups && pa.ledger.n_kinds == pb.ledger.n_kinds &&
+                       pa.ledger.bytes_total == pb.ledger.bytes_total,
+                   "%s: %d / %d groups, %d / %d kinds", cases[c].shape, pa.ledger.n_groups, pb.ledger.n_groups,
+                   pa.ledger.n_kinds, pb.ledger.n_kinds);
+            for (int k = 0; k < pa.ledger.n_kinds && k < pb.ledger.n_kinds; k++) {
+                const hr_rt_kv_kind *ka = &pa.ledger.kinds[k], *kb = &pb.ledger.kinds[k];
+                CHECKF(ka->window == kb->window && ka->n_layers == kb->n_layers && ka->latent == kb->latent &&
+                           ka->token_bytes == kb->token_bytes,
+                       "%s kind %d: window %d / %d, layers %d / %d, latent %d / %d", cases[c].shape, k, ka->window,
+                       kb->window, ka->n_layers, kb->n_layers, ka->latent, kb->latent);
+            }
+            /* a shape alone keeps the counts, not the order: its first n_window_layers are windowed */
+            hr_runtime_info ia;
+            hr_runtime_describe(alone, &ia);
+            int wa = 0, wb = 0;
+            for (const char *k = info.layer_kinds; k && *k; k++) wa += *k == 'W';
+            for (const char *k = ia.layer_kinds; k && *k; k++) wb += *k == 'W';
+            CHECKF(ia.layer_kinds && strlen(ia.layer_kinds) == strlen(cases[c].kinds) && wa == wb &&
+                       ia.shape.kv_lora_rank == s->kv_lora_rank && ia.shape.attn_sinks == s->attn_sinks,
+                   "%s alone: layer kinds '%s'", cases[c].shape, ia.layer_kinds ? ia.layer_kinds : "(null)");
+            printf("%-15s layer kinds %-7s -> alone %-7s: %d group(s), %llu bytes a block in both\n", cases[c].shape,
+                   info.layer_kinds, ia.layer_kinds, pb.ledger.n_groups, (unsigned long long)b->block_bytes);
+            hr_runtime_close(alone);
+        }
+        hr_runtime_close(rt);
+    }
+    /* a latent width the cache cannot hold: refused as a parameter */
+    hr_rt_shape bad = {.n_vocab = V,
+                       .n_embd = 64,
+                       .n_ff = 64,
+                       .n_head = 2,
+                       .n_head_kv = 2,
+                       .n_layer = 1,
+                       .head_dim = 64,
+                       .kv_lora_rank = 32};
+    hr_runtime_params q = hr_runtime_default_params();
+    q.shape = &bad;
+    q.backend = &fake_ops;
+    q.backend_user = &n_forward;
+    q.raw_ids = true;
+    q.kv_blocks = 4;
+    hr_runtime *rt = NULL;
+    hr_error err;
+    bool bad_option = false;
+    CHECK(hr_runtime_open(&q, &rt, &bad_option, &err) == HR_ERR_INVALID_ARG && rt == NULL && bad_option &&
+          strstr(err.msg, "kv_lora_rank"));
+    bad.n_head_kv = 1, bad.kv_lora_rank = 64; /* no room for the roped key */
+    CHECK(hr_runtime_open(&q, &rt, &bad_option, &err) == HR_ERR_INVALID_ARG && rt == NULL);
+}
+
 int main(void) {
     test_shape();
     test_synth_time_forward();
+    test_describe_round_trip();
     return hr_test_finish();
 }

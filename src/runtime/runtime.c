@@ -30,6 +30,7 @@ struct hr_runtime {
     hr_model *owned;       /* the model when the runtime loaded it (NULL when borrowed) */
     const hr_model *model; /* NULL on a shape alone (p.shape) */
     hr_hparams shape_hp;   /* p.shape as the layers below read a shape */
+    char *layer_kinds;     /* hr_runtime_info.layer_kinds: a letter a layer */
     hr_tokenizer *tok;
     hr_kv_pool *kv;
     hr_kv_swap *swap;
@@ -308,6 +309,10 @@ static hr_status open_shape(hr_runtime *rt, hr_error *err) {
                             "shape: vocabulary %d, layers %d, heads %d, KV heads %d, head_dim %d (each must be "
                             "positive, heads >= KV heads)",
                             s->n_vocab, s->n_layer, s->n_head, s->n_head_kv, s->head_dim);
+    if (s->kv_lora_rank < 0 || (s->kv_lora_rank > 0 && (s->kv_lora_rank >= s->head_dim || s->n_head_kv != 1)))
+        return hr_error_set(err, HR_ERR_INVALID_ARG,
+                            "shape: a latent cache's kv_lora_rank %d must be below head_dim %d with one KV head (%d)",
+                            s->kv_lora_rank, s->head_dim, s->n_head_kv);
     hr_hparams *hp = &rt->shape_hp;
     snprintf(hp->arch_name, sizeof hp->arch_name, "shape");
     hp->n_vocab = s->n_vocab;
@@ -325,7 +330,25 @@ static hr_status open_shape(hr_runtime *rt, hr_error *err) {
         hp->n_window_layers = s->n_window_layers;
         hp->swa_window = s->swa_window;
     }
+    hp->kv_lora_rank = s->kv_lora_rank; /* open_kv: a latent pool (v_from_k) */
+    hp->attn_sinks = s->attn_sinks;
     hp->n_ctx_orig = s->n_ctx_train;
+    return HR_OK;
+}
+
+/* rt->layer_kinds from the model's layers, or a shape's counts (its first n_window_layers windowed), with
+ * the pool's rule (kv/pool.c): a latent cache's layers are 'L' where they have no window. */
+static hr_status set_layer_kinds(hr_runtime *rt, hr_error *err) {
+    const hr_hparams *hp = rt_hparams(rt);
+    const hr_layer_attn *la = rt->model ? hr_model_layer_attn(rt->model) : NULL;
+    if (!(rt->layer_kinds = malloc((size_t)hp->n_layer + 1)))
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer kinds", hp->n_layer);
+    for (int l = 0; l < hp->n_layer; l++) {
+        bool window = la ? la[l].window > 0
+                         : hp->sliding_window > 0 || (hp->swa_window > 0 && l < hp->n_window_layers);
+        rt->layer_kinds[l] = window ? 'W' : hp->kv_lora_rank > 0 ? 'L' : 'F';
+    }
+    rt->layer_kinds[hp->n_layer] = '\0';
     return HR_OK;
 }
 
@@ -360,13 +383,18 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
     const hr_layer_attn *la = rt->model ? hr_model_layer_attn(rt->model) : NULL;
     bool any = false;
     for (int l = 0; la && l < hp->n_layer; l++) any |= la[l].window > 0;
-    /* a hybrid shape alone (the planner's simulator): its first n_window_layers layers windowed */
+    /* a hybrid shape alone (the planner's simulator): its first n_window_layers layers windowed; a shape
+     * whose every layer has a window (mistral's, as hr_runtime_describe gives it): each layer's, as the
+     * model's own pool has them */
     bool shape_hybrid = !la && rt->p.shape && hp->sliding_window == 0 && hp->swa_window > 0 && hp->n_window_layers > 0;
-    if (any || shape_hybrid) {
+    bool shape_window = !la && rt->p.shape && hp->sliding_window > 0;
+    if (any || shape_hybrid || shape_window) {
         if (!(windows = malloc((size_t)hp->n_layer * sizeof *windows)))
             return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer windows", hp->n_layer);
         for (int l = 0; l < hp->n_layer; l++)
-            windows[l] = la ? la[l].window : (l < hp->n_window_layers ? hp->swa_window : 0);
+            windows[l] = la             ? la[l].window
+                         : shape_window ? hp->sliding_window
+                                        : (l < hp->n_window_layers ? hp->swa_window : 0);
         q.kv.layer_window = windows;
     }
     hr_status st;
@@ -489,7 +517,7 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
 shape_only:
     rt->n_ctx = p->n_ctx ? p->n_ctx : HR_MIN(rt_hparams(rt)->n_ctx_train, 4096);
     if ((st = check_ctx(rt, rt_hparams(rt), err))) goto fail;
-    if ((st = open_kv(rt, err))) goto fail;
+    if ((st = open_kv(rt, err)) || (st = set_layer_kinds(rt, err))) goto fail;
     if (p->kv_policy) {
         if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) ||
             (st = hr_kv_pool_set_default_policy(rt->kv, &rt->policy, err))) {
@@ -566,6 +594,7 @@ void hr_runtime_close(hr_runtime *rt) {
     hr_chat_destroy(rt->chat);
     hr_model_destroy(rt->owned);
     free(rt->demo_file);
+    free(rt->layer_kinds);
     free(rt);
 }
 
@@ -619,8 +648,13 @@ void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out) {
                                        .n_head_kv = hp->n_head_kv,
                                        .n_layer = hp->n_layer,
                                        .head_dim = hp->head_dim,
-                                       .sliding_window = hp->sliding_window},
-                             .weight_bytes = rt->model ? hr_model_weight_bytes(rt->model) : 0};
+                                       .sliding_window = hp->sliding_window,
+                                       .swa_window = hp->swa_window,
+                                       .n_window_layers = hp->n_window_layers,
+                                       .kv_lora_rank = hp->kv_lora_rank,
+                                       .attn_sinks = hp->attn_sinks},
+                             .weight_bytes = rt->model ? hr_model_weight_bytes(rt->model) : 0,
+                             .layer_kinds = rt->layer_kinds};
 }
 
 hr_status hr_runtime_step(hr_runtime *rt, int *n_unfinished, hr_error *err) {

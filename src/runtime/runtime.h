@@ -162,8 +162,14 @@ typedef struct hr_runtime_info {
     int n_vocab;           /* rows of its logits */
     const char *isa;       /* the kernels in use ("avx2", ...) */
     int n_threads;         /* the forward pass's threads */
-    hr_rt_shape shape;     /* its shape (what a cost model counts flops and bytes with) */
+    hr_rt_shape shape;     /* its shape (what a cost model counts flops and bytes with); given back as
+                              hr_runtime_params.shape it makes a pool of the same groups and bytes */
     uint64_t weight_bytes; /* its weights as the backend holds them: what one forward pass streams */
+    /* each layer's kind in order, one letter a layer (n_layer of them): 'F' full attention, 'W' a
+     * sliding window (shape.sliding_window where every layer has one, else shape.swa_window), 'L' a
+     * latent cache's (shape.kv_lora_rank). gemma2: "WFWF..."; a shape alone: its first n_window_layers
+     * 'W'. The runtime's (valid until it closes). */
+    const char *layer_kinds;
 } hr_runtime_info;
 void hr_runtime_describe(const hr_runtime *rt, hr_runtime_info *out);
 

@@ -33,6 +33,11 @@ typedef struct hr_rt_shape {
      * n_window_layers layers have a window of swa_window tokens, the others none; the pool groups them
      * as a model's own (kv.h's layer groups: only the counts shape the groups). 0: none */
     int swa_window, n_window_layers;
+    /* a latent cache (deepseek2's multi-head latent attention): one KV head of head_dim = kv_lora_rank
+     * latent dims + the roped key, V read from its first kv_lora_rank dims (kv.h's v_from_k); the full
+     * layers' kind is then "latent". 0: none */
+    int kv_lora_rank;
+    bool attn_sinks; /* gpt-oss: a learned logit per query head joins each softmax (no cache of its own) */
 } hr_rt_shape;
 
 /* A model of random weights built in memory (hr_runtime_params.synth), for measurements that need a
