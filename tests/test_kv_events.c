@@ -3,7 +3,11 @@
  * on a small pool (prefix hits, LRU evictions, concurrent sequences) and must find exactly the pool's
  * prefix map; every stored block's token ids must be a block-aligned run of a prompt that was
  * committed, with a nil parent exactly for first blocks; a replay from 0 must give the same bytes as
- * the live stream. Bad endpoints and a busy port are errors naming the endpoint. */
+ * the live stream. Bad endpoints and a busy port are errors naming the endpoint. The same workload on a
+ * hybrid pool (a 16-token window layer beside a full one: two layer groups) publishes events that name
+ * their group (group_idx, kind, window: vLLM's hybrid fields), each group a chain of its own (a parent
+ * is a block of the same group, a removal names the group its block was stored in), and the rebuilt set
+ * is again exactly the pool's map; a one-group pool keeps the 7- and 3-element events. */
 #include <msgpack.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -51,6 +55,7 @@ typedef struct msg {
 static msg live[MAX_BATCHES], replayed[MAX_BATCHES];
 
 static uint64_t set[MAX_SET];
+static int set_group[MAX_SET]; /* the group each cached hash was stored in */
 static int n_set;
 static int set_find(uint64_t h) {
     for (int i = 0; i < n_set; i++)
@@ -59,6 +64,9 @@ static int set_find(uint64_t h) {
 }
 
 static int n_stored_events, n_removed_events, n_cleared_events, bad_events;
+/* the pool the events come from: with several groups (hybrid) each event names one */
+static const hr_kv_groups *pool_groups;
+static int n_group_events[HR_KV_MAX_GROUPS];
 
 static bool is_str(const msgpack_object *o, const char *s) {
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) && !memcmp(o->via.str.ptr, s, strlen(s));
@@ -80,26 +88,48 @@ static void apply_event(const msgpack_object *e) {
         bad_events++;
         return;
     }
-    uint32_t want = stored ? 7 : 3;
+    bool hybrid = pool_groups->n_groups > 1;
+    uint32_t want = stored ? (hybrid ? 12 : 7) : (hybrid ? 4 : 3);
     if (e->via.array.size != want || f[1].type != MSGPACK_OBJECT_ARRAY) {
         bad_events++;
         return;
     }
     const msgpack_object_array *hs = &f[1].via.array;
+    int g = 0; /* the event's group: group_idx (BlockStored's field 9, BlockRemoved's 3) */
+    if (hybrid) {
+        const msgpack_object *gi = &f[stored ? 9 : 3];
+        CHECKF(gi->type == MSGPACK_OBJECT_POSITIVE_INTEGER && gi->via.u64 < (uint64_t)pool_groups->n_groups,
+               "group_idx of type %d", gi->type);
+        g = gi->type == MSGPACK_OBJECT_POSITIVE_INTEGER && gi->via.u64 < HR_KV_MAX_GROUPS ? (int)gi->via.u64 : 0;
+        n_group_events[g]++;
+    }
     if (!stored) {
         n_removed_events++;
         CHECK(f[2].type == MSGPACK_OBJECT_NIL); /* medium */
         for (uint32_t i = 0; i < hs->size; i++) {
             int k = set_find(hs->ptr[i].via.u64);
             CHECKF(k >= 0, "BlockRemoved of a block never stored: %llx", (unsigned long long)hs->ptr[i].via.u64);
-            if (k >= 0) set[k] = set[--n_set];
+            if (k >= 0) CHECKF(set_group[k] == g, "a block stored in group %d removed from group %d", set_group[k], g);
+            if (k >= 0) set[k] = set[n_set - 1], set_group[k] = set_group[n_set - 1], n_set--;
         }
         return;
     }
     n_stored_events++;
+    if (hybrid) { /* lora_name, extra_keys nil; the group's kind and window as the pool has them */
+        const hr_kv_kind_info *ki = &pool_groups->kinds[pool_groups->group_kind[g]];
+        CHECK(f[7].type == MSGPACK_OBJECT_NIL && f[8].type == MSGPACK_OBJECT_NIL);
+        CHECKF(is_str(&f[10], ki->window > 0 ? "sliding_window" : "full_attention"), "group %d: kind", g);
+        CHECKF(ki->window > 0 ? f[11].type == MSGPACK_OBJECT_POSITIVE_INTEGER && f[11].via.u64 == (uint64_t)ki->window
+                              : f[11].type == MSGPACK_OBJECT_NIL,
+               "group %d: window field of type %d (the pool's window %d)", g, f[11].type, ki->window);
+    }
     bool has_parent = f[2].type == MSGPACK_OBJECT_POSITIVE_INTEGER;
     CHECK(has_parent || f[2].type == MSGPACK_OBJECT_NIL);
-    if (has_parent) CHECKF(set_find(f[2].via.u64) >= 0, "a stored block's parent is not cached");
+    if (has_parent) {
+        int k = set_find(f[2].via.u64);
+        CHECKF(k >= 0, "a stored block's parent is not cached");
+        if (k >= 0) CHECKF(set_group[k] == g, "group %d's block has a parent in group %d", g, set_group[k]);
+    }
     CHECK(f[3].type == MSGPACK_OBJECT_ARRAY && f[3].via.array.size == hs->size * B);
     CHECK(f[4].type == MSGPACK_OBJECT_POSITIVE_INTEGER && f[4].via.u64 == B);
     CHECK(f[5].type == MSGPACK_OBJECT_NIL && f[6].type == MSGPACK_OBJECT_NIL); /* lora_id, medium */
@@ -114,7 +144,7 @@ static void apply_event(const msgpack_object *e) {
     for (uint32_t i = 0; i < hs->size; i++) {
         CHECK(hs->ptr[i].type == MSGPACK_OBJECT_POSITIVE_INTEGER);
         CHECKF(set_find(hs->ptr[i].via.u64) < 0, "a block stored twice without removal");
-        if (n_set < MAX_SET) set[n_set++] = hs->ptr[i].via.u64;
+        if (n_set < MAX_SET) set_group[n_set] = g, set[n_set++] = hs->ptr[i].via.u64;
     }
 }
 
@@ -258,18 +288,32 @@ static void run_request(hr_kv_pool *p, hr_kv_events *ev, hr_kv_seq *held, int *n
     if (rnd() % 8 == 0) hr_kv_events_flush(ev, 5000); /* more, smaller batches */
 }
 
-int main(void) {
+/* The workload on a pool of n_layers layers (window: the first layer's window, 0: none; blocks of
+ * every layer, so a hybrid pool gets as many blocks a group as the one-group pool), published to a fresh
+ * subscriber, rebuilt from the events and compared with the pool's map. */
+static void run_case(int n_layers, int window) {
     hr_error err = {0};
     hr_kv_events *ev = NULL;
     char ep[64], rep[64];
-
-    /* bad input: endpoints that are not tcp://HOST:PORT, a port already bound */
-    hr_kv_events_params bp = hr_kv_events_default_params();
-    bp.endpoint = "http://127.0.0.1:5557";
-    CHECK(hr_kv_events_create(&bp, &ev, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "http://127.0.0.1:5557"));
-    bp.endpoint = "tcp://127.0.0.1:port";
-    CHECK(hr_kv_events_create(&bp, &ev, &err) == HR_ERR_INVALID_ARG);
-    CHECK(ev == NULL);
+    /* fresh subscriber state: sequence numbers start at 0 again */
+    for (int i = 0; i < MAX_BATCHES; i++) live[i] = replayed[i] = (msg){0};
+    n_set = n_prompts = n_stored_events = n_removed_events = n_cleared_events = bad_events = 0;
+    memset(n_group_events, 0, sizeof n_group_events);
+    int32_t windows[2] = {window, 0};
+    hr_kv_config c = {.n_layers = n_layers,
+                      .n_kv_heads = 1,
+                      .head_dim = 16,
+                      .block_size = B,
+                      .k_format = HR_KV_F16,
+                      .v_format = HR_KV_F16,
+                      .max_seqs = 4,
+                      .layer_window = window > 0 ? windows : NULL};
+    c.budget_bytes = hr_kv_block_bytes(&c) * N_BLOCKS * (uint64_t)n_layers + hr_kv_fixed_bytes(&c);
+    hr_kv_pool *pool = NULL;
+    CHECKF(hr_kv_pool_create(&c, &pool, &err) == HR_OK, "%s", err.msg);
+    if (!pool) return;
+    pool_groups = hr_kv_pool_groups(pool);
+    CHECK(pool_groups->n_groups == n_layers);
 
     int port = -1, rport = -1;
     hr_status st = HR_ERR_IO;
@@ -281,10 +325,14 @@ int main(void) {
         hr_kv_events_params p = hr_kv_events_default_params();
         p.endpoint = ep;
         p.replay_endpoint = rep;
+        p.groups = pool_groups; /* copied */
         st = hr_kv_events_create(&p, &ev, &err);
     }
     CHECKF(st == HR_OK, "%s", err.msg);
-    if (st != HR_OK) return hr_test_finish();
+    if (st != HR_OK) {
+        hr_kv_pool_destroy(pool);
+        return;
+    }
 
     hr_kv_events *dup = NULL;
     hr_kv_events_params dp = hr_kv_events_default_params();
@@ -318,18 +366,7 @@ int main(void) {
     }
     CHECKF(joined, "the subscriber received nothing within 20 s");
 
-    /* the pool and the workload */
-    hr_kv_config c = {.n_layers = 1,
-                      .n_kv_heads = 1,
-                      .head_dim = 16,
-                      .block_size = B,
-                      .k_format = HR_KV_F16,
-                      .v_format = HR_KV_F16,
-                      .max_seqs = 4};
-    c.budget_bytes = hr_kv_block_bytes(&c) * N_BLOCKS + hr_kv_fixed_bytes(&c);
-    hr_kv_pool *pool = NULL;
-    CHECK(hr_kv_pool_create(&c, &pool, &err) == HR_OK);
-    if (!pool) return hr_test_finish();
+    /* the workload */
     hr_kv_observer obs = hr_kv_events_observer(ev);
     CHECK(hr_kv_pool_set_observer(pool, &obs, &err) == HR_OK);
     hr_kv_seq held[2];
@@ -384,15 +421,24 @@ int main(void) {
     }
     CHECK(bad_events == 0);
     CHECK(n_stored_events > 0 && n_removed_events > 0 && n_cleared_events > 0);
+    if (n_layers > 1) { /* both groups' blocks came and went, each event in one group */
+        int n_win = 0;
+        for (int g = 0; g < pool_groups->n_groups; g++) {
+            CHECKF(n_group_events[g] > 0, "no event of group %d", g);
+            n_win += pool_groups->kinds[pool_groups->group_kind[g]].window > 0;
+        }
+        CHECK(pool_groups->n_groups == 2 && n_win == 1);
+    }
     uint64_t *want = calloc(MAX_SET, sizeof *want);
     int n_want = hr_kv_pool_prefix_hashes(pool, want, MAX_SET);
     int missing = 0;
     for (int i = 0; i < n_want; i++) missing += set_find(want[i]) < 0;
     CHECKF(n_want == n_set && missing == 0, "pool holds %d cached blocks, the events %d, %d missing", n_want, n_set,
            missing);
-    printf("kv events: %llu batches, %llu events (%d stored, %d removed, %d cleared), %d live, %d blocks cached\n",
-           (unsigned long long)stats.batches, (unsigned long long)stats.events, n_stored_events, n_removed_events,
-           n_cleared_events, n_live, n_want);
+    printf("kv events, %d group(s): %llu batches, %llu events (%d stored, %d removed, %d cleared), %d live, %d blocks "
+           "cached\n",
+           pool_groups->n_groups, (unsigned long long)stats.batches, (unsigned long long)stats.events, n_stored_events,
+           n_removed_events, n_cleared_events, n_live, n_want);
     free(want);
 
     hr_kv_pool_set_observer(pool, NULL, NULL);
@@ -402,5 +448,21 @@ int main(void) {
     zmq_close(dealer);
     zmq_ctx_term(zctx);
     for (int i = 0; i < MAX_BATCHES; i++) free(live[i].data), free(replayed[i].data);
+}
+
+int main(void) {
+    hr_error err = {0};
+    hr_kv_events *ev = NULL;
+
+    /* bad input: endpoints that are not tcp://HOST:PORT, a port already bound */
+    hr_kv_events_params bp = hr_kv_events_default_params();
+    bp.endpoint = "http://127.0.0.1:5557";
+    CHECK(hr_kv_events_create(&bp, &ev, &err) == HR_ERR_INVALID_ARG && strstr(err.msg, "http://127.0.0.1:5557"));
+    bp.endpoint = "tcp://127.0.0.1:port";
+    CHECK(hr_kv_events_create(&bp, &ev, &err) == HR_ERR_INVALID_ARG);
+    CHECK(ev == NULL);
+
+    run_case(1, 0);  /* one group: the events as before */
+    run_case(2, 16); /* a 16-token window layer beside a full one: two groups */
     return hr_test_finish();
 }

@@ -548,8 +548,12 @@ static void ev_stored(void *ctx, const hr_kv_block_info *b) {
     e->has_parent[e->n_stored] = b->has_parent;
     e->group[e->n_stored++] = b->group;
 }
-static void ev_removed(void *ctx, uint64_t h) {
+static void ev_removed(void *ctx, uint64_t h, int group) {
     ev_log *e = ctx;
+    for (int i = 0; i < e->n_stored; i++) /* the group stored named for this hash */
+        if (e->hash[i] == h)
+            CHECKF(e->group[i] == group, "removed %llx in group %d, stored in %d", (unsigned long long)h, group,
+                   e->group[i]);
     if (e->n_removed < EVN) e->removed[e->n_removed++] = h;
 }
 

@@ -20,6 +20,7 @@ enum { EV_STORED = 1, EV_REMOVED = 2, EV_CLEARED = 3 };
 
 typedef struct ev_item {
     int kind;
+    int group; /* the layer group (0 on a one-group pool) */
     bool has_parent;
     int block_size;
     uint64_t parent;
@@ -47,6 +48,7 @@ typedef struct ev_ring { /* the newest published batches, oldest at head */
 
 struct hr_kv_events {
     hr_kv_events_params p;
+    hr_kv_groups groups; /* p.groups copied; n_groups 1 without one: the events name no group */
     char *topic, *medium;
     void *zctx, *pub, *replay;
     pthread_t thread;
@@ -91,13 +93,13 @@ static void ev_queue_free(ev_queue *q) {
 }
 
 /* Appends under ev->mu; false (and nothing changed) when the bound or memory says no. */
-static bool ev_append(hr_kv_events *ev, int kind, uint64_t hash, bool has_parent, uint64_t parent,
+static bool ev_append(hr_kv_events *ev, int kind, int group, uint64_t hash, bool has_parent, uint64_t parent,
                       const int32_t *tokens, int block_size) {
     ev_queue *q = &ev->front;
     size_t nt = kind == EV_STORED ? (size_t)block_size : 0;
     uint64_t cost = 8 + 5 * (uint64_t)nt;
     ev_item *last = q->n_items ? &q->items[q->n_items - 1] : NULL;
-    bool extend = last && last->kind == kind &&
+    bool extend = last && last->kind == kind && last->group == group &&
                   ((kind == EV_REMOVED) || (kind == EV_STORED && has_parent && last->block_size == block_size &&
                                             q->hashes[last->h0 + last->nh - 1] == parent));
     if (!extend) cost += 32;
@@ -109,6 +111,7 @@ static bool ev_append(hr_kv_events *ev, int kind, uint64_t hash, bool has_parent
     if (!extend) {
         last = &q->items[q->n_items++];
         *last = (ev_item){.kind = kind,
+                          .group = group,
                           .has_parent = has_parent,
                           .parent = parent,
                           .block_size = block_size,
@@ -128,10 +131,10 @@ static bool ev_append(hr_kv_events *ev, int kind, uint64_t hash, bool has_parent
     return true;
 }
 
-static void ev_record(hr_kv_events *ev, int kind, uint64_t hash, bool has_parent, uint64_t parent,
+static void ev_record(hr_kv_events *ev, int kind, int group, uint64_t hash, bool has_parent, uint64_t parent,
                       const int32_t *tokens, int block_size) {
     pthread_mutex_lock(&ev->mu);
-    if (ev_append(ev, kind, hash, has_parent, parent, tokens, block_size))
+    if (ev_append(ev, kind, group, hash, has_parent, parent, tokens, block_size))
         ev->enq_gen++;
     else
         ev->st.dropped++;
@@ -139,16 +142,18 @@ static void ev_record(hr_kv_events *ev, int kind, uint64_t hash, bool has_parent
 }
 
 static void ev_on_stored(void *ctx, const hr_kv_block_info *b) {
-    ev_record(ctx, EV_STORED, b->hash, b->has_parent, b->parent, b->tokens, b->block_size);
+    ev_record(ctx, EV_STORED, b->group, b->hash, b->has_parent, b->parent, b->tokens, b->block_size);
 }
-static void ev_on_removed(void *ctx, uint64_t hash) { ev_record(ctx, EV_REMOVED, hash, false, 0, NULL, 0); }
+static void ev_on_removed(void *ctx, uint64_t hash, int group) {
+    ev_record(ctx, EV_REMOVED, group, hash, false, 0, NULL, 0);
+}
 
 hr_kv_observer hr_kv_events_observer(hr_kv_events *ev) {
     return (hr_kv_observer){.stored = ev_on_stored, .removed = ev_on_removed, .ctx = ev};
 }
 
 void hr_kv_events_all_cleared(hr_kv_events *ev) {
-    if (ev) ev_record(ev, EV_CLEARED, 0, false, 0, NULL, 0);
+    if (ev) ev_record(ev, EV_CLEARED, 0, 0, false, 0, NULL, 0);
 }
 
 /* ---- encoding ------------------------------------------------------------------------------------ */
@@ -160,6 +165,17 @@ static int ev_pack_str(msgpack_packer *pk, const char *s) {
 
 static int ev_pack_medium(msgpack_packer *pk, const char *medium) {
     return medium ? ev_pack_str(pk, medium) : msgpack_pack_nil(pk);
+}
+
+/* A hybrid pool's group fields of an event in group g (kv_events.h): BlockStored's lora_name and
+ * extra_keys (nil), then group_idx, kv_cache_spec_kind and kv_cache_spec_sliding_window; BlockRemoved's
+ * group_idx. */
+static int ev_pack_group(msgpack_packer *pk, const hr_kv_groups *gs, int g, bool stored) {
+    if (!stored) return msgpack_pack_int(pk, g);
+    const hr_kv_kind_info *k = &gs->kinds[g >= 0 && g < gs->n_groups ? gs->group_kind[g] : 0];
+    int rc = msgpack_pack_nil(pk) | msgpack_pack_nil(pk) | msgpack_pack_int(pk, g);
+    rc |= ev_pack_str(pk, k->window > 0 ? "sliding_window" : k->latent ? "mla_attention" : "full_attention");
+    return rc | (k->window > 0 ? msgpack_pack_int(pk, k->window) : msgpack_pack_nil(pk));
 }
 
 /* [ts, [events], rank] into sb; nonzero when an allocation failed. */
@@ -176,8 +192,9 @@ static int ev_encode(const hr_kv_events *ev, const ev_queue *q, msgpack_sbuffer 
             rc |= msgpack_pack_array(&pk, 1) | ev_pack_str(&pk, "AllBlocksCleared");
             continue;
         }
-        bool stored = it->kind == EV_STORED;
-        rc |= msgpack_pack_array(&pk, stored ? 7 : 3) | ev_pack_str(&pk, stored ? "BlockStored" : "BlockRemoved");
+        bool stored = it->kind == EV_STORED, grouped = ev->groups.n_groups > 1;
+        rc |= msgpack_pack_array(&pk, stored ? (grouped ? 12 : 7) : (grouped ? 4 : 3)) |
+              ev_pack_str(&pk, stored ? "BlockStored" : "BlockRemoved");
         rc |= msgpack_pack_array(&pk, it->nh);
         for (size_t k = 0; k < it->nh; k++) rc |= msgpack_pack_uint64(&pk, q->hashes[it->h0 + k]);
         if (stored) {
@@ -187,6 +204,7 @@ static int ev_encode(const hr_kv_events *ev, const ev_queue *q, msgpack_sbuffer 
             rc |= msgpack_pack_int(&pk, it->block_size) | msgpack_pack_nil(&pk); /* lora_id: none */
         }
         rc |= ev_pack_medium(&pk, ev->medium);
+        if (grouped) rc |= ev_pack_group(&pk, &ev->groups, it->group, stored);
     }
     return rc | msgpack_pack_int(&pk, ev->p.data_parallel_rank);
 }
@@ -363,6 +381,8 @@ hr_status hr_kv_events_create(const hr_kv_events_params *p, hr_kv_events **out, 
     hr_kv_events *ev = calloc(1, sizeof *ev);
     if (!ev) return hr_error_set(err, HR_ERR_NOMEM, "kv events: out of memory");
     ev->p = q;
+    ev->groups = q.groups ? *q.groups : (hr_kv_groups){.n_groups = 1};
+    ev->p.groups = NULL; /* copied: the caller's may go */
     ev->topic = strdup(q.topic ? q.topic : "");
     ev->medium = q.medium ? strdup(q.medium) : NULL;
     ev->ring.cap = q.replay_batches;

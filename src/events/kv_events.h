@@ -12,6 +12,19 @@
  * blocks of one chain (parent_hash is the first one's parent, nil for a sequence's first block) and
  * their token ids in order, block_size per block. medium is nil unless set.
  *
+ * Layer groups (a hybrid pool: gemma2/3, gpt-oss; kv.h): each group's blocks form a chain of their own
+ * hashes, so with params.groups of more than one group every BlockStored and BlockRemoved also names
+ * its group, in the fields vLLM gives a hybrid model's events (after lora_name and extra_keys, both
+ * nil here):
+ *   ["BlockStored", [hash...], parent, [token id...], block_size, nil, medium, nil, nil,
+ *    group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window]
+ *   ["BlockRemoved", [hash...], medium, group_idx]
+ * group_idx is the pool's group index (0..n_groups-1), kv_cache_spec_kind its kind in vLLM's words
+ * ("full_attention", "sliding_window", "mla_attention" for a latent cache), the window in tokens for a
+ * sliding-window group, else nil. One event never mixes groups. A one-group pool (or params.groups
+ * NULL) sends the 7- and 3-element events above, byte for byte as before (vLLM leaves the same fields
+ * out when they are unset).
+ *
  * Replay: a ROUTER socket answers a request [identity, "", start (8 bytes big-endian)] with
  * [identity, "", seq, payload] for each kept batch with seq >= start, then [identity, "", -1 as 8
  * bytes, ""]. A bounded ring keeps the newest batches (by count and bytes).
@@ -41,6 +54,8 @@ typedef struct hr_kv_events_params {
     uint64_t replay_bytes;       /* payload bytes kept for replay (0: 64 MiB) */
     uint64_t queue_bytes;        /* events waiting to be sent, approximate bytes (0: 64 MiB) */
     int flush_ms;                /* the publisher sends what is queued at least this often (0: 10) */
+    const hr_kv_groups *groups;  /* the pool's layer groups (hr_kv_pool_groups; copied): with several,
+                                    events name their group (above); NULL: one group */
 } hr_kv_events_params;
 
 hr_kv_events_params hr_kv_events_default_params(void);

@@ -429,7 +429,8 @@ int hr_kv_seqs_distinct_blocks(const hr_kv_pool *pool, const hr_kv_seq *seqs, in
  * make is hr_kv_pool_read_block.
  *   stored:  a full block's hash entered the prefix map (it became shareable): computed and committed,
  *            swapped back in, or fetched (b->fetched).
- *   removed: a hash left the map (the block was reclaimed for new work).
+ *   removed: a hash left the map (the block was reclaimed for new work); group: its layer group, as
+ *            stored gave it (0 on a one-group pool).
  *   fetch:   (optional) hr_kv_seq_share_prefix found no local block for b: fill out (n_bytes, the
  *            block's bytes as hr_kv_pool_read_block gives them) with that block's K/V and return true,
  *            or return false (then the prefix stops there and the rest is computed). The pool trusts
@@ -447,7 +448,7 @@ typedef struct hr_kv_block_info {
 
 typedef struct hr_kv_observer {
     void (*stored)(void *ctx, const hr_kv_block_info *b);
-    void (*removed)(void *ctx, uint64_t hash);
+    void (*removed)(void *ctx, uint64_t hash, int group);
     bool (*fetch)(void *ctx, const hr_kv_block_info *b, void *out, uint64_t n_bytes);
     void *ctx;
 } hr_kv_observer;

@@ -86,5 +86,6 @@ void kv_prefix_map_remove(hr_kv_pool *p, int32_t b) {
     }
     p->map[i] = -1;
     p->flags[b] &= (uint8_t)~KV_FLAG_IN_MAP;
-    if (p->obs.removed) p->obs.removed(p->obs.ctx, p->hash[b]); /* group g's own hash (stored's) */
+    if (p->obs.removed) /* group g's own hash and g (stored's): the block keeps its group until reallocated */
+        p->obs.removed(p->obs.ctx, p->hash[b], p->n_groups > 1 ? p->blk_group[b] : 0);
 }

@@ -32,9 +32,9 @@ static void cl_stored(void *ctx, const hr_kv_block_info *b) {
     if (c->events) c->ev_obs.stored(c->ev_obs.ctx, b);
     if (c->remote) c->rm_obs.stored(c->rm_obs.ctx, b);
 }
-static void cl_removed(void *ctx, uint64_t hash) {
+static void cl_removed(void *ctx, uint64_t hash, int group) {
     hr_rt_cluster *c = ctx;
-    if (c->events) c->ev_obs.removed(c->ev_obs.ctx, hash);
+    if (c->events) c->ev_obs.removed(c->ev_obs.ctx, hash, group);
 }
 static bool cl_fetch(void *ctx, const hr_kv_block_info *b, void *out, uint64_t n) {
     hr_rt_cluster *c = ctx;
@@ -57,6 +57,7 @@ hr_rt_cluster *hr_runtime_cluster_start(hr_runtime *rt, const hr_rt_cluster_para
         ep.endpoint = p->kv_events;
         ep.replay_endpoint = p->kv_events_replay;
         ep.topic = p->kv_events_topic;
+        ep.groups = hr_kv_pool_groups(hr_runtime_kv(rt)); /* a hybrid pool's events name their group */
         if (hr_kv_events_create(&ep, &c->events, &err) != HR_OK) {
             cl_logf(c, "%s: serving without KV events", err.msg);
         } else {
