@@ -19,7 +19,7 @@
  *     70,272 f16) in the groups, the plan, usage.kv and the pool ledger (deepseek2-tiny).
  *   - the prefix observer (KV events) on a hybrid pool: every group's blocks stored with the group's
  *     hashes (group 0 a one-group pool's), each group a chain; removed on reclaim; the map is stored
- *     minus removed. The remote tier refuses a hybrid pool.
+ *     minus removed. The remote tier takes a hybrid pool (its round trip: test_kv_remote).
  *   - plan --sim (hr_sim_run) on a gemma3 shape: the real pool's block count (layer groups) in the
  *     same memory, and a stand-in that holds the groups' blocks. */
 #include <math.h>
@@ -616,11 +616,12 @@ static void test_events(void) {
     CHECK(hr_kv_pool_check(hy, &err) == HR_OK);
     hr_kv_pool_destroy(hy);
     hr_kv_pool_destroy(one);
-    /* the shared tier refuses a hybrid pool in one line (its fetch is one block per token chain) */
+    /* the shared tier takes a hybrid pool (per group: test_kv_remote): nothing listening is the only error */
     hy = make(4, win, 16, 2);
     hr_kv_remote *rm = NULL;
     hr_kv_remote_params rp = {.url = "redis://127.0.0.1:9", .model_id = "t", .pool = hy};
-    CHECK(hy && hr_kv_remote_create(&rp, &rm, &err) == HR_ERR_UNSUPPORTED && !rm && strstr(err.msg, "hybrid"));
+    CHECK(hy && hr_kv_remote_create(&rp, &rm, &err) == HR_ERR_IO && !rm && strstr(err.msg, "redis://127.0.0.1:9") &&
+          !strstr(err.msg, "hybrid"));
     hr_kv_pool_destroy(hy);
 }
 

@@ -44,8 +44,9 @@ bool hr_kv_pool_read_block(const hr_kv_pool *p, uint64_t hash, void *out, uint64
     return true;
 }
 
-/* After the local run: asks obs.fetch for the following full blocks of tokens, one at a time, and
- * appends each one it fills to s as a hashed, shared-in-the-map block. Stops at the first miss, at a
+/* After the local run (a one-group pool; kv_fetch_groups does a hybrid one): asks obs.fetch for the
+ * following full blocks of tokens, one at a time, and appends each one it fills to s as a hashed,
+ * shared-in-the-map block. Stops at the first miss, at a
  * hash the map already holds for other tokens, or when no block is free. Returns blocks appended. */
 static int kv_fetch_more(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, int from, int max_blocks) {
     int B = p->cfg.block_size, n = 0;
@@ -141,6 +142,76 @@ static int32_t kv_group_find(const hr_kv_pool *p, int g, uint64_t h, uint64_t pa
     return b;
 }
 
+/* Holds group g's block j of the chain ch (ch[j + 1]: the chain after block j) for the fetch pass: the
+ * map's (one more reference), or one obs.fetch fills into a new block of group g, entered in the map
+ * with its allocation's reference. Appends it to held; false when neither (then nothing changed). */
+static bool kv_fetch_hold(hr_kv_pool *p, int g, const int32_t *tokens, const uint64_t *ch, int j, int32_t *held,
+                          int *n_held, int *n_fetched) {
+    int B = p->cfg.block_size;
+    const int32_t *tk = tokens + (size_t)j * B;
+    int32_t b = kv_group_find(p, g, ch[j + 1], ch[j], tk);
+    if (b >= 0) {
+        kv_block_ref(p, b);
+        held[(*n_held)++] = b;
+        return true;
+    }
+    uint64_t gh = kv_group_hash(ch[j + 1], g);
+    if (kv_prefix_map_find(p, gh) >= 0) return false; /* same hash, other parent or tokens: a collision */
+    if (p->free_list.count + p->lru.count == 0) return false;
+    bool has_parent = ch[j] != kv_prefix_root(p);
+    hr_kv_block_info bi = {.hash = gh,
+                           .has_parent = has_parent,
+                           .parent = has_parent ? kv_group_hash(ch[j], g) : ch[j],
+                           .tokens = tk,
+                           .block_size = B,
+                           .group = g};
+    if (!p->obs.fetch(p->obs.ctx, &bi, p->fetch_buf, p->block_bytes)) return false;
+    if ((b = kv_block_alloc(p, g)) < 0) return false;
+    p->st->ops->write_block(p->st, b, p->fetch_buf);
+    p->parent[b] = ch[j]; /* the token chain's link, as commit sets it */
+    p->hash[b] = gh;
+    memcpy(p->tokens + (size_t)b * B, tk, (size_t)B * sizeof *tk);
+    p->flags[b] |= KV_FLAG_HASHED;
+    p->fetching = true;
+    kv_prefix_map_add(p, b);
+    p->fetching = false;
+    held[(*n_held)++] = b;
+    (*n_fetched)++;
+    return true;
+}
+
+/* The shared tier on a hybrid pool (obs.fetch): before kv_share_groups plans, the blocks its plan will
+ * look for and the map lacks are fetched, each into a block of its own group: every full group's
+ * blocks from the first up to the first one neither the map nor the tier has (the run R), then each
+ * window group's blocks its window keeps at R blocks (the others stay holes: never fetched). What is
+ * found or fetched is held until the end, so a fetch's allocation never evicts a block of this very
+ * prefix; then it goes back to the cache, where the plan finds it. Returns the first block index that
+ * came from the tier (max_blocks when none). */
+static int kv_fetch_groups(hr_kv_pool *p, kv_seq *s, const int32_t *tokens, const uint64_t *ch, int max_blocks) {
+    if (!p->obs.fetch || !p->fetch_buf || s->pol.kind != HR_KV_POLICY_FULL || max_blocks <= 0) return max_blocks;
+    int B = p->cfg.block_size, NG = p->n_groups, n_held = 0, n_fetched = 0, first = max_blocks, run = 0;
+    int32_t *held = malloc((size_t)max_blocks * (size_t)NG * sizeof *held);
+    if (!held) return max_blocks; /* no room to plan fetches: the local hit only */
+    for (bool ok = true; ok && run < max_blocks; run += ok) {
+        int before = n_fetched;
+        for (int g = 0; g < NG && ok; g++)
+            if (kv_group_window(p, s, g) == 0) ok = kv_fetch_hold(p, g, tokens, ch, run, held, &n_held, &n_fetched);
+        if (n_fetched > before && first == max_blocks) first = run;
+    }
+    for (int g = 0; g < NG; g++) {
+        if (kv_group_window(p, s, g) == 0) continue;
+        for (int j = 0; j < run; j++) {
+            if (!kv_group_keeps(p, s, g, j, run * B)) continue;
+            int before = n_fetched;
+            if (!kv_fetch_hold(p, g, tokens, ch, j, held, &n_held, &n_fetched)) break;
+            if (n_fetched > before && j < first) first = j;
+        }
+    }
+    for (int i = 0; i < n_held; i++) kv_block_release(p, held[i]);
+    free(held);
+    return first;
+}
+
 /* share_prefix on a hybrid pool. A hit of n blocks needs every full group's blocks [0, n) and, in
  * each window group, only the blocks its window still sees once the sequence holds n * B tokens
  * (kv_group_keeps: the window's and the sinks'); the others start as holes, as if the window had
@@ -154,6 +225,7 @@ static hr_status kv_share_groups(hr_kv_pool *p, kv_seq *s, const int32_t *tokens
     if (!ch) return hr_error_set(err, HR_ERR_NOMEM, "KV share_prefix: out of memory for %d hashes", max_blocks);
     ch[0] = s->last_hash;
     for (int j = 0; j < max_blocks; j++) ch[j + 1] = kv_chain(ch[j], s->scope, tokens + (size_t)j * B, B);
+    int first_fetched = kv_fetch_groups(p, s, tokens, ch, max_blocks);
     int run = max_blocks; /* the full groups' run: every block from the first */
     for (int g = 0; g < NG; g++) {
         if (kv_group_window(p, s, g) > 0) continue;
@@ -197,6 +269,8 @@ static hr_status kv_share_groups(hr_kv_pool *p, kv_seq *s, const int32_t *tokens
     s->prefix_hit_tokens = n * B;
     free(ch);
     atomic_fetch_add_explicit(&p->prefix_hits, (uint64_t)n * B, memory_order_relaxed);
+    if (n > first_fetched) /* the hit's tokens from the first block the tier gave on */
+        atomic_fetch_add_explicit(&p->fetched_tokens, (uint64_t)(n - first_fetched) * B, memory_order_relaxed);
     kv_update_peak(p, s);
     *n_cached = n * B;
     return HR_OK;

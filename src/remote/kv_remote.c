@@ -34,6 +34,7 @@ struct hr_kv_remote {
     uint64_t ns; /* namespace: the model id's hash */
     hr_kv_config cfg;
     uint64_t block_bytes;
+    hr_kv_groups groups; /* the pool's layer groups: a hybrid pool's blocks are keyed per group */
 
     redisContext *rd;     /* engine thread: fetches */
     double rd_down_until; /* monotonic seconds: no reconnect before */
@@ -107,8 +108,18 @@ static void kr_meta(const hr_kv_remote *r, const hr_kv_block_info *b, uint64_t c
     for (int i = 0; i < b->block_size; i++) o = kr_put32(o, (uint32_t)b->tokens[i]);
 }
 
-static void kr_key(const hr_kv_remote *r, uint64_t hash, char *out, size_t n) {
-    snprintf(out, n, "hrkv:%016llx", (unsigned long long)hr_mix64(r->ns ^ hr_mix64(hash)));
+/* A hybrid pool's group g in a block's key and checksum (0 on a one-group pool: its keys as before).
+ * The group's hash already differs per group (kv_group_hash); the salt also covers the group's kind
+ * and slots, so a block of another grouping of the same layers never matches. */
+static uint64_t kr_group_salt(const hr_kv_remote *r, int g) {
+    if (r->groups.n_groups <= 1 || g < 0 || g >= r->groups.n_groups) return 0;
+    const hr_kv_kind_info *k = &r->groups.kinds[r->groups.group_kind[g]];
+    return hr_mix64(0x67726f7570000000ull ^ (uint64_t)g ^ (uint64_t)k->window << 8 ^ (uint64_t)k->latent << 40 ^
+                    (uint64_t)r->groups.slots << 48);
+}
+
+static void kr_key(const hr_kv_remote *r, uint64_t hash, int group, char *out, size_t n) {
+    snprintf(out, n, "hrkv:%016llx", (unsigned long long)hr_mix64(r->ns ^ hr_mix64(hash) ^ kr_group_salt(r, group)));
 }
 
 /* ---- connections --------------------------------------------------------------------------------- */
@@ -163,7 +174,7 @@ bool hr_kv_remote_fetch(hr_kv_remote *r, const hr_kv_block_info *b, void *out, u
         kr_log(r, "kv-remote: reconnected to %s:%d", r->host, r->port);
     }
     char key[40];
-    kr_key(r, b->hash, key, sizeof key);
+    kr_key(r, b->hash, b->group, key, sizeof key);
     redisReply *rep = redisCommand(r->rd, "MGET %s:m %s:d", key, key);
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
         kr_log(r, "kv-remote: %s:%d: %s; recomputing without the tier for a second", r->host, r->port,
@@ -184,7 +195,7 @@ bool hr_kv_remote_fetch(hr_kv_remote *r, const hr_kv_block_info *b, void *out, u
     } else {
         /* the metadata must equal what this pool would have written for this block and these bytes */
         size_t ml = kr_meta_len(r);
-        kr_meta(r, b, kr_hash_bytes(d->str, d->len, r->ns), r->meta_buf);
+        kr_meta(r, b, kr_hash_bytes(d->str, d->len, r->ns ^ kr_group_salt(r, b->group)), r->meta_buf);
         if (m->len != ml || memcmp(m->str, r->meta_buf, ml) != 0) {
             kr_reject(r, b, "metadata or checksum mismatch: another model, format, shape or a torn write");
         } else {
@@ -216,8 +227,8 @@ void hr_kv_remote_on_stored(hr_kv_remote *r, const hr_kv_block_info *b) {
         pthread_mutex_unlock(&r->mu);
         return;
     }
-    kr_meta(r, b, kr_hash_bytes(data, r->block_bytes, r->ns), meta);
-    kr_key(r, b->hash, it->key, sizeof it->key);
+    kr_meta(r, b, kr_hash_bytes(data, r->block_bytes, r->ns ^ kr_group_salt(r, b->group)), meta);
+    kr_key(r, b->hash, b->group, it->key, sizeof it->key);
     it->data = data, it->data_len = r->block_bytes, it->meta = meta, it->meta_len = ml;
     pthread_mutex_lock(&r->mu);
     if (r->tail)
@@ -356,13 +367,6 @@ static bool kr_parse_url(const char *url, char **host, int *port) {
 
 hr_status hr_kv_remote_create(const hr_kv_remote_params *p, hr_kv_remote **out, hr_error *err) {
     if (!p->pool) return hr_error_set(err, HR_ERR_INVALID_ARG, "--kv-remote: no pool");
-    /* a hybrid pool (layer groups) shares a prefix only when every group has its blocks, the window
-     * groups only the ones their window still sees: a fetch of one block per token chain cannot fill it */
-    if (hr_kv_pool_groups(p->pool)->n_groups > 1)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "--kv-remote: a hybrid KV pool (%d layer groups: window layers beside full ones) is not "
-                            "served by the shared tier yet",
-                            hr_kv_pool_groups(p->pool)->n_groups);
     hr_kv_remote *r = calloc(1, sizeof *r);
     if (!r) return hr_error_set(err, HR_ERR_NOMEM, "--kv-remote: out of memory");
     r->p = *p;
@@ -377,7 +381,8 @@ hr_status hr_kv_remote_create(const hr_kv_remote_params *p, hr_kv_remote **out, 
                             p->url ? p->url : "(null)");
     }
     r->cfg = *hr_kv_pool_config(p->pool);
-    r->block_bytes = hr_kv_block_bytes(&r->cfg);
+    r->block_bytes = hr_kv_block_bytes(&r->cfg); /* one physical block: one group's slots on a hybrid pool */
+    r->groups = *hr_kv_pool_groups(p->pool);
     const char *id = p->model_id ? p->model_id : "";
     r->ns = kr_hash_bytes(id, strlen(id), 0x6872206b762074ull);
     r->meta_buf = malloc(kr_meta_len(r));

@@ -12,6 +12,12 @@
  * another model, format or shape, a torn write or a collision is never used (it is counted, logged,
  * and the block is recomputed).
  *
+ * A hybrid pool (layer groups: gemma2/3, gpt-oss; kv.h): each group's blocks are stored apart, keyed by
+ * the group's own chain hash with the group (its index, kind and slots) mixed into the key and the
+ * checksum; the pool's share_prefix fetches every full group's blocks of the prefix and, in window
+ * groups, only the blocks the window still sees (its holes stay holes, never fetched). A one-group
+ * pool's keys and metadata are as they were.
+ *
  * Threads: fetch runs on the engine thread (the pool calls it during admission) with a bounded
  * command timeout; a failure marks the tier down for a second (then one reconnect is tried), so a
  * Redis that vanishes costs at most one timeout per second and every request still completes by
