@@ -3,7 +3,7 @@
  *   every table: every dot and tile element bit-identical to the scalar table's (one program on
  *   every CPU: tensor.h, hr_kernels_init)
  *   float weights (f32/f16/bf16 . f32): |got - ref| <= 1e-5 * sum|w*x| at k = 1..4128, odd sizes too
- *   quantized (q8_0/q4_0/mxfp4 . q8_0, K-quants . q8_K): the activation quantizer writes the reference's
+ *   quantized (q8_0/q4_0/q5_0/q5_1/mxfp4 . q8_0, K-quants . q8_K): the activation quantizer writes the reference's
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
  *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
  *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
@@ -53,8 +53,9 @@ static double exact_q_dot(hr_dtype t, int64_t k, const void *w, const void *a, d
 }
 
 static void check_kernels(const hr_kernels *kern, const hr_kernels *scalar, hr_rng *rng) {
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
-                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q4_K,
+                                     HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
     static const int64_t float_ks[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 65, 96, 100, 4096, 4128};
     static const int64_t q_ks[] = {32, 64, 96, 4096, 4128, 16416}; /* 16416: past the tiles' prepared tables */
     static const int64_t k_ks[] = {256, 512, 4096};
