@@ -7,7 +7,7 @@
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
  *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
  *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
- *   q4_0x16, q8_0x16, q4_Kx16, q5_Kx16, q6_Kx16 (check_x16): the repack, the activations and every tile
+ *   q4_0x16, q8_0x16, q4_Kx16, q5_Kx16, q6_Kx16, q5_0x16 (check_x16): the repack, the activations and every tile
  *   element against the one sequence of tensor.h computed from the plain rows, bit for bit
  * and f32 -> f16 against the CPU's F16C instruction on random bit patterns. */
 #include <immintrin.h>
@@ -207,7 +207,15 @@ static float x16_expected(hr_dtype ft, int64_t k, const char *w, const char *a) 
     for (int64_t b = 0; b < k / 32; b++) {
         int32_t isum = 0;
         float dw;
-        if (ft == HR_DTYPE_Q4_0) {
+        if (ft == HR_DTYPE_Q5_0) { /* element j: nibble j % 16 (low for j < 16) and bit j of qh */
+            const hr_block_q5_0 *x = (const hr_block_q5_0 *)w + b;
+            for (int j = 0; j < 32; j++) {
+                const int nib = j < 16 ? x->qs[j] & 15 : x->qs[j - 16] >> 4;
+                const int bit = (x->qh[j / 8] >> (j % 8)) & 1;
+                isum += ((nib | bit << 4) - 16) * ab[b].qs[j];
+            }
+            dw = hr_f16_to_f32(x->d);
+        } else if (ft == HR_DTYPE_Q4_0) {
             const hr_block_q4_0 *x = (const hr_block_q4_0 *)w + b;
             for (int j = 0; j < 16; j++)
                 isum += ((x->qs[j] & 15) - 8) * ab[b].qs[j] + ((x->qs[j] >> 4) - 8) * ab[b].qs[j + 16];
@@ -370,6 +378,7 @@ int main(void) {
         check_x16(&kern, HR_DTYPE_Q4_KX16, &rng);
         check_x16(&kern, HR_DTYPE_Q5_KX16, &rng);
         check_x16(&kern, HR_DTYPE_Q6_KX16, &rng);
+        check_x16(&kern, HR_DTYPE_Q5_0X16, &rng);
         ran++;
     }
     CHECK(ran >= 1);

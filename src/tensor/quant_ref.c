@@ -205,7 +205,8 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16:
     case HR_DTYPE_Q5_KX16:
-    case HR_DTYPE_Q6_KX16: break;
+    case HR_DTYPE_Q6_KX16:
+    case HR_DTYPE_Q5_0X16: break;
     }
 }
 
@@ -237,7 +238,8 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16:
     case HR_DTYPE_Q5_KX16:
-    case HR_DTYPE_Q6_KX16: break;
+    case HR_DTYPE_Q6_KX16:
+    case HR_DTYPE_Q5_0X16: break;
     }
 }
 
@@ -261,7 +263,8 @@ float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_r
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16:
     case HR_DTYPE_Q5_KX16:
-    case HR_DTYPE_Q6_KX16: break;
+    case HR_DTYPE_Q6_KX16:
+    case HR_DTYPE_Q5_0X16: break;
     }
     return 0.0f;
 }

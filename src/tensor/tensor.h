@@ -34,9 +34,10 @@ typedef enum hr_dtype {
     HR_DTYPE_Q8_KS = 44,   /* activations for q4_Kx16: q8_K with its sub-block sums paired (hr_block_q8_Ks) */
     HR_DTYPE_Q5_KX16 = 45, /* q5_K weights repacked at load, 16 rows interleaved (hr_block_q5_Kx16) */
     HR_DTYPE_Q6_KX16 = 46, /* q6_K weights repacked at load, 16 rows interleaved (hr_block_q6_Kx16) */
+    HR_DTYPE_Q5_0X16 = 47, /* q5_0 weights repacked at load, 16 rows interleaved (hr_block_q5_0x16) */
 } hr_dtype;
 
-#define HR_DTYPE_TABLE 47 /* ids below this index the type and kernel tables */
+#define HR_DTYPE_TABLE 48 /* ids below this index the type and kernel tables */
 
 typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
 typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
@@ -126,6 +127,15 @@ typedef struct {
     uint8_t qs[HR_X16 * HR_QK4_0 / 2];
 } hr_block_q4_0x16; /* 288 bytes */
 
+/* Block b of 16 q5_0 rows: d[r], then the fifth bits as one dword per row (qh[4 r + i] = row r's
+ * qh[i]: lane r of a 512-bit load holds row r's 32 bits), then the nibbles as q4_0x16's 4 chunks
+ * (qs[64 v + 4 r + i] = row r's qs[4 v + i]); 16 x 22 bytes, repacked in place likewise. */
+typedef struct {
+    hr_f16 d[HR_X16];
+    uint8_t qh[HR_X16 * 4];
+    uint8_t qs[HR_X16 * HR_QK5_0 / 2];
+} hr_block_q5_0x16; /* 352 bytes */
+
 /* Block b of 16 q8_0 rows, interleaved the same way over 8 chunks: qs[64 v + 4 r + i] is row r's
  * qs[4 v + i] + 128 (v 0..7; stored as x ^ 0x80: unsigned, the operand VNNI's vpdpbusd takes
  * unsigned); 16 x 34 bytes, repacked in place likewise. */
@@ -213,7 +223,7 @@ const char *hr_dtype_supported_list(void);
 size_t hr_dtype_row_bytes(hr_dtype t, int64_t k);
 
 /* The interleaved layout of type t (q4_0x16 for q4_0, q8_0x16 for q8_0, q4_Kx16 for q4_K, q5_Kx16
- * for q5_K, q6_Kx16 for q6_K), or t itself when it has none. */
+ * for q5_K, q6_Kx16 for q6_K, q5_0x16 for q5_0), or t itself when it has none. */
 hr_dtype hr_dtype_x16(hr_dtype t);
 /* Repacks rows rows of k elements of x16's file type (rows a multiple of HR_X16) in place into x16
  * groups; tmp holds HR_X16 rows (HR_X16 x the file type's row bytes). hr_x16_unpack, with the same

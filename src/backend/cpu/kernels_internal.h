@@ -109,6 +109,12 @@ void hr_avx2_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, con
                           float *y, size_t y_stride);
 void hr_avx512_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
+void hr_scalar_tile_q5_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride);
+void hr_avx2_tile_q5_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                          float *y, size_t y_stride);
+void hr_avx512_tile_q5_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride);
 void hr_scalar_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
 void hr_avx2_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
