@@ -149,9 +149,9 @@ int main(void) {
     hr_kernels scalar;
     hr_kernels_init(&scalar, f, "scalar");
     static const hr_dtype types[] = {HR_DTYPE_F32,     HR_DTYPE_F16,     HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
-                                     HR_DTYPE_Q4_0,    HR_DTYPE_Q4_K,    HR_DTYPE_Q5_K,    HR_DTYPE_Q6_K,
-                                     HR_DTYPE_Q4_0X16, HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_KX16,
-                                     HR_DTYPE_Q6_KX16};
+                                     HR_DTYPE_Q4_0,    HR_DTYPE_Q5_0,    HR_DTYPE_Q5_1,    HR_DTYPE_Q4_K,
+                                     HR_DTYPE_Q5_K,    HR_DTYPE_Q6_K,    HR_DTYPE_Q4_0X16, HR_DTYPE_Q8_0X16,
+                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_KX16, HR_DTYPE_Q5_0X16};
     for (size_t ii = 0; ii < HR_ARRAY_LEN(isas); ii++) {
         if (pinned && strcmp(pinned, isas[ii])) continue;
         if (!hr_kernels_isa_available(f, isas[ii])) continue;

@@ -425,6 +425,18 @@ static void check_long(const hr_synth_shape *shape, hr_dtype type, hr_kv_format 
  * the llama family, written out here by hand for 8 layers (use_more_bits: layers 0, 3, 6, 7); the
  * fallbacks where rows are not whole super-blocks; then the model loads (the K-quants repacked) and
  * its logits follow the float64 reference. */
+/* hr_synth_fallback: llama.cpp's tensor_type_fallback for the types synth writes (--type and --mix). */
+static void check_fallbacks(void) {
+    CHECK(hr_synth_fallback(HR_DTYPE_Q4_K, 512) == HR_DTYPE_Q4_K);
+    CHECK(hr_synth_fallback(HR_DTYPE_Q4_K, 1408) == HR_DTYPE_Q5_0); /* DeepSeek-V2-Lite's expert down */
+    CHECK(hr_synth_fallback(HR_DTYPE_Q4_K, 896) == HR_DTYPE_Q5_0);  /* Qwen2.5-0.5B */
+    CHECK(hr_synth_fallback(HR_DTYPE_Q5_K, 10944) == HR_DTYPE_Q5_1);
+    CHECK(hr_synth_fallback(HR_DTYPE_Q6_K, 896) == HR_DTYPE_Q8_0);
+    CHECK(hr_synth_fallback(HR_DTYPE_Q4_K, 48) == HR_DTYPE_F16 && hr_synth_fallback(HR_DTYPE_Q6_K, 48) == HR_DTYPE_F16);
+    CHECK(hr_synth_fallback(HR_DTYPE_Q8_0, 48) == HR_DTYPE_F16 && hr_synth_fallback(HR_DTYPE_Q4_0, 64) == HR_DTYPE_Q4_0);
+    CHECK(hr_synth_fallback(HR_DTYPE_F32, 7) == HR_DTYPE_F32);
+}
+
 static void check_mixes(void) {
     static const struct {
         hr_synth_mix mix;
@@ -487,7 +499,8 @@ static void check_mixes(void) {
         hr_gguf_close(g);
         free(mem);
         /* a tied output: the embedding takes the output's type; rows of 64 (tiny): no K-quant fits,
-         * llama.cpp's q6_K fallback and the output's rule give q8_0 (q4_K's q5_0 is not read here: q8_0) */
+         * llama.cpp's q6_K fallback and the output's rule give q8_0; q4_K and q5_K fall back to q5_0 and
+         * q5_1 (llama-quant.cpp's tensor_type_fallback) */
         hr_synth_shape t;
         hr_synth_shape_by_name("tiny", &t, NULL);
         t.tied_output = true;
@@ -495,6 +508,12 @@ static void check_mixes(void) {
         CHECK(hr_synth_mix_type(m, &t, "token_embd.weight", 64) == HR_DTYPE_Q8_0);
         CHECK(hr_synth_mix_type(m, &t, "blk.1.ffn_down.weight", 64) ==
               (mixes[i].base == HR_DTYPE_Q4_0 ? HR_DTYPE_Q4_0 : HR_DTYPE_Q8_0));
+        static const hr_dtype plain64[] = {[HR_SYNTH_MIX_Q4_0] = HR_DTYPE_Q4_0, [HR_SYNTH_MIX_Q8_0] = HR_DTYPE_Q8_0,
+                                           [HR_SYNTH_MIX_Q4_K_M] = HR_DTYPE_Q5_0, [HR_SYNTH_MIX_Q5_K_M] = HR_DTYPE_Q5_1,
+                                           [HR_SYNTH_MIX_Q6_K] = HR_DTYPE_Q8_0};
+        CHECK(hr_synth_mix_type(m, &t, "blk.0.attn_q.weight", 64) == plain64[mixes[i].mix]);
+        CHECK(hr_synth_mix_type(m, &t, "blk.0.attn_q.weight", 896) == plain64[mixes[i].mix]);
+        CHECK(hr_synth_mix_type(m, &t, "blk.0.attn_q.weight", 48) == HR_DTYPE_F16);
         CHECKF(bad == 0, "%s: %d tensors of another type than llama.cpp's", mixes[i].name, bad);
 #undef EXPECT
         g_mix = m, g_mix_name = mixes[i].name;
@@ -601,6 +620,9 @@ int main(void) {
     hr_synth_shape_by_name("tiny", &s, NULL);
     check_against_reference(&s, HR_DTYPE_Q8_0, HR_KV_F32, 3e-2);
     check_against_reference(&s, HR_DTYPE_Q4_0, HR_KV_F32, 3e-2);
+    check_against_reference(&s, HR_DTYPE_Q5_0, HR_KV_F32, 3e-2);
+    check_against_reference(&s, HR_DTYPE_Q5_1, HR_KV_F32, 3e-2);
+    check_fallbacks();
     s.n_embd = 256, s.n_ff = 512, s.n_head = 4; /* q4_K: rows of whole super-blocks (head_dim 64) */
     check_against_reference(&s, HR_DTYPE_Q4_K, HR_KV_F32, 3e-2);
     /* the families past llama's (synth_arch.c): every position of a 48-token sequence, so that the

@@ -27,7 +27,13 @@ static void test_info(void) {
     CHECK(!strcmp(hr_dtype_get_info(HR_DTYPE_Q5_K)->name, "q5_K"));
     CHECK(hr_dtype_get_info((hr_dtype)3) == NULL); /* q4_1: not ours */
     CHECK(hr_dtype_get_info((hr_dtype)99) == NULL);
-    CHECK(hr_dtype_supported(2) && hr_dtype_supported(30) && !hr_dtype_supported(15) && !hr_dtype_supported(7));
+    CHECK(hr_dtype_supported(2) && hr_dtype_supported(30) && !hr_dtype_supported(15) && !hr_dtype_supported(3));
+    /* q5_0 and q5_1: llama.cpp's fallbacks for q4_K / q5_K rows that are not whole super-blocks */
+    CHECK(hr_dtype_supported(6) && hr_dtype_supported(7));
+    CHECK(hr_dtype_get_info(HR_DTYPE_Q5_0)->block_bytes == 22 && hr_dtype_get_info(HR_DTYPE_Q5_1)->block_bytes == 24);
+    CHECK(hr_dtype_get_info(HR_DTYPE_Q5_0)->vec_dot_type == HR_DTYPE_Q8_0 &&
+          hr_dtype_get_info(HR_DTYPE_Q5_1)->vec_dot_type == HR_DTYPE_Q8_0);
+    CHECK(hr_dtype_row_bytes(HR_DTYPE_Q5_0, 1408) == 44 * 22 && hr_dtype_row_bytes(HR_DTYPE_Q5_1, 896) == 28 * 24);
     CHECK(hr_dtype_row_bytes(HR_DTYPE_Q4_0, 4096) == 128 * 18);
     CHECK(hr_dtype_row_bytes(HR_DTYPE_F32, 7) == 28);
     CHECK(hr_dtype_row_bytes(HR_DTYPE_Q6_K, 512) == 420);
@@ -139,6 +145,58 @@ static void test_q4_0_block(void) {
     memset(x, 0, sizeof x);
     hr_quantize_row_ref(HR_DTYPE_Q4_0, x, &b, 32);
     CHECK(b.d == 0x8000 && b.qs[0] == 0x88 && b.qs[15] == 0x88);
+}
+
+/* q5_0 / q5_1 blocks with known bytes, written from the format: element j < 16 is qs[j]'s low nibble
+ * with qh bit j, element j + 16 the high nibble with qh bit j + 16. */
+static void test_q5_blocks(void) {
+    float x[32], y[32];
+    /* q5_0: x[j] = j - 16 (max magnitude -16: d = 1), x[16 + j] = j: q = trunc(x + 16.5) = j, j + 16 */
+    for (int j = 0; j < 16; j++) {
+        x[j] = (float)(j - 16);
+        x[16 + j] = (float)j;
+    }
+    hr_block_q5_0 b0;
+    hr_quantize_row_ref(HR_DTYPE_Q5_0, x, &b0, 32);
+    CHECK(b0.d == 0x3C00);
+    CHECK(b0.qh[0] == 0 && b0.qh[1] == 0 && b0.qh[2] == 0xFF && b0.qh[3] == 0xFF);
+    int bad = 0;
+    for (int j = 0; j < 16; j++) bad += b0.qs[j] != (uint8_t)(j | j << 4);
+    CHECK(bad == 0);
+    hr_dequantize_row_ref(HR_DTYPE_Q5_0, &b0, y, 32);
+    CHECK(!memcmp(x, y, sizeof x));
+    /* positive max first: d = 32 / -16 = -2; -32 clamps to q = 31 -> -30; 3 -> trunc(-1.5 + 16.5) = 15 */
+    memset(x, 0, sizeof x);
+    x[3] = 32;
+    x[4] = -32;
+    x[20] = 3;
+    hr_quantize_row_ref(HR_DTYPE_Q5_0, x, &b0, 32);
+    CHECK(b0.d == 0xC000);
+    CHECK((b0.qs[3] & 15) == 0 && (b0.qs[4] & 15) == 15 && (b0.qh[0] & 0x18) == 0x10 && (b0.qs[4] >> 4) == 15);
+    hr_dequantize_row_ref(HR_DTYPE_Q5_0, &b0, y, 32);
+    CHECK(y[3] == 32 && y[4] == -30 && y[20] == 2 && y[0] == 0);
+    /* q5_1: x[j] = j / 2 - 1: m = -1, d = 15.5 / 31 = 0.5, q = j; exact round trip */
+    for (int j = 0; j < 32; j++) x[j] = 0.5f * (float)j - 1.0f;
+    hr_block_q5_1 b1;
+    hr_quantize_row_ref(HR_DTYPE_Q5_1, x, &b1, 32);
+    CHECK(b1.d == 0x3800 && b1.m == 0xBC00);
+    CHECK(b1.qh[0] == 0 && b1.qh[1] == 0 && b1.qh[2] == 0xFF && b1.qh[3] == 0xFF);
+    bad = 0;
+    for (int j = 0; j < 16; j++) bad += b1.qs[j] != (uint8_t)(j | j << 4);
+    CHECK(bad == 0);
+    hr_dequantize_row_ref(HR_DTYPE_Q5_1, &b1, y, 32);
+    CHECK(!memcmp(x, y, sizeof x));
+    /* the dots against q8_0 activations of all 127s (d = 1): q5_1 sum (j / 2 - 1) x 127 = (248 - 32) x 127,
+     * q5_0 of the first block: sum over j < 16 of (j - 16) + j = -16 (x 127) */
+    hr_block_q8_0 a = {.d = 0x3C00};
+    for (int j = 0; j < 32; j++) a.qs[j] = 127;
+    CHECK(hr_vec_dot_ref(HR_DTYPE_Q5_1, 32, &b1, &a) == 216.0f * 127.0f);
+    for (int j = 0; j < 16; j++) {
+        x[j] = (float)(j - 16);
+        x[16 + j] = (float)j;
+    }
+    hr_quantize_row_ref(HR_DTYPE_Q5_0, x, &b0, 32);
+    CHECK(hr_vec_dot_ref(HR_DTYPE_Q5_0, 32, &b0, &a) == -16.0f * 127.0f);
 }
 
 /* q4_K / q5_K scales for the hand-built blocks: sc = {1,2,3,4,5,6,7,63}, m = {0,1,2,3,4,5,6,40},
@@ -256,8 +314,9 @@ static void test_round_trip_and_dot(void) {
     float x[K], y[K], a[K], aq[K];
     for (int i = 0; i < K; i++) x[i] = hr_rng_normal(&rng);
     for (int i = 0; i < K; i++) a[i] = hr_rng_normal(&rng);
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
-                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q4_K,
+                                     HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
     _Alignas(64) unsigned char wq[K * 4], act[K * 4];
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
         const hr_dtype t = types[ti];
@@ -271,6 +330,8 @@ static void test_round_trip_and_dot(void) {
         }
         const double step = t == HR_DTYPE_Q8_0    ? amax / 127
                             : t == HR_DTYPE_Q4_0  ? amax / 8
+                            : t == HR_DTYPE_Q5_0  ? amax / 16
+                            : t == HR_DTYPE_Q5_1  ? amax / 14 /* range / 31 <= 2 amax / 31, plus d and m in f16 */
                             : t == HR_DTYPE_BF16  ? amax * 0x1p-7
                             : t == HR_DTYPE_F16   ? amax * 0x1p-10
                             : t == HR_DTYPE_Q4_K  ? amax / 5 /* range / 15 plus scale rounding */
@@ -278,8 +339,8 @@ static void test_round_trip_and_dot(void) {
                             : t == HR_DTYPE_Q6_K  ? amax / 20
                             : t == HR_DTYPE_MXFP4 ? amax /* a block's top in [4, 8) x its scale, E2M1's top 6 */
                                                   : 0;
-        /* q4_0's top value is 7d while its bottom is -8d = -amax, so the clamped end errs up to d */
-        const double bound = (t == HR_DTYPE_Q4_0 ? 1.0 : 0.5) * step * 1.01 + 1e-7;
+        /* q4_0's top value is 7d (q5_0's 15d) while its bottom is -8d = -amax, so the clamped end errs up to d */
+        const double bound = (t == HR_DTYPE_Q4_0 || t == HR_DTYPE_Q5_0 ? 1.0 : 0.5) * step * 1.01 + 1e-7;
         CHECKF(max_err <= bound, "%s round trip error %g (step %g)", info->name, max_err, step);
         hr_quantize_row_ref(info->vec_dot_type, a, act, K);
         hr_dequantize_row_ref(info->vec_dot_type, act, aq, K);
@@ -299,6 +360,7 @@ int main(void) {
     test_bf16();
     test_q8_0_block();
     test_q4_0_block();
+    test_q5_blocks();
     test_q4_K_block();
     test_q5_K_block();
     test_q6_K_block();

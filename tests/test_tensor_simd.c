@@ -3,11 +3,11 @@
  *   every table: every dot and tile element bit-identical to the scalar table's (one program on
  *   every CPU: tensor.h, hr_kernels_init)
  *   float weights (f32/f16/bf16 . f32): |got - ref| <= 1e-5 * sum|w*x| at k = 1..4128, odd sizes too
- *   quantized (q8_0/q4_0/mxfp4 . q8_0, K-quants . q8_K): the activation quantizer writes the reference's
+ *   quantized (q8_0/q4_0/q5_0/q5_1/mxfp4 . q8_0, K-quants . q8_K): the activation quantizer writes the reference's
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
  *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
  *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
- *   q4_0x16, q8_0x16, q4_Kx16, q5_Kx16, q6_Kx16 (check_x16): the repack, the activations and every tile
+ *   q4_0x16, q8_0x16, q4_Kx16, q5_Kx16, q6_Kx16, q5_0x16 (check_x16): the repack, the activations and every tile
  *   element against the one sequence of tensor.h computed from the plain rows, bit for bit
  * and f32 -> f16 against the CPU's F16C instruction on random bit patterns. */
 #include <immintrin.h>
@@ -53,8 +53,9 @@ static double exact_q_dot(hr_dtype t, int64_t k, const void *w, const void *a, d
 }
 
 static void check_kernels(const hr_kernels *kern, const hr_kernels *scalar, hr_rng *rng) {
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
-                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q4_K,
+                                     HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
     static const int64_t float_ks[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 65, 96, 100, 4096, 4128};
     static const int64_t q_ks[] = {32, 64, 96, 4096, 4128, 16416}; /* 16416: past the tiles' prepared tables */
     static const int64_t k_ks[] = {256, 512, 4096};
@@ -206,7 +207,15 @@ static float x16_expected(hr_dtype ft, int64_t k, const char *w, const char *a) 
     for (int64_t b = 0; b < k / 32; b++) {
         int32_t isum = 0;
         float dw;
-        if (ft == HR_DTYPE_Q4_0) {
+        if (ft == HR_DTYPE_Q5_0) { /* element j: nibble j % 16 (low for j < 16) and bit j of qh */
+            const hr_block_q5_0 *x = (const hr_block_q5_0 *)w + b;
+            for (int j = 0; j < 32; j++) {
+                const int nib = j < 16 ? x->qs[j] & 15 : x->qs[j - 16] >> 4;
+                const int bit = (x->qh[j / 8] >> (j % 8)) & 1;
+                isum += ((nib | bit << 4) - 16) * ab[b].qs[j];
+            }
+            dw = hr_f16_to_f32(x->d);
+        } else if (ft == HR_DTYPE_Q4_0) {
             const hr_block_q4_0 *x = (const hr_block_q4_0 *)w + b;
             for (int j = 0; j < 16; j++)
                 isum += ((x->qs[j] & 15) - 8) * ab[b].qs[j] + ((x->qs[j] >> 4) - 8) * ab[b].qs[j + 16];
@@ -369,6 +378,7 @@ int main(void) {
         check_x16(&kern, HR_DTYPE_Q4_KX16, &rng);
         check_x16(&kern, HR_DTYPE_Q5_KX16, &rng);
         check_x16(&kern, HR_DTYPE_Q6_KX16, &rng);
+        check_x16(&kern, HR_DTYPE_Q5_0X16, &rng);
         ran++;
     }
     CHECK(ran >= 1);

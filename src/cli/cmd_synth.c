@@ -14,9 +14,10 @@ static void usage(FILE *f) {
             "Writes a model with deterministic random weights (same seed, same bytes) and a working\n"
             "vocabulary, for benchmarks and tests. Speed does not depend on the weights' values.\n\n"
             "  --shape NAME   %s\n"
-            "  --type TYPE    f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, mxfp4 (rows whose length does not fit\n"
-            "                 the type's block are stored as f16; norms stay f32; mxfp4: the experts of a MoE\n"
-            "                 shape in MXFP4, its other matrices q8_0, as gpt-oss files hold them)\n"
+            "  --type TYPE    f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, mxfp4 (rows whose length\n"
+            "                 does not fit the type's block fall back as llama-quantize's do: q4_K -> q5_0,\n"
+            "                 q5_K -> q5_1, q6_K -> q8_0, then f16; norms stay f32; mxfp4: the experts of a\n"
+            "                 MoE shape in MXFP4, its other matrices q8_0, as gpt-oss files hold them)\n"
             "  --mix MIX      %s: llama.cpp's quantization mixes, tensor by tensor as\n"
             "                 llama-quantize assigns them for the llama family (Q4_K_M: q6_K output and q6_K\n"
             "                 attn_v / ffn_down in the first and last eighth of the layers and every third\n"
@@ -29,8 +30,9 @@ static void usage(FILE *f) {
 }
 
 static bool parse_type(const char *name, hr_dtype *out) {
-    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
-                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
+    static const hr_dtype types[] = {HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0,
+                                     HR_DTYPE_Q4_0, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q4_K,
+                                     HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_MXFP4};
     for (size_t i = 0; i < HR_ARRAY_LEN(types); i++) {
         const hr_dtype_info *info = hr_dtype_get_info(types[i]);
         if (info && !strcmp(info->name, name)) {
@@ -92,7 +94,7 @@ int hr_cmd_synth(int argc, char **argv) {
         return HR_EXIT_USAGE;
     }
     if (type_name && !parse_type(type_name, &type)) {
-        fprintf(stderr, "headroom synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, mxfp4)\n",
+        fprintf(stderr, "headroom synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, mxfp4)\n",
                 type_name);
         return HR_EXIT_USAGE;
     }

@@ -152,7 +152,8 @@ const hr_opt hr_opts[] = {
     {RS, {"-m", "--model"}, "-m, --model FILE", HR_OPT_STR, .range = "a file path", SES(rt.model_path),
      .sec = HR_SEC_MODEL,
      .help = "GGUF model (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3;\n"
-             "f32/f16/bf16/q8_0/q4_0/q4_K/q5_K/q6_K), or a Hugging Face checkpoint\n"
+             "f32/f16/bf16/q8_0/q4_0/q5_0/q5_1/q4_K/q5_K/q6_K/mxfp4), or a Hugging Face\n"
+             "checkpoint "
              "directory (config.json, *.safetensors, tokenizer.json; docs/MODELS.md)"},
     {RS, {"--quantize"}, "--quantize T", HR_OPT_STR, .range = "q8_0, q4_0, q4_K (checked by the loader)",
      SES(rt.quantize), .sec = HR_SEC_MODEL,

@@ -743,7 +743,7 @@ static const char *dominant_type(const hr_model *m) {
     return info ? info->name : "?";
 }
 
-/* Repacks the q4_0, q8_0, q4_K, q5_K and q6_K matrices the layers and an untied output multiply with (rows a
+/* Repacks the q4_0, q5_0, q8_0, q4_K, q5_K and q6_K matrices the layers and an untied output multiply with (rows a
  * multiple of 16) into their x16 layouts (q4_0x16 ... q6_Kx16), in place: the same bytes, interleaved so that
  * the tiles compute 16 rows per register (tensor.h, kernels_x16.h). The token embedding is left as
  * it is (its rows are looked up one by one). Where the data cannot be written (memory lent

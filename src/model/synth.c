@@ -152,20 +152,29 @@ hr_dtype hr_synth_mix_type(hr_synth_mix mix, const hr_synth_shape *s, const char
          * of them are the layer index */
         if (more_bits(layer, s->n_layer)) t = HR_DTYPE_Q6_K;
     }
-    /* llama.cpp's fallbacks for rows that are not whole blocks (q5_0 / q5_1 for q4_K / q5_K are not
-     * read here: q8_0 instead) */
-    if (cols % hr_dtype_get_info(t)->block_elems) t = HR_DTYPE_Q8_0;
-    return t; /* hr_synth_add_matrix stores f16 where q8_0 does not fit either */
+    return hr_synth_fallback(t, cols);
+}
+
+hr_dtype hr_synth_fallback(hr_dtype t, int64_t cols) {
+    const hr_dtype_info *info = hr_dtype_get_info(t);
+    if (!info || cols % info->block_elems == 0) return t;
+    switch (t) { /* llama.cpp's tensor_type_fallback for the types headroom writes */
+    case HR_DTYPE_Q4_K: t = HR_DTYPE_Q5_0; break;
+    case HR_DTYPE_Q5_K: t = HR_DTYPE_Q5_1; break;
+    case HR_DTYPE_Q6_K: t = HR_DTYPE_Q8_0; break;
+    default: return HR_DTYPE_F16; /* llama.cpp defines none for the 32-element types: f16 as before */
+    }
+    return cols % hr_dtype_get_info(t)->block_elems ? HR_DTYPE_F16 : t;
 }
 
 /* Fills rows x cols values uniform in [-a, a] with a = sqrt(3 / cols) (variance 1/cols) and stores them
- * in type t (or f16 when the row length does not fit t's block). Returns the type used. */
+ * in type t (or its fallback, hr_synth_fallback, when the row length does not fit t's block). */
 hr_status hr_synth_add_matrix(hr_gguf_writer *w, const char *name, int64_t rows, int64_t cols, hr_dtype t,
                               uint64_t seed, float scale, hr_error *err) {
     const hr_dtype_info *info = hr_dtype_get_info(t);
     if (!info || t == HR_DTYPE_Q8_K)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "type %d cannot store weights", (int)t);
-    if (cols % info->block_elems) t = HR_DTYPE_F16;
+    t = hr_synth_fallback(t, cols);
     size_t row_bytes = hr_dtype_row_bytes(t, cols);
     uint8_t *data = malloc(row_bytes * (size_t)rows);
     float *row = malloc(sizeof(float) * (size_t)cols);

@@ -77,9 +77,8 @@ hr_status hr_synth_build(const hr_synth_shape *shape, hr_dtype type, uint64_t se
  *   attn_v, ffn_down of layer i (Q4_K_M, Q5_K_M only): q6_K where i < n/8, i >= 7n/8 or
  *               (i - n/8) % 3 == 2 (llama.cpp's use_more_bits), else the base
  *   everything else (token_embd, attn_q/k/output, ffn_gate/up): the base; norms f32.
- * A row length that does not fit the chosen type's block falls back as llama.cpp does to q8_0 for
- * q6_K; for q4_K and q5_K llama.cpp takes q5_0 / q5_1, which headroom does not read, so q8_0 here;
- * f16 where even q8_0 does not fit. PURE: every matrix in the one type given (hr_synth_build). */
+ * A row length that does not fit the chosen type's block falls back as llama.cpp does
+ * (hr_synth_fallback). PURE: every matrix in the one type given (hr_synth_build). */
 typedef enum hr_synth_mix {
     HR_SYNTH_PURE = 0,
     HR_SYNTH_MIX_Q4_0,
@@ -89,6 +88,11 @@ typedef enum hr_synth_mix {
     HR_SYNTH_MIX_Q6_K,
 } hr_synth_mix;
 
+/* The type a matrix of type t whose rows have `cols` elements is stored in, for --type and --mix alike:
+ * t where the row is whole blocks, else llama.cpp's fallback (llama-quant.cpp's tensor_type_fallback):
+ * q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, then f16 where that does not fit either; the 32-element
+ * types (q8_0, q4_0, q5_0, q5_1, mxfp4), for which llama.cpp defines none, go to f16. */
+hr_dtype hr_synth_fallback(hr_dtype t, int64_t cols);
 /* "Q4_K_M" etc., case-insensitive; on error the message lists the names. */
 hr_status hr_synth_mix_by_name(const char *name, hr_synth_mix *out, hr_error *err);
 /* "Q4_0, Q8_0, Q4_K_M, Q5_K_M, Q6_K" */

@@ -421,10 +421,10 @@ bool hr_synth_arch_builds(const char *arch) {
 
 /* A stack of n matrices of rows x cols (a 3-D tensor [cols, rows, n]: the experts), drawn as
  * hr_synth_add_matrix draws one (uniform, variance scale^2 / cols, seeded by the name), stored in t or
- * f16 where a row does not fill t's blocks. */
+ * its fallback (hr_synth_fallback) where a row does not fill t's blocks. */
 static hr_status add_stack(hr_gguf_writer *w, const char *name, int64_t n, int64_t rows, int64_t cols, hr_dtype t,
                            uint64_t seed, float scale, hr_error *err) {
-    if (cols % hr_dtype_get_info(t)->block_elems) t = HR_DTYPE_F16;
+    t = hr_synth_fallback(t, cols);
     const size_t row_bytes = hr_dtype_row_bytes(t, cols);
     uint8_t *data = malloc(row_bytes * (size_t)(rows * n));
     float *row = malloc(sizeof(float) * (size_t)cols);
@@ -622,7 +622,7 @@ static hr_status add_kv_b(hr_gguf_writer *w, const hr_synth_shape *s, int il, hr
     snprintf(nk, sizeof nk, "blk.%d.attn_k_b.weight", il);
     snprintf(nv, sizeof nv, "blk.%d.attn_v_b.weight", il);
     snprintf(n, sizeof n, "blk.%d.attn_kv_b.weight", il);
-    if (C % hr_dtype_get_info(t)->block_elems) t = HR_DTYPE_F16;
+    t = hr_synth_fallback(t, C);
     const size_t row_bytes = hr_dtype_row_bytes(t, C);
     float *kb = draw_stack(nk, H, C, Dn, seed, 1.0f), *vb = draw_stack(nv, H, Dv, C, seed, 1.0f);
     float *row = malloc(sizeof(float) * (size_t)C);

@@ -192,6 +192,8 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_BF16: hr_ref_quantize_bf16(x, dst, k); break;
     case HR_DTYPE_Q8_0: hr_ref_quantize_q8_0(x, dst, k); break;
     case HR_DTYPE_Q4_0: hr_ref_quantize_q4_0(x, dst, k); break;
+    case HR_DTYPE_Q5_0: hr_ref_quantize_q5_0(x, dst, k); break;
+    case HR_DTYPE_Q5_1: hr_ref_quantize_q5_1(x, dst, k); break;
     case HR_DTYPE_Q8_K: hr_ref_quantize_q8_K(x, dst, k); break;
     case HR_DTYPE_Q4_K: hr_ref_quantize_q4_K(x, dst, k); break;
     case HR_DTYPE_Q5_K: hr_ref_quantize_q5_K(x, dst, k); break;
@@ -203,7 +205,8 @@ void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k) {
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16:
     case HR_DTYPE_Q5_KX16:
-    case HR_DTYPE_Q6_KX16: break;
+    case HR_DTYPE_Q6_KX16:
+    case HR_DTYPE_Q5_0X16: break;
     }
 }
 
@@ -214,6 +217,8 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
     case HR_DTYPE_BF16: hr_ref_dequantize_bf16(src, y, k); break;
     case HR_DTYPE_Q8_0: hr_ref_dequantize_q8_0(src, y, k); break;
     case HR_DTYPE_Q4_0: hr_ref_dequantize_q4_0(src, y, k); break;
+    case HR_DTYPE_Q5_0: hr_ref_dequantize_q5_0(src, y, k); break;
+    case HR_DTYPE_Q5_1: hr_ref_dequantize_q5_1(src, y, k); break;
     case HR_DTYPE_Q8_K: hr_ref_dequantize_q8_K(src, y, k); break;
     case HR_DTYPE_Q4_K: hr_ref_dequantize_q4_K(src, y, k); break;
     case HR_DTYPE_Q5_K: hr_ref_dequantize_q5_K(src, y, k); break;
@@ -233,7 +238,8 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k) {
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16:
     case HR_DTYPE_Q5_KX16:
-    case HR_DTYPE_Q6_KX16: break;
+    case HR_DTYPE_Q6_KX16:
+    case HR_DTYPE_Q5_0X16: break;
     }
 }
 
@@ -244,6 +250,8 @@ float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_r
     case HR_DTYPE_BF16: return hr_ref_dot_bf16(k, w_row, act_row);
     case HR_DTYPE_Q8_0: return hr_ref_dot_q8_0(k, w_row, act_row);
     case HR_DTYPE_Q4_0: return hr_ref_dot_q4_0(k, w_row, act_row);
+    case HR_DTYPE_Q5_0: return hr_ref_dot_q5_0(k, w_row, act_row);
+    case HR_DTYPE_Q5_1: return hr_ref_dot_q5_1(k, w_row, act_row);
     case HR_DTYPE_Q4_K: return hr_ref_dot_q4_K(k, w_row, act_row);
     case HR_DTYPE_Q5_K: return hr_ref_dot_q5_K(k, w_row, act_row);
     case HR_DTYPE_Q6_K: return hr_ref_dot_q6_K(k, w_row, act_row);
@@ -255,7 +263,8 @@ float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_r
     case HR_DTYPE_Q8_0X16:
     case HR_DTYPE_Q4_KX16:
     case HR_DTYPE_Q5_KX16:
-    case HR_DTYPE_Q6_KX16: break;
+    case HR_DTYPE_Q6_KX16:
+    case HR_DTYPE_Q5_0X16: break;
     }
     return 0.0f;
 }

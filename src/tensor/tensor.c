@@ -8,6 +8,8 @@
 
 _Static_assert(sizeof(hr_block_q8_0) == 34, "q8_0 block must match ggml");
 _Static_assert(sizeof(hr_block_q4_0) == 18, "q4_0 block must match ggml");
+_Static_assert(sizeof(hr_block_q5_0) == 22, "q5_0 block must match ggml");
+_Static_assert(sizeof(hr_block_q5_1) == 24, "q5_1 block must match ggml");
 _Static_assert(sizeof(hr_block_q4_K) == 144, "q4_K block must match ggml");
 _Static_assert(sizeof(hr_block_q5_K) == 176, "q5_K block must match ggml");
 _Static_assert(sizeof(hr_block_q6_K) == 210, "q6_K block must match ggml");
@@ -15,6 +17,7 @@ _Static_assert(sizeof(hr_block_q8_K) == 292, "q8_K block must match ggml");
 _Static_assert(sizeof(hr_block_mxfp4) == 17, "mxfp4 block must match ggml");
 _Static_assert(sizeof(hr_block_q4_0x16) == HR_X16 * sizeof(hr_block_q4_0), "a q4_0x16 block is 16 q4_0 blocks");
 _Static_assert(sizeof(hr_block_q8_0s) == 44, "q8_0s block: f32 scale, two int32 sums, 32 values");
+_Static_assert(sizeof(hr_block_q5_0x16) == HR_X16 * sizeof(hr_block_q5_0), "a q5_0x16 block is 16 q5_0 blocks");
 _Static_assert(sizeof(hr_block_q8_0x16) == HR_X16 * sizeof(hr_block_q8_0), "a q8_0x16 block is 16 q8_0 blocks");
 _Static_assert(sizeof(hr_block_q4_Kx16) == HR_X16 * sizeof(hr_block_q4_K), "a q4_Kx16 block is 16 q4_K blocks");
 _Static_assert(sizeof(hr_block_q5_Kx16) == HR_X16 * sizeof(hr_block_q5_K), "a q5_Kx16 block is 16 q5_K blocks");
@@ -28,6 +31,8 @@ static const hr_dtype_info dtype_table[HR_DTYPE_TABLE] = {
     [HR_DTYPE_BF16] = {"bf16", 1, 2, HR_DTYPE_F32, 1, HR_DTYPE_BF16},
     [HR_DTYPE_Q8_0] = {"q8_0", HR_QK8_0, sizeof(hr_block_q8_0), HR_DTYPE_Q8_0, 1, HR_DTYPE_Q8_0},
     [HR_DTYPE_Q4_0] = {"q4_0", HR_QK4_0, sizeof(hr_block_q4_0), HR_DTYPE_Q8_0, 1, HR_DTYPE_Q4_0},
+    [HR_DTYPE_Q5_0] = {"q5_0", HR_QK5_0, sizeof(hr_block_q5_0), HR_DTYPE_Q8_0, 1, HR_DTYPE_Q5_0},
+    [HR_DTYPE_Q5_1] = {"q5_1", HR_QK5_1, sizeof(hr_block_q5_1), HR_DTYPE_Q8_0, 1, HR_DTYPE_Q5_1},
     [HR_DTYPE_Q4_K] = {"q4_K", HR_QK_K, sizeof(hr_block_q4_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q4_K},
     [HR_DTYPE_Q5_K] = {"q5_K", HR_QK_K, sizeof(hr_block_q5_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q5_K},
     [HR_DTYPE_Q6_K] = {"q6_K", HR_QK_K, sizeof(hr_block_q6_K), HR_DTYPE_Q8_K, 1, HR_DTYPE_Q6_K},
@@ -40,6 +45,7 @@ static const hr_dtype_info dtype_table[HR_DTYPE_TABLE] = {
     [HR_DTYPE_Q4_KX16] = {"q4_Kx16", HR_QK_K, sizeof(hr_block_q4_K), HR_DTYPE_Q8_KS, HR_X16, HR_DTYPE_Q4_K},
     [HR_DTYPE_Q8_KS] = {"q8_Ks", HR_QK_K, sizeof(hr_block_q8_Ks), HR_DTYPE_Q8_KS, 1, HR_DTYPE_Q8_KS},
     [HR_DTYPE_Q5_KX16] = {"q5_Kx16", HR_QK_K, sizeof(hr_block_q5_K), HR_DTYPE_Q8_KS, HR_X16, HR_DTYPE_Q5_K},
+    [HR_DTYPE_Q5_0X16] = {"q5_0x16", HR_QK5_0, sizeof(hr_block_q5_0), HR_DTYPE_Q8_0S, HR_X16, HR_DTYPE_Q5_0},
     [HR_DTYPE_Q6_KX16] = {"q6_Kx16", HR_QK_K, sizeof(hr_block_q6_K), HR_DTYPE_Q8_K, HR_X16, HR_DTYPE_Q6_K},
 };
 
@@ -55,7 +61,7 @@ bool hr_dtype_supported(uint32_t ggml_type) {
     return hr_dtype_get_info((hr_dtype)ggml_type) != NULL;
 }
 
-const char *hr_dtype_supported_list(void) { return "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, mxfp4"; }
+const char *hr_dtype_supported_list(void) { return "f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, mxfp4"; }
 
 size_t hr_dtype_row_bytes(hr_dtype t, int64_t k) {
     const hr_dtype_info *info = hr_dtype_get_info(t);

@@ -17,6 +17,8 @@ typedef enum hr_dtype {
     HR_DTYPE_F32 = 0,
     HR_DTYPE_F16 = 1,
     HR_DTYPE_Q4_0 = 2,
+    HR_DTYPE_Q5_0 = 6, /* llama.cpp's fallback for q4_K where a row is not whole super-blocks */
+    HR_DTYPE_Q5_1 = 7, /* ... and for q5_K */
     HR_DTYPE_Q8_0 = 8,
     HR_DTYPE_Q4_K = 12,
     HR_DTYPE_Q5_K = 13,
@@ -32,9 +34,10 @@ typedef enum hr_dtype {
     HR_DTYPE_Q8_KS = 44,   /* activations for q4_Kx16: q8_K with its sub-block sums paired (hr_block_q8_Ks) */
     HR_DTYPE_Q5_KX16 = 45, /* q5_K weights repacked at load, 16 rows interleaved (hr_block_q5_Kx16) */
     HR_DTYPE_Q6_KX16 = 46, /* q6_K weights repacked at load, 16 rows interleaved (hr_block_q6_Kx16) */
+    HR_DTYPE_Q5_0X16 = 47, /* q5_0 weights repacked at load, 16 rows interleaved (hr_block_q5_0x16) */
 } hr_dtype;
 
-#define HR_DTYPE_TABLE 47 /* ids below this index the type and kernel tables */
+#define HR_DTYPE_TABLE 48 /* ids below this index the type and kernel tables */
 
 typedef uint16_t hr_f16;  /* IEEE half, bit pattern */
 typedef uint16_t hr_bf16; /* bfloat16, bit pattern */
@@ -52,6 +55,21 @@ typedef struct {
     hr_f16 d;
     uint8_t qs[HR_QK4_0 / 2];
 } hr_block_q4_0; /* 18 bytes: low nibbles = x[0..15] */
+/* q5_0 (ggml type 6): element j (0..15) is the low nibble of qs[j] with bit j of qh (read as a
+ * little-endian uint32) as its fifth bit, element j + 16 the high nibble with bit j + 16; q, 0..31,
+ * stands for d (q - 16). q5_1 (type 7): the same bits for d q + m. */
+#define HR_QK5_0 32
+#define HR_QK5_1 32
+typedef struct {
+    hr_f16 d;
+    uint8_t qh[4];
+    uint8_t qs[HR_QK5_0 / 2];
+} hr_block_q5_0; /* 22 bytes */
+typedef struct {
+    hr_f16 d, m;
+    uint8_t qh[4];
+    uint8_t qs[HR_QK5_1 / 2];
+} hr_block_q5_1; /* 24 bytes */
 typedef struct { /* 144 bytes */
     hr_f16 d, dmin;
     uint8_t scales[HR_K_SCALE_SIZE];
@@ -108,6 +126,15 @@ typedef struct {
     hr_f16 d[HR_X16];
     uint8_t qs[HR_X16 * HR_QK4_0 / 2];
 } hr_block_q4_0x16; /* 288 bytes */
+
+/* Block b of 16 q5_0 rows: d[r], then the fifth bits as one dword per row (qh[4 r + i] = row r's
+ * qh[i]: lane r of a 512-bit load holds row r's 32 bits), then the nibbles as q4_0x16's 4 chunks
+ * (qs[64 v + 4 r + i] = row r's qs[4 v + i]); 16 x 22 bytes, repacked in place likewise. */
+typedef struct {
+    hr_f16 d[HR_X16];
+    uint8_t qh[HR_X16 * 4];
+    uint8_t qs[HR_X16 * HR_QK5_0 / 2];
+} hr_block_q5_0x16; /* 352 bytes */
 
 /* Block b of 16 q8_0 rows, interleaved the same way over 8 chunks: qs[64 v + 4 r + i] is row r's
  * qs[4 v + i] + 128 (v 0..7; stored as x ^ 0x80: unsigned, the operand VNNI's vpdpbusd takes
@@ -189,14 +216,14 @@ typedef struct hr_dtype_info {
 /* NULL when `t` is not a type headroom computes with. */
 const hr_dtype_info *hr_dtype_get_info(hr_dtype t);
 bool hr_dtype_supported(uint32_t ggml_type);
-/* "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, mxfp4": for error messages. */
+/* "f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, mxfp4": for error messages. */
 const char *hr_dtype_supported_list(void);
 /* Bytes of a row of k elements (k must be a multiple of block_elems). For q4_0x16 the bytes a row
  * takes in its group (the same as a q4_0 row). */
 size_t hr_dtype_row_bytes(hr_dtype t, int64_t k);
 
 /* The interleaved layout of type t (q4_0x16 for q4_0, q8_0x16 for q8_0, q4_Kx16 for q4_K, q5_Kx16
- * for q5_K, q6_Kx16 for q6_K), or t itself when it has none. */
+ * for q5_K, q6_Kx16 for q6_K, q5_0x16 for q5_0), or t itself when it has none. */
 hr_dtype hr_dtype_x16(hr_dtype t);
 /* Repacks rows rows of k elements of x16's file type (rows a multiple of HR_X16) in place into x16
  * groups; tmp holds HR_X16 rows (HR_X16 x the file type's row bytes). hr_x16_unpack, with the same
@@ -216,14 +243,15 @@ hr_bf16 hr_f32_to_bf16(float f);
 
 /* ---- reference row routines (plain C; the definition of correct) ---- */
 /* x: k floats -> dst in type t (k a multiple of the block). For f16, bf16, q8_0, q4_0 and q8_K this
- * matches ggml's reference quantizers byte for byte. For q4_K, q5_K and q6_K it is a simpler
+ * matches ggml's reference quantizers byte for byte (q5_0 and q5_1 too). For q4_K, q5_K and q6_K it is a simpler
  * min/max quantizer (same format, decodes exactly as ggml would; bytes may differ from llama.cpp's
  * search-based quantizer). */
 void hr_quantize_row_ref(hr_dtype t, const float *x, void *dst, int64_t k);
 void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k);
 /* Dot of a weight row of type t with an activation row already in info(t)->vec_dot_type. Returns
  * the sum in f32. Activation types: f32/bf16 weights -> f32; f16 -> f16; q8_0/q4_0 -> q8_0;
- * mxfp4 -> q8_0; q4_K/q5_K/q6_K -> q8_K (converted or quantized on the fly, as llama.cpp does: ggml's vec_dot_type
+ * mxfp4, q5_0, q5_1 -> q8_0 (q5_1's min term takes the sum of each activation block, formed from its
+ * values: no separate activation type); q4_K/q5_K/q6_K -> q8_K (converted or quantized on the fly, as llama.cpp does: ggml's vec_dot_type
  * for f16 is f16, so its f16 matmuls see activations rounded to f16). */
 float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_row);
 

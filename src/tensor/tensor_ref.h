@@ -1,5 +1,5 @@
 /* tensor_ref.h: the per-type reference row routines behind hr_quantize_row_ref / hr_dequantize_row_ref /
- * hr_vec_dot_ref (quant_ref.c, quant_k_ref.c), by name, for the backends whose kernel tables hold
+ * hr_vec_dot_ref (quant_ref.c, quant_k_ref.c, quant_q5_ref.c), by name, for the backends whose kernel tables hold
  * them (backend/cpu/kernels.c) and their scalar kernels (the nearest-int rounding and the K-quant
  * scale unpacking every implementation must share to give the same bytes). */
 #ifndef HR_TENSOR_TENSOR_REF_H
@@ -24,6 +24,8 @@ void hr_ref_quantize_q8_K(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_q4_0(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_f16(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_bf16(const float *x, void *dst, int64_t k);
+void hr_ref_quantize_q5_0(const float *x, void *dst, int64_t k); /* quant_q5_ref.c */
+void hr_ref_quantize_q5_1(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_q4_K(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_q5_K(const float *x, void *dst, int64_t k);
 void hr_ref_quantize_q6_K(const float *x, void *dst, int64_t k);
@@ -34,6 +36,8 @@ void hr_ref_dequantize_f16(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_bf16(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q8_0(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q4_0(const void *src, float *y, int64_t k);
+void hr_ref_dequantize_q5_0(const void *src, float *y, int64_t k);
+void hr_ref_dequantize_q5_1(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q8_K(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q4_K(const void *src, float *y, int64_t k);
 void hr_ref_dequantize_q5_K(const void *src, float *y, int64_t k);
@@ -45,6 +49,8 @@ float hr_ref_dot_f16(int64_t k, const void *w, const void *a);
 float hr_ref_dot_bf16(int64_t k, const void *w, const void *a);
 float hr_ref_dot_q8_0(int64_t k, const void *w, const void *a);
 float hr_ref_dot_q4_0(int64_t k, const void *w, const void *a);
+float hr_ref_dot_q5_0(int64_t k, const void *w, const void *a); /* against q8_0 */
+float hr_ref_dot_q5_1(int64_t k, const void *w, const void *a); /* against q8_0 */
 float hr_ref_dot_q4_K(int64_t k, const void *w, const void *a);
 float hr_ref_dot_q5_K(int64_t k, const void *w, const void *a);
 float hr_ref_dot_q6_K(int64_t k, const void *w, const void *a);

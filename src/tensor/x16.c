@@ -1,4 +1,4 @@
-/* x16.c: the interleaved layouts q4_0x16, q8_0x16, q4_Kx16, q5_Kx16 and q6_Kx16 (tensor.h): repacking rows in
+/* x16.c: the interleaved layouts q4_0x16, q8_0x16, q4_Kx16, q5_Kx16, q6_Kx16 and q5_0x16 (tensor.h): repacking rows in
  * place into groups of 16 and back, and the q8_0s / q8_Ks activations they multiply (their reference
  * quantizers). The scalar tiles that define every kernel table's results are the CPU backend's
  * (backend/cpu/kernels_x16_scalar.c). */
@@ -28,6 +28,14 @@ static void move_q4_0(void *plain, void *x, int r, bool pack) {
     hr_block_q4_0 *p = plain;
     hr_block_q4_0x16 *g = x;
     scale(&p->d, &g->d[r], pack);
+    for (int v = 0; v < 4; v++) lane4(&p->qs[4 * v], &g->qs[64 * v + 4 * r], pack);
+}
+
+static void move_q5_0(void *plain, void *x, int r, bool pack) {
+    hr_block_q5_0 *p = plain;
+    hr_block_q5_0x16 *g = x;
+    scale(&p->d, &g->d[r], pack);
+    lane4(p->qh, &g->qh[4 * r], pack);
     for (int v = 0; v < 4; v++) lane4(&p->qs[4 * v], &g->qs[64 * v + 4 * r], pack);
 }
 
@@ -83,7 +91,7 @@ typedef struct x16_kind {
 static const x16_kind kinds[] = {
     {HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_0, move_q4_0}, {HR_DTYPE_Q8_0X16, HR_DTYPE_Q8_0, move_q8_0},
     {HR_DTYPE_Q4_KX16, HR_DTYPE_Q4_K, move_q4_K}, {HR_DTYPE_Q5_KX16, HR_DTYPE_Q5_K, move_q5_K},
-    {HR_DTYPE_Q6_KX16, HR_DTYPE_Q6_K, move_q6_K},
+    {HR_DTYPE_Q6_KX16, HR_DTYPE_Q6_K, move_q6_K}, {HR_DTYPE_Q5_0X16, HR_DTYPE_Q5_0, move_q5_0},
 };
 
 static const x16_kind *kind_of(hr_dtype x16) {

@@ -22,11 +22,12 @@ typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row
  * r < nr, t < nt (strides in bytes for w and a, in floats for y). Every result is bit-identical to
  * the vec_dot entry of the same table: same lanes, same block order, same horizontal sum. This is
  * what lets a batch of tokens give exactly the tokens each would give alone. */
-/* For q4_0x16 and q8_0x16 (row_group 16) there is no lone-row vec_dot: w is the first of nr / 16
+/* For q4_0x16, q5_0x16 and q8_0x16 (row_group 16) there is no lone-row vec_dot: w is the first of nr / 16
  * whole groups (nr a multiple of 16, w_stride the plain row's bytes), and each element is the one
  * sequence
  *     acc = 0; for each block b in order: acc = fmaf(d_w[b] * d_a[b], (float)isum[b], acc)
- * with isum[b] the exact integer dot of the block's values (q4_0: nibble - 8), in every table.
+ * with isum[b] the exact integer dot of the block's values (q4_0: nibble - 8; q5_0: 5-bit value - 16), in
+ * every table.
  * q4_Kx16 (super-blocks of 8 sub-blocks s of 32) runs per super-block, in this order,
  *     for s = 0..7: acc = fmaf((d_w * (float)sc[s]) * d_a, (float)qdot[s], acc)
  *     then          acc = fmaf(-(dmin_w * d_a), (float)sum_s(m[s] * ys[s]), acc)

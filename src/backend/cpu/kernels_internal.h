@@ -30,6 +30,18 @@ float hr_avx512_dot_mxfp4(int64_t k, const void *w, const void *a);
 void hr_avx512_tile_mxfp4(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                           float *y, size_t y_stride);
 
+/* q5_0 and q5_1 against q8_0 (kernels_q5.c, kernels_q5_avx2.c, kernels_q5_avx512.c): the same bits in all. */
+#define HR_Q5_TILE_DECL(isa, t)                                                                                        \
+    float hr_##isa##_dot_##t(int64_t k, const void *w, const void *a);                                                 \
+    void hr_##isa##_tile_##t(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,        \
+                             int nt, float *y, size_t y_stride);
+HR_Q5_TILE_DECL(scalar, q5_0)
+HR_Q5_TILE_DECL(scalar, q5_1)
+HR_Q5_TILE_DECL(avx2, q5_0)
+HR_Q5_TILE_DECL(avx2, q5_1)
+HR_Q5_TILE_DECL(avx512, q5_0)
+HR_Q5_TILE_DECL(avx512, q5_1)
+
 /* AVX2 kernels (kernels_avx2.c, kernels_q4_avx2.c, kernels_float_avx2.c, kernels_k_avx2.c); only called when the
  * CPU has AVX2+FMA+F16C. */
 void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k);
@@ -96,6 +108,12 @@ void hr_scalar_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, c
 void hr_avx2_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                           float *y, size_t y_stride);
 void hr_avx512_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride);
+void hr_scalar_tile_q5_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride);
+void hr_avx2_tile_q5_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                          float *y, size_t y_stride);
+void hr_avx512_tile_q5_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);
 void hr_scalar_tile_q8_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride);

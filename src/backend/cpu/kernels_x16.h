@@ -969,4 +969,6 @@ HR_X16_DRIVER(HR_X16FN(tile_q4_Kx16), rows_tile_q4k, HR_X16_ONE_Q4K, HR_QK_K)
 HR_X16_DRIVER(HR_X16FN(tile_q5_Kx16), rows_tile_q5k, HR_X16_ONE_Q5K, HR_QK_K)
 HR_X16_DRIVER(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K)
 
+#include "backend/cpu/kernels_q5_0x16.h" /* q5_0x16's tiles, with these helpers and driver */
+
 #endif

@@ -13,6 +13,7 @@ static float dot_q8_0x16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q4_Kx16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap);
 static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap);
+static float dot_q5_0x16(int64_t nb, const void *gp, int r, const void *ap);
 
 /* ---- the scalar tiles: each element the one sequence of tensor.h ---- */
 
@@ -51,6 +52,32 @@ void hr_scalar_tile_q5_Kx16(int64_t k, const void *w, size_t w_stride, int nr, c
 void hr_scalar_tile_q6_Kx16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
                             float *y, size_t y_stride) {
     tile(HR_DTYPE_Q6_KX16, dot_q6_Kx16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+}
+
+void hr_scalar_tile_q5_0x16(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride, int nt,
+                            float *y, size_t y_stride) {
+    tile(HR_DTYPE_Q5_0X16, dot_q5_0x16, k, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+}
+
+/* q5_0x16: u = nibble | fifth bit << 4 (0..31), the sum from 2 s8 = -16 sum(y): the exact dot of u - 16. */
+static float dot_q5_0x16(int64_t nb, const void *gp, int r, const void *ap) {
+    const hr_block_q5_0x16 *g = gp;
+    const hr_block_q8_0s *a = ap;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        uint32_t qh;
+        memcpy(&qh, &g[b].qh[4 * r], 4); /* little-endian, as the format stores it */
+        int32_t isum = 2 * a[b].s8;
+        for (int v = 0; v < 4; v++)
+            for (int i = 0; i < 4; i++) {
+                const uint8_t q = g[b].qs[64 * v + 4 * r + i];
+                const int j = 4 * v + i;
+                isum += (int)((q & 0x0F) | ((qh >> j) & 1) << 4) * a[b].qs[j] +
+                        (int)((q >> 4) | ((qh >> (j + 16)) & 1) << 4) * a[b].qs[16 + j];
+            }
+        acc = fmaf(hr_f16_to_f32(g[b].d[r]) * a[b].d, (float)isum, acc);
+    }
+    return acc;
 }
 
 static float dot_q4_0x16(int64_t nb, const void *gp, int r, const void *ap) {
