@@ -47,10 +47,10 @@ static const int8_t k_table_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10,
 
 /* half the E8M0 scale, 2^(e - 128), as f32 bits (e 0 and 1: subnormal), a table rather than the
  * compare and shifts per block: a pair's scales were half the one-token path's operations */
-#define MX_HS1(e)   ((e) < 2 ? 0x00200000u << (e) : (uint32_t)((e) - 1) << 23)
-#define MX_HS4(e)   MX_HS1(e), MX_HS1((e) + 1), MX_HS1((e) + 2), MX_HS1((e) + 3)
-#define MX_HS16(e)  MX_HS4(e), MX_HS4((e) + 4), MX_HS4((e) + 8), MX_HS4((e) + 12)
-#define MX_HS64(e)  MX_HS16(e), MX_HS16((e) + 16), MX_HS16((e) + 32), MX_HS16((e) + 48)
+#define MX_HS1(e)  ((e) < 2 ? 0x00200000u << ((e)&1) : (uint32_t)((e)-1) << 23) /* (e & 1): e, below 2 */
+#define MX_HS4(e)  MX_HS1(e), MX_HS1((e) + 1), MX_HS1((e) + 2), MX_HS1((e) + 3)
+#define MX_HS16(e) MX_HS4(e), MX_HS4((e) + 4), MX_HS4((e) + 8), MX_HS4((e) + 12)
+#define MX_HS64(e) MX_HS16(e), MX_HS16((e) + 16), MX_HS16((e) + 32), MX_HS16((e) + 48)
 static const uint32_t k_half_scale[256] = {MX_HS64(0), MX_HS64(64), MX_HS64(128), MX_HS64(192)};
 #undef MX_HS64
 #undef MX_HS16
@@ -66,8 +66,8 @@ static inline __attribute__((always_inline)) mx_w load_w(const hr_block_mxfp4 *b
     x.lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
     x.hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
     /* a missing second block: codes 0 give u = 12 against zero activations and zero sums, scale 0 */
-    const __m128i d01 = _mm_insert_epi32(_mm_cvtsi32_si128((int)k_half_scale[b[0].e]),
-                                         two ? (int)k_half_scale[b[1].e] : 0, 1);
+    const __m128i d01 =
+        _mm_insert_epi32(_mm_cvtsi32_si128((int)k_half_scale[b[0].e]), two ? (int)k_half_scale[b[1].e] : 0, 1);
     x.d = _mm256_castsi256_ps(
         _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(d01), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)));
     return x;
