@@ -6,7 +6,7 @@
  *   quantized (q8_0/q4_0/q5_0/q5_1/mxfp4 . q8_0, K-quants . q8_K): the activation quantizer writes the reference's
  *   bytes; the dot equals the exact integer sums times scales within 1e-6 of sum|terms|
  *   tiles: every element bit-identical to the table's own vec_dot, for tile shapes from 1 x 1 to
- *   9 rows x 17 tokens (every register tile, its leftover rows and tokens, odd block counts)
+ *   9 rows x 22 tokens (every register tile, its leftover rows and tokens, odd block counts)
  *   q4_0x16, q8_0x16, q4_Kx16, q5_Kx16, q6_Kx16, q5_0x16 (check_x16): the repack, the activations and every tile
  *   element against the one sequence of tensor.h computed from the plain rows, bit for bit
  * and f32 -> f16 against the CPU's F16C instruction on random bit patterns. */
@@ -59,8 +59,9 @@ static void check_kernels(const hr_kernels *kern, const hr_kernels *scalar, hr_r
     static const int64_t float_ks[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 65, 96, 100, 4096, 4128};
     static const int64_t q_ks[] = {32, 64, 96, 4096, 4128, 16416}; /* 16416: past the tiles' prepared tables */
     static const int64_t k_ks[] = {256, 512, 4096};
-    enum { NR = 9, NT = 17 };
-    static const int shapes[][2] = {{1, 1}, {4, 1}, {5, 1}, {1, 4}, {2, 4}, {3, 5}, {5, 7}, {8, 16}, {NR, NT}};
+    enum { NR = 9, NT = 22 }; /* 22: two of the float tiles' 16-token passes and 2 left over */
+    static const int shapes[][2] = {{1, 1},  {4, 1}, {5, 1}, {1, 4},  {2, 4},  {3, 5},  {5, 7},
+                                    {8, 16}, {7, 2}, {8, 3}, {5, 11}, {9, 14}, {7, 21}, {NR, NT}};
     for (size_t ti = 0; ti < HR_ARRAY_LEN(types); ti++) {
         const hr_dtype t = types[ti];
         const hr_dtype_info *info = hr_dtype_get_info(t);

@@ -6,9 +6,13 @@
  * hsum8(); then the k % 8 tail elements in order with scalar fmaf. A tile of R rows x T tokens runs
  * exactly this per pair while sharing each weight load (and its f16/bf16 conversion) across T tokens
  * and each activation load across R rows. One chain per pair is latency-bound for a lone dot, but
- * decode uses 4-row tiles (4 chains) and batches use 2 x 4 tiles (8 chains). */
+ * decode uses 4-row tiles (4 chains) and batches use 3 x 4 tiles (12 chains). A batch walks rows
+ * outside tokens in passes of 16 tokens, prefetching the next rows while a tile works, and runs the
+ * 2 or 3 tokens left over after the groups of 4 together (tile_rxt). None of this changes a pair's
+ * sequence, so every shape gives the lone dot's bits. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "backend/cpu/kernels_internal.h"
 
@@ -34,6 +38,16 @@ static inline float load1(const char *row, int64_t j, const int kind) {
     if (kind == W_F32) return ((const float *)row)[j];
     if (kind == W_F16) return _cvtsh_ss(((const uint16_t *)row)[j]);
     return hr_bf16_to_f32(((const uint16_t *)row)[j]);
+}
+
+/* A hint for a line of the rows after the tile's (past the matrix for the last tile: a prefetch never
+ * faults, and the address is an integer so no pointer leaves its object). Into L2 (T1), not L1: at
+ * k = 10944 three rows are 64 KB, and pulling them into L1 evicted the rows in use (bench_kernels
+ * f16 2048 x 10944, T = 129: T0 88-97 GF/s, T1 99-102, the old driver 70-102; 2048 x 1408 from memory,
+ * T = 12: T0 86-88, T1 101-103, the old driver 64-70). Always inlined: gcc 12 deleted the calls of a plain
+ * static inline version as if they had no effect. */
+static inline __attribute__((always_inline)) void prefetch(uintptr_t at) {
+    _mm_prefetch((const char *)at, _MM_HINT_T1);
 }
 
 /* One pair's finish: the fixed horizontal sum, then the tail elements in order. */
@@ -128,7 +142,8 @@ static inline __attribute__((always_inline)) void tile_2x4(int64_t k, const char
 /* 3 rows x 4 tokens: 12 chains in 12 registers, the 3 weight vectors in 3 more, f32 activations taken
  * straight from memory by the FMAs: 7 loads per 12 FMAs (2 x 4: 6 per 8); f16 ones are converted. */
 static inline __attribute__((always_inline)) void tile_3x4(int64_t k, const char *w, size_t ws, const char *a,
-                                                           size_t as, float *y, size_t ys, const int kind) {
+                                                           size_t as, float *y, size_t ys, const int kind,
+                                                           const int pf) {
     const char *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws;
     const char *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
@@ -136,6 +151,12 @@ static inline __attribute__((always_inline)) void tile_3x4(int64_t k, const char
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c22 = _mm256_setzero_ps(), c23 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) {
+        if (pf) { /* the next 3 rows, one tile ahead: memory latency hidden behind this tile's work */
+            const uintptr_t at = (uintptr_t)w + 3 * ws + (size_t)i * (kind == W_F32 ? 4 : 2);
+            prefetch(at);
+            prefetch(at + ws);
+            prefetch(at + 2 * ws);
+        }
         const __m256 x0 = load8(w0, i, kind), x1 = load8(w1, i, kind), x2 = load8(w2, i, kind);
         __m256 v = load8(a0, i, AK(kind));
         c00 = _mm256_fmadd_ps(x0, v, c00);
@@ -168,24 +189,88 @@ static inline __attribute__((always_inline)) void tile_3x4(int64_t k, const char
     y[3 * ys + 2] = finish(c23, w2, a3, i, k, kind);
 }
 
+/* full unrolling of the constant-bound loops below, which -O2 alone does not do */
+#ifdef __clang__
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 4")
+#endif
+
+/* R rows x T tokens for the few tokens left over after the groups of 4 (T = 2 or 3): one pass over
+ * the rows for them together instead of one 4 x 1 pass per token (each pass converts every weight
+ * again). The loops have constant bounds once inlined, so the compilers unroll them and keep the
+ * R * T accumulators in registers (R * T + R + 1 <= 16 ymm registers). Each pair's sequence is the
+ * one above. */
+static inline __attribute__((always_inline)) void tile_rxt(int64_t k, const char *w, size_t ws, const char *a,
+                                                           size_t as, float *y, size_t ys, const int kind, const int R,
+                                                           const int T) {
+    __m256 c[4][3];
+    UNROLL for (int r = 0; r < R; r++) { UNROLL for (int t = 0; t < T; t++) c[r][t] = _mm256_setzero_ps(); }
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256 x[4];
+        UNROLL for (int r = 0; r < R; r++) { /* the next R rows, as in tile_3x4 */
+            prefetch((uintptr_t)w + (size_t)(R + r) * ws + (size_t)i * (kind == W_F32 ? 4 : 2));
+            x[r] = load8(w + (size_t)r * ws, i, kind);
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256 v = load8(a + (size_t)t * as, i, AK(kind));
+            UNROLL for (int r = 0; r < R; r++) c[r][t] = _mm256_fmadd_ps(x[r], v, c[r][t]);
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        UNROLL for (int r = 0; r < R; r++) {
+            y[(size_t)t * ys + (size_t)r] = finish(c[r][t], w + (size_t)r * ws, a + (size_t)t * as, i, k, kind);
+        }
+    }
+}
+
+/* Tokens per weight pass in the tile driver: a row group (3 rows, 8.4 KB of f16 at k = 1408) is
+ * loaded once (from memory on the first pass over a cache block, prefetched during the previous
+ * group's first tile) and then serves up to 4 groups of 4 tokens from L1. Looping tokens outside
+ * rows, as before, left the first group of 4 waiting on memory: an expert's down projection (2048 x
+ * 1408, ~12 tokens) ran at 64-70 GF/s from memory against ~103 in cache; now 100-103 (bench_kernels,
+ * 1 thread, CPU time, Zen 4). 16 activation rows stay in L2 beside matmul.c's weight block up to
+ * k ~ 10k. */
+#define HR_FLOAT_TB 16
+
 static inline __attribute__((always_inline)) void tile_driver(int64_t k, const char *w, size_t ws, int nr,
                                                               const char *a, size_t as, int nt, float *y, size_t ys,
                                                               const int kind) {
-    int t = 0;
-    for (; t + 4 <= nt; t += 4) {
-        const char *at = a + (size_t)t * as;
-        float *yt = y + (size_t)t * ys;
+    const int n4 = nt / 4 * 4;
+    for (int t0 = 0; t0 < n4; t0 += HR_FLOAT_TB) {
+        const int t1 = t0 + HR_FLOAT_TB < n4 ? t0 + HR_FLOAT_TB : n4;
         int r = 0;
-        for (; r + 3 <= nr; r += 3) tile_3x4(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind);
-        for (; r + 2 <= nr; r += 2) tile_2x4(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind);
-        for (; r < nr; r++) tile_1x4(k, w + (size_t)r * ws, at, as, yt + r, ys, kind);
+        for (; r + 3 <= nr; r += 3) {
+            tile_3x4(k, w + (size_t)r * ws, ws, a + (size_t)t0 * as, as, y + (size_t)t0 * ys + r, ys, kind, 1);
+            for (int t = t0 + 4; t < t1; t += 4)
+                tile_3x4(k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, kind, 0);
+        }
+        for (; r + 2 <= nr; r += 2)
+            for (int t = t0; t < t1; t += 4)
+                tile_2x4(k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, kind);
+        for (; r < nr; r++)
+            for (int t = t0; t < t1; t += 4)
+                tile_1x4(k, w + (size_t)r * ws, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, kind);
     }
-    for (; t < nt; t++) {
-        const char *at = a + (size_t)t * as;
-        float *yt = y + (size_t)t * ys;
-        int r = 0;
+    const char *at = a + (size_t)n4 * as;
+    float *yt = y + (size_t)n4 * ys;
+    int r = 0;
+    switch (nt - n4) {
+    case 3:
+        for (; r + 3 <= nr; r += 3) tile_rxt(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind, 3, 3);
+        if (nr - r == 2) tile_rxt(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind, 2, 3);
+        if (nr - r == 1) tile_rxt(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind, 1, 3);
+        break;
+    case 2:
+        for (; r + 4 <= nr; r += 4) tile_rxt(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind, 4, 2);
+        for (; r < nr; r++) tile_rxt(k, w + (size_t)r * ws, ws, at, as, yt + r, ys, kind, 1, 2);
+        break;
+    case 1:
         for (; r + 4 <= nr; r += 4) tile_4x1(k, w + (size_t)r * ws, ws, at, yt + r, kind);
         for (; r < nr; r++) tile_1x1(k, w + (size_t)r * ws, at, yt + r, kind);
+        break;
+    default: break;
     }
 }
 
