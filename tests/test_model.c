@@ -433,7 +433,8 @@ static void check_fallbacks(void) {
     CHECK(hr_synth_fallback(HR_DTYPE_Q5_K, 10944) == HR_DTYPE_Q5_1);
     CHECK(hr_synth_fallback(HR_DTYPE_Q6_K, 896) == HR_DTYPE_Q8_0);
     CHECK(hr_synth_fallback(HR_DTYPE_Q4_K, 48) == HR_DTYPE_F16 && hr_synth_fallback(HR_DTYPE_Q6_K, 48) == HR_DTYPE_F16);
-    CHECK(hr_synth_fallback(HR_DTYPE_Q8_0, 48) == HR_DTYPE_F16 && hr_synth_fallback(HR_DTYPE_Q4_0, 64) == HR_DTYPE_Q4_0);
+    CHECK(hr_synth_fallback(HR_DTYPE_Q8_0, 48) == HR_DTYPE_F16 &&
+          hr_synth_fallback(HR_DTYPE_Q4_0, 64) == HR_DTYPE_Q4_0);
     CHECK(hr_synth_fallback(HR_DTYPE_F32, 7) == HR_DTYPE_F32);
 }
 
@@ -508,8 +509,10 @@ static void check_mixes(void) {
         CHECK(hr_synth_mix_type(m, &t, "token_embd.weight", 64) == HR_DTYPE_Q8_0);
         CHECK(hr_synth_mix_type(m, &t, "blk.1.ffn_down.weight", 64) ==
               (mixes[i].base == HR_DTYPE_Q4_0 ? HR_DTYPE_Q4_0 : HR_DTYPE_Q8_0));
-        static const hr_dtype plain64[] = {[HR_SYNTH_MIX_Q4_0] = HR_DTYPE_Q4_0, [HR_SYNTH_MIX_Q8_0] = HR_DTYPE_Q8_0,
-                                           [HR_SYNTH_MIX_Q4_K_M] = HR_DTYPE_Q5_0, [HR_SYNTH_MIX_Q5_K_M] = HR_DTYPE_Q5_1,
+        static const hr_dtype plain64[] = {[HR_SYNTH_MIX_Q4_0] = HR_DTYPE_Q4_0,
+                                           [HR_SYNTH_MIX_Q8_0] = HR_DTYPE_Q8_0,
+                                           [HR_SYNTH_MIX_Q4_K_M] = HR_DTYPE_Q5_0,
+                                           [HR_SYNTH_MIX_Q5_K_M] = HR_DTYPE_Q5_1,
                                            [HR_SYNTH_MIX_Q6_K] = HR_DTYPE_Q8_0};
         CHECK(hr_synth_mix_type(m, &t, "blk.0.attn_q.weight", 64) == plain64[mixes[i].mix]);
         CHECK(hr_synth_mix_type(m, &t, "blk.0.attn_q.weight", 896) == plain64[mixes[i].mix]);

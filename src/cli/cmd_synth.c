@@ -94,8 +94,10 @@ int hr_cmd_synth(int argc, char **argv) {
         return HR_EXIT_USAGE;
     }
     if (type_name && !parse_type(type_name, &type)) {
-        fprintf(stderr, "headroom synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, mxfp4)\n",
-                type_name);
+        fprintf(
+            stderr,
+            "headroom synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K, mxfp4)\n",
+            type_name);
         return HR_EXIT_USAGE;
     }
     hr_gguf_writer *w = NULL;

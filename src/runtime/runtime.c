@@ -344,8 +344,7 @@ static hr_status set_layer_kinds(hr_runtime *rt, hr_error *err) {
     if (!(rt->layer_kinds = malloc((size_t)hp->n_layer + 1)))
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for %d layer kinds", hp->n_layer);
     for (int l = 0; l < hp->n_layer; l++) {
-        bool window = la ? la[l].window > 0
-                         : hp->sliding_window > 0 || (hp->swa_window > 0 && l < hp->n_window_layers);
+        bool window = la ? la[l].window > 0 : hp->sliding_window > 0 || (hp->swa_window > 0 && l < hp->n_window_layers);
         rt->layer_kinds[l] = window ? 'W' : hp->kv_lora_rank > 0 ? 'L' : 'F';
     }
     rt->layer_kinds[hp->n_layer] = '\0';

@@ -251,8 +251,8 @@ void hr_dequantize_row_ref(hr_dtype t, const void *src, float *y, int64_t k);
 /* Dot of a weight row of type t with an activation row already in info(t)->vec_dot_type. Returns
  * the sum in f32. Activation types: f32/bf16 weights -> f32; f16 -> f16; q8_0/q4_0 -> q8_0;
  * mxfp4, q5_0, q5_1 -> q8_0 (q5_1's min term takes the sum of each activation block, formed from its
- * values: no separate activation type); q4_K/q5_K/q6_K -> q8_K (converted or quantized on the fly, as llama.cpp does: ggml's vec_dot_type
- * for f16 is f16, so its f16 matmuls see activations rounded to f16). */
+ * values: no separate activation type); q4_K/q5_K/q6_K -> q8_K (converted or quantized on the fly, as llama.cpp does:
+ * ggml's vec_dot_type for f16 is f16, so its f16 matmuls see activations rounded to f16). */
 float hr_vec_dot_ref(hr_dtype t, int64_t k, const void *w_row, const void *act_row);
 
 #endif

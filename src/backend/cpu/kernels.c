@@ -155,11 +155,10 @@ void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa) {
 }
 
 int hr_kernels_describe(const hr_kernels *k, char *buf, size_t n) {
-    static const hr_dtype order[] = {HR_DTYPE_F32,     HR_DTYPE_F16,  HR_DTYPE_BF16,    HR_DTYPE_Q8_0,
-                                     HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0, HR_DTYPE_Q4_0X16, HR_DTYPE_Q5_0, HR_DTYPE_Q5_0X16,
-                                     HR_DTYPE_Q5_1,    HR_DTYPE_Q4_K,
-                                     HR_DTYPE_Q4_KX16, HR_DTYPE_Q5_K, HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_K,
-                                     HR_DTYPE_Q6_KX16, HR_DTYPE_MXFP4};
+    static const hr_dtype order[] = {
+        HR_DTYPE_F32,     HR_DTYPE_F16,     HR_DTYPE_BF16,    HR_DTYPE_Q8_0,    HR_DTYPE_Q8_0X16, HR_DTYPE_Q4_0,
+        HR_DTYPE_Q4_0X16, HR_DTYPE_Q5_0,    HR_DTYPE_Q5_0X16, HR_DTYPE_Q5_1,    HR_DTYPE_Q4_K,    HR_DTYPE_Q4_KX16,
+        HR_DTYPE_Q5_K,    HR_DTYPE_Q5_KX16, HR_DTYPE_Q6_K,    HR_DTYPE_Q6_KX16, HR_DTYPE_MXFP4};
     int len = 0;
     if (n) buf[0] = '\0';
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {

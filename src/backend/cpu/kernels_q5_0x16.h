@@ -18,7 +18,7 @@
 
 /* The shuffle that copies byte s of each dword to the dword's 4 bytes (within 128-bit lanes). */
 #define HR_Q50_BCAST(s)                                                                                                \
-    (s), (s), (s), (s), 4 + (s), 4 + (s), 4 + (s), 4 + (s), 8 + (s), 8 + (s), 8 + (s), 8 + (s), 12 + (s), 12 + (s),  \
+    (s), (s), (s), (s), 4 + (s), 4 + (s), 4 + (s), 4 + (s), 8 + (s), 8 + (s), 8 + (s), 8 + (s), 12 + (s), 12 + (s),    \
         12 + (s), 12 + (s)
 
 #if HR_X16_512
@@ -103,11 +103,12 @@ static inline __attribute__((always_inline)) void rows_tile_q50(const int C, int
 #pragma GCC unroll 4
             for (int v = 1; v < 4; v++) {
                 sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(lo[v], _mm256_set1_epi32(load_i32(yb->qs + 4 * v))));
-                sh = _mm256_add_epi16(sh,
-                                      _mm256_maddubs_epi16(hi[v], _mm256_set1_epi32(load_i32(yb->qs + 16 + 4 * v))));
+                sh =
+                    _mm256_add_epi16(sh, _mm256_maddubs_epi16(hi[v], _mm256_set1_epi32(load_i32(yb->qs + 16 + 4 * v))));
             }
-            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(sl, ones), _mm256_madd_epi16(sh, ones)),
-                                               _mm256_set1_epi32(2 * yb->s8));
+            const __m256i s =
+                _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(sl, ones), _mm256_madd_epi16(sh, ones)),
+                                 _mm256_set1_epi32(2 * yb->s8));
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(s), acc[t]);
         }
     }

@@ -51,8 +51,8 @@ static inline __m256i bits_to_0x10(uint32_t w) {
 #if HR_Q5_VNNI
     return _mm256_maskz_mov_epi8((__mmask32)w, _mm256_set1_epi8(0x10));
 #else
-    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
-                                         3, 3, 3, 3, 3);
+    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                         3, 3, 3, 3, 3, 3);
     const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)w), idx), sel);
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
@@ -101,7 +101,8 @@ static inline __attribute__((always_inline)) q5w load_w(const char *w, int64_t i
     memcpy(&h0, b + qh_at, 4);
     if (two) memcpy(&h1, b + bs + qh_at, 4);
     const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + qs_at));
-    const __m256i q = _mm256_set_m128i(two ? _mm_loadu_si128((const __m128i *)(b + bs + qs_at)) : _mm_setzero_si128(), q0);
+    const __m256i q =
+        _mm256_set_m128i(two ? _mm_loadu_si128((const __m128i *)(b + bs + qs_at)) : _mm_setzero_si128(), q0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     q5w x;
     x.lo = _mm256_or_si256(_mm256_and_si256(q, m4), bits_to_0x10((h0 & 0xFFFFu) | h1 << 16));
