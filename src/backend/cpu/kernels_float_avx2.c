@@ -15,17 +15,11 @@
 #include <stdint.h>
 
 #include "backend/cpu/kernels_internal.h"
+#include "backend/cpu/simd_avx2.h"
 
 enum { W_F32, W_F16, W_BF16 };
 /* the activation element type that goes with a weight kind: f16 with f16, else f32 */
 #define AK(kind) ((kind) == W_F16 ? W_F16 : W_F32)
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static inline __m256 load8(const char *row, int64_t j, const int kind) {
     if (kind == W_F32) return _mm256_loadu_ps((const float *)row + j);

@@ -27,18 +27,12 @@
 #include <string.h>
 
 #include "backend/cpu/kernels_tile.h"
+#include "backend/cpu/simd_avx2.h"
 
 /* gcc -O2 does not unroll the fixed 4- and 8-step loops by itself; unrolled, the block stays in registers. */
 #define HR_UNROLL _Pragma("GCC unroll 8")
 
 enum { K_Q4, K_Q5, K_Q6 };
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* A super-block's scales, ready to shuffle out per chunk. */
 typedef struct kscale {

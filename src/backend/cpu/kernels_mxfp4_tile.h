@@ -24,13 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels_internal.h"
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "backend/cpu/simd_avx2.h"
 
 typedef struct mx_w {
     __m256i lo, hi; /* v + 12 of elements 0..15 and 16..31 of both blocks */

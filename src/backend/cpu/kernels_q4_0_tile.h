@@ -31,22 +31,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels_tile.h"
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* [f16 at p x4, f16 at p + stride x4] as floats (or zeros above when !two). */
-static inline __m256 scale_pair(const char *p, size_t stride, const bool two) {
-    uint16_t h0, h1 = 0;
-    memcpy(&h0, p, 2);
-    if (two) memcpy(&h1, p + stride, 2);
-    const __m128i h = _mm_cvtsi32_si128((int)(h0 | (uint32_t)h1 << 16));
-    return _mm256_cvtph_ps(_mm_shuffle_epi8(h, _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3)));
-}
+#include "backend/cpu/simd_avx2.h"
 
 typedef struct apair {
     __m256i lo, hi; /* elements 0..15 and 16..31 of both blocks */
@@ -72,7 +57,7 @@ static inline __attribute__((always_inline)) apair load_apair(const char *a, int
 #if HR_Q_VNNI
     y.y8 = _mm256_sub_epi32(_mm256_setzero_si256(), y.y8);
 #endif
-    y.d = scale_pair((const char *)b, sizeof(hr_block_q8_0), two);
+    y.d = f16_scale_pair((const char *)b, sizeof(hr_block_q8_0), two);
     return y;
 }
 
@@ -85,7 +70,7 @@ static inline __attribute__((always_inline)) wpair load_wpair(const char *w, int
     wpair x;
     x.lo = _mm256_and_si256(q, m4);
     x.hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    x.d = scale_pair((const char *)b, sizeof(hr_block_q4_0), two);
+    x.d = f16_scale_pair((const char *)b, sizeof(hr_block_q4_0), two);
     return x;
 }
 

@@ -29,22 +29,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels_tile.h"
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* [f16 at p x4, f16 at p + stride x4] as floats (zeros above when !two). */
-static inline __m256 half_pair(const char *p, size_t stride, const bool two) {
-    uint16_t h0, h1 = 0;
-    memcpy(&h0, p, 2);
-    if (two) memcpy(&h1, p + stride, 2);
-    const __m128i h = _mm_cvtsi32_si128((int)(h0 | (uint32_t)h1 << 16));
-    return _mm256_cvtph_ps(_mm_shuffle_epi8(h, _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3)));
-}
+#include "backend/cpu/simd_avx2.h"
 
 /* Byte i of the result is 0x10 where bit i of w is set, else 0. */
 static inline __m256i bits_to_0x10(uint32_t w) {
@@ -81,7 +66,7 @@ static inline __attribute__((always_inline)) q5a load_a(const char *a, int64_t i
     const __m256i ones8 = _mm256_set1_epi8(1);
     const __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, y.lo), _mm256_maddubs_epi16(ones8, y.hi));
     const __m256i sum = _mm256_madd_epi16(sum16, _mm256_set1_epi16(1));
-    y.d = half_pair((const char *)b, sizeof(hr_block_q8_0), two);
+    y.d = f16_scale_pair((const char *)b, sizeof(hr_block_q8_0), two);
     if (q51) {
         y.e = _mm256_castps_si256(_mm256_mul_ps(y.d, _mm256_cvtepi32_ps(sum)));
     } else {
@@ -107,8 +92,8 @@ static inline __attribute__((always_inline)) q5w load_w(const char *w, int64_t i
     q5w x;
     x.lo = _mm256_or_si256(_mm256_and_si256(q, m4), bits_to_0x10((h0 & 0xFFFFu) | h1 << 16));
     x.hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bits_to_0x10(h0 >> 16 | (h1 & 0xFFFF0000u)));
-    x.d = half_pair(b, bs, two);
-    x.m = q51 ? half_pair(b + 2, bs, two) : _mm256_setzero_ps();
+    x.d = f16_scale_pair(b, bs, two);
+    x.m = q51 ? f16_scale_pair(b + 2, bs, two) : _mm256_setzero_ps();
     return x;
 }
 

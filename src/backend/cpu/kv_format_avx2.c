@@ -13,17 +13,11 @@
 #include <string.h>
 
 #include "backend/cpu/kv_cpu.h"
+#include "backend/cpu/simd_avx2.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF /* a * b + c written apart stays two roundings, as in kv_format.c */
 #endif
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* ---- f32 / f16 / bf16 --------------------------------------------------------------------------- */
 
