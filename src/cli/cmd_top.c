@@ -31,7 +31,7 @@
 #define MAX_ANSWER (256u << 20) /* a /v1/kv answer larger than this is refused (1,000 requests: ~1 MiB) */
 
 static const char *const k_help =
-    "usage: headroom top [--url URL] [--api-key K] [--interval S] [--once]\n\n"
+    "usage: headroom top [--url URL] [--api-key K] [--interval S] [--timeout S] [--once]\n\n"
     "A live view of a running `headroom serve` in the terminal: the KV pool as a bar (used, cached,\n"
     "free) with the headroom, the rates of the last minute (requests, prompt and generated tokens per\n"
     "second, time to first token and inter-token latency p50/p99), the newest events (preemptions,\n"
@@ -42,6 +42,8 @@ static const char *const k_help =
     "      --url URL      the server (default http://127.0.0.1:8080)\n"
     "      --api-key K    the server's --api-key (default: $HEADROOM_API_KEY)\n"
     "      --interval S   seconds between refreshes, 0.2..60 (default 1)\n"
+    "      --timeout S    seconds one fetch may take, connecting included, 1..300 (default 5; a\n"
+    "                     slow or far server, or a machine under heavy load, may need more)\n"
     "      --once         print one frame (no colours unless stdout is a terminal) and exit\n\n"
     "An unreachable server, a refused key (401) or an answer that is not /v1/kv at start: one line on\n"
     "stderr and exit 1.\n" HR_EXIT_HELP;
@@ -79,7 +81,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *user) {
     return k;
 }
 
-static bool top_open(top *t, const char *url, const char *api_key) {
+static bool top_open(top *t, const char *url, const char *api_key, double timeout_s) {
     size_t n = strlen(url);
     while (n > 0 && url[n - 1] == '/') n--;
     t->kv_url = malloc(n + sizeof "/v1/kv");
@@ -100,8 +102,9 @@ static bool top_open(top *t, const char *url, const char *api_key) {
     curl_easy_setopt(t->curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(t->curl, CURLOPT_WRITEDATA, t);
     curl_easy_setopt(t->curl, CURLOPT_ERRORBUFFER, t->errbuf);
-    curl_easy_setopt(t->curl, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-    curl_easy_setopt(t->curl, CURLOPT_TIMEOUT_MS, 5000L);
+    const long total_ms = (long)(timeout_s * 1000.0);
+    curl_easy_setopt(t->curl, CURLOPT_CONNECTTIMEOUT_MS, total_ms < 2000L ? total_ms : 2000L);
+    curl_easy_setopt(t->curl, CURLOPT_TIMEOUT_MS, total_ms);
     curl_easy_setopt(t->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(t->curl, CURLOPT_PROTOCOLS_STR, "http,https");
     return true;
@@ -296,7 +299,7 @@ static int live(top *t, json_t *kv, const char *url, double interval) {
 int hr_cmd_top(int argc, char **argv) {
     const char *url = "http://127.0.0.1:8080", *api_key = getenv("HEADROOM_API_KEY");
     bool once = false;
-    float interval = 1;
+    float interval = 1, timeout = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -309,6 +312,9 @@ int hr_cmd_top(int argc, char **argv) {
         } else if (!strcmp(a, "--interval")) {
             const char *v = hr_arg_value("top", argc, argv, &i);
             if (!v || !hr_arg_float("top", "--interval", v, 0.2, 60, &interval)) return HR_EXIT_USAGE;
+        } else if (!strcmp(a, "--timeout")) {
+            const char *v = hr_arg_value("top", argc, argv, &i);
+            if (!v || !hr_arg_float("top", "--timeout", v, 1, 300, &timeout)) return HR_EXIT_USAGE;
         } else if (!strcmp(a, "--once")) {
             once = true;
         } else {
@@ -332,7 +338,7 @@ int hr_cmd_top(int argc, char **argv) {
     int code = HR_EXIT_FAIL;
     json_t *kv = NULL;
     char why[512];
-    if (!top_open(&t, url, api_key)) {
+    if (!top_open(&t, url, api_key, timeout)) {
         fprintf(stderr, "headroom top: out of memory\n");
     } else if (fetch_kv(&t, &kv, why, sizeof why) != FETCH_OK) {
         fprintf(stderr, "headroom top: %s\n", why);

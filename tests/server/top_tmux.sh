@@ -74,6 +74,10 @@ rc=$?
 check $((rc != 2)) "the live view without a terminal: exit $rc (want 2)"
 "$bin" top --url "$url" --bogus > /dev/null 2> "$tmp/e"
 check $(($? != 2)) "an unknown flag: exit 2"
+"$bin" top --url "$url" --timeout 0.5 --once > /dev/null 2> "$tmp/e"
+check $(($? != 2)) "--timeout below 1 s: exit 2"
+grep -q -- "--timeout" "$tmp/e"
+check $? "--timeout out of range names it: $(cat "$tmp/e")"
 "$bin" top --url "$url" --api-key "$key" --once > "$tmp/o" 2> "$tmp/e"
 check $? "--once exits 0 ($(cat "$tmp/e"))"
 grep -q "^pool \[" "$tmp/o" && grep -q "no active requests" "$tmp/o" && grep -q "budget 400.0 KiB" "$tmp/o"
@@ -81,8 +85,8 @@ check $? "--once prints the pool, the budget and no requests: $(cat "$tmp/o")"
 
 # ---- the live view under load --------------------------------------------------------------------------
 tmux -L "$sock" new-session -d -s live -x 150 -y 40 \
-    "HEADROOM_API_KEY=$key '$bin' top --url '$url'; echo EXIT=\$? > '$tmp/exit1'; stty -a > '$tmp/stty1'; sleep 60"
-wait_for 30 pane_has live '^pool \['
+    "HEADROOM_API_KEY=$key '$bin' top --url '$url' --timeout 60; echo EXIT=\$? > '$tmp/exit1'; stty -a > '$tmp/stty1'; sleep 60"
+wait_for 90 pane_has live '^pool \['
 check $? "the live view draws the pool bar: $(pane live)"
 body='{"prompt": "Once upon a time there was a little girl", "max_tokens": 400, "temperature": 0.8, "ignore_eos": true}'
 for i in 1 2 3 4 5 6; do
@@ -138,23 +142,13 @@ wait_for 60 port_of > /dev/null || { echo "the server did not restart" >&2; exit
 url="http://127.0.0.1:$(port_of)"
 wait_for 60 curl -sf "$url/health" > /dev/null
 wait_for 60 curl -sf -H "Authorization: Bearer $key" "$url/v1/kv" > /dev/null
-start_sig2() {
-    rm -f "$tmp/exit3"
-    tmux -L "$sock" new-session -d -s sig2 -x 120 -y 30 \
-        "'$bin' top --url '$url' --api-key '$key'; echo EXIT=\$? > '$tmp/exit3'; stty -a > '$tmp/stty3'; sleep 60"
-}
-start_sig2
-wait_for 30 pane_has sig2 '^pool \[' || {
-    # a machine loaded past top's 5 s first-fetch timeout makes it exit 1 ("unreachable at start"), as
-    # designed; that case is checked above: start it once more before judging the live view
-    if grep -q "EXIT=1" "$tmp/exit3" 2> /dev/null; then
-        echo "note: top's first fetch timed out under load; starting it again" >&2
-        tmux -L "$sock" kill-session -t sig2 2> /dev/null
-        start_sig2
-    fi
-    wait_for 30 pane_has sig2 '^pool \['
-}
-check $? "a second live view starts"
+# --timeout 60: a machine loaded past top's default 5 s per fetch (the whole suite under sanitizers
+# on 2 cores) would make the first fetch fail and top exit 1 ("unreachable at start", as designed and
+# checked above); this live view is here for Ctrl-C, so it waits as long as the other waits here do
+tmux -L "$sock" new-session -d -s sig2 -x 120 -y 30 \
+    "'$bin' top --url '$url' --api-key '$key' --timeout 60; echo EXIT=\$? > '$tmp/exit3'; stty -a > '$tmp/stty3'; sleep 60"
+wait_for 90 pane_has sig2 '^pool \['
+check $? "a second live view starts: $(pane sig2)"
 tmux -L "$sock" send-keys -t sig2 C-c
 wait_for 15 test -s "$tmp/stty3"
 check $? "Ctrl-C quits"
