@@ -46,14 +46,8 @@ typedef struct wpair {
 
 static inline __attribute__((always_inline)) apair load_apair(const char *a, int64_t ib, const bool two) {
     const hr_block_q8_0 *b = (const hr_block_q8_0 *)a + ib;
-    const __m256i y0 = _mm256_loadu_si256((const __m256i *)b[0].qs);
-    const __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
     apair y;
-    y.lo = _mm256_permute2x128_si256(y0, y1, 0x20);
-    y.hi = _mm256_permute2x128_si256(y0, y1, 0x31);
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    const __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, y.lo), _mm256_maddubs_epi16(ones8, y.hi));
-    y.y8 = _mm256_slli_epi32(_mm256_madd_epi16(sum16, _mm256_set1_epi16(1)), 3);
+    y.y8 = _mm256_slli_epi32(q8_0_pair_lanes(b, two, &y.lo, &y.hi), 3);
 #if HR_Q_VNNI
     y.y8 = _mm256_sub_epi32(_mm256_setzero_si256(), y.y8);
 #endif

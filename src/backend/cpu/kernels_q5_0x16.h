@@ -50,18 +50,7 @@ static inline __attribute__((always_inline)) void rows_tile_q50(const int C, int
                 hi[v] = _mm512_mask_add_epi8(h, _mm512_test_epi8_mask(bhi, sel[e]), h, sixteen);
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
-#pragma GCC unroll 16
-        for (int t = 0; t < C; t++) {
-            const hr_block_q8_0s *yb = (const hr_block_q8_0s *)(a + (size_t)t * as) + b;
-            __m512i s = _mm512_set1_epi32(2 * yb->s8);
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                s = _mm512_dpbusd_epi32(s, lo[v], _mm512_set1_epi32(load_i32(yb->qs + 4 * v)));
-                s = _mm512_dpbusd_epi32(s, hi[v], _mm512_set1_epi32(load_i32(yb->qs + 16 + 4 * v)));
-            }
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(s), acc[t]);
-        }
+        x16_q0_tokens(C, lo, hi, g[b].d, a, as, b, 2, acc);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);

@@ -58,14 +58,8 @@ typedef struct q5w {
 
 static inline __attribute__((always_inline)) q5a load_a(const char *a, int64_t ib, const bool two, const bool q51) {
     const hr_block_q8_0 *b = (const hr_block_q8_0 *)a + ib;
-    const __m256i y0 = _mm256_loadu_si256((const __m256i *)b[0].qs);
-    const __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
     q5a y;
-    y.lo = _mm256_permute2x128_si256(y0, y1, 0x20);
-    y.hi = _mm256_permute2x128_si256(y0, y1, 0x31);
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    const __m256i sum16 = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, y.lo), _mm256_maddubs_epi16(ones8, y.hi));
-    const __m256i sum = _mm256_madd_epi16(sum16, _mm256_set1_epi16(1));
+    const __m256i sum = q8_0_pair_lanes(b, two, &y.lo, &y.hi);
     y.d = f16_scale_pair((const char *)b, sizeof(hr_block_q8_0), two);
     if (q51) {
         y.e = _mm256_castps_si256(_mm256_mul_ps(y.d, _mm256_cvtepi32_ps(sum)));

@@ -23,14 +23,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/kernels_tile.h"
-
-/* Horizontal sum of 8 floats in a fixed order: (lo128 + hi128), then pairs. */
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "backend/cpu/simd_avx2.h"
 
 /* ---- q8_0 weights against q8_0 activations ----
  *

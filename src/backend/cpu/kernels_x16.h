@@ -90,6 +90,27 @@ static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_
 #define HR_X16_TC   16 /* tokens per tile */
 #define HR_X16_ROWS 16 /* rows per register */
 
+/* Block b of a 32-element x16 group (q4_0x16, q5_0x16) against C tokens: the 16 rows' unsigned values
+ * lo (elements 0..15) / hi (16..31) in 4 registers each, their f16 scales d; per token one integer
+ * sum started from s8_mul x the activations' s8 term (the offset the unsigned values carry: 8 for
+ * q4_0, 16 = 2 x 8 for q5_0), then one FMA into acc[t]. */
+static inline __attribute__((always_inline)) void x16_q0_tokens(const int C, const __m512i lo[4], const __m512i hi[4],
+                                                                const hr_f16 *d, const char *a, size_t as, int64_t b,
+                                                                const int s8_mul, __m512 *acc) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+#pragma GCC unroll 16
+    for (int t = 0; t < C; t++) {
+        const hr_block_q8_0s *yb = (const hr_block_q8_0s *)(a + (size_t)t * as) + b;
+        __m512i s = _mm512_set1_epi32(s8_mul * yb->s8);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            s = _mm512_dpbusd_epi32(s, lo[v], _mm512_set1_epi32(load_i32(yb->qs + 4 * v)));
+            s = _mm512_dpbusd_epi32(s, hi[v], _mm512_set1_epi32(load_i32(yb->qs + 16 + 4 * v)));
+        }
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(s), acc[t]);
+    }
+}
+
 /* One group (16 rows) x C tokens over all nb blocks; y[t * ys + r]. */
 static inline __attribute__((always_inline)) void rows_tile_q4p(const int C, int64_t nb, const char *gp, const char *a,
                                                                 size_t as, float *y, size_t ys, const int pf) {
@@ -107,18 +128,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4p(const int C, int
             lo[v] = _mm512_and_si512(w, m4);
             hi[v] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g[b].d));
-#pragma GCC unroll 16
-        for (int t = 0; t < C; t++) {
-            const hr_block_q8_0s *yb = (const hr_block_q8_0s *)(a + (size_t)t * as) + b;
-            __m512i s = _mm512_set1_epi32(yb->s8);
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                s = _mm512_dpbusd_epi32(s, lo[v], _mm512_set1_epi32(load_i32(yb->qs + 4 * v)));
-                s = _mm512_dpbusd_epi32(s, hi[v], _mm512_set1_epi32(load_i32(yb->qs + 16 + 4 * v)));
-            }
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(s), acc[t]);
-        }
+        x16_q0_tokens(C, lo, hi, g[b].d, a, as, b, 1, acc);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
