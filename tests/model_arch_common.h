@@ -318,4 +318,18 @@ static inline void expect_cli_failure(const char *args, const char *needle) {
     free(err);
 }
 
+
+#if HR_FAULT
+#include "model_faults.h"
+/* Fault build: each synthetic shape's f32 image through check_model_alloc_faults. */
+static inline void check_shapes_alloc_faults(const char *const *shapes, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        size_t n;
+        void *mem = image(shapes[i], -1, &n);
+        check_model_alloc_faults(mem, n, shapes[i]);
+        free(mem);
+    }
+}
+#endif
+
 #endif

@@ -354,19 +354,12 @@ static void check_layer_attn(void) {
 }
 
 #if HR_FAULT
-#include "model_faults.h"
-
 /* Fault build: loading each family's model and creating its forward context with the Nth allocation
  * failing, for every N the clean run makes, ends in a clean error (or success) and leaks nothing
  * (LeakSanitizer at exit). */
 static void check_alloc_faults(void) {
-    const char *shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny"};
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        size_t n;
-        void *mem = image(shapes[i], -1, &n);
-        check_model_alloc_faults(mem, n, shapes[i]);
-        free(mem);
-    }
+    static const char *const shapes[] = {"qwen3-tiny", "gemma2-tiny", "gemma3-tiny", "phi3-tiny", "qwen3moe-tiny"};
+    check_shapes_alloc_faults(shapes, sizeof shapes / sizeof *shapes);
 }
 #else
 static void check_alloc_faults(void) {}

@@ -687,19 +687,12 @@ static void check_mla_cli_kv(void) {
 }
 
 #if HR_FAULT
-#include "model_faults.h"
-
 /* Fault build: loading each deepseek2 model and creating its forward context with the Nth allocation
  * failing, for every N the clean run makes, ends in a clean error (or success) and leaks nothing
  * (LeakSanitizer at exit). */
 static void check_alloc_faults(void) {
-    const char *shapes[] = {"deepseek3-tiny", "deepseek2-tiny-kvb"};
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        size_t n;
-        void *mem = image(shapes[i], -1, &n);
-        check_model_alloc_faults(mem, n, shapes[i]);
-        free(mem);
-    }
+    static const char *const shapes[] = {"deepseek3-tiny", "deepseek2-tiny-kvb"};
+    check_shapes_alloc_faults(shapes, sizeof shapes / sizeof *shapes);
 }
 #else
 static void check_alloc_faults(void) {}
