@@ -318,7 +318,6 @@ static inline void expect_cli_failure(const char *args, const char *needle) {
     free(err);
 }
 
-
 #if HR_FAULT
 #include "model_faults.h"
 /* Fault build: each synthetic shape's f32 image through check_model_alloc_faults. */
