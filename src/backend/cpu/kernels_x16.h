@@ -336,16 +336,21 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
 
 /* q6_Kx16: the 6-bit values u = q (0..63, unsigned for vpdpbusd) of quarter q (0..3) of half h of
  * the super-block, 4 bytes of each row in chunk v (0..7: elements 4 v .. 4 v + 3 of the quarter's
- * 32): the nibble of ql (the high one for q >= 2) and bits 2 q of qh moved to bits 4-5. */
+ * 32). The lanes of ql chunks 16 h + v (a) and 16 h + 8 + v (b) and qh chunk 8 h + v (c) hold u_0,
+ * u_1, u_2 in their low 6 bits and u_3's bits 0-1, 2-3, 4-5 in their top 2 (tensor.h): one AND for
+ * q < 3; for q = 3 the three tops shifted into place (16-bit shifts: the selects keep only the bits
+ * that came from the lane's own byte) and joined by two bitwise selects. */
 static inline __attribute__((always_inline)) __m512i k6_u(const hr_block_q6_Kx16 *g, int h, int q, int v) {
-    const __m512i ql = _mm512_loadu_si512((const void *)(g->q + hr_q6x16_ql_at(16 * h + 8 * (q & 1) + v)));
-    const __m512i qh = _mm512_loadu_si512((const void *)(g->q + hr_q6x16_qh_at(8 * h + v)));
-    const __m512i lo = _mm512_and_si512(q >= 2 ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0F));
-    const __m512i hs = q == 0   ? _mm512_slli_epi16(qh, 4)
-                       : q == 1 ? _mm512_slli_epi16(qh, 2)
-                       : q == 2 ? qh
-                                : _mm512_srli_epi16(qh, 2);
-    return _mm512_or_si512(lo, _mm512_and_si512(hs, _mm512_set1_epi8(0x30)));
+    const __m512i m63 = _mm512_set1_epi8(0x3F);
+    const void *pa = g->q + hr_q6x16_ql_at(16 * h + v), *pb = g->q + hr_q6x16_ql_at(16 * h + 8 + v);
+    const void *pc = g->q + hr_q6x16_qh_at(8 * h + v);
+    if (q < 3) return _mm512_and_si512(_mm512_loadu_si512(q == 0 ? pa : q == 1 ? pb : pc), m63);
+    /* 0xE4: c ? a : b, bit by bit */
+    const __m512i ab = _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_loadu_si512(pa), 6),
+                                                 _mm512_srli_epi16(_mm512_loadu_si512(pb), 4), _mm512_set1_epi8(0x03), 0xE4);
+    const __m512i abc =
+        _mm512_ternarylogic_epi32(ab, _mm512_srli_epi16(_mm512_loadu_si512(pc), 2), _mm512_set1_epi8(0x0F), 0xE4);
+    return _mm512_and_si512(abc, m63);
 }
 
 /* The 16 rows' int8 scale of sub-block sb, sign-extended to the lanes. */
@@ -643,17 +648,17 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
 }
 
 /* q6_Kx16 with AVX2, 8 rows a half: the values of quarter q of half h, chunk v (as the AVX-512
- * k6_u), */
+ * k6_u; u_3 by masking the three tops first, so that the 16-bit shifts move no bits across bytes), */
 static inline __attribute__((always_inline)) __m256i k6_u(const hr_block_q6_Kx16 *g, int half, int h, int q, int v) {
-    const __m256i ql =
-        _mm256_loadu_si256((const __m256i *)(g->q + hr_q6x16_ql_at(16 * h + 8 * (q & 1) + v) + 32 * half));
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g->q + hr_q6x16_qh_at(8 * h + v) + 32 * half));
-    const __m256i lo = _mm256_and_si256(q >= 2 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
-    const __m256i hs = q == 0   ? _mm256_slli_epi16(qh, 4)
-                       : q == 1 ? _mm256_slli_epi16(qh, 2)
-                       : q == 2 ? qh
-                                : _mm256_srli_epi16(qh, 2);
-    return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+    const __m256i *pa = (const __m256i *)(g->q + hr_q6x16_ql_at(16 * h + v) + 32 * half);
+    const __m256i *pb = (const __m256i *)(g->q + hr_q6x16_ql_at(16 * h + 8 + v) + 32 * half);
+    const __m256i *pc = (const __m256i *)(g->q + hr_q6x16_qh_at(8 * h + v) + 32 * half);
+    if (q < 3) return _mm256_and_si256(_mm256_loadu_si256(q == 0 ? pa : q == 1 ? pb : pc), _mm256_set1_epi8(0x3F));
+    const __m256i top = _mm256_set1_epi8((char)0xC0);
+    const __m256i a = _mm256_srli_epi16(_mm256_and_si256(_mm256_loadu_si256(pa), top), 6);
+    const __m256i b = _mm256_srli_epi16(_mm256_and_si256(_mm256_loadu_si256(pb), top), 4);
+    const __m256i c = _mm256_srli_epi16(_mm256_and_si256(_mm256_loadu_si256(pc), top), 2);
+    return _mm256_or_si256(_mm256_or_si256(a, b), c);
 }
 
 /* the 8 rows' scale of sub-block sb as int16 in both halves of each dword (for vpmaddwd), */

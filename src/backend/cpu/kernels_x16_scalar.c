@@ -168,9 +168,10 @@ static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
     return acc;
 }
 
-/* q6_Kx16: element 128 h + 32 q + l (half h, quarter q, l < 32) has its low 4 bits in ql byte 64 h +
- * 32 (q & 1) + l (the high nibble for q >= 2) and its top 2 in bits 2 q of qh byte 32 h + l; its
- * sub-block is 8 h + 2 q + l / 16. */
+/* q6_Kx16: element 128 h + 32 q + l (half h, quarter q, l < 32) of row r lives in lane 4 r + l % 4 of
+ * the chunks a = ql chunk 16 h + l / 4, b = ql chunk 16 h + 8 + l / 4, c = qh chunk 8 h + l / 4: its
+ * value is a & 63, b & 63, c & 63 for q = 0, 1, 2, and the top two bits of a, b, c (from low to high)
+ * for q = 3 (tensor.h); its sub-block is 8 h + 2 q + l / 16. */
 static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
     const hr_block_q6_Kx16 *g = gp;
     const hr_block_q8_K *a = ap;
@@ -183,10 +184,15 @@ static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
                     const int sb = 8 * h + 2 * q + half16;
                     int32_t s = 0;
                     for (int l = 16 * half16; l < 16 * half16 + 16; l++) {
-                        const int lb = 64 * h + 32 * (q & 1) + l, hb = 32 * h + l; /* bytes of the plain row */
-                        const int lo = (g[b].q[hr_q6x16_ql_at(lb / 4) + 4 * r + lb % 4] >> (4 * (q >> 1))) & 15;
-                        const int hi = (g[b].q[hr_q6x16_qh_at(hb / 4) + 4 * r + hb % 4] >> (2 * q)) & 3;
-                        s += ((lo | hi << 4) - 32) * a[b].qs[128 * h + 32 * q + l];
+                        const int lane = 4 * r + l % 4;
+                        const int ca = g[b].q[hr_q6x16_ql_at(16 * h + l / 4) + lane];
+                        const int cb = g[b].q[hr_q6x16_ql_at(16 * h + 8 + l / 4) + lane];
+                        const int cc = g[b].q[hr_q6x16_qh_at(8 * h + l / 4) + lane];
+                        const int u = q == 0   ? ca & 63
+                                      : q == 1 ? cb & 63
+                                      : q == 2 ? cc & 63
+                                               : ca >> 6 | (cb >> 6) << 2 | (cc >> 6) << 4;
+                        s += (u - 32) * a[b].qs[128 * h + 32 * q + l];
                     }
                     isum += g[b].scales[64 * (sb / 4) + 4 * r + sb % 4] * s;
                 }
