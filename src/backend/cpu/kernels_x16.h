@@ -46,6 +46,17 @@ static inline int32_t load_i32(const void *p) {
 static inline __attribute__((always_inline)) void prefetch_block_at(const void *p, size_t bytes, size_t ahead) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
 }
+/* The k-quant tiles' (q4_Kx16, q5_Kx16, q6_Kx16 at more than one token) prefetch goes to L2, not L1: a
+ * whole super-block's lines at once (36-44) into L1 stalled the tiles' own loads behind them, and
+ * the rows they need next are in L2 in time. bench_kernels 2 threads, 2048 x 5632, 16 copies (from
+ * memory), GF/s at 16 tokens, L1 / L2 (December 6, 3 alternating rounds): AVX-512 q4_Kx16 365-407 /
+ * 473-564, q5_Kx16 304-379 / 471-536; AVX2 q4_Kx16 250-264 / 298-300, q5_Kx16 110-196 / 215-230,
+ * q6_Kx16 212-277 / 279-308; at 64 tokens equal or up to 1.15x. q4_0x16 / q8_0x16 (5 lines a block)
+ * measured the same either way and keep L1; a lone token's q6_Kx16 path keeps L1 (36.7-42 GB/s with L1
+ * against 27-37 with L2). */
+static inline __attribute__((always_inline)) void prefetch_block_l2(const void *p, size_t bytes, size_t ahead) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T1);
+}
 static inline __attribute__((always_inline)) void prefetch_block(const void *p, size_t bytes) {
     prefetch_block_at(p, bytes, HR_X16_PF);
 }
@@ -70,9 +81,12 @@ static inline __attribute__((always_inline)) const uint8_t *kqh(const hr_block_q
 }
 
 /* The prefetch of q6_Kx16, a quarter of the super-block (840 bytes) HR_X16_PF_K56 ahead per segment
- * rather than all 53 lines at once. */
-static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_Kx16 *g, int seg) {
-    prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
+ * rather than all 53 lines at once: into L1 for a lone token (one), into L2 for the tiles. */
+static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_Kx16 *g, int seg, const int one) {
+    if (one)
+        prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
+    else
+        prefetch_block_l2((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
 }
 
 /* One token (decode) of q4_Kx16 / q5_Kx16 (and of q4_0x16 / q8_0x16) leaves the prefetch to the
@@ -236,7 +250,7 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
         const size_t gbytes = q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16);
-        if (!one) prefetch_block_at(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        if (!one) prefetch_block_l2(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m512i sclo, schi;
         k_scales(g, &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
@@ -286,7 +300,7 @@ static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        prefetch_block_l2(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m512i sclo, schi;
         k_scales(g, &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
@@ -398,7 +412,7 @@ static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, in
             for (int e = 0; e < 2; e++)
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
-                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e, C == 1);
                     __m512i u[4];
 #pragma GCC unroll 4
                     for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], h, q, 4 * e + v);
@@ -611,7 +625,7 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        prefetch_block_l2(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
         __m256i sclo, schi;
         k_scales(g, half, &sclo, &schi);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));
@@ -721,7 +735,7 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
             for (int e = 0; e < 2; e++)
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
-                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e, C == 1);
                     __m256i u[4];
 #pragma GCC unroll 4
                     for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], half, h, q, 4 * e + v);
@@ -765,7 +779,7 @@ static inline void one_tok_q6k(int64_t nb, const char *gp, const char *a, float 
             for (int e = 0; e < 2; e++)
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
-                    if (q == 0) k6_prefetch(&g[b], 2 * h + e);
+                    if (q == 0) k6_prefetch(&g[b], 2 * h + e, 1);
                     const int8_t *yq = yb[b].qs + 128 * h + 32 * q + 16 * e;
 #pragma GCC unroll 2
                     for (int hf = 0; hf < 2; hf++) {
