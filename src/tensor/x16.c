@@ -87,7 +87,8 @@ static void move_q6_K(void *plain, void *x, int r, bool pack) {
             uint8_t *a = &p->ql[64 * h + l], *b = &p->ql[64 * h + 32 + l], *c = &p->qh[32 * h + l];
             const int lane = 4 * r + l % 4;
             uint8_t *xa = &g->q[hr_q6x16_ql_at(16 * h + l / 4) + lane];
-            uint8_t *xb = &g->q[hr_q6x16_ql_at(16 * h + 8 + l / 4) + lane], *xc = &g->q[hr_q6x16_qh_at(8 * h + l / 4) + lane];
+            uint8_t *xb = &g->q[hr_q6x16_ql_at(16 * h + 8 + l / 4) + lane],
+                    *xc = &g->q[hr_q6x16_qh_at(8 * h + l / 4) + lane];
             if (pack) {
                 const int u0 = (*a & 15) | (*c & 3) << 4, u1 = (*b & 15) | (*c >> 2 & 3) << 4;
                 const int u2 = *a >> 4 | (*c >> 4 & 3) << 4, u3 = *b >> 4 | (*c >> 6) << 4;
@@ -95,7 +96,8 @@ static void move_q6_K(void *plain, void *x, int r, bool pack) {
                 *xb = (uint8_t)(u1 | (u3 >> 2 & 3) << 6);
                 *xc = (uint8_t)(u2 | (u3 >> 4) << 6);
             } else {
-                const int u0 = *xa & 63, u1 = *xb & 63, u2 = *xc & 63, u3 = *xa >> 6 | (*xb >> 6) << 2 | (*xc >> 6) << 4;
+                const int u0 = *xa & 63, u1 = *xb & 63, u2 = *xc & 63,
+                          u3 = *xa >> 6 | (*xb >> 6) << 2 | (*xc >> 6) << 4;
                 *a = (uint8_t)((u0 & 15) | (u2 & 15) << 4);
                 *b = (uint8_t)((u1 & 15) | (u3 & 15) << 4);
                 *c = (uint8_t)(u0 >> 4 | (u1 >> 4) << 2 | (u2 >> 4) << 4 | (u3 >> 4) << 6);

@@ -360,8 +360,9 @@ static inline __attribute__((always_inline)) __m512i k6_u(const hr_block_q6_Kx16
     const void *pc = g->q + hr_q6x16_qh_at(8 * h + v);
     if (q < 3) return _mm512_and_si512(_mm512_loadu_si512(q == 0 ? pa : q == 1 ? pb : pc), m63);
     /* 0xE4: c ? a : b, bit by bit */
-    const __m512i ab = _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_loadu_si512(pa), 6),
-                                                 _mm512_srli_epi16(_mm512_loadu_si512(pb), 4), _mm512_set1_epi8(0x03), 0xE4);
+    const __m512i ab =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_loadu_si512(pa), 6),
+                                  _mm512_srli_epi16(_mm512_loadu_si512(pb), 4), _mm512_set1_epi8(0x03), 0xE4);
     const __m512i abc =
         _mm512_ternarylogic_epi32(ab, _mm512_srli_epi16(_mm512_loadu_si512(pc), 2), _mm512_set1_epi8(0x0F), 0xE4);
     return _mm512_and_si512(abc, m63);
