@@ -719,16 +719,19 @@ static inline __attribute__((always_inline)) __m256i k6_sub(const __m256i u[4], 
  * tokens), an int32 sum per token over the super-block, then the -32 term and one FMA. The halves'
  * loop is unrolled as in one_tok_q6k below (constant offsets): bench_tile q6_Kx16 64 2048 N avx2,
  * 5 alternating rounds at load 2-4, medians 80.5 -> 94.3 GF/s (64 tokens), 87.5 -> 100.9 (16); the
- * same pragma in the AVX-512 tile measured no faster (257 -> 217, 247 -> 254) and is not there. */
+ * same pragma in the AVX-512 tile measured no faster (257 -> 217, 247 -> 254) and is not there. Up to
+ * HR_X16_Q6_TC = 8 tokens a pass (the other AVX2 tiles take 4): the values of a sub-block are unpacked
+ * once for twice the tokens. */
+#define HR_X16_Q6_TC 8
 static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
                                                                 const char *a, size_t as, float *y, size_t ys) {
     const hr_block_q6_Kx16 *g = (const void *)gp;
-    __m256 acc[HR_X16_TC];
-#pragma GCC unroll 4
+    __m256 acc[HR_X16_Q6_TC];
+#pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i isum[HR_X16_TC];
-#pragma GCC unroll 4
+        __m256i isum[HR_X16_Q6_TC];
+#pragma GCC unroll 8
         for (int t = 0; t < C; t++) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) /* in memory order, as the AVX-512 tile */
@@ -741,7 +744,7 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
 #pragma GCC unroll 4
                     for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], half, h, q, 4 * e + v);
                     const __m256i sc16 = k6_sc16(&g[b], half, 8 * h + 2 * q + e);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                     for (int t = 0; t < C; t++) {
                         const int8_t *yq =
                             ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h + 32 * q + 16 * e;
@@ -751,14 +754,14 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
         __m256i p[8];
         k6_pairs(&g[b], half, p);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g[b].d + 8 * half)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < C; t++) {
             const hr_block_q8_K *yb = (const hr_block_q8_K *)(a + (size_t)t * as) + b;
             const __m256i s = _mm256_sub_epi32(isum[t], k6_corr(p, yb));
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(s), acc[t]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
@@ -974,7 +977,10 @@ HR_X16_ONE_VIA(rows_tile_q8)
 #else
 #define HR_X16_WIDE_CASES(rows_tile)
 #endif
-#define HR_X16_DRIVER(name, rows_tile, one_tok, qk)                                                                    \
+/* The driver: tokens step at a time (HR_X16_TC, or a tile's own), wide_cases the switch's cases above
+ * HR_X16_TC (clang-format joins a macro argument's cases into one line otherwise). */
+/* clang-format off */
+#define HR_X16_DRIVER_BY(name, rows_tile, one_tok, qk, step, wide_cases)                                               \
     void name(int64_t k, const void *w, size_t ws, int nr, const void *a, size_t as, int nt, float *y, size_t ys) {    \
         const int64_t nb = k / (qk);                                                                                   \
         const int ng = nr / HR_X16;                                                                                    \
@@ -983,16 +989,16 @@ HR_X16_ONE_VIA(rows_tile_q8)
             for (int g = 0; g < ng; g++) one_tok(nb, (const char *)w + (size_t)g * HR_X16 * ws, A, y + g * HR_X16);    \
             return;                                                                                                    \
         }                                                                                                              \
-        for (int t0 = 0; t0 < nt; t0 += HR_X16_TC) {                                                                   \
-            const int C = nt - t0 < HR_X16_TC ? nt - t0 : HR_X16_TC;                                                   \
+        for (int t0 = 0; t0 < nt; t0 += (step)) {                                                                      \
+            const int C = nt - t0 < (step) ? nt - t0 : (step);                                                         \
             for (int g = 0; g < ng; g++) {                                                                             \
                 const char *grp = (const char *)w + (size_t)g * HR_X16 * ws;                                           \
                 for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) {                                                       \
                     const char *at = A + (size_t)t0 * as;                                                              \
                     float *yt = y + (size_t)t0 * ys + (size_t)(g * HR_X16 + h * HR_X16_ROWS);                          \
                     switch (C) {                                                                                       \
+                        wide_cases                                                                                     \
                         HR_X16_CASE(HR_X16_TC, rows_tile)                                                              \
-                        HR_X16_WIDE_CASES(rows_tile)                                                                   \
                         HR_X16_CASE(3, rows_tile)                                                                      \
                         HR_X16_CASE(2, rows_tile)                                                                      \
                     default: rows_tile(1, nb, grp, h, at, as, yt, ys); break;                                          \
@@ -1001,12 +1007,24 @@ HR_X16_ONE_VIA(rows_tile_q8)
             }                                                                                                          \
         }                                                                                                              \
     }
+/* clang-format on */
+
+#define HR_X16_DRIVER(name, rows_tile, one_tok, qk)                                                                    \
+    HR_X16_DRIVER_BY(name, rows_tile, one_tok, qk, HR_X16_TC, HR_X16_WIDE_CASES(rows_tile))
 
 HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, HR_X16_ONE_Q4, HR_QK4_0)
 HR_X16_DRIVER(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0)
 HR_X16_DRIVER(HR_X16FN(tile_q4_Kx16), rows_tile_q4k, HR_X16_ONE_Q4K, HR_QK_K)
 HR_X16_DRIVER(HR_X16FN(tile_q5_Kx16), rows_tile_q5k, HR_X16_ONE_Q5K, HR_QK_K)
+#if HR_X16_512
 HR_X16_DRIVER(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K)
+#else
+/* clang-format off */
+HR_X16_DRIVER_BY(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K, HR_X16_Q6_TC,
+                 HR_X16_CASE(8, rows_tile_q6k) HR_X16_CASE(7, rows_tile_q6k) HR_X16_CASE(6, rows_tile_q6k)
+                 HR_X16_CASE(5, rows_tile_q6k))
+/* clang-format on */
+#endif
 
 #include "backend/cpu/kernels_q5_0x16.h" /* q5_0x16's tiles, with these helpers and driver */
 
