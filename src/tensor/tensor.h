@@ -189,6 +189,11 @@ static inline int hr_q6x16_ql_at(int v) {
     return 768 * (2 * (v >> 4) + ((v >> 2) & 1)) + 256 * ((v >> 3) & 1) + 64 * (v & 3);
 }
 static inline int hr_q6x16_qh_at(int v) { return 768 * (2 * (v >> 3) + ((v >> 2) & 1)) + 512 + 64 * (v & 3); }
+/* The 6-bit value of quarter q (0..3) from a lane's three re-coded bytes: a (ql chunk 16 h + v), b (ql
+ * chunk 16 h + 8 + v), c (qh chunk 8 h + v). */
+static inline int hr_q6x16_value(int a, int b, int c, int q) {
+    return q == 0 ? a & 63 : q == 1 ? b & 63 : q == 2 ? c & 63 : a >> 6 | (b >> 6) << 2 | (c >> 6) << 4;
+}
 
 /* The activation block q4_Kx16 multiplies: q8_K's scale and values (the same quantization), and the
  * sums of its 8 sub-blocks of 32, ys[s], paired as 16-bit halves of 4 dwords for vpmaddwd:

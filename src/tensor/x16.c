@@ -96,8 +96,8 @@ static void move_q6_K(void *plain, void *x, int r, bool pack) {
                 *xb = (uint8_t)(u1 | (u3 >> 2 & 3) << 6);
                 *xc = (uint8_t)(u2 | (u3 >> 4) << 6);
             } else {
-                const int u0 = *xa & 63, u1 = *xb & 63, u2 = *xc & 63,
-                          u3 = *xa >> 6 | (*xb >> 6) << 2 | (*xc >> 6) << 4;
+                const int u0 = hr_q6x16_value(*xa, *xb, *xc, 0), u1 = hr_q6x16_value(*xa, *xb, *xc, 1);
+                const int u2 = hr_q6x16_value(*xa, *xb, *xc, 2), u3 = hr_q6x16_value(*xa, *xb, *xc, 3);
                 *a = (uint8_t)((u0 & 15) | (u2 & 15) << 4);
                 *b = (uint8_t)((u1 & 15) | (u3 & 15) << 4);
                 *c = (uint8_t)(u0 >> 4 | (u1 >> 4) << 2 | (u2 >> 4) << 4 | (u3 >> 4) << 6);

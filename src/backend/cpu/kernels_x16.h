@@ -43,8 +43,14 @@ static inline int32_t load_i32(const void *p) {
 #ifndef HR_X16_PF
 #define HR_X16_PF 4096
 #endif
-static inline __attribute__((always_inline)) void prefetch_block_at(const void *p, size_t bytes, size_t ahead) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
+/* into L1, or into L2 where l2 (a constant after inlining: the hint must be one): */
+static inline __attribute__((always_inline)) void prefetch_block_at(const void *p, size_t bytes, size_t ahead,
+                                                                    const int l2) {
+    for (size_t o = 0; o < bytes; o += 64)
+        if (l2)
+            _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T1);
+        else
+            _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
 }
 /* The k-quant tiles' (q4_Kx16, q5_Kx16, q6_Kx16 at more than one token) prefetch goes to L2, not L1: a
  * whole super-block's lines at once (36-44) into L1 stalled the tiles' own loads behind them, and
@@ -54,11 +60,8 @@ static inline __attribute__((always_inline)) void prefetch_block_at(const void *
  * q6_Kx16 212-277 / 279-308; at 64 tokens equal or up to 1.15x. q4_0x16 / q8_0x16 (5 lines a block)
  * measured the same either way and keep L1; a lone token's q6_Kx16 path keeps L1 (36.7-42 GB/s with L1
  * against 27-37 with L2). */
-static inline __attribute__((always_inline)) void prefetch_block_l2(const void *p, size_t bytes, size_t ahead) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T1);
-}
 static inline __attribute__((always_inline)) void prefetch_block(const void *p, size_t bytes) {
-    prefetch_block_at(p, bytes, HR_X16_PF);
+    prefetch_block_at(p, bytes, HR_X16_PF, 0);
 }
 #ifndef HR_X16_PF_K56
 #define HR_X16_PF_K56 8192
@@ -83,10 +86,7 @@ static inline __attribute__((always_inline)) const uint8_t *kqh(const hr_block_q
 /* The prefetch of q6_Kx16, a quarter of the super-block (840 bytes) HR_X16_PF_K56 ahead per segment
  * rather than all 53 lines at once: into L1 for a lone token (one), into L2 for the tiles. */
 static inline __attribute__((always_inline)) void k6_prefetch(const hr_block_q6_Kx16 *g, int seg, const int one) {
-    if (one)
-        prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
-    else
-        prefetch_block_l2((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56);
+    prefetch_block_at((const char *)g + seg * (sizeof *g / 4), sizeof *g / 4, HR_X16_PF_K56, !one);
 }
 
 /* One token (decode) of q4_Kx16 / q5_Kx16 (and of q4_0x16 / q8_0x16) leaves the prefetch to the
@@ -250,7 +250,7 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
         const size_t gbytes = q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16);
-        if (!one) prefetch_block_l2(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        if (!one) prefetch_block_at(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF, 1);
         __m512i sclo, schi;
         k_scales(g, &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
@@ -300,7 +300,8 @@ static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block_l2(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF,
+                          1);
         __m512i sclo, schi;
         k_scales(g, &sclo, &schi);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
@@ -626,7 +627,8 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block_l2(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF);
+        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF,
+                          1);
         __m256i sclo, schi;
         k_scales(g, half, &sclo, &schi);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));

@@ -169,9 +169,8 @@ static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
 }
 
 /* q6_Kx16: element 128 h + 32 q + l (half h, quarter q, l < 32) of row r lives in lane 4 r + l % 4 of
- * the chunks a = ql chunk 16 h + l / 4, b = ql chunk 16 h + 8 + l / 4, c = qh chunk 8 h + l / 4: its
- * value is a & 63, b & 63, c & 63 for q = 0, 1, 2, and the top two bits of a, b, c (from low to high)
- * for q = 3 (tensor.h); its sub-block is 8 h + 2 q + l / 16. */
+ * the chunks a = ql chunk 16 h + l / 4, b = ql chunk 16 h + 8 + l / 4, c = qh chunk 8 h + l / 4
+ * (hr_q6x16_value, tensor.h); its sub-block is 8 h + 2 q + l / 16. */
 static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
     const hr_block_q6_Kx16 *g = gp;
     const hr_block_q8_K *a = ap;
@@ -188,11 +187,7 @@ static float dot_q6_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
                         const int ca = g[b].q[hr_q6x16_ql_at(16 * h + l / 4) + lane];
                         const int cb = g[b].q[hr_q6x16_ql_at(16 * h + 8 + l / 4) + lane];
                         const int cc = g[b].q[hr_q6x16_qh_at(8 * h + l / 4) + lane];
-                        const int u = q == 0   ? ca & 63
-                                      : q == 1 ? cb & 63
-                                      : q == 2 ? cc & 63
-                                               : ca >> 6 | (cb >> 6) << 2 | (cc >> 6) << 4;
-                        s += (u - 32) * a[b].qs[128 * h + 32 * q + l];
+                        s += (hr_q6x16_value(ca, cb, cc, q) - 32) * a[b].qs[128 * h + 32 * q + l];
                     }
                     isum += g[b].scales[64 * (sb / 4) + 4 * r + sb % 4] * s;
                 }
