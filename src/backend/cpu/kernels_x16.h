@@ -670,11 +670,11 @@ static inline __attribute__((always_inline)) __m256i k6_u(const hr_block_q6_Kx16
     const __m256i *pa = (const __m256i *)(g->q + hr_q6x16_ql_at(16 * h + v) + 32 * half);
     const __m256i *pb = (const __m256i *)(g->q + hr_q6x16_ql_at(16 * h + 8 + v) + 32 * half);
     const __m256i *pc = (const __m256i *)(g->q + hr_q6x16_qh_at(8 * h + v) + 32 * half);
-    if (q < 3) return _mm256_and_si256(_mm256_loadu_si256(q == 0 ? pa : q == 1 ? pb : pc), _mm256_set1_epi8(0x3F));
-    const __m256i top = _mm256_set1_epi8((char)0xC0);
-    const __m256i a = _mm256_srli_epi16(_mm256_and_si256(_mm256_loadu_si256(pa), top), 6);
-    const __m256i b = _mm256_srli_epi16(_mm256_and_si256(_mm256_loadu_si256(pb), top), 4);
-    const __m256i c = _mm256_srli_epi16(_mm256_and_si256(_mm256_loadu_si256(pc), top), 2);
+    const __m256i low = _mm256_set1_epi8(0x3F);
+    if (q < 3) return _mm256_and_si256(_mm256_loadu_si256(q == 0 ? pa : q == 1 ? pb : pc), low);
+    const __m256i a = _mm256_srli_epi16(_mm256_andnot_si256(low, _mm256_loadu_si256(pa)), 6);
+    const __m256i b = _mm256_srli_epi16(_mm256_andnot_si256(low, _mm256_loadu_si256(pb)), 4);
+    const __m256i c = _mm256_srli_epi16(_mm256_andnot_si256(low, _mm256_loadu_si256(pc)), 2);
     return _mm256_or_si256(_mm256_or_si256(a, b), c);
 }
 
@@ -708,22 +708,28 @@ static inline __attribute__((always_inline)) __m256i k6_corr(const __m256i p[8],
 }
 
 /* and the exact int32 sum over one sub-block of 16 values (4 chunks u) times its scale: vpmaddubsw
- * pairs of two chunks summed in int16 (2 x 2 x 63 x 128 < 2^15), vpmaddwd by the scale. */
+ * pairs of two chunks summed in int16 (2 x 2 x 63 x 128 < 2^15, k6_two), vpmaddwd by the scale. */
+static inline __attribute__((always_inline)) __m256i k6_two(__m256i u0, __m256i u1, const int8_t *yq) {
+    return _mm256_add_epi16(_mm256_maddubs_epi16(u0, _mm256_set1_epi32(load_i32(yq))),
+                            _mm256_maddubs_epi16(u1, _mm256_set1_epi32(load_i32(yq + 4))));
+}
 static inline __attribute__((always_inline)) __m256i k6_sub(const __m256i u[4], __m256i sc16, const int8_t *yq) {
-    const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], _mm256_set1_epi32(load_i32(yq))),
-                                        _mm256_maddubs_epi16(u[1], _mm256_set1_epi32(load_i32(yq + 4))));
-    const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], _mm256_set1_epi32(load_i32(yq + 8))),
-                                        _mm256_maddubs_epi16(u[3], _mm256_set1_epi32(load_i32(yq + 12))));
-    return _mm256_add_epi32(_mm256_madd_epi16(p0, sc16), _mm256_madd_epi16(p1, sc16));
+    return _mm256_add_epi32(_mm256_madd_epi16(k6_two(u[0], u[1], yq), sc16),
+                            _mm256_madd_epi16(k6_two(u[2], u[3], yq + 8), sc16));
 }
 
-/* q6_Kx16 with AVX2, one half, C tokens: sub-block after sub-block (4 value registers shared by the
- * tokens), an int32 sum per token over the super-block, then the -32 term and one FMA. The halves'
- * loop is unrolled as in one_tok_q6k below (constant offsets): bench_tile q6_Kx16 64 2048 N avx2,
- * 5 alternating rounds at load 2-4, medians 80.5 -> 94.3 GF/s (64 tokens), 87.5 -> 100.9 (16); the
- * same pragma in the AVX-512 tile measured no faster (257 -> 217, 247 -> 254) and is not there. Up to
- * HR_X16_Q6_TC = 8 tokens a pass (the other AVX2 tiles take 4): the values of a sub-block are unpacked
- * once for twice the tokens. */
+/* q6_Kx16 with AVX2, one half, C tokens: sub-block after sub-block, two chunks at a time (2 value
+ * registers shared by the tokens), an int32 sum per token over the super-block, then the -32 term and
+ * one FMA. The halves' loop is unrolled as in one_tok_q6k below (constant offsets): bench_tile
+ * q6_Kx16 64 2048 N avx2, 5 alternating rounds at load 2-4, medians 80.5 -> 94.3 GF/s (64 tokens),
+ * 87.5 -> 100.9 (16); the same pragma in the AVX-512 tile measured no faster (257 -> 217, 247 -> 254)
+ * and is not there. Up to HR_X16_Q6_TC = 8 tokens a pass (the other AVX2 tiles take 4): the values of
+ * a sub-block are unpacked once for twice the tokens. 8 sums, 2 + 1 value and scale registers and the
+ * temporaries fill the 16 ymm registers, so two things keep the sums out of memory: the chunks go two
+ * at a time (4 at once spilled sums), and the empty asm after each sum's add, which stops GCC from
+ * reassociating a token's 32 adds into a tree of partial sums held across the super-block (it stored
+ * 264 vectors a super-block and half to the stack). bench_tile q6_Kx16 64 2048 16 avx2, 8 alternating
+ * rounds, median 181.9 -> 201.8 GF/s. */
 #define HR_X16_Q6_TC 8
 static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
                                                                 const char *a, size_t as, float *y, size_t ys) {
@@ -742,15 +748,18 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
                     if (q == 0) k6_prefetch(&g[b], 2 * h + e, C == 1);
-                    __m256i u[4];
-#pragma GCC unroll 4
-                    for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], half, h, q, 4 * e + v);
                     const __m256i sc16 = k6_sc16(&g[b], half, 8 * h + 2 * q + e);
+#pragma GCC unroll 2
+                    for (int j = 0; j < 2; j++) {
+                        const __m256i u0 = k6_u(&g[b], half, h, q, 4 * e + 2 * j);
+                        const __m256i u1 = k6_u(&g[b], half, h, q, 4 * e + 2 * j + 1);
 #pragma GCC unroll 8
-                    for (int t = 0; t < C; t++) {
-                        const int8_t *yq =
-                            ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h + 32 * q + 16 * e;
-                        isum[t] = _mm256_add_epi32(isum[t], k6_sub(u, sc16, yq));
+                        for (int t = 0; t < C; t++) {
+                            const int8_t *yq = ((const hr_block_q8_K *)(a + (size_t)t * as) + b)->qs + 128 * h +
+                                               32 * q + 16 * e + 8 * j;
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(k6_two(u0, u1, yq), sc16));
+                            __asm__("" : "+x"(isum[t])); /* a register, no reassociation */
+                        }
                     }
                 }
         __m256i p[8];
