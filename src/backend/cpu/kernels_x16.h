@@ -474,6 +474,7 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
 #define HR_X16_ONE_Q8  one_tok_q8
 #else
 #define HR_X16_TC   4 /* tokens per tile: q4_0x16's 8 nibble registers + 4 accumulators + temporaries in 16 */
+#define HR_X16_TC_WIDE 8 /* q6_Kx16's and q8_0x16's: one integer sum a token (HR_X16_DRIVER_WIDE) */
 #define HR_X16_ROWS 8 /* rows per register: a group is two halves */
 
 static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
@@ -515,21 +516,20 @@ static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int6
 /* q8_0x16 with AVX2 (no unsigned x signed dot without saturation for bytes up to 255): per chunk the
  * signed values w = stored ^ 0x80 and |w| once for the C tokens, then per token
  * vpmaddubsw(|w|, sign(y, w)) (pairs <= 2 x 128 x 127 < 2^15) and vpmaddwd into int32: sum w y
- * exactly, without the s128 correction. Up to HR_X16_Q8_TC = 8 tokens a pass (2 value registers a
+ * exactly, without the s128 correction. Up to HR_X16_TC_WIDE = 8 tokens a pass (2 value registers a
  * chunk leave room for 8 sums; the float accumulators, one FMA a block, may go to memory), each sum
  * kept in a register by an empty asm: bench_tile q8_0x16 64 2048 16 avx2, 6 alternating rounds,
  * medians 117.7 -> 130.4 GF/s (8 tokens without the asm: 116.8). */
-#define HR_X16_Q8_TC 8
 static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
                                                                const char *a, size_t as, float *y, size_t ys) {
     const hr_block_q8_0x16 *g = (const void *)gp;
-    __m256 acc[HR_X16_Q8_TC];
+    __m256 acc[HR_X16_TC_WIDE];
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         prefetch_block(&g[b], sizeof g[b]);
-        __m256i s[HR_X16_Q8_TC];
+        __m256i s[HR_X16_TC_WIDE];
 #pragma GCC unroll 8
         for (int t = 0; t < C; t++) s[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -624,7 +624,7 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
     __m256 acc[HR_X16_TC];
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
@@ -635,7 +635,6 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
-            const __m256i ones = _mm256_set1_epi16(1);
             __m256i s16[HR_X16_TC], q[HR_X16_TC];
 #pragma GCC unroll 2
             for (int k4 = 0; k4 < 2; k4++) {
@@ -740,22 +739,21 @@ static inline __attribute__((always_inline)) __m256i k6_sub(const __m256i u[4], 
  * one FMA. The halves' loop is unrolled as in one_tok_q6k below (constant offsets): bench_tile
  * q6_Kx16 64 2048 N avx2, 5 alternating rounds at load 2-4, medians 80.5 -> 94.3 GF/s (64 tokens),
  * 87.5 -> 100.9 (16); the same pragma in the AVX-512 tile measured no faster (257 -> 217, 247 -> 254)
- * and is not there. Up to HR_X16_Q6_TC = 8 tokens a pass (the other AVX2 tiles take 4): the values of
+ * and is not there. Up to HR_X16_TC_WIDE = 8 tokens a pass (the other AVX2 tiles take 4): the values of
  * a sub-block are unpacked once for twice the tokens. 8 sums, 2 + 1 value and scale registers and the
  * temporaries fill the 16 ymm registers, so two things keep the sums out of memory: the chunks go two
  * at a time (4 at once spilled sums), and the empty asm after each sum's add, which stops GCC from
  * reassociating a token's 32 adds into a tree of partial sums held across the super-block (it stored
  * 264 vectors a super-block and half to the stack). bench_tile q6_Kx16 64 2048 16 avx2, 8 alternating
  * rounds, median 181.9 -> 201.8 GF/s. */
-#define HR_X16_Q6_TC 8
 static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
                                                                 const char *a, size_t as, float *y, size_t ys) {
     const hr_block_q6_Kx16 *g = (const void *)gp;
-    __m256 acc[HR_X16_Q6_TC];
+    __m256 acc[HR_X16_TC_WIDE];
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i isum[HR_X16_Q6_TC];
+        __m256i isum[HR_X16_TC_WIDE];
 #pragma GCC unroll 8
         for (int t = 0; t < C; t++) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -1004,6 +1002,13 @@ HR_X16_ONE_VIA(rows_tile_q8)
 /* clang-format on */
 #else
 #define HR_X16_WIDE_CASES(rows_tile)
+/* clang-format off */
+#define HR_X16_WIDE8_CASES(rows_tile)                                                                                  \
+    HR_X16_CASE(8, rows_tile)                                                                                          \
+    HR_X16_CASE(7, rows_tile)                                                                                          \
+    HR_X16_CASE(6, rows_tile)                                                                                          \
+    HR_X16_CASE(5, rows_tile)
+/* clang-format on */
 #endif
 /* The driver: tokens step at a time (HR_X16_TC, or a tile's own), wide_cases the switch's cases above
  * HR_X16_TC (clang-format joins a macro argument's cases into one line otherwise). */
@@ -1039,28 +1044,19 @@ HR_X16_ONE_VIA(rows_tile_q8)
 
 #define HR_X16_DRIVER(name, rows_tile, one_tok, qk)                                                                    \
     HR_X16_DRIVER_BY(name, rows_tile, one_tok, qk, HR_X16_TC, HR_X16_WIDE_CASES(rows_tile))
+/* the tiles that take HR_X16_TC_WIDE tokens a pass with AVX2 (AVX-512: HR_X16_TC as the others) */
+#if HR_X16_512
+#define HR_X16_DRIVER_WIDE(name, rows_tile, one_tok, qk) HR_X16_DRIVER(name, rows_tile, one_tok, qk)
+#else
+#define HR_X16_DRIVER_WIDE(name, rows_tile, one_tok, qk)                                                               \
+    HR_X16_DRIVER_BY(name, rows_tile, one_tok, qk, HR_X16_TC_WIDE, HR_X16_WIDE8_CASES(rows_tile))
+#endif
 
 HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, HR_X16_ONE_Q4, HR_QK4_0)
-#if HR_X16_512
-HR_X16_DRIVER(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0)
-#else
-/* clang-format off */
-HR_X16_DRIVER_BY(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0, HR_X16_Q8_TC,
-                 HR_X16_CASE(8, rows_tile_q8) HR_X16_CASE(7, rows_tile_q8) HR_X16_CASE(6, rows_tile_q8)
-                 HR_X16_CASE(5, rows_tile_q8))
-/* clang-format on */
-#endif
+HR_X16_DRIVER_WIDE(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0)
 HR_X16_DRIVER(HR_X16FN(tile_q4_Kx16), rows_tile_q4k, HR_X16_ONE_Q4K, HR_QK_K)
 HR_X16_DRIVER(HR_X16FN(tile_q5_Kx16), rows_tile_q5k, HR_X16_ONE_Q5K, HR_QK_K)
-#if HR_X16_512
-HR_X16_DRIVER(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K)
-#else
-/* clang-format off */
-HR_X16_DRIVER_BY(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K, HR_X16_Q6_TC,
-                 HR_X16_CASE(8, rows_tile_q6k) HR_X16_CASE(7, rows_tile_q6k) HR_X16_CASE(6, rows_tile_q6k)
-                 HR_X16_CASE(5, rows_tile_q6k))
-/* clang-format on */
-#endif
+HR_X16_DRIVER_WIDE(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K)
 
 #include "backend/cpu/kernels_q5_0x16.h" /* q5_0x16's tiles, with these helpers and driver */
 
