@@ -2,7 +2,10 @@
  * thread running vec_dot_tile over nr weight rows x nt tokens, so it shows the compute ceiling of
  * each kernel with memory out of the picture (bench_kernels adds memory, threads, quantizing).
  * Medians of 15 timed runs, each long enough (~20 ms) to dwarf the clock's resolution.
- * usage: bench_tile [types e.g. q8_0,q4_0] [nr] [k] [nt] [isa] */
+ * With a sixth argument `ideal` (isa avx2), the tiles that have one also run their loop of the same
+ * instructions in registers only (tile_ideal.c), the two alternating, and print its rate and the
+ * tile's share of it: how far the compiled tile is from what its instruction mix allows.
+ * usage: bench_tile [types e.g. q8_0,q4_0] [nr] [k] [nt] [isa] [ideal] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +13,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "common/util.h"
+#include "tile_ideal.h"
 
 static double now(void) {
     struct timespec ts;
@@ -28,6 +32,7 @@ int main(int argc, char **argv) {
     const int64_t k = argc > 3 ? atoll(argv[3]) : 2048;
     const int nt = argc > 4 ? atoi(argv[4]) : 64;
     const char *isa = argc > 5 ? argv[5] : NULL;
+    const int ideal = argc > 6 && !strcmp(argv[6], "ideal");
     if (nr < 1 || nt < 1 || k < 256 || k % 256) {
         fprintf(stderr, "bench_tile: nr and nt >= 1, k a multiple of 256\n");
         return 2;
@@ -69,14 +74,29 @@ int main(int argc, char **argv) {
         int reps = 1;
         for (double t0 = now(); now() - t0 < 0.02; reps *= 2)
             for (int i = 0; i < reps; i++) kt.type[t].vec_dot_tile(k, w, ws, nr, a, as, nt, y, (size_t)nr);
-        double g[15];
+        tile_ideal id;
+        const int with_ideal = ideal && !strcmp(kt.isa, "avx2") && tile_ideal_find(name, &id);
+        const long passes = with_ideal ? (long)(flop * reps / id.flop) : 0; /* as long as the tile's */
+        double g[15], gi[15], ratio[15];
         for (int s = 0; s < 15; s++) {
-            const double t0 = now();
+            double t0 = now();
             for (int i = 0; i < reps; i++) kt.type[t].vec_dot_tile(k, w, ws, nr, a, as, nt, y, (size_t)nr);
             g[s] = flop * reps / (now() - t0) / 1e9;
+            if (with_ideal) {
+                t0 = now();
+                id.pass(passes);
+                gi[s] = id.flop * (double)passes / (now() - t0) / 1e9;
+                ratio[s] = g[s] / gi[s];
+            }
         }
         qsort(g, 15, sizeof g[0], cmp_double);
         printf("%-7s %7.1f GF/s (quartiles %.1f-%.1f)\n", name, g[7], g[4], g[11]);
+        if (with_ideal) {
+            qsort(gi, 15, sizeof gi[0], cmp_double);
+            qsort(ratio, 15, sizeof ratio[0], cmp_double);
+            printf("  its instructions in registers: %.1f GF/s (quartiles %.1f-%.1f); tile / that %.2f (%.2f-%.2f)\n",
+                   gi[7], gi[4], gi[11], ratio[7], ratio[4], ratio[11]);
+        }
         free(x);
         free(w);
         free(a);
