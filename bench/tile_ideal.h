@@ -6,6 +6,7 @@
  * over blocks. Its rate is what a tile with this instruction mix can reach on this core; the real
  * tile's rate over it is how much of that the compiled tile gets. Included by tile.c only.
  *   q4_Kx16: one sub-block x 4 tokens (8 chunks, 4 at a time as k_four; the odd sub-block's shift)
+ *   q5_Kx16: the same with the fifth bits (k_fifth) and two vpmaddwd a token
  *   q4_0x16: one block x 4 tokens (8 nibble registers; the s8 term and the FMA)
  *   q8_0x16: one block x 8 tokens (vpsignb, vpmaddubsw, vpmaddwd and vpaddd a chunk; the float
  *            accumulators in memory, as the 8-token tile keeps them) */
@@ -25,7 +26,7 @@ typedef struct {
 #include <immintrin.h>
 
 static int8_t act[8 * 256] __attribute__((aligned(64)));
-static uint8_t wts[512] __attribute__((aligned(64)));
+static uint8_t wts[512 + 256] __attribute__((aligned(64)));
 static float fb[128] __attribute__((aligned(64)));
 
 /* the 4 activation broadcasts and vpmaddubsw of 4 chunks n0..n3 for token t's values at byte o, their
@@ -45,6 +46,33 @@ static float fb[128] __attribute__((aligned(64)));
 #define KFIN(t, d, acc)                                                                                                \
     "vpaddw %[x0]," d "," d "\n vpmaddwd %[ones]," d "," d "\n vcvtdq2ps " d "," d "\n"                                \
     "vbroadcastss " #t "*4(%[f]),%[x1]\n vmulps 32(%[f]),%[x1],%[x1]\n vfmadd231ps %[x1]," d "," acc "\n"
+
+/* q5_Kx16: each chunk's fifth bits (k_fifth: the bit of the sub-block, as 16) into its nibbles; the
+ * bit and 16 as memory operands (no register left), the int16 sums of 4 chunks into int32 twice */
+#define FIFTH(r, o)                                                                                                    \
+    "vmovdqu " #o "+256(%[w]),%[x1]\n vpand 384(%[f]),%[x1],%[x1]\n vpcmpeqb 384(%[f]),%[x1],%[x1]\n"                  \
+    "vpand 416(%[f]),%[x1],%[x1]\n vpor %[x1]," r "," r "\n"
+#define NIB5(o) NIB4(o) FIFTH("%[n0]", o) FIFTH("%[n1]", o + 32) FIFTH("%[n2]", o + 64) FIFTH("%[n3]", o + 96)
+#define K5FIN(t, d, acc)                                                                                               \
+    "vpmaddwd %[ones]," d "," d "\n vpmaddwd %[ones],%[x0],%[x0]\n vpaddd %[x0]," d "," d "\n vcvtdq2ps " d "," d "\n" \
+    "vbroadcastss " #t "*4(%[f]),%[x1]\n vmulps 32(%[f]),%[x1],%[x1]\n vfmadd231ps %[x1]," d "," acc "\n"
+
+__attribute__((target("avx2,fma"))) static void q5k_pass(long n) {
+    __m256i n0 = _mm256_set1_epi8(1), n1 = n0, n2 = n0, n3 = n0, x0, x1, s0, s1, s2, s3;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (long i = 0; i < n; i++)
+        __asm__ volatile(NIB5(0) K4(0, 0, "%[s0]") K4(1, 0, "%[s1]") K4(2, 0, "%[s2]") K4(3, 0, "%[s3]") NIB5(128)
+                             K4(0, 16, "%[x0]") K5FIN(0, "%[s0]", "%[a0]") K4(1, 16, "%[x0]") K5FIN(1, "%[s1]", "%[a1]")
+                                 K4(2, 16, "%[x0]") K5FIN(2, "%[s2]", "%[a2]") K4(3, 16, "%[x0]")
+                                     K5FIN(3, "%[s3]", "%[a3]")
+                         : [x0] "=&x"(x0), [x1] "=&x"(x1), [s0] "=&x"(s0), [s1] "=&x"(s1), [s2] "=&x"(s2),
+                           [s3] "=&x"(s3), [n0] "+x"(n0), [n1] "+x"(n1), [n2] "+x"(n2), [n3] "+x"(n3), [a0] "+x"(a0),
+                           [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3)
+                         : [p] "r"(act), [w] "r"(wts), [f] "r"(fb), [m4] "x"(m4), [ones] "x"(ones)
+                         : "memory");
+    _mm256_storeu_ps(fb + 64, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
 
 __attribute__((target("avx2,fma"))) static void q4k_pass(long n) {
     __m256i n0 = _mm256_set1_epi8(1), n1 = n0, n2 = n0, n3 = n0, x0, x1, s0, s1, s2, s3;
@@ -126,6 +154,7 @@ __attribute__((target("avx2,fma"))) static void q80_pass(long n) {
 static int tile_ideal_find(const char *name, tile_ideal *out) {
     static const tile_ideal all[] = {
         {"q4_Kx16", q4k_pass, 4 * 512.0},
+        {"q5_Kx16", q5k_pass, 4 * 512.0},
         {"q4_0x16", q40_pass, 4 * 512.0},
         {"q8_0x16", q80_pass, 8 * 512.0},
     };
@@ -134,7 +163,9 @@ static int tile_ideal_find(const char *name, tile_ideal *out) {
             *out = all[i];
             memset(act, 1, sizeof act);
             memset(wts, 0x21, sizeof wts);
-            for (int j = 0; j < 128; j++) fb[j] = 0.5f;
+            for (int j = 0; j < 96; j++) fb[j] = 0.5f;
+            memset((char *)fb + 384, 0x04, 32); /* q5_Kx16's bit and 16 */
+            memset((char *)fb + 416, 0x10, 32);
             return 1;
         }
     return 0;
