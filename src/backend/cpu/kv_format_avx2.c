@@ -39,6 +39,23 @@ static inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     static void dot_##name(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores) {   \
         int D = f->D, D8 = D & ~7, t = 0;                                                                              \
         const T *k = (const T *)head;                                                                                  \
+        for (; D8 == D && t + 8 <= n; t += 8) {                                                                        \
+            const T *k0 = k + (size_t)t * D;                                                                           \
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;            \
+            for (int c = 0; c < D; c += 8) {                                                                           \
+                __m256 qv = _mm256_loadu_ps(q + c);                                                                    \
+                a0 = _mm256_fmadd_ps(qv, LOAD(k0 + c), a0);                                                            \
+                a1 = _mm256_fmadd_ps(qv, LOAD(k0 + D + c), a1);                                                        \
+                a2 = _mm256_fmadd_ps(qv, LOAD(k0 + 2 * D + c), a2);                                                    \
+                a3 = _mm256_fmadd_ps(qv, LOAD(k0 + 3 * D + c), a3);                                                    \
+                a4 = _mm256_fmadd_ps(qv, LOAD(k0 + 4 * D + c), a4);                                                    \
+                a5 = _mm256_fmadd_ps(qv, LOAD(k0 + 5 * D + c), a5);                                                    \
+                a6 = _mm256_fmadd_ps(qv, LOAD(k0 + 6 * D + c), a6);                                                    \
+                a7 = _mm256_fmadd_ps(qv, LOAD(k0 + 7 * D + c), a7);                                                    \
+            }                                                                                                          \
+            _mm_storeu_ps(scores + t, hsum4(a0, a1, a2, a3));                                                          \
+            _mm_storeu_ps(scores + t + 4, hsum4(a4, a5, a6, a7));                                                      \
+        }                                                                                                              \
         for (; t + 4 <= n; t += 4) {                                                                                   \
             const T *k0 = k + (size_t)t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;                                 \
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                                \
@@ -69,7 +86,18 @@ static inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     static void accf_##name(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {         \
         int D = f->D, D8 = D & ~7, E8 = nc < D8 ? nc : D8;                                                             \
         const T *v = (const T *)head;                                                                                  \
-        for (int c0 = 0; c0 < E8; c0 += 32) {                                                                          \
+        int c0 = 0;                                                                                                    \
+        for (; c0 + 64 <= E8; c0 += 64) {                                                                              \
+            __m256 a[8];                                                                                               \
+            for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(acc + c0 + 8 * i);                                      \
+            for (int t = 0; t < n; t++) {                                                                              \
+                __m256 pw = _mm256_set1_ps(p[t]);                                                                      \
+                const T *vt = v + (size_t)t * D + c0;                                                                  \
+                for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(pw, LOAD(vt + 8 * i), a[i]);                        \
+            }                                                                                                          \
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);                                      \
+        }                                                                                                              \
+        for (; c0 < E8; c0 += 32) {                                                                                    \
             int w = (E8 - c0 >= 32 ? 32 : E8 - c0) / 8;                                                                \
             __m256 a[4];                                                                                               \
             for (int i = 0; i < 4; i++) a[i] = i < w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();        \
@@ -179,7 +207,31 @@ static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, 
 static void accf_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {
     int D = f->D, G = f->G, ng = D / G;
     const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
-    for (int c0 = 0; c0 < nc; c0 += 32) {
+    int c0 = 0;
+    for (; c0 + 64 <= nc; c0 += 64) { /* 8 registers: 8 FMA chains, not 4 (latency) */
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(acc + c0 + 8 * i);
+        for (int t = 0; t < n; t++) {
+            const int8_t *qs = (const int8_t *)head + (size_t)t * D + c0;
+            const uint16_t *st = sc + (size_t)t * ng;
+            if (G >= 64) {
+                __m256 wv = _mm256_set1_ps(p[t] * _cvtsh_ss(st[c0 / G]));
+                for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(wv, load_i8x8(qs + 8 * i), a[i]);
+            } else if (G == 32) { /* a group a half */
+                for (int h = 0; h < 2; h++) {
+                    __m256 wv = _mm256_set1_ps(p[t] * _cvtsh_ss(st[c0 / G + h]));
+                    for (int i = 4 * h; i < 4 * h + 4; i++) a[i] = _mm256_fmadd_ps(wv, load_i8x8(qs + 8 * i), a[i]);
+                }
+            } else {
+                for (int i = 0; i < 8; i++) {
+                    __m256 wv = _mm256_set1_ps(p[t] * _cvtsh_ss(st[(c0 + 8 * i) / G]));
+                    a[i] = _mm256_fmadd_ps(wv, load_i8x8(qs + 8 * i), a[i]);
+                }
+            }
+        }
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
+    }
+    for (; c0 < nc; c0 += 32) {
         int w = (nc - c0 >= 32 ? 32 : nc - c0) / 8;
         __m256 a[4];
         for (int i = 0; i < 4; i++) a[i] = i < w ? _mm256_loadu_ps(acc + c0 + 8 * i) : _mm256_setzero_ps();
