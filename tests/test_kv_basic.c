@@ -112,6 +112,16 @@ static void test_attention(hr_kv_format fmt, double tol) {
             hr_kv_attention(p, l, b, 5, q, H, 0.25f, out2, scratch);
             hr_kv_attention(p, l, a, n_ctx, q, H, 0.25f, out2, scratch);
             CHECK(memcmp(out, out2, sizeof out) == 0);
+            /* the heads in parts (as threads share a lone token's): each part writes only its heads,
+             * and the whole has the bits of one call */
+            for (int cut = 0; cut <= H; cut++) {
+                for (int i = 0; i < H * D; i++) out2[i] = -7.0f;
+                hr_kv_attention_heads(p, l, a, n_ctx, q, H, 0, cut, 0.25f, NULL, out2, scratch);
+                for (int i = cut * D; i < H * D; i++) CHECKF(out2[i] == -7.0f, "head %d written, cut %d", i / D, cut);
+                hr_kv_attention_heads(p, l, a, n_ctx, q, H, cut, H, 0.25f, NULL, out2, scratch);
+                CHECKF(memcmp(out, out2, sizeof out) == 0, "%s l=%d n_ctx=%d heads cut at %d differ",
+                       hr_kv_format_name(fmt), l, n_ctx, cut);
+            }
         }
     hr_kv_seq_free(p, a);
     hr_kv_seq_free(p, b);

@@ -53,7 +53,14 @@ void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, c
 
 void hr_kv_attention_sinks(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
                            float scale, const float *sinks, float *out, float *scratch) {
+    hr_kv_attention_heads(p, layer, seq, n_ctx, q, n_heads, 0, n_heads, scale, sinks, out, scratch);
+}
+
+void hr_kv_attention_heads(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
+                           int head_begin, int head_end, float scale, const float *sinks, float *out, float *scratch) {
     const hr_kv_config *c = &p->cfg;
+    KV_ASSERT(head_begin >= 0 && head_begin <= head_end && head_end <= n_heads);
+    if (head_begin == head_end) return;
     int B = c->block_size;
     KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < c->n_layers);
     KV_ASSERT(n_heads % c->n_kv_heads == 0);
@@ -73,7 +80,12 @@ void hr_kv_attention_sinks(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_
             aq.view = &view;
         }
     }
-    hr_kv_attn_args a = {.n_heads = n_heads, .scale = scale, .softcap = p->attn_softcap, .sinks = sinks};
+    hr_kv_attn_args a = {.n_heads = n_heads,
+                         .scale = scale,
+                         .softcap = p->attn_softcap,
+                         .sinks = sinks,
+                         .head_begin = head_begin,
+                         .head_end = head_end};
     p->st->ops->attend(p->st, slot_l, &aq, 1, &a, scratch);
 }
 

@@ -251,6 +251,11 @@ void hr_kv_attention(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx
  * joins head h's softmax denominator as a logit no value stands behind (kv_storage.h). */
 void hr_kv_attention_sinks(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
                            float scale, const float *sinks, float *out, float *scratch);
+/* Only query heads [head_begin, head_end) of it (0 <= head_begin <= head_end <= n_heads), out's other
+ * heads untouched: a token's heads shared among threads, each with its own scratch. Each head's
+ * result has the bits hr_kv_attention_sinks gives it. */
+void hr_kv_attention_heads(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
+                           int head_begin, int head_end, float scale, const float *sinks, float *out, float *scratch);
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
 /* The same for a pool of this config (block_size and head_dim decide it), before one exists. */
 size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx);

@@ -79,6 +79,9 @@ typedef struct hr_kv_attn_args {
     /* [H] or NULL: head h's learned sink logit joins its softmax's denominator (gpt-oss): the weights
      * become e^(x_t - m) / (sum_t e^(x_t - m) + e^(sinks[h] - m)), m the scores' max */
     const float *sinks;
+    /* the query heads to compute, [head_begin, head_end) (head_end 0: all n_heads); the other heads'
+     * outputs are left as they are, so threads can share one token's heads */
+    int head_begin, head_end;
 } hr_kv_attn_args;
 
 typedef struct hr_kv_storage hr_kv_storage;

@@ -198,7 +198,7 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
                            float *scratch) {
     int B = p->B, D = p->D, Hkv = p->Hkv;
     int n_ctx = aq->n_ctx, n_heads = a->n_heads, n_blk = (n_ctx + B - 1) / B;
-    int group = n_heads / Hkv;
+    int group = n_heads / Hkv, head_end = a->head_end ? a->head_end : n_heads;
     const float scale = a->scale, *q = aq->q;
     float *out = aq->out;
     const int32_t *table = aq->table;
@@ -214,7 +214,7 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     float *row = scratch + (size_t)n_vis * B; /* scratch holds n_vis * B scores, then one head-row */
     float q16[KV_MAX_HEAD_DIM];
 
-    for (int h = 0; h < n_heads; h++) {
+    for (int h = a->head_begin; h < head_end; h++) {
         int kh = h / group;
         const float *qh = kv_query(p, q + (size_t)h * D, q16);
         float *oh = out + (size_t)h * D;
@@ -267,7 +267,7 @@ static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     int n_ctx = aq->n_ctx, n_heads = a->n_heads;
     const float scale = a->scale, *q = aq->q;
     float *out = aq->out;
-    int group = n_heads / Hkv;
+    int group = n_heads / Hkv, head_end = a->head_end ? a->head_end : n_heads;
     int n_blk = (n_ctx + B - 1) / B;
     /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
     int32_t slot = aq->tail_stage;
@@ -277,7 +277,7 @@ static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     float *row = scratch + (size_t)n_blk * B;
     float q16[KV_MAX_HEAD_DIM];
 
-    for (int h = 0; h < n_heads; h++) {
+    for (int h = a->head_begin; h < head_end; h++) {
         int kh = h / group;
         const float *qh = kv_query(p, q + (size_t)h * D, q16);
         float *oh = out + (size_t)h * D;
@@ -315,9 +315,10 @@ void kv_cpu_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_query *q
     KV_ASSERT(layer >= 0 && layer < p->L && a->n_heads % p->Hkv == 0);
     for (int i = 0; i < n; i++) {
         const hr_kv_attn_query *aq = &qs[i];
-        if (aq->n_ctx <= 0)
-            memset(aq->out, 0, (size_t)a->n_heads * p->D * sizeof *aq->out);
-        else if (aq->view)
+        if (aq->n_ctx <= 0) {
+            int h1 = a->head_end ? a->head_end : a->n_heads;
+            memset(aq->out + (size_t)a->head_begin * p->D, 0, (size_t)(h1 - a->head_begin) * p->D * sizeof *aq->out);
+        } else if (aq->view)
             attention_view(p, layer, aq, a, scratch);
         else
             attention_full(p, layer, aq, a, scratch);

@@ -166,11 +166,13 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     void *args[] = {&dout, &dq, &s->arena, &dtab, &dctx, &layer, &sh, &dscr};
     if (!r && n > 0) r = hr_cuda_launch(s->dev, "hr_k_attn_decode", (unsigned)n, (unsigned)H, 256, args, &e);
     if (!r) r = hr_cuda_download(s->dev, out, dout, qf * sizeof(float), &e);
+    const int h0 = a->head_begin, h1 = a->head_end ? a->head_end : H; /* only these heads are written */
     for (int i = 0; i < n; i++) { /* zeros on failure */
+        float *o = qs[i].out + (size_t)h0 * D;
         if (r)
-            memset(qs[i].out, 0, (size_t)H * D * sizeof(float));
+            memset(o, 0, (size_t)(h1 - h0) * D * sizeof(float));
         else
-            memcpy(qs[i].out, out + (size_t)i * H * D, (size_t)H * D * sizeof(float));
+            memcpy(o, out + ((size_t)i * H + h0) * D, (size_t)(h1 - h0) * D * sizeof(float));
     }
     keep(s, r, &e);
     hr_cuda_free(s->dev, dq);
