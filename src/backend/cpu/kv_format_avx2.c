@@ -176,6 +176,10 @@ static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, 
         const int8_t *k0 = k + (size_t)t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
         const uint16_t *st = sc + (size_t)t * ng;
         __m128 tot = _mm_setzero_ps();
+        __m256 sc2 = _mm256_setzero_ps();
+        if (ng == 2) /* [t0 g0, t0 g1, t1 g0, ...] -> [t0..t3 g0 | t0..t3 g1] */
+            sc2 = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)st)),
+                                           _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
         for (int g = 0; g < ng; g++) {
             __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
             for (int c = g * G; c < (g + 1) * G; c += 16) {
@@ -184,8 +188,12 @@ static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, 
                 a2 = _mm256_add_epi32(a2, idot_i8x16(k2 + c, q16 + c));
                 a3 = _mm256_add_epi32(a3, idot_i8x16(k3 + c, q16 + c));
             }
-            __m128 s4 = _mm_setr_ps(_cvtsh_ss(st[g]), _cvtsh_ss(st[ng + g]), _cvtsh_ss(st[2 * ng + g]),
-                                    _cvtsh_ss(st[3 * ng + g]));
+            __m128 s4;
+            if (ng == 2) /* the 4 tokens' 8 scales in one load, group g's in the lanes (the same values) */
+                s4 = g == 0 ? _mm256_castps256_ps128(sc2) : _mm256_extractf128_ps(sc2, 1);
+            else
+                s4 = _mm_setr_ps(_cvtsh_ss(st[g]), _cvtsh_ss(st[ng + g]), _cvtsh_ss(st[2 * ng + g]),
+                                 _cvtsh_ss(st[3 * ng + g]));
             tot = _mm_add_ps(tot, _mm_mul_ps(_mm_cvtepi32_ps(hsum4_epi32(a0, a1, a2, a3)), s4));
         }
         _mm_storeu_ps(scores + t, _mm_mul_ps(tot, _mm_set1_ps(step)));
