@@ -57,39 +57,26 @@ static float fb[128] __attribute__((aligned(64)));
     "vpmaddwd %[ones]," d "," d "\n vpmaddwd %[ones],%[x0],%[x0]\n vpaddd %[x0]," d "," d "\n vcvtdq2ps " d "," d "\n" \
     "vbroadcastss " #t "*4(%[f]),%[x1]\n vmulps 32(%[f]),%[x1],%[x1]\n vfmadd231ps %[x1]," d "," acc "\n"
 
-__attribute__((target("avx2,fma"))) static void q5k_pass(long n) {
-    __m256i n0 = _mm256_set1_epi8(1), n1 = n0, n2 = n0, n3 = n0, x0, x1, s0, s1, s2, s3;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    for (long i = 0; i < n; i++)
-        __asm__ volatile(NIB5(0) K4(0, 0, "%[s0]") K4(1, 0, "%[s1]") K4(2, 0, "%[s2]") K4(3, 0, "%[s3]") NIB5(128)
-                             K4(0, 16, "%[x0]") K5FIN(0, "%[s0]", "%[a0]") K4(1, 16, "%[x0]") K5FIN(1, "%[s1]", "%[a1]")
-                                 K4(2, 16, "%[x0]") K5FIN(2, "%[s2]", "%[a2]") K4(3, 16, "%[x0]")
-                                     K5FIN(3, "%[s3]", "%[a3]")
-                         : [x0] "=&x"(x0), [x1] "=&x"(x1), [s0] "=&x"(s0), [s1] "=&x"(s1), [s2] "=&x"(s2),
-                           [s3] "=&x"(s3), [n0] "+x"(n0), [n1] "+x"(n1), [n2] "+x"(n2), [n3] "+x"(n3), [a0] "+x"(a0),
-                           [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3)
-                         : [p] "r"(act), [w] "r"(wts), [f] "r"(fb), [m4] "x"(m4), [ones] "x"(ones)
-                         : "memory");
-    _mm256_storeu_ps(fb + 64, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
-
-__attribute__((target("avx2,fma"))) static void q4k_pass(long n) {
-    __m256i n0 = _mm256_set1_epi8(1), n1 = n0, n2 = n0, n3 = n0, x0, x1, s0, s1, s2, s3;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    for (long i = 0; i < n; i++)
-        __asm__ volatile(NIB4(0) K4(0, 0, "%[s0]") K4(1, 0, "%[s1]") K4(2, 0, "%[s2]") K4(3, 0, "%[s3]") NIB4(128)
-                             K4(0, 16, "%[x0]") KFIN(0, "%[s0]", "%[a0]") K4(1, 16, "%[x0]") KFIN(1, "%[s1]", "%[a1]")
-                                 K4(2, 16, "%[x0]") KFIN(2, "%[s2]", "%[a2]") K4(3, 16, "%[x0]")
-                                     KFIN(3, "%[s3]", "%[a3]")
-                         : [x0] "=&x"(x0), [x1] "=&x"(x1), [s0] "=&x"(s0), [s1] "=&x"(s1), [s2] "=&x"(s2),
-                           [s3] "=&x"(s3), [n0] "+x"(n0), [n1] "+x"(n1), [n2] "+x"(n2), [n3] "+x"(n3), [a0] "+x"(a0),
-                           [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3)
-                         : [p] "r"(act), [w] "r"(wts), [f] "r"(fb), [m4] "x"(m4), [ones] "x"(ones)
-                         : "memory");
-    _mm256_storeu_ps(fb + 64, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
+/* a k-quant pass: NIB unpacks 4 chunks, FIN finishes a token */
+#define KPASS(name, NIB, FIN)                                                                                          \
+    __attribute__((target("avx2,fma"))) static void name(long n) {                                                     \
+        __m256i n0 = _mm256_set1_epi8(1), n1 = n0, n2 = n0, n3 = n0, x0, x1, s0, s1, s2, s3;                           \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                                    \
+        const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);                                        \
+        for (long i = 0; i < n; i++)                                                                                   \
+            __asm__ volatile(NIB(0) K4(0, 0, "%[s0]") K4(1, 0, "%[s1]") K4(2, 0, "%[s2]") K4(3, 0, "%[s3]") NIB(128)   \
+                                 K4(0, 16, "%[x0]") FIN(0, "%[s0]", "%[a0]") K4(1, 16, "%[x0]")                        \
+                                     FIN(1, "%[s1]", "%[a1]") K4(2, 16, "%[x0]") FIN(2, "%[s2]", "%[a2]")              \
+                                         K4(3, 16, "%[x0]") FIN(3, "%[s3]", "%[a3]")                                   \
+                             : [x0] "=&x"(x0), [x1] "=&x"(x1), [s0] "=&x"(s0), [s1] "=&x"(s1), [s2] "=&x"(s2),         \
+                               [s3] "=&x"(s3), [n0] "+x"(n0), [n1] "+x"(n1), [n2] "+x"(n2), [n3] "+x"(n3),             \
+                               [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3)                              \
+                             : [p] "r"(act), [w] "r"(wts), [f] "r"(fb), [m4] "x"(m4), [ones] "x"(ones)                 \
+                             : "memory");                                                                              \
+        _mm256_storeu_ps(fb + 64, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                        \
+    }
+KPASS(q4k_pass, NIB4, KFIN)
+KPASS(q5k_pass, NIB5, K5FIN)
 
 /* q4_0x16: lo / hi nibbles of 4 chunks in l0..l3, h0..h3 */
 #define Q0LD                                                                                                           \
