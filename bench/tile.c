@@ -3,7 +3,7 @@
  * each kernel with memory out of the picture (bench_kernels adds memory, threads, quantizing).
  * Medians of 15 timed runs, each long enough (~20 ms) to dwarf the clock's resolution.
  * With a sixth argument `ideal` (isa avx2), the tiles that have one also run their loop of the same
- * instructions in registers only (tile_ideal.c), the two alternating, and print its rate and the
+ * instructions in registers only (tile_ideal.h), the two alternating, and print its rate and the
  * tile's share of it: how far the compiled tile is from what its instruction mix allows.
  * usage: bench_tile [types e.g. q8_0,q4_0] [nr] [k] [nt] [isa] [ideal] */
 #include <stdio.h>

@@ -83,6 +83,8 @@ typedef struct hr_kv_attn_args {
      * outputs are left as they are, so threads can share one token's heads */
     int head_begin, head_end;
 } hr_kv_attn_args;
+/* the end of a's head range (head_end 0: n_heads) */
+static inline int hr_kv_attn_head_end(const hr_kv_attn_args *a) { return a->head_end ? a->head_end : a->n_heads; }
 
 typedef struct hr_kv_storage hr_kv_storage;
 

@@ -687,6 +687,16 @@ static void attention_task(void *arg, int ith, int nth) {
     }
 }
 
+/* Layer il's K/V writes for the batch, then its attention (a lone token's heads shared by the pool). */
+static void write_and_attend(hr_model_ctx *c, const hr_batch *b, int il) {
+    attn_job job = {.c = c, .b = b, .layer = il};
+    if (b->n_tokens == 1) /* one write: not worth a fork */
+        kv_write_task(&job, 0, 1);
+    else
+        hr_threadpool_run(c->tp, kv_write_task, &job);
+    hr_threadpool_run(c->tp, attention_task, &job);
+}
+
 static void add_bias(float *y, const float *bias, int64_t T, int n) {
     if (!bias) return;
     for (int64_t t = 0; t < T; t++) hr_op_add(y + t * n, bias, n);
@@ -779,12 +789,7 @@ static void mla_attention(hr_model_ctx *c, const hr_batch *b, int il) {
             memcpy(qh + C, c->mla_q + ((size_t)t * H + h) * Dq + Dn, sizeof(float) * (size_t)R);
         }
     }
-    attn_job job = {.c = c, .b = b, .layer = il};
-    if (T == 1) /* one write: not worth a fork */
-        kv_write_task(&job, 0, 1);
-    else
-        hr_threadpool_run(c->tp, kv_write_task, &job);
-    hr_threadpool_run(c->tp, attention_task, &job);
+    write_and_attend(c, b, il);
     for (int h = 0; h < H; h++) { /* decompress through W_UV: the first C dims of each head's output */
         for (int t = 0; t < T; t++)
             memcpy(c->mla_a + (size_t)t * C, c->att + ((size_t)t * H + h) * D, sizeof(float) * (size_t)C);
@@ -885,12 +890,7 @@ static hr_status cpu_forward(hr_model_ctx *c, const hr_batch *b, float *logits, 
         } else {
             project_qkv(c, il, T);
             rows(c, b, il, ROW_ATTN_PREP, T);
-            attn_job job = {.c = c, .b = b, .layer = il};
-            if (T == 1) /* one write: not worth a fork */
-                kv_write_task(&job, 0, 1);
-            else
-                hr_threadpool_run(c->tp, kv_write_task, &job);
-            hr_threadpool_run(c->tp, attention_task, &job); /* a lone token's heads shared */
+            write_and_attend(c, b, il);
             matmul(c, &L->wo, c->att, T, c->xb);
             add_bias(c->xb, L->bo, T, E); /* gpt-oss */
         }

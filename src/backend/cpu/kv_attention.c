@@ -198,7 +198,7 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
                            float *scratch) {
     int B = p->B, D = p->D, Hkv = p->Hkv;
     int n_ctx = aq->n_ctx, n_heads = a->n_heads, n_blk = (n_ctx + B - 1) / B;
-    int group = n_heads / Hkv, head_end = a->head_end ? a->head_end : n_heads;
+    int group = n_heads / Hkv, head_end = hr_kv_attn_head_end(a);
     const float scale = a->scale, *q = aq->q;
     float *out = aq->out;
     const int32_t *table = aq->table;
@@ -267,7 +267,7 @@ static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     int n_ctx = aq->n_ctx, n_heads = a->n_heads;
     const float scale = a->scale, *q = aq->q;
     float *out = aq->out;
-    int group = n_heads / Hkv, head_end = a->head_end ? a->head_end : n_heads;
+    int group = n_heads / Hkv, head_end = hr_kv_attn_head_end(a);
     int n_blk = (n_ctx + B - 1) / B;
     /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
     int32_t slot = aq->tail_stage;
@@ -316,8 +316,8 @@ void kv_cpu_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_query *q
     for (int i = 0; i < n; i++) {
         const hr_kv_attn_query *aq = &qs[i];
         if (aq->n_ctx <= 0) {
-            int h1 = a->head_end ? a->head_end : a->n_heads;
-            memset(aq->out + (size_t)a->head_begin * p->D, 0, (size_t)(h1 - a->head_begin) * p->D * sizeof *aq->out);
+            memset(aq->out + (size_t)a->head_begin * p->D, 0,
+                   (size_t)(hr_kv_attn_head_end(a) - a->head_begin) * p->D * sizeof *aq->out);
         } else if (aq->view)
             attention_view(p, layer, aq, a, scratch);
         else

@@ -166,8 +166,9 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     void *args[] = {&dout, &dq, &s->arena, &dtab, &dctx, &layer, &sh, &dscr};
     if (!r && n > 0) r = hr_cuda_launch(s->dev, "hr_k_attn_decode", (unsigned)n, (unsigned)H, 256, args, &e);
     if (!r) r = hr_cuda_download(s->dev, out, dout, qf * sizeof(float), &e);
-    const int h0 = a->head_begin, h1 = a->head_end ? a->head_end : H; /* only these heads are written */
-    for (int i = 0; i < n; i++) { /* zeros on failure */
+    /* only the heads asked are written back; zeros on failure */
+    const int h0 = a->head_begin, h1 = hr_kv_attn_head_end(a);
+    for (int i = 0; i < n; i++) {
         float *o = qs[i].out + (size_t)h0 * D;
         if (r)
             memset(o, 0, (size_t)(h1 - h0) * D * sizeof(float));
