@@ -2,10 +2,12 @@
  * beside the tile with --ideal). Each loop is one pass of a tile written in assembly with every value
  * in a register: the same instructions a tile must issue for 8 rows (vpmaddubsw, the int16 adds, the
  * vpmaddwd, the unpacking of the weights shared by the pass's tokens, the broadcasts of the
- * activations, the float scaling and FMA) and nothing else: no address arithmetic, no spills, no loop
+ * activations, the scaling (q4_Kx16, q5_Kx16: by the sub-block's scales into integer sums; q4_0x16,
+ * q8_0x16: the float scale and FMA)) and nothing else: no address arithmetic, no spills, no loop
  * over blocks. Its rate is what a tile with this instruction mix can reach on this core; the real
  * tile's rate over it is how much of that the compiled tile gets. Included by tile.c only.
- *   q4_Kx16: one sub-block x 4 tokens (8 chunks, 4 at a time as k_four; the odd sub-block's shift)
+ *   q4_Kx16: one sub-block x 4 tokens (8 chunks, 4 at a time as k_four; the odd sub-block's shift;
+ *            the scales' vpshufb, a vpmaddwd and a vpaddd a token; the super-block's FMA left out)
  *   q5_Kx16: the same with the fifth bits (k_fifth) and two vpmaddwd a token
  *   q4_0x16: one block x 4 tokens (8 nibble registers; the s8 term and the FMA)
  *   q8_0x16: one block x 8 tokens (vpsignb, vpmaddubsw, vpmaddwd and vpaddd a chunk; the float
@@ -42,10 +44,10 @@ static float fb[128] __attribute__((aligned(64)));
     "vmovdqu " #o "+96(%[w]),%[n3]\n vpsrlw $4,%[n0],%[n0]\n vpsrlw $4,%[n1],%[n1]\n vpsrlw $4,%[n2],%[n2]\n"          \
     "vpsrlw $4,%[n3],%[n3]\n vpand %[m4],%[n0],%[n0]\n vpand %[m4],%[n1],%[n1]\n vpand %[m4],%[n2],%[n2]\n"            \
     "vpand %[m4],%[n3],%[n3]\n"
-/* token t's int16 sums d + x0 into int32, to float, times (d_w sc) d_y, into acc */
-#define KFIN(t, d, acc)                                                                                                \
-    "vpaddw %[x0]," d "," d "\n vpmaddwd %[ones]," d "," d "\n vcvtdq2ps " d "," d "\n"                                \
-    "vbroadcastss " #t "*4(%[f]),%[x1]\n vmulps 32(%[f]),%[x1],%[x1]\n vfmadd231ps %[x1]," d "," acc "\n"
+/* token t's int16 sums d + x0 into int32 by the sub-block's scales (vpmaddwd), into its integer sum acc */
+#define KFIN(t, d, acc) "vpaddw %[x0]," d "," d "\n vpmaddwd %[sc]," d "," d "\n vpaddd " d "," acc "," acc "\n"
+/* the sub-block's scales as int16 pairs (k_sc16: one vpshufb of the scale bytes), into sc */
+#define KSC "vpshufb 96(%[f]),%[m4],%[sc]\n"
 
 /* q5_Kx16: each chunk's fifth bits (k_fifth: the bit of the sub-block, as 16) into its nibbles; the
  * bit and 16 as memory operands (no register left), the int16 sums of 4 chunks into int32 twice */
@@ -54,26 +56,27 @@ static float fb[128] __attribute__((aligned(64)));
     "vpand 416(%[f]),%[x1],%[x1]\n vpor %[x1]," r "," r "\n"
 #define NIB5(o) NIB4(o) FIFTH("%[n0]", o) FIFTH("%[n1]", o + 32) FIFTH("%[n2]", o + 64) FIFTH("%[n3]", o + 96)
 #define K5FIN(t, d, acc)                                                                                               \
-    "vpmaddwd %[ones]," d "," d "\n vpmaddwd %[ones],%[x0],%[x0]\n vpaddd %[x0]," d "," d "\n vcvtdq2ps " d "," d "\n" \
-    "vbroadcastss " #t "*4(%[f]),%[x1]\n vmulps 32(%[f]),%[x1],%[x1]\n vfmadd231ps %[x1]," d "," acc "\n"
+    "vpmaddwd %[sc]," d "," d "\n vpmaddwd %[sc],%[x0],%[x0]\n vpaddd %[x0]," d "," d "\n"                             \
+    "vpaddd " d "," acc "," acc "\n"
 
 /* a k-quant pass: NIB unpacks 4 chunks, FIN finishes a token */
 #define KPASS(name, NIB, FIN)                                                                                          \
     __attribute__((target("avx2,fma"))) static void name(long n) {                                                     \
-        __m256i n0 = _mm256_set1_epi8(1), n1 = n0, n2 = n0, n3 = n0, x0, x1, s0, s1, s2, s3;                           \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                                    \
-        const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);                                        \
+        __m256i n0 = _mm256_set1_epi8(1), n1 = n0, n2 = n0, n3 = n0, x0, x1, s0, s1, s2, s3, sc;                       \
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;                                                \
+        const __m256i m4 = _mm256_set1_epi8(0x0F);                                                                     \
         for (long i = 0; i < n; i++)                                                                                   \
-            __asm__ volatile(NIB(0) K4(0, 0, "%[s0]") K4(1, 0, "%[s1]") K4(2, 0, "%[s2]") K4(3, 0, "%[s3]") NIB(128)   \
-                                 K4(0, 16, "%[x0]") FIN(0, "%[s0]", "%[a0]") K4(1, 16, "%[x0]")                        \
+            __asm__ volatile(KSC NIB(0) K4(0, 0, "%[s0]") K4(1, 0, "%[s1]") K4(2, 0, "%[s2]") K4(3, 0, "%[s3]")        \
+                                 NIB(128) K4(0, 16, "%[x0]") FIN(0, "%[s0]", "%[a0]") K4(1, 16, "%[x0]")               \
                                      FIN(1, "%[s1]", "%[a1]") K4(2, 16, "%[x0]") FIN(2, "%[s2]", "%[a2]")              \
                                          K4(3, 16, "%[x0]") FIN(3, "%[s3]", "%[a3]")                                   \
                              : [x0] "=&x"(x0), [x1] "=&x"(x1), [s0] "=&x"(s0), [s1] "=&x"(s1), [s2] "=&x"(s2),         \
                                [s3] "=&x"(s3), [n0] "+x"(n0), [n1] "+x"(n1), [n2] "+x"(n2), [n3] "+x"(n3),             \
-                               [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3)                              \
-                             : [p] "r"(act), [w] "r"(wts), [f] "r"(fb), [m4] "x"(m4), [ones] "x"(ones)                 \
+                               [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [sc] "=&x"(sc)              \
+                             : [p] "r"(act), [w] "r"(wts), [f] "r"(fb), [m4] "x"(m4)                                   \
                              : "memory");                                                                              \
-        _mm256_storeu_ps(fb + 64, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                        \
+        _mm256_storeu_si256((__m256i *)(fb + 64),                                                                      \
+                            _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)));                     \
     }
 KPASS(q4k_pass, NIB4, KFIN)
 KPASS(q5k_pass, NIB5, K5FIN)

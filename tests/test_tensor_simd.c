@@ -185,7 +185,7 @@ static float x16_expected(hr_dtype ft, int64_t k, const char *w, const char *a) 
             const hr_f16 d = q5 ? x5->d : x4->d, dmin = q5 ? x5->dmin : x4->dmin;
             const uint8_t *scales = q5 ? x5->scales : x4->scales, *qs = q5 ? x5->qs : x4->qs;
             const float dw = hr_f16_to_f32(d), mw = hr_f16_to_f32(dmin);
-            int32_t msum = 0;
+            int32_t isum = 0, msum = 0;
             for (int sb = 0; sb < 8; sb++) {
                 int sc, m;
                 k4_scale_min(sb, scales, &sc, &m);
@@ -197,9 +197,10 @@ static float x16_expected(hr_dtype ft, int64_t k, const char *w, const char *a) 
                     qd += nib * q[b].qs[e];
                     ys += q[b].qs[e];
                 }
-                acc = fmaf((dw * (float)sc) * q[b].d, (float)qd, acc);
+                isum += sc * qd;
                 msum += m * ys;
             }
+            acc = fmaf(dw * q[b].d, (float)isum, acc);
             acc = fmaf(-(mw * q[b].d), (float)msum, acc);
         }
         return acc;

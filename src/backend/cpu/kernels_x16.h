@@ -197,10 +197,9 @@ static inline __attribute__((always_inline)) void k_scales(const hr_block_q4_Kx1
     *hi = _mm512_or_si512(_mm512_and_si512(s2, m4), _mm512_and_si512(_mm512_srli_epi16(s0, 2), m30));
 }
 
-/* d_w x sc of sub-block sb; */
-static inline __attribute__((always_inline)) __m512 k_dsc(__m512 dw, __m512i lo, __m512i hi, int sb) {
-    const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sb < 4 ? lo : hi, 8 * (sb & 3)), _mm512_set1_epi32(0xFF));
-    return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(sc));
+/* the 16 rows' scale of sub-block sb, one a lane; */
+static inline __attribute__((always_inline)) __m512i k_sc(__m512i lo, __m512i hi, int sb) {
+    return _mm512_and_si512(_mm512_srli_epi32(sb < 4 ? lo : hi, 8 * (sb & 3)), _mm512_set1_epi32(0xFF));
 }
 
 /* and the mins, last in each element's sequence: acc[t] -= (dmin_w x d_y) x sum_s m[s] ys[s], the
@@ -226,6 +225,25 @@ static inline __attribute__((always_inline)) void k_mins(const int C, const hr_b
     }
 }
 
+/* a super-block's end: y[t] += (d_w x d_y) x isum[t] (the scaled sub-block sums), then the mins (k_mins);
+ * y holds the tokens' sums between super-blocks (zeroed first) so that the integer sums keep the
+ * registers. */
+static inline __attribute__((always_inline)) void k_finish(const int C, const hr_block_q4_Kx16 *g, const char *a,
+                                                           size_t as, int64_t b, const __m512i *isum, float *y,
+                                                           size_t ys) {
+    __m512 acc[16];
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
+#pragma GCC unroll 16
+    for (int t = 0; t < C; t++) {
+        const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(isum[t]),
+                                 _mm512_loadu_ps(y + (size_t)t * ys));
+    }
+    k_mins(C, g, a, as, b, acc);
+#pragma GCC unroll 16
+    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
 /* q5_Kx16's values of sub-block sb in chunk v: the nibbles plus 16 where bit sb of the lane's qh byte
  * is set (vptestmb, then a masked add). */
 static inline __attribute__((always_inline)) __m512i k_fifth(__m512i nib, const uint8_t *qh, int v, int sb) {
@@ -238,22 +256,23 @@ static inline __attribute__((always_inline)) __m512i k_fifth(__m512i nib, const 
  * sub-blocks): per super-block the 16 rows' 6-bit scales and mins are decoded in the lanes
  * (get_scale_min_k4 on 4 bytes at once), then per pair j of sub-blocks the 8 chunks' nibbles (and
  * fifth bits) are split once for the tokens, and each token runs 8 vpdpbusd per sub-block and one
- * FMA per sub-block, then the mins by vpmaddwd. */
+ * vpmulld by the scale into its integer sum; per super-block one FMA (k_finish), then the mins by
+ * vpmaddwd. */
 static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int64_t nb, const char *gp, const char *a,
                                                                size_t as, float *y, size_t ys, const int q5,
                                                                const int one) {
-    __m512 acc[8];
 #pragma GCC unroll 8
-    for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_setzero_ps());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
         const size_t gbytes = q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16);
         if (!one) prefetch_block_at(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF, 1);
-        __m512i sclo, schi;
+        __m512i sclo, schi, isum[8];
         k_scales(g, &sclo, &schi);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             __m512i lo[8], hi[8];
@@ -267,7 +286,7 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
                     hi[v] = k_fifth(hi[v], kqh(g), v, 2 * j + 1);
                 }
             }
-            const __m512 dsc0 = k_dsc(dw, sclo, schi, 2 * j), dsc1 = k_dsc(dw, sclo, schi, 2 * j + 1);
+            const __m512i sc0 = k_sc(sclo, schi, 2 * j), sc1 = k_sc(sclo, schi, 2 * j + 1);
 #pragma GCC unroll 8
             for (int t = 0; t < C; t++) {
                 const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
@@ -278,33 +297,30 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
                     q0 = _mm512_dpbusd_epi32(q0, lo[v], _mm512_set1_epi32(load_i32(yq + 4 * v)));
                     q1 = _mm512_dpbusd_epi32(q1, hi[v], _mm512_set1_epi32(load_i32(yq + 32 + 4 * v)));
                 }
-                const __m512 dy = _mm512_set1_ps(yb->d);
-                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc0, dy), _mm512_cvtepi32_ps(q0), acc[t]);
-                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc1, dy), _mm512_cvtepi32_ps(q1), acc[t]);
+                isum[t] = _mm512_add_epi32(isum[t],
+                                           _mm512_add_epi32(_mm512_mullo_epi32(q0, sc0), _mm512_mullo_epi32(q1, sc1)));
             }
         }
-        k_mins(C, g, a, as, b, acc);
+        k_finish(C, g, a, as, b, isum, y, ys);
     }
-#pragma GCC unroll 8
-    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
 /* The same for up to 16 tokens in one pass, sub-block after sub-block (8 nibble registers, each
  * chunk loaded once per sub-block, from L1 the second time) so that 16 accumulators fit. */
 static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int64_t nb, const char *gp, const char *a,
                                                                 size_t as, float *y, size_t ys, const int q5) {
-    __m512 acc[16];
 #pragma GCC unroll 16
-    for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_setzero_ps());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
         prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF,
                           1);
-        __m512i sclo, schi;
+        __m512i sclo, schi, isum[16];
         k_scales(g, &sclo, &schi);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g->d));
+#pragma GCC unroll 16
+        for (int t = 0; t < C; t++) isum[t] = _mm512_setzero_si512();
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
             __m512i nib[8];
@@ -314,21 +330,18 @@ static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int
                 nib[v] = _mm512_and_si512(odd ? _mm512_srli_epi16(w, 4) : w, m4);
                 if (q5) nib[v] = k_fifth(nib[v], kqh(g), v, sb);
             }
-            const __m512 dsc = k_dsc(dw, sclo, schi, sb);
+            const __m512i sc = k_sc(sclo, schi, sb);
 #pragma GCC unroll 16
             for (int t = 0; t < C; t++) {
-                const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
-                const int8_t *yq = yb->qs + 32 * sb;
+                const int8_t *yq = ((const hr_block_q8_Ks *)(a + (size_t)t * as) + b)->qs + 32 * sb;
                 __m512i q = _mm512_setzero_si512();
 #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++) q = _mm512_dpbusd_epi32(q, nib[v], _mm512_set1_epi32(load_i32(yq + 4 * v)));
-                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc, _mm512_set1_ps(yb->d)), _mm512_cvtepi32_ps(q), acc[t]);
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(q, sc));
             }
         }
-        k_mins(C, g, a, as, b, acc);
+        k_finish(C, g, a, as, b, isum, y, ys);
     }
-#pragma GCC unroll 16
-    for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
@@ -567,10 +580,17 @@ static inline __attribute__((always_inline)) void k_scales(const hr_block_q4_Kx1
     *hi = _mm256_or_si256(_mm256_and_si256(s2, m4), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
 }
 
-/* d_w x sc of sub-block sb; */
-static inline __attribute__((always_inline)) __m256 k_dsc(__m256 dw, __m256i lo, __m256i hi, int sb) {
-    const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(sb < 4 ? lo : hi, 8 * (sb & 3)), _mm256_set1_epi32(0xFF));
-    return _mm256_mul_ps(dw, _mm256_cvtepi32_ps(sc));
+/* the 8 rows' scale of sub-block sb as int16 in both halves of each dword (vpmaddwd's pairs): one
+ * vpshufb of the scale bytes, its control from a table (sb is a loop's variable: built in the loop,
+ * the control cost scalar ops and inserts per sub-block); */
+#define K_CTRL(i)  (int8_t)(i), -128, (int8_t)(i), -128
+#define K_CTRL4(i) K_CTRL(i), K_CTRL(4 + (i)), K_CTRL(8 + (i)), K_CTRL(12 + (i))
+static const int8_t k_sc16_ctrl[4][32] __attribute__((aligned(32))) = {
+    {K_CTRL4(0), K_CTRL4(0)}, {K_CTRL4(1), K_CTRL4(1)}, {K_CTRL4(2), K_CTRL4(2)}, {K_CTRL4(3), K_CTRL4(3)}};
+#undef K_CTRL4
+#undef K_CTRL
+static inline __attribute__((always_inline)) __m256i k_sc16(__m256i lo, __m256i hi, int sb) {
+    return _mm256_shuffle_epi8(sb < 4 ? lo : hi, _mm256_load_si256((const __m256i *)k_sc16_ctrl[sb & 3]));
 }
 
 /* the mins term, last: acc[t] -= (dmin_w x d_y) x sum_s m[s] ys[s]. */
@@ -595,6 +615,25 @@ static inline __attribute__((always_inline)) void k_mins(const int C, const hr_b
     }
 }
 
+/* a super-block's end: y[t] += (d_w x d_y) x isum[t] (the scaled sub-block sums), then the mins
+ * (k_mins); y holds the tokens' sums between super-blocks (zeroed first), so that the integer sums
+ * keep the registers. */
+static inline __attribute__((always_inline)) void k_finish(const int C, const hr_block_q4_Kx16 *g, int half,
+                                                           const char *a, size_t as, int64_t b, const __m256i *isum,
+                                                           float *y, size_t ys) {
+    __m256 acc[HR_X16_TC];
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) {
+        const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_loadu_ps(y + (size_t)t * ys));
+    }
+    k_mins(C, g, half, a, as, b, acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
 /* q5_Kx16's fifth bits of sub-block sb for chunk v of one half: 16 where bit sb of the byte is set. */
 static inline __attribute__((always_inline)) __m256i k_fifth(const uint8_t *qh, int v, int half, int sb) {
     const __m256i bit = _mm256_set1_epi8((char)(1 << sb));
@@ -615,27 +654,29 @@ static inline __attribute__((always_inline)) __m256i k_four(const __m256i n[4], 
 
 /* q4_Kx16 (q5_Kx16: q5 1) with AVX2, 8 rows a half: per super-block the scales and mins decoded in
  * the lanes, then sub-block after sub-block its 8 chunks' values, 4 at a time, once for the C tokens,
- * each token 8 vpmaddubsw (k_four), one FMA per sub-block; then the mins by vpmaddwd. 8 chunks at
- * once with the accumulators and temporaries spilled: 4 at a time, bench_tile q4_Kx16 / q5_Kx16 64
- * 2048 16 avx2, 4 alternating rounds, medians 155.9 -> 176.1 / 119.5 -> 133.8 GF/s. */
+ * each token 8 vpmaddubsw (k_four) and one vpmaddwd by the scales into its integer sum; per
+ * super-block one FMA and the mins by vpmaddwd (k_finish). 8 chunks at once with the accumulators
+ * and temporaries spilled: 4 at a time, bench_tile q4_Kx16 / q5_Kx16 64 2048 16 avx2, 4 alternating
+ * rounds, medians 155.9 -> 176.1 / 119.5 -> 133.8 GF/s. */
 static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64_t nb, const char *gp, int half,
                                                               const char *a, size_t as, float *y, size_t ys,
                                                               const int q5) {
-    __m256 acc[HR_X16_TC];
 #pragma GCC unroll 4
-    for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, _mm256_setzero_ps());
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
         prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF,
                           1);
-        __m256i sclo, schi;
+        __m256i sclo, schi, isum[HR_X16_TC];
         k_scales(g, half, &sclo, &schi);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));
+#pragma GCC unroll 4
+        for (int t = 0; t < C; t++) isum[t] = _mm256_setzero_si256();
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
-            __m256i s16[HR_X16_TC], q[HR_X16_TC];
+            const __m256i sc16 = k_sc16(sclo, schi, sb);
+            __m256i s16[HR_X16_TC];
 #pragma GCC unroll 2
             for (int k4 = 0; k4 < 2; k4++) {
                 __m256i nib[4];
@@ -653,22 +694,15 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
                     if (k4 == 0)
                         s16[t] = p;
                     else if (q5)
-                        q[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_madd_epi16(p, ones));
+                        isum[t] = _mm256_add_epi32(
+                            isum[t], _mm256_add_epi32(_mm256_madd_epi16(s16[t], sc16), _mm256_madd_epi16(p, sc16)));
                     else
-                        q[t] = _mm256_madd_epi16(_mm256_add_epi16(s16[t], p), ones);
+                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_add_epi16(s16[t], p), sc16));
                 }
             }
-            const __m256 dsc = k_dsc(dw, sclo, schi, sb);
-#pragma GCC unroll 4
-            for (int t = 0; t < C; t++) {
-                const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(q[t]), acc[t]);
-            }
         }
-        k_mins(C, g, half, a, as, b, acc);
+        k_finish(C, g, half, a, as, b, isum, y, ys);
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
@@ -869,22 +903,17 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
                                                             const int q5) {
     const hr_block_q8_Ks *yb = (const void *)a;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        __m256i sclo[2], schi[2];
-        __m256 dw[2];
-        for (int h = 0; h < 2; h++) {
-            k_scales(g, h, &sclo[h], &schi[h]);
-            dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * h)));
-        }
-        const __m256 dy = _mm256_set1_ps(yb[b].d);
+        __m256i sclo[2], schi[2], isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int h = 0; h < 2; h++) k_scales(g, h, &sclo[h], &schi[h]);
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, odd = sb & 1;
             const int8_t *yq = yb[b].qs + 32 * sb;
-            /* int16 sums of 8 chunks (q4_K) or 4 (q5_K: k_four's bound), then into int32 */
-            __m256i s32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            const __m256i sc16[2] = {k_sc16(sclo[0], schi[0], sb), k_sc16(sclo[1], schi[1], sb)};
+            /* int16 sums of 8 chunks (q4_K) or 4 (q5_K: k_four's bound), then by the scales into int32 */
             __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) {
@@ -895,18 +924,19 @@ static inline __attribute__((always_inline)) void one_tok_k(int64_t nb, const ch
                     if (q5) n = _mm256_or_si256(n, k_fifth(kqh(g), v, h, sb));
                     s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(n, yv));
                     if (q5 && v == 3) {
-                        s32[h] = _mm256_madd_epi16(s16[h], ones);
+                        isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(s16[h], sc16[h]));
                         s16[h] = _mm256_setzero_si256();
                     }
                 }
             }
-            for (int h = 0; h < 2; h++) s32[h] = _mm256_add_epi32(s32[h], _mm256_madd_epi16(s16[h], ones));
-            for (int h = 0; h < 2; h++) {
-                const __m256 dsc = k_dsc(dw[h], sclo[h], schi[h], sb);
-                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, dy), _mm256_cvtepi32_ps(s32[h]), acc[h]);
-            }
+            for (int h = 0; h < 2; h++) isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(s16[h], sc16[h]));
         }
-        for (int h = 0; h < 2; h++) k_mins(1, g, h, a, 0, b, &acc[h]);
+        const __m256 dy = _mm256_set1_ps(yb[b].d);
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum[h]), acc[h]);
+            k_mins(1, g, h, a, 0, b, &acc[h]);
+        }
     }
     _mm256_storeu_ps(y, acc[0]);
     _mm256_storeu_ps(y + 8, acc[1]);

@@ -117,7 +117,7 @@ static float dot_q4_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
         uint8_t sc[HR_K_SCALE_SIZE];
         for (int c = 0; c < 3; c++) memcpy(&sc[4 * c], &g[b].scales[64 * c + 4 * r], 4);
         const float dw = hr_f16_to_f32(g[b].d[r]), mw = hr_f16_to_f32(g[b].dmin[r]);
-        int32_t msum = 0;
+        int32_t isum = 0, msum = 0;
         for (int s = 0; s < 8; s++) {
             uint8_t scale, min;
             hr_get_scale_min_k4(s, sc, &scale, &min);
@@ -129,9 +129,10 @@ static float dot_q4_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
                     qdot += ((g[b].qs[512 * j + 64 * v + 4 * r + i] >> shift) & 15) * y;
                     ys += y;
                 }
-            acc = fmaf((dw * (float)scale) * a[b].d, (float)qdot, acc);
+            isum += scale * qdot;
             msum += min * ys;
         }
+        acc = fmaf(dw * a[b].d, (float)isum, acc);
         acc = fmaf(-(mw * a[b].d), (float)msum, acc);
     }
     return acc;
@@ -146,7 +147,7 @@ static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
         uint8_t sc[HR_K_SCALE_SIZE];
         for (int c = 0; c < 3; c++) memcpy(&sc[4 * c], &g[b].scales[64 * c + 4 * r], 4);
         const float dw = hr_f16_to_f32(g[b].d[r]), mw = hr_f16_to_f32(g[b].dmin[r]);
-        int32_t msum = 0;
+        int32_t isum = 0, msum = 0;
         for (int s = 0; s < 8; s++) {
             uint8_t scale, min;
             hr_get_scale_min_k4(s, sc, &scale, &min);
@@ -160,9 +161,10 @@ static float dot_q5_Kx16(int64_t nb, const void *gp, int r, const void *ap) {
                     qdot += q * y;
                     ys += y;
                 }
-            acc = fmaf((dw * (float)scale) * a[b].d, (float)qdot, acc);
+            isum += scale * qdot;
             msum += min * ys;
         }
+        acc = fmaf(dw * a[b].d, (float)isum, acc);
         acc = fmaf(-(mw * a[b].d), (float)msum, acc);
     }
     return acc;
