@@ -621,9 +621,9 @@ static inline __attribute__((always_inline)) void k_mins(const int C, const hr_b
 static inline __attribute__((always_inline)) void k_finish(const int C, const hr_block_q4_Kx16 *g, int half,
                                                            const char *a, size_t as, int64_t b, const __m256i *isum,
                                                            float *y, size_t ys) {
-    __m256 acc[HR_X16_TC];
+    __m256 acc[HR_X16_TC_WIDE];
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->d + 8 * half)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < C; t++) {
         const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb->d)), _mm256_cvtepi32_ps(isum[t]),
@@ -652,23 +652,22 @@ static inline __attribute__((always_inline)) __m256i k_four(const __m256i n[4], 
     return s16;
 }
 
-/* q4_Kx16 (q5_Kx16: q5 1) with AVX2, 8 rows a half: per super-block the scales and mins decoded in
- * the lanes, then sub-block after sub-block its 8 chunks' values, 4 at a time, once for the C tokens,
- * each token 8 vpmaddubsw (k_four) and one vpmaddwd by the scales into its integer sum; per
- * super-block one FMA and the mins by vpmaddwd (k_finish). 8 chunks at once with the accumulators
- * and temporaries spilled: 4 at a time, bench_tile q4_Kx16 / q5_Kx16 64 2048 16 avx2, 4 alternating
- * rounds, medians 155.9 -> 176.1 / 119.5 -> 133.8 GF/s. */
-static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64_t nb, const char *gp, int half,
-                                                              const char *a, size_t as, float *y, size_t ys,
-                                                              const int q5) {
+/* q4_Kx16 with AVX2, 8 rows a half: per super-block the scales and mins decoded in the lanes, then
+ * sub-block after sub-block its 8 chunks' values, 4 at a time, once for the C tokens, each token 8
+ * vpmaddubsw (k_four) and one vpmaddwd by the scales into its integer sum; per super-block one FMA
+ * and the mins by vpmaddwd (k_finish). 8 chunks at once with the accumulators and temporaries
+ * spilled: 4 at a time, bench_tile q4_Kx16 64 2048 16 avx2, 4 alternating rounds, medians 155.9 ->
+ * 176.1 GF/s. 8 tokens a pass as q5_Kx16 below measured no faster (max of 6 alternating runs 199.3
+ * against 201.8; 2 threads from memory the same within the noise). */
+static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
+                                                                const char *a, size_t as, float *y, size_t ys) {
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, _mm256_setzero_ps());
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        const hr_block_q4_Kx16 *g = kb(gp, b, q5);
-        const uint8_t *qs = kqs(g, q5);
-        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF,
-                          1);
+        const hr_block_q4_Kx16 *g = kb(gp, b, 0);
+        const uint8_t *qs = kqs(g, 0);
+        prefetch_block_at(g, sizeof(hr_block_q4_Kx16), HR_X16_PF, 1);
         __m256i sclo, schi, isum[HR_X16_TC];
         k_scales(g, half, &sclo, &schi);
 #pragma GCC unroll 4
@@ -685,7 +684,6 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
                     const __m256i w =
                         _mm256_loadu_si256((const __m256i *)(qs + 512 * j + 64 * (4 * k4 + v) + 32 * half));
                     nib[v] = _mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4);
-                    if (q5) nib[v] = _mm256_or_si256(nib[v], k_fifth(kqh(g), 4 * k4 + v, half, sb));
                 }
 #pragma GCC unroll 4
                 for (int t = 0; t < C; t++) {
@@ -693,9 +691,6 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
                         k_four(nib, ((const hr_block_q8_Ks *)(a + (size_t)t * as) + b)->qs + 32 * sb + 16 * k4);
                     if (k4 == 0)
                         s16[t] = p;
-                    else if (q5)
-                        isum[t] = _mm256_add_epi32(
-                            isum[t], _mm256_add_epi32(_mm256_madd_epi16(s16[t], sc16), _mm256_madd_epi16(p, sc16)));
                     else
                         isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_add_epi16(s16[t], p), sc16));
                 }
@@ -705,13 +700,51 @@ static inline __attribute__((always_inline)) void rows_tile_k(const int C, int64
     }
 }
 
-static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
-    rows_tile_k(C, nb, gp, half, a, as, y, ys, 0);
-}
+/* q5_Kx16 with AVX2, 8 rows a half, up to HR_X16_TC_WIDE = 8 tokens a pass: per sub-block its 8
+ * chunks' values (nibbles and fifth bits, 5 instructions a chunk more than q4_Kx16's) once for the
+ * pass's tokens, each token 8 vpmaddubsw (k_four, two int16 sums of 4 chunks: q5_K's bound) and two
+ * vpmaddwd by the scales into its integer sum, held in memory (the 8 value registers and the
+ * temporaries fill the 16). Against 4 tokens a pass (4 values a time): bench_tile q5_Kx16 64 2048 16
+ * avx2, 6 alternating runs, median 115.2 -> 131.6 GF/s (max 147.4 -> 149.0), 64 tokens 134.4 ->
+ * 137.7; 2 threads from memory (bench_kernels 2 avx2 5 q5_Kx16 16 5632 2048 16), 6 runs, median 186 ->
+ * 214. */
 static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int64_t nb, const char *gp, int half,
                                                                 const char *a, size_t as, float *y, size_t ys) {
-    rows_tile_k(C, nb, gp, half, a, as, y, ys, 1);
+#pragma GCC unroll 8
+    for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, _mm256_setzero_ps());
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i isum[HR_X16_TC_WIDE];
+    for (int64_t b = 0; b < nb; b++) {
+        const hr_block_q4_Kx16 *g = kb(gp, b, 1);
+        const uint8_t *qs = kqs(g, 1);
+        prefetch_block_at(g, sizeof(hr_block_q5_Kx16), HR_X16_PF_K56, 1);
+        __m256i sclo, schi;
+        k_scales(g, half, &sclo, &schi);
+#pragma GCC unroll 8
+        for (int t = 0; t < C; t++) {
+            isum[t] = _mm256_setzero_si256();
+            __asm__("" : "+m"(isum[t]));
+        }
+        for (int sb = 0; sb < 8; sb++) {
+            const int j = sb >> 1, odd = sb & 1;
+            const __m256i sc16 = k_sc16(sclo, schi, sb);
+            __m256i nib[8];
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 512 * j + 64 * v + 32 * half));
+                nib[v] = _mm256_or_si256(_mm256_and_si256(odd ? _mm256_srli_epi16(w, 4) : w, m4),
+                                         k_fifth(kqh(g), v, half, sb));
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < C; t++) {
+                const int8_t *yq = ((const hr_block_q8_Ks *)(a + (size_t)t * as) + b)->qs + 32 * sb;
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(k_four(nib, yq), sc16),
+                                                                     _mm256_madd_epi16(k_four(nib + 4, yq + 16), sc16)));
+                __asm__("" : "+m"(isum[t])); /* in memory, not spilled at the compiler's choosing */
+            }
+        }
+        k_finish(C, g, half, a, as, b, isum, y, ys);
+    }
 }
 
 /* q6_Kx16 with AVX2, 8 rows a half: the values of quarter q of half h, chunk v (as the AVX-512
@@ -1085,7 +1118,7 @@ HR_X16_ONE_VIA(rows_tile_q8)
 HR_X16_DRIVER(HR_X16FN(tile_q4_0x16), rows_tile_q4, HR_X16_ONE_Q4, HR_QK4_0)
 HR_X16_DRIVER_WIDE(HR_X16FN(tile_q8_0x16), rows_tile_q8, HR_X16_ONE_Q8, HR_QK8_0)
 HR_X16_DRIVER(HR_X16FN(tile_q4_Kx16), rows_tile_q4k, HR_X16_ONE_Q4K, HR_QK_K)
-HR_X16_DRIVER(HR_X16FN(tile_q5_Kx16), rows_tile_q5k, HR_X16_ONE_Q5K, HR_QK_K)
+HR_X16_DRIVER_WIDE(HR_X16FN(tile_q5_Kx16), rows_tile_q5k, HR_X16_ONE_Q5K, HR_QK_K)
 HR_X16_DRIVER_WIDE(HR_X16FN(tile_q6_Kx16), rows_tile_q6k, HR_X16_ONE_Q6K, HR_QK_K)
 
 #include "backend/cpu/kernels_q5_0x16.h" /* q5_0x16's tiles, with these helpers and driver */
