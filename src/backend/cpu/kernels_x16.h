@@ -738,8 +738,9 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
 #pragma GCC unroll 8
             for (int t = 0; t < C; t++) {
                 const int8_t *yq = ((const hr_block_q8_Ks *)(a + (size_t)t * as) + b)->qs + 32 * sb;
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(k_four(nib, yq), sc16),
-                                                                     _mm256_madd_epi16(k_four(nib + 4, yq + 16), sc16)));
+                const __m256i lo = _mm256_madd_epi16(k_four(nib, yq), sc16);
+                isum[t] =
+                    _mm256_add_epi32(isum[t], _mm256_add_epi32(lo, _mm256_madd_epi16(k_four(nib + 4, yq + 16), sc16)));
                 __asm__("" : "+m"(isum[t])); /* in memory, not spilled at the compiler's choosing */
             }
         }
