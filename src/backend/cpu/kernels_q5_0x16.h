@@ -23,7 +23,8 @@
 
 #if HR_X16_512
 static inline __attribute__((always_inline)) void rows_tile_q50(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
     (void)half;
     const hr_block_q5_0x16 *g = (const void *)gp;
     __m512 acc[HR_X16_TC];
@@ -33,7 +34,7 @@ static inline __attribute__((always_inline)) void rows_tile_q50(const int C, int
     /* byte i of each dword: bit i (even chunks) or 4 + i (odd chunks) of the byte copied there */
     const __m512i sel[2] = {_mm512_set1_epi32(0x08040201), _mm512_set1_epi32((int)0x80402010)};
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         const __m512i qh = _mm512_loadu_si512((const void *)g[b].qh);
         __m512i lo[4], hi[4];
 #pragma GCC unroll 2
@@ -57,7 +58,8 @@ static inline __attribute__((always_inline)) void rows_tile_q50(const int C, int
 }
 #else
 static inline __attribute__((always_inline)) void rows_tile_q50(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
     const hr_block_q5_0x16 *g = (const void *)gp;
     __m256 acc[HR_X16_TC];
 #pragma GCC unroll 4
@@ -65,7 +67,7 @@ static inline __attribute__((always_inline)) void rows_tile_q50(const int C, int
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(0x10);
     const __m256i sel[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32((int)0x80402010)};
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(g[b].qh + 32 * half));
         __m256i lo[4], hi[4];
 #pragma GCC unroll 2

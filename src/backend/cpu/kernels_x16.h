@@ -149,9 +149,10 @@ static inline __attribute__((always_inline)) void rows_tile_q4p(const int C, int
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
-                                                               const char *a, size_t as, float *y, size_t ys) {
+                                                               const char *a, size_t as, float *y, size_t ys,
+                                                               const int pf) {
     (void)half;
-    rows_tile_q4p(C, nb, gp, a, as, y, ys, 1);
+    rows_tile_q4p(C, nb, gp, a, as, y, ys, pf);
 }
 
 /* q8_0x16: the 8 chunks' bytes (x + 128) are the unsigned operand as loaded; each token's sum starts
@@ -182,9 +183,10 @@ static inline __attribute__((always_inline)) void rows_tile_q8p(const int C, int
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
-                                                               const char *a, size_t as, float *y, size_t ys) {
+                                                               const char *a, size_t as, float *y, size_t ys,
+                                                               const int pf) {
     (void)half;
-    rows_tile_q8p(C, nb, gp, a, as, y, ys, 1);
+    rows_tile_q8p(C, nb, gp, a, as, y, ys, pf);
 }
 
 /* q4_Kx16, shared by the two tiles below: the 16 rows' 6-bit scales of super-block g, sc0..3 in the
@@ -260,7 +262,7 @@ static inline __attribute__((always_inline)) __m512i k_fifth(__m512i nib, const 
  * vpmaddwd. */
 static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int64_t nb, const char *gp, const char *a,
                                                                size_t as, float *y, size_t ys, const int q5,
-                                                               const int one) {
+                                                               const int one, const int pf) {
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_setzero_ps());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -268,7 +270,7 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
         const size_t gbytes = q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16);
-        if (!one) prefetch_block_at(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF, 1);
+        if (pf) prefetch_block_at(g, gbytes, q5 ? HR_X16_PF_K56 : HR_X16_PF, 1);
         __m512i sclo, schi, isum[8];
         k_scales(g, &sclo, &schi);
 #pragma GCC unroll 8
@@ -308,15 +310,17 @@ static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int6
 /* The same for up to 16 tokens in one pass, sub-block after sub-block (8 nibble registers, each
  * chunk loaded once per sub-block, from L1 the second time) so that 16 accumulators fit. */
 static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int64_t nb, const char *gp, const char *a,
-                                                                size_t as, float *y, size_t ys, const int q5) {
+                                                                size_t as, float *y, size_t ys, const int q5,
+                                                                const int pf) {
 #pragma GCC unroll 16
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_setzero_ps());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, q5);
         const uint8_t *qs = kqs(g, q5);
-        prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16), q5 ? HR_X16_PF_K56 : HR_X16_PF,
-                          1);
+        if (pf)
+            prefetch_block_at(g, q5 ? sizeof(hr_block_q5_Kx16) : sizeof(hr_block_q4_Kx16),
+                              q5 ? HR_X16_PF_K56 : HR_X16_PF, 1);
         __m512i sclo, schi, isum[16];
         k_scales(g, &sclo, &schi);
 #pragma GCC unroll 16
@@ -345,21 +349,23 @@ static inline __attribute__((always_inline)) void rows_tile_k16(const int C, int
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
     (void)half;
     if (C > 8)
-        rows_tile_k16(C, nb, gp, a, as, y, ys, 0);
+        rows_tile_k16(C, nb, gp, a, as, y, ys, 0, pf);
     else
-        rows_tile_k8(C, nb, gp, a, as, y, ys, 0, 0);
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 0, 0, pf);
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
     (void)half;
     if (C > 8)
-        rows_tile_k16(C, nb, gp, a, as, y, ys, 1);
+        rows_tile_k16(C, nb, gp, a, as, y, ys, 1, pf);
     else
-        rows_tile_k8(C, nb, gp, a, as, y, ys, 1, 0);
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 1, 0, pf);
 }
 
 /* q6_Kx16: the 6-bit values u = q (0..63, unsigned for vpdpbusd) of quarter q (0..3) of half h of
@@ -412,7 +418,7 @@ static inline __attribute__((always_inline)) __m512i k6_corr(const __m512i p[8],
  * values once for the tokens (4 registers), per token 4 vpdpbusd and one vpmulld by the scale; per
  * super-block the -32 term by vpmaddwd and one FMA. */
 static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, int64_t nb, const char *gp, const char *a,
-                                                                 size_t as, float *y, size_t ys) {
+                                                                 size_t as, float *y, size_t ys, const int pf) {
     const hr_block_q6_Kx16 *g = (const void *)gp;
     __m512 acc[8];
 #pragma GCC unroll 8
@@ -427,7 +433,7 @@ static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, in
             for (int e = 0; e < 2; e++)
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
-                    if (q == 0) k6_prefetch(&g[b], 2 * h + e, C == 1);
+                    if (q == 0 && pf) k6_prefetch(&g[b], 2 * h + e, C == 1);
                     __m512i u[4];
 #pragma GCC unroll 4
                     for (int v = 0; v < 4; v++) u[v] = k6_u(&g[b], h, q, 4 * e + v);
@@ -458,22 +464,23 @@ static inline __attribute__((always_inline)) void rows_tile_q6k8(const int C, in
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
     (void)half;
     if (C > 8) {
-        rows_tile_q6k8(8, nb, gp, a, as, y, ys);
-        rows_tile_q6k8(C - 8, nb, gp, a + 8 * as, as, y + 8 * ys, ys);
+        rows_tile_q6k8(8, nb, gp, a, as, y, ys, pf);
+        rows_tile_q6k8(C - 8, nb, gp, a + 8 * as, as, y + 8 * ys, ys, 0); /* the rows in L2 now */
     } else {
-        rows_tile_q6k8(C, nb, gp, a, as, y, ys);
+        rows_tile_q6k8(C, nb, gp, a, as, y, ys, pf);
     }
 }
 
 /* One token (decode): the tiles at C = 1 with the one-token prefetch. */
 static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float *y) {
-    rows_tile_k8(1, nb, gp, a, 0, y, 0, 0, 1);
+    rows_tile_k8(1, nb, gp, a, 0, y, 0, 0, 1, 0);
 }
 static inline void one_tok_q5k(int64_t nb, const char *gp, const char *a, float *y) {
-    rows_tile_k8(1, nb, gp, a, 0, y, 0, 1, 1);
+    rows_tile_k8(1, nb, gp, a, 0, y, 0, 1, 1, 0);
 }
 static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *y) {
     rows_tile_q4p(1, nb, gp, a, 0, y, 0, 0);
@@ -491,14 +498,15 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
 #define HR_X16_ROWS    8 /* rows per register: a group is two halves */
 
 static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
-                                                               const char *a, size_t as, float *y, size_t ys) {
+                                                               const char *a, size_t as, float *y, size_t ys,
+                                                               const int pf) {
     const hr_block_q4_0x16 *g = (const void *)gp;
     __m256 acc[HR_X16_TC];
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -534,14 +542,15 @@ static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int6
  * kept in a register by an empty asm: bench_tile q8_0x16 64 2048 16 avx2, 6 alternating rounds,
  * medians 117.7 -> 130.4 GF/s (8 tokens without the asm: 116.8). */
 static inline __attribute__((always_inline)) void rows_tile_q8(const int C, int64_t nb, const char *gp, int half,
-                                                               const char *a, size_t as, float *y, size_t ys) {
+                                                               const char *a, size_t as, float *y, size_t ys,
+                                                               const int pf) {
     const hr_block_q8_0x16 *g = (const void *)gp;
     __m256 acc[HR_X16_TC_WIDE];
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        prefetch_block(&g[b], sizeof g[b]);
+        if (pf) prefetch_block(&g[b], sizeof g[b]);
         __m256i s[HR_X16_TC_WIDE];
 #pragma GCC unroll 8
         for (int t = 0; t < C; t++) s[t] = _mm256_setzero_si256();
@@ -660,14 +669,15 @@ static inline __attribute__((always_inline)) __m256i k_four(const __m256i n[4], 
  * 176.1 GF/s. 8 tokens a pass as q5_Kx16 below measured no faster (max of 6 alternating runs 199.3
  * against 201.8; 2 threads from memory the same within the noise). */
 static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
 #pragma GCC unroll 4
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, _mm256_setzero_ps());
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, 0);
         const uint8_t *qs = kqs(g, 0);
-        prefetch_block_at(g, sizeof(hr_block_q4_Kx16), HR_X16_PF, 1);
+        if (pf) prefetch_block_at(g, sizeof(hr_block_q4_Kx16), HR_X16_PF, 1);
         __m256i sclo, schi, isum[HR_X16_TC];
         k_scales(g, half, &sclo, &schi);
 #pragma GCC unroll 4
@@ -709,7 +719,8 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
  * 137.7; 2 threads from memory (bench_kernels 2 avx2 5 q5_Kx16 16 5632 2048 16), 6 runs, median 186 ->
  * 214. */
 static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, _mm256_setzero_ps());
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -717,7 +728,7 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
     for (int64_t b = 0; b < nb; b++) {
         const hr_block_q4_Kx16 *g = kb(gp, b, 1);
         const uint8_t *qs = kqs(g, 1);
-        prefetch_block_at(g, sizeof(hr_block_q5_Kx16), HR_X16_PF_K56, 1);
+        if (pf) prefetch_block_at(g, sizeof(hr_block_q5_Kx16), HR_X16_PF_K56, 1);
         __m256i sclo, schi;
         k_scales(g, half, &sclo, &schi);
 #pragma GCC unroll 8
@@ -815,7 +826,8 @@ static inline __attribute__((always_inline)) __m256i k6_sub(const __m256i u[4], 
  * 264 vectors a super-block and half to the stack). bench_tile q6_Kx16 64 2048 16 avx2, 8 alternating
  * rounds, median 181.9 -> 201.8 GF/s. */
 static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int64_t nb, const char *gp, int half,
-                                                                const char *a, size_t as, float *y, size_t ys) {
+                                                                const char *a, size_t as, float *y, size_t ys,
+                                                                const int pf) {
     const hr_block_q6_Kx16 *g = (const void *)gp;
     __m256 acc[HR_X16_TC_WIDE];
 #pragma GCC unroll 8
@@ -830,7 +842,7 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
             for (int e = 0; e < 2; e++)
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
-                    if (q == 0) k6_prefetch(&g[b], 2 * h + e, C == 1);
+                    if (q == 0 && pf) k6_prefetch(&g[b], 2 * h + e, C == 1);
                     const __m256i sc16 = k6_sc16(&g[b], half, 8 * h + 2 * q + e);
 #pragma GCC unroll 2
                     for (int j = 0; j < 2; j++) {
@@ -1016,7 +1028,7 @@ static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *
 /* One token over a group through the tile, half after half (where no dedicated path is faster). */
 #define HR_X16_ONE_VIA(rows_tile)                                                                                      \
     static inline void one_tok_via_##rows_tile(int64_t nb, const char *gp, const char *a, float *y) {                  \
-        for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) rows_tile(1, nb, gp, h, a, 0, y + h * HR_X16_ROWS, 0);          \
+        for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) rows_tile(1, nb, gp, h, a, 0, y + h * HR_X16_ROWS, 0, h == 0);  \
     }
 #ifndef HR_X16_ONE_Q4
 HR_X16_ONE_VIA(rows_tile_q4)
@@ -1045,7 +1057,7 @@ HR_X16_ONE_VIA(rows_tile_q8)
  * a quarter of L2) come from L2 for every tile after the first. */
 #define HR_X16_CASE(n, rows_tile)                                                                                      \
     case n:                                                                                                            \
-        rows_tile(n, nb, grp, h, at, as, yt, ys);                                                                      \
+        rows_tile(n, nb, grp, h, at, as, yt, ys, pf);                                                                  \
         break;
 #if HR_X16_TC > 8
 /* one case a line: clang-format rejoined a longer list differently from run to run */
@@ -1075,7 +1087,11 @@ HR_X16_ONE_VIA(rows_tile_q8)
 /* clang-format on */
 #endif
 /* The driver: tokens step at a time (HR_X16_TC, or a tile's own), wide_cases the switch's cases above
- * HR_X16_TC (clang-format joins a macro argument's cases into one line otherwise). */
+ * HR_X16_TC (clang-format joins a macro argument's cases into one line otherwise). A tile prefetches
+ * (its pf) only on the first pass over a group's lines, the first token step's first half: the later
+ * passes and the other half find the lines in L1 / L2, and their prefetches (a 4-instruction loop
+ * per block, 36 lines for q4_Kx16) were 7.7% of bench_tile q4_Kx16's samples. bench_kernels 2 avx2 3
+ * q4_Kx16 16 5632 2048 16 (from memory), 5 alternating runs, median 244 -> 298 GF/s. */
 /* clang-format off */
 #define HR_X16_DRIVER_BY(name, rows_tile, one_tok, qk, step, wide_cases)                                               \
     void name(int64_t k, const void *w, size_t ws, int nr, const void *a, size_t as, int nt, float *y, size_t ys) {    \
@@ -1092,13 +1108,14 @@ HR_X16_ONE_VIA(rows_tile_q8)
                 const char *grp = (const char *)w + (size_t)g * HR_X16 * ws;                                           \
                 for (int h = 0; h < HR_X16 / HR_X16_ROWS; h++) {                                                       \
                     const char *at = A + (size_t)t0 * as;                                                              \
+                    const int pf = t0 == 0 && h == 0; /* the first pass over the group's lines */                        \
                     float *yt = y + (size_t)t0 * ys + (size_t)(g * HR_X16 + h * HR_X16_ROWS);                          \
                     switch (C) {                                                                                       \
                         wide_cases                                                                                     \
                         HR_X16_CASE(HR_X16_TC, rows_tile)                                                              \
                         HR_X16_CASE(3, rows_tile)                                                                      \
                         HR_X16_CASE(2, rows_tile)                                                                      \
-                    default: rows_tile(1, nb, grp, h, at, as, yt, ys); break;                                          \
+                    default: rows_tile(1, nb, grp, h, at, as, yt, ys, pf); break;                                      \
                     }                                                                                                  \
                 }                                                                                                      \
             }                                                                                                          \
