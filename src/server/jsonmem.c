@@ -134,7 +134,7 @@ static size_t bound_for(const hr_srv_parse_pool *p, size_t len) {
 static bool reserve(hr_srv_parse_pool *p, size_t n, double wait_s) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int tries = 0;; tries++) {
+    for (;;) {
         size_t cur = atomic_load(&p->reserved);
         while (cur + n <= p->limit) {
             if (atomic_compare_exchange_weak(&p->reserved, &cur, cur + n)) {
