@@ -29,11 +29,11 @@ typedef float (*hr_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row
  * with isum[b] the exact integer dot of the block's values (q4_0: nibble - 8; q5_0: 5-bit value - 16), in
  * every table.
  * q4_Kx16 (super-blocks of 8 sub-blocks s of 32) runs per super-block, in this order,
- *     for s = 0..7: acc = fmaf((d_w * (float)sc[s]) * d_a, (float)qdot[s], acc)
- *     then          acc = fmaf(-(dmin_w * d_a), (float)sum_s(m[s] * ys[s]), acc)
+ *     acc = fmaf(d_w * d_a, (float)sum_s(sc[s] * qdot[s]), acc)
+ *     acc = fmaf(-(dmin_w * d_a), (float)sum_s(m[s] * ys[s]), acc)
  * with qdot[s] the exact dot of the sub-block's nibbles (0..15) and values, sc and m its 6-bit
- * scale and min, ys[s] the sum of its 32 values. q5_Kx16 is the same sequence with its 5-bit values
- * (0..31) in qdot. q6_Kx16 (against plain q8_K activations) runs per super-block
+ * scale and min, ys[s] the sum of its 32 values, both sums exact (int32). q5_Kx16 is the same
+ * sequence with its 5-bit values (0..31) in qdot. q6_Kx16 (against plain q8_K activations) runs per super-block
  *     acc = fmaf(d_w * d_a, (float)isum, acc)
  * with isum = sum over its 16 sub-blocks g of 16 of scale[g] * (sum of (q - 32) y), exact (int32). */
 typedef void (*hr_vec_dot_tile_fn)(int64_t k, const void *w, size_t w_stride, int nr, const void *a, size_t a_stride,
