@@ -494,7 +494,7 @@ static inline void one_tok_q8(int64_t nb, const char *gp, const char *a, float *
 #define HR_X16_ONE_Q8  one_tok_q8
 #else
 #define HR_X16_TC      4 /* tokens per tile: q4_0x16's 8 nibble registers + 4 accumulators + temporaries in 16 */
-#define HR_X16_TC_WIDE 8 /* q6_Kx16's and q8_0x16's: one integer sum a token (HR_X16_DRIVER_WIDE) */
+#define HR_X16_TC_WIDE 8 /* q5_Kx16's, q6_Kx16's and q8_0x16's: one integer sum a token (HR_X16_DRIVER_WIDE) */
 #define HR_X16_ROWS    8 /* rows per register: a group is two halves */
 
 static inline __attribute__((always_inline)) void rows_tile_q4(const int C, int64_t nb, const char *gp, int half,
