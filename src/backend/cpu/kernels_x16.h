@@ -666,8 +666,9 @@ static inline __attribute__((always_inline)) __m256i k_four(const __m256i n[4], 
  * vpmaddubsw (k_four) and one vpmaddwd by the scales into its integer sum; per super-block one FMA
  * and the mins by vpmaddwd (k_finish). 8 chunks at once with the accumulators and temporaries
  * spilled: 4 at a time, bench_tile q4_Kx16 64 2048 16 avx2, 4 alternating rounds, medians 155.9 ->
- * 176.1 GF/s. 8 tokens a pass as q5_Kx16 below measured no faster (max of 6 alternating runs 199.3
- * against 201.8; 2 threads from memory the same within the noise). */
+ * 176.1 GF/s. 8 tokens a pass as q5_Kx16 below: from L2 (bench_tile, 8 alternating runs of a noisy
+ * host) median 144.9 -> 171.0, max 191.0 -> 198.1, but 2 threads from memory, the decode case
+ * (bench_kernels 2 avx2 5 q4_Kx16 16 5632 2048 16, 6 runs), median 254 -> 249: not taken. */
 static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int64_t nb, const char *gp, int half,
                                                                 const char *a, size_t as, float *y, size_t ys,
                                                                 const int pf) {
