@@ -9,7 +9,7 @@
  *   q4_Kx16: one sub-block x 4 tokens (8 chunks, 4 at a time as k_four; the odd sub-block's shift;
  *            the scales' vpshufb, a vpmaddwd and a vpaddd a token; the super-block's FMA left out)
  *   q5_Kx16: the same with the fifth bits (k_fifth) and two vpmaddwd a token (4 tokens a pass: the
- *            tile takes 8 since 8753d3e, sharing each chunk's unpacking between twice the tokens,
+ *            tile takes 8 since 5a98064, sharing each chunk's unpacking between twice the tokens,
  *            which the registers here do not hold, so its share of this can pass 1)
  *   q4_0x16: one block x 4 tokens (8 nibble registers; the s8 term and the FMA)
  *   q8_0x16: one block x 8 tokens (vpsignb, vpmaddubsw, vpmaddwd and vpaddd a chunk; the float

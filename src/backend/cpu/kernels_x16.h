@@ -262,7 +262,7 @@ static inline __attribute__((always_inline)) __m512i k_fifth(__m512i nib, const 
  * vpmaddwd. */
 static inline __attribute__((always_inline)) void rows_tile_k8(const int C, int64_t nb, const char *gp, const char *a,
                                                                size_t as, float *y, size_t ys, const int q5,
-                                                               const int one, const int pf) {
+                                                               const int pf) {
 #pragma GCC unroll 8
     for (int t = 0; t < C; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_setzero_ps());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -355,7 +355,7 @@ static inline __attribute__((always_inline)) void rows_tile_q4k(const int C, int
     if (C > 8)
         rows_tile_k16(C, nb, gp, a, as, y, ys, 0, pf);
     else
-        rows_tile_k8(C, nb, gp, a, as, y, ys, 0, 0, pf);
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 0, pf);
 }
 
 static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int64_t nb, const char *gp, int half,
@@ -365,7 +365,7 @@ static inline __attribute__((always_inline)) void rows_tile_q5k(const int C, int
     if (C > 8)
         rows_tile_k16(C, nb, gp, a, as, y, ys, 1, pf);
     else
-        rows_tile_k8(C, nb, gp, a, as, y, ys, 1, 0, pf);
+        rows_tile_k8(C, nb, gp, a, as, y, ys, 1, pf);
 }
 
 /* q6_Kx16: the 6-bit values u = q (0..63, unsigned for vpdpbusd) of quarter q (0..3) of half h of
@@ -475,12 +475,12 @@ static inline __attribute__((always_inline)) void rows_tile_q6k(const int C, int
     }
 }
 
-/* One token (decode): the tiles at C = 1 with the one-token prefetch. */
+/* One token (decode): the tiles at C = 1 without their prefetch (pf 0: see the one-token note above). */
 static inline void one_tok_q4k(int64_t nb, const char *gp, const char *a, float *y) {
-    rows_tile_k8(1, nb, gp, a, 0, y, 0, 0, 1, 0);
+    rows_tile_k8(1, nb, gp, a, 0, y, 0, 0, 0);
 }
 static inline void one_tok_q5k(int64_t nb, const char *gp, const char *a, float *y) {
-    rows_tile_k8(1, nb, gp, a, 0, y, 0, 1, 1, 0);
+    rows_tile_k8(1, nb, gp, a, 0, y, 0, 1, 0);
 }
 static inline void one_tok_q4(int64_t nb, const char *gp, const char *a, float *y) {
     rows_tile_q4p(1, nb, gp, a, 0, y, 0, 0);
@@ -615,7 +615,7 @@ static inline __attribute__((always_inline)) void k_mins(const int C, const hr_b
     const __m256i m[4] = {_mm256_and_si256(mlo, lowords), _mm256_srli_epi16(mlo, 8), _mm256_and_si256(mhi, lowords),
                           _mm256_srli_epi16(mhi, 8)};
     const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->dmin + 8 * half)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < C; t++) {
         const hr_block_q8_Ks *yb = (const hr_block_q8_Ks *)(a + (size_t)t * as) + b;
         __m256i ms = _mm256_madd_epi16(m[0], _mm256_set1_epi32(yb->ysp[0]));
@@ -639,7 +639,7 @@ static inline __attribute__((always_inline)) void k_finish(const int C, const hr
                                  _mm256_loadu_ps(y + (size_t)t * ys));
     }
     k_mins(C, g, half, a, as, b, acc);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < C; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
