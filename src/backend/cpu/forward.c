@@ -388,11 +388,11 @@ static void project_qkv(hr_model_ctx *c, int il, int T) {
     }
 }
 
-static void gated_act(const hr_hparams *hp, float *gate, const float *up, int n) {
+static void gated_act(const hr_model_ctx *c, const hr_hparams *hp, float *gate, const float *up, int n) {
     if (hp->ffn_act == HR_FFN_GELU_TANH)
         hr_op_geglu_tanh(gate, up, n);
     else
-        hr_op_swiglu(gate, up, n);
+        c->kernels.swiglu(gate, up, n);
 }
 
 /* ---- row-wise steps, split over the pool by tokens ----
@@ -560,7 +560,7 @@ static void shared_experts(hr_model_ctx *c, const hr_layer *L, int T) {
     const int64_t Fs = L->sh_gate.rows;
     matmul(c, &L->sh_gate, c->xb, T, c->sh_g);
     matmul(c, &L->sh_up, c->xb, T, c->sh_u);
-    for (int t = 0; t < T; t++) hr_op_swiglu(c->sh_g + (size_t)t * Fs, c->sh_u + (size_t)t * Fs, (int)Fs);
+    for (int t = 0; t < T; t++) c->kernels.swiglu(c->sh_g + (size_t)t * Fs, c->sh_u + (size_t)t * Fs, (int)Fs);
     matmul(c, &L->sh_down, c->sh_g, T, c->sh_out);
 }
 
@@ -632,7 +632,7 @@ static void moe_ffn(hr_model_ctx *c, int il, int T) {
             if (hp->ffn_act == HR_FFN_SWIGLU_OAI)
                 hr_op_swiglu_oai(c->moe_g + (size_t)i * Fe, c->moe_u + (size_t)i * Fe, (int)Fe);
             else
-                hr_op_swiglu(c->moe_g + (size_t)i * Fe, c->moe_u + (size_t)i * Fe, (int)Fe);
+                c->kernels.swiglu(c->moe_g + (size_t)i * Fe, c->moe_u + (size_t)i * Fe, (int)Fe);
         }
         matmul(c, &wd, c->moe_g, n, c->moe_xe); /* the gathered input is spent: its rows take the output */
         add_expert_bias(c->moe_xe, L->b_exp_down, e, n, E);
@@ -833,8 +833,8 @@ static void row_op(const rows_job *j, int t) {
         residual_row(hp, L->ffn_post_norm, x, xb);
         if (j->il + 1 < hp->n_layer) hr_op_rmsnorm(xb, x, c->m->layers[j->il + 1].attn_norm, E, hp->norm_eps);
         break;
-    case ROW_ACT_FUSED: gated_act(hp, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F); break;
-    case ROW_ACT_SPLIT: gated_act(hp, c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F); break;
+    case ROW_ACT_FUSED: gated_act(c, hp, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F); break;
+    case ROW_ACT_SPLIT: gated_act(c, hp, c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F); break;
     default: break;
     }
 }

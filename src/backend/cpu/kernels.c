@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels_internal.h"
+#include "backend/cpu/ops.h"
 
 /* Scalar tiles: each element is the type's vec_dot, so they are invariant by construction. */
 #define HR_DEFINE_TILE(name, dot)                                                                                      \
@@ -141,9 +142,11 @@ void hr_kernels_init(hr_kernels *k, hr_cpu_features f, const char *force_isa) {
     const bool all512 = force_isa && !strcmp(force_isa, "avx512");
     if (want >= HR_CPU_ISA_AVX2) {
         init_avx2(k);
+        k->swiglu = hr_avx2_swiglu;
         if (want >= HR_CPU_ISA_AVX512) add_avx512(k, f, all512);
     } else {
         init_scalar(k);
+        k->swiglu = hr_op_swiglu;
     }
     /* the table's name: its highest ISA (hr_kernels_describe gives the per-type picture) */
     k->isa = "scalar";

@@ -51,6 +51,8 @@ typedef struct hr_kernels {
     hr_cpu_features features;
     const char *isa;                      /* the highest ISA of any entry: "scalar", "avx2", "avx512" */
     hr_type_kernels type[HR_DTYPE_TABLE]; /* indexed by hr_dtype; NULL entries for unsupported ids */
+    /* gate[i] = silu(gate[i]) * up[i], i < n: ops.h's hr_op_swiglu, or its AVX2 lanes (the same bits) */
+    void (*swiglu)(float *gate, const float *up, int n);
 } hr_kernels;
 
 /* Fills k for the given features. `force_isa` may be NULL (the fastest measured: on an AVX-512 CPU

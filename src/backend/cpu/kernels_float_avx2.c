@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/kernels_internal.h"
+#include "backend/cpu/ops.h"
 #include "backend/cpu/simd_avx2.h"
 
 enum { W_F32, W_F16, W_BF16 };
@@ -290,3 +291,18 @@ void hr_avx2_quantize_f16(const float *x, void *dst, int64_t k) {
 HR_FLOAT_KERNELS(f32, W_F32)
 HR_FLOAT_KERNELS(f16, W_F16)
 HR_FLOAT_KERNELS(bf16, W_BF16)
+
+/* SwiGLU, 8 at a time: hr_op_swiglu1's steps in the lanes (ops.h), the tail by it: the same bits. */
+void hr_avx2_swiglu(float *gate, const float *up, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_max_ps(lo, _mm256_loadu_ps(gate + i)); /* NaN: the second operand */
+        const __m256 e = hr_exp_neg8(_mm256_or_ps(g, sign)); /* e^-|g| */
+        const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(g, zero, _CMP_GE_OQ));
+        const __m256 s = _mm256_div_ps(num, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(g, s), _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = hr_op_swiglu1(gate[i], up[i]);
+}

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backend/cpu/kv_cpu.h"
+#include "backend/cpu/ops.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF /* the scalar softmax follows the AVX2 one's roundings (kv_format.c) */
@@ -68,32 +69,14 @@ void kv_scale_round_f16_ref(float *x, int n, float scale) {
     for (int t = 0; t < n; t++) x[t] = kv_f16_to_f32(kv_f32_to_f16(x[t] * scale));
 }
 
-/* kv_format_avx2.c's exp_neg, one lane: Cody-Waite reduction by ln 2, the degree-6 polynomial, the
- * same fmaf steps, so the same bits. x <= 0 (the max subtracted); clamped at -87.3 as _mm256_max_ps
- * does (NaN gives the clamp). */
-static float kv_exp_neg(float x) {
-    x = x > -87.3f ? x : -87.3f;
-    float n = rintf(x * 1.44269504088896341f);
-    float r = fmaf(-n, 0.693359375f, x);
-    r = fmaf(-n, -2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    float y = fmaf(p * r, r, r) + 1.0f;
-    return y * kv_u2f((uint32_t)((int)n + 127) << 23);
-}
-
-/* kv_softmax_avx2's sequence: tokens below n & ~7 get kv_exp_neg and sum in 8 lanes (token t in lane
+/* kv_softmax_avx2's sequence: tokens below n & ~7 get hr_exp_neg and sum in 8 lanes (token t in lane
  * t % 8) reduced as its hsum8; the rest expf, added one by one. The max is exact in any order. */
 float kv_softmax_ref(float *s, int n, float scale) {
     int n8 = n & ~7;
     float mx = -INFINITY;
     for (int t = 0; t < n; t++) mx = fmaxf(mx, s[t] *= scale);
     float l[8] = {0};
-    for (int t = 0; t < n8; t++) l[t % 8] += (s[t] = kv_exp_neg(s[t] - mx));
+    for (int t = 0; t < n8; t++) l[t % 8] += (s[t] = hr_exp_neg(s[t] - mx));
     float sum = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
     for (int t = n8; t < n; t++) sum += (s[t] = expf(s[t] - mx));
     return sum;

@@ -826,25 +826,6 @@ static void enc_q4h_k(const kv_fmt *f, uint8_t *head, int t, const float *x) {
 
 /* ---- softmax ------------------------------------------------------------------------------------- */
 
-/* exp for x <= 0 (after the max is subtracted): Cody-Waite reduction by ln 2 and a degree-6
- * polynomial (the Cephes expf coefficients); about 1 ulp. Below -87.3 the result is clamped there. */
-static inline __m256 exp_neg(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
-
 float kv_softmax_avx2(float *s, int n, float scale) {
     int n8 = n & ~7;
     __m256 vs = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(-INFINITY);
@@ -861,7 +842,7 @@ float kv_softmax_avx2(float *s, int n, float scale) {
     mx = fmaxf(mx, _mm_cvtss_f32(m4));
     __m256 vm = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
     for (int t = 0; t < n8; t += 8) {
-        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+        __m256 e = hr_exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
         _mm256_storeu_ps(s + t, e);
         vsum = _mm256_add_ps(vsum, e);
     }

@@ -3,6 +3,7 @@
 #include "backend/cpu/ops.h"
 
 #include <math.h>
+#include <string.h>
 
 void hr_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     double ss = 0.0; /* a double accumulator: the norm of a 4096-wide row in f32 loses digits */
@@ -44,11 +45,32 @@ void hr_op_rope_cs(float *x, int n_rot, const float *cs, int neox) {
     }
 }
 
+float hr_exp_neg(float x) {
+    x = x > -87.3f ? x : -87.3f;
+    const float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    const float y = fmaf(p * r, r, r) + 1.0f;
+    const uint32_t bits = (uint32_t)((int)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+float hr_op_swiglu1(float g, float u) {
+    g = g < -87.3f ? -87.3f : g; /* silu there is below 1e-36 (NaN passes) */
+    const float e = hr_exp_neg(-fabsf(g));
+    return g * ((g >= 0.0f ? 1.0f : e) / (1.0f + e)) * u;
+}
+
 void hr_op_swiglu(float *gate, const float *up, int n) {
-    for (int i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    for (int i = 0; i < n; i++) gate[i] = hr_op_swiglu1(gate[i], up[i]);
 }
 
 void hr_op_swiglu_oai(float *gate, const float *up, int n) {

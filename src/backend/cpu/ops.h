@@ -23,7 +23,16 @@ void hr_op_rope(float *x, int n_rot, const float *inv_freq, float pos_scaled, in
 void hr_op_rope_angles(float *cs, int n_rot, const float *inv_freq, float pos_scaled);
 void hr_op_rope_cs(float *x, int n_rot, const float *cs, int neox);
 
-/* gate[i] = silu(gate[i]) * up[i] (SwiGLU), i < n. */
+/* e^x for x <= 0 (a softmax's scores after their max, SwiGLU's -|g|): Cody-Waite reduction by ln 2,
+ * the degree-6 Cephes polynomial by fmaf, about 1 ulp; below -87.3 (and NaN) the value at -87.3. One
+ * lane of simd_avx2.h's hr_exp_neg8, step for step: the same bits. */
+float hr_exp_neg(float x);
+
+/* gate[i] = silu(gate[i]) * up[i] (SwiGLU), i < n, as hr_op_swiglu1: g raised to -87.3 where below
+ * (silu there is under 1e-36; NaN stays NaN), e = hr_exp_neg(-|g|), silu(g) = g x (g >= 0 ? 1 : e) /
+ * (1 + e) (no overflow for any g), times u. The kernels' table (kernels.h: swiglu) gives the same bits
+ * with AVX2. */
+float hr_op_swiglu1(float g, float u);
 void hr_op_swiglu(float *gate, const float *up, int n);
 
 /* gpt-oss's gated activation (llama.cpp's swiglu_oai, alpha 1.702, limit 7): g = min(gate[i], 7),
