@@ -22,9 +22,7 @@
 
 enum { NMAX = 70 };
 
-static double rel(double got, double want) {
-    return fabs(got - want) / (fabs(want) > 1e-30 ? fabs(want) : 1e-30);
-}
+static double rel(double got, double want) { return fabs(got - want) / (fabs(want) > 1e-30 ? fabs(want) : 1e-30); }
 
 static void test_accuracy(hr_rng *rng) {
     double worst_exp = 0.0, worst_silu = 0.0;
@@ -54,8 +52,8 @@ static void test_accuracy(hr_rng *rng) {
 }
 
 static void test_bits(hr_rng *rng) {
-    static const float edge[] = {0.0f, -0.0f, -87.3f, -87.29f, -87.31f, -88.0f, -100.0f, 87.3f, 100.0f, INFINITY,
-                                 -INFINITY, NAN, 1e-30f, -1e-30f, 3.4e38f, -3.4e38f};
+    static const float edge[] = {0.0f,   -0.0f,    -87.3f,    -87.29f, -87.31f, -88.0f,  -100.0f, 87.3f,
+                                 100.0f, INFINITY, -INFINITY, NAN,     1e-30f,  -1e-30f, 3.4e38f, -3.4e38f};
     const float scales[] = {1e-3f, 1.0f, 8.0f, 40.0f};
     long compared = 0, bad = 0;
     for (int n = 0; n <= NMAX; n++)

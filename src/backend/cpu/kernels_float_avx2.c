@@ -299,7 +299,7 @@ void hr_avx2_swiglu(float *gate, const float *up, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 g = _mm256_max_ps(lo, _mm256_loadu_ps(gate + i)); /* NaN: the second operand */
-        const __m256 e = hr_exp_neg8(_mm256_or_ps(g, sign)); /* e^-|g| */
+        const __m256 e = hr_exp_neg8(_mm256_or_ps(g, sign));           /* e^-|g| */
         const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(g, zero, _CMP_GE_OQ));
         const __m256 s = _mm256_div_ps(num, _mm256_add_ps(one, e));
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(g, s), _mm256_loadu_ps(up + i)));

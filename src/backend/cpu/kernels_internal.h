@@ -46,7 +46,7 @@ HR_Q5_TILE_DECL(avx512, q5_1)
  * CPU has AVX2+FMA+F16C. */
 void hr_avx2_quantize_q8_0(const float *x, void *dst, int64_t k);
 void hr_avx2_quantize_f16(const float *x, void *dst, int64_t k); /* F16C, round-to-nearest-even */
-void hr_avx2_swiglu(float *gate, const float *up, int n); /* hr_op_swiglu's bits (ops.h) */
+void hr_avx2_swiglu(float *gate, const float *up, int n);        /* hr_op_swiglu's bits (ops.h) */
 float hr_avx2_dot_f32(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_f16(int64_t k, const void *w, const void *a);
 float hr_avx2_dot_bf16(int64_t k, const void *w, const void *a);
