@@ -1,5 +1,8 @@
 /* ops.c: row-wise transformer operations (see ops.h). Plain C on purpose: these are a small share
- * of a step's time next to the matrix products and attention, and the compiler vectorizes them. */
+ * of a step's time next to the matrix products and attention, and the compiler vectorizes them. The
+ * exception is SwiGLU's exponential (libm's expf a lane was 3% of a 16-stream step): hr_op_swiglu is
+ * the reference the kernels' table runs in AVX2 lanes (kernels.h: swiglu), by fmaf here (a library
+ * call where the build's target has no FMA: --isa scalar is the slow, exact path). */
 #include "backend/cpu/ops.h"
 
 #include <math.h>
