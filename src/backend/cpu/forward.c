@@ -388,8 +388,8 @@ static void project_qkv(hr_model_ctx *c, int il, int T) {
     }
 }
 
-static void gated_act(const hr_model_ctx *c, const hr_hparams *hp, float *gate, const float *up, int n) {
-    if (hp->ffn_act == HR_FFN_GELU_TANH)
+static void gated_act(const hr_model_ctx *c, float *gate, const float *up, int n) {
+    if (c->m->hp.ffn_act == HR_FFN_GELU_TANH)
         hr_op_geglu_tanh(gate, up, n);
     else
         c->kernels.swiglu(gate, up, n);
@@ -833,8 +833,8 @@ static void row_op(const rows_job *j, int t) {
         residual_row(hp, L->ffn_post_norm, x, xb);
         if (j->il + 1 < hp->n_layer) hr_op_rmsnorm(xb, x, c->m->layers[j->il + 1].attn_norm, E, hp->norm_eps);
         break;
-    case ROW_ACT_FUSED: gated_act(c, hp, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F); break;
-    case ROW_ACT_SPLIT: gated_act(c, hp, c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F); break;
+    case ROW_ACT_FUSED: gated_act(c, c->hg + (size_t)t * 2 * F, c->hg + (size_t)t * 2 * F + F, (int)F); break;
+    case ROW_ACT_SPLIT: gated_act(c, c->hg + (size_t)t * F, c->hu + (size_t)t * F, (int)F); break;
     default: break;
     }
 }
