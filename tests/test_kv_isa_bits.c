@@ -3,8 +3,10 @@
  * formats), 40, 64, 80 and 128 and block sizes 16 and 32, over random data, the encoders store the
  * same bytes, and q.K scores and P.V sums (added into a nonzero accumulator) are equal bit for bit for
  * every token count 1..B; the softmax (with -inf masks) and the f16 rounding of P likewise for n
- * 1..1000; and whole attention through two pools (scalar and AVX2) at GQA 1, 2, 4, 8 and every
- * context 1..300, with K and V formats paired. That equality is what lets --isa scalar reach
+ * 1..1000; the group kernels (a KV head's query heads from one read) against the one-head ones for
+ * every group of 2..8; and whole attention through two pools (scalar one head at a time, AVX2 with its
+ * group path) at GQA 1, 2, 3, 4, 8, 16 and every context 1..300, with K and V formats paired, whole
+ * and with the heads split in two ranges. That equality is what lets --isa scalar reach
  * attention without changing a token. Skipped (77) where the CPU lacks AVX2. */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +35,60 @@ static float rnd(hr_rng *rng, int t, int c) {
 static bool same_bits(const void *a, const void *b, size_t n) {
     n_compared++;
     return memcmp(a, b, n) == 0;
+}
+
+/* The group kernels (dot_heads, accum_heads: G query heads of one KV head from one read of its rows)
+ * against the reference's one-head kernels run G times: every head's scores and sums bit for bit, for
+ * every G 2..HR_KV_ATTN_GROUP. Formats without group kernels have nothing to check. */
+static void heads_dot_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8_t *head, int n, hr_rng *rng) {
+    kv_fmt_ops simd;
+    kv_fmt_ops_ref(f, &simd);
+    kv_fmt_ops_avx2(f, &simd);
+    CHECKF((simd.dot_heads != NULL) == (f->format <= HR_KV_BF16 && f->D % 8 == 0),
+           "%s K D=%d: group kernel present where it should not be, or missing", hr_kv_format_name(f->format), f->D);
+    if (!simd.dot_heads) return;
+    static float q[HR_KV_ATTN_GROUP][DMAX], want[HR_KV_ATTN_GROUP][BMAX], got[HR_KV_ATTN_GROUP][BMAX], row[DMAX];
+    const float *qp[HR_KV_ATTN_GROUP];
+    float *gp[HR_KV_ATTN_GROUP];
+    for (int G = 2; G <= HR_KV_ATTN_GROUP; G++) {
+        for (int g = 0; g < G; g++) {
+            for (int c = 0; c < f->D; c++) q[g][c] = hr_rng_normal(rng) * (c % 5 == g % 5 ? 3.0f : 1.0f);
+            ref->dot(f, head, n, q[g], row, want[g]);
+            qp[g] = q[g];
+            gp[g] = got[g];
+        }
+        simd.dot_heads(f, head, n, qp, G, gp);
+        bool ok = true;
+        for (int g = 0; g < G; g++) ok &= same_bits(want[g], got[g], (size_t)n * sizeof(float));
+        CHECKF(ok, "%s K B=%d D=%d n=%d G=%d: group q.K scores differ from one head's", hr_kv_format_name(f->format),
+               f->B, f->D, n, G);
+    }
+}
+
+static void heads_accum_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8_t *head, int n, hr_rng *rng) {
+    kv_fmt_ops simd;
+    kv_fmt_ops_ref(f, &simd);
+    kv_fmt_ops_avx2(f, &simd);
+    CHECKF((simd.accum_heads != NULL) == (f->format <= HR_KV_BF16 && f->D % 8 == 0),
+           "%s V D=%d: group kernel present where it should not be, or missing", hr_kv_format_name(f->format), f->D);
+    if (!simd.accum_heads) return;
+    static float p[HR_KV_ATTN_GROUP][BMAX], want[HR_KV_ATTN_GROUP][DMAX], got[HR_KV_ATTN_GROUP][DMAX];
+    const float *pp[HR_KV_ATTN_GROUP];
+    float *gp[HR_KV_ATTN_GROUP];
+    for (int G = 2; G <= HR_KV_ATTN_GROUP; G++) {
+        for (int g = 0; g < G; g++) {
+            for (int t = 0; t < n; t++) p[g][t] = (float)hr_rng_uniform(rng) * ((t + g) % 3 ? 1.0f : 1e-6f);
+            for (int c = 0; c < f->D; c++) want[g][c] = got[g][c] = hr_rng_normal(rng);
+            ref->accum(f, head, n, p[g], want[g]);
+            pp[g] = p[g];
+            gp[g] = got[g];
+        }
+        simd.accum_heads(f, head, n, pp, G, gp);
+        bool ok = true;
+        for (int g = 0; g < G; g++) ok &= same_bits(want[g], got[g], (size_t)f->D * sizeof(float));
+        CHECKF(ok, "%s V B=%d D=%d n=%d G=%d: group P.V sums differ from one head's", hr_kv_format_name(f->format),
+               f->B, f->D, n, G);
+    }
 }
 
 static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
@@ -78,6 +134,7 @@ static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
                 simd.dot(&f, h1, n, q, row, s2);
                 CHECKF(same_bits(s1, s2, (size_t)n * sizeof *s1), "%s K B=%d D=%d n=%d: q.K scores differ", name, B, D,
                        n);
+                heads_dot_case(&f, &ref, h1, n, rng);
             } else {
                 for (int t = 0; t < n; t++) p[t] = (float)hr_rng_uniform(rng) * (t % 3 ? 1.0f : 1e-6f);
                 for (int c = 0; c < D; c++) a0[c] = hr_rng_normal(rng);
@@ -87,6 +144,7 @@ static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
                 simd.accum(&f, h1, n, p, a2);
                 CHECKF(same_bits(a1, a2, (size_t)D * sizeof *a1), "%s V B=%d D=%d n=%d: P.V sums differ", name, B, D,
                        n);
+                heads_accum_case(&f, &ref, h1, n, rng);
                 /* a latent cache's V (its first nc channels): accum's bits there on both paths, the rest
                  * of the accumulator untouched */
                 for (int nc = 16; ref.accum_first && nc < D; nc += 16) {
@@ -140,9 +198,10 @@ static void test_softmax(hr_rng *rng) {
 }
 
 /* Whole attention through a scalar and an AVX2 pool: same writes, same queries, same bits. */
-enum { HKV = 2, NCTX = 300, GMAX = 8 };
-static hr_kv_pool *make(int D, hr_kv_format kf, hr_kv_format vf, const char *isa) {
-    hr_kv_config c = {.n_layers = 1,
+enum { HKV = 2, NCTX = 300, GMAX = 16 };
+static hr_kv_pool *make(int D, hr_kv_format kf, hr_kv_format vf, const char *isa, int q_per_kv) {
+    hr_kv_config c = {.q_per_kv = q_per_kv,
+                      .n_layers = 1,
                       .n_kv_heads = HKV,
                       .head_dim = D,
                       .block_size = 16,
@@ -159,7 +218,9 @@ static hr_kv_pool *make(int D, hr_kv_format kf, hr_kv_format vf, const char *isa
 }
 
 static void attention_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng) {
-    hr_kv_pool *ps = make(D, kf, vf, "scalar"), *pv = make(D, kf, vf, "avx2");
+    /* the scalar pool one head at a time; the AVX2 one takes a KV head's query heads together (up to
+     * HR_KV_ATTN_GROUP) where the formats have group kernels */
+    hr_kv_pool *ps = make(D, kf, vf, "scalar", 0), *pv = make(D, kf, vf, "avx2", GMAX);
     hr_error err = {0};
     hr_kv_seq ss = -1, sv = -1;
     if (!ps || !pv || hr_kv_seq_create(ps, &ss, &err) != HR_OK || hr_kv_seq_create(pv, &sv, &err) != HR_OK) {
@@ -169,9 +230,12 @@ static void attention_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng)
         return;
     }
     CHECK(strcmp(hr_kv_pool_isa(ps), "scalar") == 0 && strcmp(hr_kv_pool_isa(pv), "avx2") == 0);
-    static float q[GMAX * HKV * DMAX], o1[GMAX * HKV * DMAX], o2[GMAX * HKV * DMAX], kb[HKV * DMAX], vb[HKV * DMAX];
-    static float scratch[NCTX + 2 * DMAX + 64];
-    CHECK(hr_kv_attention_scratch_floats(ps, NCTX) <= HR_ARRAY_LEN(scratch));
+    static float q[GMAX * HKV * DMAX], o1[GMAX * HKV * DMAX], o2[GMAX * HKV * DMAX], o3[GMAX * HKV * DMAX],
+        kb[HKV * DMAX], vb[HKV * DMAX];
+    static float scratch[HR_KV_ATTN_GROUP * (NCTX + 32) + 2 * DMAX + 64];
+    CHECK(hr_kv_attention_scratch_floats(ps, NCTX) <= HR_ARRAY_LEN(scratch) &&
+          hr_kv_attention_scratch_floats(pv, NCTX) <= HR_ARRAY_LEN(scratch) &&
+          hr_kv_attention_scratch_floats(pv, NCTX) >= HR_KV_ATTN_GROUP * (size_t)NCTX);
     int bad = 0;
     for (int pos = 0; pos < NCTX && !bad; pos++) {
         CHECK(hr_kv_seq_reserve(ps, ss, pos + 1, &err) == HR_OK && hr_kv_seq_reserve(pv, sv, pos + 1, &err) == HR_OK);
@@ -184,12 +248,18 @@ static void attention_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng)
         int32_t tok = pos;
         hr_kv_seq_commit(ps, ss, &tok, 1);
         hr_kv_seq_commit(pv, sv, &tok, 1);
-        int ratio = 1 << (pos % 4), H = HKV * ratio; /* GQA 1, 2, 4, 8 in turn */
+        static const int ratios[] = {1, 2, 3, 4, 8, 16};
+        int ratio = ratios[pos % 6], H = HKV * ratio; /* GQA 1, 2, 3, 4, 8, 16 in turn */
         for (int i = 0; i < H * D; i++) q[i] = hr_rng_normal(rng) * 2.0f;
         float scale = 1.0f / sqrtf((float)D);
         hr_kv_attention(ps, 0, ss, pos + 1, q, H, scale, o1, scratch);
         hr_kv_attention(pv, 0, sv, pos + 1, q, H, scale, o2, scratch);
         if (!same_bits(o1, o2, (size_t)H * D * sizeof *o1)) bad = pos + 1;
+        /* the heads cut in two ranges that split a group (threads sharing a token): the same bits */
+        int cut = H > 1 ? 1 + pos % (H - 1) : 1;
+        hr_kv_attention_heads(pv, 0, sv, pos + 1, q, H, 0, cut, scale, NULL, o3, scratch);
+        hr_kv_attention_heads(pv, 0, sv, pos + 1, q, H, cut, H, scale, NULL, o3, scratch);
+        if (!same_bits(o1, o3, (size_t)H * D * sizeof *o1)) bad = pos + 1;
     }
     CHECKF(!bad, "K %s V %s D=%d: scalar and avx2 attention differ at n_ctx=%d", hr_kv_format_name(kf),
            hr_kv_format_name(vf), D, bad);

@@ -323,6 +323,7 @@ static void test_model(const char *shape_name, hr_dtype type) {
     const struct { int T, ctx, B, threads; } cases[] = {{512, 256, 16, 1}, {64, 1000, 32, 2}, {7, 4096, 8, 3}};
     for (size_t i = 0; i < HR_ARRAY_LEN(cases); i++) {
         hr_kv_config c = kv_cfg(hp->n_layer, hp->n_head_kv, hp->head_dim, cases[i].B, HR_KV_F16, HR_KV_F16, 2, 8);
+        c.q_per_kv = hr_model_q_per_kv(hp); /* as the runtime configures the pool: attention's head groups */
         hr_kv_pool *pool = NULL;
         CHECK(hr_kv_pool_create(&c, &pool, &err) == HR_OK);
         hr_model_ctx_params mp = {

@@ -85,15 +85,17 @@ void hr_kv_attention_heads(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_
                          .softcap = p->attn_softcap,
                          .sinks = sinks,
                          .head_begin = head_begin,
-                         .head_end = head_end};
+                         .head_end = head_end,
+                         .group = kv_attn_group(c)};
     p->st->ops->attend(p->st, slot_l, &aq, 1, &a, scratch);
 }
 
 size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx) {
-    /* scores (n_ctx, padded to a block) + one head-row for per-channel formats + slack for SIMD */
+    /* scores (n_ctx, padded to a block) for each head of a group + one head-row for per-channel
+     * formats + slack for SIMD */
     int B = cfg->block_size > 0 ? cfg->block_size : 1;
     size_t n = ((size_t)(n_ctx > 0 ? n_ctx : 0) + B - 1) / B * B;
-    return n + (size_t)cfg->head_dim + 16;
+    return n * (size_t)kv_attn_group(cfg) + (size_t)cfg->head_dim + 16;
 }
 
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *p, int n_ctx) {

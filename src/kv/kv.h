@@ -85,6 +85,10 @@ typedef struct hr_kv_config {
      * one-table pool; a model mixing window and full layers (gemma2/3, gpt-oss) has several, and its
      * window groups free what their window no longer sees while the full groups keep everything. */
     const int32_t *layer_window;
+    /* query heads per KV head (the model's n_head / n_head_kv; 0 counts as 1). Attention then reads a
+     * KV head's K and V once for up to HR_KV_ATTN_GROUP of its query heads, where the format's kernels
+     * can (the same bits as one head at a time); the scratch holds that many heads' scores. */
+    int q_per_kv;
 } hr_kv_config;
 
 /* ---- layer groups -------------------------------------------------------------------------------
@@ -257,7 +261,7 @@ void hr_kv_attention_sinks(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int
 void hr_kv_attention_heads(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads,
                            int head_begin, int head_end, float scale, const float *sinks, float *out, float *scratch);
 size_t hr_kv_attention_scratch_floats(const hr_kv_pool *pool, int n_ctx);
-/* The same for a pool of this config (block_size and head_dim decide it), before one exists. */
+/* The same for a pool of this config (block_size, head_dim and q_per_kv decide it), before one exists. */
 size_t hr_kv_attention_scratch_floats_for(const hr_kv_config *cfg, int n_ctx);
 
 /* ---- eviction policies -------------------------------------------------------------------------

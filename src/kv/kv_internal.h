@@ -190,6 +190,10 @@ static inline int kv_layer_window(const hr_kv_pool *p, const kv_seq *s, int laye
     int n = p->native_window[layer];
     return (w > 0 && n > 0) ? (w < n ? w : n) : (w > 0 ? w : n);
 }
+/* Query heads attention takes together (hr_kv_config.q_per_kv, 1..HR_KV_ATTN_GROUP). */
+static inline int kv_attn_group(const hr_kv_config *c) {
+    return c->q_per_kv < 1 ? 1 : c->q_per_kv > HR_KV_ATTN_GROUP ? HR_KV_ATTN_GROUP : c->q_per_kv;
+}
 static inline int kv_policy_sinks(const kv_seq *s) { return s->pol.kind == HR_KV_POLICY_SINKS ? s->pol.sinks : 0; }
 /* snapkv: where the prompt ends (0 unknown) and the observation window. */
 static inline int kv_snap_end(const kv_seq *s) { return s->prompt_len > 0 ? s->prompt_len : s->reserve_end; }

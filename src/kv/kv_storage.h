@@ -72,6 +72,9 @@ typedef struct hr_kv_attn_query {
     float *out;                  /* [H][D] */
 } hr_kv_attn_query;
 
+/* The most query heads attention serves from one read of a KV head (hr_kv_attn_args.group). */
+#define HR_KV_ATTN_GROUP 8
+
 typedef struct hr_kv_attn_args {
     int n_heads;   /* H, a multiple of Hkv: head h reads KV head h / (H / Hkv) */
     float scale;   /* applied to q.k */
@@ -82,6 +85,9 @@ typedef struct hr_kv_attn_args {
     /* the query heads to compute, [head_begin, head_end) (head_end 0: all n_heads); the other heads'
      * outputs are left as they are, so threads can share one token's heads */
     int head_begin, head_end;
+    /* how many query heads' scores the scratch holds (>= 1): up to that many heads of one KV head may
+     * be computed together from one read of its K and V */
+    int group;
 } hr_kv_attn_args;
 /* the end of a's head range (head_end 0: n_heads) */
 static inline int hr_kv_attn_head_end(const hr_kv_attn_args *a) { return a->head_end ? a->head_end : a->n_heads; }

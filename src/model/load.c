@@ -468,6 +468,10 @@ uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes) {
     return file_bytes + floats * sizeof(float);
 }
 
+int hr_model_q_per_kv(const hr_hparams *hp) {
+    return hp->kv_lora_rank > 0 || hp->n_head_kv < 1 ? 1 : hp->n_head / hp->n_head_kv;
+}
+
 uint64_t hr_model_table_bytes(const hr_hparams *hp) {
     return sizeof(hr_model) + (uint64_t)hp->n_layer * (sizeof(hr_layer) + sizeof(hr_layer_attn));
 }

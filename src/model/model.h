@@ -203,6 +203,9 @@ const hr_gguf *hr_model_gguf(const hr_model *m);
 uint64_t hr_model_resident_bytes(const hr_hparams *hp, uint64_t file_bytes);
 /* The rest the loader allocates: the model and its per-layer tables. Pure. */
 uint64_t hr_model_table_bytes(const hr_hparams *hp);
+/* Query heads per KV head as attention takes them together (hr_kv_config.q_per_kv): n_head / n_head_kv,
+ * 1 for a latent cache (deepseek2), whose attention reads one head at a time. Pure. */
+int hr_model_q_per_kv(const hr_hparams *hp);
 /* Bytes of all weight tensors (what a decode step streams from memory). */
 uint64_t hr_model_weight_bytes(const hr_model *m);
 /* Bytes the weights' file(s) hold as loaded: the GGUF file, or a checkpoint's tensors (mapped or quantized)

@@ -315,7 +315,8 @@ fail:
 static uint64_t cpu_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, int max_ctx, int block_size,
                                   int n_threads) {
     /* every layer alike (gate and up together, or every one apart: 2 x T x F floats either way) */
-    hr_kv_config kc = {.block_size = block_size, .head_dim = hp->head_dim};
+    /* attention's group of query heads as the runtime configures the pool */
+    hr_kv_config kc = {.block_size = block_size, .head_dim = hp->head_dim, .q_per_kv = hr_model_q_per_kv(hp)};
     fwd_sizes z;
     fwd_sizes_of(hp, max_batch_tokens, &kc, max_ctx, n_threads, true, false, &z);
     return fwd_sizes_total(&z, max_batch_tokens, n_threads);

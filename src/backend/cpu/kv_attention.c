@@ -24,6 +24,7 @@
 
 #include "backend/cpu/kv_cpu.h"
 #include "backend/cpu/ops.h"
+#include "common/util.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF /* the scalar softmax follows the AVX2 one's roundings (kv_format.c) */
@@ -243,14 +244,13 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     }
 }
 
-/* One query over every position of [0, n_ctx) (no policy, no holes): the path of a full sequence. */
-static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
-                           float *scratch) {
+/* One query head h over every position of [0, n_ctx) (no policy, no holes): the path of a full sequence. */
+static void attention_full_head(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a, int h,
+                                float *scratch) {
     int B = p->B, D = p->D, Hkv = p->Hkv;
     int n_ctx = aq->n_ctx, n_heads = a->n_heads;
     const float scale = a->scale, *q = aq->q;
-    float *out = aq->out;
-    int group = n_heads / Hkv, head_end = hr_kv_attn_head_end(a);
+    int group = n_heads / Hkv;
     int n_blk = (n_ctx + B - 1) / B;
     /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
     int32_t slot = aq->tail_stage;
@@ -260,35 +260,90 @@ static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     float *row = scratch + (size_t)n_blk * B;
     float q16[KV_MAX_HEAD_DIM];
 
-    for (int h = a->head_begin; h < head_end; h++) {
-        int kh = h / group;
-        const float *qh = kv_query(p, q + (size_t)h * D, q16);
-        float *oh = out + (size_t)h * D;
-        /* scores = q . k for every cached token, block by block */
-        for (int j = 0; j < n_blk; j++) {
-            int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-            int32_t b = aq->table[j];
-            if (j == n_blk - 1 && stk && p->kf.deferred)
-                p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, scores + (size_t)j * B);
-            else
-                p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row,
-                            scores + (size_t)j * B);
-        }
-        /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
-        const float sm_scale = kv_softcap(a->softcap, scores, n_ctx, scale);
-        float inv = kv_weights(p, scores, n_ctx, kv_softmax_sum(p, a, h, scores, n_ctx, sm_scale));
-        /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
-        memset(oh, 0, (size_t)D * sizeof *oh);
-        for (int j = 0; j < n_blk; j++) {
-            int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-            int32_t b = aq->table[j];
-            if (j == n_blk - 1 && stv && p->vf.deferred)
-                p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, scores + (size_t)j * B, oh);
-            else
-                kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,
-                           scores + (size_t)j * B, oh);
-        }
-        kv_finish_head(p, oh, inv);
+    int kh = h / group;
+    const float *qh = kv_query(p, q + (size_t)h * D, q16);
+    float *oh = aq->out + (size_t)h * D;
+    /* scores = q . k for every cached token, block by block */
+    for (int j = 0; j < n_blk; j++) {
+        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
+        int32_t b = aq->table[j];
+        if (j == n_blk - 1 && stk && p->kf.deferred)
+            p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, scores + (size_t)j * B);
+        else
+            p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row,
+                        scores + (size_t)j * B);
+    }
+    /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
+    const float sm_scale = kv_softcap(a->softcap, scores, n_ctx, scale);
+    float inv = kv_weights(p, scores, n_ctx, kv_softmax_sum(p, a, h, scores, n_ctx, sm_scale));
+    /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
+    memset(oh, 0, (size_t)D * sizeof *oh);
+    for (int j = 0; j < n_blk; j++) {
+        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
+        int32_t b = aq->table[j];
+        if (j == n_blk - 1 && stv && p->vf.deferred)
+            p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, scores + (size_t)j * B, oh);
+        else
+            kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, scores + (size_t)j * B,
+                       oh);
+    }
+    kv_finish_head(p, oh, inv);
+}
+
+/* Query heads [h0, h0 + G) of one KV head together (2 <= G <= a->group): each block's K and V head
+ * region is read once for the G of them (dot_heads, accum_heads) instead of once per head; the scores
+ * of head h0 + g lie at scratch + g x n_blk x B. Every step per head is attention_full_head's, in its
+ * order, so each head's output has the bits that path gives it. */
+#define KV_GROUP_MAX_D 256 /* the rounded queries live on the stack */
+static void attention_full_group(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                                 int h0, int G, float *scratch) {
+    int B = p->B, D = p->D, n_ctx = aq->n_ctx, n_blk = (n_ctx + B - 1) / B;
+    int kh = h0 / (a->n_heads / p->Hkv);
+    const size_t stride = (size_t)n_blk * B;
+    float q16[HR_KV_ATTN_GROUP][KV_GROUP_MAX_D];
+    const float *qg[HR_KV_ATTN_GROUP];
+    float *sc[HR_KV_ATTN_GROUP], *oh[HR_KV_ATTN_GROUP], *blk[HR_KV_ATTN_GROUP], inv[HR_KV_ATTN_GROUP];
+    for (int g = 0; g < G; g++) {
+        qg[g] = kv_query(p, aq->q + (size_t)(h0 + g) * D, q16[g]);
+        sc[g] = scratch + (size_t)g * stride;
+        oh[g] = aq->out + (size_t)(h0 + g) * D;
+    }
+    for (int j = 0; j < n_blk; j++) {
+        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
+        for (int g = 0; g < G; g++) blk[g] = sc[g] + (size_t)j * B;
+        p->kops.dot_heads(&p->kf, kv_block_ptr(p, layer, KV_K, aq->table[j]) + (size_t)kh * p->kf.head_bytes, n, qg, G,
+                          blk);
+    }
+    for (int g = 0; g < G; g++) {
+        const float sm_scale = kv_softcap(a->softcap, sc[g], n_ctx, a->scale);
+        inv[g] = kv_weights(p, sc[g], n_ctx, kv_softmax_sum(p, a, h0 + g, sc[g], n_ctx, sm_scale));
+        memset(oh[g], 0, (size_t)D * sizeof *oh[g]);
+    }
+    for (int j = 0; j < n_blk; j++) {
+        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
+        for (int g = 0; g < G; g++) blk[g] = sc[g] + (size_t)j * B;
+        p->vops.accum_heads(&p->vf, kv_block_ptr(p, layer, KV_V, aq->table[j]) + (size_t)kh * p->vf.head_bytes, n,
+                            (const float *const *)blk, G, oh);
+    }
+    for (int g = 0; g < G; g++) kv_finish_head(p, oh[g], inv[g]);
+}
+
+/* One query over every position of [0, n_ctx): its heads a group of a KV head's at a time where the
+ * formats have group kernels and the scratch room for the group's scores, else one by one. */
+static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                           float *scratch) {
+    const int group = a->n_heads / p->Hkv, head_end = hr_kv_attn_head_end(a);
+    const int gmax = HR_MIN(HR_MIN(a->group, group), HR_KV_ATTN_GROUP);
+    /* group kernels read blocks as stored: not a deferred format's tail buffer, not a latent V */
+    const bool grouped = gmax >= 2 && p->kops.dot_heads && p->vops.accum_heads && p->D <= KV_GROUP_MAX_D &&
+                         !p->v_from_k && !(aq->tail_stage >= 0 && (p->kf.deferred || p->vf.deferred));
+    for (int h = a->head_begin; h < head_end;) {
+        const int G = grouped ? HR_MIN(gmax, HR_MIN(head_end, (h / group + 1) * group) - h) : 1;
+        if (G >= 2)
+            attention_full_group(p, layer, aq, a, h, G, scratch);
+        else
+            attention_full_head(p, layer, aq, a, h, scratch);
+        h += G;
     }
 }
 

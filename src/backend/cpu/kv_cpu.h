@@ -89,13 +89,19 @@ uint8_t kv_f32_to_e4m3(float x); /* round to nearest even, saturating at 448 */
  *   accum:       acc[:] += sum_t p[t] * v_t for t < n (acc: D floats).
  *   accum_first: the same for channels c < nc only (nc a multiple of 16 below D, or D), each with
  *                accum's bits: what a latent cache's V (the first v_from_k dims of K) reads. The
- *                token-wise formats (f32, f16, bf16, q8, fp8) only; NULL elsewhere. */
+ *                token-wise formats (f32, f16, bf16, q8, fp8) only; NULL elsewhere.
+ *   dot_heads:   dot for G query heads of one KV head at once (2 <= G <= HR_KV_ATTN_GROUP):
+ *                scores[g][t] = q[g] . k_t, each with dot's bits. NULL where a format has none.
+ *   accum_heads: accum for G heads at once: acc[g][:] += sum_t p[g][t] v_t, each with accum's bits.
+ *                NULL where a format has none. */
 typedef struct kv_fmt_ops {
     void (*enc_token)(const kv_fmt *f, uint8_t *head, int t, const float *x);
     void (*enc_block)(const kv_fmt *f, uint8_t *head, const uint16_t *stage);
     void (*dot)(const kv_fmt *f, const uint8_t *head, int n, const float *q, float *row, float *scores);
     void (*accum)(const kv_fmt *f, const uint8_t *head, int n, const float *p, float *acc);
     void (*accum_first)(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc);
+    void (*dot_heads)(const kv_fmt *f, const uint8_t *head, int n, const float *const *q, int G, float *const *scores);
+    void (*accum_heads)(const kv_fmt *f, const uint8_t *head, int n, const float *const *p, int G, float *const *acc);
 } kv_fmt_ops;
 
 /* x <- H x / sqrt(n), the normalized Walsh-Hadamard transform (orthogonal and its own inverse); n a

@@ -476,26 +476,30 @@ static void dot_q4h_k(const kv_fmt *f, const uint8_t *head, int n, const float *
  * per-token dot: both are valid combinations because K and V formats are chosen separately, and the
  * role fixes the layout. The K role is only ever dotted and the V role only ever accumulated. */
 
+/* The reference has no group kernels (dot_heads, accum_heads): with it, attention reads one head at a
+ * time, which is what the group kernels' bits are checked against. */
+#define KV_OPS(e, eb, d, a, af) (kv_fmt_ops){.enc_token = e, .enc_block = eb, .dot = d, .accum = a, .accum_first = af}
+
 void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops) {
     memset(ops, 0, sizeof *ops);
     switch (f->format) {
-    case HR_KV_F32: *ops = (kv_fmt_ops){enc_f32, NULL, dot_f32, acc_f32, accf_f32}; break;
-    case HR_KV_F16: *ops = (kv_fmt_ops){enc_f16, NULL, dot_f16, acc_f16, accf_f16}; break;
-    case HR_KV_BF16: *ops = (kv_fmt_ops){enc_bf16, NULL, dot_bf16, acc_bf16, accf_bf16}; break;
-    case HR_KV_Q8: *ops = (kv_fmt_ops){enc_q8, NULL, dot_q8, acc_q8, accf_q8}; break;
-    case HR_KV_FP8: *ops = (kv_fmt_ops){enc_fp8, NULL, dot_fp8, acc_fp8, accf_fp8}; break;
+    case HR_KV_F32: *ops = KV_OPS(enc_f32, NULL, dot_f32, acc_f32, accf_f32); break;
+    case HR_KV_F16: *ops = KV_OPS(enc_f16, NULL, dot_f16, acc_f16, accf_f16); break;
+    case HR_KV_BF16: *ops = KV_OPS(enc_bf16, NULL, dot_bf16, acc_bf16, accf_bf16); break;
+    case HR_KV_Q8: *ops = KV_OPS(enc_q8, NULL, dot_q8, acc_q8, accf_q8); break;
+    case HR_KV_FP8: *ops = KV_OPS(enc_fp8, NULL, dot_fp8, acc_fp8, accf_fp8); break;
     case HR_KV_Q4:
     case HR_KV_KIVI2:
         if (f->role == KV_K)
-            *ops = (kv_fmt_ops){NULL, encb_lowbit_k, dot_lowbit_k, NULL, NULL};
+            *ops = KV_OPS(NULL, encb_lowbit_k, dot_lowbit_k, NULL, NULL);
         else
-            *ops = (kv_fmt_ops){NULL, encb_lowbit_v, NULL, acc_lowbit_v, NULL};
+            *ops = KV_OPS(NULL, encb_lowbit_v, NULL, acc_lowbit_v, NULL);
         break;
     case HR_KV_Q4H:
         if (f->role == KV_K)
-            *ops = (kv_fmt_ops){enc_q4h_k, NULL, dot_q4h_k, NULL, NULL};
+            *ops = KV_OPS(enc_q4h_k, NULL, dot_q4h_k, NULL, NULL);
         else
-            *ops = (kv_fmt_ops){enc_q4tok, NULL, NULL, acc_lowbit_v, NULL};
+            *ops = KV_OPS(enc_q4tok, NULL, NULL, acc_lowbit_v, NULL);
         break;
     }
 }
