@@ -357,7 +357,7 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
         .kv = {.n_layers = hp->n_layer,
                .n_kv_heads = hp->n_head_kv,
                .head_dim = hp->head_dim,
-               .v_from_k = hp->kv_lora_rank, /* deepseek2: a latent cache, V read from K */
+               .v_from_k = hp->kv_lora_rank,      /* deepseek2: a latent cache, V read from K */
                .q_per_kv = hr_model_q_per_kv(hp), /* attention's group of query heads */
                .block_size = rt->p.block_size,
                .k_format = (hr_kv_format)rt->p.k_format,

@@ -478,7 +478,8 @@ static void dot_q4h_k(const kv_fmt *f, const uint8_t *head, int n, const float *
 
 /* The reference has no group kernels (dot_heads, accum_heads): with it, attention reads one head at a
  * time, which is what the group kernels' bits are checked against. */
-#define KV_OPS(e, eb, d, a, af) (kv_fmt_ops){.enc_token = e, .enc_block = eb, .dot = d, .accum = a, .accum_first = af}
+#define KV_OPS(e, eb, d, a, af)                                                                                        \
+    (kv_fmt_ops) { .enc_token = e, .enc_block = eb, .dot = d, .accum = a, .accum_first = af }
 
 void kv_fmt_ops_ref(const kv_fmt *f, kv_fmt_ops *ops) {
     memset(ops, 0, sizeof *ops);
