@@ -6,8 +6,8 @@
  * 1..1000; the group kernels (a KV head's query heads from one read) against the one-head ones for
  * every group of 2..8; and whole attention through two pools (scalar one head at a time, AVX2 with its
  * group path) at GQA 1, 2, 3, 4, 8, 16 and every context 1..300, with K and V formats paired, whole
- * and with the heads split in two ranges. That equality is what lets --isa scalar reach
- * attention without changing a token. Skipped (77) where the CPU lacks AVX2. */
+ * and with the heads split in two ranges, full and under window, sinks, h2o and snapkv policies. That equality is what
+ * lets --isa scalar reach attention without changing a token. Skipped (77) where the CPU lacks AVX2. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,7 +217,7 @@ static hr_kv_pool *make(int D, hr_kv_format kf, hr_kv_format vf, const char *isa
     return rc == HR_OK ? p : NULL;
 }
 
-static void attention_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng) {
+static void attention_case(int D, hr_kv_format kf, hr_kv_format vf, const char *policy, hr_rng *rng) {
     /* the scalar pool one head at a time; the AVX2 one takes a KV head's query heads together (up to
      * HR_KV_ATTN_GROUP) where the formats have group kernels */
     hr_kv_pool *ps = make(D, kf, vf, "scalar", 0), *pv = make(D, kf, vf, "avx2", GMAX);
@@ -230,6 +230,12 @@ static void attention_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng)
         return;
     }
     CHECK(strcmp(hr_kv_pool_isa(ps), "scalar") == 0 && strcmp(hr_kv_pool_isa(pv), "avx2") == 0);
+    if (policy) { /* the view path: masks, dropped blocks, h2o's scores summed over the heads */
+        hr_kv_policy pol;
+        CHECKF(hr_kv_policy_parse(policy, &pol, &err) == HR_OK && hr_kv_seq_set_policy(ps, ss, &pol, &err) == HR_OK &&
+                   hr_kv_seq_set_policy(pv, sv, &pol, &err) == HR_OK,
+               "policy %s: %s", policy, err.msg);
+    }
     static float q[GMAX * HKV * DMAX], o1[GMAX * HKV * DMAX], o2[GMAX * HKV * DMAX], o3[GMAX * HKV * DMAX],
         kb[HKV * DMAX], vb[HKV * DMAX];
     static float scratch[HR_KV_ATTN_GROUP * (NCTX + 32) + 2 * DMAX + 64];
@@ -261,8 +267,8 @@ static void attention_case(int D, hr_kv_format kf, hr_kv_format vf, hr_rng *rng)
         hr_kv_attention_heads(pv, 0, sv, pos + 1, q, H, cut, H, scale, NULL, o3, scratch);
         if (!same_bits(o1, o3, (size_t)H * D * sizeof *o1)) bad = pos + 1;
     }
-    CHECKF(!bad, "K %s V %s D=%d: scalar and avx2 attention differ at n_ctx=%d", hr_kv_format_name(kf),
-           hr_kv_format_name(vf), D, bad);
+    CHECKF(!bad, "K %s V %s D=%d policy %s: scalar and avx2 attention differ at n_ctx=%d", hr_kv_format_name(kf),
+           hr_kv_format_name(vf), D, policy ? policy : "full", bad);
     hr_kv_pool_destroy(ps);
     hr_kv_pool_destroy(pv);
 }
@@ -271,10 +277,16 @@ static void test_attention(hr_rng *rng) {
     static const int dims[] = {8, 64, 128};
     for (int di = 0; di < 3; di++)
         for (int f = 0; f < HR_KV_FORMAT_COUNT; f++) {
-            attention_case(dims[di], (hr_kv_format)f, (hr_kv_format)f, rng);
-            if (dims[di] == 64) attention_case(64, (hr_kv_format)f, (hr_kv_format)((f + 3) % HR_KV_FORMAT_COUNT), rng);
+            attention_case(dims[di], (hr_kv_format)f, (hr_kv_format)f, NULL, rng);
+            if (dims[di] == 64)
+                attention_case(64, (hr_kv_format)f, (hr_kv_format)((f + 3) % HR_KV_FORMAT_COUNT), NULL, rng);
         }
-    attention_case(12, HR_KV_F16, HR_KV_F32, rng); /* head_dim past the 8-lane part */
+    attention_case(12, HR_KV_F16, HR_KV_F32, NULL, rng); /* head_dim past the 8-lane part */
+    /* under policies (the view path), the group formats and one without group kernels */
+    static const char *const policies[] = {"window:64", "sinks:4,window:48", "h2o:96", "snapkv:64"};
+    static const hr_kv_format pf[] = {HR_KV_F16, HR_KV_BF16, HR_KV_F32, HR_KV_Q8};
+    for (size_t i = 0; i < HR_ARRAY_LEN(policies); i++)
+        for (size_t f = 0; f < HR_ARRAY_LEN(pf); f++) attention_case(64, pf[f], pf[f], policies[i], rng);
 }
 
 int main(void) {

@@ -114,6 +114,7 @@ size_t hr_kv_seq_attention_scratch_floats(const hr_kv_pool *p, hr_kv_seq seq, in
     }
     int S = kv_policy_sinks(s);
     size_t slots = (size_t)((S + B - 1) / B + (wmax + B - 1) / B + 1) * B;
-    size_t bounded = slots + (size_t)p->cfg.head_dim + 16 + (p->kf.rotate ? (size_t)p->cfg.head_dim : 0);
+    size_t bounded = slots * (size_t)kv_attn_group(&p->cfg) + (size_t)p->cfg.head_dim + 16 +
+                     (p->kf.rotate ? (size_t)p->cfg.head_dim : 0);
     return bounded < all ? bounded : all;
 }

@@ -178,13 +178,17 @@ static void kv_view_mask(const kv_cpu *p, const hr_kv_attn_view *v, int layer, i
         if (p0 + t >= v->sinks && p0 + t < v->lo) sc[t] = fill;
 }
 
-static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
-                           float *scratch) {
-    int B = p->B, D = p->D, Hkv = p->Hkv;
-    int n_ctx = aq->n_ctx, n_heads = a->n_heads, n_blk = (n_ctx + B - 1) / B;
-    int group = n_heads / Hkv, head_end = hr_kv_attn_head_end(a);
-    const float scale = a->scale, *q = aq->q;
-    float *out = aq->out;
+#define KV_GROUP_MAX_D 256 /* the group paths' rounded queries live on the stack: G x D floats */
+
+/* Query heads [h0, h0 + G) of one KV head under the view: G == 1 with the one-head kernels (and a
+ * deferred format's tail buffer), G >= 2 (at most a->group) with the group kernels, each block's K and V
+ * read once for the G heads. Head h0 + g's scores lie at scratch + g x n_vis x B, the row buffer of
+ * per-channel formats after all of them; every step per head is the one-head path's, in its order. */
+static void attention_view_heads(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                                 int h0, int G, float *scratch) {
+    int B = p->B, D = p->D;
+    int n_ctx = aq->n_ctx, n_blk = (n_ctx + B - 1) / B;
+    const int kh = h0 / (a->n_heads / p->Hkv);
     const int32_t *table = aq->table;
     const hr_kv_attn_view v = *aq->view;
     atomic_uint_fast64_t *acc = v.score;
@@ -194,54 +198,97 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
     int n_vis = 0;
     for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) n_vis += table[j] >= 0;
-    float *scores = scratch;
-    float *row = scratch + (size_t)n_vis * B; /* scratch holds n_vis * B scores, then one head-row */
-    float q16[KV_MAX_HEAD_DIM];
-
-    for (int h = a->head_begin; h < head_end; h++) {
-        int kh = h / group;
-        const float *qh = kv_query(p, q + (size_t)h * D, q16);
-        float *oh = out + (size_t)h * D;
-        int n_sc = 0, k = 0;
-        float sm_scale = scale;
-        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) {
-            int32_t b = table[j];
-            if (b < 0) continue; /* dropped: a query over an older prefix would have needed it */
-            int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-            float *sc = scores + (size_t)k * B;
-            if (j == n_blk - 1 && stk && p->kf.deferred)
-                p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, sc);
-            else
-                p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row, sc);
-            sm_scale = kv_softcap(a->softcap, sc, n, scale);
-            kv_view_mask(p, &v, layer, kh, j, n, sc, -INFINITY);
-            n_sc = k * B + n;
-            k++;
-        }
-        float inv = kv_weights(p, scores, n_sc, kv_softmax_sum(p, a, h, scores, n_sc, sm_scale));
-        memset(oh, 0, (size_t)D * sizeof *oh);
-        k = 0;
-        for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) {
-            int32_t b = table[j];
-            if (b < 0) continue;
-            int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-            float *sc = scores + (size_t)k * B;
-            kv_view_mask(p, &v, layer, kh, j, n, sc, 0.0f);
-            if (j == n_blk - 1 && stv && p->vf.deferred)
-                p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, sc, oh);
-            else
-                kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, sc, oh);
-            if (acc) {
-                atomic_uint_fast64_t *w = acc + kv_meta_index(p, j, layer, kh) * B;
-                for (int t = 0; t < n; t++)
-                    if (sc[t] > 0.0f)
-                        atomic_fetch_add_explicit(&w[t], (uint64_t)((double)(sc[t] * inv) * 4294967296.0 + 0.5),
-                                                  memory_order_relaxed);
-            }
-            k++;
-        }
-        kv_finish_head(p, oh, inv);
+    const size_t stride = (size_t)n_vis * B;
+    float *row = scratch + (size_t)G * stride;
+    float q16[HR_KV_ATTN_GROUP * KV_GROUP_MAX_D]; /* G x D <= this (G == 1: D <= KV_MAX_HEAD_DIM) */
+    const float *qg[HR_KV_ATTN_GROUP];
+    float *sc[HR_KV_ATTN_GROUP], *oh[HR_KV_ATTN_GROUP], *blk[HR_KV_ATTN_GROUP], inv[HR_KV_ATTN_GROUP];
+    float sm_scale[HR_KV_ATTN_GROUP];
+    for (int g = 0; g < G; g++) {
+        qg[g] = kv_query(p, aq->q + (size_t)(h0 + g) * D, q16 + (size_t)g * D);
+        sc[g] = scratch + (size_t)g * stride;
+        oh[g] = aq->out + (size_t)(h0 + g) * D;
+        sm_scale[g] = a->scale;
     }
+    int n_sc = 0, k = 0;
+    for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) {
+        int32_t b = table[j];
+        if (b < 0) continue; /* dropped: a query over an older prefix would have needed it */
+        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
+        for (int g = 0; g < G; g++) blk[g] = sc[g] + (size_t)k * B;
+        if (G >= 2)
+            p->kops.dot_heads(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qg, G, blk);
+        else if (j == n_blk - 1 && stk && p->kf.deferred)
+            p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qg[0], row, blk[0]);
+        else
+            p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qg[0], row, blk[0]);
+        for (int g = 0; g < G; g++) {
+            sm_scale[g] = kv_softcap(a->softcap, blk[g], n, a->scale);
+            kv_view_mask(p, &v, layer, kh, j, n, blk[g], -INFINITY);
+        }
+        n_sc = k * B + n;
+        k++;
+    }
+    for (int g = 0; g < G; g++) {
+        inv[g] = kv_weights(p, sc[g], n_sc, kv_softmax_sum(p, a, h0 + g, sc[g], n_sc, sm_scale[g]));
+        memset(oh[g], 0, (size_t)D * sizeof *oh[g]);
+    }
+    k = 0;
+    for (int j = v.sink_blocks > 0 ? 0 : v.first_blk; j < n_blk; j = kv_view_next(&v, j)) {
+        int32_t b = table[j];
+        if (b < 0) continue;
+        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
+        for (int g = 0; g < G; g++) {
+            blk[g] = sc[g] + (size_t)k * B;
+            kv_view_mask(p, &v, layer, kh, j, n, blk[g], 0.0f);
+        }
+        if (G >= 2)
+            p->vops.accum_heads(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,
+                                (const float *const *)blk, G, oh);
+        else if (j == n_blk - 1 && stv && p->vf.deferred)
+            p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, blk[0], oh[0]);
+        else
+            kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, blk[0], oh[0]);
+        if (acc) {
+            atomic_uint_fast64_t *w = acc + kv_meta_index(p, j, layer, kh) * B;
+            for (int g = 0; g < G; g++)
+                for (int t = 0; t < n; t++)
+                    if (blk[g][t] > 0.0f)
+                        atomic_fetch_add_explicit(&w[t], (uint64_t)((double)(blk[g][t] * inv[g]) * 4294967296.0 + 0.5),
+                                                  memory_order_relaxed);
+        }
+        k++;
+    }
+    for (int g = 0; g < G; g++) kv_finish_head(p, oh[g], inv[g]);
+}
+
+/* Whether a query's heads may go through the group kernels: the formats have them, the scratch holds
+ * a group's scores, and the blocks are read as stored (not a deferred format's tail buffer, not a
+ * latent V). Returns the largest group, or 1. */
+static int kv_group_size(const kv_cpu *p, const hr_kv_attn_query *aq, const hr_kv_attn_args *a) {
+    const int gmax = HR_MIN(HR_MIN(a->group, a->n_heads / p->Hkv), HR_KV_ATTN_GROUP);
+    const bool ok = gmax >= 2 && p->kops.dot_heads && p->vops.accum_heads && p->D <= KV_GROUP_MAX_D && !p->v_from_k &&
+                    !(aq->tail_stage >= 0 && (p->kf.deferred || p->vf.deferred));
+    return ok ? gmax : 1;
+}
+
+/* The heads [head_begin, head_end) of a query in groups of one KV head's heads (at most gmax), each
+ * through fn. */
+typedef void (*kv_heads_fn)(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a, int h0,
+                            int G, float *scratch);
+static void kv_each_group(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                          float *scratch, kv_heads_fn fn) {
+    const int group = a->n_heads / p->Hkv, head_end = hr_kv_attn_head_end(a), gmax = kv_group_size(p, aq, a);
+    for (int h = a->head_begin; h < head_end;) {
+        const int G = HR_MIN(gmax, HR_MIN(head_end, (h / group + 1) * group) - h);
+        fn(p, layer, aq, a, h, G, scratch);
+        h += G;
+    }
+}
+
+static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                           float *scratch) {
+    kv_each_group(p, layer, aq, a, scratch, attention_view_heads);
 }
 
 /* One query head h over every position of [0, n_ctx) (no policy, no holes): the path of a full sequence. */
@@ -294,7 +341,6 @@ static void attention_full_head(const kv_cpu *p, int layer, const hr_kv_attn_que
  * region is read once for the G of them (dot_heads, accum_heads) instead of once per head; the scores
  * of head h0 + g lie at scratch + g x n_blk x B. Every step per head is attention_full_head's, in its
  * order, so each head's output has the bits that path gives it. */
-#define KV_GROUP_MAX_D 256 /* the rounded queries live on the stack */
 static void attention_full_group(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
                                  int h0, int G, float *scratch) {
     int B = p->B, D = p->D, n_ctx = aq->n_ctx, n_blk = (n_ctx + B - 1) / B;
@@ -328,23 +374,19 @@ static void attention_full_group(const kv_cpu *p, int layer, const hr_kv_attn_qu
     for (int g = 0; g < G; g++) kv_finish_head(p, oh[g], inv[g]);
 }
 
-/* One query over every position of [0, n_ctx): its heads a group of a KV head's at a time where the
- * formats have group kernels and the scratch room for the group's scores, else one by one. */
+/* The heads of one query over every position of [0, n_ctx) (no policy, no holes): the path of a full
+ * sequence, a KV head's query heads together where the group kernels serve (kv_group_size). */
+static void attention_full_heads(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                                 int h0, int G, float *scratch) {
+    if (G >= 2)
+        attention_full_group(p, layer, aq, a, h0, G, scratch);
+    else
+        attention_full_head(p, layer, aq, a, h0, scratch);
+}
+
 static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
                            float *scratch) {
-    const int group = a->n_heads / p->Hkv, head_end = hr_kv_attn_head_end(a);
-    const int gmax = HR_MIN(HR_MIN(a->group, group), HR_KV_ATTN_GROUP);
-    /* group kernels read blocks as stored: not a deferred format's tail buffer, not a latent V */
-    const bool grouped = gmax >= 2 && p->kops.dot_heads && p->vops.accum_heads && p->D <= KV_GROUP_MAX_D &&
-                         !p->v_from_k && !(aq->tail_stage >= 0 && (p->kf.deferred || p->vf.deferred));
-    for (int h = a->head_begin; h < head_end;) {
-        const int G = grouped ? HR_MIN(gmax, HR_MIN(head_end, (h / group + 1) * group) - h) : 1;
-        if (G >= 2)
-            attention_full_group(p, layer, aq, a, h, G, scratch);
-        else
-            attention_full_head(p, layer, aq, a, h, scratch);
-        h += G;
-    }
+    kv_each_group(p, layer, aq, a, scratch, attention_full_heads);
 }
 
 void kv_cpu_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_query *qs, int n, const hr_kv_attn_args *a,
