@@ -44,7 +44,8 @@ static void heads_dot_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8_t
     kv_fmt_ops simd;
     kv_fmt_ops_ref(f, &simd);
     kv_fmt_ops_avx2(f, &simd);
-    CHECKF((simd.dot_heads != NULL) == (f->format <= HR_KV_BF16 && f->D % 8 == 0),
+    CHECKF((simd.dot_heads != NULL) ==
+               (f->format <= HR_KV_BF16 ? f->D % 8 == 0 : f->format == HR_KV_Q8 && f->G % 16 == 0),
            "%s K D=%d: group kernel present where it should not be, or missing", hr_kv_format_name(f->format), f->D);
     if (!simd.dot_heads) return;
     static float q[HR_KV_ATTN_GROUP][DMAX], want[HR_KV_ATTN_GROUP][BMAX], got[HR_KV_ATTN_GROUP][BMAX], row[DMAX];
@@ -69,7 +70,8 @@ static void heads_accum_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8
     kv_fmt_ops simd;
     kv_fmt_ops_ref(f, &simd);
     kv_fmt_ops_avx2(f, &simd);
-    CHECKF((simd.accum_heads != NULL) == (f->format <= HR_KV_BF16 && f->D % 8 == 0),
+    CHECKF((simd.accum_heads != NULL) ==
+               (f->format <= HR_KV_BF16 ? f->D % 8 == 0 : f->format == HR_KV_Q8 && f->G % 16 == 0),
            "%s V D=%d: group kernel present where it should not be, or missing", hr_kv_format_name(f->format), f->D);
     if (!simd.accum_heads) return;
     static float p[HR_KV_ATTN_GROUP][BMAX], want[HR_KV_ATTN_GROUP][DMAX], got[HR_KV_ATTN_GROUP][DMAX];

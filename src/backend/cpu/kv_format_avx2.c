@@ -347,6 +347,118 @@ static void dot_q8(const kv_fmt *f, const uint8_t *head, int n, const float *q, 
     }
 }
 
+/* dot_heads / accum_heads for q8 (the float formats' scheme above, kv_cpu.h), G % 16 == 0 and D <=
+ * KV_QMAX_D as dot_q8's: per pass of up to 4 heads and 2 rows, each 16-value chunk of a row is
+ * sign-extended once for the heads (vpmaddwd against each head's int16 query). A row's integer group
+ * sums are exact, so how they are added does not matter; the float steps are dot_q8's per (row, head):
+ * tot += (float)isum_g x scale_g over the groups in order, then x the head's query step, in 4 lanes
+ * (one a head), each lane the scalar sequence. P.V: acc += (p_t x scale) v_t in t order, 16 channels
+ * (one scale group) a pass, as accf_q8 computes each channel. */
+static inline __attribute__((always_inline)) void dotg_q8_rows(const kv_fmt *f, const int8_t *k, const uint16_t *sc,
+                                                               int t, const int R, int16_t (*q16)[KV_QMAX_D],
+                                                               const float *step, const int G, float *const *scores) {
+    const int D = f->D, Gq = f->G, ng = D / Gq;
+    __m128 tot[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    for (int g = 0; g < ng; g++) {
+        __m256i a[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < R * G; i++) a[i] = _mm256_setzero_si256();
+        for (int c = g * Gq; c < (g + 1) * Gq; c += 16) {
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                const __m256i kx =
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(k + (size_t)(t + r) * D + c)));
+#pragma GCC unroll 4
+                for (int h = 0; h < G; h++)
+                    a[r * G + h] = _mm256_add_epi32(
+                        a[r * G + h], _mm256_madd_epi16(kx, _mm256_loadu_si256((const __m256i *)(q16[h] + c))));
+            }
+        }
+        const __m256i z = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const __m256i *ar = a + r * G;
+            const __m128i is = hsum4_epi32(ar[0], G > 1 ? ar[1] : z, G > 2 ? ar[2] : z, G > 3 ? ar[3] : z);
+            tot[r] = _mm_add_ps(tot[r],
+                                _mm_mul_ps(_mm_cvtepi32_ps(is), _mm_set1_ps(_cvtsh_ss(sc[(size_t)(t + r) * ng + g]))));
+        }
+    }
+    const __m128 st = _mm_loadu_ps(step);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        float v[4];
+        _mm_storeu_ps(v, _mm_mul_ps(tot[r], st));
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) scores[h][t + r] = v[h];
+    }
+}
+
+static inline __attribute__((always_inline)) void dotg_q8(const kv_fmt *f, const uint8_t *head, int n,
+                                                          const float *const *q, const int G, float *const *scores) {
+    int16_t q16[4][KV_QMAX_D];
+    float step[4] = {0};
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++) step[h] = row_i16(q[h], f->D, q16[h]);
+    const int8_t *k = (const int8_t *)head;
+    const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
+    int t = 0;
+    for (; t + 2 <= n; t += 2) dotg_q8_rows(f, k, sc, t, 2, q16, step, G, scores);
+    if (t < n) dotg_q8_rows(f, k, sc, t, 1, q16, step, G, scores);
+}
+
+static inline __attribute__((always_inline)) void accg_q8(const kv_fmt *f, const uint8_t *head, int n,
+                                                          const float *const *p, const int G, float *const *acc) {
+    const int D = f->D, Gq = f->G, ng = D / Gq;
+    const uint16_t *sc = (const uint16_t *)(head + f->scale_off);
+    for (int c = 0; c < D; c += 16) {
+        __m256 a[8];
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) {
+            a[2 * h] = _mm256_loadu_ps(acc[h] + c);
+            a[2 * h + 1] = _mm256_loadu_ps(acc[h] + c + 8);
+        }
+        for (int t = 0; t < n; t++) {
+            const int8_t *qs = (const int8_t *)head + (size_t)t * D + c;
+            const float s = _cvtsh_ss(sc[(size_t)t * ng + c / Gq]);
+            const __m256 v0 = load_i8x8(qs), v1 = load_i8x8(qs + 8);
+#pragma GCC unroll 4
+            for (int h = 0; h < G; h++) {
+                const __m256 wv = _mm256_set1_ps(p[h][t] * s);
+                a[2 * h] = _mm256_fmadd_ps(wv, v0, a[2 * h]);
+                a[2 * h + 1] = _mm256_fmadd_ps(wv, v1, a[2 * h + 1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) {
+            _mm256_storeu_ps(acc[h] + c, a[2 * h]);
+            _mm256_storeu_ps(acc[h] + c + 8, a[2 * h + 1]);
+        }
+    }
+}
+
+static void dot_heads_q8(const kv_fmt *f, const uint8_t *head, int n, const float *const *q, int G,
+                         float *const *scores) {
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        switch (G - g0 < 4 ? G - g0 : 4) {
+        case 1: dotg_q8(f, head, n, q + g0, 1, scores + g0); break;
+        case 2: dotg_q8(f, head, n, q + g0, 2, scores + g0); break;
+        case 3: dotg_q8(f, head, n, q + g0, 3, scores + g0); break;
+        default: dotg_q8(f, head, n, q + g0, 4, scores + g0); break;
+        }
+    }
+}
+
+static void acc_heads_q8(const kv_fmt *f, const uint8_t *head, int n, const float *const *p, int G, float *const *acc) {
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        switch (G - g0 < 4 ? G - g0 : 4) {
+        case 1: accg_q8(f, head, n, p + g0, 1, acc + g0); break;
+        case 2: accg_q8(f, head, n, p + g0, 2, acc + g0); break;
+        case 3: accg_q8(f, head, n, p + g0, 3, acc + g0); break;
+        default: accg_q8(f, head, n, p + g0, 4, acc + g0); break;
+        }
+    }
+}
+
 /* P.V: 32 output channels in registers while the tokens stream by; one weight p * scale per token
  * and group (G >= 8, so one per register). */
 static void accf_q8(const kv_fmt *f, const uint8_t *head, int n, const float *p, int nc, float *acc) {
@@ -1015,7 +1127,8 @@ void kv_fmt_ops_avx2(const kv_fmt *f, kv_fmt_ops *ops) {
     case HR_KV_Q8:
         ops->enc_token = enc_q8;
         ops->accum = acc_q8, ops->accum_first = accf_q8;
-        if (f->G % 16 == 0 && f->D <= KV_QMAX_D) ops->dot = dot_q8;
+        if (f->G % 16 == 0 && f->D <= KV_QMAX_D)
+            ops->dot = dot_q8, ops->dot_heads = dot_heads_q8, ops->accum_heads = acc_heads_q8;
         break;
     case HR_KV_FP8:
         ops->enc_token = enc_fp8;
