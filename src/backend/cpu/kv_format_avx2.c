@@ -219,30 +219,32 @@ static inline __attribute__((always_inline)) void accg(const kv_fmt *f, const ui
     for (; c < D; c += 8) accg_cols(head, D, n, c, 1, p, G, acc, kind);
 }
 
+/* PASS(g0, NG) for the heads in passes of up to 4 from g0, NG a constant in each case (the kernels'
+ * accumulators, R x NG of them, stay in registers only where it is). */
+#define KV_HEAD_PASSES(G, PASS)                                                                                        \
+    for (int g0 = 0; g0 < (G); g0 += 4) {                                                                              \
+        switch ((G)-g0 < 4 ? (G)-g0 : 4) {                                                                             \
+        case 1: PASS(g0, 1); break;                                                                                    \
+        case 2: PASS(g0, 2); break;                                                                                    \
+        case 3: PASS(g0, 3); break;                                                                                    \
+        default: PASS(g0, 4); break;                                                                                   \
+        }                                                                                                              \
+    }
+
 static inline __attribute__((always_inline)) void dot_heads_kind(const kv_fmt *f, const uint8_t *head, int n,
                                                                  const float *const *q, int G, float *const *scores,
                                                                  const int kind) {
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        switch (G - g0 < 4 ? G - g0 : 4) {
-        case 1: dotg(f, head, n, q + g0, 1, scores + g0, kind); break;
-        case 2: dotg(f, head, n, q + g0, 2, scores + g0, kind); break;
-        case 3: dotg(f, head, n, q + g0, 3, scores + g0, kind); break;
-        default: dotg(f, head, n, q + g0, 4, scores + g0, kind); break;
-        }
-    }
+#define KV_PASS(g0, NG) dotg(f, head, n, q + (g0), NG, scores + (g0), kind)
+    KV_HEAD_PASSES(G, KV_PASS)
+#undef KV_PASS
 }
 
 static inline __attribute__((always_inline)) void acc_heads_kind(const kv_fmt *f, const uint8_t *head, int n,
                                                                  const float *const *p, int G, float *const *acc,
-                                                                 const int kind) {
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        switch (G - g0 < 4 ? G - g0 : 4) {
-        case 1: accg(f, head, n, p + g0, 1, acc + g0, kind); break;
-        case 2: accg(f, head, n, p + g0, 2, acc + g0, kind); break;
-        case 3: accg(f, head, n, p + g0, 3, acc + g0, kind); break;
-        default: accg(f, head, n, p + g0, 4, acc + g0, kind); break;
-        }
-    }
+                                                                 const int kind){
+#define KV_PASS(g0, NG) accg(f, head, n, p + (g0), NG, acc + (g0), kind)
+    KV_HEAD_PASSES(G, KV_PASS)
+#undef KV_PASS
 }
 
 #define KV_DEF_HEADS(name, KIND)                                                                                       \
@@ -254,13 +256,11 @@ static inline __attribute__((always_inline)) void acc_heads_kind(const kv_fmt *f
                                  float *const *acc) {                                                                  \
         acc_heads_kind(f, head, n, p, G, acc, KIND);                                                                   \
     }
-KV_DEF_HEADS(f32, KV_LD_F32)
-KV_DEF_HEADS(f16, KV_LD_F16)
-KV_DEF_HEADS(bf16, KV_LD_BF16)
+KV_DEF_HEADS(f32, KV_LD_F32) KV_DEF_HEADS(f16, KV_LD_F16) KV_DEF_HEADS(bf16, KV_LD_BF16)
 
-/* ---- Q8 ------------------------------------------------------------------------------------------ */
+    /* ---- Q8 ------------------------------------------------------------------------------------------ */
 
-static inline __m256 load_i8x8(const int8_t *p) {
+    static inline __m256 load_i8x8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
@@ -438,25 +438,15 @@ static inline __attribute__((always_inline)) void accg_q8(const kv_fmt *f, const
 
 static void dot_heads_q8(const kv_fmt *f, const uint8_t *head, int n, const float *const *q, int G,
                          float *const *scores) {
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        switch (G - g0 < 4 ? G - g0 : 4) {
-        case 1: dotg_q8(f, head, n, q + g0, 1, scores + g0); break;
-        case 2: dotg_q8(f, head, n, q + g0, 2, scores + g0); break;
-        case 3: dotg_q8(f, head, n, q + g0, 3, scores + g0); break;
-        default: dotg_q8(f, head, n, q + g0, 4, scores + g0); break;
-        }
-    }
+#define KV_PASS(g0, NG) dotg_q8(f, head, n, q + (g0), NG, scores + (g0))
+    KV_HEAD_PASSES(G, KV_PASS)
+#undef KV_PASS
 }
 
 static void acc_heads_q8(const kv_fmt *f, const uint8_t *head, int n, const float *const *p, int G, float *const *acc) {
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        switch (G - g0 < 4 ? G - g0 : 4) {
-        case 1: accg_q8(f, head, n, p + g0, 1, acc + g0); break;
-        case 2: accg_q8(f, head, n, p + g0, 2, acc + g0); break;
-        case 3: accg_q8(f, head, n, p + g0, 3, acc + g0); break;
-        default: accg_q8(f, head, n, p + g0, 4, acc + g0); break;
-        }
-    }
+#define KV_PASS(g0, NG) accg_q8(f, head, n, p + (g0), NG, acc + (g0))
+    KV_HEAD_PASSES(G, KV_PASS)
+#undef KV_PASS
 }
 
 /* P.V: 32 output channels in registers while the tokens stream by; one weight p * scale per token
