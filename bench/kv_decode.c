@@ -6,8 +6,11 @@
  * channels). A "token" is one query of 32 heads attending in each of the 22 layers, at n_ctx 1024 and
  * MAX_CTX. Rounds visit every (format, context) in turn, so load from other processes falls on all of
  * them alike; each figure is the median over rounds, printed beside its ratio to f16 from the same
- * rounds. GB/s counts the cache bytes a token reads once (n_ctx x bytes/token); query heads that share
- * a KV head read the same data again, from cache. One thread. Also printed: hr_kv_write time per
+ * rounds. GB/s counts the cache bytes a token reads once (n_ctx x bytes/token). The pools are configured
+ * as the runtime configures them (q_per_kv = 8: a KV head's query heads together where the format has
+ * group kernels); "apart" is the same token with the heads asked one at a time
+ * (hr_kv_attention_heads per head: each query head reads its KV head's blocks again, from cache), as
+ * its time over the grouped one in the same rounds. One thread. Also printed: hr_kv_write time per
  * token (all layers), where the encoders show up.
  *
  * usage: bench_kv_decode [ROUNDS] [MAX_CTX] [--scalar]    (defaults 9 4096) */
@@ -58,6 +61,7 @@ static int fill(bench_fmt *b, int max_ctx, bool scalar, hr_rng *rng) {
                       .k_format = b->f,
                       .v_format = b->f,
                       .max_seqs = 1,
+                      .q_per_kv = H / HKV,
                       .force_scalar = scalar,
                       .stage_blocks = 2};
     uint64_t n_blocks = (uint64_t)(max_ctx + BS - 1) / BS;
@@ -93,11 +97,18 @@ static int fill(bench_fmt *b, int max_ctx, bool scalar, hr_rng *rng) {
     return 0;
 }
 
-/* One decode token: attention of 32 query heads at n_ctx in every layer. Returns seconds. */
-static double decode_token(const bench_fmt *b, int n_ctx, const float *q, float *out, float *scratch) {
+/* One decode token: attention of 32 query heads at n_ctx in every layer, the heads in one call or
+ * (apart) one call each. Returns seconds. */
+static double decode_token(const bench_fmt *b, int n_ctx, const float *q, float *out, float *scratch, bool apart) {
     double t0 = now_s();
-    for (int layer = 0; layer < L; layer++)
-        hr_kv_attention(b->pool, layer, b->seq, n_ctx, q + (size_t)layer * H * D, H, 0.125f, out, scratch);
+    for (int layer = 0; layer < L; layer++) {
+        const float *ql = q + (size_t)layer * H * D;
+        if (!apart)
+            hr_kv_attention(b->pool, layer, b->seq, n_ctx, ql, H, 0.125f, out, scratch);
+        else
+            for (int h = 0; h < H; h++)
+                hr_kv_attention_heads(b->pool, layer, b->seq, n_ctx, ql, H, h, h + 1, 0.125f, NULL, out, scratch);
+    }
     return now_s() - t0;
 }
 
@@ -138,19 +149,24 @@ int main(int argc, char **argv) {
     float *scratch = malloc(sizeof(float) * n_scratch);
     double *t = malloc(sizeof(double) * (size_t)rounds * NF * N_CTX);
     double *ratio = malloc(sizeof(double) * (size_t)rounds * NF * N_CTX);
-    if (!q || !out || !scratch || !t || !ratio) return 1;
+    double *apart = malloc(sizeof(double) * (size_t)rounds * NF * N_CTX);
+    if (!q || !out || !scratch || !t || !ratio || !apart) return 1;
     for (int i = 0; i < L * H * D; i++) q[i] = hr_rng_normal(&rng);
 
     /* tokens per measurement: enough for ~10 ms of work at the largest context */
     int reps[N_CTX];
     for (int ci = 0; ci < N_CTX; ci++) reps[ci] = ci == 0 ? 4 * max_ctx / 1024 : 2;
-    for (int i = 0; i < NF; i++) decode_token(&bf[i], max_ctx, q, out, scratch); /* warm up */
+    for (int i = 0; i < NF; i++) decode_token(&bf[i], max_ctx, q, out, scratch, false); /* warm up */
     for (int r = 0; r < rounds; r++)
         for (int ci = 0; ci < N_CTX; ci++)
             for (int i = 0; i < NF; i++) {
-                double s = 0.0;
-                for (int k = 0; k < reps[ci]; k++) s += decode_token(&bf[i], ctxs[ci], q, out, scratch);
+                double s = 0.0, sa = 0.0;
+                for (int k = 0; k < reps[ci]; k++) {
+                    s += decode_token(&bf[i], ctxs[ci], q, out, scratch, false);
+                    sa += decode_token(&bf[i], ctxs[ci], q, out, scratch, true);
+                }
                 t[((size_t)ci * NF + i) * rounds + r] = s / reps[ci];
+                apart[((size_t)ci * NF + i) * rounds + r] = sa / s;
             }
     for (int r = 0; r < rounds; r++)
         for (int ci = 0; ci < N_CTX; ci++)
@@ -159,10 +175,11 @@ int main(int argc, char **argv) {
                     t[((size_t)ci * NF + i) * rounds + r] / t[((size_t)ci * NF + 0) * rounds + r];
 
     printf("decode attention, TinyLlama-1.1B shape (%d layers, %d query / %d KV heads, head_dim %d, block %d),\n"
-           "one thread, %s kernels, medians of %d rounds; ratio = time / f16 time in the same round\n\n",
+           "one thread, %s kernels, medians of %d rounds; ratio = time / f16 time in the same round;\n"
+           "apart = time with the query heads one at a time / time with a KV head's heads together\n\n",
            L, H, HKV, D, BS, hr_kv_pool_isa(bf[0].pool), rounds);
     printf("%-6s %9s %9s", "format", "B/token", "write us");
-    for (int ci = 0; ci < N_CTX; ci++) printf(" | %5d: ms/tok   GB/s  vs f16", ctxs[ci]);
+    for (int ci = 0; ci < N_CTX; ci++) printf(" | %5d: ms/tok   GB/s  vs f16  apart", ctxs[ci]);
     printf("\n");
     for (int i = 0; i < NF; i++) {
         printf("%-6s %9.0f %9.1f", hr_kv_format_name(bf[i].f), bf[i].bytes_per_token, 1e3 * bf[i].write_ms);
@@ -170,7 +187,8 @@ int main(int argc, char **argv) {
             double ms = 1e3 * median(t + ((size_t)ci * NF + i) * rounds, rounds);
             double rt = median(ratio + ((size_t)ci * NF + i) * rounds, rounds);
             double gbs = bf[i].bytes_per_token * ctxs[ci] / (ms * 1e-3) / 1e9;
-            printf(" |        %7.3f %6.1f %6.2fx", ms, gbs, rt);
+            double ap = median(apart + ((size_t)ci * NF + i) * rounds, rounds);
+            printf(" |        %7.3f %6.1f %6.2fx %5.2fx", ms, gbs, rt, ap);
         }
         printf("\n");
     }
@@ -180,5 +198,6 @@ int main(int argc, char **argv) {
     free(scratch);
     free(t);
     free(ratio);
+    free(apart);
     return 0;
 }
