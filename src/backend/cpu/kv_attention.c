@@ -180,6 +180,30 @@ static void kv_view_mask(const kv_cpu *p, const hr_kv_attn_view *v, int layer, i
 
 #define KV_GROUP_MAX_D 256 /* the group paths' rounded queries live on the stack: G x D floats */
 
+/* q.K of block b (logical j of n_blk, n tokens) for G heads of KV head kh into blk[g]: the group kernel
+ * (G >= 2), a deferred format's last partial block from its f16 tail buffer stk, or the one-head dot. */
+static void kv_dot_block(const kv_cpu *p, int layer, int kh, int32_t b, bool tail, const uint16_t *stk, int n,
+                         const float *const *qg, int G, float *row, float *const *blk) {
+    if (G >= 2)
+        p->kops.dot_heads(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qg, G, blk);
+    else if (tail && stk && p->kf.deferred)
+        p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * p->B * p->D), n, qg[0], row, blk[0]);
+    else
+        p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qg[0], row, blk[0]);
+}
+
+/* P.V of the same block with weights blk[g] into oh[g], the same three ways. */
+static void kv_accum_block(const kv_cpu *p, int layer, int kh, int32_t b, bool tail, const uint16_t *stv, int n,
+                           float *const *blk, int G, float *const *oh) {
+    if (G >= 2)
+        p->vops.accum_heads(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,
+                            (const float *const *)blk, G, oh);
+    else if (tail && stv && p->vf.deferred)
+        p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * p->B * p->D), n, blk[0], oh[0]);
+    else
+        kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, blk[0], oh[0]);
+}
+
 /* Query heads [h0, h0 + G) of one KV head under the view: G == 1 with the one-head kernels (and a
  * deferred format's tail buffer), G >= 2 (at most a->group) with the group kernels, each block's K and V
  * read once for the G heads. Head h0 + g's scores lie at scratch + g x n_vis x B, the row buffer of
@@ -216,12 +240,7 @@ static void attention_view_heads(const kv_cpu *p, int layer, const hr_kv_attn_qu
         if (b < 0) continue; /* dropped: a query over an older prefix would have needed it */
         int n = (j == n_blk - 1) ? n_ctx - j * B : B;
         for (int g = 0; g < G; g++) blk[g] = sc[g] + (size_t)k * B;
-        if (G >= 2)
-            p->kops.dot_heads(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qg, G, blk);
-        else if (j == n_blk - 1 && stk && p->kf.deferred)
-            p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qg[0], row, blk[0]);
-        else
-            p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qg[0], row, blk[0]);
+        kv_dot_block(p, layer, kh, b, j == n_blk - 1, stk, n, qg, G, row, blk);
         for (int g = 0; g < G; g++) {
             sm_scale[g] = kv_softcap(a->softcap, blk[g], n, a->scale);
             kv_view_mask(p, &v, layer, kh, j, n, blk[g], -INFINITY);
@@ -242,13 +261,7 @@ static void attention_view_heads(const kv_cpu *p, int layer, const hr_kv_attn_qu
             blk[g] = sc[g] + (size_t)k * B;
             kv_view_mask(p, &v, layer, kh, j, n, blk[g], 0.0f);
         }
-        if (G >= 2)
-            p->vops.accum_heads(&p->vf, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n,
-                                (const float *const *)blk, G, oh);
-        else if (j == n_blk - 1 && stv && p->vf.deferred)
-            p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, blk[0], oh[0]);
-        else
-            kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, blk[0], oh[0]);
+        kv_accum_block(p, layer, kh, b, j == n_blk - 1, stv, n, blk, G, oh);
         if (acc) {
             atomic_uint_fast64_t *w = acc + kv_meta_index(p, j, layer, kh) * B;
             for (int g = 0; g < G; g++)
@@ -291,97 +304,47 @@ static void attention_view(const kv_cpu *p, int layer, const hr_kv_attn_query *a
     kv_each_group(p, layer, aq, a, scratch, attention_view_heads);
 }
 
-/* One query head h over every position of [0, n_ctx) (no policy, no holes): the path of a full sequence. */
-static void attention_full_head(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a, int h,
-                                float *scratch) {
-    int B = p->B, D = p->D, Hkv = p->Hkv;
-    int n_ctx = aq->n_ctx, n_heads = a->n_heads;
-    const float scale = a->scale, *q = aq->q;
-    int group = n_heads / Hkv;
-    int n_blk = (n_ctx + B - 1) / B;
-    /* the last block, when partial for this query, is read from its f16 tail buffer (q4/kivi2) */
+/* Query heads [h0, h0 + G) of one KV head over every position of [0, n_ctx) (no policy, no holes): the
+ * path of a full sequence. G == 1 with the one-head kernels (and a deferred format's tail buffer), G >= 2
+ * with the group kernels, each block's K and V read once for the G heads; head h0 + g's scores lie at
+ * scratch + g x n_blk x B (packed, so token t is its scores[t]), the row buffer after them. Every step
+ * per head is the one-head path's, in its order, so each head's output has the bits it has alone. */
+static void attention_full_heads(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
+                                 int h0, int G, float *scratch) {
+    int B = p->B, D = p->D, n_ctx = aq->n_ctx, n_blk = (n_ctx + B - 1) / B;
+    const int kh = h0 / (a->n_heads / p->Hkv);
     int32_t slot = aq->tail_stage;
     const uint16_t *stk = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_K) : NULL;
     const uint16_t *stv = slot >= 0 ? kv_stage_ptr(p, slot, layer, KV_V) : NULL;
-    float *scores = scratch;
-    float *row = scratch + (size_t)n_blk * B;
-    float q16[KV_MAX_HEAD_DIM];
-
-    int kh = h / group;
-    const float *qh = kv_query(p, q + (size_t)h * D, q16);
-    float *oh = aq->out + (size_t)h * D;
-    /* scores = q . k for every cached token, block by block */
-    for (int j = 0; j < n_blk; j++) {
-        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-        int32_t b = aq->table[j];
-        if (j == n_blk - 1 && stk && p->kf.deferred)
-            p->sops.dot(&p->sf, (const uint8_t *)(stk + (size_t)kh * B * D), n, qh, row, scores + (size_t)j * B);
-        else
-            p->kops.dot(&p->kf, kv_block_ptr(p, layer, KV_K, b) + (size_t)kh * p->kf.head_bytes, n, qh, row,
-                        scores + (size_t)j * B);
-    }
-    /* softmax with the max subtracted; blocks are packed, so token t is scores[t] */
-    const float sm_scale = kv_softcap(a->softcap, scores, n_ctx, scale);
-    float inv = kv_weights(p, scores, n_ctx, kv_softmax_sum(p, a, h, scores, n_ctx, sm_scale));
-    /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
-    memset(oh, 0, (size_t)D * sizeof *oh);
-    for (int j = 0; j < n_blk; j++) {
-        int n = (j == n_blk - 1) ? n_ctx - j * B : B;
-        int32_t b = aq->table[j];
-        if (j == n_blk - 1 && stv && p->vf.deferred)
-            p->sops.accum(&p->sf, (const uint8_t *)(stv + (size_t)kh * B * D), n, scores + (size_t)j * B, oh);
-        else
-            kv_accum_v(p, kv_block_ptr(p, layer, KV_V, b) + (size_t)kh * p->vf.head_bytes, n, scores + (size_t)j * B,
-                       oh);
-    }
-    kv_finish_head(p, oh, inv);
-}
-
-/* Query heads [h0, h0 + G) of one KV head together (2 <= G <= a->group): each block's K and V head
- * region is read once for the G of them (dot_heads, accum_heads) instead of once per head; the scores
- * of head h0 + g lie at scratch + g x n_blk x B. Every step per head is attention_full_head's, in its
- * order, so each head's output has the bits that path gives it. */
-static void attention_full_group(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
-                                 int h0, int G, float *scratch) {
-    int B = p->B, D = p->D, n_ctx = aq->n_ctx, n_blk = (n_ctx + B - 1) / B;
-    int kh = h0 / (a->n_heads / p->Hkv);
     const size_t stride = (size_t)n_blk * B;
-    float q16[HR_KV_ATTN_GROUP][KV_GROUP_MAX_D];
+    float *row = scratch + (size_t)G * stride;
+    float q16[HR_KV_ATTN_GROUP * KV_GROUP_MAX_D]; /* G x D <= this (G == 1: D <= KV_MAX_HEAD_DIM) */
     const float *qg[HR_KV_ATTN_GROUP];
     float *sc[HR_KV_ATTN_GROUP], *oh[HR_KV_ATTN_GROUP], *blk[HR_KV_ATTN_GROUP], inv[HR_KV_ATTN_GROUP];
     for (int g = 0; g < G; g++) {
-        qg[g] = kv_query(p, aq->q + (size_t)(h0 + g) * D, q16[g]);
+        qg[g] = kv_query(p, aq->q + (size_t)(h0 + g) * D, q16 + (size_t)g * D);
         sc[g] = scratch + (size_t)g * stride;
         oh[g] = aq->out + (size_t)(h0 + g) * D;
     }
+    /* scores = q . k for every cached token, block by block */
     for (int j = 0; j < n_blk; j++) {
         int n = (j == n_blk - 1) ? n_ctx - j * B : B;
         for (int g = 0; g < G; g++) blk[g] = sc[g] + (size_t)j * B;
-        p->kops.dot_heads(&p->kf, kv_block_ptr(p, layer, KV_K, aq->table[j]) + (size_t)kh * p->kf.head_bytes, n, qg, G,
-                          blk);
+        kv_dot_block(p, layer, kh, aq->table[j], j == n_blk - 1, stk, n, qg, G, row, blk);
     }
+    /* softmax with the max subtracted */
     for (int g = 0; g < G; g++) {
         const float sm_scale = kv_softcap(a->softcap, sc[g], n_ctx, a->scale);
         inv[g] = kv_weights(p, sc[g], n_ctx, kv_softmax_sum(p, a, h0 + g, sc[g], n_ctx, sm_scale));
         memset(oh[g], 0, (size_t)D * sizeof *oh[g]);
     }
+    /* out = sum_t p_t v_t, normalized once at the end (unless kv_weights did) */
     for (int j = 0; j < n_blk; j++) {
         int n = (j == n_blk - 1) ? n_ctx - j * B : B;
         for (int g = 0; g < G; g++) blk[g] = sc[g] + (size_t)j * B;
-        p->vops.accum_heads(&p->vf, kv_block_ptr(p, layer, KV_V, aq->table[j]) + (size_t)kh * p->vf.head_bytes, n,
-                            (const float *const *)blk, G, oh);
+        kv_accum_block(p, layer, kh, aq->table[j], j == n_blk - 1, stv, n, blk, G, oh);
     }
     for (int g = 0; g < G; g++) kv_finish_head(p, oh[g], inv[g]);
-}
-
-/* The heads of one query over every position of [0, n_ctx) (no policy, no holes): the path of a full
- * sequence, a KV head's query heads together where the group kernels serve (kv_group_size). */
-static void attention_full_heads(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
-                                 int h0, int G, float *scratch) {
-    if (G >= 2)
-        attention_full_group(p, layer, aq, a, h0, G, scratch);
-    else
-        attention_full_head(p, layer, aq, a, h0, scratch);
 }
 
 static void attention_full(const kv_cpu *p, int layer, const hr_kv_attn_query *aq, const hr_kv_attn_args *a,
