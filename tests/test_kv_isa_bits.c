@@ -6,8 +6,9 @@
  * 1..1000; the group kernels (a KV head's query heads from one read) against the one-head ones for
  * every group of 2..8; and whole attention through two pools (scalar one head at a time, AVX2 with its
  * group path) at GQA 1, 2, 3, 4, 8, 16 and every context 1..300, with K and V formats paired, whole
- * and with the heads split in two ranges, full and under window, sinks, h2o and snapkv policies. That equality is what
- * lets --isa scalar reach attention without changing a token. Skipped (77) where the CPU lacks AVX2. */
+ * and with the heads split in two ranges, full and under window, sinks, h2o and snapkv policies. That
+ * equality is what lets --isa scalar reach attention without changing a token. Skipped (77) where the
+ * CPU lacks AVX2. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,14 +41,12 @@ static bool same_bits(const void *a, const void *b, size_t n) {
 /* The group kernels (dot_heads, accum_heads: G query heads of one KV head from one read of its rows)
  * against the reference's one-head kernels run G times: every head's scores and sums bit for bit, for
  * every G 2..HR_KV_ATTN_GROUP. Formats without group kernels have nothing to check. */
-static void heads_dot_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8_t *head, int n, hr_rng *rng) {
-    kv_fmt_ops simd;
-    kv_fmt_ops_ref(f, &simd);
-    kv_fmt_ops_avx2(f, &simd);
-    CHECKF((simd.dot_heads != NULL) ==
+static void heads_dot_case(const kv_fmt *f, const kv_fmt_ops *ref, const kv_fmt_ops *simd, const uint8_t *head, int n,
+                           hr_rng *rng) {
+    CHECKF((simd->dot_heads != NULL) ==
                (f->format <= HR_KV_BF16 ? f->D % 8 == 0 : f->format == HR_KV_Q8 && f->G % 16 == 0),
            "%s K D=%d: group kernel present where it should not be, or missing", hr_kv_format_name(f->format), f->D);
-    if (!simd.dot_heads) return;
+    if (!simd->dot_heads) return;
     static float q[HR_KV_ATTN_GROUP][DMAX], want[HR_KV_ATTN_GROUP][BMAX], got[HR_KV_ATTN_GROUP][BMAX], row[DMAX];
     const float *qp[HR_KV_ATTN_GROUP];
     float *gp[HR_KV_ATTN_GROUP];
@@ -58,7 +57,7 @@ static void heads_dot_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8_t
             qp[g] = q[g];
             gp[g] = got[g];
         }
-        simd.dot_heads(f, head, n, qp, G, gp);
+        simd->dot_heads(f, head, n, qp, G, gp);
         bool ok = true;
         for (int g = 0; g < G; g++) ok &= same_bits(want[g], got[g], (size_t)n * sizeof(float));
         CHECKF(ok, "%s K B=%d D=%d n=%d G=%d: group q.K scores differ from one head's", hr_kv_format_name(f->format),
@@ -66,14 +65,12 @@ static void heads_dot_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8_t
     }
 }
 
-static void heads_accum_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8_t *head, int n, hr_rng *rng) {
-    kv_fmt_ops simd;
-    kv_fmt_ops_ref(f, &simd);
-    kv_fmt_ops_avx2(f, &simd);
-    CHECKF((simd.accum_heads != NULL) ==
+static void heads_accum_case(const kv_fmt *f, const kv_fmt_ops *ref, const kv_fmt_ops *simd, const uint8_t *head, int n,
+                             hr_rng *rng) {
+    CHECKF((simd->accum_heads != NULL) ==
                (f->format <= HR_KV_BF16 ? f->D % 8 == 0 : f->format == HR_KV_Q8 && f->G % 16 == 0),
            "%s V D=%d: group kernel present where it should not be, or missing", hr_kv_format_name(f->format), f->D);
-    if (!simd.accum_heads) return;
+    if (!simd->accum_heads) return;
     static float p[HR_KV_ATTN_GROUP][BMAX], want[HR_KV_ATTN_GROUP][DMAX], got[HR_KV_ATTN_GROUP][DMAX];
     const float *pp[HR_KV_ATTN_GROUP];
     float *gp[HR_KV_ATTN_GROUP];
@@ -85,7 +82,7 @@ static void heads_accum_case(const kv_fmt *f, const kv_fmt_ops *ref, const uint8
             pp[g] = p[g];
             gp[g] = got[g];
         }
-        simd.accum_heads(f, head, n, pp, G, gp);
+        simd->accum_heads(f, head, n, pp, G, gp);
         bool ok = true;
         for (int g = 0; g < G; g++) ok &= same_bits(want[g], got[g], (size_t)f->D * sizeof(float));
         CHECKF(ok, "%s V B=%d D=%d n=%d G=%d: group P.V sums differ from one head's", hr_kv_format_name(f->format),
@@ -136,7 +133,7 @@ static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
                 simd.dot(&f, h1, n, q, row, s2);
                 CHECKF(same_bits(s1, s2, (size_t)n * sizeof *s1), "%s K B=%d D=%d n=%d: q.K scores differ", name, B, D,
                        n);
-                heads_dot_case(&f, &ref, h1, n, rng);
+                heads_dot_case(&f, &ref, &simd, h1, n, rng);
             } else {
                 for (int t = 0; t < n; t++) p[t] = (float)hr_rng_uniform(rng) * (t % 3 ? 1.0f : 1e-6f);
                 for (int c = 0; c < D; c++) a0[c] = hr_rng_normal(rng);
@@ -146,7 +143,7 @@ static void kernel_case(hr_kv_format fmt, int role, int B, int D, hr_rng *rng) {
                 simd.accum(&f, h1, n, p, a2);
                 CHECKF(same_bits(a1, a2, (size_t)D * sizeof *a1), "%s V B=%d D=%d n=%d: P.V sums differ", name, B, D,
                        n);
-                heads_accum_case(&f, &ref, h1, n, rng);
+                heads_accum_case(&f, &ref, &simd, h1, n, rng);
                 /* a latent cache's V (its first nc channels): accum's bits there on both paths, the rest
                  * of the accumulator untouched */
                 for (int nc = 16; ref.accum_first && nc < D; nc += 16) {
