@@ -123,14 +123,15 @@ KV_DEF_FLOAT(bf16, uint16_t, load_bf16x8, kv_bf16_to_f32)
 
 /* dot_heads / accum_heads (kv_cpu.h): G query heads of one KV head, D % 8 == 0, in passes of up to 4
  * heads. A pass loads and converts each K (V) row chunk once for its heads, where the one-head kernels
- * do it once per head; with R rows (chunks) a pass, R x G <= 8 accumulators (R = 4, 2, 1 for G <= 2,
- * <= 4), each loaded q chunk (broadcast weight) serves R rows, so the loads stay under one per FMA.
- * Each head's arithmetic is the one-head kernels' own: q.k_t in 8 lanes over the channels in order,
- * reduced as dot reduces row t (hsum4's tree for the rows its 8- and 4-row steps take, t < n & ~3;
- * hsum8's for the last n % 4); acc += p_t v_t in t order from acc's value. So every head gets the bits
- * dot / accum give it (test_kv_isa_bits). G and R are constants in each instance (the switches at the
- * end), so the accumulators stay in registers. P.V of a 256-token prompt's attention: 2.6x faster
- * (perf of accf_f16 against acc_heads_f16); q.K about even (FMA-bound either way). */
+ * do it once per head; with R rows (chunks) a pass, R x G <= 8 accumulators (R = 4 for G <= 2, 2 for
+ * G 3-4, 1 for a block's last odd row), each loaded q chunk (broadcast weight) serves R rows, so the
+ * loads stay under one per FMA. Each head's arithmetic is the one-head kernels' own: q.k_t in 8 lanes
+ * over the channels in order, reduced as dot reduces row t (hsum4's tree for the rows its 8- and 4-row
+ * steps take, t < n & ~3; hsum8's for the last n % 4); acc += p_t v_t in t order from acc's value. So
+ * every head gets the bits dot / accum give it (test_kv_isa_bits). G and R are constants in each
+ * instance (KV_HEAD_PASSES below), so the accumulators stay in registers. P.V of a 256-token prompt's
+ * attention: 2.6x faster (perf of accf_f16 against acc_heads_f16); q.K about even (FMA-bound either
+ * way). */
 enum { KV_LD_F32, KV_LD_F16, KV_LD_BF16 };
 static inline __attribute__((always_inline)) __m256 load_kind(const void *p, size_t i, const int kind) {
     if (kind == KV_LD_F32) return _mm256_loadu_ps((const float *)p + i);
