@@ -50,21 +50,38 @@ start_replicas() { # 3 fresh replicas; sets ports[]
         ports+=("${u##*:}")
     done
 }
-start_haproxy() { # (re)starts HAProxy over ports[]
+start_haproxy() { # (re)starts HAProxy over ports[]; sets hport and rrport
     [ -n "$hpid" ] && { kill "$hpid" 2> /dev/null; wait "$hpid" 2> /dev/null; }
+    hpid=
     local servers=""
     for i in 0 1 2; do servers+="    server r$i 127.0.0.1:${ports[$i]} maxconn 64"$'\n'; done
-    python3 - "$here/deploy/haproxy.cfg.in" "$tmp/haproxy.cfg" "$hport" "$rrport" "$servers" << 'PY'
+    # a free port can be taken by another program between free_port and haproxy's bind (ctest runs
+    # other servers beside this one): haproxy then exits, and the next try takes fresh ports
+    for try in 1 2 3; do
+        hport=$(free_port)
+        rrport=$(free_port)
+        [ "$hport" = "$rrport" ] && continue
+        python3 - "$here/deploy/haproxy.cfg.in" "$tmp/haproxy.cfg" "$hport" "$rrport" "$servers" << 'PY'
 import sys
 s = open(sys.argv[1]).read()
 s = s.replace("@BIND@", "127.0.0.1").replace("@PORT_HASH@", sys.argv[3]).replace("@PORT_RR@", sys.argv[4])
 s = s.replace("@FACTOR@", "125").replace("@SERVERS@\n", sys.argv[5])
 open(sys.argv[2], "w").write(s)
 PY
-    haproxy -c -f "$tmp/haproxy.cfg" > /dev/null || { echo "haproxy rejects the configuration" >&2; exit 1; }
-    haproxy -db -f "$tmp/haproxy.cfg" > "$tmp/haproxy.log" 2>&1 &
-    hpid=$!
-    for _ in $(seq 50); do curl -sf "http://127.0.0.1:$hport/health" > /dev/null && return 0; sleep 0.2; done
+        haproxy -c -f "$tmp/haproxy.cfg" > /dev/null || { echo "haproxy rejects the configuration" >&2; exit 1; }
+        haproxy -db -f "$tmp/haproxy.cfg" > "$tmp/haproxy.log" 2>&1 &
+        hpid=$!
+        for _ in $(seq 150); do # up to 30 s on a loaded machine
+            curl -sf "http://127.0.0.1:$hport/health" > /dev/null && return 0
+            kill -0 "$hpid" 2> /dev/null || break
+            sleep 0.2
+        done
+        echo "haproxy try $try on ports $hport, $rrport did not answer; its log:" >&2
+        sed 's/^/  /' "$tmp/haproxy.log" >&2
+        kill "$hpid" 2> /dev/null
+        wait "$hpid" 2> /dev/null
+        hpid=
+    done
     echo "haproxy did not start" >&2
     exit 1
 }
@@ -74,8 +91,6 @@ ask() { # ask PORT SYSTEM TAIL MAX_TOKENS: prints the replica that answered
         tr -d '\r' | sed -n 's/^x-headroom-replica: //Ip'
 }
 
-hport=$(free_port)
-rrport=$(free_port)
 start_replicas
 start_haproxy
 sys_a="You are a careful assistant for a shipping company. Answer in two sentences and cite the manual section. Never promise a delivery date; give the window the tracking page shows. If the parcel is insured, say so and name the claim form. Keep a polite tone and do not repeat the question back to the customer."
