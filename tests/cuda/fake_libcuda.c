@@ -3,13 +3,22 @@
  * module loading, kernel lookup by name, device memory) runs on a machine without a GPU. Device
  * memory is host memory (fresh mappings: zeros); a launch runs nothing and only counts. HR_FAKE_CUDA_MODE picks the
  * machine: unset: one compute capability 9.0 GPU; "nodev": the driver sees no GPU; "cc80": an 8.0 GPU. The ABI is the
- * driver API's documented one, as backend/cuda/cuda_driver.h declares it. */
+ * driver API's documented one, as backend/cuda/cuda_driver.h declares it.
+ *
+ * Built with HR_FAKE_CUDA_EMU (the hr_emu_cuda library), a launch runs the kernel: the kernels' own
+ * source compiled for the host (emu_kernels.cc), each GPU thread a fiber (emu_rt.c). A module whose
+ * PTX has an entry with no emulation is refused, naming it. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#ifdef HR_FAKE_CUDA_EMU
+#include "emu_rt.h"
+static char emu_why[256]; /* the last emulation failure, for cuGetErrorString */
+#endif
 
 typedef unsigned long long ptr_t;
 
@@ -52,6 +61,9 @@ int cuDriverGetVersion(int *v) {
 }
 int cuGetErrorString(int r, const char **s) {
     *s = r == 500 ? "named symbol not found" : "fake driver error";
+#ifdef HR_FAKE_CUDA_EMU
+    if ((r == 200 || r == 719) && emu_why[0]) *s = emu_why; /* a module or a launch the emulator refused */
+#endif
     return 0;
 }
 int cuDeviceGetCount(int *n) {
@@ -63,7 +75,11 @@ int cuDeviceGet(int *d, int ordinal) {
     return ordinal == 0 ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */
 }
 int cuDeviceGetName(char *name, int len, int d) {
+#ifdef HR_FAKE_CUDA_EMU
+    strncpy(name, "CPU emulation of a compute capability 9.0 GPU", (size_t)len);
+#else
     strncpy(name, "Fake H100", (size_t)len);
+#endif
     return 0;
 }
 int cuDeviceGetAttribute(int *v, int attr, int d) {
@@ -81,6 +97,16 @@ int cuCtxSynchronize(void) { return 0; }
 /* a module is its PTX text; one with no kernel entry is refused as the driver refuses a bad image */
 int cuModuleLoadData(void **m, const void *image) {
     if (!strstr(image, ".entry ")) return 200; /* CUDA_ERROR_INVALID_IMAGE */
+#ifdef HR_FAKE_CUDA_EMU
+    for (const char *e = strstr(image, ".entry "); e; e = strstr(e + 1, ".entry ")) {
+        char name[128];
+        if (sscanf(e, ".entry %127[A-Za-z0-9_]", name) == 1 && !hr_emu_kernel(name)) {
+            snprintf(emu_why, sizeof emu_why, "kernel %s has no emulation (list it in tests/cuda/emu_kernels.cc)",
+                     name);
+            return 200;
+        }
+    }
+#endif
     *m = (void *)image;
     return 0;
 }
@@ -89,12 +115,23 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
     char want[160];
     snprintf(want, sizeof want, ".entry %s(", name);
     if (!strstr(m, want)) return 500; /* CUDA_ERROR_NOT_FOUND */
+#ifdef HR_FAKE_CUDA_EMU
+    hr_emu_kernel_fn fn = hr_emu_kernel(name); /* a function's address as the handle */
+    memcpy(f, &fn, sizeof fn);
+#else
     *f = m;
+#endif
     return 0;
 }
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra) {
     launches++;
+#ifdef HR_FAKE_CUDA_EMU
+    /* CUDA_ERROR_LAUNCH_FAILED (719) for a launch the emulator cannot run or a barrier that hangs */
+    hr_emu_kernel_fn fn;
+    memcpy(&fn, &f, sizeof fn);
+    if (hr_emu_launch(fn, params, gx, gy, gz, bx, by, bz, emu_why, sizeof emu_why)) return 719;
+#endif
     return 0;
 }
 /* device memory from mmap, not malloc: the fault-injection build links every target with

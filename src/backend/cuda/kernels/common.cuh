@@ -5,16 +5,16 @@
  * host finds it by its plain name (cuModuleGetFunction).
  *
  * Launch convention shared by the kernels: blockDim.x == HR_K_THREADS (256, 8 warps) unless a
- * kernel's comment says otherwise; the host (backend/cuda/kernels.c) launches them that way.
+ * kernel's comment says otherwise; the host launches them that way.
  *
- * These kernels are compiled in CI but have never run in this repository's tests (no GPU there):
- * tests/gpu/test_cuda_kernels.c checks them against the CPU reference on a machine with a GPU. */
+ * Two builds read this file: the GPU's (the PTX above) and, with HR_CUDA_EMU, the CPU emulation the
+ * tests run (tests/cuda/emu_rt.c: every GPU thread a fiber, one block at a time), where the same
+ * names map to the emulator and libm. Kernels use only what is declared here (tid_x, __syncthreads,
+ * hr_shfl_xor, hr_expf, ...), never a builtin directly, so both builds compile the same source.
+ * tests/gpu/test_cuda_kernels.c checks every kernel against the CPU reference, on a GPU where there is
+ * one and through the emulation in every test run; no kernel has yet run on a GPU. */
 #ifndef HR_CUDA_COMMON_CUH
 #define HR_CUDA_COMMON_CUH
-
-#define __global__ __attribute__((global))
-#define __device__ __attribute__((device))
-#define __shared__ __attribute__((shared))
 
 #define HR_K_THREADS 256
 #define HR_K_WARP    32
@@ -25,16 +25,62 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+#ifndef HR_CUDA_EMU
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+
 static __device__ inline int tid_x(void) { return __nvvm_read_ptx_sreg_tid_x(); }
 static __device__ inline int ntid_x(void) { return __nvvm_read_ptx_sreg_ntid_x(); }
 static __device__ inline int ctaid_x(void) { return __nvvm_read_ptx_sreg_ctaid_x(); }
 static __device__ inline int ctaid_y(void) { return __nvvm_read_ptx_sreg_ctaid_y(); }
 static __device__ inline int nctaid_x(void) { return __nvvm_read_ptx_sreg_nctaid_x(); }
-
+/* lane ^ lane_mask's v, every lane of the warp taking part */
+static __device__ inline float hr_shfl_xor(float v, int lane_mask) {
+    return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, lane_mask, 0x1f);
+}
 /* e^x through the hardware's 2^x (ex2.approx: about 2 ulp); enough for softmax and SiLU, which the
  * CPU reference compares within a tolerance, not bit for bit. */
-static __device__ inline float hr_expf(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
+static __device__ inline float hr_exp2_approx(float x) { return __nvvm_ex2_approx_f(x); }
 static __device__ inline float hr_rsqrtf(float x) { return __nvvm_rsqrt_approx_f(x); }
+/* accurate only near 0: reduce the angle first */
+static __device__ inline float hr_sin_approx(float x) { return __nvvm_sin_approx_f(x); }
+static __device__ inline float hr_cos_approx(float x) { return __nvvm_cos_approx_f(x); }
+#else
+/* The CPU emulation of the kernels (tests/cuda/emu_rt.c, for the test driver library: a kernel runs
+ * as host code, each GPU thread a fiber, one thread block at a time). Shared memory is a static
+ * local: one block runs at a time, so its threads share it as a block's do. The approximate
+ * hardware functions become libm's. */
+#define __global__
+#define __device__
+#define __shared__ static
+extern "C" {
+int hr_emu_tid_x(void);
+int hr_emu_ntid_x(void);
+int hr_emu_ctaid_x(void);
+int hr_emu_ctaid_y(void);
+int hr_emu_nctaid_x(void);
+void hr_emu_syncthreads(void);
+float hr_emu_shfl_xor(float v, int lane_mask);
+float exp2f(float);
+float sqrtf(float);
+float sinf(float);
+float cosf(float);
+}
+static inline int tid_x(void) { return hr_emu_tid_x(); }
+static inline int ntid_x(void) { return hr_emu_ntid_x(); }
+static inline int ctaid_x(void) { return hr_emu_ctaid_x(); }
+static inline int ctaid_y(void) { return hr_emu_ctaid_y(); }
+static inline int nctaid_x(void) { return hr_emu_nctaid_x(); }
+static inline void __syncthreads(void) { hr_emu_syncthreads(); }
+static inline float hr_shfl_xor(float v, int lane_mask) { return hr_emu_shfl_xor(v, lane_mask); }
+static inline float hr_exp2_approx(float x) { return exp2f(x); }
+static inline float hr_rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float hr_sin_approx(float x) { return sinf(x); }
+static inline float hr_cos_approx(float x) { return cosf(x); }
+#endif
+
+static __device__ inline float hr_expf(float x) { return hr_exp2_approx(x * 1.4426950408889634f); }
 static __device__ inline float hr_tanhf(float x) {
     /* 1 - 2 / (e^2x + 1): saturates to +-1 without overflow trouble (e^2x = inf gives 1) */
     return 1.0f - 2.0f / (hr_expf(2.0f * x) + 1.0f);
@@ -66,12 +112,12 @@ static __device__ inline float hr_h2f(u16 h) {
 static __device__ inline u16 hr_ld_u16(const u8 *p) { return (u16)(p[0] | (p[1] << 8)); }
 
 static __device__ inline float warp_sum(float v) {
-    for (int o = HR_K_WARP / 2; o > 0; o >>= 1) v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 0x1f);
+    for (int o = HR_K_WARP / 2; o > 0; o >>= 1) v += hr_shfl_xor(v, o);
     return v;
 }
 static __device__ inline float warp_max(float v) {
     for (int o = HR_K_WARP / 2; o > 0; o >>= 1) {
-        float w = __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 0x1f);
+        float w = hr_shfl_xor(v, o);
         v = w > v ? w : v;
     }
     return v;

@@ -1,0 +1,55 @@
+/* emu_kernels.cc: every CUDA kernel of src/backend/cuda/kernels compiled as host C++ (clang-19
+ * -DHR_CUDA_EMU: common.cuh's emulation branch), and the table the emulating driver finds them in by
+ * name. Each kernel gets a trampoline that unpacks cuLaunchKernel's argument array (params[i] points
+ * at argument i) into a typed call. The driver refuses a module with an entry this table lacks, so a
+ * new kernel must be listed here for the emulated tests to run. */
+#include "common.cuh"
+
+namespace k_attention {
+#include "attention.cu"
+}
+namespace k_embed {
+#include "embed.cu"
+}
+namespace k_gemv {
+#include "gemv.cu"
+}
+namespace k_norm {
+#include "norm.cu"
+}
+namespace k_rope {
+#include "rope.cu"
+}
+namespace k_swiglu {
+#include "swiglu.cu"
+}
+
+#include "emu_rt.h"
+
+namespace {
+template <int... I> struct seq {};
+template <int N, int... I> struct make_seq : make_seq<N - 1, N - 1, I...> {};
+template <int... I> struct make_seq<0, I...> { typedef seq<I...> type; };
+template <typename... A, int... I> void call(void (*f)(A...), void **p, seq<I...>) { f(*(A *)p[I]...); }
+template <typename... A> void invoke(void (*f)(A...), void **p) { call(f, p, typename make_seq<sizeof...(A)>::type()); }
+
+struct entry {
+    const char *name;
+    hr_emu_kernel_fn fn;
+};
+constexpr entry make_entry(const char *name, hr_emu_kernel_fn fn) { return entry{name, fn}; }
+#define K(ns, name) make_entry(#name, [](void **p) { invoke(ns::name, p); })
+const entry kernels[] = {
+    K(k_attention, hr_k_attn_decode), K(k_embed, hr_k_embed),  K(k_gemv, hr_k_gemv_q8_0), K(k_gemv, hr_k_gemv_q4_0),
+    K(k_norm, hr_k_rmsnorm),          K(k_norm, hr_k_softmax), K(k_rope, hr_k_rope),      K(k_swiglu, hr_k_swiglu),
+};
+} // namespace
+
+extern "C" hr_emu_kernel_fn hr_emu_kernel(const char *name) {
+    for (const entry &e : kernels) {
+        const char *a = e.name, *b = name;
+        while (*a && *a == *b) a++, b++;
+        if (*a == *b) return e.fn;
+    }
+    return nullptr;
+}
