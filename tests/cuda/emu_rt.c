@@ -2,8 +2,11 @@
  * HR_FAKE_CUDA_EMU). The kernels' own source (the .cu files of src/backend/cuda/kernels) is compiled as host C++
  * (tests/cuda/emu_kernels.cc, common.cuh's HR_CUDA_EMU branch); this file is the GPU they run on:
  *
- * - One thread block at a time, in grid order; each of its threads is a fiber (ucontext) on its own
- *   stack, all on the launching thread. A fiber runs until it finishes or reaches a barrier.
+ * - One thread block at a time, in grid order; each of its threads is a fiber on its own stack, all on
+ *   the launching thread. A fiber runs until it finishes or reaches a barrier. On x86-64 a fiber
+ *   switch is a few instructions (emu_switch below: the callee-saved registers and the stack);
+ *   glibc's swapcontext makes a system call per switch, which made a stories260K token take seconds.
+ *   Elsewhere ucontext does it.
  * - __syncthreads: a fiber waits until every thread of the block that has not finished waits there
  *   too (finished threads count as arrived, as on the GPU).
  * - A warp shuffle (hr_emu_shfl_xor) is a barrier of the fiber's warp: each lane leaves its value in
@@ -23,6 +26,7 @@
 #endif
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -42,13 +46,39 @@
 #endif
 
 #define EMU_MAX_THREADS 1024
-#define EMU_STACK       (128u << 10)
+#define EMU_STACK       (64u << 10)
 #define EMU_WARP        32
 
 enum { F_RUN, F_SYNC, F_SHFL, F_DONE };
 
+/* ---- the context switch ---------------------------------------------------------------------------- */
+
+#if defined(__x86_64__)
+/* emu_switch(&from_sp, to_sp): saves the callee-saved registers on the current stack, stores its
+ * pointer in *from_sp, and resumes the context whose pointer is to_sp (SysV ABI). MXCSR and the x87
+ * control word are not switched: every fiber runs with the launching thread's, and kernels never
+ * change them. */
+void hr_emu_switch(void **from_sp, void *to_sp);
+__asm__(".text\n"
+        ".globl hr_emu_switch\n"
+        ".hidden hr_emu_switch\n"
+        ".type hr_emu_switch, @function\n"
+        "hr_emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size hr_emu_switch, .-hr_emu_switch\n");
+typedef struct emu_ctx {
+    void *sp;
+} emu_ctx;
+#else
+typedef ucontext_t emu_ctx;
+#endif
+
 typedef struct fiber {
-    ucontext_t ctx;
+    emu_ctx ctx;
     int state;
     unsigned shuffles; /* shuffles this lane has done: its slot set is shuffles & 1 */
 #ifdef EMU_ASAN
@@ -62,10 +92,13 @@ static struct emu {
     void **params;
     int n, cur;              /* threads of a block; the fiber running */
     unsigned gx, bx, cx, cy; /* grid width, block size, the block running */
-    ucontext_t sched;
+    emu_ctx sched;
     fiber f[EMU_MAX_THREADS];
     float slot[2][EMU_MAX_THREADS];
     unsigned slot_of[2][EMU_MAX_THREADS]; /* which shuffle wrote the slot */
+    int rq[EMU_MAX_THREADS], rq_head, rq_len; /* runnable fibers, in order */
+    int live, done, at_sync;                  /* the block's threads not finished, finished, at __syncthreads */
+    int warp_live[EMU_MAX_THREADS / EMU_WARP], warp_at[EMU_MAX_THREADS / EMU_WARP]; /* per warp: live, at a shuffle */
     unsigned char *stacks;
 #ifdef EMU_ASAN
     void *sched_fake_stack;
@@ -74,6 +107,37 @@ static struct emu {
 #endif
 } E = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+static void fiber_main(void);
+#ifdef EMU_ASAN
+#define FAKE_STACK(f) (&(f)->fake_stack)
+#else
+#define FAKE_STACK(f) NULL
+#endif
+
+#if defined(__x86_64__)
+/* A fresh context on stack [lo, lo + size) that emu_switch resumes into fiber_main: below the 16-byte
+ * aligned top, a zero (fiber_main never returns), fiber_main's address for emu_switch's ret (at an
+ * address == 0 mod 16, so fiber_main starts as if called), and six zero registers. */
+static void ctx_make(emu_ctx *c, unsigned char *lo, size_t size) {
+    uintptr_t top = ((uintptr_t)(lo + size)) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)top;
+    *--sp = 0;
+    *--sp = (uint64_t)(uintptr_t)fiber_main;
+    for (int i = 0; i < 6; i++) *--sp = 0;
+    c->sp = sp;
+}
+static void ctx_swap(emu_ctx *from, emu_ctx *to) { hr_emu_switch(&from->sp, to->sp); }
+#else
+static void ctx_make(emu_ctx *c, unsigned char *lo, size_t size) {
+    getcontext(c);
+    c->uc_stack.ss_sp = lo;
+    c->uc_stack.ss_size = size;
+    c->uc_link = NULL;
+    makecontext(c, fiber_main, 0);
+}
+static void ctx_swap(emu_ctx *from, emu_ctx *to) { swapcontext(from, to); }
+#endif
+
 int hr_emu_tid_x(void) { return E.cur; }
 int hr_emu_ntid_x(void) { return (int)E.bx; }
 int hr_emu_ctaid_x(void) { return (int)E.cx; }
@@ -81,13 +145,73 @@ int hr_emu_ctaid_y(void) { return (int)E.cy; }
 int hr_emu_nctaid_x(void) { return (int)E.gx; }
 
 /* the running fiber gives the CPU back to the scheduler in state s */
-static void yield(int s) {
-    fiber *me = &E.f[E.cur];
-    me->state = s;
+/* ---- scheduling: a queue of runnable fibers; a fiber that waits or finishes hands the CPU straight
+ * to the next one (the scheduler's own context only when none is runnable) ---------------------------- */
+
+static void rq_push(int i) {
+    E.rq[(E.rq_head + E.rq_len) % E.n] = i;
+    E.rq_len++;
+}
+/* at the front: released threads run next, so a warp that shuffles runs to its end before the next
+ * warp starts, and the stacks being switched between stay in the cache */
+static void rq_push_front(int i) {
+    E.rq_head = (E.rq_head + E.n - 1) % E.n;
+    E.rq[E.rq_head] = i;
+    E.rq_len++;
+}
+static int rq_pop(void) {
+    if (E.rq_len == 0) return -1;
+    int i = E.rq[E.rq_head];
+    E.rq_head = (E.rq_head + 1) % E.n;
+    E.rq_len--;
+    return i;
+}
+
+/* the barrier(s) i's arrival or exit may have completed: every live thread of the block at
+ * __syncthreads, or every live lane of i's warp at a shuffle; their threads go back to the queue */
+static void release(int i) {
+    if (E.live > 0 && E.at_sync == E.live) {
+        for (int j = 0; j < E.n; j++)
+            if (E.f[j].state == F_SYNC) E.f[j].state = F_RUN, rq_push(j);
+        E.at_sync = 0;
+    }
+    int w = i / EMU_WARP;
+    if (E.warp_live[w] > 0 && E.warp_at[w] == E.warp_live[w]) {
+        int end = (w + 1) * EMU_WARP < E.n ? (w + 1) * EMU_WARP : E.n;
+        for (int j = end - 1; j >= w * EMU_WARP; j--) /* lane order at the front */
+            if (E.f[j].state == F_SHFL) E.f[j].state = F_RUN, rq_push_front(j);
+        E.warp_at[w] = 0;
+    }
+}
+
+/* from the running fiber (save: where its context goes; NULL for one that is over) to the next runnable,
+ * or to the scheduler when none is */
+static void switch_away(emu_ctx *save, void **fake_stack) {
+    int next = rq_pop();
+    emu_ctx *to = next >= 0 ? &E.f[next].ctx : &E.sched;
 #ifdef EMU_ASAN
-    __sanitizer_start_switch_fiber(&me->fake_stack, E.sched_bottom, E.sched_size);
+    if (next >= 0)
+        __sanitizer_start_switch_fiber(fake_stack, E.stacks + (size_t)next * EMU_STACK, EMU_STACK);
+    else
+        __sanitizer_start_switch_fiber(fake_stack, E.sched_bottom, E.sched_size);
+#else
+    (void)fake_stack;
 #endif
-    swapcontext(&me->ctx, &E.sched);
+    if (next >= 0) E.cur = next;
+    emu_ctx dead;
+    ctx_swap(save ? save : &dead, to);
+}
+
+static void yield(int s) {
+    int i = E.cur;
+    fiber *me = &E.f[i];
+    me->state = s;
+    if (s == F_SYNC)
+        E.at_sync++;
+    else
+        E.warp_at[i / EMU_WARP]++;
+    release(i);
+    switch_away(&me->ctx, FAKE_STACK(me));
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(me->fake_stack, NULL, NULL);
 #endif
@@ -111,86 +235,58 @@ float hr_emu_shfl_xor(float v, int lane_mask) {
 
 static void fiber_main(void) {
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, &E.sched_bottom, &E.sched_size);
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
     E.fn(E.params);
-    E.f[E.cur].state = F_DONE;
-#ifdef EMU_ASAN
-    __sanitizer_start_switch_fiber(NULL, E.sched_bottom, E.sched_size); /* this fiber is over */
-#endif
-    setcontext(&E.sched);
-}
-
-/* Opens the barriers whose every live thread has arrived; false when none could open. */
-static bool release(void) {
-    int live = 0, at_sync = 0;
-    for (int i = 0; i < E.n; i++) {
-        live += E.f[i].state != F_DONE;
-        at_sync += E.f[i].state == F_SYNC;
-    }
-    bool opened = false;
-    if (live > 0 && at_sync == live) {
-        for (int i = 0; i < E.n; i++)
-            if (E.f[i].state == F_SYNC) E.f[i].state = F_RUN;
-        opened = true;
-    }
-    for (int w = 0; w < E.n; w += EMU_WARP) {
-        int end = w + EMU_WARP < E.n ? w + EMU_WARP : E.n, wl = 0, at = 0;
-        for (int i = w; i < end; i++) {
-            wl += E.f[i].state != F_DONE;
-            at += E.f[i].state == F_SHFL;
-        }
-        if (wl > 0 && at == wl) {
-            for (int i = w; i < end; i++) E.f[i].state = F_RUN;
-            opened = true;
-        }
-    }
-    return opened;
+    int i = E.cur;
+    E.f[i].state = F_DONE;
+    E.live--;
+    E.warp_live[i / EMU_WARP]--;
+    E.done++;
+    release(i);              /* finished threads count as arrived */
+    switch_away(NULL, NULL); /* never resumed */
 }
 
 /* Runs block (cx, cy); false on a barrier that can never open. */
 static bool run_block(char *why, size_t why_len) {
+    E.rq_head = E.rq_len = 0;
+    E.live = E.n;
+    E.done = E.at_sync = 0;
+    for (int w = 0; w * EMU_WARP < E.n; w++) {
+        E.warp_at[w] = 0;
+        E.warp_live[w] = (w + 1) * EMU_WARP < E.n ? EMU_WARP : E.n - w * EMU_WARP;
+    }
     for (int i = 0; i < E.n; i++) {
         fiber *f = &E.f[i];
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = E.stacks + (size_t)i * EMU_STACK;
-        f->ctx.uc_stack.ss_size = EMU_STACK;
-        f->ctx.uc_link = NULL;
-        makecontext(&f->ctx, fiber_main, 0);
+        /* the tops staggered by 64 bytes times a spread of i: stacks a power of two apart would put every
+         * fiber's top in one cache set */
+        ctx_make(&f->ctx, E.stacks + (size_t)i * EMU_STACK, EMU_STACK - (size_t)((i * 37) % 64) * 64);
         f->state = F_RUN;
         f->shuffles = 0;
         E.slot_of[0][i] = E.slot_of[1][i] = ~0u;
+        rq_push(i);
     }
-    for (;;) {
-        bool ran = false;
-        for (int i = 0; i < E.n; i++) {
-            if (E.f[i].state != F_RUN) continue;
-            E.cur = i;
-            ran = true;
+    /* the fibers run one another until none is runnable: then every one is done, or they wait at
+     * barriers that cannot open */
+    E.cur = rq_pop();
 #ifdef EMU_ASAN
-            __sanitizer_start_switch_fiber(&E.sched_fake_stack, E.stacks + (size_t)i * EMU_STACK, EMU_STACK);
+    __sanitizer_start_switch_fiber(&E.sched_fake_stack, E.stacks + (size_t)E.cur * EMU_STACK, EMU_STACK);
 #endif
-            swapcontext(&E.sched, &E.f[i].ctx);
+    ctx_swap(&E.sched, &E.f[E.cur].ctx);
 #ifdef EMU_ASAN
-            __sanitizer_finish_switch_fiber(E.sched_fake_stack, NULL, NULL);
+    __sanitizer_finish_switch_fiber(E.sched_fake_stack, &E.sched_bottom, &E.sched_size);
 #endif
-        }
-        int done = 0;
-        for (int i = 0; i < E.n; i++) done += E.f[i].state == F_DONE;
-        if (done == E.n) return true;
-        if (!release() && !ran) {
-            int s = 0, w = 0;
-            for (int i = 0; i < E.n; i++) {
-                s += E.f[i].state == F_SYNC;
-                w += E.f[i].state == F_SHFL;
-            }
-            snprintf(why, why_len,
-                     "block (%u, %u): %d threads wait at __syncthreads and %d at a warp shuffle, %d finished: "
-                     "a barrier that never opens",
-                     E.cx, E.cy, s, w, done);
-            return false;
-        }
+    if (E.done == E.n) return true;
+    int s = 0, w = 0;
+    for (int i = 0; i < E.n; i++) {
+        s += E.f[i].state == F_SYNC;
+        w += E.f[i].state == F_SHFL;
     }
+    snprintf(why, why_len,
+             "block (%u, %u): %d threads wait at __syncthreads and %d at a warp shuffle, %d finished: a barrier "
+             "that never opens",
+             E.cx, E.cy, s, w, E.done);
+    return false;
 }
 
 int hr_emu_launch(hr_emu_kernel_fn fn, void **params, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
