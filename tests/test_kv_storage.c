@@ -133,7 +133,7 @@ static const hr_kv_storage_ops wrap_ops = {.name = "wrap",
                                            .stage_write = w_stage_write,
                                            .stage_copy = w_stage_copy};
 
-static hr_status wrap_create(const hr_kv_storage_params *p, hr_kv_storage **out, hr_error *err) {
+static hr_status wrap_create(void *user, const hr_kv_storage_params *p, hr_kv_storage **out, hr_error *err) {
     wrap *w = calloc(1, sizeof *w);
     if (!w) return hr_error_set(err, HR_ERR_NOMEM, "wrap: out of memory");
     hr_status st = hr_kv_storage_cpu_create(p, &w->in, err);

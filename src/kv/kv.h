@@ -72,8 +72,10 @@ typedef struct hr_kv_config {
     const char *isa;       /* the storage's kernels as --isa names them ("scalar"; "avx2" or "avx512": the
                               AVX2 KV kernels), chosen by the caller's CPU-feature dispatcher; NULL: the
                               best this CPU has. force_scalar wins over it */
-    /* where the bytes live: NULL for the CPU storage (backend/cpu/kv_storage_cpu.h), or another's */
+    /* where the bytes live: NULL for the CPU storage (backend/cpu/kv_storage_cpu.h), or another's
+     * (the CUDA storage: backend/cuda/cuda.h), called with storage_user (the CUDA storage's device) */
     hr_kv_storage_create_fn storage;
+    void *storage_user;
     /* > 0: a latent cache (DeepSeek's multi-head latent attention, hr_hparams.kv_lora_rank): V is not
      * stored; a token's V is the first v_from_k dims of its K (attention reads K's bytes for both), so a
      * block holds K only. Needs a per-token format read as stored (f32, f16, bf16, q8, fp8) with
@@ -174,6 +176,9 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
 void hr_kv_pool_destroy(hr_kv_pool *pool); /* NULL allowed */
 
 const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *pool);
+/* The storage the pool keeps its bytes in (its ops' name says which: "cpu", "cuda"), for a backend
+ * that must check it can reach them and read a device storage's deferred faults. */
+const hr_kv_storage *hr_kv_pool_storage(const hr_kv_pool *pool);
 int hr_kv_pool_n_blocks(const hr_kv_pool *pool);
 int hr_kv_pool_n_free(const hr_kv_pool *pool);                 /* free + evictable cached blocks */
 const char *hr_kv_pool_isa(const hr_kv_pool *pool);            /* "avx2" or "scalar": the kernels in use */

@@ -129,8 +129,10 @@ struct hr_kv_storage {
     const hr_kv_storage_ops *ops;
 };
 
-/* How a pool makes its storage (hr_kv_config.storage): hr_kv_storage_cpu_create, or a GPU's. On
- * success *out is the storage, which the pool destroys through its ops. */
-typedef hr_status (*hr_kv_storage_create_fn)(const hr_kv_storage_params *p, hr_kv_storage **out, hr_error *err);
+/* How a pool makes its storage (hr_kv_config.storage, called with hr_kv_config.storage_user: a GPU
+ * storage's device): a GPU's, or a test's; a pool without one makes the CPU storage. On success *out
+ * is the storage, which the pool destroys through its ops. */
+typedef hr_status (*hr_kv_storage_create_fn)(void *user, const hr_kv_storage_params *p, hr_kv_storage **out,
+                                             hr_error *err);
 
 #endif

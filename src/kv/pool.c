@@ -350,7 +350,7 @@ hr_status hr_kv_pool_create(const hr_kv_config *cfg, hr_kv_pool **out, hr_error 
                                .prefault = cfg->prefault,
                                .v_from_k = cfg->v_from_k,
                                .isa = kv_default_isa(cfg)};
-    rc = (cfg->storage ? cfg->storage : hr_kv_storage_cpu_create)(&sp, &p->st, err);
+    rc = cfg->storage ? cfg->storage(cfg->storage_user, &sp, &p->st, err) : hr_kv_storage_cpu_create(&sp, &p->st, err);
     if (rc != HR_OK) {
         free(p);
         return rc;
@@ -439,6 +439,7 @@ void hr_kv_pool_destroy(hr_kv_pool *p) {
 const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *p) { return &p->cfg; }
 int hr_kv_pool_n_blocks(const hr_kv_pool *p) { return p->n_blocks; }
 const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->st->ops->isa(p->st); }
+const hr_kv_storage *hr_kv_pool_storage(const hr_kv_pool *p) { return p->st; }
 const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *p) { return &p->lay; }
 int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *p, int64_t n_tokens) {
     return kv_blocks_at(&p->cfg, &p->lay, -1, n_tokens);

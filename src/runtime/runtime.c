@@ -35,6 +35,7 @@ struct hr_runtime {
     hr_kv_pool *kv;
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
+    hr_cuda_device *cuda; /* --device cuda[:N]: the GPU, shared by the KV storage and the backend */
     hr_engine *engine;
     hr_grammar_cache *grammars; /* compiled constraints by content (any thread: locked inside) */
     FILE *step_log;             /* p.step_log opened: a JSON line per computed step */
@@ -351,6 +352,16 @@ static hr_status set_layer_kinds(hr_runtime *rt, hr_error *err) {
     return HR_OK;
 }
 
+/* The GPU's attention takes whole sequences only so far (backend/cuda: no views), so a policy other
+ * than full is refused there at once rather than failing in the forward pass. */
+static hr_status device_policy(const hr_runtime *rt, const hr_kv_policy *pol, hr_error *err) {
+    if (!rt->cuda || pol->kind == HR_KV_POLICY_FULL) return HR_OK;
+    return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                        "KV policy %s: the GPU's attention reads whole sequences only so far (docs/GPU.md); use "
+                        "--device cpu for eviction and window policies",
+                        hr_kv_policy_kind_name(pol->kind));
+}
+
 static hr_status open_kv(hr_runtime *rt, hr_error *err) {
     const hr_hparams *hp = rt_hparams(rt);
     hr_kv_budget_query q = {
@@ -366,7 +377,10 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                .max_step_tokens = rt->p.max_batch_tokens,
                .budget_bytes = rt->p.kv_budget,
                .prefault = rt->p.prefault,
-               .isa = rt->p.isa}, /* --isa reaches attention too: one dispatcher (kv_default_isa) */
+               .isa = rt->p.isa, /* --isa reaches attention too: one dispatcher (kv_default_isa) */
+               /* on the GPU the blocks live in its memory (backend/cuda/kv_storage_cuda.c) */
+               .storage = rt->cuda ? hr_kv_storage_cuda_create_in : NULL,
+               .storage_user = rt->cuda},
         .n_ctx = rt->n_ctx,
         .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
         .mem = {.model = hp,
@@ -483,7 +497,11 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
         hr_runtime_close(rt);
         return st;
     }
-    if (cuda.ordinal >= 0 && (st = hr_cuda_probe(NULL, cuda.ordinal, err))) goto fail;
+    if (cuda.ordinal >= 0) { /* opened here and kept: the KV storage and the backend share it */
+        cuda.driver_lib = p->cuda_driver ? p->cuda_driver : getenv("HEADROOM_CUDA_DRIVER");
+        if ((st = hr_cuda_device_open(cuda.driver_lib, cuda.ordinal, &rt->cuda, err))) goto fail;
+        cuda.dev = rt->cuda;
+    }
     if (p->shape) { /* no model to load: what fails from here on is a parameter's (or memory) */
         loaded = true;
         if ((st = open_shape(rt, err))) goto fail;
@@ -494,10 +512,11 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     else if (p->synth)
         st = load_synth(rt, err);
     else if (p->model_path && p->quantize) /* a Hugging Face checkpoint directory quantized at load */
-        st = hr_model_load_dir(p->model_path, p->quantize, true, &rt->owned, err);
+        st = hr_model_load_dir(p->model_path, p->quantize, !rt->cuda, &rt->owned, err);
     else if (p->model_path)
         /* --mmap keeps the file's pages shared: no repacking (which would copy them) */
-        st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT, !p->mmap_weights,
+        st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT,
+                                !p->mmap_weights && !rt->cuda, /* the GPU takes the file's rows */
                                 &rt->owned, err);
     else
         st = load_demo(rt, err);
@@ -519,7 +538,7 @@ shape_only:
     if ((st = check_ctx(rt, rt_hparams(rt), err))) goto fail;
     if ((st = open_kv(rt, err)) || (st = set_layer_kinds(rt, err))) goto fail;
     if (p->kv_policy) {
-        if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) ||
+        if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) || (st = device_policy(rt, &rt->policy, err)) ||
             (st = hr_kv_pool_set_default_policy(rt->kv, &rt->policy, err))) {
             hr_error_about(err, HR_PARAM_KV_POLICY, p->kv_policy); /* its messages say "KV policy" */
             goto fail;
@@ -590,6 +609,7 @@ void hr_runtime_close(hr_runtime *rt) {
     hr_kv_swap_destroy(rt->swap);
     hr_model_ctx_destroy(rt->ctx);
     hr_kv_pool_destroy(rt->kv);
+    hr_cuda_device_close(rt->cuda); /* after the pool and the context: their device memory is freed */
     hr_tokenizer_destroy(rt->tok);
     hr_chat_destroy(rt->chat);
     hr_model_destroy(rt->owned);
@@ -744,7 +764,7 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
     hr_kv_policy pol = rt->policy;
     bool has_pol = rt->has_policy;
     if (st == HR_OK && p->kv_policy) {
-        if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK)
+        if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK && (st = device_policy(rt, &pol, err)) == HR_OK)
             has_pol = true;
         else {
             hr_error_about(err, HR_PARAM_KV_POLICY, p->kv_policy); /* its messages say "KV policy" */
@@ -998,6 +1018,7 @@ hr_status hr_rt_policy_parse(const char *policy, char *label, size_t cap, hr_err
 hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_error *err) {
     hr_kv_policy pol;
     hr_status st = hr_kv_policy_parse(policy, &pol, err);
+    if (!st) st = device_policy(rt, &pol, err);
     return st ? st : hr_kv_policy_check(rt->kv, &pol, err);
 }
 

@@ -71,7 +71,9 @@ typedef struct hr_runtime_params {
     int n_threads;             /* 0: every core */
     const char *isa;           /* NULL: the best measured; "scalar", "avx2", "avx512" */
     const char *device;        /* where the forward pass runs: NULL or "cpu"; "cuda" or "cuda:N" (GPU N;
-                                  docs/GPU.md: checked before the model is read, refused today) */
+                                  docs/GPU.md: opened before the model is read) */
+    const char *cuda_driver;   /* the driver library for "cuda" (NULL: $HEADROOM_CUDA_DRIVER, else
+                                  libcuda.so.1; the tests name the emulating one) */
     const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
     const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
     bool prefault;             /* make the pool resident at open (RSS = budget from the start) */

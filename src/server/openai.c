@@ -178,6 +178,8 @@ void hr_srv_fail_status(hr_srv_error *e, hr_runtime *rt, hr_status st, const hr_
     if (named && n >= 0 && (size_t)n < sizeof msg) snprintf(msg + n, sizeof msg - (size_t)n, ")");
     switch (st) {
     case HR_ERR_INVALID_ARG: hr_srv_fail(e, 400, field, "invalid_value", "%s", msg); break;
+    /* a value this server cannot serve (a KV policy on the GPU): the client's to change */
+    case HR_ERR_UNSUPPORTED: hr_srv_fail(e, 400, field, "unsupported_value", "%s", msg); break;
     case HR_ERR_RANGE:
         hr_srv_fail(e, 400, field ? field : prompt_field, "context_length_exceeded", "%s", msg);
         e->refusal = HR_REFUSE_CONTEXT;

@@ -4,9 +4,9 @@
  * no CUDA SDK and a run needs only the NVIDIA driver.
  *
  * State today: the driver, devices, kernel modules, device memory and launches are wired; the
- * kernels and the device KV storage are written but have never run in this repository's tests (no
- * GPU in CI); the forward pass on the GPU is not written, so hr_backend_cuda's create fails with a
- * message after the device checks pass. */
+ * kernels, the device KV storage and the forward pass (backend_cuda.c: the llama family, first
+ * version) run in the tests on the CPU through an emulating driver (tests/cuda/emu_rt.c), never yet
+ * on a GPU (docs/GPU.md). */
 #ifndef HR_BACKEND_CUDA_CUDA_H
 #define HR_BACKEND_CUDA_CUDA_H
 
@@ -61,6 +61,9 @@ const char *hr_cuda_module_ptx(int i, const char **name);
 typedef struct hr_cuda_backend_params {
     int ordinal;
     const char *driver_lib;
+    /* the GPU already opened (the runtime's, which its KV storage uses too; the backend borrows it), or
+     * NULL: the backend opens ordinal through driver_lib and closes it on destroy */
+    hr_cuda_device *dev;
 } hr_cuda_backend_params;
 
 extern const hr_backend_ops hr_backend_cuda;
@@ -70,11 +73,12 @@ extern const hr_backend_ops hr_backend_cuda;
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err);
 
 /* A KV storage (kv/kv_storage.h) whose blocks live in one device allocation (the arena) of dev:
- * formats f16 and q8 (K and V), no deferred formats (no stages). The pool's storage hook
- * (hr_kv_storage_create_fn) carries no device yet, so this takes dev itself; dev must outlive it.
- * Untested on a GPU so far (docs/GPU.md). */
+ * formats f32, f16 and q8 (K and V), no deferred formats (no stages); dev must outlive it. Untested
+ * on a GPU so far (docs/GPU.md). */
 hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
                                     hr_error *err);
+/* The same as a pool's storage hook (hr_kv_config.storage, with storage_user the hr_cuda_device). */
+hr_status hr_kv_storage_cuda_create_in(void *dev, const hr_kv_storage_params *p, hr_kv_storage **out, hr_error *err);
 /* the storage's arena and block size, for kernels that read it directly (tests) */
 uint64_t hr_kv_storage_cuda_arena(const hr_kv_storage *st);
 /* The first device failure of a storage op since create (the ops return nothing; their results were

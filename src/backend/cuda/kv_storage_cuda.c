@@ -6,7 +6,8 @@
  * copies the queries and tables up, runs kernels/attention.cu's hr_k_attn_decode and copies the
  * result down. The storage ops return nothing, so a device fault there is kept (failed, msg) and
  * the result is zeros; hr_kv_storage_cuda_create's caller sees it on the next check. None of this has
- * run on a GPU yet (docs/GPU.md). Formats: f16 and q8; deferred formats (q4, kivi2) are refused. */
+ * run on a GPU yet (docs/GPU.md). Formats: f32, f16 and q8; the others (bf16, fp8, and the deferred
+ * q4, kivi2, q4h) are refused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "backend/cuda/cuda.h"
 #include "tensor/tensor.h"
 
-enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1 }; /* kernels/attention.cu's HR_K_KV_* */
+enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2 }; /* kernels/attention.cu's HR_K_KV_* */
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
 typedef struct attn_shape {
@@ -36,7 +37,9 @@ typedef struct cuda_kv {
     hr_error msg;
 } cuda_kv;
 
-static int fmt_code(const kv_fmt *f) { return f->format == HR_KV_Q8 ? CUDA_KV_Q8 : CUDA_KV_F16; }
+static int fmt_code(const kv_fmt *f) {
+    return f->format == HR_KV_Q8 ? CUDA_KV_Q8 : f->format == HR_KV_F32 ? CUDA_KV_F32 : CUDA_KV_F16;
+}
 
 /* where head h of layer's K (role 0) or V (role 1) region starts in a block */
 static uint64_t head_off(const cuda_kv *s, int layer, int role, int h) {
@@ -68,7 +71,7 @@ static uint64_t cuda_kv_footprint(const hr_kv_storage *st) {
     return s->block_bytes * (uint64_t)s->p.n_blocks;
 }
 
-/* One token's head of D floats in format f at slot t: f16 halves, or q8 codes with an f16 scale per
+/* One token's head of D floats in format f at slot t: the floats, f16 halves, or q8 codes with an f16 scale per
  * group of G (scale = max |x| / 127 rounded to f16, code = round(x / scale) within +-127): the bytes
  * the CPU storage writes (test_cuda_backend compares them through the fake driver). */
 static hr_status put_head(cuda_kv *s, const kv_fmt *f, uint64_t head, int t, const float *x, hr_error *err) {
@@ -76,6 +79,8 @@ static hr_status put_head(cuda_kv *s, const kv_fmt *f, uint64_t head, int t, con
     unsigned char buf[2048];
     if ((size_t)D * 2 > sizeof buf)
         return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: head_dim %d is too large", D);
+    if (f->format == HR_KV_F32)
+        return hr_cuda_upload(s->dev, head + (uint64_t)t * (uint64_t)D * 4, x, (size_t)D * 4, err);
     if (f->format != HR_KV_Q8) {
         for (int d = 0; d < D; d++) {
             hr_f16 h = hr_f32_to_f16(x[d]);
@@ -232,12 +237,15 @@ static const hr_kv_storage_ops cuda_kv_ops = {
     .stage_copy = cuda_kv_stage_copy,
 };
 
-static bool fmt_ok(const kv_fmt *f) { return f->format == HR_KV_F16 || f->format == HR_KV_Q8; }
+static bool fmt_ok(const kv_fmt *f) {
+    return f->format == HR_KV_F32 || f->format == HR_KV_F16 || f->format == HR_KV_Q8;
+}
 
 hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
                                     hr_error *err) {
     if (!fmt_ok(&p->k) || !fmt_ok(&p->v) || p->n_stage > 0)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: only the f16 and q8 formats are supported (K %s, V %s)",
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "CUDA KV: only the f32, f16 and q8 formats are supported (K %s, V %s)",
                             hr_kv_format_name(p->k.format), hr_kv_format_name(p->v.format));
     if (p->n_blocks < 1) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: no blocks asked for");
     if (p->v_from_k) /* its kernels read V from a V arena */
@@ -256,6 +264,10 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
     }
     *out = &s->base;
     return HR_OK;
+}
+
+hr_status hr_kv_storage_cuda_create_in(void *dev, const hr_kv_storage_params *p, hr_kv_storage **out, hr_error *err) {
+    return hr_kv_storage_cuda_create(dev, p, out, err);
 }
 
 uint64_t hr_kv_storage_cuda_arena(const hr_kv_storage *st) { return ((const cuda_kv *)st)->arena; }

@@ -2,8 +2,8 @@
  * found through a block table, in the KV storage's byte layout (kv/kv_storage.h, kv/kv_format.h):
  *
  *   block b at arena + b * block_bytes = [L][K heads | V heads], each head a region of
- *   k_head_bytes / v_head_bytes:  f16: [B][D] halves;  q8: [B][D] int8 codes then [B][D / G] f16
- *   scales (code * scale, groups of G along D).
+ *   k_head_bytes / v_head_bytes:  f32: [B][D] floats;  f16: [B][D] halves;  q8: [B][D] int8 codes
+ *   then [B][D / G] f16 scales (code * scale, groups of G along D).
  *
  * One thread block per (query, head) (grid.x = n_queries, grid.y = n_heads, blockDim.x = 256). The
  * scores go through global scratch ([n_queries][n_heads][max_ctx] floats) so that any context length
@@ -12,7 +12,7 @@
  * sinks and windows (hr_kv_attn_view) are not supported here yet. */
 #include "common.cuh"
 
-enum { HR_K_KV_F16 = 0, HR_K_KV_Q8 = 1 }; /* the host's HR_CUDA_KV_* */
+enum { HR_K_KV_F16 = 0, HR_K_KV_Q8 = 1, HR_K_KV_F32 = 2 }; /* the host's CUDA_KV_* */
 
 typedef struct hr_k_attn_shape {
     u64 block_bytes, k_head_bytes, v_head_bytes;
@@ -28,6 +28,7 @@ static_assert(sizeof(hr_k_attn_shape) == 80, "hr_k_attn_shape must match attn_sh
 /* element d of token slot s in a head region of format fmt */
 static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, int G, int s, int d) {
     if (fmt == HR_K_KV_F16) return hr_h2f(hr_ld_u16(head + 2u * ((u64)s * (u64)D + (u64)d)));
+    if (fmt == HR_K_KV_F32) return ((const float *)head)[(u64)s * (u64)D + (u64)d];
     const u8 *scales = head + (u64)B * (u64)D;
     float sc = hr_h2f(hr_ld_u16(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d / G))));
     return (float)(i8)head[(u64)s * (u64)D + (u64)d] * sc;
