@@ -7,8 +7,10 @@
  *      teacher-forced, the GPU's greedy choice at every position of the CPU's own greedy completion
  *      equals the CPU's at >= 99% of them (the GPU multiplies f32 activations, the CPU q8_0 / f16
  *      ones, so near-ties may go either way: docs/GPU.md);
- *   3. what is refused says so in one line: a KV format the device storage lacks, a model the kernels
- *      do not cover.
+ *   3. the engine's paths over the device storage give the CPU's ids (F32 model, f32 KV: the two agree
+ *      exactly): a pool too small for four sequences at once, so they are preempted by swap (blocks
+ *      copied to the host tier and back) or by recompute, and a shared prompt prefix;
+ *   4. what is refused says so in one line: a KV format the device storage lacks.
  * With a GPU, bench/gpu/check.sh runs the same with the real driver (no argv[1]). */
 #include <jansson.h>
 #include <stdio.h>
@@ -155,6 +157,97 @@ static void test_q8_0_agreement(hr_rt_kv_format kvf, const char *name) {
     hr_runtime_close(gpu);
 }
 
+/* Four 40-token completions of ../shared's prompts at once in a 7-block pool (16 tokens a block: two
+ * sequences' worth), preempted as `mode` says, on the CPU and the GPU; then two requests sharing a
+ * 20-token prompt prefix. Every id equal. */
+static void run_paths(const char *model, const char *device, hr_rt_preempt mode, int32_t out[5][40],
+                      hr_rt_engine_stats *st) {
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model_path = model;
+    p.device = device;
+    p.cuda_driver = driver;
+    p.k_format = p.v_format = HR_RT_KV_F32;
+    p.n_ctx = 128;
+    p.kv_blocks = 7;
+    p.max_running = 4;
+    p.max_batch_tokens = 32;
+    p.n_threads = 1;
+    p.admission = HR_RT_ADMIT_OPTIMISTIC;
+    p.preempt = mode;
+    hr_runtime *rt = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s: %s", device, err.msg);
+    if (!rt) return;
+    static const int32_t prompts[4][5] = {
+        {1, 403, 407, 261, 378}, {1, 291, 376, 400, 428}, {1, 423, 268, 329, 290}, {1, 403, 407, 291, 376}};
+    hr_rt_request *r[5] = {0};
+    for (int i = 0; i < 4; i++) {
+        hr_rt_request_params q = {.prompt_ids = prompts[i], .n_prompt_ids = 5, .max_tokens = 40, .ignore_eos = true};
+        q.sampling = hr_rt_sampling_default();
+        q.sampling.temperature = 0;
+        CHECKF(hr_runtime_submit(rt, &q, &r[i], &err) == HR_OK, "%s", err.msg);
+    }
+    CHECKF(hr_runtime_run_until_idle(rt, &err) == HR_OK, "%s", err.msg);
+    for (int i = 0; i < 4; i++) {
+        hr_rt_result res;
+        hr_rt_request_result(r[i], &res);
+        CHECKF(res.n_ids == 40, "%s: request %d gave %d ids", device, i, res.n_ids);
+        memcpy(out[i], res.ids, sizeof(int32_t) * (size_t)(res.n_ids < 40 ? res.n_ids : 40));
+        hr_rt_request_release(rt, r[i]);
+    }
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(rt, &pool);
+    *st = pool.engine;
+    /* a 20-token prompt twice, one after the other: the second shares the first's full block */
+    int32_t shared[20];
+    for (int i = 0; i < 20; i++) shared[i] = out[0][i];
+    for (int k = 0; k < 2; k++) {
+        hr_rt_request_params q = {.prompt_ids = shared, .n_prompt_ids = 20, .max_tokens = 8, .ignore_eos = true};
+        q.sampling = hr_rt_sampling_default();
+        q.sampling.temperature = 0;
+        CHECK(hr_runtime_submit(rt, &q, &r[4], &err) == HR_OK && hr_runtime_run_until_idle(rt, &err) == HR_OK);
+        hr_rt_result res;
+        hr_rt_request_result(r[4], &res);
+        CHECK(res.n_ids == 8);
+        if (k == 1) memcpy(out[4], res.ids, sizeof(int32_t) * 8);
+        hr_rt_request_release(rt, r[4]);
+    }
+    hr_runtime_get_pool(rt, &pool);
+    st->prefix_hit_tokens = pool.engine.prefix_hit_tokens - st->prefix_hit_tokens;
+    hr_runtime_close(rt);
+}
+
+static void test_engine_paths(void) {
+    const char *model = hr_test_shared_path("models/stories260K.gguf");
+    if (!model) {
+        printf("preemption and prefix sharing: skipped (../shared is absent)\n");
+        return;
+    }
+    static const struct {
+        hr_rt_preempt mode;
+        const char *name;
+    } modes[] = {{HR_RT_PREEMPT_SWAP, "swap"}, {HR_RT_PREEMPT_RECOMPUTE, "recompute"}};
+    for (size_t m = 0; m < 2; m++) {
+        static int32_t cpu[5][40], gpu[5][40];
+        memset(cpu, 0, sizeof cpu);
+        memset(gpu, 0, sizeof gpu);
+        hr_rt_engine_stats sc = {0}, sg = {0};
+        run_paths(model, "cpu", modes[m].mode, cpu, &sc);
+        run_paths(model, "cuda", modes[m].mode, gpu, &sg);
+        bool same = !memcmp(cpu, gpu, sizeof cpu);
+        bool preempted = modes[m].mode == HR_RT_PREEMPT_SWAP ? sg.preempt_swap > 0 : sg.preempt_recompute > 0;
+        CHECKF(same, "preempt %s: the GPU's ids differ from the CPU's", modes[m].name);
+        CHECKF(preempted, "preempt %s: the GPU run was never preempted that way", modes[m].name);
+        CHECKF(sg.prefix_hit_tokens >= 16, "prefix sharing on the GPU: %llu tokens hit",
+               (unsigned long long)sg.prefix_hit_tokens);
+        printf("preempt %s on the GPU: %llu preemptions (%llu swapped, %llu KiB), %llu prefix-hit tokens; ids %s "
+               "the CPU's\n",
+               modes[m].name, (unsigned long long)sg.preemptions, (unsigned long long)sg.preempt_swap,
+               (unsigned long long)(sg.swapped_bytes >> 10), (unsigned long long)sg.prefix_hit_tokens,
+               same ? "equal to" : "NOT equal to");
+    }
+}
+
 static void test_refusals(void) {
     const char *model = HR_SOURCE_DIR "/models/stories260K-q8_0.gguf";
     hr_error err = {0};
@@ -176,6 +269,7 @@ int main(int argc, char **argv) {
     }
     test_refusals();
     test_f32_vectors();
+    test_engine_paths();
     test_q8_0_agreement(HR_RT_KV_F16, "f16");
     test_q8_0_agreement(HR_RT_KV_Q8, "q8");
     return hr_test_finish();
