@@ -17,7 +17,7 @@
 /* the kernels kernels/ defines: each must be in the embedded PTX */
 static const char *const k_kernels[] = {"hr_k_rmsnorm",  "hr_k_softmax",  "hr_k_rope",       "hr_k_swiglu",
                                         "hr_k_add",      "hr_k_embed",    "hr_k_gemv_q8_0",  "hr_k_gemv_q4_0",
-                                        "hr_k_gemv_f32", "hr_k_gemv_f16", "hr_k_attn_decode"};
+                                        "hr_k_gemv_f32", "hr_k_gemv_f16", "hr_k_attn_split", "hr_k_attn_reduce"};
 #define N_KERNELS (int)(sizeof k_kernels / sizeof k_kernels[0])
 
 static void test_device_names(void) {
@@ -191,7 +191,8 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
     free(a);
     free(b);
     free(c);
-    /* attend launches hr_k_attn_decode once for the whole batch (the fake runs nothing) */
+    /* attend launches hr_k_attn_split and hr_k_attn_reduce once each for the whole batch (the fake runs
+     * nothing) */
     void *fake = dlopen(HR_FAKE_CUDA_LIB, RTLD_NOW);
     int (*launches)(void) = NULL;
     void *sym = fake ? dlsym(fake, "hr_fake_cuda_launches") : NULL;
@@ -205,7 +206,7 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
                                   {.table = table, .n_ctx = 3, .tail_stage = -1, .q = q[1], .out = o[1]}};
         hr_kv_attn_args args = {.n_heads = 4, .scale = 0.125f};
         gpu->ops->attend(gpu, 1, qs, 2, &args, NULL);
-        CHECK(launches() == before + 1);
+        CHECK(launches() == before + 2);
         CHECK(hr_kv_storage_cuda_check(gpu, &e) == HR_OK);
         CHECK(o[0][0] == 0.0f && o[1][4 * D - 1] == 0.0f); /* the fake's output memory: zeros, copied down */
     }

@@ -204,11 +204,20 @@ static void test_embed_gemv(void) {
 }
 
 /* paged attention: tokens written by the CPU storage, its blocks copied byte for byte into the
- * device storage, then both attend the same queries (GQA, tables in any order, a softcap) */
+ * device storage, then both attend the same queries (GQA 12, tables in any order, one query over five
+ * chunks of the split kernel, a softcap) */
 static void test_attention(void) {
-    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8};
-    for (int fi = 0; fi < 2; fi++) {
-        enum { L = 2, HKV = 2, H = 8, D = 64, B = 16, NB = 12, NQ = 3 };
+    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8, HR_KV_F32};
+    for (int fi = 0; fi < 3; fi++) {
+        enum {
+            L = 2,
+            HKV = 2,
+            H = 24,
+            D = 64,
+            B = 16,
+            NB = 72,
+            NQ = 4
+        }; /* 12 query heads a KV head: groups of 8 and 4 */
         hr_error e = {0};
         hr_kv_storage_params p = {
             .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
@@ -233,13 +242,17 @@ static void test_attention(void) {
             gpu->ops->write_block(gpu, blk, buf);
         }
         free(buf);
-        int32_t t0[] = {3, 7, 1, 0, 11}, t1[] = {5, 4, 2}, t2[] = {9};
+        /* tables in any order; the last one spans 70 blocks (1,117 positions: five chunks of 256) */
+        int32_t t0[] = {3, 7, 1, 0, 11}, t1[] = {5, 4, 2}, t2[] = {9}, t3[70];
+        for (int i = 0; i < 70; i++) t3[i] = 71 - i;
         static float q[NQ][H * D], o_cpu[NQ][H * D], o_gpu[NQ][H * D];
         fill(&q[0][0], NQ * H * D, 1.0f);
         for (int softcap = 0; softcap < 2; softcap++) {
-            hr_kv_attn_query qc[NQ] = {{.table = t0, .n_ctx = 5 * B - 3, .tail_stage = -1, .q = q[0], .out = o_cpu[0]},
-                                       {.table = t1, .n_ctx = 3 * B, .tail_stage = -1, .q = q[1], .out = o_cpu[1]},
-                                       {.table = t2, .n_ctx = 1, .tail_stage = -1, .q = q[2], .out = o_cpu[2]}};
+            hr_kv_attn_query qc[NQ] = {
+                {.table = t0, .n_ctx = 5 * B - 3, .tail_stage = -1, .q = q[0], .out = o_cpu[0]},
+                {.table = t1, .n_ctx = 3 * B, .tail_stage = -1, .q = q[1], .out = o_cpu[1]},
+                {.table = t2, .n_ctx = 1, .tail_stage = -1, .q = q[2], .out = o_cpu[2]},
+                {.table = t3, .n_ctx = 70 * B - 3, .tail_stage = -1, .q = q[3], .out = o_cpu[3]}};
             hr_kv_attn_query qg[NQ];
             memcpy(qg, qc, sizeof qc);
             for (int i = 0; i < NQ; i++) qg[i].out = o_gpu[i];

@@ -3,11 +3,11 @@
  * whole-block reads and writes (swap, the remote tier) move the same bytes either way.
  *
  * A first, simple version: every write converts one token on the host and copies it up; attend
- * copies the queries and tables up, runs kernels/attention.cu's hr_k_attn_decode and copies the
- * result down. The storage ops return nothing, so a device fault there is kept (failed, msg) and
- * the result is zeros; hr_kv_storage_cuda_create's caller sees it on the next check. None of this has
- * run on a GPU yet (docs/GPU.md). Formats: f32, f16 and q8; the others (bf16, fp8, and the deferred
- * q4, kivi2, q4h) are refused. */
+ * copies the queries and tables up, runs kernels/attention.cu's split attention (chunks of 256
+ * positions, a KV head's query heads together) and its reduction, and copies the result down. The storage ops return
+ * nothing, so a device fault there is kept (failed, msg) and the result is zeros; hr_kv_storage_cuda_create's caller
+ * sees it on the next check. None of this has run on a GPU yet (docs/GPU.md). Formats: f32, f16 and q8; the others
+ * (bf16, fp8, and the deferred q4, kivi2, q4h) are refused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +16,14 @@
 #include "tensor/tensor.h"
 
 enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2 }; /* kernels/attention.cu's HR_K_KV_* */
+enum { CUDA_ATT_CHUNK = 256, CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_* */
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
 typedef struct attn_shape {
     uint64_t block_bytes, k_head_bytes, v_head_bytes;
     int n_layers, n_kv_heads, n_heads, head_dim, block_size;
     int k_fmt, v_fmt, k_group, v_group;
-    int max_blocks, max_ctx;
+    int max_blocks, n_splits;
     float scale, softcap;
 } attn_shape;
 _Static_assert(sizeof(attn_shape) == 80, "attn_shape must match hr_k_attn_shape in kernels/attention.cu");
@@ -131,11 +132,13 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     int H = a->n_heads, D = p->head_dim, B = p->block_size, max_ctx = 1, max_blocks = 1;
     for (int i = 0; i < n; i++) max_ctx = qs[i].n_ctx > max_ctx ? qs[i].n_ctx : max_ctx;
     max_blocks = (max_ctx + B - 1) / B;
-    size_t qf = (size_t)n * H * D;
+    int n_splits = (max_ctx + CUDA_ATT_CHUNK - 1) / CUDA_ATT_CHUNK, Hkv = p->n_kv_heads;
+    int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
+    size_t qf = (size_t)n * H * D, parts = (size_t)n * H * (size_t)n_splits;
     int32_t *tables = calloc((size_t)n * max_blocks, sizeof *tables);
     int32_t *n_ctx = calloc((size_t)n, sizeof *n_ctx);
     float *q = malloc(qf * sizeof *q), *out = calloc(qf, sizeof *out);
-    uint64_t dq = 0, dout = 0, dtab = 0, dctx = 0, dscr = 0;
+    uint64_t dq = 0, dout = 0, dtab = 0, dctx = 0, dopart = 0, dml = 0;
     hr_error e = {0};
     hr_status r = tables && n_ctx && q && out ? HR_OK : hr_error_set(&e, HR_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && !r; i++) {
@@ -148,7 +151,8 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     if (!r) r = hr_cuda_alloc(s->dev, qf * sizeof(float), &dout, &e);
     if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * max_blocks * sizeof(int32_t), &dtab, &e);
     if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * sizeof(int32_t), &dctx, &e);
-    if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * H * max_ctx * sizeof(float), &dscr, &e);
+    if (!r) r = hr_cuda_alloc(s->dev, parts * (size_t)D * sizeof(float), &dopart, &e);
+    if (!r) r = hr_cuda_alloc(s->dev, parts * 2 * sizeof(float), &dml, &e);
     if (!r) r = hr_cuda_upload(s->dev, dq, q, qf * sizeof(float), &e);
     if (!r) r = hr_cuda_upload(s->dev, dtab, tables, (size_t)n * max_blocks * sizeof(int32_t), &e);
     if (!r) r = hr_cuda_upload(s->dev, dctx, n_ctx, (size_t)n * sizeof(int32_t), &e);
@@ -156,7 +160,7 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
                      .k_head_bytes = p->k.head_bytes,
                      .v_head_bytes = p->v.head_bytes,
                      .n_layers = p->n_layers,
-                     .n_kv_heads = p->n_kv_heads,
+                     .n_kv_heads = Hkv,
                      .n_heads = H,
                      .head_dim = D,
                      .block_size = B,
@@ -165,11 +169,14 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
                      .k_group = p->k.G > 0 ? p->k.G : 1,
                      .v_group = p->v.G > 0 ? p->v.G : 1,
                      .max_blocks = max_blocks,
-                     .max_ctx = max_ctx,
+                     .n_splits = n_splits,
                      .scale = a->scale,
                      .softcap = a->softcap};
-    void *args[] = {&dout, &dq, &s->arena, &dtab, &dctx, &layer, &sh, &dscr};
-    if (!r && n > 0) r = hr_cuda_launch(s->dev, "hr_k_attn_decode", (unsigned)n, (unsigned)H, 256, args, &e);
+    void *args[] = {&dopart, &dml, &dq, &s->arena, &dtab, &dctx, &layer, &sh};
+    if (!r && n > 0)
+        r = hr_cuda_launch(s->dev, "hr_k_attn_split", (unsigned)(n * Hkv * ng), (unsigned)n_splits, 256, args, &e);
+    void *rargs[] = {&dout, &dopart, &dml, &H, &D, &n_splits};
+    if (!r && n > 0) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, &e);
     if (!r) r = hr_cuda_download(s->dev, out, dout, qf * sizeof(float), &e);
     /* only the heads asked are written back; zeros on failure */
     const int h0 = a->head_begin, h1 = hr_kv_attn_head_end(a);
@@ -185,7 +192,8 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     hr_cuda_free(s->dev, dout);
     hr_cuda_free(s->dev, dtab);
     hr_cuda_free(s->dev, dctx);
-    hr_cuda_free(s->dev, dscr);
+    hr_cuda_free(s->dev, dopart);
+    hr_cuda_free(s->dev, dml);
     free(tables);
     free(n_ctx);
     free(q);
@@ -248,6 +256,9 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
                             "CUDA KV: only the f32, f16 and q8 formats are supported (K %s, V %s)",
                             hr_kv_format_name(p->k.format), hr_kv_format_name(p->v.format));
     if (p->n_blocks < 1) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: no blocks asked for");
+    if (p->head_dim > CUDA_ATT_MAX_D)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: head_dim %d is over the attention kernel's %d",
+                            p->head_dim, CUDA_ATT_MAX_D);
     if (p->v_from_k) /* its kernels read V from a V arena */
         return hr_error_set(err, HR_ERR_UNSUPPORTED,
                             "CUDA KV: a latent cache (V read from K: deepseek2) is not supported yet");
