@@ -43,7 +43,10 @@ const entry kernels[] = {
     K(k_attention, hr_k_attn_split), K(k_attention, hr_k_attn_reduce),
     K(k_embed, hr_k_embed),          K(k_gemv, hr_k_gemv_q8_0),
     K(k_gemv, hr_k_gemv_q4_0),       K(k_gemv, hr_k_gemv_f32),
-    K(k_gemv, hr_k_gemv_f16),        K(k_norm, hr_k_rmsnorm),
+    K(k_gemv, hr_k_gemv_f16),        K(k_gemv, hr_k_gemv_bf16),
+    K(k_gemv, hr_k_gemv_q4_K),       K(k_gemv, hr_k_gemv_q5_K),
+    K(k_gemv, hr_k_gemv_q6_K),       K(k_gemv, hr_k_gemv_q5_0),
+    K(k_gemv, hr_k_gemv_q5_1),       K(k_norm, hr_k_rmsnorm),
     K(k_norm, hr_k_softmax),         K(k_rope, hr_k_rope),
     K(k_swiglu, hr_k_swiglu),        K(k_swiglu, hr_k_add),
 };

@@ -3,10 +3,12 @@
  * tests/cuda/emu_rt.c), against the CPU backend:
  *   1. ../shared's stories260K (F32 weights) with an f32 KV cache: the recorded greedy completions of
  *      ../shared/vectors/stories260K-greedy.jsonl, exactly (skipped without ../shared);
- *   2. the repository's stories260K-q8_0 (q8_0 matrices, an f16 ffn_down) with f16 and q8 KV caches:
+ *   2. the repository's stories260K-q8_0 (q8_0 matrices, an f16 ffn_down) with f16 and q8 KV caches,
+ *      and tiny synthetic models in llama.cpp's Q4_K_M, Q5_K_M and Q6_K mixes and in bf16:
  *      teacher-forced, the GPU's greedy choice at every position of the CPU's own greedy completion
- *      equals the CPU's at >= 99% of them (the GPU multiplies f32 activations, the CPU q8_0 / f16
- *      ones, so near-ties may go either way: docs/GPU.md);
+ *      equals the CPU's at >= 95% of them, and where it does not, the CPU's own top two were within
+ *      0.1 log-probability (the GPU multiplies f32 activations, the CPU quantized ones, so near-ties
+ *      may go either way: docs/GPU.md);
  *   3. the engine's paths over the device storage give the CPU's ids (F32 model, f32 KV: the two agree
  *      exactly): a pool too small for four sequences at once, so they are preempted by swap (blocks
  *      copied to the host tier and back) or by recompute, and a shared prompt prefix;
@@ -41,11 +43,15 @@ static hr_runtime *open_rt(const char *model, const char *device, hr_rt_kv_forma
     return rt;
 }
 
-/* greedy ids of `prompt` (ids, BOS first) on rt */
-static int generate(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out) {
+/* greedy ids of `prompt` (ids, BOS first) on rt; with top2 (n x 2 ids and log-probabilities), the
+ * two most likely tokens at each step */
+static int generate_top2(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out, int32_t *top_ids,
+                         float *top_lp) {
     hr_rt_request_params p = {.prompt_ids = prompt, .n_prompt_ids = np, .max_tokens = n, .ignore_eos = true};
     p.sampling = hr_rt_sampling_default();
     p.sampling.temperature = 0;
+    p.logprobs = top_ids != NULL;
+    p.top_logprobs = top_ids ? 2 : 0;
     hr_rt_request *r = NULL;
     hr_error err = {0};
     if (hr_runtime_submit(rt, &p, &r, &err) != HR_OK || hr_runtime_run_until_idle(rt, &err) != HR_OK) {
@@ -57,8 +63,13 @@ static int generate(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_
     hr_rt_request_result(r, &res);
     int k = res.n_ids < n ? res.n_ids : n;
     memcpy(out, res.ids, sizeof(int32_t) * (size_t)k);
+    if (top_ids) CHECK(hr_rt_request_logprobs(r, 0, k, NULL, top_ids, top_lp) == k);
     hr_rt_request_release(rt, r);
     return k;
+}
+
+static int generate(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out) {
+    return generate_top2(rt, prompt, np, n, out, NULL, NULL);
 }
 
 typedef struct vec {
@@ -117,25 +128,30 @@ static void test_f32_vectors(void) {
 }
 
 /* Greedy on both; where the GPU's completion leaves the CPU's, teacher-forced from there: the GPU's
- * argmax after each longer prefix of the CPU's completion (before it, the two agree by construction). */
-static void test_q8_0_agreement(hr_rt_kv_format kvf, const char *name) {
-    const char *model = HR_SOURCE_DIR "/models/stories260K-q8_0.gguf";
+ * argmax after each longer prefix of the CPU's completion (before it, the two agree by construction).
+ * >= 95% of the positions must agree, and every disagreement must be a near-tie on the CPU: the GPU's
+ * token the CPU's second choice, within 0.1 of its log-probability (the GPU multiplies f32
+ * activations where the CPU quantizes them; a random-weight model's logits are flat, so such ties are
+ * common there). */
+static void agreement(const char *model, hr_rt_kv_format kvf, const char *label) {
     static const int32_t prompts[][5] = {{1, 403, 407, 261, 378}, {1, 291, 376, 400, 428}, {1, 423, 268, 329, 290}};
     enum { NP = 5, NG = 24 };
     hr_error err = {0};
     hr_runtime *cpu = open_rt(model, "cpu", kvf, &err);
-    CHECKF(cpu, "open on the CPU: %s", err.msg);
+    CHECKF(cpu, "%s: open on the CPU: %s", label, err.msg);
     hr_runtime *gpu = open_rt(model, "cuda", kvf, &err);
-    CHECKF(gpu, "open on the GPU: %s", err.msg);
+    CHECKF(gpu, "%s: open on the GPU: %s", label, err.msg);
     if (!cpu || !gpu) {
         hr_runtime_close(cpu);
         hr_runtime_close(gpu);
         return;
     }
-    int agree = 0, total = 0, same_greedy = 0;
+    int agree = 0, total = 0, same_greedy = 0, ties = 0;
+    float worst_gap = 0.0f;
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
-        int32_t ref[NG], greedy[NG], seq[NP + NG], one;
-        CHECK(generate(cpu, prompts[i], NP, NG, ref) == NG);
+        int32_t ref[NG], greedy[NG], seq[NP + NG], one, top[NG * 2];
+        float lp[NG * 2];
+        CHECK(generate_top2(cpu, prompts[i], NP, NG, ref, top, lp) == NG);
         int k = generate(gpu, prompts[i], NP, NG, greedy), j = 0;
         while (j < k && greedy[j] == ref[j]) j++;
         same_greedy += j == NG;
@@ -144,17 +160,44 @@ static void test_q8_0_agreement(hr_rt_kv_format kvf, const char *name) {
         memcpy(seq, prompts[i], sizeof(int32_t) * NP);
         memcpy(seq + NP, ref, sizeof(int32_t) * (size_t)j);
         for (; j < NG; j++) {
-            agree += generate(gpu, seq, NP + j, 1, &one) == 1 && one == ref[j];
+            bool same = generate(gpu, seq, NP + j, 1, &one) == 1 && one == ref[j];
+            agree += same;
             total++;
+            if (!same) { /* a near-tie on the CPU, or a fault */
+                bool tie = one == top[2 * j + 1] && lp[2 * j] - lp[2 * j + 1] < 0.1f;
+                ties += tie;
+                if (one == top[2 * j + 1] && lp[2 * j] - lp[2 * j + 1] > worst_gap)
+                    worst_gap = lp[2 * j] - lp[2 * j + 1];
+                CHECKF(tie, "%s: prompt %zu step %d: the GPU chose %d, the CPU %d (its second choice %d, %.3f below)",
+                       label, i, j, one, ref[j], top[2 * j + 1], (double)(lp[2 * j] - lp[2 * j + 1]));
+            }
             seq[NP + j] = ref[j];
         }
     }
-    CHECKF(total == 3 * NG && agree * 100 >= total * 99,
-           "%s KV: the GPU's top-1 agrees with the CPU's at %d of %d positions", name, agree, total);
-    printf("q8_0 model, %s KV: teacher-forced top-1 agreement %d of %d; %d of 3 greedy completions identical\n", name,
-           agree, total, same_greedy);
+    CHECKF(total == 3 * NG && agree * 100 >= total * 95,
+           "%s: the GPU's top-1 agrees with the CPU's at %d of %d positions", label, agree, total);
+    printf("%s: teacher-forced top-1 agreement %d of %d (the rest %d near-ties, within %.3f of the CPU's "
+           "log-probability); %d of 3 greedy completions identical\n",
+           label, agree, total, ties, (double)worst_gap, same_greedy);
     hr_runtime_close(cpu);
     hr_runtime_close(gpu);
+}
+
+/* llama.cpp's mixes as `headroom synth` writes them (the tiny shape's rows are not whole 256-weight
+ * super-blocks, so its K-quant mixes hold q5_0 / q5_1 where llama.cpp falls back to them, and q6_K /
+ * q8_0 elsewhere), and bf16 matrices */
+static void test_mixes(void) {
+    static const char *const mixes[][2] = {
+        {"--mix Q4_K_M", "Q4_K_M"}, {"--mix Q5_K_M", "Q5_K_M"}, {"--mix Q6_K", "Q6_K"}, {"--type bf16", "bf16"}};
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        char path[512], cmd[1200], label[64];
+        snprintf(path, sizeof path, "%s/tiny-%s.gguf", hr_test_tmpdir(), mixes[i][1]);
+        snprintf(cmd, sizeof cmd, "'%s' synth --shape tiny %s -o '%s' > /dev/null 2>&1", HR_HEADROOM_BIN, mixes[i][0],
+                 path);
+        CHECKF(system(cmd) == 0, "synth: %s", cmd);
+        snprintf(label, sizeof label, "tiny %s, f16 KV", mixes[i][1]);
+        agreement(path, HR_RT_KV_F16, label);
+    }
 }
 
 /* Four 40-token completions of ../shared's prompts at once in a 7-block pool (16 tokens a block: two
@@ -270,7 +313,8 @@ int main(int argc, char **argv) {
     test_refusals();
     test_f32_vectors();
     test_engine_paths();
-    test_q8_0_agreement(HR_RT_KV_F16, "f16");
-    test_q8_0_agreement(HR_RT_KV_Q8, "q8");
+    agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_F16, "stories260K q8_0, f16 KV");
+    agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_Q8, "stories260K q8_0, q8 KV");
+    test_mixes();
     return hr_test_finish();
 }

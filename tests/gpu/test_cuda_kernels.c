@@ -153,11 +153,16 @@ static void test_embed_gemv(void) {
         hr_dtype t;
         const char *gemv;
         int type;
-    } types[] = {{HR_DTYPE_Q8_0, "hr_k_gemv_q8_0", 2}, {HR_DTYPE_Q4_0, "hr_k_gemv_q4_0", -1}, {HR_DTYPE_F16, NULL, 1}};
-    static const int shapes[][2] = {{1, 32}, {7, 64}, {33, 288}, {512, 4096}, {100, 11008}};
-    for (size_t ti = 0; ti < 3; ti++)
+    } types[] = {{HR_DTYPE_Q8_0, "hr_k_gemv_q8_0", 2},  {HR_DTYPE_Q4_0, "hr_k_gemv_q4_0", -1},
+                 {HR_DTYPE_F16, "hr_k_gemv_f16", 1},    {HR_DTYPE_F32, "hr_k_gemv_f32", 0},
+                 {HR_DTYPE_BF16, "hr_k_gemv_bf16", -1}, {HR_DTYPE_Q4_K, "hr_k_gemv_q4_K", -1},
+                 {HR_DTYPE_Q5_K, "hr_k_gemv_q5_K", -1}, {HR_DTYPE_Q6_K, "hr_k_gemv_q6_K", -1},
+                 {HR_DTYPE_Q5_0, "hr_k_gemv_q5_0", -1}, {HR_DTYPE_Q5_1, "hr_k_gemv_q5_1", -1}};
+    static const int shapes[][2] = {{1, 32}, {7, 64}, {33, 288}, {3, 256}, {9, 768}, {512, 4096}, {100, 11008}};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             int rows = shapes[si][0], cols = shapes[si][1];
+            if (cols % hr_dtype_get_info(types[ti].t)->block_elems) continue; /* K-quants: rows of 256s */
             size_t rb = hr_dtype_row_bytes(types[ti].t, cols);
             unsigned char *W = malloc(rb * rows);
             float *wf = malloc(sizeof(float) * cols * rows), *x = malloc(sizeof(float) * cols);

@@ -15,7 +15,8 @@
  * What it refuses, in one line beginning "CUDA: ": a model the kernels do not cover yet (biases,
  * Q/K norms, post norms, GeGLU, MoE, MLA, sliding windows, sinks, softcapped logits, embedding
  * scales, LongRoPE, YaRN, linear RoPE scaling, fused QKV / gate-up) and a weight type without a GEMV
- * kernel (f32, f16, q8_0, q4_0 have one; the token embedding: f32, f16, q8_0). */
+ * kernel (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K have one). The token embedding is looked up on
+ * the device for f32, f16 and q8_0 tables, and dequantized on the host for the rest. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,7 @@ typedef struct cuda_ctx {
     uint64_t x, xb, xo, q, k, v, att, g, u, logits, ids, pos;
     /* host staging: the manager's K/V writes and attention take host rows */
     float *hq, *hk, *hv, *hatt, *scratch;
+    float *hemb; /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
     uint64_t device_bytes; /* weights and activations allocated here */
 } cuda_ctx;
@@ -80,6 +82,12 @@ static const char *gemv_kernel(hr_dtype t) {
     case HR_DTYPE_F16: return "hr_k_gemv_f16";
     case HR_DTYPE_Q8_0: return "hr_k_gemv_q8_0";
     case HR_DTYPE_Q4_0: return "hr_k_gemv_q4_0";
+    case HR_DTYPE_BF16: return "hr_k_gemv_bf16";
+    case HR_DTYPE_Q4_K: return "hr_k_gemv_q4_K";
+    case HR_DTYPE_Q5_K: return "hr_k_gemv_q5_K";
+    case HR_DTYPE_Q6_K: return "hr_k_gemv_q6_K";
+    case HR_DTYPE_Q5_0: return "hr_k_gemv_q5_0";
+    case HR_DTYPE_Q5_1: return "hr_k_gemv_q5_1";
     default: return NULL;
     }
 }
@@ -89,8 +97,9 @@ static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, de
     out->gemv = gemv_kernel(w->type);
     if (!out->gemv)
         return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "CUDA: %s is %s; the GPU's matrix kernels take f32, f16, q8_0 and q4_0 so far", what,
-                            hr_dtype_get_info(w->type)->name);
+                            "CUDA: %s is %s; the GPU's matrix kernels take f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, "
+                            "q4_K, q5_K and q6_K so far",
+                            what, hr_dtype_get_info(w->type)->name);
     out->rows = w->rows;
     out->cols = w->cols;
     size_t bytes = (size_t)w->rows * w->row_bytes;
@@ -150,12 +159,11 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
                   : te->type == HR_DTYPE_F16  ? EMB_F16
                   : te->type == HR_DTYPE_Q8_0 ? EMB_Q8_0
                                               : -1;
-    if (x->tok_type < 0)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "CUDA: token_embd.weight is %s; the GPU's embedding takes f32, f16 and q8_0 so far",
-                            hr_dtype_get_info(te->type)->name);
+    /* another type's rows are dequantized on the host per batch (the model's own copy) and copied up */
     size_t tb = (size_t)te->rows * te->row_bytes;
-    if ((st = dalloc(x, tb, &x->tok, err)) || (st = hr_cuda_upload(x->dev, x->tok, te->data, tb, err))) return st;
+    if (x->tok_type >= 0 &&
+        ((st = dalloc(x, tb, &x->tok, err)) || (st = hr_cuda_upload(x->dev, x->tok, te->data, tb, err))))
+        return st;
     /* the CPU backend's table (forward.c): base^(-2i / n_rot) in double over the frequency factors,
      * rounded to float, so both rotate by the same angles */
     int half = hp->n_rot / 2;
@@ -189,6 +197,8 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->hv = malloc(T * kvd * sizeof(float));
     x->scratch = malloc(hr_kv_attention_scratch_floats(x->kv, x->max_ctx) * sizeof(float));
     x->out_rows = malloc(T * sizeof(int));
+    if (x->tok_type < 0 && !(x->hemb = malloc(T * E * sizeof(float))))
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     if (!x->hq || !x->hatt || !x->hk || !x->hv || !x->scratch || !x->out_rows)
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     return HR_OK;
@@ -257,6 +267,7 @@ static void cuda_destroy(hr_model_ctx *c) {
     free(x->hv);
     free(x->scratch);
     free(x->out_rows);
+    free(x->hemb);
     free(x);
 }
 
@@ -340,7 +351,15 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
         (st = hr_cuda_upload(x->dev, x->pos, b->pos, (size_t)T * sizeof(int32_t), err)))
         return st;
     void *ea[] = {&x->x, &x->tok, &x->ids, (void *)&E, &x->tok_type};
-    if ((st = hr_cuda_launch(x->dev, "hr_k_embed", (unsigned)T, 1, THREADS, ea, err))) return st;
+    if (x->tok_type >= 0) {
+        if ((st = hr_cuda_launch(x->dev, "hr_k_embed", (unsigned)T, 1, THREADS, ea, err))) return st;
+    } else {
+        const hr_weight *te = &x->m->tok_embd;
+        for (int t = 0; t < T; t++)
+            hr_dequantize_row_ref(te->type, (const uint8_t *)te->data + (size_t)b->tokens[t] * te->row_bytes,
+                                  x->hemb + (size_t)t * E, E);
+        if ((st = hr_cuda_upload(x->dev, x->x, x->hemb, (size_t)T * E * sizeof(float), err))) return st;
+    }
     for (int il = 0; il < hp->n_layer; il++) {
         const dev_layer *d = &x->L[il];
         if ((st = rmsnorm(x, x->xb, x->x, d->attn_norm, T, err)) || (st = gemv(x, &d->wq, x->xb, x->q, T, err)) ||
