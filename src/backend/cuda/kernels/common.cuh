@@ -54,14 +54,8 @@ static __device__ inline float hr_cos_approx(float x) { return __nvvm_cos_approx
 #define __global__
 #define __device__
 #define __shared__ static
+#include "emu_rt.h" /* tests/cuda: the emulator's side of these (the emulation build's include path) */
 extern "C" {
-int hr_emu_tid_x(void);
-int hr_emu_ntid_x(void);
-int hr_emu_ctaid_x(void);
-int hr_emu_ctaid_y(void);
-int hr_emu_nctaid_x(void);
-void hr_emu_syncthreads(void);
-float hr_emu_shfl_xor(float v, int lane_mask);
 float exp2f(float);
 float sqrtf(float);
 float sinf(float);

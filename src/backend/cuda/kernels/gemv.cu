@@ -7,86 +7,82 @@
  * token (grid.y = 1); a prefill reads W once per token: the simple version. */
 #include "common.cuh"
 
-/* q8_0: per block an f16 scale d then 32 int8 q; w = d * q. W: [rows][cols / 32] blocks of 34 bytes. */
-extern "C" __global__ void hr_k_gemv_q8_0(float *y, const u8 *W, const float *x, int rows, int cols) {
+/* The frame every GEMV shares: the warp's row and lane, the grid row's token (its x and y), the lanes'
+ * partial dot products summed, lane 0 writing y. dot(row, lane, x) gives a lane's part of row . x. */
+template <typename Dot> static __device__ inline void gemv_rows(float *y, const float *x, int rows, int cols, Dot dot) {
     int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
     if (row >= rows) return; /* a whole warp leaves together: the shuffles below stay full-warp */
     x += (u64)ctaid_y() * (u64)cols;
     y += (u64)ctaid_y() * (u64)rows;
-    int nb = cols / 32;
-    const u8 *wr = W + (u64)row * (u64)nb * 34u;
-    float acc = 0.0f;
-    for (int b = lane; b < nb; b += HR_K_WARP) {
-        const u8 *blk = wr + (u64)b * 34u;
-        const float *xb = x + (u64)b * 32u;
-        float s = 0.0f;
-        for (int i = 0; i < 32; i++) s += (float)(i8)blk[2 + i] * xb[i];
-        acc += hr_h2f(hr_ld_u16(blk)) * s;
-    }
-    acc = warp_sum(acc);
+    float acc = warp_sum(dot(row, lane, x));
     if (lane == 0) y[row] = acc;
+}
+
+/* q8_0: per block an f16 scale d then 32 int8 q; w = d * q. W: [rows][cols / 32] blocks of 34 bytes. */
+extern "C" __global__ void hr_k_gemv_q8_0(float *y, const u8 *W, const float *x, int rows, int cols) {
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) {
+        int nb = cols / 32;
+        const u8 *wr = W + (u64)row * (u64)nb * 34u;
+        float acc = 0.0f;
+        for (int b = lane; b < nb; b += HR_K_WARP) {
+            const u8 *blk = wr + (u64)b * 34u;
+            const float *xb = xt + (u64)b * 32u;
+            float s = 0.0f;
+            for (int i = 0; i < 32; i++) s += (float)(i8)blk[2 + i] * xb[i];
+            acc += hr_h2f(hr_ld_u16(blk)) * s;
+        }
+        return acc;
+    });
 }
 
 /* q4_0: per block an f16 scale d then 16 bytes; byte j holds weight j in its low nibble and weight
  * j + 16 in its high nibble; w = d * (nibble - 8). W: [rows][cols / 32] blocks of 18 bytes. */
 extern "C" __global__ void hr_k_gemv_q4_0(float *y, const u8 *W, const float *x, int rows, int cols) {
-    int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
-    if (row >= rows) return;
-    x += (u64)ctaid_y() * (u64)cols;
-    y += (u64)ctaid_y() * (u64)rows;
-    int nb = cols / 32;
-    const u8 *wr = W + (u64)row * (u64)nb * 18u;
-    float acc = 0.0f;
-    for (int b = lane; b < nb; b += HR_K_WARP) {
-        const u8 *blk = wr + (u64)b * 18u;
-        const float *xb = x + (u64)b * 32u;
-        float s = 0.0f;
-        for (int j = 0; j < 16; j++) {
-            int q = blk[2 + j];
-            s += (float)((q & 0xf) - 8) * xb[j] + (float)((q >> 4) - 8) * xb[j + 16];
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) {
+        int nb = cols / 32;
+        const u8 *wr = W + (u64)row * (u64)nb * 18u;
+        float acc = 0.0f;
+        for (int b = lane; b < nb; b += HR_K_WARP) {
+            const u8 *blk = wr + (u64)b * 18u;
+            const float *xb = xt + (u64)b * 32u;
+            float s = 0.0f;
+            for (int j = 0; j < 16; j++) {
+                int q = blk[2 + j];
+                s += (float)((q & 0xf) - 8) * xb[j] + (float)((q >> 4) - 8) * xb[j + 16];
+            }
+            acc += hr_h2f(hr_ld_u16(blk)) * s;
         }
-        acc += hr_h2f(hr_ld_u16(blk)) * s;
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+        return acc;
+    });
 }
 
 /* f32 and f16 weights: W [rows][cols] elements; lane l takes elements l, l + 32, ... */
 extern "C" __global__ void hr_k_gemv_f32(float *y, const float *W, const float *x, int rows, int cols) {
-    int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
-    if (row >= rows) return;
-    x += (u64)ctaid_y() * (u64)cols;
-    y += (u64)ctaid_y() * (u64)rows;
-    const float *wr = W + (u64)row * (u64)cols;
-    float acc = 0.0f;
-    for (int c = lane; c < cols; c += HR_K_WARP) acc += wr[c] * x[c];
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) {
+        const float *wr = W + (u64)row * (u64)cols;
+        float acc = 0.0f;
+        for (int c = lane; c < cols; c += HR_K_WARP) acc += wr[c] * xt[c];
+        return acc;
+    });
 }
 
 extern "C" __global__ void hr_k_gemv_f16(float *y, const u16 *W, const float *x, int rows, int cols) {
-    int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
-    if (row >= rows) return;
-    x += (u64)ctaid_y() * (u64)cols;
-    y += (u64)ctaid_y() * (u64)rows;
-    const u16 *wr = W + (u64)row * (u64)cols;
-    float acc = 0.0f;
-    for (int c = lane; c < cols; c += HR_K_WARP) acc += hr_h2f(wr[c]) * x[c];
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) {
+        const u16 *wr = W + (u64)row * (u64)cols;
+        float acc = 0.0f;
+        for (int c = lane; c < cols; c += HR_K_WARP) acc += hr_h2f(wr[c]) * xt[c];
+        return acc;
+    });
 }
 
 /* bf16 weights: the upper half of an f32 */
 extern "C" __global__ void hr_k_gemv_bf16(float *y, const u16 *W, const float *x, int rows, int cols) {
-    int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
-    if (row >= rows) return;
-    x += (u64)ctaid_y() * (u64)cols;
-    y += (u64)ctaid_y() * (u64)rows;
-    const u16 *wr = W + (u64)row * (u64)cols;
-    float acc = 0.0f;
-    for (int c = lane; c < cols; c += HR_K_WARP) acc += __builtin_bit_cast(float, (u32)wr[c] << 16) * x[c];
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) {
+        const u16 *wr = W + (u64)row * (u64)cols;
+        float acc = 0.0f;
+        for (int c = lane; c < cols; c += HR_K_WARP) acc += __builtin_bit_cast(float, (u32)wr[c] << 16) * xt[c];
+        return acc;
+    });
 }
 
 /* ---- the K-quants: super-blocks of 256 weights. Each lane takes every 32nd run of 32 weights (run j
@@ -156,12 +152,8 @@ static __device__ inline float run_q6_K(const u8 *blk, int j, const float *x32) 
     return d * ((float)scales[0] * s0 + (float)scales[1] * s1);
 }
 
-/* one warp per row; kind 4, 5, 6: q4_K, q5_K, q6_K */
-static __device__ inline void gemv_k(float *y, const u8 *W, const float *x, int rows, int cols, int kind) {
-    int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
-    if (row >= rows) return;
-    x += (u64)ctaid_y() * (u64)cols;
-    y += (u64)ctaid_y() * (u64)rows;
+/* a lane's part of a K-quant row: its runs of 32 (kind 4, 5, 6: q4_K, q5_K, q6_K) */
+static __device__ inline float dot_k(const u8 *W, int row, int lane, const float *x, int cols, int kind) {
     const u64 bytes = kind == 4 ? 144u : kind == 5 ? 176u : 210u;
     const u8 *wr = W + (u64)row * (u64)(cols / 256) * bytes;
     float acc = 0.0f;
@@ -172,29 +164,24 @@ static __device__ inline void gemv_k(float *y, const u8 *W, const float *x, int 
                : kind == 5 ? run_q5_K(blk, r % 8, x32)
                            : run_q6_K(blk, r % 8, x32);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+    return acc;
 }
 
 extern "C" __global__ void hr_k_gemv_q4_K(float *y, const u8 *W, const float *x, int rows, int cols) {
-    gemv_k(y, W, x, rows, cols, 4);
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) { return dot_k(W, row, lane, xt, cols, 4); });
 }
 extern "C" __global__ void hr_k_gemv_q5_K(float *y, const u8 *W, const float *x, int rows, int cols) {
-    gemv_k(y, W, x, rows, cols, 5);
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) { return dot_k(W, row, lane, xt, cols, 5); });
 }
 extern "C" __global__ void hr_k_gemv_q6_K(float *y, const u8 *W, const float *x, int rows, int cols) {
-    gemv_k(y, W, x, rows, cols, 6);
+    gemv_rows(y, x, rows, cols, [=](int row, int lane, const float *xt) { return dot_k(W, row, lane, xt, cols, 6); });
 }
 
 /* ---- q5_0 / q5_1 (llama.cpp's fallbacks for q4_K / q5_K where a row is not whole super-blocks): blocks
  * of 32; q5_0 (22 bytes): f16 d, 4 bytes qh, 16 bytes qs, w = d * (q - 16); q5_1 (24 bytes): f16 d, f16
  * m, qh, qs, w = d * q + m; q's low four bits are qs[j]'s low nibble (j < 16) or qs[j - 16]'s high one,
  * its fifth bit j of qh (little-endian). */
-static __device__ inline void gemv_q5(float *y, const u8 *W, const float *x, int rows, int cols, bool one) {
-    int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
-    if (row >= rows) return;
-    x += (u64)ctaid_y() * (u64)cols;
-    y += (u64)ctaid_y() * (u64)rows;
+static __device__ inline float dot_q5(const u8 *W, int row, int lane, const float *x, int cols, bool one) {
     const u64 bytes = one ? 24u : 22u;
     const u8 *wr = W + (u64)row * (u64)(cols / 32) * bytes;
     float acc = 0.0f;
@@ -212,13 +199,14 @@ static __device__ inline void gemv_q5(float *y, const u8 *W, const float *x, int
         const float d = hr_h2f(hr_ld_u16(blk));
         acc += one ? d * s + hr_h2f(hr_ld_u16(blk + 2)) * sx : d * (s - 16.0f * sx);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+    return acc;
 }
 
 extern "C" __global__ void hr_k_gemv_q5_0(float *y, const u8 *W, const float *x, int rows, int cols) {
-    gemv_q5(y, W, x, rows, cols, false);
+    gemv_rows(y, x, rows, cols,
+              [=](int row, int lane, const float *xt) { return dot_q5(W, row, lane, xt, cols, false); });
 }
 extern "C" __global__ void hr_k_gemv_q5_1(float *y, const u8 *W, const float *x, int rows, int cols) {
-    gemv_q5(y, W, x, rows, cols, true);
+    gemv_rows(y, x, rows, cols,
+              [=](int row, int lane, const float *xt) { return dot_q5(W, row, lane, xt, cols, true); });
 }
