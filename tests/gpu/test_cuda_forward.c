@@ -28,7 +28,8 @@
 
 static const char *driver; /* argv[1], or NULL: libcuda.so.1 */
 
-static hr_runtime *open_rt(const char *model, const char *device, hr_rt_kv_format kvf, hr_error *err) {
+/* the runtime these tests open: one thread, a 256-token context, 64-token steps */
+static hr_runtime_params rt_params(const char *model, const char *device, hr_rt_kv_format kvf) {
     hr_runtime_params p = hr_runtime_default_params();
     p.model_path = model;
     p.device = device;
@@ -38,6 +39,11 @@ static hr_runtime *open_rt(const char *model, const char *device, hr_rt_kv_forma
     p.max_batch_tokens = 64;
     p.max_running = 4;
     p.n_threads = 1;
+    return p;
+}
+
+static hr_runtime *open_rt(const char *model, const char *device, hr_rt_kv_format kvf, hr_error *err) {
+    hr_runtime_params p = rt_params(model, device, kvf);
     hr_runtime *rt = NULL;
     if (hr_runtime_open(&p, &rt, NULL, err) != HR_OK) return NULL;
     return rt;
@@ -205,16 +211,10 @@ static void test_mixes(void) {
  * 20-token prompt prefix. Every id equal. */
 static void run_paths(const char *model, const char *device, hr_rt_preempt mode, int32_t out[5][40],
                       hr_rt_engine_stats *st) {
-    hr_runtime_params p = hr_runtime_default_params();
-    p.model_path = model;
-    p.device = device;
-    p.cuda_driver = driver;
-    p.k_format = p.v_format = HR_RT_KV_F32;
+    hr_runtime_params p = rt_params(model, device, HR_RT_KV_F32);
     p.n_ctx = 128;
     p.kv_blocks = 7;
-    p.max_running = 4;
     p.max_batch_tokens = 32;
-    p.n_threads = 1;
     p.admission = HR_RT_ADMIT_OPTIMISTIC;
     p.preempt = mode;
     hr_runtime *rt = NULL;
