@@ -12,7 +12,8 @@
  *   3. the engine's paths over the device storage give the CPU's ids (F32 model, f32 KV: the two agree
  *      exactly): a pool too small for four sequences at once, so they are preempted by swap (blocks
  *      copied to the host tier and back) or by recompute, and a shared prompt prefix;
- *   4. what is refused says so in one line: a KV format the device storage lacks.
+ *   4. what is refused says so in one line: a KV format the device storage lacks, a family the kernels
+ *      do not cover (qwen3's Q/K norms), a weight type without a GEMV kernel (mxfp4).
  * With a GPU, bench/gpu/check.sh runs the same with the real driver (no argv[1]). */
 #include <jansson.h>
 #include <stdio.h>
@@ -291,6 +292,18 @@ static void test_engine_paths(void) {
     }
 }
 
+/* a model at path made by `headroom synth ARGS`, opened on the GPU: its refusal contains want */
+static void refused_model(const char *args, const char *name, const char *want) {
+    char path[512], cmd[1200];
+    snprintf(path, sizeof path, "%s/%s.gguf", hr_test_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "'%s' synth %s -o '%s' > /dev/null 2>&1", HR_HEADROOM_BIN, args, path);
+    CHECKF(system(cmd) == 0, "synth: %s", cmd);
+    hr_error err = {0};
+    hr_runtime *rt = open_rt(path, "cuda", HR_RT_KV_F16, &err);
+    CHECKF(!rt && strstr(err.msg, want) && !strchr(err.msg, '\n'), "%s on the GPU: %s", name, err.msg);
+    hr_runtime_close(rt);
+}
+
 static void test_refusals(void) {
     const char *model = HR_SOURCE_DIR "/models/stories260K-q8_0.gguf";
     hr_error err = {0};
@@ -298,6 +311,11 @@ static void test_refusals(void) {
     CHECKF(!rt && strstr(err.msg, "CUDA KV: only the f32, f16 and q8 formats") && !strchr(err.msg, '\n'),
            "q4 KV on the GPU: %s", err.msg);
     hr_runtime_close(rt);
+    /* a family the kernels do not cover, and a weight type without a GEMV kernel, each named */
+    refused_model("--shape qwen3-tiny --type f32", "qwen3-tiny",
+                  "has Q/K norms, which the GPU kernels do not cover yet");
+    refused_model("--shape tiny --type mxfp4", "tiny-mxfp4",
+                  "CUDA: blk.0.attn_q is mxfp4; the GPU's matrix kernels take");
 }
 
 int main(int argc, char **argv) {

@@ -138,19 +138,26 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     const hr_model *m = x->m;
     const hr_hparams *hp = &m->hp;
     hr_status st = HR_OK;
-    char what[64];
     for (int il = 0; il < hp->n_layer && !st; il++) {
         const hr_layer *l = &m->layers[il];
         dev_layer *d = &x->L[il];
-        snprintf(what, sizeof what, "blk.%d's matrices", il);
+        const struct {
+            const hr_weight *w;
+            dev_weight *d;
+            const char *name;
+        } mats[] = {{&l->wq, &d->wq, "attn_q"},      {&l->wk, &d->wk, "attn_k"},       {&l->wv, &d->wv, "attn_v"},
+                    {&l->wo, &d->wo, "attn_output"}, {&l->w_gate, &d->wg, "ffn_gate"}, {&l->w_up, &d->wu, "ffn_up"},
+                    {&l->w_down, &d->wd, "ffn_down"}};
         if ((st = up_floats(x, l->attn_norm, (size_t)hp->n_embd, &d->attn_norm, err)) ||
-            (st = up_floats(x, l->ffn_norm, (size_t)hp->n_embd, &d->ffn_norm, err)) ||
-            (st = up_weight(x, &l->wq, what, &d->wq, err)) || (st = up_weight(x, &l->wk, what, &d->wk, err)) ||
-            (st = up_weight(x, &l->wv, what, &d->wv, err)) || (st = up_weight(x, &l->wo, what, &d->wo, err)) ||
-            (st = up_weight(x, &l->w_gate, what, &d->wg, err)) || (st = up_weight(x, &l->w_up, what, &d->wu, err)) ||
-            (st = up_weight(x, &l->w_down, what, &d->wd, err)))
+            (st = up_floats(x, l->ffn_norm, (size_t)hp->n_embd, &d->ffn_norm, err)))
             return st;
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !st; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "blk.%d.%s", il, mats[i].name);
+            st = up_weight(x, mats[i].w, what, mats[i].d, err);
+        }
     }
+    if (st) return st;
     if ((st = up_floats(x, m->output_norm, (size_t)hp->n_embd, &x->out_norm, err)) ||
         (st = up_weight(x, &m->output, "output.weight", &x->out, err)))
         return st;
