@@ -547,7 +547,9 @@ static void test_full_close(hr_server *srv) {
         char *r = read_until_eof(fd, 1, &eof, NULL);
         hr_server_stats st;
         hr_server_get_stats(srv, &st);
-        CHECKF(false, "the endless request runs: %d in flight, %llu connections, %llu over the per-address cap; the client %s: %.300s",
+        CHECKF(false,
+               "the endless request runs: %d in flight, %llu connections, %llu over the per-address cap; the client "
+               "%s: %.300s",
                seen, (unsigned long long)st.n_connections, (unsigned long long)st.n_refused_per_ip,
                eof ? "saw the connection close" : "got", r);
         free(r);

@@ -95,7 +95,7 @@ static struct emu {
     emu_ctx sched;
     fiber f[EMU_MAX_THREADS];
     float slot[2][EMU_MAX_THREADS];
-    unsigned slot_of[2][EMU_MAX_THREADS]; /* which shuffle wrote the slot */
+    unsigned slot_of[2][EMU_MAX_THREADS];     /* which shuffle wrote the slot */
     int rq[EMU_MAX_THREADS], rq_head, rq_len; /* runnable fibers, in order */
     int live, done, at_sync;                  /* the block's threads not finished, finished, at __syncthreads */
     int warp_live[EMU_MAX_THREADS / EMU_WARP], warp_at[EMU_MAX_THREADS / EMU_WARP]; /* per warp: live, at a shuffle */

@@ -15,7 +15,7 @@
 #include "backend/cuda/cuda.h"
 #include "tensor/tensor.h"
 
-enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2 }; /* kernels/attention.cu's HR_K_KV_* */
+enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2 };           /* kernels/attention.cu's HR_K_KV_* */
 enum { CUDA_ATT_CHUNK = 256, CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_* */
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
