@@ -206,6 +206,12 @@ uint64_t hr_model_table_bytes(const hr_hparams *hp);
 /* Query heads per KV head as attention takes them together (hr_kv_config.q_per_kv): n_head / n_head_kv,
  * 1 for a latent cache (deepseek2), whose attention reads one head at a time. Pure. */
 int hr_model_q_per_kv(const hr_hparams *hp);
+/* The n_rot / 2 RoPE frequencies the forward pass turns pair i by per position, in double then
+ * rounded to float, the same for every backend: base^(-2i / n_rot) over the model's frequency factors
+ * (Llama 3's rope_freqs; LongRoPE's long set where max_ctx passes the original context, else the short
+ * one) times YaRN's factor. inv: the full-attention layers' (every layer's where all have a window);
+ * inv_swa (NULL: not wanted): the window layers' base where a model mixes the two (gemma). */
+void hr_model_rope_inv_freq(const hr_model *m, int max_ctx, float *inv, float *inv_swa);
 /* Bytes of all weight tensors (what a decode step streams from memory). */
 uint64_t hr_model_weight_bytes(const hr_model *m);
 /* Bytes the weights' file(s) hold as loaded: the GGUF file, or a checkpoint's tensors (mapped or quantized)

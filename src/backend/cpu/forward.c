@@ -286,24 +286,7 @@ static hr_status cpu_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ct
     if (split_gu) memset(c->hu, 0, T * hp->n_ff * sizeof(float));
     memset(c->qkv, 0, T * (size_t)(qd + 2 * kvd) * sizeof(float));
     memset(c->att_scratch, 0, c->att_scratch_floats * (size_t)n_threads * sizeof(float));
-    /* LongRoPE (phi3): the long factors where a sequence may pass the original context, as llama.cpp
-     * chooses them by its per-sequence context */
-    const float *factors = m->rope_freqs;
-    if (m->rope_long) factors = c->max_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;
-    /* the window layers' base (gemma3: 10000) goes in inv_freq_swa where full layers exist beside
-     * them, and in inv_freq itself where every layer is a window layer */
-    float base_swa = hp->rope_base;
-    for (int il = 0; il < hp->n_layer; il++)
-        if (m->layer_attn[il].kind == HR_ATTN_WINDOW) base_swa = m->layer_attn[il].rope_base;
-    const double base = hp->n_window_layers == hp->n_layer ? base_swa : hp->rope_base;
-    for (int i = 0; i < hp->n_rot / 2; i++) {
-        double f = pow(base, -2.0 * i / hp->n_rot), f_swa = pow((double)base_swa, -2.0 * i / hp->n_rot);
-        if (factors) f /= factors[i], f_swa /= factors[i];
-        f *= hr_rope_yarn_freq_factor(hp, base, i); /* YaRN (gpt-oss, DeepSeek): 1 elsewhere */
-        f_swa *= hr_rope_yarn_freq_factor(hp, base_swa, i);
-        c->inv_freq[i] = (float)f;
-        if (c->inv_freq_swa) c->inv_freq_swa[i] = (float)f_swa;
-    }
+    hr_model_rope_inv_freq(m, c->max_ctx, c->inv_freq, c->inv_freq_swa);
     *out = c;
     return HR_OK;
 fail:

@@ -17,7 +17,6 @@
  * scales, LongRoPE, YaRN, linear RoPE scaling, fused QKV / gate-up) and a weight type without a GEMV
  * kernel (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K have one). The token embedding is looked up on
  * the device for f32, f16 and q8_0 tables, and dequantized on the host for the rest. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,22 +56,14 @@ typedef struct cuda_ctx {
     float *hq, *hk, *hv, *hatt, *scratch;
     float *hemb; /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
-    uint64_t device_bytes; /* weights and activations allocated here */
 } cuda_ctx;
 
 static void cuda_destroy(hr_model_ctx *c);
 
 /* ---- create ---------------------------------------------------------------------------------------- */
 
-/* device memory counted in device_bytes; 0 stays 0 on failure */
-static hr_status dalloc(cuda_ctx *x, size_t bytes, uint64_t *out, hr_error *err) {
-    hr_status st = hr_cuda_alloc(x->dev, bytes, out, err);
-    if (!st) x->device_bytes += bytes;
-    return st;
-}
-
 static hr_status up_floats(cuda_ctx *x, const float *v, size_t n, uint64_t *out, hr_error *err) {
-    hr_status st = dalloc(x, n * sizeof(float), out, err);
+    hr_status st = hr_cuda_alloc(x->dev, n * sizeof(float), out, err);
     return st ? st : hr_cuda_upload(x->dev, *out, v, n * sizeof(float), err);
 }
 
@@ -103,7 +94,7 @@ static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, de
     out->rows = w->rows;
     out->cols = w->cols;
     size_t bytes = (size_t)w->rows * w->row_bytes;
-    hr_status st = dalloc(x, bytes, &out->p, err);
+    hr_status st = hr_cuda_alloc(x->dev, bytes, &out->p, err);
     return st ? st : hr_cuda_upload(x->dev, out->p, w->data, bytes, err);
 }
 
@@ -169,19 +160,14 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     /* another type's rows are dequantized on the host per batch (the model's own copy) and copied up */
     size_t tb = (size_t)te->rows * te->row_bytes;
     if (x->tok_type >= 0 &&
-        ((st = dalloc(x, tb, &x->tok, err)) || (st = hr_cuda_upload(x->dev, x->tok, te->data, tb, err))))
+        ((st = hr_cuda_alloc(x->dev, tb, &x->tok, err)) || (st = hr_cuda_upload(x->dev, x->tok, te->data, tb, err))))
         return st;
-    /* the CPU backend's table (forward.c): base^(-2i / n_rot) in double over the frequency factors,
-     * rounded to float, so both rotate by the same angles */
-    int half = hp->n_rot / 2;
-    float *inv = malloc(sizeof(float) * (size_t)(half > 0 ? half : 1));
+    /* the table every backend turns by (model.h), so the GPU rotates by the CPU's angles */
+    size_t half = (size_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1);
+    float *inv = malloc(sizeof(float) * half);
     if (!inv) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < half; i++) {
-        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
-        if (m->rope_freqs) f /= m->rope_freqs[i];
-        inv[i] = (float)f;
-    }
-    st = up_floats(x, inv, (size_t)(half > 0 ? half : 1), &x->inv_freq, err);
+    hr_model_rope_inv_freq(m, x->max_ctx, inv, NULL);
+    st = up_floats(x, inv, half, &x->inv_freq, err);
     free(inv);
     return st;
 }
@@ -191,12 +177,14 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     size_t T = (size_t)x->max_tokens, E = (size_t)hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
            kvd = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
     hr_status st;
-    if ((st = dalloc(x, T * E * 4, &x->x, err)) || (st = dalloc(x, T * E * 4, &x->xb, err)) ||
-        (st = dalloc(x, T * E * 4, &x->xo, err)) || (st = dalloc(x, T * qd * 4, &x->q, err)) ||
-        (st = dalloc(x, T * kvd * 4, &x->k, err)) || (st = dalloc(x, T * kvd * 4, &x->v, err)) ||
-        (st = dalloc(x, T * qd * 4, &x->att, err)) || (st = dalloc(x, T * F * 4, &x->g, err)) ||
-        (st = dalloc(x, T * F * 4, &x->u, err)) || (st = dalloc(x, T * V * 4, &x->logits, err)) ||
-        (st = dalloc(x, T * 4, &x->ids, err)) || (st = dalloc(x, T * 4, &x->pos, err)))
+    if ((st = hr_cuda_alloc(x->dev, T * E * 4, &x->x, err)) || (st = hr_cuda_alloc(x->dev, T * E * 4, &x->xb, err)) ||
+        (st = hr_cuda_alloc(x->dev, T * E * 4, &x->xo, err)) || (st = hr_cuda_alloc(x->dev, T * qd * 4, &x->q, err)) ||
+        (st = hr_cuda_alloc(x->dev, T * kvd * 4, &x->k, err)) ||
+        (st = hr_cuda_alloc(x->dev, T * kvd * 4, &x->v, err)) ||
+        (st = hr_cuda_alloc(x->dev, T * qd * 4, &x->att, err)) || (st = hr_cuda_alloc(x->dev, T * F * 4, &x->g, err)) ||
+        (st = hr_cuda_alloc(x->dev, T * F * 4, &x->u, err)) ||
+        (st = hr_cuda_alloc(x->dev, T * V * 4, &x->logits, err)) || (st = hr_cuda_alloc(x->dev, T * 4, &x->ids, err)) ||
+        (st = hr_cuda_alloc(x->dev, T * 4, &x->pos, err)))
         return st;
     x->hq = malloc(T * qd * sizeof(float));
     x->hatt = malloc(T * qd * sizeof(float));
@@ -204,9 +192,8 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->hv = malloc(T * kvd * sizeof(float));
     x->scratch = malloc(hr_kv_attention_scratch_floats(x->kv, x->max_ctx) * sizeof(float));
     x->out_rows = malloc(T * sizeof(int));
-    if (x->tok_type < 0 && !(x->hemb = malloc(T * E * sizeof(float))))
-        return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
-    if (!x->hq || !x->hatt || !x->hk || !x->hv || !x->scratch || !x->out_rows)
+    if (x->tok_type < 0) x->hemb = malloc(T * E * sizeof(float));
+    if (!x->hq || !x->hatt || !x->hk || !x->hv || !x->scratch || !x->out_rows || (x->tok_type < 0 && !x->hemb))
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     return HR_OK;
 }
