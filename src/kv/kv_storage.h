@@ -96,6 +96,9 @@ typedef struct hr_kv_storage hr_kv_storage;
 
 typedef struct hr_kv_storage_ops {
     const char *name; /* "cpu" */
+    /* attend takes no hr_kv_attn_view (the CUDA storage so far): the pool then refuses every policy
+     * but full (hr_kv_policy_check) */
+    bool whole_sequences;
     void (*destroy)(hr_kv_storage *st);
     /* the kernels in use ("scalar", "avx2") */
     const char *(*isa)(const hr_kv_storage *st);

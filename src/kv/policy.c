@@ -136,6 +136,11 @@ hr_status hr_kv_policy_check(const hr_kv_pool *p, const hr_kv_policy *pol, hr_er
     int nat = kv_native_max(p);
     char name[64];
     hr_kv_policy_str(pol, name, sizeof name);
+    if (pol->kind != HR_KV_POLICY_FULL && p->st->ops->whole_sequences)
+        return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                            "KV policy %s: the %s KV storage's attention reads whole sequences only so far "
+                            "(docs/GPU.md); use --device cpu for eviction and window policies",
+                            name, p->st->ops->name);
     if (nat > 0 && ops->token_level)
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "KV policy %s: this model attends through its own sliding window of %d tokens, which "

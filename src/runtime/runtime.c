@@ -352,16 +352,6 @@ static hr_status set_layer_kinds(hr_runtime *rt, hr_error *err) {
     return HR_OK;
 }
 
-/* The GPU's attention takes whole sequences only so far (backend/cuda: no views), so a policy other
- * than full is refused there at once rather than failing in the forward pass. */
-static hr_status device_policy(const hr_runtime *rt, const hr_kv_policy *pol, hr_error *err) {
-    if (!rt->cuda || pol->kind == HR_KV_POLICY_FULL) return HR_OK;
-    return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                        "KV policy %s: the GPU's attention reads whole sequences only so far (docs/GPU.md); use "
-                        "--device cpu for eviction and window policies",
-                        hr_kv_policy_kind_name(pol->kind));
-}
-
 static hr_status open_kv(hr_runtime *rt, hr_error *err) {
     const hr_hparams *hp = rt_hparams(rt);
     hr_kv_budget_query q = {
@@ -538,7 +528,7 @@ shape_only:
     if ((st = check_ctx(rt, rt_hparams(rt), err))) goto fail;
     if ((st = open_kv(rt, err)) || (st = set_layer_kinds(rt, err))) goto fail;
     if (p->kv_policy) {
-        if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) || (st = device_policy(rt, &rt->policy, err)) ||
+        if ((st = hr_kv_policy_parse(p->kv_policy, &rt->policy, err)) ||
             (st = hr_kv_pool_set_default_policy(rt->kv, &rt->policy, err))) {
             hr_error_about(err, HR_PARAM_KV_POLICY, p->kv_policy); /* its messages say "KV policy" */
             goto fail;
@@ -764,7 +754,7 @@ hr_status hr_runtime_submit_n(hr_runtime *rt, const hr_rt_request_params *p, int
     hr_kv_policy pol = rt->policy;
     bool has_pol = rt->has_policy;
     if (st == HR_OK && p->kv_policy) {
-        if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK && (st = device_policy(rt, &pol, err)) == HR_OK)
+        if ((st = hr_kv_policy_parse(p->kv_policy, &pol, err)) == HR_OK)
             has_pol = true;
         else {
             hr_error_about(err, HR_PARAM_KV_POLICY, p->kv_policy); /* its messages say "KV policy" */
@@ -1018,7 +1008,6 @@ hr_status hr_rt_policy_parse(const char *policy, char *label, size_t cap, hr_err
 hr_status hr_runtime_check_policy(const hr_runtime *rt, const char *policy, hr_error *err) {
     hr_kv_policy pol;
     hr_status st = hr_kv_policy_parse(policy, &pol, err);
-    if (!st) st = device_policy(rt, &pol, err);
     return st ? st : hr_kv_policy_check(rt->kv, &pol, err);
 }
 

@@ -12,7 +12,7 @@
  *   3. the engine's paths over the device storage give the CPU's ids (F32 model, f32 KV: the two agree
  *      exactly): a pool too small for four sequences at once, so they are preempted by swap (blocks
  *      copied to the host tier and back) or by recompute, and a shared prompt prefix;
- *   4. what is refused says so in one line: a KV format the device storage lacks, a family the kernels
+ *   4. what is refused says so in one line: a KV format the device storage lacks, a KV policy, a family the kernels
  *      do not cover (qwen3's Q/K norms), a weight type without a GEMV kernel (mxfp4).
  * With a GPU, bench/gpu/check.sh runs the same with the real driver (no argv[1]). */
 #include <jansson.h>
@@ -310,6 +310,15 @@ static void test_refusals(void) {
     hr_runtime *rt = open_rt(model, "cuda", HR_RT_KV_Q4, &err);
     CHECKF(!rt && strstr(err.msg, "CUDA KV: only the f32, f16 and q8 formats") && !strchr(err.msg, '\n'),
            "q4 KV on the GPU: %s", err.msg);
+    hr_runtime_close(rt);
+    /* a KV policy: the device storage attends over whole sequences only, which the pool's policy
+     * check knows from the storage */
+    hr_runtime_params pp = rt_params(model, "cuda", HR_RT_KV_F16);
+    pp.kv_policy = "window:16";
+    rt = NULL;
+    CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) == HR_ERR_UNSUPPORTED && !rt &&
+               strstr(err.msg, "KV policy window:16: the cuda KV storage's attention reads whole sequences only"),
+           "a window policy on the GPU: %s", err.msg);
     hr_runtime_close(rt);
     /* a family the kernels do not cover, and a weight type without a GEMV kernel, each named */
     refused_model("--shape qwen3-tiny --type f32", "qwen3-tiny",

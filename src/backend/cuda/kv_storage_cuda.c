@@ -230,6 +230,7 @@ static void cuda_kv_stage_copy(hr_kv_storage *st, int32_t from, int32_t to) {}
 
 static const hr_kv_storage_ops cuda_kv_ops = {
     .name = "cuda",
+    .whole_sequences = true, /* attend refuses views (below) */
     .destroy = cuda_kv_destroy,
     .isa = cuda_kv_isa,
     .footprint = cuda_kv_footprint,
