@@ -26,6 +26,24 @@ namespace k_swiglu {
 
 #include "emu_rt.h"
 
+/* Two kernels only the emulator's own check launches (tests/gpu/test_cuda_kernels.c; no PTX has
+ * them): a warp split between __syncthreads and a shuffle, which no barrier can release; and lanes that
+ * leave while the rest of their warp shuffles (finished lanes count as arrived; a partner that left
+ * gives a lane its own value). */
+namespace k_selftest {
+extern "C" void hr_emu_selftest_divergent(float *out) {
+    if (tid_x() % 2)
+        __syncthreads();
+    else
+        out[tid_x()] = hr_shfl_xor(1.0f, 1);
+}
+extern "C" void hr_emu_selftest_early_exit(float *out) {
+    if (tid_x() % 32 >= 16) return;
+    out[tid_x()] = hr_shfl_xor((float)tid_x(), 16);     /* the partner left: its own value */
+    out[64 + tid_x()] = hr_shfl_xor((float)tid_x(), 1); /* the partner is there: its value */
+}
+} // namespace k_selftest
+
 namespace {
 template <int... I> struct seq {};
 template <int N, int... I> struct make_seq : make_seq<N - 1, N - 1, I...> {};
@@ -40,15 +58,26 @@ struct entry {
 constexpr entry make_entry(const char *name, hr_emu_kernel_fn fn) { return entry{name, fn}; }
 #define K(ns, name) make_entry(#name, [](void **p) { invoke(ns::name, p); })
 const entry kernels[] = {
-    K(k_attention, hr_k_attn_split), K(k_attention, hr_k_attn_reduce),
-    K(k_embed, hr_k_embed),          K(k_gemv, hr_k_gemv_q8_0),
-    K(k_gemv, hr_k_gemv_q4_0),       K(k_gemv, hr_k_gemv_f32),
-    K(k_gemv, hr_k_gemv_f16),        K(k_gemv, hr_k_gemv_bf16),
-    K(k_gemv, hr_k_gemv_q4_K),       K(k_gemv, hr_k_gemv_q5_K),
-    K(k_gemv, hr_k_gemv_q6_K),       K(k_gemv, hr_k_gemv_q5_0),
-    K(k_gemv, hr_k_gemv_q5_1),       K(k_norm, hr_k_rmsnorm),
-    K(k_norm, hr_k_softmax),         K(k_rope, hr_k_rope),
-    K(k_swiglu, hr_k_swiglu),        K(k_swiglu, hr_k_add),
+    K(k_attention, hr_k_attn_split),
+    K(k_attention, hr_k_attn_reduce),
+    K(k_embed, hr_k_embed),
+    K(k_gemv, hr_k_gemv_q8_0),
+    K(k_gemv, hr_k_gemv_q4_0),
+    K(k_gemv, hr_k_gemv_f32),
+    K(k_gemv, hr_k_gemv_f16),
+    K(k_gemv, hr_k_gemv_bf16),
+    K(k_gemv, hr_k_gemv_q4_K),
+    K(k_gemv, hr_k_gemv_q5_K),
+    K(k_gemv, hr_k_gemv_q6_K),
+    K(k_gemv, hr_k_gemv_q5_0),
+    K(k_gemv, hr_k_gemv_q5_1),
+    K(k_norm, hr_k_rmsnorm),
+    K(k_norm, hr_k_softmax),
+    K(k_rope, hr_k_rope),
+    K(k_swiglu, hr_k_swiglu),
+    K(k_swiglu, hr_k_add),
+    K(k_selftest, hr_emu_selftest_divergent),
+    K(k_selftest, hr_emu_selftest_early_exit),
 };
 } // namespace
 

@@ -91,13 +91,13 @@ static struct emu {
     hr_emu_kernel_fn fn;
     void **params;
     int n, cur;              /* threads of a block; the fiber running */
-    unsigned gx, bx, cx, cy; /* grid width, block size, the block running */
+    unsigned gx, cx, cy;     /* grid width, the block running */
     emu_ctx sched;
     fiber f[EMU_MAX_THREADS];
     float slot[2][EMU_MAX_THREADS];
     unsigned slot_of[2][EMU_MAX_THREADS];     /* which shuffle wrote the slot */
     int rq[EMU_MAX_THREADS], rq_head, rq_len; /* runnable fibers, in order */
-    int live, done, at_sync;                  /* the block's threads not finished, finished, at __syncthreads */
+    int live, at_sync;                        /* the block's threads not finished, at __syncthreads */
     int warp_live[EMU_MAX_THREADS / EMU_WARP], warp_at[EMU_MAX_THREADS / EMU_WARP]; /* per warp: live, at a shuffle */
     unsigned char *stacks;
 #ifdef EMU_ASAN
@@ -139,7 +139,7 @@ static void ctx_swap(emu_ctx *from, emu_ctx *to) { swapcontext(from, to); }
 #endif
 
 int hr_emu_tid_x(void) { return E.cur; }
-int hr_emu_ntid_x(void) { return (int)E.bx; }
+int hr_emu_ntid_x(void) { return E.n; }
 int hr_emu_ctaid_x(void) { return (int)E.cx; }
 int hr_emu_ctaid_y(void) { return (int)E.cy; }
 int hr_emu_nctaid_x(void) { return (int)E.gx; }
@@ -242,7 +242,6 @@ static void fiber_main(void) {
     E.f[i].state = F_DONE;
     E.live--;
     E.warp_live[i / EMU_WARP]--;
-    E.done++;
     release(i);              /* finished threads count as arrived */
     switch_away(NULL, NULL); /* never resumed */
 }
@@ -251,7 +250,7 @@ static void fiber_main(void) {
 static bool run_block(char *why, size_t why_len) {
     E.rq_head = E.rq_len = 0;
     E.live = E.n;
-    E.done = E.at_sync = 0;
+    E.at_sync = 0;
     for (int w = 0; w * EMU_WARP < E.n; w++) {
         E.warp_at[w] = 0;
         E.warp_live[w] = (w + 1) * EMU_WARP < E.n ? EMU_WARP : E.n - w * EMU_WARP;
@@ -276,7 +275,7 @@ static bool run_block(char *why, size_t why_len) {
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(E.sched_fake_stack, &E.sched_bottom, &E.sched_size);
 #endif
-    if (E.done == E.n) return true;
+    if (E.live == 0) return true;
     int s = 0, w = 0;
     for (int i = 0; i < E.n; i++) {
         s += E.f[i].state == F_SYNC;
@@ -285,7 +284,7 @@ static bool run_block(char *why, size_t why_len) {
     snprintf(why, why_len,
              "block (%u, %u): %d threads wait at __syncthreads and %d at a warp shuffle, %d finished: a barrier "
              "that never opens",
-             E.cx, E.cy, s, w, E.done);
+             E.cx, E.cy, s, w, E.n - E.live);
     return false;
 }
 
@@ -310,7 +309,6 @@ int hr_emu_launch(hr_emu_kernel_fn fn, void **params, unsigned gx, unsigned gy, 
     E.fn = fn;
     E.params = params;
     E.n = (int)bx;
-    E.bx = bx;
     E.gx = gx;
     int rc = 0;
     for (unsigned y = 0; y < gy && !rc; y++)

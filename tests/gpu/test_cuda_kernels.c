@@ -8,6 +8,7 @@
  * Tolerances: the kernels use the hardware's approximate exp2/rsqrt/sin/cos and add in another order
  * than the CPU, so results are compared with a relative tolerance (stated per kernel), never bit for
  * bit; the f16 and q8 dequantization is exact on both sides. */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +286,37 @@ static void test_attention(void) {
     }
 }
 
+/* The emulating driver's own semantics, which the checks above rely on (its two self-test kernels,
+ * tests/cuda/emu_kernels.cc, launched directly): a barrier that can never open ends the launch with an
+ * error naming it, and lanes that leave count as arrived at their warp's shuffles. */
+static void test_emulator(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW);
+    void *k = h ? dlsym(h, "hr_emu_kernel") : NULL, *l = h ? dlsym(h, "hr_emu_launch") : NULL;
+    CHECKF(k && l, "%s has no hr_emu_kernel / hr_emu_launch", lib);
+    if (!k || !l) {
+        if (h) dlclose(h);
+        return;
+    }
+    typedef void (*kernel_fn)(void **);
+    kernel_fn (*find)(const char *);
+    int (*emu_launch)(kernel_fn, void **, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, char *, size_t);
+    memcpy(&find, &k, sizeof k);
+    memcpy(&emu_launch, &l, sizeof l);
+    float out[128] = {0}, *o = out;
+    void *args[] = {&o};
+    char why[256] = "";
+    int rc = emu_launch(find("hr_emu_selftest_divergent"), args, 1, 1, 1, 32, 1, 1, why, sizeof why);
+    CHECKF(rc == 1 && strstr(why, "16 threads wait at __syncthreads and 16 at a warp shuffle, 0 finished: a barrier "
+                                  "that never opens"),
+           "a divergent barrier: rc %d, %s", rc, why);
+    rc = emu_launch(find("hr_emu_selftest_early_exit"), args, 1, 1, 1, 64, 1, 1, why, sizeof why);
+    bool ok = rc == 0;
+    for (int t = 0; t < 64; t++)
+        if (t % 32 < 16) ok &= out[t] == (float)t && out[64 + t] == (float)(t ^ 1);
+    CHECKF(ok, "lanes leaving a shuffle: rc %d, %s", rc, why);
+    dlclose(h);
+}
+
 int main(int argc, char **argv) {
     hr_error e = {0};
     /* argv[1]: a driver library to use instead of libcuda.so.1 (ctest's test_cuda_kernels_emulated
@@ -298,6 +330,7 @@ int main(int argc, char **argv) {
         HR_SKIP("%s", e.msg);
     }
     printf("GPU: %s\n", hr_cuda_device_name(dev));
+    if (driver) test_emulator(driver);
     test_rmsnorm_softmax();
     test_rope();
     test_swiglu();
