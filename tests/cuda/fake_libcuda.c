@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #ifdef HR_FAKE_CUDA_EMU
 #include "emu_rt.h"
@@ -45,6 +46,11 @@ int cuMemcpyDtoH_v2(void *dst, ptr_t src, size_t n);
 int cuMemcpyDtoD_v2(ptr_t dst, ptr_t src, size_t n);
 int cuMemsetD8_v2(ptr_t dst, unsigned char v, size_t n);
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+int cuEventCreate(void **e, unsigned flags);
+int cuEventDestroy_v2(void *e);
+int cuEventRecord(void *e, void *stream);
+int cuEventSynchronize(void *e);
+int cuEventElapsedTime(float *ms, void *start, void *end);
 int hr_fake_cuda_launches(void);
 
 static int launches;
@@ -137,11 +143,20 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 /* device memory from mmap, not malloc: the fault-injection build links every target with
  * --wrap=malloc,..., and this library is dlopen'ed where those wrappers are not exported. The
  * mapping's size is kept in its first 64 bytes. */
+/* The device's memory: HR_FAKE_CUDA_MEM bytes (default 80 GiB), less what is allocated, is what
+ * cuMemGetInfo reports free and what cuMemAlloc can still give. */
+static size_t allocated;
+static size_t mem_total(void) {
+    const char *m = getenv("HR_FAKE_CUDA_MEM");
+    return m && *m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
+}
 int cuMemAlloc_v2(ptr_t *p, size_t bytes) {
+    if (bytes > mem_total() - allocated) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     size_t n = bytes + 64;
     unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    if (m == MAP_FAILED) return 2;
     memcpy(m, &n, sizeof n);
+    allocated += bytes;
     *p = (ptr_t)(uintptr_t)(m + 64);
     return 0;
 }
@@ -149,6 +164,7 @@ int cuMemFree_v2(ptr_t p) {
     unsigned char *m = (unsigned char *)(uintptr_t)p - 64;
     size_t n;
     memcpy(&n, m, sizeof n);
+    allocated -= n - 64;
     munmap(m, n);
     return 0;
 }
@@ -169,8 +185,36 @@ int cuMemsetD8_v2(ptr_t dst, unsigned char v, size_t n) {
     return 0;
 }
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
-    *free_bytes = (size_t)80 << 30;
-    *total_bytes = (size_t)80 << 30;
+    *total_bytes = mem_total();
+    *free_bytes = *total_bytes - allocated;
+    return 0;
+}
+/* an event is the host's monotonic time when recorded (launches run at once here); a fixed table of
+ * them (no malloc: see cuMemAlloc_v2), slots reused once destroyed */
+static double event_ms[256];
+static bool event_used[256];
+int cuEventCreate(void **e, unsigned flags) {
+    for (int i = 0; i < 256; i++)
+        if (!event_used[i]) {
+            event_used[i] = true;
+            *e = &event_ms[i];
+            return 0;
+        }
+    return 2;
+}
+int cuEventDestroy_v2(void *e) {
+    event_used[(double *)e - event_ms] = false;
+    return 0;
+}
+int cuEventRecord(void *e, void *stream) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *(double *)e = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return 0;
+}
+int cuEventSynchronize(void *e) { return 0; }
+int cuEventElapsedTime(float *ms, void *start, void *end) {
+    *ms = (float)(*(double *)end - *(double *)start);
     return 0;
 }
 int hr_fake_cuda_launches(void) { return launches; }

@@ -42,10 +42,19 @@ hr_status hr_cuda_copy(hr_cuda_device *dev, uint64_t dst, uint64_t src, size_t b
 
 /* Launches kernel `name` (an extern "C" entry of the kernels/ .cu files) on grid (gx, gy) of `threads` threads
  * with the kernel's arguments: args[i] points at the i-th argument's value (a device address as a
- * uint64_t, an int, a float, a struct by value), as cuLaunchKernel takes them; then waits for it.
- * HR_ERR_NOT_FOUND for a name no module has. */
+ * uint64_t, an int, a float, a struct by value), as cuLaunchKernel takes them (copied at the call).
+ * Asynchronous: launches, copies and hr_cuda_sync run in order on the default stream, so a download
+ * sees every kernel before it; a kernel's fault shows at the next copy or sync (the environment's
+ * HEADROOM_CUDA_SYNC=1 waits for each launch, naming the kernel that failed). HR_ERR_NOT_FOUND for a
+ * name no module has. */
 hr_status hr_cuda_launch(hr_cuda_device *dev, const char *name, unsigned gx, unsigned gy, unsigned threads, void **args,
                          hr_error *err);
+/* waits for everything launched so far */
+hr_status hr_cuda_sync(hr_cuda_device *dev, hr_error *err);
+/* GPU time of the work launched between begin and end (events on the default stream; end waits for
+ * it), in milliseconds. One pair per device at a time. */
+hr_status hr_cuda_time_begin(hr_cuda_device *dev, hr_error *err);
+hr_status hr_cuda_time_end(hr_cuda_device *dev, double *ms, hr_error *err);
 
 /* ---- the embedded kernels ----------------------------------------------------------------------- */
 

@@ -27,7 +27,12 @@
     X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                                                                 \
     X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                                                                                 \
     X(cuMemsetD8, "cuMemsetD8_v2")                                                                                     \
-    X(cuMemGetInfo, "cuMemGetInfo_v2")
+    X(cuMemGetInfo, "cuMemGetInfo_v2")                                                                                 \
+    X(cuEventCreate, "cuEventCreate")                                                                                  \
+    X(cuEventDestroy, "cuEventDestroy_v2")                                                                             \
+    X(cuEventRecord, "cuEventRecord")                                                                                  \
+    X(cuEventSynchronize, "cuEventSynchronize")                                                                        \
+    X(cuEventElapsedTime, "cuEventElapsedTime")
 
 hr_status hr_cuda_driver_open(const char *lib, hr_cuda_driver *out, hr_error *err) {
     if (!lib) lib = "libcuda.so.1";

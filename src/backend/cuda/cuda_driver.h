@@ -20,6 +20,7 @@ typedef struct hr_cu_ctx_st *hr_cu_ctx;
 typedef struct hr_cu_mod_st *hr_cu_module;
 typedef struct hr_cu_func_st *hr_cu_function;
 typedef struct hr_cu_stream_st *hr_cu_stream;
+typedef struct hr_cu_event_st *hr_cu_event;
 
 enum {
     HR_CU_ATTR_CC_MAJOR = 75, /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
@@ -52,6 +53,12 @@ typedef struct hr_cuda_driver {
     hr_cu_result (*cuMemcpyDtoD)(hr_cu_ptr dst, hr_cu_ptr src, size_t bytes);
     hr_cu_result (*cuMemsetD8)(hr_cu_ptr dst, unsigned char v, size_t n);
     hr_cu_result (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes);
+    /* events on the default stream: GPU time between two points */
+    hr_cu_result (*cuEventCreate)(hr_cu_event *e, unsigned flags);
+    hr_cu_result (*cuEventDestroy)(hr_cu_event e);
+    hr_cu_result (*cuEventRecord)(hr_cu_event e, hr_cu_stream s);
+    hr_cu_result (*cuEventSynchronize)(hr_cu_event e);
+    hr_cu_result (*cuEventElapsedTime)(float *ms, hr_cu_event start, hr_cu_event end);
 } hr_cuda_driver;
 
 /* Loads the driver library `lib` (NULL: "libcuda.so.1") and resolves every entry point above; does

@@ -17,6 +17,8 @@ struct hr_cuda_device {
     hr_cu_module mods[HR_CUDA_MAX_MODULES];
     int n_mods;
     char name[128];
+    bool sync_each; /* HEADROOM_CUDA_SYNC=1: wait for every launch (a fault named after its kernel) */
+    hr_cu_event t0, t1; /* hr_cuda_time_begin / _end */
 };
 
 int hr_cuda_n_modules(void) { return hr_cuda_ptx_count; }
@@ -78,6 +80,8 @@ hr_status hr_cuda_device_open(const char *driver_lib, int ordinal, hr_cuda_devic
         }
         d->n_mods = i + 1;
     }
+    const char *sync = getenv("HEADROOM_CUDA_SYNC");
+    d->sync_each = sync && strcmp(sync, "0") != 0;
     *out = d;
     return HR_OK;
 }
@@ -87,6 +91,8 @@ void hr_cuda_device_close(hr_cuda_device *d) {
     if (d->ctx) {
         d->drv.cuCtxSetCurrent(d->ctx);
         for (int i = 0; i < d->n_mods; i++) d->drv.cuModuleUnload(d->mods[i]);
+        if (d->t0) d->drv.cuEventDestroy(d->t0);
+        if (d->t1) d->drv.cuEventDestroy(d->t1);
         d->drv.cuCtxDestroy(d->ctx);
     }
     hr_cuda_driver_close(&d->drv);
@@ -159,12 +165,42 @@ hr_status hr_cuda_launch(hr_cuda_device *d, const char *name, unsigned gx, unsig
         if (d->drv.cuModuleGetFunction(&f, d->mods[i], name)) f = NULL;
     if (!f) return hr_error_set(err, HR_ERR_NOT_FOUND, "CUDA: no kernel named %s in this build", name);
     hr_cu_result r = d->drv.cuLaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, NULL, args, NULL);
-    if (!r) r = d->drv.cuCtxSynchronize(); /* a kernel's fault shows here, named after it */
+    if (!r && d->sync_each) r = d->drv.cuCtxSynchronize(); /* a kernel's fault shows here, named after it */
     if (r) {
         hr_cuda_fail(&d->drv, r, "CUDA: kernel failed", err);
         hr_error_prefix(err, "%s", name);
     }
     return r ? HR_ERR_UNSUPPORTED : HR_OK;
+}
+
+hr_status hr_cuda_sync(hr_cuda_device *d, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_result r = d->drv.cuCtxSynchronize();
+    return r ? hr_cuda_fail(&d->drv, r, "CUDA: a kernel failed (HEADROOM_CUDA_SYNC=1 names it)", err) : HR_OK;
+}
+
+hr_status hr_cuda_time_begin(hr_cuda_device *d, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_result r = 0;
+    if (!d->t0 && (r = d->drv.cuEventCreate(&d->t0, 0))) d->t0 = NULL;
+    if (!r && !d->t1 && (r = d->drv.cuEventCreate(&d->t1, 0))) d->t1 = NULL;
+    if (!r) r = d->drv.cuEventRecord(d->t0, NULL);
+    return r ? hr_cuda_fail(&d->drv, r, "CUDA: cannot record an event", err) : HR_OK;
+}
+
+hr_status hr_cuda_time_end(hr_cuda_device *d, double *ms, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    if (!d->t0 || !d->t1) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: hr_cuda_time_end without a begin");
+    float f = 0.0f;
+    hr_cu_result r = d->drv.cuEventRecord(d->t1, NULL);
+    if (!r) r = d->drv.cuEventSynchronize(d->t1);
+    if (!r) r = d->drv.cuEventElapsedTime(&f, d->t0, d->t1);
+    if (r) return hr_cuda_fail(&d->drv, r, "CUDA: cannot time the work", err);
+    *ms = f;
+    return HR_OK;
 }
 
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err) {
