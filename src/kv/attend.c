@@ -25,6 +25,24 @@ void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *
     p->st->ops->write(p->st, slot_l, b, t, slot, k, v);
 }
 
+int32_t hr_kv_write_slot(const hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, int *slot_layer) {
+    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers && !kv_deferred(p));
+    const kv_seq *s = &p->seqs[seq];
+    int B = p->cfg.block_size, bi = pos / B;
+    KV_ASSERT(pos >= 0 && bi < s->n_table);
+    int32_t b = kv_tab(s, p->layer_gs[2 * layer])[bi];
+    KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0); /* as hr_kv_write: never a shared or hashed block */
+    if (slot_layer) *slot_layer = p->layer_gs[2 * layer + 1];
+    return b * B + pos % B;
+}
+
+const int32_t *hr_kv_seq_table(const hr_kv_pool *p, int layer, hr_kv_seq seq, int *n) {
+    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
+    const kv_seq *s = &p->seqs[seq];
+    *n = s->n_table;
+    return kv_tab(s, p->layer_gs[2 * layer]);
+}
+
 /* The positions a query at n_ctx of s sees in layer beyond causality (see kv_storage.h): the sinks
  * and the window of window-like policies and the model's window, the masks of token-level ones, and
  * where its softmax weights are added (h2o: every query; snapkv: the observation window). */

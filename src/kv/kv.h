@@ -179,6 +179,9 @@ const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *pool);
 /* The storage the pool keeps its bytes in (its ops' name says which: "cpu", "cuda"), for a backend
  * that must check it can reach them and read a device storage's deferred faults. */
 const hr_kv_storage *hr_kv_pool_storage(const hr_kv_pool *pool);
+/* The same for a forward pass that writes the storage's bytes itself, at the slots hr_kv_write_slot
+ * gives (the GPU's batch writes) */
+hr_kv_storage *hr_kv_pool_storage_rw(hr_kv_pool *pool);
 int hr_kv_pool_n_blocks(const hr_kv_pool *pool);
 int hr_kv_pool_n_free(const hr_kv_pool *pool);                 /* free + evictable cached blocks */
 const char *hr_kv_pool_isa(const hr_kv_pool *pool);            /* "avx2" or "scalar": the kernels in use */
@@ -245,6 +248,17 @@ void hr_kv_seq_reset(hr_kv_pool *pool, hr_kv_seq seq);
  * from any thread (distinct (layer, pos) per call); with q4/kivi2 the write that completes a block
  * in a layer encodes it. */
 void hr_kv_write(hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, const float *k, const float *v);
+
+/* For a forward pass that writes and attends on a device itself (the GPU's: its storage's own batch
+ * calls, kernels reading block tables): where hr_kv_write(pool, layer, seq, pos) would write, as the
+ * physical slot block * block_size + pos % block_size of the layer's group, under the same
+ * conditions (reserved, the block not shared); layer's slot in its group's blocks in *slot_layer
+ * (NULL allowed). Formats encoded when a block fills (q4, kivi2) have no such slot: the pool must
+ * hold immediate formats. */
+int32_t hr_kv_write_slot(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, int *slot_layer);
+/* seq's block table in layer's group: the physical block ids of its logical blocks in order (-1: a
+ * block a policy dropped), *n of them; valid until the pool next changes (reserve, free, swap). */
+const int32_t *hr_kv_seq_table(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int *n);
 
 /* out[h][:] = softmax(scale * q[h] . K[0..n_ctx)) . V for each query head h of one token, reading
  * the sequence's blocks in their formats directly (no dequantized copy of the cache). Under a policy

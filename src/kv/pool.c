@@ -440,6 +440,7 @@ const hr_kv_config *hr_kv_pool_config(const hr_kv_pool *p) { return &p->cfg; }
 int hr_kv_pool_n_blocks(const hr_kv_pool *p) { return p->n_blocks; }
 const char *hr_kv_pool_isa(const hr_kv_pool *p) { return p->st->ops->isa(p->st); }
 const hr_kv_storage *hr_kv_pool_storage(const hr_kv_pool *p) { return p->st; }
+hr_kv_storage *hr_kv_pool_storage_rw(hr_kv_pool *p) { return p->st; }
 const hr_kv_groups *hr_kv_pool_groups(const hr_kv_pool *p) { return &p->lay; }
 int64_t hr_kv_pool_seq_blocks(const hr_kv_pool *p, int64_t n_tokens) {
     return kv_blocks_at(&p->cfg, &p->lay, -1, n_tokens);

@@ -60,6 +60,7 @@ constexpr entry make_entry(const char *name, hr_emu_kernel_fn fn) { return entry
 const entry kernels[] = {
     K(k_attention, hr_k_attn_split),
     K(k_attention, hr_k_attn_reduce),
+    K(k_attention, hr_k_kv_write),
     K(k_embed, hr_k_embed),
     K(k_gemv, hr_k_gemv_q8_0),
     K(k_gemv, hr_k_gemv_q4_0),

@@ -212,9 +212,50 @@ static void test_embed_gemv(void) {
 /* paged attention: tokens written by the CPU storage, its blocks copied byte for byte into the
  * device storage, then both attend the same queries (GQA 12, tables in any order, one query over five
  * chunks of the split kernel, a softcap) */
+/* one attention case on both storages: the GPU's within the format's bound of the CPU's */
+static void check_attention(hr_kv_storage *cpu, hr_kv_storage *gpu, hr_kv_format fmt, const hr_kv_attn_query *qc,
+                            int nq, int H, int D, const char *what) {
+    enum { MAXQ = 4 };
+    static float o_cpu[MAXQ][24 * 64], o_gpu[MAXQ][24 * 64];
+    hr_kv_attn_query a_cpu[MAXQ], a_gpu[MAXQ];
+    for (int i = 0; i < nq; i++) {
+        a_cpu[i] = a_gpu[i] = qc[i];
+        a_cpu[i].out = o_cpu[i];
+        a_gpu[i].out = o_gpu[i];
+    }
+    hr_error e = {0};
+    for (int softcap = 0; softcap < 2; softcap++) {
+        hr_kv_attn_args a = {.n_heads = H, .scale = 0.125f, .softcap = softcap ? 30.0f : 0.0f};
+        float *scratch = malloc(sizeof(float) << 20);
+        cpu->ops->attend(cpu, 1, a_cpu, nq, &a, scratch);
+        free(scratch);
+        gpu->ops->attend(gpu, 1, a_gpu, nq, &a, NULL);
+        CHECKF(hr_kv_storage_cuda_check(gpu, &e) == HR_OK, "%s", e.msg);
+        /* with an f16 V the CPU rounds each softmax weight to f16 before P.V (kv_attention.c's kv_weights),
+         * the GPU keeps them in f32: each output moves by at most 2^-11 of the weights' sum (1) times max
+         * |v| (25, the outlier), absolute. Otherwise the order of additions only. */
+        const float *g = &o_gpu[0][0], *c = &o_cpu[0][0];
+        if (fmt == HR_KV_F16) {
+            double worst = 0;
+            for (int i = 0; i < nq * H * D; i++) worst = fmax(worst, fabs((double)g[i] - c[i]));
+            double bound = 25.0 * 0x1p-11 + 1e-5;
+            CHECKF(worst < bound, "attention %s %s softcap %d: absolute error %g", hr_kv_format_name(fmt), what,
+                   softcap, worst);
+        } else {
+            double r = max_rel(g, c, (size_t)nq * H * D, 1e-2);
+            CHECKF(r < 1e-3, "attention %s %s softcap %d: relative error %g", hr_kv_format_name(fmt), what, softcap,
+                   r);
+        }
+    }
+}
+
+/* Every format the device stores: the device's encoder (hr_k_kv_write, through the storage's write op
+ * one token at a time and hr_kv_storage_cuda_write_dev for a batch) gives the CPU storage's bytes
+ * exactly, and attention over them matches the CPU's, with the split count the storage picks and with
+ * one split of many tiles (HEADROOM_CUDA_ATTN_BLOCKS=1: the online softmax across tiles). */
 static void test_attention(void) {
-    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8, HR_KV_F32};
-    for (int fi = 0; fi < 3; fi++) {
+    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8, HR_KV_F32, HR_KV_BF16, HR_KV_FP8};
+    for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
         enum {
             L = 2,
             HKV = 2,
@@ -224,63 +265,71 @@ static void test_attention(void) {
             NB = 72,
             NQ = 4
         }; /* 12 query heads a KV head: groups of 8 and 4 */
+        const hr_kv_format fmt = fmts[fi];
         hr_error e = {0};
         hr_kv_storage_params p = {
             .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
-        kv_fmt_init(&p.k, fmts[fi], KV_K, B, D, &e);
-        kv_fmt_init(&p.v, fmts[fi], KV_V, B, D, &e);
+        kv_fmt_init(&p.k, fmt, KV_K, B, D, &e);
+        kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
         hr_kv_storage *cpu = NULL, *gpu = NULL;
         CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
         CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
         if (!cpu || !gpu) return;
+        /* blocks 0..NB-2 one token at a time through the write op; the last block's tokens as one batch */
+        static float kb[B][HKV * D], vb[B][HKV * D];
         for (int blk = 0; blk < NB; blk++)
             for (int l = 0; l < L; l++)
                 for (int t = 0; t < B; t++) {
-                    float k[HKV * D], v[HKV * D];
+                    float *k = kb[t], *v = vb[t];
                     fill(k, HKV * D, 1.5f);
                     fill(v, HKV * D, 1.0f);
+                    if (t == 3) k[5] = 40.0f, v[7] = -25.0f; /* an outlier: its group's scale */
                     cpu->ops->write(cpu, l, blk, t, -1, k, v);
+                    if (blk < NB - 1) gpu->ops->write(gpu, l, blk, t, -1, k, v);
+                    if (blk == NB - 1 && t == B - 1) {
+                        int32_t slots[B];
+                        for (int i = 0; i < B; i++) slots[i] = blk * B + i;
+                        uint64_t dk = up(kb, sizeof kb), dv = up(vb, sizeof vb), ds = up(slots, sizeof slots);
+                        CHECKF(hr_kv_storage_cuda_write_dev(gpu, l, dk, dv, ds, B, &e) == HR_OK, "%s", e.msg);
+                        hr_cuda_free(dev, dk);
+                        hr_cuda_free(dev, dv);
+                        hr_cuda_free(dev, ds);
+                    }
                 }
         size_t bb = (size_t)L * HKV * (p.k.head_bytes + p.v.head_bytes);
-        unsigned char *buf = malloc(bb);
-        for (int blk = 0; blk < NB; blk++) {
-            cpu->ops->read_block(cpu, blk, buf);
-            gpu->ops->write_block(gpu, blk, buf);
+        unsigned char *bc = malloc(bb), *bg = malloc(bb);
+        for (int blk = 0; blk < NB && bc && bg; blk++) {
+            cpu->ops->read_block(cpu, blk, bc);
+            gpu->ops->read_block(gpu, blk, bg);
+            CHECKF(memcmp(bc, bg, bb) == 0, "%s block %d: the device's encoding differs from the CPU storage's",
+                   hr_kv_format_name(fmt), blk);
         }
-        free(buf);
-        /* tables in any order; the last one spans 70 blocks (1,117 positions: five chunks of 256) */
+        free(bc);
+        free(bg);
+        /* tables in any order; the last one spans 70 blocks (1,117 positions: five tiles of 256) */
         int32_t t0[] = {3, 7, 1, 0, 11}, t1[] = {5, 4, 2}, t2[] = {9}, t3[70];
         for (int i = 0; i < 70; i++) t3[i] = 71 - i;
-        static float q[NQ][H * D], o_cpu[NQ][H * D], o_gpu[NQ][H * D];
+        static float q[NQ][H * D];
         fill(&q[0][0], NQ * H * D, 1.0f);
-        for (int softcap = 0; softcap < 2; softcap++) {
-            hr_kv_attn_query qc[NQ] = {
-                {.table = t0, .n_ctx = 5 * B - 3, .tail_stage = -1, .q = q[0], .out = o_cpu[0]},
-                {.table = t1, .n_ctx = 3 * B, .tail_stage = -1, .q = q[1], .out = o_cpu[1]},
-                {.table = t2, .n_ctx = 1, .tail_stage = -1, .q = q[2], .out = o_cpu[2]},
-                {.table = t3, .n_ctx = 70 * B - 3, .tail_stage = -1, .q = q[3], .out = o_cpu[3]}};
-            hr_kv_attn_query qg[NQ];
-            memcpy(qg, qc, sizeof qc);
-            for (int i = 0; i < NQ; i++) qg[i].out = o_gpu[i];
-            hr_kv_attn_args a = {.n_heads = H, .scale = 0.125f, .softcap = softcap ? 30.0f : 0.0f};
-            float *scratch = malloc(sizeof(float) << 20);
-            cpu->ops->attend(cpu, 1, qc, NQ, &a, scratch);
-            free(scratch);
-            gpu->ops->attend(gpu, 1, qg, NQ, &a, NULL);
-            CHECKF(hr_kv_storage_cuda_check(gpu, &e) == HR_OK, "%s", e.msg);
-            /* with an f16 V the CPU rounds each softmax weight to f16 before P.V (kv_attention.c's
-             * kv_weights), the GPU keeps them in f32: each output moves by at most 2^-11 of the
-             * weights' sum (1) times max |v| (1), absolute. Otherwise the order of additions only. */
-            if (fmts[fi] == HR_KV_F16) {
-                const float *g = &o_gpu[0][0], *c = &o_cpu[0][0];
-                double worst = 0;
-                for (int i = 0; i < NQ * H * D; i++) worst = fmax(worst, fabs((double)g[i] - c[i]));
-                CHECKF(worst < 4.9e-4, "attention f16 softcap %d: absolute error %g", softcap, worst);
-            } else {
-                double r = max_rel(&o_gpu[0][0], &o_cpu[0][0], NQ * H * D, 1e-2);
-                CHECKF(r < 1e-3, "attention %s softcap %d: relative error %g", hr_kv_format_name(fmts[fi]), softcap, r);
-            }
+        hr_kv_attn_query qc[NQ] = {{.table = t0, .n_ctx = 5 * B - 3, .tail_stage = -1, .q = q[0]},
+                                   {.table = t1, .n_ctx = 3 * B, .tail_stage = -1, .q = q[1]},
+                                   {.table = t2, .n_ctx = 1, .tail_stage = -1, .q = q[2]},
+                                   {.table = t3, .n_ctx = 70 * B - 3, .tail_stage = -1, .q = q[3]}};
+        check_attention(cpu, gpu, fmt, qc, NQ, H, D, "split");
+        gpu->ops->destroy(gpu);
+        /* one split for every query: each block walks all its tiles */
+        setenv("HEADROOM_CUDA_ATTN_BLOCKS", "1", 1);
+        gpu = NULL;
+        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+        unsetenv("HEADROOM_CUDA_ATTN_BLOCKS");
+        if (!gpu) return;
+        unsigned char *blkbuf = malloc(bb);
+        for (int blk = 0; blk < NB && blkbuf; blk++) {
+            cpu->ops->read_block(cpu, blk, blkbuf);
+            gpu->ops->write_block(gpu, blk, blkbuf);
         }
+        free(blkbuf);
+        check_attention(cpu, gpu, fmt, qc, NQ, H, D, "one split");
         gpu->ops->destroy(gpu);
         cpu->ops->destroy(cpu);
     }

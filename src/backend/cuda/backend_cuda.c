@@ -52,9 +52,13 @@ typedef struct cuda_ctx {
     dev_weight out;
     /* activations on the device, for max_tokens rows */
     uint64_t x, xb, xo, q, k, v, att, g, u, logits, ids, pos;
-    /* host staging: the manager's K/V writes and attention take host rows */
-    float *hq, *hk, *hv, *hatt, *scratch;
-    float *hemb; /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
+    /* the batch's places in the KV cache, made on the host once per forward and copied up: each
+     * token's slot (block * B + t), its table row and context; the table rows of the batch's
+     * sequences ([T][max_blocks], one row per sequence); the attention's scratch */
+    uint64_t slots, qrow, n_ctx, tables, attn_scratch;
+    int32_t *h_slots, *h_qrow, *h_nctx, *h_tables;
+    int max_blocks; /* table row stride: blocks of max_ctx */
+    float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
 } cuda_ctx;
 
@@ -109,7 +113,7 @@ static hr_status check_model(const hr_model *m, hr_error *err) {
                       : hp->kv_lora_rank > 0                                        ? "latent attention (MLA)"
                       : hp->sliding_window > 0 || hp->n_window_layers > 0           ? "sliding-window layers"
                       : hp->attn_sinks                                              ? "attention sinks"
-                      : hp->final_softcap > 0.0f                                    ? "softcapped logits"
+                      : hp->final_softcap > 0.0f || hp->attn_softcap > 0.0f         ? "softcapped logits"
                       : hp->embd_scale > 0.0f                                       ? "a scaled embedding"
                       : hp->has_longrope                                            ? "LongRoPE"
                       : hp->yarn_factor > 0.0f                                      ? "YaRN"
@@ -176,24 +180,36 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
     size_t T = (size_t)x->max_tokens, E = (size_t)hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
            kvd = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
-    hr_status st;
-    if ((st = hr_cuda_alloc(x->dev, T * E * 4, &x->x, err)) || (st = hr_cuda_alloc(x->dev, T * E * 4, &x->xb, err)) ||
-        (st = hr_cuda_alloc(x->dev, T * E * 4, &x->xo, err)) || (st = hr_cuda_alloc(x->dev, T * qd * 4, &x->q, err)) ||
-        (st = hr_cuda_alloc(x->dev, T * kvd * 4, &x->k, err)) ||
-        (st = hr_cuda_alloc(x->dev, T * kvd * 4, &x->v, err)) ||
-        (st = hr_cuda_alloc(x->dev, T * qd * 4, &x->att, err)) || (st = hr_cuda_alloc(x->dev, T * F * 4, &x->g, err)) ||
-        (st = hr_cuda_alloc(x->dev, T * F * 4, &x->u, err)) ||
-        (st = hr_cuda_alloc(x->dev, T * V * 4, &x->logits, err)) || (st = hr_cuda_alloc(x->dev, T * 4, &x->ids, err)) ||
-        (st = hr_cuda_alloc(x->dev, T * 4, &x->pos, err)))
-        return st;
-    x->hq = malloc(T * qd * sizeof(float));
-    x->hatt = malloc(T * qd * sizeof(float));
-    x->hk = malloc(T * kvd * sizeof(float));
-    x->hv = malloc(T * kvd * sizeof(float));
-    x->scratch = malloc(hr_kv_attention_scratch_floats(x->kv, x->max_ctx) * sizeof(float));
+    const hr_kv_storage *st = hr_kv_pool_storage(x->kv);
+    int B = hr_kv_pool_config(x->kv)->block_size;
+    x->max_blocks = (x->max_ctx + B - 1) / B;
+    /* the attention's scratch for the largest split any batch of up to T queries gets */
+    uint64_t scr = 0;
+    for (int n = 1; n <= x->max_tokens; n++) {
+        uint64_t b = hr_kv_storage_cuda_attend_scratch(st, n, hp->n_head, x->max_ctx);
+        scr = b > scr ? b : scr;
+    }
+    hr_status st2;
+    if ((st2 = hr_cuda_alloc(x->dev, T * E * 4, &x->x, err)) || (st2 = hr_cuda_alloc(x->dev, T * E * 4, &x->xb, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * E * 4, &x->xo, err)) || (st2 = hr_cuda_alloc(x->dev, T * qd * 4, &x->q, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * kvd * 4, &x->k, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * kvd * 4, &x->v, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * qd * 4, &x->att, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * F * 4, &x->g, err)) || (st2 = hr_cuda_alloc(x->dev, T * F * 4, &x->u, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * V * 4, &x->logits, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * 4, &x->ids, err)) || (st2 = hr_cuda_alloc(x->dev, T * 4, &x->pos, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * 4, &x->slots, err)) || (st2 = hr_cuda_alloc(x->dev, T * 4, &x->qrow, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * 4, &x->n_ctx, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, T * (size_t)x->max_blocks * 4, &x->tables, err)) ||
+        (st2 = hr_cuda_alloc(x->dev, (size_t)scr, &x->attn_scratch, err)))
+        return st2;
+    x->h_slots = malloc(T * sizeof(int32_t));
+    x->h_qrow = malloc(T * sizeof(int32_t));
+    x->h_nctx = malloc(T * sizeof(int32_t));
+    x->h_tables = malloc(T * (size_t)x->max_blocks * sizeof(int32_t));
     x->out_rows = malloc(T * sizeof(int));
     if (x->tok_type < 0) x->hemb = malloc(T * E * sizeof(float));
-    if (!x->hq || !x->hatt || !x->hk || !x->hv || !x->scratch || !x->out_rows || (x->tok_type < 0 && !x->hemb))
+    if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_tables || !x->out_rows || (x->tok_type < 0 && !x->hemb))
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     return HR_OK;
 }
@@ -225,6 +241,10 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
     else if (p->max_batch_tokens < 1 || p->max_ctx < 1)
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "max_batch_tokens and max_ctx must be positive");
     if (!st) st = check_model(m, err);
+    /* the device path writes and attends by physical slot in one group of every layer (the pool's
+     * layer groups exist for windowed layers, which check_model refuses) */
+    if (!st && (hr_kv_pool_groups(kv)->n_groups != 1 || hr_kv_pool_config(kv)->v_from_k))
+        st = hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA: a KV pool of several layer groups is not supported yet");
     if (!st && !(x->L = calloc((size_t)m->hp.n_layer, sizeof *x->L)))
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     if (!st) st = upload_model(x, err);
@@ -250,16 +270,16 @@ static void cuda_destroy(hr_model_ctx *c) {
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(x, ws[i]);
     }
     free_weight(x, &x->out);
-    uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x, x->xb,     x->xo,  x->q,  x->k,
-                       x->v,   x->att,      x->g,        x->u, x->logits, x->ids, x->pos};
+    uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,      x->xb,     x->xo,     x->q,
+                       x->k,   x->v,        x->att,      x->g,      x->u,      x->logits, x->ids,
+                       x->pos, x->slots,    x->qrow,     x->n_ctx,  x->tables, x->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);
     free(x->L);
-    free(x->hq);
-    free(x->hatt);
-    free(x->hk);
-    free(x->hv);
-    free(x->scratch);
+    free(x->h_slots);
+    free(x->h_qrow);
+    free(x->h_nctx);
+    free(x->h_tables);
     free(x->out_rows);
     free(x->hemb);
     free(x);
@@ -316,23 +336,45 @@ static hr_status check_batch(const cuda_ctx *x, const hr_batch *b, hr_error *err
     return HR_OK;
 }
 
-/* Layer il's K/V writes and attention through the KV manager (host rows; the storage moves them) */
-static hr_status attend(cuda_ctx *x, const hr_batch *b, int il, hr_error *err) {
-    const hr_hparams *hp = &x->m->hp;
-    const int T = b->n_tokens, H = hp->n_head, qd = H * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+/* The batch's places in the KV cache, from the manager (one group of every layer: the same slot and
+ * table in each), copied up once for every layer: each token's slot, its sequence's table row (a
+ * row per distinct sequence, tokens of one sequence sharing it) and its context pos + 1. */
+static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_error *err) {
+    const int T = b->n_tokens;
+    int rows = 0, ctx = 1;
+    for (int t = 0; t < T; t++) {
+        x->h_slots[t] = hr_kv_write_slot(x->kv, 0, b->seq[t], b->pos[t], NULL);
+        int r = 0;
+        while (r < t && b->seq[r] != b->seq[t]) r++;
+        if (r == t) { /* the sequence's first token in the batch: its row */
+            int n = 0;
+            const int32_t *tab = hr_kv_seq_table(x->kv, 0, b->seq[t], &n);
+            if (n > x->max_blocks) n = x->max_blocks;
+            memcpy(x->h_tables + (size_t)rows * x->max_blocks, tab, (size_t)n * sizeof *tab);
+            x->h_qrow[t] = rows++;
+        } else {
+            x->h_qrow[t] = x->h_qrow[r];
+        }
+        x->h_nctx[t] = b->pos[t] + 1;
+        ctx = b->pos[t] + 1 > ctx ? b->pos[t] + 1 : ctx;
+    }
+    *max_ctx = ctx;
     hr_status st;
-    if ((st = hr_cuda_download(x->dev, x->hk, x->k, (size_t)T * kvd * sizeof(float), err)) ||
-        (st = hr_cuda_download(x->dev, x->hv, x->v, (size_t)T * kvd * sizeof(float), err)) ||
-        (st = hr_cuda_download(x->dev, x->hq, x->q, (size_t)T * qd * sizeof(float), err)))
+    if ((st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)T * sizeof(int32_t), err)) ||
+        (st = hr_cuda_upload(x->dev, x->qrow, x->h_qrow, (size_t)T * sizeof(int32_t), err)) ||
+        (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)))
         return st;
-    for (int t = 0; t < T; t++)
-        hr_kv_write(x->kv, il, b->seq[t], b->pos[t], x->hk + (size_t)t * kvd, x->hv + (size_t)t * kvd);
-    for (int t = 0; t < T; t++)
-        hr_kv_attention_heads(x->kv, il, b->seq[t], b->pos[t] + 1, x->hq + (size_t)t * qd, H, 0, H, hp->attn_scale,
-                              NULL, x->hatt + (size_t)t * qd, x->scratch);
-    /* the storage's ops return nothing: a device fault there is kept for this check */
-    if ((st = hr_kv_storage_cuda_check(hr_kv_pool_storage(x->kv), err))) return st;
-    return hr_cuda_upload(x->dev, x->att, x->hatt, (size_t)T * qd * sizeof(float), err);
+    return hr_cuda_upload(x->dev, x->tables, x->h_tables, (size_t)rows * x->max_blocks * sizeof(int32_t), err);
+}
+
+/* Layer il's K/V writes and attention in the device storage: no row leaves the GPU */
+static hr_status attend(cuda_ctx *x, const hr_batch *b, int il, int max_ctx, hr_error *err) {
+    const hr_hparams *hp = &x->m->hp;
+    hr_kv_storage *st = hr_kv_pool_storage_rw(x->kv);
+    hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, b->n_tokens, err);
+    if (r) return r;
+    return hr_kv_storage_cuda_attend_rows(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx, b->n_tokens,
+                                          max_ctx, hp->n_head, hp->attn_scale, 0.0f, x->att, x->attn_scratch, err);
 }
 
 static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
@@ -341,8 +383,10 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
     if (st) return st;
     const hr_hparams *hp = &x->m->hp;
     const int T = b->n_tokens, E = hp->n_embd, F = hp->n_ff;
+    int max_ctx = 1;
     if ((st = hr_cuda_upload(x->dev, x->ids, b->tokens, (size_t)T * sizeof(int32_t), err)) ||
-        (st = hr_cuda_upload(x->dev, x->pos, b->pos, (size_t)T * sizeof(int32_t), err)))
+        (st = hr_cuda_upload(x->dev, x->pos, b->pos, (size_t)T * sizeof(int32_t), err)) ||
+        (st = place_batch(x, b, &max_ctx, err)))
         return st;
     void *ea[] = {&x->x, &x->tok, &x->ids, (void *)&E, &x->tok_type};
     if (x->tok_type >= 0) {
@@ -359,7 +403,7 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
         if ((st = rmsnorm(x, x->xb, x->x, d->attn_norm, T, err)) || (st = gemv(x, &d->wq, x->xb, x->q, T, err)) ||
             (st = gemv(x, &d->wk, x->xb, x->k, T, err)) || (st = gemv(x, &d->wv, x->xb, x->v, T, err)) ||
             (st = rope(x, x->q, hp->n_head, T, err)) || (st = rope(x, x->k, hp->n_head_kv, T, err)) ||
-            (st = attend(x, b, il, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
+            (st = attend(x, b, il, max_ctx, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
             (st = add(x, x->x, x->xo, (uint64_t)T * E, err)) || (st = rmsnorm(x, x->xb, x->x, d->ffn_norm, T, err)) ||
             (st = gemv(x, &d->wg, x->xb, x->g, T, err)) || (st = gemv(x, &d->wu, x->xb, x->u, T, err)))
             return st;

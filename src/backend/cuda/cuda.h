@@ -82,12 +82,33 @@ extern const hr_backend_ops hr_backend_cuda;
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err);
 
 /* A KV storage (kv/kv_storage.h) whose blocks live in one device allocation (the arena) of dev:
- * formats f32, f16 and q8 (K and V), no deferred formats (no stages); dev must outlive it. Untested
- * on a GPU so far (docs/GPU.md). */
+ * formats f32, f16, bf16, q8 and fp8 (K and V), no deferred formats (no stages); dev must outlive it.
+ * Untested on a GPU so far (docs/GPU.md). */
 hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
                                     hr_error *err);
 /* The same as a pool's storage hook (hr_kv_config.storage, with storage_user the hr_cuda_device). */
 hr_status hr_kv_storage_cuda_create_in(void *dev, const hr_kv_storage_params *p, hr_kv_storage **out, hr_error *err);
+/* The device-side path (what the forward pass uses: nothing crosses to the host).
+ * Writes n tokens' K and V, k and v device rows [n][Hkv * D] f32, into layer at the physical slots
+ * slots[i] = block * B + t (a device int32 array of n), encoding each in the storage's formats on
+ * the device (the same bytes the host write makes). */
+hr_status hr_kv_storage_cuda_write_dev(hr_kv_storage *st, int layer, uint64_t k, uint64_t v, uint64_t slots, int n,
+                                       hr_error *err);
+/* Device bytes of scratch hr_kv_storage_cuda_attend_dev needs for n queries of up to max_ctx
+ * positions with n_heads query heads. */
+uint64_t hr_kv_storage_cuda_attend_scratch(const hr_kv_storage *st, int n, int n_heads, int max_ctx);
+/* Attention for n queries on the device: q [n][H][D] f32 (RoPE applied), tables [n][max_blocks]
+ * int32 physical block ids (-1: dropped), n_ctx [n] int32 (positions [0, n_ctx) take part, each <=
+ * max_ctx), out [n][H][D] f32; scratch: hr_kv_storage_cuda_attend_scratch(st, n, H, max_ctx) bytes.
+ * Launched, not waited for. */
+hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
+                                        uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale, float softcap,
+                                        uint64_t out, uint64_t scratch, hr_error *err);
+/* The same with query i reading table row qrow[i] (a device int32 array of n; 0: row i), so the
+ * tokens of one sequence in a batch share one table row. */
+hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
+                                         uint64_t qrow, uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale,
+                                         float softcap, uint64_t out, uint64_t scratch, hr_error *err);
 /* the storage's arena and block size, for kernels that read it directly (tests) */
 uint64_t hr_kv_storage_cuda_arena(const hr_kv_storage *st);
 /* The first device failure of a storage op since create (the ops return nothing; their results were

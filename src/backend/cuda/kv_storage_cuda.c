@@ -2,12 +2,15 @@
  * the same byte layout as the CPU storage's blocks (HR_KV_BLOCK_LAYOUT: [L][K heads | V heads]), so
  * whole-block reads and writes (swap, the remote tier) move the same bytes either way.
  *
- * A first, simple version: every write converts one token on the host and copies it up; attend
- * copies the queries and tables up, runs kernels/attention.cu's split attention (chunks of 256
- * positions, a KV head's query heads together) and its reduction, and copies the result down. The storage ops return
- * nothing, so a device fault there is kept (failed, msg) and the result is zeros; hr_kv_storage_cuda_create's caller
- * sees it on the next check. None of this has run on a GPU yet (docs/GPU.md). Formats: f32, f16 and q8; the others
- * (bf16, fp8, and the deferred q4, kivi2, q4h) are refused. */
+ * The forward pass's path runs on the device alone: hr_kv_storage_cuda_write_dev encodes a batch's
+ * K/V rows into their slots (kernels/attention.cu's hr_k_kv_write, the CPU storage's encoders step for
+ * step) and hr_kv_storage_cuda_attend_rows runs the split attention over device queries, block tables
+ * and the caller's scratch, nothing allocated and nothing waited for. The storage ops the manager
+ * calls with host rows (write, attend) move their rows up and down around the same kernels; they
+ * return nothing, so a device fault there is kept (failed, msg) and the result is zeros; the caller
+ * sees it on the next hr_kv_storage_cuda_check. Formats: f32, f16, bf16, q8 and fp8; the deferred
+ * ones (q4, kivi2, q4h: encoded when a block fills, from f16 stages) are refused. Not yet run on a
+ * GPU (docs/GPU.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +18,11 @@
 #include "backend/cuda/cuda.h"
 #include "tensor/tensor.h"
 
-enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2 };           /* kernels/attention.cu's HR_K_KV_* */
-enum { CUDA_ATT_CHUNK = 256, CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_* */
+enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2, CUDA_KV_BF16 = 3, CUDA_KV_FP8 = 4 }; /* attention.cu's HR_K_KV_* */
+enum { CUDA_ATT_TILE = 256, CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_* */
+/* thread blocks an attention call aims for: enough to fill an H100/H200 (132 SMs) several times
+ * over; the split count follows from it (split_plan) */
+enum { CUDA_ATT_TARGET_BLOCKS = 1024 };
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
 typedef struct attn_shape {
@@ -24,6 +30,7 @@ typedef struct attn_shape {
     int n_layers, n_kv_heads, n_heads, head_dim, block_size;
     int k_fmt, v_fmt, k_group, v_group;
     int max_blocks, n_splits;
+    int chunk;
     float scale, softcap;
 } attn_shape;
 _Static_assert(sizeof(attn_shape) == 80, "attn_shape must match hr_k_attn_shape in kernels/attention.cu");
@@ -34,21 +41,20 @@ typedef struct cuda_kv {
     hr_cuda_device *dev;
     uint64_t arena;       /* n_blocks * block_bytes */
     uint64_t block_bytes; /* L * Hkv * (K + V head bytes) */
+    uint64_t stage;       /* the host write op's device rows: k, v ([Hkv][D] f32 each) and a slot */
+    int target_blocks;    /* CUDA_ATT_TARGET_BLOCKS, or HEADROOM_CUDA_ATTN_BLOCKS (tuning, tests) */
     bool failed;          /* a device call of a void op failed (msg says which) */
     hr_error msg;
 } cuda_kv;
 
 static int fmt_code(const kv_fmt *f) {
-    return f->format == HR_KV_Q8 ? CUDA_KV_Q8 : f->format == HR_KV_F32 ? CUDA_KV_F32 : CUDA_KV_F16;
-}
-
-/* where head h of layer's K (role 0) or V (role 1) region starts in a block */
-static uint64_t head_off(const cuda_kv *s, int layer, int role, int h) {
-    const hr_kv_storage_params *p = &s->p;
-    uint64_t layer_bytes = (uint64_t)p->n_kv_heads * (p->k.head_bytes + p->v.head_bytes);
-    uint64_t off = (uint64_t)layer * layer_bytes;
-    return role == 0 ? off + (uint64_t)h * p->k.head_bytes
-                     : off + (uint64_t)p->n_kv_heads * p->k.head_bytes + (uint64_t)h * p->v.head_bytes;
+    switch (f->format) {
+    case HR_KV_Q8: return CUDA_KV_Q8;
+    case HR_KV_F32: return CUDA_KV_F32;
+    case HR_KV_BF16: return CUDA_KV_BF16;
+    case HR_KV_FP8: return CUDA_KV_FP8;
+    default: return CUDA_KV_F16;
+    }
 }
 
 static void keep(cuda_kv *s, hr_status st, const hr_error *e) {
@@ -62,6 +68,7 @@ static void cuda_kv_destroy(hr_kv_storage *st) {
     if (!st) return;
     cuda_kv *s = (cuda_kv *)st;
     hr_cuda_free(s->dev, s->arena);
+    hr_cuda_free(s->dev, s->stage);
     free(s);
 }
 
@@ -72,73 +79,122 @@ static uint64_t cuda_kv_footprint(const hr_kv_storage *st) {
     return s->block_bytes * (uint64_t)s->p.n_blocks;
 }
 
-/* One token's head of D floats in format f at slot t: the floats, f16 halves, or q8 codes with an f16 scale per
- * group of G (scale = max |x| / 127 rounded to f16, code = round(x / scale) within +-127): the bytes
- * the CPU storage writes (test_cuda_backend compares them through the fake driver). */
-static hr_status put_head(cuda_kv *s, const kv_fmt *f, uint64_t head, int t, const float *x, hr_error *err) {
-    int D = f->D;
-    unsigned char buf[2048];
-    if ((size_t)D * 2 > sizeof buf)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: head_dim %d is too large", D);
-    if (f->format == HR_KV_F32)
-        return hr_cuda_upload(s->dev, head + (uint64_t)t * (uint64_t)D * 4, x, (size_t)D * 4, err);
-    if (f->format != HR_KV_Q8) {
-        for (int d = 0; d < D; d++) {
-            hr_f16 h = hr_f32_to_f16(x[d]);
-            memcpy(buf + 2 * d, &h, 2);
-        }
-        return hr_cuda_upload(s->dev, head + (uint64_t)t * (uint64_t)D * 2, buf, (size_t)D * 2, err);
-    }
-    int G = f->G, n_groups = D / G;
-    unsigned char scales[2 * 256];
-    if (n_groups > 256) return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA KV: too many q8 groups");
-    for (int g = 0; g < n_groups; g++) {
-        float amax = 0.0f;
-        for (int i = 0; i < G; i++) amax = fmaxf(amax, fabsf(x[g * G + i]));
-        /* the codes are made against the scale as stored (f16), so code * scale is what was meant */
-        hr_f16 h = hr_f32_to_f16(amax / 127.0f);
-        float sc = hr_f16_to_f32(h), inv = sc > 0.0f ? 1.0f / sc : 0.0f;
-        for (int i = 0; i < G; i++) {
-            float r = rintf(x[g * G + i] * inv);
-            buf[g * G + i] = (unsigned char)(signed char)fmaxf(-127.0f, fminf(127.0f, r));
-        }
-        memcpy(scales + 2 * g, &h, 2);
-    }
-    hr_status st = hr_cuda_upload(s->dev, head + (uint64_t)t * (uint64_t)D, buf, (size_t)D, err);
-    if (!st)
-        st = hr_cuda_upload(s->dev, head + (uint64_t)f->B * (uint64_t)D + (uint64_t)t * (uint64_t)n_groups * 2, scales,
-                            (size_t)n_groups * 2, err);
-    return st;
+/* the kernels' view of the storage (the per-call fields zero) */
+static attn_shape shape_of(const cuda_kv *s) {
+    const hr_kv_storage_params *p = &s->p;
+    return (attn_shape){.block_bytes = s->block_bytes,
+                        .k_head_bytes = p->k.head_bytes,
+                        .v_head_bytes = p->v.head_bytes,
+                        .n_layers = p->n_layers,
+                        .n_kv_heads = p->n_kv_heads,
+                        .head_dim = p->head_dim,
+                        .block_size = p->block_size,
+                        .k_fmt = fmt_code(&p->k),
+                        .v_fmt = fmt_code(&p->v),
+                        .k_group = p->k.G > 0 ? p->k.G : 1,
+                        .v_group = p->v.G > 0 ? p->v.G : 1};
 }
 
+hr_status hr_kv_storage_cuda_write_dev(hr_kv_storage *st, int layer, uint64_t k, uint64_t v, uint64_t slots, int n,
+                                       hr_error *err) {
+    cuda_kv *s = (cuda_kv *)st;
+    if (n <= 0) return HR_OK;
+    attn_shape sh = shape_of(s);
+    void *args[] = {&s->arena, &k, &v, &slots, &layer, &sh};
+    return hr_cuda_launch(s->dev, "hr_k_kv_write", (unsigned)n, (unsigned)(2 * s->p.n_kv_heads), 256, args, err);
+}
+
+/* The manager's write of one token: its rows up to the device, then the device's encoder (one encoder
+ * for both paths: the bytes are the CPU storage's, test_cuda_kernels compares them). */
 static void cuda_kv_write(hr_kv_storage *st, int layer, int32_t block, int t, int32_t stage, const float *k,
                           const float *v) {
     cuda_kv *s = (cuda_kv *)st;
-    int D = s->p.head_dim;
-    uint64_t base = s->arena + (uint64_t)block * s->block_bytes;
+    size_t row = (size_t)s->p.n_kv_heads * (size_t)s->p.head_dim * sizeof(float);
+    int32_t slot = block * s->p.block_size + t;
+    uint64_t dk = s->stage, dv = s->stage + row, dslot = s->stage + 2 * row;
     hr_error e = {0};
-    hr_status r = HR_OK;
-    for (int h = 0; h < s->p.n_kv_heads && !r; h++) {
-        r = put_head(s, &s->p.k, base + head_off(s, layer, 0, h), t, k + (size_t)h * D, &e);
-        if (!r) r = put_head(s, &s->p.v, base + head_off(s, layer, 1, h), t, v + (size_t)h * D, &e);
-    }
+    hr_status r = hr_cuda_upload(s->dev, dk, k, row, &e);
+    if (!r) r = hr_cuda_upload(s->dev, dv, v, row, &e);
+    if (!r) r = hr_cuda_upload(s->dev, dslot, &slot, sizeof slot, &e);
+    if (!r) r = hr_kv_storage_cuda_write_dev(st, layer, dk, dv, dslot, 1, &e);
     keep(s, r, &e);
 }
 
+/* How an attention call is split: enough thread blocks (target_blocks) over the queries, KV heads and
+ * head groups, each split a multiple of the kernel's tile of positions. */
+static void split_plan(const cuda_kv *s, int n, int n_heads, int max_ctx, int *n_splits, int *chunk) {
+    int Hkv = s->p.n_kv_heads, ng = (n_heads / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
+    int64_t per_split = (int64_t)(n > 0 ? n : 1) * Hkv * ng;
+    int tiles = (max_ctx + CUDA_ATT_TILE - 1) / CUDA_ATT_TILE;
+    int want = (int)((s->target_blocks + per_split - 1) / per_split);
+    int ns = want < 1 ? 1 : want > tiles ? tiles : want;
+    if (ns < 1) ns = 1;
+    int tiles_per = (tiles + ns - 1) / ns;
+    *chunk = tiles_per * CUDA_ATT_TILE;
+    *n_splits = tiles > 0 ? (tiles + tiles_per - 1) / tiles_per : 1;
+}
+
+uint64_t hr_kv_storage_cuda_attend_scratch(const hr_kv_storage *st, int n, int n_heads, int max_ctx) {
+    const cuda_kv *s = (const cuda_kv *)st;
+    int ns, chunk;
+    split_plan(s, n, n_heads, max_ctx, &ns, &chunk);
+    /* o_part [n][H][ns][D] and ml_part [n][H][ns][2] */
+    return (uint64_t)(n > 0 ? n : 1) * (uint64_t)n_heads * (uint64_t)ns * (uint64_t)(s->p.head_dim + 2) * 4u;
+}
+
+/* attention over device rows; qrow 0: query i reads table row i */
+static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables, int max_blocks, uint64_t qrow,
+                             uint64_t n_ctx, int n, int max_ctx, int H, float scale, float softcap, uint64_t out,
+                             uint64_t scratch, hr_error *err) {
+    if (n <= 0) return HR_OK;
+    const int Hkv = s->p.n_kv_heads, D = s->p.head_dim;
+    if (H < Hkv || H % Hkv != 0)
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: %d query heads over %d KV heads", H, Hkv);
+    attn_shape sh = shape_of(s);
+    split_plan(s, n, H, max_ctx, &sh.n_splits, &sh.chunk);
+    sh.n_heads = H;
+    sh.max_blocks = max_blocks;
+    sh.scale = scale;
+    sh.softcap = softcap;
+    int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
+    uint64_t o_part = scratch, ml_part = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)D * 4u;
+    void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &layer, &sh};
+    hr_status r = hr_cuda_launch(s->dev, "hr_k_attn_split", (unsigned)(n * Hkv * ng), (unsigned)sh.n_splits, 256,
+                                 args, err);
+    void *rargs[] = {&out, &o_part, &ml_part, &H, (void *)&D, &sh.n_splits};
+    if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, err);
+    return r;
+}
+
+hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
+                                        uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale, float softcap,
+                                        uint64_t out, uint64_t scratch, hr_error *err) {
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, 0, n_ctx, n, max_ctx, n_heads, scale, softcap,
+                       out, scratch, err);
+}
+
+hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
+                                         uint64_t qrow, uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale,
+                                         float softcap, uint64_t out, uint64_t scratch, hr_error *err) {
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, n, max_ctx, n_heads, scale, softcap,
+                       out, scratch, err);
+}
+
+/* The manager's attention (host rows): queries and tables up, the device path, the result down. Its
+ * buffers are allocated per call: the GPU forward pass does not come this way (it calls
+ * hr_kv_storage_cuda_attend_rows with its own); tests and host callers do. */
 static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_query *qs, int n,
                            const hr_kv_attn_args *a, float *scratch) {
     cuda_kv *s = (cuda_kv *)(void *)(uintptr_t)st; /* the device calls need the handle; no host state changes */
     const hr_kv_storage_params *p = &s->p;
-    int H = a->n_heads, D = p->head_dim, B = p->block_size, max_ctx = 1, max_blocks = 1;
+    int H = a->n_heads, D = p->head_dim, B = p->block_size, max_ctx = 1;
     for (int i = 0; i < n; i++) max_ctx = qs[i].n_ctx > max_ctx ? qs[i].n_ctx : max_ctx;
-    max_blocks = (max_ctx + B - 1) / B;
-    int n_splits = (max_ctx + CUDA_ATT_CHUNK - 1) / CUDA_ATT_CHUNK, Hkv = p->n_kv_heads;
-    int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
-    size_t qf = (size_t)n * H * D, parts = (size_t)n * H * (size_t)n_splits;
+    int max_blocks = (max_ctx + B - 1) / B;
+    size_t qf = (size_t)n * H * D;
     int32_t *tables = calloc((size_t)n * max_blocks, sizeof *tables);
     int32_t *n_ctx = calloc((size_t)n, sizeof *n_ctx);
     float *q = malloc(qf * sizeof *q), *out = calloc(qf, sizeof *out);
-    uint64_t dq = 0, dout = 0, dtab = 0, dctx = 0, dopart = 0, dml = 0;
+    uint64_t dq = 0, dout = 0, dtab = 0, dctx = 0, dscr = 0;
     hr_error e = {0};
     hr_status r = tables && n_ctx && q && out ? HR_OK : hr_error_set(&e, HR_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && !r; i++) {
@@ -151,32 +207,11 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     if (!r) r = hr_cuda_alloc(s->dev, qf * sizeof(float), &dout, &e);
     if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * max_blocks * sizeof(int32_t), &dtab, &e);
     if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * sizeof(int32_t), &dctx, &e);
-    if (!r) r = hr_cuda_alloc(s->dev, parts * (size_t)D * sizeof(float), &dopart, &e);
-    if (!r) r = hr_cuda_alloc(s->dev, parts * 2 * sizeof(float), &dml, &e);
+    if (!r) r = hr_cuda_alloc(s->dev, (size_t)hr_kv_storage_cuda_attend_scratch(st, n, H, max_ctx), &dscr, &e);
     if (!r) r = hr_cuda_upload(s->dev, dq, q, qf * sizeof(float), &e);
     if (!r) r = hr_cuda_upload(s->dev, dtab, tables, (size_t)n * max_blocks * sizeof(int32_t), &e);
     if (!r) r = hr_cuda_upload(s->dev, dctx, n_ctx, (size_t)n * sizeof(int32_t), &e);
-    attn_shape sh = {.block_bytes = s->block_bytes,
-                     .k_head_bytes = p->k.head_bytes,
-                     .v_head_bytes = p->v.head_bytes,
-                     .n_layers = p->n_layers,
-                     .n_kv_heads = Hkv,
-                     .n_heads = H,
-                     .head_dim = D,
-                     .block_size = B,
-                     .k_fmt = fmt_code(&p->k),
-                     .v_fmt = fmt_code(&p->v),
-                     .k_group = p->k.G > 0 ? p->k.G : 1,
-                     .v_group = p->v.G > 0 ? p->v.G : 1,
-                     .max_blocks = max_blocks,
-                     .n_splits = n_splits,
-                     .scale = a->scale,
-                     .softcap = a->softcap};
-    void *args[] = {&dopart, &dml, &dq, &s->arena, &dtab, &dctx, &layer, &sh};
-    if (!r && n > 0)
-        r = hr_cuda_launch(s->dev, "hr_k_attn_split", (unsigned)(n * Hkv * ng), (unsigned)n_splits, 256, args, &e);
-    void *rargs[] = {&dout, &dopart, &dml, &H, &D, &n_splits};
-    if (!r && n > 0) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, &e);
+    if (!r) r = attend_rows(s, layer, dq, dtab, max_blocks, 0, dctx, n, max_ctx, H, a->scale, a->softcap, dout, dscr, &e);
     if (!r) r = hr_cuda_download(s->dev, out, dout, qf * sizeof(float), &e);
     /* only the heads asked are written back; zeros on failure */
     const int h0 = a->head_begin, h1 = hr_kv_attn_head_end(a);
@@ -188,12 +223,8 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
             memcpy(o, out + ((size_t)i * H + h0) * D, (size_t)(h1 - h0) * D * sizeof(float));
     }
     keep(s, r, &e);
-    hr_cuda_free(s->dev, dq);
-    hr_cuda_free(s->dev, dout);
-    hr_cuda_free(s->dev, dtab);
-    hr_cuda_free(s->dev, dctx);
-    hr_cuda_free(s->dev, dopart);
-    hr_cuda_free(s->dev, dml);
+    uint64_t bufs[] = {dq, dout, dtab, dctx, dscr};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(s->dev, bufs[i]);
     free(tables);
     free(n_ctx);
     free(q);
@@ -247,14 +278,15 @@ static const hr_kv_storage_ops cuda_kv_ops = {
 };
 
 static bool fmt_ok(const kv_fmt *f) {
-    return f->format == HR_KV_F32 || f->format == HR_KV_F16 || f->format == HR_KV_Q8;
+    return f->format == HR_KV_F32 || f->format == HR_KV_F16 || f->format == HR_KV_BF16 || f->format == HR_KV_Q8 ||
+           f->format == HR_KV_FP8;
 }
 
 hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
                                     hr_error *err) {
     if (!fmt_ok(&p->k) || !fmt_ok(&p->v) || p->n_stage > 0)
         return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "CUDA KV: only the f32, f16 and q8 formats are supported (K %s, V %s)",
+                            "CUDA KV: the formats on the GPU are f32, f16, bf16, q8 and fp8 (K %s, V %s)",
                             hr_kv_format_name(p->k.format), hr_kv_format_name(p->v.format));
     if (p->n_blocks < 1) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: no blocks asked for");
     if (p->head_dim > CUDA_ATT_MAX_D)
@@ -268,10 +300,15 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
     s->base.ops = &cuda_kv_ops;
     s->p = *p;
     s->dev = dev;
+    const char *tb = getenv("HEADROOM_CUDA_ATTN_BLOCKS");
+    s->target_blocks = tb && atoi(tb) > 0 ? atoi(tb) : CUDA_ATT_TARGET_BLOCKS;
     s->block_bytes = (uint64_t)p->n_layers * (uint64_t)p->n_kv_heads * (p->k.head_bytes + p->v.head_bytes);
     hr_status st = hr_cuda_alloc(dev, (size_t)(s->block_bytes * (uint64_t)p->n_blocks), &s->arena, err);
+    if (!st)
+        st = hr_cuda_alloc(dev, 2 * (size_t)p->n_kv_heads * (size_t)p->head_dim * sizeof(float) + sizeof(int32_t),
+                           &s->stage, err);
     if (st) {
-        free(s);
+        cuda_kv_destroy(&s->base);
         return st;
     }
     *out = &s->base;

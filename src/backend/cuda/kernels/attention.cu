@@ -1,56 +1,136 @@
-/* attention.cu: paged attention for decode: each query row attends over its sequence's KV blocks,
- * found through a block table, in the KV storage's byte layout (kv/kv_storage.h, kv/kv_format.h):
+/* attention.cu: the KV cache on the device: K/V writes and paged decode attention, each query row
+ * attending over its sequence's KV blocks, found through a block table, in the KV storage's byte
+ * layout (kv/kv_storage.h, kv/kv_format.h):
  *
  *   block b at arena + b * block_bytes = [L][K heads | V heads], each head a region of
- *   k_head_bytes / v_head_bytes:  f32: [B][D] floats;  f16: [B][D] halves;  q8: [B][D] int8 codes
- *   then [B][D / G] f16 scales (code * scale, groups of G along D).
+ *   k_head_bytes / v_head_bytes:  f32: [B][D] floats;  f16, bf16: [B][D] halves;  q8: [B][D] int8
+ *   codes then [B][D / G] f16 scales (code * scale, groups of G along D);  fp8: [B][D] e4m3 codes
+ *   then, 4-byte aligned, [B] f32 scales (per token and head: amax / 448).
  *
- * Split over the sequence (flash-decoding) and GQA-aware, in two kernels:
- *   hr_k_attn_split: one thread block per (query, KV head, group of up to 8 of its query heads) and
- *     chunk of HR_K_ATT_CHUNK positions (grid.x = n_queries * Hkv * ceil(G / 8), grid.y = n_splits).
- *     Each K and V element is read and dequantized once for all the group's query heads. The chunk's
- *     scores stay in shared memory; it writes, per query head, its unnormalized P.V, its max m and its
- *     exp-sum l (a chunk past the query's n_ctx: m = -inf, l = 0, zeros).
- *   hr_k_attn_reduce: one thread block per (query, head) combines the chunks: out = sum_s o_s e^(m_s -
+ * hr_k_kv_write encodes tokens' K and V rows into their slots (the CPU storage's encoders step for
+ * step: the same bytes). Attention is split over the sequence (flash-decoding) and GQA-aware:
+ *   hr_k_attn_split: one thread block (HR_K_THREADS threads, >= head_dim) per (query, KV head, group of up to 8
+ *     of its query heads) and split of sh.chunk positions (grid.x = n_queries * Hkv * ceil(G / 8), grid.y = n_splits). It
+ *     walks its split HR_K_ATT_TILE positions at a time with an online softmax (running max m and
+ *     exp-sum l, the P.V accumulators rescaled when m grows); each K and V element is read and
+ *     dequantized once for all the group's query heads; scores stay in shared memory. It writes, per
+ *     query head, its unnormalized P.V, m and l (a split past the query's n_ctx: m = -inf, l = 0).
+ *   hr_k_attn_reduce: one thread block per (query, head) combines the splits: out = sum_s o_s e^(m_s -
  *     M) / sum_s l_s e^(m_s - M), M the largest m_s (a query with no position: zeros).
- * The first versions: no tensor cores, K rows read one per thread (uncoalesced), P.V threads over D.
- * Dropped blocks (table entry -1) are skipped; token masks, sinks and windows (hr_kv_attn_view) are not
- * supported here yet. */
+ * The host picks the split count for enough thread blocks to fill the GPU, not more
+ * (kv_storage_cuda.c). The first versions: no tensor cores, K rows read one per thread
+ * (uncoalesced), P.V threads over D. Dropped blocks (table entry -1) are skipped; token masks, sinks
+ * and windows (hr_kv_attn_view) are not supported here yet. */
 #include "common.cuh"
 
-enum { HR_K_KV_F16 = 0, HR_K_KV_Q8 = 1, HR_K_KV_F32 = 2 }; /* the host's CUDA_KV_* */
+enum { HR_K_KV_F16 = 0, HR_K_KV_Q8 = 1, HR_K_KV_F32 = 2, HR_K_KV_BF16 = 3, HR_K_KV_FP8 = 4 }; /* the host's CUDA_KV_* */
 
 typedef struct hr_k_attn_shape {
     u64 block_bytes, k_head_bytes, v_head_bytes;
     int n_layers, n_kv_heads, n_heads, head_dim, block_size;
     int k_fmt, v_fmt, k_group, v_group; /* formats and q8 group sizes */
-    int max_blocks, n_splits;           /* table row stride; chunks of HR_K_ATT_CHUNK (grid.y) */
+    int max_blocks, n_splits;           /* table row stride; splits (grid.y) */
+    int chunk;                          /* positions per split, a multiple of HR_K_ATT_TILE */
     float scale, softcap;
 } hr_k_attn_shape;
 /* the host's attn_shape (backend/cuda/kv_storage_cuda.c) asserts the same size: the struct is passed
  * by value, byte for byte */
 static_assert(sizeof(hr_k_attn_shape) == 80, "hr_k_attn_shape must match attn_shape in kv_storage_cuda.c");
 
-/* element d of token slot s in a head region of format fmt */
-static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, int G, int s, int d) {
-    if (fmt == HR_K_KV_F16) return hr_h2f(hr_ld_u16(head + 2u * ((u64)s * (u64)D + (u64)d)));
-    if (fmt == HR_K_KV_F32) return ((const float *)head)[(u64)s * (u64)D + (u64)d];
-    const u8 *scales = head + (u64)B * (u64)D;
-    float sc = hr_h2f(hr_ld_u16(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d / G))));
-    return (float)(i8)head[(u64)s * (u64)D + (u64)d] * sc;
+/* where a head region's scales start: after the [B][D] codes (fp8's aligned to 4 bytes) */
+static __device__ inline u64 scale_off(int fmt, int B, int D) {
+    const u64 bd = (u64)B * (u64)D;
+    return fmt == HR_K_KV_FP8 ? (bd + 3u) & ~(u64)3u : bd;
 }
 
-#define HR_K_ATT_CHUNK 256 /* positions per split (the host's CUDA_ATT_CHUNK) */
+/* element d of token slot s in a head region of format fmt */
+static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, int G, int s, int d) {
+    const u64 i = (u64)s * (u64)D + (u64)d;
+    switch (fmt) {
+    case HR_K_KV_F16: return hr_h2f(hr_ld_u16(head + 2u * i));
+    case HR_K_KV_BF16: return hr_bf2f(hr_ld_u16(head + 2u * i));
+    case HR_K_KV_F32: return ((const float *)head)[i];
+    case HR_K_KV_FP8: return hr_e4m3_to_f(head[i]) * ((const float *)(head + scale_off(fmt, B, D)))[s];
+    default: { /* q8 */
+        const u8 *scales = head + scale_off(fmt, B, D);
+        const float sc = hr_h2f(hr_ld_u16(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d / G))));
+        return (float)(i8)head[i] * sc;
+    }
+    }
+}
+
+/* ---- writes ---------------------------------------------------------------------------------------- */
+
+/* One token's head x (D floats) into slot s of a head region: the CPU storage's encoders (enc_f16,
+ * enc_q8, enc_fp8, ...) step for step. Every thread of the block calls it (the amax reductions). */
+static __device__ void kv_put(u8 *head, int fmt, int B, int D, int G, int s, const float *x, float *red) {
+    const u64 row = (u64)s * (u64)D;
+    if (fmt == HR_K_KV_F32) {
+        for (int d = tid_x(); d < D; d += ntid_x()) ((float *)head)[row + d] = x[d];
+    } else if (fmt == HR_K_KV_F16 || fmt == HR_K_KV_BF16) {
+        for (int d = tid_x(); d < D; d += ntid_x()) {
+            const u16 h = fmt == HR_K_KV_F16 ? hr_f2h(x[d]) : hr_f2bf(x[d]);
+            head[2u * (row + d)] = (u8)(h & 0xffu);
+            head[2u * (row + d) + 1u] = (u8)(h >> 8);
+        }
+    } else if (fmt == HR_K_KV_FP8) {
+        float amax = 0.0f;
+        for (int d = tid_x(); d < D; d += ntid_x()) amax = __builtin_fmaxf(amax, __builtin_fabsf(x[d]));
+        amax = block_max(amax, red);
+        const float sc = amax / 448.0f, inv = sc > 0.0f ? 1.0f / sc : 0.0f;
+        for (int d = tid_x(); d < D; d += ntid_x()) head[row + d] = hr_f_to_e4m3(x[d] * inv);
+        if (tid_x() == 0) ((float *)(head + scale_off(fmt, B, D)))[s] = sc;
+    } else { /* q8: per group of G, scale = amax / 127 rounded to f16, codes against the stored scale */
+        u8 *scales = head + scale_off(fmt, B, D);
+        for (int d = tid_x(); d < D; d += ntid_x()) {
+            const int g0 = d / G * G;
+            float amax = 0.0f;
+            for (int c = 0; c < G; c++) amax = __builtin_fmaxf(amax, __builtin_fabsf(x[g0 + c]));
+            const u16 s16 = hr_f2h(amax / 127.0f);
+            const float sc = hr_h2f(s16), inv = sc > 0.0f ? 1.0f / sc : 0.0f;
+            const float r = hr_rintf(x[d] * inv);
+            head[row + d] = (u8)(i8)__builtin_fmaxf(-127.0f, __builtin_fminf(127.0f, r));
+            if (d == g0) {
+                const u64 at = 2u * ((u64)s * (u64)(D / G) + (u64)(d / G));
+                scales[at] = (u8)(s16 & 0xffu);
+                scales[at + 1u] = (u8)(s16 >> 8);
+            }
+        }
+    }
+}
+
+/* Token i's K and V rows (k, v: [n][Hkv][D] f32) into physical slot slots[i] = block * B + t of
+ * layer: one thread block per (token, K or V, KV head) (grid.x = n, grid.y = 2 * Hkv). */
+extern "C" __global__ void hr_k_kv_write(u8 *arena, const float *k, const float *v, const int *slots, int layer,
+                                         hr_k_attn_shape sh) {
+    __shared__ float red[32];
+    const int i = ctaid_x(), role = ctaid_y() / sh.n_kv_heads, h = ctaid_y() % sh.n_kv_heads;
+    const int D = sh.head_dim, B = sh.block_size, slot = slots[i];
+    const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
+    u8 *blk = arena + (u64)(slot / B) * sh.block_bytes + layer_off;
+    const float *x = (role == 0 ? k : v) + ((u64)i * (u64)sh.n_kv_heads + (u64)h) * (u64)D;
+    if (role == 0)
+        kv_put(blk + (u64)h * sh.k_head_bytes, sh.k_fmt, B, D, sh.k_group, slot % B, x, red);
+    else
+        kv_put(blk + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)h * sh.v_head_bytes, sh.v_fmt, B, D, sh.v_group,
+               slot % B, x, red);
+}
+
+/* ---- attention ------------------------------------------------------------------------------------- */
+
+#define HR_K_ATT_TILE  256 /* positions scored at a time (shared memory) */
 #define HR_K_ATT_G     8   /* query heads per thread block */
 #define HR_K_ATT_MAX_D 256 /* head_dim at most (the host refuses more) */
 
 /* o_part: [nq][H][n_splits][D] unnormalized P.V; ml_part: [nq][H][n_splits][2] (m, l). q: [nq][H][D]
- * with RoPE applied; tables: [nq][max_blocks] physical ids. */
+ * with RoPE applied; query qi reads table row qrow[qi] (qrow NULL: row qi) of tables [rows][max_blocks]
+ * (physical ids); n_ctx: [nq]. */
 extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const float *q, const u8 *arena,
-                                           const int *tables, const int *n_ctx, int layer, hr_k_attn_shape sh) {
+                                           const int *tables, const int *qrow, const int *n_ctx, int layer,
+                                           hr_k_attn_shape sh) {
     __shared__ float qs[HR_K_ATT_G * HR_K_ATT_MAX_D];
-    __shared__ float sc[HR_K_ATT_G * HR_K_ATT_CHUNK];
-    __shared__ float stat[2 * HR_K_ATT_G];
+    __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
+    __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     __shared__ float red[32];
     const int H = sh.n_heads, G = H / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
     const int D = sh.head_dim, B = sh.block_size, split = ctaid_y();
@@ -59,67 +139,83 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
     idx /= ng;
     const int kvh = idx % sh.n_kv_heads, qi = idx / sh.n_kv_heads;
     const int h0 = kvh * G + hg * HR_K_ATT_G, gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
-    const int n = n_ctx[qi], t0 = split * HR_K_ATT_CHUNK;
-    const int t1 = n < t0 + HR_K_ATT_CHUNK ? n : t0 + HR_K_ATT_CHUNK; /* <= t0: nothing to see */
-    const int *table = tables + (u64)qi * (u64)sh.max_blocks;
+    const int n = n_ctx[qi], s0 = split * sh.chunk;
+    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk; /* <= s0: nothing to see */
+    const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
     const u64 k_off = layer_off + (u64)kvh * sh.k_head_bytes;
     const u64 v_off = layer_off + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)kvh * sh.v_head_bytes;
 
     for (int i = tid_x(); i < gn * D; i += ntid_x()) qs[i] = q[((u64)qi * (u64)H + (u64)(h0 + i / D)) * (u64)D + i % D];
+    if (tid_x() < HR_K_ATT_G) stat[tid_x()] = -__builtin_inff(), stat[HR_K_ATT_G + tid_x()] = 0.0f;
+    /* the P.V accumulators of this thread's output dimension d (D <= HR_K_ATT_MAX_D <= threads: one
+     * dimension a thread, or none) */
+    const int d = tid_x();
+    float acc[HR_K_ATT_G];
+    for (int g = 0; g < HR_K_ATT_G; g++) acc[g] = 0.0f;
     __syncthreads();
-    /* 1. scores: one position per thread, its K row dequantized once for the group's heads */
-    for (int t = t0 + tid_x(); t < t1; t += ntid_x()) {
-        const int blk = table[t / B];
-        float acc[HR_K_ATT_G];
-        for (int g = 0; g < HR_K_ATT_G; g++) acc[g] = 0.0f;
-        if (blk >= 0) {
-            const u8 *kh = arena + (u64)blk * sh.block_bytes + k_off;
-            for (int d = 0; d < D; d++) {
-                const float k = kv_elem(kh, sh.k_fmt, B, D, sh.k_group, t % B, d);
-                for (int g = 0; g < gn; g++) acc[g] += qs[g * D + d] * k;
-            }
-        }
-        for (int g = 0; g < gn; g++) {
-            float s = -__builtin_inff();
-            if (blk >= 0) {
-                s = acc[g] * sh.scale;
-                if (sh.softcap > 0.0f) s = sh.softcap * hr_tanhf(s / sh.softcap);
-            }
-            sc[g * HR_K_ATT_CHUNK + (t - t0)] = s;
-        }
-    }
-    __syncthreads();
-    /* 2. per head: the chunk's max, its weights e^(s - m) in place, their sum */
-    for (int g = 0; g < gn; g++) {
-        float *sg = sc + g * HR_K_ATT_CHUNK;
-        float m = -__builtin_inff();
-        for (int t = tid_x(); t < t1 - t0; t += ntid_x()) m = sg[t] > m ? sg[t] : m;
-        m = block_max(m, red);
-        float l = 0.0f;
-        for (int t = tid_x(); t < t1 - t0; t += ntid_x()) {
-            const float w = m == -__builtin_inff() ? 0.0f : hr_expf(sg[t] - m);
-            sg[t] = w;
-            l += w;
-        }
-        l = block_sum(l, red);
-        if (tid_x() == 0) stat[g] = m, stat[HR_K_ATT_G + g] = l;
-    }
-    __syncthreads();
-    /* 3. the weighted V rows, one output dimension per thread, each V element read once for the group */
-    for (int d = tid_x(); d < D; d += ntid_x()) {
-        float acc[HR_K_ATT_G];
-        for (int g = 0; g < HR_K_ATT_G; g++) acc[g] = 0.0f;
-        for (int t = t0; t < t1; t++) {
+    for (int t0 = s0; t0 < s1; t0 += HR_K_ATT_TILE) {
+        const int t1 = s1 < t0 + HR_K_ATT_TILE ? s1 : t0 + HR_K_ATT_TILE;
+        /* 1. scores: one position per thread, its K row dequantized once for the group's heads */
+        for (int t = t0 + tid_x(); t < t1; t += ntid_x()) {
             const int blk = table[t / B];
-            if (blk < 0) continue;
-            const u8 *vh = arena + (u64)blk * sh.block_bytes + v_off;
-            const float v = kv_elem(vh, sh.v_fmt, B, D, sh.v_group, t % B, d);
-            for (int g = 0; g < gn; g++) acc[g] += sc[g * HR_K_ATT_CHUNK + (t - t0)] * v;
+            float dot[HR_K_ATT_G];
+            for (int g = 0; g < HR_K_ATT_G; g++) dot[g] = 0.0f;
+            if (blk >= 0) {
+                const u8 *kh = arena + (u64)blk * sh.block_bytes + k_off;
+                for (int c = 0; c < D; c++) {
+                    const float kd = kv_elem(kh, sh.k_fmt, B, D, sh.k_group, t % B, c);
+                    for (int g = 0; g < gn; g++) dot[g] += qs[g * D + c] * kd;
+                }
+            }
+            for (int g = 0; g < gn; g++) {
+                float s = -__builtin_inff();
+                if (blk >= 0) {
+                    s = dot[g] * sh.scale;
+                    if (sh.softcap > 0.0f) s = sh.softcap * hr_tanhf(s / sh.softcap);
+                }
+                sc[g * HR_K_ATT_TILE + (t - t0)] = s;
+            }
         }
+        __syncthreads();
+        /* 2. per head: the new running max, the tile's weights e^(s - m) in place, the running sum */
+        for (int g = 0; g < gn; g++) {
+            float *sg = sc + g * HR_K_ATT_TILE;
+            float m = -__builtin_inff();
+            for (int t = tid_x(); t < t1 - t0; t += ntid_x()) m = sg[t] > m ? sg[t] : m;
+            m = block_max(m, red);
+            const float m_old = stat[g], m_new = m > m_old ? m : m_old;
+            float l = 0.0f;
+            for (int t = tid_x(); t < t1 - t0; t += ntid_x()) {
+                const float w = m_new == -__builtin_inff() ? 0.0f : hr_expf(sg[t] - m_new);
+                sg[t] = w;
+                l += w;
+            }
+            l = block_sum(l, red);
+            if (tid_x() == 0) {
+                const float r = m_old == -__builtin_inff() ? 0.0f : hr_expf(m_old - m_new);
+                stat[2 * HR_K_ATT_G + g] = r;
+                stat[HR_K_ATT_G + g] = stat[HR_K_ATT_G + g] * r + l;
+                stat[g] = m_new;
+            }
+        }
+        __syncthreads();
+        /* 3. the weighted V rows, one output dimension per thread, each V element read once for the group */
+        if (d < D) {
+            for (int g = 0; g < gn; g++) acc[g] *= stat[2 * HR_K_ATT_G + g];
+            for (int t = t0; t < t1; t++) {
+                const int blk = table[t / B];
+                if (blk < 0) continue;
+                const u8 *vh = arena + (u64)blk * sh.block_bytes + v_off;
+                const float vd = kv_elem(vh, sh.v_fmt, B, D, sh.v_group, t % B, d);
+                for (int g = 0; g < gn; g++) acc[g] += sc[g * HR_K_ATT_TILE + (t - t0)] * vd;
+            }
+        }
+        __syncthreads(); /* the scores and the rescale are rewritten by the next tile */
+    }
+    if (d < D)
         for (int g = 0; g < gn; g++)
             o_part[(((u64)qi * (u64)H + (u64)(h0 + g)) * (u64)sh.n_splits + (u64)split) * (u64)D + d] = acc[g];
-    }
     if (tid_x() < gn) {
         float *ml = ml_part + (((u64)qi * (u64)H + (u64)(h0 + tid_x())) * (u64)sh.n_splits + (u64)split) * 2u;
         ml[0] = stat[tid_x()];
@@ -127,7 +223,7 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
     }
 }
 
-/* out[q][h][D] from the chunks' partial results (grid.x = n_queries, grid.y = H) */
+/* out[q][h][D] from the splits' partial results (grid.x = n_queries, grid.y = H) */
 extern "C" __global__ void hr_k_attn_reduce(float *out, const float *o_part, const float *ml_part, int n_heads,
                                             int head_dim, int n_splits) {
     const u64 row = (u64)ctaid_x() * (u64)n_heads + (u64)ctaid_y();

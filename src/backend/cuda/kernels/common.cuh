@@ -46,6 +46,8 @@ static __device__ inline float hr_rsqrtf(float x) { return __nvvm_rsqrt_approx_f
 /* accurate only near 0: reduce the angle first */
 static __device__ inline float hr_sin_approx(float x) { return __nvvm_sin_approx_f(x); }
 static __device__ inline float hr_cos_approx(float x) { return __nvvm_cos_approx_f(x); }
+/* round to nearest even (cvt.rni), as the CPU's rintf in its default mode */
+static __device__ inline float hr_rintf(float x) { return __builtin_rintf(x); }
 #else
 /* The CPU emulation of the kernels (tests/cuda/emu_rt.c, for the test driver library: a kernel runs
  * as host code, each GPU thread a fiber, one thread block at a time). Shared memory is a static
@@ -60,6 +62,7 @@ float exp2f(float);
 float sqrtf(float);
 float sinf(float);
 float cosf(float);
+float rintf(float);
 }
 static inline int tid_x(void) { return hr_emu_tid_x(); }
 static inline int ntid_x(void) { return hr_emu_ntid_x(); }
@@ -72,6 +75,7 @@ static inline float hr_exp2_approx(float x) { return exp2f(x); }
 static inline float hr_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float hr_sin_approx(float x) { return sinf(x); }
 static inline float hr_cos_approx(float x) { return cosf(x); }
+static inline float hr_rintf(float x) { return rintf(x); }
 #endif
 
 static __device__ inline float hr_expf(float x) { return hr_exp2_approx(x * 1.4426950408889634f); }
@@ -99,6 +103,52 @@ static __device__ inline float hr_h2f(u16 h) {
         bits = sign | ((u32)(112 - e) << 23) | ((man & 0x3ffu) << 13);
     }
     return __builtin_bit_cast(float, bits);
+}
+
+/* float -> IEEE half bits, round to nearest even (overflow to inf, NaN kept): the CPU storage's
+ * kv_f32_to_f16 step for step, so a K/V row encoded on the device has the host's bytes. */
+static __device__ inline u16 hr_f2h(float f) {
+    u32 x = __builtin_bit_cast(u32, f);
+    const u16 sign = (u16)((x >> 16) & 0x8000u);
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u) return (u16)(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (x >= 0x477ff000u) return (u16)(sign | 0x7c00u);
+    if (x < 0x38800000u) { /* an f16 subnormal: adding 0.5 rounds it (round to nearest even) */
+        const float v = __builtin_bit_cast(float, x) + 0.5f;
+        return (u16)(sign | (__builtin_bit_cast(u32, v) - 0x3f000000u));
+    }
+    x += 0xc8000fffu + ((x >> 13) & 1u); /* rebias the exponent and round */
+    return (u16)(sign | (x >> 13));
+}
+/* float -> bfloat16 bits, round to nearest even (NaN kept quiet) */
+static __device__ inline u16 hr_f2bf(float f) {
+    u32 x = __builtin_bit_cast(u32, f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (u16)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (u16)(x >> 16);
+}
+static __device__ inline float hr_bf2f(u16 h) { return __builtin_bit_cast(float, (u32)h << 16); }
+/* OCP FP8 e4m3 (no infinities, max 448): its 7 magnitude bits at f32 bit 20 read as an f32 of bias
+ * 127; times 2^120 rebiases to 7 (exact, subnormals too) */
+static __device__ inline float hr_e4m3_to_f(u8 b) {
+    const float v = __builtin_bit_cast(float, (u32)(b & 0x7fu) << 20) * 0x1p120f;
+    return (b & 0x80u) ? -v : v;
+}
+/* float -> e4m3, round to nearest even, saturating at 448: the CPU's kv_f32_to_e4m3 */
+static __device__ inline u8 hr_f_to_e4m3(float x) {
+    const u32 bits = __builtin_bit_cast(u32, x);
+    const u8 sign = (bits & 0x80000000u) ? 0x80u : 0u;
+    const float v = __builtin_bit_cast(float, bits & 0x7fffffffu);
+    if (!(v == v)) return 0;
+    if (v >= 448.0f) return (u8)(sign | 0x7eu);
+    if (v < 0x1p-6f) return (u8)(sign | (int)hr_rintf(v * 512.0f)); /* subnormal: steps of 2^-9 */
+    /* v = fr * 2^ex with fr in [0.5, 1): frexpf by the bits (v is a normal float here) */
+    const int ex = (int)((bits >> 23) & 0xffu) - 126;
+    const float fr = __builtin_bit_cast(float, (bits & 0x007fffffu) | (126u << 23));
+    int E = ex - 1, q = (int)hr_rintf((fr * 2.0f - 1.0f) * 8.0f);
+    if (q == 8) q = 0, E++;
+    int code = ((E + 7) << 3) | q;
+    return (u8)(sign | (code > 0x7e ? 0x7e : code));
 }
 
 /* a little-endian u16 at any byte address (q8_0/q4_0 blocks are 34 and 18 bytes: their scales are
