@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # check.sh: the CUDA backend's checks for a machine with an NVIDIA GPU (sm_90: H100/H200) and its
 # driver; nothing here has run on a GPU before such a session (the same tests pass on the CPU through
-# the emulating driver in every `make test`: docs/GPU.md). Four steps, each printed with its result;
+# the emulating driver in every `make test`: docs/GPU.md). Five steps, each printed with its result;
 # exit 0 only when all pass:
 #   1. build with clang-19 (the kernels compiled to PTX and embedded);
 #   2. test_gpu_cuda_kernels: every kernel against the CPU's reference (tests/gpu/test_cuda_kernels.c);
 #   3. test_gpu_cuda_forward: the forward pass through the runtime: ../shared's F32 greedy vectors with
 #      an f32 KV cache, top-1 agreement with the CPU for f16 and q8 caches (tests/gpu/test_cuda_forward.c);
-#   4. a greedy run of stories260K on the GPU from the CLI, its token ids compared with the CPU's.
+#   4. a greedy run of stories260K on the GPU from the CLI, its token ids compared with the CPU's;
+#   5. the measurements (bench/gpu/gpu_bench.c: copy, GEMV, prefill, attention per KV format, end to end;
+#      each kernel checked against the CPU at the measured shape first) and PyTorch's attention at the
+#      same shapes (bench/gpu/torch_attn.py, when python3 and torch are there), written as JSON and
+#      markdown into $OUT when set, else bench/gpu/out/ (docs/GPU.md, "Measurements").
 # Usage: bench/gpu/check.sh [BUILD_DIR]   (default build-gpu; needs cmake, a C compiler, clang-19)
+# The whole run stays under 8 minutes on an H200: step 5 gets what is left of 440 s (gpu_bench
+# --max-seconds skips what would not fit); E2E_LAYERS (default 8) of Llama-3-8B's 32 layers go into the
+# end-to-end model, whose synthesis on the host is most of step 5's time.
 # HEADROOM_CUDA_DRIVER=FILE uses that driver library instead of libcuda.so.1 in every step: with the
 # emulating one (BUILD_DIR/libhr_emu_cuda.so) the whole script runs on a machine without a GPU, which
-# checks the script itself before a GPU session spends its minutes on it.
+# checks the script itself before a GPU session spends its minutes on it (step 5 then measures
+# gpu_bench --quick's tiny shapes: seconds).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 build=${1:-build-gpu}
@@ -61,4 +69,49 @@ else
     echo "  gpu $gpu"
     fail=1
 fi
+
+step "5. measurements (gpu_bench, torch_attn.py)"
+out=${OUT:-bench/gpu/out}
+mkdir -p "$out" || exit 1
+cmake --build "$build" -j "$(nproc)" --target gpu_bench >/dev/null || { echo "FAIL: gpu_bench does not build"; exit 1; }
+driver_version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+commit=${HEADROOM_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)} # a copy without .git: set it
+bench=(--json "$out/gpu_bench.json" --md "$out/gpu_bench.md" --commit "$commit")
+[ -n "$driver_version" ] && bench+=(--driver-version "$driver_version")
+quick=()
+if [ -n "${HEADROOM_CUDA_DRIVER:-}" ]; then
+    bench+=(--driver "$HEADROOM_CUDA_DRIVER" --quick)
+    quick=(--quick)
+else
+    left=$((440 - SECONDS - 60)) # 60 s kept for torch_attn.py (90 at most)
+    [ "$left" -lt 120 ] && left=120
+    bench+=(--max-seconds "$left" --e2e-layers "${E2E_LAYERS:-8}")
+fi
+"$build/gpu_bench" "${bench[@]}" | tee "$out/gpu_bench.txt"
+rc=${PIPESTATUS[0]}
+case $rc in
+0)
+    if "$build/gpu_bench" --validate "$out/gpu_bench.json" "$out/gpu_bench.md"; then
+        echo "PASS: $out/gpu_bench.json, $out/gpu_bench.md"
+    else
+        echo "FAIL: the files gpu_bench wrote are incomplete"
+        fail=1
+    fi
+    ;;
+77) echo "SKIPPED: the GPU could not be opened (the line above says why)"; fail=1 ;;
+*) echo "FAIL (exit $rc): a kernel's output differs from the CPU's, or a run failed (the lines above say which)"; fail=1 ;;
+esac
+if command -v python3 >/dev/null; then
+    timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
+        --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"
+    trc=${PIPESTATUS[0]}
+    case $trc in
+    0) echo "torch: measured ($out/torch_attn.json)" ;;
+    3) echo "torch: not available" ;;
+    *) echo "torch: FAILED (exit $trc; the peer's numbers are missing, headroom's are not affected)" ;;
+    esac
+else
+    echo "torch: not available (no python3)"
+fi
+echo "(the script ran ${SECONDS} s)"
 exit $fail

@@ -139,6 +139,24 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
                sz(r->need.total_bytes, b2), r->fits ? "yes" : "no", r->max_concurrency, ctxs,
                (long long)r->most.n_tokens);
     }
+    if (pl->gpu_planned) {
+        const hr_cuda_arena_plan *g = &pl->gpu;
+        fmt_name(c, fname, sizeof fname);
+        printf("\nGPU arena: what serve --device cuda reserves at start (KV %s; util %.2f x %s = %s)\n", fname,
+               g->util, sz(g->total_bytes, b1), sz(g->budget_bytes, b2));
+        printf("  weights as uploaded                           %11s\n", sz(g->weight_bytes, b1));
+        printf("  forward scratch (%d batch tokens, ctx %d)  %11s\n", p->max_batch_tokens, p->n_ctx,
+               sz(g->scratch_bytes, b1));
+        if (pl->gpu_ok) {
+            printf("  KV pool: %d blocks of %s, %lld tokens      %11s\n", g->n_blocks, sz(g->block_bytes, b2),
+                   (long long)g->n_blocks * p->block_size, sz(g->kv_bytes, b1));
+            printf("  arena                                         %11s: %d sequences of context %d\n",
+                   sz(g->arena_bytes, b1), g->n_blocks / HR_MAX(1, (p->n_ctx + p->block_size - 1) / p->block_size),
+                   p->n_ctx);
+        } else {
+            printf("  does not fit: %s\n", pl->gpu_why);
+        }
+    }
     if (pl->decode_tok_s > 0)
         printf("\ndecode roofline (%s): a step reads the weights and every sequence's KV: %.2f ms, %.0f tokens/s "
                "over %d sequences\n",
@@ -211,6 +229,17 @@ static json_t *plan_json(const plan_opts *o, const hr_plan_model *m, const hr_pl
                                                pl->groups.kinds[k].n_layers, "groups", pl->groups.kinds[k].n_groups,
                                                "token_bytes", (json_int_t)pl->kind_token_bytes[k], "seq_bytes",
                                                (json_int_t)pl->kind_seq_bytes[k]));
+    if (pl->gpu_planned) {
+        const hr_cuda_arena_plan *g = &pl->gpu;
+        json_object_set_new(
+            root, "gpu_arena",
+            json_pack("{s:b,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:I,s:s}", "fits", pl->gpu_ok, "util", g->util,
+                      "total_bytes", (json_int_t)g->total_bytes, "budget_bytes", (json_int_t)g->budget_bytes,
+                      "weight_bytes", (json_int_t)g->weight_bytes, "scratch_bytes", (json_int_t)g->scratch_bytes,
+                      "kv_bytes", (json_int_t)g->kv_bytes, "arena_bytes", (json_int_t)g->arena_bytes, "block_bytes",
+                      (json_int_t)g->block_bytes, "kv_blocks", g->n_blocks, "kv_tokens",
+                      (json_int_t)((int64_t)g->n_blocks * p->block_size), "error", pl->gpu_ok ? "" : pl->gpu_why));
+    }
     json_t *kv = json_object_get(root, "kv");
     if (kv) {
         json_object_set_new(kv, "layer_groups", json_integer(pl->groups.n_groups));

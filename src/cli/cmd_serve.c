@@ -41,8 +41,17 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     hr_runtime_get_memory(rt, &m);
     char w[32], k[32], sc[32], t[32], lim[32], now[32];
     char rq[32];
-    printf("memory plan: weights %s + KV %s + scratch %s + request parsing %s + tables and overhead %s = %s%s%s "
+    hr_rt_device_mem d;
+    if (hr_runtime_device_mem(rt, &d)) {
+        char tot[32], bud[32], ar[32], dw[32], ds[32], dk[32];
+        printf("GPU: %s: arena %s of a %s budget (--gpu-util %.2f of %s): weights %s + scratch %s + KV %s\n", d.name,
+               hr_format_size(d.arena_bytes, ar, sizeof ar), hr_format_size(d.budget_bytes, bud, sizeof bud), d.util,
+               hr_format_size(d.total_bytes, tot, sizeof tot), hr_format_size(d.weight_bytes, dw, sizeof dw),
+               hr_format_size(d.scratch_bytes, ds, sizeof ds), hr_format_size(d.kv_bytes, dk, sizeof dk));
+    }
+    printf("memory plan%s: weights %s + KV %s + scratch %s + request parsing %s + tables and overhead %s = %s%s%s "
            "(measured RSS now %s)\n",
+           d.arena_bytes ? " (host)" : "",
            hr_format_size(m.weight_bytes, w, sizeof w), hr_format_size(m.kv_bytes, k, sizeof k),
            hr_format_size(m.scratch_bytes, sc, sizeof sc), hr_format_size(m.request_bytes, rq, sizeof rq),
            hr_format_size(m.meta_bytes + m.base_bytes, t, sizeof t), hr_format_size(m.planned_bytes, size, sizeof size),

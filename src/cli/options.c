@@ -231,9 +231,15 @@ const hr_opt hr_opts[] = {
      .help = "force kernels, KV attention included: scalar, avx2, avx512 (default: best available)"},
     {RS, {"--device"}, "--device D", HR_OPT_CUSTOM, .custom = opt_device, .range = "cpu, cuda, cuda:N",
      SES(rt.device), .sec = HR_SEC_ENGINE,
-     .help = "where the model runs: cpu (default), cuda or cuda:N (GPU N; needs the\n"
-             "NVIDIA driver; the GPU path is not finished: it says what is missing\n"
-             "and exits 1; docs/GPU.md)"},
+     .help = "where the model runs: cpu (default), cuda or cuda:N (GPU N, sm_90: H100,\n"
+             "H200; needs only the NVIDIA driver; llama-family models, KV f32, f16,\n"
+             "bf16, q8, fp8, the full policy; anything else is refused in one line;\n"
+             "docs/GPU.md)"},
+    {RS, {"--gpu-util"}, "--gpu-util F", HR_OPT_DOUBLE, 0.001, 1, SES(rt.gpu_util), .sec = HR_SEC_ENGINE,
+     .help = "with --device cuda: the fraction of the GPU's memory the one device arena\n"
+             "(weights, scratch, KV blocks) takes, reserved at start; the KV pool is\n"
+             "what it leaves unless --kv-budget says (default 0.9; `headroom plan\n"
+             "--device h200` shows the same arena)"},
 
     /* ---- run: the prompts ---- */
     {HR_CMD_RUN, {"-p", "--prompt"}, "-p, --prompt TEXT", HR_OPT_STR, .range = "any text", .sec = HR_SEC_MODEL,

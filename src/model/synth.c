@@ -44,6 +44,20 @@ static const hr_synth_shape k_shapes[] = {
      .tied_output = true,
      .llama3_rope = true,
      .vocab = HR_SYNTH_VOCAB_BPE},
+    /* Llama-3-8B: GQA 32/8, head_dim 128, an untied 128,256-row output, rope_freqs as llama-3.2-1b's (speed does
+       not depend on them); the GPU measurements' end-to-end model (bench/gpu/gpu_bench.c) */
+    {.name = "llama-3-8b",
+     .arch = "llama",
+     .n_vocab = 128256,
+     .n_embd = 4096,
+     .n_ff = 14336,
+     .n_head = 32,
+     .n_head_kv = 8,
+     .n_layer = 32,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .llama3_rope = true,
+     .vocab = HR_SYNTH_VOCAB_BPE},
     {.name = "qwen2.5-0.5b",
      .arch = "qwen2",
      .n_vocab = 151936,
@@ -85,7 +99,8 @@ static const hr_synth_shape k_shapes[] = {
 };
 
 const char *hr_synth_shape_names(void) {
-    return "tiny, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, mistral-tiny, qwen2-tiny, " HR_SYNTH_ARCH_SHAPE_NAMES;
+    return "tiny, tinyllama-1.1b, llama-3.2-1b, llama-3-8b, qwen2.5-0.5b, mistral-tiny, "
+           "qwen2-tiny, " HR_SYNTH_ARCH_SHAPE_NAMES;
 }
 
 hr_status hr_synth_shape_by_name(const char *name, hr_synth_shape *out, hr_error *err) {

@@ -51,8 +51,8 @@ typedef struct hr_synth_shape {
                            value_length a head's (head_dim = qk_nope + rope, n_head_kv = n_head), no *_mla keys */
 } hr_synth_shape;
 
-/* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-tiny",
- * "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
+/* Looks up a named shape: "tiny", "tinyllama-1.1b", "llama-3.2-1b", "llama-3-8b", "qwen2.5-0.5b",
+ * "mistral-tiny", "qwen2-tiny", and the families of synth_arch.c: "qwen3-tiny", "qwen3-0.6b", "gemma2-tiny",
  * "gemma2-2b", "gemma3-tiny", "gemma3-tiny-scaled", "gemma3-1b", "gemma3-4b", "phi3-tiny",
  * "phi3.5-mini", "qwen3moe-tiny", "qwen3moe-small",
  * "qwen3moe-30b-a3b", "mixtral-tiny", "gpt-oss-tiny", "gpt-oss-small", "gpt-oss-20b", "deepseek2-tiny",

@@ -11,6 +11,7 @@
 
 #include "common/util.h"
 #include "gguf/gguf.h"
+#include "backend/cuda/cuda.h"
 #include "plan/plan.h"
 #include "tensor/tensor.h"
 
@@ -56,6 +57,11 @@ static int row_cmp(const void *a, const void *b) {
 static void finish(hr_plan_model *m) {
     qsort(m->rows, (size_t)m->n_rows, sizeof m->rows[0], row_cmp);
     m->resident_bytes = hr_mem_weight_bytes(&m->hp, m->file_bytes);
+    if (!m->gpu_weight_bytes) { /* no tensors read (a config.json): every tensor, each piece rounded up */
+        uint64_t n = 1;
+        for (int i = 0; i < m->n_rows; i++) n += (uint64_t)m->rows[i].n_tensors;
+        m->gpu_weight_bytes = m->tensor_bytes + n * 256u;
+    }
 }
 
 /* ---- config.json --------------------------------------------------------------------------------- */
@@ -186,6 +192,7 @@ static hr_status from_gguf(const char *path, hr_plan_model *out, hr_error *err) 
     }
     snprintf(m.weight_type, sizeof m.weight_type, "%s", hr_model_type_name(model));
     m.file_bytes = hr_gguf_file_size(g);
+    m.gpu_weight_bytes = hr_cuda_model_weight_bytes(model); /* what the GPU backend would upload */
     hr_model_destroy(model);
     finish(&m);
     *out = m;

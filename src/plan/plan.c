@@ -3,6 +3,7 @@
  * device's usable bytes as the limit (what the device holds). Nothing here re-derives a byte count the
  * runtime computes. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -131,6 +132,21 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                            .max_step_tokens = p->max_batch_tokens,
                            .layer_window = windows};
         hr_status st = hr_kv_config_groups(&kc, &out->groups, err);
+        if (st == HR_OK && d->gpu) {
+            hr_cuda_arena_query aq = {.hp = hp,
+                                      .weight_bytes = m->gpu_weight_bytes,
+                                      .max_batch_tokens = p->max_batch_tokens,
+                                      .max_ctx = p->n_ctx,
+                                      .block_size = p->block_size,
+                                      .block_bytes = hr_kv_block_bytes(&kc),
+                                      .total_bytes = d->mem_bytes,
+                                      .free_bytes = d->mem_bytes - HR_MIN(d->mem_bytes, d->reserved_bytes),
+                                      .util = util};
+            hr_error ge = {0};
+            out->gpu_planned = true;
+            out->gpu_ok = hr_cuda_arena_plan_compute(&aq, &out->gpu, &ge) == HR_OK;
+            if (!out->gpu_ok) snprintf(out->gpu_why, sizeof out->gpu_why, "%s", ge.msg);
+        }
         for (int k = 0; st == HR_OK && k < out->groups.n_kinds; k++) {
             out->kind_token_bytes[k] =
                 out->groups.block_bytes * (uint64_t)out->groups.kinds[k].n_groups / (uint64_t)p->block_size;

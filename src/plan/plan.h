@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "backend/cuda/cuda.h"
 #include "runtime/budget.h"
 #include "runtime/runtime.h"
 
@@ -35,6 +36,8 @@ typedef struct hr_plan_model {
     uint64_t tensor_bytes;   /* sum of rows */
     uint64_t file_bytes;     /* GGUF: the file; config: tensors + the metadata a GGUF of it would carry */
     uint64_t resident_bytes; /* what the loader holds: hr_mem_weight_bytes(hp, file_bytes) */
+    uint64_t gpu_weight_bytes; /* on a GPU: what the backend uploads (GGUF: hr_cuda_model_weight_bytes
+                                  exactly; config: every tensor, rounded to the arena's pieces) */
 } hr_plan_model;
 
 /* A Hugging Face config.json, read by the loader's own conversion (hr_model_config_hparams, model/hf.c:
@@ -115,6 +118,12 @@ typedef struct hr_plan {
     int chosen; /* index of the chosen format's row */
     /* decode roofline at the chosen row: one step reads the weights once and every sequence's KV */
     double step_s, decode_tok_s;
+    /* a GPU device: the one arena `serve --device cuda` reserves there (hr_cuda_arena_plan_compute,
+     * the function the runtime sizes it with: total = the profile's memory, util = its util), at the
+     * chosen format, the context and max_batch_tokens; gpu_ok false with gpu_why when it does not fit */
+    bool gpu_planned, gpu_ok;
+    hr_cuda_arena_plan gpu;
+    char gpu_why[512];
 } hr_plan;
 
 /* Fills the plan for every KV format. HR_ERR_INVALID_ARG when the chosen format cannot hold this shape;

@@ -36,6 +36,7 @@ struct hr_runtime {
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
     hr_cuda_device *cuda; /* --device cuda[:N]: the GPU, shared by the KV storage and the backend */
+    hr_cuda_arena_plan gpu; /* its arena as planned at open (open_gpu_arena) */
     hr_engine *engine;
     hr_grammar_cache *grammars; /* compiled constraints by content (any thread: locked inside) */
     FILE *step_log;             /* p.step_log opened: a JSON line per computed step */
@@ -352,6 +353,59 @@ static hr_status set_layer_kinds(hr_runtime *rt, hr_error *err) {
     return HR_OK;
 }
 
+/* --device cuda: the one device arena, planned from the driver's report (hr_cuda_arena_plan_compute:
+ * weights, scratch, then as many KV blocks as gpu_util leaves, or kv_budget's) and reserved before
+ * anything is uploaded; *n_blocks is the pool's size. */
+static hr_status open_gpu_arena(hr_runtime *rt, const hr_kv_config *kc, int *n_blocks, hr_error *err) {
+    const hr_hparams *hp = rt_hparams(rt);
+    uint64_t fr = 0, tot = 0;
+    hr_status st = hr_cuda_device_mem(rt->cuda, &fr, &tot, err);
+    if (st) return st;
+    hr_cuda_arena_query q = {.hp = hp,
+                             .weight_bytes = hr_cuda_model_weight_bytes(rt->model),
+                             .max_batch_tokens = rt->p.max_batch_tokens,
+                             .max_ctx = rt->p.forward_max_ctx > 0 ? rt->p.forward_max_ctx : rt->n_ctx,
+                             .block_size = kc->block_size,
+                             .block_bytes = hr_kv_block_bytes(kc),
+                             .total_bytes = tot,
+                             .free_bytes = fr,
+                             .util = rt->p.gpu_util,
+                             .kv_budget = rt->p.kv_budget,
+                             .n_blocks = rt->p.kv_blocks};
+    if ((st = hr_cuda_arena_plan_compute(&q, &rt->gpu, err))) {
+        hr_error_prefix(err, "%s", hr_cuda_device_name(rt->cuda));
+        return st;
+    }
+    int64_t need = hr_kv_seq_blocks_at(kc, rt->n_ctx);
+    if (rt->p.kv_blocks <= 0 && rt->gpu.n_blocks < need)
+        return hr_error_set(err, HR_ERR_BUDGET,
+                            "%s: the GPU budget (--gpu-util %.2f: %.2f GiB) leaves %d KV blocks (%lld tokens) after "
+                            "the weights and scratch; one --ctx %d sequence needs %lld: lower --ctx or raise "
+                            "--gpu-util",
+                            hr_cuda_device_name(rt->cuda), rt->gpu.util, (double)rt->gpu.budget_bytes / (1u << 30),
+                            rt->gpu.n_blocks, (long long)rt->gpu.n_blocks * kc->block_size, rt->n_ctx,
+                            (long long)need);
+    *n_blocks = rt->gpu.n_blocks;
+    return hr_cuda_arena_reserve(rt->cuda, rt->gpu.arena_bytes, err);
+}
+
+bool hr_runtime_device_mem(const hr_runtime *rt, hr_rt_device_mem *out) {
+    memset(out, 0, sizeof *out);
+    if (!rt->cuda) return false;
+    snprintf(out->name, sizeof out->name, "%s", hr_cuda_device_name(rt->cuda));
+    const hr_cuda_arena_plan *g = &rt->gpu;
+    out->total_bytes = g->total_bytes;
+    out->free_bytes = g->free_bytes;
+    out->util = g->util;
+    out->budget_bytes = g->budget_bytes;
+    out->arena_bytes = g->arena_bytes;
+    out->weight_bytes = g->weight_bytes;
+    out->scratch_bytes = g->scratch_bytes;
+    out->kv_bytes = g->kv_bytes;
+    hr_cuda_arena_info(rt->cuda, NULL, &out->arena_used_bytes, &out->arena_peak_bytes);
+    return true;
+}
+
 static hr_status open_kv(hr_runtime *rt, hr_error *err) {
     const hr_hparams *hp = rt_hparams(rt);
     hr_kv_budget_query q = {
@@ -402,14 +456,19 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
         q.kv.layer_window = windows;
     }
     hr_status st;
-    if (rt->p.kv_blocks > 0) { /* an exact block count: the shape must be usable, the size is given */
+    int kv_blocks = rt->p.kv_blocks;
+    if (rt->cuda && rt->model && (st = open_gpu_arena(rt, &q.kv, &kv_blocks, err))) {
+        free(windows);
+        return st;
+    }
+    if (kv_blocks > 0) { /* an exact block count: the shape must be usable, the size is given */
         q.kv.budget_bytes = 0;
         st = hr_kv_budget_compute(&q, &rt->budget, err);
         if (st == HR_ERR_INVALID_ARG) {
             free(windows);
             return st;
         }
-        q.kv.budget_bytes = rt->budget.fixed_bytes + rt->budget.block_bytes * (uint64_t)rt->p.kv_blocks;
+        q.kv.budget_bytes = rt->budget.fixed_bytes + rt->budget.block_bytes * (uint64_t)kv_blocks;
         hr_kv_budget_compute(&q, &rt->budget, NULL); /* may hold less than a context: see runtime.h */
     } else if ((st = hr_kv_budget_compute(&q, &rt->budget, err))) {
         free(windows);
@@ -957,6 +1016,10 @@ void hr_runtime_get_memory(const hr_runtime *rt, hr_runtime_memory *out) {
                                .meta_bytes = b->meta_bytes,
                                .base_bytes = b->base_bytes,
                                .request_bytes = b->request_bytes};
+    if (rt->cuda) { /* the blocks live in the GPU's arena (hr_runtime_device_mem), not in this process */
+        out->planned_bytes -= out->kv_bytes;
+        out->kv_bytes = 0;
+    }
     hr_mem_rss(&out->rss_bytes, &out->peak_rss_bytes);
 }
 

@@ -74,6 +74,9 @@ typedef struct hr_runtime_params {
                                   docs/GPU.md: opened before the model is read) */
     const char *cuda_driver;   /* the driver library for "cuda" (NULL: $HEADROOM_CUDA_DRIVER, else
                                   libcuda.so.1; the tests name the emulating one) */
+    double gpu_util;           /* "cuda": the fraction of the GPU's memory the one device arena (weights,
+                                  scratch, KV blocks) may take (0: 0.9, vLLM's default); the KV pool is
+                                  what it leaves unless kv_budget says */
     const char *kv_policy;     /* every request's default eviction/window policy (NULL: full) */
     const char *chat_template; /* NULL: the model's own (or a guess from its metadata, with a warning) */
     bool prefault;             /* make the pool resident at open (RSS = budget from the start) */
@@ -150,6 +153,9 @@ bool hr_runtime_chat_native(const hr_runtime *rt);
 const char *hr_runtime_chat_fallback_note(const hr_runtime *rt);
 /* The KV budget the pool was sized by. */
 const hr_kv_budget *hr_runtime_budget(const hr_runtime *rt);
+/* --device cuda: the GPU's memory as planned at open and as the arena holds it now; false (and *out
+ * zeroed) on the CPU. Any thread (the arena's figures are read without a lock: a moment's). */
+bool hr_runtime_device_mem(const hr_runtime *rt, hr_rt_device_mem *out);
 /* A Hugging Face checkpoint's generation_config.json sampling defaults (temperature, top_p, top_k, min_p,
  * repetition_penalty), as vLLM applies them: each field of *sp that still equals builtin's (the front
  * end's own default: no flag set it) takes the model's value where the checkpoint gives one. A request's

@@ -177,6 +177,20 @@ static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint6
     sample_u(b, "headroom_memory_planned_bytes", "{part=\"overhead\"}", m.base_bytes);
     sample_u(b, "headroom_memory_planned_bytes", "{part=\"requests\"}", m.request_bytes);
     sample_u(b, "headroom_memory_planned_bytes", "{part=\"total\"}", m.planned_bytes);
+    hr_rt_device_mem d;
+    if (hr_runtime_device_mem(rt, &d)) { /* --device cuda: the GPU's memory, the arena by part */
+        family(b, "headroom_device_memory_bytes", "gauge",
+               "GPU memory: the driver's total, free at start, the budget (gpu_util x total), the arena and its "
+               "parts, and the arena in use now.");
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"total\"}", d.total_bytes);
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"free_at_start\"}", d.free_bytes);
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"budget\"}", d.budget_bytes);
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"arena\"}", d.arena_bytes);
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"weights\"}", d.weight_bytes);
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"scratch\"}", d.scratch_bytes);
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"kv\"}", d.kv_bytes);
+        sample_u(b, "headroom_device_memory_bytes", "{part=\"arena_used\"}", d.arena_used_bytes);
+    }
     family(b, "headroom_memory_rss_bytes", "gauge", "Resident bytes of this process now (VmRSS).");
     sample_u(b, "headroom_memory_rss_bytes", NULL, m.rss_bytes);
     family(b, "headroom_memory_peak_rss_bytes", "gauge", "Peak resident bytes of this process (VmHWM).");

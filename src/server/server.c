@@ -545,6 +545,19 @@ static json_t *memory_json(hr_runtime *rt) {
                      "rss_bytes", (json_int_t)m.rss_bytes, "peak_rss_bytes", (json_int_t)m.peak_rss_bytes);
 }
 
+/* --device cuda: the GPU's memory: the driver's report at start, the budget, the one arena by part and
+ * in use now (null on the CPU) */
+static json_t *device_json(hr_runtime *rt) {
+    hr_rt_device_mem d;
+    if (!hr_runtime_device_mem(rt, &d)) return json_null();
+    return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:{s:I, s:I, s:I}, s:I, s:I}", "name", d.name, "total_bytes",
+                     (json_int_t)d.total_bytes, "free_at_start_bytes", (json_int_t)d.free_bytes, "gpu_util", d.util,
+                     "budget_bytes", (json_int_t)d.budget_bytes, "arena_bytes", (json_int_t)d.arena_bytes, "arena",
+                     "weights_bytes", (json_int_t)d.weight_bytes, "scratch_bytes", (json_int_t)d.scratch_bytes,
+                     "kv_bytes", (json_int_t)d.kv_bytes, "arena_used_bytes", (json_int_t)d.arena_used_bytes,
+                     "arena_peak_bytes", (json_int_t)d.arena_peak_bytes);
+}
+
 static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runtime *rt) {
     json_t *reqs = json_array();
     double now = hr_time_now();
@@ -565,6 +578,7 @@ static enum MHD_Result handle_kv(hr_server *s, struct MHD_Connection *c, hr_runt
     json_object_set_new(o, "model", json_string(hr_runtime_model_name(rt)));
     json_object_set_new(o, "pool", pool_json(rt));
     json_object_set_new(o, "memory", memory_json(rt));
+    json_object_set_new(o, "device", device_json(rt));
     json_object_set_new(o, "requests", reqs);
     hr_srv_activity_add_json(s->activity, rt, &s->p, o);
     return send_json(c, MHD_HTTP_OK, o);

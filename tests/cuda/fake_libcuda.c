@@ -143,17 +143,25 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 /* device memory from mmap, not malloc: the fault-injection build links every target with
  * --wrap=malloc,..., and this library is dlopen'ed where those wrappers are not exported. The
  * mapping's size is kept in its first 64 bytes. */
-/* The device's memory: HR_FAKE_CUDA_MEM bytes (default 80 GiB), less what is allocated, is what
- * cuMemGetInfo reports free and what cuMemAlloc can still give. */
+/* The device's memory: HR_FAKE_CUDA_MEM bytes (default 80 GiB, an H100's; the emulating driver's 1
+ * GiB, so that a runtime's arena and KV pool on it stay small on the machines the tests run on), less
+ * what is allocated, is what cuMemGetInfo reports free and what cuMemAlloc can still give. Mappings
+ * are made without reserving swap: only the pages touched take memory, as on a GPU nothing is
+ * host memory at all. */
 static size_t allocated;
 static size_t mem_total(void) {
     const char *m = getenv("HR_FAKE_CUDA_MEM");
-    return m && *m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
+#ifdef HR_FAKE_CUDA_EMU
+    const size_t def = (size_t)1 << 30;
+#else
+    const size_t def = (size_t)80 << 30;
+#endif
+    return m && *m ? (size_t)strtoull(m, NULL, 10) : def;
 }
 int cuMemAlloc_v2(ptr_t *p, size_t bytes) {
     if (bytes > mem_total() - allocated) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     size_t n = bytes + 64;
-    unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return 2;
     memcpy(m, &n, sizeof n);
     allocated += bytes;

@@ -17,12 +17,16 @@
  * With a GPU, bench/gpu/check.sh runs the same with the real driver (no argv[1]). */
 #include <jansson.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
 #include "harness.h"
+#include "plan/plan.h"
 #include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
+#include "tokenizer/tokenizer.h"
 
 #define NGEN 48
 #define MAXP 8
@@ -40,6 +44,7 @@ static hr_runtime_params rt_params(const char *model, const char *device, hr_rt_
     p.max_batch_tokens = 64;
     p.max_running = 4;
     p.n_threads = 1;
+    p.kv_budget = 8u << 20; /* the arena's KV part, whatever the GPU's memory (test_arena: without it) */
     return p;
 }
 
@@ -331,6 +336,173 @@ static void test_refusals(void) {
                   "CUDA: blk.0.attn_q is mxfp4; the GPU's matrix kernels take");
 }
 
+/* Teacher-forced top-1 agreement with the CPU on ../shared's corpus (stories260K's own samples, the
+ * F32 model, so that neither side quantizes activations): chunks of 256 tokens (BOS then the text),
+ * each scored in one forward pass on both backends with the same KV format; every position's argmax
+ * compared. The issue's bar is >= 99% for f16, bf16 and q8; fp8 is reported too. On a GPU every
+ * chunk of the corpus; through the emulator (slow: a fiber per GPU thread) the first max_chunks. */
+static void test_corpus_agreement(int max_chunks) {
+    const char *model = hr_test_shared_path("models/stories260K.gguf");
+    const char *text = hr_test_shared_path("corpus/stories260K-samples.txt");
+    if (!model || !text) {
+        printf("corpus agreement: skipped (../shared is absent)\n");
+        return;
+    }
+    static const struct {
+        hr_rt_kv_format f;
+        const char *name;
+        double bar;
+    } fmts[] = {{HR_RT_KV_F16, "f16", 0.99}, {HR_RT_KV_BF16, "bf16", 0.99}, {HR_RT_KV_Q8, "q8", 0.99},
+                {HR_RT_KV_FP8, "fp8", 0.95}};
+    enum { CHUNK = 256 };
+    FILE *f = fopen(text, "rb");
+    char *buf = malloc(1 << 20);
+    size_t len = f && buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    if (f) fclose(f);
+    for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0] && buf && len; fi++) {
+        hr_error err = {0};
+        hr_runtime_params p = rt_params(model, "cpu", fmts[fi].f);
+        p.max_batch_tokens = CHUNK;
+        p.n_ctx = CHUNK;
+        hr_runtime *cpu = NULL, *gpu = NULL;
+        CHECKF(hr_runtime_open(&p, &cpu, NULL, &err) == HR_OK, "%s", err.msg);
+        p.device = "cuda";
+        CHECKF(hr_runtime_open(&p, &gpu, NULL, &err) == HR_OK, "%s", err.msg);
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        hr_tokenize_opts to = {.add_bos = false};
+        if (cpu && gpu)
+            CHECKF(hr_tokenizer_encode_alloc(hr_runtime_tokenizer(cpu), buf, len, &to, &ids, &n_ids, &err) == HR_OK,
+                   "%s", err.msg);
+        hr_runtime_info info;
+        if (cpu) hr_runtime_describe(cpu, &info);
+        const int V = cpu ? info.n_vocab : 0;
+        float *lc = malloc(sizeof(float) * CHUNK * (size_t)(V > 0 ? V : 1));
+        float *lg = malloc(sizeof(float) * CHUNK * (size_t)(V > 0 ? V : 1));
+        long agree = 0, total = 0;
+        double worst = 0;
+        int chunks = 0;
+        for (size_t at = 0; ids && lc && lg && at + CHUNK - 1 <= n_ids && (max_chunks <= 0 || chunks < max_chunks);
+             at += CHUNK - 1, chunks++) {
+            int32_t chunk[CHUNK];
+            chunk[0] = 1; /* BOS */
+            memcpy(chunk + 1, ids + at, sizeof(int32_t) * (CHUNK - 1));
+            hr_rt_score sc;
+            if (hr_runtime_score(cpu, NULL, chunk, CHUNK, lc, &sc, &err) != HR_OK ||
+                hr_runtime_score(gpu, NULL, chunk, CHUNK, lg, &sc, &err) != HR_OK) {
+                CHECKF(false, "corpus %s chunk %d: %s", fmts[fi].name, chunks, err.msg);
+                break;
+            }
+            for (int t = 0; t < CHUNK; t++) {
+                const float *a = lc + (size_t)t * V, *b = lg + (size_t)t * V;
+                int ia = 0, ib = 0;
+                for (int v = 1; v < V; v++) {
+                    ia = a[v] > a[ia] ? v : ia;
+                    ib = b[v] > b[ib] ? v : ib;
+                }
+                agree += ia == ib;
+                total++;
+                for (int v = 0; v < V; v++) worst = fmax(worst, fabs((double)a[v] - b[v]));
+            }
+        }
+        CHECKF(total > 0 && (double)agree >= fmts[fi].bar * (double)total,
+               "corpus, %s KV: the GPU's top-1 agrees with the CPU's at %ld of %ld positions", fmts[fi].name, agree,
+               total);
+        printf("corpus, %s KV: teacher-forced top-1 agreement %ld of %ld positions (%.2f%%; %d chunks of %d), "
+               "largest logit difference %.4f\n",
+               fmts[fi].name, agree, total, total ? 100.0 * (double)agree / (double)total : 0.0, chunks, CHUNK, worst);
+        free(ids);
+        free(lc);
+        free(lg);
+        hr_runtime_close(cpu);
+        hr_runtime_close(gpu);
+    }
+    free(buf);
+}
+
+/* The one device arena: what the runtime reserves is what hr_cuda_arena_plan_compute says and what
+ * the planner says for the same device, every piece of it taken at open (weights, scratch, KV blocks)
+ * and nothing more; the KV pool fills what gpu_util leaves; --kv-budget, a budget that leaves no room
+ * and a GPU whose memory another holder took each get their pool or one line. */
+static void test_arena(void) {
+    const char *model = HR_SOURCE_DIR "/models/stories260K-q8_0.gguf";
+    hr_error err = {0};
+    hr_cuda_device *dev = NULL;
+    uint64_t fr = 0, tot = 0;
+    CHECKF(hr_cuda_device_open(driver, 0, &dev, &err) == HR_OK && hr_cuda_device_mem(dev, &fr, &tot, &err) == HR_OK,
+           "%s", err.msg);
+    if (!dev) return;
+    /* about 1 GiB of whatever the GPU has (the emulated one has 1 GiB) */
+    const double util = tot > (1ull << 30) ? (double)(1ull << 30) / (double)tot : 0.9;
+    hr_runtime_params p = rt_params(model, "cuda", HR_RT_KV_F16);
+    p.kv_budget = 0;
+    p.gpu_util = util;
+    hr_runtime *rt = NULL;
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+    hr_rt_device_mem dm;
+    if (rt && hr_runtime_device_mem(rt, &dm)) {
+        const hr_kv_budget *kb = hr_runtime_budget(rt);
+        CHECK(dm.total_bytes == tot && dm.util == util && dm.budget_bytes == (uint64_t)((double)tot * util));
+        CHECK(dm.weight_bytes == hr_cuda_model_weight_bytes(hr_runtime_model(rt)));
+        CHECK(dm.arena_bytes == dm.weight_bytes + dm.scratch_bytes + dm.kv_bytes && dm.arena_bytes <= dm.budget_bytes);
+        CHECKF(dm.arena_used_bytes == dm.arena_bytes && dm.arena_peak_bytes == dm.arena_bytes,
+               "the arena holds %llu bytes in use of %llu planned", (unsigned long long)dm.arena_used_bytes,
+               (unsigned long long)dm.arena_bytes);
+        /* the pool takes the rest of the budget: less than a block (and the last piece's rounding) left */
+        CHECKF(dm.budget_bytes - dm.arena_bytes < kb->block_bytes + 512, "%llu bytes of the budget unused",
+               (unsigned long long)(dm.budget_bytes - dm.arena_bytes));
+        CHECK(hr_kv_pool_n_blocks(hr_runtime_kv(rt)) == kb->n_blocks && kb->n_blocks > 1000);
+        /* the planner, for a GPU of this memory at this util: the same arena and pool */
+        hr_plan_model pm;
+        CHECKF(hr_plan_model_open(model, NULL, &pm, &err) == HR_OK, "%s", err.msg);
+        hr_plan_device pd = {.gpu = true, .mem_bytes = tot, .util = util, .bw_gbps = 1000};
+        hr_plan_params pp = {.n_ctx = p.n_ctx,
+                             .concurrency = 1,
+                             .k_format = HR_RT_KV_F16,
+                             .v_format = HR_RT_KV_F16,
+                             .max_batch_tokens = p.max_batch_tokens,
+                             .max_running = p.max_running};
+        hr_plan *pl = calloc(1, sizeof *pl);
+        CHECKF(pl && hr_plan_compute(&pm, &pd, &pp, pl, &err) == HR_OK && pl->gpu_planned && pl->gpu_ok, "%s",
+               pl ? pl->gpu_why : "");
+        if (pl)
+            CHECKF(pl->gpu.n_blocks == kb->n_blocks && pl->gpu.arena_bytes == dm.arena_bytes,
+                   "planned %d blocks in %llu bytes; the runtime has %d in %llu", pl->gpu.n_blocks,
+                   (unsigned long long)pl->gpu.arena_bytes, kb->n_blocks, (unsigned long long)dm.arena_bytes);
+        printf("arena: %.1f MiB of a %.1f MiB budget (weights %.1f KiB, scratch %.1f KiB, %d KV blocks); the "
+               "planner's: %d blocks\n",
+               dm.arena_bytes / 1048576.0, dm.budget_bytes / 1048576.0, dm.weight_bytes / 1024.0,
+               dm.scratch_bytes / 1024.0, kb->n_blocks, pl ? pl->gpu.n_blocks : -1);
+        free(pl);
+    }
+    hr_runtime_close(rt);
+    /* --kv-budget: that many bytes of blocks */
+    p.kv_budget = 1u << 20;
+    rt = NULL;
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+    if (rt) {
+        const hr_kv_budget *kb = hr_runtime_budget(rt);
+        CHECK(kb->n_blocks == (int)((1u << 20) / kb->block_bytes));
+        CHECK(hr_runtime_device_mem(rt, &dm) && dm.arena_used_bytes == dm.arena_bytes);
+    }
+    hr_runtime_close(rt);
+    /* a budget with no room for one context */
+    p.kv_budget = 0;
+    p.gpu_util = (double)(600u << 10) / (double)tot;
+    rt = NULL;
+    CHECK(hr_runtime_open(&p, &rt, NULL, &err) == HR_ERR_BUDGET && !rt);
+    CHECKF(strstr(err.msg, "--gpu-util") && !strchr(err.msg, '\n'), "%s", err.msg);
+    /* most of the GPU taken by another holder: the arena does not fit what is free */
+    uint64_t hold = 0;
+    CHECKF(hr_cuda_alloc(dev, (size_t)(fr - (fr >> 3)), &hold, &err) == HR_OK, "%s", err.msg);
+    p.gpu_util = util;
+    rt = NULL;
+    CHECK(hr_runtime_open(&p, &rt, NULL, &err) == HR_ERR_BUDGET && !rt);
+    CHECKF(strstr(err.msg, "free of") && strstr(err.msg, "lower --gpu-util"), "%s", err.msg);
+    hr_cuda_free(dev, hold);
+    hr_cuda_device_close(dev);
+}
+
 int main(int argc, char **argv) {
     driver = argc > 1 ? argv[1] : NULL;
     hr_error e = {0};
@@ -342,6 +514,7 @@ int main(int argc, char **argv) {
         HR_SKIP("%s", e.msg);
     }
     test_refusals();
+    test_arena();
     test_f32_vectors();
     test_engine_paths();
     agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_F16, "stories260K q8_0, f16 KV");
@@ -349,5 +522,7 @@ int main(int argc, char **argv) {
     agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_BF16, "stories260K q8_0, bf16 KV");
     agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_FP8, "stories260K q8_0, fp8 KV");
     test_mixes();
+    /* the whole corpus on a GPU; through the emulator (argv[1]) its first 2 chunks */
+    test_corpus_agreement(driver ? 2 : 0);
     return hr_test_finish();
 }

@@ -159,36 +159,42 @@ static void test_embed_gemv(void) {
                  {HR_DTYPE_BF16, "hr_k_gemv_bf16", -1}, {HR_DTYPE_Q4_K, "hr_k_gemv_q4_K", -1},
                  {HR_DTYPE_Q5_K, "hr_k_gemv_q5_K", -1}, {HR_DTYPE_Q6_K, "hr_k_gemv_q6_K", -1},
                  {HR_DTYPE_Q5_0, "hr_k_gemv_q5_0", -1}, {HR_DTYPE_Q5_1, "hr_k_gemv_q5_1", -1}};
-    static const int shapes[][2] = {{1, 32}, {7, 64}, {33, 288}, {3, 256}, {9, 768}, {512, 4096}, {100, 11008}};
+    /* rows, cols, tokens: 11 tokens cross the kernel's tile of 8; 172 columns (stories260K's FFN) end
+     * in a short run for the float types */
+    static const int shapes[][3] = {{1, 32, 1},   {7, 64, 11},    {33, 288, 3},    {3, 256, 11},
+                                    {5, 172, 11}, {9, 768, 9},    {512, 4096, 1}, {100, 11008, 2}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            int rows = shapes[si][0], cols = shapes[si][1];
+            int rows = shapes[si][0], cols = shapes[si][1], T = shapes[si][2];
             if (cols % hr_dtype_get_info(types[ti].t)->block_elems) continue; /* K-quants: rows of 256s */
             size_t rb = hr_dtype_row_bytes(types[ti].t, cols);
             unsigned char *W = malloc(rb * rows);
-            float *wf = malloc(sizeof(float) * cols * rows), *x = malloc(sizeof(float) * cols);
-            float *ref = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols),
-                  *got = malloc(sizeof(float) * (rows > 4 ? rows : 4) * cols);
+            float *wf = malloc(sizeof(float) * cols * rows), *x = malloc(sizeof(float) * cols * T);
+            size_t out_n = (size_t)(rows > 4 ? rows : 4) * (size_t)(cols > T ? cols : T);
+            float *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
             fill(wf, (size_t)cols * rows, 1.0f);
-            fill(x, (size_t)cols, 1.0f);
+            fill(x, (size_t)cols * T, 1.0f);
             for (int r = 0; r < rows; r++) {
                 hr_quantize_row_ref(types[ti].t, wf + (size_t)r * cols, W + rb * r, cols);
                 hr_dequantize_row_ref(types[ti].t, W + rb * r, wf + (size_t)r * cols, cols); /* what the GPU sees */
             }
-            uint64_t dW = up(W, rb * rows), dx = up(x, sizeof(float) * cols), dy = up(ref, sizeof(float) * rows * 4);
+            uint64_t dW = up(W, rb * rows), dx = up(x, sizeof(float) * cols * T), dy = up(ref, sizeof(float) * out_n);
             if (types[ti].gemv) {
-                for (int r = 0; r < rows; r++) {
-                    double s = 0;
-                    for (int c = 0; c < cols; c++) s += (double)wf[(size_t)r * cols + c] * x[c];
-                    ref[r] = (float)s;
-                }
-                void *a[] = {&dy, &dW, &dx, &rows, &cols};
-                if (launch(types[ti].gemv, (unsigned)(rows + 7) / 8, 1, a)) {
-                    down(got, dy, sizeof(float) * rows);
+                for (int t = 0; t < T; t++)
+                    for (int r = 0; r < rows; r++) {
+                        double s = 0;
+                        for (int c = 0; c < cols; c++)
+                            s += (double)wf[(size_t)r * cols + c] * x[(size_t)t * cols + c];
+                        ref[(size_t)t * rows + r] = (float)s;
+                    }
+                void *a[] = {&dy, &dW, &dx, &rows, &cols, &T};
+                if (launch(types[ti].gemv, (unsigned)(rows + 7) / 8, (unsigned)(T + 7) / 8, a)) {
+                    down(got, dy, sizeof(float) * rows * T);
                     double worst = 0;
-                    for (int r = 0; r < rows; r++)
-                        worst = fmax(worst, fabs((double)got[r] - ref[r]) / sqrt((double)cols));
-                    CHECKF(worst < 1e-5, "%s %dx%d: error / sqrt(cols) %g", types[ti].gemv, rows, cols, worst);
+                    for (int i = 0; i < rows * T; i++)
+                        worst = fmax(worst, fabs((double)got[i] - ref[i]) / sqrt((double)cols));
+                    CHECKF(worst < 1e-5, "%s %dx%d, %d tokens: error / sqrt(cols) %g", types[ti].gemv, rows, cols, T,
+                           worst);
                 }
             }
             if (types[ti].type >= 0) { /* embedding: 4 ids, one repeated, the last row */

@@ -129,6 +129,26 @@ static hr_status check_model(const hr_model *m, hr_error *err) {
     return HR_OK;
 }
 
+static int emb_type(hr_dtype t) {
+    return t == HR_DTYPE_F32 ? EMB_F32 : t == HR_DTYPE_F16 ? EMB_F16 : t == HR_DTYPE_Q8_0 ? EMB_Q8_0 : -1;
+}
+
+static uint64_t mat_bytes(const hr_weight *w) { return hr_cuda_arena_piece_bytes((uint64_t)w->rows * w->row_bytes); }
+
+uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
+    const hr_hparams *hp = &m->hp;
+    const uint64_t norm = hr_cuda_arena_piece_bytes((uint64_t)hp->n_embd * 4u);
+    uint64_t b = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hr_layer *l = &m->layers[il];
+        b += 2 * norm + mat_bytes(&l->wq) + mat_bytes(&l->wk) + mat_bytes(&l->wv) + mat_bytes(&l->wo) +
+             mat_bytes(&l->w_gate) + mat_bytes(&l->w_up) + mat_bytes(&l->w_down);
+    }
+    b += norm + mat_bytes(&m->output);
+    if (emb_type(m->tok_embd.type) >= 0) b += mat_bytes(&m->tok_embd);
+    return b + hr_cuda_arena_piece_bytes((uint64_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1) * 4u);
+}
+
 static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     const hr_model *m = x->m;
     const hr_hparams *hp = &m->hp;
@@ -157,10 +177,7 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
         (st = up_weight(x, &m->output, "output.weight", &x->out, err)))
         return st;
     const hr_weight *te = &m->tok_embd;
-    x->tok_type = te->type == HR_DTYPE_F32    ? EMB_F32
-                  : te->type == HR_DTYPE_F16  ? EMB_F16
-                  : te->type == HR_DTYPE_Q8_0 ? EMB_Q8_0
-                                              : -1;
+    x->tok_type = emb_type(te->type);
     /* another type's rows are dequantized on the host per batch (the model's own copy) and copied up */
     size_t tb = (size_t)te->rows * te->row_bytes;
     if (x->tok_type >= 0 &&
@@ -178,31 +195,19 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
 
 static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
-    size_t T = (size_t)x->max_tokens, E = (size_t)hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
-           kvd = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
-    const hr_kv_storage *st = hr_kv_pool_storage(x->kv);
-    int B = hr_kv_pool_config(x->kv)->block_size;
+    const size_t T = (size_t)x->max_tokens, E = (size_t)hp->n_embd;
+    const int B = hr_kv_pool_config(x->kv)->block_size;
     x->max_blocks = (x->max_ctx + B - 1) / B;
-    /* the attention's scratch for the largest split any batch of up to T queries gets */
-    uint64_t scr = 0;
-    for (int n = 1; n <= x->max_tokens; n++) {
-        uint64_t b = hr_kv_storage_cuda_attend_scratch(st, n, hp->n_head, x->max_ctx);
-        scr = b > scr ? b : scr;
+    /* the buffers in hr_cuda_scratch_pieces' order (the arena plan counts the same pieces) */
+    uint64_t bytes[HR_CUDA_SCRATCH_PIECES];
+    uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,  &x->xb,     &x->xo,  &x->q,     &x->k,      &x->v,
+                                              &x->att, &x->g,     &x->u,   &x->logits, &x->ids,    &x->pos,
+                                              &x->slots, &x->qrow, &x->n_ctx, &x->tables, &x->attn_scratch};
+    int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
+    for (int i = 0; i < n; i++) {
+        hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
+        if (st) return st;
     }
-    hr_status st2;
-    if ((st2 = hr_cuda_alloc(x->dev, T * E * 4, &x->x, err)) || (st2 = hr_cuda_alloc(x->dev, T * E * 4, &x->xb, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * E * 4, &x->xo, err)) || (st2 = hr_cuda_alloc(x->dev, T * qd * 4, &x->q, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * kvd * 4, &x->k, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * kvd * 4, &x->v, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * qd * 4, &x->att, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * F * 4, &x->g, err)) || (st2 = hr_cuda_alloc(x->dev, T * F * 4, &x->u, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * V * 4, &x->logits, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * 4, &x->ids, err)) || (st2 = hr_cuda_alloc(x->dev, T * 4, &x->pos, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * 4, &x->slots, err)) || (st2 = hr_cuda_alloc(x->dev, T * 4, &x->qrow, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * 4, &x->n_ctx, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, T * (size_t)x->max_blocks * 4, &x->tables, err)) ||
-        (st2 = hr_cuda_alloc(x->dev, (size_t)scr, &x->attn_scratch, err)))
-        return st2;
     x->h_slots = malloc(T * sizeof(int32_t));
     x->h_qrow = malloc(T * sizeof(int32_t));
     x->h_nctx = malloc(T * sizeof(int32_t));
@@ -289,12 +294,12 @@ static void cuda_destroy(hr_model_ctx *c) {
 
 #define THREADS 256
 
-/* y[t] = W x[t] for T rows (the kernel's grid: 8 rows a block, a token a grid row) */
+/* y[t] = W x[t] for T rows (the kernel's grid: 8 rows a block, a tile of up to 8 tokens a grid row) */
 static hr_status gemv(cuda_ctx *x, const dev_weight *w, uint64_t in, uint64_t out, int T, hr_error *err) {
     int rows = (int)w->rows, cols = (int)w->cols;
     uint64_t wp = w->p;
-    void *a[] = {&out, &wp, &in, &rows, &cols};
-    return hr_cuda_launch(x->dev, w->gemv, (unsigned)((rows + 7) / 8), (unsigned)T, THREADS, a, err);
+    void *a[] = {&out, &wp, &in, &rows, &cols, &T};
+    return hr_cuda_launch(x->dev, w->gemv, (unsigned)((rows + 7) / 8), (unsigned)((T + 7) / 8), THREADS, a, err);
 }
 
 static hr_status rmsnorm(cuda_ctx *x, uint64_t out, uint64_t in, uint64_t w, int rows, hr_error *err) {

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "common/status.h"
 #include "kv/kv_storage.h"
+#include "model/model.h"
 
 /* ---- the device ---------------------------------------------------------------------------------- */
 
@@ -31,6 +32,17 @@ void hr_cuda_device_close(hr_cuda_device *dev); /* NULL allowed */
 const char *hr_cuda_device_name(const hr_cuda_device *dev);
 /* free and total device memory now (cuMemGetInfo) */
 hr_status hr_cuda_device_mem(hr_cuda_device *dev, uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
+
+/* The device arena: one allocation of `bytes` made at start, which every later hr_cuda_alloc carves
+ * (256-byte aligned pieces, a stack: a freed piece's bytes come back once the pieces above it are
+ * freed too), so nothing is allocated from the driver while serving and the total is known before the
+ * first request. HR_ERR_BUDGET naming the free and total memory when the GPU cannot hold it. Without
+ * one (tests), hr_cuda_alloc asks the driver each time. */
+hr_status hr_cuda_arena_reserve(hr_cuda_device *dev, uint64_t bytes, hr_error *err);
+/* its size, the bytes in use now and at most so far (zeros without an arena) */
+void hr_cuda_arena_info(const hr_cuda_device *dev, uint64_t *size, uint64_t *used, uint64_t *peak);
+/* what an allocation of `bytes` takes from the arena (rounded up to its alignment) */
+uint64_t hr_cuda_arena_piece_bytes(uint64_t bytes);
 
 /* Device memory, as 64-bit addresses (0: none). Each call makes dev's context current on the
  * calling thread first. */
@@ -55,6 +67,56 @@ hr_status hr_cuda_sync(hr_cuda_device *dev, hr_error *err);
  * it), in milliseconds. One pair per device at a time. */
 hr_status hr_cuda_time_begin(hr_cuda_device *dev, hr_error *err);
 hr_status hr_cuda_time_end(hr_cuda_device *dev, double *ms, hr_error *err);
+
+/* ---- the arena plan (cuda_budget.c: pure arithmetic, no GPU needed) ----------------------------- */
+
+#define HR_CUDA_DEFAULT_UTIL   0.9 /* --gpu-util's default: vLLM's gpu_memory_utilization */
+#define HR_CUDA_SCRATCH_PIECES 17  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
+
+typedef struct hr_cuda_arena_query {
+    const hr_hparams *hp; /* the model's shape */
+    uint64_t weight_bytes; /* the weights as the backend uploads them (hr_cuda_model_weight_bytes; the
+                              planner: its estimate from the file) */
+    int max_batch_tokens, max_ctx, block_size;
+    uint64_t block_bytes;             /* one KV block (hr_kv_block_bytes) */
+    uint64_t total_bytes, free_bytes; /* the driver's report at start (the planner: the profile's) */
+    double util;                      /* the fraction of total_bytes the arena may take (0: the default) */
+    uint64_t kv_budget;               /* > 0: the KV pool's bytes as asked (--kv-budget), not what is left */
+    int n_blocks;                     /* > 0: exactly this many blocks (tests) */
+} hr_cuda_arena_query;
+
+typedef struct hr_cuda_arena_plan {
+    uint64_t total_bytes, free_bytes; /* as queried */
+    double util;
+    uint64_t budget_bytes; /* util x total: what the arena may take */
+    uint64_t weight_bytes, scratch_bytes, kv_bytes; /* the arena's parts (kv: blocks + the storage's stage) */
+    uint64_t arena_bytes;                           /* their sum: the one allocation */
+    uint64_t block_bytes;
+    int n_blocks; /* the KV pool's blocks */
+} hr_cuda_arena_plan;
+
+/* The arena for a model on a GPU: weights, the forward pass's scratch for max_batch_tokens rows and
+ * max_ctx positions, and as many KV blocks as the rest of util x total holds (or kv_budget's, or
+ * n_blocks). HR_ERR_BUDGET with one line naming the figures when no block fits, the asked pool does
+ * not, or the arena is more than the free memory; HR_ERR_INVALID_ARG for a util outside (0, 1]. *out
+ * is filled where it can be. */
+hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena_plan *out, hr_error *err);
+/* The device bytes of the forward pass's buffers (out: HR_CUDA_SCRATCH_PIECES of them, in the order
+ * the backend allocates them); returns their count. */
+int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out);
+/* the KV storage's staging rows for its host write op */
+uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim);
+/* Attention's split of n queries of up to max_ctx positions (kernels/attention.cu): *n_splits splits
+ * of *chunk positions, aiming at target_blocks thread blocks; and the scratch that takes. */
+void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int target_blocks, int *n_splits,
+                        int *chunk);
+uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx,
+                                    int target_blocks);
+/* 1024, or the environment's HEADROOM_CUDA_ATTN_BLOCKS (tuning, tests) */
+int hr_cuda_attn_target_blocks(void);
+/* the device bytes the backend uploads for a model (what create allocates for weights, norms, the
+ * embedding table where the device looks it up, RoPE's table), in arena pieces */
+uint64_t hr_cuda_model_weight_bytes(const struct hr_model *m);
 
 /* ---- the embedded kernels ----------------------------------------------------------------------- */
 

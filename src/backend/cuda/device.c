@@ -18,6 +18,15 @@ struct hr_cuda_device {
     int n_mods;
     char name[128];
     bool sync_each; /* HEADROOM_CUDA_SYNC=1: wait for every launch (a fault named after its kernel) */
+    /* the arena (hr_cuda_arena_reserve): one allocation that hr_cuda_alloc then carves, a stack of
+     * pieces whose top is given back when the pieces above it are freed */
+    hr_cu_ptr arena;
+    uint64_t arena_size, arena_top, arena_peak;
+    struct arena_piece {
+        uint64_t off, bytes;
+        bool live;
+    } *pieces;
+    int n_pieces, cap_pieces;
     hr_cu_event t0, t1; /* hr_cuda_time_begin / _end */
 };
 
@@ -91,11 +100,13 @@ void hr_cuda_device_close(hr_cuda_device *d) {
     if (d->ctx) {
         d->drv.cuCtxSetCurrent(d->ctx);
         for (int i = 0; i < d->n_mods; i++) d->drv.cuModuleUnload(d->mods[i]);
+        if (d->arena) d->drv.cuMemFree(d->arena);
         if (d->t0) d->drv.cuEventDestroy(d->t0);
         if (d->t1) d->drv.cuEventDestroy(d->t1);
         d->drv.cuCtxDestroy(d->ctx);
     }
     hr_cuda_driver_close(&d->drv);
+    free(d->pieces);
     free(d);
 }
 
@@ -118,7 +129,72 @@ hr_status hr_cuda_device_mem(hr_cuda_device *d, uint64_t *free_bytes, uint64_t *
     return HR_OK;
 }
 
+/* pieces of the arena start at multiples of this (the driver's own allocations are 256-aligned) */
+#define HR_CUDA_ARENA_ALIGN 256u
+
+uint64_t hr_cuda_arena_piece_bytes(uint64_t bytes) {
+    return (bytes + HR_CUDA_ARENA_ALIGN - 1) / HR_CUDA_ARENA_ALIGN * HR_CUDA_ARENA_ALIGN;
+}
+
+hr_status hr_cuda_arena_reserve(hr_cuda_device *d, uint64_t bytes, hr_error *err) {
+    if (d->arena) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: the device arena is already reserved");
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_ptr p = 0;
+    hr_cu_result r = d->drv.cuMemAlloc(&p, bytes ? (size_t)bytes : 1);
+    if (r == 2) { /* CUDA_ERROR_OUT_OF_MEMORY */
+        size_t f = 0, t = 0;
+        d->drv.cuMemGetInfo(&f, &t);
+        return hr_error_set(err, HR_ERR_BUDGET, "CUDA: %s cannot hold a %.2f GiB arena (%.2f GiB free of %.2f GiB)",
+                            d->name, (double)bytes / (1 << 30), (double)f / (1 << 30), (double)t / (1 << 30));
+    }
+    if (r) return hr_cuda_fail(&d->drv, r, "CUDA: the device arena could not be allocated", err);
+    d->arena = p;
+    d->arena_size = bytes;
+    d->arena_top = d->arena_peak = 0;
+    return HR_OK;
+}
+
+void hr_cuda_arena_info(const hr_cuda_device *d, uint64_t *size, uint64_t *used, uint64_t *peak) {
+    if (size) *size = d->arena_size;
+    if (used) *used = d->arena_top;
+    if (peak) *peak = d->arena_peak;
+}
+
+static hr_status arena_take(hr_cuda_device *d, size_t bytes, uint64_t *out, hr_error *err) {
+    uint64_t n = hr_cuda_arena_piece_bytes(bytes ? bytes : 1);
+    if (n > d->arena_size - d->arena_top)
+        return hr_error_set(err, HR_ERR_BUDGET,
+                            "CUDA: the device arena (%.2f GiB, %.2f GiB in use) cannot hold %zu more bytes",
+                            (double)d->arena_size / (1 << 30), (double)d->arena_top / (1 << 30), bytes);
+    if (d->n_pieces == d->cap_pieces) {
+        int cap = d->cap_pieces ? 2 * d->cap_pieces : 64;
+        struct arena_piece *np = realloc(d->pieces, (size_t)cap * sizeof *np);
+        if (!np) return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the device arena's table");
+        d->pieces = np;
+        d->cap_pieces = cap;
+    }
+    d->pieces[d->n_pieces++] = (struct arena_piece){.off = d->arena_top, .bytes = n, .live = true};
+    *out = d->arena + d->arena_top;
+    d->arena_top += n;
+    if (d->arena_top > d->arena_peak) d->arena_peak = d->arena_top;
+    return HR_OK;
+}
+
+/* a piece of the arena: freed, then the top comes down past every freed piece at the top */
+static bool arena_give(hr_cuda_device *d, uint64_t p) {
+    if (!d->arena || p < d->arena || p >= d->arena + d->arena_size) return false;
+    for (int i = d->n_pieces - 1; i >= 0; i--)
+        if (d->arena + d->pieces[i].off == p) {
+            d->pieces[i].live = false;
+            break;
+        }
+    while (d->n_pieces > 0 && !d->pieces[d->n_pieces - 1].live) d->arena_top = d->pieces[--d->n_pieces].off;
+    return true;
+}
+
 hr_status hr_cuda_alloc(hr_cuda_device *d, size_t bytes, uint64_t *out, hr_error *err) {
+    if (d->arena) return arena_take(d, bytes, out, err);
     hr_status st = current(d, err);
     if (st) return st;
     hr_cu_ptr p = 0;
@@ -131,7 +207,7 @@ hr_status hr_cuda_alloc(hr_cuda_device *d, size_t bytes, uint64_t *out, hr_error
 }
 
 void hr_cuda_free(hr_cuda_device *d, uint64_t p) {
-    if (!p || current(d, NULL)) return;
+    if (!p || arena_give(d, p) || current(d, NULL)) return;
     d->drv.cuMemFree(p);
 }
 

@@ -19,10 +19,7 @@
 #include "tensor/tensor.h"
 
 enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2, CUDA_KV_BF16 = 3, CUDA_KV_FP8 = 4 }; /* attention.cu's HR_K_KV_* */
-enum { CUDA_ATT_TILE = 256, CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_* */
-/* thread blocks an attention call aims for: enough to fill an H100/H200 (132 SMs) several times
- * over; the split count follows from it (split_plan) */
-enum { CUDA_ATT_TARGET_BLOCKS = 1024 };
+enum { CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_G, HR_K_ATT_MAX_D */
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
 typedef struct attn_shape {
@@ -42,7 +39,7 @@ typedef struct cuda_kv {
     uint64_t arena;       /* n_blocks * block_bytes */
     uint64_t block_bytes; /* L * Hkv * (K + V head bytes) */
     uint64_t stage;       /* the host write op's device rows: k, v ([Hkv][D] f32 each) and a slot */
-    int target_blocks;    /* CUDA_ATT_TARGET_BLOCKS, or HEADROOM_CUDA_ATTN_BLOCKS (tuning, tests) */
+    int target_blocks;    /* thread blocks an attention call aims for (hr_cuda_attn_target_blocks) */
     bool failed;          /* a device call of a void op failed (msg says which) */
     hr_error msg;
 } cuda_kv;
@@ -120,26 +117,9 @@ static void cuda_kv_write(hr_kv_storage *st, int layer, int32_t block, int t, in
     keep(s, r, &e);
 }
 
-/* How an attention call is split: enough thread blocks (target_blocks) over the queries, KV heads and
- * head groups, each split a multiple of the kernel's tile of positions. */
-static void split_plan(const cuda_kv *s, int n, int n_heads, int max_ctx, int *n_splits, int *chunk) {
-    int Hkv = s->p.n_kv_heads, ng = (n_heads / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
-    int64_t per_split = (int64_t)(n > 0 ? n : 1) * Hkv * ng;
-    int tiles = (max_ctx + CUDA_ATT_TILE - 1) / CUDA_ATT_TILE;
-    int want = (int)((s->target_blocks + per_split - 1) / per_split);
-    int ns = want < 1 ? 1 : want > tiles ? tiles : want;
-    if (ns < 1) ns = 1;
-    int tiles_per = (tiles + ns - 1) / ns;
-    *chunk = tiles_per * CUDA_ATT_TILE;
-    *n_splits = tiles > 0 ? (tiles + tiles_per - 1) / tiles_per : 1;
-}
-
 uint64_t hr_kv_storage_cuda_attend_scratch(const hr_kv_storage *st, int n, int n_heads, int max_ctx) {
     const cuda_kv *s = (const cuda_kv *)st;
-    int ns, chunk;
-    split_plan(s, n, n_heads, max_ctx, &ns, &chunk);
-    /* o_part [n][H][ns][D] and ml_part [n][H][ns][2] */
-    return (uint64_t)(n > 0 ? n : 1) * (uint64_t)n_heads * (uint64_t)ns * (uint64_t)(s->p.head_dim + 2) * 4u;
+    return hr_cuda_attn_scratch_bytes(s->p.n_kv_heads, s->p.head_dim, n_heads, n, max_ctx, s->target_blocks);
 }
 
 /* attention over device rows; qrow 0: query i reads table row i */
@@ -151,7 +131,7 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
     if (H < Hkv || H % Hkv != 0)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: %d query heads over %d KV heads", H, Hkv);
     attn_shape sh = shape_of(s);
-    split_plan(s, n, H, max_ctx, &sh.n_splits, &sh.chunk);
+    hr_cuda_attn_split(Hkv, H, n, max_ctx, s->target_blocks, &sh.n_splits, &sh.chunk);
     sh.n_heads = H;
     sh.max_blocks = max_blocks;
     sh.scale = scale;
@@ -300,13 +280,11 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
     s->base.ops = &cuda_kv_ops;
     s->p = *p;
     s->dev = dev;
-    const char *tb = getenv("HEADROOM_CUDA_ATTN_BLOCKS");
-    s->target_blocks = tb && atoi(tb) > 0 ? atoi(tb) : CUDA_ATT_TARGET_BLOCKS;
+    s->target_blocks = hr_cuda_attn_target_blocks();
     s->block_bytes = (uint64_t)p->n_layers * (uint64_t)p->n_kv_heads * (p->k.head_bytes + p->v.head_bytes);
     hr_status st = hr_cuda_alloc(dev, (size_t)(s->block_bytes * (uint64_t)p->n_blocks), &s->arena, err);
     if (!st)
-        st = hr_cuda_alloc(dev, 2 * (size_t)p->n_kv_heads * (size_t)p->head_dim * sizeof(float) + sizeof(int32_t),
-                           &s->stage, err);
+        st = hr_cuda_alloc(dev, (size_t)hr_cuda_storage_stage_bytes(p->n_kv_heads, p->head_dim), &s->stage, err);
     if (st) {
         cuda_kv_destroy(&s->base);
         return st;

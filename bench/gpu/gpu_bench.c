@@ -1,0 +1,1260 @@
+/* gpu_bench.c: the GPU's measurements for bench/gpu/check.sh's step 5 (docs/GPU.md, "Measurements").
+ *
+ *   1. copy:      device-to-device copy bandwidth (hr_cuda_copy), the reference every "% of copy" is of;
+ *   2. gemv:      each GEMV kernel at Llama-3-8B's matrix shapes, one token: weight bytes / time;
+ *   3. prefill:   the same kernels at 512 tokens (no tensor-core GEMM yet): 2 rows cols T / time;
+ *   4. attention: the device KV storage's decode attention (hr_kv_storage_cuda_attend_dev) per KV format
+ *                 at 1K, 8K and 32K positions, 16 queries: K and V bytes read / time;
+ *   5. e2e:       the runtime's decode steps at batch 1, 16, 64 and a 512-token prefill step on a
+ *                 Llama-3-8B-shaped synthetic bf16 model (--e2e-layers of its 32 layers).
+ *
+ * Every kernel's output is checked against the CPU before it is timed (GEMV: the reference
+ * dequantization; attention: the CPU KV storage's), at the shape measured; a wrong one fails the run
+ * (exit 1) and is not timed. Kernel timing: GPU events (hr_cuda_time_begin / _end) around a loop of R
+ * back-to-back reps after a warm-up rep, R chosen so a loop lasts about 2 ms; the figure is the median
+ * over the loops of (loop time / R). The e2e figures are host wall-clock time per engine step
+ * (hr_runtime_step, logits download and sampling included), median over the steps.
+ *
+ * Usage: gpu_bench [--driver LIB] [--quick] [--json FILE] [--md FILE] [--commit C] [--driver-version V]
+ *                  [--max-seconds S] [--e2e-layers N] [--no-e2e] [--only gemv,attention,e2e]
+ *        gpu_bench --validate FILE.json [FILE.md]   (the files' shape: every expected key, every check ok)
+ * --quick: tiny shapes for the emulating driver (seconds on a CPU). Exit 0 when every check passed, 1 when
+ * one failed, 2 for usage, 77 when the GPU cannot be opened. */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/kv_storage_cpu.h"
+#include "backend/cuda/cuda.h"
+#include "common/util.h"
+#include "runtime/runtime.h"
+#include "tensor/tensor.h"
+
+#define SCHEMA "headroom-gpu-bench/1"
+/* the targets (H200) */
+#define H200_SPEC_GBS      4800.0 /* HBM3e, the data sheet's peak */
+#define H200_BF16_TFLOPS   790.0  /* dense bf16 tensor cores, about */
+#define GEMV_TARGET_PCT    80.0   /* of copy bandwidth: bf16, q8_0, q4_0, one token */
+#define PREFILL_TARGET_PCT 50.0   /* of H200_BF16_TFLOPS */
+#define ATTN_TARGET_PCT    80.0   /* of copy bandwidth, f16 and q8 at 8K */
+#define ATTN_Q8_F16_TARGET 1.7    /* q8's speed over f16's */
+#define E2E_TARGET_PCT     70.0   /* of copy bandwidth: weight bytes per batch-1 step */
+#define MIB                (1024.0 * 1024.0)
+
+/* ---- options and state ----------------------------------------------------------------------------- */
+
+typedef struct opts {
+    const char *driver, *json, *md, *commit, *driver_version;
+    const char *only; /* --only gemv,attention,e2e (the copy always runs: the reference); NULL: all */
+    bool quick, e2e;
+    double max_seconds;
+    int e2e_layers;
+} opts;
+
+static opts O;
+static hr_cuda_device *dev;
+static double t_start, deadline;
+static int n_checked, n_failed;
+static double copy_gbs = NAN; /* the reference */
+static json_t *jroot;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static float frand(void) { /* [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)(rng_state >> 40) / 8388608.0f - 1.0f;
+}
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+}
+
+static double pct(double a, double b) { return isfinite(a) && isfinite(b) && b > 0 ? 100.0 * a / b : NAN; }
+
+static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+/* ---- rows: one measured figure each, printed as it is made and kept for the markdown -------------- */
+
+typedef struct row {
+    char section[16];
+    char what[40];
+    char shape[120];
+    double value;
+    char unit[16];
+    double median_ms;
+    int loops, reps;
+    double pct_copy;
+    char target[64];
+    double pct_target;
+    char check[96];
+} row;
+
+static row *g_rows;
+static int n_rows, cap_rows;
+
+static void print_row(const row *r) {
+    char val[32] = "-", ms[48] = "-", pc[16] = "-", pt[16] = "-";
+    if (isfinite(r->value)) snprintf(val, sizeof val, "%.4g %s", r->value, r->unit);
+    if (isfinite(r->median_ms)) snprintf(ms, sizeof ms, "%.4g ms (%dx%d)", r->median_ms, r->loops, r->reps);
+    if (isfinite(r->pct_copy)) snprintf(pc, sizeof pc, "%.1f%%", r->pct_copy);
+    if (isfinite(r->pct_target)) snprintf(pt, sizeof pt, "%.1f%%", r->pct_target);
+    printf("  %-10s %-14s %-38s %-20s %-22s %-8s %-30s %-8s %s\n", r->section, r->what, r->shape, val, ms, pc,
+           r->target[0] ? r->target : "-", pt, r->check);
+    fflush(stdout);
+}
+
+/* adds a row to the table and its JSON object (the row's fields, then extra's: taken) to section's array */
+static void add_row(const row *r, json_t *extra) {
+    if (n_rows == cap_rows) {
+        cap_rows = cap_rows ? 2 * cap_rows : 64;
+        row *nr = realloc(g_rows, sizeof *g_rows * (size_t)cap_rows);
+        if (!nr) {
+            fprintf(stderr, "gpu_bench: out of memory\n");
+            exit(1);
+        }
+        g_rows = nr;
+    }
+    g_rows[n_rows++] = *r;
+    print_row(r);
+    json_t *o = json_object();
+    json_object_set_new(o, "what", json_string(r->what));
+    json_object_set_new(o, "shape", json_string(r->shape));
+    json_object_set_new(o, "value", jnum(r->value));
+    json_object_set_new(o, "unit", json_string(r->unit));
+    json_object_set_new(o, "median_ms", jnum(r->median_ms));
+    json_object_set_new(o, "loops", json_integer(r->loops));
+    json_object_set_new(o, "reps_per_loop", json_integer(r->reps));
+    json_object_set_new(o, "pct_of_copy_bw", jnum(r->pct_copy));
+    json_object_set_new(o, "target", r->target[0] ? json_string(r->target) : json_null());
+    json_object_set_new(o, "pct_of_target", jnum(r->pct_target));
+    json_object_set_new(o, "check", json_string(r->check));
+    if (extra) json_object_update(o, extra);
+    json_decref(extra);
+    json_t *arr = json_object_get(jroot, r->section);
+    if (!arr) {
+        arr = json_array();
+        json_object_set_new(jroot, r->section, arr);
+    }
+    json_array_append_new(arr, o);
+}
+
+static row new_row(const char *section, const char *what) {
+    row r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.section, sizeof r.section, "%s", section);
+    snprintf(r.what, sizeof r.what, "%s", what);
+    r.value = r.median_ms = r.pct_copy = r.pct_target = NAN;
+    snprintf(r.check, sizeof r.check, "-");
+    return r;
+}
+
+/* something not measured (a format the storage refuses, the time budget): a row saying why */
+static void skip_row(const char *section, const char *what, const char *shape, const char *why) {
+    row r = new_row(section, what);
+    snprintf(r.shape, sizeof r.shape, "%s", shape);
+    snprintf(r.check, sizeof r.check, "skipped: %.80s", why);
+    add_row(&r, NULL);
+}
+
+static bool out_of_time(void) { return hr_time_now() > deadline; }
+
+/* a check's outcome; false when it failed */
+static bool verdict(row *r, bool ok, const char *fmt, double err) {
+    n_checked++;
+    if (!ok) n_failed++;
+    snprintf(r->check, sizeof r->check, ok ? "ok (%s %.2g)" : "FAIL (%s %.2g)", fmt, err);
+    return ok;
+}
+
+/* ---- device helpers --------------------------------------------------------------------------------- */
+
+static bool dev_fail(row *r, const char *what, const hr_error *e) {
+    n_checked++;
+    n_failed++;
+    snprintf(r->check, sizeof r->check, "FAIL: %.30s: %.50s", what, e->msg);
+    return false;
+}
+
+/* fills [p, p + total) with copies of its first `have` bytes, doubling (have > 0) */
+static hr_status replicate(uint64_t p, size_t have, size_t total, hr_error *e) {
+    hr_status st = HR_OK;
+    while (have < total && !st) {
+        size_t m = have < total - have ? have : total - have;
+        st = hr_cuda_copy(dev, p + have, p, m, e);
+        have += m;
+    }
+    return st;
+}
+
+/* ---- timing ----------------------------------------------------------------------------------------- */
+
+typedef hr_status (*rep_fn)(void *ctx, int rep, hr_error *err);
+
+typedef struct timing {
+    double median_ms;
+    int loops, reps;
+} timing;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* A warm-up rep (which also estimates a rep's time), then loops of R reps between GPU events, R making
+ * a loop about 2 ms (launch gaps amortized), as many loops (3..15) as budget_ms allows. --quick: 3
+ * loops of one rep. */
+static hr_status time_reps(rep_fn f, void *ctx, double budget_ms, timing *t, hr_error *e) {
+    double ms = 0;
+    hr_status st = hr_cuda_time_begin(dev, e);
+    if (!st) st = f(ctx, 0, e);
+    if (!st) st = hr_cuda_time_end(dev, &ms, e);
+    if (st) return st;
+    int reps = 1, loops = 3, rep = 1;
+    if (!O.quick) {
+        double est = ms > 1e-3 ? ms : 1e-3;
+        reps = (int)ceil(2.0 / est);
+        reps = reps < 1 ? 1 : reps > 200 ? 200 : reps;
+        loops = (int)(budget_ms / (est * reps));
+        loops = loops < 3 ? 3 : loops > 15 ? 15 : loops;
+    }
+    double v[15];
+    for (int l = 0; l < loops; l++) {
+        st = hr_cuda_time_begin(dev, e);
+        for (int r = 0; r < reps && !st; r++) st = f(ctx, rep++, e);
+        if (!st) st = hr_cuda_time_end(dev, &ms, e);
+        if (st) return st;
+        v[l] = ms / reps;
+    }
+    t->median_ms = median(v, loops);
+    t->loops = loops;
+    t->reps = reps;
+    return HR_OK;
+}
+
+static void set_timing(row *r, const timing *t) {
+    r->median_ms = t->median_ms;
+    r->loops = t->loops;
+    r->reps = t->reps;
+}
+
+/* ---- 1. copy bandwidth -------------------------------------------------------------------------------- */
+
+typedef struct copy_ctx {
+    uint64_t src, dst;
+    size_t bytes;
+} copy_ctx;
+
+static hr_status copy_rep(void *p, int rep, hr_error *e) {
+    copy_ctx *c = p;
+    return hr_cuda_copy(dev, c->dst, c->src, c->bytes, e);
+}
+
+static void bench_copy(void) {
+    size_t bytes = O.quick ? (size_t)1 << 20 : (size_t)1 << 30;
+    row r = new_row("copy", "device to device");
+    snprintf(r.shape, sizeof r.shape, "%.0f MiB, read + write counted", bytes / MIB);
+    snprintf(r.unit, sizeof r.unit, "GB/s");
+    copy_ctx c = {0, 0, bytes};
+    hr_error e = {0};
+    unsigned char *h = malloc(bytes), *back = malloc(bytes);
+    if (!h || !back) {
+        fprintf(stderr, "gpu_bench: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < bytes; i++) h[i] = (unsigned char)(i * 131u + (i >> 12));
+    timing t;
+    if (hr_cuda_alloc(dev, bytes, &c.src, &e) || hr_cuda_alloc(dev, bytes, &c.dst, &e) ||
+        hr_cuda_upload(dev, c.src, h, bytes, &e))
+        dev_fail(&r, "setup", &e);
+    else if (hr_cuda_copy(dev, c.dst, c.src, bytes, &e) || hr_cuda_download(dev, back, c.dst, bytes, &e))
+        dev_fail(&r, "copy", &e);
+    else if (verdict(&r, memcmp(h, back, bytes) == 0, "bytes differ", 0.0)) {
+        snprintf(r.check, sizeof r.check, "ok (bytes equal)");
+        if (time_reps(copy_rep, &c, 500.0, &t, &e))
+            dev_fail(&r, "timing", &e);
+        else {
+            set_timing(&r, &t);
+            r.value = 2.0 * (double)bytes / (t.median_ms * 1e-3) / 1e9;
+            copy_gbs = r.value;
+            r.pct_copy = 100.0;
+            snprintf(r.target, sizeof r.target, "(reference; H200 spec %.0f GB/s)", H200_SPEC_GBS);
+            r.pct_target = pct(r.value, H200_SPEC_GBS);
+        }
+    }
+    json_t *x = json_object();
+    json_object_set_new(x, "bytes", json_integer((json_int_t)bytes));
+    json_object_set_new(x, "bytes_moved_per_rep", json_integer((json_int_t)(2 * bytes)));
+    add_row(&r, x);
+    hr_cuda_free(dev, c.src);
+    hr_cuda_free(dev, c.dst);
+    free(h);
+    free(back);
+}
+
+/* ---- 2, 3. GEMV ----------------------------------------------------------------------------------------- */
+
+typedef struct wtype {
+    hr_dtype t;
+    const char *kernel;
+    bool prefill;  /* measured at T = 512 too */
+    bool target80; /* the issue's >= 80% of copy bandwidth */
+} wtype;
+
+static const wtype k_types[] = {
+    {HR_DTYPE_F32, "hr_k_gemv_f32", false, false},  {HR_DTYPE_F16, "hr_k_gemv_f16", true, false},
+    {HR_DTYPE_BF16, "hr_k_gemv_bf16", true, true},  {HR_DTYPE_Q8_0, "hr_k_gemv_q8_0", true, true},
+    {HR_DTYPE_Q4_0, "hr_k_gemv_q4_0", true, true},  {HR_DTYPE_Q4_K, "hr_k_gemv_q4_K", true, false},
+    {HR_DTYPE_Q5_K, "hr_k_gemv_q5_K", true, false}, {HR_DTYPE_Q6_K, "hr_k_gemv_q6_K", true, false},
+};
+
+typedef struct mshape {
+    int rows, cols;
+    const char *role;
+    bool prefill; /* measured at T = 512 */
+    bool f32;     /* f32 measured (not the 2 GB output matrix) */
+} mshape;
+
+static const mshape k_shapes_full[] = {{4096, 4096, "attn_q, attn_output", true, true},
+                                       {14336, 4096, "ffn_gate, ffn_up", true, true},
+                                       {4096, 14336, "ffn_down", true, true},
+                                       {128256, 4096, "output", false, false}};
+static const mshape k_shapes_quick[] = {{60, 256, "quick", true, true}, {24, 512, "quick", true, true}};
+
+enum { POOL_ROWS = 37 }; /* distinct rows: row r of a matrix is pool row r % POOL_ROWS */
+
+typedef struct gemv_ctx {
+    const char *kernel;
+    uint64_t w, x, y;
+    size_t stride; /* bytes between the copies of W */
+    int copies, rows, cols, T;
+} gemv_ctx;
+
+/* launched as backend_cuda.c's gemv(): args {y, W, x, rows, cols, T}, 8 rows a block of 256 threads,
+ * a tile of up to GEMV_TOKEN_TILE tokens a grid row (kernels/gemv.cu's HR_K_GEMV_TT) */
+#define GEMV_TOKEN_TILE 8
+static hr_status gemv_rep(void *p, int rep, hr_error *e) {
+    gemv_ctx *c = p;
+    uint64_t w = c->w + (uint64_t)(rep % c->copies) * c->stride;
+    int rows = c->rows, cols = c->cols, T = c->T;
+    void *a[] = {&c->y, &w, &c->x, &rows, &cols, &T};
+    return hr_cuda_launch(dev, c->kernel, (unsigned)((rows + 7) / 8),
+                          (unsigned)((T + GEMV_TOKEN_TILE - 1) / GEMV_TOKEN_TILE), 256, a, e);
+}
+
+/* runs the kernel once on copy 0 at T tokens and checks y[t] for the tokens ts against the reference
+ * (pool rows dequantized, in double): |y - ref| / sqrt(cols) < 1e-5 (test_cuda_kernels' bound) */
+static bool gemv_check(row *r, gemv_ctx *c, const float *poolf, int P, const float *x, const int *ts, int n_ts) {
+    hr_error e = {0};
+    size_t ny = (size_t)c->T * (size_t)c->rows;
+    float *y = malloc(sizeof(float) * ny);
+    if (!y) return dev_fail(r, "host memory", &e);
+    memset(y, 0xff, sizeof(float) * ny); /* NaN: a row the kernel leaves unwritten fails */
+    if (hr_cuda_upload(dev, c->y, y, sizeof(float) * ny, &e) || gemv_rep(c, 0, &e) ||
+        hr_cuda_download(dev, y, c->y, sizeof(float) * ny, &e)) {
+        free(y);
+        return dev_fail(r, "run", &e);
+    }
+    double worst = 0;
+    for (int k = 0; k < n_ts; k++) {
+        const float *xt = x + (size_t)ts[k] * (size_t)c->cols;
+        for (int p = 0; p < P; p++) {
+            double s = 0;
+            for (int i = 0; i < c->cols; i++) s += (double)poolf[(size_t)p * c->cols + i] * xt[i];
+            for (int row_i = p; row_i < c->rows; row_i += P) {
+                double d = fabs((double)y[(size_t)ts[k] * c->rows + row_i] - s) / sqrt((double)c->cols);
+                if (!(d <= worst)) worst = d; /* NaN counts as worst */
+            }
+        }
+    }
+    free(y);
+    return verdict(r, worst < 1e-5, "err/sqrt(cols)", worst);
+}
+
+static void bench_gemv_one(const wtype *wt, const mshape *ms, int T_prefill, size_t rot_bytes) {
+    const hr_dtype_info *info = hr_dtype_get_info(wt->t);
+    const int rows = ms->rows, cols = ms->cols, P = rows < POOL_ROWS ? rows : POOL_ROWS;
+    const bool pre = wt->prefill && ms->prefill;
+    const int T_max = pre ? T_prefill : 1;
+    char shape[120];
+    snprintf(shape, sizeof shape, "%dx%d (%s), T=1", rows, cols, ms->role);
+    if (out_of_time()) {
+        skip_row("gemv", info->name, shape, "time budget (--max-seconds)");
+        return;
+    }
+    size_t rb = hr_dtype_row_bytes(wt->t, cols), mat = rb * (size_t)rows, stride = (mat + 255) / 256 * 256;
+    int copies = (int)((rot_bytes + mat - 1) / mat);
+    copies = copies < 1 ? 1 : copies > 16 ? 16 : copies;
+    uint64_t free_b = 0, total_b = 0;
+    hr_error e = {0};
+    if (!hr_cuda_device_mem(dev, &free_b, &total_b, &e))
+        while (copies > 1 && (double)stride * copies > 0.5 * (double)free_b) copies--;
+    row r = new_row("gemv", info->name);
+    snprintf(r.shape, sizeof r.shape, "%s", shape);
+    snprintf(r.unit, sizeof r.unit, "GB/s");
+    unsigned char *pool = malloc(rb * (size_t)P);
+    float *poolf = malloc(sizeof(float) * (size_t)P * cols), *x = malloc(sizeof(float) * (size_t)T_max * cols);
+    gemv_ctx c = {.kernel = wt->kernel, .stride = stride, .copies = copies, .rows = rows, .cols = cols, .T = 1};
+    if (!pool || !poolf || !x) {
+        fprintf(stderr, "gpu_bench: out of memory\n");
+        exit(1);
+    }
+    /* P random rows quantized by the project's reference quantizer (finite scales), dequantized back:
+     * what the kernel multiplies */
+    fill(poolf, (size_t)P * cols, 1.0f);
+    for (int p = 0; p < P; p++) {
+        hr_quantize_row_ref(wt->t, poolf + (size_t)p * cols, pool + rb * (size_t)p, cols);
+        hr_dequantize_row_ref(wt->t, pool + rb * (size_t)p, poolf + (size_t)p * cols, cols);
+    }
+    fill(x, (size_t)T_max * cols, 1.0f);
+    json_t *xj = json_object();
+    json_object_set_new(xj, "type", json_string(info->name));
+    json_object_set_new(xj, "rows", json_integer(rows));
+    json_object_set_new(xj, "cols", json_integer(cols));
+    json_object_set_new(xj, "tokens", json_integer(1));
+    json_object_set_new(xj, "weight_bytes", json_integer((json_int_t)mat));
+    json_object_set_new(xj, "weight_copies_rotated", json_integer(copies));
+    bool ok = true;
+    if (hr_cuda_alloc(dev, stride * (size_t)copies, &c.w, &e) ||
+        hr_cuda_alloc(dev, sizeof(float) * (size_t)T_max * cols, &c.x, &e) ||
+        hr_cuda_alloc(dev, sizeof(float) * (size_t)T_max * rows, &c.y, &e) ||
+        hr_cuda_upload(dev, c.w, pool, rb * (size_t)P, &e) || replicate(c.w, rb * (size_t)P, mat, &e) ||
+        hr_cuda_upload(dev, c.x, x, sizeof(float) * (size_t)T_max * cols, &e))
+        ok = dev_fail(&r, "setup", &e);
+    for (int k = 1; ok && k < copies; k++)
+        if (hr_cuda_copy(dev, c.w + (uint64_t)k * stride, c.w, mat, &e)) ok = dev_fail(&r, "setup", &e);
+    int t0 = 0;
+    if (ok && gemv_check(&r, &c, poolf, P, x, &t0, 1)) {
+        timing t;
+        if (time_reps(gemv_rep, &c, 250.0, &t, &e))
+            ok = dev_fail(&r, "timing", &e);
+        else {
+            set_timing(&r, &t);
+            r.value = (double)mat / (t.median_ms * 1e-3) / 1e9;
+            r.pct_copy = pct(r.value, copy_gbs);
+            if (wt->target80) {
+                snprintf(r.target, sizeof r.target, ">= %.0f%% of copy", GEMV_TARGET_PCT);
+                r.pct_target = pct(r.pct_copy, GEMV_TARGET_PCT);
+            }
+        }
+    } else
+        ok = false;
+    add_row(&r, xj);
+
+    /* 3. the same matrix at T tokens: FLOP = 2 rows cols T */
+    if (pre) {
+        row q = new_row("prefill", info->name);
+        snprintf(q.shape, sizeof q.shape, "%dx%d (%s), T=%d", rows, cols, ms->role, T_prefill);
+        snprintf(q.unit, sizeof q.unit, "TFLOP/s");
+        if (!ok)
+            snprintf(q.check, sizeof q.check, "skipped: the T=1 run failed");
+        else if (out_of_time())
+            snprintf(q.check, sizeof q.check, "skipped: time budget (--max-seconds)");
+        else {
+            c.T = T_prefill;
+            c.copies = 1;
+            int ts[3] = {0, T_prefill / 2, T_prefill - 1};
+            if (gemv_check(&q, &c, poolf, P, x, ts, 3)) {
+                timing t;
+                if (time_reps(gemv_rep, &c, 400.0, &t, &e))
+                    dev_fail(&q, "timing", &e);
+                else {
+                    set_timing(&q, &t);
+                    q.value = 2.0 * rows * (double)cols * T_prefill / (t.median_ms * 1e-3) / 1e12;
+                    snprintf(q.target, sizeof q.target, ">= %.0f%% of %.0f TFLOP/s (bf16)", PREFILL_TARGET_PCT,
+                             H200_BF16_TFLOPS);
+                    q.pct_target = pct(q.value, PREFILL_TARGET_PCT / 100.0 * H200_BF16_TFLOPS);
+                }
+            }
+        }
+        json_t *qj = json_object();
+        json_object_set_new(qj, "type", json_string(info->name));
+        json_object_set_new(qj, "rows", json_integer(rows));
+        json_object_set_new(qj, "cols", json_integer(cols));
+        json_object_set_new(qj, "tokens", json_integer(T_prefill));
+        json_object_set_new(qj, "flop_per_call", json_real(2.0 * rows * (double)cols * T_prefill));
+        add_row(&q, qj);
+    }
+    hr_cuda_free(dev, c.w);
+    hr_cuda_free(dev, c.x);
+    hr_cuda_free(dev, c.y);
+    free(pool);
+    free(poolf);
+    free(x);
+}
+
+static void bench_gemv(void) {
+    const mshape *shapes = O.quick ? k_shapes_quick : k_shapes_full;
+    size_t n_shapes = O.quick ? HR_ARRAY_LEN(k_shapes_quick) : HR_ARRAY_LEN(k_shapes_full);
+    int T_prefill = O.quick ? 12 : 512; /* --quick: two token tiles, the second short */
+    /* T=1 reps rotate over copies of W totalling >= 256 MiB (the H200's L2 is 50 MB), so each rep reads
+     * its matrix from HBM; --quick: 64 KiB, to run the rotation */
+    size_t rot = O.quick ? (size_t)64 << 10 : (size_t)256 << 20;
+    for (size_t si = 0; si < n_shapes; si++)
+        for (size_t ti = 0; ti < HR_ARRAY_LEN(k_types); ti++) {
+            if (k_types[ti].t == HR_DTYPE_F32 && !shapes[si].f32) continue;
+            bench_gemv_one(&k_types[ti], &shapes[si], T_prefill, rot);
+        }
+}
+
+/* ---- 4. decode attention -------------------------------------------------------------------------------- */
+
+typedef struct attn_ctx {
+    hr_kv_storage *st;
+    uint64_t q, tables, n_ctx, out, scratch;
+    int copies, nq, nbq, ctx, H;
+    float scale;
+} attn_ctx;
+
+static hr_status attn_rep(void *p, int rep, hr_error *e) {
+    attn_ctx *c = p;
+    uint64_t tab = c->tables + (uint64_t)(rep % c->copies) * (uint64_t)c->nq * (uint64_t)c->nbq * 4u;
+    return hr_kv_storage_cuda_attend_dev(c->st, 0, c->q, tab, c->nbq, c->n_ctx, c->nq, c->ctx, c->H, c->scale, 0.0f,
+                                         c->out, c->scratch, e);
+}
+
+typedef struct attn_shape_t {
+    int H, Hkv, D, B, nq;
+} attn_shape_t;
+
+/* one format at one context: returns the median ms (NAN when not measured); *refused set when the
+ * storage refuses the format (the remaining contexts are then skipped) */
+static double bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, bool target, bool *refused) {
+    const int H = as->H, Hkv = as->Hkv, D = as->D, B = as->B, nq = as->nq, nbq = (ctx + B - 1) / B;
+    hr_error e = {0};
+    char what[40];
+    snprintf(what, sizeof what, "%s KV", hr_kv_format_name(fmt));
+    row r = new_row("attention", what);
+    snprintf(r.shape, sizeof r.shape, "ctx %d, %d queries, H %d/%d, D %d, B %d", ctx, nq, H, Hkv, D, B);
+    snprintf(r.unit, sizeof r.unit, "GB/s");
+    if (out_of_time()) {
+        snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
+        add_row(&r, NULL);
+        return NAN;
+    }
+    hr_kv_storage_params p = {.n_layers = 1, .n_kv_heads = Hkv, .head_dim = D, .block_size = B, .isa = "scalar"};
+    if (kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) || kv_fmt_init(&p.v, fmt, KV_V, B, D, &e)) {
+        *refused = true;
+        snprintf(r.check, sizeof r.check, "skipped: %.80s", e.msg);
+        add_row(&r, NULL);
+        return NAN;
+    }
+    if (p.k.deferred || p.v.deferred) {
+        *refused = true;
+        snprintf(r.check, sizeof r.check, "skipped: a deferred format (tail buffers) is not measured here");
+        add_row(&r, NULL);
+        return NAN;
+    }
+    const uint64_t tok_bytes = (uint64_t)Hkv * (p.k.head_bytes + p.v.head_bytes) / (uint64_t)B;
+    const uint64_t rep_bytes = (uint64_t)nq * (uint64_t)ctx * tok_bytes; /* K + V of every query's context */
+    const uint64_t block_bytes = (uint64_t)Hkv * (p.k.head_bytes + p.v.head_bytes);
+    size_t rot = O.quick ? (size_t)64 << 10 : (size_t)256 << 20;
+    int copies = (int)((rot + rep_bytes - 1) / rep_bytes);
+    copies = copies < 1 ? 1 : copies > 8 ? 8 : copies;
+    p.n_blocks = copies * nq * nbq;
+    hr_kv_storage *st = NULL, *cpu = NULL;
+    if (hr_kv_storage_cuda_create(dev, &p, &st, &e)) {
+        *refused = true;
+        snprintf(r.check, sizeof r.check, "skipped: %.80s", e.msg);
+        add_row(&r, NULL);
+        return NAN;
+    }
+    /* Pb pattern blocks of real encoded K and V (the CPU storage's writes: random floats, its bytes),
+     * uploaded, then copied over the whole arena: block b holds pattern block b % Pb */
+    hr_kv_storage_params pc = p;
+    const int Pb = p.n_blocks < 32 ? p.n_blocks : 32;
+    pc.n_blocks = Pb;
+    attn_ctx c = {.st = st, .copies = copies, .nq = nq, .nbq = nbq, .ctx = ctx, .H = H};
+    c.scale = 1.0f / sqrtf((float)D);
+    const size_t qf = (size_t)nq * H * D;
+    float *kv = malloc(sizeof(float) * 2 * Hkv * D), *q = malloc(sizeof(float) * qf);
+    float *o_gpu = malloc(sizeof(float) * qf), *o_cpu = malloc(sizeof(float) * (size_t)H * D);
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)copies * nq * nbq), *ctxs = malloc(sizeof(int32_t) * nq);
+    int32_t *t_cpu = malloc(sizeof(int32_t) * (size_t)nbq);
+    size_t n_scratch = ((size_t)ctx + B) * HR_KV_ATTN_GROUP + (size_t)D + 64;
+    float *scratch = malloc(sizeof(float) * n_scratch);
+    unsigned char *pat = malloc((size_t)block_bytes * Pb);
+    if (!kv || !q || !o_gpu || !o_cpu || !tables || !ctxs || !t_cpu || !scratch || !pat) {
+        fprintf(stderr, "gpu_bench: out of memory\n");
+        exit(1);
+    }
+    bool ok = true;
+    if (hr_kv_storage_cpu_create(&pc, &cpu, &e)) ok = dev_fail(&r, "CPU storage", &e);
+    for (int b = 0; ok && b < Pb; b++) {
+        for (int t = 0; t < B; t++) {
+            fill(kv, (size_t)Hkv * D, 1.5f);
+            fill(kv + (size_t)Hkv * D, (size_t)Hkv * D, 1.0f);
+            cpu->ops->write(cpu, 0, b, t, -1, kv, kv + (size_t)Hkv * D);
+        }
+        cpu->ops->read_block(cpu, b, pat + (size_t)block_bytes * b);
+    }
+    for (int k = 0; k < copies; k++)
+        for (int i = 0; i < nq; i++)
+            for (int j = 0; j < nbq; j++)
+                tables[((size_t)k * nq + i) * nbq + j] = (int32_t)(((size_t)k * nq + i) * nbq + j);
+    for (int i = 0; i < nq; i++) ctxs[i] = ctx;
+    fill(q, qf, 1.0f);
+    uint64_t arena = hr_kv_storage_cuda_arena(st);
+    if (ok && (hr_cuda_upload(dev, arena, pat, (size_t)block_bytes * Pb, &e) ||
+               replicate(arena, (size_t)block_bytes * Pb, (size_t)block_bytes * p.n_blocks, &e) ||
+               hr_cuda_alloc(dev, sizeof(float) * qf, &c.q, &e) || hr_cuda_alloc(dev, sizeof(float) * qf, &c.out, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * (size_t)copies * nq * nbq, &c.tables, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * nq, &c.n_ctx, &e) ||
+               hr_cuda_alloc(dev, hr_kv_storage_cuda_attend_scratch(st, nq, H, ctx), &c.scratch, &e) ||
+               hr_cuda_upload(dev, c.q, q, sizeof(float) * qf, &e) ||
+               hr_cuda_upload(dev, c.tables, tables, sizeof(int32_t) * (size_t)copies * nq * nbq, &e) ||
+               hr_cuda_upload(dev, c.n_ctx, ctxs, sizeof(int32_t) * nq, &e)))
+        ok = dev_fail(&r, "setup", &e);
+    /* the check: the last copy's tables, the last query against the CPU storage's attention over the
+     * same bytes (its table: the pattern blocks the GPU's blocks hold) */
+    if (ok) {
+        memset(o_gpu, 0xff, sizeof(float) * qf);
+        if (hr_cuda_upload(dev, c.out, o_gpu, sizeof(float) * qf, &e) || attn_rep(&c, copies - 1, &e) ||
+            hr_cuda_download(dev, o_gpu, c.out, sizeof(float) * qf, &e))
+            ok = dev_fail(&r, "run", &e);
+    }
+    if (ok) {
+        const int32_t *tg = tables + ((size_t)(copies - 1) * nq + (nq - 1)) * nbq;
+        for (int j = 0; j < nbq; j++) t_cpu[j] = tg[j] % Pb;
+        hr_kv_attn_query qc = {
+            .table = t_cpu, .n_ctx = ctx, .tail_stage = -1, .q = q + (size_t)(nq - 1) * H * D, .out = o_cpu};
+        hr_kv_attn_args a = {.n_heads = H, .scale = c.scale};
+        cpu->ops->attend(cpu, 0, &qc, 1, &a, scratch);
+        const float *g = o_gpu + (size_t)(nq - 1) * H * D;
+        double worst = 0;
+        if (fmt == HR_KV_F32 || fmt == HR_KV_Q8) { /* the order of additions only: relative, floor 1e-2 */
+            for (int i = 0; i < H * D; i++) {
+                double d = fabs((double)g[i] - o_cpu[i]) / fmax(fabs((double)o_cpu[i]), 1e-2);
+                if (!(d <= worst)) worst = d;
+            }
+            ok = verdict(&r, worst < 1e-3, "rel err", worst);
+        } else { /* f16 (the CPU rounds softmax weights to f16 before P.V: 2^-11 absolute) and others */
+            for (int i = 0; i < H * D; i++) {
+                double d = fabs((double)g[i] - o_cpu[i]);
+                if (!(d <= worst)) worst = d;
+            }
+            ok = verdict(&r, worst < 4.9e-4, "abs err", worst);
+        }
+    }
+    double med = NAN;
+    if (ok) {
+        timing t;
+        if (time_reps(attn_rep, &c, 400.0, &t, &e))
+            dev_fail(&r, "timing", &e);
+        else if (hr_kv_storage_cuda_check(st, &e))
+            dev_fail(&r, "storage", &e);
+        else {
+            set_timing(&r, &t);
+            med = t.median_ms;
+            r.value = (double)rep_bytes / (t.median_ms * 1e-3) / 1e9;
+            r.pct_copy = pct(r.value, copy_gbs);
+            if (target) {
+                snprintf(r.target, sizeof r.target, ">= %.0f%% of copy", ATTN_TARGET_PCT);
+                r.pct_target = pct(r.pct_copy, ATTN_TARGET_PCT);
+            }
+        }
+    }
+    json_t *xj = json_object();
+    json_object_set_new(xj, "format", json_string(hr_kv_format_name(fmt)));
+    json_object_set_new(xj, "ctx", json_integer(ctx));
+    json_object_set_new(xj, "queries", json_integer(nq));
+    json_object_set_new(xj, "n_heads", json_integer(H));
+    json_object_set_new(xj, "n_kv_heads", json_integer(Hkv));
+    json_object_set_new(xj, "head_dim", json_integer(D));
+    json_object_set_new(xj, "block_size", json_integer(B));
+    json_object_set_new(xj, "bytes_per_rep", json_integer((json_int_t)rep_bytes));
+    json_object_set_new(xj, "kv_bytes_per_token", json_integer((json_int_t)tok_bytes));
+    json_object_set_new(xj, "arena_copies_rotated", json_integer(copies));
+    add_row(&r, xj);
+    if (cpu) cpu->ops->destroy(cpu);
+    st->ops->destroy(st);
+    hr_cuda_free(dev, c.q);
+    hr_cuda_free(dev, c.out);
+    hr_cuda_free(dev, c.tables);
+    hr_cuda_free(dev, c.n_ctx);
+    hr_cuda_free(dev, c.scratch);
+    free(kv), free(q), free(o_gpu), free(o_cpu), free(tables), free(ctxs), free(t_cpu), free(scratch), free(pat);
+    return med;
+}
+
+static void bench_attention(void) {
+    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8,  HR_KV_F32, HR_KV_BF16,
+                                        HR_KV_FP8, HR_KV_Q4H, HR_KV_Q4,  HR_KV_KIVI2};
+    static const int ctx_full[] = {1024, 8192, 32768}, ctx_quick[] = {40, 300};
+    const int *ctxs = O.quick ? ctx_quick : ctx_full;
+    const int n_ctx = O.quick ? 2 : 3, target_ctx = O.quick ? 300 : 8192;
+    attn_shape_t as = O.quick ? (attn_shape_t){8, 2, 64, 16, 3} : (attn_shape_t){32, 8, 128, 16, 16};
+    double ms[8][3];
+    for (size_t fi = 0; fi < HR_ARRAY_LEN(fmts); fi++) {
+        bool refused = false;
+        for (int ci = 0; ci < n_ctx; ci++) {
+            ms[fi][ci] = NAN;
+            if (refused) continue;
+            bool target = (fmts[fi] == HR_KV_F16 || fmts[fi] == HR_KV_Q8) && ctxs[ci] == target_ctx;
+            ms[fi][ci] = bench_attn_one(fmts[fi], &as, ctxs[ci], target, &refused);
+        }
+    }
+    /* q8's speed over f16's (fmts[1] over fmts[0]) */
+    for (int ci = 0; ci < n_ctx; ci++) {
+        row r = new_row("attention", "q8 / f16 speed");
+        snprintf(r.shape, sizeof r.shape, "ctx %d, %d queries (f16 time / q8 time)", ctxs[ci], as.nq);
+        snprintf(r.unit, sizeof r.unit, "x");
+        r.value = ms[0][ci] / ms[1][ci];
+        snprintf(r.target, sizeof r.target, ">= %.1fx", ATTN_Q8_F16_TARGET);
+        r.pct_target = pct(r.value, ATTN_Q8_F16_TARGET);
+        if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: f16 or q8 not measured");
+        json_t *xj = json_object();
+        json_object_set_new(xj, "ctx", json_integer(ctxs[ci]));
+        add_row(&r, xj);
+    }
+}
+
+/* ---- 5. end to end through the runtime ----------------------------------------------------------------- */
+
+/* bytes one decode step streams: every layer's matrices and norms and the output matrix (the token
+ * embedding is a lookup of the batch's rows, not counted) */
+static uint64_t streamed_bytes(const hr_rt_shape *s, hr_dtype t, int n_layer) {
+    uint64_t E = (uint64_t)s->n_embd, F = (uint64_t)s->n_ff, hd = (uint64_t)s->head_dim;
+    uint64_t qd = (uint64_t)s->n_head * hd, kvd = (uint64_t)s->n_head_kv * hd;
+    uint64_t re = hr_dtype_row_bytes(t, (int64_t)E), rf = hr_dtype_row_bytes(t, (int64_t)F),
+             rq = hr_dtype_row_bytes(t, (int64_t)qd);
+    uint64_t layer = qd * re + 2 * kvd * re + E * rq + 2 * F * re + E * rf + 2 * E * 4;
+    return (uint64_t)n_layer * layer + (uint64_t)s->n_vocab * re + E * 4;
+}
+
+static bool e2e_stats(hr_runtime *rt, hr_rt_engine_stats *s) {
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(rt, &pool);
+    *s = pool.engine;
+    return true;
+}
+
+/* B requests of `prompt` random ids each, stepped until every one is decoding; then `steps` timed steps
+ * that each decode exactly B tokens (warm-up steps first). Median wall-clock ms per step, or NAN. */
+static double e2e_decode(hr_runtime *rt, int n_vocab, int B, int prompt, int warm, int steps, row *r) {
+    hr_error e = {0};
+    hr_rt_request **req = calloc((size_t)B, sizeof *req);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
+    double *v = malloc(sizeof(double) * (size_t)steps);
+    if (!req || !ids || !v) {
+        fprintf(stderr, "gpu_bench: out of memory\n");
+        exit(1);
+    }
+    bool ok = true;
+    for (int i = 0; i < B && ok; i++) {
+        for (int k = 0; k < prompt; k++) ids[k] = (int32_t)((frand() + 1.0f) * 0.5f * (float)(n_vocab - 1));
+        hr_rt_request_params q = {
+            .prompt_ids = ids, .n_prompt_ids = prompt, .max_tokens = warm + steps + 8, .ignore_eos = true};
+        q.sampling = hr_rt_sampling_default();
+        q.sampling.temperature = 0;
+        if (hr_runtime_submit(rt, &q, &req[i], &e)) ok = dev_fail(r, "submit", &e);
+    }
+    int n_timed = 0, n_warm = 0, guard = 0;
+    while (ok && n_timed < steps && guard++ < 10000) {
+        hr_rt_engine_stats s0, s1;
+        e2e_stats(rt, &s0);
+        int left = 0;
+        double t0 = hr_time_now();
+        if (hr_runtime_step(rt, &left, &e)) {
+            ok = dev_fail(r, "step", &e);
+            break;
+        }
+        double dt = hr_time_now() - t0;
+        e2e_stats(rt, &s1);
+        if (s1.failed != s0.failed) {
+            e.code = HR_ERR_UNSUPPORTED;
+            snprintf(e.msg, sizeof e.msg, "a request failed");
+            ok = dev_fail(r, "step", &e);
+            break;
+        }
+        bool pure = s1.batch_tokens - s0.batch_tokens == (uint64_t)B && s1.prefill_tokens == s0.prefill_tokens;
+        if (!pure) continue;
+        if (n_warm < warm)
+            n_warm++;
+        else
+            v[n_timed++] = dt * 1e3;
+        if (left == 0) break;
+    }
+    double med = NAN;
+    if (ok && n_timed < steps) {
+        e.code = HR_ERR_UNSUPPORTED;
+        snprintf(e.msg, sizeof e.msg, "only %d decode steps of %d tokens", n_timed, B);
+        dev_fail(r, "steps", &e);
+    } else if (ok) {
+        /* the check: every request still running or finished without failing, each with its ids */
+        int bad = 0;
+        for (int i = 0; i < B; i++) {
+            hr_rt_result res;
+            hr_rt_request_result(req[i], &res);
+            if (res.status != HR_OK || res.n_ids < warm + steps) bad++;
+        }
+        if (verdict(r, bad == 0, "requests short or failed:", (double)bad)) {
+            snprintf(r->check, sizeof r->check, "ok (%d requests, %d+ ids each)", B, warm + steps);
+            med = median(v, n_timed);
+            r->median_ms = med;
+            r->loops = n_timed;
+            r->reps = 1;
+        }
+    }
+    for (int i = 0; i < B; i++)
+        if (req[i]) hr_rt_request_release(rt, req[i]); /* cancels what is unfinished */
+    free(req), free(ids), free(v);
+    return med;
+}
+
+/* one request of `prompt` random ids, max_tokens 1: the wall-clock time of the step that computes its
+ * whole prompt (max_batch_tokens >= prompt), median over reps; NAN if none */
+static double e2e_prefill(hr_runtime *rt, int n_vocab, int prompt, int reps, row *r) {
+    hr_error e = {0};
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
+    double v[8];
+    int n = 0;
+    bool ok = ids != NULL;
+    for (int k = 0; k < reps && ok; k++) {
+        for (int i = 0; i < prompt; i++) ids[i] = (int32_t)((frand() + 1.0f) * 0.5f * (float)(n_vocab - 1));
+        hr_rt_request_params q = {.prompt_ids = ids, .n_prompt_ids = prompt, .max_tokens = 1, .ignore_eos = true};
+        q.sampling = hr_rt_sampling_default();
+        q.sampling.temperature = 0;
+        hr_rt_request *req = NULL;
+        if (hr_runtime_submit(rt, &q, &req, &e)) {
+            ok = dev_fail(r, "submit", &e);
+            break;
+        }
+        int left = 1, guard = 0;
+        while (left > 0 && guard++ < 100) {
+            hr_rt_engine_stats s0, s1;
+            e2e_stats(rt, &s0);
+            double t0 = hr_time_now();
+            if (hr_runtime_step(rt, &left, &e)) {
+                ok = dev_fail(r, "step", &e);
+                break;
+            }
+            double dt = hr_time_now() - t0;
+            e2e_stats(rt, &s1);
+            if (s1.prefill_tokens - s0.prefill_tokens == (uint64_t)prompt && n < 8) v[n++] = dt * 1e3;
+        }
+        hr_rt_result res;
+        hr_rt_request_result(req, &res);
+        if (ok && (res.status != HR_OK || res.n_ids != 1)) {
+            e.code = HR_ERR_UNSUPPORTED;
+            snprintf(e.msg, sizeof e.msg, "the request ended with %d ids: %s", res.n_ids, res.error ? res.error : "?");
+            ok = dev_fail(r, "prefill", &e);
+        }
+        hr_rt_request_release(rt, req);
+    }
+    free(ids);
+    if (!ok) return NAN;
+    if (!verdict(r, n == reps, "one-step prefills missing:", (double)(reps - n))) return NAN;
+    snprintf(r->check, sizeof r->check, "ok (%d one-step prefills)", n);
+    r->loops = n;
+    r->reps = 1;
+    return r->median_ms = median(v, n);
+}
+
+static void bench_e2e(void) {
+    const char *shape = O.quick ? "tiny" : "llama-3-8b";
+    /* synthesis on the host dominates: about 3 s a layer there, by this machine's 12 ns a weight, and
+     * 40 s for the rest (embedding, output, the runs); fewer layers than asked when the time left is short */
+    int layers = O.quick ? 1 : O.e2e_layers;
+    if (!O.quick) {
+        int fit = (int)((deadline - hr_time_now() - 40.0) / 4.0);
+        if (fit < layers) {
+            printf("  (e2e: %d layers instead of %d: the time left (--max-seconds) holds no more)\n", fit, layers);
+            layers = fit;
+        }
+    }
+    static const int batches_full[] = {1, 16, 64}, batches_quick[] = {1, 4};
+    const int *batches = O.quick ? batches_quick : batches_full;
+    const int n_b = O.quick ? 2 : 3, prompt = O.quick ? 8 : 16, warm = O.quick ? 1 : 3, steps = O.quick ? 3 : 12;
+    const int pre_prompt = O.quick ? 32 : 512, pre_reps = O.quick ? 2 : 3;
+    char desc[80];
+    snprintf(desc, sizeof desc, "%s bf16, %d of its layers, f16 KV", shape, layers);
+    if (layers < 1) {
+        skip_row("e2e", "decode", desc, "time budget (--max-seconds)");
+        return;
+    }
+    hr_rt_synth sy = {.shape = shape, .weight_type = "bf16", .n_layer = layers, .seed = 7};
+    hr_runtime_params p = hr_runtime_default_params();
+    p.synth = &sy;
+    p.device = "cuda";
+    p.cuda_driver = O.driver;
+    p.raw_ids = true;
+    p.n_ctx = O.quick ? 128 : 1024;
+    p.kv_seqs = batches[n_b - 1];
+    p.max_running = batches[n_b - 1];
+    p.max_batch_tokens = pre_prompt;
+    p.k_format = p.v_format = HR_RT_KV_F16;
+    hr_runtime *rt = NULL;
+    hr_error e = {0};
+    double t0 = hr_time_now();
+    printf("  (e2e: synthesizing %s in memory and opening it on the GPU...)\n", desc);
+    fflush(stdout);
+    hr_status st = hr_runtime_open(&p, &rt, NULL, &e);
+    double open_s = hr_time_now() - t0;
+    json_t *e2e = json_object();
+    json_object_set_new(jroot, "e2e_model", e2e);
+    json_object_set_new(e2e, "shape", json_string(shape));
+    json_object_set_new(e2e, "weight_type", json_string("bf16"));
+    json_object_set_new(e2e, "n_layer", json_integer(layers));
+    json_object_set_new(e2e, "n_layer_asked", json_integer(O.quick ? 1 : O.e2e_layers));
+    json_object_set_new(e2e, "kv_format", json_string("f16"));
+    json_object_set_new(e2e, "open_seconds", json_real(open_s));
+    json_object_set_new(e2e, "timing",
+                        json_string("host wall clock per hr_runtime_step (forward, logits download, "
+                                    "sampling), median over the steps"));
+    if (st) {
+        row r = new_row("e2e", "open");
+        snprintf(r.shape, sizeof r.shape, "%s", desc);
+        dev_fail(&r, "open", &e);
+        add_row(&r, NULL);
+        return;
+    }
+    hr_runtime_info info;
+    hr_runtime_describe(rt, &info);
+    const uint64_t bytes = streamed_bytes(&info.shape, HR_DTYPE_BF16, layers);
+    const uint64_t bytes_full = streamed_bytes(&info.shape, HR_DTYPE_BF16, O.quick ? layers : 32);
+    json_object_set_new(e2e, "weight_bytes", json_integer((json_int_t)info.weight_bytes));
+    json_object_set_new(e2e, "streamed_bytes_per_step", json_integer((json_int_t)bytes));
+    json_object_set_new(e2e, "streamed_bytes_per_step_32_layers", json_integer((json_int_t)bytes_full));
+    printf("  (e2e: opened in %.1f s; %.2f GB of weights streamed per step)\n", open_s, bytes / 1e9);
+    for (int bi = 0; bi < n_b; bi++) {
+        int B = batches[bi];
+        char what[40];
+        snprintf(what, sizeof what, "decode batch %d", B);
+        row r = new_row("e2e", what);
+        snprintf(r.shape, sizeof r.shape, "%s, prompt %d", desc, prompt);
+        snprintf(r.unit, sizeof r.unit, "tokens/s");
+        json_t *xj = json_object();
+        json_object_set_new(xj, "batch", json_integer(B));
+        if (out_of_time())
+            snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
+        else {
+            double ms = e2e_decode(rt, info.n_vocab, B, prompt, warm, steps, &r);
+            if (isfinite(ms)) {
+                r.value = B / (ms * 1e-3);
+                double gbs = (double)bytes / (ms * 1e-3) / 1e9;
+                json_object_set_new(xj, "weight_gb_per_s", json_real(gbs));
+                json_object_set_new(xj, "pct_weight_bw_of_copy", jnum(pct(gbs, copy_gbs)));
+                if (layers != 32 && !O.quick) /* the whole model's step, if time scales with the bytes */
+                    json_object_set_new(xj, "projected_tokens_per_s_32_layers",
+                                        json_real(B / (ms * 1e-3 * (double)bytes_full / (double)bytes)));
+                if (B == 1) { /* the figure: weight bytes / batch-1 step time */
+                    r.pct_copy = pct(gbs, copy_gbs);
+                    snprintf(r.target, sizeof r.target, "weights >= %.0f%% of copy", E2E_TARGET_PCT);
+                    r.pct_target = pct(r.pct_copy, E2E_TARGET_PCT);
+                }
+            }
+        }
+        add_row(&r, xj);
+    }
+    row r = new_row("e2e", "prefill");
+    snprintf(r.shape, sizeof r.shape, "%s, one %d-token prompt a step", desc, pre_prompt);
+    snprintf(r.unit, sizeof r.unit, "tokens/s");
+    json_t *xj = json_object();
+    json_object_set_new(xj, "prompt", json_integer(pre_prompt));
+    if (out_of_time())
+        snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
+    else {
+        double ms = e2e_prefill(rt, info.n_vocab, pre_prompt, pre_reps, &r);
+        if (isfinite(ms)) {
+            r.value = pre_prompt / (ms * 1e-3);
+            double flop = 2.0 * (double)pre_prompt * (double)bytes / 2.0; /* bf16: 2 bytes a weight */
+            json_object_set_new(xj, "matmul_tflop_per_s", json_real(flop / (ms * 1e-3) / 1e12));
+            if (layers != 32 && !O.quick)
+                json_object_set_new(xj, "projected_tokens_per_s_32_layers",
+                                    json_real(pre_prompt / (ms * 1e-3 * (double)bytes_full / (double)bytes)));
+        }
+    }
+    add_row(&r, xj);
+    hr_runtime_close(rt);
+}
+
+/* ---- output --------------------------------------------------------------------------------------------- */
+
+static const char *k_sections[] = {"copy", "gemv", "prefill", "attention", "e2e"};
+static const char *k_titles[] = {
+    "1. Device-to-device copy (the reference bandwidth)",
+    "2. GEMV, one token (weight bytes / time)",
+    "3. Prefill with the GEMV kernels (2 rows cols T / time; no tensor-core GEMM yet)",
+    "4. Decode attention, device KV storage (K+V bytes of every query's context / time)",
+    "5. End to end through the runtime (wall clock per engine step)",
+};
+
+static void md_escape(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+static bool write_md(const char *path, const char *device, const char *date) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fprintf(f, "# GPU measurements (bench/gpu/gpu_bench%s)\n\n", O.quick ? " --quick: the emulator's tiny shapes" : "");
+    fprintf(f, "- device: %s\n- driver: %s\n- date: %s\n- commit: %s\n", device,
+            O.driver_version ? O.driver_version : "unknown", date, O.commit ? O.commit : "unknown");
+    fprintf(f, "- copy bandwidth (the reference of every %% of copy): %.1f GB/s\n", copy_gbs);
+    fprintf(f, "- kernels: GPU events around loops of R reps after a warm-up, median over the loops of loop/R "
+               "(shown as median (loops x R)); end to end: wall clock per engine step, median over the steps\n");
+    fprintf(f, "- checks: %d, failed: %d\n", n_checked, n_failed);
+    for (size_t s = 0; s < HR_ARRAY_LEN(k_sections); s++) {
+        fprintf(f, "\n## %s\n\n", k_titles[s]);
+        fprintf(f, "| what | shape | value | median (loops x reps) | %% of copy | target | %% of target | check |\n");
+        fprintf(f, "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |\n");
+        for (int i = 0; i < n_rows; i++) {
+            const row *r = &g_rows[i];
+            if (strcmp(r->section, k_sections[s])) continue;
+            fputs("| ", f);
+            md_escape(f, r->what);
+            fputs(" | ", f);
+            md_escape(f, r->shape);
+            if (isfinite(r->value))
+                fprintf(f, " | %.4g %s", r->value, r->unit);
+            else
+                fputs(" | -", f);
+            if (isfinite(r->median_ms))
+                fprintf(f, " | %.4g ms (%dx%d)", r->median_ms, r->loops, r->reps);
+            else
+                fputs(" | -", f);
+            if (isfinite(r->pct_copy))
+                fprintf(f, " | %.1f%%", r->pct_copy);
+            else
+                fputs(" | -", f);
+            fputs(" | ", f);
+            md_escape(f, r->target[0] ? r->target : "-");
+            if (isfinite(r->pct_target))
+                fprintf(f, " | %.1f%%", r->pct_target);
+            else
+                fputs(" | -", f);
+            fputs(" | ", f);
+            md_escape(f, r->check);
+            fputs(" |\n", f);
+        }
+    }
+    return fclose(f) == 0;
+}
+
+/* --validate: the JSON as written, read back: every top-level key, every row's keys, sections present,
+ * no failed check; the markdown (when given) has every section's title */
+static int validate(const char *json_path, const char *md_path) {
+    json_error_t je;
+    json_t *root = json_load_file(json_path, 0, &je);
+    int bad = 0;
+    if (!root) {
+        printf("validate: %s does not parse: %s (line %d)\n", json_path, je.text, je.line);
+        return 1;
+    }
+    static const char *top[] = {"schema", "device",  "driver_version", "date", "commit",  "quick",     "timing",
+                                "checks", "targets", "copy",           "gemv", "prefill", "attention", "e2e"};
+    static const char *keys[] = {"what",          "shape",          "value",  "unit",          "median_ms", "loops",
+                                 "reps_per_loop", "pct_of_copy_bw", "target", "pct_of_target", "check"};
+    for (size_t i = 0; i < HR_ARRAY_LEN(top); i++)
+        if (!json_object_get(root, top[i])) {
+            printf("validate: no key '%s'\n", top[i]);
+            bad++;
+        }
+    const bool quick = json_is_true(json_object_get(root, "quick"));
+    const char *schema = json_string_value(json_object_get(root, "schema"));
+    if (!schema || strcmp(schema, SCHEMA)) {
+        printf("validate: schema is not %s\n", SCHEMA);
+        bad++;
+    }
+    for (size_t s = 0; s < HR_ARRAY_LEN(k_sections); s++) {
+        json_t *arr = json_object_get(root, k_sections[s]);
+        if (!json_is_array(arr) || json_array_size(arr) == 0) {
+            printf("validate: section '%s' is not a non-empty array\n", k_sections[s]);
+            bad++;
+            continue;
+        }
+        size_t i;
+        json_t *o;
+        int measured = 0;
+        json_array_foreach(arr, i, o) {
+            for (size_t k = 0; k < HR_ARRAY_LEN(keys); k++)
+                if (!json_object_get(o, keys[k])) {
+                    printf("validate: %s[%zu] has no '%s'\n", k_sections[s], i, keys[k]);
+                    bad++;
+                }
+            const char *chk = json_string_value(json_object_get(o, "check"));
+            if (!chk || !strncmp(chk, "FAIL", 4)) {
+                printf("validate: %s[%zu] check: %s\n", k_sections[s], i, chk ? chk : "(none)");
+                bad++;
+            }
+            json_t *v = json_object_get(o, "value");
+            bool has = json_is_number(v) && isfinite(json_number_value(v)) && json_number_value(v) > 0;
+            measured += has;
+            if (!has && (!chk || strncmp(chk, "skipped", 7))) {
+                printf("validate: %s[%zu] has neither a value nor a reason it was skipped\n", k_sections[s], i);
+                bad++;
+            }
+        }
+        if (!measured && quick) { /* a full run may skip (time budget, refused formats) */
+            printf("validate: section '%s' has no measured value\n", k_sections[s]);
+            bad++;
+        }
+    }
+    json_t *checks = json_object_get(root, "checks");
+    json_t *nf = json_object_get(checks, "failed"), *nc = json_object_get(checks, "passed");
+    if (!json_is_integer(nf) || json_integer_value(nf) != 0 || !json_is_integer(nc) || json_integer_value(nc) < 1) {
+        printf("validate: checks.passed >= 1 and checks.failed == 0 expected\n");
+        bad++;
+    }
+    json_decref(root);
+    if (md_path) {
+        FILE *f = fopen(md_path, "r");
+        char *text = NULL;
+        long n = 0;
+        if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) &&
+            (text = calloc((size_t)n + 1, 1)) && fread(text, 1, (size_t)n, f) == (size_t)n) {
+            for (size_t s = 0; s < HR_ARRAY_LEN(k_titles); s++)
+                if (!strstr(text, k_titles[s])) {
+                    printf("validate: %s lacks the section '%s'\n", md_path, k_titles[s]);
+                    bad++;
+                }
+        } else {
+            printf("validate: cannot read %s\n", md_path);
+            bad++;
+        }
+        free(text);
+        if (f) fclose(f);
+    }
+    printf("validate: %s%s%s: %s\n", json_path, md_path ? ", " : "", md_path ? md_path : "",
+           bad ? "FAILED" : "every key present, every check ok");
+    return bad ? 1 : 0;
+}
+
+/* --only's list names the section */
+static bool wanted(const char *section) {
+    if (!O.only) return true;
+    size_t n = strlen(section);
+    for (const char *p = O.only; (p = strstr(p, section)) != NULL; p += n)
+        if ((p == O.only || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return true;
+    return false;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: gpu_bench [--driver LIB] [--quick] [--json FILE] [--md FILE] [--commit C] "
+                    "[--driver-version V] [--max-seconds S] [--e2e-layers N] [--no-e2e] [--only gemv,attention,e2e]\n"
+                    "       gpu_bench --validate FILE.json [FILE.md]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    O.max_seconds = 0;
+    O.e2e = true;
+    O.e2e_layers = 8;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--validate")) {
+            if (!v) usage();
+            return validate(v, i + 2 < argc ? argv[i + 2] : NULL);
+        } else if (!strcmp(a, "--quick"))
+            O.quick = true;
+        else if (!strcmp(a, "--no-e2e"))
+            O.e2e = false;
+        else if (!v)
+            usage();
+        else if (!strcmp(a, "--driver"))
+            O.driver = argv[++i];
+        else if (!strcmp(a, "--json"))
+            O.json = argv[++i];
+        else if (!strcmp(a, "--md"))
+            O.md = argv[++i];
+        else if (!strcmp(a, "--only"))
+            O.only = argv[++i];
+        else if (!strcmp(a, "--commit"))
+            O.commit = argv[++i];
+        else if (!strcmp(a, "--driver-version"))
+            O.driver_version = argv[++i];
+        else if (!strcmp(a, "--max-seconds"))
+            O.max_seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--e2e-layers")) {
+            O.e2e_layers = atoi(argv[++i]);
+            if (O.e2e_layers < 1 || O.e2e_layers > 32) usage();
+        } else
+            usage();
+    }
+    if (O.max_seconds <= 0) O.max_seconds = O.quick ? 120 : 300;
+    t_start = hr_time_now();
+    deadline = t_start + O.max_seconds;
+    hr_error e = {0};
+    if (hr_cuda_device_open(O.driver, 0, &dev, &e)) {
+        printf("gpu_bench: %s\n", e.msg);
+        return 77;
+    }
+    char device[256];
+    snprintf(device, sizeof device, "%s", hr_cuda_device_name(dev));
+    uint64_t mem_free = 0, mem_total = 0;
+    (void)hr_cuda_device_mem(dev, &mem_free, &mem_total, &e);
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    printf("gpu_bench%s on %s (%.1f GiB), %s, commit %s\n", O.quick ? " --quick" : "", device,
+           mem_total / (MIB * 1024.0), date, O.commit ? O.commit : "unknown");
+    printf("  %-10s %-14s %-38s %-20s %-22s %-8s %-30s %-8s %s\n", "section", "what", "shape", "value",
+           "median (loops x R)", "% copy", "target", "% tgt", "check");
+    jroot = json_object();
+    json_object_set_new(jroot, "schema", json_string(SCHEMA));
+    json_object_set_new(jroot, "device", json_string(device));
+    json_object_set_new(jroot, "device_memory_bytes", json_integer((json_int_t)mem_total));
+    json_object_set_new(jroot, "driver_version", O.driver_version ? json_string(O.driver_version) : json_null());
+    json_object_set_new(jroot, "driver_library", O.driver ? json_string(O.driver) : json_string("libcuda.so.1"));
+    json_object_set_new(jroot, "date", json_string(date));
+    json_object_set_new(jroot, "commit", O.commit ? json_string(O.commit) : json_null());
+    json_object_set_new(jroot, "quick", json_boolean(O.quick));
+    json_object_set_new(jroot, "timing",
+                        json_string("kernels: GPU events (hr_cuda_time_begin/_end) around a loop of reps_per_loop "
+                                    "back-to-back reps after one warm-up rep; median_ms is the median over `loops` "
+                                    "loops of (loop time / reps_per_loop). e2e: host wall clock per engine step."));
+    json_t *tg = json_object();
+    json_object_set_new(tg, "gemv_pct_of_copy_bw_bf16_q8_0_q4_0", json_real(GEMV_TARGET_PCT));
+    json_object_set_new(tg, "prefill_tflops_bf16", json_real(PREFILL_TARGET_PCT / 100.0 * H200_BF16_TFLOPS));
+    json_object_set_new(tg, "attention_pct_of_copy_bw_f16_q8_at_8k", json_real(ATTN_TARGET_PCT));
+    json_object_set_new(tg, "attention_q8_over_f16_speed", json_real(ATTN_Q8_F16_TARGET));
+    json_object_set_new(tg, "e2e_batch1_weight_bw_pct_of_copy", json_real(E2E_TARGET_PCT));
+    json_object_set_new(jroot, "targets", tg);
+
+    bench_copy();
+    if (wanted("gemv"))
+        bench_gemv();
+    else
+        skip_row("gemv", "-", "-", "--only"), skip_row("prefill", "-", "-", "--only");
+    if (wanted("attention"))
+        bench_attention();
+    else
+        skip_row("attention", "-", "-", "--only");
+    hr_cuda_device_close(dev); /* the runtime opens its own */
+    dev = NULL;
+    if (O.e2e && wanted("e2e"))
+        bench_e2e();
+    else
+        skip_row("e2e", "decode", "-", O.e2e ? "--only" : "--no-e2e");
+
+    json_t *ck = json_object();
+    json_object_set_new(ck, "passed", json_integer(n_checked - n_failed));
+    json_object_set_new(ck, "failed", json_integer(n_failed));
+    json_object_set_new(jroot, "checks", ck);
+    json_object_set_new(jroot, "seconds", json_real(hr_time_now() - t_start));
+    int rc = n_failed ? 1 : 0;
+    if (O.json && json_dump_file(jroot, O.json, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) {
+        fprintf(stderr, "gpu_bench: cannot write %s\n", O.json);
+        rc = 1;
+    }
+    if (O.md && !write_md(O.md, device, date)) {
+        fprintf(stderr, "gpu_bench: cannot write %s\n", O.md);
+        rc = 1;
+    }
+    json_decref(jroot);
+    free(g_rows);
+    printf("gpu_bench: %d checks, %d failed, %.1f s%s%s%s%s\n", n_checked, n_failed, hr_time_now() - t_start,
+           O.json ? "; " : "", O.json ? O.json : "", O.md ? ", " : "", O.md ? O.md : "");
+    return rc;
+}
