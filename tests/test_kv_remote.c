@@ -47,6 +47,7 @@ static bool redis_start(void) {
     redis_port = hr_test_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", redis_port);
+    fflush(stdout); /* the child's freopen would write what is buffered a second time */
     redis_pid = fork();
     if (redis_pid == 0) {
         freopen("/dev/null", "w", stdout);
@@ -87,9 +88,15 @@ static bool rig_fetch(void *ctx, const hr_kv_block_info *b, void *out, uint64_t 
 }
 static void rig_stored(void *ctx, const hr_kv_block_info *b) { hr_kv_remote_on_stored(((rig *)ctx)->remote, b); }
 
+/* the device the rigs open on: NULL (the CPU), or "cuda" through rig_driver */
+static const char *rig_device, *rig_driver;
+
 static bool rig_open(rig *g, bool tier, hr_kv_format fmt, const char *model_id) {
     memset(g, 0, sizeof *g);
     hr_runtime_params p = hr_runtime_default_params();
+    p.device = rig_device;
+    p.cuda_driver = rig_driver;
+    if (rig_device) p.kv_budget = 4u << 20; /* the arena's KV part: the GPU's size does not matter here */
     p.n_ctx = 256;
     p.block_size = BS;
     p.k_format = p.v_format = (hr_rt_kv_format)fmt;
@@ -312,6 +319,49 @@ int main(void) {
            "%llu fetched tokens: recomputed, same %d tokens\n",
            (unsigned long long)fetched, N_PROMPT, (unsigned long long)f3, N_OUT);
     rig_close(&cold); /* its writer's queued blocks fail or drop, bounded by the timeout */
+#ifdef HR_EMU_CUDA_LIB
+    /* The tier with a GPU's KV storage (the emulated one): the same block bytes as the CPU's layout, so
+     * a GPU replica reads what a CPU replica wrote and the other way round. redis_start again: the kill
+     * above took it down. */
+    if (redis_start()) {
+        rig_driver = HR_EMU_CUDA_LIB;
+        int32_t want_gpu[N_OUT];
+        rig_device = "cuda";
+        CHECK(rig_open(&probe, false, HR_KV_F16, NULL));
+        rig_run(&probe, want_gpu); /* the GPU alone, no tier */
+        rig_close(&probe);
+        /* a GPU replica writes, a cold GPU replica fetches every full prompt block: the same tokens */
+        CHECK(rig_open(&warm, true, HR_KV_F16, "demo-model"));
+        CHECK(rig_run(&warm, got) == 0 && !memcmp(got, want_gpu, sizeof want_gpu));
+        rig_close(&warm);
+        CHECK(rig_open(&cold, true, HR_KV_F16, "demo-model"));
+        uint64_t fg = rig_run(&cold, got);
+        CHECKF(fg == (uint64_t)((N_PROMPT - 1) / BS) * BS, "GPU from GPU: fetched %llu prompt tokens",
+               (unsigned long long)fg);
+        CHECK(!memcmp(got, want_gpu, sizeof want_gpu));
+        CHECK(hr_kv_pool_check(hr_runtime_kv(cold.rt), &err) == HR_OK);
+        rig_close(&cold);
+        /* a CPU replica writes, a GPU replica fetches them (its own K/V would differ by the CPU's
+         * activation rounding, so its tokens are checked for completing, not against either side) */
+        redis_each("*", flush_all);
+        rig_device = NULL;
+        CHECK(rig_open(&warm, true, HR_KV_F16, "demo-model"));
+        rig_run(&warm, got);
+        rig_close(&warm);
+        rig_device = "cuda";
+        CHECK(rig_open(&cold, true, HR_KV_F16, "demo-model"));
+        uint64_t fc = rig_run(&cold, got);
+        CHECKF(fc == (uint64_t)((N_PROMPT - 1) / BS) * BS, "GPU from CPU: fetched %llu prompt tokens",
+               (unsigned long long)fc);
+        rig_close(&cold);
+        rig_device = NULL;
+        printf("kv remote, GPU KV storage (emulated): a cold GPU replica fetched %llu prompt tokens from a GPU "
+               "replica (same %d tokens as the GPU alone) and %llu from a CPU replica\n",
+               (unsigned long long)fg, N_OUT, (unsigned long long)fc);
+    } else {
+        CHECKF(false, "redis-server did not start again for the GPU part");
+    }
+#endif
     redis_kill();
     return hr_test_finish();
 }
