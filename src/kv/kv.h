@@ -368,7 +368,9 @@ size_t hr_kv_seq_attention_scratch_floats(const hr_kv_pool *pool, hr_kv_seq seq,
 typedef struct hr_kv_swap hr_kv_swap;
 
 typedef struct hr_kv_swap_config {
-    const char *path;      /* file to create (truncated; removed at destroy); NULL: an anonymous temp file */
+    const char *path;      /* file to create (truncated; removed at destroy); NULL: an anonymous temp file,
+                              or the storage's host memory where it gives some (a GPU's pinned memory:
+                              hr_kv_storage_ops.host_alloc) */
     uint64_t budget_bytes; /* the tier gets floor(budget / block bytes) slots */
 } hr_kv_swap_config;
 

@@ -125,6 +125,11 @@ typedef struct hr_kv_storage_ops {
     void (*stage_read)(const hr_kv_storage *st, int32_t stage, void *out, uint16_t *filled);
     void (*stage_write)(hr_kv_storage *st, int32_t stage, const void *in, const uint16_t *filled);
     void (*stage_copy)(hr_kv_storage *st, int32_t from, int32_t to);
+    /* Host memory for the swap tier's slots, which read_block / write_block then fill and read in
+     * place (a GPU's pinned memory: DMA straight into the slot); NULL: the tier is a file. host_alloc
+     * returns NULL with err set when it cannot. */
+    void *(*host_alloc)(hr_kv_storage *st, size_t bytes, hr_error *err);
+    void (*host_free)(hr_kv_storage *st, void *p);
 } hr_kv_storage_ops;
 
 /* Every storage begins with this (its own state follows); the manager holds it by pointer. */

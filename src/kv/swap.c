@@ -1,4 +1,6 @@
-/* swap.c: the swap tier: a file with a fixed number of block-sized slots, where a preempted
+/* swap.c: the swap tier: a file (or, when the storage gives host memory for its transfers, one
+ * allocation of that memory: pinned on a GPU, so blocks move by DMA straight into their slots) with a
+ * fixed number of block-sized slots, where a preempted
  * sequence's blocks wait (hr_kv_seq_swap_out) until they are copied back bit for bit
  * (hr_kv_seq_swap_in). The bytes move only through the storage (read_block / write_block, and
  * stage_read / stage_write for tail buffers) and one block-sized buffer of the tier's own; the
@@ -24,7 +26,9 @@
 #include "kv/kv_internal.h"
 
 struct hr_kv_swap {
-    int fd;
+    int fd;              /* the file, or -1 with mem */
+    uint8_t *mem;        /* the slots in the storage's host memory (ops->host_alloc), or NULL: the file */
+    hr_kv_storage *st;   /* mem's owner, which frees it */
     char *path;          /* removed at destroy; NULL for an anonymous (already unlinked) file */
     uint64_t slot_bytes; /* one block, all layers, K and V */
     int n_slots, n_free;
@@ -78,6 +82,15 @@ hr_status hr_kv_swap_create(const hr_kv_pool *p, const hr_kv_swap_config *cfg, h
         return hr_error_set(err, HR_ERR_NOMEM, "KV swap: out of memory for %llu slots", (unsigned long long)n);
     }
     for (int i = (int)n - 1; i >= 0; i--) w->free_slots[w->n_free++] = i;
+    if (p->st->ops->host_alloc && !cfg->path) { /* the storage's memory (a GPU's pinned host memory) */
+        w->st = p->st;
+        if (!(w->mem = p->st->ops->host_alloc(p->st, (size_t)(n * slot), err))) {
+            hr_kv_swap_destroy(w);
+            return err ? err->code : HR_ERR_NOMEM;
+        }
+        *out = w;
+        return HR_OK;
+    }
     if (cfg->path) {
         w->path = strdup(cfg->path);
         w->fd = open(cfg->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -100,6 +113,7 @@ hr_status hr_kv_swap_create(const hr_kv_pool *p, const hr_kv_swap_config *cfg, h
 
 void hr_kv_swap_destroy(hr_kv_swap *w) {
     if (!w) return;
+    if (w->mem) w->st->ops->host_free(w->st, w->mem);
     if (w->fd >= 0) close(w->fd);
     if (w->path) unlink(w->path);
     free(w->path);
@@ -120,7 +134,12 @@ void hr_kv_swap_get_ledger(const hr_kv_swap *w, hr_kv_swap_ledger *out) {
 
 /* ---- I/O ----------------------------------------------------------------------------------------- */
 
-static bool kv_pwrite_all(int fd, const void *buf, size_t n, off_t off) {
+static bool kv_pwrite_all(hr_kv_swap *sw, const void *buf, size_t n, off_t off) {
+    if (sw->mem) {
+        memcpy(sw->mem + off, buf, n);
+        return true;
+    }
+    const int fd = sw->fd;
     const uint8_t *b = buf;
     while (n > 0) {
         /* the fault build's injected I/O error takes the same path as a real one */
@@ -132,7 +151,12 @@ static bool kv_pwrite_all(int fd, const void *buf, size_t n, off_t off) {
     return true;
 }
 
-static bool kv_pread_all(int fd, void *buf, size_t n, off_t off) {
+static bool kv_pread_all(hr_kv_swap *sw, void *buf, size_t n, off_t off) {
+    if (sw->mem) {
+        memcpy(buf, sw->mem + off, n);
+        return true;
+    }
+    const int fd = sw->fd;
     uint8_t *b = buf;
     while (n > 0) {
         ssize_t r = HR_FAULT_HIT(HR_FAULT_SWAP_READ) ? (errno = EIO, -1) : pread(fd, b, n, off);
@@ -147,11 +171,18 @@ static bool kv_pread_all(int fd, void *buf, size_t n, off_t off) {
  * Reading, the block's bytes are written only once the whole slot was read. */
 static bool kv_block_io(hr_kv_pool *p, hr_kv_swap *w, int32_t b, int32_t slot, bool out) {
     off_t off = (off_t)((uint64_t)slot * w->slot_bytes);
+    if (w->mem) { /* the slot itself is the storage's memory: one copy each way */
+        if (out)
+            p->st->ops->read_block(p->st, b, w->mem + off);
+        else
+            p->st->ops->write_block(p->st, b, w->mem + off);
+        return true;
+    }
     if (out) {
         p->st->ops->read_block(p->st, b, w->buf);
-        return kv_pwrite_all(w->fd, w->buf, p->block_bytes, off);
+        return kv_pwrite_all(w, w->buf, p->block_bytes, off);
     }
-    if (!kv_pread_all(w->fd, w->buf, p->block_bytes, off)) return false;
+    if (!kv_pread_all(w, w->buf, p->block_bytes, off)) return false;
     p->st->ops->write_block(p->st, b, w->buf);
     return true;
 }
@@ -164,7 +195,7 @@ static bool kv_stage_io(hr_kv_pool *p, hr_kv_swap *w, const int32_t *units, bool
     for (int u = 0; left > 0; u++) {
         size_t n = (size_t)(left < w->slot_bytes ? left : w->slot_bytes);
         off_t off = (off_t)((uint64_t)units[u] * w->slot_bytes);
-        if (!(out ? kv_pwrite_all(w->fd, buf, n, off) : kv_pread_all(w->fd, buf, n, off))) return false;
+        if (!(out ? kv_pwrite_all(w, buf, n, off) : kv_pread_all(w, buf, n, off))) return false;
         buf += n, left -= n;
     }
     return true;

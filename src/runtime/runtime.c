@@ -22,7 +22,8 @@
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
-#define HR_RT_GRAMMAR_CACHE 64 /* compiled constraints kept (least recently used dropped) */
+#define HR_RT_GRAMMAR_CACHE    64            /* compiled constraints kept (least recently used dropped) */
+#define HR_RT_GPU_SWAP_DEFAULT (4ull << 30) /* --preempt swap on a GPU without --swap-space */
 
 struct hr_runtime {
     hr_runtime_params p;
@@ -603,9 +604,13 @@ shape_only:
     if ((st = hr_model_ctx_create(rt->model, rt->kv, &mp, &rt->ctx, err))) goto fail;
     /* the swap tier: swap_space, or with swap preemption as large as the pool */
     uint64_t swap_bytes = p->swap_space;
-    if (!swap_bytes && p->preempt == HR_RT_PREEMPT_SWAP)
+    if (!swap_bytes && p->preempt == HR_RT_PREEMPT_SWAP) {
         swap_bytes = (uint64_t)hr_kv_pool_n_blocks(rt->kv) * hr_kv_block_bytes(hr_kv_pool_config(rt->kv)) +
                      hr_kv_stage_block_bytes(hr_kv_pool_config(rt->kv)) * (uint64_t)p->max_running;
+        /* on a GPU the tier is page-locked host memory, not a file: at most vLLM's default 4 GiB of it
+         * unless --swap-space says */
+        if (rt->cuda && swap_bytes > HR_RT_GPU_SWAP_DEFAULT) swap_bytes = HR_RT_GPU_SWAP_DEFAULT;
+    }
     if (swap_bytes && p->preempt != HR_RT_PREEMPT_RECOMPUTE) {
         hr_kv_swap_config sc = {.path = NULL, .budget_bytes = swap_bytes};
         if ((st = hr_kv_swap_create(rt->kv, &sc, &rt->swap, err))) {

@@ -46,6 +46,8 @@ int cuMemcpyDtoH_v2(void *dst, ptr_t src, size_t n);
 int cuMemcpyDtoD_v2(ptr_t dst, ptr_t src, size_t n);
 int cuMemsetD8_v2(ptr_t dst, unsigned char v, size_t n);
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+int cuMemHostAlloc(void **p, size_t bytes, unsigned flags);
+int cuMemFreeHost(void *p);
 int cuEventCreate(void **e, unsigned flags);
 int cuEventDestroy_v2(void *e);
 int cuEventRecord(void *e, void *stream);
@@ -197,6 +199,29 @@ int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes - allocated;
     return 0;
 }
+/* page-locked host memory: a mapping, its size in its first 64 bytes as cuMemAlloc's */
+static int host_allocs;
+int cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
+    size_t n = bytes + 64;
+    unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return 2;
+    memcpy(m, &n, sizeof n);
+    host_allocs++;
+    *p = m + 64;
+    return 0;
+}
+int cuMemFreeHost(void *p) {
+    unsigned char *m = (unsigned char *)p - 64;
+    size_t n;
+    memcpy(&n, m, sizeof n);
+    host_allocs--;
+    munmap(m, n);
+    return 0;
+}
+/* page-locked allocations alive now (tests: the swap tier's is given back) */
+int hr_fake_cuda_host_allocs(void);
+int hr_fake_cuda_host_allocs(void) { return host_allocs; }
+
 /* an event is the host's monotonic time when recorded (launches run at once here); a fixed table of
  * them (no malloc: see cuMemAlloc_v2), slots reused once destroyed */
 static double event_ms[256];

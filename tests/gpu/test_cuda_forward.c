@@ -17,6 +17,7 @@
  * With a GPU, bench/gpu/check.sh runs the same with the real driver (no argv[1]). */
 #include <jansson.h>
 #include <stdio.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,7 +268,16 @@ static void run_paths(const char *model, const char *device, hr_rt_preempt mode,
     }
     hr_runtime_get_pool(rt, &pool);
     st->prefix_hit_tokens = pool.engine.prefix_hit_tokens - st->prefix_hit_tokens;
+    /* on the emulating driver: the swap tier is one page-locked allocation (not a file), given back
+     * at close */
+    void *lib = driver && !strcmp(device, "cuda") ? dlopen(driver, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    void *sym = lib ? dlsym(lib, "hr_fake_cuda_host_allocs") : NULL;
+    int (*host_allocs)(void) = NULL;
+    memcpy(&host_allocs, &sym, sizeof sym);
+    if (host_allocs) CHECKF(host_allocs() == (mode == HR_RT_PREEMPT_SWAP), "%d page-locked tiers", host_allocs());
     hr_runtime_close(rt);
+    if (host_allocs) CHECK(host_allocs() == 0);
+    if (lib) dlclose(lib);
 }
 
 static void test_engine_paths(void) {

@@ -49,6 +49,10 @@ uint64_t hr_cuda_arena_piece_bytes(uint64_t bytes);
 hr_status hr_cuda_alloc(hr_cuda_device *dev, size_t bytes, uint64_t *out, hr_error *err);
 void hr_cuda_free(hr_cuda_device *dev, uint64_t p); /* 0 allowed */
 hr_status hr_cuda_upload(hr_cuda_device *dev, uint64_t dst, const void *src, size_t bytes, hr_error *err);
+/* Page-locked host memory (cuMemHostAlloc): copies to and from it are DMA, with no staging copy
+ * through the driver's own buffer. NULL with err set when the host cannot lock that much. */
+void *hr_cuda_host_alloc(hr_cuda_device *dev, size_t bytes, hr_error *err);
+void hr_cuda_host_free(hr_cuda_device *dev, void *p); /* NULL allowed */
 hr_status hr_cuda_download(hr_cuda_device *dev, void *dst, uint64_t src, size_t bytes, hr_error *err);
 hr_status hr_cuda_copy(hr_cuda_device *dev, uint64_t dst, uint64_t src, size_t bytes, hr_error *err);
 

@@ -28,6 +28,8 @@
     X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                                                                                 \
     X(cuMemsetD8, "cuMemsetD8_v2")                                                                                     \
     X(cuMemGetInfo, "cuMemGetInfo_v2")                                                                                 \
+    X(cuMemHostAlloc, "cuMemHostAlloc")                                                                                \
+    X(cuMemFreeHost, "cuMemFreeHost")                                                                                  \
     X(cuEventCreate, "cuEventCreate")                                                                                  \
     X(cuEventDestroy, "cuEventDestroy_v2")                                                                             \
     X(cuEventRecord, "cuEventRecord")                                                                                  \

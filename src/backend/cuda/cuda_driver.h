@@ -53,6 +53,9 @@ typedef struct hr_cuda_driver {
     hr_cu_result (*cuMemcpyDtoD)(hr_cu_ptr dst, hr_cu_ptr src, size_t bytes);
     hr_cu_result (*cuMemsetD8)(hr_cu_ptr dst, unsigned char v, size_t n);
     hr_cu_result (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes);
+    /* page-locked host memory (the swap tier's slots: DMA without a staging copy) */
+    hr_cu_result (*cuMemHostAlloc)(void **p, size_t bytes, unsigned flags);
+    hr_cu_result (*cuMemFreeHost)(void *p);
     /* events on the default stream: GPU time between two points */
     hr_cu_result (*cuEventCreate)(hr_cu_event *e, unsigned flags);
     hr_cu_result (*cuEventDestroy)(hr_cu_event e);

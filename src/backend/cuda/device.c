@@ -211,6 +211,23 @@ void hr_cuda_free(hr_cuda_device *d, uint64_t p) {
     d->drv.cuMemFree(p);
 }
 
+void *hr_cuda_host_alloc(hr_cuda_device *d, size_t bytes, hr_error *err) {
+    if (current(d, err)) return NULL;
+    void *p = NULL;
+    hr_cu_result r = d->drv.cuMemHostAlloc(&p, bytes ? bytes : 1, 0);
+    if (r) {
+        hr_cuda_fail(&d->drv, r, "CUDA: cannot allocate page-locked host memory", err);
+        if (err) hr_error_prefix(err, "%.2f GiB", (double)bytes / (1u << 30));
+        return NULL;
+    }
+    return p;
+}
+
+void hr_cuda_host_free(hr_cuda_device *d, void *p) {
+    if (!p || current(d, NULL)) return;
+    d->drv.cuMemFreeHost(p);
+}
+
 hr_status hr_cuda_upload(hr_cuda_device *d, uint64_t dst, const void *src, size_t bytes, hr_error *err) {
     hr_status st = current(d, err);
     if (st) return st;

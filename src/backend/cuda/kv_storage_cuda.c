@@ -232,6 +232,14 @@ static void cuda_kv_copy_block(hr_kv_storage *st, int32_t from, int32_t to) {
          &e);
 }
 
+/* the swap tier's slots in page-locked memory: whole-block reads and writes go by DMA straight into them */
+static void *cuda_kv_host_alloc(hr_kv_storage *st, size_t bytes, hr_error *err) {
+    void *p = hr_cuda_host_alloc(((cuda_kv *)st)->dev, bytes, err);
+    if (!p) hr_error_prefix(err, "KV swap tier");
+    return p;
+}
+static void cuda_kv_host_free(hr_kv_storage *st, void *p) { hr_cuda_host_free(((cuda_kv *)st)->dev, p); }
+
 /* no stages: create refuses the deferred formats that use them, so the manager never calls these */
 static void cuda_kv_stage_reset(hr_kv_storage *st, int32_t stage) {}
 static int cuda_kv_stage_filled(const hr_kv_storage *st, int32_t stage, int layer) { return 0; }
@@ -255,6 +263,8 @@ static const hr_kv_storage_ops cuda_kv_ops = {
     .stage_read = cuda_kv_stage_read,
     .stage_write = cuda_kv_stage_write,
     .stage_copy = cuda_kv_stage_copy,
+    .host_alloc = cuda_kv_host_alloc,
+    .host_free = cuda_kv_host_free,
 };
 
 static bool fmt_ok(const kv_fmt *f) {
