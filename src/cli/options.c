@@ -217,8 +217,9 @@ const hr_opt hr_opts[] = {
              "swap (move its blocks to the swap tier and back), auto (default: swap when\n"
              "moving the bytes is cheaper than recomputing, given a --swap-space)"},
     {RS, {"--swap-space"}, "--swap-space SIZE", HR_OPT_SIZE, 0, SIZE_MAX_D, SES(rt.swap_space), .sec = HR_SEC_ENGINE,
-     .help = "swap tier size (an anonymous temp file; default none, or the KV budget\n"
-             "with --preempt swap)"},
+     .help = "swap tier size (an anonymous temp file; with --device cuda page-locked\n"
+             "host memory; default none, or with --preempt swap the KV budget, on a\n"
+             "GPU at most 4 GiB)"},
     {RS, {"-t", "--threads"}, "-t, --threads N", HR_OPT_INT, 1, 1024, SES(rt.n_threads), .sec = HR_SEC_ENGINE,
      .flags = HR_OPTF_CORES, .help = "worker threads, {min}..{max} (default: all cores); more than the online cores\n"
                          "warns and uses the online cores"},
