@@ -251,6 +251,35 @@ static void test_cli(void) {
     }
     free(out);
     free(errs);
+    /* a GPU profile: the arena `serve --device cuda` would reserve there (hr_cuda_arena_plan_compute):
+     * 0.9 of the H200's memory; the weights every tensor as stored, each in a 256-byte piece (291
+     * tensors and RoPE's table); the KV pool every 2 MiB block the rest holds */
+    snprintf(args, sizeof args, "plan -m %s --device h200 --ctx 8192 --json", cfg);
+    CHECK(hr_test_run_cli(args, &out, &errs) == 0);
+    j = out ? json_loads(out, 0, &je) : NULL;
+    json_t *g = j ? json_object_get(j, "gpu_arena") : NULL;
+    CHECKF(g && json_is_true(json_object_get(g, "fits")), "%s", out ? out : "(null)");
+    if (g) {
+        long long total = json_integer_value(json_object_get(g, "total_bytes")),
+                  budget = json_integer_value(json_object_get(g, "budget_bytes")),
+                  w = json_integer_value(json_object_get(g, "weight_bytes")),
+                  sc = json_integer_value(json_object_get(g, "scratch_bytes")),
+                  kv = json_integer_value(json_object_get(g, "kv_bytes")),
+                  arena = json_integer_value(json_object_get(g, "arena_bytes")),
+                  blk = json_integer_value(json_object_get(g, "block_bytes")),
+                  nb = json_integer_value(json_object_get(g, "kv_blocks"));
+        CHECK(total == 143771ll << 20 && budget == (long long)((double)total * 0.9));
+        CHECKF(w == 16061054976ll + 292 * 256, "weights %lld", w);
+        CHECK(blk == 16 * 131072 && nb * blk <= kv && kv - nb * blk < 16384);
+        CHECK(arena == w + sc + kv && arena <= budget && budget - arena < blk + 512);
+        CHECKF(sc > 512ll * 128256 * 4 && sc < (1ll << 30), "scratch %lld", sc); /* the logits' rows and the rest */
+        printf("plan --device h200, llama-3-8b bf16, ctx 8192: arena %.2f GiB = weights %.2f + scratch %.3f + KV "
+               "%.2f GiB (%lld blocks, %lld tokens)\n",
+               arena / 1073741824.0, w / 1073741824.0, sc / 1073741824.0, kv / 1073741824.0, nb, nb * 16);
+    }
+    json_decref(j);
+    free(out);
+    free(errs);
     /* the table names every part */
     snprintf(args, sizeof args, "plan -m %s --device a100-40gb", cfg);
     CHECK(hr_test_run_cli(args, &out, &errs) == 0);
