@@ -182,14 +182,15 @@ static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint6
         family(b, "headroom_device_memory_bytes", "gauge",
                "GPU memory: the driver's total, free at start, the budget (gpu_util x total), the arena and its "
                "parts, and the arena in use now.");
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"total\"}", d.total_bytes);
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"free_at_start\"}", d.free_bytes);
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"budget\"}", d.budget_bytes);
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"arena\"}", d.arena_bytes);
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"weights\"}", d.weight_bytes);
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"scratch\"}", d.scratch_bytes);
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"kv\"}", d.kv_bytes);
-        sample_u(b, "headroom_device_memory_bytes", "{part=\"arena_used\"}", d.arena_used_bytes);
+        const struct {
+            const char *label;
+            uint64_t v;
+        } parts[] = {{"{part=\"total\"}", d.total_bytes},     {"{part=\"free_at_start\"}", d.free_bytes},
+                     {"{part=\"budget\"}", d.budget_bytes},   {"{part=\"arena\"}", d.arena_bytes},
+                     {"{part=\"weights\"}", d.weight_bytes},  {"{part=\"scratch\"}", d.scratch_bytes},
+                     {"{part=\"kv\"}", d.kv_bytes},           {"{part=\"arena_used\"}", d.arena_used_bytes}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+            sample_u(b, "headroom_device_memory_bytes", parts[i].label, parts[i].v);
     }
     family(b, "headroom_memory_rss_bytes", "gauge", "Resident bytes of this process now (VmRSS).");
     sample_u(b, "headroom_memory_rss_bytes", NULL, m.rss_bytes);
