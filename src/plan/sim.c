@@ -155,6 +155,19 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
     if (st == HR_ERR_INVALID_ARG) return st; /* HR_ERR_BUDGET: the pool is smaller than a context: simulate it */
     *n_blocks = b.n_blocks;
     *real_block_bytes = b.block_bytes;
+    if (d->gpu && lay->n_groups == 1) { /* the pool `serve --device cuda` gets there: the GPU arena's */
+        hr_cuda_arena_query aq = {.hp = hp,
+                                  .weight_bytes = m->gpu_weight_bytes,
+                                  .max_batch_tokens = pl->p.max_batch_tokens,
+                                  .max_ctx = pl->p.n_ctx,
+                                  .block_size = pl->p.block_size,
+                                  .block_bytes = b.block_bytes,
+                                  .total_bytes = d->mem_bytes,
+                                  .free_bytes = d->mem_bytes - HR_MIN(d->mem_bytes, d->reserved_bytes),
+                                  .util = d->util};
+        hr_cuda_arena_plan g;
+        if (hr_cuda_arena_plan_compute(&aq, &g, NULL) == HR_OK) *n_blocks = g.n_blocks;
+    }
     /* a pool larger than every block the traffic could ever hold at once behaves the same (nothing is
      * ever evicted or refused for room), so the stand-in stops there: a GPU's millions of blocks would
      * cost real memory for nothing */
@@ -162,7 +175,7 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
     for (int i = 0; i < t->n; i++)
         demand += (uint64_t)lay->n_groups *
                   ((uint64_t)(t->reqs[i].n_prompt + t->reqs[i].n_output + pl->p.block_size - 1) / pl->p.block_size);
-    *pool_blocks = (int)HR_MIN((uint64_t)HR_MAX(1, b.n_blocks), demand);
+    *pool_blocks = (int)HR_MIN((uint64_t)HR_MAX(1, *n_blocks), demand);
     return HR_OK;
 }
 
