@@ -101,6 +101,10 @@ case $rc in
 77) echo "SKIPPED: the GPU could not be opened (the line above says why)"; fail=1 ;;
 *) echo "FAIL (exit $rc): a kernel's output differs from the CPU's, or a run failed (the lines above say which)"; fail=1 ;;
 esac
+# the two attention kernels side by side (gpu_bench's "FORMAT split/rows" rows), on one line
+cmp=$(sed -nE 's/^ +attention +([a-z0-9]+) split\/rows +ctx ([0-9]+),.*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 ctx \2 \4x (\3)/p' \
+    "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
+[ -n "$cmp" ] && echo "attention kernels, split time / rows time (> 1: rows faster): $cmp"
 if command -v python3 >/dev/null; then
     timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
         --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"

@@ -4,7 +4,10 @@
  *   2. gemv:      each GEMV kernel at Llama-3-8B's matrix shapes, one token: weight bytes / time;
  *   3. prefill:   the same kernels at 512 tokens (no tensor-core GEMM yet): 2 rows cols T / time;
  *   4. attention: the device KV storage's decode attention (hr_kv_storage_cuda_attend_dev) per KV format
- *                 at 1K, 8K and 32K positions, 16 queries: K and V bytes read / time;
+ *                 at 1K, 8K and 32K positions, 16 queries: K and V bytes read / time, through each
+ *                 attention kernel on the same storage (hr_kv_storage_cuda_set_attn_kernel: "rows", then
+ *                 "split", the default), each checked; then split's time over rows' per format and
+ *                 context (which is faster);
  *   5. e2e:       the runtime's decode steps at batch 1, 16, 64 and a 512-token prefill step on a
  *                 Llama-3-8B-shaped synthetic bf16 model (--e2e-layers of its 32 layers).
  *
@@ -524,47 +527,57 @@ typedef struct attn_shape_t {
     int H, Hkv, D, B, nq;
 } attn_shape_t;
 
-/* one format at one context: returns the median ms (NAN when not measured); *refused set when the
- * storage refuses the format (the remaining contexts are then skipped) */
-static double bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, bool target, bool *refused) {
+/* the attention kernels measured side by side (kv_storage_cuda.c's HEADROOM_CUDA_ATTN_KERNEL): rows
+ * first, so that split, the default, is each format's and context's last row (torch_attn.py's f16
+ * figure is the last one it reads per context) */
+static const char *const k_attn_kernels[] = {"rows", "split"};
+#define N_ATTN_KERNELS 2
+
+/* one format at one context, each kernel on the same storage, checked then timed: ms[k] the median ms
+ * of kernel k (NAN when not measured); *refused set when the storage refuses the format (the remaining
+ * contexts are then skipped) */
+static void bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, bool target, double *ms, bool *refused) {
     const int H = as->H, Hkv = as->Hkv, D = as->D, B = as->B, nq = as->nq, nbq = (ctx + B - 1) / B;
     hr_error e = {0};
-    char what[40];
-    snprintf(what, sizeof what, "%s KV", hr_kv_format_name(fmt));
-    row r = new_row("attention", what);
-    snprintf(r.shape, sizeof r.shape, "ctx %d, %d queries, H %d/%d, D %d, B %d", ctx, nq, H, Hkv, D, B);
-    snprintf(r.unit, sizeof r.unit, "GB/s");
-    if (out_of_time()) {
-        snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
-        add_row(&r, NULL);
-        return NAN;
+    row r[N_ATTN_KERNELS];
+    for (int k = 0; k < N_ATTN_KERNELS; k++) {
+        char what[40];
+        snprintf(what, sizeof what, "%s KV %s", hr_kv_format_name(fmt), k_attn_kernels[k]);
+        r[k] = new_row("attention", what);
+        snprintf(r[k].shape, sizeof r[k].shape, "ctx %d, %d queries, H %d/%d, D %d, B %d", ctx, nq, H, Hkv, D, B);
+        snprintf(r[k].unit, sizeof r[k].unit, "GB/s");
+        ms[k] = NAN;
     }
+    /* a reason nothing is measured: each kernel's row says it */
+    char skip[96] = "";
+    if (out_of_time()) snprintf(skip, sizeof skip, "skipped: time budget (--max-seconds)");
     hr_kv_storage_params p = {.n_layers = 1, .n_kv_heads = Hkv, .head_dim = D, .block_size = B, .isa = "scalar"};
-    if (kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) || kv_fmt_init(&p.v, fmt, KV_V, B, D, &e)) {
+    if (!skip[0] && (kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) || kv_fmt_init(&p.v, fmt, KV_V, B, D, &e))) {
         *refused = true;
-        snprintf(r.check, sizeof r.check, "skipped: %.80s", e.msg);
-        add_row(&r, NULL);
-        return NAN;
+        snprintf(skip, sizeof skip, "skipped: %.80s", e.msg);
     }
-    if (p.k.deferred || p.v.deferred) {
+    if (!skip[0] && (p.k.deferred || p.v.deferred)) {
         *refused = true;
-        snprintf(r.check, sizeof r.check, "skipped: a deferred format (tail buffers) is not measured here");
-        add_row(&r, NULL);
-        return NAN;
+        snprintf(skip, sizeof skip, "skipped: a deferred format (tail buffers) is not measured here");
     }
     const uint64_t tok_bytes = (uint64_t)Hkv * (p.k.head_bytes + p.v.head_bytes) / (uint64_t)B;
     const uint64_t rep_bytes = (uint64_t)nq * (uint64_t)ctx * tok_bytes; /* K + V of every query's context */
     const uint64_t block_bytes = (uint64_t)Hkv * (p.k.head_bytes + p.v.head_bytes);
     size_t rot = O.quick ? (size_t)64 << 10 : (size_t)256 << 20;
-    int copies = (int)((rot + rep_bytes - 1) / rep_bytes);
+    int copies = rep_bytes ? (int)((rot + rep_bytes - 1) / rep_bytes) : 1;
     copies = copies < 1 ? 1 : copies > 8 ? 8 : copies;
     p.n_blocks = copies * nq * nbq;
     hr_kv_storage *st = NULL, *cpu = NULL;
-    if (hr_kv_storage_cuda_create(dev, &p, &st, &e)) {
+    if (!skip[0] && hr_kv_storage_cuda_create(dev, &p, &st, &e)) {
         *refused = true;
-        snprintf(r.check, sizeof r.check, "skipped: %.80s", e.msg);
-        add_row(&r, NULL);
-        return NAN;
+        snprintf(skip, sizeof skip, "skipped: %.80s", e.msg);
+    }
+    if (skip[0]) {
+        for (int k = 0; k < N_ATTN_KERNELS; k++) {
+            snprintf(r[k].check, sizeof r[k].check, "%s", skip);
+            add_row(&r[k], NULL);
+        }
+        return;
     }
     /* Pb pattern blocks of real encoded K and V (the CPU storage's writes: random floats, its bytes),
      * uploaded, then copied over the whole arena: block b holds pattern block b % Pb */
@@ -586,7 +599,8 @@ static double bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, 
         exit(1);
     }
     bool ok = true;
-    if (hr_kv_storage_cpu_create(&pc, &cpu, &e)) ok = dev_fail(&r, "CPU storage", &e);
+    const char *fail_what = "CPU storage";
+    if (hr_kv_storage_cpu_create(&pc, &cpu, &e)) ok = false;
     for (int b = 0; ok && b < Pb; b++) {
         for (int t = 0; t < B; t++) {
             fill(kv, (size_t)Hkv * D, 1.5f);
@@ -611,15 +625,11 @@ static double bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, 
                hr_cuda_upload(dev, c.q, q, sizeof(float) * qf, &e) ||
                hr_cuda_upload(dev, c.tables, tables, sizeof(int32_t) * (size_t)copies * nq * nbq, &e) ||
                hr_cuda_upload(dev, c.n_ctx, ctxs, sizeof(int32_t) * nq, &e)))
-        ok = dev_fail(&r, "setup", &e);
-    /* the check: the last copy's tables, the last query against the CPU storage's attention over the
+        ok = false, fail_what = "setup";
+    if (!ok)
+        for (int k = 0; k < N_ATTN_KERNELS; k++) dev_fail(&r[k], fail_what, &e);
+    /* the reference: the last copy's tables, the last query, through the CPU storage's attention over the
      * same bytes (its table: the pattern blocks the GPU's blocks hold) */
-    if (ok) {
-        memset(o_gpu, 0xff, sizeof(float) * qf);
-        if (hr_cuda_upload(dev, c.out, o_gpu, sizeof(float) * qf, &e) || attn_rep(&c, copies - 1, &e) ||
-            hr_cuda_download(dev, o_gpu, c.out, sizeof(float) * qf, &e))
-            ok = dev_fail(&r, "run", &e);
-    }
     if (ok) {
         const int32_t *tg = tables + ((size_t)(copies - 1) * nq + (nq - 1)) * nbq;
         for (int j = 0; j < nbq; j++) t_cpu[j] = tg[j] % Pb;
@@ -627,52 +637,66 @@ static double bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, 
             .table = t_cpu, .n_ctx = ctx, .tail_stage = -1, .q = q + (size_t)(nq - 1) * H * D, .out = o_cpu};
         hr_kv_attn_args a = {.n_heads = H, .scale = c.scale};
         cpu->ops->attend(cpu, 0, &qc, 1, &a, scratch);
-        const float *g = o_gpu + (size_t)(nq - 1) * H * D;
-        double worst = 0;
-        if (fmt == HR_KV_F32 || fmt == HR_KV_Q8) { /* the order of additions only: relative, floor 1e-2 */
-            for (int i = 0; i < H * D; i++) {
-                double d = fabs((double)g[i] - o_cpu[i]) / fmax(fabs((double)o_cpu[i]), 1e-2);
-                if (!(d <= worst)) worst = d;
-            }
-            ok = verdict(&r, worst < 1e-3, "rel err", worst);
-        } else { /* f16 (the CPU rounds softmax weights to f16 before P.V: 2^-11 absolute) and others */
-            for (int i = 0; i < H * D; i++) {
-                double d = fabs((double)g[i] - o_cpu[i]);
-                if (!(d <= worst)) worst = d;
-            }
-            ok = verdict(&r, worst < 4.9e-4, "abs err", worst);
-        }
     }
-    double med = NAN;
-    if (ok) {
-        timing t;
-        if (time_reps(attn_rep, &c, 400.0, &t, &e))
-            dev_fail(&r, "timing", &e);
-        else if (hr_kv_storage_cuda_check(st, &e))
-            dev_fail(&r, "storage", &e);
-        else {
-            set_timing(&r, &t);
-            med = t.median_ms;
-            r.value = (double)rep_bytes / (t.median_ms * 1e-3) / 1e9;
-            r.pct_copy = pct(r.value, copy_gbs);
-            if (target) {
-                snprintf(r.target, sizeof r.target, ">= %.0f%% of copy", ATTN_TARGET_PCT);
-                r.pct_target = pct(r.pct_copy, ATTN_TARGET_PCT);
+    for (int k = 0; ok && k < N_ATTN_KERNELS; k++) {
+        row *rk = &r[k];
+        /* the check: this kernel's output against the CPU's */
+        bool kok = true;
+        memset(o_gpu, 0xff, sizeof(float) * qf);
+        if (hr_kv_storage_cuda_set_attn_kernel(st, k_attn_kernels[k], &e) ||
+            hr_cuda_upload(dev, c.out, o_gpu, sizeof(float) * qf, &e) || attn_rep(&c, copies - 1, &e) ||
+            hr_cuda_download(dev, o_gpu, c.out, sizeof(float) * qf, &e))
+            kok = dev_fail(rk, "run", &e);
+        if (kok) {
+            const float *g = o_gpu + (size_t)(nq - 1) * H * D;
+            double worst = 0;
+            if (fmt == HR_KV_F32 || fmt == HR_KV_Q8) { /* the order of additions only: relative, floor 1e-2 */
+                for (int i = 0; i < H * D; i++) {
+                    double d = fabs((double)g[i] - o_cpu[i]) / fmax(fabs((double)o_cpu[i]), 1e-2);
+                    if (!(d <= worst)) worst = d;
+                }
+                kok = verdict(rk, worst < 1e-3, "rel err", worst);
+            } else { /* f16 (the CPU rounds softmax weights to f16 before P.V: 2^-11 absolute) and others */
+                for (int i = 0; i < H * D; i++) {
+                    double d = fabs((double)g[i] - o_cpu[i]);
+                    if (!(d <= worst)) worst = d;
+                }
+                kok = verdict(rk, worst < 4.9e-4, "abs err", worst);
             }
         }
+        if (kok) {
+            timing t;
+            if (time_reps(attn_rep, &c, 400.0, &t, &e))
+                dev_fail(rk, "timing", &e);
+            else if (hr_kv_storage_cuda_check(st, &e))
+                dev_fail(rk, "storage", &e);
+            else {
+                set_timing(rk, &t);
+                ms[k] = t.median_ms;
+                rk->value = (double)rep_bytes / (t.median_ms * 1e-3) / 1e9;
+                rk->pct_copy = pct(rk->value, copy_gbs);
+                if (target) {
+                    snprintf(rk->target, sizeof rk->target, ">= %.0f%% of copy", ATTN_TARGET_PCT);
+                    rk->pct_target = pct(rk->pct_copy, ATTN_TARGET_PCT);
+                }
+            }
+        }
     }
-    json_t *xj = json_object();
-    json_object_set_new(xj, "format", json_string(hr_kv_format_name(fmt)));
-    json_object_set_new(xj, "ctx", json_integer(ctx));
-    json_object_set_new(xj, "queries", json_integer(nq));
-    json_object_set_new(xj, "n_heads", json_integer(H));
-    json_object_set_new(xj, "n_kv_heads", json_integer(Hkv));
-    json_object_set_new(xj, "head_dim", json_integer(D));
-    json_object_set_new(xj, "block_size", json_integer(B));
-    json_object_set_new(xj, "bytes_per_rep", json_integer((json_int_t)rep_bytes));
-    json_object_set_new(xj, "kv_bytes_per_token", json_integer((json_int_t)tok_bytes));
-    json_object_set_new(xj, "arena_copies_rotated", json_integer(copies));
-    add_row(&r, xj);
+    for (int k = 0; k < N_ATTN_KERNELS; k++) {
+        json_t *xj = json_object();
+        json_object_set_new(xj, "format", json_string(hr_kv_format_name(fmt)));
+        json_object_set_new(xj, "kernel", json_string(k_attn_kernels[k]));
+        json_object_set_new(xj, "ctx", json_integer(ctx));
+        json_object_set_new(xj, "queries", json_integer(nq));
+        json_object_set_new(xj, "n_heads", json_integer(H));
+        json_object_set_new(xj, "n_kv_heads", json_integer(Hkv));
+        json_object_set_new(xj, "head_dim", json_integer(D));
+        json_object_set_new(xj, "block_size", json_integer(B));
+        json_object_set_new(xj, "bytes_per_rep", json_integer((json_int_t)rep_bytes));
+        json_object_set_new(xj, "kv_bytes_per_token", json_integer((json_int_t)tok_bytes));
+        json_object_set_new(xj, "arena_copies_rotated", json_integer(copies));
+        add_row(&r[k], xj);
+    }
     if (cpu) cpu->ops->destroy(cpu);
     st->ops->destroy(st);
     hr_cuda_free(dev, c.q);
@@ -681,7 +705,6 @@ static double bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, 
     hr_cuda_free(dev, c.n_ctx);
     hr_cuda_free(dev, c.scratch);
     free(kv), free(q), free(o_gpu), free(o_cpu), free(tables), free(ctxs), free(t_cpu), free(scratch), free(pat);
-    return med;
 }
 
 static void bench_attention(void) {
@@ -691,28 +714,55 @@ static void bench_attention(void) {
     const int *ctxs = O.quick ? ctx_quick : ctx_full;
     const int n_ctx = O.quick ? 2 : 3, target_ctx = O.quick ? 300 : 8192;
     attn_shape_t as = O.quick ? (attn_shape_t){8, 2, 64, 16, 3} : (attn_shape_t){32, 8, 128, 16, 16};
-    double ms[8][3];
+    double ms[8][3][N_ATTN_KERNELS];
+    bool refused[8] = {false};
     for (size_t fi = 0; fi < HR_ARRAY_LEN(fmts); fi++) {
-        bool refused = false;
         for (int ci = 0; ci < n_ctx; ci++) {
-            ms[fi][ci] = NAN;
-            if (refused) continue;
+            for (int k = 0; k < N_ATTN_KERNELS; k++) ms[fi][ci][k] = NAN;
+            if (refused[fi]) continue;
             bool target = (fmts[fi] == HR_KV_F16 || fmts[fi] == HR_KV_Q8) && ctxs[ci] == target_ctx;
-            ms[fi][ci] = bench_attn_one(fmts[fi], &as, ctxs[ci], target, &refused);
+            bench_attn_one(fmts[fi], &as, ctxs[ci], target, ms[fi][ci], &refused[fi]);
         }
     }
-    /* q8's speed over f16's (fmts[1] over fmts[0]) */
-    for (int ci = 0; ci < n_ctx; ci++) {
-        row r = new_row("attention", "q8 / f16 speed");
-        snprintf(r.shape, sizeof r.shape, "ctx %d, %d queries (f16 time / q8 time)", ctxs[ci], as.nq);
-        snprintf(r.unit, sizeof r.unit, "x");
-        r.value = ms[0][ci] / ms[1][ci];
-        snprintf(r.target, sizeof r.target, ">= %.1fx", ATTN_Q8_F16_TARGET);
-        r.pct_target = pct(r.value, ATTN_Q8_F16_TARGET);
-        if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: f16 or q8 not measured");
-        json_t *xj = json_object();
-        json_object_set_new(xj, "ctx", json_integer(ctxs[ci]));
-        add_row(&r, xj);
+    /* q8's speed over f16's (fmts[1] over fmts[0]), per kernel */
+    for (int k = 0; k < N_ATTN_KERNELS; k++)
+        for (int ci = 0; ci < n_ctx; ci++) {
+            row r = new_row("attention", "q8 / f16 speed");
+            snprintf(r.shape, sizeof r.shape, "ctx %d, %d queries, %s kernel (f16 time / q8 time)", ctxs[ci], as.nq,
+                     k_attn_kernels[k]);
+            snprintf(r.unit, sizeof r.unit, "x");
+            r.value = ms[0][ci][k] / ms[1][ci][k];
+            snprintf(r.target, sizeof r.target, ">= %.1fx", ATTN_Q8_F16_TARGET);
+            r.pct_target = pct(r.value, ATTN_Q8_F16_TARGET);
+            if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: f16 or q8 not measured");
+            json_t *xj = json_object();
+            json_object_set_new(xj, "ctx", json_integer(ctxs[ci]));
+            json_object_set_new(xj, "kernel", json_string(k_attn_kernels[k]));
+            add_row(&r, xj);
+        }
+    /* the kernels side by side: split's time over rows' (> 1: rows is faster), per format measured and
+     * context */
+    for (size_t fi = 0; fi < HR_ARRAY_LEN(fmts); fi++) {
+        if (refused[fi]) continue;
+        for (int ci = 0; ci < n_ctx; ci++) {
+            char what[40];
+            snprintf(what, sizeof what, "%s split/rows", hr_kv_format_name(fmts[fi]));
+            row r = new_row("attention", what);
+            r.value = ms[fi][ci][1] / ms[fi][ci][0];
+            const char *faster = !isfinite(r.value) ? "-" : r.value > 1.0 ? "rows" : "split";
+            snprintf(r.shape, sizeof r.shape, "ctx %d, %d queries (split time / rows time): %s faster", ctxs[ci], as.nq,
+                     faster);
+            snprintf(r.unit, sizeof r.unit, "x");
+            if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: a kernel not measured");
+            json_t *xj = json_object();
+            /* not "format": torch_attn.py reads the rows that have one as GB/s figures */
+            json_object_set_new(xj, "kv_format", json_string(hr_kv_format_name(fmts[fi])));
+            json_object_set_new(xj, "ctx", json_integer(ctxs[ci]));
+            json_object_set_new(xj, "split_ms", jnum(ms[fi][ci][1]));
+            json_object_set_new(xj, "rows_ms", jnum(ms[fi][ci][0]));
+            json_object_set_new(xj, "faster", isfinite(r.value) ? json_string(faster) : json_null());
+            add_row(&r, xj);
+        }
     }
 }
 

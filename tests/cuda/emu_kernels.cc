@@ -11,6 +11,9 @@ namespace k_attention {
 namespace k_embed {
 #include "embed.cu"
 }
+namespace k_gemm {
+#include "gemm.cu"
+}
 namespace k_gemv {
 #include "gemv.cu"
 }
@@ -59,6 +62,7 @@ constexpr entry make_entry(const char *name, hr_emu_kernel_fn fn) { return entry
 #define K(ns, name) make_entry(#name, [](void **p) { invoke(ns::name, p); })
 const entry kernels[] = {
     K(k_attention, hr_k_attn_split),
+    K(k_attention, hr_k_attn_split_rows),
     K(k_attention, hr_k_attn_reduce),
     K(k_attention, hr_k_kv_write),
     K(k_embed, hr_k_embed),
@@ -72,7 +76,13 @@ const entry kernels[] = {
     K(k_gemv, hr_k_gemv_q6_K),
     K(k_gemv, hr_k_gemv_q5_0),
     K(k_gemv, hr_k_gemv_q5_1),
+    K(k_gemm, hr_k_gemm_bf16),
+    K(k_gemm, hr_k_gemm_f16),
+    K(k_gemm, hr_k_gemm_q8_0),
+    K(k_gemm, hr_k_gemm_q4_0),
+    K(k_gemm, hr_k_mma_selftest),
     K(k_norm, hr_k_rmsnorm),
+    K(k_norm, hr_k_add_rmsnorm),
     K(k_norm, hr_k_softmax),
     K(k_rope, hr_k_rope),
     K(k_swiglu, hr_k_swiglu),

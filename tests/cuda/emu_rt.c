@@ -13,6 +13,10 @@
  *   a slot, and once the warp's live lanes have all arrived each reads its partner's. Slots alternate
  *   between two sets by the lane's shuffle count, so a lane that runs ahead to its next shuffle does
  *   not overwrite a value another lane has still to read.
+ * - A tensor-core mma (hr_emu_mma_16816, m16n8k16) is the same warp barrier: each lane leaves its A
+ *   and B fragments in its slot; once the warp is there each computes its own D elements from the
+ *   fragments of the lanes that hold its rows of A and columns of B, in f32, as the PTX ISA lays them
+ *   out. Every lane of the warp must take part (mma.sync.aligned): otherwise D is NaN.
  * - A block whose live threads wait at barriers that can never open (some at __syncthreads, others of
  *   a warp at a shuffle; a divergent barrier, a hang on the GPU) ends the launch with an error instead
  *   of hanging.
@@ -24,6 +28,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -95,7 +100,10 @@ static struct emu {
     emu_ctx sched;
     fiber f[EMU_MAX_THREADS];
     float slot[2][EMU_MAX_THREADS];
-    unsigned slot_of[2][EMU_MAX_THREADS];     /* which shuffle wrote the slot */
+    unsigned slot_of[2][EMU_MAX_THREADS]; /* which shuffle (or mma) wrote the slot */
+    /* an mma's fragments and input type, by slot set */
+    uint32_t mma_a[2][EMU_MAX_THREADS][4], mma_b[2][EMU_MAX_THREADS][2];
+    int mma_f16[2][EMU_MAX_THREADS];
     int rq[EMU_MAX_THREADS], rq_head, rq_len; /* runnable fibers, in order */
     int live, at_sync;                        /* the block's threads not finished, at __syncthreads */
     int warp_live[EMU_MAX_THREADS / EMU_WARP], warp_at[EMU_MAX_THREADS / EMU_WARP]; /* per warp: live, at a shuffle */
@@ -231,6 +239,62 @@ float hr_emu_shfl_xor(float v, int lane_mask) {
     float r = src < E.n && E.slot_of[set][src] == me->shuffles ? E.slot[set][src] : v;
     me->shuffles++;
     return r;
+}
+
+/* a 16-bit input of the mma as f32, exactly: bf16 is f32's upper half; f16 by its fields */
+static float mma_in(uint32_t h, int f16) {
+    if (!f16) {
+        uint32_t bits = h << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    const int e = (int)((h >> 10) & 0x1fu), m = (int)(h & 0x3ffu);
+    float v = e == 0x1f ? (m ? NAN : INFINITY) : e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+/* mma.m16n8k16 with 16-bit inputs, as the PTX ISA lays out its fragments (g = lane / 4, q = lane % 4):
+ * A (16 x 16): register i of lane l holds row g + 8 (i % 2), k 2q + 8 (i / 2), the low half the even k;
+ * B (16 x 8): register i holds k 2q + 8i (low half) and 2q + 8i + 1, column g; D (16 x 8 f32): element i
+ * is row g + 8 (i / 2), column 2q + i % 2. Each lane deposits its A and B and waits for its warp (the
+ * shuffle's slots and barrier); then it reads the rows and columns its D needs from the lanes that
+ * hold them and adds their products to d in f32, k in order (the products are exact in f32). */
+void hr_emu_mma_16816(float *d, const unsigned *a, const unsigned *b, int f16) {
+    int t = E.cur;
+    fiber *me = &E.f[t];
+    unsigned set = me->shuffles & 1u;
+    memcpy(E.mma_a[set][t], a, sizeof E.mma_a[set][t]);
+    memcpy(E.mma_b[set][t], b, sizeof E.mma_b[set][t]);
+    E.mma_f16[set][t] = f16;
+    E.slot_of[set][t] = me->shuffles;
+    yield(F_SHFL);
+    const int w0 = t & ~(EMU_WARP - 1), lane = t - w0, g = lane / 4, q = lane % 4;
+    bool whole = w0 + EMU_WARP <= E.n;
+    for (int l = 0; whole && l < EMU_WARP; l++)
+        whole = E.slot_of[set][w0 + l] == me->shuffles && E.mma_f16[set][w0 + l] == f16;
+    me->shuffles++;
+    if (!whole) {
+        for (int i = 0; i < 4; i++) d[i] = NAN;
+        return;
+    }
+    float A[2][16], B[2][16]; /* rows g, g + 8 of A; columns 2q, 2q + 1 of B */
+    for (int k = 0; k < 16; k++) {
+        const int kq = (k % 8) / 2, half = 16 * (k % 2);
+        for (int r = 0; r < 2; r++) { /* row g + 8r: lane 4g + kq, register r + 2 (k / 8) */
+            uint32_t word = E.mma_a[set][w0 + 4 * g + kq][r + 2 * (k / 8)];
+            A[r][k] = mma_in((word >> half) & 0xffffu, f16);
+        }
+        for (int c = 0; c < 2; c++) { /* column n = 2q + c: lane 4n + kq, register k / 8 */
+            uint32_t word = E.mma_b[set][w0 + 4 * (2 * q + c) + kq][k / 8];
+            B[c][k] = mma_in((word >> half) & 0xffffu, f16);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        float s = d[i];
+        for (int k = 0; k < 16; k++) s += A[i / 2][k] * B[i % 2][k];
+        d[i] = s;
+    }
 }
 
 static void fiber_main(void) {

@@ -27,6 +27,11 @@ int hr_emu_ctaid_y(void);
 int hr_emu_nctaid_x(void);
 void hr_emu_syncthreads(void);
 float hr_emu_shfl_xor(float v, int lane_mask);
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (f16: 0 bf16, 1 f16): d += A B, a
+ * barrier of the fiber's warp like the shuffle; a, b, d the lane's fragments as the PTX ISA lays them
+ * out. A warp that is not whole at it (a lane gone, a partial warp, lanes that disagree on the type)
+ * gets NaN. */
+void hr_emu_mma_16816(float *d, const unsigned *a, const unsigned *b, int f16);
 
 /* the emulated kernel named name (an extern "C" __global__ of src/backend/cuda/kernels), or NULL */
 hr_emu_kernel_fn hr_emu_kernel(const char *name);

@@ -346,13 +346,13 @@ static void test_refusals(void) {
                   "CUDA: blk.0.attn_q is mxfp4; the GPU's matrix kernels take");
 }
 
-/* Teacher-forced top-1 agreement with the CPU on ../shared's corpus (stories260K's own samples, the
- * F32 model, so that neither side quantizes activations): chunks of 256 tokens (BOS then the text),
+/* Teacher-forced top-1 agreement with the CPU on ../shared's corpus (stories260K's own samples; with
+ * the F32 model neither side quantizes activations): chunks of 256 tokens (BOS then the text),
  * each scored in one forward pass on both backends with the same KV format; every position's argmax
  * compared. The issue's bar is >= 99% for f16, bf16 and q8; fp8 is reported too. On a GPU every
  * chunk of the corpus; through the emulator (slow: a fiber per GPU thread) the first max_chunks. */
-static void test_corpus_agreement(int max_chunks) {
-    const char *model = hr_test_shared_path("models/stories260K.gguf");
+static void test_corpus_agreement(const char *model, const char *label, int n_fmts, double bar_scale,
+                                  int max_chunks) {
     const char *text = hr_test_shared_path("corpus/stories260K-samples.txt");
     if (!model || !text) {
         printf("corpus agreement: skipped (../shared is absent)\n");
@@ -369,7 +369,7 @@ static void test_corpus_agreement(int max_chunks) {
     char *buf = malloc(1 << 20);
     size_t len = f && buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
     if (f) fclose(f);
-    for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0] && buf && len; fi++) {
+    for (int fi = 0; fi < n_fmts && fi < (int)(sizeof fmts / sizeof fmts[0]) && buf && len; fi++) {
         hr_error err = {0};
         hr_runtime_params p = rt_params(model, "cpu", fmts[fi].f);
         p.max_batch_tokens = CHUNK;
@@ -415,12 +415,13 @@ static void test_corpus_agreement(int max_chunks) {
                 for (int v = 0; v < V; v++) worst = fmax(worst, fabs((double)a[v] - b[v]));
             }
         }
-        CHECKF(total > 0 && (double)agree >= fmts[fi].bar * (double)total,
-               "corpus, %s KV: the GPU's top-1 agrees with the CPU's at %ld of %ld positions", fmts[fi].name, agree,
-               total);
-        printf("corpus, %s KV: teacher-forced top-1 agreement %ld of %ld positions (%.2f%%; %d chunks of %d), "
+        CHECKF(total > 0 && (double)agree >= fmts[fi].bar * bar_scale * (double)total,
+               "corpus, %s, %s KV: the GPU's top-1 agrees with the CPU's at %ld of %ld positions", label,
+               fmts[fi].name, agree, total);
+        printf("corpus, %s, %s KV: teacher-forced top-1 agreement %ld of %ld positions (%.2f%%; %d chunks of %d), "
                "largest logit difference %.4f\n",
-               fmts[fi].name, agree, total, total ? 100.0 * (double)agree / (double)total : 0.0, chunks, CHUNK, worst);
+               label, fmts[fi].name, agree, total, total ? 100.0 * (double)agree / (double)total : 0.0, chunks, CHUNK,
+               worst);
         free(ids);
         free(lc);
         free(lg);
@@ -533,6 +534,9 @@ int main(int argc, char **argv) {
     agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_FP8, "stories260K q8_0, fp8 KV");
     test_mixes();
     /* the whole corpus on a GPU; through the emulator (argv[1]) its first 2 chunks */
-    test_corpus_agreement(driver ? 2 : 0);
+    test_corpus_agreement(hr_test_shared_path("models/stories260K.gguf"), "F32 model", 4, 1.0, driver ? 2 : 0);
+    /* the q8_0 model: a 256-token prefill multiplies on the tensor cores (x rounded to f16, where the CPU
+     * quantizes it to q8_0): near-ties may part, so 97% (f16 KV) */
+    test_corpus_agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", "q8_0 model", 1, 0.98, driver ? 1 : 0);
     return hr_test_finish();
 }

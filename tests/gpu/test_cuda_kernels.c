@@ -83,6 +83,30 @@ static void test_rmsnorm_softmax(void) {
             double r = max_rel(got, ref, (size_t)n * rows, 1e-3);
             CHECKF(r < 1e-4, "rmsnorm n=%d: relative error %g", n, r);
         }
+        /* the residual add and the norm in one launch, for rows 2 and 0 (compact out rows) */
+        {
+            float *add = malloc(sizeof(float) * n * rows), *xs = malloc(sizeof(float) * n * rows);
+            fill(add, (size_t)n * rows, 1.0f);
+            int rows_idx[2] = {2, 0};
+            for (size_t i = 0; i < (size_t)n * rows; i++) xs[i] = x[i];
+            for (int j = 0; j < 2; j++) {
+                float *xr = xs + (size_t)rows_idx[j] * n;
+                for (int i = 0; i < n; i++) xr[i] += add[(size_t)rows_idx[j] * n + i];
+                hr_op_rmsnorm(ref + (size_t)j * n, xr, w, n, 1e-5f);
+            }
+            uint64_t dx2 = up(x, sizeof(float) * n * rows), dadd = up(add, sizeof(float) * n * rows),
+                     drows = up(rows_idx, sizeof rows_idx);
+            void *c[] = {&dout, &dx2, &dadd, &dw, &drows, &n, &eps};
+            if (launch("hr_k_add_rmsnorm", 2, 1, c)) {
+                down(got, dout, sizeof(float) * n * 2);
+                double r = max_rel(got, ref, (size_t)n * 2, 1e-3);
+                CHECKF(r < 1e-4, "add_rmsnorm n=%d: relative error %g", n, r);
+                down(got, dx2, sizeof(float) * n * rows); /* the residual rows updated, row 1 not */
+                CHECKF(max_rel(got, xs, (size_t)n * rows, 1e-6) < 1e-6, "add_rmsnorm n=%d: residual", n);
+            }
+            hr_cuda_free(dev, dx2), hr_cuda_free(dev, dadd), hr_cuda_free(dev, drows);
+            free(add), free(xs);
+        }
         /* softmax in place on the device's copy of x, rows of n */
         for (int r = 0; r < rows; r++) {
             memcpy(ref + r * n, x + r * n, sizeof(float) * n);
@@ -113,21 +137,30 @@ static void test_rope(void) {
             double fac = i < 8 ? 1.0 : i < 24 ? 2.5 : 8.0; /* Llama 3's low/mid/high frequency bands, made up */
             inv[i] = (float)(pow(500000.0, -2.0 * i / n_rot) / fac);
         }
-        float x[T * H * D], ref[T * H * D], got[T * H * D];
+        /* queries (H heads) and keys (HK heads) in one launch */
+        enum { HK = 2 };
+        int kheads = HK;
+        float x[T * H * D], ref[T * H * D], got[T * H * D], k[T * HK * D], kref[T * HK * D], kgot[T * HK * D];
         fill(x, T * H * D, 2.0f);
+        fill(k, T * HK * D, 2.0f);
         memcpy(ref, x, sizeof x);
-        for (int t = 0; t < T; t++)
+        memcpy(kref, k, sizeof k);
+        for (int t = 0; t < T; t++) {
             for (int h = 0; h < H; h++) hr_op_rope(ref + (t * H + h) * D, n_rot, inv, (float)pos[t], neox);
-        uint64_t dx = up(x, sizeof x), dpos = up(pos, sizeof pos), dinv = up(inv, sizeof inv);
-        void *a[] = {&dx, &dpos, &dinv, &heads, &hd, &n_rot, &neox};
+            for (int h = 0; h < HK; h++) hr_op_rope(kref + (t * HK + h) * D, n_rot, inv, (float)pos[t], neox);
+        }
+        uint64_t dx = up(x, sizeof x), dk = up(k, sizeof k), dpos = up(pos, sizeof pos), dinv = up(inv, sizeof inv);
+        void *a[] = {&dx, &dk, &dpos, &dinv, &heads, &kheads, &hd, &n_rot, &neox};
         if (launch("hr_k_rope", T, 1, a)) {
             down(got, dx, sizeof got);
+            down(kgot, dk, sizeof kgot);
             /* absolute, |x| < 2: sin.approx / cos.approx of the reduced angle (about 1e-6) */
             double worst = 0;
             for (int i = 0; i < T * H * D; i++) worst = fmax(worst, fabs((double)got[i] - ref[i]));
+            for (int i = 0; i < T * HK * D; i++) worst = fmax(worst, fabs((double)kgot[i] - kref[i]));
             CHECKF(worst < 2e-5, "rope neox=%d: absolute error %g", neox, worst);
         }
-        hr_cuda_free(dev, dx), hr_cuda_free(dev, dpos), hr_cuda_free(dev, dinv);
+        hr_cuda_free(dev, dx), hr_cuda_free(dev, dk), hr_cuda_free(dev, dpos), hr_cuda_free(dev, dinv);
     }
 }
 
@@ -215,17 +248,168 @@ static void test_embed_gemv(void) {
         }
 }
 
+/* ---- tensor cores (kernels/gemm.cu) ---- */
+
+/* a value as the mma's 16-bit input (f16: IEEE half, else bfloat16): its bits, and *v the value */
+static uint16_t to16(float f, bool f16, float *v) {
+    uint16_t h = f16 ? hr_f32_to_f16(f) : hr_f32_to_bf16(f);
+    *v = f16 ? hr_f16_to_f32(h) : hr_bf16_to_f32(h);
+    return h;
+}
+
+/* The mma wrappers themselves (common.cuh's hr_mma_16816_bf16 / _f16: mma.sync on a GPU, the emulator's
+ * gather here): one 16 x 8 x 16 product D = C + A B from random A, B, C, the fragments laid out on the
+ * host from the PTX ISA's formulas for m16n8k16 (lane l, g = l / 4, q = l % 4: A's element i at row g
+ * for i in {0, 1, 4, 5}, else g + 8, column 2q + (i & 1) + 8 (i >= 4); B's element i at row
+ * 2q + (i & 1) + 8 (i >= 2), column g; C's element i at row g + 8 (i >= 2), column 2q + (i & 1); two
+ * elements a 32-bit register, the lower i in the low half), each element of D compared with the host's
+ * double sum within f32 rounding. */
+static void test_mma_selftest(void) {
+    for (int f16 = 0; f16 < 2; f16++) {
+        float A[16][16], B[16][8], C[16][8];
+        uint16_t Ah[16][16], Bh[16][8];
+        for (int r = 0; r < 16; r++)
+            for (int k = 0; k < 16; k++) Ah[r][k] = to16(frand() * 4.0f, f16, &A[r][k]);
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 8; n++) Bh[k][n] = to16(frand() * 4.0f, f16, &B[k][n]);
+        fill(&C[0][0], 16 * 8, 8.0f);
+        uint32_t a[32][4], b[32][2];
+        float cd[32][4];
+        memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+        for (int lane = 0; lane < 32; lane++) {
+            int g = lane >> 2, q = lane % 4;
+            for (int i = 0; i < 8; i++) {
+                int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = q * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+                a[lane][i / 2] |= (uint32_t)Ah[row][col] << (16 * (i & 1));
+            }
+            for (int i = 0; i < 4; i++) {
+                int row = q * 2 + (i & 1) + (i >= 2 ? 8 : 0), col = g;
+                b[lane][i / 2] |= (uint32_t)Bh[row][col] << (16 * (i & 1));
+            }
+            for (int i = 0; i < 4; i++) cd[lane][i] = C[i < 2 ? g : g + 8][q * 2 + (i & 1)];
+        }
+        uint64_t dcd = up(cd, sizeof cd), da = up(a, sizeof a), db = up(b, sizeof b);
+        void *args[] = {&dcd, &da, &db, &f16};
+        hr_error e;
+        hr_status st = hr_cuda_launch(dev, "hr_k_mma_selftest", 1, 1, 32, args, &e);
+        CHECKF(st == HR_OK, "hr_k_mma_selftest: %s", e.msg);
+        if (st == HR_OK) {
+            float got[32][4];
+            down(got, dcd, sizeof got);
+            int bad = 0;
+            for (int lane = 0; lane < 32; lane++)
+                for (int i = 0; i < 4; i++) {
+                    int g = lane >> 2, q = lane % 4, row = i < 2 ? g : g + 8, col = q * 2 + (i & 1);
+                    double ref = C[row][col], mag = fabs(C[row][col]);
+                    for (int k = 0; k < 16; k++) {
+                        ref += (double)A[row][k] * B[k][col];
+                        mag += fabs((double)A[row][k] * B[k][col]);
+                    }
+                    /* 17 additions in f32: each off by at most 2^-23 of the magnitude (truncation included) */
+                    if (!(fabs(got[lane][i] - ref) <= 17.0 * 0x1p-23 * mag)) {
+                        if (bad++ < 4)
+                            fprintf(stderr, "mma %s: D[%d][%d] (lane %d, element %d) %g, want %g\n",
+                                    f16 ? "f16" : "bf16", row, col, lane, i, got[lane][i], ref);
+                    }
+                }
+            CHECKF(bad == 0, "mma.m16n8k16 %s: %d of 128 elements of D wrong", f16 ? "f16" : "bf16", bad);
+        }
+        hr_cuda_free(dev, dcd), hr_cuda_free(dev, da), hr_cuda_free(dev, db);
+    }
+}
+
+/* Each tensor-core GEMM against a double-precision product of what it multiplies: the weights as
+ * dequantized (exact), x rounded to the kernel's 16-bit type (bf16 for bf16 weights, f16 for the rest;
+ * nearest even, as the kernel rounds it). So the only difference is f32 accumulation, bounded by
+ * (cols + 64) 2^-23 sum |w x| (a rounding or truncation of at most 2^-23 per addition, the q8_0 / q4_0
+ * block scales' products included). Shapes cross every edge: T 16, 17, 64, 100 against the block's 64
+ * tokens, rows 64, 100, 4096 against its 128, cols 32 (one K-step), 288 (nine), 4096, and 72 (a half
+ * K-step: bf16 and f16 take cols in 8s). Unwritten outputs (NaN) and writes past y (a guard) fail. */
+static void test_gemm(void) {
+    static const struct {
+        hr_dtype t;
+        const char *k;
+        bool f16; /* the activations' type in the kernel */
+    } types[] = {{HR_DTYPE_BF16, "hr_k_gemm_bf16", false},
+                 {HR_DTYPE_F16, "hr_k_gemm_f16", true},
+                 {HR_DTYPE_Q8_0, "hr_k_gemm_q8_0", true},
+                 {HR_DTYPE_Q4_0, "hr_k_gemm_q4_0", true}};
+    static const int shapes[][3] = {{16, 64, 32},    {17, 100, 288},  {100, 64, 288},
+                                    {64, 100, 4096}, {17, 4096, 288}, {17, 33, 72}}; /* T, rows, cols */
+    enum { GUARD = 64 };
+    const float sentinel = 12345.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        double worst_seen = 0;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int T = shapes[si][0], rows = shapes[si][1], cols = shapes[si][2];
+            if (cols % hr_dtype_get_info(types[ti].t)->block_elems) continue;
+            size_t rb = hr_dtype_row_bytes(types[ti].t, cols), ny = (size_t)T * rows;
+            unsigned char *W = malloc(rb * rows);
+            float *wf = malloc(sizeof(float) * cols * rows), *x = malloc(sizeof(float) * cols * T),
+                  *xr = malloc(sizeof(float) * cols * T), *got = malloc(sizeof(float) * (ny + GUARD));
+            double *ref = malloc(sizeof(double) * ny), *mag = malloc(sizeof(double) * ny);
+            fill(wf, (size_t)cols * rows, 1.0f);
+            fill(x, (size_t)cols * T, 2.0f);
+            for (int r = 0; r < rows; r++) {
+                hr_quantize_row_ref(types[ti].t, wf + (size_t)r * cols, W + rb * r, cols);
+                hr_dequantize_row_ref(types[ti].t, W + rb * r, wf + (size_t)r * cols, cols);
+            }
+            for (size_t i = 0; i < (size_t)cols * T; i++) to16(x[i], types[ti].f16, &xr[i]);
+            for (int t = 0; t < T; t++)
+                for (int r = 0; r < rows; r++) {
+                    double s = 0, m = 0;
+                    for (int c = 0; c < cols; c++) {
+                        double p = (double)wf[(size_t)r * cols + c] * xr[(size_t)t * cols + c];
+                        s += p, m += fabs(p);
+                    }
+                    ref[(size_t)t * rows + r] = s, mag[(size_t)t * rows + r] = m;
+                }
+            memset(got, 0xff, sizeof(float) * ny); /* NaN: an output the kernel leaves stays NaN */
+            for (int i = 0; i < GUARD; i++) got[ny + i] = sentinel;
+            uint64_t dW = up(W, rb * rows), dx = up(x, sizeof(float) * cols * T),
+                     dy = up(got, sizeof(float) * (ny + GUARD));
+            void *a[] = {&dy, &dW, &dx, &rows, &cols, &T};
+            if (launch(types[ti].k, (unsigned)(rows + 127) / 128, (unsigned)(T + 63) / 64, a)) {
+                down(got, dy, sizeof(float) * (ny + GUARD));
+                int bad = 0;
+                for (size_t i = 0; i < ny; i++) {
+                    double err = fabs(got[i] - ref[i]), bound = (cols + 64) * 0x1p-23 * mag[i];
+                    if (mag[i] > 0) worst_seen = fmax(worst_seen, err / mag[i]);
+                    if (!(err <= bound) && bad++ < 3)
+                        fprintf(stderr, "%s T=%d %dx%d: y[%zu][%zu] %g, want %g (bound %g)\n", types[ti].k, T, rows,
+                                cols, i / (size_t)rows, i % (size_t)rows, got[i], ref[i], bound);
+                }
+                bool guard = true;
+                for (int i = 0; i < GUARD; i++) guard &= got[ny + i] == sentinel;
+                CHECKF(bad == 0 && guard, "%s T=%d, %dx%d: %d outputs past the bound, guard %s", types[ti].k, T, rows,
+                       cols, bad, guard ? "intact" : "overwritten");
+            }
+            hr_cuda_free(dev, dW), hr_cuda_free(dev, dx), hr_cuda_free(dev, dy);
+            free(W), free(wf), free(x), free(xr), free(got), free(ref), free(mag);
+        }
+        printf("%s: worst error %.3g of sum |w x|\n", types[ti].k, worst_seen);
+    }
+}
+
 /* paged attention: tokens written by the CPU storage, its blocks copied byte for byte into the
  * device storage, then both attend the same queries (GQA 12, tables in any order, one query over five
- * chunks of the split kernel, a softcap) */
-/* one attention case on both storages: the GPU's within the format's bound of the CPU's */
+ * chunks of the split kernel, a softcap), through each attention kernel (hr_k_attn_split, the
+ * default, and hr_k_attn_split_rows) */
+/* one attention case on both storages: the GPU's within the format's bound of the CPU's; qcpu: the
+ * CPU's queries where they differ (a table with a dropped block: the CPU storage takes holes only with
+ * a view, so it gets the table without the hole and that many fewer positions), or NULL */
 static void check_attention(hr_kv_storage *cpu, hr_kv_storage *gpu, hr_kv_format fmt, const hr_kv_attn_query *qc,
-                            int nq, int H, int D, const char *what) {
+                            const hr_kv_attn_query *qcpu, int nq, int H, int D, const char *what) {
     enum { MAXQ = 4 };
     static float o_cpu[MAXQ][24 * 64], o_gpu[MAXQ][24 * 64];
     hr_kv_attn_query a_cpu[MAXQ], a_gpu[MAXQ];
+    if (nq > MAXQ || H * D > 24 * 64) {
+        CHECKF(false, "attention %s: %d queries of %d x %d are more than the check holds", what, nq, H, D);
+        return;
+    }
     for (int i = 0; i < nq; i++) {
-        a_cpu[i] = a_gpu[i] = qc[i];
+        a_cpu[i] = qcpu ? qcpu[i] : qc[i];
+        a_gpu[i] = qc[i];
         a_cpu[i].out = o_cpu[i];
         a_gpu[i].out = o_gpu[i];
     }
@@ -235,110 +419,168 @@ static void check_attention(hr_kv_storage *cpu, hr_kv_storage *gpu, hr_kv_format
         float *scratch = malloc(sizeof(float) << 20);
         cpu->ops->attend(cpu, 1, a_cpu, nq, &a, scratch);
         free(scratch);
+        memset(o_gpu, 0xff, sizeof o_gpu); /* NaN: a head the kernel leaves out fails */
         gpu->ops->attend(gpu, 1, a_gpu, nq, &a, NULL);
         CHECKF(hr_kv_storage_cuda_check(gpu, &e) == HR_OK, "%s", e.msg);
         /* with an f16 V the CPU rounds each softmax weight to f16 before P.V (kv_attention.c's kv_weights),
          * the GPU keeps them in f32: each output moves by at most 2^-11 of the weights' sum (1) times max
          * |v| (25, the outlier), absolute. Otherwise the order of additions only. */
-        const float *g = &o_gpu[0][0], *c = &o_cpu[0][0];
-        if (fmt == HR_KV_F16) {
-            double worst = 0;
-            for (int i = 0; i < nq * H * D; i++) worst = fmax(worst, fabs((double)g[i] - c[i]));
-            double bound = 25.0 * 0x1p-11 + 1e-5;
-            CHECKF(worst < bound, "attention %s %s softcap %d: absolute error %g", hr_kv_format_name(fmt), what,
-                   softcap, worst);
-        } else {
-            double r = max_rel(g, c, (size_t)nq * H * D, 1e-2);
-            CHECKF(r < 1e-3, "attention %s %s softcap %d: relative error %g", hr_kv_format_name(fmt), what, softcap,
-                   r);
-        }
+        double worst = 0; /* absolute for f16, relative (floor 1e-2) otherwise; a NaN is infinite */
+        for (int i = 0; i < nq; i++)
+            for (int j = 0; j < H * D; j++) {
+                double d = fabs((double)o_gpu[i][j] - o_cpu[i][j]);
+                if (fmt != HR_KV_F16) d /= fmax(fabs((double)o_cpu[i][j]), 1e-2);
+                worst = d != d ? INFINITY : fmax(worst, d);
+            }
+        if (fmt == HR_KV_F16)
+            CHECKF(worst < 25.0 * 0x1p-11 + 1e-5, "attention %s %s softcap %d: absolute error %g",
+                   hr_kv_format_name(fmt), what, softcap, worst);
+        else
+            CHECKF(worst < 1e-3, "attention %s %s softcap %d: relative error %g", hr_kv_format_name(fmt), what, softcap,
+                   worst);
     }
 }
 
 /* Every format the device stores: the device's encoder (hr_k_kv_write, through the storage's write op
  * one token at a time and hr_kv_storage_cuda_write_dev for a batch) gives the CPU storage's bytes
  * exactly, and attention over them matches the CPU's, with the split count the storage picks and with
- * one split of many tiles (HEADROOM_CUDA_ATTN_BLOCKS=1: the online softmax across tiles). */
+ * one split of many tiles (HEADROOM_CUDA_ATTN_BLOCKS=1: the online softmax across tiles), through both
+ * kernels (the split variant: the default, then hr_kv_storage_cuda_set_attn_kernel "rows"; the
+ * one-split variant: HEADROOM_CUDA_ATTN_KERNEL=rows at create, then "split"). The first shape is GQA
+ * 12 (groups of 8 and 4) at D 64; the others reach the rows kernel's other lane maps, each with a
+ * dropped block (-1) in a table: D 160 (32 lanes a row, 12 idle) with groups of 2, D 96 (16 lanes,
+ * 4 idle, 2 rows a warp) with a group of 5 and B 32, D 32 (8 lanes, 4 idle, 4 rows a warp) without
+ * GQA and B 8. */
 static void test_attention(void) {
     static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8, HR_KV_F32, HR_KV_BF16, HR_KV_FP8};
-    for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
-        enum {
-            L = 2,
-            HKV = 2,
-            H = 24,
-            D = 64,
-            B = 16,
-            NB = 72,
-            NQ = 4
-        }; /* 12 query heads a KV head: groups of 8 and 4 */
-        const hr_kv_format fmt = fmts[fi];
-        hr_error e = {0};
+    static const struct {
+        int HKV, H, D, B, NB;
+    } shapes[] = {{2, 24, 64, 16, 72}, {2, 4, 160, 16, 24}, {2, 10, 96, 32, 12}, {3, 3, 32, 8, 48}};
+    enum { L = 2, NQ = 4 };
+    hr_error e = {0};
+    { /* a kernel name the storage does not have: refused, from the environment and the setter */
         hr_kv_storage_params p = {
-            .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
-        kv_fmt_init(&p.k, fmt, KV_K, B, D, &e);
-        kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
-        hr_kv_storage *cpu = NULL, *gpu = NULL;
-        CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
+            .n_layers = 1, .n_kv_heads = 1, .head_dim = 64, .block_size = 16, .n_blocks = 1, .isa = "scalar"};
+        kv_fmt_init(&p.k, HR_KV_F16, KV_K, 16, 64, &e);
+        kv_fmt_init(&p.v, HR_KV_F16, KV_V, 16, 64, &e);
+        hr_kv_storage *gpu = NULL;
+        setenv("HEADROOM_CUDA_ATTN_KERNEL", "tiles", 1);
+        hr_status st = hr_kv_storage_cuda_create(dev, &p, &gpu, &e);
+        unsetenv("HEADROOM_CUDA_ATTN_KERNEL");
+        CHECKF(st == HR_ERR_INVALID_ARG && !gpu && strstr(e.msg, "HEADROOM_CUDA_ATTN_KERNEL=tiles"), "%s", e.msg);
         CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
-        if (!cpu || !gpu) return;
-        /* blocks 0..NB-2 one token at a time through the write op; the last block's tokens as one batch */
-        static float kb[B][HKV * D], vb[B][HKV * D];
-        for (int blk = 0; blk < NB; blk++)
-            for (int l = 0; l < L; l++)
-                for (int t = 0; t < B; t++) {
-                    float *k = kb[t], *v = vb[t];
-                    fill(k, HKV * D, 1.5f);
-                    fill(v, HKV * D, 1.0f);
-                    if (t == 3) k[5] = 40.0f, v[7] = -25.0f; /* an outlier: its group's scale */
-                    cpu->ops->write(cpu, l, blk, t, -1, k, v);
-                    if (blk < NB - 1) gpu->ops->write(gpu, l, blk, t, -1, k, v);
-                    if (blk == NB - 1 && t == B - 1) {
-                        int32_t slots[B];
-                        for (int i = 0; i < B; i++) slots[i] = blk * B + i;
-                        uint64_t dk = up(kb, sizeof kb), dv = up(vb, sizeof vb), ds = up(slots, sizeof slots);
-                        CHECKF(hr_kv_storage_cuda_write_dev(gpu, l, dk, dv, ds, B, &e) == HR_OK, "%s", e.msg);
-                        hr_cuda_free(dev, dk);
-                        hr_cuda_free(dev, dv);
-                        hr_cuda_free(dev, ds);
-                    }
-                }
-        size_t bb = (size_t)L * HKV * (p.k.head_bytes + p.v.head_bytes);
-        unsigned char *bc = malloc(bb), *bg = malloc(bb);
-        for (int blk = 0; blk < NB && bc && bg; blk++) {
-            cpu->ops->read_block(cpu, blk, bc);
-            gpu->ops->read_block(gpu, blk, bg);
-            CHECKF(memcmp(bc, bg, bb) == 0, "%s block %d: the device's encoding differs from the CPU storage's",
-                   hr_kv_format_name(fmt), blk);
+        if (gpu) {
+            CHECK(hr_kv_storage_cuda_set_attn_kernel(gpu, "tiles", &e) == HR_ERR_INVALID_ARG);
+            CHECK(hr_kv_storage_cuda_set_attn_kernel(gpu, "rows", &e) == HR_OK);
+            CHECK(hr_kv_storage_cuda_set_attn_kernel(gpu, "split", &e) == HR_OK);
+            gpu->ops->destroy(gpu);
         }
-        free(bc);
-        free(bg);
-        /* tables in any order; the last one spans 70 blocks (1,117 positions: five tiles of 256) */
-        int32_t t0[] = {3, 7, 1, 0, 11}, t1[] = {5, 4, 2}, t2[] = {9}, t3[70];
-        for (int i = 0; i < 70; i++) t3[i] = 71 - i;
-        static float q[NQ][H * D];
-        fill(&q[0][0], NQ * H * D, 1.0f);
-        hr_kv_attn_query qc[NQ] = {{.table = t0, .n_ctx = 5 * B - 3, .tail_stage = -1, .q = q[0]},
-                                   {.table = t1, .n_ctx = 3 * B, .tail_stage = -1, .q = q[1]},
-                                   {.table = t2, .n_ctx = 1, .tail_stage = -1, .q = q[2]},
-                                   {.table = t3, .n_ctx = 70 * B - 3, .tail_stage = -1, .q = q[3]}};
-        check_attention(cpu, gpu, fmt, qc, NQ, H, D, "split");
-        gpu->ops->destroy(gpu);
-        /* one split for every query: each block walks all its tiles */
-        setenv("HEADROOM_CUDA_ATTN_BLOCKS", "1", 1);
-        gpu = NULL;
-        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
-        unsetenv("HEADROOM_CUDA_ATTN_BLOCKS");
-        if (!gpu) return;
-        unsigned char *blkbuf = malloc(bb);
-        for (int blk = 0; blk < NB && blkbuf; blk++) {
-            cpu->ops->read_block(cpu, blk, blkbuf);
-            gpu->ops->write_block(gpu, blk, blkbuf);
-        }
-        free(blkbuf);
-        check_attention(cpu, gpu, fmt, qc, NQ, H, D, "one split");
-        gpu->ops->destroy(gpu);
-        cpu->ops->destroy(cpu);
     }
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
+            const int HKV = shapes[si].HKV, H = shapes[si].H, D = shapes[si].D, B = shapes[si].B, NB = shapes[si].NB;
+            const hr_kv_format fmt = fmts[fi];
+            hr_kv_storage_params p = {
+                .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
+            kv_fmt_init(&p.k, fmt, KV_K, B, D, &e);
+            kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
+            hr_kv_storage *cpu = NULL, *gpu = NULL;
+            CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
+            CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+            float *kb = malloc(sizeof(float) * B * HKV * D), *vb = malloc(sizeof(float) * B * HKV * D);
+            float *q = malloc(sizeof(float) * NQ * H * D);
+            int32_t *tabs = malloc(sizeof(int32_t) * NQ * NB), *t3_cpu = malloc(sizeof(int32_t) * NB);
+            if (!cpu || !gpu || !kb || !vb || !q || !tabs || !t3_cpu) {
+                CHECKF(false, "attention: setup failed");
+                return;
+            }
+            /* blocks 0..NB-2 one token at a time through the write op; the last block's tokens as one batch */
+            for (int blk = 0; blk < NB; blk++)
+                for (int l = 0; l < L; l++)
+                    for (int t = 0; t < B; t++) {
+                        float *k = kb + (size_t)t * HKV * D, *v = vb + (size_t)t * HKV * D;
+                        fill(k, HKV * D, 1.5f);
+                        fill(v, HKV * D, 1.0f);
+                        if (t == 3) k[5] = 40.0f, v[7] = -25.0f; /* an outlier: its group's scale */
+                        cpu->ops->write(cpu, l, blk, t, -1, k, v);
+                        if (blk < NB - 1) gpu->ops->write(gpu, l, blk, t, -1, k, v);
+                        if (blk == NB - 1 && t == B - 1) {
+                            int32_t slots[64];
+                            for (int i = 0; i < B; i++) slots[i] = blk * B + i;
+                            size_t rows = sizeof(float) * B * HKV * D;
+                            uint64_t dk = up(kb, rows), dv = up(vb, rows), ds = up(slots, sizeof(int32_t) * B);
+                            CHECKF(hr_kv_storage_cuda_write_dev(gpu, l, dk, dv, ds, B, &e) == HR_OK, "%s", e.msg);
+                            hr_cuda_free(dev, dk);
+                            hr_cuda_free(dev, dv);
+                            hr_cuda_free(dev, ds);
+                        }
+                    }
+            size_t bb = (size_t)L * HKV * (p.k.head_bytes + p.v.head_bytes);
+            unsigned char *bc = malloc(bb), *bg = malloc(bb);
+            for (int blk = 0; blk < NB && bc && bg; blk++) {
+                cpu->ops->read_block(cpu, blk, bc);
+                gpu->ops->read_block(gpu, blk, bg);
+                CHECKF(memcmp(bc, bg, bb) == 0, "%s block %d: the device's encoding differs from the CPU storage's",
+                       hr_kv_format_name(fmt), blk);
+            }
+            free(bc);
+            free(bg);
+            int32_t *t0 = tabs, *t1 = tabs + NB, *t2 = tabs + 2 * NB, *t3 = tabs + 3 * NB;
+            int n_ctx[NQ];
+            if (si == 0) { /* tables in any order; the last one spans 70 blocks (1,117 positions: five tiles of 256) */
+                static const int32_t a0[] = {3, 7, 1, 0, 11}, a1[] = {5, 4, 2};
+                memcpy(t0, a0, sizeof a0);
+                memcpy(t1, a1, sizeof a1);
+                t2[0] = 9;
+                for (int i = 0; i < 70; i++) t3[i] = 71 - i;
+                n_ctx[0] = 5 * B - 3, n_ctx[1] = 3 * B, n_ctx[2] = 1, n_ctx[3] = 70 * B - 3;
+            } else { /* the long one over every block but the batch's, backwards, its second block dropped */
+                t0[0] = 2, t0[1] = 0;
+                t1[0] = 5, t1[1] = 3;
+                t2[0] = NB - 1;
+                for (int i = 0; i < NB - 1; i++) t3[i] = i == 1 ? -1 : NB - 2 - i;
+                for (int i = 0; i < NB - 2; i++) t3_cpu[i] = t3[i < 1 ? i : i + 1];
+                n_ctx[0] = B + 3, n_ctx[1] = 2 * B, n_ctx[2] = 1, n_ctx[3] = (NB - 1) * B - 5;
+            }
+            fill(q, (size_t)NQ * H * D, 1.0f);
+            hr_kv_attn_query qc[NQ];
+            for (int i = 0; i < NQ; i++)
+                qc[i] = (hr_kv_attn_query){
+                    .table = tabs + (size_t)i * NB, .n_ctx = n_ctx[i], .tail_stage = -1, .q = q + (size_t)i * H * D};
+            hr_kv_attn_query qc_cpu[NQ];
+            memcpy(qc_cpu, qc, sizeof qc);
+            qc_cpu[3].table = t3_cpu, qc_cpu[3].n_ctx = n_ctx[3] - B;
+            const hr_kv_attn_query *qcpu = si == 0 ? NULL : qc_cpu;
+            char what[64];
+            snprintf(what, sizeof what, "D %d G %d: split", D, H / HKV);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            CHECKF(hr_kv_storage_cuda_set_attn_kernel(gpu, "rows", &e) == HR_OK, "%s", e.msg);
+            snprintf(what, sizeof what, "D %d G %d: split, rows kernel", D, H / HKV);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            gpu->ops->destroy(gpu);
+            /* one split for every query: each block walks all its tiles; the rows kernel from the environment */
+            setenv("HEADROOM_CUDA_ATTN_BLOCKS", "1", 1);
+            setenv("HEADROOM_CUDA_ATTN_KERNEL", "rows", 1);
+            gpu = NULL;
+            CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+            unsetenv("HEADROOM_CUDA_ATTN_BLOCKS");
+            unsetenv("HEADROOM_CUDA_ATTN_KERNEL");
+            if (!gpu) return;
+            unsigned char *blkbuf = malloc(bb);
+            for (int blk = 0; blk < NB && blkbuf; blk++) {
+                cpu->ops->read_block(cpu, blk, blkbuf);
+                gpu->ops->write_block(gpu, blk, blkbuf);
+            }
+            free(blkbuf);
+            snprintf(what, sizeof what, "D %d G %d: one split, rows kernel", D, H / HKV);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            CHECKF(hr_kv_storage_cuda_set_attn_kernel(gpu, "split", &e) == HR_OK, "%s", e.msg);
+            snprintf(what, sizeof what, "D %d G %d: one split", D, H / HKV);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            gpu->ops->destroy(gpu);
+            cpu->ops->destroy(cpu);
+            free(kb), free(vb), free(q), free(tabs), free(t3_cpu);
+        }
 }
 
 /* The emulating driver's own semantics, which the checks above rely on (its two self-test kernels,
@@ -390,6 +632,8 @@ int main(int argc, char **argv) {
     test_rope();
     test_swiglu();
     test_embed_gemv();
+    test_mma_selftest();
+    test_gemm();
     test_attention();
     hr_cuda_device_close(dev);
     return hr_test_finish();

@@ -55,7 +55,7 @@ typedef struct cuda_ctx {
     /* the batch's places in the KV cache, made on the host once per forward and copied up: each
      * token's slot (block * B + t), its table row and context; the table rows of the batch's
      * sequences ([T][max_blocks], one row per sequence); the attention's scratch */
-    uint64_t slots, qrow, n_ctx, tables, attn_scratch;
+    uint64_t slots, qrow, n_ctx, tables, attn_scratch, d_out_rows;
     int32_t *h_slots, *h_qrow, *h_nctx, *h_tables;
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
@@ -86,6 +86,18 @@ static const char *gemv_kernel(hr_dtype t) {
     default: return NULL;
     }
 }
+
+/* The tensor-core GEMM (kernels/gemm.cu) of a weight type, by its GEMV kernel's name, for batches of
+ * GEMM_MIN_TOKENS or more; cols must be a multiple of col_step (the kernel's 16-byte loads for bf16 and
+ * f16, whole blocks for q8_0 and q4_0). f32 weights stay on the GEMV: exact f32 products. */
+#define GEMM_MIN_TOKENS 16
+static const struct {
+    const char *gemv, *gemm;
+    int col_step;
+} gemm_kernels[] = {{"hr_k_gemv_bf16", "hr_k_gemm_bf16", 8},
+                    {"hr_k_gemv_f16", "hr_k_gemm_f16", 8},
+                    {"hr_k_gemv_q8_0", "hr_k_gemm_q8_0", 32},
+                    {"hr_k_gemv_q4_0", "hr_k_gemm_q4_0", 32}};
 
 /* a matrix's rows, uploaded as stored */
 static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, dev_weight *out, hr_error *err) {
@@ -202,7 +214,8 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     uint64_t bytes[HR_CUDA_SCRATCH_PIECES];
     uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,  &x->xb,     &x->xo,  &x->q,     &x->k,      &x->v,
                                               &x->att, &x->g,     &x->u,   &x->logits, &x->ids,    &x->pos,
-                                              &x->slots, &x->qrow, &x->n_ctx, &x->tables, &x->attn_scratch};
+                                              &x->slots, &x->qrow, &x->n_ctx, &x->tables, &x->attn_scratch,
+                                              &x->d_out_rows};
     int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
     for (int i = 0; i < n; i++) {
         hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
@@ -277,7 +290,7 @@ static void cuda_destroy(hr_model_ctx *c) {
     free_weight(x, &x->out);
     uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,      x->xb,     x->xo,     x->q,
                        x->k,   x->v,        x->att,      x->g,      x->u,      x->logits, x->ids,
-                       x->pos, x->slots,    x->qrow,     x->n_ctx,  x->tables, x->attn_scratch};
+                       x->pos, x->slots,    x->qrow,     x->n_ctx,  x->tables, x->attn_scratch, x->d_out_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);
     free(x->L);
@@ -294,19 +307,29 @@ static void cuda_destroy(hr_model_ctx *c) {
 
 #define THREADS 256
 
-/* y[t] = W x[t] for T rows (the kernel's grid: 8 rows a block, a tile of up to 8 tokens a grid row) */
+/* y[t] = W x[t] for T rows: from GEMM_MIN_TOKENS tokens on the tensor cores where the type has a GEMM
+ * (its grid: 128 rows a block, 64 tokens a grid row), else the GEMV (8 rows a block, a tile of up to 8
+ * tokens a grid row). Below 16 tokens the GEMV reads W at most twice and a 64-token tile would be mostly
+ * empty; from 16 on the GEMV reads W T / 8 times, the GEMM once per 64 tokens. */
 static hr_status gemv(cuda_ctx *x, const dev_weight *w, uint64_t in, uint64_t out, int T, hr_error *err) {
     int rows = (int)w->rows, cols = (int)w->cols;
     uint64_t wp = w->p;
     void *a[] = {&out, &wp, &in, &rows, &cols, &T};
+    for (size_t i = 0; T >= GEMM_MIN_TOKENS && i < sizeof gemm_kernels / sizeof gemm_kernels[0]; i++)
+        if (strcmp(w->gemv, gemm_kernels[i].gemv) == 0 && cols % gemm_kernels[i].col_step == 0)
+            return hr_cuda_launch(x->dev, gemm_kernels[i].gemm, (unsigned)((rows + 127) / 128),
+                                  (unsigned)((T + 63) / 64), THREADS, a, err);
     return hr_cuda_launch(x->dev, w->gemv, (unsigned)((rows + 7) / 8), (unsigned)((T + 7) / 8), THREADS, a, err);
 }
 
-static hr_status rmsnorm(cuda_ctx *x, uint64_t out, uint64_t in, uint64_t w, int rows, hr_error *err) {
+/* out[i] = rmsnorm(x[r] += add[r]) * w for r = rows[i] (rows 0: i), i < n_rows; add 0: no add.
+ * One launch for the residual add and the next norm. */
+static hr_status add_rmsnorm(cuda_ctx *x, uint64_t out, uint64_t add, uint64_t w, uint64_t rows, int n_rows,
+                             hr_error *err) {
     int n = x->m->hp.n_embd;
     float eps = x->m->hp.norm_eps;
-    void *a[] = {&out, &in, &w, &n, &eps};
-    return hr_cuda_launch(x->dev, "hr_k_rmsnorm", (unsigned)rows, 1, THREADS, a, err);
+    void *a[] = {&out, &x->x, &add, &w, &rows, &n, &eps};
+    return hr_cuda_launch(x->dev, "hr_k_add_rmsnorm", (unsigned)n_rows, 1, THREADS, a, err);
 }
 
 /* enough blocks for n elements, at most 1024 (the kernels loop over the rest) */
@@ -315,15 +338,11 @@ static unsigned grid_for(uint64_t n) {
     return (unsigned)(g < 1 ? 1 : g > 1024 ? 1024 : g);
 }
 
-static hr_status add(cuda_ctx *x, uint64_t y, uint64_t in, uint64_t n, hr_error *err) {
-    void *a[] = {&y, &in, &n};
-    return hr_cuda_launch(x->dev, "hr_k_add", grid_for(n), 1, THREADS, a, err);
-}
-
-static hr_status rope(cuda_ctx *x, uint64_t buf, int heads, int T, hr_error *err) {
+/* RoPE on the batch's queries and keys, one launch */
+static hr_status rope(cuda_ctx *x, int T, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
-    int D = hp->head_dim, n_rot = hp->n_rot, neox = hp->rope_neox;
-    void *a[] = {&buf, &x->pos, &x->inv_freq, &heads, &D, &n_rot, &neox};
+    int D = hp->head_dim, n_rot = hp->n_rot, neox = hp->rope_neox, hq = hp->n_head, hk = hp->n_head_kv;
+    void *a[] = {&x->q, &x->k, &x->pos, &x->inv_freq, &hq, &hk, &D, &n_rot, &neox};
     return hr_cuda_launch(x->dev, "hr_k_rope", (unsigned)T, 1, THREADS, a, err);
 }
 
@@ -403,31 +422,33 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
                                   x->hemb + (size_t)t * E, E);
         if ((st = hr_cuda_upload(x->dev, x->x, x->hemb, (size_t)T * E * sizeof(float), err))) return st;
     }
+    /* Each residual add is fused with the norm after it (hr_k_add_rmsnorm): the FFN's output joins
+     * the stream in the next layer's attention norm, the last layer's in the output norm. */
     for (int il = 0; il < hp->n_layer; il++) {
         const dev_layer *d = &x->L[il];
-        if ((st = rmsnorm(x, x->xb, x->x, d->attn_norm, T, err)) || (st = gemv(x, &d->wq, x->xb, x->q, T, err)) ||
-            (st = gemv(x, &d->wk, x->xb, x->k, T, err)) || (st = gemv(x, &d->wv, x->xb, x->v, T, err)) ||
-            (st = rope(x, x->q, hp->n_head, T, err)) || (st = rope(x, x->k, hp->n_head_kv, T, err)) ||
+        if ((st = add_rmsnorm(x, x->xb, il > 0 ? x->xo : 0, d->attn_norm, 0, T, err)) ||
+            (st = gemv(x, &d->wq, x->xb, x->q, T, err)) || (st = gemv(x, &d->wk, x->xb, x->k, T, err)) ||
+            (st = gemv(x, &d->wv, x->xb, x->v, T, err)) || (st = rope(x, T, err)) ||
             (st = attend(x, b, il, max_ctx, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
-            (st = add(x, x->x, x->xo, (uint64_t)T * E, err)) || (st = rmsnorm(x, x->xb, x->x, d->ffn_norm, T, err)) ||
+            (st = add_rmsnorm(x, x->xb, x->xo, d->ffn_norm, 0, T, err)) ||
             (st = gemv(x, &d->wg, x->xb, x->g, T, err)) || (st = gemv(x, &d->wu, x->xb, x->u, T, err)))
             return st;
         uint64_t n = (uint64_t)T * F;
         void *sa[] = {&x->g, &x->g, &x->u, &n};
         if ((st = hr_cuda_launch(x->dev, "hr_k_swiglu", grid_for(n), 1, THREADS, sa, err)) ||
-            (st = gemv(x, &d->wd, x->g, x->xo, T, err)) || (st = add(x, x->x, x->xo, (uint64_t)T * E, err)))
+            (st = gemv(x, &d->wd, x->g, x->xo, T, err)))
             return st;
     }
-    /* logits for the rows that want them: each row's norm into xb's next row, then one GEMV */
+    /* logits for the rows that want them: their last add and norm into xb's first rows (one launch),
+     * then one GEMV */
     int n_out = 0;
     for (int t = 0; t < T; t++)
         if (b->want_logits && b->want_logits[t]) x->out_rows[n_out++] = t;
     if (n_out == 0) return HR_OK;
-    for (int i = 0; i < n_out; i++)
-        if ((st =
-                 rmsnorm(x, x->xb + (uint64_t)i * E * 4, x->x + (uint64_t)x->out_rows[i] * E * 4, x->out_norm, 1, err)))
-            return st;
-    if ((st = gemv(x, &x->out, x->xb, x->logits, n_out, err))) return st;
+    if ((st = hr_cuda_upload(x->dev, x->d_out_rows, x->out_rows, (size_t)n_out * sizeof(int), err)) ||
+        (st = add_rmsnorm(x, x->xb, x->xo, x->out_norm, x->d_out_rows, n_out, err)) ||
+        (st = gemv(x, &x->out, x->xb, x->logits, n_out, err)))
+        return st;
     return hr_cuda_download(x->dev, logits, x->logits, (size_t)n_out * hp->n_vocab * sizeof(float), err);
 }
 

@@ -75,7 +75,7 @@ hr_status hr_cuda_time_end(hr_cuda_device *dev, double *ms, hr_error *err);
 /* ---- the arena plan (cuda_budget.c: pure arithmetic, no GPU needed) ----------------------------- */
 
 #define HR_CUDA_DEFAULT_UTIL   0.9 /* --gpu-util's default: vLLM's gpu_memory_utilization */
-#define HR_CUDA_SCRATCH_PIECES 17  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
+#define HR_CUDA_SCRATCH_PIECES 18  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
 
 typedef struct hr_cuda_arena_query {
     const hr_hparams *hp; /* the model's shape */
@@ -175,6 +175,10 @@ hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q
 hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                          uint64_t qrow, uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale,
                                          float softcap, uint64_t out, uint64_t scratch, hr_error *err);
+/* The attention kernel of a storage's later calls: "split" (hr_k_attn_split, the default) or "rows"
+ * (hr_k_attn_split_rows where head_dim % 8 == 0); create takes HEADROOM_CUDA_ATTN_KERNEL's.
+ * HR_ERR_INVALID_ARG for another name (the storage unchanged). */
+hr_status hr_kv_storage_cuda_set_attn_kernel(hr_kv_storage *st, const char *name, hr_error *err);
 /* the storage's arena and block size, for kernels that read it directly (tests) */
 uint64_t hr_kv_storage_cuda_arena(const hr_kv_storage *st);
 /* The first device failure of a storage op since create (the ops return nothing; their results were

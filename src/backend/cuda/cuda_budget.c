@@ -52,10 +52,11 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
         uint64_t b = hr_cuda_attn_scratch_bytes(hp->n_head_kv, hp->head_dim, hp->n_head, n, max_ctx, target);
         scr = b > scr ? b : scr;
     }
-    /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots, qrow, n_ctx, tables, attention scratch */
-    const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {T * E * 4, T * E * 4,   T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4,
-                                                     T * qd * 4, T * F * 4, T * F * 4, T * V * 4,  T * 4,       T * 4,
-                                                     T * 4,      T * 4,     T * 4,     T * max_blocks * 4, scr};
+    /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots, qrow, n_ctx, tables, attention scratch,
+     * the rows that want logits */
+    const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {
+        T * E * 4, T * E * 4, T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4, T * qd * 4, T * F * 4, T * F * 4,
+        T * V * 4, T * 4,     T * 4,     T * 4,      T * 4,       T * 4,       T * max_blocks * 4, scr, T * 4};
     for (int i = 0; i < HR_CUDA_SCRATCH_PIECES; i++) out[i] = pieces[i];
     return HR_CUDA_SCRATCH_PIECES;
 }

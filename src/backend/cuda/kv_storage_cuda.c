@@ -10,7 +10,13 @@
  * return nothing, so a device fault there is kept (failed, msg) and the result is zeros; the caller
  * sees it on the next hr_kv_storage_cuda_check. Formats: f32, f16, bf16, q8 and fp8; the deferred
  * ones (q4, kivi2, q4h: encoded when a block fills, from f16 stages) are refused. Not yet run on a
- * GPU (docs/GPU.md). */
+ * GPU (docs/GPU.md).
+ *
+ * The attention kernel: HEADROOM_CUDA_ATTN_KERNEL, read at create, picks "split" (the default:
+ * hr_k_attn_split, a K row per thread) or "rows" (hr_k_attn_split_rows: K and V rows read by groups of
+ * lanes, coalesced; used where head_dim % 8 == 0, else split); another value makes create fail.
+ * hr_kv_storage_cuda_set_attn_kernel changes it on a storage (gpu_bench measures both). The default
+ * stays split until a GPU measurement shows rows faster. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +46,7 @@ typedef struct cuda_kv {
     uint64_t block_bytes; /* L * Hkv * (K + V head bytes) */
     uint64_t stage;       /* the host write op's device rows: k, v ([Hkv][D] f32 each) and a slot */
     int target_blocks;    /* thread blocks an attention call aims for (hr_cuda_attn_target_blocks) */
+    bool attn_rows;       /* hr_k_attn_split_rows where the shape allows it (HEADROOM_CUDA_ATTN_KERNEL=rows) */
     bool failed;          /* a device call of a void op failed (msg says which) */
     hr_error msg;
 } cuda_kv;
@@ -139,8 +146,11 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
     int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
     uint64_t o_part = scratch, ml_part = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)D * 4u;
     void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &layer, &sh};
-    hr_status r = hr_cuda_launch(s->dev, "hr_k_attn_split", (unsigned)(n * Hkv * ng), (unsigned)sh.n_splits, 256,
-                                 args, err);
+    /* the rows kernel's lanes take 8 elements each (16- or 8-byte loads, q8 groups of >= 8) */
+    const bool rows = s->attn_rows && D % 8 == 0 && (sh.k_fmt != CUDA_KV_Q8 || sh.k_group % 8 == 0) &&
+                      (sh.v_fmt != CUDA_KV_Q8 || sh.v_group % 8 == 0);
+    hr_status r = hr_cuda_launch(s->dev, rows ? "hr_k_attn_split_rows" : "hr_k_attn_split", (unsigned)(n * Hkv * ng),
+                                 (unsigned)sh.n_splits, 256, args, err);
     void *rargs[] = {&out, &o_part, &ml_part, &H, (void *)&D, &sh.n_splits};
     if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, err);
     return r;
@@ -267,6 +277,22 @@ static const hr_kv_storage_ops cuda_kv_ops = {
     .host_free = cuda_kv_host_free,
 };
 
+/* "split" or "rows" (NULL or empty: split) */
+static hr_status attn_kernel_of(const char *name, bool *rows, hr_error *err) {
+    if (!name || !*name || !strcmp(name, "split")) {
+        *rows = false;
+    } else if (!strcmp(name, "rows")) {
+        *rows = true;
+    } else {
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: attention kernel '%s': expected split or rows", name);
+    }
+    return HR_OK;
+}
+
+hr_status hr_kv_storage_cuda_set_attn_kernel(hr_kv_storage *st, const char *name, hr_error *err) {
+    return attn_kernel_of(name, &((cuda_kv *)st)->attn_rows, err);
+}
+
 static bool fmt_ok(const kv_fmt *f) {
     return f->format == HR_KV_F32 || f->format == HR_KV_F16 || f->format == HR_KV_BF16 || f->format == HR_KV_Q8 ||
            f->format == HR_KV_FP8;
@@ -285,8 +311,13 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
     if (p->v_from_k) /* its kernels read V from a V arena */
         return hr_error_set(err, HR_ERR_UNSUPPORTED,
                             "CUDA KV: a latent cache (V read from K: deepseek2) is not supported yet");
+    bool rows = false;
+    if (attn_kernel_of(getenv("HEADROOM_CUDA_ATTN_KERNEL"), &rows, err))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: HEADROOM_CUDA_ATTN_KERNEL=%s: expected split or rows",
+                            getenv("HEADROOM_CUDA_ATTN_KERNEL"));
     cuda_kv *s = calloc(1, sizeof *s);
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    s->attn_rows = rows;
     s->base.ops = &cuda_kv_ops;
     s->p = *p;
     s->dev = dev;

@@ -17,10 +17,13 @@
  *     query head, its unnormalized P.V, m and l (a split past the query's n_ctx: m = -inf, l = 0).
  *   hr_k_attn_reduce: one thread block per (query, head) combines the splits: out = sum_s o_s e^(m_s -
  *     M) / sum_s l_s e^(m_s - M), M the largest m_s (a query with no position: zeros).
+ *   hr_k_attn_split_rows: hr_k_attn_split's work, grid and results, with K and V rows read whole by
+ *     groups of lanes (coalesced vector loads; its comment below); kv_storage_cuda.c runs it when
+ *     HEADROOM_CUDA_ATTN_KERNEL=rows (not yet the default: not measured on a GPU).
  * The host picks the split count for enough thread blocks to fill the GPU, not more
- * (kv_storage_cuda.c). The first versions: no tensor cores, K rows read one per thread
- * (uncoalesced), P.V threads over D. Dropped blocks (table entry -1) are skipped; token masks, sinks
- * and windows (hr_kv_attn_view) are not supported here yet. */
+ * (kv_storage_cuda.c). The first versions: no tensor cores; hr_k_attn_split reads K rows one per
+ * thread (uncoalesced) and has P.V threads over D. Dropped blocks (table entry -1) are skipped; token
+ * masks, sinks and windows (hr_kv_attn_view) are not supported here yet. */
 #include "common.cuh"
 
 enum { HR_K_KV_F16 = 0, HR_K_KV_Q8 = 1, HR_K_KV_F32 = 2, HR_K_KV_BF16 = 3, HR_K_KV_FP8 = 4 }; /* the host's CUDA_KV_* */
@@ -221,6 +224,349 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
         ml[0] = stat[tid_x()];
         ml[1] = stat[HR_K_ATT_G + tid_x()];
     }
+}
+
+/* ---- attention, rows: K and V read a whole row per group of lanes (coalesced) ---------------------- */
+
+/* hr_k_attn_split_rows: the same grid, arguments, split, online softmax and partial results as
+ * hr_k_attn_split (hr_k_attn_reduce combines either), laid out for the memory system instead:
+ *   - a lane owns a chunk of 8 consecutive elements of a row (d0 = 8 r); a row is read by lpr lanes
+ *     (lpr = the power of two >= D / 8, at least 8; lanes past D / 8 idle), so a warp reads 32 / lpr
+ *     whole rows per load instruction: 16-byte loads (two for f32), 8-byte ones for q8 and fp8 codes;
+ *   - each warp takes 32 consecutive positions of a tile and issues a batch of them (64 bytes per
+ *     lane) before it uses any, so loads overlap;
+ *   - scores: the lane's slice of each of the group's query heads is in registers (NG x 8 floats, NG
+ *     the group rounded up to a power of two); its NG partial dots are reduced over the row's lanes by
+ *     a reduce-scatter (NG/2 + NG/4 + ... + 1 shuffles leave one head's sum in each of NG lanes), then
+ *     log2(lpr / NG) more; the scores go to shared memory as before;
+ *   - softmax: one warp per query head (no block-wide reductions);
+ *   - P.V: the same lane map over V; each lane accumulates its 8 dimensions for the NG heads over its
+ *     rows in registers; at the end the 8 x 32 / lpr partial rows per head meet in shared memory.
+ * q8 and fp8 codes are converted exactly (q8 through the 2^23 float trick) and their scale applied
+ * once per chunk. Needs D % 8 == 0 (the host falls back to hr_k_attn_split otherwise) and, for q8, a
+ * group G % 8 == 0 (kv_format's G is a power of two >= 8). */
+
+#define HR_K_ROWS_E 8 /* elements per lane chunk */
+
+/* a 16- and an 8-byte load from an address so aligned (ld.global.v4.u32 / .v2.u32) */
+struct hr_k_w4 {
+    u32 w[4];
+};
+struct hr_k_w2 {
+    u32 w[2];
+};
+static __device__ inline hr_k_w4 ld_w4(const u8 *p) {
+    hr_k_w4 v;
+    __builtin_memcpy(&v, __builtin_assume_aligned(p, 16), 16);
+    return v;
+}
+static __device__ inline hr_k_w2 ld_w2(const u8 *p) {
+    hr_k_w2 v;
+    __builtin_memcpy(&v, __builtin_assume_aligned(p, 8), 8);
+    return v;
+}
+/* IEEE half -> float by the hardware's conversion (cvt.f32.f16; exact, as hr_h2f) */
+static __device__ inline float h2f_cvt(u32 h) { return (float)__builtin_bit_cast(_Float16, (u16)h); }
+
+/* one lane's chunk of a row as loaded: the words (f32: 8, f16 and bf16: 4, q8 and fp8: 2) and the
+ * row's or group's scale (q8, fp8) */
+struct rows_raw {
+    u32 w[8];
+    float sc;
+};
+
+/* positions a lane loads before it uses them: 64 bytes a lane */
+template <int F> static __device__ inline constexpr int rows_batch() {
+    return F == HR_K_KV_F32 ? 2 : (F == HR_K_KV_F16 || F == HR_K_KV_BF16) ? 4 : 8;
+}
+
+/* elements d0 .. d0 + 7 of token slot s in a head region of format F */
+template <int F> static __device__ inline rows_raw rows_fetch(const u8 *head, int B, int D, int G, int s, int d0) {
+    rows_raw r = {};
+    const u64 i = (u64)s * (u64)D + (u64)d0;
+    if (F == HR_K_KV_F32) {
+        const hr_k_w4 a = ld_w4(head + 4u * i), b = ld_w4(head + 4u * i + 16u);
+        for (int j = 0; j < 4; j++) r.w[j] = a.w[j], r.w[4 + j] = b.w[j];
+    } else if (F == HR_K_KV_F16 || F == HR_K_KV_BF16) {
+        const hr_k_w4 a = ld_w4(head + 2u * i);
+        for (int j = 0; j < 4; j++) r.w[j] = a.w[j];
+    } else {
+        const hr_k_w2 a = ld_w2(head + i);
+        r.w[0] = a.w[0], r.w[1] = a.w[1];
+        const u8 *scales = head + scale_off(F, B, D);
+        if (F == HR_K_KV_FP8) {
+            r.sc = ((const float *)scales)[s];
+        } else {
+            u16 h;
+            __builtin_memcpy(&h, __builtin_assume_aligned(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d0 / G)), 2), 2);
+            r.sc = h2f_cvt(h);
+        }
+    }
+    return r;
+}
+
+/* the chunk's 8 values, x[j] * (the returned factor) each: the factor is the scale of q8 and fp8
+ * (applied once per chunk by the caller), 1 otherwise */
+template <int F> static __device__ inline float rows_deq(const rows_raw &r, float (&x)[HR_K_ROWS_E]) {
+    if (F == HR_K_KV_F32) {
+        for (int j = 0; j < 8; j++) x[j] = __builtin_bit_cast(float, r.w[j]);
+        return 1.0f;
+    }
+    if (F == HR_K_KV_F16) {
+        for (int j = 0; j < 4; j++) x[2 * j] = h2f_cvt(r.w[j] & 0xffffu), x[2 * j + 1] = h2f_cvt(r.w[j] >> 16);
+        return 1.0f;
+    }
+    if (F == HR_K_KV_BF16) {
+        for (int j = 0; j < 4; j++)
+            x[2 * j] = __builtin_bit_cast(float, r.w[j] << 16),
+                  x[2 * j + 1] = __builtin_bit_cast(float, r.w[j] & 0xffff0000u);
+        return 1.0f;
+    }
+    if (F == HR_K_KV_FP8) { /* hr_e4m3_to_f: the magnitude at f32 bit 20, the sign at 31, times 2^120 */
+        for (int j = 0; j < 8; j++) {
+            const u32 b = (r.w[j / 4] >> (8 * (j % 4))) & 0xffu;
+            x[j] = __builtin_bit_cast(float, ((b & 0x7fu) << 20) | ((b & 0x80u) << 24)) * 0x1p120f;
+        }
+        return r.sc;
+    }
+    /* q8: code + 128 as the low bits of 2^23's float, less 2^23 + 128: exact, no int -> float */
+    for (int j = 0; j < 8; j++) {
+        const u32 u = ((r.w[j / 4] ^ 0x80808080u) >> (8 * (j % 4))) & 0xffu;
+        x[j] = __builtin_bit_cast(float, 0x4b000000u | u) - 8388736.0f;
+    }
+    return r.sc;
+}
+
+/* where a lane sits: r its chunk within a row of lpr lanes, row its row within the warp's 32 / lpr */
+struct rows_lane {
+    int lane, warp, r, row, ppw, lpr, d0;
+    bool on; /* r < D / 8 */
+};
+
+/* NG values a lane, summed over the lanes of bits 0 .. log2(NG) - 1 of the lane index, scattered: v[0]
+ * ends as one head's sum, that head returned (NG/2 + NG/4 + ... + 1 shuffles) */
+template <int NG> static __device__ inline int rows_reduce_scatter(float (&v)[NG], int lane) {
+    int h = 0;
+#pragma unroll
+    for (int n = NG; n > 1; n /= 2) {
+        const int o = NG / n;
+        const bool up = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            const float lo = v[i], hi = v[i + n / 2]; /* values, not addresses, selected: registers */
+            v[i] = (up ? hi : lo) + hr_shfl_xor(up ? lo : hi, o);
+        }
+        if (up) h += n / 2;
+    }
+    return h;
+}
+
+/* 1. the tile's scores [t0, t0 + nt) into sc[h][p] for the group's gn heads */
+template <int KF, int NG>
+static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E], const u8 *arena, const int *table,
+                                   u64 k_off, hr_k_attn_shape sh, int t0, int nt, int gn, rows_lane L) {
+    constexpr int U = rows_batch<KF>();
+    const int B = sh.block_size, D = sh.head_dim, w0 = L.warp * HR_K_WARP;
+    for (int i0 = 0; i0 < HR_K_WARP && w0 + i0 < nt; i0 += L.ppw * U) { /* warp-uniform */
+        rows_raw raw[U];
+        int blk[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int p = w0 + i0 + u * L.ppw + L.row;
+            blk[u] = p < nt ? table[(t0 + p) / B] : -1;
+            raw[u] = rows_raw{};
+            if (L.on && blk[u] >= 0)
+                raw[u] =
+                    rows_fetch<KF>(arena + (u64)blk[u] * sh.block_bytes + k_off, B, D, sh.k_group, (t0 + p) % B, L.d0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float x[HR_K_ROWS_E], v[NG];
+            const float f = rows_deq<KF>(raw[u], x);
+#pragma unroll
+            for (int h = 0; h < NG; h++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < HR_K_ROWS_E; j++) s += qr[h][j] * x[j];
+                v[h] = s * f;
+            }
+            const int h = rows_reduce_scatter<NG>(v, L.lane);
+            for (int o = NG; o < L.lpr; o <<= 1) v[0] += hr_shfl_xor(v[0], o);
+            const int p = w0 + i0 + u * L.ppw + L.row;
+            if (L.r < NG && h < gn && p < nt) {
+                float s = -__builtin_inff();
+                if (blk[u] >= 0) {
+                    s = v[0] * sh.scale;
+                    if (sh.softcap > 0.0f) s = sh.softcap * hr_tanhf(s / sh.softcap);
+                }
+                sc[h * HR_K_ATT_TILE + p] = s;
+            }
+        }
+    }
+}
+
+/* 3. acc[h][j] += w[h][p] v[p][d0 + j] over the tile's positions this lane's row takes */
+template <int VF, int NG>
+static __device__ void rows_pv(float (&acc)[NG][HR_K_ROWS_E], const float *sc, const u8 *arena, const int *table,
+                               u64 v_off, hr_k_attn_shape sh, int t0, int nt, int gn, rows_lane L) {
+    constexpr int U = rows_batch<VF>();
+    const int B = sh.block_size, D = sh.head_dim, w0 = L.warp * HR_K_WARP;
+    for (int i0 = 0; i0 < HR_K_WARP && w0 + i0 < nt; i0 += L.ppw * U) {
+        rows_raw raw[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int p = w0 + i0 + u * L.ppw + L.row;
+            const int blk = p < nt ? table[(t0 + p) / B] : -1;
+            raw[u] = rows_raw{};
+            if (L.on && blk >= 0)
+                raw[u] =
+                    rows_fetch<VF>(arena + (u64)blk * sh.block_bytes + v_off, B, D, sh.v_group, (t0 + p) % B, L.d0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int p = w0 + i0 + u * L.ppw + L.row;
+            float x[HR_K_ROWS_E];
+            const float f = rows_deq<VF>(raw[u], x);
+#pragma unroll
+            for (int h = 0; h < NG; h++) {
+                /* a dropped position's weight is 0 and its chunk zeros; past nt or gn nothing was written */
+                const float w = p < nt && h < gn ? sc[h * HR_K_ATT_TILE + p] * f : 0.0f;
+#pragma unroll
+                for (int j = 0; j < HR_K_ROWS_E; j++) acc[h][j] += w * x[j];
+            }
+        }
+    }
+}
+
+/* inlined into the kernel: its pointers stay known as global (ld.global), its shape in parameters */
+template <int NG>
+static __device__ __attribute__((always_inline)) inline void
+rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *q, const u8 *arena, const int *tables,
+            const int *qrow, const int *n_ctx, int layer, hr_k_attn_shape sh) {
+    const int H = sh.n_heads, G = H / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
+    const int D = sh.head_dim, split = ctaid_y();
+    int idx = ctaid_x();
+    const int hg = idx % ng;
+    idx /= ng;
+    const int kvh = idx % sh.n_kv_heads, qi = idx / sh.n_kv_heads;
+    const int h0 = kvh * G + hg * HR_K_ATT_G, gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
+    const int n = n_ctx[qi], s0 = split * sh.chunk;
+    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk;
+    const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
+    const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
+    const u64 k_off = layer_off + (u64)kvh * sh.k_head_bytes;
+    const u64 v_off = layer_off + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)kvh * sh.v_head_bytes;
+
+    rows_lane L;
+    L.lane = tid_x() % HR_K_WARP;
+    L.warp = tid_x() / HR_K_WARP;
+    L.lpr = 8;
+    while (L.lpr < D / HR_K_ROWS_E) L.lpr <<= 1;
+    L.ppw = HR_K_WARP / L.lpr;
+    L.r = L.lane % L.lpr;
+    L.row = L.lane / L.lpr;
+    L.d0 = L.r * HR_K_ROWS_E;
+    L.on = L.d0 < D;
+
+    /* the lane's slice of each query head, and its P.V accumulators */
+    float qr[NG][HR_K_ROWS_E], acc[NG][HR_K_ROWS_E];
+#pragma unroll
+    for (int h = 0; h < NG; h++)
+#pragma unroll
+        for (int j = 0; j < HR_K_ROWS_E; j++) {
+            acc[h][j] = 0.0f;
+            qr[h][j] = L.on && h < gn ? q[((u64)qi * (u64)H + (u64)(h0 + h)) * (u64)D + (u64)(L.d0 + j)] : 0.0f;
+        }
+    if (tid_x() < HR_K_ATT_G) stat[tid_x()] = -__builtin_inff(), stat[HR_K_ATT_G + tid_x()] = 0.0f;
+    __syncthreads();
+    for (int t0 = s0; t0 < s1; t0 += HR_K_ATT_TILE) {
+        const int nt = s1 - t0 < HR_K_ATT_TILE ? s1 - t0 : HR_K_ATT_TILE;
+        switch (sh.k_fmt) {
+        case HR_K_KV_F16: rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_F32: rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_BF16: rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_FP8: rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
+        default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
+        }
+        __syncthreads();
+        /* 2. warp h: head h's new running max, the tile's weights e^(s - m) in place, the running sum */
+        if (L.warp < gn) {
+            float *sg = sc + L.warp * HR_K_ATT_TILE;
+            /* every lane's read of m_old feeds the shuffles lane 0 passes before it rewrites it */
+            const float m_old = stat[L.warp];
+            float m = m_old;
+            for (int t = L.lane; t < nt; t += HR_K_WARP) m = sg[t] > m ? sg[t] : m;
+            const float m_new = warp_max(m);
+            float l = 0.0f;
+            for (int t = L.lane; t < nt; t += HR_K_WARP) {
+                const float w = m_new == -__builtin_inff() ? 0.0f : hr_expf(sg[t] - m_new);
+                sg[t] = w;
+                l += w;
+            }
+            l = warp_sum(l);
+            if (L.lane == 0) {
+                const float r = m_old == -__builtin_inff() ? 0.0f : hr_expf(m_old - m_new);
+                stat[2 * HR_K_ATT_G + L.warp] = r;
+                stat[HR_K_ATT_G + L.warp] = stat[HR_K_ATT_G + L.warp] * r + l;
+                stat[L.warp] = m_new;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < NG; h++) {
+            const float r = h < gn ? stat[2 * HR_K_ATT_G + h] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < HR_K_ROWS_E; j++) acc[h][j] *= r;
+        }
+        switch (sh.v_fmt) {
+        case HR_K_KV_F16: rows_pv<HR_K_KV_F16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_F32: rows_pv<HR_K_KV_F32, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_BF16: rows_pv<HR_K_KV_BF16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_FP8: rows_pv<HR_K_KV_FP8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
+        default: rows_pv<HR_K_KV_Q8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
+        }
+        __syncthreads(); /* the scores and the rescale are rewritten by the next tile */
+    }
+    /* per head: the 8 x ppw partial rows (one per warp and row) through shared memory (8 ppw D <=
+     * 8 x 256 floats: sc), summed by thread d */
+#pragma unroll
+    for (int h = 0; h < NG; h++) {
+        if (h >= gn) break;
+        if (L.on)
+#pragma unroll
+            for (int j = 0; j < HR_K_ROWS_E; j++) sc[(L.warp * L.ppw + L.row) * D + L.d0 + j] = acc[h][j];
+        __syncthreads();
+        if (tid_x() < D) {
+            float s = 0.0f;
+            for (int k = 0; k < HR_K_ATT_G * L.ppw; k++) s += sc[k * D + tid_x()];
+            o_part[(((u64)qi * (u64)H + (u64)(h0 + h)) * (u64)sh.n_splits + (u64)split) * (u64)D + tid_x()] = s;
+        }
+        __syncthreads();
+    }
+    if (tid_x() < gn) {
+        float *ml = ml_part + (((u64)qi * (u64)H + (u64)(h0 + tid_x())) * (u64)sh.n_splits + (u64)split) * 2u;
+        ml[0] = stat[tid_x()];
+        ml[1] = stat[HR_K_ATT_G + tid_x()];
+    }
+}
+
+/* the arguments and grid of hr_k_attn_split (blockDim.x == 256: 8 warps, one per 32 positions of a tile) */
+extern "C" __global__ void hr_k_attn_split_rows(float *o_part, float *ml_part, const float *q, const u8 *arena,
+                                                const int *tables, const int *qrow, const int *n_ctx, int layer,
+                                                hr_k_attn_shape sh) {
+    __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
+    __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
+    const int G = sh.n_heads / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
+    const int hg = ctaid_x() % ng;
+    const int gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
+    if (gn > 4)
+        rows_attend<8>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
+    else if (gn > 2)
+        rows_attend<4>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
+    else if (gn > 1)
+        rows_attend<2>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
+    else
+        rows_attend<1>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
 }
 
 /* out[q][h][D] from the splits' partial results (grid.x = n_queries, grid.y = H) */

@@ -48,6 +48,22 @@ static __device__ inline float hr_sin_approx(float x) { return __nvvm_sin_approx
 static __device__ inline float hr_cos_approx(float x) { return __nvvm_cos_approx_f(x); }
 /* round to nearest even (cvt.rni), as the CPU's rintf in its default mode */
 static __device__ inline float hr_rintf(float x) { return __builtin_rintf(x); }
+/* d += A B on the tensor cores, one warp-wide m16n8k16 product (every lane of the warp takes part):
+ * a, b the lane's fragments of A (16 x 16, row-major) and B (16 x 8, column-major), two 16-bit values
+ * a word, d the lane's four f32 elements of D, as the PTX ISA lays them out for mma.m16n8k16 (gemm.cu
+ * says which lane holds what). Inputs bf16 or f16, products and sums in f32. */
+static __device__ inline void hr_mma_16816_bf16(float d[4], const u32 a[4], const u32 b[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ inline void hr_mma_16816_f16(float d[4], const u32 a[4], const u32 b[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 #else
 /* The CPU emulation of the kernels (tests/cuda/emu_rt.c, for the test driver library: a kernel runs
  * as host code, each GPU thread a fiber, one thread block at a time). Shared memory is a static
@@ -76,6 +92,9 @@ static inline float hr_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float hr_sin_approx(float x) { return sinf(x); }
 static inline float hr_cos_approx(float x) { return cosf(x); }
 static inline float hr_rintf(float x) { return rintf(x); }
+/* the warp's lanes meet in the emulator, which multiplies the gathered fragments (emu_rt.c) */
+static inline void hr_mma_16816_bf16(float d[4], const u32 a[4], const u32 b[2]) { hr_emu_mma_16816(d, a, b, 0); }
+static inline void hr_mma_16816_f16(float d[4], const u32 a[4], const u32 b[2]) { hr_emu_mma_16816(d, a, b, 1); }
 #endif
 
 static __device__ inline float hr_expf(float x) { return hr_exp2_approx(x * 1.4426950408889634f); }
