@@ -64,6 +64,15 @@ static void kv_view(const hr_kv_pool *p, const kv_seq *s, int layer, int n_ctx, 
     }
 }
 
+void hr_kv_seq_window(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, int *sinks, int *lo) {
+    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
+    hr_kv_attn_view v;
+    kv_view(p, &p->seqs[seq], layer, n_ctx, &v);
+    KV_ASSERT(!v.mask && !v.score); /* token-level policies: refused for such a storage (policy.c) */
+    *sinks = v.sinks;
+    *lo = v.lo;
+}
+
 void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads, float scale,
                      float *out, float *scratch) {
     hr_kv_attention_sinks(p, layer, seq, n_ctx, q, n_heads, scale, NULL, out, scratch);

@@ -259,6 +259,11 @@ int32_t hr_kv_write_slot(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int p
 /* seq's block table in layer's group: the physical block ids of its logical blocks in order (-1: a
  * block a policy dropped), *n of them; valid until the pool next changes (reserve, free, swap). */
 const int32_t *hr_kv_seq_table(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int *n);
+/* Which positions a query at n_ctx of seq sees in layer, for a storage whose attention takes windows
+ * and sinks but no token masks (hr_kv_storage_ops.window_views_only: the GPU's): t < *sinks or t >=
+ * *lo (*lo 0: all of [0, n_ctx)), from its policy and the model's sliding window. The pool refuses
+ * token-level policies (h2o, snapkv) for such a storage, so there is no mask to miss. */
+void hr_kv_seq_window(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, int *sinks, int *lo);
 
 /* out[h][:] = softmax(scale * q[h] . K[0..n_ctx)) . V for each query head h of one token, reading
  * the sequence's blocks in their formats directly (no dequantized copy of the cache). Under a policy

@@ -96,9 +96,10 @@ typedef struct hr_kv_storage hr_kv_storage;
 
 typedef struct hr_kv_storage_ops {
     const char *name; /* "cpu" */
-    /* attend takes no hr_kv_attn_view (the CUDA storage so far): the pool then refuses every policy
-     * but full (hr_kv_policy_check) */
-    bool whole_sequences;
+    /* attend takes views of sinks and a window but no token masks or accumulated scores (the CUDA
+     * storage so far): the pool then refuses the token-level policies, h2o and snapkv
+     * (hr_kv_policy_check) */
+    bool window_views_only;
     void (*destroy)(hr_kv_storage *st);
     /* the kernels in use ("scalar", "avx2") */
     const char *(*isa)(const hr_kv_storage *st);

@@ -330,14 +330,15 @@ static void test_refusals(void) {
     CHECKF(!rt && strstr(err.msg, "CUDA KV: the formats on the GPU are f32, f16, bf16, q8 and fp8 (K q4, V q4)") && !strchr(err.msg, '\n'),
            "q4 KV on the GPU: %s", err.msg);
     hr_runtime_close(rt);
-    /* a KV policy: the device storage attends over whole sequences only, which the pool's policy
-     * check knows from the storage */
+    /* a token-level KV policy: the device attention takes windows and sinks but no token masks, which
+     * the pool's policy check knows from the storage */
     hr_runtime_params pp = rt_params(model, "cuda", HR_RT_KV_F16);
-    pp.kv_policy = "window:16";
+    pp.kv_policy = "h2o:64";
     rt = NULL;
     CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) == HR_ERR_UNSUPPORTED && !rt &&
-               strstr(err.msg, "KV policy window:16: the cuda KV storage's attention reads whole sequences only"),
-           "a window policy on the GPU: %s", err.msg);
+               strstr(err.msg, "KV policy h2o:64: the cuda KV storage's attention takes windows and sinks but no "
+                               "token masks"),
+           "h2o on the GPU: %s", err.msg);
     hr_runtime_close(rt);
     /* a family the kernels do not cover, and a weight type without a GEMV kernel, each named */
     refused_model("--shape qwen3-tiny --type f32", "qwen3-tiny",
@@ -429,6 +430,75 @@ static void test_corpus_agreement(const char *model, const char *label, int n_fm
         hr_runtime_close(gpu);
     }
     free(buf);
+}
+
+/* every position's logits of tokens[0..n) under policy on the CPU and the GPU (one model, f32
+ * weights and KV: the two compute alike), the largest difference */
+static double score_diff(const char *model, const char *policy, const char *gpu_policy, int n_ctx,
+                         const int32_t *tokens, int n) {
+    hr_error err = {0};
+    hr_runtime_params p = rt_params(model, "cpu", HR_RT_KV_F32);
+    p.n_ctx = n_ctx;
+    p.max_batch_tokens = n;
+    p.kv_budget = 0;
+    p.kv_seqs = 1;
+    hr_runtime *cpu = NULL, *gpu = NULL;
+    CHECKF(hr_runtime_open(&p, &cpu, NULL, &err) == HR_OK, "%s", err.msg);
+    p.device = "cuda";
+    p.kv_budget = 16u << 20;
+    CHECKF(hr_runtime_open(&p, &gpu, NULL, &err) == HR_OK, "%s", err.msg);
+    double worst = -1;
+    hr_runtime_info info;
+    if (cpu && gpu) {
+        hr_runtime_describe(cpu, &info);
+        float *a = malloc(sizeof(float) * (size_t)n * info.n_vocab), *b = malloc(sizeof(float) * (size_t)n * info.n_vocab);
+        hr_rt_score sc;
+        if (a && b) {
+            CHECKF(hr_runtime_score(cpu, policy, tokens, n, a, &sc, &err) == HR_OK, "%s", err.msg);
+            CHECKF(hr_runtime_score(gpu, gpu_policy, tokens, n, b, &sc, &err) == HR_OK, "%s", err.msg);
+            worst = 0;
+            /* under a policy the first n / 2 positions' logits are not written (hr_runtime_score) */
+            for (size_t i = (size_t)(policy ? n / 2 : 0) * info.n_vocab; i < (size_t)n * info.n_vocab; i++)
+                worst = fmax(worst, fabs((double)a[i] - b[i]));
+        }
+        free(a);
+        free(b);
+    }
+    hr_runtime_close(cpu);
+    hr_runtime_close(gpu);
+    return worst;
+}
+
+/* Windows on the GPU: window and sinks policies (their blocks dropped as they leave the window) and a
+ * model's own sliding window (mistral-tiny's 256 tokens, passed over by a 400-token sequence) give the
+ * CPU's logits at every position (f32 weights and KV, so within float rounding); the GPU scoring in
+ * full differs from the CPU's window, so the window is what is checked. */
+static void test_windows(void) {
+    const char *f32 = hr_test_shared_path("models/stories260K.gguf");
+    int32_t toks[400];
+    for (int i = 0; i < 400; i++) toks[i] = i == 0 ? 1 : 3 + (i * 37) % 500;
+    if (f32) {
+        static const char *const pols[] = {"window:24", "sinks:4,window:24", "window:100"};
+        /* the check can fail: the GPU in full against the CPU's window differs */
+        double full = score_diff(f32, "window:24", "full", 256, toks, 160);
+        CHECKF(full > 1e-2, "window:24 against full: logits only %g apart", full);
+        for (size_t i = 0; i < sizeof pols / sizeof pols[0]; i++) {
+            double d = score_diff(f32, pols[i], pols[i], 256, toks, 160);
+            CHECKF(d >= 0 && d < 1e-3, "policy %s on the GPU: logits %g from the CPU's", pols[i], d);
+            printf("policy %s on the GPU: every logit within %.2g of the CPU's (160 tokens, F32 model)\n", pols[i],
+                   d);
+        }
+    }
+    char path[512], cmd[1200];
+    snprintf(path, sizeof path, "%s/mistral-tiny.gguf", hr_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape mistral-tiny --type f32 -o '%s' > /dev/null 2>&1", HR_HEADROOM_BIN,
+             path);
+    CHECKF(system(cmd) == 0, "synth: %s", cmd);
+    double d = score_diff(path, NULL, NULL, 512, toks, 400);
+    CHECKF(d >= 0 && d < 1e-3, "mistral-tiny's sliding window on the GPU: logits %g from the CPU's", d);
+    printf("sliding window (mistral-tiny, 256 tokens) on the GPU: every logit of 400 positions within %.2g of the "
+           "CPU's\n",
+           d);
 }
 
 /* The one device arena: what the runtime reserves is what hr_cuda_arena_plan_compute says and what
@@ -525,6 +595,7 @@ int main(int argc, char **argv) {
         HR_SKIP("%s", e.msg);
     }
     test_refusals();
+    test_windows();
     test_arena();
     test_f32_vectors();
     test_engine_paths();

@@ -1,19 +1,19 @@
 /* backend_cuda.c: the CUDA backend's ops (backend/backend.h): the forward pass on the GPU.
  *
- * create uploads the model's weights once, as the file stores them (f32, f16, q8_0, q4_0 rows; the
- * runtime loads a model for the GPU without the CPU's x16 repacking), the CPU backend's RoPE
- * frequency table, and allocates the activations for max_batch_tokens on the device. forward runs
- * the llama family's layer loop over the kernels/ (embedding, RMSNorm, GEMV per token, RoPE, SwiGLU,
- * residual adds, the output projection) with the activations on the device; the KV cache lives in the
- * CUDA KV storage (kv_storage_cuda.c), which the pool reaches through the storage interface, so K/V
- * writes and attention go through the KV manager as on the CPU (policies' views excepted: refused by
- * the storage). The first version: K, V and Q come down to the host for the manager's calls and the
- * attention output goes back up, each GEMV reads the weights once per token, and the storage's calls
- * allocate their device buffers per call. Correct first (every kernel runs on the CPU in the tests
- * through the emulating driver, tests/cuda/emu_rt.c), fast next (docs/GPU.md).
+ * create uploads the model's weights once, as the file stores them (the runtime loads a model for the
+ * GPU without the CPU's x16 repacking), the norms and the CPU backend's RoPE frequency table, and
+ * takes the activations for max_batch_tokens rows and the batch's KV places from the device arena
+ * (cuda_budget.c plans it). forward asks the KV manager where each token's K/V goes and which blocks
+ * and positions each query sees (hr_kv_write_slot, hr_kv_seq_table, hr_kv_seq_window), copies that
+ * up once, and runs the llama family's layer loop on the device with nothing coming back until the
+ * logits: embedding, RMSNorm (fused with the residual add), the matrix products (gemv.cu below 16
+ * tokens, gemm.cu's tensor cores from 16 for bf16/f16/q8_0/q4_0), RoPE, K/V writes and attention in
+ * the CUDA KV storage (kv_storage_cuda.c), SwiGLU, the output projection. Every kernel runs on the CPU
+ * in the tests through the emulating driver (tests/cuda/emu_rt.c); none has run on a GPU yet
+ * (docs/GPU.md).
  *
  * What it refuses, in one line beginning "CUDA: ": a model the kernels do not cover yet (biases,
- * Q/K norms, post norms, GeGLU, MoE, MLA, sliding windows, sinks, softcapped logits, embedding
+ * Q/K norms, post norms, GeGLU, MoE, MLA, window layers beside full ones, sinks, softcapped logits, embedding
  * scales, LongRoPE, YaRN, linear RoPE scaling, fused QKV / gate-up) and a weight type without a GEMV
  * kernel (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K have one). The token embedding is looked up on
  * the device for f32, f16 and q8_0 tables, and dequantized on the host for the rest. */
@@ -55,8 +55,9 @@ typedef struct cuda_ctx {
     /* the batch's places in the KV cache, made on the host once per forward and copied up: each
      * token's slot (block * B + t), its table row and context; the table rows of the batch's
      * sequences ([T][max_blocks], one row per sequence); the attention's scratch */
-    uint64_t slots, qrow, n_ctx, tables, attn_scratch, d_out_rows;
-    int32_t *h_slots, *h_qrow, *h_nctx, *h_tables;
+    uint64_t slots, qrow, n_ctx, tables, attn_scratch, d_out_rows, win;
+    int32_t *h_slots, *h_qrow, *h_nctx, *h_tables, *h_win; /* h_win: [T][2] (sinks, lo) */
+    bool any_win; /* a token of this batch sees a window (win passed to attention), else all */
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
@@ -123,7 +124,6 @@ static hr_status check_model(const hr_model *m, hr_error *err) {
                       : hp->ffn_act != HR_FFN_SILU                                  ? "a GeGLU FFN"
                       : hp->n_expert > 0                                            ? "mixture-of-experts layers"
                       : hp->kv_lora_rank > 0                                        ? "latent attention (MLA)"
-                      : hp->sliding_window > 0 || hp->n_window_layers > 0           ? "sliding-window layers"
                       : hp->attn_sinks                                              ? "attention sinks"
                       : hp->final_softcap > 0.0f || hp->attn_softcap > 0.0f         ? "softcapped logits"
                       : hp->embd_scale > 0.0f                                       ? "a scaled embedding"
@@ -215,7 +215,7 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,  &x->xb,     &x->xo,  &x->q,     &x->k,      &x->v,
                                               &x->att, &x->g,     &x->u,   &x->logits, &x->ids,    &x->pos,
                                               &x->slots, &x->qrow, &x->n_ctx, &x->tables, &x->attn_scratch,
-                                              &x->d_out_rows};
+                                              &x->d_out_rows, &x->win};
     int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
     for (int i = 0; i < n; i++) {
         hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
@@ -224,10 +224,11 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->h_slots = malloc(T * sizeof(int32_t));
     x->h_qrow = malloc(T * sizeof(int32_t));
     x->h_nctx = malloc(T * sizeof(int32_t));
+    x->h_win = malloc(2 * T * sizeof(int32_t));
     x->h_tables = malloc(T * (size_t)x->max_blocks * sizeof(int32_t));
     x->out_rows = malloc(T * sizeof(int));
     if (x->tok_type < 0) x->hemb = malloc(T * E * sizeof(float));
-    if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_tables || !x->out_rows || (x->tok_type < 0 && !x->hemb))
+    if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_win || !x->h_tables || !x->out_rows || (x->tok_type < 0 && !x->hemb))
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     return HR_OK;
 }
@@ -259,10 +260,16 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
     else if (p->max_batch_tokens < 1 || p->max_ctx < 1)
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "max_batch_tokens and max_ctx must be positive");
     if (!st) st = check_model(m, err);
-    /* the device path writes and attends by physical slot in one group of every layer (the pool's
-     * layer groups exist for windowed layers, which check_model refuses) */
+    /* the device path writes and attends by physical slot in one group of every layer: a model whose
+     * layers all attend alike (all full, or all through the same sliding window, as mistral's) */
     if (!st && (hr_kv_pool_groups(kv)->n_groups != 1 || hr_kv_pool_config(kv)->v_from_k))
-        st = hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA: a KV pool of several layer groups is not supported yet");
+        st = hr_error_set(err, HR_ERR_UNSUPPORTED,
+                          "CUDA: %s has sliding-window layers beside full ones (several KV layer groups), which "
+                          "the GPU path does not cover yet",
+                          m->hp.name[0] ? m->hp.name : m->hp.arch_name);
+    /* the model's own sliding window, as the CPU's forward pass tells the pool (its views then see it) */
+    for (int il = 0; !st && il < m->hp.n_layer; il++)
+        if (m->layer_attn[il].window > 0) st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err);
     if (!st && !(x->L = calloc((size_t)m->hp.n_layer, sizeof *x->L)))
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     if (!st) st = upload_model(x, err);
@@ -290,13 +297,15 @@ static void cuda_destroy(hr_model_ctx *c) {
     free_weight(x, &x->out);
     uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,      x->xb,     x->xo,     x->q,
                        x->k,   x->v,        x->att,      x->g,      x->u,      x->logits, x->ids,
-                       x->pos, x->slots,    x->qrow,     x->n_ctx,  x->tables, x->attn_scratch, x->d_out_rows};
+                       x->pos, x->slots,    x->qrow,     x->n_ctx,  x->tables, x->attn_scratch, x->d_out_rows,
+                       x->win};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);
     free(x->L);
     free(x->h_slots);
     free(x->h_qrow);
     free(x->h_nctx);
+    free(x->h_win);
     free(x->h_tables);
     free(x->out_rows);
     free(x->hemb);
@@ -362,10 +371,13 @@ static hr_status check_batch(const cuda_ctx *x, const hr_batch *b, hr_error *err
 
 /* The batch's places in the KV cache, from the manager (one group of every layer: the same slot and
  * table in each), copied up once for every layer: each token's slot, its sequence's table row (a
- * row per distinct sequence, tokens of one sequence sharing it) and its context pos + 1. */
+ * row per distinct sequence, tokens of one sequence sharing it), its context pos + 1 and the window
+ * it sees (a policy's sinks and window, the model's sliding window: hr_kv_seq_window). *max_ctx: the
+ * most positions a token sees. */
 static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_error *err) {
     const int T = b->n_tokens;
     int rows = 0, ctx = 1;
+    x->any_win = false;
     for (int t = 0; t < T; t++) {
         x->h_slots[t] = hr_kv_write_slot(x->kv, 0, b->seq[t], b->pos[t], NULL);
         int r = 0;
@@ -379,14 +391,23 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
         } else {
             x->h_qrow[t] = x->h_qrow[r];
         }
-        x->h_nctx[t] = b->pos[t] + 1;
-        ctx = b->pos[t] + 1 > ctx ? b->pos[t] + 1 : ctx;
+        const int n = b->pos[t] + 1;
+        int sinks = 0, lo = 0;
+        hr_kv_seq_window(x->kv, 0, b->seq[t], n, &sinks, &lo);
+        if (lo <= sinks) sinks = lo = 0;
+        x->h_nctx[t] = n;
+        x->h_win[2 * t] = sinks;
+        x->h_win[2 * t + 1] = lo;
+        x->any_win |= lo > 0;
+        const int vis = lo > 0 ? sinks + n - lo : n;
+        ctx = vis > ctx ? vis : ctx;
     }
     *max_ctx = ctx;
     hr_status st;
     if ((st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->qrow, x->h_qrow, (size_t)T * sizeof(int32_t), err)) ||
-        (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)))
+        (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)) ||
+        (x->any_win && (st = hr_cuda_upload(x->dev, x->win, x->h_win, (size_t)T * 2 * sizeof(int32_t), err))))
         return st;
     return hr_cuda_upload(x->dev, x->tables, x->h_tables, (size_t)rows * x->max_blocks * sizeof(int32_t), err);
 }
@@ -397,8 +418,9 @@ static hr_status attend(cuda_ctx *x, const hr_batch *b, int il, int max_ctx, hr_
     hr_kv_storage *st = hr_kv_pool_storage_rw(x->kv);
     hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, b->n_tokens, err);
     if (r) return r;
-    return hr_kv_storage_cuda_attend_rows(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx, b->n_tokens,
-                                          max_ctx, hp->n_head, hp->attn_scale, 0.0f, x->att, x->attn_scratch, err);
+    return hr_kv_storage_cuda_attend_rows(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
+                                          x->any_win ? x->win : 0, b->n_tokens, max_ctx, hp->n_head, hp->attn_scale,
+                                          0.0f, x->att, x->attn_scratch, err);
 }
 
 static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {

@@ -75,7 +75,7 @@ hr_status hr_cuda_time_end(hr_cuda_device *dev, double *ms, hr_error *err);
 /* ---- the arena plan (cuda_budget.c: pure arithmetic, no GPU needed) ----------------------------- */
 
 #define HR_CUDA_DEFAULT_UTIL   0.9 /* --gpu-util's default: vLLM's gpu_memory_utilization */
-#define HR_CUDA_SCRATCH_PIECES 18  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
+#define HR_CUDA_SCRATCH_PIECES 19  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
 
 typedef struct hr_cuda_arena_query {
     const hr_hparams *hp; /* the model's shape */
@@ -171,10 +171,12 @@ hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q
                                         uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale, float softcap,
                                         uint64_t out, uint64_t scratch, hr_error *err);
 /* The same with query i reading table row qrow[i] (a device int32 array of n; 0: row i), so the
- * tokens of one sequence in a batch share one table row. */
+ * tokens of one sequence in a batch share one table row, and seeing only the positions its window
+ * says (win: a device int32 array [n][2] of (sinks, lo) as hr_kv_seq_window gives them: t < sinks or
+ * t >= lo; 0: every position); max_ctx is then the most positions a query sees. */
 hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
-                                         uint64_t qrow, uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale,
-                                         float softcap, uint64_t out, uint64_t scratch, hr_error *err);
+                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
+                                         float scale, float softcap, uint64_t out, uint64_t scratch, hr_error *err);
 /* The attention kernel of a storage's later calls: "split" (hr_k_attn_split, the default) or "rows"
  * (hr_k_attn_split_rows where head_dim % 8 == 0); create takes HEADROOM_CUDA_ATTN_KERNEL's.
  * HR_ERR_INVALID_ARG for another name (the storage unchanged). */

@@ -53,10 +53,11 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
         scr = b > scr ? b : scr;
     }
     /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots, qrow, n_ctx, tables, attention scratch,
-     * the rows that want logits */
+     * the rows that want logits, the windows */
     const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {
-        T * E * 4, T * E * 4, T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4, T * qd * 4, T * F * 4, T * F * 4,
-        T * V * 4, T * 4,     T * 4,     T * 4,      T * 4,       T * 4,       T * max_blocks * 4, scr, T * 4};
+        T * E * 4, T * E * 4, T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4, T * qd * 4,         T * F * 4,
+        T * F * 4, T * V * 4, T * 4,     T * 4,      T * 4,       T * 4,       T * 4,              T * max_blocks * 4,
+        scr,       T * 4,     T * 8};
     for (int i = 0; i < HR_CUDA_SCRATCH_PIECES; i++) out[i] = pieces[i];
     return HR_CUDA_SCRATCH_PIECES;
 }

@@ -131,8 +131,8 @@ uint64_t hr_kv_storage_cuda_attend_scratch(const hr_kv_storage *st, int n, int n
 
 /* attention over device rows; qrow 0: query i reads table row i */
 static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables, int max_blocks, uint64_t qrow,
-                             uint64_t n_ctx, int n, int max_ctx, int H, float scale, float softcap, uint64_t out,
-                             uint64_t scratch, hr_error *err) {
+                             uint64_t n_ctx, uint64_t win, int n, int max_ctx, int H, float scale, float softcap,
+                             uint64_t out, uint64_t scratch, hr_error *err) {
     if (n <= 0) return HR_OK;
     const int Hkv = s->p.n_kv_heads, D = s->p.head_dim;
     if (H < Hkv || H % Hkv != 0)
@@ -145,7 +145,7 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
     sh.softcap = softcap;
     int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
     uint64_t o_part = scratch, ml_part = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)D * 4u;
-    void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &layer, &sh};
+    void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &win, &layer, &sh};
     /* the rows kernel's lanes take 8 elements each (16- or 8-byte loads, q8 groups of >= 8) */
     const bool rows = s->attn_rows && D % 8 == 0 && (sh.k_fmt != CUDA_KV_Q8 || sh.k_group % 8 == 0) &&
                       (sh.v_fmt != CUDA_KV_Q8 || sh.v_group % 8 == 0);
@@ -159,15 +159,15 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
 hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                         uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale, float softcap,
                                         uint64_t out, uint64_t scratch, hr_error *err) {
-    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, 0, n_ctx, n, max_ctx, n_heads, scale, softcap,
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, 0, n_ctx, 0, n, max_ctx, n_heads, scale, softcap,
                        out, scratch, err);
 }
 
 hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
-                                         uint64_t qrow, uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale,
-                                         float softcap, uint64_t out, uint64_t scratch, hr_error *err) {
-    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, n, max_ctx, n_heads, scale, softcap,
-                       out, scratch, err);
+                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
+                                         float scale, float softcap, uint64_t out, uint64_t scratch, hr_error *err) {
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, win, n, max_ctx, n_heads, scale,
+                       softcap, out, scratch, err);
 }
 
 /* The manager's attention (host rows): queries and tables up, the device path, the result down. Its
@@ -182,26 +182,38 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     int max_blocks = (max_ctx + B - 1) / B;
     size_t qf = (size_t)n * H * D;
     int32_t *tables = calloc((size_t)n * max_blocks, sizeof *tables);
-    int32_t *n_ctx = calloc((size_t)n, sizeof *n_ctx);
+    int32_t *n_ctx = calloc((size_t)n * 3, sizeof *n_ctx); /* [n] contexts, then [n][2] windows */
     float *q = malloc(qf * sizeof *q), *out = calloc(qf, sizeof *out);
     uint64_t dq = 0, dout = 0, dtab = 0, dctx = 0, dscr = 0;
     hr_error e = {0};
     hr_status r = tables && n_ctx && q && out ? HR_OK : hr_error_set(&e, HR_ERR_NOMEM, "out of memory");
+    bool any_win = false;
+    int max_vis = 1; /* the most visible positions of a query: what the splits cover */
     for (int i = 0; i < n && !r; i++) {
-        if (qs[i].view) r = hr_error_set(&e, HR_ERR_UNSUPPORTED, "CUDA KV: attention views are not supported yet");
+        const hr_kv_attn_view *v = qs[i].view;
+        if (v && (v->mask || v->score))
+            r = hr_error_set(&e, HR_ERR_UNSUPPORTED, "CUDA KV: token masks (h2o, snapkv) are not supported yet");
         n_ctx[i] = qs[i].n_ctx;
+        const int sinks = v && v->lo > v->sinks ? v->sinks : 0, lo = v && v->lo > v->sinks ? v->lo : 0;
+        n_ctx[n + 2 * i] = sinks;
+        n_ctx[n + 2 * i + 1] = lo;
+        any_win |= lo > 0;
+        const int vis = lo > 0 ? sinks + qs[i].n_ctx - lo : qs[i].n_ctx;
+        max_vis = vis > max_vis ? vis : max_vis;
         memcpy(q + (size_t)i * H * D, qs[i].q, (size_t)H * D * sizeof *q);
         memcpy(tables + (size_t)i * max_blocks, qs[i].table, (size_t)((qs[i].n_ctx + B - 1) / B) * sizeof *tables);
     }
     if (!r) r = hr_cuda_alloc(s->dev, qf * sizeof(float), &dq, &e);
     if (!r) r = hr_cuda_alloc(s->dev, qf * sizeof(float), &dout, &e);
     if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * max_blocks * sizeof(int32_t), &dtab, &e);
-    if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * sizeof(int32_t), &dctx, &e);
-    if (!r) r = hr_cuda_alloc(s->dev, (size_t)hr_kv_storage_cuda_attend_scratch(st, n, H, max_ctx), &dscr, &e);
+    if (!r) r = hr_cuda_alloc(s->dev, (size_t)n * 3 * sizeof(int32_t), &dctx, &e);
+    if (!r) r = hr_cuda_alloc(s->dev, (size_t)hr_kv_storage_cuda_attend_scratch(st, n, H, max_vis), &dscr, &e);
     if (!r) r = hr_cuda_upload(s->dev, dq, q, qf * sizeof(float), &e);
     if (!r) r = hr_cuda_upload(s->dev, dtab, tables, (size_t)n * max_blocks * sizeof(int32_t), &e);
-    if (!r) r = hr_cuda_upload(s->dev, dctx, n_ctx, (size_t)n * sizeof(int32_t), &e);
-    if (!r) r = attend_rows(s, layer, dq, dtab, max_blocks, 0, dctx, n, max_ctx, H, a->scale, a->softcap, dout, dscr, &e);
+    if (!r) r = hr_cuda_upload(s->dev, dctx, n_ctx, (size_t)n * 3 * sizeof(int32_t), &e);
+    if (!r)
+        r = attend_rows(s, layer, dq, dtab, max_blocks, 0, dctx, any_win ? dctx + (uint64_t)n * 4u : 0, n, max_vis, H,
+                        a->scale, a->softcap, dout, dscr, &e);
     if (!r) r = hr_cuda_download(s->dev, out, dout, qf * sizeof(float), &e);
     /* only the heads asked are written back; zeros on failure */
     const int h0 = a->head_begin, h1 = hr_kv_attn_head_end(a);
@@ -259,7 +271,7 @@ static void cuda_kv_stage_copy(hr_kv_storage *st, int32_t from, int32_t to) {}
 
 static const hr_kv_storage_ops cuda_kv_ops = {
     .name = "cuda",
-    .whole_sequences = true, /* attend refuses views (below) */
+    .window_views_only = true, /* attend takes sinks and windows, not token masks (below) */
     .destroy = cuda_kv_destroy,
     .isa = cuda_kv_isa,
     .footprint = cuda_kv_footprint,

@@ -22,8 +22,9 @@
  *     HEADROOM_CUDA_ATTN_KERNEL=rows (not yet the default: not measured on a GPU).
  * The host picks the split count for enough thread blocks to fill the GPU, not more
  * (kv_storage_cuda.c). The first versions: no tensor cores; hr_k_attn_split reads K rows one per
- * thread (uncoalesced) and has P.V threads over D. Dropped blocks (table entry -1) are skipped; token
- * masks, sinks and windows (hr_kv_attn_view) are not supported here yet. */
+ * thread (uncoalesced) and has P.V threads over D. Dropped blocks (table entry -1) are skipped; a
+ * query's sinks and window (win, below) are walked as visible positions only; token masks
+ * (hr_kv_attn_view.mask: h2o, snapkv) are not supported here yet. */
 #include "common.cuh"
 
 enum { HR_K_KV_F16 = 0, HR_K_KV_Q8 = 1, HR_K_KV_F32 = 2, HR_K_KV_BF16 = 3, HR_K_KV_FP8 = 4 }; /* the host's CUDA_KV_* */
@@ -125,12 +126,23 @@ extern "C" __global__ void hr_k_kv_write(u8 *arena, const float *k, const float 
 #define HR_K_ATT_G     8   /* query heads per thread block */
 #define HR_K_ATT_MAX_D 256 /* head_dim at most (the host refuses more) */
 
+/* A query's window (a policy's sinks and window, a model's sliding window): win[2 qi] = sinks,
+ * win[2 qi + 1] = lo: positions t < sinks and t >= lo take part (lo 0, or win NULL: all of [0, n_ctx)).
+ * The kernels walk a virtual index v over the visible positions only, v < sinks being t = v and the
+ * rest t = v + off (off = lo - sinks), so splits and tiles cover what is seen, not the whole context. */
+static __device__ inline int win_pos(int v, int sinks, int off) { return v < sinks ? v : v + off; }
+static __device__ inline void win_of(const int *win, int qi, int *sinks, int *off) {
+    const int s = win ? win[2 * qi] : 0, lo = win ? win[2 * qi + 1] : 0;
+    *sinks = lo > s ? s : 0;
+    *off = lo > s ? lo - s : 0;
+}
+
 /* o_part: [nq][H][n_splits][D] unnormalized P.V; ml_part: [nq][H][n_splits][2] (m, l). q: [nq][H][D]
  * with RoPE applied; query qi reads table row qrow[qi] (qrow NULL: row qi) of tables [rows][max_blocks]
- * (physical ids); n_ctx: [nq]. */
+ * (physical ids); n_ctx: [nq]; win: [nq][2] or NULL (above). */
 extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const float *q, const u8 *arena,
-                                           const int *tables, const int *qrow, const int *n_ctx, int layer,
-                                           hr_k_attn_shape sh) {
+                                           const int *tables, const int *qrow, const int *n_ctx, const int *win,
+                                           int layer, hr_k_attn_shape sh) {
     __shared__ float qs[HR_K_ATT_G * HR_K_ATT_MAX_D];
     __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
@@ -142,8 +154,10 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
     idx /= ng;
     const int kvh = idx % sh.n_kv_heads, qi = idx / sh.n_kv_heads;
     const int h0 = kvh * G + hg * HR_K_ATT_G, gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
-    const int n = n_ctx[qi], s0 = split * sh.chunk;
-    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk; /* <= s0: nothing to see */
+    int ws, off;
+    win_of(win, qi, &ws, &off);
+    const int n = n_ctx[qi] - off, s0 = split * sh.chunk; /* n visible positions */
+    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk;  /* <= s0: nothing to see */
     const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
     const u64 k_off = layer_off + (u64)kvh * sh.k_head_bytes;
@@ -161,13 +175,14 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
         const int t1 = s1 < t0 + HR_K_ATT_TILE ? s1 : t0 + HR_K_ATT_TILE;
         /* 1. scores: one position per thread, its K row dequantized once for the group's heads */
         for (int t = t0 + tid_x(); t < t1; t += ntid_x()) {
-            const int blk = table[t / B];
+            const int tp = win_pos(t, ws, off);
+            const int blk = table[tp / B];
             float dot[HR_K_ATT_G];
             for (int g = 0; g < HR_K_ATT_G; g++) dot[g] = 0.0f;
             if (blk >= 0) {
                 const u8 *kh = arena + (u64)blk * sh.block_bytes + k_off;
                 for (int c = 0; c < D; c++) {
-                    const float kd = kv_elem(kh, sh.k_fmt, B, D, sh.k_group, t % B, c);
+                    const float kd = kv_elem(kh, sh.k_fmt, B, D, sh.k_group, tp % B, c);
                     for (int g = 0; g < gn; g++) dot[g] += qs[g * D + c] * kd;
                 }
             }
@@ -207,10 +222,11 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
         if (d < D) {
             for (int g = 0; g < gn; g++) acc[g] *= stat[2 * HR_K_ATT_G + g];
             for (int t = t0; t < t1; t++) {
-                const int blk = table[t / B];
+                const int tp = win_pos(t, ws, off);
+                const int blk = table[tp / B];
                 if (blk < 0) continue;
                 const u8 *vh = arena + (u64)blk * sh.block_bytes + v_off;
-                const float vd = kv_elem(vh, sh.v_fmt, B, D, sh.v_group, t % B, d);
+                const float vd = kv_elem(vh, sh.v_fmt, B, D, sh.v_group, tp % B, d);
                 for (int g = 0; g < gn; g++) acc[g] += sc[g * HR_K_ATT_TILE + (t - t0)] * vd;
             }
         }
@@ -364,7 +380,8 @@ template <int NG> static __device__ inline int rows_reduce_scatter(float (&v)[NG
 /* 1. the tile's scores [t0, t0 + nt) into sc[h][p] for the group's gn heads */
 template <int KF, int NG>
 static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E], const u8 *arena, const int *table,
-                                   u64 k_off, hr_k_attn_shape sh, int t0, int nt, int gn, rows_lane L) {
+                                   u64 k_off, hr_k_attn_shape sh, int t0, int nt, int gn, int ws, int off,
+                                   rows_lane L) {
     constexpr int U = rows_batch<KF>();
     const int B = sh.block_size, D = sh.head_dim, w0 = L.warp * HR_K_WARP;
     for (int i0 = 0; i0 < HR_K_WARP && w0 + i0 < nt; i0 += L.ppw * U) { /* warp-uniform */
@@ -373,11 +390,11 @@ static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E]
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int p = w0 + i0 + u * L.ppw + L.row;
-            blk[u] = p < nt ? table[(t0 + p) / B] : -1;
+            const int tp = win_pos(t0 + p, ws, off);
+            blk[u] = p < nt ? table[tp / B] : -1;
             raw[u] = rows_raw{};
             if (L.on && blk[u] >= 0)
-                raw[u] =
-                    rows_fetch<KF>(arena + (u64)blk[u] * sh.block_bytes + k_off, B, D, sh.k_group, (t0 + p) % B, L.d0);
+                raw[u] = rows_fetch<KF>(arena + (u64)blk[u] * sh.block_bytes + k_off, B, D, sh.k_group, tp % B, L.d0);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -408,7 +425,7 @@ static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E]
 /* 3. acc[h][j] += w[h][p] v[p][d0 + j] over the tile's positions this lane's row takes */
 template <int VF, int NG>
 static __device__ void rows_pv(float (&acc)[NG][HR_K_ROWS_E], const float *sc, const u8 *arena, const int *table,
-                               u64 v_off, hr_k_attn_shape sh, int t0, int nt, int gn, rows_lane L) {
+                               u64 v_off, hr_k_attn_shape sh, int t0, int nt, int gn, int ws, int off, rows_lane L) {
     constexpr int U = rows_batch<VF>();
     const int B = sh.block_size, D = sh.head_dim, w0 = L.warp * HR_K_WARP;
     for (int i0 = 0; i0 < HR_K_WARP && w0 + i0 < nt; i0 += L.ppw * U) {
@@ -416,11 +433,11 @@ static __device__ void rows_pv(float (&acc)[NG][HR_K_ROWS_E], const float *sc, c
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int p = w0 + i0 + u * L.ppw + L.row;
-            const int blk = p < nt ? table[(t0 + p) / B] : -1;
+            const int tp = win_pos(t0 + p, ws, off);
+            const int blk = p < nt ? table[tp / B] : -1;
             raw[u] = rows_raw{};
             if (L.on && blk >= 0)
-                raw[u] =
-                    rows_fetch<VF>(arena + (u64)blk * sh.block_bytes + v_off, B, D, sh.v_group, (t0 + p) % B, L.d0);
+                raw[u] = rows_fetch<VF>(arena + (u64)blk * sh.block_bytes + v_off, B, D, sh.v_group, tp % B, L.d0);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -442,7 +459,7 @@ static __device__ void rows_pv(float (&acc)[NG][HR_K_ROWS_E], const float *sc, c
 template <int NG>
 static __device__ __attribute__((always_inline)) inline void
 rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *q, const u8 *arena, const int *tables,
-            const int *qrow, const int *n_ctx, int layer, hr_k_attn_shape sh) {
+            const int *qrow, const int *n_ctx, const int *win, int layer, hr_k_attn_shape sh) {
     const int H = sh.n_heads, G = H / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
     const int D = sh.head_dim, split = ctaid_y();
     int idx = ctaid_x();
@@ -450,7 +467,9 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
     idx /= ng;
     const int kvh = idx % sh.n_kv_heads, qi = idx / sh.n_kv_heads;
     const int h0 = kvh * G + hg * HR_K_ATT_G, gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
-    const int n = n_ctx[qi], s0 = split * sh.chunk;
+    int ws, off;
+    win_of(win, qi, &ws, &off);
+    const int n = n_ctx[qi] - off, s0 = split * sh.chunk; /* n visible positions */
     const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk;
     const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
@@ -482,11 +501,11 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
     for (int t0 = s0; t0 < s1; t0 += HR_K_ATT_TILE) {
         const int nt = s1 - t0 < HR_K_ATT_TILE ? s1 - t0 : HR_K_ATT_TILE;
         switch (sh.k_fmt) {
-        case HR_K_KV_F16: rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
-        case HR_K_KV_F32: rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
-        case HR_K_KV_BF16: rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
-        case HR_K_KV_FP8: rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
-        default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_F16: rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_F32: rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_BF16: rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_FP8: rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
+        default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
         }
         __syncthreads();
         /* 2. warp h: head h's new running max, the tile's weights e^(s - m) in place, the running sum */
@@ -519,11 +538,11 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
             for (int j = 0; j < HR_K_ROWS_E; j++) acc[h][j] *= r;
         }
         switch (sh.v_fmt) {
-        case HR_K_KV_F16: rows_pv<HR_K_KV_F16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
-        case HR_K_KV_F32: rows_pv<HR_K_KV_F32, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
-        case HR_K_KV_BF16: rows_pv<HR_K_KV_BF16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
-        case HR_K_KV_FP8: rows_pv<HR_K_KV_FP8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
-        default: rows_pv<HR_K_KV_Q8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, L); break;
+        case HR_K_KV_F16: rows_pv<HR_K_KV_F16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_F32: rows_pv<HR_K_KV_F32, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_BF16: rows_pv<HR_K_KV_BF16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_FP8: rows_pv<HR_K_KV_FP8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
+        default: rows_pv<HR_K_KV_Q8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
         }
         __syncthreads(); /* the scores and the rescale are rewritten by the next tile */
     }
@@ -552,21 +571,21 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
 
 /* the arguments and grid of hr_k_attn_split (blockDim.x == 256: 8 warps, one per 32 positions of a tile) */
 extern "C" __global__ void hr_k_attn_split_rows(float *o_part, float *ml_part, const float *q, const u8 *arena,
-                                                const int *tables, const int *qrow, const int *n_ctx, int layer,
-                                                hr_k_attn_shape sh) {
+                                                const int *tables, const int *qrow, const int *n_ctx, const int *win,
+                                                int layer, hr_k_attn_shape sh) {
     __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     const int G = sh.n_heads / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
     const int hg = ctaid_x() % ng;
     const int gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
     if (gn > 4)
-        rows_attend<8>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
+        rows_attend<8>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
     else if (gn > 2)
-        rows_attend<4>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
+        rows_attend<4>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
     else if (gn > 1)
-        rows_attend<2>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
+        rows_attend<2>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
     else
-        rows_attend<1>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, layer, sh);
+        rows_attend<1>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
 }
 
 /* out[q][h][D] from the splits' partial results (grid.x = n_queries, grid.y = H) */
