@@ -142,8 +142,8 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
     if (pl->gpu_planned) {
         const hr_cuda_arena_plan *g = &pl->gpu;
         fmt_name(c, fname, sizeof fname);
-        printf("\nGPU arena: what serve --device cuda reserves at start (KV %s; util %.2f x %s = %s)\n", fname,
-               g->util, sz(g->total_bytes, b1), sz(g->budget_bytes, b2));
+        printf("\nGPU arena: what serve --device cuda reserves at start (KV %s; util %.2f x %s = %s)\n", fname, g->util,
+               sz(g->total_bytes, b1), sz(g->budget_bytes, b2));
         printf("  weights as uploaded                           %11s\n", sz(g->weight_bytes, b1));
         printf("  forward scratch (%d batch tokens, ctx %d)  %11s\n", p->max_batch_tokens, p->n_ctx,
                sz(g->scratch_bytes, b1));

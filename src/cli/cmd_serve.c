@@ -51,11 +51,11 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     }
     printf("memory plan%s: weights %s + KV %s + scratch %s + request parsing %s + tables and overhead %s = %s%s%s "
            "(measured RSS now %s)\n",
-           d.arena_bytes ? " (host)" : "",
-           hr_format_size(m.weight_bytes, w, sizeof w), hr_format_size(m.kv_bytes, k, sizeof k),
-           hr_format_size(m.scratch_bytes, sc, sizeof sc), hr_format_size(m.request_bytes, rq, sizeof rq),
-           hr_format_size(m.meta_bytes + m.base_bytes, t, sizeof t), hr_format_size(m.planned_bytes, size, sizeof size),
-           p->mem_limit ? " under --mem-limit " : "", p->mem_limit ? hr_format_size(p->mem_limit, lim, sizeof lim) : "",
+           d.arena_bytes ? " (host)" : "", hr_format_size(m.weight_bytes, w, sizeof w),
+           hr_format_size(m.kv_bytes, k, sizeof k), hr_format_size(m.scratch_bytes, sc, sizeof sc),
+           hr_format_size(m.request_bytes, rq, sizeof rq), hr_format_size(m.meta_bytes + m.base_bytes, t, sizeof t),
+           hr_format_size(m.planned_bytes, size, sizeof size), p->mem_limit ? " under --mem-limit " : "",
+           p->mem_limit ? hr_format_size(p->mem_limit, lim, sizeof lim) : "",
            hr_format_size(m.rss_bytes, now, sizeof now));
     fflush(stdout);
 }

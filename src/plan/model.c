@@ -9,9 +9,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "backend/cuda/cuda.h"
 #include "common/util.h"
 #include "gguf/gguf.h"
-#include "backend/cuda/cuda.h"
 #include "plan/plan.h"
 #include "tensor/tensor.h"
 

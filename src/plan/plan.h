@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
 #include "backend/cuda/cuda.h"
+#include "common/status.h"
 #include "runtime/budget.h"
 #include "runtime/runtime.h"
 

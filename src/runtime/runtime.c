@@ -22,7 +22,7 @@
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
-#define HR_RT_GRAMMAR_CACHE    64            /* compiled constraints kept (least recently used dropped) */
+#define HR_RT_GRAMMAR_CACHE    64           /* compiled constraints kept (least recently used dropped) */
 #define HR_RT_GPU_SWAP_DEFAULT (4ull << 30) /* --preempt swap on a GPU without --swap-space */
 
 struct hr_runtime {
@@ -384,8 +384,7 @@ static hr_status open_gpu_arena(hr_runtime *rt, const hr_kv_config *kc, int *n_b
                             "the weights and scratch; one --ctx %d sequence needs %lld: lower --ctx or raise "
                             "--gpu-util",
                             hr_cuda_device_name(rt->cuda), rt->gpu.util, (double)rt->gpu.budget_bytes / (1u << 30),
-                            rt->gpu.n_blocks, (long long)rt->gpu.n_blocks * kc->block_size, rt->n_ctx,
-                            (long long)need);
+                            rt->gpu.n_blocks, (long long)rt->gpu.n_blocks * kc->block_size, rt->n_ctx, (long long)need);
     *n_blocks = rt->gpu.n_blocks;
     return hr_cuda_arena_reserve(rt->cuda, rt->gpu.arena_bytes, err);
 }

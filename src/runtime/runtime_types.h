@@ -27,17 +27,17 @@ typedef struct hr_tokenizer hr_tokenizer; /* the vocabulary: tokenizer/tokenizer
 /* The GPU's memory for a runtime on one (hr_runtime_device_mem): the driver's report at open, the
  * budget (gpu_util x total), and the one arena carved into weights, scratch and KV blocks. */
 typedef struct hr_rt_device_mem {
-    char name[128];             /* the GPU's */
-    uint64_t total_bytes;       /* the driver's total */
-    uint64_t free_bytes;        /* free when the runtime opened, before the arena */
-    double util;                /* gpu_util as applied */
-    uint64_t budget_bytes;      /* util x total */
-    uint64_t arena_bytes;       /* the one allocation: weights + scratch + kv */
-    uint64_t weight_bytes;      /* the model's matrices, norms and tables on the device */
-    uint64_t scratch_bytes;     /* the forward pass's buffers */
-    uint64_t kv_bytes;          /* the KV blocks and the storage's staging rows */
-    uint64_t arena_used_bytes;  /* in use now */
-    uint64_t arena_peak_bytes;  /* most in use so far */
+    char name[128];            /* the GPU's */
+    uint64_t total_bytes;      /* the driver's total */
+    uint64_t free_bytes;       /* free when the runtime opened, before the arena */
+    double util;               /* gpu_util as applied */
+    uint64_t budget_bytes;     /* util x total */
+    uint64_t arena_bytes;      /* the one allocation: weights + scratch + kv */
+    uint64_t weight_bytes;     /* the model's matrices, norms and tables on the device */
+    uint64_t scratch_bytes;    /* the forward pass's buffers */
+    uint64_t kv_bytes;         /* the KV blocks and the storage's staging rows */
+    uint64_t arena_used_bytes; /* in use now */
+    uint64_t arena_peak_bytes; /* most in use so far */
 } hr_rt_device_mem;
 
 typedef struct hr_rt_shape {

@@ -185,10 +185,10 @@ static void render_runtime(hr_runtime *rt, hr_metrics_compat compat, const uint6
         const struct {
             const char *label;
             uint64_t v;
-        } parts[] = {{"{part=\"total\"}", d.total_bytes},     {"{part=\"free_at_start\"}", d.free_bytes},
-                     {"{part=\"budget\"}", d.budget_bytes},   {"{part=\"arena\"}", d.arena_bytes},
-                     {"{part=\"weights\"}", d.weight_bytes},  {"{part=\"scratch\"}", d.scratch_bytes},
-                     {"{part=\"kv\"}", d.kv_bytes},           {"{part=\"arena_used\"}", d.arena_used_bytes}};
+        } parts[] = {{"{part=\"total\"}", d.total_bytes},    {"{part=\"free_at_start\"}", d.free_bytes},
+                     {"{part=\"budget\"}", d.budget_bytes},  {"{part=\"arena\"}", d.arena_bytes},
+                     {"{part=\"weights\"}", d.weight_bytes}, {"{part=\"scratch\"}", d.scratch_bytes},
+                     {"{part=\"kv\"}", d.kv_bytes},          {"{part=\"arena_used\"}", d.arena_used_bytes}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
             sample_u(b, "headroom_device_memory_bytes", parts[i].label, parts[i].v);
     }

@@ -194,8 +194,8 @@ static void test_embed_gemv(void) {
                  {HR_DTYPE_Q5_0, "hr_k_gemv_q5_0", -1}, {HR_DTYPE_Q5_1, "hr_k_gemv_q5_1", -1}};
     /* rows, cols, tokens: 11 tokens cross the kernel's tile of 8; 172 columns (stories260K's FFN) end
      * in a short run for the float types */
-    static const int shapes[][3] = {{1, 32, 1},   {7, 64, 11},    {33, 288, 3},    {3, 256, 11},
-                                    {5, 172, 11}, {9, 768, 9},    {512, 4096, 1}, {100, 11008, 2}};
+    static const int shapes[][3] = {{1, 32, 1},   {7, 64, 11}, {33, 288, 3},   {3, 256, 11},
+                                    {5, 172, 11}, {9, 768, 9}, {512, 4096, 1}, {100, 11008, 2}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             int rows = shapes[si][0], cols = shapes[si][1], T = shapes[si][2];
@@ -216,8 +216,7 @@ static void test_embed_gemv(void) {
                 for (int t = 0; t < T; t++)
                     for (int r = 0; r < rows; r++) {
                         double s = 0;
-                        for (int c = 0; c < cols; c++)
-                            s += (double)wf[(size_t)r * cols + c] * x[(size_t)t * cols + c];
+                        for (int c = 0; c < cols; c++) s += (double)wf[(size_t)r * cols + c] * x[(size_t)t * cols + c];
                         ref[(size_t)t * rows + r] = (float)s;
                     }
                 void *a[] = {&dy, &dW, &dx, &rows, &cols, &T};

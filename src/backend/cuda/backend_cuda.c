@@ -57,7 +57,7 @@ typedef struct cuda_ctx {
      * sequences ([T][max_blocks], one row per sequence); the attention's scratch */
     uint64_t slots, qrow, n_ctx, tables, attn_scratch, d_out_rows, win;
     int32_t *h_slots, *h_qrow, *h_nctx, *h_tables, *h_win; /* h_win: [T][2] (sinks, lo) */
-    bool any_win; /* a token of this batch sees a window (win passed to attention), else all */
+    bool any_win;   /* a token of this batch sees a window (win passed to attention), else all */
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
@@ -212,10 +212,10 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->max_blocks = (x->max_ctx + B - 1) / B;
     /* the buffers in hr_cuda_scratch_pieces' order (the arena plan counts the same pieces) */
     uint64_t bytes[HR_CUDA_SCRATCH_PIECES];
-    uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,  &x->xb,     &x->xo,  &x->q,     &x->k,      &x->v,
-                                              &x->att, &x->g,     &x->u,   &x->logits, &x->ids,    &x->pos,
-                                              &x->slots, &x->qrow, &x->n_ctx, &x->tables, &x->attn_scratch,
-                                              &x->d_out_rows, &x->win};
+    uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,      &x->xb,           &x->xo,         &x->q,    &x->k,
+                                              &x->v,      &x->att,          &x->g,          &x->u,    &x->logits,
+                                              &x->ids,    &x->pos,          &x->slots,      &x->qrow, &x->n_ctx,
+                                              &x->tables, &x->attn_scratch, &x->d_out_rows, &x->win};
     int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
     for (int i = 0; i < n; i++) {
         hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
@@ -228,7 +228,8 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->h_tables = malloc(T * (size_t)x->max_blocks * sizeof(int32_t));
     x->out_rows = malloc(T * sizeof(int));
     if (x->tok_type < 0) x->hemb = malloc(T * E * sizeof(float));
-    if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_win || !x->h_tables || !x->out_rows || (x->tok_type < 0 && !x->hemb))
+    if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_win || !x->h_tables || !x->out_rows ||
+        (x->tok_type < 0 && !x->hemb))
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     return HR_OK;
 }
@@ -295,9 +296,9 @@ static void cuda_destroy(hr_model_ctx *c) {
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(x, ws[i]);
     }
     free_weight(x, &x->out);
-    uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,      x->xb,     x->xo,     x->q,
-                       x->k,   x->v,        x->att,      x->g,      x->u,      x->logits, x->ids,
-                       x->pos, x->slots,    x->qrow,     x->n_ctx,  x->tables, x->attn_scratch, x->d_out_rows,
+    uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,     x->xb,     x->xo,           x->q,
+                       x->k,   x->v,        x->att,      x->g,     x->u,      x->logits,       x->ids,
+                       x->pos, x->slots,    x->qrow,     x->n_ctx, x->tables, x->attn_scratch, x->d_out_rows,
                        x->win};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);

@@ -78,7 +78,7 @@ hr_status hr_cuda_time_end(hr_cuda_device *dev, double *ms, hr_error *err);
 #define HR_CUDA_SCRATCH_PIECES 19  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
 
 typedef struct hr_cuda_arena_query {
-    const hr_hparams *hp; /* the model's shape */
+    const hr_hparams *hp;  /* the model's shape */
     uint64_t weight_bytes; /* the weights as the backend uploads them (hr_cuda_model_weight_bytes; the
                               planner: its estimate from the file) */
     int max_batch_tokens, max_ctx, block_size;
@@ -92,7 +92,7 @@ typedef struct hr_cuda_arena_query {
 typedef struct hr_cuda_arena_plan {
     uint64_t total_bytes, free_bytes; /* as queried */
     double util;
-    uint64_t budget_bytes; /* util x total: what the arena may take */
+    uint64_t budget_bytes;                          /* util x total: what the arena may take */
     uint64_t weight_bytes, scratch_bytes, kv_bytes; /* the arena's parts (kv: blocks + the storage's stage) */
     uint64_t arena_bytes;                           /* their sum: the one allocation */
     uint64_t block_bytes;
@@ -112,10 +112,8 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim);
 /* Attention's split of n queries of up to max_ctx positions (kernels/attention.cu): *n_splits splits
  * of *chunk positions, aiming at target_blocks thread blocks; and the scratch that takes. */
-void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int target_blocks, int *n_splits,
-                        int *chunk);
-uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx,
-                                    int target_blocks);
+void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int target_blocks, int *n_splits, int *chunk);
+uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx, int target_blocks);
 /* 1024, or the environment's HEADROOM_CUDA_ATTN_BLOCKS (tuning, tests) */
 int hr_cuda_attn_target_blocks(void);
 /* the device bytes the backend uploads for a model (what create allocates for weights, norms, the

@@ -20,8 +20,7 @@ int hr_cuda_attn_target_blocks(void) {
     return tb && atoi(tb) > 0 ? atoi(tb) : CUDA_ATT_TARGET_BLOCKS;
 }
 
-void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int target_blocks, int *n_splits,
-                        int *chunk) {
+void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int target_blocks, int *n_splits, int *chunk) {
     int ng = (n_heads / n_kv_heads + CUDA_ATT_G - 1) / CUDA_ATT_G;
     int64_t per_split = (int64_t)(n > 0 ? n : 1) * n_kv_heads * ng;
     int tiles = (max_ctx + CUDA_ATT_TILE - 1) / CUDA_ATT_TILE;
@@ -33,8 +32,7 @@ void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int tar
     *n_splits = (tiles + tiles_per - 1) / tiles_per;
 }
 
-uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx,
-                                    int target_blocks) {
+uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx, int target_blocks) {
     int ns, chunk;
     hr_cuda_attn_split(n_kv_heads, n_heads, n, max_ctx, target_blocks, &ns, &chunk);
     /* o_part [n][H][ns][D] and ml_part [n][H][ns][2] */
@@ -55,9 +53,9 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
     /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots, qrow, n_ctx, tables, attention scratch,
      * the rows that want logits, the windows */
     const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {
-        T * E * 4, T * E * 4, T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4, T * qd * 4,         T * F * 4,
-        T * F * 4, T * V * 4, T * 4,     T * 4,      T * 4,       T * 4,       T * 4,              T * max_blocks * 4,
-        scr,       T * 4,     T * 8};
+        T * E * 4, T * E * 4,          T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4, T * qd * 4,
+        T * F * 4, T * F * 4,          T * V * 4, T * 4,      T * 4,       T * 4,       T * 4,
+        T * 4,     T * max_blocks * 4, scr,       T * 4,      T * 8};
     for (int i = 0; i < HR_CUDA_SCRATCH_PIECES; i++) out[i] = pieces[i];
     return HR_CUDA_SCRATCH_PIECES;
 }
@@ -106,7 +104,7 @@ hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena
         return hr_error_set(err, HR_ERR_BUDGET,
                             "the GPU has %.2f GiB free of %.2f GiB; the arena needs %.2f GiB (--gpu-util %.2f): "
                             "another process holds the rest, or lower --gpu-util",
-                            (double)q->free_bytes / gib, (double)q->total_bytes / gib,
-                            (double)out->arena_bytes / gib, util);
+                            (double)q->free_bytes / gib, (double)q->total_bytes / gib, (double)out->arena_bytes / gib,
+                            util);
     return HR_OK;
 }

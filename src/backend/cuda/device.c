@@ -25,7 +25,7 @@ struct hr_cuda_device {
     struct arena_piece {
         uint64_t off, bytes;
         bool live;
-    } *pieces;
+    } * pieces;
     int n_pieces, cap_pieces;
     hr_cu_event t0, t1; /* hr_cuda_time_begin / _end */
 };

@@ -24,7 +24,8 @@
 #include "backend/cuda/cuda.h"
 #include "tensor/tensor.h"
 
-enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2, CUDA_KV_BF16 = 3, CUDA_KV_FP8 = 4 }; /* attention.cu's HR_K_KV_* */
+/* attention.cu's HR_K_KV_* */
+enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2, CUDA_KV_BF16 = 3, CUDA_KV_FP8 = 4 };
 enum { CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_G, HR_K_ATT_MAX_D */
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
@@ -336,8 +337,7 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
     s->target_blocks = hr_cuda_attn_target_blocks();
     s->block_bytes = (uint64_t)p->n_layers * (uint64_t)p->n_kv_heads * (p->k.head_bytes + p->v.head_bytes);
     hr_status st = hr_cuda_alloc(dev, (size_t)(s->block_bytes * (uint64_t)p->n_blocks), &s->arena, err);
-    if (!st)
-        st = hr_cuda_alloc(dev, (size_t)hr_cuda_storage_stage_bytes(p->n_kv_heads, p->head_dim), &s->stage, err);
+    if (!st) st = hr_cuda_alloc(dev, (size_t)hr_cuda_storage_stage_bytes(p->n_kv_heads, p->head_dim), &s->stage, err);
     if (st) {
         cuda_kv_destroy(&s->base);
         return st;

@@ -9,14 +9,15 @@
  *
  * hr_k_kv_write encodes tokens' K and V rows into their slots (the CPU storage's encoders step for
  * step: the same bytes). Attention is split over the sequence (flash-decoding) and GQA-aware:
- *   hr_k_attn_split: one thread block (HR_K_THREADS threads, >= head_dim) per (query, KV head, group of up to 8
- *     of its query heads) and split of sh.chunk positions (grid.x = n_queries * Hkv * ceil(G / 8), grid.y = n_splits). It
- *     walks its split HR_K_ATT_TILE positions at a time with an online softmax (running max m and
- *     exp-sum l, the P.V accumulators rescaled when m grows); each K and V element is read and
- *     dequantized once for all the group's query heads; scores stay in shared memory. It writes, per
- *     query head, its unnormalized P.V, m and l (a split past the query's n_ctx: m = -inf, l = 0).
- *   hr_k_attn_reduce: one thread block per (query, head) combines the splits: out = sum_s o_s e^(m_s -
- *     M) / sum_s l_s e^(m_s - M), M the largest m_s (a query with no position: zeros).
+ *   hr_k_attn_split: one thread block (HR_K_THREADS threads, >= head_dim) per (query, KV head, group of
+ *     up to 8 of its query heads) and split of sh.chunk positions (grid.x = n_queries * Hkv *
+ *     ceil(G / 8), grid.y = n_splits). It walks its split HR_K_ATT_TILE positions at a time with an
+ *     online softmax (running max m and exp-sum l, the P.V accumulators rescaled when m grows); each K
+ *     and V element is read and dequantized once for all the group's query heads; scores stay in
+ *     shared memory. It writes, per query head, its unnormalized P.V, m and l (a split past the
+ *     query's n_ctx: m = -inf, l = 0).
+ *   hr_k_attn_reduce: one thread block per (query, head) combines the splits: out = sum_s o_s
+ *     e^(m_s - M) / sum_s l_s e^(m_s - M), M the largest m_s (a query with no position: zeros).
  *   hr_k_attn_split_rows: hr_k_attn_split's work, grid and results, with K and V rows read whole by
  *     groups of lanes (coalesced vector loads; its comment below); kv_storage_cuda.c runs it when
  *     HEADROOM_CUDA_ATTN_KERNEL=rows (not yet the default: not measured on a GPU).
@@ -157,7 +158,7 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
     int ws, off;
     win_of(win, qi, &ws, &off);
     const int n = n_ctx[qi] - off, s0 = split * sh.chunk; /* n visible positions */
-    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk;  /* <= s0: nothing to see */
+    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk; /* <= s0: nothing to see */
     const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
     const u64 k_off = layer_off + (u64)kvh * sh.k_head_bytes;
@@ -503,7 +504,9 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
         switch (sh.k_fmt) {
         case HR_K_KV_F16: rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
         case HR_K_KV_F32: rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_BF16: rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_BF16:
+            rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L);
+            break;
         case HR_K_KV_FP8: rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
         default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
         }
