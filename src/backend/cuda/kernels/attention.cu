@@ -138,6 +138,38 @@ static __device__ inline void win_of(const int *win, int qi, int *sinks, int *of
     *off = lo > s ? lo - s : 0;
 }
 
+/* What a thread block of either split kernel works on: its query, the group of query heads [h0, h0 +
+ * gn) of KV head kvh, its split's visible positions [s0, s1) (virtual indices, win_pos), the query's
+ * table row and the layer's K and V head regions' offsets in a block. */
+typedef struct attn_block {
+    int qi, kvh, h0, gn, split, ws, off, s0, s1;
+    const int *table;
+    u64 k_off, v_off;
+} attn_block;
+
+static __device__ inline attn_block attn_block_of(const hr_k_attn_shape &sh, const int *tables, const int *qrow,
+                                                  const int *n_ctx, const int *win, int layer) {
+    attn_block a;
+    const int G = sh.n_heads / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
+    int idx = ctaid_x();
+    const int hg = idx % ng;
+    idx /= ng;
+    a.kvh = idx % sh.n_kv_heads;
+    a.qi = idx / sh.n_kv_heads;
+    a.h0 = a.kvh * G + hg * HR_K_ATT_G;
+    a.gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
+    a.split = ctaid_y();
+    win_of(win, a.qi, &a.ws, &a.off);
+    const int n = n_ctx[a.qi] - a.off; /* visible positions */
+    a.s0 = a.split * sh.chunk;
+    a.s1 = n < a.s0 + sh.chunk ? n : a.s0 + sh.chunk; /* <= s0: nothing to see */
+    a.table = tables + (u64)(qrow ? qrow[a.qi] : a.qi) * (u64)sh.max_blocks;
+    const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
+    a.k_off = layer_off + (u64)a.kvh * sh.k_head_bytes;
+    a.v_off = layer_off + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)a.kvh * sh.v_head_bytes;
+    return a;
+}
+
 /* o_part: [nq][H][n_splits][D] unnormalized P.V; ml_part: [nq][H][n_splits][2] (m, l). q: [nq][H][D]
  * with RoPE applied; query qi reads table row qrow[qi] (qrow NULL: row qi) of tables [rows][max_blocks]
  * (physical ids); n_ctx: [nq]; win: [nq][2] or NULL (above). */
@@ -148,21 +180,11 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
     __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     __shared__ float red[32];
-    const int H = sh.n_heads, G = H / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
-    const int D = sh.head_dim, B = sh.block_size, split = ctaid_y();
-    int idx = ctaid_x();
-    const int hg = idx % ng;
-    idx /= ng;
-    const int kvh = idx % sh.n_kv_heads, qi = idx / sh.n_kv_heads;
-    const int h0 = kvh * G + hg * HR_K_ATT_G, gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
-    int ws, off;
-    win_of(win, qi, &ws, &off);
-    const int n = n_ctx[qi] - off, s0 = split * sh.chunk; /* n visible positions */
-    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk; /* <= s0: nothing to see */
-    const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
-    const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
-    const u64 k_off = layer_off + (u64)kvh * sh.k_head_bytes;
-    const u64 v_off = layer_off + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)kvh * sh.v_head_bytes;
+    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, layer);
+    const int H = sh.n_heads, D = sh.head_dim, B = sh.block_size, split = ab.split, qi = ab.qi, h0 = ab.h0,
+              gn = ab.gn, ws = ab.ws, off = ab.off, s0 = ab.s0, s1 = ab.s1;
+    const int *table = ab.table;
+    const u64 k_off = ab.k_off, v_off = ab.v_off;
 
     for (int i = tid_x(); i < gn * D; i += ntid_x()) qs[i] = q[((u64)qi * (u64)H + (u64)(h0 + i / D)) * (u64)D + i % D];
     if (tid_x() < HR_K_ATT_G) stat[tid_x()] = -__builtin_inff(), stat[HR_K_ATT_G + tid_x()] = 0.0f;
@@ -461,21 +483,11 @@ template <int NG>
 static __device__ __attribute__((always_inline)) inline void
 rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *q, const u8 *arena, const int *tables,
             const int *qrow, const int *n_ctx, const int *win, int layer, hr_k_attn_shape sh) {
-    const int H = sh.n_heads, G = H / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
-    const int D = sh.head_dim, split = ctaid_y();
-    int idx = ctaid_x();
-    const int hg = idx % ng;
-    idx /= ng;
-    const int kvh = idx % sh.n_kv_heads, qi = idx / sh.n_kv_heads;
-    const int h0 = kvh * G + hg * HR_K_ATT_G, gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
-    int ws, off;
-    win_of(win, qi, &ws, &off);
-    const int n = n_ctx[qi] - off, s0 = split * sh.chunk; /* n visible positions */
-    const int s1 = n < s0 + sh.chunk ? n : s0 + sh.chunk;
-    const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
-    const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
-    const u64 k_off = layer_off + (u64)kvh * sh.k_head_bytes;
-    const u64 v_off = layer_off + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)kvh * sh.v_head_bytes;
+    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, layer);
+    const int H = sh.n_heads, D = sh.head_dim, split = ab.split, qi = ab.qi, h0 = ab.h0, gn = ab.gn, ws = ab.ws,
+              off = ab.off, s0 = ab.s0, s1 = ab.s1;
+    const int *table = ab.table;
+    const u64 k_off = ab.k_off, v_off = ab.v_off;
 
     rows_lane L;
     L.lane = tid_x() % HR_K_WARP;
