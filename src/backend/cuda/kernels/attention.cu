@@ -181,8 +181,8 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     __shared__ float red[32];
     const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, layer);
-    const int H = sh.n_heads, D = sh.head_dim, B = sh.block_size, split = ab.split, qi = ab.qi, h0 = ab.h0,
-              gn = ab.gn, ws = ab.ws, off = ab.off, s0 = ab.s0, s1 = ab.s1;
+    const int H = sh.n_heads, D = sh.head_dim, B = sh.block_size, split = ab.split, qi = ab.qi, h0 = ab.h0, gn = ab.gn,
+              ws = ab.ws, off = ab.off, s0 = ab.s0, s1 = ab.s1;
     const int *table = ab.table;
     const u64 k_off = ab.k_off, v_off = ab.v_off;
 
