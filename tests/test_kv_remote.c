@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -50,6 +51,7 @@ static bool redis_start(void) {
     fflush(stdout); /* the child's freopen would write what is buffered a second time */
     redis_pid = fork();
     if (redis_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with this test, even when it crashes: no orphan holds ctest's pipe */
         freopen("/dev/null", "w", stdout);
         execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
                "no", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", (char *)NULL);
