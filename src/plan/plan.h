@@ -33,9 +33,9 @@ typedef struct hr_plan_model {
     char weight_type[16]; /* config: the matrices' type; GGUF: the most common matrix type */
     hr_plan_weight_row rows[HR_PLAN_MAX_WEIGHT_ROWS]; /* tensors by type, largest first */
     int n_rows;
-    uint64_t tensor_bytes;   /* sum of rows */
-    uint64_t file_bytes;     /* GGUF: the file; config: tensors + the metadata a GGUF of it would carry */
-    uint64_t resident_bytes; /* what the loader holds: hr_mem_weight_bytes(hp, file_bytes) */
+    uint64_t tensor_bytes;     /* sum of rows */
+    uint64_t file_bytes;       /* GGUF: the file; config: tensors + the metadata a GGUF of it would carry */
+    uint64_t resident_bytes;   /* what the loader holds: hr_mem_weight_bytes(hp, file_bytes) */
     uint64_t gpu_weight_bytes; /* on a GPU: what the backend uploads (GGUF: hr_cuda_model_weight_bytes
                                   exactly; config: every tensor, rounded to the arena's pieces) */
 } hr_plan_model;

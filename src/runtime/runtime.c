@@ -36,7 +36,7 @@ struct hr_runtime {
     hr_kv_pool *kv;
     hr_kv_swap *swap;
     hr_model_ctx *ctx;
-    hr_cuda_device *cuda; /* --device cuda[:N]: the GPU, shared by the KV storage and the backend */
+    hr_cuda_device *cuda;   /* --device cuda[:N]: the GPU, shared by the KV storage and the backend */
     hr_cuda_arena_plan gpu; /* its arena as planned at open (open_gpu_arena) */
     hr_engine *engine;
     hr_grammar_cache *grammars; /* compiled constraints by content (any thread: locked inside) */

@@ -96,8 +96,8 @@ static struct emu {
     pthread_mutex_t mu;
     hr_emu_kernel_fn fn;
     void **params;
-    int n, cur;              /* threads of a block; the fiber running */
-    unsigned gx, cx, cy;     /* grid width, the block running */
+    int n, cur;          /* threads of a block; the fiber running */
+    unsigned gx, cx, cy; /* grid width, the block running */
     emu_ctx sched;
     fiber f[EMU_MAX_THREADS];
     float slot[2][EMU_MAX_THREADS];
