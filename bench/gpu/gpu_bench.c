@@ -341,15 +341,14 @@ typedef struct gemv_ctx {
 } gemv_ctx;
 
 /* launched as backend_cuda.c's gemv(): args {y, W, x, rows, cols, T}, 8 rows a block of 256 threads,
- * a tile of up to GEMV_TOKEN_TILE tokens a grid row (kernels/gemv.cu's HR_K_GEMV_TT) */
-#define GEMV_TOKEN_TILE 8
+ * a tile of up to HR_CUDA_GEMV_TOKENS tokens a grid row (cuda.h) */
 static hr_status gemv_rep(void *p, int rep, hr_error *e) {
     gemv_ctx *c = p;
     uint64_t w = c->w + (uint64_t)(rep % c->copies) * c->stride;
     int rows = c->rows, cols = c->cols, T = c->T;
     void *a[] = {&c->y, &w, &c->x, &rows, &cols, &T};
-    return hr_cuda_launch(dev, c->kernel, (unsigned)((rows + 7) / 8),
-                          (unsigned)((T + GEMV_TOKEN_TILE - 1) / GEMV_TOKEN_TILE), 256, a, e);
+    return hr_cuda_launch(dev, c->kernel, (unsigned)((rows + HR_CUDA_GEMV_ROWS - 1) / HR_CUDA_GEMV_ROWS),
+                          (unsigned)((T + HR_CUDA_GEMV_TOKENS - 1) / HR_CUDA_GEMV_TOKENS), 256, a, e);
 }
 
 /* runs the kernel once on copy 0 at T tokens and checks y[t] for the tokens ts against the reference
@@ -779,11 +778,31 @@ static uint64_t streamed_bytes(const hr_rt_shape *s, hr_dtype t, int n_layer) {
     return (uint64_t)n_layer * layer + (uint64_t)s->n_vocab * re + E * 4;
 }
 
-static bool e2e_stats(hr_runtime *rt, hr_rt_engine_stats *s) {
+static void e2e_stats(hr_runtime *rt, hr_rt_engine_stats *s) {
     hr_runtime_pool pool;
     hr_runtime_get_pool(rt, &pool);
     *s = pool.engine;
-    return true;
+}
+
+/* one engine step, its wall-clock ms and the engine's counters before and after it */
+static hr_status timed_step(hr_runtime *rt, int *left, double *ms, hr_rt_engine_stats *s0, hr_rt_engine_stats *s1,
+                            hr_error *e) {
+    e2e_stats(rt, s0);
+    double t0 = hr_time_now();
+    hr_status st = hr_runtime_step(rt, left, e);
+    *ms = (hr_time_now() - t0) * 1e3;
+    e2e_stats(rt, s1);
+    return st;
+}
+
+/* a greedy request of `prompt` random ids (ids: room for them) */
+static hr_status submit_random(hr_runtime *rt, int n_vocab, int32_t *ids, int prompt, int max_tokens,
+                               hr_rt_request **req, hr_error *e) {
+    for (int k = 0; k < prompt; k++) ids[k] = (int32_t)((frand() + 1.0f) * 0.5f * (float)(n_vocab - 1));
+    hr_rt_request_params q = {.prompt_ids = ids, .n_prompt_ids = prompt, .max_tokens = max_tokens, .ignore_eos = true};
+    q.sampling = hr_rt_sampling_default();
+    q.sampling.temperature = 0;
+    return hr_runtime_submit(rt, &q, req, e);
 }
 
 /* B requests of `prompt` random ids each, stepped until every one is decoding; then `steps` timed steps
@@ -798,26 +817,17 @@ static double e2e_decode(hr_runtime *rt, int n_vocab, int B, int prompt, int war
         exit(1);
     }
     bool ok = true;
-    for (int i = 0; i < B && ok; i++) {
-        for (int k = 0; k < prompt; k++) ids[k] = (int32_t)((frand() + 1.0f) * 0.5f * (float)(n_vocab - 1));
-        hr_rt_request_params q = {
-            .prompt_ids = ids, .n_prompt_ids = prompt, .max_tokens = warm + steps + 8, .ignore_eos = true};
-        q.sampling = hr_rt_sampling_default();
-        q.sampling.temperature = 0;
-        if (hr_runtime_submit(rt, &q, &req[i], &e)) ok = dev_fail(r, "submit", &e);
-    }
+    for (int i = 0; i < B && ok; i++)
+        if (submit_random(rt, n_vocab, ids, prompt, warm + steps + 8, &req[i], &e)) ok = dev_fail(r, "submit", &e);
     int n_timed = 0, n_warm = 0, guard = 0;
     while (ok && n_timed < steps && guard++ < 10000) {
         hr_rt_engine_stats s0, s1;
-        e2e_stats(rt, &s0);
         int left = 0;
-        double t0 = hr_time_now();
-        if (hr_runtime_step(rt, &left, &e)) {
+        double ms;
+        if (timed_step(rt, &left, &ms, &s0, &s1, &e)) {
             ok = dev_fail(r, "step", &e);
             break;
         }
-        double dt = hr_time_now() - t0;
-        e2e_stats(rt, &s1);
         if (s1.failed != s0.failed) {
             e.code = HR_ERR_UNSUPPORTED;
             snprintf(e.msg, sizeof e.msg, "a request failed");
@@ -829,7 +839,7 @@ static double e2e_decode(hr_runtime *rt, int n_vocab, int B, int prompt, int war
         if (n_warm < warm)
             n_warm++;
         else
-            v[n_timed++] = dt * 1e3;
+            v[n_timed++] = ms;
         if (left == 0) break;
     }
     double med = NAN;
@@ -868,27 +878,20 @@ static double e2e_prefill(hr_runtime *rt, int n_vocab, int prompt, int reps, row
     int n = 0;
     bool ok = ids != NULL;
     for (int k = 0; k < reps && ok; k++) {
-        for (int i = 0; i < prompt; i++) ids[i] = (int32_t)((frand() + 1.0f) * 0.5f * (float)(n_vocab - 1));
-        hr_rt_request_params q = {.prompt_ids = ids, .n_prompt_ids = prompt, .max_tokens = 1, .ignore_eos = true};
-        q.sampling = hr_rt_sampling_default();
-        q.sampling.temperature = 0;
         hr_rt_request *req = NULL;
-        if (hr_runtime_submit(rt, &q, &req, &e)) {
+        if (submit_random(rt, n_vocab, ids, prompt, 1, &req, &e)) {
             ok = dev_fail(r, "submit", &e);
             break;
         }
         int left = 1, guard = 0;
         while (left > 0 && guard++ < 100) {
             hr_rt_engine_stats s0, s1;
-            e2e_stats(rt, &s0);
-            double t0 = hr_time_now();
-            if (hr_runtime_step(rt, &left, &e)) {
+            double ms;
+            if (timed_step(rt, &left, &ms, &s0, &s1, &e)) {
                 ok = dev_fail(r, "step", &e);
                 break;
             }
-            double dt = hr_time_now() - t0;
-            e2e_stats(rt, &s1);
-            if (s1.prefill_tokens - s0.prefill_tokens == (uint64_t)prompt && n < 8) v[n++] = dt * 1e3;
+            if (s1.prefill_tokens - s0.prefill_tokens == (uint64_t)prompt && n < 8) v[n++] = ms;
         }
         hr_rt_result res;
         hr_rt_request_result(req, &res);

@@ -86,7 +86,6 @@ const entry kernels[] = {
     K(k_norm, hr_k_softmax),
     K(k_rope, hr_k_rope),
     K(k_swiglu, hr_k_swiglu),
-    K(k_swiglu, hr_k_add),
     K(k_selftest, hr_emu_selftest_divergent),
     K(k_selftest, hr_emu_selftest_early_exit),
 };

@@ -220,7 +220,8 @@ static void test_embed_gemv(void) {
                         ref[(size_t)t * rows + r] = (float)s;
                     }
                 void *a[] = {&dy, &dW, &dx, &rows, &cols, &T};
-                if (launch(types[ti].gemv, (unsigned)(rows + 7) / 8, (unsigned)(T + 7) / 8, a)) {
+                if (launch(types[ti].gemv, (unsigned)(rows + HR_CUDA_GEMV_ROWS - 1) / HR_CUDA_GEMV_ROWS,
+                           (unsigned)(T + HR_CUDA_GEMV_TOKENS - 1) / HR_CUDA_GEMV_TOKENS, a)) {
                     down(got, dy, sizeof(float) * rows * T);
                     double worst = 0;
                     for (int i = 0; i < rows * T; i++)

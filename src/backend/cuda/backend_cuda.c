@@ -329,7 +329,8 @@ static hr_status gemv(cuda_ctx *x, const dev_weight *w, uint64_t in, uint64_t ou
         if (strcmp(w->gemv, gemm_kernels[i].gemv) == 0 && cols % gemm_kernels[i].col_step == 0)
             return hr_cuda_launch(x->dev, gemm_kernels[i].gemm, (unsigned)((rows + 127) / 128),
                                   (unsigned)((T + 63) / 64), THREADS, a, err);
-    return hr_cuda_launch(x->dev, w->gemv, (unsigned)((rows + 7) / 8), (unsigned)((T + 7) / 8), THREADS, a, err);
+    return hr_cuda_launch(x->dev, w->gemv, (unsigned)((rows + HR_CUDA_GEMV_ROWS - 1) / HR_CUDA_GEMV_ROWS),
+                          (unsigned)((T + HR_CUDA_GEMV_TOKENS - 1) / HR_CUDA_GEMV_TOKENS), THREADS, a, err);
 }
 
 /* out[i] = rmsnorm(x[r] += add[r]) * w for r = rows[i] (rows 0: i), i < n_rows; add 0: no add.

@@ -120,6 +120,12 @@ int hr_cuda_attn_target_blocks(void);
  * embedding table where the device looks it up, RoPE's table), in arena pieces */
 uint64_t hr_cuda_model_weight_bytes(const struct hr_model *m);
 
+/* kernels/gemv.cu's launch shape: 8 output rows a thread block (grid.x = ceil(rows / 8)) and a tile of
+ * up to HR_CUDA_GEMV_TOKENS tokens a grid row (grid.y = ceil(T / HR_CUDA_GEMV_TOKENS)): its
+ * HR_K_GEMV_TT */
+#define HR_CUDA_GEMV_ROWS   8
+#define HR_CUDA_GEMV_TOKENS 8
+
 /* ---- the embedded kernels ----------------------------------------------------------------------- */
 
 /* How many PTX modules this build embeds (0: built without clang-19), and module i's name (the .cu

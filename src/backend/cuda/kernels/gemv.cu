@@ -9,7 +9,7 @@
  * and the order of the additions). No tensor cores yet. */
 #include "common.cuh"
 
-#define HR_K_GEMV_TT 8 /* tokens a warp takes at once (the host's grid.y divides T by it) */
+#define HR_K_GEMV_TT 8 /* tokens a warp takes at once: the host's HR_CUDA_GEMV_TOKENS (cuda.h) */
 
 /* The frame every GEMV shares: the warp's row and lane, the grid row's tokens [t0, t0 + nt); lane l
  * takes runs l, l + 32, ... of the row (n_runs of them; the last may be short of 32 weights for the
