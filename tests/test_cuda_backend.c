@@ -212,7 +212,17 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
     CHECK(kv_fmt_init(&pq.k, HR_KV_Q4, KV_K, B, D, &e) == HR_OK);
     hr_kv_storage *bad = NULL;
     CHECK(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_ERR_UNSUPPORTED && !bad);
-    CHECKF(strstr(e.msg, "the formats on the GPU are f32, f16, bf16, q8 and fp8"), "%s", e.msg);
+    CHECKF(strstr(e.msg, "the formats on the GPU are f32, f16, bf16, q8, fp8 and q4h"), "%s", e.msg);
+    /* q4h is taken, its measurement-only variants (unrotated keys) are not */
+    CHECK(kv_fmt_init(&pq.k, HR_KV_Q4H, KV_K, B, D, &e) == HR_OK);
+    CHECK(kv_fmt_init(&pq.v, HR_KV_Q4H, KV_V, B, D, &e) == HR_OK);
+    CHECKF(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_OK && bad, "%s", e.msg);
+    if (bad) bad->ops->destroy(bad);
+    bad = NULL;
+    setenv("HEADROOM_KV_Q4H_VARIANT", "norot", 1);
+    CHECK(kv_fmt_init(&pq.k, HR_KV_Q4H, KV_K, B, D, &e) == HR_OK);
+    unsetenv("HEADROOM_KV_Q4H_VARIANT");
+    CHECK(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_ERR_UNSUPPORTED && !bad);
 out:
     if (gpu) gpu->ops->destroy(gpu);
     if (cpu) cpu->ops->destroy(cpu);

@@ -65,6 +65,7 @@ const entry kernels[] = {
     K(k_attention, hr_k_attn_split_rows),
     K(k_attention, hr_k_attn_reduce),
     K(k_attention, hr_k_kv_write),
+    K(k_attention, hr_k_hadamard_rows),
     K(k_embed, hr_k_embed),
     K(k_gemv, hr_k_gemv_q8_0),
     K(k_gemv, hr_k_gemv_q4_0),

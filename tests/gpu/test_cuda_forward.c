@@ -327,7 +327,7 @@ static void test_refusals(void) {
     const char *model = HR_SOURCE_DIR "/models/stories260K-q8_0.gguf";
     hr_error err = {0};
     hr_runtime *rt = open_rt(model, "cuda", HR_RT_KV_Q4, &err);
-    CHECKF(!rt && strstr(err.msg, "CUDA KV: the formats on the GPU are f32, f16, bf16, q8 and fp8 (K q4, V q4)") &&
+    CHECKF(!rt && strstr(err.msg, "CUDA KV: the formats on the GPU are f32, f16, bf16, q8, fp8 and q4h (K q4, V q4)") &&
                !strchr(err.msg, '\n'),
            "q4 KV on the GPU: %s", err.msg);
     hr_runtime_close(rt);
@@ -366,7 +366,8 @@ static void test_corpus_agreement(const char *model, const char *label, int n_fm
     } fmts[] = {{HR_RT_KV_F16, "f16", 0.99},
                 {HR_RT_KV_BF16, "bf16", 0.99},
                 {HR_RT_KV_Q8, "q8", 0.99},
-                {HR_RT_KV_FP8, "fp8", 0.95}};
+                {HR_RT_KV_FP8, "fp8", 0.95},
+                {HR_RT_KV_Q4H, "q4h", 0.95}};
     enum { CHUNK = 256 };
     FILE *f = fopen(text, "rb");
     char *buf = malloc(1 << 20);
@@ -616,7 +617,7 @@ int main(int argc, char **argv) {
         agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_FP8, "stories260K q8_0, fp8 KV");
         test_mixes();
         /* the whole corpus on a GPU; through the emulator its first chunk */
-        test_corpus_agreement(hr_test_shared_path("models/stories260K.gguf"), "F32 model", 4, 1.0, driver ? 1 : 0);
+        test_corpus_agreement(hr_test_shared_path("models/stories260K.gguf"), "F32 model", 5, 1.0, driver ? 1 : 0);
         /* the q8_0 model: a 256-token prefill multiplies on the tensor cores (x rounded to f16, where the
          * CPU quantizes it to q8_0): near-ties may part, so 97% (f16 KV) */
         test_corpus_agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", "q8_0 model", 1, 0.98, driver ? 1 : 0);

@@ -432,11 +432,16 @@ static void check_attention(hr_kv_storage *cpu, hr_kv_storage *gpu, hr_kv_format
                 if (fmt != HR_KV_F16) d /= fmax(fabs((double)o_cpu[i][j]), 1e-2);
                 worst = d != d ? INFINITY : fmax(worst, d);
             }
+        /* q4h: the CPU rounds its rotated query to int16 against the largest magnitude (kv_format.c's
+         * dot_q4h_k), the GPU keeps it in f32: half a step, amax / 65534 (amax about 2 here), per element
+         * moves a score by up to that times sum |k| (about 400 for the outlier token, rotated) times the
+         * scale 0.125, 1.5e-3, and the outputs by as much relatively */
+        const double rel = fmt == HR_KV_Q4H ? 4e-3 : 1e-3;
         if (fmt == HR_KV_F16)
             CHECKF(worst < 25.0 * 0x1p-11 + 1e-5, "attention %s %s softcap %d: absolute error %g",
                    hr_kv_format_name(fmt), what, softcap, worst);
         else
-            CHECKF(worst < 1e-3, "attention %s %s softcap %d: relative error %g", hr_kv_format_name(fmt), what, softcap,
+            CHECKF(worst < rel, "attention %s %s softcap %d: relative error %g", hr_kv_format_name(fmt), what, softcap,
                    worst);
     }
 }
@@ -452,7 +457,7 @@ static void check_attention(hr_kv_storage *cpu, hr_kv_storage *gpu, hr_kv_format
  * 4 idle, 2 rows a warp) with a group of 5 and B 32, D 32 (8 lanes, 4 idle, 4 rows a warp) without
  * GQA and B 8. */
 static void test_attention(void) {
-    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8, HR_KV_F32, HR_KV_BF16, HR_KV_FP8};
+    static const hr_kv_format fmts[] = {HR_KV_F16, HR_KV_Q8, HR_KV_F32, HR_KV_BF16, HR_KV_FP8, HR_KV_Q4H};
     static const struct {
         int HKV, H, D, B, NB;
     } shapes[] = {{2, 24, 64, 16, 72}, {2, 4, 160, 16, 24}, {2, 10, 96, 32, 12}, {3, 3, 32, 8, 48}};
@@ -482,7 +487,7 @@ static void test_attention(void) {
             const hr_kv_format fmt = fmts[fi];
             hr_kv_storage_params p = {
                 .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
-            kv_fmt_init(&p.k, fmt, KV_K, B, D, &e);
+            if (kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) != HR_OK) continue; /* q4h: D 160 and 96 are no powers of two */
             kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
             hr_kv_storage *cpu = NULL, *gpu = NULL;
             CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);

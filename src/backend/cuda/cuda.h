@@ -152,7 +152,7 @@ extern const hr_backend_ops hr_backend_cuda;
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err);
 
 /* A KV storage (kv/kv_storage.h) whose blocks live in one device allocation (the arena) of dev:
- * formats f32, f16, bf16, q8 and fp8 (K and V), no deferred formats (no stages); dev must outlive it.
+ * formats f32, f16, bf16, q8, fp8 and q4h (K and V), no deferred formats (no stages); dev must outlive it.
  * Untested on a GPU so far (docs/GPU.md). */
 hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
                                     hr_error *err);

@@ -35,8 +35,9 @@ void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int tar
 uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx, int target_blocks) {
     int ns, chunk;
     hr_cuda_attn_split(n_kv_heads, n_heads, n, max_ctx, target_blocks, &ns, &chunk);
-    /* o_part [n][H][ns][D] and ml_part [n][H][ns][2] */
-    return (uint64_t)(n > 0 ? n : 1) * (uint64_t)n_heads * (uint64_t)ns * (uint64_t)(head_dim + 2) * 4u;
+    /* o_part [n][H][ns][D], ml_part [n][H][ns][2], and the rotated queries [n][H][D] (q4h keys) */
+    const uint64_t rows = (uint64_t)(n > 0 ? n : 1) * (uint64_t)n_heads;
+    return rows * ((uint64_t)ns * (uint64_t)(head_dim + 2) + (uint64_t)head_dim) * 4u;
 }
 
 int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out) {

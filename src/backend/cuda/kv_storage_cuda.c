@@ -8,9 +8,10 @@
  * and the caller's scratch, nothing allocated and nothing waited for. The storage ops the manager
  * calls with host rows (write, attend) move their rows up and down around the same kernels; they
  * return nothing, so a device fault there is kept (failed, msg) and the result is zeros; the caller
- * sees it on the next hr_kv_storage_cuda_check. Formats: f32, f16, bf16, q8 and fp8; the deferred
- * ones (q4, kivi2, q4h: encoded when a block fills, from f16 stages) are refused. Not yet run on a
- * GPU (docs/GPU.md).
+ * sees it on the next hr_kv_storage_cuda_check. Formats: f32, f16, bf16, q8, fp8 and q4h (4-bit per
+ * token, keys Hadamard-rotated: attention first rotates the queries into its scratch with
+ * hr_k_hadamard_rows); the deferred ones (q4, kivi2: encoded when a block fills, from f16 stages)
+ * are refused. Not yet run on a GPU (docs/GPU.md).
  *
  * The attention kernel: HEADROOM_CUDA_ATTN_KERNEL, read at create, picks "split" (the default:
  * hr_k_attn_split, a K row per thread) or "rows" (hr_k_attn_split_rows: K and V rows read by groups of
@@ -25,7 +26,7 @@
 #include "tensor/tensor.h"
 
 /* attention.cu's HR_K_KV_* */
-enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2, CUDA_KV_BF16 = 3, CUDA_KV_FP8 = 4 };
+enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2, CUDA_KV_BF16 = 3, CUDA_KV_FP8 = 4, CUDA_KV_Q4H = 5 };
 enum { CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_G, HR_K_ATT_MAX_D */
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
@@ -58,6 +59,7 @@ static int fmt_code(const kv_fmt *f) {
     case HR_KV_F32: return CUDA_KV_F32;
     case HR_KV_BF16: return CUDA_KV_BF16;
     case HR_KV_FP8: return CUDA_KV_FP8;
+    case HR_KV_Q4H: return CUDA_KV_Q4H;
     default: return CUDA_KV_F16;
     }
 }
@@ -145,13 +147,23 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
     sh.scale = scale;
     sh.softcap = softcap;
     int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
+    /* the scratch (hr_cuda_attn_scratch_bytes): o_part, ml_part, then room for the rotated queries */
     uint64_t o_part = scratch, ml_part = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)D * 4u;
+    uint64_t qrot = ml_part + (uint64_t)n * H * (uint64_t)sh.n_splits * 8u;
+    hr_status r = HR_OK;
+    if (sh.k_fmt == CUDA_KV_Q4H) { /* keys stored rotated: rotated queries */
+        void *hargs[] = {&qrot, &q, (void *)&D};
+        if ((r = hr_cuda_launch(s->dev, "hr_k_hadamard_rows", (unsigned)(n * H), 1, 256, hargs, err))) return r;
+        q = qrot;
+    }
     void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &win, &layer, &sh};
-    /* the rows kernel's lanes take 8 elements each (16- or 8-byte loads, q8 groups of >= 8) */
+    /* the rows kernel's lanes take 8 elements each (16- or 8-byte loads, q8 groups of >= 8, q4h's 8
+     * channels from one half of a 16-byte chunk: D % 16 == 0) */
+    const bool q4h = sh.k_fmt == CUDA_KV_Q4H || sh.v_fmt == CUDA_KV_Q4H;
     const bool rows = s->attn_rows && D % 8 == 0 && (sh.k_fmt != CUDA_KV_Q8 || sh.k_group % 8 == 0) &&
-                      (sh.v_fmt != CUDA_KV_Q8 || sh.v_group % 8 == 0);
-    hr_status r = hr_cuda_launch(s->dev, rows ? "hr_k_attn_split_rows" : "hr_k_attn_split", (unsigned)(n * Hkv * ng),
-                                 (unsigned)sh.n_splits, 256, args, err);
+                      (sh.v_fmt != CUDA_KV_Q8 || sh.v_group % 8 == 0) && (!q4h || D % 16 == 0);
+    r = hr_cuda_launch(s->dev, rows ? "hr_k_attn_split_rows" : "hr_k_attn_split", (unsigned)(n * Hkv * ng),
+                       (unsigned)sh.n_splits, 256, args, err);
     void *rargs[] = {&out, &o_part, &ml_part, &H, (void *)&D, &sh.n_splits};
     if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, err);
     return r;
@@ -306,16 +318,18 @@ hr_status hr_kv_storage_cuda_set_attn_kernel(hr_kv_storage *st, const char *name
     return attn_kernel_of(name, &((cuda_kv *)st)->attn_rows, err);
 }
 
+/* q4h's measurement-only variants (HEADROOM_KV_Q4H_VARIANT: keys unrotated, symmetric codes) are the
+ * CPU's alone */
 static bool fmt_ok(const kv_fmt *f) {
     return f->format == HR_KV_F32 || f->format == HR_KV_F16 || f->format == HR_KV_BF16 || f->format == HR_KV_Q8 ||
-           f->format == HR_KV_FP8;
+           f->format == HR_KV_FP8 || (f->format == HR_KV_Q4H && !f->sym && (f->role != KV_K || f->rotate));
 }
 
 hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
                                     hr_error *err) {
     if (!fmt_ok(&p->k) || !fmt_ok(&p->v) || p->n_stage > 0)
         return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "CUDA KV: the formats on the GPU are f32, f16, bf16, q8 and fp8 (K %s, V %s)",
+                            "CUDA KV: the formats on the GPU are f32, f16, bf16, q8, fp8 and q4h (K %s, V %s)",
                             hr_kv_format_name(p->k.format), hr_kv_format_name(p->v.format));
     if (p->n_blocks < 1) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: no blocks asked for");
     if (p->head_dim > CUDA_ATT_MAX_D)

@@ -5,7 +5,9 @@
  *   block b at arena + b * block_bytes = [L][K heads | V heads], each head a region of
  *   k_head_bytes / v_head_bytes:  f32: [B][D] floats;  f16, bf16: [B][D] halves;  q8: [B][D] int8
  *   codes then [B][D / G] f16 scales (code * scale, groups of G along D);  fp8: [B][D] e4m3 codes
- *   then, 4-byte aligned, [B] f32 scales (per token and head: amax / 448).
+ *   then, 4-byte aligned, [B] f32 scales (per token and head: amax / 448);  q4h: [B][D / 2] bytes of
+ *   4-bit codes then [B][D / G] f16 (scale, min) pairs (code * scale + min), K Hadamard-rotated per
+ *   head (the attention then dots a rotated query: hr_k_hadamard_rows), V as it is.
  *
  * hr_k_kv_write encodes tokens' K and V rows into their slots (the CPU storage's encoders step for
  * step: the same bytes). Attention is split over the sequence (flash-decoding) and GQA-aware:
@@ -28,7 +30,14 @@
  * (hr_kv_attn_view.mask: h2o, snapkv) are not supported here yet. */
 #include "common.cuh"
 
-enum { HR_K_KV_F16 = 0, HR_K_KV_Q8 = 1, HR_K_KV_F32 = 2, HR_K_KV_BF16 = 3, HR_K_KV_FP8 = 4 }; /* the host's CUDA_KV_* */
+enum {
+    HR_K_KV_F16 = 0,
+    HR_K_KV_Q8 = 1,
+    HR_K_KV_F32 = 2,
+    HR_K_KV_BF16 = 3,
+    HR_K_KV_FP8 = 4,
+    HR_K_KV_Q4H = 5
+}; /* the host's CUDA_KV_* */
 
 typedef struct hr_k_attn_shape {
     u64 block_bytes, k_head_bytes, v_head_bytes;
@@ -38,14 +47,27 @@ typedef struct hr_k_attn_shape {
     int chunk;                          /* positions per split, a multiple of HR_K_ATT_TILE */
     float scale, softcap;
 } hr_k_attn_shape;
+#define HR_K_ATT_TILE  256 /* positions scored at a time (shared memory) */
+#define HR_K_ATT_G     8   /* query heads per thread block */
+#define HR_K_ATT_MAX_D 256 /* head_dim at most (the host refuses more) */
+
 /* the host's attn_shape (backend/cuda/kv_storage_cuda.c) asserts the same size: the struct is passed
  * by value, byte for byte */
 static_assert(sizeof(hr_k_attn_shape) == 80, "hr_k_attn_shape must match attn_shape in kv_storage_cuda.c");
 
-/* where a head region's scales start: after the [B][D] codes (fp8's aligned to 4 bytes) */
+/* where a head region's scales start: after the [B][D] codes (fp8's aligned to 4 bytes, q4h's two a byte) */
 static __device__ inline u64 scale_off(int fmt, int B, int D) {
     const u64 bd = (u64)B * (u64)D;
-    return fmt == HR_K_KV_FP8 ? (bd + 3u) & ~(u64)3u : bd;
+    return fmt == HR_K_KV_FP8 ? (bd + 3u) & ~(u64)3u : fmt == HR_K_KV_Q4H ? bd / 2u : bd;
+}
+
+/* q4h: where channel c's 4-bit code sits in a token's D / 2 bytes (kv_format.c's kv_code_byte at 4
+ * bits): chunks of 32 channels in 16 bytes (a narrower last chunk of w channels in w / 2), byte k of a
+ * chunk of w holding channels k (low nibble) and k + w / 2 (high) */
+static __device__ inline int q4_code_byte(int D, int c, int *shift) {
+    const int base = c - c % 32, w = D - base < 32 ? D - base : 32, nb = w / 2, r = c - base;
+    *shift = r / nb * 4;
+    return base / 2 + r % nb;
 }
 
 /* element d of token slot s in a head region of format fmt */
@@ -56,6 +78,13 @@ static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, in
     case HR_K_KV_BF16: return hr_bf2f(hr_ld_u16(head + 2u * i));
     case HR_K_KV_F32: return ((const float *)head)[i];
     case HR_K_KV_FP8: return hr_e4m3_to_f(head[i]) * ((const float *)(head + scale_off(fmt, B, D)))[s];
+    case HR_K_KV_Q4H: {
+        int sh;
+        const int byte = q4_code_byte(D, d, &sh);
+        const int code = (head[(u64)s * (u64)(D / 2) + (u64)byte] >> sh) & 15;
+        const u8 *pair = head + scale_off(fmt, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)(d / G));
+        return hr_h2f(hr_ld_u16(pair)) * (float)code + hr_h2f(hr_ld_u16(pair + 2));
+    }
     default: { /* q8 */
         const u8 *scales = head + scale_off(fmt, B, D);
         const float sc = hr_h2f(hr_ld_u16(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d / G))));
@@ -66,11 +95,122 @@ static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, in
 
 /* ---- writes ---------------------------------------------------------------------------------------- */
 
+/* x[0..D) in shared memory (D a power of two) becomes its normalized Hadamard transform: kv_format.c's
+ * kv_hadamard, butterfly for butterfly (a + b, a - b), then times 1 / sqrt(D); every thread calls it */
+static __device__ void hadamard_shared(float *x, int D) {
+    for (int h = 1; h < D; h *= 2) {
+        for (int p = tid_x(); p < D / 2; p += ntid_x()) {
+            const int j = p / h * 2 * h + p % h;
+            const float a = x[j], b = x[j + h];
+            x[j] = a + b;
+            x[j + h] = a - b;
+        }
+        __syncthreads();
+    }
+    const float norm = 1.0f / hr_sqrtf((float)D);
+    for (int d = tid_x(); d < D; d += ntid_x()) x[d] *= norm;
+    __syncthreads();
+}
+
+/* ---- q4h's encoder: kv_format.c's kv_lowbit_fit and enc_q4tok at 4 bits, operation for operation ----
+ * (one thread a group: the search is serial and short; contraction off, as the C build has it, so no
+ * a * b + c becomes an fma and the squared errors, hence the chosen scale and min, are the CPU's) */
+
+static __device__ inline int q4_quant(float x, float s, float m) {
+#pragma clang fp contract(off)
+    if (s <= 0.0f) return 0;
+    const float r = hr_rintf((x - m) / s);
+    return r < 0.0f ? 0 : r > 15.0f ? 15 : (int)r;
+}
+
+/* squared error of x[0..n) coded against (s, m) as stored in f16 (*s16, *m16 set) */
+static __device__ float q4_fit_err(const float *x, int n, float s, float m, u16 *s16, u16 *m16) {
+#pragma clang fp contract(off)
+    *s16 = hr_f2h(s > 0.0f ? s : 0.0f);
+    *m16 = hr_f2h(m);
+    const float sr = hr_h2f(*s16), mr = hr_h2f(*m16);
+    float e = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float d = x[i] - (sr * (float)q4_quant(x[i], sr, mr) + mr);
+        e += d * d;
+    }
+    return e;
+}
+
+/* the min-max range and 15 ranges clipped by up to 3/16 at either end, each refined once by least
+ * squares on its codes; the smallest squared error wins (ties: the earlier) */
+static __device__ void q4_fit(const float *x, int n, u16 *s16, u16 *m16) {
+#pragma clang fp contract(off)
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    const float range = hi - lo;
+    float best = q4_fit_err(x, n, range / 15.0f, lo, s16, m16);
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++) {
+            const float l = lo + range * (float)a / 16.0f, h = hi - range * (float)b / 16.0f;
+            const float sc0 = (h - l) / 15.0f;
+            float sc = sc0, mn = l, sq = 0.0f, sx = 0.0f, sqq = 0.0f, sqx = 0.0f;
+            for (int i = 0; i < n; i++) {
+                const float c = (float)q4_quant(x[i], sc0, l);
+                sq += c;
+                sx += x[i];
+                sqq += c * c;
+                sqx += c * x[i];
+            }
+            const float det = (float)n * sqq - sq * sq;
+            if (det > 0.0f) {
+                const float s2 = ((float)n * sqx - sq * sx) / det;
+                if (s2 > 0.0f) {
+                    sc = s2;
+                    mn = (sx - s2 * sq) / (float)n;
+                }
+            }
+            u16 cs, cm;
+            const float e = q4_fit_err(x, n, sc, mn, &cs, &cm);
+            if (e < best) {
+                best = e;
+                *s16 = cs;
+                *m16 = cm;
+            }
+        }
+}
+
+/* x (D floats in shared memory) into slot s of a q4h head region, rotated first when rotate (K): the
+ * normalized Hadamard transform by butterflies (kv_hadamard's order), then each group of G by one
+ * thread: its (scale, min) and its chunk's code bytes (a group owns whole bytes: G is 32, or D < 32) */
+static __device__ void q4h_put(u8 *head, int B, int D, int G, int s, float *x, bool rotate) {
+    if (rotate) hadamard_shared(x, D);
+    const int g = tid_x();
+    if (g >= D / G) return;
+    u16 s16, m16;
+    q4_fit(x + g * G, G, &s16, &m16);
+    const float sr = hr_h2f(s16), mr = hr_h2f(m16);
+    u8 bytes[16] = {};
+    int first = -1;
+    for (int c = g * G; c < (g + 1) * G; c++) {
+        int sh;
+        const int byte = q4_code_byte(D, c, &sh);
+        first = first < 0 || byte < first ? byte : first;
+        bytes[byte % 16] |= (u8)(q4_quant(x[c], sr, mr) << sh);
+    }
+    u8 *codes = head + (u64)s * (u64)(D / 2);
+    for (int i = 0; i < G / 2; i++) codes[first + i] = bytes[(first + i) % 16];
+    u8 *pair = head + scale_off(HR_K_KV_Q4H, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)g);
+    pair[0] = (u8)(s16 & 0xffu), pair[1] = (u8)(s16 >> 8), pair[2] = (u8)(m16 & 0xffu), pair[3] = (u8)(m16 >> 8);
+}
+
 /* One token's head x (D floats) into slot s of a head region: the CPU storage's encoders (enc_f16,
- * enc_q8, enc_fp8, ...) step for step. Every thread of the block calls it (the amax reductions). */
-static __device__ void kv_put(u8 *head, int fmt, int B, int D, int G, int s, const float *x, float *red) {
+ * enc_q8, enc_fp8, ...) step for step. Every thread of the block calls it (the amax reductions); q4h
+ * takes x from xs, shared memory the caller filled. */
+static __device__ void kv_put(u8 *head, int fmt, int B, int D, int G, int s, const float *x, float *red, float *xs,
+                              bool rotate) {
     const u64 row = (u64)s * (u64)D;
-    if (fmt == HR_K_KV_F32) {
+    if (fmt == HR_K_KV_Q4H) {
+        q4h_put(head, B, D, G, s, xs, rotate);
+    } else if (fmt == HR_K_KV_F32) {
         for (int d = tid_x(); d < D; d += ntid_x()) ((float *)head)[row + d] = x[d];
     } else if (fmt == HR_K_KV_F16 || fmt == HR_K_KV_BF16) {
         for (int d = tid_x(); d < D; d += ntid_x()) {
@@ -109,23 +249,36 @@ static __device__ void kv_put(u8 *head, int fmt, int B, int D, int G, int s, con
 extern "C" __global__ void hr_k_kv_write(u8 *arena, const float *k, const float *v, const int *slots, int layer,
                                          hr_k_attn_shape sh) {
     __shared__ float red[32];
+    __shared__ float xs[HR_K_ATT_MAX_D];
     const int i = ctaid_x(), role = ctaid_y() / sh.n_kv_heads, h = ctaid_y() % sh.n_kv_heads;
     const int D = sh.head_dim, B = sh.block_size, slot = slots[i];
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
     u8 *blk = arena + (u64)(slot / B) * sh.block_bytes + layer_off;
     const float *x = (role == 0 ? k : v) + ((u64)i * (u64)sh.n_kv_heads + (u64)h) * (u64)D;
+    if ((role == 0 ? sh.k_fmt : sh.v_fmt) == HR_K_KV_Q4H) {
+        for (int d = tid_x(); d < D; d += ntid_x()) xs[d] = x[d];
+        __syncthreads();
+    }
     if (role == 0)
-        kv_put(blk + (u64)h * sh.k_head_bytes, sh.k_fmt, B, D, sh.k_group, slot % B, x, red);
+        kv_put(blk + (u64)h * sh.k_head_bytes, sh.k_fmt, B, D, sh.k_group, slot % B, x, red, xs, true);
     else
         kv_put(blk + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)h * sh.v_head_bytes, sh.v_fmt, B, D, sh.v_group,
-               slot % B, x, red);
+               slot % B, x, red, xs, false);
+}
+
+/* q4h keys are stored rotated, so the attention dots rotated queries: out = the normalized Hadamard
+ * transform of each row of q ([rows][D], D a power of two), one thread block a row (kv_hadamard's
+ * butterflies, as the CPU's attention rotates its query) */
+extern "C" __global__ void hr_k_hadamard_rows(float *out, const float *q, int D) {
+    __shared__ float x[HR_K_ATT_MAX_D];
+    const u64 row = (u64)ctaid_x() * (u64)D;
+    for (int d = tid_x(); d < D; d += ntid_x()) x[d] = q[row + d];
+    __syncthreads();
+    hadamard_shared(x, D);
+    for (int d = tid_x(); d < D; d += ntid_x()) out[row + d] = x[d];
 }
 
 /* ---- attention ------------------------------------------------------------------------------------- */
-
-#define HR_K_ATT_TILE  256 /* positions scored at a time (shared memory) */
-#define HR_K_ATT_G     8   /* query heads per thread block */
-#define HR_K_ATT_MAX_D 256 /* head_dim at most (the host refuses more) */
 
 /* A query's window (a policy's sinks and window, a model's sliding window): win[2 qi] = sinks,
  * win[2 qi + 1] = lo: positions t < sinks and t >= lo take part (lo 0, or win NULL: all of [0, n_ctx)).
@@ -307,11 +460,11 @@ static __device__ inline hr_k_w2 ld_w2(const u8 *p) {
 /* IEEE half -> float by the hardware's conversion (cvt.f32.f16; exact, as hr_h2f) */
 static __device__ inline float h2f_cvt(u32 h) { return (float)__builtin_bit_cast(_Float16, (u16)h); }
 
-/* one lane's chunk of a row as loaded: the words (f32: 8, f16 and bf16: 4, q8 and fp8: 2) and the
- * row's or group's scale (q8, fp8) */
+/* one lane's chunk of a row as loaded: the words (f32: 8, f16 and bf16: 4, q8 and fp8: 2, q4h: 2, a
+ * code in the low nibble of each byte) and the row's or group's scale (q8, fp8, q4h) and min (q4h) */
 struct rows_raw {
     u32 w[8];
-    float sc;
+    float sc, mn;
 };
 
 /* positions a lane loads before it uses them: 64 bytes a lane */
@@ -329,6 +482,14 @@ template <int F> static __device__ inline rows_raw rows_fetch(const u8 *head, in
     } else if (F == HR_K_KV_F16 || F == HR_K_KV_BF16) {
         const hr_k_w4 a = ld_w4(head + 2u * i);
         for (int j = 0; j < 4; j++) r.w[j] = a.w[j];
+    } else if (F == HR_K_KV_Q4H) { /* 8 channels of one chunk: 8 bytes' low or high nibbles (D % 16 == 0) */
+        int sh;
+        const int byte = q4_code_byte(D, d0, &sh);
+        const hr_k_w2 a = ld_w2(head + (u64)s * (u64)(D / 2) + (u64)byte);
+        r.w[0] = (a.w[0] >> sh) & 0x0f0f0f0fu, r.w[1] = (a.w[1] >> sh) & 0x0f0f0f0fu;
+        const u8 *pair = head + scale_off(F, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)(d0 / G));
+        r.sc = h2f_cvt(hr_ld_u16(pair));
+        r.mn = h2f_cvt(hr_ld_u16(pair + 2));
     } else {
         const hr_k_w2 a = ld_w2(head + i);
         r.w[0] = a.w[0], r.w[1] = a.w[1];
@@ -345,8 +506,12 @@ template <int F> static __device__ inline rows_raw rows_fetch(const u8 *head, in
 }
 
 /* the chunk's 8 values, x[j] * (the returned factor) each: the factor is the scale of q8 and fp8
- * (applied once per chunk by the caller), 1 otherwise */
+ * (applied once per chunk by the caller), 1 otherwise (q4h's code * scale + min in x) */
 template <int F> static __device__ inline float rows_deq(const rows_raw &r, float (&x)[HR_K_ROWS_E]) {
+    if (F == HR_K_KV_Q4H) {
+        for (int j = 0; j < 8; j++) x[j] = (float)((r.w[j / 4] >> (8 * (j % 4))) & 0xffu) * r.sc + r.mn;
+        return 1.0f;
+    }
     if (F == HR_K_KV_F32) {
         for (int j = 0; j < 8; j++) x[j] = __builtin_bit_cast(float, r.w[j]);
         return 1.0f;
@@ -520,6 +685,7 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
             rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L);
             break;
         case HR_K_KV_FP8: rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_Q4H: rows_scores<HR_K_KV_Q4H, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
         default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
         }
         __syncthreads();
@@ -557,6 +723,7 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
         case HR_K_KV_F32: rows_pv<HR_K_KV_F32, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
         case HR_K_KV_BF16: rows_pv<HR_K_KV_BF16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
         case HR_K_KV_FP8: rows_pv<HR_K_KV_FP8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_Q4H: rows_pv<HR_K_KV_Q4H, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
         default: rows_pv<HR_K_KV_Q8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
         }
         __syncthreads(); /* the scores and the rescale are rewritten by the next tile */

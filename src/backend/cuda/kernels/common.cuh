@@ -48,6 +48,8 @@ static __device__ inline float hr_sin_approx(float x) { return __nvvm_sin_approx
 static __device__ inline float hr_cos_approx(float x) { return __nvvm_cos_approx_f(x); }
 /* round to nearest even (cvt.rni), as the CPU's rintf in its default mode */
 static __device__ inline float hr_rintf(float x) { return __builtin_rintf(x); }
+/* correctly rounded (sqrt.rn.f32), as the CPU's sqrtf */
+static __device__ inline float hr_sqrtf(float x) { return __builtin_sqrtf(x); }
 /* d += A B on the tensor cores, one warp-wide m16n8k16 product (every lane of the warp takes part):
  * a, b the lane's fragments of A (16 x 16, row-major) and B (16 x 8, column-major), two 16-bit values
  * a word, d the lane's four f32 elements of D, as the PTX ISA lays them out for mma.m16n8k16 (gemm.cu
@@ -92,6 +94,7 @@ static inline float hr_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float hr_sin_approx(float x) { return sinf(x); }
 static inline float hr_cos_approx(float x) { return cosf(x); }
 static inline float hr_rintf(float x) { return rintf(x); }
+static inline float hr_sqrtf(float x) { return sqrtf(x); }
 /* the warp's lanes meet in the emulator, which multiplies the gathered fragments (emu_rt.c) */
 static inline void hr_mma_16816_bf16(float d[4], const u32 a[4], const u32 b[2]) { hr_emu_mma_16816(d, a, b, 0); }
 static inline void hr_mma_16816_f16(float d[4], const u32 a[4], const u32 b[2]) { hr_emu_mma_16816(d, a, b, 1); }
