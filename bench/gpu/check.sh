@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check.sh: the CUDA backend's checks for a machine with an NVIDIA GPU (sm_90: H100/H200) and its
 # driver; nothing here has run on a GPU before such a session (the same tests pass on the CPU through
-# the emulating driver in every `make test`: docs/GPU.md). Five steps, each printed with its result;
+# the emulating driver in every `make test`: docs/GPU.md). Six steps, each printed with its result;
 # exit 0 only when all pass:
 #   1. build with clang-19 (the kernels compiled to PTX and embedded);
 #   2. test_gpu_cuda_kernels: every kernel against the CPU's reference (tests/gpu/test_cuda_kernels.c);
@@ -11,7 +11,10 @@
 #   5. the measurements (bench/gpu/gpu_bench.c: copy, GEMV, prefill, attention per KV format, end to end;
 #      each kernel checked against the CPU at the measured shape first) and PyTorch's attention at the
 #      same shapes (bench/gpu/torch_attn.py, when python3 and torch are there), written as JSON and
-#      markdown into $OUT when set, else bench/gpu/out/ (docs/GPU.md, "Measurements").
+#      markdown into $OUT when set, else bench/gpu/out/ (docs/GPU.md, "Measurements");
+#   6. compute-sanitizer's memcheck and racecheck over step 2's kernel checks, where the CUDA toolkit's
+#      compute-sanitizer is installed (PATH, or /usr/local/cuda*/bin): errors fail the step, a run cut
+#      by its time limit (SANITIZE_SECONDS, default 100, shared by the two) is reported as incomplete.
 # Usage: bench/gpu/check.sh [BUILD_DIR]   (default build-gpu; needs cmake, a C compiler, clang-19)
 # The whole run stays under 8 minutes on an H200: step 5 gets what is left of 440 s (gpu_bench
 # --max-seconds skips what would not fit); E2E_LAYERS (default 8) of Llama-3-8B's 32 layers go into the
@@ -83,7 +86,7 @@ if [ -n "${HEADROOM_CUDA_DRIVER:-}" ]; then
     bench+=(--driver "$HEADROOM_CUDA_DRIVER" --quick)
     quick=(--quick)
 else
-    left=$((440 - SECONDS - 60)) # 60 s kept for torch_attn.py (90 at most)
+    left=$((440 - SECONDS - 60 - ${SANITIZE_SECONDS:-100})) # 60 s kept for torch_attn.py (90 at most), then step 6's
     [ "$left" -lt 120 ] && left=120
     bench+=(--max-seconds "$left" --e2e-layers "${E2E_LAYERS:-8}")
 fi
@@ -116,6 +119,35 @@ if command -v python3 >/dev/null; then
     esac
 else
     echo "torch: not available (no python3)"
+fi
+step "6. compute-sanitizer memcheck and racecheck (test_gpu_cuda_kernels)"
+san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -n "${HEADROOM_CUDA_DRIVER:-}" ]; then
+    echo "not run: the emulating driver is in use (the sanitizer watches a GPU)"
+elif [ -z "$san" ]; then
+    echo "not run: compute-sanitizer is not installed (the CUDA toolkit's; headroom needs only the driver)"
+else
+    half=$((${SANITIZE_SECONDS:-100} / 2))
+    for tool in memcheck racecheck; do
+        timeout "$half" "$san" --tool "$tool" --error-exitcode 3 --print-limit 20 "$build/test_gpu_cuda_kernels" \
+            >"$out/sanitize_$tool.txt" 2>&1
+        src=$?
+        # the sanitizer's reports ("========= Invalid __global__ read ...", "========= Error: Race reported
+        # ..."), also those printed before a timeout cut the run
+        errs=$(grep -cE '^=+ +(Invalid|Error|Race|.*hazard)' "$out/sanitize_$tool.txt")
+        if [ "$src" = 3 ] || [ "$errs" -gt 0 ]; then
+            echo "$tool: ERRORS (first lines below; all in $out/sanitize_$tool.txt)"
+            grep -m 8 -E '^=+ +(Invalid|Error|Race|.*hazard)' "$out/sanitize_$tool.txt"
+            fail=1
+        elif [ "$src" = 0 ]; then
+            echo "$tool: clean ($out/sanitize_$tool.txt)"
+        elif [ "$src" = 124 ]; then
+            echo "$tool: incomplete (cut at ${half} s, no report before: $out/sanitize_$tool.txt)"
+        else
+            echo "$tool: the checks failed under the sanitizer (exit $src: $out/sanitize_$tool.txt)"
+            fail=1
+        fi
+    done
 fi
 echo "(the script ran ${SECONDS} s)"
 exit $fail

@@ -46,6 +46,7 @@
 #define ATTN_TARGET_PCT      80.0   /* of copy bandwidth, f16 and q8 at 8K */
 #define ATTN_Q8_F16_TARGET   1.7    /* q8's speed over f16's */
 #define ATTN_4BIT_F16_TARGET 2.8    /* 4-bit (q4h)'s speed over f16's */
+#define CAPACITY_Q8_TARGET   1.9    /* q8's concurrent sessions over f16's at one KV budget */
 #define E2E_TARGET_PCT       70.0   /* of copy bandwidth: weight bytes per batch-1 step */
 #define MIB                  (1024.0 * 1024.0)
 
@@ -308,15 +309,21 @@ static void bench_copy(void) {
 typedef struct wtype {
     hr_dtype t;
     const char *kernel;
-    bool prefill;  /* measured at T = 512 too */
-    bool target80; /* the issue's >= 80% of copy bandwidth */
+    bool prefill;     /* measured at T = 512 too */
+    bool target80;    /* the issue's >= 80% of copy bandwidth */
+    const char *gemm; /* the tensor-core GEMM the forward pass uses from 16 tokens on (kernels/gemm.cu), or NULL */
+    bool gemm_f16;    /* it rounds x to f16 (else bf16) */
 } wtype;
 
 static const wtype k_types[] = {
-    {HR_DTYPE_F32, "hr_k_gemv_f32", false, false},  {HR_DTYPE_F16, "hr_k_gemv_f16", true, false},
-    {HR_DTYPE_BF16, "hr_k_gemv_bf16", true, true},  {HR_DTYPE_Q8_0, "hr_k_gemv_q8_0", true, true},
-    {HR_DTYPE_Q4_0, "hr_k_gemv_q4_0", true, true},  {HR_DTYPE_Q4_K, "hr_k_gemv_q4_K", true, false},
-    {HR_DTYPE_Q5_K, "hr_k_gemv_q5_K", true, false}, {HR_DTYPE_Q6_K, "hr_k_gemv_q6_K", true, false},
+    {HR_DTYPE_F32, "hr_k_gemv_f32", false, false, NULL, false},
+    {HR_DTYPE_F16, "hr_k_gemv_f16", true, false, "hr_k_gemm_f16", true},
+    {HR_DTYPE_BF16, "hr_k_gemv_bf16", true, true, "hr_k_gemm_bf16", false},
+    {HR_DTYPE_Q8_0, "hr_k_gemv_q8_0", true, true, "hr_k_gemm_q8_0", true},
+    {HR_DTYPE_Q4_0, "hr_k_gemv_q4_0", true, true, "hr_k_gemm_q4_0", true},
+    {HR_DTYPE_Q4_K, "hr_k_gemv_q4_K", true, false, NULL, false},
+    {HR_DTYPE_Q5_K, "hr_k_gemv_q5_K", true, false, NULL, false},
+    {HR_DTYPE_Q6_K, "hr_k_gemv_q6_K", true, false, NULL, false},
 };
 
 typedef struct mshape {
@@ -339,21 +346,32 @@ typedef struct gemv_ctx {
     uint64_t w, x, y;
     size_t stride; /* bytes between the copies of W */
     int copies, rows, cols, T;
+    bool gemm;     /* kernel is a tensor-core GEMM (its grid) */
+    bool gemm_f16; /* which rounds x to f16, else bf16 */
 } gemv_ctx;
 
-/* launched as backend_cuda.c's gemv(): args {y, W, x, rows, cols, T}, 8 rows a block of 256 threads,
- * a tile of up to HR_CUDA_GEMV_TOKENS tokens a grid row (cuda.h) */
+/* launched as backend_cuda.c's gemv(): args {y, W, x, rows, cols, T}, 256 threads a block; the GEMV 8
+ * rows a block, a tile of up to HR_CUDA_GEMV_TOKENS tokens a grid row (cuda.h), the GEMM 128 rows a
+ * block and 64 tokens a grid row */
 static hr_status gemv_rep(void *p, int rep, hr_error *e) {
     gemv_ctx *c = p;
     uint64_t w = c->w + (uint64_t)(rep % c->copies) * c->stride;
     int rows = c->rows, cols = c->cols, T = c->T;
     void *a[] = {&c->y, &w, &c->x, &rows, &cols, &T};
+    if (c->gemm)
+        return hr_cuda_launch(dev, c->kernel, (unsigned)((rows + 127) / 128), (unsigned)((T + 63) / 64), 256, a, e);
     return hr_cuda_launch(dev, c->kernel, (unsigned)((rows + HR_CUDA_GEMV_ROWS - 1) / HR_CUDA_GEMV_ROWS),
                           (unsigned)((T + HR_CUDA_GEMV_TOKENS - 1) / HR_CUDA_GEMV_TOKENS), 256, a, e);
 }
 
+/* x as the GEMM multiplies it: rounded to f16 or bf16 */
+static float round16(float v, bool f16) {
+    return f16 ? hr_f16_to_f32(hr_f32_to_f16(v)) : hr_bf16_to_f32(hr_f32_to_bf16(v));
+}
+
 /* runs the kernel once on copy 0 at T tokens and checks y[t] for the tokens ts against the reference
- * (pool rows dequantized, in double): |y - ref| / sqrt(cols) < 1e-5 (test_cuda_kernels' bound) */
+ * (pool rows dequantized, in double; x rounded as a GEMM rounds it): |y - ref| / sqrt(cols) < 1e-5
+ * (test_cuda_kernels' bound for the GEMV; the GEMM's f32 accumulation in another order stays as close) */
 static bool gemv_check(row *r, gemv_ctx *c, const float *poolf, int P, const float *x, const int *ts, int n_ts) {
     hr_error e = {0};
     size_t ny = (size_t)c->T * (size_t)c->rows;
@@ -370,7 +388,8 @@ static bool gemv_check(row *r, gemv_ctx *c, const float *poolf, int P, const flo
         const float *xt = x + (size_t)ts[k] * (size_t)c->cols;
         for (int p = 0; p < P; p++) {
             double s = 0;
-            for (int i = 0; i < c->cols; i++) s += (double)poolf[(size_t)p * c->cols + i] * xt[i];
+            for (int i = 0; i < c->cols; i++)
+                s += (double)poolf[(size_t)p * c->cols + i] * (c->gemm ? round16(xt[i], c->gemm_f16) : xt[i]);
             for (int row_i = p; row_i < c->rows; row_i += P) {
                 double d = fabs((double)y[(size_t)ts[k] * c->rows + row_i] - s) / sqrt((double)c->cols);
                 if (!(d <= worst)) worst = d; /* NaN counts as worst */
@@ -451,9 +470,12 @@ static void bench_gemv_one(const wtype *wt, const mshape *ms, int T_prefill, siz
         ok = false;
     add_row(&r, xj);
 
-    /* 3. the same matrix at T tokens: FLOP = 2 rows cols T */
-    if (pre) {
-        row q = new_row("prefill", info->name);
+    /* 3. the same matrix at T tokens: FLOP = 2 rows cols T, through the GEMV and, where the type has one,
+     * the tensor-core GEMM (what the forward pass runs at T >= 16) */
+    for (int k = 0; pre && k < (wt->gemm ? 2 : 1); k++) {
+        char what[40];
+        snprintf(what, sizeof what, "%s %s", info->name, k ? "gemm" : "gemv");
+        row q = new_row("prefill", what);
         snprintf(q.shape, sizeof q.shape, "%dx%d (%s), T=%d", rows, cols, ms->role, T_prefill);
         snprintf(q.unit, sizeof q.unit, "TFLOP/s");
         if (!ok)
@@ -463,6 +485,9 @@ static void bench_gemv_one(const wtype *wt, const mshape *ms, int T_prefill, siz
         else {
             c.T = T_prefill;
             c.copies = 1;
+            c.gemm = k == 1;
+            c.gemm_f16 = wt->gemm_f16;
+            c.kernel = k ? wt->gemm : wt->kernel;
             int ts[3] = {0, T_prefill / 2, T_prefill - 1};
             if (gemv_check(&q, &c, poolf, P, x, ts, 3)) {
                 timing t;
@@ -479,6 +504,7 @@ static void bench_gemv_one(const wtype *wt, const mshape *ms, int T_prefill, siz
         }
         json_t *qj = json_object();
         json_object_set_new(qj, "type", json_string(info->name));
+        json_object_set_new(qj, "kernel", json_string(k ? wt->gemm : wt->kernel));
         json_object_set_new(qj, "rows", json_integer(rows));
         json_object_set_new(qj, "cols", json_integer(cols));
         json_object_set_new(qj, "tokens", json_integer(T_prefill));
@@ -496,7 +522,7 @@ static void bench_gemv_one(const wtype *wt, const mshape *ms, int T_prefill, siz
 static void bench_gemv(void) {
     const mshape *shapes = O.quick ? k_shapes_quick : k_shapes_full;
     size_t n_shapes = O.quick ? HR_ARRAY_LEN(k_shapes_quick) : HR_ARRAY_LEN(k_shapes_full);
-    int T_prefill = O.quick ? 12 : 512; /* --quick: two token tiles, the second short */
+    int T_prefill = O.quick ? 20 : 512; /* --quick: three GEMV token tiles, the last short; one GEMM tile, short */
     /* T=1 reps rotate over copies of W totalling >= 256 MiB (the H200's L2 is 50 MB), so each rep reads
      * its matrix from HBM; --quick: 64 KiB, to run the rotation */
     size_t rot = O.quick ? (size_t)64 << 10 : (size_t)256 << 20;
@@ -1040,15 +1066,126 @@ static void bench_e2e(void) {
     hr_runtime_close(rt);
 }
 
+/* ---- 6. capacity: concurrent sessions at one KV budget --------------------------------------------------- */
+
+/* One format: the runtime on the GPU with a KV pool of `budget` bytes, reserve admission (a request is
+ * admitted only when its prompt + max_tokens fit, and never preempted), n_req requests that each claim
+ * ctx positions (16 prompt tokens, ctx - 16 to generate). After a few steps the engine runs as many as
+ * the pool holds: peak_running, checked against floor(blocks / blocks a session claims). Returns the
+ * sessions, or -1. */
+static int capacity_one(hr_rt_kv_format f, const char *shape, int ctx, uint64_t budget, int n_req, row *r, json_t *xj) {
+    hr_rt_synth sy = {.shape = shape, .weight_type = "bf16", .seed = 7};
+    hr_runtime_params p = hr_runtime_default_params();
+    p.synth = &sy;
+    p.device = "cuda";
+    p.cuda_driver = O.driver;
+    p.raw_ids = true;
+    p.n_ctx = ctx;
+    p.kv_budget = budget;
+    p.admission = HR_RT_ADMIT_RESERVE;
+    p.max_running = n_req;
+    p.block_size = 16;
+    p.k_format = p.v_format = f;
+    hr_runtime *rt = NULL;
+    hr_error e = {0};
+    if (hr_runtime_open(&p, &rt, NULL, &e)) {
+        dev_fail(r, "open", &e);
+        return -1;
+    }
+    hr_runtime_info info;
+    hr_runtime_describe(rt, &info);
+    hr_rt_request **req = calloc((size_t)n_req, sizeof *req);
+    int32_t ids[16];
+    bool ok = req != NULL;
+    for (int i = 0; ok && i < n_req; i++)
+        if (submit_random(rt, info.n_vocab, ids, 16, ctx - 16, &req[i], &e)) ok = dev_fail(r, "submit", &e);
+    hr_runtime_pool pool = {0};
+    /* admissions and the prompts' prefill take a few steps (512 tokens a step); then every admitted
+     * request decodes */
+    for (int k = 0; ok && k < 4 + n_req * 16 / 512; k++) {
+        int left = 0;
+        if (hr_runtime_step(rt, &left, &e)) ok = dev_fail(r, "step", &e);
+    }
+    int sessions = -1;
+    if (ok) {
+        hr_runtime_get_pool(rt, &pool);
+        const int per = (ctx - 1 + p.block_size - 1) / p.block_size; /* prompt + max_tokens - 1 positions */
+        const int want = pool.ledger.blocks_total / per < n_req ? pool.ledger.blocks_total / per : n_req;
+        sessions = pool.engine.peak_running;
+        char why[64];
+        snprintf(why, sizeof why, "want %d = %d blocks / %d; running", want, pool.ledger.blocks_total, per);
+        if (verdict(r, sessions == want && pool.engine.failed == 0 && want < n_req, why, (double)sessions))
+            snprintf(r->check, sizeof r->check, "ok (%d blocks / %d a session, %d requests waiting)",
+                     pool.ledger.blocks_total, per, pool.engine.n_waiting);
+        else
+            sessions = -1;
+        json_object_set_new(xj, "blocks", json_integer(pool.ledger.blocks_total));
+        json_object_set_new(xj, "pool_bytes", json_integer((json_int_t)pool.ledger.bytes_total));
+        json_object_set_new(xj, "blocks_per_session", json_integer(per));
+    }
+    for (int i = 0; req && i < n_req; i++)
+        if (req[i]) hr_rt_request_release(rt, req[i]); /* cancels them */
+    free(req);
+    hr_runtime_close(rt);
+    return sessions;
+}
+
+static void bench_capacity(void) {
+    static const hr_rt_kv_format fmts[] = {HR_RT_KV_F16, HR_RT_KV_Q8, HR_RT_KV_FP8, HR_RT_KV_Q4H};
+    static const char *const names[] = {"f16", "q8", "fp8", "q4h"};
+    /* the 8B's KV geometry at 8K and a 16 GiB pool (about 16 f16 sessions); --quick: tiny's at 64 */
+    const char *shape = O.quick ? "tiny" : "llama-3-8b-kv";
+    const int ctx = O.quick ? 64 : 8192, n_req = O.quick ? 14 : 72;
+    const uint64_t budget = O.quick ? (uint64_t)64 << 10 : (uint64_t)16 << 30;
+    int sessions[4];
+    for (size_t fi = 0; fi < HR_ARRAY_LEN(fmts); fi++) {
+        char what[40];
+        snprintf(what, sizeof what, "%s sessions", names[fi]);
+        row r = new_row("capacity", what);
+        snprintf(r.shape, sizeof r.shape, "%s, ctx %d, KV pool %.4g MiB, reserve admission", shape, ctx,
+                 (double)budget / MIB);
+        snprintf(r.unit, sizeof r.unit, "sessions");
+        json_t *xj = json_object();
+        json_object_set_new(xj, "kv_format", json_string(names[fi]));
+        json_object_set_new(xj, "ctx", json_integer(ctx));
+        json_object_set_new(xj, "kv_budget_bytes", json_integer((json_int_t)budget));
+        sessions[fi] = -1;
+        if (out_of_time())
+            snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
+        else
+            sessions[fi] = capacity_one(fmts[fi], shape, ctx, budget, n_req, &r, xj);
+        if (sessions[fi] >= 0) r.value = sessions[fi];
+        add_row(&r, xj);
+    }
+    /* each format's sessions over f16's; the target is q8's */
+    for (size_t fi = 1; fi < HR_ARRAY_LEN(fmts); fi++) {
+        char what[40];
+        snprintf(what, sizeof what, "%s / f16 sessions", names[fi]);
+        row r = new_row("capacity", what);
+        snprintf(r.shape, sizeof r.shape, "%s, ctx %d, one KV budget", shape, ctx);
+        snprintf(r.unit, sizeof r.unit, "x");
+        r.value = sessions[0] > 0 && sessions[fi] >= 0 ? (double)sessions[fi] / sessions[0] : NAN;
+        if (fmts[fi] == HR_RT_KV_Q8) {
+            snprintf(r.target, sizeof r.target, ">= %.1fx", CAPACITY_Q8_TARGET);
+            r.pct_target = pct(r.value, CAPACITY_Q8_TARGET);
+        }
+        if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: a format not measured");
+        json_t *xj = json_object();
+        json_object_set_new(xj, "kv_format", json_string(names[fi]));
+        add_row(&r, xj);
+    }
+}
+
 /* ---- output --------------------------------------------------------------------------------------------- */
 
-static const char *k_sections[] = {"copy", "gemv", "prefill", "attention", "e2e"};
+static const char *k_sections[] = {"copy", "gemv", "prefill", "attention", "e2e", "capacity"};
 static const char *k_titles[] = {
     "1. Device-to-device copy (the reference bandwidth)",
     "2. GEMV, one token (weight bytes / time)",
-    "3. Prefill with the GEMV kernels (2 rows cols T / time; no tensor-core GEMM yet)",
+    "3. Prefill matrix products, GEMV and tensor-core GEMM (2 rows cols T / time)",
     "4. Decode attention, device KV storage (K+V bytes of every query's context / time)",
     "5. End to end through the runtime (wall clock per engine step)",
+    "6. Capacity: concurrent sessions at one KV budget (the engine on the GPU)",
 };
 
 static void md_escape(FILE *f, const char *s) {
@@ -1115,8 +1252,9 @@ static int validate(const char *json_path, const char *md_path) {
         printf("validate: %s does not parse: %s (line %d)\n", json_path, je.text, je.line);
         return 1;
     }
-    static const char *top[] = {"schema", "device",  "driver_version", "date", "commit",  "quick",     "timing",
-                                "checks", "targets", "copy",           "gemv", "prefill", "attention", "e2e"};
+    static const char *top[] = {"schema", "device",  "driver_version", "date",    "commit",
+                                "quick",  "timing",  "checks",         "targets", "copy",
+                                "gemv",   "prefill", "attention",      "e2e",     "capacity"};
     static const char *keys[] = {"what",          "shape",          "value",  "unit",          "median_ms", "loops",
                                  "reps_per_loop", "pct_of_copy_bw", "target", "pct_of_target", "check"};
     for (size_t i = 0; i < HR_ARRAY_LEN(top); i++)
@@ -1284,6 +1422,8 @@ int main(int argc, char **argv) {
     json_object_set_new(tg, "attention_pct_of_copy_bw_f16_q8_at_8k", json_real(ATTN_TARGET_PCT));
     json_object_set_new(tg, "attention_q8_over_f16_speed", json_real(ATTN_Q8_F16_TARGET));
     json_object_set_new(tg, "e2e_batch1_weight_bw_pct_of_copy", json_real(E2E_TARGET_PCT));
+    json_object_set_new(tg, "attention_4bit_over_f16_speed", json_real(ATTN_4BIT_F16_TARGET));
+    json_object_set_new(tg, "capacity_q8_over_f16_sessions", json_real(CAPACITY_Q8_TARGET));
     json_object_set_new(jroot, "targets", tg);
 
     bench_copy();
@@ -1301,6 +1441,10 @@ int main(int argc, char **argv) {
         bench_e2e();
     else
         skip_row("e2e", "decode", "-", O.e2e ? "--only" : "--no-e2e");
+    if (O.e2e && wanted("capacity"))
+        bench_capacity();
+    else
+        skip_row("capacity", "sessions", "-", O.e2e ? "--only" : "--no-e2e");
 
     json_t *ck = json_object();
     json_object_set_new(ck, "passed", json_integer(n_checked - n_failed));

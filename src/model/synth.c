@@ -58,6 +58,21 @@ static const hr_synth_shape k_shapes[] = {
      .rope_base = 500000.0f,
      .llama3_rope = true,
      .vocab = HR_SYNTH_VOCAB_BPE},
+    /* Llama-3-8B's KV cache (32 layers, 8 KV heads of 128: 128 KiB a token in f16) on a small body (8
+       query heads, n_embd 1024, ff 1024, vocab 512): what a KV budget holds of the 8B's sessions, at a
+       fraction of its weights (bench/gpu/gpu_bench.c's capacity measurement) */
+    {.name = "llama-3-8b-kv",
+     .arch = "llama",
+     .n_vocab = 512,
+     .n_embd = 1024,
+     .n_ff = 1024,
+     .n_head = 8,
+     .n_head_kv = 8,
+     .n_layer = 32,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .llama3_rope = true,
+     .vocab = HR_SYNTH_VOCAB_SPM},
     {.name = "qwen2.5-0.5b",
      .arch = "qwen2",
      .n_vocab = 151936,
@@ -99,7 +114,7 @@ static const hr_synth_shape k_shapes[] = {
 };
 
 const char *hr_synth_shape_names(void) {
-    return "tiny, tinyllama-1.1b, llama-3.2-1b, llama-3-8b, qwen2.5-0.5b, mistral-tiny, "
+    return "tiny, tinyllama-1.1b, llama-3.2-1b, llama-3-8b, llama-3-8b-kv, qwen2.5-0.5b, mistral-tiny, "
            "qwen2-tiny, " HR_SYNTH_ARCH_SHAPE_NAMES;
 }
 
