@@ -77,14 +77,17 @@ uint64_t hr_mem_weight_bytes(const hr_hparams *hp, uint64_t file_bytes) {
     return hr_model_resident_bytes(hp, file_bytes);
 }
 
-/* The forward pass's scratch (model/forward.c: activations, matmul rows, attention scores per thread)
- * and the engine's step buffers (engine/engine.c: batch rows, a logits row per running sequence). */
+/* The forward pass's scratch (model/forward.c: activations, matmul rows, attention scores per thread;
+ * on a GPU the host's batch rows alone, its activations being in the device arena) and the engine's
+ * step buffers (engine/engine.c: batch rows, a logits row per running sequence). */
 static uint64_t mem_scratch_bytes(const hr_kv_budget_query *q) {
     const hr_hparams *hp = q->mem.model;
     int T = q->mem.max_batch_tokens > 0 ? q->mem.max_batch_tokens : 512;
     int S = HR_MAX(1, q->kv.max_seqs);
-    return hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads)) +
-           hr_engine_buffer_bytes(T, S, hp->n_vocab);
+    uint64_t fwd = q->mem.device
+                       ? hr_cuda_host_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size)
+                       : hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads));
+    return fwd + hr_engine_buffer_bytes(T, S, hp->n_vocab);
 }
 
 /* Tables that do not grow with the pool: for each sequence slot, its block table (kv/) and a request's
@@ -434,7 +437,8 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                 .mem_limit = rt->p.mem_limit,
                 .request_bytes = rt->p.request_bytes,
-                .unplanned_bytes = rt->p.mem_limit / HR_MEM_LIMIT_MARGIN_DIV}};
+                .unplanned_bytes = rt->p.mem_limit / HR_MEM_LIMIT_MARGIN_DIV,
+                .device = rt->cuda != NULL}};
     /* each layer's window: a model mixing window and full layers (gemma2/3, gpt-oss) gets a hybrid pool
      * whose window groups free what they no longer see (kv.h's layer groups); borrowed until create */
     int32_t *windows = NULL;

@@ -568,6 +568,25 @@ static void test_arena(void) {
         const hr_kv_budget *kb = hr_runtime_budget(rt);
         CHECK(kb->n_blocks == (int)((1u << 20) / kb->block_bytes));
         CHECK(hr_runtime_device_mem(rt, &dm) && dm.arena_used_bytes == dm.arena_bytes);
+        /* the host's memory plan counts the GPU forward pass's host rows, not the CPU's activations: the
+         * CPU's plan for the same parameters differs by exactly the two (the engine's buffers alike) */
+        hr_runtime_params pc = p;
+        pc.device = "cpu";
+        pc.n_threads = 2;
+        hr_runtime *cpu = NULL;
+        CHECKF(hr_runtime_open(&pc, &cpu, NULL, &err) == HR_OK, "%s", err.msg);
+        if (cpu) {
+            const hr_hparams *hp = hr_model_hparams(hr_runtime_model(rt));
+            const int T = p.max_batch_tokens > 0 ? p.max_batch_tokens : 512;
+            const uint64_t host = hr_cuda_host_scratch_bytes(hp, T, p.n_ctx, 16);
+            const uint64_t cpu_fwd = hr_model_ctx_scratch_bytes(hp, T, p.n_ctx, 16, pc.n_threads);
+            const hr_kv_budget *kc = hr_runtime_budget(cpu);
+            CHECKF(kc->scratch_bytes - kb->scratch_bytes == cpu_fwd - host,
+                   "host plan: scratch %llu on the GPU, %llu on the CPU (forward %llu vs %llu)",
+                   (unsigned long long)kb->scratch_bytes, (unsigned long long)kc->scratch_bytes,
+                   (unsigned long long)host, (unsigned long long)cpu_fwd);
+        }
+        hr_runtime_close(cpu);
     }
     hr_runtime_close(rt);
     /* a budget with no room for one context */

@@ -108,6 +108,10 @@ hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena
 /* The device bytes of the forward pass's buffers (out: HR_CUDA_SCRATCH_PIECES of them, in the order
  * the backend allocates them); returns their count. */
 int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out);
+/* The host bytes of the forward pass's batch rows (slots, table rows, contexts, windows, the rows that
+ * want logits, the token embedding's rows for a type the device does not look up): what --device cuda
+ * holds on the host in place of the CPU forward pass's scratch (the runtime's memory plan). */
+uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size);
 /* the KV storage's staging rows for its host write op */
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim);
 /* Attention's split of n queries of up to max_ctx positions (kernels/attention.cu): *n_splits splits

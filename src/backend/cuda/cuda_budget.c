@@ -61,6 +61,13 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
     return HR_CUDA_SCRATCH_PIECES;
 }
 
+uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size) {
+    const uint64_t T = (uint64_t)max_tokens, max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size);
+    /* backend_cuda.c's alloc_activations: slots, qrow, n_ctx, windows (2 a row), tables, out rows, and the
+     * embedding rows (counted whatever the type: T x E floats) */
+    return T * 4 * 3 + T * 8 + T * max_blocks * 4 + T * sizeof(int) + T * (uint64_t)hp->n_embd * 4;
+}
+
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim) {
     return 2u * (uint64_t)n_kv_heads * (uint64_t)head_dim * 4u + 4u;
 }
