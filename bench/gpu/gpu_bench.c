@@ -1,6 +1,7 @@
 /* gpu_bench.c: the GPU's measurements for bench/gpu/check.sh's step 5 (docs/GPU.md, "Measurements").
  *
  *   1. copy:      device-to-device copy bandwidth (hr_cuda_copy), the reference every "% of copy" is of;
+ *                 and the logits' download at the e2e batches (what sampling on the device could save);
  *   2. gemv:      each GEMV kernel at Llama-3-8B's matrix shapes, one token: weight bytes / time;
  *   3. prefill:   the same matrices at 512 tokens, through the GEMV and the tensor-core GEMM (f16, bf16,
  *                 q8_0, q4_0): 2 rows cols T / time;
@@ -301,6 +302,37 @@ static void bench_copy(void) {
     json_object_set_new(x, "bytes", json_integer((json_int_t)bytes));
     json_object_set_new(x, "bytes_moved_per_rep", json_integer((json_int_t)(2 * bytes)));
     add_row(&r, x);
+    /* the logits' way to the host as the forward pass takes it (hr_cuda_download into pageable memory,
+     * waited for): Llama-3's 128256 floats a row at the e2e batches; against the e2e step times it says
+     * what sampling on the device could save */
+    static const int rows_full[] = {1, 16, 64}, rows_quick[] = {1, 4};
+    const int n_vocab = O.quick ? 512 : 128256;
+    for (int i = 0; i < (O.quick ? 2 : 3) && c.src; i++) {
+        const int B = (O.quick ? rows_quick : rows_full)[i];
+        const size_t lb = (size_t)B * (size_t)n_vocab * sizeof(float);
+        row l = new_row("copy", "logits to host");
+        snprintf(l.shape, sizeof l.shape, "%d x %d f32 (%.2f MiB)", B, n_vocab, lb / MIB);
+        snprintf(l.unit, sizeof l.unit, "ms");
+        double v[15];
+        int n = 0;
+        bool ok = lb <= bytes;
+        for (int k = 0; ok && k < 15; k++) {
+            double t0 = hr_time_now();
+            if (hr_cuda_download(dev, back, c.dst, lb, &e)) ok = dev_fail(&l, "download", &e);
+            v[n++] = (hr_time_now() - t0) * 1e3;
+        }
+        if (ok && verdict(&l, memcmp(h, back, lb) == 0, "bytes differ", 0.0)) {
+            snprintf(l.check, sizeof l.check, "ok (bytes equal; host wall clock, median of %d)", n);
+            l.value = l.median_ms = median(v, n);
+            l.loops = n;
+            l.reps = 1;
+        }
+        json_t *lj = json_object();
+        json_object_set_new(lj, "rows", json_integer(B));
+        json_object_set_new(lj, "n_vocab", json_integer(n_vocab));
+        json_object_set_new(lj, "bytes", json_integer((json_int_t)lb));
+        add_row(&l, lj);
+    }
     hr_cuda_free(dev, c.src);
     hr_cuda_free(dev, c.dst);
     free(h);
