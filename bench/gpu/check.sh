@@ -6,9 +6,11 @@
 #   1. build with clang-19 (the kernels compiled to PTX and embedded);
 #   2. test_gpu_cuda_kernels: every kernel against the CPU's reference (tests/gpu/test_cuda_kernels.c);
 #   3. test_gpu_cuda_forward: the forward pass through the runtime: ../shared's F32 greedy vectors with
-#      an f32 KV cache, top-1 agreement with the CPU for f16 and q8 caches (tests/gpu/test_cuda_forward.c);
+#      an f32 KV cache, top-1 agreement with the CPU for f16 and q8 caches, decode steps replayed as CUDA
+#      graphs equal to the eager ones (tests/gpu/test_cuda_forward.c);
 #   4. a greedy run of stories260K on the GPU from the CLI, its token ids compared with the CPU's;
-#   5. the measurements (bench/gpu/gpu_bench.c: copy, GEMV, prefill, attention per KV format, end to end;
+#   5. the measurements (bench/gpu/gpu_bench.c: copy, GEMV, prefill, attention per KV format, end to end
+#      with decode steps eager and as CUDA graphs, the ratio printed on one line;
 #      each kernel checked against the CPU at the measured shape first) and PyTorch's attention at the
 #      same shapes (bench/gpu/torch_attn.py, when python3 and torch are there), written as JSON and
 #      markdown into $OUT when set, else bench/gpu/out/ (docs/GPU.md, "Measurements");
@@ -108,6 +110,10 @@ esac
 cmp=$(sed -nE 's/^ +attention +([a-z0-9]+) split\/rows +ctx ([0-9]+),.*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 ctx \2 \4x (\3)/p' \
     "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
 [ -n "$cmp" ] && echo "attention kernels, split time / rows time (> 1: rows faster): $cmp"
+# decode steps launch by launch against CUDA graphs (gpu_bench's "eager/graphs" rows), on one line
+cmp=$(sed -nE 's/^ +e2e +eager\/graphs +decode batch ([0-9]+) \(eager time \/ graphs time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p' \
+    "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
+[ -n "$cmp" ] && echo "decode steps, eager time / CUDA graphs time (> 1: graphs faster): $cmp"
 if command -v python3 >/dev/null; then
     timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
         --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"

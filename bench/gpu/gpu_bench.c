@@ -11,7 +11,9 @@
  *                 "split", the default), each checked; then split's time over rows' per format and
  *                 context (which is faster); f16's time over q8's and q4h's;
  *   5. e2e:       the runtime's decode steps at batch 1, 16, 64 and a 512-token prefill step on a
- *                 Llama-3-8B-shaped synthetic bf16 model (--e2e-layers of its 32 layers);
+ *                 Llama-3-8B-shaped synthetic bf16 model (--e2e-layers of its 32 layers); each decode
+ *                 batch launch by launch, then replayed as CUDA graphs (hr_cuda_backend_set_graphs), and
+ *                 the two side by side ("eager/graphs": eager time / graphs time, > 1: graphs faster);
  *   6. capacity:  the engine's concurrent 8K sessions at one 16 GiB KV pool per KV format (f16, q8, fp8,
  *                 q4h), each over f16's (run before 5, which takes what time is left).
  *
@@ -39,6 +41,7 @@
 #include "backend/cuda/cuda.h"
 #include "common/util.h"
 #include "runtime/runtime.h"
+#include "runtime/runtime_parts.h"
 #include "tensor/tensor.h"
 
 #define SCHEMA "headroom-gpu-bench/1"
@@ -983,6 +986,41 @@ static double e2e_prefill(hr_runtime *rt, int n_vocab, int prompt, int reps, row
     return r->median_ms = median(v, n);
 }
 
+/* one decode row: batch B, launch by launch or (graphs) replayed as CUDA graphs; *ms its median step */
+static void e2e_decode_row(hr_runtime *rt, const hr_runtime_info *info, int B, int prompt, int warm, int steps,
+                           const char *desc, uint64_t bytes, uint64_t bytes_full, int layers, bool graphs,
+                           double *ms_out) {
+    char what[40];
+    snprintf(what, sizeof what, "%s batch %d", graphs ? "graphs" : "decode", B);
+    row r = new_row("e2e", what);
+    snprintf(r.shape, sizeof r.shape, "%s, prompt %d%s", desc, prompt, graphs ? ", CUDA graphs" : "");
+    snprintf(r.unit, sizeof r.unit, "tokens/s");
+    json_t *xj = json_object();
+    json_object_set_new(xj, "batch", json_integer(B));
+    json_object_set_new(xj, "graphs", json_boolean(graphs));
+    if (out_of_time())
+        snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
+    else {
+        double ms = e2e_decode(rt, info->n_vocab, B, prompt, warm, steps, &r);
+        *ms_out = ms;
+        if (isfinite(ms)) {
+            r.value = B / (ms * 1e-3);
+            double gbs = (double)bytes / (ms * 1e-3) / 1e9;
+            json_object_set_new(xj, "weight_gb_per_s", json_real(gbs));
+            json_object_set_new(xj, "pct_weight_bw_of_copy", jnum(pct(gbs, copy_gbs)));
+            if (layers != 32 && !O.quick) /* the whole model's step, if time scales with the bytes */
+                json_object_set_new(xj, "projected_tokens_per_s_32_layers",
+                                    json_real(B / (ms * 1e-3 * (double)bytes_full / (double)bytes)));
+            if (B == 1) { /* the figure: weight bytes / batch-1 step time */
+                r.pct_copy = pct(gbs, copy_gbs);
+                snprintf(r.target, sizeof r.target, "weights >= %.0f%% of copy", E2E_TARGET_PCT);
+                r.pct_target = pct(r.pct_copy, E2E_TARGET_PCT);
+            }
+        }
+    }
+    add_row(&r, xj);
+}
+
 static void bench_e2e(void) {
     const char *shape = O.quick ? "tiny" : "llama-3-8b";
     /* synthesis on the host dominates: about 3 s a layer there, by this machine's 12 ns a weight, and
@@ -1050,33 +1088,29 @@ static void bench_e2e(void) {
     json_object_set_new(e2e, "streamed_bytes_per_step_32_layers", json_integer((json_int_t)bytes_full));
     printf("  (e2e: opened in %.1f s; %.2f GB of weights streamed per step)\n", open_s, bytes / 1e9);
     for (int bi = 0; bi < n_b; bi++) {
-        int B = batches[bi];
-        char what[40];
-        snprintf(what, sizeof what, "decode batch %d", B);
-        row r = new_row("e2e", what);
-        snprintf(r.shape, sizeof r.shape, "%s, prompt %d", desc, prompt);
-        snprintf(r.unit, sizeof r.unit, "tokens/s");
+        const int B = batches[bi];
+        double ms_eager = NAN, ms_graphs = NAN;
+        e2e_decode_row(rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, false, &ms_eager);
+        if (!hr_cuda_backend_set_graphs(hr_runtime_ctx(rt), true)) {
+            char what[40];
+            snprintf(what, sizeof what, "graphs batch %d", B);
+            skip_row("e2e", what, desc, "the driver has no CUDA graphs");
+            continue;
+        }
+        e2e_decode_row(rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, true, &ms_graphs);
+        hr_cuda_backend_set_graphs(hr_runtime_ctx(rt), false);
+        /* the two side by side: > 1, the graphs are faster */
+        row r = new_row("e2e", "eager/graphs");
+        r.value = ms_eager / ms_graphs;
+        const char *faster = !isfinite(r.value) ? "-" : r.value > 1.0 ? "graphs" : "eager";
+        snprintf(r.shape, sizeof r.shape, "decode batch %d (eager time / graphs time): %s faster", B, faster);
+        snprintf(r.unit, sizeof r.unit, "x");
+        if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: a run not measured");
         json_t *xj = json_object();
         json_object_set_new(xj, "batch", json_integer(B));
-        if (out_of_time())
-            snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
-        else {
-            double ms = e2e_decode(rt, info.n_vocab, B, prompt, warm, steps, &r);
-            if (isfinite(ms)) {
-                r.value = B / (ms * 1e-3);
-                double gbs = (double)bytes / (ms * 1e-3) / 1e9;
-                json_object_set_new(xj, "weight_gb_per_s", json_real(gbs));
-                json_object_set_new(xj, "pct_weight_bw_of_copy", jnum(pct(gbs, copy_gbs)));
-                if (layers != 32 && !O.quick) /* the whole model's step, if time scales with the bytes */
-                    json_object_set_new(xj, "projected_tokens_per_s_32_layers",
-                                        json_real(B / (ms * 1e-3 * (double)bytes_full / (double)bytes)));
-                if (B == 1) { /* the figure: weight bytes / batch-1 step time */
-                    r.pct_copy = pct(gbs, copy_gbs);
-                    snprintf(r.target, sizeof r.target, "weights >= %.0f%% of copy", E2E_TARGET_PCT);
-                    r.pct_target = pct(r.pct_copy, E2E_TARGET_PCT);
-                }
-            }
-        }
+        json_object_set_new(xj, "eager_ms", jnum(ms_eager));
+        json_object_set_new(xj, "graphs_ms", jnum(ms_graphs));
+        json_object_set_new(xj, "faster", isfinite(r.value) ? json_string(faster) : json_null());
         add_row(&r, xj);
     }
     row r = new_row("e2e", "prefill");

@@ -54,12 +54,23 @@ template <int... I> struct make_seq<0, I...> { typedef seq<I...> type; };
 template <typename... A, int... I> void call(void (*f)(A...), void **p, seq<I...>) { f(*(A *)p[I]...); }
 template <typename... A> void invoke(void (*f)(A...), void **p) { call(f, p, typename make_seq<sizeof...(A)>::type()); }
 
+/* each argument's size, from the kernel's own signature */
+template <typename... A> struct arg_sizes {
+    static constexpr size_t v[] = {sizeof(A)...};
+};
+
 struct entry {
     const char *name;
     hr_emu_kernel_fn fn;
+    int n_params;
+    const size_t *sizes;
 };
-constexpr entry make_entry(const char *name, hr_emu_kernel_fn fn) { return entry{name, fn}; }
-#define K(ns, name) make_entry(#name, [](void **p) { invoke(ns::name, p); })
+template <typename... A> entry make_entry(const char *name, hr_emu_kernel_fn fn, void (*)(A...)) {
+    return entry{name, fn, (int)sizeof...(A), arg_sizes<A...>::v};
+}
+#define K(ns, name)                                                                                                    \
+    make_entry(                                                                                                        \
+        #name, [](void **p) { invoke(ns::name, p); }, ns::name)
 const entry kernels[] = {
     K(k_attention, hr_k_attn_split),
     K(k_attention, hr_k_attn_split_rows),
@@ -99,4 +110,13 @@ extern "C" hr_emu_kernel_fn hr_emu_kernel(const char *name) {
         if (*a == *b) return e.fn;
     }
     return nullptr;
+}
+
+extern "C" int hr_emu_kernel_params(hr_emu_kernel_fn fn, const size_t **sizes) {
+    for (const entry &e : kernels)
+        if (e.fn == fn) {
+            *sizes = e.sizes;
+            return e.n_params;
+        }
+    return -1;
 }

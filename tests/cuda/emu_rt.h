@@ -35,6 +35,9 @@ void hr_emu_mma_16816(float *d, const unsigned *a, const unsigned *b, int f16);
 
 /* the emulated kernel named name (an extern "C" __global__ of src/backend/cuda/kernels), or NULL */
 hr_emu_kernel_fn hr_emu_kernel(const char *name);
+/* the byte sizes of an emulated kernel's arguments, in order (*sizes), and their count; -1 for a
+ * function not in the table. What a graph copies of a captured launch's argument array. */
+int hr_emu_kernel_params(hr_emu_kernel_fn fn, const size_t **sizes);
 
 #ifdef __cplusplus
 }

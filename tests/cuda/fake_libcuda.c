@@ -7,7 +7,16 @@
  *
  * Built with HR_FAKE_CUDA_EMU (the hr_emu_cuda library), a launch runs the kernel: the kernels' own
  * source compiled for the host (emu_kernels.cc), each GPU thread a fiber (emu_rt.c). A module whose
- * PTX has an entry with no emulation is refused, naming it. */
+ * PTX has an entry with no emulation is refused, naming it.
+ *
+ * Streams and graphs: a stream is a slot of a fixed table; while one captures (cuStreamBeginCapture_v2),
+ * its launches are recorded, their arguments copied by value (their sizes from the emulator's kernel
+ * table; the counting build keeps none), and cuGraphLaunch replays the instantiated copy in order. What
+ * a real driver refuses during a capture is refused here too, so the tests see it: a capture on the
+ * legacy NULL stream, and, while any stream captures, a synchronous copy or memset, a context
+ * synchronize, an allocation or a launch on the NULL stream (each returns an error and invalidates
+ * the capture: cuStreamEndCapture then fails as the driver's does). HR_FAKE_CUDA_CAPTURE_FAIL=N: the
+ * first N captures begun while it is set end that way too (a driver refusing them: the fallback's test). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,9 +62,31 @@ int cuEventDestroy_v2(void *e);
 int cuEventRecord(void *e, void *stream);
 int cuEventSynchronize(void *e);
 int cuEventElapsedTime(float *ms, void *start, void *end);
+int cuStreamCreate(void **s, unsigned flags);
+int cuStreamDestroy_v2(void *s);
+int cuStreamBeginCapture_v2(void *s, int mode);
+int cuStreamEndCapture(void *s, void **graph);
+int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+int cuGraphLaunch(void *exec, void *s);
+int cuGraphExecDestroy(void *exec);
+int cuGraphDestroy(void *graph);
 int hr_fake_cuda_launches(void);
+void hr_fake_cuda_graph_counts(int *captures, int *graph_launches, int *graphs_alive);
 
 static int launches;
+
+/* the driver's errors for what a capture does not allow */
+enum {
+    CU_CAPTURE_UNSUPPORTED = 900, /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+    CU_CAPTURE_INVALIDATED = 901, /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
+    CU_CAPTURE_IMPLICIT = 906,    /* CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream meets a capture */
+};
+static int capturing; /* streams capturing now */
+static int refuse_in_capture(int why);
+static int run_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      void **params);
+static int record_launch(void *stream, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, void **params);
 
 static const char *mode(void) {
     const char *m = getenv("HR_FAKE_CUDA_MODE");
@@ -101,7 +132,7 @@ int cuCtxCreate_v2(void **c, unsigned flags, int d) {
 }
 int cuCtxDestroy_v2(void *c) { return 0; }
 int cuCtxSetCurrent(void *c) { return 0; }
-int cuCtxSynchronize(void) { return 0; }
+int cuCtxSynchronize(void) { return capturing ? refuse_in_capture(CU_CAPTURE_UNSUPPORTED) : 0; }
 /* a module is its PTX text; one with no kernel entry is refused as the driver refuses a bad image */
 int cuModuleLoadData(void **m, const void *image) {
     if (!strstr(image, ".entry ")) return 200; /* CUDA_ERROR_INVALID_IMAGE */
@@ -131,8 +162,16 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
 #endif
     return 0;
 }
+static bool stream_capturing(void *stream);
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra) {
+    if (stream_capturing(stream)) return record_launch(stream, f, gx, gy, gz, bx, by, bz, params);
+    /* the legacy stream waits for every blocking stream: one that captures cannot be waited for */
+    if (!stream && capturing) return refuse_in_capture(CU_CAPTURE_IMPLICIT);
+    return run_launch(f, gx, gy, gz, bx, by, bz, params);
+}
+static int run_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      void **params) {
     launches++;
 #ifdef HR_FAKE_CUDA_EMU
     /* CUDA_ERROR_LAUNCH_FAILED (719) for a launch the emulator cannot run or a barrier that hangs */
@@ -161,6 +200,7 @@ static size_t mem_total(void) {
     return m && *m ? (size_t)strtoull(m, NULL, 10) : def;
 }
 int cuMemAlloc_v2(ptr_t *p, size_t bytes) {
+    if (capturing) return refuse_in_capture(CU_CAPTURE_UNSUPPORTED);
     if (bytes > mem_total() - allocated) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     size_t n = bytes + 64;
     unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -179,18 +219,22 @@ int cuMemFree_v2(ptr_t p) {
     return 0;
 }
 int cuMemcpyHtoD_v2(ptr_t dst, const void *src, size_t n) {
+    if (capturing) return refuse_in_capture(CU_CAPTURE_IMPLICIT); /* the legacy stream's */
     memcpy((void *)(uintptr_t)dst, src, n);
     return 0;
 }
 int cuMemcpyDtoH_v2(void *dst, ptr_t src, size_t n) {
+    if (capturing) return refuse_in_capture(CU_CAPTURE_IMPLICIT); /* the legacy stream's */
     memcpy(dst, (const void *)(uintptr_t)src, n);
     return 0;
 }
 int cuMemcpyDtoD_v2(ptr_t dst, ptr_t src, size_t n) {
+    if (capturing) return refuse_in_capture(CU_CAPTURE_IMPLICIT); /* the legacy stream's */
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     return 0;
 }
 int cuMemsetD8_v2(ptr_t dst, unsigned char v, size_t n) {
+    if (capturing) return refuse_in_capture(CU_CAPTURE_IMPLICIT); /* the legacy stream's */
     memset((void *)(uintptr_t)dst, v, n);
     return 0;
 }
@@ -251,3 +295,185 @@ int cuEventElapsedTime(float *ms, void *start, void *end) {
     return 0;
 }
 int hr_fake_cuda_launches(void) { return launches; }
+
+/* ---- streams and graphs ---------------------------------------------------------------------------- */
+
+/* A graph: its launches in order, each with a copy of its arguments (mappings, not malloc: see
+ * cuMemAlloc_v2). The exec an instantiation makes is another graph of the same nodes. */
+#define NODE_ARGS   24
+#define NODE_BYTES  512
+#define MAX_STREAMS 16
+typedef struct node {
+    void *f;
+    unsigned g[3], b[3];
+    int n_args;
+    size_t off[NODE_ARGS];
+    _Alignas(16) unsigned char bytes[NODE_BYTES];
+} node;
+typedef struct graph {
+    node *nodes;
+    int n, cap;
+    size_t map_bytes;
+} graph;
+static struct {
+    bool used, capture, invalid;
+    graph *g;
+} streams[MAX_STREAMS];
+static int n_captures, n_graph_launches, graphs_alive;
+
+static void *map(size_t n) {
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+}
+static graph *graph_new(void) {
+    graph *g = map(sizeof *g);
+    if (g) graphs_alive++;
+    return g;
+}
+static void graph_free(graph *g) {
+    if (!g) return;
+    if (g->nodes) munmap(g->nodes, g->map_bytes);
+    munmap(g, sizeof *g);
+    graphs_alive--;
+}
+static node *graph_add(graph *g) {
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        node *nn = map((size_t)cap * sizeof *nn);
+        if (!nn) return NULL;
+        if (g->nodes) {
+            memcpy(nn, g->nodes, (size_t)g->n * sizeof *nn);
+            munmap(g->nodes, g->map_bytes);
+        }
+        g->nodes = nn;
+        g->cap = cap;
+        g->map_bytes = (size_t)cap * sizeof *nn;
+    }
+    return &g->nodes[g->n++];
+}
+
+static int stream_slot(void *s) { return s ? (int)((char *)s - (char *)streams) / (int)sizeof streams[0] : -1; }
+static bool stream_capturing(void *s) { return s && streams[stream_slot(s)].capture; }
+
+/* something a capture does not allow: every capture under way is invalidated, as the driver's is */
+static int refuse_in_capture(int why) {
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (streams[i].capture) streams[i].invalid = true;
+    return why;
+}
+
+static int record_launch(void *stream, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, void **params) {
+    int i = stream_slot(stream);
+    if (streams[i].invalid) return CU_CAPTURE_INVALIDATED;
+    node *n = graph_add(streams[i].g);
+    if (!n) return refuse_in_capture(2);
+    *n = (node){.f = f, .g = {gx, gy, gz}, .b = {bx, by, bz}};
+#ifdef HR_FAKE_CUDA_EMU
+    hr_emu_kernel_fn fn;
+    memcpy(&fn, &f, sizeof fn);
+    const size_t *sizes = NULL;
+    int na = hr_emu_kernel_params(fn, &sizes);
+    size_t at = 0;
+    if (na < 0 || na > NODE_ARGS) return refuse_in_capture(CU_CAPTURE_UNSUPPORTED);
+    for (int a = 0; a < na; a++) {
+        at = (at + 15) & ~(size_t)15; /* every argument 16-aligned: the widest any kernel takes */
+        if (at + sizes[a] > NODE_BYTES) return refuse_in_capture(CU_CAPTURE_UNSUPPORTED);
+        memcpy(n->bytes + at, params[a], sizes[a]);
+        n->off[a] = at;
+        at += sizes[a];
+    }
+    n->n_args = na;
+#else
+    (void)params;
+#endif
+    return 0;
+}
+
+int cuStreamCreate(void **s, unsigned flags) {
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (!streams[i].used) {
+            streams[i].used = true;
+            *s = &streams[i];
+            return 0;
+        }
+    return 2;
+}
+int cuStreamDestroy_v2(void *s) {
+    int i = stream_slot(s);
+    if (streams[i].capture) capturing--;
+    graph_free(streams[i].g);
+    memset(&streams[i], 0, sizeof streams[i]);
+    return 0;
+}
+int cuStreamBeginCapture_v2(void *s, int mode) {
+    if (!s) return CU_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+    int i = stream_slot(s);
+    if (streams[i].capture) return 401; /* CUDA_ERROR_ILLEGAL_STATE */
+    if (!(streams[i].g = graph_new())) return 2;
+    streams[i].capture = true;
+    static int refused; /* captures refused on HR_FAKE_CUDA_CAPTURE_FAIL's word so far */
+    const char *fail = getenv("HR_FAKE_CUDA_CAPTURE_FAIL");
+    streams[i].invalid = fail && refused < atoi(fail);
+    refused += streams[i].invalid;
+    capturing++;
+    return 0;
+}
+int cuStreamEndCapture(void *s, void **out) {
+    int i = s ? stream_slot(s) : -1;
+    *out = NULL;
+    if (i < 0 || !streams[i].capture) return 401;
+    streams[i].capture = false;
+    capturing--;
+    graph *g = streams[i].g;
+    streams[i].g = NULL;
+    if (streams[i].invalid) {
+        graph_free(g);
+        return CU_CAPTURE_INVALIDATED;
+    }
+    n_captures++;
+    *out = g;
+    return 0;
+}
+int cuGraphInstantiateWithFlags(void **exec, void *graph_, unsigned long long flags) {
+    const graph *g = graph_;
+    graph *e = graph_new();
+    if (!e) return 2;
+    for (int k = 0; k < g->n; k++) {
+        node *n = graph_add(e);
+        if (!n) {
+            graph_free(e);
+            return 2;
+        }
+        *n = g->nodes[k];
+    }
+    *exec = e;
+    return 0;
+}
+int cuGraphLaunch(void *exec, void *s) {
+    if (stream_capturing(s)) return refuse_in_capture(CU_CAPTURE_UNSUPPORTED); /* no graphs within graphs here */
+    const graph *g = exec;
+    n_graph_launches++;
+    for (int k = 0; k < g->n; k++) {
+        node *n = &g->nodes[k];
+        void *args[NODE_ARGS];
+        for (int a = 0; a < n->n_args; a++) args[a] = n->bytes + n->off[a];
+        int r = run_launch(n->f, n->g[0], n->g[1], n->g[2], n->b[0], n->b[1], n->b[2], args);
+        if (r) return r;
+    }
+    return 0;
+}
+int cuGraphExecDestroy(void *exec) {
+    graph_free(exec);
+    return 0;
+}
+int cuGraphDestroy(void *g) {
+    graph_free(g);
+    return 0;
+}
+/* the tests' view: captures ended well, graph launches, graphs (captured or executable) not destroyed */
+void hr_fake_cuda_graph_counts(int *captures, int *graph_launches, int *alive) {
+    *captures = n_captures;
+    *graph_launches = n_graph_launches;
+    *alive = graphs_alive;
+}

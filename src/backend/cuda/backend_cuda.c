@@ -12,6 +12,18 @@
  * in the tests through the emulating driver (tests/cuda/emu_rt.c); none has run on a GPU yet
  * (docs/GPU.md).
  *
+ * Decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1 at create; off by default until a GPU measures
+ * them): a batch of up to GRAPH_MAX_TOKENS tokens that all want logits replays the launches captured
+ * the first time its key was seen (hr_cuda_graph_*), one submission instead of ~14 a layer. Every
+ * kernel argument of such a step is a device address of a fixed buffer, T, a layer, or the
+ * attention's split, so the key is T, whether a window is used, the attention kernel and a context
+ * bucket: the split is taken for the batch's longest context rounded up to a power of two from one
+ * attention tile (256), capped at max_ctx, so a sequence growing a token a step replays one graph for
+ * hundreds of steps (the splits past a query's context are empty and the reduction skips them). The
+ * batch's ids, positions, slots, tables, contexts, windows and logit rows are copied into those
+ * buffers before the launch, as for an eager step. A capture that fails runs its step eagerly (said
+ * once on stderr) and is tried once more; a key that fails twice stays eager. Never the request.
+ *
  * What it refuses, in one line beginning "CUDA: ": a model the kernels do not cover yet (biases,
  * Q/K norms, post norms, GeGLU, MoE, MLA, window layers beside full ones, sinks, softcapped logits, embedding
  * scales, LongRoPE, YaRN, linear RoPE scaling, fused QKV / gate-up) and a weight type without a GEMV
@@ -38,6 +50,13 @@ typedef struct dev_layer {
     dev_weight wq, wk, wv, wo, wg, wu, wd;
 } dev_layer;
 
+#define GRAPH_MAX_TOKENS 64  /* the largest batch replayed as a graph: decode steps, not prefill */
+#define GRAPH_CTX_MIN    256 /* the smallest context bucket: one attention tile (kernels/attention.cu) */
+#define GRAPH_CACHE      32  /* graphs kept per context (keys seen: batch sizes x buckets x window) */
+/* captures tried per key: a second after a failure, since the eager step in between has loaded every
+ * kernel of the step (a driver that loads kernels lazily may refuse the first load inside a capture) */
+#define GRAPH_TRIES 2
+
 typedef struct cuda_ctx {
     hr_backend_base base; /* first: the seam dispatches on it */
     hr_cuda_device *dev;
@@ -61,9 +80,21 @@ typedef struct cuda_ctx {
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
+    /* CUDA graphs of decode steps, by key (run_graphed) */
+    bool graphs, graphs_said;
+    int n_graphs;
+    uint64_t graph_clock;
+    struct step_graph {
+        int T, max_ctx; /* tokens; the context bucket the attention's split is taken for */
+        bool win, rows; /* a window is passed to attention; the "rows" attention kernel */
+        int fails;      /* captures that failed: from GRAPH_TRIES on, this key runs eagerly */
+        uint64_t used;  /* graph_clock when last replayed (the least recent is replaced) */
+        hr_cuda_graph *g;
+    } graph[GRAPH_CACHE];
 } cuda_ctx;
 
 static void cuda_destroy(hr_model_ctx *c);
+static void free_graphs(cuda_ctx *x);
 
 /* ---- create ---------------------------------------------------------------------------------------- */
 
@@ -275,6 +306,12 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     if (!st) st = upload_model(x, err);
     if (!st) st = alloc_activations(x, err);
+    const char *graphs = getenv("HEADROOM_CUDA_GRAPHS");
+    if (!st && graphs && *graphs && strcmp(graphs, "0") != 0 &&
+        !hr_cuda_backend_set_graphs((hr_model_ctx *)(void *)x, true))
+        fprintf(stderr, "headroom: HEADROOM_CUDA_GRAPHS: %s; decode steps run launch by launch\n",
+                hr_cuda_graphs_available(x->dev) ? "the KV cache is on another device object"
+                                                 : "this driver has no CUDA graphs (CUDA 11.4 or later)");
     if (st) {
         cuda_destroy((hr_model_ctx *)(void *)x);
         return st;
@@ -288,6 +325,7 @@ static void free_weight(cuda_ctx *x, dev_weight *w) { hr_cuda_free(x->dev, w->p)
 static void cuda_destroy(hr_model_ctx *c) {
     if (!c) return;
     cuda_ctx *x = (cuda_ctx *)(void *)c;
+    free_graphs(x);
     for (int il = 0; x->L && x->m && il < x->m->hp.n_layer; il++) {
         dev_layer *d = &x->L[il];
         hr_cuda_free(x->dev, d->attn_norm);
@@ -415,37 +453,26 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
 }
 
 /* Layer il's K/V writes and attention in the device storage: no row leaves the GPU */
-static hr_status attend(cuda_ctx *x, const hr_batch *b, int il, int max_ctx, hr_error *err) {
+static hr_status attend(cuda_ctx *x, int T, int il, int max_ctx, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
     hr_kv_storage *st = hr_kv_pool_storage_rw(x->kv);
-    hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, b->n_tokens, err);
+    hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, T, err);
     if (r) return r;
     return hr_kv_storage_cuda_attend_rows(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
-                                          x->any_win ? x->win : 0, b->n_tokens, max_ctx, hp->n_head, hp->attn_scale,
-                                          0.0f, x->att, x->attn_scratch, err);
+                                          x->any_win ? x->win : 0, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f, x->att,
+                                          x->attn_scratch, err);
 }
 
-static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
-    cuda_ctx *x = (cuda_ctx *)(void *)c;
-    hr_status st = check_batch(x, b, err);
-    if (st) return st;
+/* A step's launches once its inputs are on the device (ids, positions, the batch's places, the logit
+ * rows, the host's embedding rows): the embedding lookup, the layers, the logits of the first n_out
+ * rows of d_out_rows. Their arguments are the fixed buffers' addresses, T, n_out, the layer and the
+ * split for max_ctx: what a graph captures. */
+static hr_status launch_step(cuda_ctx *x, int T, int n_out, int max_ctx, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
-    const int T = b->n_tokens, E = hp->n_embd, F = hp->n_ff;
-    int max_ctx = 1;
-    if ((st = hr_cuda_upload(x->dev, x->ids, b->tokens, (size_t)T * sizeof(int32_t), err)) ||
-        (st = hr_cuda_upload(x->dev, x->pos, b->pos, (size_t)T * sizeof(int32_t), err)) ||
-        (st = place_batch(x, b, &max_ctx, err)))
-        return st;
+    const int E = hp->n_embd, F = hp->n_ff;
+    hr_status st;
     void *ea[] = {&x->x, &x->tok, &x->ids, (void *)&E, &x->tok_type};
-    if (x->tok_type >= 0) {
-        if ((st = hr_cuda_launch(x->dev, "hr_k_embed", (unsigned)T, 1, THREADS, ea, err))) return st;
-    } else {
-        const hr_weight *te = &x->m->tok_embd;
-        for (int t = 0; t < T; t++)
-            hr_dequantize_row_ref(te->type, (const uint8_t *)te->data + (size_t)b->tokens[t] * te->row_bytes,
-                                  x->hemb + (size_t)t * E, E);
-        if ((st = hr_cuda_upload(x->dev, x->x, x->hemb, (size_t)T * E * sizeof(float), err))) return st;
-    }
+    if (x->tok_type >= 0 && (st = hr_cuda_launch(x->dev, "hr_k_embed", (unsigned)T, 1, THREADS, ea, err))) return st;
     /* Each residual add is fused with the norm after it (hr_k_add_rmsnorm): the FFN's output joins
      * the stream in the next layer's attention norm, the last layer's in the output norm. */
     for (int il = 0; il < hp->n_layer; il++) {
@@ -453,7 +480,7 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
         if ((st = add_rmsnorm(x, x->xb, il > 0 ? x->xo : 0, d->attn_norm, 0, T, err)) ||
             (st = gemv(x, &d->wq, x->xb, x->q, T, err)) || (st = gemv(x, &d->wk, x->xb, x->k, T, err)) ||
             (st = gemv(x, &d->wv, x->xb, x->v, T, err)) || (st = rope(x, T, err)) ||
-            (st = attend(x, b, il, max_ctx, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
+            (st = attend(x, T, il, max_ctx, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
             (st = add_rmsnorm(x, x->xb, x->xo, d->ffn_norm, 0, T, err)) ||
             (st = gemv(x, &d->wg, x->xb, x->g, T, err)) || (st = gemv(x, &d->wu, x->xb, x->u, T, err)))
             return st;
@@ -465,14 +492,113 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
     }
     /* logits for the rows that want them: their last add and norm into xb's first rows (one launch),
      * then one GEMV */
-    int n_out = 0;
+    if (n_out == 0) return HR_OK;
+    if ((st = add_rmsnorm(x, x->xb, x->xo, x->out_norm, x->d_out_rows, n_out, err))) return st;
+    return gemv(x, &x->out, x->xb, x->logits, n_out, err);
+}
+
+/* ---- CUDA graphs of decode steps -------------------------------------------------------------------- */
+
+static void free_graphs(cuda_ctx *x) {
+    for (int i = 0; i < x->n_graphs; i++) hr_cuda_graph_free(x->dev, x->graph[i].g);
+    x->n_graphs = 0;
+}
+
+bool hr_cuda_backend_set_graphs(hr_model_ctx *c, bool on) {
+    if (!c || ((hr_backend_base *)(void *)c)->ops != &hr_backend_cuda) return false;
+    cuda_ctx *x = (cuda_ctx *)(void *)c;
+    /* a graph captures the launches on the backend's device: the KV storage's must be the same one */
+    on = on && hr_cuda_graphs_available(x->dev) && hr_kv_storage_cuda_device(hr_kv_pool_storage(x->kv)) == x->dev;
+    if (!on) free_graphs(x);
+    return x->graphs = on;
+}
+
+/* the context bucket of a step whose longest context is n: a power of two from GRAPH_CTX_MIN, at most
+ * max_ctx (>= n) */
+static int ctx_bucket(const cuda_ctx *x, int n) {
+    int b = GRAPH_CTX_MIN;
+    while (b < n && b < x->max_ctx) b *= 2;
+    return b < x->max_ctx ? b : x->max_ctx;
+}
+
+/* the key's entry: found, or a new one (the least recently used replaced when all are taken) */
+static struct step_graph *graph_entry(cuda_ctx *x, int T, int max_ctx, bool win, bool rows) {
+    struct step_graph *s = NULL;
+    for (int i = 0; i < x->n_graphs; i++) {
+        struct step_graph *e = &x->graph[i];
+        if (e->T == T && e->max_ctx == max_ctx && e->win == win && e->rows == rows) return e;
+        if (!s || e->used < s->used) s = e;
+    }
+    if (x->n_graphs < GRAPH_CACHE)
+        s = &x->graph[x->n_graphs++];
+    else
+        hr_cuda_graph_free(x->dev, s->g);
+    *s = (struct step_graph){.T = T, .max_ctx = max_ctx, .win = win, .rows = rows};
+    return s;
+}
+
+/* records the step's launches into s->g; a failure counted in s->fails, said once */
+static void capture(cuda_ctx *x, struct step_graph *s) {
+    hr_error e = {0}, e_end = {0};
+    hr_status st = hr_cuda_graph_begin(x->dev, &e);
+    if (!st) {
+        st = launch_step(x, s->T, s->T, s->max_ctx, &e);
+        /* ended whatever happened: the stream runs launches again */
+        hr_status end = hr_cuda_graph_end(x->dev, &s->g, st ? &e_end : &e);
+        if (!st) st = end;
+    }
+    if (!st) return;
+    hr_cuda_graph_free(x->dev, s->g); /* a launch failed but the capture ended: not a whole step */
+    s->g = NULL;
+    s->fails++;
+    if (!x->graphs_said)
+        fprintf(stderr,
+                "headroom: CUDA graphs: a %d-token step could not be captured (%s); it ran launch by launch "
+                "(such a step is captured once more, then runs so)\n",
+                s->T, e.msg);
+    x->graphs_said = true;
+}
+
+/* a decode step of T tokens, all wanting logits: its graph replayed (captured first if new) */
+static hr_status run_graphed(cuda_ctx *x, int T, int max_ctx, hr_error *err) {
+    const bool rows = hr_kv_storage_cuda_attn_rows(hr_kv_pool_storage(x->kv));
+    struct step_graph *s = graph_entry(x, T, max_ctx, x->any_win, rows);
+    s->used = ++x->graph_clock;
+    if (!s->g && s->fails < GRAPH_TRIES) capture(x, s);
+    return s->g ? hr_cuda_graph_launch(x->dev, s->g, err) : launch_step(x, T, T, max_ctx, err);
+}
+
+static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
+    cuda_ctx *x = (cuda_ctx *)(void *)c;
+    hr_status st = check_batch(x, b, err);
+    if (st) return st;
+    const hr_hparams *hp = &x->m->hp;
+    const int T = b->n_tokens, E = hp->n_embd;
+    int max_ctx = 1, n_out = 0;
     for (int t = 0; t < T; t++)
         if (b->want_logits && b->want_logits[t]) x->out_rows[n_out++] = t;
-    if (n_out == 0) return HR_OK;
-    if ((st = hr_cuda_upload(x->dev, x->d_out_rows, x->out_rows, (size_t)n_out * sizeof(int), err)) ||
-        (st = add_rmsnorm(x, x->xb, x->xo, x->out_norm, x->d_out_rows, n_out, err)) ||
-        (st = gemv(x, &x->out, x->xb, x->logits, n_out, err)))
+    /* every input up before the first launch (a graph's launch cannot wait for a copy in between) */
+    if ((st = hr_cuda_upload(x->dev, x->ids, b->tokens, (size_t)T * sizeof(int32_t), err)) ||
+        (st = hr_cuda_upload(x->dev, x->pos, b->pos, (size_t)T * sizeof(int32_t), err)) ||
+        (st = place_batch(x, b, &max_ctx, err)) ||
+        (n_out > 0 && (st = hr_cuda_upload(x->dev, x->d_out_rows, x->out_rows, (size_t)n_out * sizeof(int), err))))
         return st;
+    if (x->tok_type < 0) {
+        const hr_weight *te = &x->m->tok_embd;
+        for (int t = 0; t < T; t++)
+            hr_dequantize_row_ref(te->type, (const uint8_t *)te->data + (size_t)b->tokens[t] * te->row_bytes,
+                                  x->hemb + (size_t)t * E, E);
+        if ((st = hr_cuda_upload(x->dev, x->x, x->hemb, (size_t)T * E * sizeof(float), err))) return st;
+    }
+    /* a decode step (every token wants its logits) with graphs on: its graph, the split for the
+     * context's bucket */
+    if (x->graphs && T <= GRAPH_MAX_TOKENS && n_out == T) {
+        max_ctx = ctx_bucket(x, max_ctx);
+        st = run_graphed(x, T, max_ctx, err);
+    } else {
+        st = launch_step(x, T, n_out, max_ctx, err);
+    }
+    if (st || n_out == 0) return st;
     return hr_cuda_download(x->dev, logits, x->logits, (size_t)n_out * hp->n_vocab * sizeof(float), err);
 }
 

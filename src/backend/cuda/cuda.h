@@ -59,18 +59,35 @@ hr_status hr_cuda_copy(hr_cuda_device *dev, uint64_t dst, uint64_t src, size_t b
 /* Launches kernel `name` (an extern "C" entry of the kernels/ .cu files) on grid (gx, gy) of `threads` threads
  * with the kernel's arguments: args[i] points at the i-th argument's value (a device address as a
  * uint64_t, an int, a float, a struct by value), as cuLaunchKernel takes them (copied at the call).
- * Asynchronous: launches, copies and hr_cuda_sync run in order on the default stream, so a download
- * sees every kernel before it; a kernel's fault shows at the next copy or sync (the environment's
+ * Asynchronous: launches go to the device's one stream, created blocking, so the copies (synchronous,
+ * on the legacy default stream) and hr_cuda_sync run in order with them and a download sees every
+ * kernel before it; a kernel's fault shows at the next copy or sync (the environment's
  * HEADROOM_CUDA_SYNC=1 waits for each launch, naming the kernel that failed). HR_ERR_NOT_FOUND for a
  * name no module has. */
 hr_status hr_cuda_launch(hr_cuda_device *dev, const char *name, unsigned gx, unsigned gy, unsigned threads, void **args,
                          hr_error *err);
 /* waits for everything launched so far */
 hr_status hr_cuda_sync(hr_cuda_device *dev, hr_error *err);
-/* GPU time of the work launched between begin and end (events on the default stream; end waits for
+/* GPU time of the work launched between begin and end (events on the device's stream; end waits for
  * it), in milliseconds. One pair per device at a time. */
 hr_status hr_cuda_time_begin(hr_cuda_device *dev, hr_error *err);
 hr_status hr_cuda_time_end(hr_cuda_device *dev, double *ms, hr_error *err);
+
+/* CUDA graphs: the launches between hr_cuda_graph_begin and hr_cuda_graph_end are recorded on the
+ * device's stream (stream capture, thread-local mode), not run, and end makes them an executable
+ * graph that hr_cuda_graph_launch replays as one submission, with the kernels' arguments as they were
+ * at capture (device addresses, sizes: what changes per replay must be copied into the same device
+ * buffers before the launch). No copy, synchronize or allocation between begin and end: the driver
+ * refuses them and the capture fails at end. Graph objects are the driver's (host side), no device
+ * arena memory. Available where the driver has the entry points (CUDA 11.4+). */
+typedef struct hr_cuda_graph hr_cuda_graph;
+bool hr_cuda_graphs_available(const hr_cuda_device *dev);
+hr_status hr_cuda_graph_begin(hr_cuda_device *dev, hr_error *err);
+/* ends the capture (always: the stream is back to running launches) and instantiates it; *out NULL
+ * with err set when the driver refused something in it */
+hr_status hr_cuda_graph_end(hr_cuda_device *dev, hr_cuda_graph **out, hr_error *err);
+hr_status hr_cuda_graph_launch(hr_cuda_device *dev, const hr_cuda_graph *g, hr_error *err);
+void hr_cuda_graph_free(hr_cuda_device *dev, hr_cuda_graph *g); /* NULL allowed */
 
 /* ---- the arena plan (cuda_budget.c: pure arithmetic, no GPU needed) ----------------------------- */
 
@@ -151,6 +168,13 @@ typedef struct hr_cuda_backend_params {
 
 extern const hr_backend_ops hr_backend_cuda;
 
+/* Decode steps as CUDA graphs (docs/GPU.md): HEADROOM_CUDA_GRAPHS=1 at create turns them on (off by
+ * default until a GPU measures them); this turns them on or off on a backend context made by
+ * hr_backend_cuda (gpu_bench measures both on one runtime) and returns whether they are on now (false
+ * where the driver lacks graphs or the context is another backend's). Turning them off frees the
+ * graphs made so far. */
+bool hr_cuda_backend_set_graphs(hr_model_ctx *ctx, bool on);
+
 /* Whether GPU `ordinal` can be opened (hr_cuda_device_open, then closed): what a front end checks
  * before loading a model for --device cuda[:N]. */
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err);
@@ -191,6 +215,10 @@ hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t 
 hr_status hr_kv_storage_cuda_set_attn_kernel(hr_kv_storage *st, const char *name, hr_error *err);
 /* the storage's arena and block size, for kernels that read it directly (tests) */
 uint64_t hr_kv_storage_cuda_arena(const hr_kv_storage *st);
+/* the device it lives on, and whether "rows" is its attention kernel now (a captured graph holds the
+ * kernel it was captured with) */
+hr_cuda_device *hr_kv_storage_cuda_device(const hr_kv_storage *st);
+bool hr_kv_storage_cuda_attn_rows(const hr_kv_storage *st);
 /* The first device failure of a storage op since create (the ops return nothing; their results were
  * zeros), or HR_OK. */
 hr_status hr_kv_storage_cuda_check(const hr_kv_storage *st, hr_error *err);

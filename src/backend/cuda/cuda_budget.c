@@ -35,6 +35,17 @@ void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int tar
 uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx, int target_blocks) {
     int ns, chunk;
     hr_cuda_attn_split(n_kv_heads, n_heads, n, max_ctx, target_blocks, &ns, &chunk);
+    /* the splits asked for (want, at most the tiles), not the ones made: those can be more for a shorter
+     * context (asking 4, 5 tiles go in 3 splits of 2 but 4 tiles in 4), and a batch of any context up to
+     * max_ctx (a sequence short of it, a graph's bucket) must fit this scratch; the asked count only
+     * grows with max_ctx and bounds the made one */
+    const int ng = (n_heads / n_kv_heads + CUDA_ATT_G - 1) / CUDA_ATT_G;
+    const int64_t per_split = (int64_t)(n > 0 ? n : 1) * n_kv_heads * ng;
+    const int64_t tiles = (max_ctx + CUDA_ATT_TILE - 1) / CUDA_ATT_TILE;
+    const int64_t want = (target_blocks + per_split - 1) / per_split;
+    int64_t asked = want < tiles ? want : tiles;
+    if (asked < 1) asked = 1;
+    if (asked > ns) ns = (int)asked;
     /* o_part [n][H][ns][D], ml_part [n][H][ns][2], and the rotated queries [n][H][D] (q4h keys) */
     const uint64_t rows = (uint64_t)(n > 0 ? n : 1) * (uint64_t)n_heads;
     return rows * ((uint64_t)ns * (uint64_t)(head_dim + 2) + (uint64_t)head_dim) * 4u;

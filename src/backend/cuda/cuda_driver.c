@@ -34,7 +34,18 @@
     X(cuEventDestroy, "cuEventDestroy_v2")                                                                             \
     X(cuEventRecord, "cuEventRecord")                                                                                  \
     X(cuEventSynchronize, "cuEventSynchronize")                                                                        \
-    X(cuEventElapsedTime, "cuEventElapsedTime")
+    X(cuEventElapsedTime, "cuEventElapsedTime")                                                                        \
+    X(cuStreamCreate, "cuStreamCreate")                                                                                \
+    X(cuStreamDestroy, "cuStreamDestroy_v2")
+
+/* the optional ones: a driver without them runs without graphs */
+#define HR_CU_GRAPH_SYMS(X)                                                                                            \
+    X(cuStreamBeginCapture, "cuStreamBeginCapture_v2")                                                                 \
+    X(cuStreamEndCapture, "cuStreamEndCapture")                                                                        \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")                                                      \
+    X(cuGraphLaunch, "cuGraphLaunch")                                                                                  \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy")                                                                        \
+    X(cuGraphDestroy, "cuGraphDestroy")
 
 hr_status hr_cuda_driver_open(const char *lib, hr_cuda_driver *out, hr_error *err) {
     if (!lib) lib = "libcuda.so.1";
@@ -53,6 +64,10 @@ hr_status hr_cuda_driver_open(const char *lib, hr_cuda_driver *out, hr_error *er
     memcpy(&d.field, &sym, sizeof sym);
     HR_CU_SYMS(HR_CU_LOAD)
 #undef HR_CU_LOAD
+#define HR_CU_LOAD_OPT(field, name)                                                                                    \
+    if ((sym = dlsym(h, name))) memcpy(&d.field, &sym, sizeof sym);
+    HR_CU_GRAPH_SYMS(HR_CU_LOAD_OPT)
+#undef HR_CU_LOAD_OPT
     *out = d;
     return HR_OK;
 }
@@ -61,6 +76,11 @@ void hr_cuda_driver_close(hr_cuda_driver *d) {
     if (!d || !d->lib) return;
     dlclose(d->lib);
     memset(d, 0, sizeof *d);
+}
+
+bool hr_cuda_driver_has_graphs(const hr_cuda_driver *d) {
+    return d->cuStreamBeginCapture && d->cuStreamEndCapture && d->cuGraphInstantiateWithFlags && d->cuGraphLaunch &&
+           d->cuGraphExecDestroy && d->cuGraphDestroy;
 }
 
 hr_status hr_cuda_fail(const hr_cuda_driver *d, hr_cu_result r, const char *what, hr_error *err) {

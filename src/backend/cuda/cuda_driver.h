@@ -9,6 +9,7 @@
 #ifndef HR_BACKEND_CUDA_CUDA_DRIVER_H
 #define HR_BACKEND_CUDA_CUDA_DRIVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/status.h"
@@ -21,10 +22,15 @@ typedef struct hr_cu_mod_st *hr_cu_module;
 typedef struct hr_cu_func_st *hr_cu_function;
 typedef struct hr_cu_stream_st *hr_cu_stream;
 typedef struct hr_cu_event_st *hr_cu_event;
+typedef struct hr_cu_graph_st *hr_cu_graph;           /* CUgraph */
+typedef struct hr_cu_graph_exec_st *hr_cu_graph_exec; /* CUgraphExec */
 
 enum {
     HR_CU_ATTR_CC_MAJOR = 75, /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
     HR_CU_ATTR_CC_MINOR = 76, /* ..._MINOR */
+    /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: while this thread captures, the driver refuses the calls
+     * that would escape the capture (a synchronous copy, an allocation) instead of running them */
+    HR_CU_CAPTURE_THREAD_LOCAL = 1,
 };
 
 /* The driver's entry points, resolved by hr_cuda_driver_open. */
@@ -62,14 +68,27 @@ typedef struct hr_cuda_driver {
     hr_cu_result (*cuEventRecord)(hr_cu_event e, hr_cu_stream s);
     hr_cu_result (*cuEventSynchronize)(hr_cu_event e);
     hr_cu_result (*cuEventElapsedTime)(float *ms, hr_cu_event start, hr_cu_event end);
+    /* the stream every launch and event goes to: created blocking (flags 0), so the synchronous copies,
+     * which run on the legacy default stream, still wait for its work and it for theirs */
+    hr_cu_result (*cuStreamCreate)(hr_cu_stream *s, unsigned flags);
+    hr_cu_result (*cuStreamDestroy)(hr_cu_stream s);
+    /* CUDA graphs (stream capture, CUDA 11.4+), optional: NULL where the driver lacks one (graphs off) */
+    hr_cu_result (*cuStreamBeginCapture)(hr_cu_stream s, int mode);
+    hr_cu_result (*cuStreamEndCapture)(hr_cu_stream s, hr_cu_graph *g);
+    hr_cu_result (*cuGraphInstantiateWithFlags)(hr_cu_graph_exec *e, hr_cu_graph g, unsigned long long flags);
+    hr_cu_result (*cuGraphLaunch)(hr_cu_graph_exec e, hr_cu_stream s);
+    hr_cu_result (*cuGraphExecDestroy)(hr_cu_graph_exec e);
+    hr_cu_result (*cuGraphDestroy)(hr_cu_graph g);
 } hr_cuda_driver;
 
-/* Loads the driver library `lib` (NULL: "libcuda.so.1") and resolves every entry point above; does
- * not call cuInit. HR_ERR_UNSUPPORTED with "<lib> not found (the NVIDIA driver is not installed)"
- * when it cannot be loaded, or "<lib> has no <symbol> (...)" when a symbol is missing; nothing is
- * left loaded then. */
+/* Loads the driver library `lib` (NULL: "libcuda.so.1") and resolves every entry point above (the
+ * graph ones where the driver has them: hr_cuda_driver_has_graphs); does not call cuInit. HR_ERR_UNSUPPORTED with
+ * "<lib> not found (the NVIDIA driver is not installed)" when it cannot be loaded, or "<lib> has no <symbol> (...)"
+ * when a symbol is missing; nothing is left loaded then. */
 hr_status hr_cuda_driver_open(const char *lib, hr_cuda_driver *out, hr_error *err);
 void hr_cuda_driver_close(hr_cuda_driver *d); /* NULL or never opened allowed */
+/* whether every graph entry point resolved */
+bool hr_cuda_driver_has_graphs(const hr_cuda_driver *d);
 
 /* err <- "<what>: <the driver's name for r>" as HR_ERR_UNSUPPORTED (a device or driver fault, not
  * the input's); returns that code. */

@@ -27,7 +27,13 @@ struct hr_cuda_device {
         bool live;
     } * pieces;
     int n_pieces, cap_pieces;
-    hr_cu_event t0, t1; /* hr_cuda_time_begin / _end */
+    hr_cu_event t0, t1;  /* hr_cuda_time_begin / _end */
+    hr_cu_stream stream; /* every launch and event (a graph needs a stream that is not the legacy one) */
+    bool capturing;      /* between hr_cuda_graph_begin and _end: launches are recorded, not run */
+};
+
+struct hr_cuda_graph {
+    hr_cu_graph_exec exec;
 };
 
 int hr_cuda_n_modules(void) { return hr_cuda_ptx_count; }
@@ -80,6 +86,8 @@ hr_status hr_cuda_device_open(const char *driver_lib, int ordinal, hr_cuda_devic
                          err);
     if ((r = d->drv.cuCtxCreate(&d->ctx, 0, d->dev)))
         return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot create a context", err), err);
+    if ((r = d->drv.cuStreamCreate(&d->stream, 0)))
+        return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot create a stream", err), err);
     for (int i = 0; i < hr_cuda_ptx_count && i < HR_CUDA_MAX_MODULES; i++) {
         /* the driver JIT-compiles the PTX for this GPU here (cached by the driver across runs) */
         if ((r = d->drv.cuModuleLoadData(&d->mods[i], hr_cuda_ptx_modules[i].ptx))) {
@@ -103,6 +111,7 @@ void hr_cuda_device_close(hr_cuda_device *d) {
         if (d->arena) d->drv.cuMemFree(d->arena);
         if (d->t0) d->drv.cuEventDestroy(d->t0);
         if (d->t1) d->drv.cuEventDestroy(d->t1);
+        if (d->stream) d->drv.cuStreamDestroy(d->stream);
         d->drv.cuCtxDestroy(d->ctx);
     }
     hr_cuda_driver_close(&d->drv);
@@ -257,8 +266,10 @@ hr_status hr_cuda_launch(hr_cuda_device *d, const char *name, unsigned gx, unsig
     for (int i = 0; i < d->n_mods && !f; i++)
         if (d->drv.cuModuleGetFunction(&f, d->mods[i], name)) f = NULL;
     if (!f) return hr_error_set(err, HR_ERR_NOT_FOUND, "CUDA: no kernel named %s in this build", name);
-    hr_cu_result r = d->drv.cuLaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, NULL, args, NULL);
-    if (!r && d->sync_each) r = d->drv.cuCtxSynchronize(); /* a kernel's fault shows here, named after it */
+    hr_cu_result r = d->drv.cuLaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, d->stream, args, NULL);
+    /* a kernel's fault shows here, named after it (not while capturing: nothing runs then, and a
+     * synchronize would break the capture) */
+    if (!r && d->sync_each && !d->capturing) r = d->drv.cuCtxSynchronize();
     if (r) {
         hr_cuda_fail(&d->drv, r, "CUDA: kernel failed", err);
         hr_error_prefix(err, "%s", name);
@@ -279,7 +290,7 @@ hr_status hr_cuda_time_begin(hr_cuda_device *d, hr_error *err) {
     hr_cu_result r = 0;
     if (!d->t0 && (r = d->drv.cuEventCreate(&d->t0, 0))) d->t0 = NULL;
     if (!r && !d->t1 && (r = d->drv.cuEventCreate(&d->t1, 0))) d->t1 = NULL;
-    if (!r) r = d->drv.cuEventRecord(d->t0, NULL);
+    if (!r) r = d->drv.cuEventRecord(d->t0, d->stream);
     return r ? hr_cuda_fail(&d->drv, r, "CUDA: cannot record an event", err) : HR_OK;
 }
 
@@ -288,12 +299,64 @@ hr_status hr_cuda_time_end(hr_cuda_device *d, double *ms, hr_error *err) {
     if (st) return st;
     if (!d->t0 || !d->t1) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: hr_cuda_time_end without a begin");
     float f = 0.0f;
-    hr_cu_result r = d->drv.cuEventRecord(d->t1, NULL);
+    hr_cu_result r = d->drv.cuEventRecord(d->t1, d->stream);
     if (!r) r = d->drv.cuEventSynchronize(d->t1);
     if (!r) r = d->drv.cuEventElapsedTime(&f, d->t0, d->t1);
     if (r) return hr_cuda_fail(&d->drv, r, "CUDA: cannot time the work", err);
     *ms = f;
     return HR_OK;
+}
+
+bool hr_cuda_graphs_available(const hr_cuda_device *d) { return hr_cuda_driver_has_graphs(&d->drv); }
+
+hr_status hr_cuda_graph_begin(hr_cuda_device *d, hr_error *err) {
+    if (!hr_cuda_graphs_available(d))
+        return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA: this driver has no graphs (CUDA 11.4 or later)");
+    if (d->capturing) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: a capture is already under way");
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_result r = d->drv.cuStreamBeginCapture(d->stream, HR_CU_CAPTURE_THREAD_LOCAL);
+    if (r) return hr_cuda_fail(&d->drv, r, "CUDA: cannot begin a capture", err);
+    d->capturing = true;
+    return HR_OK;
+}
+
+hr_status hr_cuda_graph_end(hr_cuda_device *d, hr_cuda_graph **out, hr_error *err) {
+    *out = NULL;
+    if (!d->capturing) return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: no capture to end");
+    d->capturing = false;
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_graph g = NULL;
+    hr_cu_graph_exec e = NULL;
+    /* a capture the driver invalidated (something it refused in it) ends here with an error */
+    hr_cu_result r = d->drv.cuStreamEndCapture(d->stream, &g);
+    if (r) return hr_cuda_fail(&d->drv, r, "CUDA: the capture failed", err);
+    r = d->drv.cuGraphInstantiateWithFlags(&e, g, 0);
+    d->drv.cuGraphDestroy(g); /* the executable graph is a copy: the captured one is not needed again */
+    if (r) return hr_cuda_fail(&d->drv, r, "CUDA: cannot instantiate the captured graph", err);
+    hr_cuda_graph *h = malloc(sizeof *h);
+    if (!h) {
+        d->drv.cuGraphExecDestroy(e);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    h->exec = e;
+    *out = h;
+    return HR_OK;
+}
+
+hr_status hr_cuda_graph_launch(hr_cuda_device *d, const hr_cuda_graph *g, hr_error *err) {
+    hr_status st = current(d, err);
+    if (st) return st;
+    hr_cu_result r = d->drv.cuGraphLaunch(g->exec, d->stream);
+    if (!r && d->sync_each) r = d->drv.cuCtxSynchronize();
+    return r ? hr_cuda_fail(&d->drv, r, "CUDA: a graph launch failed", err) : HR_OK;
+}
+
+void hr_cuda_graph_free(hr_cuda_device *d, hr_cuda_graph *g) {
+    if (!g) return;
+    if (!current(d, NULL)) d->drv.cuGraphExecDestroy(g->exec);
+    free(g);
 }
 
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err) {

@@ -365,6 +365,8 @@ hr_status hr_kv_storage_cuda_create_in(void *dev, const hr_kv_storage_params *p,
 }
 
 uint64_t hr_kv_storage_cuda_arena(const hr_kv_storage *st) { return ((const cuda_kv *)st)->arena; }
+hr_cuda_device *hr_kv_storage_cuda_device(const hr_kv_storage *st) { return ((const cuda_kv *)st)->dev; }
+bool hr_kv_storage_cuda_attn_rows(const hr_kv_storage *st) { return ((const cuda_kv *)st)->attn_rows; }
 
 hr_status hr_kv_storage_cuda_check(const hr_kv_storage *st, hr_error *err) {
     const cuda_kv *s = (const cuda_kv *)st;
