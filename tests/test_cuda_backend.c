@@ -16,11 +16,12 @@
 
 /* the kernels kernels/ defines: each must be in the embedded PTX */
 static const char *const k_kernels[] = {
-    "hr_k_rmsnorm",   "hr_k_add_rmsnorm", "hr_k_softmax",     "hr_k_rope",      "hr_k_swiglu",
-    "hr_k_embed",     "hr_k_gemv_q8_0",   "hr_k_gemv_q4_0",   "hr_k_gemv_f32",  "hr_k_gemv_f16",
-    "hr_k_gemv_bf16", "hr_k_gemv_q4_K",   "hr_k_gemv_q5_K",   "hr_k_gemv_q6_K", "hr_k_gemv_q5_0",
-    "hr_k_gemv_q5_1", "hr_k_attn_split",  "hr_k_attn_reduce", "hr_k_kv_write",  "hr_k_attn_split_rows",
-    "hr_k_gemm_bf16", "hr_k_gemm_f16",    "hr_k_gemm_q8_0",   "hr_k_gemm_q4_0", "hr_k_mma_selftest"};
+    "hr_k_rmsnorm",     "hr_k_add_rmsnorm", "hr_k_softmax",     "hr_k_rope",      "hr_k_swiglu",
+    "hr_k_embed",       "hr_k_gemv_q8_0",   "hr_k_gemv_q4_0",   "hr_k_gemv_f32",  "hr_k_gemv_f16",
+    "hr_k_gemv_bf16",   "hr_k_gemv_q4_K",   "hr_k_gemv_q5_K",   "hr_k_gemv_q6_K", "hr_k_gemv_q5_0",
+    "hr_k_gemv_q5_1",   "hr_k_attn_split",  "hr_k_attn_reduce", "hr_k_kv_write",  "hr_k_attn_split_rows",
+    "hr_k_gemm_bf16",   "hr_k_gemm_f16",    "hr_k_gemm_q8_0",   "hr_k_gemm_q4_0", "hr_k_mma_selftest",
+    "hr_k_attn_prefill"};
 #define N_KERNELS (int)(sizeof k_kernels / sizeof k_kernels[0])
 
 static void test_device_names(void) {
@@ -205,6 +206,29 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
         CHECK(launches() == before + 2);
         CHECK(hr_kv_storage_cuda_check(gpu, &e) == HR_OK);
         CHECK(o[0][0] == 0.0f && o[1][4 * D - 1] == 0.0f); /* the fake's output memory: zeros, copied down */
+        /* a batch of 18 rows whose 1..16 are one run: split, every row on the split kernels (2 launches);
+         * mma, the stretches [0, 1) and [17, 18) on them (2 each) and the run on hr_k_attn_prefill (1) */
+        int32_t qrow[18], pos[18], runs[4 * 18];
+        for (int i = 0; i < 18; i++) qrow[i] = i >= 1 && i <= 16 ? 1 : i == 0 ? 0 : 2, pos[i] = i;
+        const int n_runs = hr_cuda_attn_runs(qrow, pos, 18, hr_cuda_prefill_tile_rows(4, HKV), runs);
+        CHECK(n_runs == 1 && runs[0] == 1 && runs[1] == 16 && runs[2] == 1 && runs[3] == 1);
+        uint64_t buf = 0;
+        CHECK(hr_cuda_alloc(dev, 1u << 16, &buf, &e) == HR_OK);
+        for (int k = 0; k < 2 && buf; k++) {
+            CHECK(hr_kv_storage_cuda_set_prefill_attn(gpu, k ? "mma" : "split", &e) == HR_OK);
+            before = launches();
+            CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 18, 32, 4, 0.125f, 0.0f, runs, buf,
+                                                 n_runs, buf, buf, &e) == HR_OK);
+            CHECKF(launches() == before + (k ? 5 : 2), "prefill attention %s: %d launches", k ? "mma" : "split",
+                   launches() - before);
+        }
+        /* a tile of more rows than a block takes is refused, nothing launched */
+        runs[1] = 65; /* G 2: 64 rows a tile at most */
+        before = launches();
+        CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 40, 32, 4, 0.125f, 0.0f, runs, buf, 1,
+                                             buf, buf, &e) == HR_ERR_INVALID_ARG &&
+              launches() == before);
+        hr_cuda_free(dev, buf);
     }
     if (fake) dlclose(fake);
     /* deferred formats are refused */

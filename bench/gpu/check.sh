@@ -114,6 +114,10 @@ cmp=$(sed -nE 's/^ +attention +([a-z0-9]+) split\/rows +ctx ([0-9]+),.*: ([a-z]+
 cmp=$(sed -nE 's/^ +e2e +eager\/graphs +decode batch ([0-9]+) \(eager time \/ graphs time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p' \
     "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
 [ -n "$cmp" ] && echo "decode steps, eager time / CUDA graphs time (> 1: graphs faster): $cmp"
+# prefill attention, split kernels against the tensor cores (gpu_bench's "prefill split/mma" rows)
+cmp=$(sed -nE 's/^ +attention +prefill split\/mma +([0-9]+) rows after ([0-9]+) .*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 rows after \2 \4x (\3)/p' \
+    "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
+[ -n "$cmp" ] && echo "prefill attention, split time / mma time (> 1: mma faster; HEADROOM_CUDA_PREFILL_ATTN): $cmp"
 if command -v python3 >/dev/null; then
     timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
         --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"

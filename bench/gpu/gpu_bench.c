@@ -10,6 +10,10 @@
  *                 attention kernel on the same storage (hr_kv_storage_cuda_set_attn_kernel: "rows", then
  *                 "split", the default), each checked; then split's time over rows' per format and
  *                 context (which is faster); f16's time over q8's and q4h's;
+ *   4b. prefill attention: a 512-token chunk at Llama-3-8B's shape (H 32/8, D 128) after 0 and 8K
+ *                 positions, f16 KV, through the split kernels and through hr_k_attn_prefill (tensor
+ *                 cores; kv_storage_cuda.c's HEADROOM_CUDA_PREFILL_ATTN), each checked: TFLOP/s, and
+ *                 split's time over mma's (which is faster);
  *   5. e2e:       the runtime's decode steps at batch 1, 16, 64 and a 512-token prefill step on a
  *                 Llama-3-8B-shaped synthetic bf16 model (--e2e-layers of its 32 layers); each decode
  *                 batch launch by launch, then replayed as CUDA graphs (hr_cuda_backend_set_graphs), and
@@ -840,6 +844,179 @@ static void bench_attention(void) {
     }
 }
 
+/* ---- 4b. prefill attention: the split kernels against the tensor cores -------------------------------- */
+
+typedef struct pfa_ctx {
+    hr_kv_storage *st;
+    uint64_t q, table, qrow, n_ctx, runs, out, scratch;
+    const int32_t *h_runs;
+    int n, n_runs, max_ctx, H;
+    float scale;
+} pfa_ctx;
+
+static hr_status pfa_rep(void *p, int rep, hr_error *e) {
+    pfa_ctx *c = p;
+    return hr_kv_storage_cuda_attend_runs(c->st, 0, c->q, c->table, (c->max_ctx + 15) / 16, c->qrow, c->n_ctx, 0, c->n,
+                                          c->max_ctx, c->H, c->scale, 0.0f, c->h_runs, c->runs, c->n_runs, c->out,
+                                          c->scratch, e);
+}
+
+/* One chunk of n rows of one sequence at positions ctx0 .. ctx0 + n - 1 (f16 KV, B 16), through
+ * hr_kv_storage_cuda_attend_runs with the storage's prefill attention "split" then "mma" (the runs
+ * the forward pass finds: hr_cuda_attn_runs), each checked against the CPU storage's attention on
+ * three rows, then timed: FLOP = 4 H D (visible positions, summed over rows) (Q K^T and P V). The
+ * check's bound (tests/gpu/test_cuda_kernels.c's derivation, Q now not on f16's grid): Q's f16
+ * rounding moves a score by at most eps = scale 2^-11 |q|_1 kmax (kmax 1.5, K exact in f16), the
+ * output by (e^(2 eps) - 1) max|v|; P's rounding and the CPU's f16 weights add 2^-10 max|v|. */
+static void bench_prefill_attn_one(const attn_shape_t *as, int n, int ctx0, double *ms) {
+    const int H = as->H, Hkv = as->Hkv, D = as->D, B = 16, max_ctx = ctx0 + n, nb = (max_ctx + B - 1) / B;
+    static const char *const kernels[] = {"split", "mma"};
+    hr_error e = {0};
+    row r[2];
+    for (int k = 0; k < 2; k++) {
+        char what[40];
+        snprintf(what, sizeof what, "prefill f16 %s", kernels[k]);
+        r[k] = new_row("attention", what);
+        snprintf(r[k].shape, sizeof r[k].shape, "%d rows at %d..%d, H %d/%d, D %d, B %d", n, ctx0, max_ctx - 1, H, Hkv,
+                 D, B);
+        snprintf(r[k].unit, sizeof r[k].unit, "TFLOP/s");
+        ms[k] = NAN;
+    }
+    double flop = 0;
+    for (int i = 0; i < n; i++) flop += 4.0 * H * D * (double)(ctx0 + i + 1);
+    hr_kv_storage_params p = {
+        .n_layers = 1, .n_kv_heads = Hkv, .head_dim = D, .block_size = B, .n_blocks = nb, .isa = "scalar"};
+    kv_fmt_init(&p.k, HR_KV_F16, KV_K, B, D, &e);
+    kv_fmt_init(&p.v, HR_KV_F16, KV_V, B, D, &e);
+    hr_kv_storage_params pc = p;
+    const int Pb = nb < 32 ? nb : 32; /* pattern blocks, block b holding pattern b % Pb */
+    pc.n_blocks = Pb;
+    const size_t qf = (size_t)n * H * D, bb = (size_t)Hkv * (p.k.head_bytes + p.v.head_bytes);
+    float *kv = malloc(sizeof(float) * 2 * Hkv * D), *q = malloc(sizeof(float) * qf), *o = malloc(sizeof(float) * qf);
+    float *o_cpu = malloc(sizeof(float) * (size_t)H * D), *scr = malloc(sizeof(float) * ((size_t)max_ctx + B) * 16);
+    int32_t *tab = malloc(sizeof(int32_t) * nb), *t_cpu = malloc(sizeof(int32_t) * nb);
+    int32_t *qrow = calloc((size_t)n, sizeof(int32_t)), *pos = malloc(sizeof(int32_t) * n),
+            *nctx = malloc(sizeof(int32_t) * n), *runs = malloc(sizeof(int32_t) * 4 * n);
+    unsigned char *pat = malloc(bb * Pb);
+    if (!kv || !q || !o || !o_cpu || !scr || !tab || !t_cpu || !qrow || !pos || !nctx || !runs || !pat) {
+        fprintf(stderr, "gpu_bench: out of memory\n");
+        exit(1);
+    }
+    hr_kv_storage *st = NULL, *cpu = NULL;
+    pfa_ctx c = {.n = n, .max_ctx = max_ctx, .H = H, .scale = 1.0f / sqrtf((float)D), .h_runs = runs};
+    bool ok = hr_kv_storage_cuda_create(dev, &p, &st, &e) == HR_OK && hr_kv_storage_cpu_create(&pc, &cpu, &e) == HR_OK;
+    for (int b = 0; ok && b < Pb; b++) {
+        for (int t = 0; t < B; t++) {
+            fill(kv, (size_t)Hkv * D, 1.5f);
+            fill(kv + (size_t)Hkv * D, (size_t)Hkv * D, 1.0f);
+            cpu->ops->write(cpu, 0, b, t, -1, kv, kv + (size_t)Hkv * D);
+        }
+        cpu->ops->read_block(cpu, b, pat + bb * b);
+    }
+    for (int j = 0; j < nb; j++) tab[j] = nb - 1 - j; /* the blocks backwards: the table is read */
+    for (int i = 0; i < n; i++) pos[i] = ctx0 + i, nctx[i] = ctx0 + i + 1;
+    c.n_runs = hr_cuda_attn_runs(qrow, pos, n, hr_cuda_prefill_tile_rows(H, Hkv), runs);
+    fill(q, qf, 1.0f);
+    c.st = st;
+    const uint64_t arena = ok ? hr_kv_storage_cuda_arena(st) : 0;
+    if (ok && (hr_cuda_upload(dev, arena, pat, bb * Pb, &e) || replicate(arena, bb * Pb, bb * nb, &e) ||
+               hr_cuda_alloc(dev, sizeof(float) * qf, &c.q, &e) || hr_cuda_alloc(dev, sizeof(float) * qf, &c.out, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * nb, &c.table, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * n, &c.qrow, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * n, &c.n_ctx, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * 4 * n, &c.runs, &e) ||
+               hr_cuda_alloc(dev, hr_kv_storage_cuda_attend_scratch(st, n, H, max_ctx), &c.scratch, &e) ||
+               hr_cuda_upload(dev, c.q, q, sizeof(float) * qf, &e) ||
+               hr_cuda_upload(dev, c.table, tab, sizeof(int32_t) * nb, &e) ||
+               hr_cuda_upload(dev, c.qrow, qrow, sizeof(int32_t) * n, &e) ||
+               hr_cuda_upload(dev, c.n_ctx, nctx, sizeof(int32_t) * n, &e) ||
+               hr_cuda_upload(dev, c.runs, runs, sizeof(int32_t) * 4 * n, &e)))
+        ok = false;
+    for (int k = 0; k < 2; k++) {
+        if (!ok) {
+            dev_fail(&r[k], "setup", &e);
+            continue;
+        }
+        bool kok = true;
+        memset(o, 0xff, sizeof(float) * qf);
+        if (hr_kv_storage_cuda_set_prefill_attn(st, kernels[k], &e) ||
+            hr_cuda_upload(dev, c.out, o, sizeof(float) * qf, &e) || pfa_rep(&c, 0, &e) ||
+            hr_cuda_download(dev, o, c.out, sizeof(float) * qf, &e))
+            kok = dev_fail(&r[k], "run", &e);
+        double worst = 0; /* |err| / bound over three rows' heads */
+        for (int ri = 0; kok && ri < 3; ri++) {
+            const int i = ri == 0 ? 0 : ri == 1 ? n / 2 : n - 1;
+            for (int j = 0; j < nb; j++) t_cpu[j] = tab[j] % Pb;
+            hr_kv_attn_query qc = {
+                .table = t_cpu, .n_ctx = nctx[i], .tail_stage = -1, .q = q + (size_t)i * H * D, .out = o_cpu};
+            hr_kv_attn_args a = {.n_heads = H, .scale = c.scale};
+            cpu->ops->attend(cpu, 0, &qc, 1, &a, scr);
+            for (int h = 0; h < H; h++) {
+                double q1 = 0;
+                for (int d = 0; d < D; d++) q1 += fabs(q[((size_t)i * H + h) * D + d]);
+                const double bound = expm1(2.0 * c.scale * 0x1p-11 * q1 * 1.5) + 0x1p-10 + 5e-5;
+                for (int d = 0; d < D; d++) {
+                    const double err = fabs((double)o[((size_t)i * H + h) * D + d] - o_cpu[h * D + d]) / bound;
+                    worst = err != err ? INFINITY : fmax(worst, err);
+                }
+            }
+        }
+        if (kok) kok = verdict(&r[k], worst <= 1.0, "err/bound", worst);
+        timing t;
+        if (kok && time_reps(pfa_rep, &c, 400.0, &t, &e))
+            dev_fail(&r[k], "timing", &e);
+        else if (kok) {
+            set_timing(&r[k], &t);
+            ms[k] = t.median_ms;
+            r[k].value = flop / (t.median_ms * 1e-3) / 1e12;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        json_t *xj = json_object();
+        json_object_set_new(xj, "prefill_attn", json_string(kernels[k]));
+        json_object_set_new(xj, "rows", json_integer(n));
+        json_object_set_new(xj, "ctx_before", json_integer(ctx0));
+        json_object_set_new(xj, "n_heads", json_integer(H));
+        json_object_set_new(xj, "n_kv_heads", json_integer(Hkv));
+        json_object_set_new(xj, "head_dim", json_integer(D));
+        json_object_set_new(xj, "flop_per_call", json_real(flop));
+        add_row(&r[k], xj);
+    }
+    if (cpu) cpu->ops->destroy(cpu);
+    if (st) st->ops->destroy(st);
+    uint64_t bufs[] = {c.q, c.out, c.table, c.qrow, c.n_ctx, c.runs, c.scratch};
+    for (size_t i = 0; i < HR_ARRAY_LEN(bufs); i++) hr_cuda_free(dev, bufs[i]);
+    free(kv), free(q), free(o), free(o_cpu), free(scr), free(tab), free(t_cpu), free(qrow), free(pos), free(nctx);
+    free(runs), free(pat);
+}
+
+/* a 512-token chunk at Llama-3-8B's attention shape, at the start and after 8K positions (--quick: 24
+ * rows at D 64, after 0 and 40), split then mma, and split's time over mma's (> 1: mma faster) */
+static void bench_prefill_attn(void) {
+    const attn_shape_t as = O.quick ? (attn_shape_t){8, 2, 64, 16, 0} : (attn_shape_t){32, 8, 128, 16, 0};
+    const int n = O.quick ? 24 : 512, ctx0s[2] = {0, O.quick ? 40 : 8192};
+    for (int ci = 0; ci < 2; ci++) {
+        double ms[2] = {NAN, NAN};
+        if (out_of_time()) {
+            skip_row("attention", "prefill f16", "-", "time budget (--max-seconds)");
+            continue;
+        }
+        bench_prefill_attn_one(&as, n, ctx0s[ci], ms);
+        row r = new_row("attention", "prefill split/mma");
+        r.value = ms[0] / ms[1];
+        const char *faster = !isfinite(r.value) ? "-" : r.value > 1.0 ? "mma" : "split";
+        snprintf(r.shape, sizeof r.shape, "%d rows after %d (split time / mma time): %s faster", n, ctx0s[ci], faster);
+        snprintf(r.unit, sizeof r.unit, "x");
+        if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: a kernel not measured");
+        json_t *xj = json_object();
+        json_object_set_new(xj, "ctx_before", json_integer(ctx0s[ci]));
+        json_object_set_new(xj, "split_ms", jnum(ms[0]));
+        json_object_set_new(xj, "mma_ms", jnum(ms[1]));
+        json_object_set_new(xj, "faster", isfinite(r.value) ? json_string(faster) : json_null());
+        add_row(&r, xj);
+    }
+}
+
 /* ---- 5. end to end through the runtime ----------------------------------------------------------------- */
 
 /* bytes one decode step streams: every layer's matrices and norms and the output matrix (the token
@@ -1501,9 +1678,10 @@ int main(int argc, char **argv) {
         bench_gemv();
     else
         skip_row("gemv", "-", "-", "--only"), skip_row("prefill", "-", "-", "--only");
-    if (wanted("attention"))
+    if (wanted("attention")) {
         bench_attention();
-    else
+        bench_prefill_attn();
+    } else
         skip_row("attention", "-", "-", "--only");
     hr_cuda_device_close(dev); /* the runtime opens its own */
     dev = NULL;

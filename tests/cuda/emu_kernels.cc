@@ -4,9 +4,13 @@
  * at argument i) into a typed call. The driver refuses a module with an entry this table lacks, so a
  * new kernel must be listed here for the emulated tests to run. */
 #include "common.cuh"
+#include "kv.cuh" /* outside the namespaces: attention.cu and attn_prefill.cu share it (its guard) */
 
 namespace k_attention {
 #include "attention.cu"
+}
+namespace k_attn_prefill {
+#include "attn_prefill.cu"
 }
 namespace k_embed {
 #include "embed.cu"
@@ -77,6 +81,7 @@ const entry kernels[] = {
     K(k_attention, hr_k_attn_reduce),
     K(k_attention, hr_k_kv_write),
     K(k_attention, hr_k_hadamard_rows),
+    K(k_attn_prefill, hr_k_attn_prefill),
     K(k_embed, hr_k_embed),
     K(k_gemv, hr_k_gemv_q8_0),
     K(k_gemv, hr_k_gemv_q4_0),

@@ -12,9 +12,11 @@
  *   3. the engine's paths over the device storage give the CPU's ids (F32 model, f32 KV: the two agree
  *      exactly): a pool too small for four sequences at once, so they are preempted by swap (blocks
  *      copied to the host tier and back) or by recompute, and a shared prompt prefix;
- *   4. what is refused says so in one line: a KV format the device storage lacks, a KV policy, a family the kernels
+ *   4. prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma) against the split
+ *      kernels: logits within a bound, the same greedy ids;
+ *   5. what is refused says so in one line: a KV format the device storage lacks, a KV policy, a family the kernels
  *      do not cover (qwen3's Q/K norms), a weight type without a GEMV kernel (mxfp4);
- *   5. decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1): the device API's capture rules (what the
+ *   6. decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1): the device API's capture rules (what the
  *      driver refuses inside a capture, a replay reading its buffers anew), then four sequences decoded
  *      at once, across a context bucket and with window policies among them, give the eager run's ids
  *      and log-probabilities bit for bit, with the graphs replayed more often than captured.
@@ -509,6 +511,71 @@ static void test_windows(void) {
            d);
 }
 
+/* Prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma, read when the runtime makes
+ * its device storage) against the split kernels (the default), on a model: a 40-token prompt scored
+ * in one forward pass (one run of 40 rows: hr_k_attn_prefill, in tiles of 64 / G rows) gives every
+ * position's logits within `bound` of the split path's, and not all of them bit for bit (the tensor
+ * cores ran); a 24-token prompt's greedy completion (a prefill run, then decode rows on the split
+ * kernels) gives the same 16 ids. Where the two differ: Q, K and V in f16 and P rounded to f16 (each
+ * attention output within about 2^-10 of max|v| plus K's rounding of the scores: test_cuda_kernels'
+ * bound), carried through the model's 5 layers to the logits. The bound, 0.05 (3e-3 of these
+ * models' largest logit, 17), is not derived through the layers: it is about 3.5x what the
+ * emulator measures (0.014 on both models), the hardware's exp2 approximations aside. */
+static void prefill_mma_case(const char *model, hr_rt_kv_format kvf, const char *label, double bound) {
+    enum { NT = 40, NP = 24, NG = 16 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = i == 0 ? 1 : 3 + (i * 37) % 500;
+    hr_error err = {0};
+    hr_runtime *rt[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        if (k) setenv("HEADROOM_CUDA_PREFILL_ATTN", "mma", 1);
+        rt[k] = open_rt(model, "cuda", kvf, &err);
+        unsetenv("HEADROOM_CUDA_PREFILL_ATTN");
+        CHECKF(rt[k], "%s: open on the GPU (%s): %s", label, k ? "mma" : "split", err.msg);
+    }
+    hr_runtime_info info;
+    if (rt[0] && rt[1]) {
+        hr_runtime_describe(rt[0], &info);
+        float *lg[2] = {malloc(sizeof(float) * NT * (size_t)info.n_vocab),
+                        malloc(sizeof(float) * NT * (size_t)info.n_vocab)};
+        hr_rt_score sc;
+        bool ok = lg[0] && lg[1];
+        for (int k = 0; k < 2 && ok; k++) {
+            ok = hr_runtime_score(rt[k], NULL, toks, NT, lg[k], &sc, &err) == HR_OK;
+            CHECKF(ok, "%s: score: %s", label, err.msg);
+        }
+        double worst = 0, big = 0;
+        bool differ = false;
+        for (size_t i = 0; ok && i < (size_t)NT * info.n_vocab; i++) {
+            const double d = fabs((double)lg[1][i] - lg[0][i]);
+            big = fmax(big, fabs((double)lg[0][i]));
+            worst = d != d ? INFINITY : fmax(worst, d);
+            differ |= lg[1][i] != lg[0][i];
+        }
+        CHECKF(ok && worst <= bound, "%s: mma prefill attention's logits %g from the split path's (bound %g)", label,
+               worst, bound);
+        CHECKF(ok && differ, "%s: the logits are the split path's bit for bit: the mma kernel did not run", label);
+        int32_t ids[2][NG];
+        int n[2];
+        for (int k = 0; k < 2; k++) n[k] = generate(rt[k], toks, NP, NG, ids[k]);
+        CHECKF(n[0] == NG && n[1] == NG && !memcmp(ids[0], ids[1], sizeof ids[0]),
+               "%s: the greedy completions differ between the mma and split prefill attention", label);
+        printf("%s: mma prefill attention, logits of a 40-token prefill (|logit| up to %.3g) within %.3g of the split "
+               "path's (bound %g); the greedy ids the same\n",
+               label, big, worst, bound);
+        free(lg[0]);
+        free(lg[1]);
+    }
+    hr_runtime_close(rt[0]);
+    hr_runtime_close(rt[1]);
+}
+
+static void test_prefill_mma(void) {
+    const char *f32 = hr_test_shared_path("models/stories260K.gguf");
+    if (f32) prefill_mma_case(f32, HR_RT_KV_F32, "stories260K F32, f32 KV", 0.05);
+    prefill_mma_case(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_F16, "stories260K q8_0, f16 KV", 0.05);
+}
+
 /* The one device arena: what the runtime reserves is what hr_cuda_arena_plan_compute says and what
  * the planner says for the same device, every piece of it taken at open (weights, scratch, KV blocks)
  * and nothing more; the KV pool fills what gpu_util leaves; --kv-budget, a budget that leaves no room
@@ -788,8 +855,8 @@ static void test_graph_decode(void) {
 }
 
 /* argv[1]: a driver library (the emulating one for ctest; none: libcuda.so.1, skipped without a GPU);
- * argv[2]: which half, "paths" (refusals, windows, the arena, the F32 vectors, the engine's paths, the
- * graphs; "graphs": those alone) or
+ * argv[2]: which half, "paths" (refusals, windows, the arena, the F32 vectors, the engine's paths, mma
+ * prefill attention, the graphs; "graphs": those alone) or
  * "quality" (agreement with the CPU: the q8_0 model's completions, the mixes, the corpus); both when
  * absent. ctest runs the halves as two tests so they run side by side. */
 int main(int argc, char **argv) {
@@ -815,6 +882,7 @@ int main(int argc, char **argv) {
         test_arena();
         test_f32_vectors();
         test_engine_paths();
+        test_prefill_mma();
         test_graph_api();
         test_graph_decode();
     }

@@ -74,8 +74,10 @@ typedef struct cuda_ctx {
     /* the batch's places in the KV cache, made on the host once per forward and copied up: each
      * token's slot (block * B + t), its table row and context; the table rows of the batch's
      * sequences ([T][max_blocks], one row per sequence); the attention's scratch */
-    uint64_t slots, qrow, n_ctx, tables, attn_scratch, d_out_rows, win;
+    uint64_t slots, qrow, n_ctx, tables, attn_scratch, d_out_rows, win, runs;
     int32_t *h_slots, *h_qrow, *h_nctx, *h_tables, *h_win; /* h_win: [T][2] (sinks, lo) */
+    int32_t *h_runs; /* [T][4]: the batch's runs for prefill attention (hr_cuda_attn_runs), n_runs of them */
+    int n_runs;
     bool any_win;   /* a token of this batch sees a window (win passed to attention), else all */
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
@@ -246,7 +248,7 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,      &x->xb,           &x->xo,         &x->q,    &x->k,
                                               &x->v,      &x->att,          &x->g,          &x->u,    &x->logits,
                                               &x->ids,    &x->pos,          &x->slots,      &x->qrow, &x->n_ctx,
-                                              &x->tables, &x->attn_scratch, &x->d_out_rows, &x->win};
+                                              &x->tables, &x->attn_scratch, &x->d_out_rows, &x->win,  &x->runs};
     int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
     for (int i = 0; i < n; i++) {
         hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
@@ -256,10 +258,11 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->h_qrow = malloc(T * sizeof(int32_t));
     x->h_nctx = malloc(T * sizeof(int32_t));
     x->h_win = malloc(2 * T * sizeof(int32_t));
+    x->h_runs = malloc(4 * T * sizeof(int32_t));
     x->h_tables = malloc(T * (size_t)x->max_blocks * sizeof(int32_t));
     x->out_rows = malloc(T * sizeof(int));
     if (x->tok_type < 0) x->hemb = malloc(T * E * sizeof(float));
-    if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_win || !x->h_tables || !x->out_rows ||
+    if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_win || !x->h_runs || !x->h_tables || !x->out_rows ||
         (x->tok_type < 0 && !x->hemb))
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     return HR_OK;
@@ -337,7 +340,7 @@ static void cuda_destroy(hr_model_ctx *c) {
     uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,     x->xb,     x->xo,           x->q,
                        x->k,   x->v,        x->att,      x->g,     x->u,      x->logits,       x->ids,
                        x->pos, x->slots,    x->qrow,     x->n_ctx, x->tables, x->attn_scratch, x->d_out_rows,
-                       x->win};
+                       x->win, x->runs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);
     free(x->L);
@@ -345,6 +348,7 @@ static void cuda_destroy(hr_model_ctx *c) {
     free(x->h_qrow);
     free(x->h_nctx);
     free(x->h_win);
+    free(x->h_runs);
     free(x->h_tables);
     free(x->out_rows);
     free(x->hemb);
@@ -412,8 +416,9 @@ static hr_status check_batch(const cuda_ctx *x, const hr_batch *b, hr_error *err
 /* The batch's places in the KV cache, from the manager (one group of every layer: the same slot and
  * table in each), copied up once for every layer: each token's slot, its sequence's table row (a
  * row per distinct sequence, tokens of one sequence sharing it), its context pos + 1 and the window
- * it sees (a policy's sinks and window, the model's sliding window: hr_kv_seq_window). *max_ctx: the
- * most positions a token sees. */
+ * it sees (a policy's sinks and window, the model's sliding window: hr_kv_seq_window), and, where the
+ * storage runs prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma), the batch's
+ * runs of one sequence at consecutive positions. *max_ctx: the most positions a token sees. */
 static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_error *err) {
     const int T = b->n_tokens;
     int rows = 0, ctx = 1;
@@ -443,11 +448,17 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
         ctx = vis > ctx ? vis : ctx;
     }
     *max_ctx = ctx;
+    const int H = x->m->hp.n_head, Hkv = x->m->hp.n_head_kv;
+    x->n_runs = hr_kv_storage_cuda_prefill_on(hr_kv_pool_storage(x->kv), H)
+                    ? hr_cuda_attn_runs(x->h_qrow, b->pos, T, hr_cuda_prefill_tile_rows(H, Hkv), x->h_runs)
+                    : 0;
     hr_status st;
     if ((st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->qrow, x->h_qrow, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)) ||
-        (x->any_win && (st = hr_cuda_upload(x->dev, x->win, x->h_win, (size_t)T * 2 * sizeof(int32_t), err))))
+        (x->any_win && (st = hr_cuda_upload(x->dev, x->win, x->h_win, (size_t)T * 2 * sizeof(int32_t), err))) ||
+        (x->n_runs > 0 &&
+         (st = hr_cuda_upload(x->dev, x->runs, x->h_runs, (size_t)x->n_runs * 4 * sizeof(int32_t), err))))
         return st;
     return hr_cuda_upload(x->dev, x->tables, x->h_tables, (size_t)rows * x->max_blocks * sizeof(int32_t), err);
 }
@@ -458,9 +469,9 @@ static hr_status attend(cuda_ctx *x, int T, int il, int max_ctx, hr_error *err) 
     hr_kv_storage *st = hr_kv_pool_storage_rw(x->kv);
     hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, T, err);
     if (r) return r;
-    return hr_kv_storage_cuda_attend_rows(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
-                                          x->any_win ? x->win : 0, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f, x->att,
-                                          x->attn_scratch, err);
+    return hr_kv_storage_cuda_attend_runs(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
+                                          x->any_win ? x->win : 0, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f,
+                                          x->h_runs, x->runs, x->n_runs, x->att, x->attn_scratch, err);
 }
 
 /* A step's launches once its inputs are on the device (ids, positions, the batch's places, the logit
@@ -591,8 +602,8 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
         if ((st = hr_cuda_upload(x->dev, x->x, x->hemb, (size_t)T * E * sizeof(float), err))) return st;
     }
     /* a decode step (every token wants its logits) with graphs on: its graph, the split for the
-     * context's bucket */
-    if (x->graphs && T <= GRAPH_MAX_TOKENS && n_out == T) {
+     * context's bucket; a batch with runs for the prefill kernel (their tiles set its launches) eager */
+    if (x->graphs && T <= GRAPH_MAX_TOKENS && n_out == T && x->n_runs == 0) {
         max_ctx = ctx_bucket(x, max_ctx);
         st = run_graphed(x, T, max_ctx, err);
     } else {

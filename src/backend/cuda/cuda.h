@@ -92,7 +92,7 @@ void hr_cuda_graph_free(hr_cuda_device *dev, hr_cuda_graph *g); /* NULL allowed 
 /* ---- the arena plan (cuda_budget.c: pure arithmetic, no GPU needed) ----------------------------- */
 
 #define HR_CUDA_DEFAULT_UTIL   0.9 /* --gpu-util's default: vLLM's gpu_memory_utilization */
-#define HR_CUDA_SCRATCH_PIECES 19  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
+#define HR_CUDA_SCRATCH_PIECES 20  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
 
 typedef struct hr_cuda_arena_query {
     const hr_hparams *hp;  /* the model's shape */
@@ -209,6 +209,31 @@ hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q
 hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                          uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
                                          float scale, float softcap, uint64_t out, uint64_t scratch, hr_error *err);
+/* Prefill attention on the tensor cores (kernels/attn_prefill.cu). A run: at least
+ * HR_CUDA_PREFILL_MIN_RUN consecutive rows of a batch, one sequence's, at consecutive positions. The
+ * kernel takes runs cut into tiles of at most hr_cuda_prefill_tile_rows rows: int32 [4] entries
+ * (first row, rows, table row, first position). hr_cuda_attn_runs writes a batch's, from its n rows'
+ * table rows (qrow: one per sequence, so equal rows are one sequence) and positions, into out and
+ * returns their count; out holds n entries at most (each tile has a row of its own). */
+#define HR_CUDA_PREFILL_MIN_RUN 16
+int hr_cuda_prefill_tile_rows(int n_heads, int n_kv_heads);
+int hr_cuda_attn_runs(const int32_t *qrow, const int32_t *pos, int n, int tile_rows, int32_t *out);
+/* attend_rows with a batch's runs: runs (host) and d_runs (the same on the device) n_runs tiles from
+ * hr_cuda_attn_runs. Where the storage's prefill kernel is "mma" and the shape allows it (head_dim 8,
+ * 16, 32, 64 or 128, q8 groups a multiple of 8), the runs' rows go to hr_k_attn_prefill and the rest, in stretches,
+ * to the split kernels; otherwise every row to the split kernels (the runs unused). scratch: as
+ * attend_rows's for n queries. */
+hr_status hr_kv_storage_cuda_attend_runs(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
+                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
+                                         float scale, float softcap, const int32_t *runs, uint64_t d_runs, int n_runs,
+                                         uint64_t out, uint64_t scratch, hr_error *err);
+/* The prefill attention of a storage's later calls: "split" (the split kernels for every row, the
+ * default until a GPU measures mma faster) or "mma" (hr_k_attn_prefill for runs); create takes
+ * HEADROOM_CUDA_PREFILL_ATTN's. HR_ERR_INVALID_ARG for another name (the storage unchanged). */
+hr_status hr_kv_storage_cuda_set_prefill_attn(hr_kv_storage *st, const char *name, hr_error *err);
+/* whether attend_runs sends runs to hr_k_attn_prefill (mma chosen and the shape taken) with n_heads
+ * query heads: the forward pass finds and uploads a batch's runs only then */
+bool hr_kv_storage_cuda_prefill_on(const hr_kv_storage *st, int n_heads);
 /* The attention kernel of a storage's later calls: "split" (hr_k_attn_split, the default) or "rows"
  * (hr_k_attn_split_rows where head_dim % 8 == 0); create takes HEADROOM_CUDA_ATTN_KERNEL's.
  * HR_ERR_INVALID_ARG for another name (the storage unchanged). */

@@ -63,11 +63,11 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
         scr = b > scr ? b : scr;
     }
     /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots, qrow, n_ctx, tables, attention scratch,
-     * the rows that want logits, the windows */
+     * the rows that want logits, the windows, prefill attention's runs (at most one tile a row: 4 ints) */
     const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {
         T * E * 4, T * E * 4,          T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4, T * qd * 4,
         T * F * 4, T * F * 4,          T * V * 4, T * 4,      T * 4,       T * 4,       T * 4,
-        T * 4,     T * max_blocks * 4, scr,       T * 4,      T * 8};
+        T * 4,     T * max_blocks * 4, scr,       T * 4,      T * 8,       T * 16};
     for (int i = 0; i < HR_CUDA_SCRATCH_PIECES; i++) out[i] = pieces[i];
     return HR_CUDA_SCRATCH_PIECES;
 }

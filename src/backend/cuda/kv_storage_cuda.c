@@ -17,7 +17,16 @@
  * hr_k_attn_split, a K row per thread) or "rows" (hr_k_attn_split_rows: K and V rows read by groups of
  * lanes, coalesced; used where head_dim % 8 == 0, else split); another value makes create fail.
  * hr_kv_storage_cuda_set_attn_kernel changes it on a storage (gpu_bench measures both). The default
- * stays split until a GPU measurement shows rows faster. */
+ * stays split until a GPU measurement shows rows faster.
+ *
+ * Prefill attention: HEADROOM_CUDA_PREFILL_ATTN, read at create, picks "split" (the default: every
+ * row through the split kernels above) or "mma": hr_kv_storage_cuda_attend_runs sends the rows of a
+ * batch's runs (>= 16 rows of one sequence at consecutive positions, cut into tiles by the host) to
+ * kernels/attn_prefill.cu's hr_k_attn_prefill (tensor cores, one block per tile and KV head, no split)
+ * and the stretches between them to the split kernels; head_dim 8, 16, 32, 64 or 128 (otherwise
+ * split).
+ * hr_kv_storage_cuda_set_prefill_attn changes it (gpu_bench measures both); split stays the default
+ * until a GPU measures mma faster. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +37,7 @@
 /* attention.cu's HR_K_KV_* */
 enum { CUDA_KV_F16 = 0, CUDA_KV_Q8 = 1, CUDA_KV_F32 = 2, CUDA_KV_BF16 = 3, CUDA_KV_FP8 = 4, CUDA_KV_Q4H = 5 };
 enum { CUDA_ATT_G = 8, CUDA_ATT_MAX_D = 256 }; /* its HR_K_ATT_G, HR_K_ATT_MAX_D */
+enum { CUDA_PF_M = 128 };                      /* attn_prefill.cu's HR_PF_M: MMA rows (rows x G) a block */
 
 /* kernels/attention.cu's hr_k_attn_shape, field for field (passed by value to the kernel) */
 typedef struct attn_shape {
@@ -49,6 +59,7 @@ typedef struct cuda_kv {
     uint64_t stage;       /* the host write op's device rows: k, v ([Hkv][D] f32 each) and a slot */
     int target_blocks;    /* thread blocks an attention call aims for (hr_cuda_attn_target_blocks) */
     bool attn_rows;       /* hr_k_attn_split_rows where the shape allows it (HEADROOM_CUDA_ATTN_KERNEL=rows) */
+    bool prefill_mma;     /* runs to hr_k_attn_prefill where the shape allows it (HEADROOM_CUDA_PREFILL_ATTN=mma) */
     bool failed;          /* a device call of a void op failed (msg says which) */
     hr_error msg;
 } cuda_kv;
@@ -132,12 +143,72 @@ uint64_t hr_kv_storage_cuda_attend_scratch(const hr_kv_storage *st, int n, int n
     return hr_cuda_attn_scratch_bytes(s->p.n_kv_heads, s->p.head_dim, n_heads, n, max_ctx, s->target_blocks);
 }
 
-/* attention over device rows; qrow 0: query i reads table row i */
+/* the split kernels and their reduce over rows [0, n) of the arrays given (a stretch of a batch: the
+ * caller offsets them), with the batch's split (sh.n_splits, sh.chunk: the scratch holds it for every
+ * stretch, fewer rows than the batch's) */
+static hr_status attend_split(cuda_kv *s, int layer, attn_shape sh, uint64_t q, uint64_t tables, uint64_t qrow,
+                              uint64_t n_ctx, uint64_t win, int n, uint64_t out, uint64_t scratch, hr_error *err) {
+    const int Hkv = s->p.n_kv_heads, D = s->p.head_dim;
+    int H = sh.n_heads;
+    int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
+    /* the scratch (hr_cuda_attn_scratch_bytes): o_part, ml_part (then the batch's rotated queries) */
+    uint64_t o_part = scratch, ml_part = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)D * 4u;
+    void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &win, &layer, &sh};
+    /* the rows kernel's lanes take 8 elements each (16- or 8-byte loads, q8 groups of >= 8, q4h's 8
+     * channels from one half of a 16-byte chunk: D % 16 == 0) */
+    const bool q4h = sh.k_fmt == CUDA_KV_Q4H || sh.v_fmt == CUDA_KV_Q4H;
+    const bool rows = s->attn_rows && D % 8 == 0 && (sh.k_fmt != CUDA_KV_Q8 || sh.k_group % 8 == 0) &&
+                      (sh.v_fmt != CUDA_KV_Q8 || sh.v_group % 8 == 0) && (!q4h || D % 16 == 0);
+    hr_status r = hr_cuda_launch(s->dev, rows ? "hr_k_attn_split_rows" : "hr_k_attn_split", (unsigned)(n * Hkv * ng),
+                                 (unsigned)sh.n_splits, 256, args, err);
+    void *rargs[] = {&out, &o_part, &ml_part, &H, (void *)&D, &sh.n_splits};
+    if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, err);
+    return r;
+}
+
+int hr_cuda_prefill_tile_rows(int n_heads, int n_kv_heads) {
+    const int G = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
+    return G > 0 && G <= CUDA_PF_M ? CUDA_PF_M / G : 0;
+}
+
+bool hr_kv_storage_cuda_prefill_on(const hr_kv_storage *st, int n_heads) {
+    const cuda_kv *s = (const cuda_kv *)st;
+    const int Hkv = s->p.n_kv_heads, D = s->p.head_dim;
+    const attn_shape sh = shape_of(s);
+    const bool q4h = sh.k_fmt == CUDA_KV_Q4H || sh.v_fmt == CUDA_KV_Q4H; /* its 8-channel reads: D % 16 == 0 */
+    return s->prefill_mma && (D == 8 || D == 16 || D == 32 || D == 64 || D == 128) && n_heads % Hkv == 0 &&
+           hr_cuda_prefill_tile_rows(n_heads, Hkv) > 0 && (sh.k_fmt != CUDA_KV_Q8 || sh.k_group % 8 == 0) &&
+           (sh.v_fmt != CUDA_KV_Q8 || sh.v_group % 8 == 0) && (!q4h || D % 16 == 0);
+}
+
+int hr_cuda_attn_runs(const int32_t *qrow, const int32_t *pos, int n, int tile_rows, int32_t *out) {
+    int k = 0;
+    if (tile_rows < 1) return 0;
+    for (int i = 0; i < n;) {
+        int j = i + 1; /* [i, j): one sequence (its table row) at consecutive positions */
+        while (j < n && qrow[j] == qrow[i] && pos[j] == pos[j - 1] + 1) j++;
+        if (j - i >= HR_CUDA_PREFILL_MIN_RUN) { /* tiles of even size: 130 rows of 128 a tile: 65 + 65 */
+            const int nt = (j - i + tile_rows - 1) / tile_rows;
+            for (int t = 0, r = i; t < nt; t++) {
+                const int rows = (j - r + nt - t - 1) / (nt - t);
+                int32_t *e = out + 4 * k++;
+                e[0] = r, e[1] = rows, e[2] = qrow[r], e[3] = pos[r];
+                r += rows;
+            }
+        }
+        i = j;
+    }
+    return k;
+}
+
+/* attention over device rows; qrow 0: query i reads table row i; runs (n_runs tiles): the rows for
+ * hr_k_attn_prefill where the storage takes them there */
 static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables, int max_blocks, uint64_t qrow,
                              uint64_t n_ctx, uint64_t win, int n, int max_ctx, int H, float scale, float softcap,
-                             uint64_t out, uint64_t scratch, hr_error *err) {
+                             const int32_t *runs, uint64_t d_runs, int n_runs, uint64_t out, uint64_t scratch,
+                             hr_error *err) {
     if (n <= 0) return HR_OK;
-    const int Hkv = s->p.n_kv_heads, D = s->p.head_dim;
+    const int Hkv = s->p.n_kv_heads;
     if (H < Hkv || H % Hkv != 0)
         return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: %d query heads over %d KV heads", H, Hkv);
     attn_shape sh = shape_of(s);
@@ -146,26 +217,35 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
     sh.max_blocks = max_blocks;
     sh.scale = scale;
     sh.softcap = softcap;
-    int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
-    /* the scratch (hr_cuda_attn_scratch_bytes): o_part, ml_part, then room for the rotated queries */
-    uint64_t o_part = scratch, ml_part = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)D * 4u;
-    uint64_t qrot = ml_part + (uint64_t)n * H * (uint64_t)sh.n_splits * 8u;
-    hr_status r = HR_OK;
-    if (sh.k_fmt == CUDA_KV_Q4H) { /* keys stored rotated: rotated queries */
+    if (sh.k_fmt == CUDA_KV_Q4H) { /* keys stored rotated: every kernel dots rotated queries, made once into
+                                      the scratch after the whole batch's o_part and ml_part */
+        const int D = s->p.head_dim;
+        uint64_t qrot = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)(D + 2) * 4u;
         void *hargs[] = {&qrot, &q, (void *)&D};
-        if ((r = hr_cuda_launch(s->dev, "hr_k_hadamard_rows", (unsigned)(n * H), 1, 256, hargs, err))) return r;
+        hr_status r = hr_cuda_launch(s->dev, "hr_k_hadamard_rows", (unsigned)(n * H), 1, 256, hargs, err);
+        if (r) return r;
         q = qrot;
     }
-    void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &win, &layer, &sh};
-    /* the rows kernel's lanes take 8 elements each (16- or 8-byte loads, q8 groups of >= 8, q4h's 8
-     * channels from one half of a 16-byte chunk: D % 16 == 0) */
-    const bool q4h = sh.k_fmt == CUDA_KV_Q4H || sh.v_fmt == CUDA_KV_Q4H;
-    const bool rows = s->attn_rows && D % 8 == 0 && (sh.k_fmt != CUDA_KV_Q8 || sh.k_group % 8 == 0) &&
-                      (sh.v_fmt != CUDA_KV_Q8 || sh.v_group % 8 == 0) && (!q4h || D % 16 == 0);
-    r = hr_cuda_launch(s->dev, rows ? "hr_k_attn_split_rows" : "hr_k_attn_split", (unsigned)(n * Hkv * ng),
-                       (unsigned)sh.n_splits, 256, args, err);
-    void *rargs[] = {&out, &o_part, &ml_part, &H, (void *)&D, &sh.n_splits};
-    if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, err);
+    if (n_runs <= 0 || !runs || !hr_kv_storage_cuda_prefill_on(&s->base, H))
+        return attend_split(s, layer, sh, q, tables, qrow, n_ctx, win, n, out, scratch, err);
+    /* the stretches between the runs' tiles (in row order) on the split kernels, their arrays offset */
+    const uint64_t row_bytes = (uint64_t)H * (uint64_t)s->p.head_dim * 4u;
+    const int tile_rows = hr_cuda_prefill_tile_rows(H, Hkv);
+    hr_status r = HR_OK;
+    for (int i = 0, a = 0; i <= n_runs && !r; i++) {
+        const int b = i < n_runs ? runs[4 * i] : n; /* the stretch [a, b) before tile i */
+        if (i < n_runs && (runs[4 * i + 1] < 1 || runs[4 * i + 1] > tile_rows || b < a || b + runs[4 * i + 1] > n))
+            return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: run tile %d (rows %d + %d of %d, at most %d a tile)",
+                                i, b, runs[4 * i + 1], n, tile_rows);
+        if (b > a)
+            r = attend_split(s, layer, sh, q + (uint64_t)a * row_bytes,
+                             qrow ? tables : tables + (uint64_t)a * (uint64_t)max_blocks * 4u,
+                             qrow ? qrow + (uint64_t)a * 4u : 0, n_ctx + (uint64_t)a * 4u,
+                             win ? win + (uint64_t)a * 8u : 0, b - a, out + (uint64_t)a * row_bytes, scratch, err);
+        if (i < n_runs) a = b + runs[4 * i + 1];
+    }
+    void *args[] = {&out, &q, &s->arena, &tables, &d_runs, &win, &layer, &sh};
+    if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_prefill", (unsigned)n_runs, (unsigned)Hkv, 256, args, err);
     return r;
 }
 
@@ -173,14 +253,22 @@ hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q
                                         uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale, float softcap,
                                         uint64_t out, uint64_t scratch, hr_error *err) {
     return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, 0, n_ctx, 0, n, max_ctx, n_heads, scale, softcap,
-                       out, scratch, err);
+                       NULL, 0, 0, out, scratch, err);
 }
 
 hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                          uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
                                          float scale, float softcap, uint64_t out, uint64_t scratch, hr_error *err) {
     return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, win, n, max_ctx, n_heads, scale,
-                       softcap, out, scratch, err);
+                       softcap, NULL, 0, 0, out, scratch, err);
+}
+
+hr_status hr_kv_storage_cuda_attend_runs(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
+                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
+                                         float scale, float softcap, const int32_t *runs, uint64_t d_runs, int n_runs,
+                                         uint64_t out, uint64_t scratch, hr_error *err) {
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, win, n, max_ctx, n_heads, scale,
+                       softcap, runs, d_runs, n_runs, out, scratch, err);
 }
 
 /* The manager's attention (host rows): queries and tables up, the device path, the result down. Its
@@ -226,7 +314,7 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     if (!r) r = hr_cuda_upload(s->dev, dctx, n_ctx, (size_t)n * 3 * sizeof(int32_t), &e);
     if (!r)
         r = attend_rows(s, layer, dq, dtab, max_blocks, 0, dctx, any_win ? dctx + (uint64_t)n * 4u : 0, n, max_vis, H,
-                        a->scale, a->softcap, dout, dscr, &e);
+                        a->scale, a->softcap, NULL, 0, 0, dout, dscr, &e);
     if (!r) r = hr_cuda_download(s->dev, out, dout, qf * sizeof(float), &e);
     /* only the heads asked are written back; zeros on failure */
     const int h0 = a->head_begin, h1 = hr_kv_attn_head_end(a);
@@ -318,6 +406,22 @@ hr_status hr_kv_storage_cuda_set_attn_kernel(hr_kv_storage *st, const char *name
     return attn_kernel_of(name, &((cuda_kv *)st)->attn_rows, err);
 }
 
+/* "split" or "mma" (NULL or empty: split) */
+static hr_status prefill_attn_of(const char *name, bool *mma, hr_error *err) {
+    if (!name || !*name || !strcmp(name, "split")) {
+        *mma = false;
+    } else if (!strcmp(name, "mma")) {
+        *mma = true;
+    } else {
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: prefill attention '%s': expected split or mma", name);
+    }
+    return HR_OK;
+}
+
+hr_status hr_kv_storage_cuda_set_prefill_attn(hr_kv_storage *st, const char *name, hr_error *err) {
+    return prefill_attn_of(name, &((cuda_kv *)st)->prefill_mma, err);
+}
+
 /* q4h's measurement-only variants (HEADROOM_KV_Q4H_VARIANT: keys unrotated, symmetric codes) are the
  * CPU's alone */
 static bool fmt_ok(const kv_fmt *f) {
@@ -342,9 +446,14 @@ hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_par
     if (attn_kernel_of(getenv("HEADROOM_CUDA_ATTN_KERNEL"), &rows, err))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: HEADROOM_CUDA_ATTN_KERNEL=%s: expected split or rows",
                             getenv("HEADROOM_CUDA_ATTN_KERNEL"));
+    bool mma = false;
+    if (prefill_attn_of(getenv("HEADROOM_CUDA_PREFILL_ATTN"), &mma, err))
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA KV: HEADROOM_CUDA_PREFILL_ATTN=%s: expected split or mma",
+                            getenv("HEADROOM_CUDA_PREFILL_ATTN"));
     cuda_kv *s = calloc(1, sizeof *s);
     if (!s) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     s->attn_rows = rows;
+    s->prefill_mma = mma;
     s->base.ops = &cuda_kv_ops;
     s->p = *p;
     s->dev = dev;

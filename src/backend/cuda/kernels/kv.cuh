@@ -1,0 +1,186 @@
+/* kv.cuh: the KV storage's byte layout as the attention kernels read it (attention.cu's split
+ * kernels, attn_prefill.cu's tensor-core prefill): the format codes, the shape the host passes, one
+ * element's decoding (kv_elem), a query's window (win_of / win_pos), and the coalesced reads of eight
+ * consecutive elements of a row (rows_fetch / rows_deq: 16-byte loads, 8-byte ones for q8, fp8 and
+ * q4h codes). The layout itself is described at the top of attention.cu. */
+#ifndef HR_CUDA_KV_CUH
+#define HR_CUDA_KV_CUH
+
+#include "common.cuh"
+enum {
+    HR_K_KV_F16 = 0,
+    HR_K_KV_Q8 = 1,
+    HR_K_KV_F32 = 2,
+    HR_K_KV_BF16 = 3,
+    HR_K_KV_FP8 = 4,
+    HR_K_KV_Q4H = 5
+}; /* the host's CUDA_KV_* */
+
+typedef struct hr_k_attn_shape {
+    u64 block_bytes, k_head_bytes, v_head_bytes;
+    int n_layers, n_kv_heads, n_heads, head_dim, block_size;
+    int k_fmt, v_fmt, k_group, v_group; /* formats and q8 group sizes */
+    int max_blocks, n_splits;           /* table row stride; splits (grid.y) */
+    int chunk;                          /* positions per split, a multiple of HR_K_ATT_TILE */
+    float scale, softcap;
+} hr_k_attn_shape;
+/* the host's attn_shape (backend/cuda/kv_storage_cuda.c) asserts the same size: the struct is passed
+ * by value, byte for byte */
+static_assert(sizeof(hr_k_attn_shape) == 80, "hr_k_attn_shape must match attn_shape in kv_storage_cuda.c");
+
+/* where a head region's scales start: after the [B][D] codes (fp8's aligned to 4 bytes, q4h's two a byte) */
+static __device__ inline u64 scale_off(int fmt, int B, int D) {
+    const u64 bd = (u64)B * (u64)D;
+    return fmt == HR_K_KV_FP8 ? (bd + 3u) & ~(u64)3u : fmt == HR_K_KV_Q4H ? bd / 2u : bd;
+}
+
+/* q4h: where channel c's 4-bit code sits in a token's D / 2 bytes (kv_format.c's kv_code_byte at 4
+ * bits): chunks of 32 channels in 16 bytes (a narrower last chunk of w channels in w / 2), byte k of a
+ * chunk of w holding channels k (low nibble) and k + w / 2 (high) */
+static __device__ inline int q4_code_byte(int D, int c, int *shift) {
+    const int base = c - c % 32, w = D - base < 32 ? D - base : 32, nb = w / 2, r = c - base;
+    *shift = r / nb * 4;
+    return base / 2 + r % nb;
+}
+
+/* element d of token slot s in a head region of format fmt */
+static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, int G, int s, int d) {
+    const u64 i = (u64)s * (u64)D + (u64)d;
+    switch (fmt) {
+    case HR_K_KV_F16: return hr_h2f(hr_ld_u16(head + 2u * i));
+    case HR_K_KV_BF16: return hr_bf2f(hr_ld_u16(head + 2u * i));
+    case HR_K_KV_F32: return ((const float *)head)[i];
+    case HR_K_KV_FP8: return hr_e4m3_to_f(head[i]) * ((const float *)(head + scale_off(fmt, B, D)))[s];
+    case HR_K_KV_Q4H: {
+        int sh;
+        const int byte = q4_code_byte(D, d, &sh);
+        const int code = (head[(u64)s * (u64)(D / 2) + (u64)byte] >> sh) & 15;
+        const u8 *pair = head + scale_off(fmt, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)(d / G));
+        return hr_h2f(hr_ld_u16(pair)) * (float)code + hr_h2f(hr_ld_u16(pair + 2));
+    }
+    default: { /* q8 */
+        const u8 *scales = head + scale_off(fmt, B, D);
+        const float sc = hr_h2f(hr_ld_u16(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d / G))));
+        return (float)(i8)head[i] * sc;
+    }
+    }
+}
+
+/* A query's window (a policy's sinks and window, a model's sliding window): win[2 qi] = sinks,
+ * win[2 qi + 1] = lo: positions t < sinks and t >= lo take part (lo 0, or win NULL: all of [0, n_ctx)).
+ * The kernels walk a virtual index v over the visible positions only, v < sinks being t = v and the
+ * rest t = v + off (off = lo - sinks), so splits and tiles cover what is seen, not the whole context. */
+static __device__ inline int win_pos(int v, int sinks, int off) { return v < sinks ? v : v + off; }
+static __device__ inline void win_of(const int *win, int qi, int *sinks, int *off) {
+    const int s = win ? win[2 * qi] : 0, lo = win ? win[2 * qi + 1] : 0;
+    *sinks = lo > s ? s : 0;
+    *off = lo > s ? lo - s : 0;
+}
+
+/* ---- rows: eight consecutive elements of a K or V row per lane (attention.cu's hr_k_attn_split_rows
+ * and attn_prefill.cu's tile loads) -------------------------------------------------------------- */
+
+#define HR_K_ROWS_E 8 /* elements per lane chunk */
+
+/* a 16- and an 8-byte load from an address so aligned (ld.global.v4.u32 / .v2.u32) */
+struct hr_k_w4 {
+    u32 w[4];
+};
+struct hr_k_w2 {
+    u32 w[2];
+};
+static __device__ inline hr_k_w4 ld_w4(const u8 *p) {
+    hr_k_w4 v;
+    __builtin_memcpy(&v, __builtin_assume_aligned(p, 16), 16);
+    return v;
+}
+static __device__ inline hr_k_w2 ld_w2(const u8 *p) {
+    hr_k_w2 v;
+    __builtin_memcpy(&v, __builtin_assume_aligned(p, 8), 8);
+    return v;
+}
+/* IEEE half -> float by the hardware's conversion (cvt.f32.f16; exact, as hr_h2f) */
+static __device__ inline float h2f_cvt(u32 h) { return (float)__builtin_bit_cast(_Float16, (u16)h); }
+
+/* one lane's chunk of a row as loaded: the words (f32: 8, f16 and bf16: 4, q8 and fp8: 2) and the
+ * row's or group's scale (q8, fp8) */
+struct rows_raw {
+    u32 w[8];
+    float sc, mn;
+};
+
+/* positions a lane loads before it uses them: 64 bytes a lane */
+template <int F> static __device__ inline constexpr int rows_batch() {
+    return F == HR_K_KV_F32 ? 2 : (F == HR_K_KV_F16 || F == HR_K_KV_BF16) ? 4 : 8;
+}
+
+/* elements d0 .. d0 + 7 of token slot s in a head region of format F */
+template <int F> static __device__ inline rows_raw rows_fetch(const u8 *head, int B, int D, int G, int s, int d0) {
+    rows_raw r = {};
+    const u64 i = (u64)s * (u64)D + (u64)d0;
+    if (F == HR_K_KV_F32) {
+        const hr_k_w4 a = ld_w4(head + 4u * i), b = ld_w4(head + 4u * i + 16u);
+        for (int j = 0; j < 4; j++) r.w[j] = a.w[j], r.w[4 + j] = b.w[j];
+    } else if (F == HR_K_KV_F16 || F == HR_K_KV_BF16) {
+        const hr_k_w4 a = ld_w4(head + 2u * i);
+        for (int j = 0; j < 4; j++) r.w[j] = a.w[j];
+    } else if (F == HR_K_KV_Q4H) { /* 8 channels of one chunk: 8 bytes' low or high nibbles (D % 16 == 0) */
+        int sh;
+        const int byte = q4_code_byte(D, d0, &sh);
+        const hr_k_w2 a = ld_w2(head + (u64)s * (u64)(D / 2) + (u64)byte);
+        r.w[0] = (a.w[0] >> sh) & 0x0f0f0f0fu, r.w[1] = (a.w[1] >> sh) & 0x0f0f0f0fu;
+        const u8 *pair = head + scale_off(F, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)(d0 / G));
+        r.sc = h2f_cvt(hr_ld_u16(pair));
+        r.mn = h2f_cvt(hr_ld_u16(pair + 2));
+    } else {
+        const hr_k_w2 a = ld_w2(head + i);
+        r.w[0] = a.w[0], r.w[1] = a.w[1];
+        const u8 *scales = head + scale_off(F, B, D);
+        if (F == HR_K_KV_FP8) {
+            r.sc = ((const float *)scales)[s];
+        } else {
+            u16 h;
+            __builtin_memcpy(&h, __builtin_assume_aligned(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d0 / G)), 2), 2);
+            r.sc = h2f_cvt(h);
+        }
+    }
+    return r;
+}
+
+/* the chunk's 8 values, x[j] * (the returned factor) each: the factor is the scale of q8 and fp8
+ * (applied once per chunk by the caller), 1 otherwise (q4h's code * scale + min in x) */
+template <int F> static __device__ inline float rows_deq(const rows_raw &r, float (&x)[HR_K_ROWS_E]) {
+    if (F == HR_K_KV_Q4H) {
+        for (int j = 0; j < 8; j++) x[j] = (float)((r.w[j / 4] >> (8 * (j % 4))) & 0xffu) * r.sc + r.mn;
+        return 1.0f;
+    }
+    if (F == HR_K_KV_F32) {
+        for (int j = 0; j < 8; j++) x[j] = __builtin_bit_cast(float, r.w[j]);
+        return 1.0f;
+    }
+    if (F == HR_K_KV_F16) {
+        for (int j = 0; j < 4; j++) x[2 * j] = h2f_cvt(r.w[j] & 0xffffu), x[2 * j + 1] = h2f_cvt(r.w[j] >> 16);
+        return 1.0f;
+    }
+    if (F == HR_K_KV_BF16) {
+        for (int j = 0; j < 4; j++)
+            x[2 * j] = __builtin_bit_cast(float, r.w[j] << 16),
+                  x[2 * j + 1] = __builtin_bit_cast(float, r.w[j] & 0xffff0000u);
+        return 1.0f;
+    }
+    if (F == HR_K_KV_FP8) { /* hr_e4m3_to_f: the magnitude at f32 bit 20, the sign at 31, times 2^120 */
+        for (int j = 0; j < 8; j++) {
+            const u32 b = (r.w[j / 4] >> (8 * (j % 4))) & 0xffu;
+            x[j] = __builtin_bit_cast(float, ((b & 0x7fu) << 20) | ((b & 0x80u) << 24)) * 0x1p120f;
+        }
+        return r.sc;
+    }
+    /* q8: code + 128 as the low bits of 2^23's float, less 2^23 + 128: exact, no int -> float */
+    for (int j = 0; j < 8; j++) {
+        const u32 u = ((r.w[j / 4] ^ 0x80808080u) >> (8 * (j % 4))) & 0xffu;
+        x[j] = __builtin_bit_cast(float, 0x4b000000u | u) - 8388736.0f;
+    }
+    return r.sc;
+}
+
+#endif
