@@ -391,6 +391,25 @@ static void test_gemm(void) {
     }
 }
 
+/* A one-block f16 device storage, after checking that env=bad refuses to make one (naming it); NULL
+ * when it could not be made. */
+static hr_kv_storage *switch_storage(const char *env, const char *bad) {
+    hr_error e = {0};
+    hr_kv_storage_params p = {
+        .n_layers = 1, .n_kv_heads = 1, .head_dim = 64, .block_size = 16, .n_blocks = 1, .isa = "scalar"};
+    kv_fmt_init(&p.k, HR_KV_F16, KV_K, 16, 64, &e);
+    kv_fmt_init(&p.v, HR_KV_F16, KV_V, 16, 64, &e);
+    hr_kv_storage *gpu = NULL;
+    setenv(env, bad, 1);
+    hr_status st = hr_kv_storage_cuda_create(dev, &p, &gpu, &e);
+    unsetenv(env);
+    char named[96];
+    snprintf(named, sizeof named, "%s=%s", env, bad);
+    CHECKF(st == HR_ERR_INVALID_ARG && !gpu && strstr(e.msg, named), "%s", e.msg);
+    CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+    return gpu;
+}
+
 /* paged attention: tokens written by the CPU storage, its blocks copied byte for byte into the
  * device storage, then both attend the same queries (GQA 12, tables in any order, one query over five
  * chunks of the split kernel, a softcap), through each attention kernel (hr_k_attn_split, the
@@ -464,16 +483,7 @@ static void test_attention(void) {
     enum { L = 2, NQ = 4 };
     hr_error e = {0};
     { /* a kernel name the storage does not have: refused, from the environment and the setter */
-        hr_kv_storage_params p = {
-            .n_layers = 1, .n_kv_heads = 1, .head_dim = 64, .block_size = 16, .n_blocks = 1, .isa = "scalar"};
-        kv_fmt_init(&p.k, HR_KV_F16, KV_K, 16, 64, &e);
-        kv_fmt_init(&p.v, HR_KV_F16, KV_V, 16, 64, &e);
-        hr_kv_storage *gpu = NULL;
-        setenv("HEADROOM_CUDA_ATTN_KERNEL", "tiles", 1);
-        hr_status st = hr_kv_storage_cuda_create(dev, &p, &gpu, &e);
-        unsetenv("HEADROOM_CUDA_ATTN_KERNEL");
-        CHECKF(st == HR_ERR_INVALID_ARG && !gpu && strstr(e.msg, "HEADROOM_CUDA_ATTN_KERNEL=tiles"), "%s", e.msg);
-        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+        hr_kv_storage *gpu = switch_storage("HEADROOM_CUDA_ATTN_KERNEL", "tiles");
         if (gpu) {
             CHECK(hr_kv_storage_cuda_set_attn_kernel(gpu, "tiles", &e) == HR_ERR_INVALID_ARG);
             CHECK(hr_kv_storage_cuda_set_attn_kernel(gpu, "rows", &e) == HR_OK);
@@ -671,16 +681,7 @@ static void test_prefill_attention(void) {
     enum { L = 2, N = PF_ROWS };
     hr_error e = {0};
     { /* the switch: a name it does not have is refused, from the environment and the setter */
-        hr_kv_storage_params p = {
-            .n_layers = 1, .n_kv_heads = 1, .head_dim = 64, .block_size = 16, .n_blocks = 1, .isa = "scalar"};
-        kv_fmt_init(&p.k, HR_KV_F16, KV_K, 16, 64, &e);
-        kv_fmt_init(&p.v, HR_KV_F16, KV_V, 16, 64, &e);
-        hr_kv_storage *gpu = NULL;
-        setenv("HEADROOM_CUDA_PREFILL_ATTN", "wmma", 1);
-        hr_status st = hr_kv_storage_cuda_create(dev, &p, &gpu, &e);
-        unsetenv("HEADROOM_CUDA_PREFILL_ATTN");
-        CHECKF(st == HR_ERR_INVALID_ARG && !gpu && strstr(e.msg, "HEADROOM_CUDA_PREFILL_ATTN=wmma"), "%s", e.msg);
-        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+        hr_kv_storage *gpu = switch_storage("HEADROOM_CUDA_PREFILL_ATTN", "wmma");
         if (gpu) {
             CHECK(!hr_kv_storage_cuda_prefill_on(gpu, 4)); /* split: the default */
             CHECK(hr_kv_storage_cuda_set_prefill_attn(gpu, "wmma", &e) == HR_ERR_INVALID_ARG);
