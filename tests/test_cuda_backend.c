@@ -218,7 +218,7 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
             CHECK(hr_kv_storage_cuda_set_prefill_attn(gpu, k ? "mma" : "split", &e) == HR_OK);
             before = launches();
             CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 18, 32, 4, 0.125f, 0.0f, runs, buf,
-                                                 n_runs, buf, buf, &e) == HR_OK);
+                                                 n_runs, NULL, buf, buf, &e) == HR_OK);
             CHECKF(launches() == before + (k ? 5 : 2), "prefill attention %s: %d launches", k ? "mma" : "split",
                    launches() - before);
         }
@@ -226,7 +226,7 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
         runs[1] = 65; /* G 2: 64 rows a tile at most */
         before = launches();
         CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 40, 32, 4, 0.125f, 0.0f, runs, buf, 1,
-                                             buf, buf, &e) == HR_ERR_INVALID_ARG &&
+                                             NULL, buf, buf, &e) == HR_ERR_INVALID_ARG &&
               launches() == before);
         hr_cuda_free(dev, buf);
     }

@@ -10,6 +10,10 @@
  *                 attention kernel on the same storage (hr_kv_storage_cuda_set_attn_kernel: "rows", then
  *                 "split", the default), each checked; then split's time over rows' per format and
  *                 context (which is faster); f16's time over q8's and q4h's;
+ *   4a. attention under token masks (h2o, snapkv) at 8K positions, f16 KV: without masks, with every
+ *                 mask bit set (checked bit for bit against the unmasked outputs) and with the scores
+ *                 accumulated (hr_k_attn_score; each head's weights checked to sum to 1): ms each, and
+ *                 the two masked times over the unmasked one;
  *   4b. prefill attention: a 512-token chunk at Llama-3-8B's shape (H 32/8, D 128) after 0 and 8K
  *                 positions, f16 KV, through the split kernels and through hr_k_attn_prefill (tensor
  *                 cores; kv_storage_cuda.c's HEADROOM_CUDA_PREFILL_ATTN), each checked: TFLOP/s, and
@@ -844,6 +848,147 @@ static void bench_attention(void) {
     }
 }
 
+/* ---- 4a. decode attention under token masks (h2o, snapkv) -------------------------------------------- */
+
+typedef struct tok_ctx {
+    attn_ctx a;
+    hr_kv_cuda_tokens tok;
+    int mode; /* 0: no masks (full, window), 1: masks (snapkv after its window), 2: masks and scores (h2o) */
+} tok_ctx;
+
+static hr_status tok_rep(void *p, int rep, hr_error *e) {
+    tok_ctx *c = p;
+    hr_kv_cuda_tokens t = c->tok;
+    if (c->mode < 2) t.scores = 0;
+    return hr_kv_storage_cuda_attend_runs(c->a.st, 0, c->a.q, c->a.tables, c->a.nbq, 0, c->a.n_ctx, 0, c->a.nq,
+                                          c->a.ctx, c->a.H, c->a.scale, 0.0f, NULL, 0, 0, c->mode ? &t : NULL, c->a.out,
+                                          c->a.scratch, e);
+}
+
+/* What a token-level policy costs decode attention (f16 KV, the default split kernel, the target
+ * context): the same queries without masks, with every token's mask bit set (the kernels read each
+ * bit; the output must equal the unmasked one bit for bit), and with the scores accumulated as h2o
+ * does (hr_k_attn_score after the reduce: its q.K pass and the atomic adds; every head's weights must
+ * sum to 1, so each (query, KV head) row of scores to G x 2^32 within 1e-4). Rows: each mode's time,
+ * and its time over the unmasked one. */
+static void bench_attn_tokens(void) {
+    const attn_shape_t as = O.quick ? (attn_shape_t){8, 2, 64, 16, 3} : (attn_shape_t){32, 8, 128, 16, 16};
+    const int ctx = O.quick ? 300 : 8192, H = as.H, Hkv = as.Hkv, D = as.D, B = as.B, nq = as.nq;
+    const int nbq = (ctx + B - 1) / B, MW = (B + 63) / 64, G = H / Hkv;
+    static const char *const modes[] = {"f16 KV no masks", "f16 KV masks", "f16 KV masks+scores"};
+    row r[3];
+    for (int m = 0; m < 3; m++) {
+        r[m] = new_row("attention", modes[m]);
+        snprintf(r[m].shape, sizeof r[m].shape, "ctx %d, %d queries, H %d/%d, D %d, B %d, split kernel", ctx, nq, H,
+                 Hkv, D, B);
+        snprintf(r[m].unit, sizeof r[m].unit, "ms");
+    }
+    hr_error e = {0};
+    hr_kv_storage_params p = {
+        .n_layers = 1, .n_kv_heads = Hkv, .head_dim = D, .block_size = B, .n_blocks = nq * nbq, .isa = "scalar"};
+    kv_fmt_init(&p.k, HR_KV_F16, KV_K, B, D, &e);
+    kv_fmt_init(&p.v, HR_KV_F16, KV_V, B, D, &e);
+    tok_ctx c = {.a = {.nq = nq, .nbq = nbq, .ctx = ctx, .H = H, .copies = 1, .scale = 1.0f / sqrtf((float)D)}};
+    const size_t qf = (size_t)nq * H * D, n_mask = (size_t)nq * nbq * Hkv * MW, n_sc = (size_t)nq * nbq * Hkv * B;
+    float *q = malloc(sizeof(float) * qf), *o0 = malloc(sizeof(float) * qf), *o1 = malloc(sizeof(float) * qf);
+    float *kv = malloc(sizeof(float) * 2 * Hkv * D);
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)nq * nbq), ctxs[64], view[128];
+    uint64_t *masks = malloc(sizeof(uint64_t) * n_mask), *sc = malloc(sizeof(uint64_t) * n_sc);
+    if (!q || !o0 || !o1 || !kv || !tables || !masks || !sc || nq > 64) {
+        fprintf(stderr, "gpu_bench: out of memory\n");
+        exit(1);
+    }
+    bool ok = hr_kv_storage_cuda_create(dev, &p, &c.a.st, &e) == HR_OK;
+    /* Pb blocks written (the host write: the device encoder), then copied over the rest */
+    const int Pb = p.n_blocks < 32 ? p.n_blocks : 32;
+    const size_t block_bytes = (size_t)Hkv * (p.k.head_bytes + p.v.head_bytes);
+    for (int b = 0; ok && b < Pb; b++)
+        for (int t = 0; t < B; t++) {
+            fill(kv, (size_t)2 * Hkv * D, 1.0f);
+            c.a.st->ops->write(c.a.st, 0, b, t, -1, kv, kv + (size_t)Hkv * D);
+        }
+    if (ok && replicate(hr_kv_storage_cuda_arena(c.a.st), block_bytes * Pb, block_bytes * p.n_blocks, &e)) ok = false;
+    for (int i = 0; i < nq * nbq; i++) tables[i] = i;
+    for (int i = 0; i < nq; i++) ctxs[i] = ctx, view[2 * i] = i, view[2 * i + 1] = 1;
+    for (size_t i = 0; i < n_mask; i++) masks[i] = B >= 64 ? ~0ull : (1ull << B) - 1;
+    memset(sc, 0, sizeof(uint64_t) * n_sc);
+    fill(q, qf, 1.0f);
+    if (ok && (hr_kv_storage_cuda_check(c.a.st, &e) || hr_cuda_alloc(dev, sizeof(float) * qf, &c.a.q, &e) ||
+               hr_cuda_alloc(dev, sizeof(float) * qf, &c.a.out, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * (size_t)nq * nbq, &c.a.tables, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * nq, &c.a.n_ctx, &e) ||
+               hr_cuda_alloc(dev, hr_kv_storage_cuda_attend_scratch(c.a.st, nq, H, ctx), &c.a.scratch, &e) ||
+               hr_cuda_alloc(dev, sizeof(int32_t) * 2 * nq, &c.tok.view, &e) ||
+               hr_cuda_alloc(dev, sizeof(uint64_t) * n_mask, &c.tok.masks, &e) ||
+               hr_cuda_alloc(dev, sizeof(uint64_t) * n_sc, &c.tok.scores, &e) ||
+               hr_cuda_upload(dev, c.a.q, q, sizeof(float) * qf, &e) ||
+               hr_cuda_upload(dev, c.a.tables, tables, sizeof(int32_t) * (size_t)nq * nbq, &e) ||
+               hr_cuda_upload(dev, c.a.n_ctx, ctxs, sizeof(int32_t) * nq, &e) ||
+               hr_cuda_upload(dev, c.tok.view, view, sizeof(int32_t) * 2 * nq, &e) ||
+               hr_cuda_upload(dev, c.tok.masks, masks, sizeof(uint64_t) * n_mask, &e)))
+        ok = false;
+    if (!ok)
+        for (int m = 0; m < 3; m++) dev_fail(&r[m], "setup", &e);
+    double ms[3] = {NAN, NAN, NAN};
+    for (int m = 0; ok && m < 3; m++) {
+        /* the check: one rep (scores zeroed first) */
+        c.mode = m;
+        if (hr_cuda_upload(dev, c.tok.scores, sc, sizeof(uint64_t) * n_sc, &e) || tok_rep(&c, 0, &e) ||
+            hr_cuda_download(dev, m ? o1 : o0, c.a.out, sizeof(float) * qf, &e) ||
+            (m == 2 && hr_cuda_download(dev, sc, c.tok.scores, sizeof(uint64_t) * n_sc, &e))) {
+            dev_fail(&r[m], "run", &e);
+            continue;
+        }
+        bool mok = true;
+        int differ = 0; /* outputs not bit for bit the unmasked ones */
+        for (size_t i = 0; m > 0 && i < qf; i++) differ += memcmp(&o0[i], &o1[i], sizeof(float)) != 0;
+        if (m == 1) mok = verdict(&r[m], differ == 0, "outputs differing", differ);
+        if (m == 2) {
+            double worst = 0;
+            for (int i = 0; i < nq; i++)
+                for (int kh = 0; kh < Hkv; kh++) {
+                    double sum = 0;
+                    for (int j = 0; j < nbq; j++)
+                        for (int t = 0; t < B; t++) sum += (double)sc[(((size_t)i * nbq + j) * Hkv + kh) * B + t];
+                    worst = fmax(worst, fabs(sum / (G * 4294967296.0) - 1.0));
+                }
+            memset(sc, 0, sizeof(uint64_t) * n_sc);
+            mok = verdict(&r[m], worst < 1e-4 && differ == 0, "weights' sum err", differ ? INFINITY : worst);
+        }
+        if (m == 0) snprintf(r[m].check, sizeof r[m].check, "(the reference)");
+        timing t;
+        if (mok && (time_reps(tok_rep, &c, 400.0, &t, &e) || hr_kv_storage_cuda_check(c.a.st, &e)))
+            dev_fail(&r[m], "timing", &e);
+        else if (mok) {
+            set_timing(&r[m], &t);
+            ms[m] = r[m].value = t.median_ms;
+        }
+    }
+    for (int m = 0; m < 3; m++) {
+        json_t *xj = json_object();
+        json_object_set_new(xj, "kv_format", json_string("f16"));
+        json_object_set_new(xj, "ctx", json_integer(ctx));
+        json_object_set_new(xj, "queries", json_integer(nq));
+        json_object_set_new(xj, "token_masks", json_boolean(m >= 1));
+        json_object_set_new(xj, "scores", json_boolean(m == 2));
+        add_row(&r[m], xj);
+    }
+    for (int m = 1; m < 3; m++) {
+        char what[40];
+        snprintf(what, sizeof what, "%s / none", m == 1 ? "masks" : "masks+scores");
+        row x = new_row("attention", what);
+        snprintf(x.shape, sizeof x.shape, "ctx %d, %d queries: time under the policy over the unmasked time", ctx, nq);
+        snprintf(x.unit, sizeof x.unit, "x");
+        x.value = ms[m] / ms[0];
+        if (!isfinite(x.value)) snprintf(x.check, sizeof x.check, "skipped: a mode not measured");
+        add_row(&x, NULL);
+    }
+    if (c.a.st) c.a.st->ops->destroy(c.a.st);
+    uint64_t bufs[] = {c.a.q, c.a.out, c.a.tables, c.a.n_ctx, c.a.scratch, c.tok.view, c.tok.masks, c.tok.scores};
+    for (size_t i = 0; i < HR_ARRAY_LEN(bufs); i++) hr_cuda_free(dev, bufs[i]);
+    free(q), free(o0), free(o1), free(kv), free(tables), free(masks), free(sc);
+}
+
 /* ---- 4b. prefill attention: the split kernels against the tensor cores -------------------------------- */
 
 typedef struct pfa_ctx {
@@ -857,7 +1002,7 @@ typedef struct pfa_ctx {
 static hr_status pfa_rep(void *p, int rep, hr_error *e) {
     pfa_ctx *c = p;
     return hr_kv_storage_cuda_attend_runs(c->st, 0, c->q, c->table, (c->max_ctx + 15) / 16, c->qrow, c->n_ctx, 0, c->n,
-                                          c->max_ctx, c->H, c->scale, 0.0f, c->h_runs, c->runs, c->n_runs, c->out,
+                                          c->max_ctx, c->H, c->scale, 0.0f, c->h_runs, c->runs, c->n_runs, NULL, c->out,
                                           c->scratch, e);
 }
 
@@ -1680,6 +1825,7 @@ int main(int argc, char **argv) {
         skip_row("gemv", "-", "-", "--only"), skip_row("prefill", "-", "-", "--only");
     if (wanted("attention")) {
         bench_attention();
+        bench_attn_tokens();
         bench_prefill_attn();
     } else
         skip_row("attention", "-", "-", "--only");

@@ -68,9 +68,30 @@ void hr_kv_seq_window(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, 
     KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
     hr_kv_attn_view v;
     kv_view(p, &p->seqs[seq], layer, n_ctx, &v);
-    KV_ASSERT(!v.mask && !v.score); /* token-level policies: refused for such a storage (policy.c) */
     *sinks = v.sinks;
     *lo = v.lo;
+}
+
+const uint64_t *hr_kv_seq_token_mask(const hr_kv_pool *p, hr_kv_seq seq, int n_ctx, int *n_blocks, int *mask_words,
+                                     bool *score) {
+    KV_ASSERT(kv_seq_valid(p, seq));
+    const kv_seq *s = &p->seqs[seq];
+    hr_kv_attn_view v;
+    kv_view(p, s, 0, n_ctx, &v); /* masks and scores are the same decision in every layer */
+    *n_blocks = s->meta_n;
+    *mask_words = kv_mask_words(p);
+    *score = v.mask && v.score;
+    return v.mask;
+}
+
+void hr_kv_seq_add_scores(hr_kv_pool *p, hr_kv_seq seq, const uint64_t *w, int n_blocks) {
+    KV_ASSERT(kv_seq_valid(p, seq));
+    kv_seq *s = &p->seqs[seq];
+    if (!kv_token_level(s)) return;
+    if (n_blocks > s->meta_n) n_blocks = s->meta_n;
+    const size_t n = (size_t)n_blocks * p->cfg.n_layers * p->cfg.n_kv_heads * p->cfg.block_size;
+    for (size_t i = 0; i < n; i++)
+        if (w[i]) atomic_fetch_add_explicit(&s->score[i], w[i], memory_order_relaxed);
 }
 
 void hr_kv_attention(const hr_kv_pool *p, int layer, hr_kv_seq seq, int n_ctx, const float *q, int n_heads, float scale,

@@ -259,11 +259,24 @@ int32_t hr_kv_write_slot(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int p
 /* seq's block table in layer's group: the physical block ids of its logical blocks in order (-1: a
  * block a policy dropped), *n of them; valid until the pool next changes (reserve, free, swap). */
 const int32_t *hr_kv_seq_table(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int *n);
-/* Which positions a query at n_ctx of seq sees in layer, for a storage whose attention takes windows
- * and sinks but no token masks (hr_kv_storage_ops.window_views_only: the GPU's): t < *sinks or t >=
- * *lo (*lo 0: all of [0, n_ctx)), from its policy and the model's sliding window. The pool refuses
- * token-level policies (h2o, snapkv) for such a storage, so there is no mask to miss. */
+/* What a device forward pass needs of a policy, as data (the GPU's: it walks the tables itself).
+ * hr_kv_seq_window: which positions a query at n_ctx of seq sees in layer beyond causality: t < *sinks
+ * or t >= *lo (*lo 0: all of [0, n_ctx)), from its policy and the model's sliding window. */
 void hr_kv_seq_window(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int n_ctx, int *sinks, int *lo);
+/* Token-level policies (h2o, snapkv; their sequences have no window): seq's token masks, NULL for any
+ * other sequence. The words for logical blocks [0, *n_blocks) of every layer: bit t % 64 of word
+ * ((j * L + layer) * Hkv + kv_head) * *mask_words + t / 64 set = token j * B + t kept (*mask_words =
+ * ceil(B / 64)); *score: whether a query at n_ctx adds its softmax weights to the sequence's scores
+ * (h2o: always; snapkv: in its observation window), which the caller then gives back through
+ * hr_kv_seq_add_scores. Valid until the pool next changes (a commit evicts). */
+const uint64_t *hr_kv_seq_token_mask(const hr_kv_pool *pool, hr_kv_seq seq, int n_ctx, int *n_blocks, int *mask_words,
+                                     bool *score);
+/* Adds weights a device accumulated for seq (the forward pass's, before its commit) to its scores: in the
+ * pool's fixed point (2^-32, a weight of 1 = 2^32), w[((j * L + layer) * Hkv + kv_head) * B + t] for
+ * logical blocks [0, n_blocks), the masks' layout with B entries in place of the words. The policy then
+ * decides from them at the commit as from the CPU's own attention. Nothing for a sequence without
+ * token masks. */
+void hr_kv_seq_add_scores(hr_kv_pool *pool, hr_kv_seq seq, const uint64_t *w, int n_blocks);
 
 /* out[h][:] = softmax(scale * q[h] . K[0..n_ctx)) . V for each query head h of one token, reading
  * the sequence's blocks in their formats directly (no dequantized copy of the cache). Under a policy

@@ -50,7 +50,8 @@ typedef struct hr_kv_storage_params {
 
 /* Which positions a query sees beyond causality (a policy or a model's sliding window); the manager
  * computes it. Visible blocks: logical [0, sink_blocks) and [first_blk, n_blk); within them a
- * position t is visible iff t < sinks || t >= lo, and, with a mask, iff its bit is set. */
+ * position t is visible iff t < sinks || t >= lo, and, with a mask, iff its bit is set. Every storage's
+ * attend applies the whole view, masks and scores included (the CPU's and the CUDA one's). */
 typedef struct hr_kv_attn_view {
     int sink_blocks, first_blk;
     int sinks, lo;
@@ -95,11 +96,7 @@ static inline int hr_kv_attn_head_end(const hr_kv_attn_args *a) { return a->head
 typedef struct hr_kv_storage hr_kv_storage;
 
 typedef struct hr_kv_storage_ops {
-    const char *name; /* "cpu" */
-    /* attend takes views of sinks and a window but no token masks or accumulated scores (the CUDA
-     * storage so far): the pool then refuses the token-level policies, h2o and snapkv
-     * (hr_kv_policy_check) */
-    bool window_views_only;
+    const char *name; /* "cpu", "cuda" */
     void (*destroy)(hr_kv_storage *st);
     /* the kernels in use ("scalar", "avx2") */
     const char *(*isa)(const hr_kv_storage *st);

@@ -136,12 +136,6 @@ hr_status hr_kv_policy_check(const hr_kv_pool *p, const hr_kv_policy *pol, hr_er
     int nat = kv_native_max(p);
     char name[64];
     hr_kv_policy_str(pol, name, sizeof name);
-    if (ops->token_level && p->st->ops->window_views_only)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "KV policy %s: the %s KV storage's attention takes windows and sinks but no token "
-                            "masks so far (docs/GPU.md); use window:W or sinks:S,window:W, or --device cpu for "
-                            "h2o and snapkv",
-                            name, p->st->ops->name);
     if (nat > 0 && ops->token_level)
         return hr_error_set(err, HR_ERR_INVALID_ARG,
                             "KV policy %s: this model attends through its own sliding window of %d tokens, which "

@@ -11,10 +11,11 @@
  *      may go either way: docs/GPU.md);
  *   3. the engine's paths over the device storage give the CPU's ids (F32 model, f32 KV: the two agree
  *      exactly): a pool too small for four sequences at once, so they are preempted by swap (blocks
- *      copied to the host tier and back) or by recompute, and a shared prompt prefix;
+ *      copied to the host tier and back) or by recompute, and a shared prompt prefix; and the token-level
+ *      eviction policies, h2o and snapkv (the GPU's masks and accumulated scores);
  *   4. prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma) against the split
  *      kernels: logits within a bound, the same greedy ids;
- *   5. what is refused says so in one line: a KV format the device storage lacks, a KV policy, a family the kernels
+ *   5. what is refused says so in one line: a KV format the device storage lacks, a family the kernels
  *      do not cover (qwen3's Q/K norms), a weight type without a GEMV kernel (mxfp4);
  *   6. decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1): the device API's capture rules (what the
  *      driver refuses inside a capture, a replay reading its buffers anew), then four sequences decoded
@@ -318,6 +319,94 @@ static void test_engine_paths(void) {
     }
 }
 
+/* Two 40-token prompts decoded 24 tokens at once under `pol` (each request's own when per_request, else
+ * the runtime's default) on device: their ids, and per request the tokens its policy evicted from every
+ * layer and KV head and the most tokens one of them still sees */
+static void token_policy_run(const char *model, const char *device, const char *pol, bool per_request,
+                             int32_t out[2][24], int evicted[2], int kept[2]) {
+    hr_runtime_params p = rt_params(model, device, HR_RT_KV_F32);
+    p.kv_policy = per_request ? NULL : pol;
+    hr_runtime *rt = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s %s: %s", device, pol, err.msg);
+    if (!rt) return;
+    int32_t prompts[2][40];
+    for (int i = 0; i < 40; i++)
+        prompts[0][i] = i == 0 ? 1 : 3 + (i * 37) % 500, prompts[1][i] = i == 0 ? 1 : 3 + (i * 53 + 11) % 500;
+    hr_rt_request *r[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        hr_rt_request_params q = {.prompt_ids = prompts[i], .n_prompt_ids = 40, .max_tokens = 24, .ignore_eos = true};
+        q.sampling = hr_rt_sampling_default();
+        q.sampling.temperature = 0;
+        q.kv_policy = per_request ? pol : NULL;
+        CHECKF(hr_runtime_submit(rt, &q, &r[i], &err) == HR_OK, "%s %s: %s", device, pol, err.msg);
+    }
+    CHECKF(hr_runtime_run_until_idle(rt, &err) == HR_OK, "%s %s: %s", device, pol, err.msg);
+    for (int i = 0; i < 2; i++) {
+        if (!r[i]) continue;
+        hr_rt_result res;
+        hr_rt_request_result(r[i], &res);
+        CHECKF(res.n_ids == 24, "%s %s: request %d gave %d ids", device, pol, i, res.n_ids);
+        memcpy(out[i], res.ids, sizeof(int32_t) * (size_t)(res.n_ids < 24 ? res.n_ids : 24));
+        /* tokens no layer and KV head sees any more; the most one of them still sees */
+        evicted[i] = res.stats.kv.tokens_evicted;
+        kept[i] = res.stats.kv.tokens_kept_max;
+        hr_rt_request_release(rt, r[i]);
+    }
+    hr_runtime_close(rt);
+}
+
+/* The token-level policies on the GPU: two 40-token prompts decoded 24 tokens at once under h2o:16 (the
+ * runtime's default, as --kv-policy sets it) and snapkv:24 (each request's own, as the server's
+ * kv_policy field; its observation window the last 12 prompt positions), on the CPU and the GPU (F32
+ * model, f32 KV: the two agree to float rounding). The GPU masks tokens in its attention kernels and
+ * accumulates the softmax weights on the device; the manager adds them to its scores and the policy
+ * decides at each commit as on the CPU. Every id equal (and not the full cache's), and each policy cut
+ * what a layer and KV head sees on both (h2o: to 16 tokens; snapkv: 16 of the prompt's first 28 gone),
+ * with the same count of tokens gone from every head. On the GPU,
+ * HEADROOM_CUDA_TOKEN_SEQS=1: the device holds one such sequence's masks and scores, so a step with
+ * both runs in two pieces. */
+static void test_token_policies(void) {
+    const char *model = hr_test_shared_path("models/stories260K.gguf");
+    if (!model) {
+        printf("h2o and snapkv on the GPU: skipped (../shared is absent)\n");
+        return;
+    }
+    /* kept: the budget (h2o) or the budget and the 24 generated tokens less the last (snapkv); every
+     * (layer, KV head) of stories260K keeps its own tokens, so few leave them all: h2o's do, snapkv's
+     * 16-token cut of the prompt not */
+    static const struct {
+        const char *pol;
+        bool per_request;
+        int kept, min_evicted;
+    } cases[] = {{"h2o:16", false, 16, 1}, {"snapkv:24", true, 47, 0}};
+    int32_t full[2][24] = {{0}};
+    int ev_full[2], kept_full[2];
+    token_policy_run(model, "cpu", "full", true, full, ev_full, kept_full);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int32_t cpu[2][24] = {{0}}, gpu[2][24] = {{0}};
+        int ev_cpu[2] = {0}, ev_gpu[2] = {0}, kept_cpu[2] = {0}, kept_gpu[2] = {0};
+        token_policy_run(model, "cpu", cases[c].pol, cases[c].per_request, cpu, ev_cpu, kept_cpu);
+        setenv("HEADROOM_CUDA_TOKEN_SEQS", "1", 1);
+        token_policy_run(model, "cuda", cases[c].pol, cases[c].per_request, gpu, ev_gpu, kept_gpu);
+        unsetenv("HEADROOM_CUDA_TOKEN_SEQS");
+        const bool same = !memcmp(cpu, gpu, sizeof cpu);
+        CHECKF(same, "%s on the GPU: ids differ from the CPU's", cases[c].pol);
+        CHECKF(memcmp(cpu, full, sizeof cpu) != 0, "%s: the same ids as the full cache (no effect to compare)",
+               cases[c].pol);
+        for (int i = 0; i < 2; i++)
+            CHECKF(kept_gpu[i] == cases[c].kept && kept_cpu[i] == cases[c].kept && ev_gpu[i] == ev_cpu[i] &&
+                       ev_gpu[i] >= cases[c].min_evicted,
+                   "%s request %d: %d tokens seen at most and %d evicted from every head on the GPU, %d and %d on "
+                   "the CPU",
+                   cases[c].pol, i, kept_gpu[i], ev_gpu[i], kept_cpu[i], ev_cpu[i]);
+        printf("%s on the GPU: ids %s the CPU's; per request at most %d of 63 tokens seen by a layer and KV head, %d "
+               "and %d evicted from all (CPU: %d, %d and %d)\n",
+               cases[c].pol, same ? "equal to" : "NOT equal to", kept_gpu[0], ev_gpu[0], ev_gpu[1], kept_cpu[0],
+               ev_cpu[0], ev_cpu[1]);
+    }
+}
+
 /* a model at path made by `headroom synth ARGS`, opened on the GPU: its refusal contains want */
 static void refused_model(const char *args, const char *name, const char *want) {
     char path[512], cmd[1200];
@@ -338,15 +427,11 @@ static void test_refusals(void) {
                !strchr(err.msg, '\n'),
            "q4 KV on the GPU: %s", err.msg);
     hr_runtime_close(rt);
-    /* a token-level KV policy: the device attention takes windows and sinks but no token masks, which
-     * the pool's policy check knows from the storage */
+    /* the token-level KV policies are taken now (test_token_policies runs them) */
     hr_runtime_params pp = rt_params(model, "cuda", HR_RT_KV_F16);
     pp.kv_policy = "h2o:64";
     rt = NULL;
-    CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) == HR_ERR_UNSUPPORTED && !rt &&
-               strstr(err.msg, "KV policy h2o:64: the cuda KV storage's attention takes windows and sinks but no "
-                               "token masks"),
-           "h2o on the GPU: %s", err.msg);
+    CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) == HR_OK && rt, "h2o on the GPU: %s", err.msg);
     hr_runtime_close(rt);
     /* a family the kernels do not cover, and a weight type without a GEMV kernel, each named */
     refused_model("--shape qwen3-tiny --type f32", "qwen3-tiny",
@@ -856,7 +941,7 @@ static void test_graph_decode(void) {
 
 /* argv[1]: a driver library (the emulating one for ctest; none: libcuda.so.1, skipped without a GPU);
  * argv[2]: which half, "paths" (refusals, windows, the arena, the F32 vectors, the engine's paths, mma
- * prefill attention, the graphs; "graphs": those alone) or
+ * prefill attention, the graphs, h2o and snapkv; "graphs", "policies": those alone) or
  * "quality" (agreement with the CPU: the q8_0 model's completions, the mixes, the corpus); both when
  * absent. ctest runs the halves as two tests so they run side by side. */
 int main(int argc, char **argv) {
@@ -871,6 +956,10 @@ int main(int argc, char **argv) {
         }
         HR_SKIP("%s", e.msg);
     }
+    if (!strcmp(part, "policies")) { /* the token-level policies alone (part of paths) */
+        test_token_policies();
+        return hr_test_finish();
+    }
     if (!strcmp(part, "graphs")) { /* the graphs' checks alone (they are part of paths) */
         test_graph_api();
         test_graph_decode();
@@ -882,6 +971,7 @@ int main(int argc, char **argv) {
         test_arena();
         test_f32_vectors();
         test_engine_paths();
+        test_token_policies();
         test_prefill_mma();
         test_graph_api();
         test_graph_decode();

@@ -10,6 +10,7 @@
  * bit; the f16 and q8 dequantization is exact on both sides. */
 #include <dlfcn.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -598,6 +599,134 @@ static void test_attention(void) {
         }
 }
 
+/* ---- token masks and scores (the h2o and snapkv policies) ------------------------------------------- */
+
+/* The CUDA storage's attention under token-level views against the CPU storage's, the views' masks set
+ * by hand (random bits, about 2 in 3 kept; one (block, layer, head) masked whole; a dropped block):
+ * query 0 accumulates scores, query 1 is masked without accumulating (snapkv past its window), query 2
+ * has no view, query 3 shares query 0's sequence (its table, masks and scores, at an earlier
+ * position: two rows adding to one score array). Through both split kernels, for f32, f16 and q8.
+ * Outputs: as check_attention's bounds. Scores (fixed point 2^-32, summed over a KV head's 3 query
+ * heads, each head's weight rounded on its own): a masked or dropped token gets exactly 0 on both;
+ * every other entry within 3 x 2^32 x (2e-6 + 2^-11 with an f16 V) of the CPU's: per head the two
+ * weights differ by the exp's approximation (ex2.approx: 2 ulp) and the order of the sums (a few float
+ * roundings of a weight <= 1, 1e-7 each; q8 and f32 measure under 6e-7 in the emulation), and
+ * with an f16 V the CPU's weight is rounded to f16 (2^-11 of a weight <= 1) where the GPU's is not.
+ * Layer 0's entries stay 0 (the queries are layer 1's), and each (layer 1, KV head) row of query 0's
+ * and 3's scores sums to 2 x 3 x 2^32 (every head's weights sum to 1) within the same bound. */
+static void test_attention_masks(void) {
+    enum { L = 2, HKV = 2, H = 6, D = 32, B = 16, NB = 10, NQ = 4, MW = 1 };
+    static const hr_kv_format fmts[] = {HR_KV_F32, HR_KV_F16, HR_KV_Q8};
+    hr_error e = {0};
+    for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
+        const hr_kv_format fmt = fmts[fi];
+        hr_kv_storage_params p = {
+            .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
+        kv_fmt_init(&p.k, fmt, KV_K, B, D, &e);
+        kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
+        hr_kv_storage *cpu = NULL, *gpu = NULL;
+        CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
+        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+        if (!cpu || !gpu) return;
+        float k[HKV * D], v[HKV * D];
+        for (int blk = 0; blk < NB; blk++)
+            for (int l = 0; l < L; l++)
+                for (int t = 0; t < B; t++) {
+                    fill(k, HKV * D, 1.5f);
+                    fill(v, HKV * D, 1.0f);
+                    cpu->ops->write(cpu, l, blk, t, -1, k, v);
+                    gpu->ops->write(gpu, l, blk, t, -1, k, v);
+                }
+        /* sequence A (queries 0 and 3): 8 blocks, its block 2 dropped; sequence B (query 1): 4 blocks */
+        static const int32_t ta[] = {6, 1, -1, 9, 0, 4, 8, 3}, tb[] = {2, 5, 7, 3};
+        static uint64_t ma[8 * L * HKV * MW], mb[4 * L * HKV * MW];
+        static atomic_uint_fast64_t sc_cpu[8 * L * HKV * B], sc_gpu[8 * L * HKV * B], sb[4 * L * HKV * B];
+        for (size_t i = 0; i < sizeof ma / sizeof ma[0] + sizeof mb / sizeof mb[0]; i++) {
+            uint64_t m = 0;
+            for (int t = 0; t < B; t++) m |= (uint64_t)(frand() > -0.33f) << t;
+            if (i < sizeof ma / sizeof ma[0])
+                ma[i] = m;
+            else
+                mb[i - sizeof ma / sizeof ma[0]] = m;
+        }
+        ma[((3 * L + 1) * HKV + 1) * MW] = 0; /* block 3, layer 1, KV head 1: every token masked */
+        for (size_t i = 0; i < sizeof sc_cpu / sizeof sc_cpu[0]; i++)
+            atomic_init(&sc_cpu[i], 0), atomic_init(&sc_gpu[i], 0);
+        for (size_t i = 0; i < sizeof sb / sizeof sb[0]; i++) atomic_init(&sb[i], 0);
+        hr_kv_attn_view va_cpu = {.mask = ma, .score = sc_cpu}, va_gpu = {.mask = ma, .score = sc_gpu};
+        hr_kv_attn_view vb = {.mask = mb};
+        float q[NQ * H * D];
+        static float o_cpu[NQ][H * D], o_gpu[NQ][H * D];
+        fill(q, NQ * H * D, 1.0f);
+        const int n_ctx[NQ] = {8 * B - 5, 4 * B - 1, 3 * B, 6 * B + 2};
+        const int32_t *tabs[NQ] = {ta, tb, tb, ta};
+        hr_kv_attn_query qc[NQ], qg[NQ];
+        for (int i = 0; i < NQ; i++) {
+            qc[i] = (hr_kv_attn_query){.table = tabs[i], .n_ctx = n_ctx[i], .tail_stage = -1, .q = q + i * H * D};
+            qg[i] = qc[i];
+            qc[i].out = o_cpu[i], qg[i].out = o_gpu[i];
+        }
+        qc[0].view = qc[3].view = &va_cpu, qg[0].view = qg[3].view = &va_gpu;
+        qc[1].view = qg[1].view = &vb;
+        /* the CPU takes a query without a view only over a table without holes: query 2's has none */
+        hr_kv_attn_args a = {.n_heads = H, .scale = 0.125f};
+        float *scratch = malloc(sizeof(float) << 16);
+        cpu->ops->attend(cpu, 1, qc, NQ, &a, scratch);
+        free(scratch);
+        const double f16v = fmt == HR_KV_F16 ? 0x1p-11 : 0.0, bound = 3.0 * 4294967296.0 * (2e-6 + f16v);
+        for (int kern = 0; kern < 2; kern++) {
+            const char *kname = kern ? "rows" : "split";
+            CHECKF(hr_kv_storage_cuda_set_attn_kernel(gpu, kname, &e) == HR_OK, "%s", e.msg);
+            for (size_t i = 0; i < sizeof sc_gpu / sizeof sc_gpu[0]; i++) atomic_store(&sc_gpu[i], 0);
+            memset(o_gpu, 0xff, sizeof o_gpu);
+            gpu->ops->attend(gpu, 1, qg, NQ, &a, NULL);
+            CHECKF(hr_kv_storage_cuda_check(gpu, &e) == HR_OK, "%s", e.msg);
+            double worst = 0;
+            for (int i = 0; i < NQ; i++)
+                for (int j = 0; j < H * D; j++) {
+                    double d = fabs((double)o_gpu[i][j] - o_cpu[i][j]);
+                    if (fmt != HR_KV_F16) d /= fmax(fabs((double)o_cpu[i][j]), 1e-2);
+                    worst = d != d ? INFINITY : fmax(worst, d);
+                }
+            CHECKF(worst < (fmt == HR_KV_F16 ? 0x1p-11 + 1e-5 : 1e-3), "masked attention %s %s: error %g",
+                   hr_kv_format_name(fmt), kname, worst);
+            double sworst = 0, sum_worst = 0;
+            int bad_zero = 0;
+            for (int j = 0; j < 8; j++)
+                for (int l = 0; l < L; l++)
+                    for (int kh = 0; kh < HKV; kh++) {
+                        const size_t row = ((size_t)(j * L + l) * HKV + kh);
+                        for (int t = 0; t < B; t++) {
+                            const uint64_t c = atomic_load(&sc_cpu[row * B + t]), g = atomic_load(&sc_gpu[row * B + t]);
+                            const bool kept = l == 1 && ta[j] >= 0 && (ma[row * MW] >> t & 1) && j * B + t < n_ctx[0];
+                            bad_zero += !kept && (c != 0 || g != 0);
+                            sworst = fmax(sworst, fabs((double)g - (double)c));
+                        }
+                    }
+            for (int kh = 0; kh < HKV; kh++) {
+                double sum = 0;
+                for (int j = 0; j < 8; j++)
+                    for (int t = 0; t < B; t++) sum += (double)atomic_load(&sc_gpu[((j * L + 1) * HKV + kh) * B + t]);
+                sum_worst = fmax(sum_worst, fabs(sum - 2.0 * 3.0 * 4294967296.0));
+            }
+            printf("masked attention %s %s: output error %g, worst score difference %.0f (%.2g of the bound), sums "
+                   "off by %.0f\n",
+                   hr_kv_format_name(fmt), kname, worst, sworst, sworst / bound, sum_worst);
+            CHECKF(bad_zero == 0, "masked attention %s %s: %d masked, dropped or layer-0 tokens with a score",
+                   hr_kv_format_name(fmt), kname, bad_zero);
+            CHECKF(sworst <= bound, "masked attention %s %s: a score differs by %g (bound %g)", hr_kv_format_name(fmt),
+                   kname, sworst, bound);
+            CHECKF(sum_worst <= 2.0 * bound, "masked attention %s %s: a head's weights sum off by %g",
+                   hr_kv_format_name(fmt), kname, sum_worst);
+            for (size_t i = 0; i < sizeof sb / sizeof sb[0]; i++)
+                CHECKF(atomic_load(&sb[i]) == 0, "masked attention %s: a view without scores got some",
+                       hr_kv_format_name(fmt));
+        }
+        gpu->ops->destroy(gpu);
+        cpu->ops->destroy(cpu);
+    }
+}
+
 /* ---- prefill attention on the tensor cores (kernels/attn_prefill.cu) -------------------------------- */
 
 /* a value of [-m, m] on a grid of 1/64: exact in f16 and bf16, and a sum of 128 products of two such
@@ -785,7 +914,8 @@ static void test_prefill_attention(void) {
                 memset(o, 0xff, sizeof(float) * qf); /* NaN: a row neither path writes fails */
                 hr_cuda_upload(dev, dout, o, sizeof(float) * qf, &e);
                 CHECKF(hr_kv_storage_cuda_attend_runs(gpu, 1, dq, dtab, PF_MAXB, dseq, dctx, dwin, N, max_vis, H,
-                                                      a.scale, a.softcap, runs, druns, n_runs, dout, dscr, &e) == HR_OK,
+                                                      a.scale, a.softcap, runs, druns, n_runs, NULL, dout, dscr,
+                                                      &e) == HR_OK,
                        "%s", e.msg);
                 down(o, dout, sizeof(float) * qf);
             }
@@ -891,6 +1021,7 @@ int main(int argc, char **argv) {
     test_mma_selftest();
     test_gemm();
     test_attention();
+    test_attention_masks();
     test_prefill_runs();
     test_prefill_attention();
     hr_cuda_device_close(dev);

@@ -4,13 +4,14 @@
  * GPU without the CPU's x16 repacking), the norms and the CPU backend's RoPE frequency table, and
  * takes the activations for max_batch_tokens rows and the batch's KV places from the device arena
  * (cuda_budget.c plans it). forward asks the KV manager where each token's K/V goes and which blocks
- * and positions each query sees (hr_kv_write_slot, hr_kv_seq_table, hr_kv_seq_window), copies that
- * up once, and runs the llama family's layer loop on the device with nothing coming back until the
- * logits: embedding, RMSNorm (fused with the residual add), the matrix products (gemv.cu below 16
- * tokens, gemm.cu's tensor cores from 16 for bf16/f16/q8_0/q4_0), RoPE, K/V writes and attention in
- * the CUDA KV storage (kv_storage_cuda.c), SwiGLU, the output projection. Every kernel runs on the CPU
- * in the tests through the emulating driver (tests/cuda/emu_rt.c); none has run on a GPU yet
- * (docs/GPU.md).
+ * and positions each query sees (hr_kv_write_slot, hr_kv_seq_table, hr_kv_seq_window, and the token
+ * masks of h2o/snapkv sequences: hr_kv_seq_token_mask), copies that up once, and runs the llama
+ * family's layer loop on the device with nothing coming back until the logits (and, where an
+ * h2o/snapkv query accumulates softmax weights, its sequence's scores, for hr_kv_seq_add_scores): embedding, RMSNorm
+ * (fused with the residual add), the matrix products (gemv.cu below 16 tokens, gemm.cu's tensor cores from 16 for
+ * bf16/f16/q8_0/q4_0), RoPE, K/V writes and attention in the CUDA KV storage (kv_storage_cuda.c), SwiGLU, the output
+ * projection. Every kernel runs on the CPU in the tests through the emulating driver (tests/cuda/emu_rt.c); none has
+ * run on a GPU yet (docs/GPU.md).
  *
  * Decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1 at create; off by default until a GPU measures
  * them): a batch of up to GRAPH_MAX_TOKENS tokens that all want logits replays the launches captured
@@ -78,6 +79,16 @@ typedef struct cuda_ctx {
     int32_t *h_slots, *h_qrow, *h_nctx, *h_tables, *h_win; /* h_win: [T][2] (sinks, lo) */
     int32_t *h_runs; /* [T][4]: the batch's runs for prefill attention (hr_cuda_attn_runs), n_runs of them */
     int n_runs;
+    /* the token-level policies (h2o, snapkv) of the batch's sequences: per token its row of masks and
+     * whether it accumulates (h_tlview [T][2]), the rows' masks and scores on the device (tl: up to
+     * tl_cap sequences, hr_cuda_token_seqs), each row's sequence and blocks, one row's scores coming down */
+    hr_kv_cuda_tokens tl;
+    int32_t *h_tlview;
+    hr_kv_seq *tl_seq;
+    int *tl_blocks;
+    bool *tl_acc;
+    uint64_t *h_tlscore;
+    int tl_cap, n_tl;
     bool any_win;   /* a token of this batch sees a window (win passed to attention), else all */
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
@@ -245,10 +256,11 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->max_blocks = (x->max_ctx + B - 1) / B;
     /* the buffers in hr_cuda_scratch_pieces' order (the arena plan counts the same pieces) */
     uint64_t bytes[HR_CUDA_SCRATCH_PIECES];
-    uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,      &x->xb,           &x->xo,         &x->q,    &x->k,
-                                              &x->v,      &x->att,          &x->g,          &x->u,    &x->logits,
-                                              &x->ids,    &x->pos,          &x->slots,      &x->qrow, &x->n_ctx,
-                                              &x->tables, &x->attn_scratch, &x->d_out_rows, &x->win,  &x->runs};
+    uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,       &x->xb,           &x->xo,         &x->q,    &x->k,
+                                              &x->v,       &x->att,          &x->g,          &x->u,    &x->logits,
+                                              &x->ids,     &x->pos,          &x->slots,      &x->qrow, &x->n_ctx,
+                                              &x->tables,  &x->attn_scratch, &x->d_out_rows, &x->win,  &x->runs,
+                                              &x->tl.view, &x->tl.masks,     &x->tl.scores};
     int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
     for (int i = 0; i < n; i++) {
         hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
@@ -262,8 +274,14 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->h_tables = malloc(T * (size_t)x->max_blocks * sizeof(int32_t));
     x->out_rows = malloc(T * sizeof(int));
     if (x->tok_type < 0) x->hemb = malloc(T * E * sizeof(float));
+    x->tl_cap = hr_cuda_token_seqs(x->max_tokens);
+    x->h_tlview = malloc(2 * T * sizeof(int32_t));
+    x->tl_seq = malloc((size_t)x->tl_cap * sizeof(int32_t));
+    x->tl_blocks = malloc((size_t)x->tl_cap * sizeof(int));
+    x->tl_acc = malloc((size_t)x->tl_cap * sizeof(bool));
+    x->h_tlscore = malloc((size_t)hr_cuda_token_row_bytes(hp, x->max_ctx, B, true));
     if (!x->h_slots || !x->h_qrow || !x->h_nctx || !x->h_win || !x->h_runs || !x->h_tables || !x->out_rows ||
-        (x->tok_type < 0 && !x->hemb))
+        (x->tok_type < 0 && !x->hemb) || !x->h_tlview || !x->tl_seq || !x->tl_blocks || !x->tl_acc || !x->h_tlscore)
         return hr_error_set(err, HR_ERR_NOMEM, "out of memory for the GPU forward pass's host rows");
     return HR_OK;
 }
@@ -337,10 +355,10 @@ static void cuda_destroy(hr_model_ctx *c) {
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(x, ws[i]);
     }
     free_weight(x, &x->out);
-    uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,     x->xb,     x->xo,           x->q,
-                       x->k,   x->v,        x->att,      x->g,     x->u,      x->logits,       x->ids,
-                       x->pos, x->slots,    x->qrow,     x->n_ctx, x->tables, x->attn_scratch, x->d_out_rows,
-                       x->win, x->runs};
+    uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,        x->xb,       x->xo,           x->q,
+                       x->k,   x->v,        x->att,      x->g,        x->u,        x->logits,       x->ids,
+                       x->pos, x->slots,    x->qrow,     x->n_ctx,    x->tables,   x->attn_scratch, x->d_out_rows,
+                       x->win, x->runs,     x->tl.view,  x->tl.masks, x->tl.scores};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);
     free(x->L);
@@ -352,6 +370,11 @@ static void cuda_destroy(hr_model_ctx *c) {
     free(x->h_tables);
     free(x->out_rows);
     free(x->hemb);
+    free(x->h_tlview);
+    free(x->tl_seq);
+    free(x->tl_blocks);
+    free(x->tl_acc);
+    free(x->h_tlscore);
     free(x);
 }
 
@@ -413,29 +436,101 @@ static hr_status check_batch(const cuda_ctx *x, const hr_batch *b, hr_error *err
     return HR_OK;
 }
 
+/* Token t's token-level view (h2o, snapkv): its sequence's row of masks (the first token of a sequence
+ * under such a policy takes the next row, its masks copied up from the manager's words, as many
+ * blocks as its table has) and whether its softmax weights are accumulated (that row's scores then
+ * zeroed before the step and brought down after it: tokens_scores). r: the sequence's first token in
+ * the batch, n_tab its table's blocks. */
+static hr_status token_view(cuda_ctx *x, const hr_batch *b, int t, int r, int n_tab, hr_error *err) {
+    int nb = 0, mw = 0;
+    bool acc = false;
+    const uint64_t *m = hr_kv_seq_token_mask(x->kv, b->seq[t], b->pos[t] + 1, &nb, &mw, &acc);
+    x->h_tlview[2 * t] = -1;
+    x->h_tlview[2 * t + 1] = 0;
+    if (!m) return HR_OK;
+    const hr_hparams *hp = &x->m->hp;
+    const uint64_t per = (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv;
+    int k = r < t ? x->h_tlview[2 * r] : x->n_tl;
+    if (r == t) {
+        if (k >= x->tl_cap) /* cuda_forward cuts batches into pieces of at most tl_cap such sequences */
+            return hr_error_set(err, HR_ERR_INTERNAL, "CUDA: more than %d sequences under h2o/snapkv in a batch",
+                                x->tl_cap);
+        x->n_tl++;
+        x->tl_seq[k] = b->seq[t];
+        x->tl_blocks[k] = n_tab < nb ? n_tab : nb;
+        x->tl_acc[k] = false;
+        const int B = hr_kv_pool_config(x->kv)->block_size;
+        hr_status st =
+            hr_cuda_upload(x->dev, x->tl.masks + (uint64_t)k * hr_cuda_token_row_bytes(hp, x->max_ctx, B, false), m,
+                           (size_t)((uint64_t)x->tl_blocks[k] * per * (uint64_t)mw * 8u), err);
+        if (st) return st;
+    }
+    x->h_tlview[2 * t] = k;
+    x->h_tlview[2 * t + 1] = acc;
+    x->tl_acc[k] |= acc;
+    return HR_OK;
+}
+
+/* the rows that accumulate: their scores zeroed before the step (only the blocks their sequence has) */
+static hr_status tokens_zero(cuda_ctx *x, hr_error *err) {
+    const hr_hparams *hp = &x->m->hp;
+    const int B = hr_kv_pool_config(x->kv)->block_size;
+    const uint64_t row = hr_cuda_token_row_bytes(hp, x->max_ctx, B, true);
+    const size_t per_block = (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)B * sizeof(uint64_t);
+    for (int k = 0; k < x->n_tl; k++) {
+        if (!x->tl_acc[k]) continue;
+        memset(x->h_tlscore, 0, (size_t)x->tl_blocks[k] * per_block);
+        hr_status st = hr_cuda_upload(x->dev, x->tl.scores + (uint64_t)k * row, x->h_tlscore,
+                                      (size_t)x->tl_blocks[k] * per_block, err);
+        if (st) return st;
+    }
+    return HR_OK;
+}
+
+/* after the step: each accumulating row's scores down and added to its sequence's (the policy decides
+ * from them at the commit, as from the CPU's attention) */
+static hr_status tokens_scores(cuda_ctx *x, hr_error *err) {
+    const hr_hparams *hp = &x->m->hp;
+    const int B = hr_kv_pool_config(x->kv)->block_size;
+    const uint64_t row = hr_cuda_token_row_bytes(hp, x->max_ctx, B, true);
+    const size_t per_block = (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)B * sizeof(uint64_t);
+    for (int k = 0; k < x->n_tl; k++) {
+        if (!x->tl_acc[k]) continue;
+        hr_status st = hr_cuda_download(x->dev, x->h_tlscore, x->tl.scores + (uint64_t)k * row,
+                                        (size_t)x->tl_blocks[k] * per_block, err);
+        if (st) return st;
+        hr_kv_seq_add_scores(x->kv, x->tl_seq[k], x->h_tlscore, x->tl_blocks[k]);
+    }
+    return HR_OK;
+}
+
 /* The batch's places in the KV cache, from the manager (one group of every layer: the same slot and
  * table in each), copied up once for every layer: each token's slot, its sequence's table row (a
  * row per distinct sequence, tokens of one sequence sharing it), its context pos + 1 and the window
- * it sees (a policy's sinks and window, the model's sliding window: hr_kv_seq_window), and, where the
- * storage runs prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma), the batch's
- * runs of one sequence at consecutive positions. *max_ctx: the most positions a token sees. */
+ * it sees (a policy's sinks and window, the model's sliding window: hr_kv_seq_window), the token
+ * masks of sequences under h2o or snapkv (token_view; the others pay nothing), and, where the
+ * storage runs prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma) and no token
+ * is masked, the batch's runs of one sequence at consecutive positions. *max_ctx: the most positions
+ * a token sees. */
 static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_error *err) {
     const int T = b->n_tokens;
     int rows = 0, ctx = 1;
     x->any_win = false;
+    x->n_tl = 0;
     for (int t = 0; t < T; t++) {
         x->h_slots[t] = hr_kv_write_slot(x->kv, 0, b->seq[t], b->pos[t], NULL);
-        int r = 0;
+        int r = 0, n_tab = 0;
         while (r < t && b->seq[r] != b->seq[t]) r++;
         if (r == t) { /* the sequence's first token in the batch: its row */
-            int n = 0;
-            const int32_t *tab = hr_kv_seq_table(x->kv, 0, b->seq[t], &n);
-            if (n > x->max_blocks) n = x->max_blocks;
-            memcpy(x->h_tables + (size_t)rows * x->max_blocks, tab, (size_t)n * sizeof *tab);
+            const int32_t *tab = hr_kv_seq_table(x->kv, 0, b->seq[t], &n_tab);
+            if (n_tab > x->max_blocks) n_tab = x->max_blocks;
+            memcpy(x->h_tables + (size_t)rows * x->max_blocks, tab, (size_t)n_tab * sizeof *tab);
             x->h_qrow[t] = rows++;
         } else {
             x->h_qrow[t] = x->h_qrow[r];
         }
+        hr_status st = token_view(x, b, t, r, n_tab, err);
+        if (st) return st;
         const int n = b->pos[t] + 1;
         int sinks = 0, lo = 0;
         hr_kv_seq_window(x->kv, 0, b->seq[t], n, &sinks, &lo);
@@ -449,11 +544,13 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
     }
     *max_ctx = ctx;
     const int H = x->m->hp.n_head, Hkv = x->m->hp.n_head_kv;
-    x->n_runs = hr_kv_storage_cuda_prefill_on(hr_kv_pool_storage(x->kv), H)
+    x->n_runs = x->n_tl == 0 && hr_kv_storage_cuda_prefill_on(hr_kv_pool_storage(x->kv), H)
                     ? hr_cuda_attn_runs(x->h_qrow, b->pos, T, hr_cuda_prefill_tile_rows(H, Hkv), x->h_runs)
                     : 0;
     hr_status st;
-    if ((st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)T * sizeof(int32_t), err)) ||
+    if ((x->n_tl > 0 && ((st = hr_cuda_upload(x->dev, x->tl.view, x->h_tlview, (size_t)T * 2 * sizeof(int32_t), err)) ||
+                         (st = tokens_zero(x, err)))) ||
+        (st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->qrow, x->h_qrow, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)) ||
         (x->any_win && (st = hr_cuda_upload(x->dev, x->win, x->h_win, (size_t)T * 2 * sizeof(int32_t), err))) ||
@@ -469,9 +566,13 @@ static hr_status attend(cuda_ctx *x, int T, int il, int max_ctx, hr_error *err) 
     hr_kv_storage *st = hr_kv_pool_storage_rw(x->kv);
     hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, T, err);
     if (r) return r;
-    return hr_kv_storage_cuda_attend_runs(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
-                                          x->any_win ? x->win : 0, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f,
-                                          x->h_runs, x->runs, x->n_runs, x->att, x->attn_scratch, err);
+    /* the token masks when a sequence has them, the scores when a row accumulates */
+    bool acc = false;
+    for (int k = 0; k < x->n_tl; k++) acc |= x->tl_acc[k];
+    const hr_kv_cuda_tokens tl = {.view = x->tl.view, .masks = x->tl.masks, .scores = acc ? x->tl.scores : 0};
+    return hr_kv_storage_cuda_attend_runs(
+        st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx, x->any_win ? x->win : 0, T, max_ctx, hp->n_head,
+        hp->attn_scale, 0.0f, x->h_runs, x->runs, x->n_runs, x->n_tl > 0 ? &tl : NULL, x->att, x->attn_scratch, err);
 }
 
 /* A step's launches once its inputs are on the device (ids, positions, the batch's places, the logit
@@ -579,10 +680,8 @@ static hr_status run_graphed(cuda_ctx *x, int T, int max_ctx, hr_error *err) {
     return s->g ? hr_cuda_graph_launch(x->dev, s->g, err) : launch_step(x, T, T, max_ctx, err);
 }
 
-static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
-    cuda_ctx *x = (cuda_ctx *)(void *)c;
-    hr_status st = check_batch(x, b, err);
-    if (st) return st;
+static hr_status forward_batch(cuda_ctx *x, const hr_batch *b, float *logits, hr_error *err) {
+    hr_status st;
     const hr_hparams *hp = &x->m->hp;
     const int T = b->n_tokens, E = hp->n_embd;
     int max_ctx = 1, n_out = 0;
@@ -602,15 +701,58 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
         if ((st = hr_cuda_upload(x->dev, x->x, x->hemb, (size_t)T * E * sizeof(float), err))) return st;
     }
     /* a decode step (every token wants its logits) with graphs on: its graph, the split for the
-     * context's bucket; a batch with runs for the prefill kernel (their tiles set its launches) eager */
-    if (x->graphs && T <= GRAPH_MAX_TOKENS && n_out == T && x->n_runs == 0) {
+     * context's bucket; a batch with runs for the prefill kernel (their tiles set its launches) or with
+     * token masks (their rows set the score kernel's) eager */
+    if (x->graphs && T <= GRAPH_MAX_TOKENS && n_out == T && x->n_runs == 0 && x->n_tl == 0) {
         max_ctx = ctx_bucket(x, max_ctx);
         st = run_graphed(x, T, max_ctx, err);
     } else {
         st = launch_step(x, T, n_out, max_ctx, err);
     }
+    if (!st) st = tokens_scores(x, err);
     if (st || n_out == 0) return st;
     return hr_cuda_download(x->dev, logits, x->logits, (size_t)n_out * hp->n_vocab * sizeof(float), err);
+}
+
+static bool token_level(const cuda_ctx *x, hr_kv_seq seq) {
+    int nb, mw;
+    bool acc;
+    return hr_kv_seq_token_mask(x->kv, seq, 0, &nb, &mw, &acc) != NULL;
+}
+
+/* where a piece of b from token `from` ends: before the token that would bring it a (tl_cap + 1)-th
+ * sequence under a token-level policy (the device holds tl_cap sequences' masks and scores) */
+static int piece_end(const cuda_ctx *x, const hr_batch *b, int from) {
+    int n = 0;
+    for (int t = from; t < b->n_tokens; t++) {
+        if (!token_level(x, b->seq[t])) continue;
+        bool seen = false;
+        for (int r = from; r < t && !seen; r++) seen = b->seq[r] == b->seq[t];
+        if (!seen && ++n > x->tl_cap) return t;
+    }
+    return b->n_tokens;
+}
+
+/* A batch with more sequences under h2o/snapkv than the device holds runs as consecutive pieces, each
+ * a forward of its own (its logits after the previous piece's). A sequence cut between two pieces is
+ * still right: the first piece's K/V are in the cache before the second attends (a batch lists a
+ * sequence's tokens in position order). */
+static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err) {
+    cuda_ctx *x = (cuda_ctx *)(void *)c;
+    hr_status st = check_batch(x, b, err);
+    for (int from = 0, out = 0; !st && from < b->n_tokens;) {
+        const int to = piece_end(x, b, from);
+        if (from == 0 && to == b->n_tokens) return forward_batch(x, b, logits, err);
+        const hr_batch p = {.n_tokens = to - from,
+                            .tokens = b->tokens + from,
+                            .pos = b->pos + from,
+                            .seq = b->seq + from,
+                            .want_logits = b->want_logits ? b->want_logits + from : NULL};
+        st = forward_batch(x, &p, logits ? logits + (size_t)out * x->m->hp.n_vocab : NULL, err);
+        for (int t = from; t < to; t++) out += b->want_logits && b->want_logits[t];
+        from = to;
+    }
+    return st;
 }
 
 static const char *cuda_isa(const hr_model_ctx *c) { return "sm_90a"; }

@@ -92,7 +92,7 @@ void hr_cuda_graph_free(hr_cuda_device *dev, hr_cuda_graph *g); /* NULL allowed 
 /* ---- the arena plan (cuda_budget.c: pure arithmetic, no GPU needed) ----------------------------- */
 
 #define HR_CUDA_DEFAULT_UTIL   0.9 /* --gpu-util's default: vLLM's gpu_memory_utilization */
-#define HR_CUDA_SCRATCH_PIECES 20  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
+#define HR_CUDA_SCRATCH_PIECES 23  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
 
 typedef struct hr_cuda_arena_query {
     const hr_hparams *hp;  /* the model's shape */
@@ -129,6 +129,12 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
  * want logits, the token embedding's rows for a type the device does not look up): what --device cuda
  * holds on the host in place of the CPU forward pass's scratch (the runtime's memory plan). */
 uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size);
+/* The sequences under a token-level policy (h2o, snapkv) whose masks and scores a forward pass of up to
+ * max_tokens rows holds on the device: 4, or the environment's HEADROOM_CUDA_TOKEN_SEQS, at most
+ * max_tokens (a batch with more runs in pieces); and one sequence's masks (scores false: ceil(B / 64)
+ * words a block, layer and KV head) or scores (B u64 each) for max_ctx positions. */
+int hr_cuda_token_seqs(int max_tokens);
+uint64_t hr_cuda_token_row_bytes(const hr_hparams *hp, int max_ctx, int block_size, bool scores);
 /* the KV storage's staging rows for its host write op */
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim);
 /* Attention's split of n queries of up to max_ctx positions (kernels/attention.cu): *n_splits splits
@@ -223,10 +229,20 @@ int hr_cuda_attn_runs(const int32_t *qrow, const int32_t *pos, int n, int tile_r
  * 16, 32, 64 or 128, q8 groups a multiple of 8), the runs' rows go to hr_k_attn_prefill and the rest, in stretches,
  * to the split kernels; otherwise every row to the split kernels (the runs unused). scratch: as
  * attend_rows's for n queries. */
+/* The token masks of a batch's rows (the h2o and snapkv policies; kernels/kv.cuh): view [n][2] int32
+ * per query row (its row of masks, -1: none; 1 where its softmax weights are accumulated), masks
+ * [rows][max_blocks][L][Hkv][ceil(B / 64)] u64 (each row the manager's words, hr_kv_seq_token_mask),
+ * scores [rows][max_blocks][L][Hkv][B] u64 (added to, in the manager's fixed point 2^-32: the caller
+ * zeroes them first and gives them to hr_kv_seq_add_scores after), 0 when no row accumulates. Token
+ * masks put every row on the split kernels (hr_k_attn_prefill takes none). */
+typedef struct hr_kv_cuda_tokens {
+    uint64_t view, masks, scores;
+} hr_kv_cuda_tokens;
+/* tok: the batch's token masks, NULL (or a 0 view) for none. */
 hr_status hr_kv_storage_cuda_attend_runs(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                          uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
                                          float scale, float softcap, const int32_t *runs, uint64_t d_runs, int n_runs,
-                                         uint64_t out, uint64_t scratch, hr_error *err);
+                                         const hr_kv_cuda_tokens *tok, uint64_t out, uint64_t scratch, hr_error *err);
 /* The prefill attention of a storage's later calls: "split" (the split kernels for every row, the
  * default until a GPU measures mma faster) or "mma" (hr_k_attn_prefill for runs); create takes
  * HEADROOM_CUDA_PREFILL_ATTN's. HR_ERR_INVALID_ARG for another name (the storage unchanged). */

@@ -14,6 +14,9 @@
 #define CUDA_ATT_TARGET_BLOCKS 1024
 #define CUDA_ATT_TILE          256 /* kernels/attention.cu's HR_K_ATT_TILE */
 #define CUDA_ATT_G             8   /* its HR_K_ATT_G */
+/* sequences under a token-level policy (h2o, snapkv) whose masks and scores one forward pass holds on
+ * the device; a batch with more runs in pieces (backend_cuda.c). HEADROOM_CUDA_TOKEN_SEQS replaces it */
+#define CUDA_TOKEN_SEQS 4
 
 int hr_cuda_attn_target_blocks(void) {
     const char *tb = getenv("HEADROOM_CUDA_ATTN_BLOCKS");
@@ -51,6 +54,18 @@ uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, i
     return rows * ((uint64_t)ns * (uint64_t)(head_dim + 2) + (uint64_t)head_dim) * 4u;
 }
 
+int hr_cuda_token_seqs(int max_tokens) {
+    const char *v = getenv("HEADROOM_CUDA_TOKEN_SEQS");
+    int n = v && atoi(v) > 0 ? atoi(v) : CUDA_TOKEN_SEQS;
+    return n < max_tokens ? n : max_tokens > 0 ? max_tokens : 1;
+}
+
+uint64_t hr_cuda_token_row_bytes(const hr_hparams *hp, int max_ctx, int block_size, bool scores) {
+    const uint64_t max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size);
+    const uint64_t per = max_blocks * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv;
+    return per * (scores ? (uint64_t)block_size : (uint64_t)((block_size + 63) / 64)) * 8u;
+}
+
 int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out) {
     const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
                    kvd = (uint64_t)hp->n_head_kv * hp->head_dim, F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
@@ -63,20 +78,45 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
         scr = b > scr ? b : scr;
     }
     /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots, qrow, n_ctx, tables, attention scratch,
-     * the rows that want logits, the windows, prefill attention's runs (at most one tile a row: 4 ints) */
-    const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {
-        T * E * 4, T * E * 4,          T * E * 4, T * qd * 4, T * kvd * 4, T * kvd * 4, T * qd * 4,
-        T * F * 4, T * F * 4,          T * V * 4, T * 4,      T * 4,       T * 4,       T * 4,
-        T * 4,     T * max_blocks * 4, scr,       T * 4,      T * 8,       T * 16};
+     * the rows that want logits, the windows, prefill attention's runs (at most one tile a row: 4 ints),
+     * and the token-level policies' rows (hr_kv_cuda_tokens: a view a row, and the masks and scores of
+     * hr_cuda_token_seqs sequences) */
+    const uint64_t tl = (uint64_t)hr_cuda_token_seqs(max_tokens);
+    const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {T * E * 4,
+                                                     T * E * 4,
+                                                     T * E * 4,
+                                                     T * qd * 4,
+                                                     T * kvd * 4,
+                                                     T * kvd * 4,
+                                                     T * qd * 4,
+                                                     T * F * 4,
+                                                     T * F * 4,
+                                                     T * V * 4,
+                                                     T * 4,
+                                                     T * 4,
+                                                     T * 4,
+                                                     T * 4,
+                                                     T * 4,
+                                                     T * max_blocks * 4,
+                                                     scr,
+                                                     T * 4,
+                                                     T * 8,
+                                                     T * 16,
+                                                     T * 8,
+                                                     tl * hr_cuda_token_row_bytes(hp, max_ctx, block_size, false),
+                                                     tl * hr_cuda_token_row_bytes(hp, max_ctx, block_size, true)};
     for (int i = 0; i < HR_CUDA_SCRATCH_PIECES; i++) out[i] = pieces[i];
     return HR_CUDA_SCRATCH_PIECES;
 }
 
 uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size) {
     const uint64_t T = (uint64_t)max_tokens, max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size);
-    /* backend_cuda.c's alloc_activations: slots, qrow, n_ctx, windows (2 a row), tables, out rows, and the
-     * embedding rows (counted whatever the type: T x E floats) */
-    return T * 4 * 3 + T * 8 + T * max_blocks * 4 + T * sizeof(int) + T * (uint64_t)hp->n_embd * 4;
+    /* backend_cuda.c's alloc_activations: slots, qrow, n_ctx, windows (2 a row), tables, out rows, the
+     * embedding rows (counted whatever the type: T x E floats), and the token-level policies' views (2 a
+     * row), each of their device rows' sequence, blocks and flag, and one row's scores as they come down */
+    const uint64_t tl = (uint64_t)hr_cuda_token_seqs(max_tokens);
+    return T * 4 * 3 + T * 8 + T * max_blocks * 4 + T * sizeof(int) + T * (uint64_t)hp->n_embd * 4 + T * 8 +
+           tl * (4 + sizeof(int) + sizeof(bool)) + hr_cuda_token_row_bytes(hp, max_ctx, block_size, true);
 }
 
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim) {

@@ -11,7 +11,10 @@
  * sees it on the next hr_kv_storage_cuda_check. Formats: f32, f16, bf16, q8, fp8 and q4h (4-bit per
  * token, keys Hadamard-rotated: attention first rotates the queries into its scratch with
  * hr_k_hadamard_rows); the deferred ones (q4, kivi2: encoded when a block fills, from f16 stages)
- * are refused. Not yet run on a GPU (docs/GPU.md).
+ * are refused. Token masks (h2o, snapkv: hr_kv_cuda_tokens) go to the split kernels, which give a
+ * masked token weight 0, and where a query accumulates, hr_k_attn_score adds its normalized weights to
+ * the rows' scores after the reduce (the host path: the views' masks up, their scores back). Not yet
+ * run on a GPU (docs/GPU.md).
  *
  * The attention kernel: HEADROOM_CUDA_ATTN_KERNEL, read at create, picks "split" (the default:
  * hr_k_attn_split, a K row per thread) or "rows" (hr_k_attn_split_rows: K and V rows read by groups of
@@ -147,13 +150,15 @@ uint64_t hr_kv_storage_cuda_attend_scratch(const hr_kv_storage *st, int n, int n
  * caller offsets them), with the batch's split (sh.n_splits, sh.chunk: the scratch holds it for every
  * stretch, fewer rows than the batch's) */
 static hr_status attend_split(cuda_kv *s, int layer, attn_shape sh, uint64_t q, uint64_t tables, uint64_t qrow,
-                              uint64_t n_ctx, uint64_t win, int n, uint64_t out, uint64_t scratch, hr_error *err) {
+                              uint64_t n_ctx, uint64_t win, const hr_kv_cuda_tokens *tok, int n, uint64_t out,
+                              uint64_t scratch, hr_error *err) {
     const int Hkv = s->p.n_kv_heads, D = s->p.head_dim;
     int H = sh.n_heads;
     int ng = (H / Hkv + CUDA_ATT_G - 1) / CUDA_ATT_G;
     /* the scratch (hr_cuda_attn_scratch_bytes): o_part, ml_part (then the batch's rotated queries) */
     uint64_t o_part = scratch, ml_part = scratch + (uint64_t)n * H * (uint64_t)sh.n_splits * (uint64_t)D * 4u;
-    void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &win, &layer, &sh};
+    uint64_t tview = tok ? tok->view : 0, masks = tok ? tok->masks : 0;
+    void *args[] = {&o_part, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &win, &tview, &masks, &layer, &sh};
     /* the rows kernel's lanes take 8 elements each (16- or 8-byte loads, q8 groups of >= 8, q4h's 8
      * channels from one half of a 16-byte chunk: D % 16 == 0) */
     const bool q4h = sh.k_fmt == CUDA_KV_Q4H || sh.v_fmt == CUDA_KV_Q4H;
@@ -163,6 +168,10 @@ static hr_status attend_split(cuda_kv *s, int layer, attn_shape sh, uint64_t q, 
                                  (unsigned)sh.n_splits, 256, args, err);
     void *rargs[] = {&out, &o_part, &ml_part, &H, (void *)&D, &sh.n_splits};
     if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, err);
+    /* the policies' scores, from the splits' max and sum (the rows that accumulate; the others return) */
+    uint64_t scores = tok ? tok->scores : 0;
+    void *sargs[] = {&scores, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &tview, &masks, &layer, &sh};
+    if (!r && scores) r = hr_cuda_launch(s->dev, "hr_k_attn_score", (unsigned)(n * Hkv), 1, 256, sargs, err);
     return r;
 }
 
@@ -204,9 +213,9 @@ int hr_cuda_attn_runs(const int32_t *qrow, const int32_t *pos, int n, int tile_r
 /* attention over device rows; qrow 0: query i reads table row i; runs (n_runs tiles): the rows for
  * hr_k_attn_prefill where the storage takes them there */
 static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables, int max_blocks, uint64_t qrow,
-                             uint64_t n_ctx, uint64_t win, int n, int max_ctx, int H, float scale, float softcap,
-                             const int32_t *runs, uint64_t d_runs, int n_runs, uint64_t out, uint64_t scratch,
-                             hr_error *err) {
+                             uint64_t n_ctx, uint64_t win, const hr_kv_cuda_tokens *tok, int n, int max_ctx, int H,
+                             float scale, float softcap, const int32_t *runs, uint64_t d_runs, int n_runs, uint64_t out,
+                             uint64_t scratch, hr_error *err) {
     if (n <= 0) return HR_OK;
     const int Hkv = s->p.n_kv_heads;
     if (H < Hkv || H % Hkv != 0)
@@ -226,8 +235,10 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
         if (r) return r;
         q = qrot;
     }
-    if (n_runs <= 0 || !runs || !hr_kv_storage_cuda_prefill_on(&s->base, H))
-        return attend_split(s, layer, sh, q, tables, qrow, n_ctx, win, n, out, scratch, err);
+    if (tok && !tok->view) tok = NULL;
+    /* token masks: every row on the split kernels (the prefill kernel takes none) */
+    if (n_runs <= 0 || !runs || tok || !hr_kv_storage_cuda_prefill_on(&s->base, H))
+        return attend_split(s, layer, sh, q, tables, qrow, n_ctx, win, tok, n, out, scratch, err);
     /* the stretches between the runs' tiles (in row order) on the split kernels, their arrays offset */
     const uint64_t row_bytes = (uint64_t)H * (uint64_t)s->p.head_dim * 4u;
     const int tile_rows = hr_cuda_prefill_tile_rows(H, Hkv);
@@ -241,7 +252,8 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
             r = attend_split(s, layer, sh, q + (uint64_t)a * row_bytes,
                              qrow ? tables : tables + (uint64_t)a * (uint64_t)max_blocks * 4u,
                              qrow ? qrow + (uint64_t)a * 4u : 0, n_ctx + (uint64_t)a * 4u,
-                             win ? win + (uint64_t)a * 8u : 0, b - a, out + (uint64_t)a * row_bytes, scratch, err);
+                             win ? win + (uint64_t)a * 8u : 0, NULL, b - a, out + (uint64_t)a * row_bytes, scratch,
+                             err);
         if (i < n_runs) a = b + runs[4 * i + 1];
     }
     void *args[] = {&out, &q, &s->arena, &tables, &d_runs, &win, &layer, &sh};
@@ -252,28 +264,88 @@ static hr_status attend_rows(cuda_kv *s, int layer, uint64_t q, uint64_t tables,
 hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                         uint64_t n_ctx, int n, int max_ctx, int n_heads, float scale, float softcap,
                                         uint64_t out, uint64_t scratch, hr_error *err) {
-    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, 0, n_ctx, 0, n, max_ctx, n_heads, scale, softcap,
-                       NULL, 0, 0, out, scratch, err);
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, 0, n_ctx, 0, NULL, n, max_ctx, n_heads, scale,
+                       softcap, NULL, 0, 0, out, scratch, err);
 }
 
 hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                          uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
                                          float scale, float softcap, uint64_t out, uint64_t scratch, hr_error *err) {
-    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, win, n, max_ctx, n_heads, scale,
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, win, NULL, n, max_ctx, n_heads, scale,
                        softcap, NULL, 0, 0, out, scratch, err);
 }
 
 hr_status hr_kv_storage_cuda_attend_runs(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
                                          uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
                                          float scale, float softcap, const int32_t *runs, uint64_t d_runs, int n_runs,
-                                         uint64_t out, uint64_t scratch, hr_error *err) {
-    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, win, n, max_ctx, n_heads, scale,
+                                         const hr_kv_cuda_tokens *tok, uint64_t out, uint64_t scratch, hr_error *err) {
+    return attend_rows((cuda_kv *)st, layer, q, tables, max_blocks, qrow, n_ctx, win, tok, n, max_ctx, n_heads, scale,
                        softcap, runs, d_runs, n_runs, out, scratch, err);
 }
 
-/* The manager's attention (host rows): queries and tables up, the device path, the result down. Its
- * buffers are allocated per call: the GPU forward pass does not come this way (it calls
- * hr_kv_storage_cuda_attend_rows with its own); tests and host callers do. */
+/* The token masks of the host path's queries (views with a mask): query i's row of masks is i, its words
+ * those of the blocks its context covers; its scores come back added to view->score. */
+typedef struct host_tokens {
+    int32_t *view;   /* [n][2] */
+    uint64_t *words; /* [n][max_blocks][L][Hkv][MW], then the scores [n][max_blocks][L][Hkv][B] */
+    size_t n_words, n_scores;
+    hr_kv_cuda_tokens dev;
+} host_tokens;
+
+static hr_status host_tokens_make(cuda_kv *s, const hr_kv_attn_query *qs, int n, int max_blocks, host_tokens *t,
+                                  hr_error *err) {
+    const hr_kv_storage_params *p = &s->p;
+    const size_t per = (size_t)p->n_layers * (size_t)p->n_kv_heads, MW = ((size_t)p->block_size + 63) / 64;
+    t->n_words = (size_t)n * max_blocks * per * MW;
+    t->n_scores = (size_t)n * max_blocks * per * (size_t)p->block_size;
+    t->view = malloc((size_t)n * 2 * sizeof *t->view);
+    t->words = calloc(t->n_words + t->n_scores, sizeof *t->words);
+    if (!t->view || !t->words) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    bool any_score = false;
+    for (int i = 0; i < n; i++) {
+        const hr_kv_attn_view *v = qs[i].view;
+        const bool masked = v && v->mask && qs[i].n_ctx > 0;
+        t->view[2 * i] = masked ? i : -1;
+        t->view[2 * i + 1] = masked && v->score;
+        any_score |= masked && v->score;
+        if (masked)
+            memcpy(t->words + (size_t)i * max_blocks * per * MW, v->mask,
+                   (size_t)((qs[i].n_ctx + p->block_size - 1) / p->block_size) * per * MW * sizeof *t->words);
+    }
+    hr_status r = hr_cuda_alloc(s->dev, (size_t)n * 2 * sizeof(int32_t), &t->dev.view, err);
+    if (!r) r = hr_cuda_alloc(s->dev, (t->n_words + t->n_scores) * sizeof(uint64_t), &t->dev.masks, err);
+    if (!r) r = hr_cuda_upload(s->dev, t->dev.view, t->view, (size_t)n * 2 * sizeof(int32_t), err);
+    if (!r) r = hr_cuda_upload(s->dev, t->dev.masks, t->words, (t->n_words + t->n_scores) * sizeof(uint64_t), err);
+    if (!r && any_score) t->dev.scores = t->dev.masks + t->n_words * sizeof(uint64_t);
+    return r;
+}
+
+/* the scores down, each query's added to its view's (the manager's atomics: queries may share them) */
+static hr_status host_tokens_scores(cuda_kv *s, const hr_kv_attn_query *qs, int n, host_tokens *t, hr_error *err) {
+    if (!t->dev.scores) return HR_OK;
+    uint64_t *sc = t->words + t->n_words;
+    hr_status r = hr_cuda_download(s->dev, sc, t->dev.scores, t->n_scores * sizeof(uint64_t), err);
+    const size_t row = t->n_scores / (size_t)n;
+    for (int i = 0; i < n && !r; i++) {
+        if (!t->view[2 * i + 1]) continue;
+        for (size_t k = 0; k < row; k++)
+            if (sc[(size_t)i * row + k])
+                atomic_fetch_add_explicit(&qs[i].view->score[k], sc[(size_t)i * row + k], memory_order_relaxed);
+    }
+    return r;
+}
+
+static void host_tokens_free(cuda_kv *s, host_tokens *t) {
+    hr_cuda_free(s->dev, t->dev.view);
+    hr_cuda_free(s->dev, t->dev.masks);
+    free(t->view);
+    free(t->words);
+}
+
+/* The manager's attention (host rows): queries and tables up, the device path, the result down, and
+ * under token masks (h2o, snapkv) the masks up and the scores back into the views. Its buffers are
+ * allocated per call: the GPU forward pass does not come this way (it calls
+ * hr_kv_storage_cuda_attend_runs with its own); tests and host callers do. */
 static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_query *qs, int n,
                            const hr_kv_attn_args *a, float *scratch) {
     cuda_kv *s = (cuda_kv *)(void *)(uintptr_t)st; /* the device calls need the handle; no host state changes */
@@ -288,12 +360,12 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     uint64_t dq = 0, dout = 0, dtab = 0, dctx = 0, dscr = 0;
     hr_error e = {0};
     hr_status r = tables && n_ctx && q && out ? HR_OK : hr_error_set(&e, HR_ERR_NOMEM, "out of memory");
-    bool any_win = false;
+    bool any_win = false, any_mask = false;
+    host_tokens tok = {0};
     int max_vis = 1; /* the most visible positions of a query: what the splits cover */
     for (int i = 0; i < n && !r; i++) {
         const hr_kv_attn_view *v = qs[i].view;
-        if (v && (v->mask || v->score))
-            r = hr_error_set(&e, HR_ERR_UNSUPPORTED, "CUDA KV: token masks (h2o, snapkv) are not supported yet");
+        any_mask |= v && v->mask;
         n_ctx[i] = qs[i].n_ctx;
         const int sinks = v && v->lo > v->sinks ? v->sinks : 0, lo = v && v->lo > v->sinks ? v->lo : 0;
         n_ctx[n + 2 * i] = sinks;
@@ -312,10 +384,13 @@ static void cuda_kv_attend(const hr_kv_storage *st, int layer, const hr_kv_attn_
     if (!r) r = hr_cuda_upload(s->dev, dq, q, qf * sizeof(float), &e);
     if (!r) r = hr_cuda_upload(s->dev, dtab, tables, (size_t)n * max_blocks * sizeof(int32_t), &e);
     if (!r) r = hr_cuda_upload(s->dev, dctx, n_ctx, (size_t)n * 3 * sizeof(int32_t), &e);
+    if (!r && any_mask) r = host_tokens_make(s, qs, n, max_blocks, &tok, &e);
     if (!r)
-        r = attend_rows(s, layer, dq, dtab, max_blocks, 0, dctx, any_win ? dctx + (uint64_t)n * 4u : 0, n, max_vis, H,
-                        a->scale, a->softcap, NULL, 0, 0, dout, dscr, &e);
+        r = attend_rows(s, layer, dq, dtab, max_blocks, 0, dctx, any_win ? dctx + (uint64_t)n * 4u : 0,
+                        any_mask ? &tok.dev : NULL, n, max_vis, H, a->scale, a->softcap, NULL, 0, 0, dout, dscr, &e);
     if (!r) r = hr_cuda_download(s->dev, out, dout, qf * sizeof(float), &e);
+    if (!r && any_mask) r = host_tokens_scores(s, qs, n, &tok, &e);
+    host_tokens_free(s, &tok);
     /* only the heads asked are written back; zeros on failure */
     const int h0 = a->head_begin, h1 = hr_kv_attn_head_end(a);
     for (int i = 0; i < n; i++) {
@@ -372,7 +447,6 @@ static void cuda_kv_stage_copy(hr_kv_storage *st, int32_t from, int32_t to) {}
 
 static const hr_kv_storage_ops cuda_kv_ops = {
     .name = "cuda",
-    .window_views_only = true, /* attend takes sinks and windows, not token masks (below) */
     .destroy = cuda_kv_destroy,
     .isa = cuda_kv_isa,
     .footprint = cuda_kv_footprint,

@@ -26,8 +26,12 @@
  * The host picks the split count for enough thread blocks to fill the GPU, not more
  * (kv_storage_cuda.c). The first versions: no tensor cores; hr_k_attn_split reads K rows one per
  * thread (uncoalesced) and has P.V threads over D. Dropped blocks (table entry -1) are skipped; a
- * query's sinks and window (win: kv.cuh's win_of) are walked as visible positions only; token masks
- * (hr_kv_attn_view.mask: h2o, snapkv) are not supported here yet. */
+ * query's sinks and window (win: kv.cuh's win_of) are walked as visible positions only; a token
+ * masked by its sequence's policy (h2o, snapkv: tview and masks, kv.cuh's tok_mask_of) scores -inf,
+ * so its weight is 0, as on the CPU.
+ *   hr_k_attn_score: after the reduce, for the rows whose softmax weights the policy accumulates,
+ *     each visible token's normalized weight summed over the query heads of a KV head, added to the
+ *     sequence's scores in the manager's fixed point (2^-32). */
 #include "kv.cuh" /* the formats, the shape, kv_elem, the window, the rows reads */
 
 #define HR_K_ATT_TILE  256 /* positions scored at a time (shared memory) */
@@ -227,11 +231,13 @@ extern "C" __global__ void hr_k_hadamard_rows(float *out, const float *q, int D)
 typedef struct attn_block {
     int qi, kvh, h0, gn, split, ws, off, s0, s1;
     const int *table;
+    const u64 *mask; /* the token mask of (layer, kvh), NULL: every position kept */
     u64 k_off, v_off;
 } attn_block;
 
 static __device__ inline attn_block attn_block_of(const hr_k_attn_shape &sh, const int *tables, const int *qrow,
-                                                  const int *n_ctx, const int *win, int layer) {
+                                                  const int *n_ctx, const int *win, const int *tview, const u64 *masks,
+                                                  int layer) {
     attn_block a;
     const int G = sh.n_heads / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
     int idx = ctaid_x();
@@ -247,6 +253,7 @@ static __device__ inline attn_block attn_block_of(const hr_k_attn_shape &sh, con
     a.s0 = a.split * sh.chunk;
     a.s1 = n < a.s0 + sh.chunk ? n : a.s0 + sh.chunk; /* <= s0: nothing to see */
     a.table = tables + (u64)(qrow ? qrow[a.qi] : a.qi) * (u64)sh.max_blocks;
+    a.mask = tok_mask_of(tview, masks, sh, a.qi, layer, a.kvh);
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
     a.k_off = layer_off + (u64)a.kvh * sh.k_head_bytes;
     a.v_off = layer_off + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)a.kvh * sh.v_head_bytes;
@@ -255,15 +262,16 @@ static __device__ inline attn_block attn_block_of(const hr_k_attn_shape &sh, con
 
 /* o_part: [nq][H][n_splits][D] unnormalized P.V; ml_part: [nq][H][n_splits][2] (m, l). q: [nq][H][D]
  * with RoPE applied; query qi reads table row qrow[qi] (qrow NULL: row qi) of tables [rows][max_blocks]
- * (physical ids); n_ctx: [nq]; win: [nq][2] or NULL (above). */
+ * (physical ids); n_ctx: [nq]; win: [nq][2] or NULL (above); tview, masks: the token masks, or NULL
+ * (kv.cuh). */
 extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const float *q, const u8 *arena,
                                            const int *tables, const int *qrow, const int *n_ctx, const int *win,
-                                           int layer, hr_k_attn_shape sh) {
+                                           const int *tview, const u64 *masks, int layer, hr_k_attn_shape sh) {
     __shared__ float qs[HR_K_ATT_G * HR_K_ATT_MAX_D];
     __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     __shared__ float red[32];
-    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, layer);
+    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, tview, masks, layer);
     const int H = sh.n_heads, D = sh.head_dim, B = sh.block_size, split = ab.split, qi = ab.qi, h0 = ab.h0, gn = ab.gn,
               ws = ab.ws, off = ab.off, s0 = ab.s0, s1 = ab.s1;
     const int *table = ab.table;
@@ -282,7 +290,7 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
         /* 1. scores: one position per thread, its K row dequantized once for the group's heads */
         for (int t = t0 + tid_x(); t < t1; t += ntid_x()) {
             const int tp = win_pos(t, ws, off);
-            const int blk = table[tp / B];
+            const int blk = tok_kept(ab.mask, sh, tp) ? table[tp / B] : -1; /* masked: as a dropped block */
             float dot[HR_K_ATT_G];
             for (int g = 0; g < HR_K_ATT_G; g++) dot[g] = 0.0f;
             if (blk >= 0) {
@@ -397,7 +405,7 @@ template <int NG> static __device__ inline int rows_reduce_scatter(float (&v)[NG
 template <int KF, int NG>
 static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E], const u8 *arena, const int *table,
                                    u64 k_off, hr_k_attn_shape sh, int t0, int nt, int gn, int ws, int off,
-                                   rows_lane L) {
+                                   const u64 *mask, rows_lane L) {
     constexpr int U = rows_batch<KF>();
     const int B = sh.block_size, D = sh.head_dim, w0 = L.warp * HR_K_WARP;
     for (int i0 = 0; i0 < HR_K_WARP && w0 + i0 < nt; i0 += L.ppw * U) { /* warp-uniform */
@@ -407,7 +415,7 @@ static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E]
         for (int u = 0; u < U; u++) {
             const int p = w0 + i0 + u * L.ppw + L.row;
             const int tp = win_pos(t0 + p, ws, off);
-            blk[u] = p < nt ? table[tp / B] : -1;
+            blk[u] = p < nt && tok_kept(mask, sh, tp) ? table[tp / B] : -1; /* masked: as a dropped block */
             raw[u] = rows_raw{};
             if (L.on && blk[u] >= 0)
                 raw[u] = rows_fetch<KF>(arena + (u64)blk[u] * sh.block_bytes + k_off, B, D, sh.k_group, tp % B, L.d0);
@@ -475,8 +483,9 @@ static __device__ void rows_pv(float (&acc)[NG][HR_K_ROWS_E], const float *sc, c
 template <int NG>
 static __device__ __attribute__((always_inline)) inline void
 rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *q, const u8 *arena, const int *tables,
-            const int *qrow, const int *n_ctx, const int *win, int layer, hr_k_attn_shape sh) {
-    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, layer);
+            const int *qrow, const int *n_ctx, const int *win, const int *tview, const u64 *masks, int layer,
+            hr_k_attn_shape sh) {
+    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, tview, masks, layer);
     const int H = sh.n_heads, D = sh.head_dim, split = ab.split, qi = ab.qi, h0 = ab.h0, gn = ab.gn, ws = ab.ws,
               off = ab.off, s0 = ab.s0, s1 = ab.s1;
     const int *table = ab.table;
@@ -507,14 +516,22 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
     for (int t0 = s0; t0 < s1; t0 += HR_K_ATT_TILE) {
         const int nt = s1 - t0 < HR_K_ATT_TILE ? s1 - t0 : HR_K_ATT_TILE;
         switch (sh.k_fmt) {
-        case HR_K_KV_F16: rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_F32: rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_BF16:
-            rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L);
+        case HR_K_KV_F16:
+            rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
             break;
-        case HR_K_KV_FP8: rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_Q4H: rows_scores<HR_K_KV_Q4H, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
-        default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_F32:
+            rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            break;
+        case HR_K_KV_BF16:
+            rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            break;
+        case HR_K_KV_FP8:
+            rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            break;
+        case HR_K_KV_Q4H:
+            rows_scores<HR_K_KV_Q4H, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            break;
+        default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L); break;
         }
         __syncthreads();
         /* 2. warp h: head h's new running max, the tile's weights e^(s - m) in place, the running sum */
@@ -582,20 +599,20 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
 /* the arguments and grid of hr_k_attn_split (blockDim.x == 256: 8 warps, one per 32 positions of a tile) */
 extern "C" __global__ void hr_k_attn_split_rows(float *o_part, float *ml_part, const float *q, const u8 *arena,
                                                 const int *tables, const int *qrow, const int *n_ctx, const int *win,
-                                                int layer, hr_k_attn_shape sh) {
+                                                const int *tview, const u64 *masks, int layer, hr_k_attn_shape sh) {
     __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     const int G = sh.n_heads / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
     const int hg = ctaid_x() % ng;
     const int gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
     if (gn > 4)
-        rows_attend<8>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
+        rows_attend<8>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
     else if (gn > 2)
-        rows_attend<4>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
+        rows_attend<4>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
     else if (gn > 1)
-        rows_attend<2>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
+        rows_attend<2>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
     else
-        rows_attend<1>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, layer, sh);
+        rows_attend<1>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
 }
 
 /* out[q][h][D] from the splits' partial results (grid.x = n_queries, grid.y = H) */
@@ -615,5 +632,69 @@ extern "C" __global__ void hr_k_attn_reduce(float *out, const float *o_part, con
         for (int s = 0; s < n_splits; s++)
             if (ml[2 * s] != -__builtin_inff()) acc += o[(u64)s * (u64)head_dim + d] * hr_expf(ml[2 * s] - M);
         out[row * (u64)head_dim + d] = acc * inv;
+    }
+}
+
+/* ---- scores for the token-level policies ----------------------------------------------------------- */
+
+/* For each query qi whose weights its policy accumulates (tview[2 qi + 1]; kv.cuh), every visible token
+ * t of [0, n_ctx) gets, added to scores[row][t / B][layer][kvh][t % B] (row = tview[2 qi]; the layout of
+ * the masks with B entries a (block, layer, KV head) in place of MW words), the sum over the query heads
+ * h of KV head kvh of its normalized softmax weight e^(s_t - M_h) / L_h, M_h and L_h the splits' max and
+ * sum combined as hr_k_attn_reduce combines them (from ml_part, so this runs after the split kernel).
+ * Each head's weight is rounded to the manager's fixed point (2^-32) on its own before the sum, as the
+ * CPU storage adds them; the scores are u64 and a sequence's rows share them: atomic adds. s_t is the
+ * split kernel's score, recomputed (its q.k, c in order, times scale, then the soft-cap). One thread
+ * block per (query, KV head) (grid.x = nq * Hkv), a position per thread; rows that do not accumulate
+ * return at once. */
+extern "C" __global__ void hr_k_attn_score(u64 *scores, const float *ml_part, const float *q, const u8 *arena,
+                                           const int *tables, const int *qrow, const int *n_ctx, const int *tview,
+                                           const u64 *masks, int layer, hr_k_attn_shape sh) {
+    __shared__ float qs[HR_K_ATT_G * HR_K_ATT_MAX_D];
+    __shared__ float stat[2 * HR_K_ATT_G]; /* per head: M, 1 / L */
+    const int qi = ctaid_x() / sh.n_kv_heads, kvh = ctaid_x() % sh.n_kv_heads;
+    if (tview[2 * qi] < 0 || !tview[2 * qi + 1]) return;
+    const int H = sh.n_heads, D = sh.head_dim, B = sh.block_size, G = H / sh.n_kv_heads, n = n_ctx[qi];
+    const int *table = tables + (u64)(qrow ? qrow[qi] : qi) * (u64)sh.max_blocks;
+    const u64 *mask = tok_mask_of(tview, masks, sh, qi, layer, kvh);
+    const u64 per_block = (u64)sh.n_layers * (u64)sh.n_kv_heads * (u64)B;
+    u64 *sc = scores + (u64)tview[2 * qi] * (u64)sh.max_blocks * per_block +
+              ((u64)layer * (u64)sh.n_kv_heads + (u64)kvh) * (u64)B;
+    const u64 k_off =
+        (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes) + (u64)kvh * sh.k_head_bytes;
+    for (int g0 = 0; g0 < G; g0 += HR_K_ATT_G) {
+        const int gn = G - g0 < HR_K_ATT_G ? G - g0 : HR_K_ATT_G, h0 = kvh * G + g0;
+        for (int i = tid_x(); i < gn * D; i += ntid_x())
+            qs[i] = q[((u64)qi * (u64)H + (u64)(h0 + i / D)) * (u64)D + i % D];
+        if (tid_x() < gn) {
+            const float *ml = ml_part + ((u64)qi * (u64)H + (u64)(h0 + tid_x())) * (u64)sh.n_splits * 2u;
+            float M = -__builtin_inff(), L = 0.0f;
+            for (int s = 0; s < sh.n_splits; s++) M = ml[2 * s] > M ? ml[2 * s] : M;
+            for (int s = 0; s < sh.n_splits; s++)
+                if (ml[2 * s] != -__builtin_inff()) L += ml[2 * s + 1] * hr_expf(ml[2 * s] - M);
+            stat[tid_x()] = M;
+            stat[HR_K_ATT_G + tid_x()] = L > 0.0f ? 1.0f / L : 0.0f;
+        }
+        __syncthreads();
+        for (int t = tid_x(); t < n; t += ntid_x()) {
+            const int blk = table[t / B];
+            if (blk < 0 || !tok_kept(mask, sh, t)) continue; /* weight 0: nothing added, as on the CPU */
+            const u8 *kh = arena + (u64)blk * sh.block_bytes + k_off;
+            float dot[HR_K_ATT_G];
+            for (int g = 0; g < HR_K_ATT_G; g++) dot[g] = 0.0f;
+            for (int c = 0; c < D; c++) {
+                const float kd = kv_elem(kh, sh.k_fmt, B, D, sh.k_group, t % B, c);
+                for (int g = 0; g < gn; g++) dot[g] += qs[g * D + c] * kd;
+            }
+            u64 add = 0;
+            for (int g = 0; g < gn; g++) {
+                float s = dot[g] * sh.scale;
+                if (sh.softcap > 0.0f) s = sh.softcap * hr_tanhf(s / sh.softcap);
+                const float w = hr_expf(s - stat[g]) * stat[HR_K_ATT_G + g];
+                if (w > 0.0f) add += (u64)((double)w * 4294967296.0 + 0.5);
+            }
+            if (add) hr_atomic_add_u64(&sc[(u64)(t / B) * per_block + (u64)(t % B)], add);
+        }
+        __syncthreads(); /* qs and stat are rewritten by the next group of heads */
     }
 }

@@ -46,6 +46,8 @@ static __device__ inline float hr_rsqrtf(float x) { return __nvvm_rsqrt_approx_f
 /* accurate only near 0: reduce the angle first */
 static __device__ inline float hr_sin_approx(float x) { return __nvvm_sin_approx_f(x); }
 static __device__ inline float hr_cos_approx(float x) { return __nvvm_cos_approx_f(x); }
+/* *p += v for a u64 in global memory (atom.global.add.u64): the policies' scores */
+static __device__ inline void hr_atomic_add_u64(u64 *p, u64 v) { __nvvm_atom_add_gen_ll((long long *)p, (long long)v); }
 /* round to nearest even (cvt.rni), as the CPU's rintf in its default mode */
 static __device__ inline float hr_rintf(float x) { return __builtin_rintf(x); }
 /* correctly rounded (sqrt.rn.f32), as the CPU's sqrtf */
@@ -93,6 +95,7 @@ static inline float hr_exp2_approx(float x) { return exp2f(x); }
 static inline float hr_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float hr_sin_approx(float x) { return sinf(x); }
 static inline float hr_cos_approx(float x) { return cosf(x); }
+static inline void hr_atomic_add_u64(u64 *p, u64 v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline float hr_rintf(float x) { return rintf(x); }
 static inline float hr_sqrtf(float x) { return sqrtf(x); }
 /* the warp's lanes meet in the emulator, which multiplies the gathered fragments (emu_rt.c) */

@@ -77,6 +77,28 @@ static __device__ inline void win_of(const int *win, int qi, int *sinks, int *of
     *off = lo > s ? lo - s : 0;
 }
 
+/* Token-level views (the h2o and snapkv policies): tview[2 qi] = the mask row of query qi's sequence (-1:
+ * no token mask) and tview[2 qi + 1] = 1 where its softmax weights are added to the sequence's scores
+ * (hr_k_attn_score). masks: [rows][max_blocks][L][Hkv][MW] words, MW = ceil(B / 64), the manager's
+ * layout for the logical blocks (kv/kv_internal.h): bit t % 64 of word t / 64 set = token j B + t kept
+ * in that layer and KV head. tok_mask_of: query qi's words for (block 0, layer, kvh), NULL when every
+ * position is kept; tok_kept: whether position tp is. Token-level sequences have no window. */
+static __device__ inline int tok_words(const hr_k_attn_shape &sh) { return (sh.block_size + 63) / 64; }
+static __device__ inline const u64 *tok_mask_of(const int *tview, const u64 *masks, const hr_k_attn_shape &sh, int qi,
+                                                int layer, int kvh) {
+    const int row = tview ? tview[2 * qi] : -1;
+    if (row < 0 || !masks) return nullptr;
+    const u64 per_block = (u64)sh.n_layers * (u64)sh.n_kv_heads * (u64)tok_words(sh);
+    return masks + (u64)row * (u64)sh.max_blocks * per_block +
+           ((u64)layer * (u64)sh.n_kv_heads + (u64)kvh) * (u64)tok_words(sh);
+}
+static __device__ inline bool tok_kept(const u64 *m, const hr_k_attn_shape &sh, int tp) {
+    if (!m) return true;
+    const int B = sh.block_size, j = tp / B, t = tp % B;
+    const u64 per_block = (u64)sh.n_layers * (u64)sh.n_kv_heads * (u64)tok_words(sh);
+    return (m[(u64)j * per_block + (u64)(t / 64)] >> (t % 64)) & 1u;
+}
+
 /* ---- rows: eight consecutive elements of a K or V row per lane (attention.cu's hr_k_attn_split_rows
  * and attn_prefill.cu's tile loads) -------------------------------------------------------------- */
 
