@@ -170,7 +170,7 @@ static hr_status attend_split(cuda_kv *s, int layer, attn_shape sh, uint64_t q, 
     if (!r) r = hr_cuda_launch(s->dev, "hr_k_attn_reduce", (unsigned)n, (unsigned)H, 256, rargs, err);
     /* the policies' scores, from the splits' max and sum (the rows that accumulate; the others return) */
     uint64_t scores = tok ? tok->scores : 0;
-    void *sargs[] = {&scores, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &tview, &masks, &layer, &sh};
+    void *sargs[] = {&scores, &ml_part, &q, &s->arena, &tables, &qrow, &n_ctx, &win, &tview, &masks, &layer, &sh};
     if (!r && scores) r = hr_cuda_launch(s->dev, "hr_k_attn_score", (unsigned)(n * Hkv), 1, 256, sargs, err);
     return r;
 }

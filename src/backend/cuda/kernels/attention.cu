@@ -648,8 +648,8 @@ extern "C" __global__ void hr_k_attn_reduce(float *out, const float *o_part, con
  * block per (query, KV head) (grid.x = nq * Hkv), a position per thread; rows that do not accumulate
  * return at once. */
 extern "C" __global__ void hr_k_attn_score(u64 *scores, const float *ml_part, const float *q, const u8 *arena,
-                                           const int *tables, const int *qrow, const int *n_ctx, const int *tview,
-                                           const u64 *masks, int layer, hr_k_attn_shape sh) {
+                                           const int *tables, const int *qrow, const int *n_ctx, const int *win,
+                                           const int *tview, const u64 *masks, int layer, hr_k_attn_shape sh) {
     __shared__ float qs[HR_K_ATT_G * HR_K_ATT_MAX_D];
     __shared__ float stat[2 * HR_K_ATT_G]; /* per head: M, 1 / L */
     const int qi = ctaid_x() / sh.n_kv_heads, kvh = ctaid_x() % sh.n_kv_heads;
@@ -676,7 +676,11 @@ extern "C" __global__ void hr_k_attn_score(u64 *scores, const float *ml_part, co
             stat[HR_K_ATT_G + tid_x()] = L > 0.0f ? 1.0f / L : 0.0f;
         }
         __syncthreads();
+        /* the positions the split kernels saw (a model's window too: M and L are theirs) */
+        int ws, off;
+        win_of(win, qi, &ws, &off);
         for (int t = tid_x(); t < n; t += ntid_x()) {
+            if (t >= ws && t < ws + off) continue;
             const int blk = table[t / B];
             if (blk < 0 || !tok_kept(mask, sh, t)) continue; /* weight 0: nothing added, as on the CPU */
             const u8 *kh = arena + (u64)blk * sh.block_bytes + k_off;
