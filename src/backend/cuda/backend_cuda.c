@@ -79,6 +79,7 @@ typedef struct cuda_ctx {
     int32_t *h_runs; /* [T][4]: the batch's runs for prefill attention (hr_cuda_attn_runs), n_runs of them */
     int n_runs;
     bool any_win;   /* a token of this batch sees a window (win passed to attention), else all */
+    bool staged;    /* the KV formats have stages (q4, kivi2): slots carries each token's stage and fill */
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
@@ -254,7 +255,7 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
         hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
         if (st) return st;
     }
-    x->h_slots = malloc(T * sizeof(int32_t));
+    x->h_slots = malloc(3 * T * sizeof(int32_t)); /* slots, then stages and fills (q4, kivi2) */
     x->h_qrow = malloc(T * sizeof(int32_t));
     x->h_nctx = malloc(T * sizeof(int32_t));
     x->h_win = malloc(2 * T * sizeof(int32_t));
@@ -305,6 +306,7 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
     /* the model's own sliding window, as the CPU's forward pass tells the pool (its views then see it) */
     for (int il = 0; !st && il < m->hp.n_layer; il++)
         if (m->layer_attn[il].window > 0) st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err);
+    if (!st) x->staged = hr_kv_pool_n_stage(kv) > 0;
     if (!st && !(x->L = calloc((size_t)m->hp.n_layer, sizeof *x->L)))
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     if (!st) st = upload_model(x, err);
@@ -424,7 +426,7 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
     int rows = 0, ctx = 1;
     x->any_win = false;
     for (int t = 0; t < T; t++) {
-        x->h_slots[t] = hr_kv_write_slot(x->kv, 0, b->seq[t], b->pos[t], NULL);
+        x->h_slots[t] = hr_kv_write_slot_stage(x->kv, 0, b->seq[t], b->pos[t], NULL, &x->h_slots[T + t]);
         int r = 0;
         while (r < t && b->seq[r] != b->seq[t]) r++;
         if (r == t) { /* the sequence's first token in the batch: its row */
@@ -452,8 +454,11 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
     x->n_runs = hr_kv_storage_cuda_prefill_on(hr_kv_pool_storage(x->kv), H)
                     ? hr_cuda_attn_runs(x->h_qrow, b->pos, T, hr_cuda_prefill_tile_rows(H, Hkv), x->h_runs)
                     : 0;
-    hr_status st;
-    if ((st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)T * sizeof(int32_t), err)) ||
+    /* q4, kivi2: the tokens' stages follow their slots, then whether each fills its block, which the
+     * storage counts now for the step (its launches the same whatever fills) */
+    hr_status st = hr_kv_storage_cuda_stage_batch(hr_kv_pool_storage_rw(x->kv), x->h_slots, T, err);
+    const int place = x->staged ? 3 * T : T;
+    if (st || (st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)place * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->qrow, x->h_qrow, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)) ||
         (x->any_win && (st = hr_cuda_upload(x->dev, x->win, x->h_win, (size_t)T * 2 * sizeof(int32_t), err))) ||
@@ -469,8 +474,10 @@ static hr_status attend(cuda_ctx *x, int T, int il, int max_ctx, hr_error *err) 
     hr_kv_storage *st = hr_kv_pool_storage_rw(x->kv);
     hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, T, err);
     if (r) return r;
+    /* a query's tail stage is its own token's: the block it writes, partial at its n_ctx = pos + 1 */
+    const uint64_t tails = x->staged ? x->slots + (uint64_t)T * 4u : 0;
     return hr_kv_storage_cuda_attend_runs(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
-                                          x->any_win ? x->win : 0, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f,
+                                          x->any_win ? x->win : 0, tails, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f,
                                           x->h_runs, x->runs, x->n_runs, x->att, x->attn_scratch, err);
 }
 
