@@ -217,26 +217,39 @@ static void test_fake_kv_storage(hr_kv_format fmt) {
         for (int k = 0; k < 2 && buf; k++) {
             CHECK(hr_kv_storage_cuda_set_prefill_attn(gpu, k ? "mma" : "split", &e) == HR_OK);
             before = launches();
-            CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 18, 32, 4, 0.125f, 0.0f, runs, buf,
-                                                 n_runs, NULL, buf, buf, &e) == HR_OK);
+            CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 0, 18, 32, 4, 0.125f, 0.0f, runs,
+                                                 buf, n_runs, NULL, buf, buf, &e) == HR_OK);
             CHECKF(launches() == before + (k ? 5 : 2), "prefill attention %s: %d launches", k ? "mma" : "split",
                    launches() - before);
         }
         /* a tile of more rows than a block takes is refused, nothing launched */
         runs[1] = 65; /* G 2: 64 rows a tile at most */
         before = launches();
-        CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 40, 32, 4, 0.125f, 0.0f, runs, buf, 1,
+        CHECK(hr_kv_storage_cuda_attend_runs(gpu, 1, buf, buf, 8, buf, buf, 0, 0, 40, 32, 4, 0.125f, 0.0f, runs, buf, 1,
                                              NULL, buf, buf, &e) == HR_ERR_INVALID_ARG &&
               launches() == before);
         hr_cuda_free(dev, buf);
     }
     if (fake) dlclose(fake);
-    /* deferred formats are refused */
+    /* a deferred format needs its tail buffers (stages), and only it has them */
     hr_kv_storage_params pq = p;
     CHECK(kv_fmt_init(&pq.k, HR_KV_Q4, KV_K, B, D, &e) == HR_OK);
     hr_kv_storage *bad = NULL;
-    CHECK(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_ERR_UNSUPPORTED && !bad);
-    CHECKF(strstr(e.msg, "the formats on the GPU are f32, f16, bf16, q8, fp8 and q4h"), "%s", e.msg);
+    CHECK(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_ERR_INVALID_ARG && !bad);
+    CHECKF(strstr(e.msg, "q4 and kivi2 need stages"), "%s", e.msg);
+    pq.n_stage = 2;
+    CHECKF(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_OK && bad, "%s", e.msg);
+    if (bad) {
+        CHECK(bad->ops->footprint(bad) ==
+              (uint64_t)L * HKV * (pq.k.head_bytes + pq.v.head_bytes) * NB + 2ull * L * 2 * HKV * B * D * 2);
+        bad->ops->destroy(bad);
+    }
+    bad = NULL;
+    pq = p;
+    pq.n_stage = 1;
+    CHECK(hr_kv_storage_cuda_create(dev, &pq, &bad, &e) == HR_ERR_INVALID_ARG && !bad);
+    CHECKF(strstr(e.msg, "stages are for q4 and kivi2"), "%s", e.msg);
+    pq = p;
     /* q4h is taken, its measurement-only variants (unrotated keys) are not */
     CHECK(kv_fmt_init(&pq.k, HR_KV_Q4H, KV_K, B, D, &e) == HR_OK);
     CHECK(kv_fmt_init(&pq.v, HR_KV_Q4H, KV_V, B, D, &e) == HR_OK);

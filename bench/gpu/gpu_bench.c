@@ -9,7 +9,7 @@
  *                 at 1K, 8K and 32K positions, 16 queries: K and V bytes read / time, through each
  *                 attention kernel on the same storage (hr_kv_storage_cuda_set_attn_kernel: "rows", then
  *                 "split", the default), each checked; then split's time over rows' per format and
- *                 context (which is faster); f16's time over q8's and q4h's;
+ *                 context (which is faster); f16's time over q8's, q4h's and q4's;
  *   4a. attention under token masks (h2o, snapkv) at 8K positions, f16 KV: without masks, with every
  *                 mask bit set (checked bit for bit against the unmasked outputs) and with the scores
  *                 accumulated (hr_k_attn_score; each head's weights checked to sum to 1): ms each, and
@@ -23,7 +23,7 @@
  *                 batch launch by launch, then replayed as CUDA graphs (hr_cuda_backend_set_graphs), and
  *                 the two side by side ("eager/graphs": eager time / graphs time, > 1: graphs faster);
  *   6. capacity:  the engine's concurrent 8K sessions at one 16 GiB KV pool per KV format (f16, q8, fp8,
- *                 q4h), each over f16's (run before 5, which takes what time is left).
+ *                 q4h, q4), each over f16's (run before 5, which takes what time is left).
  *
  * Every kernel's output is checked against the CPU before it is timed (GEMV: the reference
  * dequantization; attention: the CPU KV storage's), at the shape measured; a wrong one fails the run
@@ -628,9 +628,12 @@ static void bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, bo
         *refused = true;
         snprintf(skip, sizeof skip, "skipped: %.80s", e.msg);
     }
-    if (!skip[0] && (p.k.deferred || p.v.deferred)) {
-        *refused = true;
-        snprintf(skip, sizeof skip, "skipped: a deferred format (tail buffers) is not measured here");
+    /* q4, kivi2: one tail buffer each side, the pattern blocks filled through it; every pattern block is
+     * whole and encoded, so attention reads codes only (no tail stage) whatever the context */
+    const bool deferred = !skip[0] && (p.k.deferred || p.v.deferred);
+    if (deferred) {
+        p.n_stage = 1;
+        kv_fmt_init(&p.stage, HR_KV_F16, KV_K, B, D, &e);
     }
     const uint64_t tok_bytes = (uint64_t)Hkv * (p.k.head_bytes + p.v.head_bytes) / (uint64_t)B;
     const uint64_t rep_bytes = (uint64_t)nq * (uint64_t)ctx * tok_bytes; /* K + V of every query's context */
@@ -674,10 +677,11 @@ static void bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, bo
     const char *fail_what = "CPU storage";
     if (hr_kv_storage_cpu_create(&pc, &cpu, &e)) ok = false;
     for (int b = 0; ok && b < Pb; b++) {
+        if (deferred) cpu->ops->stage_reset(cpu, 0);
         for (int t = 0; t < B; t++) {
             fill(kv, (size_t)Hkv * D, 1.5f);
             fill(kv + (size_t)Hkv * D, (size_t)Hkv * D, 1.0f);
-            cpu->ops->write(cpu, 0, b, t, -1, kv, kv + (size_t)Hkv * D);
+            cpu->ops->write(cpu, 0, b, t, deferred ? 0 : -1, kv, kv + (size_t)Hkv * D);
         }
         cpu->ops->read_block(cpu, b, pat + (size_t)block_bytes * b);
     }
@@ -723,13 +727,18 @@ static void bench_attn_one(hr_kv_format fmt, const attn_shape_t *as, int ctx, bo
             const float *g = o_gpu + (size_t)(nq - 1) * H * D;
             double worst = 0;
             /* the order of additions only: relative, floor 1e-2; q4h: the CPU's int16-rounded query too
-             * (test_cuda_kernels' bound) */
-            if (fmt == HR_KV_F32 || fmt == HR_KV_Q8 || fmt == HR_KV_Q4H) {
+             * (test_cuda_kernels' bound); q4, kivi2: that of q times K's per-channel scales (at most 3 /
+             * levels for these keys, a quarter more for the refit), test_cuda_kernels' derivation */
+            if (fmt == HR_KV_F32 || fmt == HR_KV_Q8 || fmt == HR_KV_Q4H || deferred) {
                 for (int i = 0; i < H * D; i++) {
                     double d = fabs((double)g[i] - o_cpu[i]) / fmax(fabs((double)o_cpu[i]), 1e-2);
                     if (!(d <= worst)) worst = d;
                 }
-                kok = verdict(rk, worst < (fmt == HR_KV_Q4H ? 4e-3 : 1e-3), "rel err", worst);
+                const int levels = fmt == HR_KV_KIVI2 ? 3 : 15;
+                const double bound = deferred ? 2.0 * c.scale * D * levels * (1.25 * 3.0 / levels) / 65534.0 + 1e-3
+                                     : fmt == HR_KV_Q4H ? 4e-3
+                                                        : 1e-3;
+                kok = verdict(rk, worst < bound, "rel err", worst);
             } else { /* f16 (the CPU rounds softmax weights to f16 before P.V: 2^-11 absolute) and others */
                 for (int i = 0; i < H * D; i++) {
                     double d = fabs((double)g[i] - o_cpu[i]);
@@ -798,11 +807,11 @@ static void bench_attention(void) {
             bench_attn_one(fmts[fi], &as, ctxs[ci], target, ms[fi][ci], &refused[fi]);
         }
     }
-    /* q8's and q4h's speed over f16's (fmts[1] and fmts[5] over fmts[0]), per kernel */
+    /* q8's, q4h's and q4's speed over f16's (fmts[1], fmts[5] and fmts[6] over fmts[0]), per kernel */
     static const struct {
         int fi;
         double target;
-    } low[] = {{1, ATTN_Q8_F16_TARGET}, {5, ATTN_4BIT_F16_TARGET}};
+    } low[] = {{1, ATTN_Q8_F16_TARGET}, {5, ATTN_4BIT_F16_TARGET}, {6, ATTN_4BIT_F16_TARGET}};
     for (size_t li = 0; li < HR_ARRAY_LEN(low); li++)
         for (int k = 0; k < N_ATTN_KERNELS; k++)
             for (int ci = 0; ci < n_ctx; ci++) {
@@ -860,7 +869,7 @@ static hr_status tok_rep(void *p, int rep, hr_error *e) {
     tok_ctx *c = p;
     hr_kv_cuda_tokens t = c->tok;
     if (c->mode < 2) t.scores = 0;
-    return hr_kv_storage_cuda_attend_runs(c->a.st, 0, c->a.q, c->a.tables, c->a.nbq, 0, c->a.n_ctx, 0, c->a.nq,
+    return hr_kv_storage_cuda_attend_runs(c->a.st, 0, c->a.q, c->a.tables, c->a.nbq, 0, c->a.n_ctx, 0, 0, c->a.nq,
                                           c->a.ctx, c->a.H, c->a.scale, 0.0f, NULL, 0, 0, c->mode ? &t : NULL, c->a.out,
                                           c->a.scratch, e);
 }
@@ -1001,9 +1010,9 @@ typedef struct pfa_ctx {
 
 static hr_status pfa_rep(void *p, int rep, hr_error *e) {
     pfa_ctx *c = p;
-    return hr_kv_storage_cuda_attend_runs(c->st, 0, c->q, c->table, (c->max_ctx + 15) / 16, c->qrow, c->n_ctx, 0, c->n,
-                                          c->max_ctx, c->H, c->scale, 0.0f, c->h_runs, c->runs, c->n_runs, NULL, c->out,
-                                          c->scratch, e);
+    return hr_kv_storage_cuda_attend_runs(c->st, 0, c->q, c->table, (c->max_ctx + 15) / 16, c->qrow, c->n_ctx, 0, 0,
+                                          c->n, c->max_ctx, c->H, c->scale, 0.0f, c->h_runs, c->runs, c->n_runs, NULL,
+                                          c->out, c->scratch, e);
 }
 
 /* One chunk of n rows of one sequence at positions ctx0 .. ctx0 + n - 1 (f16 KV, B 16), through
@@ -1522,13 +1531,13 @@ static int capacity_one(hr_rt_kv_format f, const char *shape, int ctx, uint64_t 
 }
 
 static void bench_capacity(void) {
-    static const hr_rt_kv_format fmts[] = {HR_RT_KV_F16, HR_RT_KV_Q8, HR_RT_KV_FP8, HR_RT_KV_Q4H};
-    static const char *const names[] = {"f16", "q8", "fp8", "q4h"};
+    static const hr_rt_kv_format fmts[] = {HR_RT_KV_F16, HR_RT_KV_Q8, HR_RT_KV_FP8, HR_RT_KV_Q4H, HR_RT_KV_Q4};
+    static const char *const names[] = {"f16", "q8", "fp8", "q4h", "q4"};
     /* the 8B's KV geometry at 8K and a 16 GiB pool (about 16 f16 sessions); --quick: tiny's at 64 */
     const char *shape = O.quick ? "tiny" : "llama-3-8b-kv";
     const int ctx = O.quick ? 64 : 8192, n_req = O.quick ? 14 : 72;
     const uint64_t budget = O.quick ? (uint64_t)64 << 10 : (uint64_t)16 << 30;
-    int sessions[4];
+    int sessions[HR_ARRAY_LEN(fmts)];
     for (size_t fi = 0; fi < HR_ARRAY_LEN(fmts); fi++) {
         char what[40];
         snprintf(what, sizeof what, "%s sessions", names[fi]);

@@ -25,15 +25,25 @@ void hr_kv_write(hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, const float *
     p->st->ops->write(p->st, slot_l, b, t, slot, k, v);
 }
 
-int32_t hr_kv_write_slot(const hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, int *slot_layer) {
-    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers && !kv_deferred(p));
+int32_t hr_kv_write_slot_stage(const hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, int *slot_layer,
+                               int32_t *stage) {
+    KV_ASSERT(kv_seq_valid(p, seq) && layer >= 0 && layer < p->cfg.n_layers);
     const kv_seq *s = &p->seqs[seq];
     int B = p->cfg.block_size, bi = pos / B;
     KV_ASSERT(pos >= 0 && bi < s->n_table);
     int32_t b = kv_tab(s, p->layer_gs[2 * layer])[bi];
     KV_ASSERT(p->refcnt[b] == 1 && p->flags[b] == 0); /* as hr_kv_write: never a shared or hashed block */
+    int32_t st = kv_deferred(p) ? p->blk_stage[b] : -1;
+    KV_ASSERT(!kv_deferred(p) || st >= 0); /* reserved for writing: it holds one (hr_kv_seq_reserve) */
     if (slot_layer) *slot_layer = p->layer_gs[2 * layer + 1];
+    *stage = st;
     return b * B + pos % B;
+}
+
+int32_t hr_kv_write_slot(const hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, int *slot_layer) {
+    KV_ASSERT(!kv_deferred(p)); /* a deferred format's write needs its stage: hr_kv_write_slot_stage */
+    int32_t stage;
+    return hr_kv_write_slot_stage(p, layer, seq, pos, slot_layer, &stage);
 }
 
 const int32_t *hr_kv_seq_table(const hr_kv_pool *p, int layer, hr_kv_seq seq, int *n) {

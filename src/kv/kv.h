@@ -253,9 +253,15 @@ void hr_kv_write(hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, const floa
  * calls, kernels reading block tables): where hr_kv_write(pool, layer, seq, pos) would write, as the
  * physical slot block * block_size + pos % block_size of the layer's group, under the same
  * conditions (reserved, the block not shared); layer's slot in its group's blocks in *slot_layer
- * (NULL allowed). Formats encoded when a block fills (q4, kivi2) have no such slot: the pool must
- * hold immediate formats. */
+ * (NULL allowed). For immediate formats only: with q4/kivi2 use hr_kv_write_slot_stage. */
 int32_t hr_kv_write_slot(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, int *slot_layer);
+/* The same for any format, with the tail buffer hr_kv_write would name in *stage: formats encoded when
+ * a block fills (q4, kivi2) write the token there (the block's stage, which is also the tail stage of
+ * a query at n_ctx = pos + 1 when that is not a multiple of block_size: hr_kv_attn_query.tail_stage),
+ * the storage encoding the block from it when it fills; -1 for the other formats. The commit that
+ * fills the block takes the stage back, as after hr_kv_write. */
+int32_t hr_kv_write_slot_stage(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, int *slot_layer,
+                               int32_t *stage);
 /* seq's block table in layer's group: the physical block ids of its logical blocks in order (-1: a
  * block a policy dropped), *n of them; valid until the pool next changes (reserve, free, swap). */
 const int32_t *hr_kv_seq_table(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int *n);

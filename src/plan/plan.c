@@ -139,6 +139,7 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                                       .max_ctx = p->n_ctx,
                                       .block_size = p->block_size,
                                       .block_bytes = hr_kv_block_bytes(&kc),
+                                      .stage_bytes = hr_kv_fixed_bytes(&kc),
                                       .total_bytes = d->mem_bytes,
                                       .free_bytes = d->mem_bytes - HR_MIN(d->mem_bytes, d->reserved_bytes),
                                       .util = util};

@@ -162,6 +162,7 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
                                   .max_ctx = pl->p.n_ctx,
                                   .block_size = pl->p.block_size,
                                   .block_bytes = b.block_bytes,
+                                  .stage_bytes = b.fixed_bytes,
                                   .total_bytes = d->mem_bytes,
                                   .free_bytes = d->mem_bytes - HR_MIN(d->mem_bytes, d->reserved_bytes),
                                   .util = d->util};

@@ -371,6 +371,7 @@ static hr_status open_gpu_arena(hr_runtime *rt, const hr_kv_config *kc, int *n_b
                              .max_ctx = rt->p.forward_max_ctx > 0 ? rt->p.forward_max_ctx : rt->n_ctx,
                              .block_size = kc->block_size,
                              .block_bytes = hr_kv_block_bytes(kc),
+                             .stage_bytes = hr_kv_fixed_bytes(kc),
                              .total_bytes = tot,
                              .free_bytes = fr,
                              .util = rt->p.gpu_util,

@@ -81,6 +81,7 @@ const entry kernels[] = {
     K(k_attention, hr_k_attn_reduce),
     K(k_attention, hr_k_attn_score),
     K(k_attention, hr_k_kv_write),
+    K(k_attention, hr_k_kv_encode),
     K(k_attention, hr_k_hadamard_rows),
     K(k_attn_prefill, hr_k_attn_prefill),
     K(k_embed, hr_k_embed),

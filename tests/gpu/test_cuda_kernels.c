@@ -415,11 +415,12 @@ static hr_kv_storage *switch_storage(const char *env, const char *bad) {
  * device storage, then both attend the same queries (GQA 12, tables in any order, one query over five
  * chunks of the split kernel, a softcap), through each attention kernel (hr_k_attn_split, the
  * default, and hr_k_attn_split_rows) */
-/* one attention case on both storages: the GPU's within the format's bound of the CPU's; qcpu: the
- * CPU's queries where they differ (a table with a dropped block: the CPU storage takes holes only with
- * a view, so it gets the table without the hole and that many fewer positions), or NULL */
+/* one attention case on both storages: the GPU's within the format's bound of the CPU's (rel > 0: that
+ * relative bound instead); qcpu: the CPU's queries where they differ (a table with a dropped block: the
+ * CPU storage takes holes only with a view, so it gets the table without the hole and that many fewer
+ * positions), or NULL */
 static void check_attention(hr_kv_storage *cpu, hr_kv_storage *gpu, hr_kv_format fmt, const hr_kv_attn_query *qc,
-                            const hr_kv_attn_query *qcpu, int nq, int H, int D, const char *what) {
+                            const hr_kv_attn_query *qcpu, int nq, int H, int D, double rel_bound, const char *what) {
     enum { MAXQ = 4 };
     static float o_cpu[MAXQ][24 * 64], o_gpu[MAXQ][24 * 64];
     hr_kv_attn_query a_cpu[MAXQ], a_gpu[MAXQ];
@@ -456,7 +457,7 @@ static void check_attention(hr_kv_storage *cpu, hr_kv_storage *gpu, hr_kv_format
          * dot_q4h_k), the GPU keeps it in f32: half a step, amax / 65534 (amax about 2 here), per element
          * moves a score by up to that times sum |k| (about 400 for the outlier token, rotated) times the
          * scale 0.125, 1.5e-3, and the outputs by as much relatively */
-        const double rel = fmt == HR_KV_Q4H ? 4e-3 : 1e-3;
+        const double rel = rel_bound > 0 ? rel_bound : fmt == HR_KV_Q4H ? 4e-3 : 1e-3;
         if (fmt == HR_KV_F16)
             CHECKF(worst < 25.0 * 0x1p-11 + 1e-5, "attention %s %s softcap %d: absolute error %g",
                    hr_kv_format_name(fmt), what, softcap, worst);
@@ -569,10 +570,10 @@ static void test_attention(void) {
             const hr_kv_attn_query *qcpu = si == 0 ? NULL : qc_cpu;
             char what[64];
             snprintf(what, sizeof what, "D %d G %d: split", D, H / HKV);
-            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, 0, what);
             CHECKF(hr_kv_storage_cuda_set_attn_kernel(gpu, "rows", &e) == HR_OK, "%s", e.msg);
             snprintf(what, sizeof what, "D %d G %d: split, rows kernel", D, H / HKV);
-            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, 0, what);
             gpu->ops->destroy(gpu);
             /* one split for every query: each block walks all its tiles; the rows kernel from the environment */
             setenv("HEADROOM_CUDA_ATTN_BLOCKS", "1", 1);
@@ -589,10 +590,10 @@ static void test_attention(void) {
             }
             free(blkbuf);
             snprintf(what, sizeof what, "D %d G %d: one split, rows kernel", D, H / HKV);
-            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, 0, what);
             CHECKF(hr_kv_storage_cuda_set_attn_kernel(gpu, "split", &e) == HR_OK, "%s", e.msg);
             snprintf(what, sizeof what, "D %d G %d: one split", D, H / HKV);
-            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, what);
+            check_attention(cpu, gpu, fmt, qc, qcpu, NQ, H, D, 0, what);
             gpu->ops->destroy(gpu);
             cpu->ops->destroy(cpu);
             free(kb), free(vb), free(q), free(tabs), free(t3_cpu);
@@ -724,6 +725,143 @@ static void test_attention_masks(void) {
         }
         gpu->ops->destroy(gpu);
         cpu->ops->destroy(cpu);
+    }
+}
+
+/* The deferred formats (q4, kivi2: K per channel over a block, encoded when the block fills from its
+ * f16 stage). Both storages take the same tokens: blocks 0..NB-3 one token at a time through the
+ * write op (the write that fills a block encodes it), block NB-2 as one batch through
+ * hr_kv_storage_cuda_stage_batch + write_dev (slots, stages, fills), block NB-1 partial (P tokens).
+ * The encoded blocks must be the CPU storage's byte for byte (hr_k_kv_encode against encb_lowbit_k /
+ * encb_lowbit_v), the stages' deferred halves and counts too, and a stage copy moves both. Then
+ * attention on both kernels against the CPU's, queries ending in the partial block (read from its
+ * stage), at a block's end (all encoded), and inside full blocks that still hold their stage (a
+ * prefill batch's queries before the commit: read from the stage as the CPU does). D 64 and D 96
+ * (kivi2's 2-bit rows: a last chunk of 32 channels); a mixed pair (q8 K, q4 V: only V staged). */
+static void test_attention_deferred(void) {
+    static const struct {
+        int HKV, H, D, B, NB;
+        hr_kv_format k, v;
+    } cases[] = {{2, 8, 64, 16, 6, HR_KV_Q4, HR_KV_Q4},
+                 {2, 8, 64, 16, 6, HR_KV_KIVI2, HR_KV_KIVI2},
+                 {1, 3, 96, 8, 5, HR_KV_KIVI2, HR_KV_KIVI2},
+                 {1, 3, 96, 8, 5, HR_KV_Q8, HR_KV_Q4}};
+    enum { L = 2, NQ = 4 };
+    hr_error e = {0};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int HKV = cases[ci].HKV, H = cases[ci].H, D = cases[ci].D, B = cases[ci].B, NB = cases[ci].NB;
+        const int P = B / 2 + 3, NS = NB + 1; /* tokens of the partial block; a stage for each block and a spare */
+        hr_kv_storage_params p = {.n_layers = L,
+                                  .n_kv_heads = HKV,
+                                  .head_dim = D,
+                                  .block_size = B,
+                                  .n_blocks = NB,
+                                  .n_stage = NS,
+                                  .isa = "scalar"};
+        kv_fmt_init(&p.k, cases[ci].k, KV_K, B, D, &e);
+        kv_fmt_init(&p.v, cases[ci].v, KV_V, B, D, &e);
+        kv_fmt_init(&p.stage, HR_KV_F16, KV_K, B, D, &e);
+        hr_kv_storage *cpu = NULL, *gpu = NULL;
+        CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
+        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+        const size_t row = (size_t)HKV * D;
+        float *kb = malloc(sizeof(float) * B * row), *vb = malloc(sizeof(float) * B * row);
+        float *q = malloc(sizeof(float) * NQ * H * D);
+        const size_t bb = (size_t)L * HKV * (p.k.head_bytes + p.v.head_bytes), sb = (size_t)L * 2 * row * B * 2;
+        unsigned char *bc = malloc(bb), *bg = malloc(bb), *sc = malloc(sb), *sg = malloc(sb);
+        if (!cpu || !gpu || !kb || !vb || !q || !bc || !bg || !sc || !sg) {
+            CHECKF(false, "deferred attention: setup failed");
+            return;
+        }
+        for (int blk = 0; blk < NB; blk++) {
+            cpu->ops->stage_reset(cpu, blk);
+            gpu->ops->stage_reset(gpu, blk);
+            const int n = blk == NB - 1 ? P : B;
+            for (int t = 0; t < n; t++) { /* the block's tokens, one layer's rows each (the same in both layers) */
+                fill(kb + (size_t)t * row, row, 1.5f);
+                fill(vb + (size_t)t * row, row, 1.0f);
+                if (t == 3) kb[(size_t)t * row + 5] = 40.0f, vb[(size_t)t * row + 7] = -25.0f; /* outliers */
+            }
+            for (int l = 0; l < L; l++)
+                for (int t = 0; t < n; t++) {
+                    cpu->ops->write(cpu, l, blk, t, blk, kb + (size_t)t * row, vb + (size_t)t * row);
+                    if (blk != NB - 2) gpu->ops->write(gpu, l, blk, t, blk, kb + (size_t)t * row, vb + (size_t)t * row);
+                }
+            if (blk == NB - 2) { /* the forward pass's way: counted once for every layer, then each layer's batch */
+                int32_t place[3 * 64];
+                for (int t = 0; t < B; t++) place[t] = blk * B + t, place[B + t] = blk;
+                CHECKF(hr_kv_storage_cuda_stage_batch(gpu, place, B, &e) == HR_OK, "%s", e.msg);
+                int nf = 0;
+                for (int t = 0; t < B; t++) nf += place[2 * B + t] != 0;
+                CHECKF(nf == 1 && place[3 * B - 1], "the batch's fills: %d, the last token's %d", nf, place[3 * B - 1]);
+                size_t rows = sizeof(float) * B * row;
+                uint64_t dk = up(kb, rows), dv = up(vb, rows), ds = up(place, sizeof(int32_t) * 3 * B);
+                for (int l = 0; l < L; l++)
+                    CHECKF(hr_kv_storage_cuda_write_dev(gpu, l, dk, dv, ds, B, &e) == HR_OK, "%s", e.msg);
+                hr_cuda_free(dev, dk);
+                hr_cuda_free(dev, dv);
+                hr_cuda_free(dev, ds);
+            }
+        }
+        /* a stage already full is refused, nothing counted */
+        int32_t again[3] = {0, 0, 0};
+        CHECK(hr_kv_storage_cuda_stage_batch(gpu, again, 1, &e) == HR_ERR_INVALID_ARG &&
+              gpu->ops->stage_filled(gpu, 0, 1) == B);
+        CHECKF(hr_kv_storage_cuda_check(gpu, &e) == HR_OK, "%s", e.msg);
+        const char *fk = hr_kv_format_name(cases[ci].k), *fv = hr_kv_format_name(cases[ci].v);
+        for (int blk = 0; blk < NB - 1; blk++) {
+            cpu->ops->read_block(cpu, blk, bc);
+            gpu->ops->read_block(gpu, blk, bg);
+            CHECKF(memcmp(bc, bg, bb) == 0, "%s/%s D %d block %d: the device's encoding differs from the CPU's", fk, fv,
+                   D, blk);
+        }
+        /* the stages: the deferred roles' rows (the others' are never written) and the counts */
+        gpu->ops->stage_copy(gpu, NB - 1, NB); /* the spare: a copy-on-write's */
+        for (int st = 0; st <= NB; st++) {
+            uint16_t fc[L], fg[L];
+            cpu->ops->stage_read(cpu, st < NB ? st : NB - 1, sc, fc);
+            gpu->ops->stage_read(gpu, st, sg, fg);
+            for (int l = 0; l < L; l++) {
+                CHECKF(fc[l] == fg[l], "%s/%s stage %d layer %d: %d slots written, the CPU's %d", fk, fv, st, l, fg[l],
+                       fc[l]);
+                for (int role = 0; role < 2; role++) {
+                    if (!(role ? p.v.deferred : p.k.deferred)) continue;
+                    const size_t half = row * (size_t)B * 2, at = (2 * (size_t)l + role) * half;
+                    CHECKF(memcmp(sc + at, sg + at, half) == 0, "%s/%s stage %d layer %d role %d differs", fk, fv, st,
+                           l, role);
+                }
+            }
+        }
+        /* the queries: over blocks in this order, the last one partial */
+        int32_t tab[8];
+        for (int j = 0; j < NB; j++) tab[j] = (j * 3 + 1) % (NB - 1);
+        tab[NB - 1] = NB - 1;
+        const int n_ctx[NQ] = {(NB - 1) * B + P, (NB - 1) * B, 2 * B + 5, 5};
+        const int32_t tail[NQ] = {NB - 1, -1, tab[2], tab[0]};
+        fill(q, (size_t)NQ * H * D, 1.0f);
+        hr_kv_attn_query qc[NQ];
+        for (int i = 0; i < NQ; i++)
+            qc[i] =
+                (hr_kv_attn_query){.table = tab, .n_ctx = n_ctx[i], .tail_stage = tail[i], .q = q + (size_t)i * H * D};
+        /* The CPU rounds q times K's scale to int16 against its largest magnitude (kv_format.c's
+         * dot_lowbit_k, dot_q8), the GPU keeps q . (code x scale + min) in f32: half a step, amax /
+         * 65534, per channel moves a score by at most scale x D x the largest code x amax / 65534,
+         * amax = |q| (<= 1) times the largest scale: the outlier channel's range (40 + 1.5) over the
+         * code's levels, with a quarter more for the least-squares refit (q4, kivi2), or its group's
+         * 40 / 127 (q8). A score moved by d moves a weight by up to 2 d relatively, the outputs by as
+         * much; the order of additions takes 1e-3 as for the other formats. */
+        const int levels = cases[ci].k == HR_KV_Q4 ? 15 : cases[ci].k == HR_KV_KIVI2 ? 3 : 127;
+        const double kscale = levels == 127 ? 40.0 / 127.0 : 1.25 * 41.5 / levels;
+        const double rel = 2.0 * 0.125 * D * levels * kscale / 65534.0 + 1e-3;
+        char what[64];
+        snprintf(what, sizeof what, "K %s V %s D %d: split", fk, fv, D);
+        check_attention(cpu, gpu, cases[ci].k, qc, NULL, NQ, H, D, rel, what);
+        CHECKF(hr_kv_storage_cuda_set_attn_kernel(gpu, "rows", &e) == HR_OK, "%s", e.msg);
+        snprintf(what, sizeof what, "K %s V %s D %d: rows kernel", fk, fv, D);
+        check_attention(cpu, gpu, cases[ci].k, qc, NULL, NQ, H, D, rel, what);
+        gpu->ops->destroy(gpu);
+        cpu->ops->destroy(cpu);
+        free(kb), free(vb), free(q), free(bc), free(bg), free(sc), free(sg);
     }
 }
 
@@ -913,7 +1051,7 @@ static void test_prefill_attention(void) {
                 CHECK(hr_kv_storage_cuda_set_prefill_attn(gpu, k ? "mma" : "split", &e) == HR_OK);
                 memset(o, 0xff, sizeof(float) * qf); /* NaN: a row neither path writes fails */
                 hr_cuda_upload(dev, dout, o, sizeof(float) * qf, &e);
-                CHECKF(hr_kv_storage_cuda_attend_runs(gpu, 1, dq, dtab, PF_MAXB, dseq, dctx, dwin, N, max_vis, H,
+                CHECKF(hr_kv_storage_cuda_attend_runs(gpu, 1, dq, dtab, PF_MAXB, dseq, dctx, dwin, 0, N, max_vis, H,
                                                       a.scale, a.softcap, runs, druns, n_runs, NULL, dout, dscr,
                                                       &e) == HR_OK,
                        "%s", e.msg);
@@ -1022,6 +1160,7 @@ int main(int argc, char **argv) {
     test_gemm();
     test_attention();
     test_attention_masks();
+    test_attention_deferred();
     test_prefill_runs();
     test_prefill_attention();
     hr_cuda_device_close(dev);

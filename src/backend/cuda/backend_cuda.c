@@ -90,6 +90,7 @@ typedef struct cuda_ctx {
     uint64_t *h_tlscore;
     int tl_cap, n_tl;
     bool any_win;   /* a token of this batch sees a window (win passed to attention), else all */
+    bool staged;    /* the KV formats have stages (q4, kivi2): slots carries each token's stage and fill */
     int max_blocks; /* table row stride: blocks of max_ctx */
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
@@ -266,7 +267,7 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
         hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
         if (st) return st;
     }
-    x->h_slots = malloc(T * sizeof(int32_t));
+    x->h_slots = malloc(3 * T * sizeof(int32_t)); /* slots, then stages and fills (q4, kivi2) */
     x->h_qrow = malloc(T * sizeof(int32_t));
     x->h_nctx = malloc(T * sizeof(int32_t));
     x->h_win = malloc(2 * T * sizeof(int32_t));
@@ -323,6 +324,7 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
     /* the model's own sliding window, as the CPU's forward pass tells the pool (its views then see it) */
     for (int il = 0; !st && il < m->hp.n_layer; il++)
         if (m->layer_attn[il].window > 0) st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err);
+    if (!st) x->staged = hr_kv_pool_n_stage(kv) > 0;
     if (!st && !(x->L = calloc((size_t)m->hp.n_layer, sizeof *x->L)))
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
     if (!st) st = upload_model(x, err);
@@ -518,7 +520,7 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
     x->any_win = false;
     x->n_tl = 0;
     for (int t = 0; t < T; t++) {
-        x->h_slots[t] = hr_kv_write_slot(x->kv, 0, b->seq[t], b->pos[t], NULL);
+        x->h_slots[t] = hr_kv_write_slot_stage(x->kv, 0, b->seq[t], b->pos[t], NULL, &x->h_slots[T + t]);
         int r = 0, n_tab = 0;
         while (r < t && b->seq[r] != b->seq[t]) r++;
         if (r == t) { /* the sequence's first token in the batch: its row */
@@ -547,10 +549,14 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
     x->n_runs = x->n_tl == 0 && hr_kv_storage_cuda_prefill_on(hr_kv_pool_storage(x->kv), H)
                     ? hr_cuda_attn_runs(x->h_qrow, b->pos, T, hr_cuda_prefill_tile_rows(H, Hkv), x->h_runs)
                     : 0;
-    hr_status st;
-    if ((x->n_tl > 0 && ((st = hr_cuda_upload(x->dev, x->tl.view, x->h_tlview, (size_t)T * 2 * sizeof(int32_t), err)) ||
+    /* q4, kivi2: the tokens' stages follow their slots, then whether each fills its block, which the
+     * storage counts now for the step (its launches the same whatever fills) */
+    hr_status st = hr_kv_storage_cuda_stage_batch(hr_kv_pool_storage_rw(x->kv), x->h_slots, T, err);
+    const int place = x->staged ? 3 * T : T;
+    if (st ||
+        (x->n_tl > 0 && ((st = hr_cuda_upload(x->dev, x->tl.view, x->h_tlview, (size_t)T * 2 * sizeof(int32_t), err)) ||
                          (st = tokens_zero(x, err)))) ||
-        (st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)T * sizeof(int32_t), err)) ||
+        (st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)place * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->qrow, x->h_qrow, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)) ||
         (x->any_win && (st = hr_cuda_upload(x->dev, x->win, x->h_win, (size_t)T * 2 * sizeof(int32_t), err))) ||
@@ -570,9 +576,12 @@ static hr_status attend(cuda_ctx *x, int T, int il, int max_ctx, hr_error *err) 
     bool acc = false;
     for (int k = 0; k < x->n_tl; k++) acc |= x->tl_acc[k];
     const hr_kv_cuda_tokens tl = {.view = x->tl.view, .masks = x->tl.masks, .scores = acc ? x->tl.scores : 0};
-    return hr_kv_storage_cuda_attend_runs(
-        st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx, x->any_win ? x->win : 0, T, max_ctx, hp->n_head,
-        hp->attn_scale, 0.0f, x->h_runs, x->runs, x->n_runs, x->n_tl > 0 ? &tl : NULL, x->att, x->attn_scratch, err);
+    /* a query's tail stage is its own token's: the block it writes, partial at its n_ctx = pos + 1 */
+    const uint64_t tails = x->staged ? x->slots + (uint64_t)T * 4u : 0;
+    return hr_kv_storage_cuda_attend_runs(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
+                                          x->any_win ? x->win : 0, tails, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f,
+                                          x->h_runs, x->runs, x->n_runs, x->n_tl > 0 ? &tl : NULL, x->att,
+                                          x->attn_scratch, err);
 }
 
 /* A step's launches once its inputs are on the device (ids, positions, the batch's places, the logit

@@ -100,6 +100,7 @@ typedef struct hr_cuda_arena_query {
                               planner: its estimate from the file) */
     int max_batch_tokens, max_ctx, block_size;
     uint64_t block_bytes;             /* one KV block (hr_kv_block_bytes) */
+    uint64_t stage_bytes;             /* the q4/kivi2 tail buffers, all of them (hr_kv_fixed_bytes; 0: none) */
     uint64_t total_bytes, free_bytes; /* the driver's report at start (the planner: the profile's) */
     double util;                      /* the fraction of total_bytes the arena may take (0: the default) */
     uint64_t kv_budget;               /* > 0: the KV pool's bytes as asked (--kv-budget), not what is left */
@@ -110,7 +111,8 @@ typedef struct hr_cuda_arena_plan {
     uint64_t total_bytes, free_bytes; /* as queried */
     double util;
     uint64_t budget_bytes;                          /* util x total: what the arena may take */
-    uint64_t weight_bytes, scratch_bytes, kv_bytes; /* the arena's parts (kv: blocks + the storage's stage) */
+    uint64_t weight_bytes, scratch_bytes, kv_bytes; /* the arena's parts (kv: blocks, the storage's write
+                                                       rows and any tail buffers) */
     uint64_t arena_bytes;                           /* their sum: the one allocation */
     uint64_t block_bytes;
     int n_blocks; /* the KV pool's blocks */
@@ -135,7 +137,7 @@ uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int ma
  * words a block, layer and KV head) or scores (B u64 each) for max_ctx positions. */
 int hr_cuda_token_seqs(int max_tokens);
 uint64_t hr_cuda_token_row_bytes(const hr_hparams *hp, int max_ctx, int block_size, bool scores);
-/* the KV storage's staging rows for its host write op */
+/* the KV storage's rows for its host write op (a token's K and V, its slot, stage and fill) */
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim);
 /* Attention's split of n queries of up to max_ctx positions (kernels/attention.cu): *n_splits splits
  * of *chunk positions, aiming at target_blocks thread blocks; and the scratch that takes. */
@@ -186,8 +188,8 @@ bool hr_cuda_backend_set_graphs(hr_model_ctx *ctx, bool on);
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err);
 
 /* A KV storage (kv/kv_storage.h) whose blocks live in one device allocation (the arena) of dev:
- * formats f32, f16, bf16, q8, fp8 and q4h (K and V), no deferred formats (no stages); dev must outlive it.
- * Untested on a GPU so far (docs/GPU.md). */
+ * formats f32, f16, bf16, q8, fp8, q4h, q4 and kivi2 (K and V; q4 and kivi2 with their f16 stages on
+ * the device too); dev must outlive it. Untested on a GPU so far (docs/GPU.md). */
 hr_status hr_kv_storage_cuda_create(hr_cuda_device *dev, const hr_kv_storage_params *p, hr_kv_storage **out,
                                     hr_error *err);
 /* The same as a pool's storage hook (hr_kv_config.storage, with storage_user the hr_cuda_device). */
@@ -195,9 +197,17 @@ hr_status hr_kv_storage_cuda_create_in(void *dev, const hr_kv_storage_params *p,
 /* The device-side path (what the forward pass uses: nothing crosses to the host).
  * Writes n tokens' K and V, k and v device rows [n][Hkv * D] f32, into layer at the physical slots
  * slots[i] = block * B + t (a device int32 array of n), encoding each in the storage's formats on
- * the device (the same bytes the host write makes). */
+ * the device (the same bytes the host write makes). A storage with stages (q4, kivi2) reads 3 n:
+ * the slots, each token's stage (its block's tail buffer: hr_kv_write_slot_stage) and its fill
+ * (hr_kv_storage_cuda_stage_batch's), the rows going to the stages and the blocks filled encoded. */
 hr_status hr_kv_storage_cuda_write_dev(hr_kv_storage *st, int layer, uint64_t k, uint64_t v, uint64_t slots, int n,
                                        hr_error *err);
+/* A step's writes with stages (q4, kivi2), before they run: rows [3][n] (host) holds the n tokens'
+ * slots and stages; each token then counts as written in every layer (the forward pass writes every
+ * layer of a token) and rows[2 n + i] says whether token i's write fills its block (write_dev then
+ * encodes it). Upload the 3 n after. HR_OK and nothing done for a storage without stages;
+ * HR_ERR_INVALID_ARG for a stage out of range or already full (nothing counted). */
+hr_status hr_kv_storage_cuda_stage_batch(hr_kv_storage *st, int32_t *rows, int n, hr_error *err);
 /* Device bytes of scratch hr_kv_storage_cuda_attend_dev needs for n queries of up to max_ctx
  * positions with n_heads query heads. */
 uint64_t hr_kv_storage_cuda_attend_scratch(const hr_kv_storage *st, int n, int n_heads, int max_ctx);
@@ -211,10 +221,13 @@ hr_status hr_kv_storage_cuda_attend_dev(hr_kv_storage *st, int layer, uint64_t q
 /* The same with query i reading table row qrow[i] (a device int32 array of n; 0: row i), so the
  * tokens of one sequence in a batch share one table row, and seeing only the positions its window
  * says (win: a device int32 array [n][2] of (sinks, lo) as hr_kv_seq_window gives them: t < sinks or
- * t >= lo; 0: every position); max_ctx is then the most positions a query sees. */
+ * t >= lo; 0: every position); max_ctx is then the most positions a query sees. tails (q4, kivi2: a
+ * device int32 array of n, 0 for none): the stage of each query's last block, whose positions it
+ * reads from there when n_ctx % B != 0 (hr_kv_attn_query.tail_stage; -1: none). */
 hr_status hr_kv_storage_cuda_attend_rows(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
-                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
-                                         float scale, float softcap, uint64_t out, uint64_t scratch, hr_error *err);
+                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, uint64_t tails, int n,
+                                         int max_ctx, int n_heads, float scale, float softcap, uint64_t out,
+                                         uint64_t scratch, hr_error *err);
 /* Prefill attention on the tensor cores (kernels/attn_prefill.cu). A run: at least
  * HR_CUDA_PREFILL_MIN_RUN consecutive rows of a batch, one sequence's, at consecutive positions. The
  * kernel takes runs cut into tiles of at most hr_cuda_prefill_tile_rows rows: int32 [4] entries
@@ -240,9 +253,10 @@ typedef struct hr_kv_cuda_tokens {
 } hr_kv_cuda_tokens;
 /* tok: the batch's token masks, NULL (or a 0 view) for none. */
 hr_status hr_kv_storage_cuda_attend_runs(hr_kv_storage *st, int layer, uint64_t q, uint64_t tables, int max_blocks,
-                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, int n, int max_ctx, int n_heads,
-                                         float scale, float softcap, const int32_t *runs, uint64_t d_runs, int n_runs,
-                                         const hr_kv_cuda_tokens *tok, uint64_t out, uint64_t scratch, hr_error *err);
+                                         uint64_t qrow, uint64_t n_ctx, uint64_t win, uint64_t tails, int n,
+                                         int max_ctx, int n_heads, float scale, float softcap, const int32_t *runs,
+                                         uint64_t d_runs, int n_runs, const hr_kv_cuda_tokens *tok, uint64_t out,
+                                         uint64_t scratch, hr_error *err);
 /* The prefill attention of a storage's later calls: "split" (the split kernels for every row, the
  * default until a GPU measures mma faster) or "mma" (hr_k_attn_prefill for runs); create takes
  * HEADROOM_CUDA_PREFILL_ATTN's. HR_ERR_INVALID_ARG for another name (the storage unchanged). */

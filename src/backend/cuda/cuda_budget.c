@@ -77,7 +77,8 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
         uint64_t b = hr_cuda_attn_scratch_bytes(hp->n_head_kv, hp->head_dim, hp->n_head, n, max_ctx, target);
         scr = b > scr ? b : scr;
     }
-    /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots, qrow, n_ctx, tables, attention scratch,
+    /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots (with each token's stage and fill: 3
+     * ints), qrow, n_ctx, tables, attention scratch,
      * the rows that want logits, the windows, prefill attention's runs (at most one tile a row: 4 ints),
      * and the token-level policies' rows (hr_kv_cuda_tokens: a view a row, and the masks and scores of
      * hr_cuda_token_seqs sequences) */
@@ -94,7 +95,7 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
                                                      T * V * 4,
                                                      T * 4,
                                                      T * 4,
-                                                     T * 4,
+                                                     T * 12,
                                                      T * 4,
                                                      T * 4,
                                                      T * max_blocks * 4,
@@ -111,16 +112,17 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
 
 uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size) {
     const uint64_t T = (uint64_t)max_tokens, max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size);
-    /* backend_cuda.c's alloc_activations: slots, qrow, n_ctx, windows (2 a row), tables, out rows, the
-     * embedding rows (counted whatever the type: T x E floats), and the token-level policies' views (2 a
-     * row), each of their device rows' sequence, blocks and flag, and one row's scores as they come down */
+    /* backend_cuda.c's alloc_activations: slots (with stages and fills: 3 a row), qrow, n_ctx, windows (2 a
+     * row), tables, out rows, the embedding rows (counted whatever the type: T x E floats), and the
+     * token-level policies' views (2 a row), each of their device rows' sequence, blocks and flag, and one
+     * row's scores as they come down */
     const uint64_t tl = (uint64_t)hr_cuda_token_seqs(max_tokens);
-    return T * 4 * 3 + T * 8 + T * max_blocks * 4 + T * sizeof(int) + T * (uint64_t)hp->n_embd * 4 + T * 8 +
+    return T * 4 * 5 + T * 8 + T * max_blocks * 4 + T * sizeof(int) + T * (uint64_t)hp->n_embd * 4 + T * 8 +
            tl * (4 + sizeof(int) + sizeof(bool)) + hr_cuda_token_row_bytes(hp, max_ctx, block_size, true);
 }
 
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim) {
-    return 2u * (uint64_t)n_kv_heads * (uint64_t)head_dim * 4u + 4u;
+    return 2u * (uint64_t)n_kv_heads * (uint64_t)head_dim * 4u + 12u;
 }
 
 hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena_plan *out, hr_error *err) {
@@ -136,7 +138,9 @@ hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena
     int n = hr_cuda_scratch_pieces(hp, q->max_batch_tokens, q->max_ctx, q->block_size, pieces);
     for (int i = 0; i < n; i++) out->scratch_bytes += hr_cuda_arena_piece_bytes(pieces[i]);
     out->block_bytes = q->block_bytes;
-    const uint64_t stage = hr_cuda_arena_piece_bytes(hr_cuda_storage_stage_bytes(hp->n_head_kv, hp->head_dim));
+    /* the KV storage's pieces beside its blocks: its host write's rows, and the tail buffers */
+    const uint64_t stage = hr_cuda_arena_piece_bytes(hr_cuda_storage_stage_bytes(hp->n_head_kv, hp->head_dim)) +
+                           (q->stage_bytes ? hr_cuda_arena_piece_bytes(q->stage_bytes) : 0);
     const uint64_t fixed = out->weight_bytes + out->scratch_bytes + stage;
     const double gib = 1u << 30;
     if (q->n_blocks > 0) {

@@ -7,10 +7,15 @@
  *   codes then [B][D / G] f16 scales (code * scale, groups of G along D);  fp8: [B][D] e4m3 codes
  *   then, 4-byte aligned, [B] f32 scales (per token and head: amax / 448);  q4h: [B][D / 2] bytes of
  *   4-bit codes then [B][D / G] f16 (scale, min) pairs (code * scale + min), K Hadamard-rotated per
- *   head (the attention then dots a rotated query: hr_k_hadamard_rows), V as it is.
+ *   head (the attention then dots a rotated query: hr_k_hadamard_rows), V as it is;  q4 and kivi2
+ *   (deferred: encoded when the block fills): K f16 scale [D], f16 min [D], then [B][D * bits / 8]
+ *   codes (per channel over the block's tokens), V q4h's layout at 4 or 2 bits, unrotated.
  *
  * hr_k_kv_write encodes tokens' K and V rows into their slots (the CPU storage's encoders step for
- * step: the same bytes). Attention is split over the sequence (flash-decoding) and GQA-aware:
+ * step: the same bytes); a deferred format's rows go to their block's f16 stage instead, and
+ * hr_k_kv_encode encodes the blocks a batch filled from their stages (encb_lowbit_k / _v's bytes).
+ * A query whose context ends inside a block reads that block from its stage (kv.cuh's tail_of).
+ * Attention is split over the sequence (flash-decoding) and GQA-aware:
  *   hr_k_attn_split: one thread block (HR_K_THREADS threads, >= head_dim) per (query, KV head, group of
  *     up to 8 of its query heads) and split of sh.chunk positions (grid.x = n_queries * Hkv *
  *     ceil(G / 8), grid.y = n_splits). It walks its split HR_K_ATT_TILE positions at a time with an
@@ -57,26 +62,29 @@ static __device__ void hadamard_shared(float *x, int D) {
     __syncthreads();
 }
 
-/* ---- q4h's encoder: kv_format.c's kv_lowbit_fit and enc_q4tok at 4 bits, operation for operation ----
- * (one thread a group: the search is serial and short; contraction off, as the C build has it, so no
- * a * b + c becomes an fma and the squared errors, hence the chosen scale and min, are the CPU's) */
+/* ---- the low-bit encoders: kv_format.c's kv_lowbit_fit, enc_q4tok (q4h), encb_lowbit_k and
+ * encb_lowbit_v (q4, kivi2), operation for operation (one thread a fit: the search is serial and short;
+ * contraction off, as the C build has it, so no a * b + c becomes an fma and the squared errors, hence
+ * the chosen scale and min, are the CPU's) */
 
-static __device__ inline int q4_quant(float x, float s, float m) {
+/* x's code against (s, m) with `levels` (2^bits - 1) steps */
+static __device__ inline int lowbit_quant(float x, float s, float m, int levels) {
 #pragma clang fp contract(off)
     if (s <= 0.0f) return 0;
     const float r = hr_rintf((x - m) / s);
-    return r < 0.0f ? 0 : r > 15.0f ? 15 : (int)r;
+    return r < 0.0f ? 0 : r > (float)levels ? levels : (int)r;
 }
+static __device__ inline int q4_quant(float x, float s, float m) { return lowbit_quant(x, s, m, 15); }
 
 /* squared error of x[0..n) coded against (s, m) as stored in f16 (*s16, *m16 set) */
-static __device__ float q4_fit_err(const float *x, int n, float s, float m, u16 *s16, u16 *m16) {
+static __device__ float lowbit_fit_err(const float *x, int n, int levels, float s, float m, u16 *s16, u16 *m16) {
 #pragma clang fp contract(off)
     *s16 = hr_f2h(s > 0.0f ? s : 0.0f);
     *m16 = hr_f2h(m);
     const float sr = hr_h2f(*s16), mr = hr_h2f(*m16);
     float e = 0.0f;
     for (int i = 0; i < n; i++) {
-        const float d = x[i] - (sr * (float)q4_quant(x[i], sr, mr) + mr);
+        const float d = x[i] - (sr * (float)lowbit_quant(x[i], sr, mr, levels) + mr);
         e += d * d;
     }
     return e;
@@ -84,7 +92,7 @@ static __device__ float q4_fit_err(const float *x, int n, float s, float m, u16 
 
 /* the min-max range and 15 ranges clipped by up to 3/16 at either end, each refined once by least
  * squares on its codes; the smallest squared error wins (ties: the earlier) */
-static __device__ void q4_fit(const float *x, int n, u16 *s16, u16 *m16) {
+static __device__ void lowbit_fit(const float *x, int n, int levels, u16 *s16, u16 *m16) {
 #pragma clang fp contract(off)
     float lo = x[0], hi = x[0];
     for (int i = 1; i < n; i++) {
@@ -92,14 +100,14 @@ static __device__ void q4_fit(const float *x, int n, u16 *s16, u16 *m16) {
         hi = x[i] > hi ? x[i] : hi;
     }
     const float range = hi - lo;
-    float best = q4_fit_err(x, n, range / 15.0f, lo, s16, m16);
+    float best = lowbit_fit_err(x, n, levels, range / (float)levels, lo, s16, m16);
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 4; b++) {
             const float l = lo + range * (float)a / 16.0f, h = hi - range * (float)b / 16.0f;
-            const float sc0 = (h - l) / 15.0f;
+            const float sc0 = (h - l) / (float)levels;
             float sc = sc0, mn = l, sq = 0.0f, sx = 0.0f, sqq = 0.0f, sqx = 0.0f;
             for (int i = 0; i < n; i++) {
-                const float c = (float)q4_quant(x[i], sc0, l);
+                const float c = (float)lowbit_quant(x[i], sc0, l, levels);
                 sq += c;
                 sx += x[i];
                 sqq += c * c;
@@ -114,7 +122,7 @@ static __device__ void q4_fit(const float *x, int n, u16 *s16, u16 *m16) {
                 }
             }
             u16 cs, cm;
-            const float e = q4_fit_err(x, n, sc, mn, &cs, &cm);
+            const float e = lowbit_fit_err(x, n, levels, sc, mn, &cs, &cm);
             if (e < best) {
                 best = e;
                 *s16 = cs;
@@ -131,7 +139,7 @@ static __device__ void q4h_put(u8 *head, int B, int D, int G, int s, float *x, b
     const int g = tid_x();
     if (g >= D / G) return;
     u16 s16, m16;
-    q4_fit(x + g * G, G, &s16, &m16);
+    lowbit_fit(x + g * G, G, 15, &s16, &m16);
     const float sr = hr_h2f(s16), mr = hr_h2f(m16);
     u8 bytes[16] = {};
     int first = -1;
@@ -189,18 +197,36 @@ static __device__ void kv_put(u8 *head, int fmt, int B, int D, int G, int s, con
     }
 }
 
+/* stage st's [B][D] f16 rows of KV head h in layer, K (role 0) or V (kv.cuh's tail_of has the layout) */
+static __device__ inline u8 *stage_head(u8 *stages, int st, int layer, int role, int h, const hr_k_attn_shape &sh) {
+    const u64 head = (u64)sh.block_size * (u64)sh.head_dim * 2u;
+    return stages + (((u64)st * (u64)sh.n_layers + (u64)layer) * 2u + (u64)role) * (u64)sh.n_kv_heads * head +
+           (u64)h * head;
+}
+
 /* Token i's K and V rows (k, v: [n][Hkv][D] f32) into physical slot slots[i] = block * B + t of
- * layer: one thread block per (token, K or V, KV head) (grid.x = n, grid.y = 2 * Hkv). */
-extern "C" __global__ void hr_k_kv_write(u8 *arena, const float *k, const float *v, const int *slots, int layer,
-                                         hr_k_attn_shape sh) {
+ * layer: one thread block per (token, K or V, KV head) (grid.x = n, grid.y = 2 * Hkv). A deferred
+ * format's row goes to row t of the block's stage tok_stage[i] in f16 (kv_cpu_write's), encoded into
+ * the block when it fills (hr_k_kv_encode). */
+extern "C" __global__ void hr_k_kv_write(u8 *arena, u8 *stages, const float *k, const float *v, const int *slots,
+                                         const int *tok_stage, int layer, hr_k_attn_shape sh) {
     __shared__ float red[32];
     __shared__ float xs[HR_K_ATT_MAX_D];
     const int i = ctaid_x(), role = ctaid_y() / sh.n_kv_heads, h = ctaid_y() % sh.n_kv_heads;
-    const int D = sh.head_dim, B = sh.block_size, slot = slots[i];
+    const int D = sh.head_dim, B = sh.block_size, slot = slots[i], fmt = role == 0 ? sh.k_fmt : sh.v_fmt;
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
     u8 *blk = arena + (u64)(slot / B) * sh.block_bytes + layer_off;
     const float *x = (role == 0 ? k : v) + ((u64)i * (u64)sh.n_kv_heads + (u64)h) * (u64)D;
-    if ((role == 0 ? sh.k_fmt : sh.v_fmt) == HR_K_KV_Q4H) {
+    if (kv_deferred(fmt)) {
+        u8 *row = stage_head(stages, tok_stage[i], layer, role, h, sh) + (u64)(slot % B) * (u64)D * 2u;
+        for (int d = tid_x(); d < D; d += ntid_x()) {
+            const u16 f = hr_f2h(x[d]);
+            row[2 * d] = (u8)(f & 0xffu);
+            row[2 * d + 1] = (u8)(f >> 8);
+        }
+        return;
+    }
+    if (fmt == HR_K_KV_Q4H) {
         for (int d = tid_x(); d < D; d += ntid_x()) xs[d] = x[d];
         __syncthreads();
     }
@@ -209,6 +235,76 @@ extern "C" __global__ void hr_k_kv_write(u8 *arena, const float *k, const float 
     else
         kv_put(blk + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)h * sh.v_head_bytes, sh.v_fmt, B, D, sh.v_group,
                slot % B, x, red, xs, false);
+}
+
+/* Code byte `byte` of token t's row in a low-bit head region: each of its 8 / bits channels' codes
+ * (lowbit_code_byte's map, inverted) against the scale and min already stored, its channel's (per
+ * channel) or its group's (per token), from the stage's f16 row */
+static __device__ u8 lowbit_byte(const u8 *head, const u8 *src, int fmt, int B, int D, int G, int t, int byte) {
+    const int bits = kv_bits(fmt), per = 8 / bits, W = 16 * per, base = byte / 16 * W;
+    const int w = D - base < W ? D - base : W, nb = w / per, k = byte % 16;
+    u8 out = 0;
+    for (int j = 0; j < per; j++) {
+        const int c = base + k + j * nb;
+        const u8 *sm =
+            kv_per_channel(fmt) ? nullptr : head + scale_off(fmt, B, D) + 4u * ((u64)t * (u64)(D / G) + c / G);
+        const float s = hr_h2f(sm ? hr_ld_u16(sm) : hr_ld_u16(head + 2u * (u64)c));
+        const float m = hr_h2f(sm ? hr_ld_u16(sm + 2) : hr_ld_u16(head + 2u * (u64)(D + c)));
+        const float x = hr_h2f(hr_ld_u16(src + 2u * ((u64)t * (u64)D + (u64)c)));
+        out |= (u8)(lowbit_quant(x, s, m, (1 << bits) - 1) << (j * bits));
+    }
+    return out;
+}
+
+/* A staged head region (src: [B][D] f16) into head in a deferred format: first every fit (K: one a
+ * channel over the B tokens, encb_lowbit_k; V: one a token's group of G, encb_lowbit_v) stores its
+ * f16 scale and min, then, those read back, every code byte is made whole by one thread (several
+ * fits share a byte, so the fits cannot write their codes themselves) */
+static __device__ void lowbit_encode(u8 *head, const u8 *src, int fmt, int B, int D, int G) {
+    const int levels = (1 << kv_bits(fmt)) - 1;
+    float x[256]; /* B <= 256, G <= 32 */
+    if (kv_per_channel(fmt)) {
+        for (int c = tid_x(); c < D; c += ntid_x()) {
+            for (int t = 0; t < B; t++) x[t] = hr_h2f(hr_ld_u16(src + 2u * ((u64)t * (u64)D + (u64)c)));
+            u16 s16, m16;
+            lowbit_fit(x, B, levels, &s16, &m16);
+            head[2 * c] = (u8)(s16 & 0xffu), head[2 * c + 1] = (u8)(s16 >> 8);
+            head[2 * (D + c)] = (u8)(m16 & 0xffu), head[2 * (D + c) + 1] = (u8)(m16 >> 8);
+        }
+    } else {
+        const int ng = D / G;
+        for (int j = tid_x(); j < B * ng; j += ntid_x()) {
+            const int t = j / ng, g = j % ng;
+            for (int c = 0; c < G; c++) x[c] = hr_h2f(hr_ld_u16(src + 2u * ((u64)t * (u64)D + (u64)(g * G + c))));
+            u16 s16, m16;
+            lowbit_fit(x, G, levels, &s16, &m16);
+            u8 *pair = head + scale_off(fmt, B, D) + 4u * (u64)j;
+            pair[0] = (u8)(s16 & 0xffu), pair[1] = (u8)(s16 >> 8), pair[2] = (u8)(m16 & 0xffu),
+            pair[3] = (u8)(m16 >> 8);
+        }
+    }
+    __syncthreads(); /* the scales and mins, global memory, seen by the block's threads */
+    const int row = D * kv_bits(fmt) / 8;
+    u8 *codes = head + code_off(fmt, D);
+    for (int j = tid_x(); j < B * row; j += ntid_x()) codes[j] = lowbit_byte(head, src, fmt, B, D, G, j / row, j % row);
+}
+
+/* The blocks that filled in a batch, encoded from their stages: token i's write completed its block
+ * where fills[i] != 0 (the host's count: kv_storage_cuda.c), that block (slots[i] / B) then encoded in
+ * layer from stage tok_stage[i], K and V where deferred: one thread block per (token, K or V, KV head)
+ * (the grid of hr_k_kv_write, run after it; the other tokens' blocks return at once) */
+extern "C" __global__ void hr_k_kv_encode(u8 *arena, const u8 *stages, const int *slots, const int *tok_stage,
+                                          const int *fills, int layer, hr_k_attn_shape sh) {
+    const int i = ctaid_x(), role = ctaid_y() / sh.n_kv_heads, h = ctaid_y() % sh.n_kv_heads;
+    const int fmt = role == 0 ? sh.k_fmt : sh.v_fmt;
+    if (!fills[i] || !kv_deferred(fmt)) return;
+    const int B = sh.block_size, D = sh.head_dim;
+    const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
+    u8 *blk = arena + (u64)(slots[i] / B) * sh.block_bytes + layer_off;
+    u8 *head = role == 0 ? blk + (u64)h * sh.k_head_bytes
+                         : blk + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)h * sh.v_head_bytes;
+    const u8 *src = stage_head((u8 *)stages, tok_stage[i], layer, role, h, sh);
+    lowbit_encode(head, src, fmt, B, D, role == 0 ? sh.k_group : sh.v_group);
 }
 
 /* q4h keys are stored rotated, so the attention dots rotated queries: out = the normalized Hadamard
@@ -233,11 +329,12 @@ typedef struct attn_block {
     const int *table;
     const u64 *mask; /* the token mask of (layer, kvh), NULL: every position kept */
     u64 k_off, v_off;
+    kv_tail tail; /* a deferred format's partial last block, read from its stage */
 } attn_block;
 
 static __device__ inline attn_block attn_block_of(const hr_k_attn_shape &sh, const int *tables, const int *qrow,
-                                                  const int *n_ctx, const int *win, const int *tview, const u64 *masks,
-                                                  int layer) {
+                                                  const int *n_ctx, const int *win, const u8 *stages, const int *tails,
+                                                  const int *tview, const u64 *masks, int layer) {
     attn_block a;
     const int G = sh.n_heads / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
     int idx = ctaid_x();
@@ -257,23 +354,28 @@ static __device__ inline attn_block attn_block_of(const hr_k_attn_shape &sh, con
     const u64 layer_off = (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes);
     a.k_off = layer_off + (u64)a.kvh * sh.k_head_bytes;
     a.v_off = layer_off + (u64)sh.n_kv_heads * sh.k_head_bytes + (u64)a.kvh * sh.v_head_bytes;
+    a.tail = tail_of(stages, tails, a.qi, n_ctx[a.qi], layer, a.kvh, sh);
     return a;
 }
 
 /* o_part: [nq][H][n_splits][D] unnormalized P.V; ml_part: [nq][H][n_splits][2] (m, l). q: [nq][H][D]
  * with RoPE applied; query qi reads table row qrow[qi] (qrow NULL: row qi) of tables [rows][max_blocks]
- * (physical ids); n_ctx: [nq]; win: [nq][2] or NULL (above); tview, masks: the token masks, or NULL
- * (kv.cuh). */
+ * (physical ids); n_ctx: [nq]; win: [nq][2] or NULL (above); stages, tails: a deferred format's
+ * stages and each query's last block's (kv.cuh's tail_of), or NULL; tview, masks: the token masks, or
+ * NULL (kv.cuh). */
 extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const float *q, const u8 *arena,
                                            const int *tables, const int *qrow, const int *n_ctx, const int *win,
-                                           const int *tview, const u64 *masks, int layer, hr_k_attn_shape sh) {
+                                           const u8 *stages, const int *tails, const int *tview, const u64 *masks,
+                                           int layer, hr_k_attn_shape sh) {
     __shared__ float qs[HR_K_ATT_G * HR_K_ATT_MAX_D];
     __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     __shared__ float red[32];
-    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, tview, masks, layer);
+    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, stages, tails, tview, masks, layer);
     const int H = sh.n_heads, D = sh.head_dim, B = sh.block_size, split = ab.split, qi = ab.qi, h0 = ab.h0, gn = ab.gn,
               ws = ab.ws, off = ab.off, s0 = ab.s0, s1 = ab.s1;
+    /* the tail block's K and V (deferred roles only) from the stage, in f16 */
+    const int k_tail = kv_deferred(sh.k_fmt) ? ab.tail.blk : -1, v_tail = kv_deferred(sh.v_fmt) ? ab.tail.blk : -1;
     const int *table = ab.table;
     const u64 k_off = ab.k_off, v_off = ab.v_off;
 
@@ -294,9 +396,11 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
             float dot[HR_K_ATT_G];
             for (int g = 0; g < HR_K_ATT_G; g++) dot[g] = 0.0f;
             if (blk >= 0) {
-                const u8 *kh = arena + (u64)blk * sh.block_bytes + k_off;
+                const bool st = tp / B == k_tail;
+                const u8 *kh = st ? ab.tail.k : arena + (u64)blk * sh.block_bytes + k_off;
+                const int kf = st ? HR_K_KV_F16 : sh.k_fmt;
                 for (int c = 0; c < D; c++) {
-                    const float kd = kv_elem(kh, sh.k_fmt, B, D, sh.k_group, tp % B, c);
+                    const float kd = kv_elem(kh, kf, B, D, sh.k_group, tp % B, c);
                     for (int g = 0; g < gn; g++) dot[g] += qs[g * D + c] * kd;
                 }
             }
@@ -339,8 +443,9 @@ extern "C" __global__ void hr_k_attn_split(float *o_part, float *ml_part, const 
                 const int tp = win_pos(t, ws, off);
                 const int blk = table[tp / B];
                 if (blk < 0) continue;
-                const u8 *vh = arena + (u64)blk * sh.block_bytes + v_off;
-                const float vd = kv_elem(vh, sh.v_fmt, B, D, sh.v_group, tp % B, d);
+                const bool st = tp / B == v_tail;
+                const u8 *vh = st ? ab.tail.v : arena + (u64)blk * sh.block_bytes + v_off;
+                const float vd = kv_elem(vh, st ? HR_K_KV_F16 : sh.v_fmt, B, D, sh.v_group, tp % B, d);
                 for (int g = 0; g < gn; g++) acc[g] += sc[g * HR_K_ATT_TILE + (t - t0)] * vd;
             }
         }
@@ -405,25 +510,29 @@ template <int NG> static __device__ inline int rows_reduce_scatter(float (&v)[NG
 template <int KF, int NG>
 static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E], const u8 *arena, const int *table,
                                    u64 k_off, hr_k_attn_shape sh, int t0, int nt, int gn, int ws, int off,
-                                   const u64 *mask, rows_lane L) {
+                                   const u64 *mask, const kv_tail &tail, rows_lane L) {
     constexpr int U = rows_batch<KF>();
     const int B = sh.block_size, D = sh.head_dim, w0 = L.warp * HR_K_WARP;
     for (int i0 = 0; i0 < HR_K_WARP && w0 + i0 < nt; i0 += L.ppw * U) { /* warp-uniform */
         rows_raw raw[U];
         int blk[U];
+        bool st[U]; /* a deferred K's tail position: its f16 row in the stage */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int p = w0 + i0 + u * L.ppw + L.row;
             const int tp = win_pos(t0 + p, ws, off);
             blk[u] = p < nt && tok_kept(mask, sh, tp) ? table[tp / B] : -1; /* masked: as a dropped block */
+            st[u] = kv_deferred(KF) && p < nt && tp / B == tail.blk;
             raw[u] = rows_raw{};
-            if (L.on && blk[u] >= 0)
+            if (L.on && st[u])
+                raw[u] = rows_fetch<HR_K_KV_F16>(tail.k, B, D, 1, tp % B, L.d0);
+            else if (L.on && blk[u] >= 0)
                 raw[u] = rows_fetch<KF>(arena + (u64)blk[u] * sh.block_bytes + k_off, B, D, sh.k_group, tp % B, L.d0);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float x[HR_K_ROWS_E], v[NG];
-            const float f = rows_deq<KF>(raw[u], x);
+            const float f = kv_deferred(KF) && st[u] ? rows_deq<HR_K_KV_F16>(raw[u], x) : rows_deq<KF>(raw[u], x);
 #pragma unroll
             for (int h = 0; h < NG; h++) {
                 float s = 0.0f;
@@ -449,25 +558,30 @@ static __device__ void rows_scores(float *sc, const float (&qr)[NG][HR_K_ROWS_E]
 /* 3. acc[h][j] += w[h][p] v[p][d0 + j] over the tile's positions this lane's row takes */
 template <int VF, int NG>
 static __device__ void rows_pv(float (&acc)[NG][HR_K_ROWS_E], const float *sc, const u8 *arena, const int *table,
-                               u64 v_off, hr_k_attn_shape sh, int t0, int nt, int gn, int ws, int off, rows_lane L) {
+                               u64 v_off, hr_k_attn_shape sh, int t0, int nt, int gn, int ws, int off,
+                               const kv_tail &tail, rows_lane L) {
     constexpr int U = rows_batch<VF>();
     const int B = sh.block_size, D = sh.head_dim, w0 = L.warp * HR_K_WARP;
     for (int i0 = 0; i0 < HR_K_WARP && w0 + i0 < nt; i0 += L.ppw * U) {
         rows_raw raw[U];
+        bool st[U]; /* a deferred V's tail position: its f16 row in the stage */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int p = w0 + i0 + u * L.ppw + L.row;
             const int tp = win_pos(t0 + p, ws, off);
             const int blk = p < nt ? table[tp / B] : -1;
+            st[u] = kv_deferred(VF) && p < nt && tp / B == tail.blk;
             raw[u] = rows_raw{};
-            if (L.on && blk >= 0)
+            if (L.on && st[u])
+                raw[u] = rows_fetch<HR_K_KV_F16>(tail.v, B, D, 1, tp % B, L.d0);
+            else if (L.on && blk >= 0)
                 raw[u] = rows_fetch<VF>(arena + (u64)blk * sh.block_bytes + v_off, B, D, sh.v_group, tp % B, L.d0);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int p = w0 + i0 + u * L.ppw + L.row;
             float x[HR_K_ROWS_E];
-            const float f = rows_deq<VF>(raw[u], x);
+            const float f = kv_deferred(VF) && st[u] ? rows_deq<HR_K_KV_F16>(raw[u], x) : rows_deq<VF>(raw[u], x);
 #pragma unroll
             for (int h = 0; h < NG; h++) {
                 /* a dropped position's weight is 0 and its chunk zeros; past nt or gn nothing was written */
@@ -483,9 +597,9 @@ static __device__ void rows_pv(float (&acc)[NG][HR_K_ROWS_E], const float *sc, c
 template <int NG>
 static __device__ __attribute__((always_inline)) inline void
 rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *q, const u8 *arena, const int *tables,
-            const int *qrow, const int *n_ctx, const int *win, const int *tview, const u64 *masks, int layer,
-            hr_k_attn_shape sh) {
-    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, tview, masks, layer);
+            const int *qrow, const int *n_ctx, const int *win, const u8 *stages, const int *tails, const int *tview,
+            const u64 *masks, int layer, hr_k_attn_shape sh) {
+    const attn_block ab = attn_block_of(sh, tables, qrow, n_ctx, win, stages, tails, tview, masks, layer);
     const int H = sh.n_heads, D = sh.head_dim, split = ab.split, qi = ab.qi, h0 = ab.h0, gn = ab.gn, ws = ab.ws,
               off = ab.off, s0 = ab.s0, s1 = ab.s1;
     const int *table = ab.table;
@@ -517,21 +631,35 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
         const int nt = s1 - t0 < HR_K_ATT_TILE ? s1 - t0 : HR_K_ATT_TILE;
         switch (sh.k_fmt) {
         case HR_K_KV_F16:
-            rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
             break;
         case HR_K_KV_F32:
-            rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
             break;
         case HR_K_KV_BF16:
-            rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
             break;
         case HR_K_KV_FP8:
-            rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
             break;
         case HR_K_KV_Q4H:
-            rows_scores<HR_K_KV_Q4H, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L);
+            rows_scores<HR_K_KV_Q4H, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
             break;
-        default: rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, L); break;
+        case HR_K_KV_Q4K:
+            rows_scores<HR_K_KV_Q4K, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
+            break;
+        case HR_K_KV_Q2K:
+            rows_scores<HR_K_KV_Q2K, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
+            break;
+        case HR_K_KV_Q4V:
+            rows_scores<HR_K_KV_Q4V, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
+            break;
+        case HR_K_KV_Q2V:
+            rows_scores<HR_K_KV_Q2V, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
+            break;
+        default:
+            rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
+            break;
         }
         __syncthreads();
         /* 2. warp h: head h's new running max, the tile's weights e^(s - m) in place, the running sum */
@@ -564,12 +692,34 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
             for (int j = 0; j < HR_K_ROWS_E; j++) acc[h][j] *= r;
         }
         switch (sh.v_fmt) {
-        case HR_K_KV_F16: rows_pv<HR_K_KV_F16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_F32: rows_pv<HR_K_KV_F32, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_BF16: rows_pv<HR_K_KV_BF16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_FP8: rows_pv<HR_K_KV_FP8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
-        case HR_K_KV_Q4H: rows_pv<HR_K_KV_Q4H, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
-        default: rows_pv<HR_K_KV_Q8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, L); break;
+        case HR_K_KV_F16:
+            rows_pv<HR_K_KV_F16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_F32:
+            rows_pv<HR_K_KV_F32, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_BF16:
+            rows_pv<HR_K_KV_BF16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_FP8:
+            rows_pv<HR_K_KV_FP8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_Q4H:
+            rows_pv<HR_K_KV_Q4H, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_Q4K:
+            rows_pv<HR_K_KV_Q4K, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_Q2K:
+            rows_pv<HR_K_KV_Q2K, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_Q4V:
+            rows_pv<HR_K_KV_Q4V, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        case HR_K_KV_Q2V:
+            rows_pv<HR_K_KV_Q2V, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+            break;
+        default: rows_pv<HR_K_KV_Q8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L); break;
         }
         __syncthreads(); /* the scores and the rescale are rewritten by the next tile */
     }
@@ -599,20 +749,25 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
 /* the arguments and grid of hr_k_attn_split (blockDim.x == 256: 8 warps, one per 32 positions of a tile) */
 extern "C" __global__ void hr_k_attn_split_rows(float *o_part, float *ml_part, const float *q, const u8 *arena,
                                                 const int *tables, const int *qrow, const int *n_ctx, const int *win,
-                                                const int *tview, const u64 *masks, int layer, hr_k_attn_shape sh) {
+                                                const u8 *stages, const int *tails, const int *tview, const u64 *masks,
+                                                int layer, hr_k_attn_shape sh) {
     __shared__ float sc[HR_K_ATT_G * HR_K_ATT_TILE];
     __shared__ float stat[3 * HR_K_ATT_G]; /* per head: running m, running l, this tile's rescale */
     const int G = sh.n_heads / sh.n_kv_heads, ng = (G + HR_K_ATT_G - 1) / HR_K_ATT_G;
     const int hg = ctaid_x() % ng;
     const int gn = G - hg * HR_K_ATT_G < HR_K_ATT_G ? G - hg * HR_K_ATT_G : HR_K_ATT_G;
     if (gn > 4)
-        rows_attend<8>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
+        rows_attend<8>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, stages, tails, tview, masks,
+                       layer, sh);
     else if (gn > 2)
-        rows_attend<4>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
+        rows_attend<4>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, stages, tails, tview, masks,
+                       layer, sh);
     else if (gn > 1)
-        rows_attend<2>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
+        rows_attend<2>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, stages, tails, tview, masks,
+                       layer, sh);
     else
-        rows_attend<1>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, tview, masks, layer, sh);
+        rows_attend<1>(sc, stat, o_part, ml_part, q, arena, tables, qrow, n_ctx, win, stages, tails, tview, masks,
+                       layer, sh);
 }
 
 /* out[q][h][D] from the splits' partial results (grid.x = n_queries, grid.y = H) */
@@ -649,7 +804,8 @@ extern "C" __global__ void hr_k_attn_reduce(float *out, const float *o_part, con
  * return at once. */
 extern "C" __global__ void hr_k_attn_score(u64 *scores, const float *ml_part, const float *q, const u8 *arena,
                                            const int *tables, const int *qrow, const int *n_ctx, const int *win,
-                                           const int *tview, const u64 *masks, int layer, hr_k_attn_shape sh) {
+                                           const u8 *stages, const int *tails, const int *tview, const u64 *masks,
+                                           int layer, hr_k_attn_shape sh) {
     __shared__ float qs[HR_K_ATT_G * HR_K_ATT_MAX_D];
     __shared__ float stat[2 * HR_K_ATT_G]; /* per head: M, 1 / L */
     const int qi = ctaid_x() / sh.n_kv_heads, kvh = ctaid_x() % sh.n_kv_heads;
@@ -662,6 +818,9 @@ extern "C" __global__ void hr_k_attn_score(u64 *scores, const float *ml_part, co
               ((u64)layer * (u64)sh.n_kv_heads + (u64)kvh) * (u64)B;
     const u64 k_off =
         (u64)layer * (u64)sh.n_kv_heads * (sh.k_head_bytes + sh.v_head_bytes) + (u64)kvh * sh.k_head_bytes;
+    /* a deferred K's partial last block: its rows in the stage, f16 (as the split kernels read them) */
+    const kv_tail tail = tail_of(stages, tails, qi, n, layer, kvh, sh);
+    const int k_tail = kv_deferred(sh.k_fmt) ? tail.blk : -1;
     for (int g0 = 0; g0 < G; g0 += HR_K_ATT_G) {
         const int gn = G - g0 < HR_K_ATT_G ? G - g0 : HR_K_ATT_G, h0 = kvh * G + g0;
         for (int i = tid_x(); i < gn * D; i += ntid_x())
@@ -683,11 +842,13 @@ extern "C" __global__ void hr_k_attn_score(u64 *scores, const float *ml_part, co
             if (t >= ws && t < ws + off) continue;
             const int blk = table[t / B];
             if (blk < 0 || !tok_kept(mask, sh, t)) continue; /* weight 0: nothing added, as on the CPU */
-            const u8 *kh = arena + (u64)blk * sh.block_bytes + k_off;
+            const bool st = t / B == k_tail;
+            const u8 *kh = st ? tail.k : arena + (u64)blk * sh.block_bytes + k_off;
+            const int kf = st ? HR_K_KV_F16 : sh.k_fmt;
             float dot[HR_K_ATT_G];
             for (int g = 0; g < HR_K_ATT_G; g++) dot[g] = 0.0f;
             for (int c = 0; c < D; c++) {
-                const float kd = kv_elem(kh, sh.k_fmt, B, D, sh.k_group, t % B, c);
+                const float kd = kv_elem(kh, kf, B, D, sh.k_group, t % B, c);
                 for (int g = 0; g < gn; g++) dot[g] += qs[g * D + c] * kd;
             }
             u64 add = 0;

@@ -1,8 +1,9 @@
 /* kv.cuh: the KV storage's byte layout as the attention kernels read it (attention.cu's split
  * kernels, attn_prefill.cu's tensor-core prefill): the format codes, the shape the host passes, one
- * element's decoding (kv_elem), a query's window (win_of / win_pos), and the coalesced reads of eight
- * consecutive elements of a row (rows_fetch / rows_deq: 16-byte loads, 8-byte ones for q8, fp8 and
- * q4h codes). The layout itself is described at the top of attention.cu. */
+ * element's decoding (kv_elem), a query's window (win_of / win_pos), a deferred format's tail (the
+ * partial last block read from its f16 stage: tail_of), and the coalesced reads of eight consecutive
+ * elements of a row (rows_fetch / rows_deq: 16-byte loads, 8-byte ones for q8, fp8 and the low-bit
+ * codes). The layout itself is described at the top of attention.cu. */
 #ifndef HR_CUDA_KV_CUH
 #define HR_CUDA_KV_CUH
 
@@ -13,8 +14,28 @@ enum {
     HR_K_KV_F32 = 2,
     HR_K_KV_BF16 = 3,
     HR_K_KV_FP8 = 4,
-    HR_K_KV_Q4H = 5
+    HR_K_KV_Q4H = 5,
+    /* the deferred formats (encoded when a block fills, from an f16 stage; tokens of a partial block
+     * are read from the stage): q4's and kivi2's K, per channel over the block (f16 scale [D], f16
+     * min [D], then the codes), and their V, per token in groups (q4's V: q4h's layout unrotated) */
+    HR_K_KV_Q4K = 6,
+    HR_K_KV_Q2K = 7,
+    HR_K_KV_Q4V = 8,
+    HR_K_KV_Q2V = 9
 }; /* the host's CUDA_KV_* */
+
+static __device__ inline constexpr bool kv_deferred(int fmt) { return fmt >= HR_K_KV_Q4K; }
+/* code bits of the low-bit formats (4 or 2), 0 for the others */
+static __device__ inline constexpr int kv_bits(int fmt) {
+    return fmt == HR_K_KV_Q4H || fmt == HR_K_KV_Q4K || fmt == HR_K_KV_Q4V ? 4
+           : fmt == HR_K_KV_Q2K || fmt == HR_K_KV_Q2V                     ? 2
+                                                                          : 0;
+}
+static __device__ inline constexpr bool kv_per_channel(int fmt) { return fmt == HR_K_KV_Q4K || fmt == HR_K_KV_Q2K; }
+/* per-token (scale, min) pairs after the codes: q4h, q4's and kivi2's V */
+static __device__ inline constexpr bool kv_token_pairs(int fmt) {
+    return fmt == HR_K_KV_Q4H || fmt == HR_K_KV_Q4V || fmt == HR_K_KV_Q2V;
+}
 
 typedef struct hr_k_attn_shape {
     u64 block_bytes, k_head_bytes, v_head_bytes;
@@ -28,20 +49,29 @@ typedef struct hr_k_attn_shape {
  * by value, byte for byte */
 static_assert(sizeof(hr_k_attn_shape) == 80, "hr_k_attn_shape must match attn_shape in kv_storage_cuda.c");
 
-/* where a head region's scales start: after the [B][D] codes (fp8's aligned to 4 bytes, q4h's two a byte) */
+/* where a head region's scales start: after the [B][D] codes (fp8's aligned to 4 bytes, the low-bit
+ * formats' 8 / bits a byte); the per-channel formats' scales come first (at 0, their codes at 4 D) */
 static __device__ inline u64 scale_off(int fmt, int B, int D) {
     const u64 bd = (u64)B * (u64)D;
-    return fmt == HR_K_KV_FP8 ? (bd + 3u) & ~(u64)3u : fmt == HR_K_KV_Q4H ? bd / 2u : bd;
+    return fmt == HR_K_KV_FP8    ? (bd + 3u) & ~(u64)3u
+           : kv_per_channel(fmt) ? 0u
+           : kv_bits(fmt)        ? bd * kv_bits(fmt) / 8u
+                                 : bd;
 }
+/* where a head region's codes start */
+static __device__ inline u64 code_off(int fmt, int D) { return kv_per_channel(fmt) ? 4u * (u64)D : 0u; }
 
-/* q4h: where channel c's 4-bit code sits in a token's D / 2 bytes (kv_format.c's kv_code_byte at 4
- * bits): chunks of 32 channels in 16 bytes (a narrower last chunk of w channels in w / 2), byte k of a
- * chunk of w holding channels k (low nibble) and k + w / 2 (high) */
-static __device__ inline int q4_code_byte(int D, int c, int *shift) {
-    const int base = c - c % 32, w = D - base < 32 ? D - base : 32, nb = w / 2, r = c - base;
-    *shift = r / nb * 4;
-    return base / 2 + r % nb;
+/* where channel c's code of `bits` sits in a token's D * bits / 8 bytes (kv_format.c's kv_code_byte):
+ * chunks of 16 bytes (W = 128 / bits channels; a narrower last chunk of w channels in w * bits / 8),
+ * byte k of a chunk of w holding channels k + i * w * bits / 8 at bit i * bits */
+static __device__ inline int lowbit_code_byte(int D, int bits, int c, int *shift) {
+    const int per = 8 / bits, W = 16 * per, base = c - c % W, w = D - base < W ? D - base : W, nb = w / per,
+              r = c - base;
+    *shift = r / nb * bits;
+    return base / per + r % nb;
 }
+/* q4h's (4 bits) */
+static __device__ inline int q4_code_byte(int D, int c, int *shift) { return lowbit_code_byte(D, 4, c, shift); }
 
 /* element d of token slot s in a head region of format fmt */
 static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, int G, int s, int d) {
@@ -51,10 +81,17 @@ static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, in
     case HR_K_KV_BF16: return hr_bf2f(hr_ld_u16(head + 2u * i));
     case HR_K_KV_F32: return ((const float *)head)[i];
     case HR_K_KV_FP8: return hr_e4m3_to_f(head[i]) * ((const float *)(head + scale_off(fmt, B, D)))[s];
-    case HR_K_KV_Q4H: {
+    case HR_K_KV_Q4H:
+    case HR_K_KV_Q4K:
+    case HR_K_KV_Q2K:
+    case HR_K_KV_Q4V:
+    case HR_K_KV_Q2V: { /* code * scale + min: the channel's (K of q4, kivi2) or the token's group's */
+        const int bits = kv_bits(fmt);
         int sh;
-        const int byte = q4_code_byte(D, d, &sh);
-        const int code = (head[(u64)s * (u64)(D / 2) + (u64)byte] >> sh) & 15;
+        const int byte = lowbit_code_byte(D, bits, d, &sh);
+        const int code = (head[code_off(fmt, D) + (u64)s * (u64)(D * bits / 8) + (u64)byte] >> sh) & ((1 << bits) - 1);
+        if (kv_per_channel(fmt))
+            return hr_h2f(hr_ld_u16(head + 2u * (u64)d)) * (float)code + hr_h2f(hr_ld_u16(head + 2u * (u64)(D + d)));
         const u8 *pair = head + scale_off(fmt, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)(d / G));
         return hr_h2f(hr_ld_u16(pair)) * (float)code + hr_h2f(hr_ld_u16(pair + 2));
     }
@@ -99,6 +136,28 @@ static __device__ inline bool tok_kept(const u64 *m, const hr_k_attn_shape &sh, 
     return (m[(u64)j * per_block + (u64)(t / 64)] >> (t % 64)) & 1u;
 }
 
+/* A deferred format's tail (q4, kivi2): a query whose context ends inside a block (n_ctx % B != 0)
+ * reads that block's positions, as the CPU storage does, from the block's stage (tails[qi]; -1 or
+ * tails NULL: none) in f16, K where K is deferred and V where V is; its full blocks are encoded. A
+ * stage is [L][K | V][Hkv][B][D] f16, stage s at stages + s * L * 2 * Hkv * B * D * 2. blk: the
+ * logical block read so (-1: none); k, v: the KV head's [B][D] rows there. */
+struct kv_tail {
+    int blk;
+    const u8 *k, *v;
+};
+static __device__ inline kv_tail tail_of(const u8 *stages, const int *tails, int qi, int n_ctx, int layer, int kvh,
+                                         const hr_k_attn_shape &sh) {
+    kv_tail t = {-1, nullptr, nullptr};
+    const int B = sh.block_size, st = stages && tails ? tails[qi] : -1;
+    if (st < 0 || n_ctx % B == 0) return t;
+    const u64 head = (u64)B * (u64)sh.head_dim * 2u, layer_bytes = 2u * (u64)sh.n_kv_heads * head;
+    const u8 *base = stages + ((u64)st * (u64)sh.n_layers + (u64)layer) * layer_bytes + (u64)kvh * head;
+    t.blk = (n_ctx - 1) / B;
+    t.k = base;
+    t.v = base + (u64)sh.n_kv_heads * head;
+    return t;
+}
+
 /* ---- rows: eight consecutive elements of a K or V row per lane (attention.cu's hr_k_attn_split_rows
  * and attn_prefill.cu's tile loads) -------------------------------------------------------------- */
 
@@ -124,11 +183,12 @@ static __device__ inline hr_k_w2 ld_w2(const u8 *p) {
 /* IEEE half -> float by the hardware's conversion (cvt.f32.f16; exact, as hr_h2f) */
 static __device__ inline float h2f_cvt(u32 h) { return (float)__builtin_bit_cast(_Float16, (u16)h); }
 
-/* one lane's chunk of a row as loaded: the words (f32: 8, f16 and bf16: 4, q8 and fp8: 2) and the
- * row's or group's scale (q8, fp8) */
+/* one lane's chunk of a row as loaded: the words (f32: 8, f16 and bf16: 4, q8, fp8 and the low-bit
+ * codes: 2) and the row's or group's scale (q8, fp8) and min (the per-token low-bit formats) */
 struct rows_raw {
     u32 w[8];
     float sc, mn;
+    u32 pc[8]; /* per-channel formats: the 8 channels' f16 scales (words 0..3) and mins (4..7) */
 };
 
 /* positions a lane loads before it uses them: 64 bytes a lane */
@@ -146,14 +206,22 @@ template <int F> static __device__ inline rows_raw rows_fetch(const u8 *head, in
     } else if (F == HR_K_KV_F16 || F == HR_K_KV_BF16) {
         const hr_k_w4 a = ld_w4(head + 2u * i);
         for (int j = 0; j < 4; j++) r.w[j] = a.w[j];
-    } else if (F == HR_K_KV_Q4H) { /* 8 channels of one chunk: 8 bytes' low or high nibbles (D % 16 == 0) */
+    } else if (kv_bits(F)) { /* 8 channels of one chunk: one code of each of 8 bytes (4 bits: D % 16 == 0,
+                                2 bits: D % 32 == 0) */
+        constexpr int bits = kv_bits(F);
+        constexpr u32 mask = bits == 4 ? 0x0f0f0f0fu : 0x03030303u;
         int sh;
-        const int byte = q4_code_byte(D, d0, &sh);
-        const hr_k_w2 a = ld_w2(head + (u64)s * (u64)(D / 2) + (u64)byte);
-        r.w[0] = (a.w[0] >> sh) & 0x0f0f0f0fu, r.w[1] = (a.w[1] >> sh) & 0x0f0f0f0fu;
-        const u8 *pair = head + scale_off(F, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)(d0 / G));
-        r.sc = h2f_cvt(hr_ld_u16(pair));
-        r.mn = h2f_cvt(hr_ld_u16(pair + 2));
+        const int byte = lowbit_code_byte(D, bits, d0, &sh);
+        const hr_k_w2 a = ld_w2(head + code_off(F, D) + (u64)s * (u64)(D * bits / 8) + (u64)byte);
+        r.w[0] = (a.w[0] >> sh) & mask, r.w[1] = (a.w[1] >> sh) & mask;
+        if (kv_per_channel(F)) {
+            const hr_k_w4 sc = ld_w4(head + 2u * (u64)d0), mn = ld_w4(head + 2u * (u64)(D + d0));
+            for (int j = 0; j < 4; j++) r.pc[j] = sc.w[j], r.pc[4 + j] = mn.w[j];
+        } else {
+            const u8 *pair = head + scale_off(F, B, D) + 4u * ((u64)s * (u64)(D / G) + (u64)(d0 / G));
+            r.sc = h2f_cvt(hr_ld_u16(pair));
+            r.mn = h2f_cvt(hr_ld_u16(pair + 2));
+        }
     } else {
         const hr_k_w2 a = ld_w2(head + i);
         r.w[0] = a.w[0], r.w[1] = a.w[1];
@@ -170,9 +238,17 @@ template <int F> static __device__ inline rows_raw rows_fetch(const u8 *head, in
 }
 
 /* the chunk's 8 values, x[j] * (the returned factor) each: the factor is the scale of q8 and fp8
- * (applied once per chunk by the caller), 1 otherwise (q4h's code * scale + min in x) */
+ * (applied once per chunk by the caller), 1 otherwise (the low-bit formats' code * scale + min in x) */
 template <int F> static __device__ inline float rows_deq(const rows_raw &r, float (&x)[HR_K_ROWS_E]) {
-    if (F == HR_K_KV_Q4H) {
+    if (kv_per_channel(F)) { /* code * the channel's scale + its min */
+        for (int j = 0; j < 8; j++) {
+            const int h = 16 * (j % 2);
+            x[j] = (float)((r.w[j / 4] >> (8 * (j % 4))) & 0xffu) * h2f_cvt((r.pc[j / 2] >> h) & 0xffffu) +
+                   h2f_cvt((r.pc[4 + j / 2] >> h) & 0xffffu);
+        }
+        return 1.0f;
+    }
+    if (kv_bits(F)) {
         for (int j = 0; j < 8; j++) x[j] = (float)((r.w[j / 4] >> (8 * (j % 4))) & 0xffu) * r.sc + r.mn;
         return 1.0f;
     }
