@@ -629,38 +629,10 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
     __syncthreads();
     for (int t0 = s0; t0 < s1; t0 += HR_K_ATT_TILE) {
         const int nt = s1 - t0 < HR_K_ATT_TILE ? s1 - t0 : HR_K_ATT_TILE;
-        switch (sh.k_fmt) {
-        case HR_K_KV_F16:
-            rows_scores<HR_K_KV_F16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_F32:
-            rows_scores<HR_K_KV_F32, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_BF16:
-            rows_scores<HR_K_KV_BF16, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_FP8:
-            rows_scores<HR_K_KV_FP8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_Q4H:
-            rows_scores<HR_K_KV_Q4H, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_Q4K:
-            rows_scores<HR_K_KV_Q4K, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_Q2K:
-            rows_scores<HR_K_KV_Q2K, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_Q4V:
-            rows_scores<HR_K_KV_Q4V, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        case HR_K_KV_Q2V:
-            rows_scores<HR_K_KV_Q2V, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        default:
-            rows_scores<HR_K_KV_Q8, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail, L);
-            break;
-        }
+        kv_by_fmt(sh.k_fmt, [&](auto f) {
+            rows_scores<decltype(f)::value, NG>(sc, qr, arena, table, k_off, sh, t0, nt, gn, ws, off, ab.mask, ab.tail,
+                                                L);
+        });
         __syncthreads();
         /* 2. warp h: head h's new running max, the tile's weights e^(s - m) in place, the running sum */
         if (L.warp < gn) {
@@ -691,36 +663,9 @@ rows_attend(float *sc, float *stat, float *o_part, float *ml_part, const float *
 #pragma unroll
             for (int j = 0; j < HR_K_ROWS_E; j++) acc[h][j] *= r;
         }
-        switch (sh.v_fmt) {
-        case HR_K_KV_F16:
-            rows_pv<HR_K_KV_F16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_F32:
-            rows_pv<HR_K_KV_F32, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_BF16:
-            rows_pv<HR_K_KV_BF16, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_FP8:
-            rows_pv<HR_K_KV_FP8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_Q4H:
-            rows_pv<HR_K_KV_Q4H, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_Q4K:
-            rows_pv<HR_K_KV_Q4K, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_Q2K:
-            rows_pv<HR_K_KV_Q2K, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_Q4V:
-            rows_pv<HR_K_KV_Q4V, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        case HR_K_KV_Q2V:
-            rows_pv<HR_K_KV_Q2V, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
-            break;
-        default: rows_pv<HR_K_KV_Q8, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L); break;
-        }
+        kv_by_fmt(sh.v_fmt, [&](auto f) {
+            rows_pv<decltype(f)::value, NG>(acc, sc, arena, table, v_off, sh, t0, nt, gn, ws, off, ab.tail, L);
+        });
         __syncthreads(); /* the scores and the rescale are rewritten by the next tile */
     }
     /* per head: the 8 x ppw partial rows (one per warp and row) through shared memory (8 ppw D <=

@@ -73,6 +73,25 @@ static __device__ inline int lowbit_code_byte(int D, int bits, int c, int *shift
 /* q4h's (4 bits) */
 static __device__ inline int q4_code_byte(int D, int c, int *shift) { return lowbit_code_byte(D, 4, c, shift); }
 
+/* A kernel templated on the format takes it from the run-time code through kv_by_fmt: fn(kv_fmt_tag<F>())
+ * for the format F that fmt names (q8 for a code it does not list), so each format's instance is
+ * compiled once and the switch is written once. */
+template <int F> struct kv_fmt_tag { static constexpr int value = F; };
+template <typename Fn> static __device__ __attribute__((always_inline)) inline void kv_by_fmt(int fmt, Fn &&fn) {
+    switch (fmt) {
+    case HR_K_KV_F16: fn(kv_fmt_tag<HR_K_KV_F16>()); break;
+    case HR_K_KV_F32: fn(kv_fmt_tag<HR_K_KV_F32>()); break;
+    case HR_K_KV_BF16: fn(kv_fmt_tag<HR_K_KV_BF16>()); break;
+    case HR_K_KV_FP8: fn(kv_fmt_tag<HR_K_KV_FP8>()); break;
+    case HR_K_KV_Q4H: fn(kv_fmt_tag<HR_K_KV_Q4H>()); break;
+    case HR_K_KV_Q4K: fn(kv_fmt_tag<HR_K_KV_Q4K>()); break;
+    case HR_K_KV_Q2K: fn(kv_fmt_tag<HR_K_KV_Q2K>()); break;
+    case HR_K_KV_Q4V: fn(kv_fmt_tag<HR_K_KV_Q4V>()); break;
+    case HR_K_KV_Q2V: fn(kv_fmt_tag<HR_K_KV_Q2V>()); break;
+    default: fn(kv_fmt_tag<HR_K_KV_Q8>()); break;
+    }
+}
+
 /* element d of token slot s in a head region of format fmt */
 static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, int G, int s, int d) {
     const u64 i = (u64)s * (u64)D + (u64)d;
