@@ -473,17 +473,22 @@ static hr_status token_view(cuda_ctx *x, const hr_batch *b, int t, int r, int n_
     return HR_OK;
 }
 
-/* the rows that accumulate: their scores zeroed before the step (only the blocks their sequence has) */
-static hr_status tokens_zero(cuda_ctx *x, hr_error *err) {
+/* accumulating row k's scores on the device, and the bytes its sequence's blocks take of them */
+static size_t score_row(const cuda_ctx *x, int k, uint64_t *dev) {
     const hr_hparams *hp = &x->m->hp;
     const int B = hr_kv_pool_config(x->kv)->block_size;
-    const uint64_t row = hr_cuda_token_row_bytes(hp, x->max_ctx, B, true);
-    const size_t per_block = (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)B * sizeof(uint64_t);
+    *dev = x->tl.scores + (uint64_t)k * hr_cuda_token_row_bytes(hp, x->max_ctx, B, true);
+    return (size_t)x->tl_blocks[k] * (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)B * sizeof(uint64_t);
+}
+
+/* the rows that accumulate: their scores zeroed before the step (only the blocks their sequence has) */
+static hr_status tokens_zero(cuda_ctx *x, hr_error *err) {
     for (int k = 0; k < x->n_tl; k++) {
         if (!x->tl_acc[k]) continue;
-        memset(x->h_tlscore, 0, (size_t)x->tl_blocks[k] * per_block);
-        hr_status st = hr_cuda_upload(x->dev, x->tl.scores + (uint64_t)k * row, x->h_tlscore,
-                                      (size_t)x->tl_blocks[k] * per_block, err);
+        uint64_t dev;
+        const size_t bytes = score_row(x, k, &dev);
+        memset(x->h_tlscore, 0, bytes);
+        hr_status st = hr_cuda_upload(x->dev, dev, x->h_tlscore, bytes, err);
         if (st) return st;
     }
     return HR_OK;
@@ -492,14 +497,11 @@ static hr_status tokens_zero(cuda_ctx *x, hr_error *err) {
 /* after the step: each accumulating row's scores down and added to its sequence's (the policy decides
  * from them at the commit, as from the CPU's attention) */
 static hr_status tokens_scores(cuda_ctx *x, hr_error *err) {
-    const hr_hparams *hp = &x->m->hp;
-    const int B = hr_kv_pool_config(x->kv)->block_size;
-    const uint64_t row = hr_cuda_token_row_bytes(hp, x->max_ctx, B, true);
-    const size_t per_block = (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)B * sizeof(uint64_t);
     for (int k = 0; k < x->n_tl; k++) {
         if (!x->tl_acc[k]) continue;
-        hr_status st = hr_cuda_download(x->dev, x->h_tlscore, x->tl.scores + (uint64_t)k * row,
-                                        (size_t)x->tl_blocks[k] * per_block, err);
+        uint64_t dev;
+        const size_t bytes = score_row(x, k, &dev);
+        hr_status st = hr_cuda_download(x->dev, x->h_tlscore, dev, bytes, err);
         if (st) return st;
         hr_kv_seq_add_scores(x->kv, x->tl_seq[k], x->h_tlscore, x->tl_blocks[k]);
     }
