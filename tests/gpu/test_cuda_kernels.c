@@ -392,6 +392,22 @@ static void test_gemm(void) {
     }
 }
 
+/* A CPU and a CUDA storage of one shape with K and V in fmt (p: their parameters). False, nothing made,
+ * when fmt cannot hold this head size (q4h: head_dim a power of two); a failed create is a failed
+ * check, its storage NULL. */
+static bool storage_pair(int L, int HKV, int D, int B, int NB, hr_kv_format fmt, hr_kv_storage_params *p,
+                         hr_kv_storage **cpu, hr_kv_storage **gpu) {
+    hr_error e = {0};
+    *p = (hr_kv_storage_params){
+        .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
+    *cpu = *gpu = NULL;
+    if (kv_fmt_init(&p->k, fmt, KV_K, B, D, &e) != HR_OK || kv_fmt_init(&p->v, fmt, KV_V, B, D, &e) != HR_OK)
+        return false;
+    CHECKF(hr_kv_storage_cpu_create(p, cpu, &e) == HR_OK, "%s", e.msg);
+    CHECKF(hr_kv_storage_cuda_create(dev, p, gpu, &e) == HR_OK, "%s", e.msg);
+    return true;
+}
+
 /* A one-block f16 device storage, after checking that env=bad refuses to make one (naming it); NULL
  * when it could not be made. */
 static hr_kv_storage *switch_storage(const char *env, const char *bad) {
@@ -497,13 +513,9 @@ static void test_attention(void) {
         for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
             const int HKV = shapes[si].HKV, H = shapes[si].H, D = shapes[si].D, B = shapes[si].B, NB = shapes[si].NB;
             const hr_kv_format fmt = fmts[fi];
-            hr_kv_storage_params p = {
-                .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
-            if (kv_fmt_init(&p.k, fmt, KV_K, B, D, &e) != HR_OK) continue; /* q4h: D 160 and 96 are no powers of two */
-            kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
-            hr_kv_storage *cpu = NULL, *gpu = NULL;
-            CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
-            CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+            hr_kv_storage_params p;
+            hr_kv_storage *cpu, *gpu;
+            if (!storage_pair(L, HKV, D, B, NB, fmt, &p, &cpu, &gpu)) continue; /* q4h: D 160, 96 no powers of 2 */
             float *kb = malloc(sizeof(float) * B * HKV * D), *vb = malloc(sizeof(float) * B * HKV * D);
             float *q = malloc(sizeof(float) * NQ * H * D);
             int32_t *tabs = malloc(sizeof(int32_t) * NQ * NB), *t3_cpu = malloc(sizeof(int32_t) * NB);
@@ -621,13 +633,9 @@ static void test_attention_masks(void) {
     hr_error e = {0};
     for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
         const hr_kv_format fmt = fmts[fi];
-        hr_kv_storage_params p = {
-            .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
-        kv_fmt_init(&p.k, fmt, KV_K, B, D, &e);
-        kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
-        hr_kv_storage *cpu = NULL, *gpu = NULL;
-        CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
-        CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+        hr_kv_storage_params p;
+        hr_kv_storage *cpu, *gpu;
+        storage_pair(L, HKV, D, B, NB, fmt, &p, &cpu, &gpu);
         if (!cpu || !gpu) return;
         float k[HKV * D], v[HKV * D];
         for (int blk = 0; blk < NB; blk++)
@@ -968,13 +976,9 @@ static void test_prefill_attention(void) {
             if (fmt == HR_KV_Q4H && D % 16 != 0) continue; /* stays on the split kernels (test_attention) */
             const bool softcap = (si + fi) % 2 == 1;
             const int b0 = si % 2 ? 30 : 0, d0 = si % 2 ? 0 : 70;
-            hr_kv_storage_params p = {
-                .n_layers = L, .n_kv_heads = HKV, .head_dim = D, .block_size = B, .n_blocks = NB, .isa = "scalar"};
-            kv_fmt_init(&p.k, fmt, KV_K, B, D, &e);
-            kv_fmt_init(&p.v, fmt, KV_V, B, D, &e);
-            hr_kv_storage *cpu = NULL, *gpu = NULL;
-            CHECKF(hr_kv_storage_cpu_create(&p, &cpu, &e) == HR_OK, "%s", e.msg);
-            CHECKF(hr_kv_storage_cuda_create(dev, &p, &gpu, &e) == HR_OK, "%s", e.msg);
+            hr_kv_storage_params p;
+            hr_kv_storage *cpu, *gpu;
+            storage_pair(L, HKV, D, B, NB, fmt, &p, &cpu, &gpu);
             const size_t qf = (size_t)N * H * D, bb = (size_t)L * HKV * (p.k.head_bytes + p.v.head_bytes);
             float *q = malloc(sizeof(float) * qf), *o_cpu = malloc(sizeof(float) * qf);
             float *o_split = malloc(sizeof(float) * qf), *o_mma = malloc(sizeof(float) * qf);
