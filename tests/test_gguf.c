@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "gguf/gguf.h"
@@ -314,6 +315,61 @@ static void test_round_trip(void) {
             hr_gguf_writer_destroy(w);
         }
     }
+}
+
+/* hr_gguf_release: a file mapping gives back a tensor's whole pages and still reads the same bytes
+ * (they come back from the file); memory read from the file, an edited mapping and lent memory give
+ * back nothing (their pages are the only copy). */
+static void test_release(void) {
+    enum { N = 5 * 4096 / 4 + 77 }; /* a tensor over several pages, not a whole number of them */
+    static float v[N];
+    for (int i = 0; i < N; i++) v[i] = (float)i * 0.25f - 3.0f;
+    hr_gguf_writer *w = hr_gguf_writer_create(3);
+    const int64_t ne[] = {N};
+    hr_gguf_writer_add_tensor(w, "big", 0, 1, ne, v, sizeof v, true);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/release.gguf", hr_test_tmpdir());
+    hr_error err = {0};
+    CHECKF(hr_gguf_writer_write_file(w, path, &err) == HR_OK, "%s", err.msg);
+    hr_gguf_writer_destroy(w);
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int hold = 0; hold < 3; hold++) { /* mapped, resident, mapped then edited */
+        hr_gguf *g = NULL;
+        CHECKF(hr_gguf_open_hold(path, hold == 1 ? HR_GGUF_RESIDENT : HR_GGUF_MMAP, &g, &err) == HR_OK, "%s", err.msg);
+        if (!g) continue;
+        if (hold == 2) {
+            CHECK(hr_gguf_edit_begin(g));
+            hr_gguf_edit_end(g);
+        }
+        const hr_gguf_tensor *t = hr_gguf_find_tensor(g, "big");
+        uint64_t interior = hr_gguf_page_interior(t->data, t->size_bytes);
+        /* whole pages only: at least 4 of the tensor's 5-6, none past its ends */
+        CHECK(interior % (uint64_t)page == 0 && interior >= 4 * (uint64_t)page && interior <= t->size_bytes);
+        CHECK(hr_gguf_file_mapped(g) == (hold == 0));
+        uint64_t gone = hr_gguf_release(g, t->data, t->size_bytes);
+        CHECKF(gone == (hold == 0 ? interior : 0), "hold %d: %llu bytes given back of %llu", hold,
+               (unsigned long long)gone, (unsigned long long)interior);
+        CHECK(!memcmp(t->data, v, sizeof v)); /* every byte as written, the given-back pages too */
+        /* a range outside the file's bytes is refused */
+        CHECK(hr_gguf_release(g, (const uint8_t *)t->data + 8, t->size_bytes + (uint64_t)page * 64) == 0);
+        CHECK(hr_gguf_release(g, v, sizeof v) == 0);
+        hr_gguf_close(g);
+    }
+    hr_gguf *g = NULL; /* lent memory */
+    void *data = NULL;
+    size_t size = 0;
+    w = hr_gguf_writer_create(3);
+    hr_gguf_writer_add_tensor(w, "big", 0, 1, ne, v, sizeof v, true);
+    CHECKF(hr_gguf_writer_write_memory(w, &data, &size, &err) == HR_OK, "%s", err.msg);
+    hr_gguf_writer_destroy(w);
+    CHECKF(hr_gguf_open_memory(data, size, &g, &err) == HR_OK, "%s", err.msg);
+    if (g) {
+        const hr_gguf_tensor *t = hr_gguf_find_tensor(g, "big");
+        CHECK(!hr_gguf_file_mapped(g) && hr_gguf_release(g, t->data, t->size_bytes) == 0 &&
+              !memcmp(t->data, v, sizeof v));
+    }
+    hr_gguf_close(g);
+    free(data);
 }
 
 /* Errors of the resident read name the file as the mapped open does. */
@@ -661,6 +717,7 @@ int main(void) {
     test_resident_errors();
     fill_tensors();
     test_round_trip();
+    test_release();
     test_empty_file();
     test_writer_misuse();
     test_type_table();

@@ -43,11 +43,13 @@ static void print_banner(hr_runtime *rt, const hr_server_params *sp, int port) {
     char rq[32];
     hr_rt_device_mem d;
     if (hr_runtime_device_mem(rt, &d)) {
-        char tot[32], bud[32], ar[32], dw[32], ds[32], dk[32];
-        printf("GPU: %s: arena %s of a %s budget (--gpu-util %.2f of %s): weights %s + scratch %s + KV %s\n", d.name,
-               hr_format_size(d.arena_bytes, ar, sizeof ar), hr_format_size(d.budget_bytes, bud, sizeof bud), d.util,
-               hr_format_size(d.total_bytes, tot, sizeof tot), hr_format_size(d.weight_bytes, dw, sizeof dw),
-               hr_format_size(d.scratch_bytes, ds, sizeof ds), hr_format_size(d.kv_bytes, dk, sizeof dk));
+        char tot[32], bud[32], ar[32], dw[32], ds[32], dk[32], rel[32];
+        printf("GPU: %s: arena %s of a %s budget (--gpu-util %.2f of %s): weights %s + scratch %s + KV %s; host "
+               "copies of the uploaded weights given back: %s\n",
+               d.name, hr_format_size(d.arena_bytes, ar, sizeof ar), hr_format_size(d.budget_bytes, bud, sizeof bud),
+               d.util, hr_format_size(d.total_bytes, tot, sizeof tot), hr_format_size(d.weight_bytes, dw, sizeof dw),
+               hr_format_size(d.scratch_bytes, ds, sizeof ds), hr_format_size(d.kv_bytes, dk, sizeof dk),
+               hr_format_size(d.host_released, rel, sizeof rel));
     }
     printf("memory plan%s: weights %s + KV %s + scratch %s + request parsing %s + tables and overhead %s = %s%s%s "
            "(measured RSS now %s)\n",

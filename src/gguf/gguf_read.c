@@ -61,6 +61,8 @@ struct hr_gguf {
     const uint8_t *base;
     uint64_t size;
     bool mapped;   /* base is our mmap (else borrowed memory) */
+    bool file_map; /* that mmap is the file's (HR_GGUF_MMAP), not memory read from it */
+    bool edited;   /* hr_gguf_edit_begin made the mapping writable: its pages may be the only copy */
     bool writable; /* borrowed memory the lender lets us write (hr_gguf_open_memory_mut) */
     uint32_t version;
     uint64_t alignment;
@@ -613,11 +615,38 @@ bool hr_gguf_edit_begin(hr_gguf *g) {
     if (!g->mapped) return g->writable;
     /* our own private mapping (a file's, or anonymous memory read from it): pages become private
      * copies as they are written; the file is never changed */
+    g->edited = true;
     return mprotect((void *)g->base, g->size, PROT_READ | PROT_WRITE) == 0;
 }
 
 void hr_gguf_edit_end(hr_gguf *g) {
     if (g && g->mapped) (void)mprotect((void *)g->base, g->size, PROT_READ);
+}
+
+/* The whole pages of [p, p + n): their first address in *lo, their bytes returned. */
+static uint64_t page_span(const void *p, uint64_t n, uintptr_t *lo) {
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096u, a = (uintptr_t)p;
+    uintptr_t first = (a + page - 1) / page * page, end = (a + (uintptr_t)n) / page * page;
+    *lo = first;
+    return end > first ? (uint64_t)(end - first) : 0;
+}
+
+uint64_t hr_gguf_page_interior(const void *p, uint64_t n) {
+    uintptr_t lo;
+    return page_span(p, n, &lo);
+}
+
+bool hr_gguf_file_mapped(const hr_gguf *g) { return g && g->mapped && g->file_map && !g->edited; }
+
+uint64_t hr_gguf_release(const hr_gguf *g, const void *p, uint64_t n) {
+    const uint8_t *b = p;
+    if (!hr_gguf_file_mapped(g) || !b || b < g->base || n > g->size || (uint64_t)(b - g->base) > g->size - n) return 0;
+    uintptr_t lo;
+    uint64_t bytes = page_span(p, n, &lo);
+    /* a private file mapping never written: MADV_DONTNEED drops the process's hold on the pages, and a
+     * later read faults them in from the file again, the same bytes */
+    return bytes && madvise((void *)lo, (size_t)bytes, MADV_DONTNEED) == 0 ? bytes : 0;
 }
 
 hr_status hr_gguf_open_memory(const void *data, size_t size, hr_gguf **out, hr_error *err) {
@@ -707,8 +736,12 @@ hr_status hr_gguf_open_hold(const char *path, hr_gguf_hold hold, hr_gguf **out, 
                                 strerror_r(map_errno, ebuf, sizeof ebuf));
     }
     hr_status rc = open_bytes(map, (uint64_t)st.st_size, true, out, err);
-    if (rc != HR_OK) hr_error_prefix(err, "%s", path);
-    return rc;
+    if (rc != HR_OK) {
+        hr_error_prefix(err, "%s", path);
+        return rc;
+    }
+    (*out)->file_map = hold != HR_GGUF_RESIDENT; /* hr_gguf_release's pages come back from the file */
+    return HR_OK;
 }
 
 void hr_gguf_close(hr_gguf *g) { gguf_free(g); }

@@ -976,6 +976,14 @@ uint64_t hr_model_weight_bytes(const hr_model *m) { return m->weight_bytes; }
 uint64_t hr_model_file_bytes(const hr_model *m) { return m->hf ? hr_hf_bytes(m->hf) : hr_gguf_file_size(m->gguf); }
 const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
 
+uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n) {
+    return m->hf ? 0 : hr_gguf_release(m->gguf, p, n); /* a checkpoint's image is not the file */
+}
+
+uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n) {
+    return !m->hf && hr_gguf_file_mapped(m->gguf) ? hr_gguf_page_interior(p, n) : 0;
+}
+
 hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {
     hr_dtype type = (hr_dtype)t->type;
     FOR_PACKABLE((hr_model *)m, w, n, {

@@ -217,6 +217,13 @@ uint64_t hr_model_weight_bytes(const hr_model *m);
 /* Bytes the weights' file(s) hold as loaded: the GGUF file, or a checkpoint's tensors (mapped or quantized)
  * and its metadata. */
 uint64_t hr_model_file_bytes(const hr_model *m);
+/* For a backend that keeps its own copy of some weights (the GPU's arena): the host pages of [p, p + n),
+ * data of one of m's tensors, given back to the system where m's GGUF file is mapped and never edited
+ * (a later read faults them in from the file: nothing changes but the process's memory;
+ * hr_gguf_release); the bytes given back, 0 for weights held any other way. hr_model_releasable: the
+ * bytes that call would give back, without giving them. */
+uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n);
+uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n);
 /* The most common weight type of the matrices as in the file ("q4_0", "f16", ...). */
 const char *hr_model_type_name(const hr_model *m);
 /* The type the model computes tensor t of its GGUF in: t->type, or an x16 type where the load

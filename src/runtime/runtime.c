@@ -407,6 +407,7 @@ bool hr_runtime_device_mem(const hr_runtime *rt, hr_rt_device_mem *out) {
     out->scratch_bytes = g->scratch_bytes;
     out->kv_bytes = g->kv_bytes;
     hr_cuda_arena_info(rt->cuda, NULL, &out->arena_used_bytes, &out->arena_peak_bytes);
+    out->host_released = hr_cuda_backend_host_released(rt->ctx);
     return true;
 }
 
@@ -432,7 +433,9 @@ static hr_status open_kv(hr_runtime *rt, hr_error *err) {
         .n_ctx = rt->n_ctx,
         .n_seqs = HR_MAX(1, HR_MIN(rt->p.kv_seqs, rt->p.max_running)),
         .mem = {.model = hp,
-                .weight_bytes = rt->model ? hr_mem_weight_bytes(hp, hr_model_file_bytes(rt->model)) : 0,
+                .weight_bytes = !rt->model ? 0
+                                : rt->cuda ? hr_cuda_host_weight_bytes(rt->model)
+                                           : hr_mem_weight_bytes(hp, hr_model_file_bytes(rt->model)),
                 .tokenizer_bytes = rt->tok ? hr_tokenizer_table_bytes(rt->tok) : 0,
                 .max_batch_tokens = rt->p.max_batch_tokens,
                 .n_threads = rt->p.n_threads > 0 ? rt->p.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
@@ -568,8 +571,9 @@ hr_status hr_runtime_open(const hr_runtime_params *params, hr_runtime **out, boo
     else if (p->model_path && p->quantize) /* a Hugging Face checkpoint directory quantized at load */
         st = hr_model_load_dir(p->model_path, p->quantize, !rt->cuda, &rt->owned, err);
     else if (p->model_path)
-        /* --mmap keeps the file's pages shared: no repacking (which would copy them) */
-        st = hr_model_load_hold(p->model_path, p->mmap_weights ? HR_GGUF_MMAP : HR_GGUF_RESIDENT,
+        /* --mmap keeps the file's pages shared: no repacking (which would copy them); so does the GPU,
+         * which gives each matrix's pages back once it is uploaded (hr_cuda_host_weight_bytes) */
+        st = hr_model_load_hold(p->model_path, p->mmap_weights || rt->cuda ? HR_GGUF_MMAP : HR_GGUF_RESIDENT,
                                 !p->mmap_weights && !rt->cuda, /* the GPU takes the file's rows */
                                 &rt->owned, err);
     else

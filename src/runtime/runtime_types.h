@@ -38,6 +38,7 @@ typedef struct hr_rt_device_mem {
     uint64_t kv_bytes;         /* the KV blocks and the storage's staging rows */
     uint64_t arena_used_bytes; /* in use now */
     uint64_t arena_peak_bytes; /* most in use so far */
+    uint64_t host_released;    /* host pages of the uploaded weights given back (a mapped GGUF's) */
 } hr_rt_device_mem;
 
 typedef struct hr_rt_shape {

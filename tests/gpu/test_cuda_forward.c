@@ -17,7 +17,9 @@
  *      kernels: logits within a bound, the same greedy ids;
  *   5. what is refused says so in one line: a KV format the device storage lacks, a family the kernels
  *      do not cover (qwen3's Q/K norms), a weight type without a GEMV kernel (mxfp4);
- *   6. decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1): the device API's capture rules (what the
+ *   6. the host's copy of the weights: --device cuda maps the GGUF and gives back each matrix's pages
+ *      once uploaded, as the memory plan counts them;
+ *   7. decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1): the device API's capture rules (what the
  *      driver refuses inside a capture, a replay reading its buffers anew), then four sequences decoded
  *      at once, across a context bucket and with window policies among them, give the eager run's ids
  *      and log-probabilities bit for bit, with the graphs replayed more often than captured.
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda.h"
 #include "common/util.h"
@@ -784,6 +787,85 @@ static void test_arena(void) {
     hr_cuda_device_close(dev);
 }
 
+/* Resident bytes of this process's mappings of the file at path (/proc/self/smaps: the header line's
+ * pathname, then its "Rss:" line); -1 where no mapping names it. */
+static long long mapped_rss(const char *path) {
+    char real[4096];
+    if (!realpath(path, real)) return -1;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[4608];
+    long long rss = -1;
+    bool ours = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (strchr(line, '-') && strchr(line, ' ') && strchr(line, '-') < strchr(line, ' ')) { /* a header */
+            size_t n = strlen(line), m = strlen(real);
+            if (n && line[n - 1] == '\n') line[--n] = '\0';
+            ours = n >= m && !strcmp(line + n - m, real) && line[n - m - 1] == ' ';
+            if (ours && rss < 0) rss = 0;
+        } else if (ours && sscanf(line, "Rss: %llu kB", &kb) == 1) {
+            rss += (long long)kb * 1024;
+        }
+    }
+    fclose(f);
+    return rss;
+}
+
+/* --device cuda maps the GGUF and gives back each matrix's host pages once it is uploaded: the process
+ * holds no more of the file than the memory plan says (its metadata, the matrices' partial edge pages),
+ * the plan counts exactly what the backend gave back, and the device's ids stay the CPU's (the tiny
+ * f32 model: the two agree exactly). */
+static void test_host_weights(void) {
+    char path[512], cmd[1200];
+    snprintf(path, sizeof path, "%s/host-weights-tiny-f32.gguf", hr_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape tiny --type f32 -o '%s' > /dev/null 2>&1", HR_HEADROOM_BIN, path);
+    CHECKF(system(cmd) == 0, "synth: %s", cmd);
+    hr_error err = {0};
+    hr_runtime *rt = open_rt(path, "cuda", HR_RT_KV_F32, &err), *cpu = open_rt(path, "cpu", HR_RT_KV_F32, &err);
+    CHECKF(rt && cpu, "%s", err.msg);
+    hr_rt_device_mem dm;
+    if (!rt || !cpu || !hr_runtime_device_mem(rt, &dm)) {
+        hr_runtime_close(rt);
+        hr_runtime_close(cpu);
+        return;
+    }
+    const hr_model *m = hr_runtime_model(rt);
+    const uint64_t file = hr_model_file_bytes(m), loaded = hr_model_resident_bytes(hr_model_hparams(m), file);
+    const uint64_t host = hr_cuda_host_weight_bytes(m);
+    hr_runtime_memory mem;
+    hr_runtime_get_memory(rt, &mem);
+    const long long rss = mapped_rss(path);
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), whole = (file + page - 1) / page * page;
+    /* most of the file is matrices: at least 80% of it given back */
+    CHECKF(dm.host_released >= file / 10 * 8 && mem.weight_bytes == host &&
+               host == hr_model_resident_bytes(hr_model_hparams(m), whole) - dm.host_released,
+           "%llu of the file's %llu bytes given back; the plan counts %llu host weight bytes (loaded: %llu)",
+           (unsigned long long)dm.host_released, (unsigned long long)file, (unsigned long long)mem.weight_bytes,
+           (unsigned long long)loaded);
+    /* the mapping's whole pages less those given back; within the plan's host weights */
+    const uint64_t left = whole - dm.host_released;
+    CHECKF(rss >= 0 && (uint64_t)rss <= left && (uint64_t)rss <= host,
+           "the process holds %lld bytes of the file's mapping; its pages less those given back are %llu, the "
+           "plan's host weights %llu",
+           rss, (unsigned long long)left, (unsigned long long)host);
+    /* the CPU's plan counts the whole file it reads */
+    hr_runtime_memory cm;
+    hr_runtime_get_memory(cpu, &cm);
+    CHECK(cm.weight_bytes == loaded);
+    const int32_t prompt[] = {1, 17, 42, 99, 7};
+    int32_t a[16], b[16];
+    int na = generate(rt, prompt, 5, 16, a), nb = generate(cpu, prompt, 5, 16, b);
+    const bool same = na == 16 && nb == 16 && !memcmp(a, b, sizeof a);
+    CHECKF(same, "after the host pages went: %d and %d ids, not the same", na, nb);
+    printf("host weights under --device cuda: %.1f KiB of the %.1f KiB file given back, %.1f KiB of its mapping "
+           "resident, %.1f KiB planned (the CPU: %.1f KiB); ids %s the CPU's\n",
+           dm.host_released / 1024.0, file / 1024.0, rss / 1024.0, host / 1024.0, loaded / 1024.0,
+           same ? "equal to" : "NOT equal to");
+    hr_runtime_close(rt);
+    hr_runtime_close(cpu);
+}
+
 /* ---- 5. CUDA graphs ------------------------------------------------------------------------------- */
 
 /* the emulating driver's graph counters (captures ended well, graph launches, graphs alive), or
@@ -1004,6 +1086,7 @@ int main(int argc, char **argv) {
         test_refusals();
         test_windows();
         test_arena();
+        test_host_weights();
         test_f32_vectors();
         test_engine_paths();
         test_token_policies();

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda.h"
 #include "model/model_internal.h"
@@ -70,6 +71,7 @@ typedef struct cuda_ctx {
     uint64_t tok, out_norm, inv_freq;
     int tok_type;
     dev_weight out;
+    uint64_t host_released; /* host pages of uploaded weights given back (hr_model_release_host) */
     /* activations on the device, for max_tokens rows */
     uint64_t x, xb, xo, q, k, v, att, g, u, logits, ids, pos;
     /* the batch's places in the KV cache, made on the host once per forward and copied up: each
@@ -145,6 +147,16 @@ static const struct {
                     {"hr_k_gemv_q8_0", "hr_k_gemm_q8_0", 32},
                     {"hr_k_gemv_q4_0", "hr_k_gemm_q4_0", 32}};
 
+static int emb_type(hr_dtype t) {
+    return t == HR_DTYPE_F32 ? EMB_F32 : t == HR_DTYPE_F16 ? EMB_F16 : t == HR_DTYPE_Q8_0 ? EMB_Q8_0 : -1;
+}
+
+/* Whether matrix w's host pages go once uploaded: all but an output tied to a token embedding the host
+ * still reads (a type the device does not look up: its rows are dequantized on the host per batch). */
+static bool host_gone(const hr_model *m, const hr_weight *w) {
+    return !(w->data == m->tok_embd.data && emb_type(m->tok_embd.type) < 0);
+}
+
 /* a matrix's rows, uploaded as stored */
 static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, dev_weight *out, hr_error *err) {
     out->gemv = gemv_kernel(w->type);
@@ -157,7 +169,11 @@ static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, de
     out->cols = w->cols;
     size_t bytes = (size_t)w->rows * w->row_bytes;
     hr_status st = hr_cuda_alloc(x->dev, bytes, &out->p, err);
-    return st ? st : hr_cuda_upload(x->dev, out->p, w->data, bytes, err);
+    if (!st) st = hr_cuda_upload(x->dev, out->p, w->data, bytes, err);
+    /* the copy has left these pages (a pageable upload returns once it has), so the host's are given
+     * back one matrix at a time: the process never holds the whole file (hr_cuda_host_weight_bytes) */
+    if (!st && host_gone(x->m, w)) x->host_released += hr_model_release_host(x->m, w->data, bytes);
+    return st;
 }
 
 /* What the kernels cover: the llama family's plain shape (llama, mistral without its window, ...). */
@@ -186,10 +202,6 @@ static hr_status check_model(const hr_model *m, hr_error *err) {
     return HR_OK;
 }
 
-static int emb_type(hr_dtype t) {
-    return t == HR_DTYPE_F32 ? EMB_F32 : t == HR_DTYPE_F16 ? EMB_F16 : t == HR_DTYPE_Q8_0 ? EMB_Q8_0 : -1;
-}
-
 static uint64_t mat_bytes(const hr_weight *w) { return hr_cuda_arena_piece_bytes((uint64_t)w->rows * w->row_bytes); }
 
 uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
@@ -204,6 +216,33 @@ uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
     b += norm + mat_bytes(&m->output);
     if (emb_type(m->tok_embd.type) >= 0) b += mat_bytes(&m->tok_embd);
     return b + hr_cuda_arena_piece_bytes((uint64_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1) * 4u);
+}
+
+/* Host bytes of weights that stay with --device cuda: the loader's (hr_model_resident_bytes) less the
+ * pages upload_model gives back, the same ranges counted the same way (hr_model_releasable). */
+uint64_t hr_cuda_host_weight_bytes(const hr_model *m) {
+    const hr_hparams *hp = &m->hp;
+    uint64_t gone = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hr_layer *l = &m->layers[il];
+        const hr_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            gone += hr_model_releasable(m, ws[i]->data, (uint64_t)ws[i]->rows * ws[i]->row_bytes);
+    }
+    if (host_gone(m, &m->output))
+        gone += hr_model_releasable(m, m->output.data, (uint64_t)m->output.rows * m->output.row_bytes);
+    const hr_weight *te = &m->tok_embd;
+    if (emb_type(te->type) >= 0 && te->data != m->output.data)
+        gone += hr_model_releasable(m, te->data, (uint64_t)te->rows * te->row_bytes);
+    /* a mapping holds whole pages: the last one's too */
+    long ps = sysconf(_SC_PAGESIZE);
+    const uint64_t page = ps > 0 ? (uint64_t)ps : 4096u, file = hr_model_file_bytes(m);
+    const uint64_t keep = hr_model_resident_bytes(hp, gone ? (file + page - 1) / page * page : file);
+    return keep > gone ? keep - gone : 0;
+}
+
+uint64_t hr_cuda_backend_host_released(const hr_model_ctx *c) {
+    return c && hr_backend_of(c) == &hr_backend_cuda ? ((const cuda_ctx *)(const void *)c)->host_released : 0;
 }
 
 static hr_status upload_model(cuda_ctx *x, hr_error *err) {
@@ -240,6 +279,10 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     if (x->tok_type >= 0 &&
         ((st = hr_cuda_alloc(x->dev, tb, &x->tok, err)) || (st = hr_cuda_upload(x->dev, x->tok, te->data, tb, err))))
         return st;
+    if (x->tok_type >= 0) { /* tied to the output: its pages came back for this copy, and go again */
+        uint64_t r = hr_model_release_host(m, te->data, tb);
+        if (te->data != m->output.data) x->host_released += r;
+    }
     /* the table every backend turns by (model.h), so the GPU rotates by the CPU's angles */
     size_t half = (size_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1);
     float *inv = malloc(sizeof(float) * half);

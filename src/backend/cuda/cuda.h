@@ -148,6 +148,13 @@ int hr_cuda_attn_target_blocks(void);
 /* the device bytes the backend uploads for a model (what create allocates for weights, norms, the
  * embedding table where the device looks it up, RoPE's table), in arena pieces */
 uint64_t hr_cuda_model_weight_bytes(const struct hr_model *m);
+/* The host bytes of a model's weights with --device cuda (the runtime's memory plan): create gives back
+ * each uploaded matrix's host pages where the GGUF is a file mapping (hr_model_release_host), so what
+ * stays is the file's metadata, the norms' f32 copies and what the device does not hold (a token
+ * embedding of a type it does not look up); the whole file otherwise. And the bytes an instance gave
+ * back (0 for another backend's). */
+uint64_t hr_cuda_host_weight_bytes(const struct hr_model *m);
+uint64_t hr_cuda_backend_host_released(const hr_model_ctx *c);
 
 /* kernels/gemv.cu's launch shape: 8 output rows a thread block (grid.x = ceil(rows / 8)) and a tile of
  * up to HR_CUDA_GEMV_TOKENS tokens a grid row (grid.y = ceil(T / HR_CUDA_GEMV_TOKENS)): its
