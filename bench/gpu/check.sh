@@ -18,6 +18,9 @@
 #      compute-sanitizer is installed (PATH, or /usr/local/cuda*/bin): errors fail the step, a run cut
 #      by its time limit (SANITIZE_SECONDS, default 100, shared by the two) is reported as incomplete.
 # Usage: bench/gpu/check.sh [BUILD_DIR]   (default build-gpu; needs cmake, a C compiler, clang-19)
+# The lent machines have none of clang-19 and the -dev libraries: there step 1 takes the binaries
+# bench/gpu/pack.sh built here (.gpu-pack/pack.tar.xz, carried by the device tool) instead of building,
+# wherever that file is present (HEADROOM_GPU_PACK=FILE: another; =0: build even so).
 # The whole run stays under 8 minutes on an H200: step 5 gets what is left of 440 s (gpu_bench
 # --max-seconds skips what would not fit); E2E_LAYERS (default 8) of Llama-3-8B's 32 layers go into the
 # end-to-end model, whose synthesis on the host is most of step 5's time.
@@ -32,24 +35,58 @@ model=models/stories260K-q8_0.gguf
 fail=0
 step() { printf '\n== %s\n' "$*"; }
 
-step "1. build ($build) with clang-19"
-command -v clang-19 >/dev/null || { echo "clang-19 is not installed (apt-get install clang-19)"; exit 1; }
-nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
-cmake --build "$build" -j "$(nproc)" --target headroom test_gpu_cuda_kernels test_gpu_cuda_forward test_cuda_backend || exit 1
+pack=${HEADROOM_GPU_PACK:-.gpu-pack/pack.tar.xz}
+hr() { "$@"; } # runs one of headroom's programs (with the pack: its libraries first on the path)
+if [ "$pack" != 0 ] && [ -f "$pack" ]; then
+    step "1. the binaries bench/gpu/pack.sh built ($pack)"
+    nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
+    unpacked=$(mktemp -d /tmp/hr-gpu-pack.XXXXXX) || exit 1
+    tar -C "$unpacked" -xJf "$pack" || { echo "FAIL: cannot unpack $pack"; exit 1; }
+    manifest() { sed -n "s/^$1=//p" "$unpacked/MANIFEST"; }
+    src=$(manifest src)
+    build=$(manifest build)
+    echo "pack: commit $(manifest commit), built at $src/$build on $(manifest made | sed 's/^[^ ]* on //')"
+    echo "glibc: the pack needs $(manifest glibc) or newer; this machine has $(ldd --version 2>/dev/null | head -1 | grep -oE '[0-9.]+$')"
+    # the tests name the source tree by the absolute path they were built at: that path is this checkout
+    if [ "$src" != "$PWD" ]; then
+        if [ -e "$src" ] && [ "$(cd "$src" && pwd -P)" != "$(pwd -P)" ]; then
+            echo "FAIL: the pack was built at $src, which is another folder here (link it to $PWD by hand)"
+            exit 1
+        fi
+        [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; } || exit 1
+    fi
+    mkdir -p "$build" && cp "$unpacked"/build/* "$build/" || exit 1
+    export HR_SHARED_DIR=${HR_SHARED_DIR:-$unpacked/shared}
+    libs=$unpacked/lib
+    # the C++ runtime only where the machine has none (an older one first on the path breaks PyTorch)
+    ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || libs=$libs:$unpacked/lib/cxx
+    hr() { LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+    if ! hr "$build/headroom" --version >/dev/null 2>"$unpacked/start.err"; then
+        echo "FAIL: the packed binaries do not start here: $(head -3 "$unpacked/start.err")"
+        exit 1
+    fi
+    echo "PASS: $(hr "$build/headroom" --version | head -1) starts here"
+else
+    step "1. build ($build) with clang-19"
+    command -v clang-19 >/dev/null || { echo "clang-19 is not installed (apt-get install clang-19; or run bench/gpu/pack.sh where it is and carry .gpu-pack)"; exit 1; }
+    nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
+    cmake --build "$build" -j "$(nproc)" --target headroom test_gpu_cuda_kernels test_gpu_cuda_forward test_cuda_backend gpu_bench || exit 1
+    unpacked=
+fi
 
 step "2. kernels against the CPU reference (test_gpu_cuda_kernels)"
-"$build/test_gpu_cuda_kernels" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
+hr "$build/test_gpu_cuda_kernels" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
 rc=$?
 case $rc in
 0) echo "PASS" ;;
 77) echo "SKIPPED: the GPU could not be opened (the line above says why)"; fail=1 ;;
 *) echo "FAIL (exit $rc)"; fail=1 ;;
 esac
-env -u HEADROOM_CUDA_DRIVER "$build/test_cuda_backend" >/dev/null || { echo "test_cuda_backend FAILED on this machine"; fail=1; }
+hr env -u HEADROOM_CUDA_DRIVER "$build/test_cuda_backend" >/dev/null || { echo "test_cuda_backend FAILED on this machine"; fail=1; }
 
 step "3. the forward pass against the CPU and the vectors (test_gpu_cuda_forward)"
-"$build/test_gpu_cuda_forward" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
+hr "$build/test_gpu_cuda_forward" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
 rc=$?
 case $rc in
 0) echo "PASS" ;;
@@ -58,7 +95,7 @@ esac
 
 step "4. greedy stories260K from the CLI: GPU ids against CPU ids"
 ids() { # the completion's token ids from --json
-    "$build/headroom" run -m "$model" -p "Once upon a time" -n 48 --temp 0 --json "$@" |
+    hr "$build/headroom" run -m "$model" -p "Once upon a time" -n 48 --temp 0 --json "$@" |
         grep -o '"completion_token_ids":\[[0-9,]*\]'
 }
 cpu=$(ids --device cpu) || { echo "the CPU run failed"; exit 1; }
@@ -78,7 +115,6 @@ fi
 step "5. measurements (gpu_bench, torch_attn.py)"
 out=${OUT:-bench/gpu/out}
 mkdir -p "$out" || exit 1
-cmake --build "$build" -j "$(nproc)" --target gpu_bench >/dev/null || { echo "FAIL: gpu_bench does not build"; exit 1; }
 driver_version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
 commit=${HEADROOM_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)} # a copy without .git: set it
 bench=(--json "$out/gpu_bench.json" --md "$out/gpu_bench.md" --commit "$commit")
@@ -92,11 +128,11 @@ else
     [ "$left" -lt 120 ] && left=120
     bench+=(--max-seconds "$left" --e2e-layers "${E2E_LAYERS:-8}")
 fi
-"$build/gpu_bench" "${bench[@]}" | tee "$out/gpu_bench.txt"
+hr "$build/gpu_bench" "${bench[@]}" | tee "$out/gpu_bench.txt"
 rc=${PIPESTATUS[0]}
 case $rc in
 0)
-    if "$build/gpu_bench" --validate "$out/gpu_bench.json" "$out/gpu_bench.md"; then
+    if hr "$build/gpu_bench" --validate "$out/gpu_bench.json" "$out/gpu_bench.md"; then
         echo "PASS: $out/gpu_bench.json, $out/gpu_bench.md"
     else
         echo "FAIL: the files gpu_bench wrote are incomplete"
@@ -139,7 +175,7 @@ elif [ -z "$san" ]; then
 else
     half=$((${SANITIZE_SECONDS:-100} / 2))
     for tool in memcheck racecheck; do
-        timeout "$half" "$san" --tool "$tool" --error-exitcode 3 --print-limit 20 "$build/test_gpu_cuda_kernels" \
+        hr timeout "$half" "$san" --tool "$tool" --error-exitcode 3 --print-limit 20 "$build/test_gpu_cuda_kernels" \
             >"$out/sanitize_$tool.txt" 2>&1
         src=$?
         # the sanitizer's reports ("========= Invalid __global__ read ...", "========= Error: Race reported
