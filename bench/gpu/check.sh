@@ -9,7 +9,7 @@
 #      an f32 KV cache, top-1 agreement with the CPU for f16 and q8 caches, decode steps replayed as CUDA
 #      graphs equal to the eager ones (tests/gpu/test_cuda_forward.c);
 #   4. a greedy run of stories260K on the GPU from the CLI, its token ids compared with the CPU's;
-#   5. the measurements (bench/gpu/gpu_bench.c: copy, GEMV, prefill, attention per KV format, end to end
+#   5. the measurements (bench/gpu/gpu_bench*.c: copy, GEMV, prefill, attention per KV format, end to end
 #      with decode steps eager and as CUDA graphs, the ratio printed on one line;
 #      each kernel checked against the CPU at the measured shape first) and PyTorch's attention at the
 #      same shapes (bench/gpu/torch_attn.py, when python3 and torch are there), written as JSON and
@@ -154,6 +154,11 @@ cmp=$(sed -nE 's/^ +e2e +eager\/graphs +decode batch ([0-9]+) \(eager time \/ gr
 cmp=$(sed -nE 's/^ +attention +prefill split\/mma +([0-9]+) rows after ([0-9]+) .*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 rows after \2 \4x (\3)/p' \
     "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
 [ -n "$cmp" ] && echo "prefill attention, split time / mma time (> 1: mma faster; HEADROOM_CUDA_PREFILL_ATTN): $cmp"
+# the greedy choice, the logits copied and argmax'd on the host against argmax on the device (gpu_bench's
+# "host/device argmax" rows)
+cmp=$(sed -nE 's/^ +copy +host\/device argmax +batch ([0-9]+) \(.*\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p' \
+    "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
+[ -n "$cmp" ] && echo "greedy sampling, logits copy + host argmax time / device argmax time (> 1: device faster): $cmp"
 if command -v python3 >/dev/null; then
     timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
         --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"

@@ -103,6 +103,7 @@ const entry kernels[] = {
     K(k_norm, hr_k_rmsnorm),
     K(k_norm, hr_k_add_rmsnorm),
     K(k_norm, hr_k_softmax),
+    K(k_norm, hr_k_argmax_rows),
     K(k_rope, hr_k_rope),
     K(k_swiglu, hr_k_swiglu),
     K(k_selftest, hr_emu_selftest_divergent),

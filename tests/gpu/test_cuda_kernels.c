@@ -19,6 +19,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda.h"
 #include "harness.h"
+#include "sampler/sampler.h"
 #include "tensor/tensor.h"
 
 static hr_cuda_device *dev;
@@ -123,6 +124,83 @@ static void test_rmsnorm_softmax(void) {
         hr_cuda_free(dev, dw);
         hr_cuda_free(dev, dout);
         free(x), free(w), free(ref), free(got);
+    }
+}
+
+/* hr_k_argmax_rows against the CPU sampler's greedy choice (hr_argmax), which it must equal exactly, at
+ * vocab sizes that are not a multiple of the block's 256 threads; and against the answer each made-up row
+ * was built to have: ties (the lowest index), -inf rows, NaN (never chosen, but for hr_argmax's x[0]),
+ * +inf twice, -0 tied with 0, the maximum in the last column. */
+enum { AM_ROWS = 14 };
+static int argmax_row(float *x, int n, int kind) {
+    const float inf = INFINITY, nan = NAN;
+    const int last = n - 1, mid = n / 2, late = n > 300 ? 300 : last; /* late: another thread and warp */
+    fill(x, (size_t)n, 8.0f);
+    switch (kind) {
+    case 0: return -1; /* random: hr_argmax's choice only */
+    case 1:
+        for (int i = 0; i < n; i++) x[i] = 1.5f;
+        return 0;
+    case 2: x[mid] = x[late] = x[last] = 9.0f; return mid < late ? mid : late; /* above fill's 8: the first */
+    case 3:
+        for (int i = 0; i < n; i++) x[i] = -inf;
+        return 0;
+    case 4:
+        for (int i = 0; i < n; i++) x[i] = -inf;
+        x[last] = -1e30f;
+        return last;
+    case 5:
+        for (int i = 1; i < n; i += 3) x[i] = nan;
+        x[last] = 9.0f;
+        return last; /* NaN before it, not chosen */
+    case 6:
+        x[0] = nan;
+        x[mid] = 9.0f;
+        return 0; /* hr_argmax keeps x[0] when it is NaN */
+    case 7:
+        for (int i = 0; i < n; i++) x[i] = nan;
+        return 0;
+    case 8: x[late] = x[mid] = inf; return mid < late ? mid : late;
+    case 9:
+        for (int i = 0; i < n; i++) x[i] = -1.0f - (float)i;
+        x[late] = 0.0f, x[mid] = -0.0f;
+        return mid < late ? mid : late;
+    case 10: x[last] = 9.0f; return last;
+    case 11:
+        for (int i = 1; i < n; i++) x[i] = nan;
+        x[0] = -inf;
+        return 0;
+    case 12:
+        for (int i = 1; i < n; i++) x[i] = i == late ? 9.0f : nan;
+        x[0] = -inf;
+        return late;
+    default: return -1; /* random */
+    }
+}
+
+static void test_argmax_rows(void) {
+    static const int ns[] = {1, 5, 255, 257, 1000, 4099};
+    for (size_t si = 0; si < sizeof ns / sizeof ns[0]; si++) {
+        int n = ns[si];
+        float *x = malloc(sizeof(float) * (size_t)n * AM_ROWS);
+        int want[AM_ROWS], got[AM_ROWS], cpu[AM_ROWS];
+        for (int r = 0; r < AM_ROWS; r++) {
+            want[r] = argmax_row(x + (size_t)r * n, n, r);
+            cpu[r] = hr_argmax(x + (size_t)r * n, n);
+            got[r] = -7;
+        }
+        uint64_t dx = up(x, sizeof(float) * (size_t)n * AM_ROWS), dids = up(got, sizeof got);
+        void *a[] = {&dids, &dx, &n};
+        if (launch("hr_k_argmax_rows", AM_ROWS, 1, a)) {
+            down(got, dids, sizeof got);
+            for (int r = 0; r < AM_ROWS; r++) {
+                CHECKF(got[r] == cpu[r], "argmax_rows n=%d row %d: %d, the CPU's %d", n, r, got[r], cpu[r]);
+                if (want[r] >= 0)
+                    CHECKF(cpu[r] == want[r], "argmax n=%d row %d: %d, built for %d", n, r, cpu[r], want[r]);
+            }
+        }
+        hr_cuda_free(dev, dx), hr_cuda_free(dev, dids);
+        free(x);
     }
 }
 
@@ -1167,6 +1245,7 @@ int main(int argc, char **argv) {
     test_attention_deferred();
     test_prefill_runs();
     test_prefill_attention();
+    test_argmax_rows(); /* last: its random rows leave the others' data as it was */
     hr_cuda_device_close(dev);
     return hr_test_finish();
 }

@@ -1,4 +1,5 @@
-/* norm.cu: RMSNorm and softmax, one thread block per row (grid.x = rows, blockDim.x = 256). */
+/* norm.cu: RMSNorm, softmax and the rows' argmax, one thread block per row (grid.x = rows, blockDim.x =
+ * 256). */
 #include "common.cuh"
 
 /* out[r][i] = x[r][i] / sqrt(mean(x[r]^2) + eps) * w[i] for row r = blockIdx.x; out may be x. */
@@ -51,4 +52,44 @@ extern "C" __global__ void hr_k_softmax(float *x, int n) {
     s = block_sum(s, red);
     float inv = 1.0f / s;
     for (int i = tid_x(); i < n; i += ntid_x()) xr[i] *= inv;
+}
+
+/* (v, i) beats (w, j) in the argmax: i a candidate (j < 0: none yet), and a larger value or, equal, a
+ * lower index. Indices travel as floats (the shuffles move floats): exact below 2^24. */
+static __device__ inline bool argmax_beats(float v, float i, float w, float j) {
+    return i >= 0.0f && (j < 0.0f || v > w || (v == w && i < j));
+}
+
+/* The warp's best (v, i) in every lane */
+static __device__ inline void warp_argmax(float *v, float *i) {
+    for (int o = HR_K_WARP / 2; o > 0; o >>= 1) {
+        const float w = hr_shfl_xor(*v, o), j = hr_shfl_xor(*i, o);
+        if (argmax_beats(w, j, *v, *i)) *v = w, *i = j;
+    }
+}
+
+/* ids[r] = the greedy choice over row r = blockIdx.x of n logits, exactly the CPU sampler's (hr_argmax,
+ * src/sampler): the largest value, the lowest index among equal ones (-0 equals 0), NaN never chosen,
+ * with hr_argmax's one exception: its running maximum starts at x[0], which no comparison beats when it
+ * is NaN, so a row whose x[0] is NaN gives 0 (as does a row of NaN only). A row of -inf gives 0. Each
+ * thread scans its strided columns in increasing order (a strict > keeps the lowest index), then the
+ * warps' and the block's best are merged. n < 2^24 (the indices' floats). */
+extern "C" __global__ void hr_k_argmax_rows(int *ids, const float *x, int n) {
+    __shared__ float red_v[32], red_i[32];
+    const float *xr = x + (u64)ctaid_x() * (u64)n;
+    float bv = -__builtin_inff(), bi = -1.0f;
+    for (int i = tid_x(); i < n; i += ntid_x()) {
+        const float v = xr[i];
+        if (v > bv || (bi < 0.0f && v == v)) bv = v, bi = (float)i;
+    }
+    const int lane = tid_x() % HR_K_WARP, warp = tid_x() / HR_K_WARP, nw = ntid_x() / HR_K_WARP;
+    warp_argmax(&bv, &bi);
+    if (lane == 0) red_v[warp] = bv, red_i[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < nw ? red_v[lane] : -__builtin_inff();
+        bi = lane < nw ? red_i[lane] : -1.0f;
+        warp_argmax(&bv, &bi);
+        if (lane == 0) ids[ctaid_x()] = bi < 0.0f || xr[0] != xr[0] ? 0 : (int)bi;
+    }
 }
