@@ -45,7 +45,7 @@ static const hr_synth_shape k_shapes[] = {
      .llama3_rope = true,
      .vocab = HR_SYNTH_VOCAB_BPE},
     /* Llama-3-8B: GQA 32/8, head_dim 128, an untied 128,256-row output, rope_freqs as llama-3.2-1b's (speed does
-       not depend on them); the GPU measurements' end-to-end model (bench/gpu/gpu_bench.c) */
+       not depend on them); the GPU measurements' end-to-end model (bench/gpu/gpu_bench_engine.c) */
     {.name = "llama-3-8b",
      .arch = "llama",
      .n_vocab = 128256,
@@ -60,7 +60,7 @@ static const hr_synth_shape k_shapes[] = {
      .vocab = HR_SYNTH_VOCAB_BPE},
     /* Llama-3-8B's KV cache (32 layers, 8 KV heads of 128: 128 KiB a token in f16) on a small body (8
        query heads, n_embd 1024, ff 1024, vocab 512): what a KV budget holds of the 8B's sessions, at a
-       fraction of its weights (bench/gpu/gpu_bench.c's capacity measurement) */
+       fraction of its weights (bench/gpu/gpu_bench_engine.c's capacity measurement) */
     {.name = "llama-3-8b-kv",
      .arch = "llama",
      .n_vocab = 512,
