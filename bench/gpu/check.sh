@@ -75,6 +75,17 @@ else
     unpacked=
 fi
 
+# the driver where the loader would not look for it (a container's read-only driver mount)
+if [ -z "${HEADROOM_CUDA_DRIVER:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib64/nvidia; do
+        if [ -e "$d/libcuda.so.1" ]; then
+            export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+            echo "driver: $d/libcuda.so.1 (not in the loader's cache)"
+            break
+        fi
+    done
+fi
+
 step "2. kernels against the CPU reference (test_gpu_cuda_kernels)"
 hr "$build/test_gpu_cuda_kernels" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
 rc=$?
