@@ -23,7 +23,7 @@
 # The lent machines have none of clang-19 and the -dev libraries: there step 1 takes the binaries
 # bench/gpu/pack.sh built here (.gpu-pack/pack.tar.xz, carried by the device tool) instead of building,
 # wherever that file is present (HEADROOM_GPU_PACK=FILE: another; =0: build even so).
-# The whole run stays under 8 minutes on an H200: step 5 gets what is left of 440 s (gpu_bench
+# The whole run stays under 8 minutes on an H200: step 5 gets what is left of 415 s (gpu_bench
 # --max-seconds skips what would not fit); E2E_LAYERS (default 8) of Llama-3-8B's 32 layers go into the
 # end-to-end model, whose synthesis on the host is most of step 5's time.
 # HEADROOM_CUDA_DRIVER=FILE uses that driver library instead of libcuda.so.1 in every step: with the
@@ -137,7 +137,7 @@ if [ -n "${HEADROOM_CUDA_DRIVER:-}" ]; then
     bench+=(--driver "$HEADROOM_CUDA_DRIVER" --quick)
     quick=(--quick)
 else
-    left=$((440 - SECONDS - 60 - ${SANITIZE_SECONDS:-100})) # 60 s kept for torch_attn.py (90 at most), then step 6's
+    left=$((415 - SECONDS - 60 - ${SANITIZE_SECONDS:-100})) # 60 s kept for torch_attn.py (90 at most), ~25 s for 5b, then step 6's
     [ "$left" -lt 120 ] && left=120
     bench+=(--max-seconds "$left" --e2e-layers "${E2E_LAYERS:-8}")
 fi
