@@ -117,6 +117,20 @@ static void test_fake_device(void) {
         return;
     }
     CHECKF(st == HR_OK, "%s", e.msg);
+    /* a driver older than the PTX's ISA version (clang-19 writes 8.5: CUDA 12.5) is named before the
+     * modules fail to load; the version check itself at the release history's steps */
+    int ma = 0, mi = 0, need = hr_cuda_ptx_min_driver(hr_cuda_module_ptx(0, NULL), &ma, &mi);
+    CHECKF(need >= 12000 && need <= 12080, "PTX ISA %d.%d needs driver %d", ma, mi, need);
+    CHECK(hr_cuda_ptx_min_driver(".version 8.5\n", NULL, NULL) == 12050);
+    CHECK(hr_cuda_ptx_min_driver(".version 8.6\n", NULL, NULL) == 12070);
+    CHECK(hr_cuda_ptx_min_driver(".version 9.0\n", NULL, NULL) == 13000);
+    CHECK(hr_cuda_ptx_min_driver("no header", NULL, NULL) == 0);
+    char old_driver[16];
+    snprintf(old_driver, sizeof old_driver, "%d", need - 10);
+    setenv("HR_FAKE_CUDA_DRIVER", old_driver, 1);
+    CHECK(hr_cuda_probe(HR_FAKE_CUDA_LIB, 0, &e) == HR_ERR_UNSUPPORTED);
+    CHECKF(strstr(e.msg, "which needs a CUDA") && strstr(e.msg, "driver or newer; this one is CUDA"), "%s", e.msg);
+    unsetenv("HR_FAKE_CUDA_DRIVER");
     /* the backend opens the device, then wants a model and a KV pool on it (tests/gpu/test_cuda_forward.c
      * runs the forward pass through the emulating driver) */
     hr_cuda_backend_params cp = {.ordinal = 0, .driver_lib = HR_FAKE_CUDA_LIB};
@@ -132,6 +146,11 @@ static void test_fake_device(void) {
     CHECK(!strcmp(hr_cuda_device_name(dev), "Fake H100"));
     for (int k = 0; k < N_KERNELS; k++)
         CHECKF(hr_cuda_launch(dev, k_kernels[k], 1, 1, 256, NULL, &e) == HR_OK, "%s: %s", k_kernels[k], e.msg);
+    /* a launch past a compute capability 9.0 GPU's limits (65535 grid rows, 1024 threads) fails, named */
+    CHECK(hr_cuda_launch(dev, k_kernels[0], 1, 65536, 256, NULL, &e) == HR_ERR_UNSUPPORTED);
+    CHECKF(strstr(e.msg, k_kernels[0]) != NULL, "%s", e.msg);
+    CHECK(hr_cuda_launch(dev, k_kernels[0], 1, 65535, 1025, NULL, &e) == HR_ERR_UNSUPPORTED);
+    CHECK(hr_cuda_launch(dev, k_kernels[0], 1, 65535, 1024, NULL, &e) == HR_OK);
     CHECK(hr_cuda_launch(dev, "hr_k_no_such_kernel", 1, 1, 256, NULL, &e) == HR_ERR_NOT_FOUND);
     CHECKF(!strcmp(e.msg, "CUDA: no kernel named hr_k_no_such_kernel in this build"), "%s", e.msg);
     uint64_t fr = 0, tot = 0;

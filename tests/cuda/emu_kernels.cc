@@ -33,10 +33,10 @@ namespace k_swiglu {
 
 #include "emu_rt.h"
 
-/* Two kernels only the emulator's own check launches (tests/gpu/test_cuda_kernels.c; no PTX has
- * them): a warp split between __syncthreads and a shuffle, which no barrier can release; and lanes that
- * leave while the rest of their warp shuffles (finished lanes count as arrived; a partner that left
- * gives a lane its own value). */
+/* Kernels only the emulator's own check launches (tests/gpu/test_cuda_kernels.c; no PTX has them): a
+ * warp split between __syncthreads and a shuffle, which no barrier can release; lanes that leave while
+ * the rest of their warp shuffles (finished lanes count as arrived; a partner that left gives a lane its
+ * own value); and a vector load at an address it may not be aligned to. */
 namespace k_selftest {
 extern "C" void hr_emu_selftest_divergent(float *out) {
     if (tid_x() % 2)
@@ -49,13 +49,39 @@ extern "C" void hr_emu_selftest_early_exit(float *out) {
     out[tid_x()] = hr_shfl_xor((float)tid_x(), 16);     /* the partner left: its own value */
     out[64 + tid_x()] = hr_shfl_xor((float)tid_x(), 1); /* the partner is there: its value */
 }
+/* a 16-byte load of out[off .. off + 3] into out[0 .. 3] (thread 0): misaligned unless off % 4 == 0
+ * (out 16-byte aligned) */
+extern "C" void hr_emu_selftest_misaligned(float *out, int off) {
+    if (tid_x() != 0) return;
+    float v[4];
+    __builtin_memcpy(v, hr_aligned<16>(out + off), sizeof v);
+    __builtin_memcpy(out, v, sizeof v);
+}
 } // namespace k_selftest
 
 namespace {
 template <int... I> struct seq {};
 template <int N, int... I> struct make_seq : make_seq<N - 1, N - 1, I...> {};
 template <int... I> struct make_seq<0, I...> { typedef seq<I...> type; };
-template <typename... A, int... I> void call(void (*f)(A...), void **p, seq<I...>) { f(*(A *)p[I]...); }
+/* A pointer argument not aligned to what it points at faults at its first access on a GPU: each is
+ * checked as the launch's first thread starts (the host's offsets into the arena and its buffers) */
+template <typename T> struct pointee {
+    static void check(const T &) {}
+};
+template <typename T> struct pointee<T *> {
+    static void check(T *p) { hr_aligned<alignof(T)>(p); }
+};
+template <> struct pointee<void *> {
+    static void check(void *) {}
+};
+template <> struct pointee<const void *> {
+    static void check(const void *) {}
+};
+template <typename... A, int... I> void call(void (*f)(A...), void **p, seq<I...>) {
+    if (hr_emu_tid_x() == 0 && hr_emu_ctaid_x() == 0 && hr_emu_ctaid_y() == 0) /* once a launch */
+        (pointee<A>::check(*(A *)p[I]), ...);
+    f(*(A *)p[I]...);
+}
 template <typename... A> void invoke(void (*f)(A...), void **p) { call(f, p, typename make_seq<sizeof...(A)>::type()); }
 
 /* each argument's size, from the kernel's own signature */
@@ -108,6 +134,7 @@ const entry kernels[] = {
     K(k_swiglu, hr_k_swiglu),
     K(k_selftest, hr_emu_selftest_divergent),
     K(k_selftest, hr_emu_selftest_early_exit),
+    K(k_selftest, hr_emu_selftest_misaligned),
 };
 } // namespace
 

@@ -20,6 +20,8 @@
  * - A block whose live threads wait at barriers that can never open (some at __syncthreads, others of
  *   a warp at a shuffle; a divergent barrier, a hang on the GPU) ends the launch with an error instead
  *   of hanging.
+ * - An access the kernel promised aligned (common.cuh's hr_aligned: the vector loads and stores) at an
+ *   address that is not ends the launch with an error after its block, as the GPU's fault would.
  *
  * What it does not model: threads running at once (no races are found here), memory spaces (device
  * addresses are host addresses), timing, and the hardware's approximate math (libm's instead).
@@ -109,6 +111,8 @@ static struct emu {
     int live, at_sync;                        /* the block's threads not finished, at __syncthreads */
     int warp_live[EMU_MAX_THREADS / EMU_WARP], warp_at[EMU_MAX_THREADS / EMU_WARP]; /* per warp: live, at a shuffle */
     unsigned char *stacks;
+    char misaligned[160]; /* the launch's first misaligned access ("": none) */
+    bool misaligned_said; /* printed (once a launch) */
 #ifdef EMU_ASAN
     void *sched_fake_stack;
     const void *sched_bottom;
@@ -298,6 +302,16 @@ void hr_emu_mma_16816(float *d, const unsigned *a, const unsigned *b, int f16) {
     }
 }
 
+void hr_emu_misaligned(const void *p, int align) {
+    if (!E.misaligned[0])
+        snprintf(E.misaligned, sizeof E.misaligned,
+                 "block (%u, %u) thread %d: a %d-byte access at %p, not %d-byte aligned (a GPU faults: misaligned "
+                 "address)",
+                 E.cx, E.cy, E.cur, align, p, align);
+    /* said at once too: a typed vector access (the GEMM's f32x4) may fault on the host itself next */
+    if (!E.misaligned_said) fprintf(stderr, "emulated CUDA launch: %s\n", E.misaligned), E.misaligned_said = true;
+}
+
 static void fiber_main(void) {
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
@@ -380,12 +394,17 @@ int hr_emu_launch(hr_emu_kernel_fn fn, void **params, unsigned gx, unsigned gy, 
     E.params = params;
     E.n = (int)bx;
     E.gx = gx;
+    E.misaligned[0] = 0;
+    E.misaligned_said = false;
     int rc = 0;
     for (unsigned y = 0; y < gy && !rc; y++)
         for (unsigned x = 0; x < gx && !rc; x++) {
             E.cx = x;
             E.cy = y;
-            if (!run_block(why, why_len)) rc = 1;
+            if (!run_block(why, why_len))
+                rc = 1;
+            else if (E.misaligned[0]) /* the block ran; the GPU's would have stopped at the fault */
+                rc = 2, snprintf(why, why_len, "%s", E.misaligned);
         }
     pthread_mutex_unlock(&E.mu);
     return rc;

@@ -13,7 +13,8 @@ extern "C" {
 typedef void (*hr_emu_kernel_fn)(void **params);
 
 /* Runs fn over grid (gx, gy, gz) of blocks of (bx, by, bz) threads (1-D blocks, 2-D grids); 0 when
- * it ran, else 1 with why filled (an unsupported shape, a barrier that never opens). */
+ * it ran, else 1 with why filled (an unsupported shape, a barrier that never opens), or 2 for a
+ * misaligned access (hr_emu_misaligned). */
 int hr_emu_launch(hr_emu_kernel_fn fn, void **params, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                   unsigned bz, char *why, size_t why_len);
 
@@ -32,6 +33,10 @@ float hr_emu_shfl_xor(float v, int lane_mask);
  * out. A warp that is not whole at it (a lane gone, a partial warp, lanes that disagree on the type)
  * gets NaN. */
 void hr_emu_mma_16816(float *d, const unsigned *a, const unsigned *b, int f16);
+
+/* an A-byte access at p, p not a multiple of A: on a GPU a misaligned-address fault. The launch runs
+ * on (x86 reads it) and then fails (hr_emu_launch returns 2) with the first such access named. */
+__attribute__((cold)) void hr_emu_misaligned(const void *p, int align);
 
 /* the emulated kernel named name (an extern "C" __global__ of src/backend/cuda/kernels), or NULL */
 hr_emu_kernel_fn hr_emu_kernel(const char *name);

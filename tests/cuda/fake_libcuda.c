@@ -1,9 +1,11 @@
 /* fake_libcuda.c: a stand-in for the NVIDIA driver library (libcuda.so.1), built as a shared library
  * for test_cuda_backend, so the CUDA backend's host side (dlopen, symbol lookup, device checks,
  * module loading, kernel lookup by name, device memory) runs on a machine without a GPU. Device
- * memory is host memory (fresh mappings: zeros); a launch runs nothing and only counts. HR_FAKE_CUDA_MODE picks the
- * machine: unset: one compute capability 9.0 GPU; "nodev": the driver sees no GPU; "cc80": an 8.0 GPU. The ABI is the
- * driver API's documented one, as backend/cuda/cuda_driver.h declares it.
+ * memory is host memory (fresh mappings: zeros); a launch runs nothing and only counts. HR_FAKE_CUDA_MODE
+ * picks the machine: unset: one compute capability 9.0 GPU; "nodev": the driver sees no GPU; "cc80": an
+ * 8.0 GPU. The driver is CUDA 12.8's (HR_FAKE_CUDA_DRIVER: another) and refuses PTX newer than it, and
+ * launches past the GPU's limits, as a real one does. The ABI is the driver API's documented one, as
+ * backend/cuda/cuda_driver.h declares it.
  *
  * Built with HR_FAKE_CUDA_EMU (the hr_emu_cuda library), a launch runs the kernel: the kernels' own
  * source compiled for the host (emu_kernels.cc), each GPU thread a fiber (emu_rt.c). A module whose
@@ -94,14 +96,20 @@ static const char *mode(void) {
 }
 
 int cuInit(unsigned flags) { return strcmp(mode(), "nodev") == 0 ? 100 : 0; /* CUDA_ERROR_NO_DEVICE */ }
+/* CUDA 12.8 (HR_FAKE_CUDA_DRIVER: another, as cuDriverGetVersion writes it, 1000 major + 10 minor) */
+static int driver_version(void) {
+    const char *v = getenv("HR_FAKE_CUDA_DRIVER");
+    return v && *v ? atoi(v) : 12080;
+}
 int cuDriverGetVersion(int *v) {
-    *v = 12040;
+    *v = driver_version();
     return 0;
 }
 int cuGetErrorString(int r, const char **s) {
     *s = r == 500 ? "named symbol not found" : "fake driver error";
 #ifdef HR_FAKE_CUDA_EMU
-    if ((r == 200 || r == 719) && emu_why[0]) *s = emu_why; /* a module or a launch the emulator refused */
+    /* a module, a launch or a launch's shape the emulator refused */
+    if ((r == 1 || r == 200 || r == 716 || r == 719) && emu_why[0]) *s = emu_why;
 #endif
     return 0;
 }
@@ -136,6 +144,13 @@ int cuCtxSynchronize(void) { return capturing ? refuse_in_capture(CU_CAPTURE_UNS
 /* a module is its PTX text; one with no kernel entry is refused as the driver refuses a bad image */
 int cuModuleLoadData(void **m, const void *image) {
     if (!strstr(image, ".entry ")) return 200; /* CUDA_ERROR_INVALID_IMAGE */
+    /* PTX newer than the driver (ISA 8.0 to 8.5: CUDA 12.0 to 12.5, 8.6 on: 12.7 on, 9.x: 13.x) */
+    const char *ver = strstr(image, ".version ");
+    int M = 0, mi = 0;
+    if (ver && sscanf(ver, ".version %d.%d", &M, &mi) == 2 &&
+        (M > 9 || (M == 9 && 13000 + 10 * mi > driver_version()) ||
+         (M == 8 && 12000 + 10 * (mi <= 5 ? mi : mi + 1) > driver_version())))
+        return 222; /* CUDA_ERROR_UNSUPPORTED_PTX_VERSION */
 #ifdef HR_FAKE_CUDA_EMU
     for (const char *e = strstr(image, ".entry "); e; e = strstr(e + 1, ".entry ")) {
         char name[128];
@@ -163,8 +178,40 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
     return 0;
 }
 static bool stream_capturing(void *stream);
+
+/* A launch shape a compute capability 9.0 GPU refuses (CUDA_ERROR_INVALID_VALUE), as the CUDA
+ * programming guide's table of per-capability limits gives them: at most 1024 threads a block,
+ * blockDim.x and .y 1024, .z 64; gridDim.x 2^31 - 1, .y and .z 65535; no dimension 0; and dynamic
+ * shared memory past 48 KiB without the opt-in attribute (cuFuncSetAttribute, which nothing here
+ * calls). Checked before anything else, in a capture too, so a shape that only a large batch reaches
+ * fails in the tests' launches as it would on the GPU; why: the reason, for cuGetErrorString. */
+static bool launch_refused(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, char *why, size_t why_len) {
+    const char *r = NULL;
+    if (!gx || !gy || !gz || !bx || !by || !bz)
+        r = "a dimension is 0";
+    else if (bx > 1024 || by > 1024 || bz > 64)
+        r = "a block dimension past its limit (x, y 1024, z 64)";
+    else if ((unsigned long long)bx * by * bz > 1024)
+        r = "more than 1024 threads a block";
+    else if (gx > 0x7fffffffu || gy > 65535 || gz > 65535)
+        r = "a grid dimension past its limit (x 2^31 - 1, y, z 65535)";
+    else if (shared > 48u << 10)
+        r = "more than 48 KiB of dynamic shared memory";
+    if (r)
+        snprintf(why, why_len, "launch grid (%u, %u, %u) block (%u, %u, %u) shared %u refused: %s", gx, gy, gz, bx, by,
+                 bz, shared, r);
+    return r != NULL;
+}
+
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra) {
+#ifdef HR_FAKE_CUDA_EMU
+    if (launch_refused(gx, gy, gz, bx, by, bz, shared, emu_why, sizeof emu_why)) return 1;
+#else
+    char why[160];
+    if (launch_refused(gx, gy, gz, bx, by, bz, shared, why, sizeof why)) return 1;
+#endif
     if (stream_capturing(stream)) return record_launch(stream, f, gx, gy, gz, bx, by, bz, params);
     /* the legacy stream waits for every blocking stream: one that captures cannot be waited for */
     if (!stream && capturing) return refuse_in_capture(CU_CAPTURE_IMPLICIT);
@@ -177,7 +224,9 @@ static int run_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned b
     /* CUDA_ERROR_LAUNCH_FAILED (719) for a launch the emulator cannot run or a barrier that hangs */
     hr_emu_kernel_fn fn;
     memcpy(&fn, &f, sizeof fn);
-    if (hr_emu_launch(fn, params, gx, gy, gz, bx, by, bz, emu_why, sizeof emu_why)) return 719;
+    /* CUDA_ERROR_MISALIGNED_ADDRESS (716) for an access the kernel promised aligned that was not */
+    int rc = hr_emu_launch(fn, params, gx, gy, gz, bx, by, bz, emu_why, sizeof emu_why);
+    if (rc) return rc == 2 ? 716 : 719;
 #endif
     return 0;
 }

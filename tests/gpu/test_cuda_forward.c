@@ -447,6 +447,14 @@ static void test_refusals(void) {
     rt = NULL;
     CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) == HR_OK && rt, "h2o on the GPU: %s", err.msg);
     hr_runtime_close(rt);
+    /* a batch past what the GEMV's grid rows take (grid.y at most 65535 on a GPU) */
+    pp = rt_params(model, "cuda", HR_RT_KV_F16);
+    pp.max_batch_tokens = HR_CUDA_MAX_BATCH_TOKENS + 1;
+    rt = NULL;
+    CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) != HR_OK && !rt &&
+               strstr(err.msg, "max_batch_tokens 524281 is past 524280") && !strchr(err.msg, '\n'),
+           "a batch of %d tokens on the GPU: %s", pp.max_batch_tokens, err.msg);
+    hr_runtime_close(rt);
     /* a family the kernels do not cover, and a weight type without a GEMV kernel, each named */
     refused_model("--shape qwen3-tiny --type f32", "qwen3-tiny",
                   "has Q/K norms, which the GPU kernels do not cover yet");

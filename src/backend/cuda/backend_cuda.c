@@ -356,6 +356,9 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
                           hr_cuda_device_name(x->dev));
     else if (p->max_batch_tokens < 1 || p->max_ctx < 1)
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "max_batch_tokens and max_ctx must be positive");
+    else if (p->max_batch_tokens > HR_CUDA_MAX_BATCH_TOKENS)
+        st = hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: max_batch_tokens %d is past %d (the GEMV's grid rows)",
+                          p->max_batch_tokens, HR_CUDA_MAX_BATCH_TOKENS);
     if (!st) st = check_model(m, err);
     /* the device path writes and attends by physical slot in one group of every layer: a model whose
      * layers all attend alike (all full, or all through the same sliding window, as mistral's) */

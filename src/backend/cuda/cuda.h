@@ -156,11 +156,20 @@ uint64_t hr_cuda_model_weight_bytes(const struct hr_model *m);
 uint64_t hr_cuda_host_weight_bytes(const struct hr_model *m);
 uint64_t hr_cuda_backend_host_released(const hr_model_ctx *c);
 
+/* the oldest driver version (cuDriverGetVersion's 1000 major + 10 minor) that loads PTX text ptx (its
+ * .version directive; 0: unknown), and that ISA version (*isa_major, *isa_minor; either may be NULL).
+ * Open refuses a driver older than the embedded modules need, naming both versions. */
+int hr_cuda_ptx_min_driver(const char *ptx, int *isa_major, int *isa_minor);
+
 /* kernels/gemv.cu's launch shape: 8 output rows a thread block (grid.x = ceil(rows / 8)) and a tile of
  * up to HR_CUDA_GEMV_TOKENS tokens a grid row (grid.y = ceil(T / HR_CUDA_GEMV_TOKENS)): its
  * HR_K_GEMV_TT */
 #define HR_CUDA_GEMV_ROWS   8
 #define HR_CUDA_GEMV_TOKENS 8
+/* the most tokens a forward pass takes (the arena plan and create refuse a larger max_batch_tokens): the GEMV's grid.y
+ * at a GPU's limit of 65535; every other launch's grid stays inside its limits below this (docs/GPU.md,
+ * "What the emulator enforces") */
+#define HR_CUDA_MAX_BATCH_TOKENS (65535 * HR_CUDA_GEMV_TOKENS)
 
 /* ---- the embedded kernels ----------------------------------------------------------------------- */
 

@@ -29,6 +29,7 @@ void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int tar
     int tiles = (max_ctx + CUDA_ATT_TILE - 1) / CUDA_ATT_TILE;
     if (tiles < 1) tiles = 1;
     int64_t want = (target_blocks + per_split - 1) / per_split;
+    if (want > 65535) want = 65535; /* the splits are grid.y: at most 65535 (a huge HEADROOM_CUDA_ATTN_BLOCKS) */
     int ns = want < 1 ? 1 : want > tiles ? tiles : (int)want;
     int tiles_per = (tiles + ns - 1) / ns;
     *chunk = tiles_per * CUDA_ATT_TILE;
@@ -132,6 +133,9 @@ hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena
     if (!(util > 0.0 && util <= 1.0))
         return hr_error_set(err, HR_ERR_INVALID_ARG, "--gpu-util %g: must be in (0, 1]", util);
     out->util = util;
+    if (q->max_batch_tokens > HR_CUDA_MAX_BATCH_TOKENS) /* the runtime and the planner alike, before the sizes */
+        return hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: max_batch_tokens %d is past %d (the GEMV's grid rows)",
+                            q->max_batch_tokens, HR_CUDA_MAX_BATCH_TOKENS);
     out->budget_bytes = (uint64_t)((double)q->total_bytes * util);
     out->weight_bytes = q->weight_bytes;
     uint64_t pieces[HR_CUDA_SCRATCH_PIECES];

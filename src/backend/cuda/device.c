@@ -44,6 +44,19 @@ const char *hr_cuda_module_ptx(int i, const char **name) {
     return hr_cuda_ptx_modules[i].ptx;
 }
 
+/* The oldest driver (cuDriverGetVersion's 1000 major + 10 minor) that loads a PTX module, from its
+ * .version directive: the PTX ISA's release history pairs ISA 7.x with CUDA 11.x, 8.0 to 8.5 with
+ * 12.0 to 12.5, 8.6 on with 12.7 on (one minor ahead), 9.x with 13.x. A newer module fails to load
+ * (CUDA_ERROR_UNSUPPORTED_PTX_VERSION); 0 where the header says nothing known (the driver decides). */
+int hr_cuda_ptx_min_driver(const char *ptx, int *isa_major, int *isa_minor) {
+    const char *v = ptx ? strstr(ptx, ".version ") : NULL;
+    int M = 0, m = 0;
+    if (!v || sscanf(v, ".version %d.%d", &M, &m) != 2) return 0;
+    if (isa_major) *isa_major = M;
+    if (isa_minor) *isa_minor = m;
+    return M == 7 ? 11000 + 10 * m : M == 8 ? 12000 + 10 * (m <= 5 ? m : m + 1) : M == 9 ? 13000 + 10 * m : 0;
+}
+
 /* every failure of open: "CUDA: " then what is missing */
 static hr_status open_fail(hr_cuda_device *d, hr_status st, hr_error *err) {
     hr_error_prefix(err, "CUDA");
@@ -88,6 +101,17 @@ hr_status hr_cuda_device_open(const char *driver_lib, int ordinal, hr_cuda_devic
         return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot create a context", err), err);
     if ((r = d->drv.cuStreamCreate(&d->stream, 0)))
         return open_fail(d, hr_cuda_fail(&d->drv, r, "cannot create a stream", err), err);
+    /* a driver older than the PTX refuses every module with an error that does not say which versions */
+    int drv_version = 0, isa_major = 0, isa_minor = 0;
+    const int need = hr_cuda_ptx_min_driver(hr_cuda_ptx_modules[0].ptx, &isa_major, &isa_minor);
+    if (!d->drv.cuDriverGetVersion(&drv_version) && need && drv_version < need)
+        return open_fail(d,
+                         hr_error_set(err, HR_ERR_UNSUPPORTED,
+                                      "the kernels are PTX ISA %d.%d, which needs a CUDA %d.%d driver or newer; "
+                                      "this one is CUDA %d.%d",
+                                      isa_major, isa_minor, need / 1000, need % 1000 / 10, drv_version / 1000,
+                                      drv_version % 1000 / 10),
+                         err);
     for (int i = 0; i < hr_cuda_ptx_count && i < HR_CUDA_MAX_MODULES; i++) {
         /* the driver JIT-compiles the PTX for this GPU here (cached by the driver across runs) */
         if ((r = d->drv.cuModuleLoadData(&d->mods[i], hr_cuda_ptx_modules[i].ptx))) {

@@ -164,7 +164,7 @@ static __device__ void kv_put(u8 *head, int fmt, int B, int D, int G, int s, con
     if (fmt == HR_K_KV_Q4H) {
         q4h_put(head, B, D, G, s, xs, rotate);
     } else if (fmt == HR_K_KV_F32) {
-        for (int d = tid_x(); d < D; d += ntid_x()) ((float *)head)[row + d] = x[d];
+        for (int d = tid_x(); d < D; d += ntid_x()) hr_aligned<4>((float *)head)[row + d] = x[d];
     } else if (fmt == HR_K_KV_F16 || fmt == HR_K_KV_BF16) {
         for (int d = tid_x(); d < D; d += ntid_x()) {
             const u16 h = fmt == HR_K_KV_F16 ? hr_f2h(x[d]) : hr_f2bf(x[d]);
@@ -177,7 +177,7 @@ static __device__ void kv_put(u8 *head, int fmt, int B, int D, int G, int s, con
         amax = block_max(amax, red);
         const float sc = amax / 448.0f, inv = sc > 0.0f ? 1.0f / sc : 0.0f;
         for (int d = tid_x(); d < D; d += ntid_x()) head[row + d] = hr_f_to_e4m3(x[d] * inv);
-        if (tid_x() == 0) ((float *)(head + scale_off(fmt, B, D)))[s] = sc;
+        if (tid_x() == 0) hr_aligned<4>((float *)(head + scale_off(fmt, B, D)))[s] = sc;
     } else { /* q8: per group of G, scale = amax / 127 rounded to f16, codes against the stored scale */
         u8 *scales = head + scale_off(fmt, B, D);
         for (int d = tid_x(); d < D; d += ntid_x()) {

@@ -221,7 +221,7 @@ prefill_attend(u32 *Ks, u16 *Vt, int *present, float *red, float *out, const flo
             for (int j = 0; j < HR_PF_TK / 16; j++) {
                 const u32 a[4] = {pf_pack(s[2 * j][0], s[2 * j][1]), pf_pack(s[2 * j][2], s[2 * j][3]),
                                   pf_pack(s[2 * j + 1][0], s[2 * j + 1][1]), pf_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
-                const u32 *vw = (const u32 *)Vt + g8 * HR_PF_VS + 8 * j + qd;
+                const u32 *vw = hr_aligned<4>((const u32 *)Vt) + g8 * HR_PF_VS + 8 * j + qd;
 #pragma unroll
                 for (int n = 0; n < ND; n++) {
                     /* positions 16 j + 2 qd (+ 8) and the next, d 8 n + g8 */

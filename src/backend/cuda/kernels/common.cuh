@@ -68,6 +68,14 @@ static __device__ inline void hr_mma_16816_f16(float d[4], const u32 a[4], const
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+/* p, promised A-byte aligned (the emulation checks it): what lets the compiler make an A-byte access
+ * of a byte pointer; a T * is taken to be aligned to T already, so nothing is added for it */
+template <int A, typename T> static __device__ inline T *hr_aligned(T *p) {
+    if constexpr (A <= alignof(T))
+        return p;
+    else
+        return (T *)__builtin_assume_aligned(p, A);
+}
 #else
 /* The CPU emulation of the kernels (tests/cuda/emu_rt.c, for the test driver library: a kernel runs
  * as host code, each GPU thread a fiber, one thread block at a time). Shared memory is a static
@@ -101,6 +109,14 @@ static inline float hr_sqrtf(float x) { return sqrtf(x); }
 /* the warp's lanes meet in the emulator, which multiplies the gathered fragments (emu_rt.c) */
 static inline void hr_mma_16816_bf16(float d[4], const u32 a[4], const u32 b[2]) { hr_emu_mma_16816(d, a, b, 0); }
 static inline void hr_mma_16816_f16(float d[4], const u32 a[4], const u32 b[2]) { hr_emu_mma_16816(d, a, b, 1); }
+/* A GPU faults on an access at an address that is not a multiple of its width
+ * (CUDA_ERROR_MISALIGNED_ADDRESS); x86 does not. Every access wider than its byte pointer promises (the
+ * 16- and 8-byte vector loads, a float or u16 read from a byte offset in a KV head) takes its pointer
+ * through hr_aligned, which here checks the promise: a broken one fails the launch, naming the address. */
+template <int A, typename T> static inline T *hr_aligned(T *p) {
+    if (__builtin_expect((u64)p % A != 0, 0)) hr_emu_misaligned(p, A);
+    return p;
+}
 #endif
 
 static __device__ inline float hr_expf(float x) { return hr_exp2_approx(x * 1.4426950408889634f); }

@@ -11,10 +11,10 @@ extern "C" __global__ void hr_k_embed(float *out, const u8 *table, const int *id
     u64 row = (u64)ids[t];
     float *o = out + (u64)t * (u64)dim;
     if (type == HR_K_F32) {
-        const float *r = (const float *)table + row * (u64)dim;
+        const float *r = hr_aligned<4>((const float *)table) + row * (u64)dim;
         for (int i = tid_x(); i < dim; i += ntid_x()) o[i] = r[i];
     } else if (type == HR_K_F16) {
-        const u16 *r = (const u16 *)table + row * (u64)dim;
+        const u16 *r = hr_aligned<2>((const u16 *)table) + row * (u64)dim;
         for (int i = tid_x(); i < dim; i += ntid_x()) o[i] = hr_h2f(r[i]);
     } else {
         const u8 *r = table + row * (u64)(dim / 32) * 34u;

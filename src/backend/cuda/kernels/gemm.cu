@@ -80,7 +80,7 @@ template <int KIND> struct gemm_stage {
             const bool ok = tok < n_tokens && k < cols;
             for (int j = 0; j < 8; j++) xv[j] = 0.0f;
             if (ok) { /* 32-byte aligned (cols % 8 == 0): two 16-byte loads */
-                const f32x4 *p = (const f32x4 *)(x + (u64)tok * (u64)cols + (u64)k);
+                const f32x4 *p = hr_aligned<16>((const f32x4 *)(x + (u64)tok * (u64)cols + (u64)k));
                 for (int h = 0; h < 2; h++) {
                     const f32x4 v = p[h];
                     xv[4 * h] = v.x, xv[4 * h + 1] = v.y, xv[4 * h + 2] = v.z, xv[4 * h + 3] = v.w;
@@ -94,7 +94,7 @@ template <int KIND> struct gemm_stage {
                 const bool ok = row < rows && k < cols;
                 for (int j = 0; j < 4; j++) wv[i][j] = 0u;
                 if (ok) { /* one 16-byte load */
-                    const u32x4 v = *(const u32x4 *)(w + (u64)row * (u64)(cols / 2) + (u64)(k / 2));
+                    const u32x4 v = *hr_aligned<16>((const u32x4 *)(w + (u64)row * (u64)(cols / 2) + (u64)(k / 2)));
                     wv[i][0] = v.x, wv[i][1] = v.y, wv[i][2] = v.z, wv[i][3] = v.w;
                 }
             }
@@ -106,7 +106,7 @@ template <int KIND> struct gemm_stage {
             /* the blocks are 2-byte aligned (34 and 18 bytes from an aligned W): u16 loads. q8_0: 16 codes
              * from byte 2 + 16h; q4_0: 8 bytes from 2 + 8h */
             const int n16 = KIND == GEMM_Q8_0 ? 8 : 4;
-            const u16 *p = (const u16 *)blk;
+            const u16 *p = hr_aligned<2>((const u16 *)blk);
             d = 0;
             for (int j = 0; j < 4; j++) qb[j] = 0u;
             if (ok) {
@@ -121,11 +121,11 @@ template <int KIND> struct gemm_stage {
         /* rows of 80 bytes, a thread's 4 words at 16 (tid % 4): 16-byte aligned */
         u32x4 v;
         for (int j = 0; j < 4; j++) v[j] = pack2(act16<KIND>(xv[2 * j]), act16<KIND>(xv[2 * j + 1]));
-        *(u32x4 *)(Xs + (tid / 4) * HR_GEMM_LDS + 4 * (tid % 4)) = v;
+        *hr_aligned<16>((u32x4 *)(Xs + (tid / 4) * HR_GEMM_LDS + 4 * (tid % 4))) = v;
         if (KIND == GEMM_BF16 || KIND == GEMM_F16) {
             for (int i = 0; i < 2; i++) {
                 for (int j = 0; j < 4; j++) v[j] = wv[i][j];
-                *(u32x4 *)(Ws + (64 * i + tid / 4) * HR_GEMM_LDS + 4 * (tid % 4)) = v;
+                *hr_aligned<16>((u32x4 *)(Ws + (64 * i + tid / 4) * HR_GEMM_LDS + 4 * (tid % 4))) = v;
             }
             return;
         }

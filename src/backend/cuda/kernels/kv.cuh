@@ -98,8 +98,8 @@ static __device__ inline float kv_elem(const u8 *head, int fmt, int B, int D, in
     switch (fmt) {
     case HR_K_KV_F16: return hr_h2f(hr_ld_u16(head + 2u * i));
     case HR_K_KV_BF16: return hr_bf2f(hr_ld_u16(head + 2u * i));
-    case HR_K_KV_F32: return ((const float *)head)[i];
-    case HR_K_KV_FP8: return hr_e4m3_to_f(head[i]) * ((const float *)(head + scale_off(fmt, B, D)))[s];
+    case HR_K_KV_F32: return hr_aligned<4>((const float *)head)[i];
+    case HR_K_KV_FP8: return hr_e4m3_to_f(head[i]) * hr_aligned<4>((const float *)(head + scale_off(fmt, B, D)))[s];
     case HR_K_KV_Q4H:
     case HR_K_KV_Q4K:
     case HR_K_KV_Q2K:
@@ -191,12 +191,12 @@ struct hr_k_w2 {
 };
 static __device__ inline hr_k_w4 ld_w4(const u8 *p) {
     hr_k_w4 v;
-    __builtin_memcpy(&v, __builtin_assume_aligned(p, 16), 16);
+    __builtin_memcpy(&v, hr_aligned<16>(p), 16);
     return v;
 }
 static __device__ inline hr_k_w2 ld_w2(const u8 *p) {
     hr_k_w2 v;
-    __builtin_memcpy(&v, __builtin_assume_aligned(p, 8), 8);
+    __builtin_memcpy(&v, hr_aligned<8>(p), 8);
     return v;
 }
 /* IEEE half -> float by the hardware's conversion (cvt.f32.f16; exact, as hr_h2f) */
@@ -246,10 +246,10 @@ template <int F> static __device__ inline rows_raw rows_fetch(const u8 *head, in
         r.w[0] = a.w[0], r.w[1] = a.w[1];
         const u8 *scales = head + scale_off(F, B, D);
         if (F == HR_K_KV_FP8) {
-            r.sc = ((const float *)scales)[s];
+            r.sc = hr_aligned<4>((const float *)scales)[s];
         } else {
             u16 h;
-            __builtin_memcpy(&h, __builtin_assume_aligned(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d0 / G)), 2), 2);
+            __builtin_memcpy(&h, hr_aligned<2>(scales + 2u * ((u64)s * (u64)(D / G) + (u64)(d0 / G))), 2);
             r.sc = h2f_cvt(h);
         }
     }
