@@ -78,6 +78,12 @@ row gb_new_row(const char *section, const char *what);
 void gb_add_row(gpu_bench *g, const row *r, json_t *extra);
 /* something not measured (a format the storage refuses, the time budget): a row saying why */
 void gb_skip_row(gpu_bench *g, const char *section, const char *what, const char *shape, const char *why);
+/* Two ways of one thing side by side: the row a_ms / b_ms (> 1: b faster), shaped "PREFIX (A time / B
+ * time): NAME faster" (a_desc, b_desc: the ways as the ratio names them; NULL: a, b), checked "skipped:
+ * a NOUN not measured" where either is missing; its JSON extra's keys (NULL: none), then "A_ms", "B_ms"
+ * and "faster" (a or b). */
+void gb_add_ratio(gpu_bench *g, row r, const char *prefix, const char *a, const char *a_desc, double a_ms,
+                  const char *b, const char *b_desc, double b_ms, const char *noun, json_t *extra);
 bool gb_out_of_time(const gpu_bench *g);
 /* a check's outcome; false when it failed */
 bool gb_verdict(gpu_bench *g, row *r, bool ok, const char *fmt, double err);

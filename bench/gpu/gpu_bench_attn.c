@@ -272,21 +272,14 @@ void gb_bench_attention(gpu_bench *g) {
         for (int ci = 0; ci < n_ctx; ci++) {
             char what[40];
             snprintf(what, sizeof what, "%s split/rows", hr_kv_format_name(fmts[fi]));
-            row r = gb_new_row("attention", what);
-            r.value = ms[fi][ci][1] / ms[fi][ci][0];
-            const char *faster = !isfinite(r.value) ? "-" : r.value > 1.0 ? "rows" : "split";
-            snprintf(r.shape, sizeof r.shape, "ctx %d, %d queries (split time / rows time): %s faster", ctxs[ci], as.nq,
-                     faster);
-            snprintf(r.unit, sizeof r.unit, "x");
-            if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: a kernel not measured");
+            char prefix[48];
+            snprintf(prefix, sizeof prefix, "ctx %d, %d queries", ctxs[ci], as.nq);
             json_t *xj = json_object();
             /* not "format": torch_attn.py reads the rows that have one as GB/s figures */
             json_object_set_new(xj, "kv_format", json_string(hr_kv_format_name(fmts[fi])));
             json_object_set_new(xj, "ctx", json_integer(ctxs[ci]));
-            json_object_set_new(xj, "split_ms", gb_jnum(ms[fi][ci][1]));
-            json_object_set_new(xj, "rows_ms", gb_jnum(ms[fi][ci][0]));
-            json_object_set_new(xj, "faster", isfinite(r.value) ? json_string(faster) : json_null());
-            gb_add_row(g, &r, xj);
+            gb_add_ratio(g, gb_new_row("attention", what), prefix, "split", NULL, ms[fi][ci][1], "rows", NULL,
+                         ms[fi][ci][0], "kernel", xj);
         }
     }
 }
@@ -593,17 +586,11 @@ void gb_bench_prefill_attn(gpu_bench *g) {
             continue;
         }
         bench_prefill_attn_one(g, &as, n, ctx0s[ci], ms);
-        row r = gb_new_row("attention", "prefill split/mma");
-        r.value = ms[0] / ms[1];
-        const char *faster = !isfinite(r.value) ? "-" : r.value > 1.0 ? "mma" : "split";
-        snprintf(r.shape, sizeof r.shape, "%d rows after %d (split time / mma time): %s faster", n, ctx0s[ci], faster);
-        snprintf(r.unit, sizeof r.unit, "x");
-        if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: a kernel not measured");
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "%d rows after %d", n, ctx0s[ci]);
         json_t *xj = json_object();
         json_object_set_new(xj, "ctx_before", json_integer(ctx0s[ci]));
-        json_object_set_new(xj, "split_ms", gb_jnum(ms[0]));
-        json_object_set_new(xj, "mma_ms", gb_jnum(ms[1]));
-        json_object_set_new(xj, "faster", isfinite(r.value) ? json_string(faster) : json_null());
-        gb_add_row(g, &r, xj);
+        gb_add_ratio(g, gb_new_row("attention", "prefill split/mma"), prefix, "split", NULL, ms[0], "mma", NULL, ms[1],
+                     "kernel", xj);
     }
 }

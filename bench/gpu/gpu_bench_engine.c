@@ -275,18 +275,12 @@ void gb_bench_e2e(gpu_bench *g) {
         e2e_decode_row(g, rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, true, &ms_graphs);
         hr_cuda_backend_set_graphs(hr_runtime_ctx(rt), false);
         /* the two side by side: > 1, the graphs are faster */
-        row r = gb_new_row("e2e", "eager/graphs");
-        r.value = ms_eager / ms_graphs;
-        const char *faster = !isfinite(r.value) ? "-" : r.value > 1.0 ? "graphs" : "eager";
-        snprintf(r.shape, sizeof r.shape, "decode batch %d (eager time / graphs time): %s faster", B, faster);
-        snprintf(r.unit, sizeof r.unit, "x");
-        if (!isfinite(r.value)) snprintf(r.check, sizeof r.check, "skipped: a run not measured");
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "decode batch %d", B);
         json_t *xj = json_object();
         json_object_set_new(xj, "batch", json_integer(B));
-        json_object_set_new(xj, "eager_ms", gb_jnum(ms_eager));
-        json_object_set_new(xj, "graphs_ms", gb_jnum(ms_graphs));
-        json_object_set_new(xj, "faster", isfinite(r.value) ? json_string(faster) : json_null());
-        gb_add_row(g, &r, xj);
+        gb_add_ratio(g, gb_new_row("e2e", "eager/graphs"), prefix, "eager", NULL, ms_eager, "graphs", NULL, ms_graphs,
+                     "run", xj);
     }
     row r = gb_new_row("e2e", "prefill");
     snprintf(r.shape, sizeof r.shape, "%s, one %d-token prompt a step", desc, pre_prompt);

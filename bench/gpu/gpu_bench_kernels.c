@@ -226,19 +226,12 @@ void gb_bench_argmax(gpu_bench *g) {
         json_object_set_new(dj, "kernel_ms", gb_jnum(kernel_ms));
         gb_add_row(g, &h, hj);
         gb_add_row(g, &d, dj);
-        row x = gb_new_row("copy", "host/device argmax");
-        x.value = host_ms / dev_ms;
-        const char *faster = !isfinite(x.value) ? "-" : x.value > 1.0 ? "device" : "host";
-        snprintf(x.shape, sizeof x.shape, "batch %d (logits + host argmax time / argmax on device time): %s faster", B,
-                 faster);
-        snprintf(x.unit, sizeof x.unit, "x");
-        if (!isfinite(x.value)) snprintf(x.check, sizeof x.check, "skipped: a way not measured");
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "batch %d", B);
         json_t *xj = json_object();
         json_object_set_new(xj, "rows", json_integer(B));
-        json_object_set_new(xj, "host_ms", gb_jnum(host_ms));
-        json_object_set_new(xj, "device_ms", gb_jnum(dev_ms));
-        json_object_set_new(xj, "faster", isfinite(x.value) ? json_string(faster) : json_null());
-        gb_add_row(g, &x, xj);
+        gb_add_ratio(g, gb_new_row("copy", "host/device argmax"), prefix, "host", "logits + host argmax", host_ms,
+                     "device", "argmax on device", dev_ms, "way", xj);
     }
     hr_cuda_free(g->dev, c.logits);
     hr_cuda_free(g->dev, c.ids);

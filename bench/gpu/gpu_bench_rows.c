@@ -77,6 +77,25 @@ row gb_new_row(const char *section, const char *what) {
     return r;
 }
 
+void gb_add_ratio(gpu_bench *g, row r, const char *prefix, const char *a, const char *a_desc, double a_ms,
+                  const char *b, const char *b_desc, double b_ms, const char *noun, json_t *extra) {
+    r.value = a_ms / b_ms;
+    const bool known = isfinite(r.value);
+    const char *faster = !known ? "-" : r.value > 1.0 ? b : a;
+    snprintf(r.shape, sizeof r.shape, "%s (%s time / %s time): %s faster", prefix, a_desc ? a_desc : a,
+             b_desc ? b_desc : b, faster);
+    snprintf(r.unit, sizeof r.unit, "x");
+    if (!known) snprintf(r.check, sizeof r.check, "skipped: a %s not measured", noun);
+    json_t *xj = extra ? extra : json_object();
+    char key[48];
+    snprintf(key, sizeof key, "%s_ms", a);
+    json_object_set_new(xj, key, gb_jnum(a_ms));
+    snprintf(key, sizeof key, "%s_ms", b);
+    json_object_set_new(xj, key, gb_jnum(b_ms));
+    json_object_set_new(xj, "faster", known ? json_string(faster) : json_null());
+    gb_add_row(g, &r, xj);
+}
+
 void gb_skip_row(gpu_bench *g, const char *section, const char *what, const char *shape, const char *why) {
     row r = gb_new_row(section, what);
     snprintf(r.shape, sizeof r.shape, "%s", shape);
