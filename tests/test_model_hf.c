@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -703,6 +704,52 @@ static void test_runtime(void) {
            "plan: %s", err.msg);
 }
 
+/* What --device cuda does to a checkpoint once it has uploaded a matrix: its host pages given back
+ * (hr_model_release_host). On the CPU afterwards the given-back pages fault in again from the file, so
+ * the same model gives the same logits bit for bit, which also says the Q/K rows permuted in place
+ * (private pages, the only copy of the permuted bytes) were kept: given back, they would read HF's
+ * unpermuted rows. Both shards of the two-shard checkpoint; every layer's seven matrices, the output. */
+static void test_release(void) {
+    const char *dir = dir_of("ckpt-sharded");
+    hr_model *m = NULL;
+    hr_error err = {0};
+    CHECKF(hr_model_load_dir(dir, NULL, false, &m, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    trace before = run(m);
+    static const char *const mats[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    const int L = hr_model_hparams(m)->n_layer, n_mats = (int)HR_ARRAY_LEN(mats);
+    uint64_t given = 0, kept_qk = 0;
+    int n_given = 0;
+    for (int k = 0; k <= L * n_mats; k++) { /* every layer's matrices, then the output */
+        char name[64];
+        if (k == L * n_mats)
+            snprintf(name, sizeof name, "output.weight");
+        else
+            snprintf(name, sizeof name, "blk.%d.%s.weight", k / n_mats, mats[k % n_mats]);
+        const hr_gguf_tensor *t = hr_model_find_tensor(m, name);
+        CHECKF(t != NULL, "%s: not found", name);
+        if (!t) continue;
+        const uint64_t can = hr_model_releasable(m, t->data, t->size_bytes);
+        const uint64_t got = hr_model_release_host(m, t->data, t->size_bytes);
+        const bool qk = k < L * n_mats && k % n_mats < 2;
+        CHECKF(got == can, "%s: %llu given back, %llu counted", name, (unsigned long long)got, (unsigned long long)can);
+        CHECKF(!qk || got == 0, "%s, permuted in place, gave back %llu bytes", name, (unsigned long long)got);
+        if (qk) kept_qk += t->size_bytes;
+        given += got, n_given += got > 0;
+    }
+    CHECKF(given > 0 && n_given >= 8, "%llu bytes of %d matrices given back", (unsigned long long)given, n_given);
+    trace after = run(m);
+    const size_t n = (size_t)(N_PROMPT + N_GEN) * (size_t)before.V;
+    CHECKF(!memcmp(before.ids, after.ids, sizeof before.ids) && !memcmp(before.logits, after.logits, n * sizeof(float)),
+           "the logits changed after the host pages were given back");
+    printf("host pages given back: %llu bytes of %d matrices (the permuted Q/K's %llu kept); logits identical "
+           "afterwards\n",
+           (unsigned long long)given, n_given, (unsigned long long)kept_qk);
+    free(before.logits);
+    free(after.logits);
+    hr_model_destroy(m);
+}
+
 /* ---- bad input ---------------------------------------------------------------------------------- */
 
 static void expect_fail(const char *what, const char *dir, const char *needle1, const char *needle2) {
@@ -828,6 +875,7 @@ static void test_bad_input(void) {
 
 int main(void) {
     test_equivalence();
+    test_release();
     test_runtime();
     test_bad_input();
     return hr_test_finish();

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 hr_status hr_parse_size(const char *text, uint64_t *out_bytes, hr_error *err) {
     if (!text || !*text) return hr_error_set(err, HR_ERR_INVALID_ARG, "empty size (expected e.g. 512MiB)");
@@ -114,4 +115,12 @@ double hr_time_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t hr_page_span(const void *p, uint64_t n, uintptr_t *first) {
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096u, a = (uintptr_t)p;
+    uintptr_t lo = (a + page - 1) / page * page, end = (a + (uintptr_t)n) / page * page;
+    *first = lo;
+    return end > lo ? (uint64_t)(end - lo) : 0;
 }

@@ -44,6 +44,10 @@ static inline uint64_t hr_mix64(uint64_t x) {
  * planner's simulator both use it, so that their figures compare. */
 double hr_percentile(const double *sorted, int n, double p);
 
+/* The whole memory pages inside [p, p + n): the first one's address in *first, their bytes returned (0:
+ * the range holds no whole page). What madvise may give back of a range without touching its ends. */
+uint64_t hr_page_span(const void *p, uint64_t n, uintptr_t *first);
+
 /* a*b and a+b that report overflow instead of wrapping. */
 static inline bool hr_mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
 static inline bool hr_add_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_add_overflow(a, b, out); }

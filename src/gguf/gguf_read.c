@@ -623,18 +623,9 @@ void hr_gguf_edit_end(hr_gguf *g) {
     if (g && g->mapped) (void)mprotect((void *)g->base, g->size, PROT_READ);
 }
 
-/* The whole pages of [p, p + n): their first address in *lo, their bytes returned. */
-static uint64_t page_span(const void *p, uint64_t n, uintptr_t *lo) {
-    long ps = sysconf(_SC_PAGESIZE);
-    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096u, a = (uintptr_t)p;
-    uintptr_t first = (a + page - 1) / page * page, end = (a + (uintptr_t)n) / page * page;
-    *lo = first;
-    return end > first ? (uint64_t)(end - first) : 0;
-}
-
 uint64_t hr_gguf_page_interior(const void *p, uint64_t n) {
     uintptr_t lo;
-    return page_span(p, n, &lo);
+    return hr_page_span(p, n, &lo);
 }
 
 bool hr_gguf_file_mapped(const hr_gguf *g) { return g && g->mapped && g->file_map && !g->edited; }
@@ -643,7 +634,7 @@ uint64_t hr_gguf_release(const hr_gguf *g, const void *p, uint64_t n) {
     const uint8_t *b = p;
     if (!hr_gguf_file_mapped(g) || !b || b < g->base || n > g->size || (uint64_t)(b - g->base) > g->size - n) return 0;
     uintptr_t lo;
-    uint64_t bytes = page_span(p, n, &lo);
+    uint64_t bytes = hr_page_span(p, n, &lo);
     /* a private file mapping never written: MADV_DONTNEED drops the process's hold on the pages, and a
      * later read faults them in from the file again, the same bytes */
     return bytes && madvise((void *)lo, (size_t)bytes, MADV_DONTNEED) == 0 ? bytes : 0;

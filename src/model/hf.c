@@ -98,6 +98,12 @@ const hr_gguf_tensor *hr_hf_find_tensor(const hr_hf *h, const char *name) {
     return NULL;
 }
 
+uint64_t hr_hf_release(hr_hf *h, const void *p, uint64_t n, bool give) {
+    uint64_t b = 0;
+    for (size_t i = 0; i < h->n_shards && !b; i++) b = hr_safetensors_release(h->shards[i], p, n, give);
+    return b; /* an owned (converted) buffer is in no shard: 0 */
+}
+
 uint64_t hr_hf_bytes(const hr_hf *h) {
     uint64_t b = h->meta_size;
     for (size_t i = 0; i < h->n_tensors; i++) b += h->tensors[i].size_bytes;
@@ -624,7 +630,7 @@ static hr_status permute_in_place(hr_safetensors *sh, const hr_st_tensor *t, int
     size_t rb = (size_t)(t->size_bytes / (uint64_t)rows), hd = (size_t)(rows / n_head);
     uint8_t *tmp = malloc(rb * hd);
     if (!tmp) return hr_error_set(err, HR_ERR_NOMEM, "out of memory permuting '%s'", t->name);
-    if (!hr_safetensors_edit_begin(sh)) {
+    if (!hr_safetensors_edit_begin(sh, t->data, t->size_bytes)) {
         free(tmp);
         return hr_error_set(err, HR_ERR_IO, "%s: cannot make '%s' writable to permute it", hr_safetensors_name(sh),
                             t->name);

@@ -23,6 +23,10 @@ void hr_hf_destroy(hr_hf *h); /* NULL allowed */
 const hr_gguf_tensor *hr_hf_find_tensor(const hr_hf *h, const char *name);
 /* Bytes of the tensors as the model holds them (mapped or quantized) plus the metadata image. */
 uint64_t hr_hf_bytes(const hr_hf *h);
+/* The whole pages of tensor data [p, p + n) given back where they are a shard's mapped file, never
+ * written (the Q/K rows permuted in place are kept): hr_safetensors_release. give false: only counted.
+ * 0 for a converted tensor (owned memory). */
+uint64_t hr_hf_release(hr_hf *h, const void *p, uint64_t n, bool give);
 
 /* The quantization types --quantize takes, parsed ("q8_0" -> HR_DTYPE_Q8_0; tensor.h ids); -1 if unknown. */
 int hr_hf_quantize_type(const char *name);

@@ -977,11 +977,16 @@ uint64_t hr_model_file_bytes(const hr_model *m) { return m->hf ? hr_hf_bytes(m->
 const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
 
 uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n) {
-    return m->hf ? 0 : hr_gguf_release(m->gguf, p, n); /* a checkpoint's image is not the file */
+    return m->hf ? hr_hf_release(m->hf, p, n, true) : hr_gguf_release(m->gguf, p, n);
 }
 
 uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n) {
-    return !m->hf && hr_gguf_file_mapped(m->gguf) ? hr_gguf_page_interior(p, n) : 0;
+    if (m->hf) return hr_hf_release(m->hf, p, n, false);
+    return hr_gguf_file_mapped(m->gguf) ? hr_gguf_page_interior(p, n) : 0;
+}
+
+const hr_gguf_tensor *hr_model_find_tensor(const hr_model *m, const char *name) {
+    return m->hf ? hr_hf_find_tensor(m->hf, name) : hr_gguf_find_tensor(m->gguf, name);
 }
 
 hr_dtype hr_model_tensor_type(const hr_model *m, const hr_gguf_tensor *t) {

@@ -218,12 +218,15 @@ uint64_t hr_model_weight_bytes(const hr_model *m);
  * and its metadata. */
 uint64_t hr_model_file_bytes(const hr_model *m);
 /* For a backend that keeps its own copy of some weights (the GPU's arena): the host pages of [p, p + n),
- * data of one of m's tensors, given back to the system where m's GGUF file is mapped and never edited
- * (a later read faults them in from the file: nothing changes but the process's memory;
- * hr_gguf_release); the bytes given back, 0 for weights held any other way. hr_model_releasable: the
- * bytes that call would give back, without giving them. */
+ * data of one of m's tensors, given back to the system where they are the mapped file's, never written
+ * (a GGUF opened with HR_GGUF_MMAP, not repacked: hr_gguf_release; a checkpoint's safetensors shard,
+ * less the Q/K rows permuted in place: hr_hf_release). A later read faults them in from the file:
+ * nothing changes but the process's memory. Returns the bytes given back, 0 for weights held any other
+ * way. hr_model_releasable: the bytes that call would give back, without giving them. */
 uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n);
 uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n);
+/* Tensor `name` (GGUF naming) as m holds it (a checkpoint's: converted or mapped), or NULL. */
+const hr_gguf_tensor *hr_model_find_tensor(const hr_model *m, const char *name);
 /* The most common weight type of the matrices as in the file ("q4_0", "f16", ...). */
 const char *hr_model_type_name(const hr_model *m);
 /* The type the model computes tensor t of its GGUF in: t->type, or an x16 type where the load

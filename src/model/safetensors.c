@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "tensor/tensor.h"
 
 struct hr_safetensors {
@@ -22,6 +23,8 @@ struct hr_safetensors {
     uint64_t size;
     bool mapped;
     bool edited;          /* pages were written (private copies now): never dropped */
+    uint64_t (*edits)[2]; /* the byte ranges written ([begin, end) offsets): those pages are the only copy */
+    size_t n_edits, cap_edits;
     uint64_t data_offset; /* 8 + header length */
     size_t n;
     hr_st_tensor *tensors;
@@ -64,6 +67,7 @@ static void st_free(hr_safetensors *s) {
     for (size_t i = 0; i < s->n; i++) free((char *)s->tensors[i].name);
     free(s->tensors);
     if (s->mapped && s->base) munmap((void *)s->base, s->size);
+    free(s->edits);
     free(s->name);
     free(s);
 }
@@ -278,14 +282,41 @@ const hr_st_tensor *hr_safetensors_find(const hr_safetensors *s, const char *nam
     return NULL;
 }
 
-bool hr_safetensors_edit_begin(hr_safetensors *s) {
-    if (!s->mapped || mprotect((void *)s->base, s->size, PROT_READ | PROT_WRITE) != 0) return false;
+/* Whether [p, p + n) lies in s's bytes. */
+static bool st_holds(const hr_safetensors *s, const void *p, uint64_t n) {
+    const uint8_t *b = p;
+    return b && b >= s->base && n <= s->size && (uint64_t)(b - s->base) <= s->size - n;
+}
+
+bool hr_safetensors_edit_begin(hr_safetensors *s, const void *p, uint64_t n) {
+    if (!s->mapped || !st_holds(s, p, n)) return false;
+    if (s->n_edits == s->cap_edits) { /* the range is kept first: a write nobody knows of is never given back */
+        size_t cap = s->cap_edits ? 2 * s->cap_edits : 8;
+        uint64_t(*e)[2] = realloc(s->edits, cap * sizeof *e);
+        if (!e) return false;
+        s->edits = e, s->cap_edits = cap;
+    }
+    if (mprotect((void *)s->base, s->size, PROT_READ | PROT_WRITE) != 0) return false;
+    const uint64_t off = (uint64_t)((const uint8_t *)p - s->base);
+    s->edits[s->n_edits][0] = off, s->edits[s->n_edits][1] = off + n;
+    s->n_edits++;
     s->edited = true;
     return true;
 }
 
 void hr_safetensors_edit_end(hr_safetensors *s) {
     if (s->mapped) mprotect((void *)s->base, s->size, PROT_READ);
+}
+
+uint64_t hr_safetensors_release(hr_safetensors *s, const void *p, uint64_t n, bool give) {
+    if (!s->mapped || !st_holds(s, p, n)) return 0;
+    uintptr_t lo;
+    const uint64_t bytes = hr_page_span(p, n, &lo), off = (uint64_t)(lo - (uintptr_t)s->base);
+    for (size_t i = 0; bytes && i < s->n_edits; i++) /* a written page is the only copy of its bytes */
+        if (s->edits[i][0] < off + bytes && off < s->edits[i][1]) return 0;
+    if (!bytes || !give) return bytes;
+    /* never written: the process lets go of the pages, and a read faults the file's bytes in again */
+    return madvise((void *)lo, (size_t)bytes, MADV_DONTNEED) == 0 ? bytes : 0;
 }
 
 void hr_safetensors_release_pages(hr_safetensors *s) {

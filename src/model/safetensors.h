@@ -47,13 +47,18 @@ size_t hr_safetensors_n_tensors(const hr_safetensors *s);
 const hr_st_tensor *hr_safetensors_tensor_at(const hr_safetensors *s, size_t i);
 const hr_st_tensor *hr_safetensors_find(const hr_safetensors *s, const char *name); /* NULL if absent */
 
-/* A window in which tensor data may be written (the HF loader permutes llama's Q/K rows in place):
- * the touched pages become private copies, the file never changes. begin returns false for memory lent
- * read-only; end makes the mapping read-only again. */
-bool hr_safetensors_edit_begin(hr_safetensors *s);
+/* A window in which the tensor data [p, p + n) may be written (the HF loader permutes llama's Q/K rows
+ * in place): the touched pages become private copies, the file never changes, and the range is kept
+ * (hr_safetensors_release never gives back its pages). begin returns false for memory lent read-only
+ * (or a range outside the file); end makes the mapping read-only again. */
+bool hr_safetensors_edit_begin(hr_safetensors *s, const void *p, uint64_t n);
 void hr_safetensors_edit_end(hr_safetensors *s);
 /* Drops the mapping's resident pages (after the loader quantized from them: what stays mapped is read
  * again from the file if touched). Does nothing once the data was edited, or for lent memory. */
 void hr_safetensors_release_pages(hr_safetensors *s);
+/* The whole pages of [p, p + n), tensor data of s, given back where s is a mapping of its file and none
+ * of them was written (edit_begin's ranges): a later read faults the file's bytes in again. With give
+ * false, only counts them. Returns those bytes, 0 for lent memory, a range outside s or one written. */
+uint64_t hr_safetensors_release(hr_safetensors *s, const void *p, uint64_t n, bool give);
 
 #endif
