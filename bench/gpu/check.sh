@@ -40,7 +40,11 @@ fail=0
 step() { printf '\n== %s\n' "$*"; }
 
 pack=${HEADROOM_GPU_PACK:-.gpu-pack/pack.tar.xz}
-hr() { "$@"; } # runs one of headroom's programs (with the pack: its libraries first on the path)
+# runs one of headroom's programs (with the pack: its libraries first on the path); through env, so a
+# program started in the background is $! itself (a function there would be a subshell: killing it
+# would leave the program running)
+run_env=(env)
+hr() { "${run_env[@]}" "$@"; }
 if [ "$pack" != 0 ] && [ -f "$pack" ]; then
     step "1. the binaries bench/gpu/pack.sh built ($pack)"
     nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
@@ -64,7 +68,7 @@ if [ "$pack" != 0 ] && [ -f "$pack" ]; then
     libs=$unpacked/lib
     # the C++ runtime only where the machine has none (an older one first on the path breaks PyTorch)
     ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || libs=$libs:$unpacked/lib/cxx
-    hr() { LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+    run_env=(env "LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
     if ! hr "$build/headroom" --version >/dev/null 2>"$unpacked/start.err"; then
         echo "FAIL: the packed binaries do not start here: $(head -3 "$unpacked/start.err")"
         exit 1
@@ -210,8 +214,8 @@ step5b() {
                 grep -o '"gpu_arena":{[^}]*}' | grep -o '"kv_blocks":[0-9]*' | cut -d: -f2)
             log=$(mktemp)
             # (the emulating driver's 1 GiB holds no 8K f16 sequence of this model: 4 GiB there)
-            HR_FAKE_CUDA_MEM=${HR_FAKE_CUDA_MEM:-$((4 << 30))} hr "$build/headroom" serve --device cuda -m "$pm" \
-                "${sizes[@]}" --port 0 >"$log" 2>&1 &
+            HR_FAKE_CUDA_MEM=${HR_FAKE_CUDA_MEM:-$((4 << 30))} "${run_env[@]}" "$build/headroom" serve --device cuda \
+                -m "$pm" "${sizes[@]}" --port 0 >"$log" 2>&1 &
             pid=$!
             for _ in $(seq 1 240); do
                 grep -q "listening on" "$log" && break
