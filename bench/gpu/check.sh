@@ -38,6 +38,15 @@ build=${1:-build-gpu}
 model=models/stories260K-q8_0.gguf
 fail=0
 step() { printf '\n== %s\n' "$*"; }
+# every result goes to $OUT or bench/gpu/out, the whole console too as check.log (a device call's
+# reply keeps only its last 12,000 characters); under $OUT, of which a device call brings back at most
+# 8 files, all but check.log and the measurements' JSON and markdown go into one extras.tar.gz at the
+# end
+out=${OUT:-bench/gpu/out}
+mkdir -p "$out" || exit 1
+exec > >(tee "$out/check.log") 2>&1
+tee_pid=$!
+trap 'exec 1>&- 2>&-; wait "$tee_pid" 2>/dev/null' EXIT # check.log whole before the call returns
 
 pack=${HEADROOM_GPU_PACK:-.gpu-pack/pack.tar.xz}
 # runs one of headroom's programs (with the pack: its libraries first on the path); through env, so a
@@ -139,8 +148,6 @@ step4() {
 
 step5() {
     step "5. measurements (gpu_bench, torch_attn.py)"
-    out=${OUT:-bench/gpu/out}
-    mkdir -p "$out" || exit 1
     driver_version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
     commit=${HEADROOM_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)} # a copy without .git: set it
     bench=(--json "$out/gpu_bench.json" --md "$out/gpu_bench.md" --commit "$commit")
@@ -292,4 +299,9 @@ for s in ${STEPS:-2 3 4 5 5b 6}; do
     esac
 done
 echo "(the script ran ${SECONDS} s)"
+extras=$(cd "$out" && ls | grep -vxE 'check\.log|gpu_bench\.json|gpu_bench\.md|torch_attn\.json|torch_attn\.md|extras\.tar\.gz')
+if [ -n "${OUT:-}" ] && [ -n "$extras" ]; then
+    # shellcheck disable=SC2086 # the names are ours, without spaces
+    (cd "$out" && tar -czf extras.tar.gz $extras && rm -f $extras) && echo "the rest of $out: extras.tar.gz ($(echo $extras))"
+fi
 exit $fail
