@@ -21,7 +21,7 @@
 #      by its time limit (SANITIZE_SECONDS, default 100, shared by the two) is reported as incomplete.
 # Usage: bench/gpu/check.sh [BUILD_DIR]   (default build-gpu; needs cmake, a C compiler, clang-19)
 # The lent machines have none of clang-19 and the -dev libraries: there step 1 takes the binaries
-# bench/gpu/pack.sh built here (.gpu-pack/pack.tar.xz, carried by the device tool) instead of building,
+# bench/gpu/pack.sh built here (.gpu-pack/pack.tar.gz, carried by the device tool) instead of building,
 # wherever that file is present (HEADROOM_GPU_PACK=FILE: another; =0: build even so).
 # The whole run stays under 8 minutes on an H200: step 5 gets what is left of 415 s (gpu_bench
 # --max-seconds skips what would not fit); E2E_LAYERS (default 8) of Llama-3-8B's 32 layers go into the
@@ -48,7 +48,7 @@ exec > >(tee "$out/check.log") 2>&1
 tee_pid=$!
 trap 'exec 1>&- 2>&-; wait "$tee_pid" 2>/dev/null' EXIT # check.log whole before the call returns
 
-pack=${HEADROOM_GPU_PACK:-.gpu-pack/pack.tar.xz}
+pack=${HEADROOM_GPU_PACK:-.gpu-pack/pack.tar.gz}
 # runs one of headroom's programs (with the pack: its libraries first on the path); through env, so a
 # program started in the background is $! itself (a function there would be a subshell: killing it
 # would leave the program running)
@@ -58,7 +58,7 @@ if [ "$pack" != 0 ] && [ -f "$pack" ]; then
     step "1. the binaries bench/gpu/pack.sh built ($pack)"
     nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
     unpacked=$(mktemp -d /tmp/hr-gpu-pack.XXXXXX) || exit 1
-    tar -C "$unpacked" -xJf "$pack" || { echo "FAIL: cannot unpack $pack"; exit 1; }
+    tar -C "$unpacked" -xzf "$pack" || { echo "FAIL: cannot unpack $pack"; exit 1; }
     manifest() { sed -n "s/^$1=//p" "$unpacked/MANIFEST"; }
     src=$(manifest src)
     build=$(manifest build)

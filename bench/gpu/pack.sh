@@ -7,7 +7,7 @@
 # and with the files of ../shared the tests read, into one compressed file in the checkout, ignored by
 # git, that the device tool carries:
 #
-#   bench/gpu/pack.sh                 # writes .gpu-pack/pack.tar.xz (and says its size)
+#   bench/gpu/pack.sh                 # writes .gpu-pack/pack.tar.gz (and says its size)
 #   device run, carry [".gpu-pack"]:  bash bench/gpu/check.sh
 #
 # check.sh finds the pack and uses it instead of building (also where clang-19 is missing): it
@@ -70,6 +70,6 @@ glibc=${glibc#GLIBC_}
 made=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(ldd --version | head -1)
 EOF
 mkdir -p "$pack"
-tar -C "$stage" -cJf "$pack/pack.tar.xz" .
-echo "pack.sh: $pack/pack.tar.xz, $(du -h "$pack/pack.tar.xz" | cut -f1) ($commit; binaries built at $src/$build; glibc ${glibc#GLIBC_} or newer there)"
+tar -C "$stage" -czf "$pack/pack.tar.gz" . # gzip: every image has it (xz not always)
+echo "pack.sh: $pack/pack.tar.gz, $(du -h "$pack/pack.tar.gz" | cut -f1) ($commit; binaries built at $src/$build; glibc ${glibc#GLIBC_} or newer there)"
 echo "pack.sh: carry \"$pack\" in the device call, and run bash bench/gpu/check.sh there"
