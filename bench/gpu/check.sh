@@ -146,6 +146,14 @@ step4() {
     fi
 }
 
+# TITLE: then gpu_bench's rows (its console table) as sed's expression EXPR makes them, on one line
+ratios() {
+    local r
+    r=$(sed -nE "$2" "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
+    [ -n "$r" ] && echo "$1: $r"
+    return 0
+}
+
 step5() {
     step "5. measurements (gpu_bench, torch_attn.py)"
     driver_version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
@@ -177,23 +185,15 @@ step5() {
     77) echo "SKIPPED: the GPU could not be opened (the line above says why)"; fail=1 ;;
     *) echo "FAIL (exit $rc): a kernel's output differs from the CPU's, or a run failed (the lines above say which)"; fail=1 ;;
     esac
-    # the two attention kernels side by side (gpu_bench's "FORMAT split/rows" rows), on one line
-    cmp=$(sed -nE 's/^ +attention +([a-z0-9]+) split\/rows +ctx ([0-9]+),.*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 ctx \2 \4x (\3)/p' \
-        "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
-    [ -n "$cmp" ] && echo "attention kernels, split time / rows time (> 1: rows faster): $cmp"
-    # decode steps launch by launch against CUDA graphs (gpu_bench's "eager/graphs" rows), on one line
-    cmp=$(sed -nE 's/^ +e2e +eager\/graphs +decode batch ([0-9]+) \(eager time \/ graphs time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p' \
-        "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
-    [ -n "$cmp" ] && echo "decode steps, eager time / CUDA graphs time (> 1: graphs faster): $cmp"
-    # prefill attention, split kernels against the tensor cores (gpu_bench's "prefill split/mma" rows)
-    cmp=$(sed -nE 's/^ +attention +prefill split\/mma +([0-9]+) rows after ([0-9]+) .*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 rows after \2 \4x (\3)/p' \
-        "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
-    [ -n "$cmp" ] && echo "prefill attention, split time / mma time (> 1: mma faster; HEADROOM_CUDA_PREFILL_ATTN): $cmp"
-    # the greedy choice, the logits copied and argmax'd on the host against argmax on the device (gpu_bench's
-    # "host/device argmax" rows)
-    cmp=$(sed -nE 's/^ +copy +host\/device argmax +batch ([0-9]+) \(.*\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p' \
-        "$out/gpu_bench.txt" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
-    [ -n "$cmp" ] && echo "greedy sampling, logits copy + host argmax time / device argmax time (> 1: device faster): $cmp"
+    # gpu_bench's "A time / B time" rows, one line each: the ratios that decide the switches' defaults
+    ratios "attention kernels, split time / rows time (> 1: rows faster)" \
+        's/^ +attention +([a-z0-9]+) split\/rows +ctx ([0-9]+),.*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 ctx \2 \4x (\3)/p'
+    ratios "decode steps, eager time / CUDA graphs time (> 1: graphs faster)" \
+        's/^ +e2e +eager\/graphs +decode batch ([0-9]+) \(eager time \/ graphs time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
+    ratios "prefill attention, split time / mma time (> 1: mma faster; HEADROOM_CUDA_PREFILL_ATTN)" \
+        's/^ +attention +prefill split\/mma +([0-9]+) rows after ([0-9]+) .*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 rows after \2 \4x (\3)/p'
+    ratios "greedy sampling, logits copy + host argmax time / device argmax time (> 1: device faster)" \
+        's/^ +copy +host\/device argmax +batch ([0-9]+) \(.*\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
     if command -v python3 >/dev/null; then
         timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
             --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"
