@@ -103,26 +103,26 @@ if [ -z "${HEADROOM_CUDA_DRIVER:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'li
     done
 fi
 
-step2() {
-    step "2. kernels against the CPU reference (test_gpu_cuda_kernels)"
-    hr "$build/test_gpu_cuda_kernels" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
-    rc=$?
+# runs test program $1 on the GPU (or the driver HEADROOM_CUDA_DRIVER names) and says how it ended
+gpu_test() {
+    hr "$build/$1" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
+    local rc=$?
     case $rc in
     0) echo "PASS" ;;
     77) echo "SKIPPED: the GPU could not be opened (the line above says why)"; fail=1 ;;
     *) echo "FAIL (exit $rc)"; fail=1 ;;
     esac
+}
+
+step2() {
+    step "2. kernels against the CPU reference (test_gpu_cuda_kernels)"
+    gpu_test test_gpu_cuda_kernels
     hr env -u HEADROOM_CUDA_DRIVER "$build/test_cuda_backend" >/dev/null || { echo "test_cuda_backend FAILED on this machine"; fail=1; }
 }
 
 step3() {
     step "3. the forward pass against the CPU and the vectors (test_gpu_cuda_forward)"
-    hr "$build/test_gpu_cuda_forward" ${HEADROOM_CUDA_DRIVER:+"$HEADROOM_CUDA_DRIVER"}
-    rc=$?
-    case $rc in
-    0) echo "PASS" ;;
-    *) echo "FAIL (exit $rc)"; fail=1 ;;
-    esac
+    gpu_test test_gpu_cuda_forward
 }
 
 step4() {
