@@ -342,17 +342,18 @@ static void test_release(void) {
             hr_gguf_edit_end(g);
         }
         const hr_gguf_tensor *t = hr_gguf_find_tensor(g, "big");
-        uint64_t interior = hr_gguf_page_interior(t->data, t->size_bytes);
+        uintptr_t first;
+        uint64_t interior = hr_page_span(t->data, t->size_bytes, &first);
         /* whole pages only: at least 4 of the tensor's 5-6, none past its ends */
         CHECK(interior % (uint64_t)page == 0 && interior >= 4 * (uint64_t)page && interior <= t->size_bytes);
-        CHECK(hr_gguf_file_mapped(g) == (hold == 0));
-        uint64_t gone = hr_gguf_release(g, t->data, t->size_bytes);
+        CHECK((hr_gguf_release(g, t->data, t->size_bytes, false) == interior) == (hold == 0));
+        uint64_t gone = hr_gguf_release(g, t->data, t->size_bytes, true);
         CHECKF(gone == (hold == 0 ? interior : 0), "hold %d: %llu bytes given back of %llu", hold,
                (unsigned long long)gone, (unsigned long long)interior);
         CHECK(!memcmp(t->data, v, sizeof v)); /* every byte as written, the given-back pages too */
         /* a range outside the file's bytes is refused */
-        CHECK(hr_gguf_release(g, (const uint8_t *)t->data + 8, t->size_bytes + (uint64_t)page * 64) == 0);
-        CHECK(hr_gguf_release(g, v, sizeof v) == 0);
+        CHECK(hr_gguf_release(g, (const uint8_t *)t->data + 8, t->size_bytes + (uint64_t)page * 64, true) == 0);
+        CHECK(hr_gguf_release(g, v, sizeof v, true) == 0);
         hr_gguf_close(g);
     }
     hr_gguf *g = NULL; /* lent memory */
@@ -365,8 +366,8 @@ static void test_release(void) {
     CHECKF(hr_gguf_open_memory(data, size, &g, &err) == HR_OK, "%s", err.msg);
     if (g) {
         const hr_gguf_tensor *t = hr_gguf_find_tensor(g, "big");
-        CHECK(!hr_gguf_file_mapped(g) && hr_gguf_release(g, t->data, t->size_bytes) == 0 &&
-              !memcmp(t->data, v, sizeof v));
+        CHECK(hr_gguf_release(g, t->data, t->size_bytes, false) == 0 &&
+              hr_gguf_release(g, t->data, t->size_bytes, true) == 0 && !memcmp(t->data, v, sizeof v));
     }
     hr_gguf_close(g);
     free(data);

@@ -95,16 +95,13 @@ hr_status hr_gguf_open_memory_mut(void *data, size_t size, hr_gguf **out, hr_err
 bool hr_gguf_edit_begin(hr_gguf *g);
 void hr_gguf_edit_end(hr_gguf *g);
 
-/* Memory for a backend that keeps its own copy of the weights (the GPU's, uploaded at start).
- * hr_gguf_release gives back the whole pages of [p, p + n), tensor data of g: the process stops holding
- * them and a later read faults them in from the file again, so no byte anyone reads changes. It acts
- * only on a file mapping never edited (hr_gguf_file_mapped: opened with HR_GGUF_MMAP, no
- * hr_gguf_edit_begin), where the file is the pages' other copy; anywhere else (memory read from the
- * file, lent memory, repacked weights) it gives back nothing. Returns the bytes given back.
- * hr_gguf_page_interior: the bytes of those whole pages, what a release of [p, p + n) gives back. */
-bool hr_gguf_file_mapped(const hr_gguf *g);
-uint64_t hr_gguf_release(const hr_gguf *g, const void *p, uint64_t n);
-uint64_t hr_gguf_page_interior(const void *p, uint64_t n);
+/* Memory for a backend that keeps its own copy of the weights (the GPU's, uploaded at start): gives back
+ * the whole pages of [p, p + n), tensor data of g (hr_page_span): the process stops holding them and a
+ * later read faults them in from the file again, so no byte anyone reads changes. It acts only on a file
+ * mapping never edited (opened with HR_GGUF_MMAP, no hr_gguf_edit_begin), where the file is the pages'
+ * other copy; anywhere else (memory read from the file, lent memory, repacked weights) it gives back
+ * nothing. With give false, only counts them. Returns those bytes (as hr_safetensors_release). */
+uint64_t hr_gguf_release(const hr_gguf *g, const void *p, uint64_t n, bool give);
 
 void hr_gguf_close(hr_gguf *g); /* NULL allowed */
 

@@ -623,21 +623,17 @@ void hr_gguf_edit_end(hr_gguf *g) {
     if (g && g->mapped) (void)mprotect((void *)g->base, g->size, PROT_READ);
 }
 
-uint64_t hr_gguf_page_interior(const void *p, uint64_t n) {
-    uintptr_t lo;
-    return hr_page_span(p, n, &lo);
-}
-
-bool hr_gguf_file_mapped(const hr_gguf *g) { return g && g->mapped && g->file_map && !g->edited; }
-
-uint64_t hr_gguf_release(const hr_gguf *g, const void *p, uint64_t n) {
+uint64_t hr_gguf_release(const hr_gguf *g, const void *p, uint64_t n, bool give) {
     const uint8_t *b = p;
-    if (!hr_gguf_file_mapped(g) || !b || b < g->base || n > g->size || (uint64_t)(b - g->base) > g->size - n) return 0;
+    if (!g || !g->mapped || !g->file_map || g->edited || !b || b < g->base || n > g->size ||
+        (uint64_t)(b - g->base) > g->size - n)
+        return 0;
     uintptr_t lo;
     uint64_t bytes = hr_page_span(p, n, &lo);
+    if (!bytes || !give) return bytes;
     /* a private file mapping never written: MADV_DONTNEED drops the process's hold on the pages, and a
      * later read faults them in from the file again, the same bytes */
-    return bytes && madvise((void *)lo, (size_t)bytes, MADV_DONTNEED) == 0 ? bytes : 0;
+    return madvise((void *)lo, (size_t)bytes, MADV_DONTNEED) == 0 ? bytes : 0;
 }
 
 hr_status hr_gguf_open_memory(const void *data, size_t size, hr_gguf **out, hr_error *err) {

@@ -976,14 +976,13 @@ uint64_t hr_model_weight_bytes(const hr_model *m) { return m->weight_bytes; }
 uint64_t hr_model_file_bytes(const hr_model *m) { return m->hf ? hr_hf_bytes(m->hf) : hr_gguf_file_size(m->gguf); }
 const char *hr_model_type_name(const hr_model *m) { return m->type_name; }
 
-uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n) {
-    return m->hf ? hr_hf_release(m->hf, p, n, true) : hr_gguf_release(m->gguf, p, n);
+/* the checkpoint's shards or the GGUF give back (give) or count the pages of [p, p + n) */
+static uint64_t release(const hr_model *m, const void *p, uint64_t n, bool give) {
+    return m->hf ? hr_hf_release(m->hf, p, n, give) : hr_gguf_release(m->gguf, p, n, give);
 }
 
-uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n) {
-    if (m->hf) return hr_hf_release(m->hf, p, n, false);
-    return hr_gguf_file_mapped(m->gguf) ? hr_gguf_page_interior(p, n) : 0;
-}
+uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n) { return release(m, p, n, true); }
+uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n) { return release(m, p, n, false); }
 
 const hr_gguf_tensor *hr_model_find_tensor(const hr_model *m, const char *name) {
     return m->hf ? hr_hf_find_tensor(m->hf, name) : hr_gguf_find_tensor(m->gguf, name);
