@@ -552,8 +552,9 @@ static void check_mla_paper_bytes(void) {
         CHECKF(pl->rows[HR_RT_KV_F16].token_bytes == paper, "planner: %llu bytes a token, the paper's %llu",
                (unsigned long long)pl->rows[HR_RT_KV_F16].token_bytes, (unsigned long long)paper);
         CHECK(pl->rows[HR_RT_KV_F32].token_bytes == 2 * paper);
-        /* q8: 576 int8 + 18 f16 group scales; fp8: 576 e4m3 + one f32 scale (docs/KV.md's table) */
-        CHECKF(pl->rows[HR_RT_KV_Q8].token_bytes == 37332 && pl->rows[HR_RT_KV_FP8].token_bytes == 35380,
+        /* q8: 576 int8 + 9 f16 group scales (16-token blocks padded to 64 bytes: 596 a token and layer); fp8: 576 e4m3
+         * + one f32 scale (docs/KV.md's table) */
+        CHECKF(pl->rows[HR_RT_KV_Q8].token_bytes == 36356 && pl->rows[HR_RT_KV_FP8].token_bytes == 35380,
                "q8 %llu, fp8 %llu", (unsigned long long)pl->rows[HR_RT_KV_Q8].token_bytes,
                (unsigned long long)pl->rows[HR_RT_KV_FP8].token_bytes);
         CHECK(!pl->rows[HR_RT_KV_Q4].usable && !pl->rows[HR_RT_KV_KIVI2].usable && pl->rows[HR_RT_KV_Q8].usable);

@@ -36,8 +36,8 @@ static uint64_t kv_token_bytes(const hr_hparams *hp, hr_kv_format f) {
 }
 
 /* KV bytes per token, by hand: layers x KV heads x 2 (K and V) x bytes of one head row. f16 rows are
- * 2 bytes a value; q8 keeps int8 values and an f16 scale per group of 32; fp8 one byte a value and an
- * f32 scale per head row. */
+ * 2 bytes a value; q8 keeps int8 values and an f16 scale per group of 64 (or head_dim, if less); fp8 one byte a value
+ * and an f32 scale per head row. */
 static void test_kv_per_token(void) {
     hr_plan_model m;
     hr_error err;
@@ -52,7 +52,7 @@ static void test_kv_per_token(void) {
     CHECK(from_text(text, NULL, &m, &err) == HR_OK);
     free(text);
     CHECK(kv_token_bytes(&m.hp, HR_KV_F16) == 131072);                       /* 32 x 8 x 2 x 256 = 128 KiB */
-    CHECK(kv_token_bytes(&m.hp, HR_KV_Q8) == 32ull * 8 * 2 * (128 + 4 * 2)); /* 69,632 */
+    CHECK(kv_token_bytes(&m.hp, HR_KV_Q8) == 32ull * 8 * 2 * (128 + 2 * 2)); /* 67,584 */
     CHECK(kv_token_bytes(&m.hp, HR_KV_FP8) == 32ull * 8 * 2 * (128 + 4));    /* 67,584 */
 }
 
@@ -236,6 +236,7 @@ static void test_cli(void) {
     snprintf(args, sizeof args, "plan -m %s --device h100-80gb --ctx 8192 --json", cfg);
     CHECK(hr_test_run_cli(args, &out, &errs) == 0);
     json_error_t je;
+    long long f16_blocks = 0;
     json_t *j = out ? json_loads(out, 0, &je) : NULL;
     CHECKF(j != NULL, "not JSON: %s", out ? out : "(null)");
     if (j) {
@@ -276,7 +277,27 @@ static void test_cli(void) {
         printf("plan --device h200, llama-3-8b bf16, ctx 8192: arena %.2f GiB = weights %.2f + scratch %.3f + KV "
                "%.2f GiB (%lld blocks, %lld tokens)\n",
                arena / 1073741824.0, w / 1073741824.0, sc / 1073741824.0, kv / 1073741824.0, nb, nb * 16);
+        f16_blocks = nb;
     }
+    json_decref(j);
+    free(out);
+    free(errs);
+    /* the same arena with q8 KV: its blocks hold >= 1.9x f16's sessions of 8,192 tokens (512 blocks each;
+     * issue 24's target), which q8's groups of 64 reach (2,112 bytes a head region against 4,096) */
+    snprintf(args, sizeof args, "plan -m %s --device h200 --ctx 8192 --kv-type q8 --json", cfg);
+    CHECK(hr_test_run_cli(args, &out, &errs) == 0);
+    j = out ? json_loads(out, 0, &je) : NULL;
+    g = j ? json_object_get(j, "gpu_arena") : NULL;
+    if (g && f16_blocks > 0) {
+        long long nb = json_integer_value(json_object_get(g, "kv_blocks")),
+                  blk = json_integer_value(json_object_get(g, "block_bytes"));
+        long long s8 = nb / 512, s16 = f16_blocks / 512;
+        CHECKF(blk == 32ll * 8 * 2 * 2112 && s8 * 10 >= s16 * 19, "q8 blocks of %lld bytes: %lld sessions, f16 %lld",
+               blk, s8, s16);
+        printf("plan --device h200, llama-3-8b bf16, ctx 8192: q8 KV %lld sessions against f16's %lld (%.3fx)\n", s8,
+               s16, (double)s8 / (double)s16);
+    } else
+        CHECKF(0, "no q8 gpu_arena: %s", out ? out : "(null)");
     json_decref(j);
     free(out);
     free(errs);

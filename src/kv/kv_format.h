@@ -18,7 +18,7 @@ typedef enum hr_kv_format {
     HR_KV_F32 = 0,
     HR_KV_F16 = 1,
     HR_KV_BF16 = 2,
-    HR_KV_Q8 = 3,    /* int8, per token and head, groups of <=32 with an f16 scale */
+    HR_KV_Q8 = 3,    /* int8, per token and head, groups of <=64 with an f16 scale */
     HR_KV_Q4 = 4,    /* 4-bit, robust to outlier key channels */
     HR_KV_FP8 = 5,   /* e4m3 with per-head scales */
     HR_KV_KIVI2 = 6, /* 2-bit KIVI: K per channel over a full block, V per token, tail block in f16 */

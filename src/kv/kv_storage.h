@@ -27,7 +27,7 @@
 
 /* The byte layout read_block gives and write_block takes (every layer's K block then V block, each
  * head-major in its format); the remote tier writes it into its metadata, so bump it on a change. */
-#define HR_KV_BLOCK_LAYOUT 1u
+#define HR_KV_BLOCK_LAYOUT 2u /* 2: q8's groups of 64 */
 
 typedef struct hr_kv_storage_params {
     /* L is the layer slots of one block: every layer of a one-kind model; a hybrid pool's G slots
