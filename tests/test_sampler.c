@@ -26,6 +26,27 @@ int main(void) {
     CHECK(hr_argmax(logits, 6) == 1);
     hr_sampler_destroy(s);
 
+    /* hr_sampler_is_argmax: greedy from the logits as they are (what a GPU's argmax may stand in for),
+     * not with a temperature, a penalty or a logit bias, each of which can change the choice */
+    {
+        int32_t bid = 1;
+        float bval = -100.0f;
+        hr_sampler_params q[5] = {p, p, p, p, p};
+        q[1].temperature = 0.7f;
+        q[2].repeat_penalty = 1.3f;
+        q[3].presence_penalty = 0.5f;
+        q[4].bias_ids = &bid, q[4].bias_values = &bval, q[4].n_bias = 1;
+        for (int i = 0; i < 5; i++) {
+            hr_sampler *g = make(q[i], 6);
+            CHECKF(hr_sampler_is_argmax(g) == (i == 0), "case %d", i);
+            hr_sampler_destroy(g);
+        }
+        q[2].penalty_last_n = 0; /* a penalty over no tokens changes nothing */
+        hr_sampler *g = make(q[2], 6);
+        CHECK(hr_sampler_is_argmax(g));
+        hr_sampler_destroy(g);
+    }
+
     /* logit bias: -100 bans (the tie goes to the other maximum), +0.2 lifts token 3 over both, the
      * caller's arrays are copied, and bad entries are refused naming logit_bias */
     {

@@ -194,6 +194,8 @@ step5() {
         's/^ +attention +prefill split\/mma +([0-9]+) rows after ([0-9]+) .*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 rows after \2 \4x (\3)/p'
     ratios "greedy sampling, logits copy + host argmax time / device argmax time (> 1: device faster)" \
         's/^ +copy +host\/device argmax +batch ([0-9]+) \(.*\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
+    ratios "decode steps (graphs), logits copied time / ids picked on the device time (> 1: device faster; HEADROOM_CUDA_ARGMAX)" \
+        's/^ +e2e +logits\/argmax +decode batch ([0-9]+) \(logits time \/ argmax time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
     if command -v python3 >/dev/null; then
         timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
             --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"

@@ -25,6 +25,8 @@
  *                 Llama-3-8B-shaped synthetic bf16 model (--e2e-layers of its 32 layers); each decode
  *                 batch launch by launch, then replayed as CUDA graphs (hr_cuda_backend_set_graphs), and
  *                 the two side by side ("eager/graphs": eager time / graphs time, > 1: graphs faster);
+ *                 then graphs with the greedy ids picked on the device (hr_cuda_backend_set_argmax) against
+ *                 graphs with the logits copied ("logits/argmax": > 1, the device's pick is faster);
  *   6. capacity:  the engine's concurrent 8K sessions at one 16 GiB KV pool per KV format (f16, q8, fp8,
  *                 q4h, q4), each over f16's (run before 5, which takes what time is left).
  *

@@ -160,18 +160,25 @@ static double e2e_prefill(gpu_bench *g, hr_runtime *rt, int n_vocab, int prompt,
     return r->median_ms = gb_median(v, n);
 }
 
-/* one decode row: batch B, launch by launch or (graphs) replayed as CUDA graphs; *ms its median step */
+/* how a decode row runs: launch by launch, replayed as CUDA graphs, or as graphs with the greedy ids
+ * picked on the device (hr_cuda_backend_set_argmax: the ids come down, not the logits) */
+enum { E2E_EAGER, E2E_GRAPHS, E2E_ARGMAX };
+
+/* one decode row: batch B run as `mode` says; *ms its median step */
 static void e2e_decode_row(gpu_bench *g, hr_runtime *rt, const hr_runtime_info *info, int B, int prompt, int warm,
-                           int steps, const char *desc, uint64_t bytes, uint64_t bytes_full, int layers, bool graphs,
+                           int steps, const char *desc, uint64_t bytes, uint64_t bytes_full, int layers, int mode,
                            double *ms_out) {
+    static const char *const names[] = {"decode", "graphs", "argmax"};
+    static const char *const how[] = {"", ", CUDA graphs", ", CUDA graphs, argmax on the device"};
     char what[40];
-    snprintf(what, sizeof what, "%s batch %d", graphs ? "graphs" : "decode", B);
+    snprintf(what, sizeof what, "%s batch %d", names[mode], B);
     row r = gb_new_row("e2e", what);
-    snprintf(r.shape, sizeof r.shape, "%s, prompt %d%s", desc, prompt, graphs ? ", CUDA graphs" : "");
+    snprintf(r.shape, sizeof r.shape, "%s, prompt %d%s", desc, prompt, how[mode]);
     snprintf(r.unit, sizeof r.unit, "tokens/s");
     json_t *xj = json_object();
     json_object_set_new(xj, "batch", json_integer(B));
-    json_object_set_new(xj, "graphs", json_boolean(graphs));
+    json_object_set_new(xj, "graphs", json_boolean(mode != E2E_EAGER));
+    json_object_set_new(xj, "device_argmax", json_boolean(mode == E2E_ARGMAX));
     if (gb_out_of_time(g))
         snprintf(r.check, sizeof r.check, "skipped: time budget (--max-seconds)");
     else {
@@ -264,15 +271,18 @@ void gb_bench_e2e(gpu_bench *g) {
     printf("  (e2e: opened in %.1f s; %.2f GB of weights streamed per step)\n", open_s, bytes / 1e9);
     for (int bi = 0; bi < n_b; bi++) {
         const int B = batches[bi];
-        double ms_eager = NAN, ms_graphs = NAN;
-        e2e_decode_row(g, rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, false, &ms_eager);
+        double ms_eager = NAN, ms_graphs = NAN, ms_argmax = NAN;
+        e2e_decode_row(g, rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, E2E_EAGER, &ms_eager);
         if (!hr_cuda_backend_set_graphs(hr_runtime_ctx(rt), true)) {
             char what[40];
             snprintf(what, sizeof what, "graphs batch %d", B);
             gb_skip_row(g, "e2e", what, desc, "the driver has no CUDA graphs");
             continue;
         }
-        e2e_decode_row(g, rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, true, &ms_graphs);
+        e2e_decode_row(g, rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, E2E_GRAPHS, &ms_graphs);
+        hr_cuda_backend_set_argmax(hr_runtime_ctx(rt), true);
+        e2e_decode_row(g, rt, &info, B, prompt, warm, steps, desc, bytes, bytes_full, layers, E2E_ARGMAX, &ms_argmax);
+        hr_cuda_backend_set_argmax(hr_runtime_ctx(rt), false);
         hr_cuda_backend_set_graphs(hr_runtime_ctx(rt), false);
         /* the two side by side: > 1, the graphs are faster */
         char prefix[32];
@@ -281,6 +291,11 @@ void gb_bench_e2e(gpu_bench *g) {
         json_object_set_new(xj, "batch", json_integer(B));
         gb_add_ratio(g, gb_new_row("e2e", "eager/graphs"), prefix, "eager", NULL, ms_eager, "graphs", NULL, ms_graphs,
                      "run", xj);
+        /* > 1: picking the ids on the device beats copying the logits down (HEADROOM_CUDA_ARGMAX=device) */
+        xj = json_object();
+        json_object_set_new(xj, "batch", json_integer(B));
+        gb_add_ratio(g, gb_new_row("e2e", "logits/argmax"), prefix, "logits", NULL, ms_graphs, "argmax", NULL,
+                     ms_argmax, "run", xj);
     }
     row r = gb_new_row("e2e", "prefill");
     snprintf(r.shape, sizeof r.shape, "%s, one %d-token prompt a step", desc, pre_prompt);

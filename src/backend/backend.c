@@ -23,6 +23,7 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
 
 const char *hr_model_ctx_isa(const hr_model_ctx *c) { return ops_of(c)->isa ? ops_of(c)->isa(c) : "none"; }
 int hr_model_ctx_n_threads(const hr_model_ctx *c) { return ops_of(c)->n_threads ? ops_of(c)->n_threads(c) : 1; }
+bool hr_model_ctx_argmax(const hr_model_ctx *c) { return ops_of(c)->argmax && ops_of(c)->argmax(c); }
 
 uint64_t hr_backend_weight_bytes(const hr_backend_ops *b, const hr_model *m) {
     if (!b) b = &hr_backend_cpu;

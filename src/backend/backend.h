@@ -30,6 +30,8 @@ typedef struct hr_backend_ops {
     hr_status (*forward)(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err);
     const char *(*isa)(const hr_model_ctx *c); /* what its kernels run: "avx2", ...; "none" */
     int (*n_threads)(const hr_model_ctx *c);
+    /* true where forward fills hr_batch.argmax instead of logits (model.h; NULL: never) */
+    bool (*argmax)(const hr_model_ctx *c);
     /* Memory for the budget, pure (no instance made): the weights as this backend holds them, and the
      * scratch an instance allocates for this shape (every buffer it keeps for max_batch_tokens and
      * max_ctx). NULL: none. */

@@ -294,6 +294,7 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
     json_object_set_new(o, "predicted_output", json_integer(st.predicted_output));
     json_object_set_new(o, "forward_seconds", json_real(st.forward_seconds));
     json_object_set_new(o, "decode_steps", json_integer((json_int_t)st.decode_steps));
+    json_object_set_new(o, "argmax_steps", json_integer((json_int_t)st.argmax_steps));
     json_object_set_new(o, "decode_tokens", json_integer((json_int_t)st.decode_tokens));
     json_object_set_new(o, "decode_seconds", json_real(st.decode_seconds));
     json_object_set_new(o, "decode_tokens_per_second",

@@ -58,11 +58,11 @@ hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err)
 /* ---- create / destroy -------------------------------------------------------------------------- */
 
 /* The step buffers, one size each: create allocates exactly these, hr_engine_buffer_bytes adds them
- * up. T batch rows (token, position, sequence, wants-logits), a sampling slot and a logits row per
- * running sequence. */
+ * up. T batch rows (token, position, sequence, wants-logits), a sampling slot, a device-picked id and a
+ * logits row per running sequence. */
 #define ENG_ELEM(field) sizeof(((const hr_engine *)0)->field[0])
 typedef struct eng_sizes {
-    size_t b_tokens, b_pos, b_seq, b_want, b_sample, logits;
+    size_t b_tokens, b_pos, b_seq, b_want, b_sample, b_argmax, logits;
 } eng_sizes;
 
 static void eng_sizes_of(int max_batch_tokens, int max_running, int n_vocab, eng_sizes *z) {
@@ -72,13 +72,14 @@ static void eng_sizes_of(int max_batch_tokens, int max_running, int n_vocab, eng
                      .b_seq = T * ENG_ELEM(b_seq),
                      .b_want = T * ENG_ELEM(b_want),
                      .b_sample = S * ENG_ELEM(b_sample),
+                     .b_argmax = S * ENG_ELEM(b_argmax),
                      .logits = S * (size_t)HR_MAX(0, n_vocab) * ENG_ELEM(logits)};
 }
 
 uint64_t hr_engine_buffer_bytes(int max_batch_tokens, int max_running, int n_vocab) {
     eng_sizes z;
     eng_sizes_of(max_batch_tokens, max_running, n_vocab, &z);
-    return sizeof(hr_engine) + z.b_tokens + z.b_pos + z.b_seq + z.b_want + z.b_sample + z.logits;
+    return sizeof(hr_engine) + z.b_tokens + z.b_pos + z.b_seq + z.b_want + z.b_sample + z.b_argmax + z.logits;
 }
 
 hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_error *err) {
@@ -136,8 +137,9 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     e->b_seq = malloc(z.b_seq);
     e->b_want = malloc(z.b_want);
     e->b_sample = malloc(z.b_sample);
+    e->b_argmax = malloc(z.b_argmax);
     e->logits = malloc(z.logits);
-    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_sample || !e->logits) {
+    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_sample || !e->b_argmax || !e->logits) {
         hr_engine_destroy(e);
         return hr_error_set(err, HR_ERR_NOMEM, "engine: out of memory for the step buffers");
     }
@@ -187,6 +189,7 @@ void hr_engine_destroy(hr_engine *e) {
     free(e->b_seq);
     free(e->b_want);
     free(e->b_sample);
+    free(e->b_argmax);
     free(e->logits);
     hr_cons_store_destroy(e->cstore); /* after every request: their matchers are gone */
     hr_cons_vocab_destroy(e->cvocab);
@@ -490,9 +493,26 @@ static int constrain_mask(hr_engine *e, hr_request *r, hr_error *err) {
     return n;
 }
 
-static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
+/* The step's rows are all plain greedy (no grammar, no logprobs, a sampler whose choice is the argmax)
+ * and the backend picks argmaxes itself (the GPU's, HEADROOM_CUDA_ARGMAX=device): then only their ids
+ * come back (hr_batch.argmax), not the rows of logits. A step with one other row takes the logits. */
+static bool step_argmax(const hr_engine *e, int rows) {
+    if (e->p.forward || !e->p.ctx || rows == 0 || !hr_model_ctx_argmax(e->p.ctx)) return false;
+    for (int i = 0; i < rows; i++) {
+        const hr_request *r = e->b_sample[i];
+        if (r->grammar || r->lp || !hr_sampler_is_argmax(r->sampler)) return false;
+    }
+    return true;
+}
+
+/* Row r's next token: from its logits, or (logits NULL) the id the backend picked, which is what its
+ * sampler would have chosen (step_argmax). */
+static void sample_row(hr_engine *e, hr_request *r, const float *logits, int32_t picked) {
     int32_t tok;
-    if (r->grammar) {
+    if (!logits) {
+        tok = picked;
+        hr_sampler_accept(r->sampler, tok);
+    } else if (r->grammar) {
         hr_error err = {0};
         int n = constrain_mask(e, r, &err);
         if (n < 0) {
@@ -608,7 +628,13 @@ static bool step(hr_engine *e) {
     int rows = 0;
     int T = sched_build_batch(e, &rows);
     if (T > 0) {
-        hr_batch b = {.n_tokens = T, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq, .want_logits = e->b_want};
+        const bool argmax = step_argmax(e, rows);
+        hr_batch b = {.n_tokens = T,
+                      .tokens = e->b_tokens,
+                      .pos = e->b_pos,
+                      .seq = e->b_seq,
+                      .want_logits = e->b_want,
+                      .argmax = argmax ? e->b_argmax : NULL};
         hr_error err = {0};
         double t0 = hr_time_now();
         hr_status st = e->p.forward ? e->p.forward(e->p.forward_user, &b, e->logits, &err)
@@ -623,7 +649,9 @@ static bool step(hr_engine *e) {
             e->st.batch_tokens += (uint64_t)T;
             const uint64_t prefill0 = e->st.prefill_tokens;
             commit_batch(e);
-            for (int i = 0; i < rows; i++) sample_row(e, e->b_sample[i], e->logits + (size_t)i * e->n_vocab);
+            if (argmax) e->st.argmax_steps++;
+            for (int i = 0; i < rows; i++)
+                sample_row(e, e->b_sample[i], argmax ? NULL : e->logits + (size_t)i * e->n_vocab, e->b_argmax[i]);
             if (e->st.prefill_tokens == prefill0 && rows == T) {
                 e->st.decode_steps++;
                 e->st.decode_tokens += (uint64_t)rows;

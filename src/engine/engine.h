@@ -296,6 +296,9 @@ typedef struct hr_engine_stats {
     /* constrained decoding: token masks computed and their seconds (inside the steps' sampling) */
     uint64_t masks;
     double mask_seconds;
+    /* steps whose rows' ids the backend picked (hr_batch.argmax: the GPU with HEADROOM_CUDA_ARGMAX=device,
+     * every row plain greedy), their logits never copied to the host */
+    uint64_t argmax_steps;
 } hr_engine_stats;
 
 /* ---- events ------------------------------------------------------------------------------------ */

@@ -131,6 +131,7 @@ struct hr_engine {
     hr_kv_seq *b_seq;
     uint8_t *b_want;
     hr_request **b_sample; /* [max_running]: the request of each logits row */
+    int32_t *b_argmax;     /* [max_running]: each row's id where the backend picks it (hr_batch.argmax) */
     float *logits;         /* [max_running][V] */
 
     /* constrained decoding (engine thread), made at the first constrained request */

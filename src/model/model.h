@@ -245,6 +245,10 @@ typedef struct hr_batch {
     const int32_t *pos;
     const hr_kv_seq *seq;
     const uint8_t *want_logits;
+    /* Optional, only where hr_model_ctx_argmax(c) says so: the argmax of each row that wants logits
+     * (hr_argmax's choice: the largest, the lowest index on ties), in batch order, in place of its
+     * logits, which are then not written. NULL: logits. */
+    int32_t *argmax;
 } hr_batch;
 
 /* Per-run state of the forward pass on one backend (backend/backend.h: the CPU's thread pool,
@@ -274,6 +278,9 @@ uint64_t hr_model_ctx_scratch_bytes(const hr_hparams *hp, int max_batch_tokens, 
                                     int n_threads);
 const char *hr_model_ctx_isa(const hr_model_ctx *c);
 int hr_model_ctx_n_threads(const hr_model_ctx *c);
+/* True where c's forward fills hr_batch.argmax itself (the GPU's, with HEADROOM_CUDA_ARGMAX=device:
+ * the ids come back instead of the rows of logits). The CPU's is false: its logits are in memory. */
+bool hr_model_ctx_argmax(const hr_model_ctx *c);
 
 /* Runs the batch; logits receives one row of n_vocab floats per token with want_logits set, in batch
  * order. Commits nothing to the KV ledger: the caller calls hr_kv_seq_commit afterwards. */

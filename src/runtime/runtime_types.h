@@ -258,6 +258,7 @@ typedef struct hr_rt_engine_stats {
     int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
     uint64_t masks;      /* constrained decoding: token masks computed, and their seconds */
     double mask_seconds;
+    uint64_t argmax_steps; /* steps whose ids the GPU picked, no logits copied (HEADROOM_CUDA_ARGMAX=device) */
 } hr_rt_engine_stats;
 
 #endif

@@ -216,5 +216,6 @@ void hr_rt_from_engine_stats(const hr_engine_stats *in, hr_rt_engine_stats *out)
                                 .swap_available = in->swap_available,
                                 .headroom_blocks = in->headroom_blocks,
                                 .masks = in->masks,
-                                .mask_seconds = in->mask_seconds};
+                                .mask_seconds = in->mask_seconds,
+                                .argmax_steps = in->argmax_steps};
 }

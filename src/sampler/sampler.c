@@ -315,6 +315,10 @@ static int32_t sample(hr_sampler *s, const float *logits, const uint64_t *mask) 
 
 int32_t hr_sampler_sample(hr_sampler *s, const float *logits) { return sample(s, logits, NULL); }
 
+bool hr_sampler_is_argmax(const hr_sampler *s) {
+    return s->p.temperature <= 0.0f && !penalties_active(&s->p) && s->p.n_bias == 0;
+}
+
 int32_t hr_sampler_sample_masked(hr_sampler *s, const float *logits, const uint64_t *mask) {
     return sample(s, logits, mask);
 }

@@ -7,6 +7,7 @@
 #ifndef HR_SAMPLER_SAMPLER_H
 #define HR_SAMPLER_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/status.h"
@@ -52,6 +53,10 @@ void hr_sampler_reset(hr_sampler *s); /* clears history and re-seeds */
 
 /* Picks a token from logits[n_vocab] (not modified) and accepts it into the history. */
 int32_t hr_sampler_sample(hr_sampler *s, const float *logits);
+/* True when hr_sampler_sample's choice is hr_argmax of the logits as given: greedy, no penalties, no
+ * logit bias. A caller holding only that argmax (a GPU's, model.h's hr_batch.argmax) passes it to
+ * hr_sampler_accept instead, with the same result. */
+bool hr_sampler_is_argmax(const hr_sampler *s);
 
 /* The same over the tokens allowed by mask (bit i of mask[i / 64]: token i allowed; at least one must
  * be): the others are removed before anything else looks at the logits (greedy picks the best

@@ -1064,6 +1064,85 @@ static void test_graph_decode(void) {
     }
 }
 
+/* ---- 6. greedy ids picked on the device ------------------------------------------------------------ */
+
+/* GN requests at once on the q8_0 model, greedy (request `lp_req` also asks for log-probabilities;
+ * -1: none does), with HEADROOM_CUDA_ARGMAX=`argmax` (NULL: unset) and graphs where `graphs`: their
+ * ids, and the engine's steps whose ids the device picked */
+static uint64_t argmax_decode(const char *argmax, bool graphs, int lp_req, int32_t ids[GN][GT]) {
+    if (argmax) setenv("HEADROOM_CUDA_ARGMAX", argmax, 1);
+    if (graphs) setenv("HEADROOM_CUDA_GRAPHS", "1", 1);
+    hr_runtime_params p = rt_params(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", "cuda", HR_RT_KV_F16);
+    hr_runtime *rt = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+    unsetenv("HEADROOM_CUDA_ARGMAX");
+    unsetenv("HEADROOM_CUDA_GRAPHS");
+    if (!rt) return 0;
+    static const int plen[GN] = {9, 30, 17, 5};
+    static int32_t prompt[GN][32];
+    hr_rt_request *r[GN] = {0};
+    for (int i = 0; i < GN; i++) {
+        prompt[i][0] = 1;
+        for (int k = 1; k < plen[i]; k++) prompt[i][k] = 3 + (k * 29 + i * 11) % 500;
+        hr_rt_request_params q = {.prompt_ids = prompt[i],
+                                  .n_prompt_ids = plen[i],
+                                  .max_tokens = g_ntok[i],
+                                  .ignore_eos = true,
+                                  .logprobs = i == lp_req};
+        q.sampling = hr_rt_sampling_default();
+        q.sampling.temperature = 0;
+        CHECKF(hr_runtime_submit(rt, &q, &r[i], &err) == HR_OK, "%s", err.msg);
+    }
+    CHECKF(hr_runtime_run_until_idle(rt, &err) == HR_OK, "%s", err.msg);
+    for (int i = 0; i < GN; i++) {
+        hr_rt_result res;
+        hr_rt_request_result(r[i], &res);
+        CHECKF(res.n_ids == g_ntok[i], "request %d gave %d ids", i, res.n_ids);
+        memcpy(ids[i], res.ids, sizeof(int32_t) * (size_t)(res.n_ids < g_ntok[i] ? res.n_ids : g_ntok[i]));
+        hr_rt_request_release(rt, r[i]);
+    }
+    hr_runtime_pool pool;
+    hr_runtime_get_pool(rt, &pool);
+    hr_runtime_close(rt);
+    return pool.engine.argmax_steps;
+}
+
+/* HEADROOM_CUDA_ARGMAX=device: the ids of greedy requests are those the logits copied to the host give,
+ * with the device picking every step's (eager and replayed as graphs); a request asking for
+ * log-probabilities takes the logits for the steps it is in, and its ids and the others' stay the same.
+ * Unset, the device picks none; a value other than host or device is refused at open. */
+static void test_device_argmax(void) {
+    static int32_t ids[4][GN][GT];
+    memset(ids, 0, sizeof ids);
+    const uint64_t host = argmax_decode(NULL, false, -1, ids[0]);
+    const uint64_t dev = argmax_decode("device", false, -1, ids[1]);
+    const uint64_t graphed = argmax_decode("device", true, -1, ids[2]);
+    const uint64_t mixed = argmax_decode("device", false, 1, ids[3]);
+    CHECKF(host == 0, "HEADROOM_CUDA_ARGMAX unset: %llu steps picked on the device", (unsigned long long)host);
+    /* one step for the prompts, then GT - 1 decode steps; request 1 (GT / 2 tokens, log-probabilities in
+     * the mixed run) is in the first GT / 2 of them */
+    CHECKF(dev == GT && graphed == dev && mixed == GT - GT / 2,
+           "device argmax steps: %llu, with graphs %llu, mixed %llu", (unsigned long long)dev,
+           (unsigned long long)graphed, (unsigned long long)mixed);
+    bool same = true;
+    for (int k = 1; k < 4; k++) same = same && !memcmp(ids[0], ids[k], sizeof ids[0]);
+    CHECKF(same, "device argmax: ids differ from the logits' greedy choice");
+    setenv("HEADROOM_CUDA_ARGMAX", "gpu", 1);
+    hr_runtime_params p = rt_params(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", "cuda", HR_RT_KV_F16);
+    hr_runtime *rt = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&p, &rt, NULL, &err) != HR_OK && strstr(err.msg, "HEADROOM_CUDA_ARGMAX is 'gpu'") &&
+               strstr(err.msg, "host or device"),
+           "HEADROOM_CUDA_ARGMAX=gpu: %s", rt ? "opened" : err.msg);
+    unsetenv("HEADROOM_CUDA_ARGMAX");
+    hr_runtime_close(rt);
+    printf("device argmax: %llu steps' ids picked on the device (%llu with graphs; %llu with a log-probabilities "
+           "request in the first %d); the %d requests' ids %s the logits'\n",
+           (unsigned long long)dev, (unsigned long long)graphed, (unsigned long long)mixed, GT / 2, GN,
+           same ? "equal" : "NOT equal to");
+}
+
 /* argv[1]: a driver library (the emulating one for ctest; none: libcuda.so.1, skipped without a GPU);
  * argv[2]: which half, "paths" (refusals, windows, the arena, the F32 vectors, the engine's paths, mma
  * prefill attention, the graphs, h2o and snapkv; "graphs", "policies": those alone) or
@@ -1088,6 +1167,7 @@ int main(int argc, char **argv) {
     if (!strcmp(part, "graphs")) { /* the graphs' checks alone (they are part of paths) */
         test_graph_api();
         test_graph_decode();
+        test_device_argmax();
         return hr_test_finish();
     }
     if (paths) {
@@ -1101,6 +1181,7 @@ int main(int argc, char **argv) {
         test_prefill_mma();
         test_graph_api();
         test_graph_decode();
+        test_device_argmax();
     }
     if (quality) {
         agreement(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_F16, "stories260K q8_0, f16 KV");

@@ -25,6 +25,11 @@
  * buffers before the launch, as for an eager step. A capture that fails runs its step eagerly (said
  * once on stderr) and is tried once more; a key that fails twice stays eager. Never the request.
  *
+ * Greedy ids on the device (HEADROOM_CUDA_ARGMAX=device at create; host, the logits copied, by default
+ * until a GPU measures it): a batch that passes hr_batch.argmax gets each output row's argmax from
+ * hr_k_argmax_rows, B ids downloaded instead of B x n_vocab floats (the engine asks only where every
+ * row samples greedily from the logits as they are).
+ *
  * What it refuses, in one line beginning "CUDA: ": a model the kernels do not cover yet (biases,
  * Q/K norms, post norms, GeGLU, MoE, MLA, window layers beside full ones, sinks, softcapped logits, embedding
  * scales, LongRoPE, YaRN, linear RoPE scaling, fused QKV / gate-up) and a weight type without a GEMV
@@ -91,6 +96,7 @@ typedef struct cuda_ctx {
     bool *tl_acc;
     uint64_t *h_tlscore;
     int tl_cap, n_tl;
+    bool argmax;    /* forward fills hr_batch.argmax on the device (HEADROOM_CUDA_ARGMAX=device) */
     bool any_win;   /* a token of this batch sees a window (win passed to attention), else all */
     bool staged;    /* the KV formats have stages (q4, kivi2): slots carries each token's stage and fill */
     int max_blocks; /* table row stride: blocks of max_ctx */
@@ -330,6 +336,15 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     return HR_OK;
 }
 
+/* HEADROOM_CUDA_ARGMAX: "host" (or unset: the rows of logits come down and the engine's sampler picks;
+ * the default until a GPU measures the other) or "device" (a greedy step's ids are picked on the GPU by
+ * hr_k_argmax_rows and only they come down: 4 bytes a row instead of n_vocab floats) */
+static hr_status argmax_of(const char *v, bool *device, hr_error *err) {
+    *device = v && strcmp(v, "device") == 0;
+    if (!v || !*v || *device || strcmp(v, "host") == 0) return HR_OK;
+    return hr_error_set(err, HR_ERR_INVALID_ARG, "HEADROOM_CUDA_ARGMAX is '%s': expected host or device", v);
+}
+
 static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_ctx_params *p, hr_model_ctx **out,
                              hr_error *err) {
     const hr_cuda_backend_params *cp = p->backend_user;
@@ -360,6 +375,7 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: max_batch_tokens %d is past %d (the GEMV's grid rows)",
                           p->max_batch_tokens, HR_CUDA_MAX_BATCH_TOKENS);
     if (!st) st = check_model(m, err);
+    if (!st) st = argmax_of(getenv("HEADROOM_CUDA_ARGMAX"), &x->argmax, err);
     /* the device path writes and attends by physical slot in one group of every layer: a model whose
      * layers all attend alike (all full, or all through the same sliding window, as mistral's) */
     if (!st && (hr_kv_pool_groups(kv)->n_groups != 1 || hr_kv_pool_config(kv)->v_from_k))
@@ -768,6 +784,14 @@ static hr_status forward_batch(cuda_ctx *x, const hr_batch *b, float *logits, hr
     }
     if (!st) st = tokens_scores(x, err);
     if (st || n_out == 0) return st;
+    if (b->argmax && x->argmax) {
+        /* the ids into x->ids (n_out <= T ints): the step has read its tokens from there already, and the
+         * next step uploads its own before its first launch */
+        int nv = hp->n_vocab;
+        void *a[] = {&x->ids, &x->logits, &nv};
+        if ((st = hr_cuda_launch(x->dev, "hr_k_argmax_rows", (unsigned)n_out, 1, THREADS, a, err))) return st;
+        return hr_cuda_download(x->dev, b->argmax, x->ids, (size_t)n_out * sizeof(int32_t), err);
+    }
     return hr_cuda_download(x->dev, logits, x->logits, (size_t)n_out * hp->n_vocab * sizeof(float), err);
 }
 
@@ -804,7 +828,8 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
                             .tokens = b->tokens + from,
                             .pos = b->pos + from,
                             .seq = b->seq + from,
-                            .want_logits = b->want_logits ? b->want_logits + from : NULL};
+                            .want_logits = b->want_logits ? b->want_logits + from : NULL,
+                            .argmax = b->argmax ? b->argmax + out : NULL};
         st = forward_batch(x, &p, logits ? logits + (size_t)out * x->m->hp.n_vocab : NULL, err);
         for (int t = from; t < to; t++) out += b->want_logits && b->want_logits[t];
         from = to;
@@ -814,6 +839,13 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
 
 static const char *cuda_isa(const hr_model_ctx *c) { return "sm_90a"; }
 static int cuda_n_threads(const hr_model_ctx *c) { return 1; }
+static bool cuda_argmax(const hr_model_ctx *c) { return ((const cuda_ctx *)(const void *)c)->argmax; }
+
+bool hr_cuda_backend_set_argmax(hr_model_ctx *ctx, bool on) {
+    if (!ctx || hr_backend_of(ctx) != &hr_backend_cuda) return false;
+    ((cuda_ctx *)(void *)ctx)->argmax = on;
+    return on;
+}
 
 const hr_backend_ops hr_backend_cuda = {
     .name = "cuda",
@@ -822,6 +854,7 @@ const hr_backend_ops hr_backend_cuda = {
     .forward = cuda_forward,
     .isa = cuda_isa,
     .n_threads = cuda_n_threads,
+    .argmax = cuda_argmax,
     /* weights and activations live on the GPU: host memory for them is none beyond the model's own
      * copy, which the runtime's plan counts already */
     .weight_bytes = NULL,

@@ -199,6 +199,11 @@ extern const hr_backend_ops hr_backend_cuda;
  * graphs made so far. */
 bool hr_cuda_backend_set_graphs(hr_model_ctx *ctx, bool on);
 
+/* Greedy steps' ids picked on the device (hr_batch.argmax; HEADROOM_CUDA_ARGMAX=device at create) or
+ * the logits copied down (host), on a context of hr_backend_cuda (gpu_bench measures both on one
+ * runtime); returns whether the device picks now (false where the context is another backend's). */
+bool hr_cuda_backend_set_argmax(hr_model_ctx *ctx, bool on);
+
 /* Whether GPU `ordinal` can be opened (hr_cuda_device_open, then closed): what a front end checks
  * before loading a model for --device cuda[:N]. */
 hr_status hr_cuda_probe(const char *driver_lib, int ordinal, hr_error *err);
