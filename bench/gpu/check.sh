@@ -194,6 +194,8 @@ step5() {
         's/^ +attention +prefill split\/mma +([0-9]+) rows after ([0-9]+) .*: ([a-z]+) faster +([0-9.e+-]+) x.*/\1 rows after \2 \4x (\3)/p'
     ratios "greedy sampling, logits copy + host argmax time / device argmax time (> 1: device faster)" \
         's/^ +copy +host\/device argmax +batch ([0-9]+) \(.*\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
+    ratios "logits download, pageable time / page-locked time (> 1: page-locked faster; HEADROOM_CUDA_PINNED_LOGITS)" \
+        's/^ +copy +pageable\/pinned +logits batch ([0-9]+) \(pageable time \/ pinned time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
     ratios "decode steps (graphs), logits copied time / ids picked on the device time (> 1: device faster; HEADROOM_CUDA_ARGMAX)" \
         's/^ +e2e +logits\/argmax +decode batch ([0-9]+) \(logits time \/ argmax time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
     if command -v python3 >/dev/null; then

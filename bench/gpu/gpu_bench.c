@@ -1,7 +1,8 @@
 /* gpu_bench.c: the GPU's measurements for bench/gpu/check.sh's step 5 (docs/GPU.md, "Measurements").
  *
  *   1. copy:      device-to-device copy bandwidth (hr_cuda_copy), the reference every "% of copy" is of;
- *                 and the logits' download at the e2e batches (what sampling on the device could save);
+ *                 and the logits' download at the e2e batches (what sampling on the device could save),
+ *                 into pageable and into page-locked memory, the first's time over the second's;
  *   1a. argmax:   the greedy choice at those batches both ways, the logits downloaded and hr_argmax on the
  *                 host against hr_k_argmax_rows on the device and the ids downloaded (its ids checked
  *                 against the host's), and the first's time over the second's (> 1: the device faster);

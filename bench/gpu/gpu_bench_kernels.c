@@ -25,6 +25,41 @@ static hr_status copy_rep(void *p, int rep, hr_error *e) {
     return hr_cuda_copy(c->dev, c->dst, c->src, c->bytes, e);
 }
 
+/* one "logits to host" row: B rows of n_vocab floats downloaded from dst (whose first bytes are h's)
+ * into `to` (page-locked where `pinned`), host wall clock, median of 15; the median ms or NAN */
+static double logits_row(gpu_bench *g, uint64_t dst, const unsigned char *h, void *to, size_t bytes, int B, int n_vocab,
+                         bool pinned) {
+    hr_error e = {0};
+    const size_t lb = (size_t)B * (size_t)n_vocab * sizeof(float);
+    row l = gb_new_row("copy", pinned ? "logits to pinned host" : "logits to host");
+    snprintf(l.shape, sizeof l.shape, "%d x %d f32 (%.2f MiB)%s", B, n_vocab, lb / MIB,
+             pinned ? ", page-locked" : ", pageable");
+    snprintf(l.unit, sizeof l.unit, "ms");
+    double v[15];
+    int n = 0;
+    bool ok = lb <= bytes;
+    memset(to, 0, lb);
+    for (int k = 0; ok && k < 15; k++) {
+        double t0 = hr_time_now();
+        if (hr_cuda_download(g->dev, to, dst, lb, &e)) ok = gb_dev_fail(g, &l, "download", &e);
+        v[n++] = (hr_time_now() - t0) * 1e3;
+    }
+    double ms = NAN;
+    if (ok && gb_verdict(g, &l, memcmp(h, to, lb) == 0, "bytes differ", 0.0)) {
+        snprintf(l.check, sizeof l.check, "ok (bytes equal; host wall clock, median of %d)", n);
+        ms = l.value = l.median_ms = gb_median(v, n);
+        l.loops = n;
+        l.reps = 1;
+    }
+    json_t *lj = json_object();
+    json_object_set_new(lj, "rows", json_integer(B));
+    json_object_set_new(lj, "n_vocab", json_integer(n_vocab));
+    json_object_set_new(lj, "bytes", json_integer((json_int_t)lb));
+    json_object_set_new(lj, "page_locked", json_boolean(pinned));
+    gb_add_row(g, &l, lj);
+    return ms;
+}
+
 void gb_bench_copy(gpu_bench *g) {
     size_t bytes = g->o.quick ? (size_t)1 << 20 : (size_t)1 << 30;
     row r = gb_new_row("copy", "device to device");
@@ -61,37 +96,27 @@ void gb_bench_copy(gpu_bench *g) {
     json_object_set_new(x, "bytes", json_integer((json_int_t)bytes));
     json_object_set_new(x, "bytes_moved_per_rep", json_integer((json_int_t)(2 * bytes)));
     gb_add_row(g, &r, x);
-    /* the logits' way to the host as the forward pass takes it (hr_cuda_download into pageable memory,
-     * waited for): Llama-3's 128256 floats a row at the e2e batches; against the e2e step times it says
-     * what sampling on the device could save */
+    /* the logits' way to the host as the forward pass takes it (hr_cuda_download, waited for): Llama-3's
+     * 128256 floats a row at the e2e batches, into pageable memory (malloc: the engine's rows by default)
+     * and into page-locked memory (HEADROOM_CUDA_PINNED_LOGITS=1), and the first's time over the
+     * second's; against the e2e step times they say what sampling on the device could save */
     static const int rows_full[] = {1, 16, 64}, rows_quick[] = {1, 4};
     const int n_vocab = g->o.quick ? 512 : 128256;
+    const size_t most = (size_t)(g->o.quick ? 4 : 64) * (size_t)n_vocab * sizeof(float);
+    void *pinned = c.src && most <= bytes ? hr_cuda_host_alloc(g->dev, most, &e) : NULL;
     for (int i = 0; i < (g->o.quick ? 2 : 3) && c.src; i++) {
         const int B = (g->o.quick ? rows_quick : rows_full)[i];
-        const size_t lb = (size_t)B * (size_t)n_vocab * sizeof(float);
-        row l = gb_new_row("copy", "logits to host");
-        snprintf(l.shape, sizeof l.shape, "%d x %d f32 (%.2f MiB)", B, n_vocab, lb / MIB);
-        snprintf(l.unit, sizeof l.unit, "ms");
-        double v[15];
-        int n = 0;
-        bool ok = lb <= bytes;
-        for (int k = 0; ok && k < 15; k++) {
-            double t0 = hr_time_now();
-            if (hr_cuda_download(g->dev, back, c.dst, lb, &e)) ok = gb_dev_fail(g, &l, "download", &e);
-            v[n++] = (hr_time_now() - t0) * 1e3;
-        }
-        if (ok && gb_verdict(g, &l, memcmp(h, back, lb) == 0, "bytes differ", 0.0)) {
-            snprintf(l.check, sizeof l.check, "ok (bytes equal; host wall clock, median of %d)", n);
-            l.value = l.median_ms = gb_median(v, n);
-            l.loops = n;
-            l.reps = 1;
-        }
-        json_t *lj = json_object();
-        json_object_set_new(lj, "rows", json_integer(B));
-        json_object_set_new(lj, "n_vocab", json_integer(n_vocab));
-        json_object_set_new(lj, "bytes", json_integer((json_int_t)lb));
-        gb_add_row(g, &l, lj);
+        const double pageable_ms = logits_row(g, c.dst, h, back, bytes, B, n_vocab, false);
+        const double pinned_ms = pinned ? logits_row(g, c.dst, h, pinned, bytes, B, n_vocab, true) : NAN;
+        if (!pinned) gb_skip_row(g, "copy", "logits to pinned host", "-", "no page-locked memory");
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "logits batch %d", B);
+        json_t *xj = json_object();
+        json_object_set_new(xj, "rows", json_integer(B));
+        gb_add_ratio(g, gb_new_row("copy", "pageable/pinned"), prefix, "pageable", NULL, pageable_ms, "pinned", NULL,
+                     pinned_ms, "download", xj);
     }
+    hr_cuda_host_free(g->dev, pinned);
     hr_cuda_free(g->dev, c.src);
     hr_cuda_free(g->dev, c.dst);
     free(h);

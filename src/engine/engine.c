@@ -138,7 +138,7 @@ hr_status hr_engine_create(const hr_engine_params *params, hr_engine **out, hr_e
     e->b_want = malloc(z.b_want);
     e->b_sample = malloc(z.b_sample);
     e->b_argmax = malloc(z.b_argmax);
-    e->logits = malloc(z.logits);
+    e->logits = p.rows_alloc ? p.rows_alloc(p.rows_user, z.logits) : malloc(z.logits);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_sample || !e->b_argmax || !e->logits) {
         hr_engine_destroy(e);
         return hr_error_set(err, HR_ERR_NOMEM, "engine: out of memory for the step buffers");
@@ -190,7 +190,10 @@ void hr_engine_destroy(hr_engine *e) {
     free(e->b_want);
     free(e->b_sample);
     free(e->b_argmax);
-    free(e->logits);
+    if (e->p.rows_alloc && e->p.rows_free)
+        e->p.rows_free(e->p.rows_user, e->logits);
+    else if (!e->p.rows_alloc)
+        free(e->logits);
     hr_cons_store_destroy(e->cstore); /* after every request: their matchers are gone */
     hr_cons_vocab_destroy(e->cvocab);
     free(e->mask);

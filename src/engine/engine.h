@@ -101,6 +101,12 @@ typedef struct hr_engine_params {
     float predict_percentile;  /* adaptive: the percentile of completion lengths (0: 0.9) */
     hr_engine_step_fn on_step; /* optional: each step that computed (see hr_engine_step_info) */
     void *on_step_user;
+    /* optional: where the step's logits rows live (max_running x n_vocab floats, the bytes
+     * hr_engine_buffer_bytes counts for them), e.g. a GPU's page-locked host memory, into which the
+     * forward pass's download is one DMA; NULL: malloc. rows_free gives them back at destroy. */
+    void *(*rows_alloc)(void *user, size_t bytes);
+    void (*rows_free)(void *user, void *p);
+    void *rows_user;
 } hr_engine_params;
 
 typedef struct hr_engine hr_engine;

@@ -298,6 +298,13 @@ static const hr_hparams *rt_hparams(const hr_runtime *rt) {
 
 /* The engine's forward step on a shape alone: the default path wants a model (its vocabulary's size),
  * so the runtime hands the engine the forward context's dispatch itself. */
+/* the engine's logits rows in the GPU's page-locked host memory (hr_engine_params.rows_alloc) */
+static void *pinned_rows_alloc(void *dev, size_t bytes) {
+    hr_error e = {0};
+    return hr_cuda_host_alloc(dev, bytes, &e);
+}
+static void pinned_rows_free(void *dev, void *p) { hr_cuda_host_free(dev, p); }
+
 static hr_status shape_forward(void *user, const hr_batch *b, float *logits, hr_error *err) {
     return hr_model_forward(user, b, logits, err);
 }
@@ -648,6 +655,14 @@ shape_only:
                            .layout = (hr_kv_layout)p->layout,
                            .on_step = rt->step_log ? log_step : NULL,
                            .on_step_user = rt->step_log};
+    /* HEADROOM_CUDA_PINNED_LOGITS=1: the engine's logits rows in page-locked memory, so the forward pass's
+     * download of them is one DMA (off until a GPU measures it: gpu_bench's "logits to host" rows) */
+    const char *pin = getenv("HEADROOM_CUDA_PINNED_LOGITS");
+    if (rt->cuda && rt->model && pin && *pin && strcmp(pin, "0") != 0) {
+        ep.rows_alloc = pinned_rows_alloc;
+        ep.rows_free = pinned_rows_free;
+        ep.rows_user = rt->cuda;
+    }
     if (!rt->model) { /* a shape alone */
         ep.forward = shape_forward;
         ep.forward_user = rt->ctx;

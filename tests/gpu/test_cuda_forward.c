@@ -1066,19 +1066,34 @@ static void test_graph_decode(void) {
 
 /* ---- 6. greedy ids picked on the device ------------------------------------------------------------ */
 
+/* the emulating driver's page-locked allocations alive now, or -1 (another driver, or none loaded) */
+static int host_allocs_now(void *lib) {
+    void *sym = lib ? dlsym(lib, "hr_fake_cuda_host_allocs") : NULL;
+    int (*fn)(void) = NULL;
+    memcpy(&fn, &sym, sizeof sym);
+    return fn ? fn() : -1;
+}
+
 /* GN requests at once on the q8_0 model, greedy (request `lp_req` also asks for log-probabilities;
- * -1: none does), with HEADROOM_CUDA_ARGMAX=`argmax` (NULL: unset) and graphs where `graphs`: their
- * ids, and the engine's steps whose ids the device picked */
-static uint64_t argmax_decode(const char *argmax, bool graphs, int lp_req, int32_t ids[GN][GT]) {
+ * -1: none does), with HEADROOM_CUDA_ARGMAX=`argmax` (NULL: unset), graphs where `graphs` and the
+ * logits rows page-locked where `pinned` (HEADROOM_CUDA_PINNED_LOGITS=1; host_allocs: the emulator's
+ * page-locked allocations while it ran and after close, -1 elsewhere): their ids, and the engine's steps
+ * whose ids the device picked */
+static uint64_t argmax_decode(const char *argmax, bool graphs, bool pinned, int lp_req, int32_t ids[GN][GT],
+                              int host_allocs[2]) {
     if (argmax) setenv("HEADROOM_CUDA_ARGMAX", argmax, 1);
     if (graphs) setenv("HEADROOM_CUDA_GRAPHS", "1", 1);
+    if (pinned) setenv("HEADROOM_CUDA_PINNED_LOGITS", "1", 1);
     hr_runtime_params p = rt_params(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", "cuda", HR_RT_KV_F16);
     hr_runtime *rt = NULL;
     hr_error err = {0};
     CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
     unsetenv("HEADROOM_CUDA_ARGMAX");
     unsetenv("HEADROOM_CUDA_GRAPHS");
+    unsetenv("HEADROOM_CUDA_PINNED_LOGITS");
     if (!rt) return 0;
+    void *lib = driver ? dlopen(driver, RTLD_NOW | RTLD_NOLOAD) : NULL; /* held past close, to count then */
+    if (host_allocs) host_allocs[0] = host_allocs_now(lib);
     static const int plen[GN] = {9, 30, 17, 5};
     static int32_t prompt[GN][32];
     hr_rt_request *r[GN] = {0};
@@ -1105,6 +1120,8 @@ static uint64_t argmax_decode(const char *argmax, bool graphs, int lp_req, int32
     hr_runtime_pool pool;
     hr_runtime_get_pool(rt, &pool);
     hr_runtime_close(rt);
+    if (host_allocs) host_allocs[1] = host_allocs_now(lib);
+    if (lib) dlclose(lib);
     return pool.engine.argmax_steps;
 }
 
@@ -1113,20 +1130,27 @@ static uint64_t argmax_decode(const char *argmax, bool graphs, int lp_req, int32
  * log-probabilities takes the logits for the steps it is in, and its ids and the others' stay the same.
  * Unset, the device picks none; a value other than host or device is refused at open. */
 static void test_device_argmax(void) {
-    static int32_t ids[4][GN][GT];
+    static int32_t ids[5][GN][GT];
     memset(ids, 0, sizeof ids);
-    const uint64_t host = argmax_decode(NULL, false, -1, ids[0]);
-    const uint64_t dev = argmax_decode("device", false, -1, ids[1]);
-    const uint64_t graphed = argmax_decode("device", true, -1, ids[2]);
-    const uint64_t mixed = argmax_decode("device", false, 1, ids[3]);
-    CHECKF(host == 0, "HEADROOM_CUDA_ARGMAX unset: %llu steps picked on the device", (unsigned long long)host);
+    int pinned_allocs[2] = {0}, plain_allocs[2] = {0};
+    const uint64_t host = argmax_decode(NULL, false, false, -1, ids[0], plain_allocs);
+    const uint64_t dev = argmax_decode("device", false, false, -1, ids[1], NULL);
+    const uint64_t graphed = argmax_decode("device", true, false, -1, ids[2], NULL);
+    const uint64_t mixed = argmax_decode("device", false, false, 1, ids[3], NULL);
+    /* the logits rows page-locked, a log-probabilities request among them: the rows come down into them */
+    const uint64_t pinned = argmax_decode(NULL, false, true, 1, ids[4], pinned_allocs);
+    CHECKF(host == 0 && pinned == 0, "HEADROOM_CUDA_ARGMAX unset: %llu and %llu steps picked on the device",
+           (unsigned long long)host, (unsigned long long)pinned);
+    CHECKF(plain_allocs[0] < 0 || (pinned_allocs[0] == plain_allocs[0] + 1 && pinned_allocs[1] == 0),
+           "HEADROOM_CUDA_PINNED_LOGITS=1: %d page-locked allocations, %d without, %d after close", pinned_allocs[0],
+           plain_allocs[0], pinned_allocs[1]);
     /* one step for the prompts, then GT - 1 decode steps; request 1 (GT / 2 tokens, log-probabilities in
      * the mixed run) is in the first GT / 2 of them */
     CHECKF(dev == GT && graphed == dev && mixed == GT - GT / 2,
            "device argmax steps: %llu, with graphs %llu, mixed %llu", (unsigned long long)dev,
            (unsigned long long)graphed, (unsigned long long)mixed);
     bool same = true;
-    for (int k = 1; k < 4; k++) same = same && !memcmp(ids[0], ids[k], sizeof ids[0]);
+    for (int k = 1; k < 5; k++) same = same && !memcmp(ids[0], ids[k], sizeof ids[0]);
     CHECKF(same, "device argmax: ids differ from the logits' greedy choice");
     setenv("HEADROOM_CUDA_ARGMAX", "gpu", 1);
     hr_runtime_params p = rt_params(HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", "cuda", HR_RT_KV_F16);
@@ -1138,7 +1162,8 @@ static void test_device_argmax(void) {
     unsetenv("HEADROOM_CUDA_ARGMAX");
     hr_runtime_close(rt);
     printf("device argmax: %llu steps' ids picked on the device (%llu with graphs; %llu with a log-probabilities "
-           "request in the first %d); the %d requests' ids %s the logits'\n",
+           "request in the first %d); the %d requests' ids %s the logits' (copied to malloc'd and to page-locked "
+           "rows)\n",
            (unsigned long long)dev, (unsigned long long)graphed, (unsigned long long)mixed, GT / 2, GN,
            same ? "equal" : "NOT equal to");
 }
