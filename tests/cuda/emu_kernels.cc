@@ -33,7 +33,7 @@ namespace k_swiglu {
 
 #include "emu_rt.h"
 
-/* Kernels only the emulator's own check launches (tests/gpu/test_cuda_kernels.c; no PTX has them): a
+/* Kernels only the emulator's own check launches (tests/gpu/cuda_kernels_limits.c; no PTX has them): a
  * warp split between __syncthreads and a shuffle, which no barrier can release; lanes that leave while
  * the rest of their warp shuffles (finished lanes count as arrived; a partner that left gives a lane its
  * own value); and a vector load at an address it may not be aligned to. */
