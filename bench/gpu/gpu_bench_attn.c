@@ -447,7 +447,7 @@ static hr_status pfa_rep(void *p, int rep, hr_error *e) {
  * hr_kv_storage_cuda_attend_runs with the storage's prefill attention "split" then "mma" (the runs
  * the forward pass finds: hr_cuda_attn_runs), each checked against the CPU storage's attention on
  * three rows, then timed: FLOP = 4 H D (visible positions, summed over rows) (Q K^T and P V). The
- * check's bound (tests/gpu/test_cuda_kernels.c's derivation, Q now not on f16's grid): Q's f16
+ * check's bound (tests/gpu/cuda_kernels_prefill.c's derivation, Q now not on f16's grid): Q's f16
  * rounding moves a score by at most eps = scale 2^-11 |q|_1 kmax (kmax 1.5, K exact in f16), the
  * output by (e^(2 eps) - 1) max|v|; P's rounding and the CPU's f16 weights add 2^-10 max|v|. */
 static void bench_prefill_attn_one(gpu_bench *g, const attn_shape_t *as, int n, int ctx0, double *ms) {

@@ -27,7 +27,7 @@
  * scores' rounding 8x smaller, and K/V elements past f16's 65504 (where an f32 or bf16 cache would
  * overflow to inf) do not occur in a model's keys and values; P's smallest weights fall into f16's
  * subnormals (below 2^-14), an absolute error under 2^-25 each. The error this adds over the split
- * kernels (f32 throughout) is bounded in tests/gpu/test_cuda_kernels.c's test_prefill_attention.
+ * kernels (f32 throughout) is bounded in tests/gpu/cuda_kernels_prefill.c's test_prefill_attention.
  *
  * head_dim 8, 16, 32, 64 or 128 (the host sends other shapes to the split kernels; 8, the demo
  * models', pads K's k16 step with zeros), q8 groups a multiple of 8.

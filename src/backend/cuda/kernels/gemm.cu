@@ -238,7 +238,7 @@ extern "C" __global__ void hr_k_gemm_q4_0(float *y, const u8 *W, const float *x,
     gemm_tc<GEMM_Q4_0>(y, W, x, rows, cols, n_tokens);
 }
 
-/* The mma wrappers' own check (tests/gpu/test_cuda_kernels.c): one 16 x 8 x 16 product from fragments
+/* The mma wrappers' own check (tests/gpu/cuda_kernels_matrix.c): one 16 x 8 x 16 product from fragments
  * the host laid out, launched with one warp (blockDim.x = 32; other warps leave). a: [32][4] words,
  * b: [32][2], cd: [32][4] floats, C in and D out; f16: 0 bf16, 1 f16. */
 extern "C" __global__ void hr_k_mma_selftest(float *cd, const u32 *a, const u32 *b, int f16) {
