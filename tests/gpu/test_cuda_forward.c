@@ -971,6 +971,39 @@ static const int g_plen_all[GN] = {250, 40, 30, 5}, g_ntok[GN] = {GT, GT / 2, GT
 static const int g_plen_q4[GN] = {14, 40, 30, 5};
 static const char *const g_pol[GN] = {NULL, "window:16", "sinks:4,window:16", NULL};
 
+/* GN greedy requests at once on rt, request i's prompt BOS then plen[i] - 1 ids (3 + (k mul + i add) %
+ * 500), g_ntok[i] tokens under policy pol[i] (pol NULL: none), log-probabilities for request lp_req
+ * (GN: every one, the top 2 of each step into top and lp), run until idle: their ids */
+static void run_gn(hr_runtime *rt, const int plen[GN], int mul, int add, const char *const *pol, int lp_req,
+                   int32_t ids[GN][GT], int32_t top[GN][GT * 2], float lp[GN][GT * 2]) {
+    static int32_t prompt[GN][256];
+    hr_rt_request *r[GN] = {0};
+    hr_error err = {0};
+    for (int i = 0; i < GN; i++) {
+        prompt[i][0] = 1;
+        for (int k = 1; k < plen[i]; k++) prompt[i][k] = 3 + (k * mul + i * add) % 500;
+        hr_rt_request_params q = {.prompt_ids = prompt[i],
+                                  .n_prompt_ids = plen[i],
+                                  .max_tokens = g_ntok[i],
+                                  .ignore_eos = true,
+                                  .kv_policy = pol ? pol[i] : NULL,
+                                  .logprobs = lp_req == GN || i == lp_req,
+                                  .top_logprobs = lp_req == GN ? 2 : 0};
+        q.sampling = hr_rt_sampling_default();
+        q.sampling.temperature = 0;
+        CHECKF(hr_runtime_submit(rt, &q, &r[i], &err) == HR_OK, "%s", err.msg);
+    }
+    CHECKF(hr_runtime_run_until_idle(rt, &err) == HR_OK, "%s", err.msg);
+    for (int i = 0; i < GN; i++) {
+        hr_rt_result res;
+        hr_rt_request_result(r[i], &res);
+        CHECKF(res.n_ids == g_ntok[i], "request %d gave %d ids", i, res.n_ids);
+        memcpy(ids[i], res.ids, sizeof(int32_t) * (size_t)(res.n_ids < g_ntok[i] ? res.n_ids : g_ntok[i]));
+        if (lp_req == GN) CHECK(hr_rt_request_logprobs(r[i], 0, g_ntok[i], NULL, top[i], lp[i]) == g_ntok[i]);
+        hr_rt_request_release(rt, r[i]);
+    }
+}
+
 /* the requests above at once, greedy, on a fresh runtime (graphs on where `graphs`): their ids and
  * the top-2 log-probabilities of each step */
 static void graph_decode(bool graphs, hr_rt_kv_format kvf, int32_t ids[GN][GT], int32_t top[GN][GT * 2],
@@ -988,32 +1021,7 @@ static void graph_decode(bool graphs, hr_rt_kv_format kvf, int32_t ids[GN][GT], 
         unsetenv("HR_FAKE_CUDA_CAPTURE_FAIL");
         return;
     }
-    static int32_t prompt[GN][256];
-    const int *g_plen = kvf == HR_RT_KV_Q4 ? g_plen_q4 : g_plen_all;
-    hr_rt_request *r[GN] = {0};
-    for (int i = 0; i < GN; i++) {
-        prompt[i][0] = 1;
-        for (int k = 1; k < g_plen[i]; k++) prompt[i][k] = 3 + (k * 31 + i * 7) % 500;
-        hr_rt_request_params q = {.prompt_ids = prompt[i],
-                                  .n_prompt_ids = g_plen[i],
-                                  .max_tokens = g_ntok[i],
-                                  .ignore_eos = true,
-                                  .kv_policy = g_pol[i],
-                                  .logprobs = true,
-                                  .top_logprobs = 2};
-        q.sampling = hr_rt_sampling_default();
-        q.sampling.temperature = 0;
-        CHECKF(hr_runtime_submit(rt, &q, &r[i], &err) == HR_OK, "%s", err.msg);
-    }
-    CHECKF(hr_runtime_run_until_idle(rt, &err) == HR_OK, "%s", err.msg);
-    for (int i = 0; i < GN; i++) {
-        hr_rt_result res;
-        hr_rt_request_result(r[i], &res);
-        CHECKF(res.n_ids == g_ntok[i], "request %d gave %d ids", i, res.n_ids);
-        memcpy(ids[i], res.ids, sizeof(int32_t) * (size_t)(res.n_ids < g_ntok[i] ? res.n_ids : g_ntok[i]));
-        CHECK(hr_rt_request_logprobs(r[i], 0, g_ntok[i], NULL, top[i], lp[i]) == g_ntok[i]);
-        hr_rt_request_release(rt, r[i]);
-    }
+    run_gn(rt, kvf == HR_RT_KV_Q4 ? g_plen_q4 : g_plen_all, 31, 7, g_pol, GN, ids, top, lp);
     hr_runtime_close(rt);
     unsetenv("HR_FAKE_CUDA_CAPTURE_FAIL");
 }
@@ -1095,28 +1103,7 @@ static uint64_t argmax_decode(const char *argmax, bool graphs, bool pinned, int 
     void *lib = driver ? dlopen(driver, RTLD_NOW | RTLD_NOLOAD) : NULL; /* held past close, to count then */
     if (host_allocs) host_allocs[0] = host_allocs_now(lib);
     static const int plen[GN] = {9, 30, 17, 5};
-    static int32_t prompt[GN][32];
-    hr_rt_request *r[GN] = {0};
-    for (int i = 0; i < GN; i++) {
-        prompt[i][0] = 1;
-        for (int k = 1; k < plen[i]; k++) prompt[i][k] = 3 + (k * 29 + i * 11) % 500;
-        hr_rt_request_params q = {.prompt_ids = prompt[i],
-                                  .n_prompt_ids = plen[i],
-                                  .max_tokens = g_ntok[i],
-                                  .ignore_eos = true,
-                                  .logprobs = i == lp_req};
-        q.sampling = hr_rt_sampling_default();
-        q.sampling.temperature = 0;
-        CHECKF(hr_runtime_submit(rt, &q, &r[i], &err) == HR_OK, "%s", err.msg);
-    }
-    CHECKF(hr_runtime_run_until_idle(rt, &err) == HR_OK, "%s", err.msg);
-    for (int i = 0; i < GN; i++) {
-        hr_rt_result res;
-        hr_rt_request_result(r[i], &res);
-        CHECKF(res.n_ids == g_ntok[i], "request %d gave %d ids", i, res.n_ids);
-        memcpy(ids[i], res.ids, sizeof(int32_t) * (size_t)(res.n_ids < g_ntok[i] ? res.n_ids : g_ntok[i]));
-        hr_rt_request_release(rt, r[i]);
-    }
+    run_gn(rt, plen, 29, 11, NULL, lp_req, ids, NULL, NULL);
     hr_runtime_pool pool;
     hr_runtime_get_pool(rt, &pool);
     hr_runtime_close(rt);
