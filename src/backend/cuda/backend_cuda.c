@@ -210,14 +210,28 @@ static hr_status check_model(const hr_model *m, hr_error *err) {
 
 static uint64_t mat_bytes(const hr_weight *w) { return hr_cuda_arena_piece_bytes((uint64_t)w->rows * w->row_bytes); }
 
+/* A layer's seven matrices in one order: the host's (l), their device copies (d), their GGUF names. */
+enum { LAYER_MATS = 7 };
+static const char *const layer_mat_names[LAYER_MATS] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                        "ffn_gate", "ffn_up", "ffn_down"};
+static void layer_mats(const hr_layer *l, const hr_weight *w[LAYER_MATS]) {
+    const hr_weight *all[LAYER_MATS] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+    memcpy(w, all, sizeof all);
+}
+static void dev_mats(dev_layer *d, dev_weight *w[LAYER_MATS]) {
+    dev_weight *all[LAYER_MATS] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->wg, &d->wu, &d->wd};
+    memcpy(w, all, sizeof all);
+}
+
 uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
     const hr_hparams *hp = &m->hp;
     const uint64_t norm = hr_cuda_arena_piece_bytes((uint64_t)hp->n_embd * 4u);
     uint64_t b = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        const hr_layer *l = &m->layers[il];
-        b += 2 * norm + mat_bytes(&l->wq) + mat_bytes(&l->wk) + mat_bytes(&l->wv) + mat_bytes(&l->wo) +
-             mat_bytes(&l->w_gate) + mat_bytes(&l->w_up) + mat_bytes(&l->w_down);
+        const hr_weight *ws[LAYER_MATS];
+        layer_mats(&m->layers[il], ws);
+        b += 2 * norm;
+        for (int i = 0; i < LAYER_MATS; i++) b += mat_bytes(ws[i]);
     }
     b += norm + mat_bytes(&m->output);
     if (emb_type(m->tok_embd.type) >= 0) b += mat_bytes(&m->tok_embd);
@@ -230,9 +244,9 @@ uint64_t hr_cuda_host_weight_bytes(const hr_model *m) {
     const hr_hparams *hp = &m->hp;
     uint64_t gone = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        const hr_layer *l = &m->layers[il];
-        const hr_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        const hr_weight *ws[LAYER_MATS];
+        layer_mats(&m->layers[il], ws);
+        for (int i = 0; i < LAYER_MATS; i++)
             gone += hr_model_releasable(m, ws[i]->data, (uint64_t)ws[i]->rows * ws[i]->row_bytes);
     }
     if (host_gone(m, &m->output))
@@ -258,20 +272,17 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     for (int il = 0; il < hp->n_layer && !st; il++) {
         const hr_layer *l = &m->layers[il];
         dev_layer *d = &x->L[il];
-        const struct {
-            const hr_weight *w;
-            dev_weight *d;
-            const char *name;
-        } mats[] = {{&l->wq, &d->wq, "attn_q"},      {&l->wk, &d->wk, "attn_k"},       {&l->wv, &d->wv, "attn_v"},
-                    {&l->wo, &d->wo, "attn_output"}, {&l->w_gate, &d->wg, "ffn_gate"}, {&l->w_up, &d->wu, "ffn_up"},
-                    {&l->w_down, &d->wd, "ffn_down"}};
+        const hr_weight *ws[LAYER_MATS];
+        dev_weight *ds[LAYER_MATS];
+        layer_mats(l, ws);
+        dev_mats(d, ds);
         if ((st = up_floats(x, l->attn_norm, (size_t)hp->n_embd, &d->attn_norm, err)) ||
             (st = up_floats(x, l->ffn_norm, (size_t)hp->n_embd, &d->ffn_norm, err)))
             return st;
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !st; i++) {
+        for (int i = 0; i < LAYER_MATS && !st; i++) {
             char what[64];
-            snprintf(what, sizeof what, "blk.%d.%s", il, mats[i].name);
-            st = up_weight(x, mats[i].w, what, mats[i].d, err);
+            snprintf(what, sizeof what, "blk.%d.%s", il, layer_mat_names[i]);
+            st = up_weight(x, ws[i], what, ds[i], err);
         }
     }
     if (st) return st;
@@ -415,8 +426,9 @@ static void cuda_destroy(hr_model_ctx *c) {
         dev_layer *d = &x->L[il];
         hr_cuda_free(x->dev, d->attn_norm);
         hr_cuda_free(x->dev, d->ffn_norm);
-        dev_weight *ws[] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->wg, &d->wu, &d->wd};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(x, ws[i]);
+        dev_weight *ds[LAYER_MATS];
+        dev_mats(d, ds);
+        for (int i = 0; i < LAYER_MATS; i++) free_weight(x, ds[i]);
     }
     free_weight(x, &x->out);
     uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,        x->xb,       x->xo,           x->q,
