@@ -3,8 +3,82 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "harness.h"
 #include "sampler/sampler.h"
+#include "sampler/scan.h"
+
+static hr_sampler *make(hr_sampler_params p, int n);
+
+/* Row kinds for the scans: random, few distinct values (ties everywhere), NaN sprinkled, x[0] NaN, all
+ * NaN but x[0], -inf rows, +-0 ties, +inf, the maximum at the very end, denormals */
+static void scan_row(hr_rng *rng, int kind, float *x, int n) {
+    for (int i = 0; i < n; i++) {
+        const float u = (float)hr_rng_uniform(rng);
+        switch (kind) {
+        case 0: x[i] = 40.0f * u - 20.0f; break;
+        case 1: x[i] = (float)(int)(4.0f * u); break;
+        case 2: x[i] = u < 0.1f ? NAN : 10.0f * u; break;
+        case 3: x[i] = i == 0 ? NAN : u; break;
+        case 4: x[i] = i == 0 ? -3.0f : NAN; break;
+        case 5: x[i] = u < 0.5f ? -INFINITY : NAN; break;
+        case 6: x[i] = u < 0.5f ? 0.0f : -0.0f; break;
+        case 7: x[i] = u < 0.01f ? INFINITY : u; break;
+        case 8: x[i] = i == n - 1 ? 2.0f : u; break;
+        default: x[i] = u * 1e-40f; break;
+        }
+    }
+}
+
+/* scan.h's AVX2 passes give the portable ones' indices on every kind of row, at every length around the
+ * vector widths, from every start; and a sampler with them chooses what one with the portable passes
+ * does (greedy and the full chain, the same seed) */
+static void test_scans(void) {
+    if (!hr_scan_has_avx2()) {
+        printf("scans: this CPU has no AVX2 (the portable passes only)\n");
+        return;
+    }
+    hr_rng rng;
+    hr_rng_seed(&rng, 77);
+    static float x[1100];
+    int cases = 0, bad = 0;
+    for (int kind = 0; kind < 10; kind++)
+        for (int n = 1; n <= 70; n++)
+            for (int rep = 0; rep < 3; rep++) {
+                scan_row(&rng, kind, x, n);
+                bad += hr_scan_argmax_avx2(x, n) != hr_scan_argmax_ref(x, n);
+                for (int from = 0; from <= n; from += 1 + n / 9) {
+                    const float t = from < n && x[from] == x[from] ? x[from] : 0.5f;
+                    bad += hr_scan_above_avx2(x, from, n, t) != hr_scan_above_ref(x, from, n, t);
+                    bad += hr_scan_above_avx2(x, from, n, -INFINITY) != hr_scan_above_ref(x, from, n, -INFINITY);
+                    bad += hr_scan_above_avx2(x, from, n, NAN) != hr_scan_above_ref(x, from, n, NAN);
+                    cases += 3;
+                }
+                cases++;
+            }
+    CHECKF(bad == 0, "%d of %d scans differ from the portable ones", bad, cases);
+    /* whole samplers over 1,100-token rows: greedy and the default chain at temperature 0.8 */
+    int differ = 0, draws = 0;
+    for (int greedy = 0; greedy < 2; greedy++) {
+        hr_sampler_params q = hr_sampler_default_params();
+        q.temperature = greedy ? 0.0f : 0.8f;
+        q.seed = 5;
+        hr_sampler *a = make(q, 1100);
+        q.portable = true;
+        hr_sampler *b = make(q, 1100);
+        for (int kind = 0; kind < 10; kind++)
+            for (int rep = 0; rep < 20; rep++) {
+                scan_row(&rng, kind, x, 1100);
+                differ += hr_sampler_sample(a, x) != hr_sampler_sample(b, x);
+                draws++;
+            }
+        hr_sampler_destroy(a);
+        hr_sampler_destroy(b);
+    }
+    CHECKF(differ == 0, "%d of %d sampled ids differ between the AVX2 and the portable passes", differ, draws);
+    printf("scans: %d argmax and above scans, %d sampled ids: AVX2 %s the portable passes\n", cases, draws,
+           bad + differ == 0 ? "equal to" : "DIFFERENT from");
+}
 
 static hr_sampler *make(hr_sampler_params p, int n) {
     hr_sampler *s = NULL;
@@ -252,5 +326,6 @@ int main(void) {
         CHECK(tok == 0 || tok == 2 || tok == 3);
         hr_sampler_destroy(t);
     }
+    test_scans();
     return hr_test_finish();
 }

@@ -27,6 +27,9 @@ typedef struct hr_sampler_params {
     const int32_t *bias_ids;
     const float *bias_values;
     int n_bias; /* 0..HR_SAMPLER_MAX_BIAS */
+    /* the portable passes over the logits even where the CPU has AVX2 (the tests and bench/sampler.c
+     * compare the two): the same choices either way, only the time differs */
+    bool portable;
 } hr_sampler_params;
 
 #define HR_SAMPLER_MAX_BIAS 1024
@@ -64,7 +67,8 @@ bool hr_sampler_is_argmax(const hr_sampler *s);
  * over allowed tokens. Constrained decoding's hook (constrain/constrain.h fills the mask). */
 int32_t hr_sampler_sample_masked(hr_sampler *s, const float *logits, const uint64_t *mask);
 
-/* The index of the largest logit (lowest index on ties). */
+/* The index of the largest logit (lowest index on ties; NaN never chosen; 0 where logits[0] is NaN).
+ * With AVX2 where the CPU has it: the same index as the portable loop, several times sooner. */
 int32_t hr_argmax(const float *logits, int n);
 
 #endif

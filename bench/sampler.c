@@ -1,0 +1,95 @@
+/* sampler.c: hr_sampler_sample over rows of logits with the portable passes against the AVX2 ones
+ * (src/sampler/scan.h; hr_sampler_params.portable), in the same rounds: greedy (one argmax a row) and
+ * llama.cpp's default chain (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05: its cost is top-k's
+ * scan of the row). Rows of Llama-3's 128256 logits drawn as a language model's look: a long tail
+ * (normal, sd 2) with 1 in 400 tokens 8 higher; a pool of 64 rows (the e2e batch) taken in turn. Each
+ * round times every variant once over the pool; the figures are medians over rounds of microseconds a
+ * row, and the portable time over the AVX2 one of the same rounds. The two builds' ids are checked equal
+ * (same seed: the same draws over the same candidates); a difference exits 1. One thread.
+ *
+ * usage: bench_sampler [ROUNDS] [N_VOCAB]    (defaults 15 128256) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "sampler/sampler.h"
+#include "sampler/scan.h"
+
+enum { POOL = 64, MAX_ROUNDS = 64 };
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static hr_sampler *make(float temperature, bool portable, int V) {
+    hr_sampler_params p = hr_sampler_default_params();
+    p.temperature = temperature;
+    p.portable = portable;
+    hr_sampler *s = NULL;
+    hr_error err;
+    if (hr_sampler_create(&p, V, &s, &err) != HR_OK) {
+        fprintf(stderr, "bench_sampler: %s\n", err.msg);
+        exit(1);
+    }
+    return s;
+}
+
+int main(int argc, char **argv) {
+    const int rounds = argc > 1 ? atoi(argv[1]) : 15, V = argc > 2 ? atoi(argv[2]) : 128256;
+    if (rounds < 1 || rounds > MAX_ROUNDS || V < 64) {
+        fprintf(stderr, "usage: bench_sampler [ROUNDS 1..%d] [N_VOCAB >= 64]\n", MAX_ROUNDS);
+        return 2;
+    }
+    if (!hr_scan_has_avx2()) {
+        printf("this CPU has no AVX2: nothing to compare\n");
+        return 0;
+    }
+    float *rows = malloc(sizeof(float) * (size_t)POOL * (size_t)V);
+    if (!rows) return 1;
+    hr_rng rng;
+    hr_rng_seed(&rng, 11);
+    for (size_t i = 0; i < (size_t)POOL * (size_t)V; i++) {
+        double u1 = hr_rng_uniform(&rng), u2 = hr_rng_uniform(&rng);
+        double g = sqrt(-2.0 * log(u1 > 1e-300 ? u1 : 1e-300)) * cos(6.283185307179586 * u2);
+        rows[i] = (float)(2.0 * g + (hr_rng_uniform(&rng) < 1.0 / 400 ? 8.0 : 0.0));
+    }
+    /* [greedy, chain] x [portable, avx2] */
+    hr_sampler *s[2][2] = {{make(0.0f, true, V), make(0.0f, false, V)}, {make(0.8f, true, V), make(0.8f, false, V)}};
+    static double t[2][2][MAX_ROUNDS];
+    static int32_t ids[2][2][POOL];
+    for (int r = 0; r < rounds; r++)
+        for (int c = 0; c < 2; c++)
+            for (int b = 0; b < 2; b++) {
+                hr_sampler_reset(s[c][b]);
+                double t0 = hr_time_now();
+                for (int k = 0; k < POOL; k++) ids[c][b][k] = hr_sampler_sample(s[c][b], rows + (size_t)k * V);
+                t[c][b][r] = (hr_time_now() - t0) / POOL * 1e6;
+                if (b == 1 && memcmp(ids[c][0], ids[c][1], sizeof ids[c][0]) != 0) {
+                    fprintf(stderr, "bench_sampler: the AVX2 passes chose other ids than the portable ones\n");
+                    return 1;
+                }
+            }
+    printf("hr_sampler_sample over %d-logit rows (a pool of %d), %d rounds, medians, microseconds a row:\n", V, POOL,
+           rounds);
+    static const char *const what[2] = {"greedy (argmax)", "T 0.8, top-k 40, top-p 0.95, min-p 0.05"};
+    for (int c = 0; c < 2; c++) {
+        double ratio[MAX_ROUNDS], mp, ma;
+        for (int r = 0; r < rounds; r++) ratio[r] = t[c][0][r] / t[c][1][r];
+        const double mr = median(ratio, rounds);
+        mp = median(t[c][0], rounds);
+        ma = median(t[c][1], rounds);
+        printf("  %-42s portable %8.1f  avx2 %8.1f  portable/avx2 %.2fx (ids equal)\n", what[c], mp, ma, mr);
+    }
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < 2; b++) hr_sampler_destroy(s[c][b]);
+    free(rows);
+    return 0;
+}

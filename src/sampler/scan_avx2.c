@@ -1,0 +1,64 @@
+/* scan_avx2.c: scan.h's passes with 8-float compares. argmax: the largest value first (max_ps keeps
+ * its second operand where the first is NaN, so NaN never enters the maximum), then the first index
+ * holding it: two reads of a row that stays in L2 (512 KiB at 128256 floats), against the scalar
+ * loop's one compare-and-branch chain through every element. above: 32 floats a compare, the scalar
+ * tail for the rest. */
+#include <immintrin.h>
+
+#include "sampler/scan.h"
+
+static inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+int32_t hr_scan_argmax_avx2(const float *x, int n) {
+    if (n < 1 || x[0] != x[0]) return 0;
+    __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
+    }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    float best = hmax8(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    for (; i < n; i++)
+        if (x[i] > best) best = x[i];
+    /* the first index equal to it (+0 and -0 are equal, as they are to the scalar loop's >) */
+    const __m256 b = _mm256_set1_ps(best);
+    for (i = 0; i + 8 <= n; i += 8) {
+        const int mk = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), b, _CMP_EQ_OQ));
+        if (mk) return i + __builtin_ctz((unsigned)mk);
+    }
+    for (; i < n; i++)
+        if (x[i] == best) return i;
+    return 0; /* not reached: best is one of the elements */
+}
+
+int hr_scan_above_avx2(const float *x, int from, int n, float t) {
+    const __m256 tv = _mm256_set1_ps(t);
+    int i = from;
+    for (; i + 32 <= n; i += 32) {
+        const __m256 a = _mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GT_OQ),
+                     b = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), tv, _CMP_GT_OQ),
+                     c = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 16), tv, _CMP_GT_OQ),
+                     d = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 24), tv, _CMP_GT_OQ);
+        if (_mm256_movemask_ps(_mm256_or_ps(_mm256_or_ps(a, b), _mm256_or_ps(c, d))) == 0) continue;
+        const __m256 v[4] = {a, b, c, d};
+        for (int k = 0; k < 4; k++) {
+            const int mk = _mm256_movemask_ps(v[k]);
+            if (mk) return i + 8 * k + __builtin_ctz((unsigned)mk);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const int mk = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GT_OQ));
+        if (mk) return i + __builtin_ctz((unsigned)mk);
+    }
+    for (; i < n; i++)
+        if (x[i] > t) return i;
+    return n;
+}
