@@ -2,7 +2,8 @@
  * lower ISA or asks for every AVX-512 entry; the result is one hr_cpu_isa that every CPU kernel
  * family takes: the matmul tables (kernels.h: hr_kernels_init) and the KV storage's formats and
  * attention (which have scalar and AVX2 builds: AVX2 where the ISA is AVX2 or above). So
- * `--isa scalar` makes everything scalar, attention included.
+ * `--isa scalar` makes every kernel scalar, attention included. (The sampler's passes over the logits,
+ * src/sampler/scan.h, take AVX2 by the CPU alone: they only compare, so they choose the same ids.)
  *
  * Rule kept from before the dispatcher was one: the default never picks a path that was not measured
  * faster (on an AVX-512 CPU the default is HR_CPU_ISA_AVX512, under which each table takes only the
