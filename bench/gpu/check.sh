@@ -9,8 +9,9 @@
 #      an f32 KV cache, top-1 agreement with the CPU for f16 and q8 caches, decode steps replayed as CUDA
 #      graphs equal to the eager ones (tests/gpu/test_cuda_forward.c);
 #   4. a greedy run of stories260K on the GPU from the CLI, its token ids compared with the CPU's;
-#   5. the measurements (bench/gpu/gpu_bench*.c: copy, GEMV, prefill, attention per KV format, end to end
-#      with decode steps eager and as CUDA graphs, the ratio printed on one line;
+#   5. the measurements (bench/gpu/gpu_bench*.c: copy (the logits' download into pageable and page-locked
+#      memory), GEMV, prefill, attention per KV format, end to end with decode steps eager, as CUDA graphs
+#      and as graphs with the greedy ids picked on the device, each switch's ratio printed on one line;
 #      each kernel checked against the CPU at the measured shape first) and PyTorch's attention at the
 #      same shapes (bench/gpu/torch_attn.py, when python3 and torch are there), written as JSON and
 #      markdown into $OUT when set, else bench/gpu/out/ (docs/GPU.md, "Measurements");
