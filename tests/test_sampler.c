@@ -11,7 +11,9 @@
 static hr_sampler *make(hr_sampler_params p, int n);
 
 /* Row kinds for the scans: random, few distinct values (ties everywhere), NaN sprinkled, x[0] NaN, all
- * NaN but x[0], -inf rows, +-0 ties, +inf, the maximum at the very end, denormals */
+ * NaN but x[0], -inf rows, +-0 ties, +inf, the maximum at the very end, denormals, runs of NaN after a
+ * finite start, one value throughout */
+enum { SCAN_KINDS = 12 };
 static void scan_row(hr_rng *rng, int kind, float *x, int n) {
     for (int i = 0; i < n; i++) {
         const float u = (float)hr_rng_uniform(rng);
@@ -25,7 +27,9 @@ static void scan_row(hr_rng *rng, int kind, float *x, int n) {
         case 6: x[i] = u < 0.5f ? 0.0f : -0.0f; break;
         case 7: x[i] = u < 0.01f ? INFINITY : u; break;
         case 8: x[i] = i == n - 1 ? 2.0f : u; break;
-        default: x[i] = u * 1e-40f; break;
+        case 9: x[i] = u * 1e-40f; break;
+        case 10: x[i] = i >= 40 && i < 400 ? NAN : u; break; /* whole chunks of NaN after a finite start */
+        default: x[i] = 1.5f; break;                         /* one value: ties decided by id alone */
         }
     }
 }
@@ -42,11 +46,22 @@ static void test_scans(void) {
     hr_rng_seed(&rng, 77);
     static float x[1100];
     int cases = 0, bad = 0;
-    for (int kind = 0; kind < 10; kind++)
+    static hr_scan_cand ca[1100], cb[1100];
+    for (int kind = 0; kind < SCAN_KINDS; kind++)
         for (int n = 1; n <= 70; n++)
             for (int rep = 0; rep < 3; rep++) {
                 scan_row(&rng, kind, x, n);
                 bad += hr_scan_argmax_avx2(x, n) != hr_scan_argmax_ref(x, n);
+                /* top-k's floor over k chunks of 8 or 16, and what is collected at it */
+                for (int cs = 8; cs <= 16; cs += 8)
+                    if (n >= cs) {
+                        const int k = n / cs;
+                        const float fa = hr_scan_chunk_floor_avx2(x, k, cs), fr = hr_scan_chunk_floor_ref(x, k, cs);
+                        bad += fa != fr && !(fa != fa && fr != fr);
+                        const int ma = hr_scan_collect_avx2(x, n, fr, ca), mr = hr_scan_collect_ref(x, n, fr, cb);
+                        bad += ma != mr || memcmp(ca, cb, sizeof ca[0] * (size_t)mr) != 0;
+                        cases += 2;
+                    }
                 for (int from = 0; from <= n; from += 1 + n / 9) {
                     const float t = from < n && x[from] == x[from] ? x[from] : 0.5f;
                     bad += hr_scan_above_avx2(x, from, n, t) != hr_scan_above_ref(x, from, n, t);
@@ -57,7 +72,8 @@ static void test_scans(void) {
                 cases++;
             }
     CHECKF(bad == 0, "%d of %d scans differ from the portable ones", bad, cases);
-    /* whole samplers over 1,100-token rows: greedy and the default chain at temperature 0.8 */
+    /* whole samplers over 1,100-token rows: greedy and the default chain at temperature 0.8 (top-k 40
+     * by the floor and the collected logits with AVX2, by the one-pass heap when portable) */
     int differ = 0, draws = 0;
     for (int greedy = 0; greedy < 2; greedy++) {
         hr_sampler_params q = hr_sampler_default_params();
@@ -66,7 +82,7 @@ static void test_scans(void) {
         hr_sampler *a = make(q, 1100);
         q.portable = true;
         hr_sampler *b = make(q, 1100);
-        for (int kind = 0; kind < 10; kind++)
+        for (int kind = 0; kind < SCAN_KINDS; kind++)
             for (int rep = 0; rep < 20; rep++) {
                 scan_row(&rng, kind, x, 1100);
                 differ += hr_sampler_sample(a, x) != hr_sampler_sample(b, x);

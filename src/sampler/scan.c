@@ -17,6 +17,24 @@ int hr_scan_above_ref(const float *x, int from, int n, float t) {
     return n;
 }
 
+float hr_scan_chunk_floor_ref(const float *x, int k, int cs) {
+    float floor = 0.0f;
+    for (int c = 0; c < k; c++) {
+        float m = -__builtin_inff();
+        for (int i = c * cs; i < (c + 1) * cs; i++)
+            if (x[i] > m) m = x[i];
+        if (c == 0 || m < floor) floor = m;
+    }
+    return floor;
+}
+
+int hr_scan_collect_ref(const float *x, int n, float t, hr_scan_cand *out) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (x[i] >= t) out[m++] = (hr_scan_cand){.logit = x[i], .id = i};
+    return m;
+}
+
 bool hr_scan_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
     return __builtin_cpu_supports("avx2");

@@ -17,6 +17,23 @@ int32_t hr_scan_argmax_avx2(const float *x, int n);
 int hr_scan_above_ref(const float *x, int from, int n, float t);
 int hr_scan_above_avx2(const float *x, int from, int n, float t);
 
+/* A candidate token: top-k's unit (sampler.c orders them by logit, then id). */
+typedef struct hr_scan_cand {
+    float logit;
+    int32_t id;
+} hr_scan_cand;
+
+/* The smallest of the maxima of k chunks of cs floats (x[c cs, (c + 1) cs) for c < k; cs a multiple of
+ * 8, k cs <= n), NaN left out of each maximum (a chunk of NaN alone: -inf). Each maximum is an element
+ * of its own chunk, so k elements are >= it and so is x's k-th largest value: top-k needs no element
+ * below it. */
+float hr_scan_chunk_floor_ref(const float *x, int k, int cs);
+float hr_scan_chunk_floor_avx2(const float *x, int k, int cs);
+
+/* (x[i], i) for every i in [0, n) with x[i] >= t (NaN never), in order of i, into out; how many */
+int hr_scan_collect_ref(const float *x, int n, float t, hr_scan_cand *out);
+int hr_scan_collect_avx2(const float *x, int n, float t, hr_scan_cand *out);
+
 /* Whether this CPU runs the AVX2 builds (and the OS saves their registers). */
 bool hr_scan_has_avx2(void);
 

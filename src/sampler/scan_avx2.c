@@ -62,3 +62,37 @@ int hr_scan_above_avx2(const float *x, int from, int n, float t) {
         if (x[i] > t) return i;
     return n;
 }
+
+float hr_scan_chunk_floor_avx2(const float *x, int k, int cs) {
+    float floor = 0.0f;
+    for (int c = 0; c < k; c++) {
+        const float *xc = x + (size_t)c * (size_t)cs;
+        /* max_ps keeps its second operand where the first is NaN: NaN never enters */
+        __m256 m0 = _mm256_set1_ps(-__builtin_inff()), m1 = m0;
+        int i = 0;
+        for (; i + 16 <= cs; i += 16) {
+            m0 = _mm256_max_ps(_mm256_loadu_ps(xc + i), m0);
+            m1 = _mm256_max_ps(_mm256_loadu_ps(xc + i + 8), m1);
+        }
+        if (i < cs) m0 = _mm256_max_ps(_mm256_loadu_ps(xc + i), m0); /* cs % 16 == 8 */
+        const float m = hmax8(_mm256_max_ps(m0, m1));
+        if (c == 0 || m < floor) floor = m;
+    }
+    return floor;
+}
+
+int hr_scan_collect_avx2(const float *x, int n, float t, hr_scan_cand *out) {
+    const __m256 tv = _mm256_set1_ps(t);
+    int m = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned mk = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GE_OQ));
+        while (mk) {
+            const int j = i + __builtin_ctz(mk);
+            out[m++] = (hr_scan_cand){.logit = x[j], .id = j};
+            mk &= mk - 1;
+        }
+    }
+    for (; i < n; i++)
+        if (x[i] >= t) out[m++] = (hr_scan_cand){.logit = x[i], .id = i};
+    return m;
+}
