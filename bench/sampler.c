@@ -5,7 +5,8 @@
  * (normal, sd 2) with 1 in 400 tokens 8 higher; a pool of 64 rows (the e2e batch) taken in turn. Each
  * round times every variant once over the pool; the figures are medians over rounds of microseconds a
  * row, and the portable time over the AVX2 one of the same rounds. The two builds' ids are checked equal
- * (same seed: the same draws over the same candidates); a difference exits 1. One thread.
+ * (same seed: the same draws over the same candidates); a difference exits 1. Then logprobs'
+ * normalizer (hr_logsumexp's passes: the row's max and the sum of exp), checked within 1e-6. One thread.
  *
  * usage: bench_sampler [ROUNDS] [N_VOCAB]    (defaults 15 128256) */
 #include <math.h>
@@ -87,6 +88,35 @@ int main(int argc, char **argv) {
         mp = median(t[c][0], rounds);
         ma = median(t[c][1], rounds);
         printf("  %-42s portable %8.1f  avx2 %8.1f  portable/avx2 %.2fx (ids equal)\n", what[c], mp, ma, mr);
+    }
+    /* logprobs' normalizer (the engine's, per row of a request with logprobs): the max, then the sum of
+     * exp; the AVX2 sums checked against the portable ones first, outside the timing */
+    static double tl[2][MAX_ROUNDS];
+    double worst = 0, sink = 0;
+    for (int k = 0; k < POOL; k++) {
+        const float *l = rows + (size_t)k * V;
+        const double a = hr_scan_sum_exp_avx2(l, V, hr_scan_max_avx2(l, V)),
+                     ref = hr_scan_sum_exp_ref(l, V, hr_scan_max_ref(l, V));
+        worst = fmax(worst, fabs(a - ref) / ref);
+    }
+    for (int r = 0; r < rounds; r++)
+        for (int b = 0; b < 2; b++) {
+            double t0 = hr_time_now();
+            for (int k = 0; k < POOL; k++) {
+                const float *l = rows + (size_t)k * V;
+                const float m = b ? hr_scan_max_avx2(l, V) : hr_scan_max_ref(l, V);
+                sink += b ? hr_scan_sum_exp_avx2(l, V, m) : hr_scan_sum_exp_ref(l, V, m);
+            }
+            tl[b][r] = (hr_time_now() - t0) / POOL * 1e6;
+        }
+    double ratio[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) ratio[r] = tl[0][r] / tl[1][r];
+    const double mr = median(ratio, rounds), mp = median(tl[0], rounds), ma = median(tl[1], rounds);
+    printf("  %-42s portable %8.1f  avx2 %8.1f  portable/avx2 %.2fx (sums within %.1e relative)\n",
+           "logsumexp (logprobs' normalizer)", mp, ma, mr, worst);
+    if (!(worst <= 1e-6) || sink != sink) {
+        fprintf(stderr, "bench_sampler: the AVX2 sums of exp are off by %.3g relative\n", worst);
+        return 1;
     }
     for (int c = 0; c < 2; c++)
         for (int b = 0; b < 2; b++) hr_sampler_destroy(s[c][b]);

@@ -47,11 +47,20 @@ static void test_scans(void) {
     static float x[1100];
     int cases = 0, bad = 0;
     static hr_scan_cand ca[1100], cb[1100];
+    double worst_rel = 0;
     for (int kind = 0; kind < SCAN_KINDS; kind++)
         for (int n = 1; n <= 70; n++)
             for (int rep = 0; rep < 3; rep++) {
                 scan_row(&rng, kind, x, n);
                 bad += hr_scan_argmax_avx2(x, n) != hr_scan_argmax_ref(x, n);
+                /* logprobs' normalizer: the same maximum; the sums within 1e-6 relative (NaN alike) */
+                const float xa = hr_scan_max_avx2(x, n), xr = hr_scan_max_ref(x, n);
+                bad += xa != xr && !(xa != xa && xr != xr);
+                const double ea = hr_scan_sum_exp_avx2(x, n, xr), er = hr_scan_sum_exp_ref(x, n, xr);
+                const double rel = fabs(ea - er) / (er > 0 ? er : 1.0);
+                bad += er == er ? !(rel <= 1e-6) : ea == ea;
+                worst_rel = er == er && rel > worst_rel ? rel : worst_rel;
+                cases += 2;
                 /* top-k's floor over k chunks of 8 or 16, and what is collected at it */
                 for (int cs = 8; cs <= 16; cs += 8)
                     if (n >= cs) {
@@ -92,8 +101,16 @@ static void test_scans(void) {
         hr_sampler_destroy(b);
     }
     CHECKF(differ == 0, "%d of %d sampled ids differ between the AVX2 and the portable passes", differ, draws);
-    printf("scans: %d argmax and above scans, %d sampled ids: AVX2 %s the portable passes\n", cases, draws,
-           bad + differ == 0 ? "equal to" : "DIFFERENT from");
+    printf("scans: %d argmax, max, sum-of-exp, floor, collect and above scans (sums within %.2g relative), %d "
+           "sampled ids: AVX2 %s the portable passes\n",
+           cases, worst_rel, draws, bad + differ == 0 ? "equal to" : "DIFFERENT from");
+    /* hr_logsumexp against the double one over a 128256-logit row */
+    static float big[128256];
+    scan_row(&rng, 0, big, 128256);
+    const float m = hr_scan_max_ref(big, 128256);
+    const double lse = m + log(hr_scan_sum_exp_ref(big, 128256, m));
+    CHECKF(fabs(hr_logsumexp(big, 128256) - lse) <= 2e-5 * fabs(lse) + 1e-6, "hr_logsumexp %.9g, double %.9g",
+           (double)hr_logsumexp(big, 128256), lse);
 }
 
 static hr_sampler *make(hr_sampler_params p, int n) {

@@ -428,11 +428,7 @@ static void complete(hr_engine *e, hr_request *r, hr_finish_reason why) {
  * the log-softmax of the raw logits. Written before the token is published, so readers, who see only
  * published indices, never see a half-written entry. */
 static void record_logprobs(hr_request *r, int i, const float *logits, int n_vocab, int32_t tok) {
-    float mx = -INFINITY;
-    for (int v = 0; v < n_vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
-    double sum = 0;
-    for (int v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - mx);
-    float lse = mx + (float)log(sum);
+    const float lse = hr_logsumexp(logits, n_vocab); /* AVX2 where the CPU has it: 128256 logits in ~0.1 ms */
     r->lp[i] = logits[tok] - lse;
     if (r->n_top <= 0) return; /* top_id/top_lp are NULL then: even "+ 0" on them is undefined (fuzz_http) */
     int32_t *ids = r->top_id + (size_t)i * r->n_top;

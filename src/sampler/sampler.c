@@ -167,6 +167,12 @@ void hr_sampler_reset(hr_sampler *s) {
     hr_rng_seed(&s->rng, s->p.seed);
 }
 
+float hr_logsumexp(const float *logits, int n) {
+    const bool simd = hr_scan_has_avx2();
+    const float mx = simd ? hr_scan_max_avx2(logits, n) : hr_scan_max_ref(logits, n);
+    return mx + (float)log(simd ? hr_scan_sum_exp_avx2(logits, n, mx) : hr_scan_sum_exp_ref(logits, n, mx));
+}
+
 int32_t hr_argmax(const float *logits, int n) {
     return hr_scan_has_avx2() ? hr_scan_argmax_avx2(logits, n) : hr_scan_argmax_ref(logits, n);
 }

@@ -67,6 +67,11 @@ bool hr_sampler_is_argmax(const hr_sampler *s);
  * over allowed tokens. Constrained decoding's hook (constrain/constrain.h fills the mask). */
 int32_t hr_sampler_sample_masked(hr_sampler *s, const float *logits, const uint64_t *mask);
 
+/* log(sum over the row of exp(logit)), computed from its largest logit: the normalizer of log-
+ * probabilities (logit - it). With AVX2 where the CPU has it (a float exp, summed in double: within
+ * about 1e-7 relative of the portable double one). NaN in the row gives NaN. */
+float hr_logsumexp(const float *logits, int n);
+
 /* The index of the largest logit (lowest index on ties; NaN never chosen; 0 where logits[0] is NaN).
  * With AVX2 where the CPU has it: the same index as the portable loop, several times sooner. */
 int32_t hr_argmax(const float *logits, int n);

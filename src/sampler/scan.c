@@ -1,6 +1,8 @@
 /* scan.c: scan.h's portable passes, and whether the AVX2 ones can run here. */
 #include "sampler/scan.h"
 
+#include <math.h>
+
 /* The best value is kept in a register: comparing against logits[best] made each step wait for the
  * load through the previous step's index, ~3 ns an element (0.7 ms a token over gpt-oss's 201088). */
 int32_t hr_scan_argmax_ref(const float *x, int n) {
@@ -33,6 +35,18 @@ int hr_scan_collect_ref(const float *x, int n, float t, hr_scan_cand *out) {
     for (int i = 0; i < n; i++)
         if (x[i] >= t) out[m++] = (hr_scan_cand){.logit = x[i], .id = i};
     return m;
+}
+
+float hr_scan_max_ref(const float *x, int n) {
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+double hr_scan_sum_exp_ref(const float *x, int n, float m) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - m);
+    return sum;
 }
 
 bool hr_scan_has_avx2(void) {

@@ -34,6 +34,17 @@ float hr_scan_chunk_floor_avx2(const float *x, int k, int cs);
 int hr_scan_collect_ref(const float *x, int n, float t, hr_scan_cand *out);
 int hr_scan_collect_avx2(const float *x, int n, float t, hr_scan_cand *out);
 
+/* The largest of x[0, n), NaN left out (-inf where there is none but NaN, or n < 1) */
+float hr_scan_max_ref(const float *x, int n);
+float hr_scan_max_avx2(const float *x, int n);
+
+/* The sum over x[0, n) of exp(x[i] - m), m >= each x[i] (hr_scan_max's): logprobs' normalizer. The
+ * portable one in double; the AVX2 one with a float exp (Cephes' expf polynomial, a relative error
+ * near 1e-7 a term) summed in double: the same sum to about 1e-7 relative, not bit for bit. A NaN in
+ * x gives NaN either way; terms below exp(-87.3) count as that. */
+double hr_scan_sum_exp_ref(const float *x, int n, float m);
+double hr_scan_sum_exp_avx2(const float *x, int n, float m);
+
 /* Whether this CPU runs the AVX2 builds (and the OS saves their registers). */
 bool hr_scan_has_avx2(void);
 
