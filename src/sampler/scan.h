@@ -1,6 +1,7 @@
-/* scan.h: the sampler's two passes over a row of logits, portable and AVX2 (scan_avx2.c), with the same
- * results: which index, never a rounding (they only compare). sampler.c picks AVX2 where the CPU has
- * it; the tests compare both on the same rows. Private to src/sampler. */
+/* scan.h: the sampler's passes over a row of logits, portable and AVX2 (scan_avx2.c): the ones that
+ * choose (argmax, max, top-k's floor, collection and next entrant) only compare, so both builds give
+ * the same results; the sum of exp for logprobs differs in its last bits (stated below). sampler.c
+ * picks AVX2 where the CPU has it; the tests compare both on the same rows. Private to src/sampler. */
 #ifndef HR_SAMPLER_SCAN_H
 #define HR_SAMPLER_SCAN_H
 
