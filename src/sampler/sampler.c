@@ -170,6 +170,7 @@ void hr_sampler_reset(hr_sampler *s) {
 float hr_logsumexp(const float *logits, int n) {
     const bool simd = hr_scan_has_avx2();
     const float mx = simd ? hr_scan_max_avx2(logits, n) : hr_scan_max_ref(logits, n);
+    if (!isfinite(mx)) return mx; /* every logit -inf (or NaN): -inf; one +inf: +inf */
     return mx + (float)log(simd ? hr_scan_sum_exp_avx2(logits, n, mx) : hr_scan_sum_exp_ref(logits, n, mx));
 }
 

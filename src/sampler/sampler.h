@@ -69,7 +69,8 @@ int32_t hr_sampler_sample_masked(hr_sampler *s, const float *logits, const uint6
 
 /* log(sum over the row of exp(logit)), computed from its largest logit: the normalizer of log-
  * probabilities (logit - it). With AVX2 where the CPU has it (a float exp, summed in double: within
- * about 1e-7 relative of the portable double one). NaN in the row gives NaN. */
+ * about 1e-7 relative of the portable double one). NaN logits count as nothing; a row with no finite
+ * maximum gives that maximum (-inf, or +inf). */
 float hr_logsumexp(const float *logits, int n);
 
 /* The index of the largest logit (lowest index on ties; NaN never chosen; 0 where logits[0] is NaN).

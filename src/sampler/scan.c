@@ -45,7 +45,8 @@ float hr_scan_max_ref(const float *x, int n) {
 
 double hr_scan_sum_exp_ref(const float *x, int n, float m) {
     double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)x[i] - m);
+    for (int i = 0; i < n; i++)
+        if (x[i] == x[i]) sum += exp((double)x[i] - m);
     return sum;
 }
 

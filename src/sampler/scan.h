@@ -39,10 +39,10 @@ int hr_scan_collect_avx2(const float *x, int n, float t, hr_scan_cand *out);
 float hr_scan_max_ref(const float *x, int n);
 float hr_scan_max_avx2(const float *x, int n);
 
-/* The sum over x[0, n) of exp(x[i] - m), m >= each x[i] (hr_scan_max's): logprobs' normalizer. The
- * portable one in double; the AVX2 one with a float exp (Cephes' expf polynomial, a relative error
- * near 1e-7 a term) summed in double: the same sum to about 1e-7 relative, not bit for bit. A NaN in
- * x gives NaN either way; terms below exp(-87.3) count as that. */
+/* The sum over x[0, n) of exp(x[i] - m), m finite and >= each x[i] (hr_scan_max's): logprobs'
+ * normalizer. NaN adds nothing. The portable one in double; the AVX2 one with common/exp_avx2.h's float
+ * exp (about 1 ulp a term; a term below exp(-87.3), and NaN, as exp(-87.3), 1.2e-38, against a sum of
+ * at least 1) summed in double: the same sum to about 1e-7 relative, not bit for bit. */
 double hr_scan_sum_exp_ref(const float *x, int n, float m);
 double hr_scan_sum_exp_avx2(const float *x, int n, float m);
 

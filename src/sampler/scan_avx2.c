@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "common/exp_avx2.h"
 #include "sampler/scan.h"
 
 static inline float hmax8(__m256 v) {
@@ -110,38 +111,19 @@ float hr_scan_max_avx2(const float *x, int n) {
     return m;
 }
 
-/* exp(x) for x <= 88 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial in r, times
- * 2^n built in the exponent bits); below -87.3 as exp(-87.3), so 2^n stays a normal float; NaN stays
- * NaN (max_ps and min_ps return their second operand, x, where it is NaN) */
-static inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.33654f), x));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 double hr_scan_sum_exp_avx2(const float *x, int n, float m) {
     const __m256 mv = _mm256_set1_ps(m);
     __m256d s0 = _mm256_setzero_pd(), s1 = s0;
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        const __m256 e = hr_exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
         s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
     double lanes[4];
     _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
     double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    for (; i < n; i++) sum += exp((double)x[i] - m);
+    for (; i < n; i++)
+        if (x[i] == x[i]) sum += exp((double)x[i] - m);
     return sum;
 }
