@@ -52,7 +52,7 @@ double hr_scan_sum_exp_ref(const float *x, int n, float m) {
 
 bool hr_scan_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx2");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); /* the exp's fmadd */
 #else
     return false;
 #endif

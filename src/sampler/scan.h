@@ -46,7 +46,7 @@ float hr_scan_max_avx2(const float *x, int n);
 double hr_scan_sum_exp_ref(const float *x, int n, float m);
 double hr_scan_sum_exp_avx2(const float *x, int n, float m);
 
-/* Whether this CPU runs the AVX2 builds (and the OS saves their registers). */
+/* Whether this CPU runs the AVX2 builds: AVX2 and FMA (and the OS saves their registers). */
 bool hr_scan_has_avx2(void);
 
 #endif
