@@ -190,10 +190,10 @@ void hr_engine_destroy(hr_engine *e) {
     free(e->b_want);
     free(e->b_sample);
     free(e->b_argmax);
-    if (e->p.rows_alloc && e->p.rows_free)
-        e->p.rows_free(e->p.rows_user, e->logits);
-    else if (!e->p.rows_alloc)
+    if (!e->p.rows_alloc)
         free(e->logits);
+    else if (e->p.rows_free)
+        e->p.rows_free(e->p.rows_user, e->logits);
     hr_cons_store_destroy(e->cstore); /* after every request: their matchers are gone */
     hr_cons_vocab_destroy(e->cvocab);
     free(e->mask);
@@ -504,14 +504,27 @@ static bool step_argmax(const hr_engine *e, int rows) {
     return true;
 }
 
-/* Row r's next token: from its logits, or (logits NULL) the id the backend picked, which is what its
- * sampler would have chosen (step_argmax). */
-static void sample_row(hr_engine *e, hr_request *r, const float *logits, int32_t picked) {
+/* Row r's chosen token, taken: counted, then the end of generation, a stop string, a finished grammar
+ * or the length limit may complete it. */
+static void take_token(hr_engine *e, hr_request *r, int32_t tok) {
+    e->st.generated_tokens++;
+    if (!r->ignore_eos && e->p.tok && hr_tokenizer_is_eog(e->p.tok, tok)) {
+        complete(e, r, HR_FINISH_EOG);
+        return;
+    }
+    bool stopped = req_push_token(r, e->p.tok, tok);
+    if (stopped)
+        complete(e, r, HR_FINISH_STOP);
+    else if (r->matcher && hr_matcher_is_done(r->matcher)) /* complete, and nothing may follow */
+        complete(e, r, HR_FINISH_EOG);
+    else if (r->n_known - r->n_prompt >= r->max_tokens || (r->span == 0 && r->n_known >= e->p.n_ctx))
+        complete(e, r, HR_FINISH_LENGTH);
+}
+
+/* Row r's next token from its logits (under its grammar's mask, if any), its logprobs recorded. */
+static void sample_row(hr_engine *e, hr_request *r, const float *logits) {
     int32_t tok;
-    if (!logits) {
-        tok = picked;
-        hr_sampler_accept(r->sampler, tok);
-    } else if (r->grammar) {
+    if (r->grammar) {
         hr_error err = {0};
         int n = constrain_mask(e, r, &err);
         if (n < 0) {
@@ -531,18 +544,7 @@ static void sample_row(hr_engine *e, hr_request *r, const float *logits, int32_t
     }
     if (r->lp && r->n_known - r->n_prompt < r->max_tokens)
         record_logprobs(r, r->n_known - r->n_prompt, logits, e->n_vocab, tok);
-    e->st.generated_tokens++;
-    if (!r->ignore_eos && e->p.tok && hr_tokenizer_is_eog(e->p.tok, tok)) {
-        complete(e, r, HR_FINISH_EOG);
-        return;
-    }
-    bool stopped = req_push_token(r, e->p.tok, tok);
-    if (stopped)
-        complete(e, r, HR_FINISH_STOP);
-    else if (r->matcher && hr_matcher_is_done(r->matcher)) /* complete, and nothing may follow */
-        complete(e, r, HR_FINISH_EOG);
-    else if (r->n_known - r->n_prompt >= r->max_tokens || (r->span == 0 && r->n_known >= e->p.n_ctx))
-        complete(e, r, HR_FINISH_LENGTH);
+    take_token(e, r, tok);
 }
 
 /* Commits the step's K/V and advances computed; counts prefill and recomputed tokens. */
@@ -649,8 +651,15 @@ static bool step(hr_engine *e) {
             const uint64_t prefill0 = e->st.prefill_tokens;
             commit_batch(e);
             if (argmax) e->st.argmax_steps++;
-            for (int i = 0; i < rows; i++)
-                sample_row(e, e->b_sample[i], argmax ? NULL : e->logits + (size_t)i * e->n_vocab, e->b_argmax[i]);
+            for (int i = 0; i < rows; i++) {
+                hr_request *r = e->b_sample[i];
+                if (argmax) { /* what its sampler would have chosen (step_argmax), into its history */
+                    hr_sampler_accept(r->sampler, e->b_argmax[i]);
+                    take_token(e, r, e->b_argmax[i]);
+                } else {
+                    sample_row(e, r, e->logits + (size_t)i * e->n_vocab);
+                }
+            }
             if (e->st.prefill_tokens == prefill0 && rows == T) {
                 e->st.decode_steps++;
                 e->st.decode_tokens += (uint64_t)rows;

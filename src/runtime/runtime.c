@@ -296,8 +296,6 @@ static const hr_hparams *rt_hparams(const hr_runtime *rt) {
     return rt->model ? hr_model_hparams(rt->model) : &rt->shape_hp;
 }
 
-/* The engine's forward step on a shape alone: the default path wants a model (its vocabulary's size),
- * so the runtime hands the engine the forward context's dispatch itself. */
 /* the engine's logits rows in the GPU's page-locked host memory (hr_engine_params.rows_alloc) */
 static void *pinned_rows_alloc(void *dev, size_t bytes) {
     hr_error e = {0};
@@ -305,6 +303,8 @@ static void *pinned_rows_alloc(void *dev, size_t bytes) {
 }
 static void pinned_rows_free(void *dev, void *p) { hr_cuda_host_free(dev, p); }
 
+/* The engine's forward step on a shape alone: the default path wants a model (its vocabulary's size),
+ * so the runtime hands the engine the forward context's dispatch itself. */
 static hr_status shape_forward(void *user, const hr_batch *b, float *logits, hr_error *err) {
     return hr_model_forward(user, b, logits, err);
 }
