@@ -18,21 +18,11 @@ static inline float hmax8(__m256 v) {
 
 int32_t hr_scan_argmax_avx2(const float *x, int n) {
     if (n < 1 || x[0] != x[0]) return 0;
-    __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
-        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
-        m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
-        m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
-    }
-    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
-    float best = hmax8(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
-    for (; i < n; i++)
-        if (x[i] > best) best = x[i];
+    const float best = hr_scan_max_avx2(x, n); /* x[0] is a number: the maximum is one of the elements */
     /* the first index equal to it (+0 and -0 are equal, as they are to the scalar loop's >) */
     const __m256 b = _mm256_set1_ps(best);
-    for (i = 0; i + 8 <= n; i += 8) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
         const int mk = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), b, _CMP_EQ_OQ));
         if (mk) return i + __builtin_ctz((unsigned)mk);
     }
@@ -68,16 +58,7 @@ int hr_scan_above_avx2(const float *x, int from, int n, float t) {
 float hr_scan_chunk_floor_avx2(const float *x, int k, int cs) {
     float floor = 0.0f;
     for (int c = 0; c < k; c++) {
-        const float *xc = x + (size_t)c * (size_t)cs;
-        /* max_ps keeps its second operand where the first is NaN: NaN never enters */
-        __m256 m0 = _mm256_set1_ps(-__builtin_inff()), m1 = m0;
-        int i = 0;
-        for (; i + 16 <= cs; i += 16) {
-            m0 = _mm256_max_ps(_mm256_loadu_ps(xc + i), m0);
-            m1 = _mm256_max_ps(_mm256_loadu_ps(xc + i + 8), m1);
-        }
-        if (i < cs) m0 = _mm256_max_ps(_mm256_loadu_ps(xc + i), m0); /* cs % 16 == 8 */
-        const float m = hmax8(_mm256_max_ps(m0, m1));
+        const float m = hr_scan_max_avx2(x + (size_t)c * (size_t)cs, cs);
         if (c == 0 || m < floor) floor = m;
     }
     return floor;
