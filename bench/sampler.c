@@ -7,13 +7,19 @@
  * row, and the portable time over the AVX2 one of the same rounds. The two builds' ids are checked equal
  * (same seed: the same draws over the same candidates); a difference exits 1. Then logprobs'
  * normalizer (hr_logsumexp's passes: the row's max and the sum of exp), checked within 1e-6. One thread.
+ * Last, a step's rows as the engine samples them (one sampler a row, AVX2): one after another on one
+ * thread against handed out to a pool of THREADS (hr_threadpool_run_items, the engine's
+ * hr_model_ctx_run_items), at 2 to 64 rows, each round timing both; the ids checked equal.
  *
- * usage: bench_sampler [ROUNDS] [N_VOCAB]    (defaults 15 128256) */
+ * usage: bench_sampler [ROUNDS] [N_VOCAB] [THREADS]    (defaults 15 128256, this machine's CPUs) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "common/threadpool.h"
 #include "common/util.h"
 #include "sampler/sampler.h"
 #include "sampler/scan.h"
@@ -43,10 +49,71 @@ static hr_sampler *make(float temperature, bool portable, int V) {
     return s;
 }
 
+/* a step's rows: row k of rows sampled by its own sampler s[k] into ids[k] */
+typedef struct step_rows {
+    hr_sampler **s;
+    const float *rows;
+    int V;
+    int32_t *ids;
+} step_rows;
+
+static void sample_one(void *user, int64_t k, int ith) {
+    (void)ith;
+    step_rows *j = user;
+    j->ids[k] = hr_sampler_sample(j->s[k], j->rows + (size_t)k * (size_t)j->V);
+}
+
+/* One thread against the pool over steps of 2..64 rows, greedy and the default chain; 1 on ids that
+ * differ. */
+static int bench_threads(const float *rows, int V, int rounds, int n_threads) {
+    hr_threadpool *tp = NULL;
+    hr_error err;
+    if (hr_threadpool_create(n_threads, &tp, &err) != HR_OK) {
+        fprintf(stderr, "bench_sampler: %s\n", err.msg);
+        return 1;
+    }
+    printf("a step's rows, one sampler a row: one thread / a pool of %d (hr_threadpool_run_items), "
+           "microseconds a step, medians:\n",
+           n_threads);
+    static const int batches[] = {2, 4, 8, 16, 32, POOL};
+    int bad = 0;
+    for (int c = 0; c < 2; c++)
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            const int B = batches[bi];
+            hr_sampler *s[2][POOL];
+            for (int b = 0; b < 2; b++)
+                for (int k = 0; k < B; k++) s[b][k] = make(c ? 0.8f : 0.0f, false, V);
+            static double t[2][MAX_ROUNDS], ratio[MAX_ROUNDS];
+            int32_t ids[2][POOL];
+            for (int r = 0; r < rounds; r++) {
+                for (int b = 0; b < 2; b++) {
+                    step_rows j = {.s = s[b], .rows = rows, .V = V, .ids = ids[b]};
+                    double t0 = hr_time_now();
+                    if (b)
+                        hr_threadpool_run_items(tp, sample_one, &j, B);
+                    else
+                        for (int k = 0; k < B; k++) sample_one(&j, k, 0);
+                    t[b][r] = (hr_time_now() - t0) * 1e6;
+                }
+                ratio[r] = t[0][r] / t[1][r];
+                bad |= memcmp(ids[0], ids[1], sizeof(int32_t) * (size_t)B) != 0;
+            }
+            const double m1 = median(t[0], rounds), mn = median(t[1], rounds), mr = median(ratio, rounds);
+            printf("  %-8s %2d rows x %6d  one thread %9.1f  pool %9.1f  one/pool %.2fx\n", c ? "chain" : "greedy", B,
+                   V, m1, mn, mr);
+            for (int b = 0; b < 2; b++)
+                for (int k = 0; k < B; k++) hr_sampler_destroy(s[b][k]);
+        }
+    hr_threadpool_destroy(tp);
+    if (bad) fprintf(stderr, "bench_sampler: the pool's rows chose other ids than one thread's\n");
+    return bad;
+}
+
 int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 15, V = argc > 2 ? atoi(argv[2]) : 128256;
-    if (rounds < 1 || rounds > MAX_ROUNDS || V < 64) {
-        fprintf(stderr, "usage: bench_sampler [ROUNDS 1..%d] [N_VOCAB >= 64]\n", MAX_ROUNDS);
+    const int n_threads = argc > 3 ? atoi(argv[3]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (rounds < 1 || rounds > MAX_ROUNDS || V < 64 || n_threads < 1 || n_threads > 1024) {
+        fprintf(stderr, "usage: bench_sampler [ROUNDS 1..%d] [N_VOCAB >= 64] [THREADS 1..1024]\n", MAX_ROUNDS);
         return 2;
     }
     if (!hr_scan_has_avx2()) {
@@ -120,6 +187,7 @@ int main(int argc, char **argv) {
     }
     for (int c = 0; c < 2; c++)
         for (int b = 0; b < 2; b++) hr_sampler_destroy(s[c][b]);
+    const int bad = bench_threads(rows, V, rounds, n_threads);
     free(rows);
-    return 0;
+    return bad;
 }

@@ -674,6 +674,75 @@ static void test_step_observer(void) {
     hr_kv_pool_destroy(sm.kv);
 }
 
+/* Rows sampled on the pool's threads (a step's rows x vocabulary past the engine's 65,536: every row
+ * here is 16,384 wide) choose what one thread chooses: eight seeded requests with logprobs and their
+ * top 3, run alone (one row a step: one thread) and together, give the same ids and the same bits. */
+static void test_threaded_sampling(void) {
+    enum { NQ = 8, NT = 20, K = 3 };
+    hr_error err = {0};
+    hr_synth_shape shape;
+    hr_model *m = NULL;
+    void *mem = NULL;
+    CHECK(hr_synth_shape_by_name("tiny", &shape, &err) == HR_OK);
+    shape.n_vocab = 16384;
+    if (hr_synth_model(&shape, HR_DTYPE_F32, 5, &m, &mem, &err)) {
+        CHECKF(0, "model: %s", err.msg);
+        return;
+    }
+    static int32_t ids[2][NQ][NT], top[2][NQ][NT * K];
+    static float lp[2][NQ][NT], top_lp[2][NQ][NT * K];
+    uint64_t threaded[2] = {0};
+    for (int together = 0; together < 2; together++) {
+        for (int first = 0; first < NQ; first += together ? NQ : 1) {
+            const int n = together ? NQ : 1;
+            rig_opts o = opts(256, NQ, 256, 0, HR_ADMIT_RESERVE);
+            rig r = rig_open(m, &o);
+            hr_request *h[NQ] = {0};
+            for (int i = first; i < first + n; i++) {
+                hr_request_params p = {.prompt = prompts[i],
+                                       .n_prompt = HR_MIN(plen[i], 24),
+                                       .max_tokens = NT,
+                                       .ignore_eos = true,
+                                       .logprobs = true,
+                                       .top_logprobs = K};
+                p.sampling = hr_sampler_default_params();
+                p.sampling.temperature = i % 4 == 3 ? 0 : 0.8f; /* one greedy row in four */
+                p.sampling.top_k = i % 2 ? 0 : 40;
+                p.sampling.seed = 77 + (uint64_t)i;
+                CHECKF(hr_engine_submit(r.e, &p, &h[i - first], &err) == HR_OK, "submit: %s", err.msg);
+            }
+            CHECKF(hr_engine_run_until_idle(r.e, &err) == HR_OK, "%s", err.msg);
+            for (int i = first; i < first + n; i++) {
+                int nt = 0;
+                const int32_t *out = hr_request_output(h[i - first], &nt);
+                CHECK(nt == NT);
+                memcpy(ids[together][i], out, sizeof(int32_t) * (size_t)HR_MIN(nt, NT));
+                CHECK(hr_request_logprobs(h[i - first], 0, NT, lp[together][i], top[together][i],
+                                          top_lp[together][i]) == NT);
+                hr_request_release(h[i - first]);
+            }
+            hr_engine_stats st;
+            hr_engine_get_stats(r.e, &st);
+            threaded[together] += st.threaded_sample_steps;
+            CHECK(st.sample_seconds > 0);
+            rig_close(&r);
+        }
+    }
+    CHECKF(threaded[0] == 0 && threaded[1] > 0, "steps sampled on several threads: %llu alone, %llu together",
+           (unsigned long long)threaded[0], (unsigned long long)threaded[1]);
+    CHECK(memcmp(ids[0], ids[1], sizeof ids[0]) == 0);
+    CHECK(memcmp(lp[0], lp[1], sizeof lp[0]) == 0);
+    CHECK(memcmp(top[0], top[1], sizeof top[0]) == 0 && memcmp(top_lp[0], top_lp[1], sizeof top_lp[0]) == 0);
+    int distinct = 0; /* the rows did sample: the seeded ones differ from one another */
+    for (int i = 1; i < NQ; i++) distinct += memcmp(ids[1][i], ids[1][0], sizeof ids[1][0]) != 0;
+    CHECK(distinct == NQ - 1);
+    printf("threaded sampling: %d requests over 16,384 logits, %llu steps on several threads, the same ids and "
+           "logprobs as alone\n",
+           NQ, (unsigned long long)threaded[1]);
+    hr_model_destroy(m);
+    free(mem);
+}
+
 int main(void) {
     test_step_executor();
     test_step_observer();
@@ -691,6 +760,7 @@ int main(void) {
     test_forward_failure(m);
     test_random_cancel(m);
     test_thread(m);
+    test_threaded_sampling();
     hr_model_destroy(m);
     free(mem);
     return hr_test_finish();

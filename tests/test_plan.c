@@ -217,6 +217,13 @@ static void test_devices(void) {
     hr_error err;
     CHECK(hr_plan_device_by_name("H100-80GB", &d, &err) == HR_OK && d.gpu && d.mem_bytes == 81559ull << 20 &&
           d.bw_gbps == 3350 && d.util == 0.9);
+    /* the driver's names for the cards (nvidia-smi's), the variants with other memory not */
+    CHECK(hr_plan_device_by_name("NVIDIA H100 80GB HBM3", &d, &err) == HR_OK && d.mem_bytes == 81559ull << 20);
+    CHECK(hr_plan_device_by_name("NVIDIA H200", &d, &err) == HR_OK && d.mem_bytes == 143771ull << 20 &&
+          d.bw_gbps == 4800);
+    CHECK(hr_plan_device_by_name("NVIDIA A100-SXM4-40GB", &d, &err) == HR_OK && d.mem_bytes == 40960ull << 20);
+    CHECK(hr_plan_device_by_name("NVIDIA H100 PCIe", &d, &err) == HR_ERR_NOT_FOUND);
+    CHECK(hr_plan_device_by_name("NVIDIA H200 NVL", &d, &err) == HR_ERR_NOT_FOUND);
     CHECK(hr_plan_device_by_name("tpu-v5", &d, &err) == HR_ERR_NOT_FOUND);
     CHECK(strstr(err.msg, "h200") && strstr(err.msg, "rtx4090") && strstr(err.msg, "--device-mem") &&
           strstr(err.msg, "--device-bw"));

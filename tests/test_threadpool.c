@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cpu/threadpool.h"
+#include "common/threadpool.h"
 #include "common/util.h"
 #include "harness.h"
 

@@ -15,8 +15,9 @@
 #      each kernel checked against the CPU at the measured shape first) and PyTorch's attention at the
 #      same shapes (bench/gpu/torch_attn.py, when python3 and torch are there), written as JSON and
 #      markdown into $OUT when set, else bench/gpu/out/ (docs/GPU.md, "Measurements");
-#   5b. planned = measured: `headroom plan --device h200`'s KV blocks against the server's on this GPU
-#      (Llama-3-8B's KV cache, context 8192; f16, q8, q4h), within 3%;
+#   5b. planned = measured: `headroom plan --device CARD`'s KV blocks against the server's on this GPU
+#      (Llama-3-8B's KV cache, context 8192; f16, q8, q4h), within 3%; CARD is the driver's name for
+#      it, which picks the datasheet profile (h200, h100-80gb, ...);
 #   6. compute-sanitizer's memcheck and racecheck over step 2's kernel checks, where the CUDA toolkit's
 #      compute-sanitizer is installed (PATH, or /usr/local/cuda*/bin): errors fail the step, a run cut
 #      by its time limit (SANITIZE_SECONDS, default 100, shared by the two) is reported as incomplete.
@@ -24,7 +25,7 @@
 # The lent machines have none of clang-19 and the -dev libraries: there step 1 takes the binaries
 # bench/gpu/pack.sh built here (.gpu-pack/pack.tar.gz, carried by the device tool) instead of building,
 # wherever that file is present (HEADROOM_GPU_PACK=FILE: another; =0: build even so).
-# The whole run stays under 8 minutes on an H200: step 5 gets what is left of 415 s (gpu_bench
+# The whole run stays under 8 minutes on an H100 or H200: step 5 gets what is left of 415 s (gpu_bench
 # --max-seconds skips what would not fit); E2E_LAYERS (default 8) of Llama-3-8B's 32 layers go into the
 # end-to-end model, whose synthesis on the host is most of step 5's time.
 # STEPS="5 5b" runs only those after step 1 (a second device call: what the first skipped), and
@@ -199,6 +200,16 @@ step5() {
         's/^ +copy +pageable\/pinned +logits batch ([0-9]+) \(pageable time \/ pinned time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
     ratios "decode steps (graphs), logits copied time / ids picked on the device time (> 1: device faster; HEADROOM_CUDA_ARGMAX)" \
         's/^ +e2e +logits\/argmax +decode batch ([0-9]+) \(logits time \/ argmax time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
+    # the host's side of a sampled step: a step's rows of Llama-3's logits sampled on one thread against
+    # the pool of this machine's CPUs (the engine hands a step's rows to the backend's host threads;
+    # its threshold, engine.c's ENG_SAMPLE_THREADS_MIN, was measured on 2 CPUs only)
+    if [ -x "$build/bench_sampler" ]; then
+        if [ -n "${HEADROOM_CUDA_DRIVER:-}" ]; then sargs=(3 32000); else sargs=(7 128256); fi
+        timeout 60 "${run_env[@]}" "$build/bench_sampler" "${sargs[@]}" >"$out/host_sampling.txt" 2>&1
+        echo "host sampling (bench_sampler ${sargs[*]}: exit $?; one thread time / pool time, > 1: the pool faster):"
+        sed -nE 's/^ +(greedy|chain) +([0-9]+) rows x +([0-9]+) .*one\/pool ([0-9.]+)x.*/  \1 \2 rows: \4x/p' \
+            "$out/host_sampling.txt" | paste -sd ' ' -
+    fi
     if command -v python3 >/dev/null; then
         timeout 90 python3 bench/gpu/torch_attn.py ${quick[@]+"${quick[@]}"} --json "$out/torch_attn.json" --md "$out/torch_attn.md" \
             --bench-json "$out/gpu_bench.json" | tee "$out/torch_attn.txt"
@@ -214,16 +225,16 @@ step5() {
 }
 
 step5b() {
-    step "5b. planned = measured: headroom plan --device h200's KV blocks against the server's on this GPU"
+    step "5b. planned = measured: headroom plan --device <this card>'s KV blocks against the server's on this GPU"
     # a Llama-3-8B KV cache (32 layers, 8 KV heads of 128) on a small body, context 8192, the same engine
-    # sizes on both sides; the issue's bound is 3%. Under the emulating driver (1 GiB) the figures are
-    # printed, not compared.
+    # sizes on both sides; the issue's bound is 3%. The plan's profile is the one the driver's name for the
+    # card picks (the server's "GPU: NAME:" line; plan --device "NVIDIA H200" is h200's, "NVIDIA H100
+    # 80GB HBM3" h100-80gb's). A card without a profile is planned as an H200, and the emulating driver's
+    # (1 GiB) is too: their figures are printed, not compared.
     pm=$(mktemp --suffix=.gguf /tmp/hr-plan-check.XXXXXX)
     if hr "$build/headroom" synth --shape llama-3-8b-kv --type q8_0 -o "$pm" >/dev/null 2>&1; then
         for fmt in f16 q8 q4h; do
             sizes=(--ctx 8192 --kv-type "$fmt" -b 512 --max-running 64)
-            planned=$(hr "$build/headroom" plan -m "$pm" --device h200 "${sizes[@]}" --json | tr -d ' \n' |
-                grep -o '"gpu_arena":{[^}]*}' | grep -o '"kv_blocks":[0-9]*' | cut -d: -f2)
             log=$(mktemp)
             # (the emulating driver's 1 GiB holds no 8K f16 sequence of this model: 4 GiB there)
             HR_FAKE_CUDA_MEM=${HR_FAKE_CUDA_MEM:-$((4 << 30))} "${run_env[@]}" "$build/headroom" serve --device cuda \
@@ -238,6 +249,13 @@ step5b() {
             wait "$pid" 2>/dev/null
             tokens=$(sed -nE 's/.*budget [^=]*= ([0-9]+) tokens.*/\1/p' "$log" | head -1)
             gpu=$(grep -m1 '^GPU: ' "$log")
+            card=$(printf '%s\n' "$gpu" | sed -nE 's/^GPU: ([^:]+): arena .*/\1/p')
+            profile=$card
+            if [ -z "$card" ] || ! hr "$build/headroom" plan -m "$pm" --device "$card" "${sizes[@]}" >/dev/null 2>&1; then
+                profile=h200
+            fi
+            planned=$(hr "$build/headroom" plan -m "$pm" --device "$profile" "${sizes[@]}" --json | tr -d ' \n' |
+                grep -o '"gpu_arena":{[^}]*}' | grep -o '"kv_blocks":[0-9]*' | cut -d: -f2)
             if [ -z "$planned" ] || [ -z "$tokens" ]; then
                 echo "$fmt: FAIL: no figure (plan: ${planned:-none}; server: $(grep -m1 -iE 'error|CUDA' "$log" || tail -1 "$log"))"
                 fail=1
@@ -246,13 +264,15 @@ step5b() {
                 off=$(awk -v p="$planned" -v m="$measured" 'BEGIN { d = p - m; if (d < 0) d = -d; printf "%.2f", 100 * d / m }')
                 if [ -n "${HEADROOM_CUDA_DRIVER:-}" ]; then
                     verdict="emulated: not compared"
+                elif [ "$profile" != "$card" ]; then
+                    verdict="not compared: no profile for '$card' (plan --device h200's figure)"
                 elif awk -v o="$off" 'BEGIN { exit !(o <= 3) }'; then
                     verdict="PASS (<= 3%)"
                 else
                     verdict="FAIL (> 3%)"
                     fail=1
                 fi
-                echo "$fmt: planned $planned blocks, the server $measured ($off% apart): $verdict"
+                echo "$fmt: plan --device '$profile': $planned blocks, the server $measured ($off% apart): $verdict"
             fi
             [ -n "$gpu" ] && echo "  $gpu"
             rm -f "$log"

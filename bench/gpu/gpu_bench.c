@@ -57,6 +57,7 @@
 #include "backend/cuda/cuda.h"
 #include "common/util.h"
 #include "gpu_bench.h"
+#include "plan/plan.h"
 
 #define SCHEMA "headroom-gpu-bench/1"
 
@@ -281,6 +282,12 @@ int main(int argc, char **argv) {
     }
     char device[256];
     snprintf(device, sizeof device, "%s", hr_cuda_device_name(g->dev));
+    hr_plan_device prof;
+    if (hr_plan_device_by_name(device, &prof, &e) == HR_OK) {
+        g->spec_gbs = prof.bw_gbps;
+        snprintf(g->spec_card, sizeof g->spec_card, "%s", prof.name);
+    }
+    e = (hr_error){0};
     uint64_t mem_free = 0, mem_total = 0;
     (void)hr_cuda_device_mem(g->dev, &mem_free, &mem_total, &e);
     char date[32];
@@ -294,6 +301,7 @@ int main(int argc, char **argv) {
     json_object_set_new(g->jroot, "schema", json_string(SCHEMA));
     json_object_set_new(g->jroot, "device", json_string(device));
     json_object_set_new(g->jroot, "device_memory_bytes", json_integer((json_int_t)mem_total));
+    json_object_set_new(g->jroot, "device_datasheet_gbs", g->spec_gbs > 0 ? json_real(g->spec_gbs) : json_null());
     json_object_set_new(g->jroot, "driver_version",
                         g->o.driver_version ? json_string(g->o.driver_version) : json_null());
     json_object_set_new(g->jroot, "driver_library",

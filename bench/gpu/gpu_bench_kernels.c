@@ -88,8 +88,11 @@ void gb_bench_copy(gpu_bench *g) {
             r.value = 2.0 * (double)bytes / (t.median_ms * 1e-3) / 1e9;
             g->copy_gbs = r.value;
             r.pct_copy = 100.0;
-            snprintf(r.target, sizeof r.target, "(reference; H200 spec %.0f GB/s)", H200_SPEC_GBS);
-            r.pct_target = gb_pct(r.value, H200_SPEC_GBS);
+            if (g->spec_gbs > 0) {
+                snprintf(r.target, sizeof r.target, "(ref.; %s %.0f GB/s)", g->spec_card, g->spec_gbs);
+                r.pct_target = gb_pct(r.value, g->spec_gbs);
+            } else
+                snprintf(r.target, sizeof r.target, "(reference; no datasheet figure)");
         }
     }
     json_t *x = json_object();

@@ -24,7 +24,7 @@ build=${1:-build-gpu}
 src=$PWD
 pack=.gpu-pack
 command -v clang-19 > /dev/null || { echo "pack.sh: clang-19 is not installed (apt-get install clang-19)" >&2; exit 1; }
-bins=(headroom test_gpu_cuda_kernels test_gpu_cuda_forward test_cuda_backend gpu_bench)
+bins=(headroom test_gpu_cuda_kernels test_gpu_cuda_forward test_cuda_backend gpu_bench bench_sampler)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build "$build" -j "$(nproc)" --target "${bins[@]}" hr_fake_cuda hr_emu_cuda > /dev/null
 

@@ -25,6 +25,14 @@ const char *hr_model_ctx_isa(const hr_model_ctx *c) { return ops_of(c)->isa ? op
 int hr_model_ctx_n_threads(const hr_model_ctx *c) { return ops_of(c)->n_threads ? ops_of(c)->n_threads(c) : 1; }
 bool hr_model_ctx_argmax(const hr_model_ctx *c) { return ops_of(c)->argmax && ops_of(c)->argmax(c); }
 
+void hr_model_ctx_run_items(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n) {
+    if (ops_of(c)->run_items) {
+        ops_of(c)->run_items(c, fn, user, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) fn(user, i, 0);
+}
+
 uint64_t hr_backend_weight_bytes(const hr_backend_ops *b, const hr_model *m) {
     if (!b) b = &hr_backend_cpu;
     return b->weight_bytes ? b->weight_bytes(m) : 0;

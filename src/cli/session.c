@@ -295,6 +295,8 @@ json_t *hr_session_engine_json(hr_session *s, double seconds) {
     json_object_set_new(o, "forward_seconds", json_real(st.forward_seconds));
     json_object_set_new(o, "decode_steps", json_integer((json_int_t)st.decode_steps));
     json_object_set_new(o, "argmax_steps", json_integer((json_int_t)st.argmax_steps));
+    json_object_set_new(o, "sample_seconds", json_real(st.sample_seconds));
+    json_object_set_new(o, "threaded_sample_steps", json_integer((json_int_t)st.threaded_sample_steps));
     json_object_set_new(o, "decode_tokens", json_integer((json_int_t)st.decode_tokens));
     json_object_set_new(o, "decode_seconds", json_real(st.decode_seconds));
     json_object_set_new(o, "decode_tokens_per_second",

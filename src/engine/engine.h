@@ -305,6 +305,11 @@ typedef struct hr_engine_stats {
     /* steps whose rows' ids the backend picked (hr_batch.argmax: the GPU with HEADROOM_CUDA_ARGMAX=device,
      * every row plain greedy), their logits never copied to the host */
     uint64_t argmax_steps;
+    /* the steps' sampling on the host (every row's sampler, logprobs and grammar mask: part of
+     * decode_seconds), and the steps whose rows were sampled on the model context's threads
+     * (hr_model_ctx_run_items: rows x vocabulary of 65,536 logits or more) */
+    double sample_seconds;
+    uint64_t threaded_sample_steps;
 } hr_engine_stats;
 
 /* ---- events ------------------------------------------------------------------------------------ */

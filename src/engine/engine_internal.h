@@ -131,7 +131,7 @@ struct hr_engine {
     hr_kv_seq *b_seq;
     uint8_t *b_want;
     hr_request **b_sample; /* [max_running]: the request of each logits row */
-    int32_t *b_argmax;     /* [max_running]: each row's id where the backend picks it (hr_batch.argmax) */
+    int32_t *b_ids;        /* [max_running]: each row's chosen id: the backend's (hr_batch.argmax) or its sampler's */
     float *logits;         /* [max_running][V] */
 
     /* constrained decoding (engine thread), made at the first constrained request */

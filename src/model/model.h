@@ -282,6 +282,15 @@ int hr_model_ctx_n_threads(const hr_model_ctx *c);
  * the ids come back instead of the rows of logits). The CPU's is false: its logits are in memory. */
 bool hr_model_ctx_argmax(const hr_model_ctx *c);
 
+/* Calls fn(user, item, ith) exactly once for every item in [0, n) on c's host threads (the CPU
+ * backend's kernel pool; the GPU backend's pool of host threads), the items handed out in increasing
+ * order, and returns when all have returned, their writes visible to the caller; ith (0: the caller,
+ * < hr_model_ctx_n_threads) only picks per-thread scratch: fn's result must not depend on it. A
+ * backend without threads runs them in order on this thread. Driven by the thread that drives
+ * forward, never during one. The engine samples a step's rows through it. */
+typedef void (*hr_model_item_fn)(void *user, int64_t item, int ith);
+void hr_model_ctx_run_items(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n);
+
 /* Runs the batch; logits receives one row of n_vocab floats per token with want_logits set, in batch
  * order. Commits nothing to the KV ledger: the caller calls hr_kv_seq_commit afterwards. */
 hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr_error *err);

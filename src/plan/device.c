@@ -16,27 +16,30 @@
 
 /* Memory: the total the driver reports (nvidia-smi memory.total, MiB). Bandwidth: the datasheet's
  * peak, GB/s; dense bf16 tensor TFLOP/s (no sparsity). Reserved: what a CUDA process takes before its first tensor
- * (context, cuBLAS/cuBLASLt workspaces): an estimate, docs/PLAN.md "GPU profiles". */
+ * (context, cuBLAS/cuBLASLt workspaces): an estimate, docs/PLAN.md "GPU profiles". Driver: the name the
+ * driver gives the card (nvidia-smi's name, cuDeviceGetName), which names the profile as well; another
+ * variant of the card (H100 PCIe, A100 PCIe: other memory or bandwidth) has a name of its own and no
+ * profile. */
 static const struct gpu_profile {
-    const char *name, *label;
+    const char *name, *label, *driver;
     uint64_t mem_mib;
     double bw_gbps, tflops;
     uint64_t reserved_mib;
 } gpus[] = {
-    {"h200", "NVIDIA H200 141GB (SXM)", 143771, 4800, 989, 1024},
-    {"h100-80gb", "NVIDIA H100 80GB (SXM, HBM3)", 81559, 3350, 989, 1024},
-    {"a100-80gb", "NVIDIA A100 80GB (SXM)", 81920, 2039, 312, 1024},
-    {"a100-40gb", "NVIDIA A100 40GB (SXM)", 40960, 1555, 312, 1024},
-    {"l40s", "NVIDIA L40S 48GB", 46068, 864, 362, 768},
-    {"l4", "NVIDIA L4 24GB", 23034, 300, 121, 768},
-    {"rtx4090", "NVIDIA GeForce RTX 4090 24GB", 24564, 1008, 165, 768},
+    {"h200", "NVIDIA H200 141GB (SXM)", "NVIDIA H200", 143771, 4800, 989, 1024},
+    {"h100-80gb", "NVIDIA H100 80GB (SXM, HBM3)", "NVIDIA H100 80GB HBM3", 81559, 3350, 989, 1024},
+    {"a100-80gb", "NVIDIA A100 80GB (SXM)", "NVIDIA A100-SXM4-80GB", 81920, 2039, 312, 1024},
+    {"a100-40gb", "NVIDIA A100 40GB (SXM)", "NVIDIA A100-SXM4-40GB", 40960, 1555, 312, 1024},
+    {"l40s", "NVIDIA L40S 48GB", "NVIDIA L40S", 46068, 864, 362, 768},
+    {"l4", "NVIDIA L4 24GB", "NVIDIA L4", 23034, 300, 121, 768},
+    {"rtx4090", "NVIDIA GeForce RTX 4090 24GB", "NVIDIA GeForce RTX 4090", 24564, 1008, 165, 768},
 };
 
 const char *hr_plan_device_names(void) { return "host, h200, h100-80gb, a100-80gb, a100-40gb, l40s, l4, rtx4090"; }
 
 hr_status hr_plan_device_by_name(const char *name, hr_plan_device *out, hr_error *err) {
     for (size_t i = 0; i < sizeof gpus / sizeof gpus[0]; i++) {
-        if (strcasecmp(name, gpus[i].name)) continue;
+        if (strcasecmp(name, gpus[i].name) && strcasecmp(name, gpus[i].driver)) continue;
         *out = (hr_plan_device){.gpu = true,
                                 .mem_bytes = gpus[i].mem_mib * MIB,
                                 .util = 0.9,
@@ -48,7 +51,8 @@ hr_status hr_plan_device_by_name(const char *name, hr_plan_device *out, hr_error
         return HR_OK;
     }
     return hr_error_set(err, HR_ERR_NOT_FOUND,
-                        "unknown device '%s' (known: %s); for another, give its memory and bandwidth by hand: "
+                        "unknown device '%s' (known: %s, or the name the driver gives one of them, as "
+                        "nvidia-smi prints it); for another, give its memory and bandwidth by hand: "
                         "--device-mem SIZE --device-bw GBPS",
                         name, hr_plan_device_names());
 }

@@ -67,8 +67,9 @@ typedef struct hr_plan_device {
     const char *source;      /* where the figures come from (docs/PLAN.md has the links) */
 } hr_plan_device;
 
-/* "h200", "h100-80gb", "a100-80gb", "a100-40gb", "l40s", "l4", "rtx4090" (case-insensitive; "host" is
- * this machine: hr_plan_device_host). Unknown: HR_ERR_NOT_FOUND listing the names and how to give
+/* "h200", "h100-80gb", "a100-80gb", "a100-40gb", "l40s", "l4", "rtx4090", or the name the driver gives
+ * that card ("NVIDIA H200", "NVIDIA H100 80GB HBM3": nvidia-smi's, cuDeviceGetName's), case-insensitive;
+ * "host" is this machine: hr_plan_device_host. Unknown: HR_ERR_NOT_FOUND listing the names and how to give
  * --device-mem / --device-bw by hand. */
 hr_status hr_plan_device_by_name(const char *name, hr_plan_device *out, hr_error *err);
 const char *hr_plan_device_names(void);

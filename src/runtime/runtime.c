@@ -85,7 +85,7 @@ static uint64_t mem_scratch_bytes(const hr_kv_budget_query *q) {
     int T = q->mem.max_batch_tokens > 0 ? q->mem.max_batch_tokens : 512;
     int S = HR_MAX(1, q->kv.max_seqs);
     uint64_t fwd = q->mem.device
-                       ? hr_cuda_host_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size)
+                       ? hr_cuda_host_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads))
                        : hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads));
     return fwd + hr_engine_buffer_bytes(T, S, hp->n_vocab);
 }

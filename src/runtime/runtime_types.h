@@ -259,6 +259,8 @@ typedef struct hr_rt_engine_stats {
     uint64_t masks;      /* constrained decoding: token masks computed, and their seconds */
     double mask_seconds;
     uint64_t argmax_steps; /* steps whose ids the GPU picked, no logits copied (HEADROOM_CUDA_ARGMAX=device) */
+    double sample_seconds; /* host sampling (samplers, logprobs, masks): part of decode_seconds */
+    uint64_t threaded_sample_steps; /* steps whose rows were sampled on several threads */
 } hr_rt_engine_stats;
 
 #endif

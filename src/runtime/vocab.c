@@ -217,5 +217,7 @@ void hr_rt_from_engine_stats(const hr_engine_stats *in, hr_rt_engine_stats *out)
                                 .headroom_blocks = in->headroom_blocks,
                                 .masks = in->masks,
                                 .mask_seconds = in->mask_seconds,
-                                .argmax_steps = in->argmax_steps};
+                                .argmax_steps = in->argmax_steps,
+                                .sample_seconds = in->sample_seconds,
+                                .threaded_sample_steps = in->threaded_sample_steps};
 }

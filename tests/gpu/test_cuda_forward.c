@@ -767,7 +767,7 @@ static void test_arena(void) {
         if (cpu) {
             const hr_hparams *hp = hr_model_hparams(hr_runtime_model(rt));
             const int T = p.max_batch_tokens > 0 ? p.max_batch_tokens : 512;
-            const uint64_t host = hr_cuda_host_scratch_bytes(hp, T, p.n_ctx, 16);
+            const uint64_t host = hr_cuda_host_scratch_bytes(hp, T, p.n_ctx, 16, p.n_threads);
             const uint64_t cpu_fwd = hr_model_ctx_scratch_bytes(hp, T, p.n_ctx, 16, pc.n_threads);
             const hr_kv_budget *kc = hr_runtime_budget(cpu);
             CHECKF(kc->scratch_bytes - kb->scratch_bytes == cpu_fwd - host,

@@ -22,7 +22,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
-#include "backend/cpu/threadpool.h"
+#include "common/threadpool.h"
 #include "common/util.h"
 #include "model/model_internal.h"
 
@@ -347,6 +347,9 @@ static void cpu_destroy(hr_model_ctx *c) {
 
 static const char *cpu_isa(const hr_model_ctx *c) { return c->kernels.isa; }
 static int cpu_n_threads(const hr_model_ctx *c) { return hr_threadpool_size(c->tp); }
+static void cpu_run_items(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n) {
+    hr_threadpool_run_items(c->tp, fn, user, n);
+}
 
 static void matmul(hr_model_ctx *c, const hr_weight *w, const float *X, int64_t T, float *Y) {
     hr_matmul(c->mm, w->data, w->type, w->rows, w->cols, X, T, Y);
@@ -914,5 +917,6 @@ const hr_backend_ops hr_backend_cpu = {.name = "cpu",
                                        .forward = cpu_forward,
                                        .isa = cpu_isa,
                                        .n_threads = cpu_n_threads,
+                                       .run_items = cpu_run_items,
                                        .weight_bytes = cpu_weight_bytes,
                                        .scratch_bytes = cpu_scratch_bytes};

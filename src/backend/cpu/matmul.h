@@ -12,8 +12,8 @@
 #include <stdint.h>
 
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/threadpool.h"
 #include "common/status.h"
+#include "common/threadpool.h"
 
 /* Kernel table + thread pool (both borrowed; they must outlive the context) + activation scratch
  * sized at create for up to max_tokens rows of max_k elements. */

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/cuda.h"
+#include "common/threadpool.h"
 #include "model/model_internal.h"
 
 /* kernels/embed.cu's table types */
@@ -68,6 +69,7 @@ typedef struct cuda_ctx {
     hr_backend_base base; /* first: the seam dispatches on it */
     hr_cuda_device *dev;
     bool own_dev;
+    hr_threadpool *tp; /* host threads for the work around the forward pass (hr_model_ctx_run_items) */
     const hr_model *m;
     hr_kv_pool *kv;
     int max_tokens, max_ctx;
@@ -386,6 +388,8 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: max_batch_tokens %d is past %d (the GEMV's grid rows)",
                           p->max_batch_tokens, HR_CUDA_MAX_BATCH_TOKENS);
     if (!st) st = check_model(m, err);
+    if (!st)
+        st = hr_threadpool_create(p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN), &x->tp, err);
     if (!st) st = argmax_of(getenv("HEADROOM_CUDA_ARGMAX"), &x->argmax, err);
     /* the device path writes and attends by physical slot in one group of every layer: a model whose
      * layers all attend alike (all full, or all through the same sliding window, as mistral's) */
@@ -422,6 +426,7 @@ static void cuda_destroy(hr_model_ctx *c) {
     if (!c) return;
     cuda_ctx *x = (cuda_ctx *)(void *)c;
     free_graphs(x);
+    hr_threadpool_destroy(x->tp);
     for (int il = 0; x->L && x->m && il < x->m->hp.n_layer; il++) {
         dev_layer *d = &x->L[il];
         hr_cuda_free(x->dev, d->attn_norm);
@@ -850,7 +855,13 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
 }
 
 static const char *cuda_isa(const hr_model_ctx *c) { return "sm_90a"; }
-static int cuda_n_threads(const hr_model_ctx *c) { return 1; }
+static int cuda_n_threads(const hr_model_ctx *c) {
+    const cuda_ctx *x = (const cuda_ctx *)(const void *)c;
+    return x->tp ? hr_threadpool_size(x->tp) : 1;
+}
+static void cuda_run_items(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n) {
+    hr_threadpool_run_items(((cuda_ctx *)(void *)c)->tp, fn, user, n);
+}
 static bool cuda_argmax(const hr_model_ctx *c) { return ((const cuda_ctx *)(const void *)c)->argmax; }
 
 bool hr_cuda_backend_set_argmax(hr_model_ctx *ctx, bool on) {
@@ -867,6 +878,7 @@ const hr_backend_ops hr_backend_cuda = {
     .isa = cuda_isa,
     .n_threads = cuda_n_threads,
     .argmax = cuda_argmax,
+    .run_items = cuda_run_items,
     /* weights and activations live on the GPU: host memory for them is none beyond the model's own
      * copy, which the runtime's plan counts already */
     .weight_bytes = NULL,

@@ -128,9 +128,10 @@ hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena
  * the backend allocates them); returns their count. */
 int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out);
 /* The host bytes of the forward pass's batch rows (slots, table rows, contexts, windows, the rows that
- * want logits, the token embedding's rows for a type the device does not look up): what --device cuda
+ * want logits, the token embedding's rows for a type the device does not look up) and of its pool of
+ * n_threads host threads (model.h's hr_model_ctx_run_items: the engine's sampling): what --device cuda
  * holds on the host in place of the CPU forward pass's scratch (the runtime's memory plan). */
-uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size);
+uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_threads);
 /* The sequences under a token-level policy (h2o, snapkv) whose masks and scores a forward pass of up to
  * max_tokens rows holds on the device: 4, or the environment's HEADROOM_CUDA_TOKEN_SEQS, at most
  * max_tokens (a batch with more runs in pieces); and one sequence's masks (scores false: ceil(B / 64)

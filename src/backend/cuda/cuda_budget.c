@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
+#include "common/threadpool.h"
+#include "common/util.h"
 
 /* thread blocks an attention call aims for: enough to fill an H100/H200 (132 SMs) several times
  * over; HEADROOM_CUDA_ATTN_BLOCKS replaces it (tuning, tests) */
@@ -111,7 +113,7 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
     return HR_CUDA_SCRATCH_PIECES;
 }
 
-uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size) {
+uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_threads) {
     const uint64_t T = (uint64_t)max_tokens, max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size);
     /* backend_cuda.c's alloc_activations: slots (with stages and fills: 3 a row), qrow, n_ctx, windows (2 a
      * row), tables, out rows, the embedding rows (counted whatever the type: T x E floats), and the
@@ -119,7 +121,8 @@ uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int ma
      * row's scores as they come down */
     const uint64_t tl = (uint64_t)hr_cuda_token_seqs(max_tokens);
     return T * 4 * 5 + T * 8 + T * max_blocks * 4 + T * sizeof(int) + T * (uint64_t)hp->n_embd * 4 + T * 8 +
-           tl * (4 + sizeof(int) + sizeof(bool)) + hr_cuda_token_row_bytes(hp, max_ctx, block_size, true);
+           tl * (4 + sizeof(int) + sizeof(bool)) + hr_cuda_token_row_bytes(hp, max_ctx, block_size, true) +
+           hr_threadpool_bytes(HR_MAX(1, n_threads));
 }
 
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim) {

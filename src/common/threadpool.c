@@ -12,7 +12,7 @@
  * Sleeping uses Dekker-style flags with seq_cst atomics: a waiter announces itself before futex_wait
  * re-checks the word, and a waker reads the flag after changing the word, so either the waiter sees
  * the change or the waker sees the waiter. */
-#include "backend/cpu/threadpool.h"
+#include "common/threadpool.h"
 
 #include <limits.h>
 #include <linux/futex.h>

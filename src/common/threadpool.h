@@ -1,12 +1,14 @@
-/* threadpool.h: a fork/join pool for the CPU kernels. One run hands out numbered shares of work
+/* threadpool.h: a fork/join pool: the CPU backend's kernels run on one, and a backend's host work
+ * outside its kernels (the engine's sampling of a step's rows: model.h's hr_model_ctx_run_items) on
+ * the backend's own, the GPU's included. One run hands out numbered shares of work
  * (n shares to hr_threadpool_run, any number of items to hr_threadpool_run_items) to the caller and
  * to whichever workers join, and returns when all have finished; nothing is allocated per run.
  * Workers spin briefly on a generation counter after each run, then sleep on a futex, so a step's
  * many small runs start without a wake-up while an idle pool costs no CPU.
  *
  * A pool is driven by one thread at a time (the engine thread); runs do not nest. */
-#ifndef HR_BACKEND_CPU_THREADPOOL_H
-#define HR_BACKEND_CPU_THREADPOOL_H
+#ifndef HR_COMMON_THREADPOOL_H
+#define HR_COMMON_THREADPOOL_H
 
 #include <stdint.h>
 
