@@ -80,14 +80,15 @@ static int bench_threads(const float *rows, int V, int rounds, int n_threads) {
     for (int c = 0; c < 2; c++)
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             const int B = batches[bi];
-            hr_sampler *s[2][POOL];
-            for (int b = 0; b < 2; b++)
+            hr_sampler *s[3][POOL]; /* one thread, the pool, the pool woken: each its own, in step */
+            for (int b = 0; b < 3; b++)
                 for (int k = 0; k < B; k++) s[b][k] = make(c ? 0.8f : 0.0f, false, V);
-            static double t[2][MAX_ROUNDS], ratio[MAX_ROUNDS];
-            int32_t ids[2][POOL];
+            static double t[3][MAX_ROUNDS], ratio[2][MAX_ROUNDS];
+            int32_t ids[3][POOL];
             for (int r = 0; r < rounds; r++) {
-                for (int b = 0; b < 2; b++) {
+                for (int b = 0; b < 3; b++) {
                     step_rows j = {.s = s[b], .rows = rows, .V = V, .ids = ids[b]};
+                    if (b == 2) usleep(5000); /* a GPU's forward in between: the workers have gone to sleep */
                     double t0 = hr_time_now();
                     if (b)
                         hr_threadpool_run_items(tp, sample_one, &j, B);
@@ -95,13 +96,16 @@ static int bench_threads(const float *rows, int V, int rounds, int n_threads) {
                         for (int k = 0; k < B; k++) sample_one(&j, k, 0);
                     t[b][r] = (hr_time_now() - t0) * 1e6;
                 }
-                ratio[r] = t[0][r] / t[1][r];
-                bad |= memcmp(ids[0], ids[1], sizeof(int32_t) * (size_t)B) != 0;
+                ratio[0][r] = t[0][r] / t[1][r];
+                ratio[1][r] = t[0][r] / t[2][r];
+                bad |= memcmp(ids[0], ids[1], sizeof(int32_t) * (size_t)B) != 0 ||
+                       memcmp(ids[0], ids[2], sizeof(int32_t) * (size_t)B) != 0;
             }
-            const double m1 = median(t[0], rounds), mn = median(t[1], rounds), mr = median(ratio, rounds);
-            printf("  %-8s %2d rows x %6d  one thread %9.1f  pool %9.1f  one/pool %.2fx\n", c ? "chain" : "greedy", B,
-                   V, m1, mn, mr);
-            for (int b = 0; b < 2; b++)
+            printf("  %-8s %2d rows x %6d  one thread %9.1f  pool %9.1f  one/pool %.2fx  pool asleep %9.1f  one/asleep "
+                   "%.2fx\n",
+                   c ? "chain" : "greedy", B, V, median(t[0], rounds), median(t[1], rounds), median(ratio[0], rounds),
+                   median(t[2], rounds), median(ratio[1], rounds));
+            for (int b = 0; b < 3; b++)
                 for (int k = 0; k < B; k++) hr_sampler_destroy(s[b][k]);
         }
     hr_threadpool_destroy(tp);

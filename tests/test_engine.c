@@ -674,8 +674,8 @@ static void test_step_observer(void) {
     hr_kv_pool_destroy(sm.kv);
 }
 
-/* Rows sampled on the pool's threads (a step's rows x vocabulary past the engine's 65,536: every row
- * here is 16,384 wide) choose what one thread chooses: eight seeded requests with logprobs and their
+/* Rows sampled on the pool's threads (a step's rows x vocabulary past the CPU backend's
+ * hr_model_ctx_run_items_min: 8 rows of 40,000) choose what one thread chooses: eight seeded requests with logprobs and their
  * top 3, run alone (one row a step: one thread) and together, give the same ids and the same bits. */
 static void test_threaded_sampling(void) {
     enum { NQ = 8, NT = 20, K = 3 };
@@ -684,7 +684,7 @@ static void test_threaded_sampling(void) {
     hr_model *m = NULL;
     void *mem = NULL;
     CHECK(hr_synth_shape_by_name("tiny", &shape, &err) == HR_OK);
-    shape.n_vocab = 16384;
+    shape.n_vocab = 40000;
     if (hr_synth_model(&shape, HR_DTYPE_F32, 5, &m, &mem, &err)) {
         CHECKF(0, "model: %s", err.msg);
         return;
@@ -736,7 +736,7 @@ static void test_threaded_sampling(void) {
     int distinct = 0; /* the rows did sample: the seeded ones differ from one another */
     for (int i = 1; i < NQ; i++) distinct += memcmp(ids[1][i], ids[1][0], sizeof ids[1][0]) != 0;
     CHECK(distinct == NQ - 1);
-    printf("threaded sampling: %d requests over 16,384 logits, %llu steps on several threads, the same ids and "
+    printf("threaded sampling: %d requests over 40,000 logits, %llu steps on several threads, the same ids and "
            "logprobs as alone\n",
            NQ, (unsigned long long)threaded[1]);
     hr_model_destroy(m);

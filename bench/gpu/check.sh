@@ -201,13 +201,14 @@ step5() {
     ratios "decode steps (graphs), logits copied time / ids picked on the device time (> 1: device faster; HEADROOM_CUDA_ARGMAX)" \
         's/^ +e2e +logits\/argmax +decode batch ([0-9]+) \(logits time \/ argmax time\): ([a-z-]+) faster +([0-9.e+-]+) x.*/batch \1 \3x (\2)/p'
     # the host's side of a sampled step: a step's rows of Llama-3's logits sampled on one thread against
-    # the pool of this machine's CPUs (the engine hands a step's rows to the backend's host threads;
-    # its threshold, engine.c's ENG_SAMPLE_THREADS_MIN, was measured on 2 CPUs only)
+    # the pool of this machine's CPUs, awake and woken from sleep as after a GPU's forward pass (the
+    # engine hands a step's rows to the backend's host threads from backend_cuda.c's run_items_min
+    # logits, which was measured on 2 CPUs only)
     if [ -x "$build/bench_sampler" ]; then
         if [ -n "${HEADROOM_CUDA_DRIVER:-}" ]; then sargs=(3 32000); else sargs=(7 128256); fi
         timeout 60 "${run_env[@]}" "$build/bench_sampler" "${sargs[@]}" >"$out/host_sampling.txt" 2>&1
-        echo "host sampling (bench_sampler ${sargs[*]}: exit $?; one thread time / pool time, > 1: the pool faster):"
-        sed -nE 's/^ +(greedy|chain) +([0-9]+) rows x +([0-9]+) .*one\/pool ([0-9.]+)x.*/  \1 \2 rows: \4x/p' \
+        echo "host sampling (bench_sampler ${sargs[*]}: exit $?; one thread time / pool time, awake and asleep, > 1: the pool faster):"
+        sed -nE 's/^ +(greedy|chain) +([0-9]+) rows x +([0-9]+) .*one\/pool ([0-9.]+)x.*one\/asleep ([0-9.]+)x.*/  \1 \2 rows: \4x \5x/p' \
             "$out/host_sampling.txt" | paste -sd ' ' -
     fi
     if command -v python3 >/dev/null; then

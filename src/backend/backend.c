@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 static const hr_backend_ops *ops_of(const hr_model_ctx *c) { return ((const hr_backend_base *)(const void *)c)->ops; }
 
@@ -24,6 +25,10 @@ hr_status hr_model_forward(hr_model_ctx *c, const hr_batch *b, float *logits, hr
 const char *hr_model_ctx_isa(const hr_model_ctx *c) { return ops_of(c)->isa ? ops_of(c)->isa(c) : "none"; }
 int hr_model_ctx_n_threads(const hr_model_ctx *c) { return ops_of(c)->n_threads ? ops_of(c)->n_threads(c) : 1; }
 bool hr_model_ctx_argmax(const hr_model_ctx *c) { return ops_of(c)->argmax && ops_of(c)->argmax(c); }
+
+int64_t hr_model_ctx_run_items_min(const hr_model_ctx *c) {
+    return ops_of(c)->run_items && hr_model_ctx_n_threads(c) > 1 ? ops_of(c)->run_items_min : INT64_MAX;
+}
 
 void hr_model_ctx_run_items(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n) {
     if (ops_of(c)->run_items) {

@@ -32,8 +32,10 @@ typedef struct hr_backend_ops {
     int (*n_threads)(const hr_model_ctx *c);
     /* true where forward fills hr_batch.argmax instead of logits (model.h; NULL: never) */
     bool (*argmax)(const hr_model_ctx *c);
-    /* model.h's hr_model_ctx_run_items on the instance's host threads (NULL: in order, inline) */
+    /* model.h's hr_model_ctx_run_items on the instance's host threads (NULL: in order, inline), and the
+     * least work its threads pay for (hr_model_ctx_run_items_min: how awake they are when it is called) */
     void (*run_items)(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n);
+    int64_t run_items_min;
     /* Memory for the budget, pure (no instance made): the weights as this backend holds them, and the
      * scratch an instance allocates for this shape (every buffer it keeps for max_batch_tokens and
      * max_ctx). NULL: none. */

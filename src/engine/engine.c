@@ -60,10 +60,6 @@ hr_status hr_kv_layout_parse(const char *name, hr_kv_layout *out, hr_error *err)
 /* The step buffers, one size each: create allocates exactly these, hr_engine_buffer_bytes adds them
  * up. T batch rows (token, position, sequence, wants-logits), a sampling slot, a device-picked id and a
  * logits row per running sequence. */
-/* the logits of a step's rows below which one thread samples them all: a hand-off to the pool costs
- * microseconds, a row of 32,000 logits about 3 (greedy) to 11 (the default chain) with AVX2 */
-#define ENG_SAMPLE_THREADS_MIN 65536
-
 #define ENG_ELEM(field) sizeof(((const hr_engine *)0)->field[0])
 typedef struct eng_sizes {
     size_t b_tokens, b_pos, b_seq, b_want, b_sample, b_ids, logits;
@@ -565,13 +561,12 @@ static void sample_item(void *user, int64_t i, int ith) {
 }
 
 /* The step's rows sampled from their logits: those without a grammar on the model context's host
- * threads where the rows are long enough to pay for the hand-off (hr_model_ctx_run_items: each
- * request's sampler is its own, so the tokens are those of one thread), then in row order each token
- * taken and the grammar's rows sampled under their masks. */
+ * threads where the step's logits are enough to pay for the hand-off (hr_model_ctx_run_items_min;
+ * each request's sampler is its own, so the tokens are those of one thread), then in row order each
+ * token taken and the grammar's rows sampled under their masks. */
 static void sample_rows(hr_engine *e, int rows) {
     const double t0 = hr_time_now();
-    if (e->p.ctx && rows > 1 && (int64_t)rows * e->n_vocab >= ENG_SAMPLE_THREADS_MIN &&
-        hr_model_ctx_n_threads(e->p.ctx) > 1) {
+    if (e->p.ctx && rows > 1 && (int64_t)rows * e->n_vocab >= hr_model_ctx_run_items_min(e->p.ctx)) {
         hr_model_ctx_run_items(e->p.ctx, sample_item, e, rows);
         e->st.threaded_sample_steps++;
     } else {

@@ -307,7 +307,7 @@ typedef struct hr_engine_stats {
     uint64_t argmax_steps;
     /* the steps' sampling on the host (every row's sampler, logprobs and grammar mask: part of
      * decode_seconds), and the steps whose rows were sampled on the model context's threads
-     * (hr_model_ctx_run_items: rows x vocabulary of 65,536 logits or more) */
+     * (hr_model_ctx_run_items, from hr_model_ctx_run_items_min logits) */
     double sample_seconds;
     uint64_t threaded_sample_steps;
 } hr_engine_stats;

@@ -290,6 +290,11 @@ bool hr_model_ctx_argmax(const hr_model_ctx *c);
  * forward, never during one. The engine samples a step's rows through it. */
 typedef void (*hr_model_item_fn)(void *user, int64_t item, int ith);
 void hr_model_ctx_run_items(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n);
+/* The least work, in row elements (a step's rows x the vocabulary, the engine's sampling), that c's
+ * threads finish sooner than this thread alone, by bench_sampler's measurements: the CPU's pool is
+ * awake after the forward pass, the GPU backend's has slept through the GPU's (its wake-up costs tens
+ * of microseconds). INT64_MAX where c has one thread. */
+int64_t hr_model_ctx_run_items_min(const hr_model_ctx *c);
 
 /* Runs the batch; logits receives one row of n_vocab floats per token with want_logits set, in batch
  * order. Commits nothing to the KV ledger: the caller calls hr_kv_seq_commit afterwards. */

@@ -918,5 +918,8 @@ const hr_backend_ops hr_backend_cpu = {.name = "cpu",
                                        .isa = cpu_isa,
                                        .n_threads = cpu_n_threads,
                                        .run_items = cpu_run_items,
+                                       /* 2 threads, workers spinning from the forward pass: 1.0-2.2x
+                                        * from 8 rows of 32,000 or 2 of 128,256 (docs/BENCHMARKS.md) */
+                                       .run_items_min = 8 * 32000,
                                        .weight_bytes = cpu_weight_bytes,
                                        .scratch_bytes = cpu_scratch_bytes};
