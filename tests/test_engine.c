@@ -675,8 +675,9 @@ static void test_step_observer(void) {
 }
 
 /* Rows sampled on the pool's threads (a step's rows x vocabulary past the CPU backend's
- * hr_model_ctx_run_items_min: 8 rows of 40,000) choose what one thread chooses: eight seeded requests with logprobs and their
- * top 3, run alone (one row a step: one thread) and together, give the same ids and the same bits. */
+ * hr_model_ctx_run_items_min: 8 rows of 40,000) choose what one thread chooses: eight seeded requests
+ * with logprobs and their top 3, run alone (one row a step: one thread) and together, give the same
+ * ids and the same bits. */
 static void test_threaded_sampling(void) {
     enum { NQ = 8, NT = 20, K = 3 };
     hr_error err = {0};
@@ -697,6 +698,7 @@ static void test_threaded_sampling(void) {
             const int n = together ? NQ : 1;
             rig_opts o = opts(256, NQ, 256, 0, HR_ADMIT_RESERVE);
             rig r = rig_open(m, &o);
+            CHECK(hr_model_ctx_run_items_min(r.ctx) == 8 * 32000); /* two threads (rig_open) */
             hr_request *h[NQ] = {0};
             for (int i = first; i < first + n; i++) {
                 hr_request_params p = {.prompt = prompts[i],

@@ -1,12 +1,15 @@
 /* cuda_forward_graphs.c: test_gpu_cuda_forward's decode steps as CUDA graphs (test_cuda_forward.c says what
  * the program is): the device API's capture rules; decode replayed as graphs against the eager run, bit for
- * bit; greedy ids picked on the device (HEADROOM_CUDA_ARGMAX=device) against the logits'. */
+ * bit; greedy ids picked on the device (HEADROOM_CUDA_ARGMAX=device) against the logits'; the host threads
+ * the engine samples a step's rows on. */
 #include <dlfcn.h>
 #include <math.h>
+#include <stdatomic.h>
 
 #include "cuda_forward_test.h"
 
 #include "backend/cuda/cuda.h"
+#include "runtime/runtime_parts.h"
 
 /* ---- CUDA graphs ---------------------------------------------------------------------------------- */
 
@@ -287,4 +290,62 @@ void test_device_argmax(const ft_ctx *ft) {
            "rows)\n",
            (unsigned long long)dev, (unsigned long long)graphed, (unsigned long long)mixed, GT / 2, GN,
            same ? "equal" : "NOT equal to");
+}
+
+/* one count per item, the largest thread index seen (hr_model_ctx_run_items) */
+typedef struct items_seen {
+    _Atomic int count[1000];
+    _Atomic int max_ith;
+} items_seen;
+
+static void count_item(void *user, int64_t item, int ith) {
+    items_seen *s = user;
+    atomic_fetch_add(&s->count[item], 1);
+    int m = atomic_load(&s->max_ith);
+    while (ith > m && !atomic_compare_exchange_weak(&s->max_ith, &m, ith)) {
+    }
+}
+
+/* The GPU backend's host threads (the engine's sampling of a step's rows): -t 3 gives a pool of three
+ * that runs every item once, used by the engine only from its run_items_min logits (64 rows of 128,256:
+ * stories260K's steps stay on one thread); -t 1 none. */
+void test_host_threads(const ft_ctx *ft) {
+    for (int t = 1; t <= 3; t += 2) {
+        hr_runtime_params p = rt_params(ft, HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", "cuda", HR_RT_KV_F16);
+        p.n_threads = t;
+        hr_runtime *rt = NULL;
+        hr_error err = {0};
+        CHECKF(hr_runtime_open(&p, &rt, NULL, &err) == HR_OK, "%s", err.msg);
+        if (!rt) return;
+        hr_model_ctx *ctx = hr_runtime_ctx(rt);
+        CHECKF(hr_model_ctx_n_threads(ctx) == t, "-t %d: %d host threads", t, hr_model_ctx_n_threads(ctx));
+        CHECK(hr_model_ctx_run_items_min(ctx) == (t > 1 ? 64 * 128000 : INT64_MAX));
+        static items_seen seen;
+        memset(&seen, 0, sizeof seen);
+        hr_model_ctx_run_items(ctx, count_item, &seen, 1000);
+        int once = 0;
+        for (int i = 0; i < 1000; i++) once += atomic_load(&seen.count[i]) == 1;
+        CHECKF(once == 1000 && atomic_load(&seen.max_ith) < t, "-t %d: %d of 1000 items run once, thread %d", t,
+               once, atomic_load(&seen.max_ith));
+        /* four sampled requests over stories260K's 512 logits: one thread samples each step */
+        static const int32_t prompt[] = {1, 403, 407, 261};
+        hr_rt_request *rq[4] = {0};
+        for (int i = 0; i < 4; i++) {
+            hr_rt_request_params rp = {.prompt_ids = prompt, .n_prompt_ids = 4, .max_tokens = 8, .ignore_eos = true};
+            rp.sampling = hr_rt_sampling_default();
+            rp.sampling.temperature = 0.8f;
+            rp.sampling.seed = (uint64_t)i;
+            CHECKF(hr_runtime_submit(rt, &rp, &rq[i], &err) == HR_OK, "%s", err.msg);
+        }
+        CHECKF(hr_runtime_run_until_idle(rt, &err) == HR_OK, "%s", err.msg);
+        for (int i = 0; i < 4; i++) hr_rt_request_release(rt, rq[i]);
+        hr_runtime_pool pool;
+        hr_runtime_get_pool(rt, &pool);
+        CHECKF(pool.engine.steps > 0 && pool.engine.threaded_sample_steps == 0 && pool.engine.sample_seconds > 0,
+               "-t %d: %llu steps, %llu sampled on several threads", t, (unsigned long long)pool.engine.steps,
+               (unsigned long long)pool.engine.threaded_sample_steps);
+        hr_runtime_close(rt);
+    }
+    printf("host threads: -t 3 gives the GPU backend three, every item run once; stories260K's steps sampled on "
+           "one\n");
 }

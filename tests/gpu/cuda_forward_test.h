@@ -40,6 +40,7 @@ void test_prefill_mma(const ft_ctx *ft); /* cuda_forward_quality.c */
 void test_graph_api(const ft_ctx *ft);   /* cuda_forward_graphs.c */
 void test_graph_decode(const ft_ctx *ft);
 void test_device_argmax(const ft_ctx *ft);
+void test_host_threads(const ft_ctx *ft);
 /* the "quality" half, cuda_forward_quality.c's */
 void agreement(const ft_ctx *ft, const char *model, hr_rt_kv_format kvf, const char *label);
 void test_mixes(const ft_ctx *ft);

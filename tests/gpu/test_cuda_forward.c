@@ -27,8 +27,8 @@
  *
  * The checks are split by subject over this file (main and the runtime helpers every part opens and
  * generates with) and cuda_forward_quality.c (1, 2, 4 and ../shared's corpus), cuda_forward_engine.c
- * (3, 5 and windows), cuda_forward_memory.c (6 and the device arena) and cuda_forward_graphs.c (7 and
- * greedy ids picked on the device), all in this one program (cuda_forward_test.h: what they share);
+ * (3, 5 and windows), cuda_forward_memory.c (6 and the device arena) and cuda_forward_graphs.c (7,
+ * greedy ids picked on the device and the backend's host threads), all in this one program (cuda_forward_test.h: what they share);
  * main says which half runs each. */
 #include "cuda_forward_test.h"
 
@@ -110,6 +110,7 @@ int main(int argc, char **argv) {
         test_graph_api(ft);
         test_graph_decode(ft);
         test_device_argmax(ft);
+        test_host_threads(ft);
         return hr_test_finish();
     }
     if (paths) {
@@ -124,6 +125,7 @@ int main(int argc, char **argv) {
         test_graph_api(ft);
         test_graph_decode(ft);
         test_device_argmax(ft);
+        test_host_threads(ft);
     }
     if (quality) {
         agreement(ft, HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", HR_RT_KV_F16, "stories260K q8_0, f16 KV");
