@@ -325,8 +325,8 @@ void test_host_threads(const ft_ctx *ft) {
         hr_model_ctx_run_items(ctx, count_item, &seen, 1000);
         int once = 0;
         for (int i = 0; i < 1000; i++) once += atomic_load(&seen.count[i]) == 1;
-        CHECKF(once == 1000 && atomic_load(&seen.max_ith) < t, "-t %d: %d of 1000 items run once, thread %d", t,
-               once, atomic_load(&seen.max_ith));
+        CHECKF(once == 1000 && atomic_load(&seen.max_ith) < t, "-t %d: %d of 1000 items run once, thread %d", t, once,
+               atomic_load(&seen.max_ith));
         /* four sampled requests over stories260K's 512 logits: one thread samples each step */
         static const int32_t prompt[] = {1, 403, 407, 261};
         hr_rt_request *rq[4] = {0};

@@ -28,8 +28,8 @@
  * The checks are split by subject over this file (main and the runtime helpers every part opens and
  * generates with) and cuda_forward_quality.c (1, 2, 4 and ../shared's corpus), cuda_forward_engine.c
  * (3, 5 and windows), cuda_forward_memory.c (6 and the device arena) and cuda_forward_graphs.c (7,
- * greedy ids picked on the device and the backend's host threads), all in this one program (cuda_forward_test.h: what they share);
- * main says which half runs each. */
+ * greedy ids picked on the device and the backend's host threads), all in this one program (cuda_forward_test.h: what
+ * they share); main says which half runs each. */
 #include "cuda_forward_test.h"
 
 #include "backend/cuda/cuda.h"
