@@ -221,8 +221,9 @@ const hr_opt hr_opts[] = {
              "host memory; default none, or with --preempt swap the KV budget, on a\n"
              "GPU at most 4 GiB)"},
     {RS, {"-t", "--threads"}, "-t, --threads N", HR_OPT_INT, 1, 1024, SES(rt.n_threads), .sec = HR_SEC_ENGINE,
-     .flags = HR_OPTF_CORES, .help = "worker threads, {min}..{max} (default: all cores); more than the online cores\n"
-                         "warns and uses the online cores"},
+     .flags = HR_OPTF_CORES, .help = "worker threads, {min}..{max} (default: all cores): the CPU's kernels, and a large\n"
+                         "step's rows sampled (with --device cuda, the host's only work); more than the\n"
+                         "online cores warns and uses the online cores"},
     {RS, {"--mmap"}, "--mmap", HR_OPT_FLAG, SES(rt.mmap_weights), .sec = HR_SEC_ENGINE,
      .help = "map the model file (pages shared with the page cache, read as touched;\n"
              "q4_0, q8_0, q4_K, q5_K, q6_K weights then stay in the file's layout)\n"
