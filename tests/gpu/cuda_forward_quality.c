@@ -6,36 +6,12 @@
 #include <math.h>
 
 #include "cuda_forward_test.h"
+#include "greedy_vectors.h"
 
 #include "tokenizer/tokenizer.h"
 
 #define NGEN 48
 #define MAXP 8
-
-typedef struct vec {
-    int32_t p[64], c[NGEN];
-    int np, nc;
-} vec;
-
-static int load_vectors(const char *path, vec *v) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[1 << 14];
-    int n = 0;
-    while (n < MAXP && fgets(line, sizeof line, f)) {
-        json_t *o = json_loads(line, 0, NULL);
-        if (!o) continue;
-        json_t *pt = json_object_get(o, "prompt_tokens"), *ct = json_object_get(o, "completion_tokens");
-        v[n].np = (int)json_array_size(pt);
-        v[n].nc = (int)json_array_size(ct);
-        for (int i = 0; i < v[n].np && i < 64; i++) v[n].p[i] = (int32_t)json_integer_value(json_array_get(pt, i));
-        for (int i = 0; i < v[n].nc && i < NGEN; i++) v[n].c[i] = (int32_t)json_integer_value(json_array_get(ct, i));
-        json_decref(o);
-        n++;
-    }
-    fclose(f);
-    return n;
-}
 
 void test_f32_vectors(const ft_ctx *ft) {
     const char *model = hr_test_shared_path("models/stories260K.gguf");
@@ -45,7 +21,7 @@ void test_f32_vectors(const ft_ctx *ft) {
         return;
     }
     static vec v[MAXP];
-    int n = load_vectors(vpath, v);
+    int n = load_vectors(vpath, v, MAXP);
     hr_error err = {0};
     hr_runtime *rt = open_rt(ft, model, "cuda", HR_RT_KV_F32, &err);
     CHECKF(rt, "open on the GPU: %s", err.msg);
@@ -53,11 +29,11 @@ void test_f32_vectors(const ft_ctx *ft) {
     int bad = 0;
     for (int i = 0; i < n; i++) {
         int32_t got[NGEN];
-        int k = generate(rt, v[i].p, v[i].np, v[i].nc, got);
-        bool ok = k == v[i].nc && !memcmp(got, v[i].c, sizeof(int32_t) * (size_t)k);
+        int k = generate(rt, v[i].ptoks, v[i].np, HR_VEC_NGEN, got);
+        bool ok = k == HR_VEC_NGEN && !memcmp(got, v[i].ctoks, sizeof(int32_t) * (size_t)k);
         if (!ok) {
             int at = 0;
-            while (at < k && got[at] == v[i].c[at]) at++;
+            while (at < k && got[at] == v[i].ctoks[at]) at++;
             fprintf(stderr, "prompt %d: first differs at completion index %d\n", i, at);
         }
         bad += !ok;
