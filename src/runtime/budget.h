@@ -33,7 +33,8 @@ typedef struct hr_mem_query {
     uint64_t tokenizer_bytes; /* the loaded tokenizer's tables (hr_tokenizer_table_bytes); 0: estimated
                                  from the vocabulary size (hr_tokenizer_table_bytes_for) */
     bool device;              /* the forward pass runs on a GPU (--device cuda): its activations are in the
-                                 device arena, the host holds the batch's rows (hr_cuda_host_scratch_bytes) */
+                                 device arena, the host holds the batch's rows and its pool of host threads
+                                 (hr_cuda_host_scratch_bytes) */
 } hr_mem_query;
 
 /* The process's resident bytes besides the planned parts: code and data of headroom and its libraries
