@@ -6,8 +6,9 @@
  * round times every variant once over the pool; the figures are medians over rounds of microseconds a
  * row, and the portable time over the AVX2 one of the same rounds. The two builds' ids are checked equal
  * (same seed: the same draws over the same candidates); a difference exits 1. Then logprobs'
- * normalizer (hr_logsumexp's passes: the row's max and the sum of exp), checked within 1e-6. One thread.
- * Last, a step's rows as the engine samples them (one sampler a row, AVX2): one after another on one
+ * normalizer (hr_logsumexp's passes: the row's max and the sum of exp), checked within 1e-6, and its
+ * top 20 alternatives (hr_top_logits against an insertion into a sorted list, the ids checked equal).
+ * One thread. Last, a step's rows as the engine samples them (one sampler a row, AVX2): one after another on one
  * thread against handed out to a pool of THREADS (hr_threadpool_run_items, the engine's
  * hr_model_ctx_run_items), at 2 to 64 rows, each round timing both; the ids checked equal.
  *
@@ -47,6 +48,47 @@ static hr_sampler *make(float temperature, bool portable, int V) {
         exit(1);
     }
     return s;
+}
+
+/* logprobs' top 20 as the engine kept them until hr_top_logits: each logit against the list's worst,
+ * an insertion where it beats it (the reference here, and the time it took) */
+static void insertion_top(const float *x, int n, int k, int32_t *ids, float *vals) {
+    int m = 0;
+    for (int v = 0; v < n; v++) {
+        if (!(x[v] == x[v]) || (m == k && x[v] <= vals[k - 1])) continue;
+        int j = m < k ? m++ : k - 1;
+        for (; j > 0 && vals[j - 1] < x[v]; j--) ids[j] = ids[j - 1], vals[j] = vals[j - 1];
+        ids[j] = v, vals[j] = x[v];
+    }
+}
+
+/* the top 20 of each row (a request with top_logprobs 20): the insertion loop against hr_top_logits;
+ * 1 on ids that differ */
+static int bench_top(const float *rows, int V, int rounds) {
+    enum { K = 20 };
+    static double t[2][MAX_ROUNDS], ratio[MAX_ROUNDS];
+    int32_t ids[2][K];
+    float vals[2][K];
+    int bad = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int b = 0; b < 2; b++) {
+            double t0 = hr_time_now();
+            for (int k = 0; k < POOL; k++) {
+                const float *l = rows + (size_t)k * (size_t)V;
+                if (b)
+                    hr_top_logits(l, V, K, ids[1], vals[1]);
+                else
+                    insertion_top(l, V, K, ids[0], vals[0]);
+            }
+            t[b][r] = (hr_time_now() - t0) / POOL * 1e6;
+        }
+        ratio[r] = t[0][r] / t[1][r];
+        bad |= memcmp(ids[0], ids[1], sizeof ids[0]) != 0;
+    }
+    printf("  %-42s insertion %7.1f  heap %8.1f  insertion/heap %.2fx (ids equal)\n", "top 20 (logprobs' alternatives)",
+           median(t[0], rounds), median(t[1], rounds), median(ratio, rounds));
+    if (bad) fprintf(stderr, "bench_sampler: hr_top_logits chose other ids than the insertion loop\n");
+    return bad;
 }
 
 /* a step's rows: row k of rows sampled by its own sampler s[k] into ids[k] */
@@ -191,6 +233,7 @@ int main(int argc, char **argv) {
     }
     for (int c = 0; c < 2; c++)
         for (int b = 0; b < 2; b++) hr_sampler_destroy(s[c][b]);
+    if (bench_top(rows, V, rounds)) return 1;
     const int bad = bench_threads(rows, V, rounds, n_threads);
     free(rows);
     return bad;

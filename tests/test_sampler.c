@@ -119,6 +119,43 @@ static void test_scans(void) {
     CHECKF(fabs(hr_logsumexp(mixed, 3) - logf(2.0f)) < 1e-6, "%g", (double)hr_logsumexp(mixed, 3));
 }
 
+static int ref_cmp(const void *a, const void *b) { /* best first: larger logit, then lower id */
+    const hr_scan_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* hr_top_logits (logprobs' top alternatives) against sorting every logit that is not NaN: the same ids
+ * and values in the same order, on every kind of row (NaN runs, infinities, ties, one value), at every
+ * length around the vector widths, for k up to 20 and past the row */
+static void test_top_logits(void) {
+    hr_rng rng;
+    hr_rng_seed(&rng, 91);
+    static float x[1100];
+    static hr_scan_cand all[1100];
+    int32_t ids[HR_TOP_LOGITS_MAX];
+    float vals[HR_TOP_LOGITS_MAX];
+    int cases = 0, bad = 0;
+    for (int kind = 0; kind < SCAN_KINDS; kind++)
+        for (int n = 1; n <= 1100; n += n < 80 ? 1 : 97)
+            for (int k = 1; k <= 21; k += 4) {
+                scan_row(&rng, kind, x, n);
+                int m = 0;
+                for (int i = 0; i < n; i++)
+                    if (x[i] == x[i]) all[m++] = (hr_scan_cand){.logit = x[i], .id = i};
+                qsort(all, (size_t)m, sizeof all[0], ref_cmp);
+                const int want = m < k ? m : k, got = hr_top_logits(x, n, k, ids, vals);
+                bool ok = got == want;
+                for (int j = 0; ok && j < got; j++) ok = ids[j] == all[j].id && vals[j] == all[j].logit;
+                bad += !ok;
+                cases++;
+            }
+    CHECKF(bad == 0, "hr_top_logits: %d of %d rows differ from the sorted row", bad, cases);
+    const float nan3[3] = {NAN, NAN, NAN};
+    CHECK(hr_top_logits(nan3, 3, 2, ids, vals) == 0);
+    printf("top logits: %d rows, the k best as the sorted row has them\n", cases);
+}
+
 static hr_sampler *make(hr_sampler_params p, int n) {
     hr_sampler *s = NULL;
     hr_error err;
@@ -366,5 +403,6 @@ int main(void) {
         hr_sampler_destroy(t);
     }
     test_scans();
+    test_top_logits();
     return hr_test_finish();
 }

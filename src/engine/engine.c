@@ -433,19 +433,12 @@ static void record_logprobs(hr_request *r, int i, const float *logits, int n_voc
     if (r->n_top <= 0) return; /* top_id/top_lp are NULL then: even "+ 0" on them is undefined (fuzz_http) */
     int32_t *ids = r->top_id + (size_t)i * r->n_top;
     float *lps = r->top_lp + (size_t)i * r->n_top;
-    int k = 0; /* insertion into a short sorted list: n_top <= 20 */
-    for (int v = 0; v < n_vocab && r->n_top > 0; v++) {
-        float x = logits[v];
-        if (k == r->n_top && x <= lps[k - 1] + lse) continue;
-        int j = k < r->n_top ? k++ : k - 1;
-        while (j > 0 && lps[j - 1] + lse < x) {
-            ids[j] = ids[j - 1];
-            lps[j] = lps[j - 1];
-            j--;
-        }
-        ids[j] = v;
-        lps[j] = x - lse;
-    }
+    const int k = hr_top_logits(logits, n_vocab, r->n_top, ids, lps); /* n_top <= 20 */
+    for (int j = 0; j < k; j++) lps[j] -= lse;
+    /* fewer than n_top where the row holds NaN: its NaN tokens (the ones not chosen) fill the list, as
+     * ruled out */
+    for (int j = k, v = 0; j < r->n_top && v < n_vocab; v++)
+        if (logits[v] != logits[v]) ids[j] = v, lps[j++] = -INFINITY;
 }
 
 /* The engine's constraint tables, made at the first constrained request (the vocabulary's bytes

@@ -234,6 +234,26 @@ static void heap_best(cand *h, int k, int m) {
         }
 }
 
+int hr_top_logits(const float *logits, int n, int k, int32_t *ids, float *vals) {
+    cand h[HR_TOP_LOGITS_MAX];
+    k = HR_MIN(k, HR_TOP_LOGITS_MAX);
+    int m = 0, i = 0;
+    for (; i < n && m < k; i++) /* the heap's first k: the first logits that are not NaN */
+        if (logits[i] == logits[i]) h[m++] = (cand){.logit = logits[i], .id = i};
+    for (int j = m / 2 - 1; j >= 0; j--) sift_down(h, m, j);
+    const bool simd = hr_scan_has_avx2();
+    /* a later index never wins a tie against the heap's worst: only a logit strictly above it enters */
+    for (; m == k && k > 0 && i < n; i++) {
+        i = simd ? hr_scan_above_avx2(logits, i, n, h[0].logit) : hr_scan_above_ref(logits, i, n, h[0].logit);
+        if (i == n) break;
+        h[0] = (cand){.logit = logits[i], .id = i};
+        sift_down(h, k, 0);
+    }
+    qsort(h, (size_t)m, sizeof(cand), cand_cmp);
+    for (int j = 0; j < m; j++) ids[j] = h[j].id, vals[j] = h[j].logit;
+    return m;
+}
+
 static bool any_nan(const float *x, int n) {
     for (int i = 0; i < n; i++)
         if (x[i] != x[i]) return true;

@@ -73,6 +73,13 @@ int32_t hr_sampler_sample_masked(hr_sampler *s, const float *logits, const uint6
  * maximum gives that maximum (-inf, or +inf). */
 float hr_logsumexp(const float *logits, int n);
 
+/* The k largest logits of logits[0, n) (k <= HR_TOP_LOGITS_MAX), best first, the lower index first on
+ * ties, NaN never among them, into ids and vals; returns how many (k, or fewer where the row has fewer
+ * that are not NaN). logprobs' top alternatives: one pass over the row with a heap of k, the next
+ * logit above its worst found 32 at a time with AVX2 where the CPU has it (the same ids either way). */
+#define HR_TOP_LOGITS_MAX 64
+int hr_top_logits(const float *logits, int n, int k, int32_t *ids, float *vals);
+
 /* The index of the largest logit (lowest index on ties; NaN never chosen; 0 where logits[0] is NaN).
  * With AVX2 where the CPU has it: the same index as the portable loop, several times sooner. */
 int32_t hr_argmax(const float *logits, int n);
