@@ -301,6 +301,49 @@ static void check_cli(const char *args, int want_rc, const char *want, const cha
     free(err);
 }
 
+/* kv_blocks of `headroom plan ARGS --json`'s GPU arena; -1 when absent */
+static long plan_blocks(const char *args, char **name) {
+    char cmd[512], *out = NULL;
+    snprintf(cmd, sizeof cmd, "plan -m %s/models/stories260K-q8_0.gguf --ctx 256 --json %s", HR_SOURCE_DIR, args);
+    long blocks = -1;
+    if (hr_test_run_cli(cmd, &out, NULL) == 0 && out) {
+        const char *a = strstr(out, "\"gpu_arena\""), *k = a ? strstr(a, "\"kv_blocks\":") : NULL;
+        if (k) blocks = strtol(k + strlen("\"kv_blocks\":"), NULL, 10);
+        const char *n = strstr(out, "\"name\": \""), *e = n ? strchr(n + 9, '"') : NULL;
+        if (name && e) *name = strndup(n + 9, (size_t)(e - n - 9));
+    }
+    free(out);
+    return blocks;
+}
+
+/* plan --device cuda through the fake driver, given an H100's name and memory: the card's name and
+ * profile (the driver's name picks h100-80gb's bandwidth), and the arena's blocks those of plan --device
+ * h100-80gb, the same memory at the same util */
+static void test_plan_fake_gpu(void) {
+    setenv("HEADROOM_CUDA_DRIVER", HR_FAKE_CUDA_LIB, 1);
+    setenv("HR_FAKE_CUDA_NAME", "NVIDIA H100 80GB HBM3", 1);
+    setenv("HR_FAKE_CUDA_MEM", "85520809984", 1); /* 81,559 MiB: what nvidia-smi shows for the SXM part */
+    char *name = NULL;
+    const long here = plan_blocks("--device cuda", &name), prof = plan_blocks("--device h100-80gb", NULL);
+    CHECKF(here > 0 && here == prof, "plan --device cuda: %ld blocks; --device h100-80gb: %ld", here, prof);
+    CHECKF(name && !strcmp(name, "NVIDIA H100 80GB HBM3 (cuda:0)"), "plan --device cuda: device '%s'",
+           name ? name : "(none)");
+    free(name);
+    char *out = NULL;
+    CHECK(hr_test_run_cli("plan -m " HR_SOURCE_DIR "/models/stories260K-q8_0.gguf --device cuda", &out, NULL) == 0 &&
+          out && strstr(out, "bandwidth 3350 GB/s"));
+    free(out);
+    setenv("HR_FAKE_CUDA_NAME", "NVIDIA H100 PCIe", 1); /* no profile: the memory, no bandwidth */
+    out = NULL;
+    CHECK(hr_test_run_cli("plan -m " HR_SOURCE_DIR "/models/stories260K-q8_0.gguf --device cuda", &out, NULL) == 0 &&
+          out && strstr(out, "bandwidth unknown (--device-bw GBPS)"));
+    free(out);
+    printf("plan --device cuda (the fake driver as an H100): %ld blocks, as plan --device h100-80gb's\n", here);
+    unsetenv("HR_FAKE_CUDA_NAME");
+    unsetenv("HR_FAKE_CUDA_MEM");
+    unsetenv("HEADROOM_CUDA_DRIVER");
+}
+
 static void test_cli(void) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     bool driver = h != NULL;
@@ -317,6 +360,15 @@ static void test_cli(void) {
     check_cli("eval --device cuda -m " HR_SOURCE_DIR "/models/stories260K-q8_0.gguf " HR_SOURCE_DIR "/README.md", 1,
               driver ? NULL : ev, driver ? "headroom eval: CUDA: " : NULL);
     check_cli("run --device tpu -p hi", 2, "headroom run: --device: unknown device 'tpu' (cpu, cuda or cuda:N)", NULL);
+    /* plan --device cuda[:N]: this machine's GPU, through the driver */
+    char pl[256];
+    snprintf(pl, sizeof pl, "headroom plan: %s", no_driver);
+    check_cli("plan --device cuda -m " HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", 1, driver ? NULL : pl,
+              driver ? "headroom plan: CUDA: " : NULL);
+    check_cli("plan --device cuda:x -m " HR_SOURCE_DIR "/models/stories260K-q8_0.gguf", 2,
+              "headroom plan: unknown device 'cuda:x' (cuda or cuda:N: this machine's GPU; --help lists the others)",
+              NULL);
+    test_plan_fake_gpu();
     /* --device cpu is the default, token for token */
     char *a = NULL, *b = NULL;
     CHECK(hr_test_run_cli("run -p 'Once upon' -n 12 --temp 0", &a, NULL) == 0);

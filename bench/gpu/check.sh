@@ -17,7 +17,8 @@
 #      markdown into $OUT when set, else bench/gpu/out/ (docs/GPU.md, "Measurements");
 #   5b. planned = measured: `headroom plan --device CARD`'s KV blocks against the server's on this GPU
 #      (Llama-3-8B's KV cache, context 8192; f16, q8, q4h), within 3%; CARD is the driver's name for
-#      it, which picks the datasheet profile (h200, h100-80gb, ...);
+#      it, which picks the datasheet profile (h200, h100-80gb, ...); and `plan --device cuda` (the
+#      driver's own report) equal to the server's;
 #   6. compute-sanitizer's memcheck and racecheck over step 2's kernel checks, where the CUDA toolkit's
 #      compute-sanitizer is installed (PATH, or /usr/local/cuda*/bin): errors fail the step, a run cut
 #      by its time limit (SANITIZE_SECONDS, default 100, shared by the two) is reported as incomplete.
@@ -257,6 +258,10 @@ step5b() {
             fi
             planned=$(hr "$build/headroom" plan -m "$pm" --device "$profile" "${sizes[@]}" --json | tr -d ' \n' |
                 grep -o '"gpu_arena":{[^}]*}' | grep -o '"kv_blocks":[0-9]*' | cut -d: -f2)
+            # and plan --device cuda: this GPU as its driver reports it, which the server's blocks equal
+            here=$(HR_FAKE_CUDA_MEM=${HR_FAKE_CUDA_MEM:-$((4 << 30))} "${run_env[@]}" "$build/headroom" plan -m "$pm" \
+                --device cuda "${sizes[@]}" --json | tr -d ' \n' | grep -o '"gpu_arena":{[^}]*}' |
+                grep -o '"kv_blocks":[0-9]*' | cut -d: -f2)
             if [ -z "$planned" ] || [ -z "$tokens" ]; then
                 echo "$fmt: FAIL: no figure (plan: ${planned:-none}; server: $(grep -m1 -iE 'error|CUDA' "$log" || tail -1 "$log"))"
                 fail=1
@@ -274,6 +279,12 @@ step5b() {
                     fail=1
                 fi
                 echo "$fmt: plan --device '$profile': $planned blocks, the server $measured ($off% apart): $verdict"
+                if [ "${here:-x}" = "$measured" ]; then
+                    echo "  plan --device cuda: $here blocks, the server's: PASS (equal)"
+                else
+                    echo "  plan --device cuda: ${here:-no figure} blocks, the server $measured: FAIL (not equal)"
+                    fail=1
+                fi
             fi
             [ -n "$gpu" ] && echo "  $gpu"
             rm -f "$log"

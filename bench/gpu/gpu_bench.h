@@ -58,9 +58,9 @@ typedef struct gpu_bench {
     hr_cuda_device *dev; /* the kernel sections' device; closed (NULL) before the runtime opens its own */
     double t_start, deadline;
     int n_checked, n_failed;
-    double copy_gbs;    /* the reference of every "% of copy"; NAN until measured */
-    double spec_gbs;    /* the card's datasheet bandwidth (hr_plan_device_by_name on the driver's name), 0: none */
-    char spec_card[48]; /* that profile's label */
+    double copy_gbs;     /* the reference of every "% of copy"; NAN until measured */
+    double spec_gbs;     /* the card's datasheet bandwidth (hr_plan_device_by_name on the driver's name), 0: none */
+    char spec_card[128]; /* that profile's label */
     json_t *jroot;
     row *rows; /* every row so far, for the markdown */
     int n_rows, cap_rows;

@@ -89,7 +89,7 @@ void gb_bench_copy(gpu_bench *g) {
             g->copy_gbs = r.value;
             r.pct_copy = 100.0;
             if (g->spec_gbs > 0) {
-                snprintf(r.target, sizeof r.target, "(ref.; %s %.0f GB/s)", g->spec_card, g->spec_gbs);
+                snprintf(r.target, sizeof r.target, "(ref.; %.32s %.0f GB/s)", g->spec_card, g->spec_gbs);
                 r.pct_target = gb_pct(r.value, g->spec_gbs);
             } else
                 snprintf(r.target, sizeof r.target, "(reference; no datasheet figure)");

@@ -15,6 +15,7 @@
 #include "cli/options.h"
 #include "common/util.h"
 #include "plan/plan.h"
+#include "runtime/runtime.h"
 
 typedef hr_plan_cli_opts plan_opts; /* cli/options.h: the table parses into it */
 
@@ -64,8 +65,13 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
            hp->name[0] ? hp->name : o->model, hp->arch_name, m->from_config ? "config.json, no weights" : "GGUF",
            hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_embd, hp->n_ff, hp->n_vocab,
            hp->tied_output ? "tied to the embedding" : "untied", hp->sliding_window ? ", sliding window" : "");
-    printf("device: %s: %s x %.2f = %s usable; bandwidth %.0f GB/s%s; runtime reserved %s\n\n", d->name,
-           sz(d->mem_bytes, b1), d->util, sz(pl->usable_bytes, b2), d->bw_gbps, d->bw_measured ? " (measured)" : "",
+    char bw[48];
+    if (d->bw_gbps > 0)
+        snprintf(bw, sizeof bw, "%.0f GB/s%s", d->bw_gbps, d->bw_measured ? " (measured)" : "");
+    else
+        snprintf(bw, sizeof bw, "unknown (--device-bw GBPS)");
+    printf("device: %s: %s x %.2f = %s usable; bandwidth %s; %s %s\n\n", d->name, sz(d->mem_bytes, b1), d->util,
+           sz(pl->usable_bytes, b2), bw, d->source && strstr(d->source, "driver") ? "in use now" : "runtime reserved",
            sz(d->reserved_bytes, b3));
 
     printf("weights (what gets loaded)        tensors      elements       bytes\n");
@@ -416,7 +422,14 @@ static int run_traffic(const plan_opts *o, const hr_plan_model *m, const hr_plan
 
 static hr_status open_device(const plan_opts *o, hr_plan_device *d, hr_error *err) {
     hr_status st;
-    if (o->device && strcasecmp(o->device, "host"))
+    int ordinal = -1;
+    if (o->device && !strncmp(o->device, "cuda", 4)) { /* this machine's GPU, as serve --device will see it */
+        if (hr_rt_device_parse(o->device, &ordinal, NULL) || ordinal < 0)
+            return hr_error_set(err, HR_ERR_NOT_FOUND, /* a usage error */
+                                "unknown device '%s' (cuda or cuda:N: this machine's GPU; --help lists the others)",
+                                o->device);
+        st = hr_plan_device_cuda(ordinal, getenv("HEADROOM_CUDA_DRIVER"), d, err);
+    } else if (o->device && strcasecmp(o->device, "host"))
         st = hr_plan_device_by_name(o->device, d, err);
     else
         st = hr_plan_device_host(o->device_bw <= 0, d, err);

@@ -435,8 +435,10 @@ const hr_opt hr_opts[] = {
              "q6_K; default: its torch_dtype)"},
     {HR_CMD_PLAN, {"--device"}, "--device NAME", HR_OPT_STR, .range = "a device name (--help lists them)",
      PLN(device), .sec = HR_SEC_MAIN,
-     .help = "{devices} (default host: MemAvailable, bandwidth measured in\n"
-             "about 0.2 s)"},
+     .help = "{devices};\n"
+             "a GPU by the name its driver gives it (\"NVIDIA H100 80GB HBM3\"); cuda[:N]:\n"
+             "this machine's GPU as its driver reports it now; default host (MemAvailable,\n"
+             "bandwidth measured in about 0.2 s)"},
     {HR_CMD_PLAN, {"--device-mem"}, "--device-mem SIZE", HR_OPT_SIZE, 0, SIZE_MAX_D, PLN(device_mem),
      .sec = HR_SEC_MAIN, .help = "the device's memory by hand (e.g. 24GiB); with --device, overrides it"},
     {HR_CMD_PLAN, {"--device-bw"}, "--device-bw GBPS", HR_OPT_FLOAT, 0.001, 1e6, PLN(device_bw), .sec = HR_SEC_MAIN,

@@ -1,5 +1,6 @@
 /* device.c: what the planner plans against: this machine (memory from /proc/meminfo, bandwidth
- * measured), GPU profiles from their datasheets, or figures given by hand. docs/PLAN.md cites the
+ * measured), GPU profiles from their datasheets, this machine's GPU as its driver reports it, or figures
+ * given by hand. docs/PLAN.md cites the
  * source of every number in the table below. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda.h"
 #include "common/util.h"
 #include "plan/plan.h"
 
@@ -55,6 +57,28 @@ hr_status hr_plan_device_by_name(const char *name, hr_plan_device *out, hr_error
                         "nvidia-smi prints it); for another, give its memory and bandwidth by hand: "
                         "--device-mem SIZE --device-bw GBPS",
                         name, hr_plan_device_names());
+}
+
+hr_status hr_plan_device_cuda(int ordinal, const char *driver_lib, hr_plan_device *out, hr_error *err) {
+    hr_cuda_device *dev = NULL;
+    uint64_t fr = 0, tot = 0;
+    hr_status st = hr_cuda_device_open(driver_lib, ordinal, &dev, err);
+    if (!st) st = hr_cuda_device_mem(dev, &fr, &tot, err);
+    if (!st) {
+        hr_plan_device prof;
+        const bool known = hr_plan_device_by_name(hr_cuda_device_name(dev), &prof, NULL) == HR_OK;
+        *out = (hr_plan_device){.gpu = true,
+                                .mem_bytes = tot,
+                                .util = 0.9,
+                                .bw_gbps = known ? prof.bw_gbps : 0,
+                                .tflops = known ? prof.tflops : 0,
+                                .reserved_bytes = tot - HR_MIN(fr, tot),
+                                .source = known ? "the driver (memory), datasheet (bandwidth: docs/PLAN.md)"
+                                                : "the driver (memory; no datasheet profile: --device-bw)"};
+        snprintf(out->name, sizeof out->name, "%s (cuda:%d)", hr_cuda_device_name(dev), ordinal);
+    }
+    hr_cuda_device_close(dev);
+    return st;
 }
 
 /* "MemAvailable:  123456 kB" from /proc/meminfo; 0 when absent. */

@@ -55,7 +55,7 @@ hr_status hr_plan_model_open(const char *path, const char *weight_type, hr_plan_
 /* ---- the device -------------------------------------------------------------------------------- */
 
 typedef struct hr_plan_device {
-    char name[48];
+    char name[128];
     bool gpu;
     uint64_t mem_bytes; /* what the driver (or /proc/meminfo MemAvailable) reports */
     double util;        /* the fraction of mem_bytes the plan may use (GPUs: 0.9, as vLLM's default) */
@@ -73,6 +73,12 @@ typedef struct hr_plan_device {
  * --device-mem / --device-bw by hand. */
 hr_status hr_plan_device_by_name(const char *name, hr_plan_device *out, hr_error *err);
 const char *hr_plan_device_names(void);
+/* GPU `ordinal` of this machine through its driver (driver_lib; NULL: libcuda.so.1), as `serve --device
+ * cuda:N` will find it: the driver's total memory, what is in use already (other processes and this
+ * process's own CUDA context) as reserved, and the bandwidth and bf16 rate of the profile the driver's
+ * name for the card picks (0 for a card without one: --device-bw gives it). The device is closed
+ * again. A machine without the driver or the GPU: HR_ERR_UNSUPPORTED, one line beginning "CUDA: ". */
+hr_status hr_plan_device_cuda(int ordinal, const char *driver_lib, hr_plan_device *out, hr_error *err);
 /* This machine: MemAvailable from /proc/meminfo; bandwidth measured by streaming 256 MiB twice (about
  * 0.2 s) when measure_bw, else 0. */
 hr_status hr_plan_device_host(bool measure_bw, hr_plan_device *out, hr_error *err);

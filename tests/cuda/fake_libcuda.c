@@ -122,10 +122,11 @@ int cuDeviceGet(int *d, int ordinal) {
     return ordinal == 0 ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */
 }
 int cuDeviceGetName(char *name, int len, int d) {
+    const char *as = getenv("HR_FAKE_CUDA_NAME"); /* a card's name as its driver gives it (tests of plan) */
 #ifdef HR_FAKE_CUDA_EMU
-    strncpy(name, "CPU emulation of a compute capability 9.0 GPU", (size_t)len);
+    strncpy(name, as && *as ? as : "CPU emulation of a compute capability 9.0 GPU", (size_t)len);
 #else
-    strncpy(name, "Fake H100", (size_t)len);
+    strncpy(name, as && *as ? as : "Fake H100", (size_t)len);
 #endif
     return 0;
 }

@@ -21,6 +21,11 @@ void test_arena(const ft_ctx *ft) {
     CHECKF(hr_cuda_device_open(ft->driver, 0, &dev, &err) == HR_OK && hr_cuda_device_mem(dev, &fr, &tot, &err) == HR_OK,
            "%s", err.msg);
     if (!dev) return;
+    /* the planner's view of it (plan --device cuda), taken while nothing is allocated */
+    hr_plan_device gpu = {0};
+    CHECKF(hr_plan_device_cuda(0, ft->driver, &gpu, &err) == HR_OK && gpu.gpu && gpu.mem_bytes == tot &&
+               strstr(gpu.name, hr_cuda_device_name(dev)),
+           "plan's device: %s", err.msg);
     /* about 1 GiB of whatever the GPU has (the emulated one has 1 GiB) */
     const double util = tot > (1ull << 30) ? (double)(1ull << 30) / (double)tot : 0.9;
     /* f16, then q4, whose f16 tail buffers the arena holds too */
@@ -48,10 +53,12 @@ void test_arena(const ft_ctx *ft) {
             CHECKF(dm.budget_bytes - dm.arena_bytes < kb->block_bytes + 512, "%llu bytes of the budget unused",
                    (unsigned long long)(dm.budget_bytes - dm.arena_bytes));
             CHECK(hr_kv_pool_n_blocks(hr_runtime_kv(rt)) == kb->n_blocks && kb->n_blocks > 1000);
-            /* the planner, for a GPU of this memory at this util: the same arena and pool */
+            /* the planner, for this GPU as its driver reported it before the runtime took its arena (plan
+             * --device cuda) at this util: the same arena and pool */
             hr_plan_model pm;
             CHECKF(hr_plan_model_open(model, NULL, &pm, &err) == HR_OK, "%s", err.msg);
-            hr_plan_device pd = {.gpu = true, .mem_bytes = tot, .util = util, .bw_gbps = 1000};
+            hr_plan_device pd = gpu;
+            pd.util = util;
             hr_plan_params pp = {.n_ctx = p.n_ctx,
                                  .concurrency = 1,
                                  .k_format = kvf,
