@@ -71,8 +71,7 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
     else
         snprintf(bw, sizeof bw, "unknown (--device-bw GBPS)");
     printf("device: %s: %s x %.2f = %s usable; bandwidth %s; %s %s\n\n", d->name, sz(d->mem_bytes, b1), d->util,
-           sz(pl->usable_bytes, b2), bw, d->source && strstr(d->source, "driver") ? "in use now" : "runtime reserved",
-           sz(d->reserved_bytes, b3));
+           sz(pl->usable_bytes, b2), bw, d->from_driver ? "in use now" : "runtime reserved", sz(d->reserved_bytes, b3));
 
     printf("weights (what gets loaded)        tensors      elements       bytes\n");
     for (int i = 0; i < m->n_rows; i++)

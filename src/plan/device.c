@@ -73,6 +73,7 @@ hr_status hr_plan_device_cuda(int ordinal, const char *driver_lib, hr_plan_devic
                                 .bw_gbps = known ? prof.bw_gbps : 0,
                                 .tflops = known ? prof.tflops : 0,
                                 .reserved_bytes = tot - HR_MIN(fr, tot),
+                                .from_driver = true,
                                 .source = known ? "the driver (memory), datasheet (bandwidth: docs/PLAN.md)"
                                                 : "the driver (memory; no datasheet profile: --device-bw)"};
         snprintf(out->name, sizeof out->name, "%s (cuda:%d)", hr_cuda_device_name(dev), ordinal);

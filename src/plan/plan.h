@@ -65,6 +65,8 @@ typedef struct hr_plan_device {
     uint64_t reserved_bytes; /* taken before the model: the runtime itself (GPU: CUDA context, library
                                 workspaces; host: HR_MEM_BASE_BYTES) */
     const char *source;      /* where the figures come from (docs/PLAN.md has the links) */
+    bool from_driver;        /* mem_bytes and reserved_bytes (in use now) read from this machine's driver
+                                (hr_plan_device_cuda) */
 } hr_plan_device;
 
 /* "h200", "h100-80gb", "a100-80gb", "a100-40gb", "l40s", "l4", "rtx4090", or the name the driver gives

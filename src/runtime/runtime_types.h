@@ -258,8 +258,8 @@ typedef struct hr_rt_engine_stats {
     int headroom_blocks; /* free + evictable blocks minus what running requests may still claim */
     uint64_t masks;      /* constrained decoding: token masks computed, and their seconds */
     double mask_seconds;
-    uint64_t argmax_steps; /* steps whose ids the GPU picked, no logits copied (HEADROOM_CUDA_ARGMAX=device) */
-    double sample_seconds; /* host sampling (samplers, logprobs, masks): part of decode_seconds */
+    uint64_t argmax_steps;          /* steps whose ids the GPU picked, no logits copied (HEADROOM_CUDA_ARGMAX=device) */
+    double sample_seconds;          /* host sampling (samplers, logprobs, masks): part of decode_seconds */
     uint64_t threaded_sample_steps; /* steps whose rows were sampled on several threads */
 } hr_rt_engine_stats;
 

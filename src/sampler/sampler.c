@@ -234,6 +234,18 @@ static void heap_best(cand *h, int k, int m) {
         }
 }
 
+/* The heap h of k (sifted, its worst at h[0]) given each later logit of l[from, n) that beats its worst:
+ * a later id never wins a tie, so the next entrant is the next logit strictly above it (scan.h; NaN
+ * never is), found 32 at a time where simd */
+static void heap_take_above(cand *h, int k, const float *l, int from, int n, bool simd) {
+    for (int i = from; i < n; i++) {
+        i = simd ? hr_scan_above_avx2(l, i, n, h[0].logit) : hr_scan_above_ref(l, i, n, h[0].logit);
+        if (i == n) break;
+        h[0] = (cand){.logit = l[i], .id = i};
+        sift_down(h, k, 0);
+    }
+}
+
 int hr_top_logits(const float *logits, int n, int k, int32_t *ids, float *vals) {
     cand h[HR_TOP_LOGITS_MAX];
     k = HR_MIN(k, HR_TOP_LOGITS_MAX);
@@ -241,14 +253,7 @@ int hr_top_logits(const float *logits, int n, int k, int32_t *ids, float *vals) 
     for (; i < n && m < k; i++) /* the heap's first k: the first logits that are not NaN */
         if (logits[i] == logits[i]) h[m++] = (cand){.logit = logits[i], .id = i};
     for (int j = m / 2 - 1; j >= 0; j--) sift_down(h, m, j);
-    const bool simd = hr_scan_has_avx2();
-    /* a later index never wins a tie against the heap's worst: only a logit strictly above it enters */
-    for (; m == k && k > 0 && i < n; i++) {
-        i = simd ? hr_scan_above_avx2(logits, i, n, h[0].logit) : hr_scan_above_ref(logits, i, n, h[0].logit);
-        if (i == n) break;
-        h[0] = (cand){.logit = logits[i], .id = i};
-        sift_down(h, k, 0);
-    }
+    if (m == k && k > 0) heap_take_above(h, k, logits, i, n, hr_scan_has_avx2());
     qsort(h, (size_t)m, sizeof(cand), cand_cmp);
     for (int j = 0; j < m; j++) ids[j] = h[j].id, vals[j] = h[j].logit;
     return m;
@@ -283,14 +288,7 @@ static int top_k_select(hr_sampler *s, const float *l) {
     } else {
         for (int i = 0; i < k; i++) h[i] = (cand){.logit = l[i], .id = i};
         for (int i = k / 2 - 1; i >= 0; i--) sift_down(h, k, i);
-        /* a later id never wins a tie against the heap's worst, so the next entrant is the next logit
-         * strictly above it (scan.h; NaN never is), found 32 at a time where the CPU has AVX2 */
-        for (int i = k; i < n; i++) {
-            i = simd ? hr_scan_above_avx2(l, i, n, h[0].logit) : hr_scan_above_ref(l, i, n, h[0].logit);
-            if (i == n) break;
-            h[0] = (cand){.logit = l[i], .id = i};
-            sift_down(h, k, 0);
-        }
+        heap_take_above(h, k, l, k, n, simd);
     }
     qsort(h, (size_t)k, sizeof(cand), cand_cmp);
     return k;

@@ -855,10 +855,7 @@ static hr_status cuda_forward(hr_model_ctx *c, const hr_batch *b, float *logits,
 }
 
 static const char *cuda_isa(const hr_model_ctx *c) { return "sm_90a"; }
-static int cuda_n_threads(const hr_model_ctx *c) {
-    const cuda_ctx *x = (const cuda_ctx *)(const void *)c;
-    return x->tp ? hr_threadpool_size(x->tp) : 1;
-}
+static int cuda_n_threads(const hr_model_ctx *c) { return hr_threadpool_size(((const cuda_ctx *)(const void *)c)->tp); }
 static void cuda_run_items(hr_model_ctx *c, hr_model_item_fn fn, void *user, int64_t n) {
     hr_threadpool_run_items(((cuda_ctx *)(void *)c)->tp, fn, user, n);
 }
