@@ -285,6 +285,8 @@ static void test_cli(void) {
                "%.2f GiB (%lld blocks, %lld tokens)\n",
                arena / 1073741824.0, w / 1073741824.0, sc / 1073741824.0, kv / 1073741824.0, nb, nb * 16);
         f16_blocks = nb;
+        const char *refused = json_string_value(json_object_get(g, "refused"));
+        CHECK(refused && !refused[0]); /* llama: served */
     }
     json_decref(j);
     free(out);
@@ -308,6 +310,37 @@ static void test_cli(void) {
     json_decref(j);
     free(out);
     free(errs);
+    /* whether serve --device cuda takes the model: qwen2's biases and qwen3's norms it does; gemma's post
+     * norms and a weight type without a GEMV kernel it refuses, and the plan says so with the server's
+     * own line */
+    static const struct {
+        const char *synth, *name, *refused;
+    } fam[] = {{"--shape qwen2-tiny --type q8_0", "qwen2-tiny", ""},
+               {"--shape qwen3-tiny --type f16", "qwen3-tiny", ""},
+               {"--shape gemma2-tiny --type q8_0", "gemma2-tiny",
+                "(gemma2) has post-attention/FFN norms, which the GPU kernels do not cover yet"},
+               {"--shape tiny --type mxfp4", "tiny-mxfp4", "CUDA: blk.0.attn_q is mxfp4; the GPU's matrix kernels"}};
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s.gguf", hr_test_tmpdir(), fam[i].name);
+        snprintf(args, sizeof args, "synth %s -o %s", fam[i].synth, path);
+        CHECK(hr_test_run_cli(args, &out, &errs) == 0);
+        free(out), free(errs);
+        snprintf(args, sizeof args, "plan -m %s --device h200 --ctx 256 --json", path);
+        CHECK(hr_test_run_cli(args, &out, &errs) == 0);
+        j = out ? json_loads(out, 0, &je) : NULL;
+        const char *r = json_string_value(json_object_get(json_object_get(j, "gpu_arena"), "refused"));
+        CHECKF(r && (fam[i].refused[0] ? strstr(r, fam[i].refused) != NULL : !r[0]), "%s: refused '%s'", fam[i].name,
+               r ? r : "(none)");
+        json_decref(j);
+        free(out), free(errs);
+        snprintf(args, sizeof args, "plan -m %s --device h200 --ctx 256", path);
+        CHECK(hr_test_run_cli(args, &out, &errs) == 0);
+        CHECKF(out &&
+                   (strstr(out, "but serve --device cuda refuses this model today: ") != NULL) == !!fam[i].refused[0],
+               "%s: %s", fam[i].name, out ? out : "(null)");
+        free(out), free(errs);
+    }
     /* the table names every part */
     snprintf(args, sizeof args, "plan -m %s --device a100-40gb", cfg);
     CHECK(hr_test_run_cli(args, &out, &errs) == 0);

@@ -161,6 +161,7 @@ static void print_table(const plan_opts *o, const hr_plan_model *m, const hr_pla
         } else {
             printf("  does not fit: %s\n", pl->gpu_why);
         }
+        if (m->gpu_refused[0]) printf("  but serve --device cuda refuses this model today: %s\n", m->gpu_refused);
     }
     if (pl->decode_tok_s > 0)
         printf("\ndecode roofline (%s): a step reads the weights and every sequence's KV: %.2f ms, %.0f tokens/s "
@@ -244,6 +245,8 @@ static json_t *plan_json(const plan_opts *o, const hr_plan_model *m, const hr_pl
                       "kv_bytes", (json_int_t)g->kv_bytes, "arena_bytes", (json_int_t)g->arena_bytes, "block_bytes",
                       (json_int_t)g->block_bytes, "kv_blocks", g->n_blocks, "kv_tokens",
                       (json_int_t)((int64_t)g->n_blocks * p->block_size), "error", pl->gpu_ok ? "" : pl->gpu_why));
+        /* "" where serve --device cuda takes the model; else the line it refuses it with */
+        json_object_set_new(json_object_get(root, "gpu_arena"), "refused", json_string(m->gpu_refused));
     }
     json_t *kv = json_object_get(root, "kv");
     if (kv) {

@@ -17,7 +17,8 @@ hr_status hr_synth_add_vector(hr_gguf_writer *w, const char *name, int64_t n, fl
                               hr_error *err);
 
 #define HR_SYNTH_ARCH_SHAPE_NAMES                                                                                      \
-    "qwen3-tiny, qwen3-0.6b, gemma2-tiny, gemma2-2b, gemma3-tiny, gemma3-tiny-scaled, gemma3-1b, gemma3-4b, "          \
+    "qwen3-tiny, qwen3-tiny-yarn, qwen3-0.6b, gemma2-tiny, gemma2-2b, gemma3-tiny, gemma3-tiny-scaled, gemma3-1b, "    \
+    "gemma3-4b, "                                                                                                      \
     "phi3-tiny, phi3.5-mini, qwen3moe-tiny, qwen3moe-small, qwen3moe-30b-a3b, mixtral-tiny, gpt-oss-tiny, "            \
     "gpt-oss-small, gpt-oss-20b, deepseek2-tiny, deepseek2-tiny-yarn, deepseek2-tiny-kvb, deepseek3-tiny, "            \
     "deepseek-v2-lite"

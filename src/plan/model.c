@@ -158,6 +158,8 @@ hr_status hr_plan_model_from_config(const char *text, size_t len, const char *we
             config_tensors(&m, (uint32_t)id);
             const char *name = json_string_value(json_object_get(root, "_name_or_path"));
             snprintf(m.hp.name, sizeof m.hp.name, "%s", name ? name : "");
+            hr_error ge = {0};
+            if (hr_cuda_check_hparams(&m.hp, &ge) != HR_OK) snprintf(m.gpu_refused, sizeof m.gpu_refused, "%s", ge.msg);
             /* a GGUF of it also carries the vocabulary (pieces, scores, types: about 32 bytes an entry) */
             m.file_bytes = m.tensor_bytes + (uint64_t)m.hp.n_vocab * 32 + 65536;
             finish(&m);
@@ -193,6 +195,8 @@ static hr_status from_gguf(const char *path, hr_plan_model *out, hr_error *err) 
     snprintf(m.weight_type, sizeof m.weight_type, "%s", hr_model_type_name(model));
     m.file_bytes = hr_gguf_file_size(g);
     m.gpu_weight_bytes = hr_cuda_model_weight_bytes(model); /* what the GPU backend would upload */
+    hr_error ge = {0};
+    if (hr_cuda_check_model(model, &ge) != HR_OK) snprintf(m.gpu_refused, sizeof m.gpu_refused, "%s", ge.msg);
     hr_model_destroy(model);
     finish(&m);
     *out = m;

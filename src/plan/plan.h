@@ -38,6 +38,8 @@ typedef struct hr_plan_model {
     uint64_t resident_bytes;   /* what the loader holds: hr_mem_weight_bytes(hp, file_bytes) */
     uint64_t gpu_weight_bytes; /* on a GPU: what the backend uploads (GGUF: hr_cuda_model_weight_bytes
                                   exactly; config: every tensor, rounded to the arena's pieces) */
+    char gpu_refused[512];     /* "" where `--device cuda` takes the model, else its one line of refusal
+                                  (hr_cuda_check_model; a config: hr_cuda_check_hparams) */
 } hr_plan_model;
 
 /* A Hugging Face config.json, read by the loader's own conversion (hr_model_config_hparams, model/hf.c:

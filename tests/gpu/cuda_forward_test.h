@@ -31,6 +31,7 @@ int generate(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out)
 /* the parts' checks: the "paths" half, in the order main runs them */
 void test_refusals(const ft_ctx *ft); /* cuda_forward_engine.c */
 void test_windows(const ft_ctx *ft);
+void test_families(const ft_ctx *ft); /* qwen2, qwen3 (YaRN), phi3 against the CPU */
 void test_arena(const ft_ctx *ft); /* cuda_forward_memory.c */
 void test_host_weights(const ft_ctx *ft);
 void test_f32_vectors(const ft_ctx *ft);  /* cuda_forward_quality.c */

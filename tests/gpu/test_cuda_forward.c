@@ -86,7 +86,8 @@ int generate(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out)
 
 /* argv[1]: a driver library (the emulating one for ctest; none: libcuda.so.1, skipped without a GPU);
  * argv[2]: which half, "paths" (refusals, windows, the arena, the F32 vectors, the engine's paths, mma
- * prefill attention, the graphs, h2o and snapkv; "graphs", "policies": those alone) or
+ * prefill attention, the graphs, h2o and snapkv, the families beside llama's; "graphs", "policies",
+ * "families": those alone) or
  * "quality" (agreement with the CPU: the q8_0 model's completions, the mixes, the corpus); both when
  * absent. ctest runs the halves as two tests so they run side by side. */
 int main(int argc, char **argv) {
@@ -106,6 +107,11 @@ int main(int argc, char **argv) {
         test_token_policies(ft);
         return hr_test_finish();
     }
+    if (!strcmp(part, "families")) { /* the refusals and the other families alone (part of paths) */
+        test_refusals(ft);
+        test_families(ft);
+        return hr_test_finish();
+    }
     if (!strcmp(part, "graphs")) { /* the graphs' checks alone (they are part of paths) */
         test_graph_api(ft);
         test_graph_decode(ft);
@@ -116,6 +122,7 @@ int main(int argc, char **argv) {
     if (paths) {
         test_refusals(ft);
         test_windows(ft);
+        test_families(ft);
         test_arena(ft);
         test_host_weights(ft);
         test_f32_vectors(ft);

@@ -155,42 +155,76 @@ static void test_argmax_rows(kt_ctx *kt) {
 }
 
 /* RoPE with the CPU's own frequency table (factors applied in double, as forward.c does): the same
- * float angle on both sides, so only the sin/cos differ, even at position 131071 */
+ * float angle on both sides, so only the sin/cos differ, even at position 131071. The same launch
+ * first adds qwen2's Q/K/V biases and applies qwen3's per-head Q/K norms where it is given them, and
+ * turns by a linear position scale and a magnitude (YaRN, LongRoPE): each variant against the CPU
+ * forward pass's steps in its order (bias, hr_op_rmsnorm per head, hr_op_rope, the factor). */
 static void test_rope(kt_ctx *kt) {
-    for (int neox = 0; neox < 2; neox++) {
-        enum { T = 5, H = 4, D = 64 };
-        int n_rot = 64, heads = H, hd = D;
+    for (int variant = 0; variant < 4; variant++) {
+        int neox = variant & 1, qwen = variant >> 1;
+        enum { T = 5, H = 4, HK = 2, D = 64 };
+        int n_rot = qwen ? 48 : 64, heads = H, kheads = HK, hd = D; /* qwen: 16 dims of each head pass */
+        float pos_scale = qwen ? 0.25f : 1.0f, factor = qwen ? 1.0625f : 1.0f, eps = 1e-6f;
         int pos[T] = {0, 1, 17, 4095, 131071};
         float inv[D / 2];
         for (int i = 0; i < n_rot / 2; i++) {
             double fac = i < 8 ? 1.0 : i < 24 ? 2.5 : 8.0; /* Llama 3's low/mid/high frequency bands, made up */
             inv[i] = (float)(pow(500000.0, -2.0 * i / n_rot) / fac);
         }
-        /* queries (H heads) and keys (HK heads) in one launch */
-        enum { HK = 2 };
-        int kheads = HK;
-        float x[T * H * D], ref[T * H * D], got[T * H * D], k[T * HK * D], kref[T * HK * D], kgot[T * HK * D];
+        /* queries (H heads), keys and values (HK heads) in one launch */
+        static float x[T * H * D], ref[T * H * D], got[T * H * D], k[T * HK * D], kref[T * HK * D], kgot[T * HK * D],
+            v[T * HK * D], vref[T * HK * D], vgot[T * HK * D], bias[(H + 2 * HK) * D], qn[D], kn[D];
         fill(kt, x, T * H * D, 2.0f);
         fill(kt, k, T * HK * D, 2.0f);
+        fill(kt, v, T * HK * D, 2.0f);
+        fill(kt, bias, (H + 2 * HK) * D, 4.0f);
+        fill(kt, qn, D, 2.0f);
+        fill(kt, kn, D, 2.0f);
         memcpy(ref, x, sizeof x);
         memcpy(kref, k, sizeof k);
+        memcpy(vref, v, sizeof v);
         for (int t = 0; t < T; t++) {
-            for (int h = 0; h < H; h++) hr_op_rope(ref + (t * H + h) * D, n_rot, inv, (float)pos[t], neox);
-            for (int h = 0; h < HK; h++) hr_op_rope(kref + (t * HK + h) * D, n_rot, inv, (float)pos[t], neox);
+            float *qt = ref + t * H * D, *kr = kref + t * HK * D, *vt = vref + t * HK * D;
+            if (qwen) {
+                for (int i = 0; i < H * D; i++) qt[i] += bias[i];
+                for (int i = 0; i < HK * D; i++) kr[i] += bias[H * D + i], vt[i] += bias[(H + HK) * D + i];
+                for (int h = 0; h < H; h++) hr_op_rmsnorm(qt + h * D, qt + h * D, qn, D, eps);
+                for (int h = 0; h < HK; h++) hr_op_rmsnorm(kr + h * D, kr + h * D, kn, D, eps);
+            }
+            for (int h = 0; h < H + HK; h++) {
+                float *xh = h < H ? qt + h * D : kr + (h - H) * D;
+                hr_op_rope(xh, n_rot, inv, (float)pos[t] * pos_scale, neox);
+                for (int i = 0; i < n_rot; i++) xh[i] *= factor;
+            }
         }
-        uint64_t dx = up(kt, x, sizeof x), dk = up(kt, k, sizeof k), dpos = up(kt, pos, sizeof pos),
-                 dinv = up(kt, inv, sizeof inv);
-        void *a[] = {&dx, &dk, &dpos, &dinv, &heads, &kheads, &hd, &n_rot, &neox};
+        uint64_t dx = up(kt, x, sizeof x), dk = up(kt, k, sizeof k), dv = up(kt, v, sizeof v),
+                 dpos = up(kt, pos, sizeof pos), dinv = up(kt, inv, sizeof inv);
+        uint64_t dbias = qwen ? up(kt, bias, sizeof bias) : 0, dqn = qwen ? up(kt, qn, sizeof qn) : 0,
+                 dkn = qwen ? up(kt, kn, sizeof kn) : 0;
+        void *a[] = {&dx,    &dk,     &dv, &dpos,  &dinv, &dbias,     &dqn,    &dkn,
+                     &heads, &kheads, &hd, &n_rot, &neox, &pos_scale, &factor, &eps};
         if (launch(kt, "hr_k_rope", T, 1, a)) {
             down(kt, got, dx, sizeof got);
             down(kt, kgot, dk, sizeof kgot);
-            /* absolute, |x| < 2: sin.approx / cos.approx of the reduced angle (about 1e-6) */
+            down(kt, vgot, dv, sizeof vgot);
+            /* relative to |x| >= 1: sin.approx / cos.approx of the reduced angle (about 1e-6), the norm's
+             * rsqrt.approx (2^-22) and its sum's order */
             double worst = 0;
-            for (int i = 0; i < T * H * D; i++) worst = fmax(worst, fabs((double)got[i] - ref[i]));
-            for (int i = 0; i < T * HK * D; i++) worst = fmax(worst, fabs((double)kgot[i] - kref[i]));
-            CHECKF(worst < 2e-5, "rope neox=%d: absolute error %g", neox, worst);
+            for (int i = 0; i < T * H * D; i++)
+                worst = fmax(worst, fabs((double)got[i] - ref[i]) / fmax(1, fabs(ref[i])));
+            for (int i = 0; i < T * HK * D; i++) {
+                worst = fmax(worst, fabs((double)kgot[i] - kref[i]) / fmax(1, fabs(kref[i])));
+                worst = fmax(worst, fabs((double)vgot[i] - vref[i]) / fmax(1, fabs(vref[i])));
+            }
+            CHECKF(worst < 2e-5, "rope neox=%d %s: error %g", neox, qwen ? "with biases, norms, scale" : "plain",
+                   worst);
+            if (qwen)
+                printf("rope with biases, Q/K norms, position scale and magnitude (neox=%d): within %.2g\n", neox,
+                       worst);
         }
-        hr_cuda_free(kt->dev, dx), hr_cuda_free(kt->dev, dk), hr_cuda_free(kt->dev, dpos), hr_cuda_free(kt->dev, dinv);
+        hr_cuda_free(kt->dev, dx), hr_cuda_free(kt->dev, dk), hr_cuda_free(kt->dev, dv), hr_cuda_free(kt->dev, dpos);
+        hr_cuda_free(kt->dev, dinv), hr_cuda_free(kt->dev, dbias), hr_cuda_free(kt->dev, dqn),
+            hr_cuda_free(kt->dev, dkn);
     }
 }
 

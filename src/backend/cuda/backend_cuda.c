@@ -9,9 +9,9 @@
  * family's layer loop on the device with nothing coming back until the logits (and, where an
  * h2o/snapkv query accumulates softmax weights, its sequence's scores, for hr_kv_seq_add_scores): embedding, RMSNorm
  * (fused with the residual add), the matrix products (gemv.cu below 16 tokens, gemm.cu's tensor cores from 16 for
- * bf16/f16/q8_0/q4_0), RoPE, K/V writes and attention in the CUDA KV storage (kv_storage_cuda.c), SwiGLU, the output
- * projection. Every kernel runs on the CPU in the tests through the emulating driver (tests/cuda/emu_rt.c); none has
- * run on a GPU yet (docs/GPU.md).
+ * bf16/f16/q8_0/q4_0), RoPE (with the biases and Q/K norms before it), K/V writes and attention in the CUDA KV storage
+ * (kv_storage_cuda.c), SwiGLU, the output projection. Every kernel runs on the CPU in the tests through the emulating
+ * driver (tests/cuda/emu_rt.c); none has run on a GPU yet (docs/GPU.md).
  *
  * Decode steps as CUDA graphs (HEADROOM_CUDA_GRAPHS=1 at create; off by default until a GPU measures
  * them): a batch of up to GRAPH_MAX_TOKENS tokens that all want logits replays the launches captured
@@ -30,9 +30,11 @@
  * hr_k_argmax_rows, B ids downloaded instead of B x n_vocab floats (the engine asks only where every
  * row samples greedily from the logits as they are).
  *
- * What it refuses, in one line beginning "CUDA: ": a model the kernels do not cover yet (biases,
- * Q/K norms, post norms, GeGLU, MoE, MLA, window layers beside full ones, sinks, softcapped logits, embedding
- * scales, LongRoPE, YaRN, linear RoPE scaling, fused QKV / gate-up) and a weight type without a GEMV
+ * The families: llama, mistral, qwen2 (Q/K/V biases), qwen3 (Q/K norms) and phi3 (fused QKV and gate-up,
+ * LongRoPE); the biases and norms are applied with RoPE in one launch (hr_k_rope), which also takes YaRN's
+ * and LongRoPE's magnitude and linear RoPE scaling. What it refuses, in one line beginning "CUDA: ": a
+ * model the kernels do not cover yet (post norms, GeGLU, MoE, MLA, window layers beside full ones, sinks,
+ * softcapped logits, embedding scales) and a weight type without a GEMV
  * kernel (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K have one). The token embedding is looked up on
  * the device for f32, f16 and q8_0 tables, and dequantized on the host for the rest. */
 #include <stdio.h>
@@ -55,6 +57,8 @@ typedef struct dev_weight {
 
 typedef struct dev_layer {
     uint64_t attn_norm, ffn_norm;
+    uint64_t bias;           /* Q/K/V biases [H D | Hkv D | Hkv D] (a missing one zeros), 0: none (qwen2) */
+    uint64_t q_norm, k_norm; /* per-head RMSNorm weights (D), 0: none (qwen3) */
     dev_weight wq, wk, wv, wo, wg, wu, wd;
 } dev_layer;
 
@@ -165,14 +169,18 @@ static bool host_gone(const hr_model *m, const hr_weight *w) {
     return !(w->data == m->tok_embd.data && emb_type(m->tok_embd.type) < 0);
 }
 
+/* matrix `what`'s type has no GEMV kernel */
+static hr_status type_refused(const char *what, hr_dtype t, hr_error *err) {
+    return hr_error_set(err, HR_ERR_UNSUPPORTED,
+                        "CUDA: %s is %s; the GPU's matrix kernels take f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, "
+                        "q4_K, q5_K and q6_K so far",
+                        what, hr_dtype_get_info(t)->name);
+}
+
 /* a matrix's rows, uploaded as stored */
 static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, dev_weight *out, hr_error *err) {
     out->gemv = gemv_kernel(w->type);
-    if (!out->gemv)
-        return hr_error_set(err, HR_ERR_UNSUPPORTED,
-                            "CUDA: %s is %s; the GPU's matrix kernels take f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, "
-                            "q4_K, q5_K and q6_K so far",
-                            what, hr_dtype_get_info(w->type)->name);
+    if (!out->gemv) return type_refused(what, w->type, err);
     out->rows = w->rows;
     out->cols = w->cols;
     size_t bytes = (size_t)w->rows * w->row_bytes;
@@ -184,26 +192,21 @@ static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, de
     return st;
 }
 
-/* What the kernels cover: the llama family's plain shape (llama, mistral without its window, ...). */
-static hr_status check_model(const hr_model *m, hr_error *err) {
-    const hr_hparams *hp = &m->hp;
-    const char *why = hp->has_qkv_bias                                              ? "Q/K/V biases"
-                      : hp->qk_norm                                                 ? "Q/K norms"
-                      : hp->post_norms                                              ? "post-attention/FFN norms"
-                      : hp->ffn_act != HR_FFN_SILU                                  ? "a GeGLU FFN"
-                      : hp->n_expert > 0                                            ? "mixture-of-experts layers"
-                      : hp->kv_lora_rank > 0                                        ? "latent attention (MLA)"
-                      : hp->attn_sinks                                              ? "attention sinks"
-                      : hp->final_softcap > 0.0f || hp->attn_softcap > 0.0f         ? "softcapped logits"
-                      : hp->embd_scale > 0.0f                                       ? "a scaled embedding"
-                      : hp->has_longrope                                            ? "LongRoPE"
-                      : hp->yarn_factor > 0.0f                                      ? "YaRN"
-                      : hp->rope_attn_factor > 0.0f && hp->rope_attn_factor != 1.0f ? "a RoPE attention factor"
-                      : hp->rope_linear_scale != 1.0f                               ? "linear RoPE scaling"
-                      : hp->fused_qkv || hp->fused_gate_up                          ? "fused QKV / gate-up matrices"
-                                                                                    : NULL;
-    for (int il = 0; !why && il < hp->n_layer; il++)
-        if (m->layer_attn[il].rope_linear_scale != 1.0f) why = "linear RoPE scaling";
+/* What the kernels cover: the llama family (llama, mistral's sliding window in every layer), qwen2's
+ * Q/K/V biases, qwen3's Q/K norms, phi3's fused QKV and gate-up matrices (their row ranges uploaded as
+ * three and two matrices), and every RoPE the CPU's frequency table and hr_k_rope's position scale and
+ * magnitude carry: Llama 3's factors, LongRoPE, YaRN, linear scaling. */
+hr_status hr_cuda_check_hparams(const hr_hparams *hp, hr_error *err) {
+    const char *why = hp->post_norms                                        ? "post-attention/FFN norms"
+                      : hp->ffn_act != HR_FFN_SILU                          ? "a GeGLU FFN"
+                      : hp->n_expert > 0                                    ? "mixture-of-experts layers"
+                      : hp->kv_lora_rank > 0                                ? "latent attention (MLA)"
+                      : hp->attn_sinks                                      ? "attention sinks"
+                      : hp->final_softcap > 0.0f || hp->attn_softcap > 0.0f ? "softcapped logits"
+                      : hp->embd_scale > 0.0f                               ? "a scaled embedding"
+                      : hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer
+                          ? "sliding-window layers beside full ones (several KV layer groups)"
+                          : NULL;
     if (why)
         return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA: %s (%s) has %s, which the GPU kernels do not cover yet",
                             hp->name[0] ? hp->name : "the model", hp->arch_name, why);
@@ -225,6 +228,29 @@ static void dev_mats(dev_layer *d, dev_weight *w[LAYER_MATS]) {
     memcpy(w, all, sizeof all);
 }
 
+hr_status hr_cuda_check_model(const hr_model *m, hr_error *err) {
+    hr_status st = hr_cuda_check_hparams(&m->hp, err);
+    for (int il = 0; !st && il < m->hp.n_layer; il++) {
+        const hr_weight *ws[LAYER_MATS];
+        layer_mats(&m->layers[il], ws);
+        for (int i = 0; !st && i < LAYER_MATS; i++)
+            if (!gemv_kernel(ws[i]->type)) {
+                char what[64];
+                snprintf(what, sizeof what, "blk.%d.%s", il, layer_mat_names[i]);
+                st = type_refused(what, ws[i]->type, err);
+            }
+    }
+    if (!st && !gemv_kernel(m->output.type)) st = type_refused("output.weight", m->output.type, err);
+    return st;
+}
+
+/* a layer's Q/K/V biases (one piece) and Q/K norms (one piece each), as upload_model makes them */
+static uint64_t layer_vec_bytes(const hr_hparams *hp, const hr_layer *l) {
+    const uint64_t D = (uint64_t)hp->head_dim, qkv = ((uint64_t)hp->n_head + 2u * (uint64_t)hp->n_head_kv) * D;
+    return (l->bq || l->bk || l->bv ? hr_cuda_arena_piece_bytes(qkv * 4u) : 0) +
+           (l->q_norm ? hr_cuda_arena_piece_bytes(D * 4u) : 0) + (l->k_norm ? hr_cuda_arena_piece_bytes(D * 4u) : 0);
+}
+
 uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
     const hr_hparams *hp = &m->hp;
     const uint64_t norm = hr_cuda_arena_piece_bytes((uint64_t)hp->n_embd * 4u);
@@ -232,7 +258,7 @@ uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_weight *ws[LAYER_MATS];
         layer_mats(&m->layers[il], ws);
-        b += 2 * norm;
+        b += 2 * norm + layer_vec_bytes(hp, &m->layers[il]);
         for (int i = 0; i < LAYER_MATS; i++) b += mat_bytes(ws[i]);
     }
     b += norm + mat_bytes(&m->output);
@@ -267,6 +293,26 @@ uint64_t hr_cuda_backend_host_released(const hr_model_ctx *c) {
     return c && hr_backend_of(c) == &hr_backend_cuda ? ((const cuda_ctx *)(const void *)c)->host_released : 0;
 }
 
+/* qwen2's biases as one [H D | Hkv D | Hkv D] vector (a missing one zeros: hr_k_rope adds all three),
+ * qwen3's per-head norm weights */
+static hr_status up_layer_vecs(cuda_ctx *x, const hr_layer *l, dev_layer *d, hr_error *err) {
+    const hr_hparams *hp = &x->m->hp;
+    const size_t D = (size_t)hp->head_dim, qd = (size_t)hp->n_head * D, kvd = (size_t)hp->n_head_kv * D;
+    hr_status st = HR_OK;
+    if (l->bq || l->bk || l->bv) {
+        float *b = calloc(qd + 2 * kvd, sizeof *b);
+        if (!b) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+        if (l->bq) memcpy(b, l->bq, qd * sizeof *b);
+        if (l->bk) memcpy(b + qd, l->bk, kvd * sizeof *b);
+        if (l->bv) memcpy(b + qd + kvd, l->bv, kvd * sizeof *b);
+        st = up_floats(x, b, qd + 2 * kvd, &d->bias, err);
+        free(b);
+    }
+    if (!st && l->q_norm) st = up_floats(x, l->q_norm, D, &d->q_norm, err);
+    if (!st && l->k_norm) st = up_floats(x, l->k_norm, D, &d->k_norm, err);
+    return st;
+}
+
 static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     const hr_model *m = x->m;
     const hr_hparams *hp = &m->hp;
@@ -279,7 +325,8 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
         layer_mats(l, ws);
         dev_mats(d, ds);
         if ((st = up_floats(x, l->attn_norm, (size_t)hp->n_embd, &d->attn_norm, err)) ||
-            (st = up_floats(x, l->ffn_norm, (size_t)hp->n_embd, &d->ffn_norm, err)))
+            (st = up_floats(x, l->ffn_norm, (size_t)hp->n_embd, &d->ffn_norm, err)) ||
+            (st = up_layer_vecs(x, l, d, err)))
             return st;
         for (int i = 0; i < LAYER_MATS && !st; i++) {
             char what[64];
@@ -387,7 +434,7 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
     else if (p->max_batch_tokens > HR_CUDA_MAX_BATCH_TOKENS)
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: max_batch_tokens %d is past %d (the GEMV's grid rows)",
                           p->max_batch_tokens, HR_CUDA_MAX_BATCH_TOKENS);
-    if (!st) st = check_model(m, err);
+    if (!st) st = hr_cuda_check_model(m, err);
     if (!st)
         st = hr_threadpool_create(p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN), &x->tp, err);
     if (!st) st = argmax_of(getenv("HEADROOM_CUDA_ARGMAX"), &x->argmax, err);
@@ -431,6 +478,9 @@ static void cuda_destroy(hr_model_ctx *c) {
         dev_layer *d = &x->L[il];
         hr_cuda_free(x->dev, d->attn_norm);
         hr_cuda_free(x->dev, d->ffn_norm);
+        hr_cuda_free(x->dev, d->bias);
+        hr_cuda_free(x->dev, d->q_norm);
+        hr_cuda_free(x->dev, d->k_norm);
         dev_weight *ds[LAYER_MATS];
         dev_mats(d, ds);
         for (int i = 0; i < LAYER_MATS; i++) free_weight(x, ds[i]);
@@ -495,11 +545,17 @@ static unsigned grid_for(uint64_t n) {
     return (unsigned)(g < 1 ? 1 : g > 1024 ? 1024 : g);
 }
 
-/* RoPE on the batch's queries and keys, one launch */
-static hr_status rope(cuda_ctx *x, int T, hr_error *err) {
+/* Layer il's queries and keys made ready for attention, one launch (kernels/rope.cu): its biases and
+ * Q/K norms where it has them, then RoPE at its position scale with the model's magnitude */
+static hr_status rope(cuda_ctx *x, int T, int il, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
+    const dev_layer *d = &x->L[il];
     int D = hp->head_dim, n_rot = hp->n_rot, neox = hp->rope_neox, hq = hp->n_head, hk = hp->n_head_kv;
-    void *a[] = {&x->q, &x->k, &x->pos, &x->inv_freq, &hq, &hk, &D, &n_rot, &neox};
+    float pos_scale = x->m->layer_attn[il].rope_linear_scale, eps = hp->norm_eps,
+          factor = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0f;
+    uint64_t bias = d->bias, qn = d->q_norm, kn = d->k_norm;
+    void *a[] = {&x->q, &x->k, &x->v, &x->pos, &x->inv_freq, &bias,      &qn,     &kn,
+                 &hq,   &hk,   &D,    &n_rot,  &neox,        &pos_scale, &factor, &eps};
     return hr_cuda_launch(x->dev, "hr_k_rope", (unsigned)T, 1, THREADS, a, err);
 }
 
@@ -681,7 +737,7 @@ static hr_status launch_step(cuda_ctx *x, int T, int n_out, int max_ctx, hr_erro
         const dev_layer *d = &x->L[il];
         if ((st = add_rmsnorm(x, x->xb, il > 0 ? x->xo : 0, d->attn_norm, 0, T, err)) ||
             (st = gemv(x, &d->wq, x->xb, x->q, T, err)) || (st = gemv(x, &d->wk, x->xb, x->k, T, err)) ||
-            (st = gemv(x, &d->wv, x->xb, x->v, T, err)) || (st = rope(x, T, err)) ||
+            (st = gemv(x, &d->wv, x->xb, x->v, T, err)) || (st = rope(x, T, il, err)) ||
             (st = attend(x, T, il, max_ctx, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
             (st = add_rmsnorm(x, x->xb, x->xo, d->ffn_norm, 0, T, err)) ||
             (st = gemv(x, &d->wg, x->xb, x->g, T, err)) || (st = gemv(x, &d->wu, x->xb, x->u, T, err)))

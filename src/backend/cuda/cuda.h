@@ -146,6 +146,12 @@ void hr_cuda_attn_split(int n_kv_heads, int n_heads, int n, int max_ctx, int tar
 uint64_t hr_cuda_attn_scratch_bytes(int n_kv_heads, int head_dim, int n_heads, int n, int max_ctx, int target_blocks);
 /* 1024, or the environment's HEADROOM_CUDA_ATTN_BLOCKS (tuning, tests) */
 int hr_cuda_attn_target_blocks(void);
+/* Whether the GPU backend serves a model: its family (the features the kernels cover: llama, mistral,
+ * qwen2, qwen3, phi3) from its shape alone, and with the weights every matrix's type (one with a GEMV
+ * kernel). HR_OK, or HR_ERR_UNSUPPORTED with the one line `--device cuda` refuses it with. Window
+ * layers beside full ones (several KV layer groups) are the pool's to say (hr_kv_config_groups). */
+hr_status hr_cuda_check_hparams(const hr_hparams *hp, hr_error *err);
+hr_status hr_cuda_check_model(const struct hr_model *m, hr_error *err);
 /* the device bytes the backend uploads for a model (what create allocates for weights, norms, the
  * embedding table where the device looks it up, RoPE's table), in arena pieces */
 uint64_t hr_cuda_model_weight_bytes(const struct hr_model *m);
