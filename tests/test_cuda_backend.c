@@ -16,12 +16,13 @@
 
 /* the kernels kernels/ defines: each must be in the embedded PTX */
 static const char *const k_kernels[] = {
-    "hr_k_rmsnorm",     "hr_k_add_rmsnorm", "hr_k_softmax",     "hr_k_rope",      "hr_k_swiglu",
-    "hr_k_embed",       "hr_k_gemv_q8_0",   "hr_k_gemv_q4_0",   "hr_k_gemv_f32",  "hr_k_gemv_f16",
-    "hr_k_gemv_bf16",   "hr_k_gemv_q4_K",   "hr_k_gemv_q5_K",   "hr_k_gemv_q6_K", "hr_k_gemv_q5_0",
-    "hr_k_gemv_q5_1",   "hr_k_attn_split",  "hr_k_attn_reduce", "hr_k_kv_write",  "hr_k_attn_split_rows",
-    "hr_k_gemm_bf16",   "hr_k_gemm_f16",    "hr_k_gemm_q8_0",   "hr_k_gemm_q4_0", "hr_k_mma_selftest",
-    "hr_k_attn_prefill"};
+    "hr_k_rmsnorm",      "hr_k_add_rmsnorm",   "hr_k_softmax",       "hr_k_rope",          "hr_k_swiglu",
+    "hr_k_embed",        "hr_k_gemv_q8_0",     "hr_k_gemv_q4_0",     "hr_k_gemv_f32",      "hr_k_gemv_f16",
+    "hr_k_gemv_bf16",    "hr_k_gemv_q4_K",     "hr_k_gemv_q5_K",     "hr_k_gemv_q6_K",     "hr_k_gemv_q5_0",
+    "hr_k_gemv_q5_1",    "hr_k_attn_split",    "hr_k_attn_reduce",   "hr_k_kv_write",      "hr_k_attn_split_rows",
+    "hr_k_gemm_bf16",    "hr_k_gemm_f16",      "hr_k_gemm_q8_0",     "hr_k_gemm_q4_0",     "hr_k_mma_selftest",
+    "hr_k_attn_prefill", "hr_k_gemv_moe_q8_0", "hr_k_gemv_moe_q4_K", "hr_k_gemv_moe_bf16", "hr_k_moe_route",
+    "hr_k_moe_sum"};
 #define N_KERNELS (int)(sizeof k_kernels / sizeof k_kernels[0])
 
 static void test_device_names(void) {

@@ -21,6 +21,9 @@ namespace k_gemm {
 namespace k_gemv {
 #include "gemv.cu"
 }
+namespace k_moe {
+#include "moe.cu"
+}
 namespace k_norm {
 #include "norm.cu"
 }
@@ -121,6 +124,18 @@ const entry kernels[] = {
     K(k_gemv, hr_k_gemv_q6_K),
     K(k_gemv, hr_k_gemv_q5_0),
     K(k_gemv, hr_k_gemv_q5_1),
+    K(k_gemv, hr_k_gemv_moe_q8_0),
+    K(k_gemv, hr_k_gemv_moe_q4_0),
+    K(k_gemv, hr_k_gemv_moe_f32),
+    K(k_gemv, hr_k_gemv_moe_f16),
+    K(k_gemv, hr_k_gemv_moe_bf16),
+    K(k_gemv, hr_k_gemv_moe_q4_K),
+    K(k_gemv, hr_k_gemv_moe_q5_K),
+    K(k_gemv, hr_k_gemv_moe_q6_K),
+    K(k_gemv, hr_k_gemv_moe_q5_0),
+    K(k_gemv, hr_k_gemv_moe_q5_1),
+    K(k_moe, hr_k_moe_route),
+    K(k_moe, hr_k_moe_sum),
     K(k_gemm, hr_k_gemm_bf16),
     K(k_gemm, hr_k_gemm_f16),
     K(k_gemm, hr_k_gemm_q8_0),

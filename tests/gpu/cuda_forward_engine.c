@@ -239,8 +239,10 @@ void test_refusals(const ft_ctx *ft) {
     /* families the kernels do not cover, and a weight type without a GEMV kernel, each named */
     refused_model(ft, "--shape gemma2-tiny --type f32", "gemma2-tiny",
                   "has post-attention/FFN norms, which the GPU kernels do not cover yet");
-    refused_model(ft, "--shape qwen3moe-tiny --type f32", "qwen3moe-tiny",
-                  "has mixture-of-experts layers, which the GPU kernels do not cover yet");
+    refused_model(ft, "--shape gpt-oss-tiny --type f32", "gpt-oss-tiny",
+                  "has attention sinks, which the GPU kernels do not cover yet");
+    refused_model(ft, "--shape deepseek2-tiny --type f32", "deepseek2-tiny",
+                  "CUDA KV: a latent cache (V read from K: deepseek2) is not supported yet");
     refused_model(ft, "--shape tiny --type mxfp4", "tiny-mxfp4",
                   "CUDA: blk.0.attn_q is mxfp4; the GPU's matrix kernels take");
 }
@@ -317,20 +319,31 @@ void test_windows(const ft_ctx *ft) {
 /* The families beside llama's on the GPU, each against the CPU's logits at every one of 400 positions
  * (f32 weights and KV): qwen2's Q/K/V biases, qwen3's per-head Q/K norms (heads of 32 where E / H is
  * 16), qwen3 under YaRN past its original 128 positions, phi3's fused QKV and gate-up matrices with
- * LongRoPE's long factors and magnitude (its original context 64). The check can fail: a bias or a
- * norm left out, or a factor missed, moves the logits by far more than the bound. */
+ * LongRoPE's long factors and magnitude (its original context 64), and the mixtures of experts:
+ * qwen3moe-tiny (8 experts, 2 a token, with qwen3's norms) and mixtral-tiny (4, 2 a token). The check
+ * can fail: a bias or a norm left out, a factor missed, or one expert routed or weighed otherwise moves
+ * the logits by far more than the bound. */
 void test_families(const ft_ctx *ft) {
-    static const char *const shapes[] = {"qwen2-tiny", "qwen3-tiny", "qwen3-tiny-yarn", "phi3-tiny"};
+    static const char *const shapes[] = {"qwen2-tiny", "qwen3-tiny",    "qwen3-tiny-yarn",
+                                         "phi3-tiny",  "qwen3moe-tiny", "mixtral-tiny"};
     int32_t toks[400];
     for (int i = 0; i < 400; i++) toks[i] = i == 0 ? 1 : 3 + (i * 37) % 500;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        char path[512], cmd[1200];
-        snprintf(path, sizeof path, "%s/%s.gguf", hr_test_tmpdir(), shapes[i]);
-        snprintf(cmd, sizeof cmd, "'%s' synth --shape %s --type f32 -o '%s' > /dev/null 2>&1", HR_HEADROOM_BIN,
-                 shapes[i], path);
-        CHECKF(system(cmd) == 0, "synth: %s", cmd);
+        char path[512];
+        ft_synth(shapes[i], path, sizeof path);
         const double d = score_diff(ft, path, NULL, NULL, 512, toks, 400);
         CHECKF(d >= 0 && d < 1e-3, "%s on the GPU: logits %g from the CPU's", shapes[i], d);
         printf("%s on the GPU: every logit of 400 positions within %.2g of the CPU's\n", shapes[i], d);
     }
+    /* the expert GEMV's grid has a row per (token, expert): a batch past 65,535 of them is refused */
+    char path[512];
+    ft_synth("mixtral-tiny", path, sizeof path);
+    hr_runtime_params pp = rt_params(ft, path, "cuda", HR_RT_KV_F16);
+    pp.max_batch_tokens = 40000;
+    hr_runtime *rt = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) != HR_OK && !rt &&
+               strstr(err.msg, "max_batch_tokens 40000 is past 32767 for 2 experts a token") && !strchr(err.msg, '\n'),
+           "a batch of 40,000 tokens of 2 experts each: %s", err.msg);
+    hr_runtime_close(rt);
 }

@@ -28,13 +28,21 @@ void test_arena(const ft_ctx *ft) {
            "plan's device: %s", err.msg);
     /* about 1 GiB of whatever the GPU has (the emulated one has 1 GiB) */
     const double util = tot > (1ull << 30) ? (double)(1ull << 30) / (double)tot : 0.9;
-    /* f16, then q4, whose f16 tail buffers the arena holds too */
+    /* f16, then q4, whose f16 tail buffers the arena holds too; then qwen2-tiny's biases and
+     * mixtral-tiny's experts (their stacks, the routing's and the slots' buffers) */
     hr_runtime_params p;
     hr_runtime *rt = NULL;
     hr_rt_device_mem dm;
-    for (int fi = 0; fi < 2; fi++) {
-        const hr_rt_kv_format kvf = fi ? HR_RT_KV_Q4 : HR_RT_KV_F16;
-        p = rt_params(ft, model, "cuda", kvf);
+    char qwen2[512], mixtral[512];
+    ft_synth("qwen2-tiny", qwen2, sizeof qwen2);
+    ft_synth("mixtral-tiny", mixtral, sizeof mixtral);
+    const struct {
+        const char *model;
+        hr_rt_kv_format kvf;
+    } cases[] = {{model, HR_RT_KV_F16}, {model, HR_RT_KV_Q4}, {qwen2, HR_RT_KV_F16}, {mixtral, HR_RT_KV_F16}};
+    for (size_t fi = 0; fi < sizeof cases / sizeof cases[0]; fi++) {
+        const hr_rt_kv_format kvf = cases[fi].kvf;
+        p = rt_params(ft, cases[fi].model, "cuda", kvf);
         p.kv_budget = 0;
         p.gpu_util = util;
         rt = NULL;
@@ -56,7 +64,7 @@ void test_arena(const ft_ctx *ft) {
             /* the planner, for this GPU as its driver reported it before the runtime took its arena (plan
              * --device cuda) at this util: the same arena and pool */
             hr_plan_model pm;
-            CHECKF(hr_plan_model_open(model, NULL, &pm, &err) == HR_OK, "%s", err.msg);
+            CHECKF(hr_plan_model_open(cases[fi].model, NULL, &pm, &err) == HR_OK, "%s", err.msg);
             hr_plan_device pd = gpu;
             pd.util = util;
             hr_plan_params pp = {.n_ctx = p.n_ctx,
@@ -73,10 +81,11 @@ void test_arena(const ft_ctx *ft) {
                        "planned %d blocks in %llu bytes; the runtime has %d in %llu", pl->gpu.n_blocks,
                        (unsigned long long)pl->gpu.arena_bytes, kb->n_blocks, (unsigned long long)dm.arena_bytes);
             printf(
-                "arena, %s KV: %.1f MiB of a %.1f MiB budget (weights %.1f KiB, scratch %.1f KiB, %d KV blocks); the "
-                "planner's: %d blocks\n",
-                kvf == HR_RT_KV_Q4 ? "q4" : "f16", dm.arena_bytes / 1048576.0, dm.budget_bytes / 1048576.0,
-                dm.weight_bytes / 1024.0, dm.scratch_bytes / 1024.0, kb->n_blocks, pl ? pl->gpu.n_blocks : -1);
+                "arena, %s, %s KV: %.1f MiB of a %.1f MiB budget (weights %.1f KiB, scratch %.1f KiB, %d KV blocks); "
+                "the planner's: %d blocks\n",
+                strrchr(cases[fi].model, '/') + 1, kvf == HR_RT_KV_Q4 ? "q4" : "f16", dm.arena_bytes / 1048576.0,
+                dm.budget_bytes / 1048576.0, dm.weight_bytes / 1024.0, dm.scratch_bytes / 1024.0, kb->n_blocks,
+                pl ? pl->gpu.n_blocks : -1);
             free(pl);
         }
         hr_runtime_close(rt);

@@ -27,6 +27,8 @@ hr_runtime_params rt_params(const ft_ctx *ft, const char *model, const char *dev
 hr_runtime *open_rt(const ft_ctx *ft, const char *model, const char *device, hr_rt_kv_format kvf, hr_error *err);
 int generate_top2(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out, int32_t *top_ids, float *top_lp);
 int generate(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out);
+/* `headroom synth --shape SHAPE --type f32` into the test's directory: path (n bytes), which it returns */
+const char *ft_synth(const char *shape, char *path, size_t n);
 
 /* the parts' checks: the "paths" half, in the order main runs them */
 void test_refusals(const ft_ctx *ft); /* cuda_forward_engine.c */

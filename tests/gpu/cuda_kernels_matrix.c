@@ -73,6 +73,132 @@ void test_embed_gemv(kt_ctx *kt) {
         }
 }
 
+/* ---- a mixture of experts (kernels/gemv.cu's hr_k_gemv_moe_*, kernels/moe.cu) ---- */
+
+/* The expert GEMV of every weight type: a stack of 5 experts' 9 x 256 matrices, 3 tokens routed to 2
+ * each (6 slots, an expert shared by two tokens), gate-style (a slot reads its token's row: x_div 2) and
+ * down-style (its own: x_div 1), against a double product with each slot's expert's dequantized rows. */
+void test_moe_gemv(kt_ctx *kt) {
+    static const hr_dtype types[] = {HR_DTYPE_Q8_0, HR_DTYPE_Q4_0, HR_DTYPE_F16,  HR_DTYPE_F32,  HR_DTYPE_BF16,
+                                     HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1};
+    enum { NE = 5, R = 9, C = 256, T = 3, K = 2 };
+    static const int sel[T * K] = {4, 0, 1, 3, 0, 4};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const hr_dtype t = types[ti];
+        char name[64];
+        snprintf(name, sizeof name, "hr_k_gemv_moe_%s", hr_dtype_get_info(t)->name);
+        const size_t rb = hr_dtype_row_bytes(t, C);
+        unsigned char *W = malloc(rb * R * NE);
+        float *wf = malloc(sizeof(float) * C * R * NE), *x = malloc(sizeof(float) * C * T * K);
+        float ref[T * K * R], got[T * K * R];
+        fill(kt, wf, (size_t)C * R * NE, 1.0f);
+        fill(kt, x, (size_t)C * T * K, 1.0f);
+        for (int r = 0; r < R * NE; r++) {
+            hr_quantize_row_ref(t, wf + (size_t)r * C, W + rb * r, C);
+            hr_dequantize_row_ref(t, W + rb * r, wf + (size_t)r * C, C);
+        }
+        uint64_t dW = up(kt, W, rb * R * NE), dx = up(kt, x, sizeof(float) * C * T * K), dsel = up(kt, sel, sizeof sel),
+                 dy = up(kt, ref, sizeof ref);
+        for (int x_div = 1; x_div <= K; x_div++) {
+            for (int s = 0; s < T * K; s++)
+                for (int r = 0; r < R; r++) {
+                    double acc = 0;
+                    for (int c = 0; c < C; c++)
+                        acc += (double)wf[((size_t)sel[s] * R + r) * C + c] * x[(size_t)(s / x_div) * C + c];
+                    ref[s * R + r] = (float)acc;
+                }
+            int rows = R, cols = C, div = x_div;
+            uint64_t eb = (uint64_t)rb * R;
+            void *a[] = {&dy, &dW, &dx, &rows, &cols, &dsel, &div, &eb};
+            if (launch(kt, name, (R + HR_CUDA_GEMV_ROWS - 1) / HR_CUDA_GEMV_ROWS, T * K, a)) {
+                down(kt, got, dy, sizeof got);
+                double worst = 0;
+                for (int i = 0; i < T * K * R; i++)
+                    worst = fmax(worst, fabs((double)got[i] - ref[i]) / sqrt((double)C));
+                CHECKF(worst < 1e-5, "%s x_div %d: error / sqrt(cols) %g", name, x_div, worst);
+            }
+        }
+        hr_cuda_free(kt->dev, dW), hr_cuda_free(kt->dev, dx), hr_cuda_free(kt->dev, dsel), hr_cuda_free(kt->dev, dy);
+        free(W), free(wf), free(x);
+    }
+}
+
+/* The routing (hr_k_moe_route) against the CPU's steps in double: softmax over NE, the K largest in
+ * descending order with ties to the lower id, renormalized; 8 experts (Mixtral's count) and 40 (more
+ * than a warp's lanes, so a lane owns two), rows with ties, a row of one value (the first K ids), and a
+ * row of NaN, whose choices must at least stay inside the stack. Then the weighted sum (hr_k_moe_sum)
+ * against the CPU's order. */
+void test_moe_route(kt_ctx *kt) {
+    static const int cases[][2] = {{8, 2}, {40, 3}, {40, 8}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        enum { T = 5, MAXE = 40, MAXK = 8 };
+        int NE = cases[ci][0], K = cases[ci][1];
+        float p[T * MAXE], w[T * MAXK], wref[T * MAXK];
+        int sel[T * MAXK], sref[T * MAXK];
+        fill(kt, p, (size_t)T * NE, 4.0f);
+        p[1 * NE + 3] = p[1 * NE + 5] = p[1 * NE + NE - 1] = 9.0f; /* row 1: a three-way tie at the top */
+        for (int e = 0; e < NE; e++) p[2 * NE + e] = 0.5f;         /* row 2: all alike */
+        for (int e = 0; e < NE; e++) p[4 * NE + e] = NAN;          /* row 4: NaN */
+        for (int t = 0; t < 4; t++) {
+            double mx = -INFINITY, sum = 0, pr[MAXE], ws = 0;
+            for (int e = 0; e < NE; e++) mx = fmax(mx, p[t * NE + e]);
+            for (int e = 0; e < NE; e++) sum += pr[e] = exp((double)p[t * NE + e] - mx);
+            for (int k = 0; k < K; k++) {
+                int best = -1;
+                for (int e = 0; e < NE; e++) {
+                    bool taken = false;
+                    for (int j = 0; j < k; j++) taken |= sref[t * K + j] == e;
+                    if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
+                }
+                sref[t * K + k] = best;
+                ws += pr[best] / sum;
+            }
+            for (int k = 0; k < K; k++) wref[t * K + k] = (float)(pr[sref[t * K + k]] / sum / ws);
+        }
+        uint64_t dp = up(kt, p, sizeof(float) * T * NE), ds = up(kt, sel, sizeof sel), dw = up(kt, w, sizeof w);
+        void *a[] = {&dp, &ds, &dw, &NE, &K};
+        hr_error e = {0};
+        const hr_status st = hr_cuda_launch(kt->dev, "hr_k_moe_route", T, 1, 32, a, &e); /* a warp a token */
+        CHECKF(st == HR_OK, "hr_k_moe_route NE %d K %d: %s", NE, K, e.msg);
+        if (st == HR_OK) {
+            down(kt, sel, ds, sizeof sel);
+            down(kt, w, dw, sizeof w);
+            double worst = 0;
+            for (int i = 0; i < 4 * K; i++) {
+                CHECKF(sel[i] == sref[i], "route NE %d K %d: token %d rank %d is expert %d, the CPU's %d", NE, K, i / K,
+                       i % K, sel[i], sref[i]);
+                worst = fmax(worst, fabs((double)w[i] - wref[i]));
+            }
+            CHECKF(worst < 2e-6, "route NE %d K %d: weights %g from the CPU's", NE, K, worst);
+            for (int k = 0; k < K; k++)
+                CHECKF(sel[4 * K + k] >= 0 && sel[4 * K + k] < NE, "route NE %d: a NaN row chose expert %d", NE,
+                       sel[4 * K + k]);
+        }
+        hr_cuda_free(kt->dev, dp), hr_cuda_free(kt->dev, ds), hr_cuda_free(kt->dev, dw);
+    }
+    /* the weighted sum: y[t] = w0 o0 + w1 o1 + ..., the CPU's order, so the same floats */
+    enum { T = 3, K = 3, E = 300 };
+    float o[T * K * E], w[T * K], y[T * E], ref[T * E];
+    fill(kt, o, sizeof o / sizeof o[0], 2.0f);
+    fill(kt, w, sizeof w / sizeof w[0], 1.0f);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < E; j++) {
+            float acc = w[t * K] * o[(t * K) * E + j];
+            for (int k = 1; k < K; k++) acc += w[t * K + k] * o[(t * K + k) * E + j];
+            ref[t * E + j] = acc;
+        }
+    int e = E, k = K;
+    uint64_t dy = up(kt, y, sizeof y), dO = up(kt, o, sizeof o), dw = up(kt, w, sizeof w);
+    void *a[] = {&dy, &dO, &dw, &e, &k};
+    if (launch(kt, "hr_k_moe_sum", T, 1, a)) {
+        down(kt, y, dy, sizeof y);
+        double worst = 0;
+        for (int i = 0; i < T * E; i++) worst = fmax(worst, fabs((double)y[i] - ref[i]));
+        CHECKF(worst < 1e-6, "moe_sum: %g from the CPU's order", worst);
+    }
+    hr_cuda_free(kt->dev, dy), hr_cuda_free(kt->dev, dO), hr_cuda_free(kt->dev, dw);
+}
+
 /* ---- tensor cores (kernels/gemm.cu) ---- */
 
 /* a value as the mma's 16-bit input (f16: IEEE half, else bfloat16): its bits, and *v the value */

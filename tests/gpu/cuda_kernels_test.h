@@ -73,6 +73,8 @@ hr_kv_storage *switch_storage(kt_ctx *kt, const char *env, const char *bad);
 /* the parts' checks, in the order main runs them (test_argmax_rows, test_cuda_kernels.c's own, last) */
 void test_emulator(const char *lib); /* cuda_kernels_limits.c: the emulating driver only */
 void test_embed_gemv(kt_ctx *kt);    /* cuda_kernels_matrix.c */
+void test_moe_gemv(kt_ctx *kt);
+void test_moe_route(kt_ctx *kt);
 void test_mma_selftest(kt_ctx *kt);
 void test_gemm(kt_ctx *kt);
 void test_attention(kt_ctx *kt); /* cuda_kernels_attn.c */

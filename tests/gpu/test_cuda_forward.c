@@ -80,6 +80,15 @@ int generate_top2(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t 
     return k;
 }
 
+const char *ft_synth(const char *shape, char *path, size_t n) {
+    char cmd[1200];
+    snprintf(path, n, "%s/%s.gguf", hr_test_tmpdir(), shape);
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape %s --type f32 -o '%s' > /dev/null 2>&1", HR_HEADROOM_BIN, shape,
+             path);
+    CHECKF(system(cmd) == 0, "synth: %s", cmd);
+    return path;
+}
+
 int generate(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out) {
     return generate_top2(rt, prompt, np, n, out, NULL, NULL);
 }

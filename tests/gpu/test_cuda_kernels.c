@@ -264,6 +264,8 @@ int main(int argc, char **argv) {
     test_rope(kt);
     test_swiglu(kt);
     test_embed_gemv(kt);
+    test_moe_gemv(kt);
+    test_moe_route(kt);
     test_mma_selftest(kt);
     test_gemm(kt);
     test_attention(kt);

@@ -53,6 +53,7 @@ typedef struct dev_weight {
     uint64_t p; /* device address of the rows, 0: none */
     const char *gemv;
     int64_t rows, cols;
+    uint64_t expert_bytes; /* a stack of experts (ffn_*_exps): one expert's bytes; 0: a matrix */
 } dev_weight;
 
 typedef struct dev_layer {
@@ -60,6 +61,7 @@ typedef struct dev_layer {
     uint64_t bias;           /* Q/K/V biases [H D | Hkv D | Hkv D] (a missing one zeros), 0: none (qwen2) */
     uint64_t q_norm, k_norm; /* per-head RMSNorm weights (D), 0: none (qwen3) */
     dev_weight wq, wk, wv, wo, wg, wu, wd;
+    dev_weight router, eg, eu, ed; /* a mixture of experts' layer (qwen3moe, Mixtral): wg, wu, wd absent */
 } dev_layer;
 
 #define GRAPH_MAX_TOKENS 64  /* the largest batch replayed as a graph: decode steps, not prefill */
@@ -85,6 +87,7 @@ typedef struct cuda_ctx {
     uint64_t host_released; /* host pages of uploaded weights given back (hr_model_release_host) */
     /* activations on the device, for max_tokens rows */
     uint64_t x, xb, xo, q, k, v, att, g, u, logits, ids, pos;
+    uint64_t moe_probs, moe_sel, moe_w, moe_out; /* a mixture of experts' (0 without) */
     /* the batch's places in the KV cache, made on the host once per forward and copied up: each
      * token's slot (block * B + t), its table row and context; the table rows of the batch's
      * sequences ([T][max_blocks], one row per sequence); the attention's scratch */
@@ -129,6 +132,23 @@ static void free_graphs(cuda_ctx *x);
 static hr_status up_floats(cuda_ctx *x, const float *v, size_t n, uint64_t *out, hr_error *err) {
     hr_status st = hr_cuda_alloc(x->dev, n * sizeof(float), out, err);
     return st ? st : hr_cuda_upload(x->dev, *out, v, n * sizeof(float), err);
+}
+
+/* the expert-stack variant of a GEMV kernel (kernels/gemv.cu's hr_k_gemv_moe_*) */
+static const char *gemv_moe_kernel(hr_dtype t) {
+    switch (t) {
+    case HR_DTYPE_F32: return "hr_k_gemv_moe_f32";
+    case HR_DTYPE_F16: return "hr_k_gemv_moe_f16";
+    case HR_DTYPE_Q8_0: return "hr_k_gemv_moe_q8_0";
+    case HR_DTYPE_Q4_0: return "hr_k_gemv_moe_q4_0";
+    case HR_DTYPE_BF16: return "hr_k_gemv_moe_bf16";
+    case HR_DTYPE_Q4_K: return "hr_k_gemv_moe_q4_K";
+    case HR_DTYPE_Q5_K: return "hr_k_gemv_moe_q5_K";
+    case HR_DTYPE_Q6_K: return "hr_k_gemv_moe_q6_K";
+    case HR_DTYPE_Q5_0: return "hr_k_gemv_moe_q5_0";
+    case HR_DTYPE_Q5_1: return "hr_k_gemv_moe_q5_1";
+    default: return NULL;
+    }
 }
 
 static const char *gemv_kernel(hr_dtype t) {
@@ -177,13 +197,16 @@ static hr_status type_refused(const char *what, hr_dtype t, hr_error *err) {
                         what, hr_dtype_get_info(t)->name);
 }
 
-/* a matrix's rows, uploaded as stored */
-static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, dev_weight *out, hr_error *err) {
-    out->gemv = gemv_kernel(w->type);
+/* a matrix's rows, uploaded as stored; n_stack > 0: a stack of that many experts' matrices (w is the
+ * first, the others follow it), whose products are the expert kernels' */
+static hr_status up_weight(cuda_ctx *x, const hr_weight *w, int n_stack, const char *what, dev_weight *out,
+                           hr_error *err) {
+    out->gemv = n_stack > 0 ? gemv_moe_kernel(w->type) : gemv_kernel(w->type);
     if (!out->gemv) return type_refused(what, w->type, err);
     out->rows = w->rows;
     out->cols = w->cols;
-    size_t bytes = (size_t)w->rows * w->row_bytes;
+    out->expert_bytes = n_stack > 0 ? (uint64_t)w->rows * w->row_bytes : 0;
+    size_t bytes = (size_t)w->rows * w->row_bytes * (size_t)(n_stack > 0 ? n_stack : 1);
     hr_status st = hr_cuda_alloc(x->dev, bytes, &out->p, err);
     if (!st) st = hr_cuda_upload(x->dev, out->p, w->data, bytes, err);
     /* the copy has left these pages (a pageable upload returns once it has), so the host's are given
@@ -194,14 +217,19 @@ static hr_status up_weight(cuda_ctx *x, const hr_weight *w, const char *what, de
 
 /* What the kernels cover: the llama family (llama, mistral's sliding window in every layer), qwen2's
  * Q/K/V biases, qwen3's Q/K norms, phi3's fused QKV and gate-up matrices (their row ranges uploaded as
- * three and two matrices), and every RoPE the CPU's frequency table and hr_k_rope's position scale and
- * magnitude carry: Llama 3's factors, LongRoPE, YaRN, linear scaling. */
+ * three and two matrices), every RoPE the CPU's frequency table and hr_k_rope's position scale and
+ * magnitude carry (Llama 3's factors, LongRoPE, YaRN, linear scaling), and a mixture of experts in every
+ * layer routed by a softmax, its top k renormalized (qwen3moe, Mixtral; kernels/moe.cu). */
 hr_status hr_cuda_check_hparams(const hr_hparams *hp, hr_error *err) {
-    const char *why = hp->post_norms                                        ? "post-attention/FFN norms"
-                      : hp->ffn_act != HR_FFN_SILU                          ? "a GeGLU FFN"
-                      : hp->n_expert > 0                                    ? "mixture-of-experts layers"
+    const char *why = hp->post_norms                             ? "post-attention/FFN norms"
+                      : hp->attn_sinks                           ? "attention sinks"
+                      : hp->ffn_act == HR_FFN_GELU_TANH          ? "a GeGLU FFN"
+                      : hp->ffn_act != HR_FFN_SILU               ? "an FFN activation other than SwiGLU"
+                      : hp->n_expert > 0 && hp->moe_softmax_topk ? "experts routed by a softmax over the top k"
+                      : hp->n_expert_shared > 0 || hp->n_layer_dense > 0
+                          ? "shared experts or dense layers beside experts"
+                      : hp->n_expert > 0 && hp->n_expert_used > 32          ? "more than 32 experts a token"
                       : hp->kv_lora_rank > 0                                ? "latent attention (MLA)"
-                      : hp->attn_sinks                                      ? "attention sinks"
                       : hp->final_softcap > 0.0f || hp->attn_softcap > 0.0f ? "softcapped logits"
                       : hp->embd_scale > 0.0f                               ? "a scaled embedding"
                       : hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer
@@ -215,17 +243,28 @@ hr_status hr_cuda_check_hparams(const hr_hparams *hp, hr_error *err) {
 
 static uint64_t mat_bytes(const hr_weight *w) { return hr_cuda_arena_piece_bytes((uint64_t)w->rows * w->row_bytes); }
 
-/* A layer's seven matrices in one order: the host's (l), their device copies (d), their GGUF names. */
-enum { LAYER_MATS = 7 };
-static const char *const layer_mat_names[LAYER_MATS] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                                                        "ffn_gate", "ffn_up", "ffn_down"};
+/* A layer's matrices in one order: the host's (l), their device copies (d), their GGUF names; a dense
+ * layer has the first seven, a mixture of experts' the four attention ones, the router and the three
+ * stacks of experts (FIRST_STACK on: n_expert matrices each, expert e's at data + e x one's bytes). A
+ * matrix a layer lacks has no data. */
+enum { LAYER_MATS = 11, FIRST_STACK = 8 };
+static const char *const layer_mat_names[LAYER_MATS] = {"attn_q",        "attn_k",      "attn_v",       "attn_output",
+                                                        "ffn_gate",      "ffn_up",      "ffn_down",     "ffn_gate_inp",
+                                                        "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
 static void layer_mats(const hr_layer *l, const hr_weight *w[LAYER_MATS]) {
-    const hr_weight *all[LAYER_MATS] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+    const hr_weight *all[LAYER_MATS] = {&l->wq,     &l->wk,       &l->wv,       &l->wo,     &l->w_gate,  &l->w_up,
+                                        &l->w_down, &l->w_router, &l->exp_gate, &l->exp_up, &l->exp_down};
     memcpy(w, all, sizeof all);
 }
 static void dev_mats(dev_layer *d, dev_weight *w[LAYER_MATS]) {
-    dev_weight *all[LAYER_MATS] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->wg, &d->wu, &d->wd};
+    dev_weight *all[LAYER_MATS] = {&d->wq, &d->wk,     &d->wv, &d->wo, &d->wg, &d->wu,
+                                   &d->wd, &d->router, &d->eg, &d->eu, &d->ed};
     memcpy(w, all, sizeof all);
+}
+/* matrix i of a layer: its bytes on the host and on the device (a stack: every expert's), 0 if absent */
+static uint64_t layer_mat_bytes(const hr_model *m, const hr_weight *w, int i) {
+    if (!w->data) return 0;
+    return (uint64_t)w->rows * w->row_bytes * (i >= FIRST_STACK ? (uint64_t)m->hp.n_expert : 1u);
 }
 
 hr_status hr_cuda_check_model(const hr_model *m, hr_error *err) {
@@ -234,7 +273,7 @@ hr_status hr_cuda_check_model(const hr_model *m, hr_error *err) {
         const hr_weight *ws[LAYER_MATS];
         layer_mats(&m->layers[il], ws);
         for (int i = 0; !st && i < LAYER_MATS; i++)
-            if (!gemv_kernel(ws[i]->type)) {
+            if (ws[i]->data && !gemv_kernel(ws[i]->type)) {
                 char what[64];
                 snprintf(what, sizeof what, "blk.%d.%s", il, layer_mat_names[i]);
                 st = type_refused(what, ws[i]->type, err);
@@ -259,7 +298,7 @@ uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
         const hr_weight *ws[LAYER_MATS];
         layer_mats(&m->layers[il], ws);
         b += 2 * norm + layer_vec_bytes(hp, &m->layers[il]);
-        for (int i = 0; i < LAYER_MATS; i++) b += mat_bytes(ws[i]);
+        for (int i = 0; i < LAYER_MATS; i++) b += hr_cuda_arena_piece_bytes(layer_mat_bytes(m, ws[i], i));
     }
     b += norm + mat_bytes(&m->output);
     if (emb_type(m->tok_embd.type) >= 0) b += mat_bytes(&m->tok_embd);
@@ -275,7 +314,7 @@ uint64_t hr_cuda_host_weight_bytes(const hr_model *m) {
         const hr_weight *ws[LAYER_MATS];
         layer_mats(&m->layers[il], ws);
         for (int i = 0; i < LAYER_MATS; i++)
-            gone += hr_model_releasable(m, ws[i]->data, (uint64_t)ws[i]->rows * ws[i]->row_bytes);
+            if (ws[i]->data) gone += hr_model_releasable(m, ws[i]->data, layer_mat_bytes(m, ws[i], i));
     }
     if (host_gone(m, &m->output))
         gone += hr_model_releasable(m, m->output.data, (uint64_t)m->output.rows * m->output.row_bytes);
@@ -331,12 +370,12 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
         for (int i = 0; i < LAYER_MATS && !st; i++) {
             char what[64];
             snprintf(what, sizeof what, "blk.%d.%s", il, layer_mat_names[i]);
-            st = up_weight(x, ws[i], what, ds[i], err);
+            if (ws[i]->data) st = up_weight(x, ws[i], i >= FIRST_STACK ? hp->n_expert : 0, what, ds[i], err);
         }
     }
     if (st) return st;
     if ((st = up_floats(x, m->output_norm, (size_t)hp->n_embd, &x->out_norm, err)) ||
-        (st = up_weight(x, &m->output, "output.weight", &x->out, err)))
+        (st = up_weight(x, &m->output, 0, "output.weight", &x->out, err)))
         return st;
     const hr_weight *te = &m->tok_embd;
     x->tok_type = emb_type(te->type);
@@ -366,14 +405,14 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
     x->max_blocks = (x->max_ctx + B - 1) / B;
     /* the buffers in hr_cuda_scratch_pieces' order (the arena plan counts the same pieces) */
     uint64_t bytes[HR_CUDA_SCRATCH_PIECES];
-    uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {&x->x,       &x->xb,           &x->xo,         &x->q,    &x->k,
-                                              &x->v,       &x->att,          &x->g,          &x->u,    &x->logits,
-                                              &x->ids,     &x->pos,          &x->slots,      &x->qrow, &x->n_ctx,
-                                              &x->tables,  &x->attn_scratch, &x->d_out_rows, &x->win,  &x->runs,
-                                              &x->tl.view, &x->tl.masks,     &x->tl.scores};
+    uint64_t *bufs[HR_CUDA_SCRATCH_PIECES] = {
+        &x->x,        &x->xb,        &x->xo,           &x->q,          &x->k,     &x->v,      &x->att,
+        &x->g,        &x->u,         &x->logits,       &x->ids,        &x->pos,   &x->slots,  &x->qrow,
+        &x->n_ctx,    &x->tables,    &x->attn_scratch, &x->d_out_rows, &x->win,   &x->runs,   &x->tl.view,
+        &x->tl.masks, &x->tl.scores, &x->moe_probs,    &x->moe_sel,    &x->moe_w, &x->moe_out};
     int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
-    for (int i = 0; i < n; i++) {
-        hr_status st = hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err);
+    for (int i = 0; i < n; i++) { /* a piece of 0 bytes (the experts' without them) is none, as planned */
+        hr_status st = bytes[i] ? hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err) : HR_OK;
         if (st) return st;
     }
     x->h_slots = malloc(3 * T * sizeof(int32_t)); /* slots, then stages and fills (q4, kivi2) */
@@ -434,6 +473,11 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
     else if (p->max_batch_tokens > HR_CUDA_MAX_BATCH_TOKENS)
         st = hr_error_set(err, HR_ERR_INVALID_ARG, "CUDA: max_batch_tokens %d is past %d (the GEMV's grid rows)",
                           p->max_batch_tokens, HR_CUDA_MAX_BATCH_TOKENS);
+    else if (m && m->hp.n_expert > 0 && (int64_t)p->max_batch_tokens * m->hp.n_expert_used > 65535)
+        st = hr_error_set(err, HR_ERR_INVALID_ARG,
+                          "CUDA: max_batch_tokens %d is past %d for %d experts a token (the expert GEMV's grid rows: "
+                          "a (token, expert) each, at most 65,535)",
+                          p->max_batch_tokens, 65535 / m->hp.n_expert_used, m->hp.n_expert_used);
     if (!st) st = hr_cuda_check_model(m, err);
     if (!st)
         st = hr_threadpool_create(p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN), &x->tp, err);
@@ -486,10 +530,11 @@ static void cuda_destroy(hr_model_ctx *c) {
         for (int i = 0; i < LAYER_MATS; i++) free_weight(x, ds[i]);
     }
     free_weight(x, &x->out);
-    uint64_t bufs[] = {x->tok, x->out_norm, x->inv_freq, x->x,        x->xb,       x->xo,           x->q,
-                       x->k,   x->v,        x->att,      x->g,        x->u,        x->logits,       x->ids,
-                       x->pos, x->slots,    x->qrow,     x->n_ctx,    x->tables,   x->attn_scratch, x->d_out_rows,
-                       x->win, x->runs,     x->tl.view,  x->tl.masks, x->tl.scores};
+    uint64_t bufs[] = {x->tok,   x->out_norm, x->inv_freq, x->x,        x->xb,        x->xo,           x->q,
+                       x->k,     x->v,        x->att,      x->g,        x->u,         x->logits,       x->ids,
+                       x->pos,   x->slots,    x->qrow,     x->n_ctx,    x->tables,    x->attn_scratch, x->d_out_rows,
+                       x->win,   x->runs,     x->tl.view,  x->tl.masks, x->tl.scores, x->moe_probs,    x->moe_sel,
+                       x->moe_w, x->moe_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);
     free(x->L);
@@ -537,6 +582,17 @@ static hr_status add_rmsnorm(cuda_ctx *x, uint64_t out, uint64_t add, uint64_t w
     float eps = x->m->hp.norm_eps;
     void *a[] = {&out, &x->x, &add, &w, &rows, &n, &eps};
     return hr_cuda_launch(x->dev, "hr_k_add_rmsnorm", (unsigned)n_rows, 1, THREADS, a, err);
+}
+
+/* y[s] = W_e x[s / x_div] for each of the T K (token, rank) slots s, e its expert (kernels/gemv.cu's
+ * hr_k_gemv_moe_*: a slot a grid row) */
+static hr_status gemv_experts(cuda_ctx *x, const dev_weight *w, uint64_t in, uint64_t out, int T, int x_div,
+                              hr_error *err) {
+    int rows = (int)w->rows, cols = (int)w->cols, div = x_div;
+    uint64_t wp = w->p, eb = w->expert_bytes, sel = x->moe_sel;
+    void *a[] = {&out, &wp, &in, &rows, &cols, &sel, &div, &eb};
+    return hr_cuda_launch(x->dev, w->gemv, (unsigned)((rows + HR_CUDA_GEMV_ROWS - 1) / HR_CUDA_GEMV_ROWS),
+                          (unsigned)(T * x->m->hp.n_expert_used), THREADS, a, err);
 }
 
 /* enough blocks for n elements, at most 1024 (the kernels loop over the rest) */
@@ -721,6 +777,28 @@ static hr_status attend(cuda_ctx *x, int T, int il, int max_ctx, hr_error *err) 
                                           x->attn_scratch, err);
 }
 
+/* A mixture of experts' FFN of xb's T rows into xo, the CPU's steps (moe_route, moe_ffn) in 7 launches
+ * whatever the routing (so a step graphs): the router's logits, each token's k experts and weights
+ * (hr_k_moe_route), every (token, rank) slot's gate and up rows through its expert (x read per token),
+ * SwiGLU over all of them, each slot's down row, and each token's weighted sum in rank order. */
+static hr_status ffn_moe(cuda_ctx *x, const dev_layer *d, int T, hr_error *err) {
+    const hr_hparams *hp = &x->m->hp;
+    int NE = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd;
+    uint64_t n = (uint64_t)T * (uint64_t)K * (uint64_t)hp->n_ff_exp;
+    void *ra[] = {&x->moe_probs, &x->moe_sel, &x->moe_w, &NE, &K};
+    void *sa[] = {&x->g, &x->g, &x->u, &n};
+    void *ma[] = {&x->xo, &x->moe_out, &x->moe_w, &E, &K};
+    hr_status st;
+    if ((st = gemv(x, &d->router, x->xb, x->moe_probs, T, err)) ||
+        (st = hr_cuda_launch(x->dev, "hr_k_moe_route", (unsigned)T, 1, 32, ra, err)) ||
+        (st = gemv_experts(x, &d->eg, x->xb, x->g, T, K, err)) ||
+        (st = gemv_experts(x, &d->eu, x->xb, x->u, T, K, err)) ||
+        (st = hr_cuda_launch(x->dev, "hr_k_swiglu", grid_for(n), 1, THREADS, sa, err)) ||
+        (st = gemv_experts(x, &d->ed, x->g, x->moe_out, T, 1, err)))
+        return st;
+    return hr_cuda_launch(x->dev, "hr_k_moe_sum", (unsigned)T, 1, THREADS, ma, err);
+}
+
 /* A step's launches once its inputs are on the device (ids, positions, the batch's places, the logit
  * rows, the host's embedding rows): the embedding lookup, the layers, the logits of the first n_out
  * rows of d_out_rows. Their arguments are the fixed buffers' addresses, T, n_out, the layer and the
@@ -739,9 +817,13 @@ static hr_status launch_step(cuda_ctx *x, int T, int n_out, int max_ctx, hr_erro
             (st = gemv(x, &d->wq, x->xb, x->q, T, err)) || (st = gemv(x, &d->wk, x->xb, x->k, T, err)) ||
             (st = gemv(x, &d->wv, x->xb, x->v, T, err)) || (st = rope(x, T, il, err)) ||
             (st = attend(x, T, il, max_ctx, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
-            (st = add_rmsnorm(x, x->xb, x->xo, d->ffn_norm, 0, T, err)) ||
-            (st = gemv(x, &d->wg, x->xb, x->g, T, err)) || (st = gemv(x, &d->wu, x->xb, x->u, T, err)))
+            (st = add_rmsnorm(x, x->xb, x->xo, d->ffn_norm, 0, T, err)))
             return st;
+        if (d->eg.p) { /* the experts: their FFNs into xo (ffn_moe) */
+            if ((st = ffn_moe(x, d, T, err))) return st;
+            continue;
+        }
+        if ((st = gemv(x, &d->wg, x->xb, x->g, T, err)) || (st = gemv(x, &d->wu, x->xb, x->u, T, err))) return st;
         uint64_t n = (uint64_t)T * F;
         void *sa[] = {&x->g, &x->g, &x->u, &n};
         if ((st = hr_cuda_launch(x->dev, "hr_k_swiglu", grid_for(n), 1, THREADS, sa, err)) ||

@@ -92,7 +92,7 @@ void hr_cuda_graph_free(hr_cuda_device *dev, hr_cuda_graph *g); /* NULL allowed 
 /* ---- the arena plan (cuda_budget.c: pure arithmetic, no GPU needed) ----------------------------- */
 
 #define HR_CUDA_DEFAULT_UTIL   0.9 /* --gpu-util's default: vLLM's gpu_memory_utilization */
-#define HR_CUDA_SCRATCH_PIECES 23  /* the forward pass's device buffers (hr_cuda_scratch_pieces) */
+#define HR_CUDA_SCRATCH_PIECES 27  /* the forward pass's device buffers (hr_cuda_scratch_pieces; 0 bytes: none) */
 
 typedef struct hr_cuda_arena_query {
     const hr_hparams *hp;  /* the model's shape */

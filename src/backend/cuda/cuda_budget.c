@@ -71,7 +71,11 @@ uint64_t hr_cuda_token_row_bytes(const hr_hparams *hp, int max_ctx, int block_si
 
 int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out) {
     const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
-                   kvd = (uint64_t)hp->n_head_kv * hp->head_dim, F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
+                   kvd = (uint64_t)hp->n_head_kv * hp->head_dim, V = (uint64_t)hp->n_vocab;
+    /* a mixture of experts: every (token, rank) slot's gate and up rows in g and u, the router's logits,
+     * each token's experts and weights, each slot's output; none without experts */
+    const uint64_t NE = hp->n_expert > 0 ? (uint64_t)hp->n_expert : 0, K = NE ? (uint64_t)hp->n_expert_used : 0;
+    const uint64_t F = NE ? K * (uint64_t)hp->n_ff_exp : (uint64_t)hp->n_ff;
     const uint64_t max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size);
     /* the attention's scratch for the largest split any batch of up to T queries gets */
     uint64_t scr = 0;
@@ -83,8 +87,8 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
     /* x, xb, xo, q, k, v, att, g, u, logits, ids, pos, slots (with each token's stage and fill: 3
      * ints), qrow, n_ctx, tables, attention scratch,
      * the rows that want logits, the windows, prefill attention's runs (at most one tile a row: 4 ints),
-     * and the token-level policies' rows (hr_kv_cuda_tokens: a view a row, and the masks and scores of
-     * hr_cuda_token_seqs sequences) */
+     * the token-level policies' rows (hr_kv_cuda_tokens: a view a row, and the masks and scores of
+     * hr_cuda_token_seqs sequences), and the experts' router logits, choices, weights and outputs */
     const uint64_t tl = (uint64_t)hr_cuda_token_seqs(max_tokens);
     const uint64_t pieces[HR_CUDA_SCRATCH_PIECES] = {T * E * 4,
                                                      T * E * 4,
@@ -108,7 +112,11 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
                                                      T * 16,
                                                      T * 8,
                                                      tl * hr_cuda_token_row_bytes(hp, max_ctx, block_size, false),
-                                                     tl * hr_cuda_token_row_bytes(hp, max_ctx, block_size, true)};
+                                                     tl * hr_cuda_token_row_bytes(hp, max_ctx, block_size, true),
+                                                     T * NE * 4,
+                                                     T * K * 4,
+                                                     T * K * 4,
+                                                     T * K * E * 4};
     for (int i = 0; i < HR_CUDA_SCRATCH_PIECES; i++) out[i] = pieces[i];
     return HR_CUDA_SCRATCH_PIECES;
 }

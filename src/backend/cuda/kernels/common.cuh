@@ -208,6 +208,20 @@ static __device__ inline float warp_max(float v) {
     return v;
 }
 
+/* (v, i) beats (w, j) in an argmax: i a candidate (j < 0: none yet), and a larger value or, equal, a
+ * lower index. Indices travel as floats (the shuffles move floats): exact below 2^24. */
+static __device__ inline bool argmax_beats(float v, float i, float w, float j) {
+    return i >= 0.0f && (j < 0.0f || v > w || (v == w && i < j));
+}
+
+/* The warp's best (v, i) in every lane */
+static __device__ inline void warp_argmax(float *v, float *i) {
+    for (int o = HR_K_WARP / 2; o > 0; o >>= 1) {
+        const float w = hr_shfl_xor(*v, o), j = hr_shfl_xor(*i, o);
+        if (argmax_beats(w, j, *v, *i)) *v = w, *i = j;
+    }
+}
+
 /* Block-wide sum / max of every thread's v (blockDim.x a multiple of 32, at most 1024); every thread
  * gets the result. red: 32 floats of shared memory, reused after a barrier. */
 static __device__ inline float block_sum(float v, float *red) {

@@ -11,15 +11,16 @@
 
 #define HR_K_GEMV_TT 8 /* tokens a warp takes at once: the host's HR_CUDA_GEMV_TOKENS (cuda.h) */
 
-/* The frame every GEMV shares: the warp's row and lane, the grid row's tokens [t0, t0 + nt); lane l
+/* The frame every GEMV shares: the warp's row and lane, tile `tile`'s tokens [t0, t0 + nt); lane l
  * takes runs l, l + 32, ... of the row (n_runs of them; the last may be short of 32 weights for the
  * float types, whose rows need not be whole runs), decode(row, run, w) writing the run's weights, then
  * a dot with each token's x. The lanes' sums per token are summed over the warp; lane 0 writes y. */
 template <typename Decode>
-static __device__ inline void gemv_rows(float *y, const float *x, int rows, int cols, int n_tokens, Decode decode) {
+static __device__ inline void gemv_rows(float *y, const float *x, int rows, int cols, int n_tokens, int tile,
+                                        Decode decode) {
     const int row = ctaid_x() * (ntid_x() / HR_K_WARP) + tid_x() / HR_K_WARP, lane = tid_x() % HR_K_WARP;
     if (row >= rows) return; /* a whole warp leaves together: the shuffles below stay full-warp */
-    const int t0 = ctaid_y() * HR_K_GEMV_TT;
+    const int t0 = tile * HR_K_GEMV_TT;
     const int nt = n_tokens - t0 < HR_K_GEMV_TT ? n_tokens - t0 : HR_K_GEMV_TT;
     float acc[HR_K_GEMV_TT];
     for (int t = 0; t < HR_K_GEMV_TT; t++) acc[t] = 0.0f;
@@ -41,54 +42,71 @@ static __device__ inline void gemv_rows(float *y, const float *x, int rows, int 
     }
 }
 
+/* The two kernels of a weight type whose run decoder is dec_NAME:
+ *   hr_k_gemv_NAME(y, W, x, rows, cols, T): y[t] = W x[t], grid.y = ceil(T / HR_K_GEMV_TT) tiles;
+ *   hr_k_gemv_moe_NAME(y, W, x, rows, cols, sel, x_div, expert_bytes): a mixture of experts' products,
+ *     one (token, rank) slot s per grid row (grid.y = T K): y[s] = W_e x[s / x_div] with W_e the expert
+ *     e = sel[s] of the stack W (expert e's rows at e * expert_bytes; GGUF's ffn_*_exps, experts
+ *     outermost). x_div K: every slot of a token reads its row (gate, up); 1: each its own (down).
+ *     First version: a slot reads its expert's rows alone, so a prefill reads an expert once per token
+ *     routed to it, not once per step. */
+#define HR_K_GEMV_KERNELS(NAME, WT)                                                                                    \
+    extern "C" __global__ void hr_k_gemv_##NAME(float *y, const WT *W, const float *x, int rows, int cols,             \
+                                                int n_tokens) {                                                        \
+        gemv_rows(y, x, rows, cols, n_tokens, ctaid_y(),                                                               \
+                  [=](int row, int r, float *w) { dec_##NAME(W, row, r, cols, w); });                                  \
+    }                                                                                                                  \
+    extern "C" __global__ void hr_k_gemv_moe_##NAME(float *y, const WT *W, const float *x, int rows, int cols,         \
+                                                    const int *sel, int x_div, u64 expert_bytes) {                     \
+        const int s = ctaid_y();                                                                                       \
+        const WT *We = (const WT *)(const void *)((const u8 *)W + (u64)sel[s] * expert_bytes);                         \
+        gemv_rows(y + (u64)s * (u64)rows, x + (u64)(s / x_div) * (u64)cols, rows, cols, 1, 0,                          \
+                  [=](int row, int r, float *w) { dec_##NAME(We, row, r, cols, w); });                                 \
+    }
+
 /* q8_0: per block an f16 scale d then 32 int8 q; w = d * q. W: [rows][cols / 32] blocks of 34 bytes. */
-extern "C" __global__ void hr_k_gemv_q8_0(float *y, const u8 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) {
-        const u8 *blk = W + ((u64)row * (u64)(cols / 32) + (u64)r) * 34u;
-        const float d = hr_h2f(hr_ld_u16(blk));
-        for (int i = 0; i < 32; i++) w[i] = d * (float)(i8)blk[2 + i];
-    });
+static __device__ inline void dec_q8_0(const u8 *W, int row, int r, int cols, float *w) {
+    const u8 *blk = W + ((u64)row * (u64)(cols / 32) + (u64)r) * 34u;
+    const float d = hr_h2f(hr_ld_u16(blk));
+    for (int i = 0; i < 32; i++) w[i] = d * (float)(i8)blk[2 + i];
 }
+HR_K_GEMV_KERNELS(q8_0, u8)
 
 /* q4_0: per block an f16 scale d then 16 bytes; byte j holds weight j in its low nibble and weight
  * j + 16 in its high nibble; w = d * (nibble - 8). W: [rows][cols / 32] blocks of 18 bytes. */
-extern "C" __global__ void hr_k_gemv_q4_0(float *y, const u8 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) {
-        const u8 *blk = W + ((u64)row * (u64)(cols / 32) + (u64)r) * 18u;
-        const float d = hr_h2f(hr_ld_u16(blk));
-        for (int j = 0; j < 16; j++) {
-            const int q = blk[2 + j];
-            w[j] = d * (float)((q & 0xf) - 8);
-            w[j + 16] = d * (float)((q >> 4) - 8);
-        }
-    });
+static __device__ inline void dec_q4_0(const u8 *W, int row, int r, int cols, float *w) {
+    const u8 *blk = W + ((u64)row * (u64)(cols / 32) + (u64)r) * 18u;
+    const float d = hr_h2f(hr_ld_u16(blk));
+    for (int j = 0; j < 16; j++) {
+        const int q = blk[2 + j];
+        w[j] = d * (float)((q & 0xf) - 8);
+        w[j + 16] = d * (float)((q >> 4) - 8);
+    }
 }
+HR_K_GEMV_KERNELS(q4_0, u8)
 
 /* f32, f16 and bf16 (the upper half of an f32) weights: W [rows][cols] elements, a run the 32 from
  * 32r (fewer at the row's end) */
-extern "C" __global__ void hr_k_gemv_f32(float *y, const float *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) {
-        const float *wr = W + (u64)row * (u64)cols + (u64)r * 32u;
-        const int len = cols - 32 * r < 32 ? cols - 32 * r : 32;
-        for (int i = 0; i < len; i++) w[i] = wr[i];
-    });
+static __device__ inline void dec_f32(const float *W, int row, int r, int cols, float *w) {
+    const float *wr = W + (u64)row * (u64)cols + (u64)r * 32u;
+    const int len = cols - 32 * r < 32 ? cols - 32 * r : 32;
+    for (int i = 0; i < len; i++) w[i] = wr[i];
 }
+HR_K_GEMV_KERNELS(f32, float)
 
-extern "C" __global__ void hr_k_gemv_f16(float *y, const u16 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) {
-        const u16 *wr = W + (u64)row * (u64)cols + (u64)r * 32u;
-        const int len = cols - 32 * r < 32 ? cols - 32 * r : 32;
-        for (int i = 0; i < len; i++) w[i] = hr_h2f(wr[i]);
-    });
+static __device__ inline void dec_f16(const u16 *W, int row, int r, int cols, float *w) {
+    const u16 *wr = W + (u64)row * (u64)cols + (u64)r * 32u;
+    const int len = cols - 32 * r < 32 ? cols - 32 * r : 32;
+    for (int i = 0; i < len; i++) w[i] = hr_h2f(wr[i]);
 }
+HR_K_GEMV_KERNELS(f16, u16)
 
-extern "C" __global__ void hr_k_gemv_bf16(float *y, const u16 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) {
-        const u16 *wr = W + (u64)row * (u64)cols + (u64)r * 32u;
-        const int len = cols - 32 * r < 32 ? cols - 32 * r : 32;
-        for (int i = 0; i < len; i++) w[i] = hr_bf2f(wr[i]);
-    });
+static __device__ inline void dec_bf16(const u16 *W, int row, int r, int cols, float *w) {
+    const u16 *wr = W + (u64)row * (u64)cols + (u64)r * 32u;
+    const int len = cols - 32 * r < 32 ? cols - 32 * r : 32;
+    for (int i = 0; i < len; i++) w[i] = hr_bf2f(wr[i]);
 }
+HR_K_GEMV_KERNELS(bf16, u16)
 
 /* ---- the K-quants: super-blocks of 256 weights. Each lane takes every 32nd run of 32 weights (run j
  * of a super-block: weights 32j .. 32j + 31), whose scale (and min) is one, so a row of 4096 keeps all
@@ -155,15 +173,18 @@ static __device__ inline void decode_k(const u8 *W, int row, int r, int cols, in
         run_q6_K(blk, r % 8, w);
 }
 
-extern "C" __global__ void hr_k_gemv_q4_K(float *y, const u8 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) { decode_k(W, row, r, cols, 4, w); });
+static __device__ inline void dec_q4_K(const u8 *W, int row, int r, int cols, float *w) {
+    decode_k(W, row, r, cols, 4, w);
 }
-extern "C" __global__ void hr_k_gemv_q5_K(float *y, const u8 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) { decode_k(W, row, r, cols, 5, w); });
+HR_K_GEMV_KERNELS(q4_K, u8)
+static __device__ inline void dec_q5_K(const u8 *W, int row, int r, int cols, float *w) {
+    decode_k(W, row, r, cols, 5, w);
 }
-extern "C" __global__ void hr_k_gemv_q6_K(float *y, const u8 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) { decode_k(W, row, r, cols, 6, w); });
+HR_K_GEMV_KERNELS(q5_K, u8)
+static __device__ inline void dec_q6_K(const u8 *W, int row, int r, int cols, float *w) {
+    decode_k(W, row, r, cols, 6, w);
 }
+HR_K_GEMV_KERNELS(q6_K, u8)
 
 /* ---- q5_0 / q5_1 (llama.cpp's fallbacks for q4_K / q5_K where a row is not whole super-blocks): blocks
  * of 32; q5_0 (22 bytes): f16 d, 4 bytes qh, 16 bytes qs, w = d * (q - 16); q5_1 (24 bytes): f16 d, f16
@@ -181,9 +202,11 @@ static __device__ inline void decode_q5(const u8 *W, int row, int r, int cols, b
     }
 }
 
-extern "C" __global__ void hr_k_gemv_q5_0(float *y, const u8 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) { decode_q5(W, row, r, cols, false, w); });
+static __device__ inline void dec_q5_0(const u8 *W, int row, int r, int cols, float *w) {
+    decode_q5(W, row, r, cols, false, w);
 }
-extern "C" __global__ void hr_k_gemv_q5_1(float *y, const u8 *W, const float *x, int rows, int cols, int n_tokens) {
-    gemv_rows(y, x, rows, cols, n_tokens, [=](int row, int r, float *w) { decode_q5(W, row, r, cols, true, w); });
+HR_K_GEMV_KERNELS(q5_0, u8)
+static __device__ inline void dec_q5_1(const u8 *W, int row, int r, int cols, float *w) {
+    decode_q5(W, row, r, cols, true, w);
 }
+HR_K_GEMV_KERNELS(q5_1, u8)

@@ -54,20 +54,6 @@ extern "C" __global__ void hr_k_softmax(float *x, int n) {
     for (int i = tid_x(); i < n; i += ntid_x()) xr[i] *= inv;
 }
 
-/* (v, i) beats (w, j) in the argmax: i a candidate (j < 0: none yet), and a larger value or, equal, a
- * lower index. Indices travel as floats (the shuffles move floats): exact below 2^24. */
-static __device__ inline bool argmax_beats(float v, float i, float w, float j) {
-    return i >= 0.0f && (j < 0.0f || v > w || (v == w && i < j));
-}
-
-/* The warp's best (v, i) in every lane */
-static __device__ inline void warp_argmax(float *v, float *i) {
-    for (int o = HR_K_WARP / 2; o > 0; o >>= 1) {
-        const float w = hr_shfl_xor(*v, o), j = hr_shfl_xor(*i, o);
-        if (argmax_beats(w, j, *v, *i)) *v = w, *i = j;
-    }
-}
-
 /* ids[r] = the greedy choice over row r = blockIdx.x of n logits, exactly the CPU sampler's (hr_argmax,
  * src/sampler): the largest value, the lowest index among equal ones (-0 equals 0), NaN never chosen,
  * with hr_argmax's one exception: its running maximum starts at x[0], which no comparison beats when it
