@@ -234,11 +234,11 @@ const hr_opt hr_opts[] = {
     {RS, {"--device"}, "--device D", HR_OPT_CUSTOM, .custom = opt_device, .range = "cpu, cuda, cuda:N",
      SES(rt.device), .sec = HR_SEC_ENGINE,
      .help = "where the model runs: cpu (default), cuda or cuda:N (GPU N, sm_90: H100,\n"
-             "H200; needs only the NVIDIA driver; llama, mistral, qwen2, qwen3 and\n"
-             "phi3 models, KV f32, f16, bf16, q8, fp8, q4, kivi2, q4h, every KV\n"
-             "policy (full, window, sinks,\n"
-             "h2o, snapkv); anything else is refused in one line; the GGUF is mapped\n"
-             "and each matrix's host pages given back once uploaded; docs/GPU.md)"},
+             "H200; needs only the NVIDIA driver; llama, mistral, qwen2, qwen3, phi3,\n"
+             "qwen3moe and Mixtral models, KV f32, f16, bf16, q8, fp8, q4, kivi2,\n"
+             "q4h, every KV policy (full, window, sinks, h2o, snapkv); anything else\n"
+             "is refused in one line; the GGUF is mapped and each matrix's host\n"
+             "pages given back once uploaded; docs/GPU.md)"},
     {RS, {"--gpu-util"}, "--gpu-util F", HR_OPT_DOUBLE, 0.001, 1, SES(rt.gpu_util), .sec = HR_SEC_ENGINE,
      .help = "with --device cuda: the fraction of the GPU's memory the one device arena\n"
              "(weights, scratch, KV blocks) takes, reserved at start; the KV pool is\n"

@@ -18,8 +18,10 @@ for cu in "$dir"/*.cu; do
         status=1
         continue
     fi
-    # the kernel names as written: extern "C" __global__ void NAME(
-    names=$(grep -oE 'extern "C" __global__ void [A-Za-z_0-9]+\(' "$cu" | sed -E 's/.* void ([A-Za-z_0-9]+)\(/\1/')
+    # the kernel names as written: extern "C" __global__ void NAME(, and gemv.cu's pairs made by its
+    # macro: HR_K_GEMV_KERNELS(TYPE, ...) defines hr_k_gemv_TYPE and hr_k_gemv_moe_TYPE
+    names=$(grep -oE 'extern "C" __global__ void [A-Za-z_0-9]+\(' "$cu" | sed -E 's/.* void ([A-Za-z_0-9]+)\(/\1/'
+        grep -oE '^HR_K_GEMV_KERNELS\([A-Za-z_0-9]+,' "$cu" | sed -E 's/^HR_K_GEMV_KERNELS\(([A-Za-z_0-9]+),/hr_k_gemv_\1 hr_k_gemv_moe_\1/')
     [[ -n $names ]] || { echo "kernels_compile: $stem.cu defines no extern \"C\" __global__ kernel"; status=1; }
     for k in $names; do
         if grep -qE "^\.visible \.entry $k\(" "$out/$stem.ptx"; then

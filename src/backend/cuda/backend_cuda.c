@@ -30,11 +30,12 @@
  * hr_k_argmax_rows, B ids downloaded instead of B x n_vocab floats (the engine asks only where every
  * row samples greedily from the logits as they are).
  *
- * The families: llama, mistral, qwen2 (Q/K/V biases), qwen3 (Q/K norms) and phi3 (fused QKV and gate-up,
- * LongRoPE); the biases and norms are applied with RoPE in one launch (hr_k_rope), which also takes YaRN's
- * and LongRoPE's magnitude and linear RoPE scaling. What it refuses, in one line beginning "CUDA: ": a
- * model the kernels do not cover yet (post norms, GeGLU, MoE, MLA, window layers beside full ones, sinks,
- * softcapped logits, embedding scales) and a weight type without a GEMV
+ * The families: llama, mistral, qwen2 (Q/K/V biases), qwen3 (Q/K norms), phi3 (fused QKV and gate-up,
+ * LongRoPE), and qwen3moe and Mixtral (experts: ffn_moe); the biases and norms are applied with RoPE in
+ * one launch (hr_k_rope), which also takes YaRN's and LongRoPE's magnitude and linear RoPE scaling. What
+ * it refuses, in one line beginning "CUDA: ": a model the kernels do not cover yet (post norms, GeGLU,
+ * shared experts, MLA, window layers beside full ones, sinks, softcapped logits, embedding scales) and a
+ * weight type without a GEMV
  * kernel (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K have one). The token embedding is looked up on
  * the device for f32, f16 and q8_0 tables, and dequantized on the host for the rest. */
 #include <stdio.h>
