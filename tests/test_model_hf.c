@@ -13,10 +13,12 @@
  *   - the runtime opens the directory: tokenizer.json's vocabulary, tokenizer_config.json's template
  *     through the interpreter, generation_config.json's eos ids as end-of-generation tokens;
  *   - bad input, each one line naming the file (and the tensor or key). */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -873,9 +875,121 @@ static void test_bad_input(void) {
     free(mem);
 }
 
+/* The loader's own buffers dropped once a backend holds its copy (hr_model_drop_host, the GPU's upload):
+ * qwen3moe-tiny quantized at load (q8_0), every matrix and stack of experts it made: their whole pages
+ * unmapped (mincore finds them mapped before and not after), as many bytes as hr_model_droppable said;
+ * the f32 router, a view of the shard, is none of them; destroying the model afterwards is clean. */
+static void test_drop(void) {
+    hr_model *m = NULL;
+    hr_error err = {0};
+    CHECKF(hr_model_load_dir(dir_of("qwen3moe-tiny"), "q8_0", false, &m, &err) == HR_OK, "%s", err.msg);
+    if (!m) return;
+    static const char *const mats[] = {"attn_q",       "attn_k",        "attn_v",      "attn_output",
+                                       "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    const int L = hr_model_hparams(m)->n_layer, n_mats = (int)HR_ARRAY_LEN(mats);
+    const long page = sysconf(_SC_PAGESIZE);
+    uint64_t dropped = 0;
+    int n_dropped = 0;
+    for (int k = 0; k < L * n_mats; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.%s.weight", k / n_mats, mats[k % n_mats]);
+        const hr_gguf_tensor *t = hr_model_find_tensor(m, name);
+        CHECKF(t != NULL, "%s: not found", name);
+        if (!t) continue;
+        const uint64_t can = hr_model_droppable(m, t->data, t->size_bytes);
+        const bool router = k % n_mats == 4;
+        CHECKF(router ? can == 0 : can >= t->size_bytes / (uint64_t)page * (uint64_t)page && can > 0,
+               "%s: %llu of %llu bytes droppable", name, (unsigned long long)can, (unsigned long long)t->size_bytes);
+        if (!can) continue;
+        uintptr_t lo;
+        CHECK(hr_page_span(t->data, t->size_bytes, &lo) == can);
+        unsigned char vec[64];
+        const size_t pages = (size_t)(can / (uint64_t)page);
+        CHECK(pages <= sizeof vec && mincore((void *)lo, (size_t)can, vec) == 0); /* mapped */
+        const uint64_t got = hr_model_drop_host(m, t->data, t->size_bytes);
+        CHECKF(got == can, "%s: %llu dropped, %llu counted", name, (unsigned long long)got, (unsigned long long)can);
+        CHECKF(mincore((void *)lo, (size_t)can, vec) == -1 && errno == ENOMEM, "%s: still mapped after the drop", name);
+        dropped += got, n_dropped++;
+    }
+    CHECKF(n_dropped == L * (n_mats - 1), "%d of %d matrices dropped", n_dropped, L * (n_mats - 1));
+    printf("qwen3moe-tiny quantized at load: %llu bytes of %d matrices and expert stacks dropped (unmapped)\n",
+           (unsigned long long)dropped, n_dropped);
+    hr_model_destroy(m);
+}
+
+#ifdef HR_EMU_CUDA_LIB
+/* greedy ids of a fixed prompt on rt */
+static int greedy(hr_runtime *rt, int32_t *out, int n) {
+    static const int32_t prompt[] = {1, 40, 77, 114, 151};
+    hr_rt_request_params p = {.prompt_ids = prompt, .n_prompt_ids = 5, .max_tokens = n, .ignore_eos = true};
+    p.sampling = hr_rt_sampling_default();
+    p.sampling.temperature = 0;
+    hr_rt_request *r = NULL;
+    hr_error err = {0};
+    if (hr_runtime_submit(rt, &p, &r, &err) != HR_OK || hr_runtime_run_until_idle(rt, &err) != HR_OK) {
+        CHECKF(false, "generate: %s", err.msg);
+        if (r) hr_rt_request_release(rt, r);
+        return 0;
+    }
+    hr_rt_result res;
+    hr_rt_request_result(r, &res);
+    const int k = res.n_ids < n ? res.n_ids : n;
+    memcpy(out, res.ids, sizeof(int32_t) * (size_t)k);
+    hr_rt_request_release(rt, r);
+    return k;
+}
+
+/* The same checkpoint on the emulated GPU: the expert stacks the loader made are dropped once uploaded
+ * (mincore: unmapped), and the GPU's greedy ids are the CPU's. */
+static void test_gpu_drop(void) {
+    hr_runtime_params p = hr_runtime_default_params();
+    p.model_path = dir_of("qwen3moe-tiny");
+    p.n_ctx = 128;
+    p.max_batch_tokens = 64;
+    p.max_running = 2;
+    p.n_threads = 1;
+    hr_runtime *cpu = NULL, *gpu = NULL;
+    hr_error err = {0};
+    CHECKF(hr_runtime_open(&p, &cpu, NULL, &err) == HR_OK, "%s", err.msg);
+    p.device = "cuda";
+    p.cuda_driver = HR_EMU_CUDA_LIB;
+    p.kv_budget = 4u << 20;
+    CHECKF(hr_runtime_open(&p, &gpu, NULL, &err) == HR_OK, "%s", err.msg);
+    if (cpu && gpu) {
+        const hr_model *m = hr_runtime_model(gpu);
+        int gone = 0;
+        for (int il = 0; il < hr_model_hparams(m)->n_layer; il++)
+            for (int k = 0; k < 3; k++) {
+                char name[64];
+                snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", il, k == 0 ? "gate" : k == 1 ? "up" : "down");
+                const hr_gguf_tensor *t = hr_model_find_tensor(m, name);
+                uintptr_t lo;
+                const uint64_t span = t ? hr_page_span(t->data, t->size_bytes, &lo) : 0;
+                unsigned char vec[256];
+                gone += span > 0 && span / 4096 <= sizeof vec && mincore((void *)lo, (size_t)span, vec) == -1 &&
+                        errno == ENOMEM;
+            }
+        CHECKF(gone == 3 * hr_model_hparams(m)->n_layer, "%d expert stacks dropped from the host after the upload",
+               gone);
+        int32_t a[16], b[16];
+        const int na = greedy(cpu, a, 16), nb = greedy(gpu, b, 16);
+        CHECKF(na == 16 && nb == 16 && !memcmp(a, b, sizeof a), "the GPU's ids differ from the CPU's");
+        printf(
+            "qwen3moe-tiny checkpoint on the emulated GPU: %d expert stacks dropped from the host, the CPU's 16 ids\n",
+            gone);
+    }
+    hr_runtime_close(cpu);
+    hr_runtime_close(gpu);
+}
+#endif
+
 int main(void) {
     test_equivalence();
     test_release();
+    test_drop();
+#ifdef HR_EMU_CUDA_LIB
+    test_gpu_drop();
+#endif
     test_runtime();
     test_bad_input();
     return hr_test_finish();

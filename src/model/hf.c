@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "common/util.h"
@@ -30,7 +31,13 @@ struct hr_hf {
     size_t n_shards;
     hr_gguf_tensor *tensors; /* GGUF-named views; names owned (name.ptr) */
     size_t n_tensors, cap_tensors;
-    void **owned; /* quantized / converted buffers */
+    /* quantized / converted / stacked buffers; from a page on each its own anonymous mapping, so that
+     * hr_hf_drop can hand its pages back to the system (a malloc'd one may never leave the heap) */
+    struct hf_owned {
+        void *p;
+        size_t bytes;
+        bool mapped;
+    } * owned;
     size_t n_owned, cap_owned;
     void *meta_image; /* the metadata GGUF's bytes */
     size_t meta_size;
@@ -72,9 +79,15 @@ static bool grow(void **p, size_t *cap, size_t n, size_t elem) {
 
 static void *own(hr_hf *h, size_t bytes) {
     if (!grow((void **)&h->owned, &h->cap_owned, h->n_owned, sizeof *h->owned)) return NULL;
-    void *p = malloc(bytes ? bytes : 1);
-    if (p) h->owned[h->n_owned++] = p;
-    return p;
+    struct hf_owned o = {.bytes = bytes, .mapped = bytes >= 4096};
+    if (o.mapped) {
+        void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        o.p = m == MAP_FAILED ? NULL : m;
+    } else {
+        o.p = malloc(bytes ? bytes : 1);
+    }
+    if (o.p) h->owned[h->n_owned++] = o;
+    return o.p;
 }
 
 void hr_hf_destroy(hr_hf *h) {
@@ -83,7 +96,11 @@ void hr_hf_destroy(hr_hf *h) {
     free(h->shards);
     for (size_t i = 0; i < h->n_tensors; i++) free((char *)h->tensors[i].name.ptr);
     free(h->tensors);
-    for (size_t i = 0; i < h->n_owned; i++) free(h->owned[i]);
+    for (size_t i = 0; i < h->n_owned; i++) /* a dropped range is unmapped already: munmap takes holes */
+        if (h->owned[i].mapped)
+            munmap(h->owned[i].p, h->owned[i].bytes);
+        else
+            free(h->owned[i].p);
     free(h->owned);
     free(h->meta_image);
     for (size_t i = 0; i < h->n_stacks; i++) free(h->stacks[i].seen);
@@ -102,6 +119,20 @@ uint64_t hr_hf_release(hr_hf *h, const void *p, uint64_t n, bool give) {
     uint64_t b = 0;
     for (size_t i = 0; i < h->n_shards && !b; i++) b = hr_safetensors_release(h->shards[i], p, n, give);
     return b; /* an owned (converted) buffer is in no shard: 0 */
+}
+
+uint64_t hr_hf_drop(hr_hf *h, const void *p, uint64_t n, bool give) {
+    const uint8_t *a = p;
+    for (size_t i = 0; i < h->n_owned; i++) {
+        const struct hf_owned *o = &h->owned[i];
+        const uint8_t *b = o->p;
+        if (!o->mapped || a < b || n > o->bytes || (uint64_t)(a - b) > o->bytes - n) continue;
+        uintptr_t lo;
+        const uint64_t bytes = hr_page_span(p, n, &lo);
+        if (!bytes || !give) return bytes;
+        return munmap((void *)lo, (size_t)bytes) == 0 ? bytes : 0;
+    }
+    return 0;
 }
 
 uint64_t hr_hf_bytes(const hr_hf *h) {

@@ -27,6 +27,10 @@ uint64_t hr_hf_bytes(const hr_hf *h);
  * written (the Q/K rows permuted in place are kept): hr_safetensors_release. give false: only counted.
  * 0 for a converted tensor (owned memory). */
 uint64_t hr_hf_release(hr_hf *h, const void *p, uint64_t n, bool give);
+/* [p, p + n) inside a buffer the loader made (quantized at load, converted, the experts' stacks): its
+ * whole pages unmapped for good (give) or counted; 0 for anything else. The bytes are gone: the caller
+ * (hr_model_drop_host) promises nothing reads them again. */
+uint64_t hr_hf_drop(hr_hf *h, const void *p, uint64_t n, bool give);
 
 /* The quantization types --quantize takes, parsed ("q8_0" -> HR_DTYPE_Q8_0; tensor.h ids); -1 if unknown. */
 int hr_hf_quantize_type(const char *name);

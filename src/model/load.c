@@ -983,6 +983,12 @@ static uint64_t release(const hr_model *m, const void *p, uint64_t n, bool give)
 
 uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n) { return release(m, p, n, true); }
 uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n) { return release(m, p, n, false); }
+uint64_t hr_model_drop_host(const hr_model *m, const void *p, uint64_t n) {
+    return m->hf ? hr_hf_drop(m->hf, p, n, true) : 0;
+}
+uint64_t hr_model_droppable(const hr_model *m, const void *p, uint64_t n) {
+    return m->hf ? hr_hf_drop(m->hf, p, n, false) : 0;
+}
 
 const hr_gguf_tensor *hr_model_find_tensor(const hr_model *m, const char *name) {
     return m->hf ? hr_hf_find_tensor(m->hf, name) : hr_gguf_find_tensor(m->gguf, name);

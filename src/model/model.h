@@ -225,6 +225,13 @@ uint64_t hr_model_file_bytes(const hr_model *m);
  * way. hr_model_releasable: the bytes that call would give back, without giving them. */
 uint64_t hr_model_release_host(const hr_model *m, const void *p, uint64_t n);
 uint64_t hr_model_releasable(const hr_model *m, const void *p, uint64_t n);
+/* For a backend that has uploaded [p, p + n) and will never read the host's copy again: where the
+ * loader made those bytes itself (a checkpoint's tensors quantized at load, converted, or stacked into
+ * experts: hr_hf_drop), their whole pages unmapped, for good: a later read faults. The file's pages are
+ * hr_model_release_host's. Returns the bytes dropped, 0 for weights held any other way;
+ * hr_model_droppable: the bytes it would drop. */
+uint64_t hr_model_drop_host(const hr_model *m, const void *p, uint64_t n);
+uint64_t hr_model_droppable(const hr_model *m, const void *p, uint64_t n);
 /* Tensor `name` (GGUF naming) as m holds it (a checkpoint's: converted or mapped), or NULL. */
 const hr_gguf_tensor *hr_model_find_tensor(const hr_model *m, const char *name);
 /* The most common weight type of the matrices as in the file ("q4_0", "f16", ...). */

@@ -211,8 +211,13 @@ static hr_status up_weight(cuda_ctx *x, const hr_weight *w, int n_stack, const c
     hr_status st = hr_cuda_alloc(x->dev, bytes, &out->p, err);
     if (!st) st = hr_cuda_upload(x->dev, out->p, w->data, bytes, err);
     /* the copy has left these pages (a pageable upload returns once it has), so the host's are given
-     * back one matrix at a time: the process never holds the whole file (hr_cuda_host_weight_bytes) */
-    if (!st && host_gone(x->m, w)) x->host_released += hr_model_release_host(x->m, w->data, bytes);
+     * back one matrix at a time: the process never holds the whole file (hr_cuda_host_weight_bytes); a
+     * buffer the loader made (a checkpoint quantized at load, the experts' stacks) is dropped for good,
+     * unless it is the token embedding too, whose upload reads it next (dropped there) */
+    if (!st && host_gone(x->m, w)) {
+        x->host_released += hr_model_release_host(x->m, w->data, bytes);
+        if (w->data != x->m->tok_embd.data) x->host_released += hr_model_drop_host(x->m, w->data, bytes);
+    }
     return st;
 }
 
@@ -306,6 +311,12 @@ uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
     return b + hr_cuda_arena_piece_bytes((uint64_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1) * 4u);
 }
 
+/* what upload_model lets go of the host's copy of [p, p + n), a matrix's: the file's pages given back,
+ * the loader's own buffer dropped (not the token embedding's: counted with it) */
+static uint64_t host_goes(const hr_model *m, const void *p, uint64_t n) {
+    return hr_model_releasable(m, p, n) + (p != m->tok_embd.data ? hr_model_droppable(m, p, n) : 0);
+}
+
 /* Host bytes of weights that stay with --device cuda: the loader's (hr_model_resident_bytes) less the
  * pages upload_model gives back, the same ranges counted the same way (hr_model_releasable). */
 uint64_t hr_cuda_host_weight_bytes(const hr_model *m) {
@@ -315,13 +326,13 @@ uint64_t hr_cuda_host_weight_bytes(const hr_model *m) {
         const hr_weight *ws[LAYER_MATS];
         layer_mats(&m->layers[il], ws);
         for (int i = 0; i < LAYER_MATS; i++)
-            if (ws[i]->data) gone += hr_model_releasable(m, ws[i]->data, layer_mat_bytes(m, ws[i], i));
+            if (ws[i]->data) gone += host_goes(m, ws[i]->data, layer_mat_bytes(m, ws[i], i));
     }
-    if (host_gone(m, &m->output))
-        gone += hr_model_releasable(m, m->output.data, (uint64_t)m->output.rows * m->output.row_bytes);
+    if (host_gone(m, &m->output)) gone += host_goes(m, m->output.data, (uint64_t)m->output.rows * m->output.row_bytes);
     const hr_weight *te = &m->tok_embd;
-    if (emb_type(te->type) >= 0 && te->data != m->output.data)
-        gone += hr_model_releasable(m, te->data, (uint64_t)te->rows * te->row_bytes);
+    const uint64_t tb = (uint64_t)te->rows * te->row_bytes;
+    if (emb_type(te->type) >= 0 && te->data != m->output.data) gone += hr_model_releasable(m, te->data, tb);
+    if (emb_type(te->type) >= 0) gone += hr_model_droppable(m, te->data, tb);
     /* a mapping holds whole pages: the last one's too */
     long ps = sysconf(_SC_PAGESIZE);
     const uint64_t page = ps > 0 ? (uint64_t)ps : 4096u, file = hr_model_file_bytes(m);
@@ -388,6 +399,7 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     if (x->tok_type >= 0) { /* tied to the output: its pages came back for this copy, and go again */
         uint64_t r = hr_model_release_host(m, te->data, tb);
         if (te->data != m->output.data) x->host_released += r;
+        x->host_released += hr_model_drop_host(m, te->data, tb); /* the output's upload left it (tied) */
     }
     /* the table every backend turns by (model.h), so the GPU rotates by the CPU's angles */
     size_t half = (size_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1);
