@@ -24,6 +24,7 @@
 
 #include "common/util.h"
 #include "harness.h"
+#include "rt_greedy.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/synth.h"
@@ -918,27 +919,6 @@ static void test_drop(void) {
 }
 
 #ifdef HR_EMU_CUDA_LIB
-/* greedy ids of a fixed prompt on rt */
-static int greedy(hr_runtime *rt, int32_t *out, int n) {
-    static const int32_t prompt[] = {1, 40, 77, 114, 151};
-    hr_rt_request_params p = {.prompt_ids = prompt, .n_prompt_ids = 5, .max_tokens = n, .ignore_eos = true};
-    p.sampling = hr_rt_sampling_default();
-    p.sampling.temperature = 0;
-    hr_rt_request *r = NULL;
-    hr_error err = {0};
-    if (hr_runtime_submit(rt, &p, &r, &err) != HR_OK || hr_runtime_run_until_idle(rt, &err) != HR_OK) {
-        CHECKF(false, "generate: %s", err.msg);
-        if (r) hr_rt_request_release(rt, r);
-        return 0;
-    }
-    hr_rt_result res;
-    hr_rt_request_result(r, &res);
-    const int k = res.n_ids < n ? res.n_ids : n;
-    memcpy(out, res.ids, sizeof(int32_t) * (size_t)k);
-    hr_rt_request_release(rt, r);
-    return k;
-}
-
 /* The same checkpoint on the emulated GPU: the expert stacks the loader made are dropped once uploaded
  * (mincore: unmapped), and the GPU's greedy ids are the CPU's. */
 static void test_gpu_drop(void) {
@@ -972,7 +952,9 @@ static void test_gpu_drop(void) {
         CHECKF(gone == 3 * hr_model_hparams(m)->n_layer, "%d expert stacks dropped from the host after the upload",
                gone);
         int32_t a[16], b[16];
-        const int na = greedy(cpu, a, 16), nb = greedy(gpu, b, 16);
+        static const int32_t prompt[] = {1, 40, 77, 114, 151};
+        const int na = hr_test_greedy(cpu, prompt, 5, 16, a, NULL, NULL),
+                  nb = hr_test_greedy(gpu, prompt, 5, 16, b, NULL, NULL);
         CHECKF(na == 16 && nb == 16 && !memcmp(a, b, sizeof a), "the GPU's ids differ from the CPU's");
         printf(
             "qwen3moe-tiny checkpoint on the emulated GPU: %d expert stacks dropped from the host, the CPU's 16 ids\n",

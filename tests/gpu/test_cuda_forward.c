@@ -33,6 +33,7 @@
 #include "cuda_forward_test.h"
 
 #include "backend/cuda/cuda.h"
+#include "rt_greedy.h"
 
 /* the runtime these tests open: one thread, a 256-token context, 64-token steps */
 hr_runtime_params rt_params(const ft_ctx *ft, const char *model, const char *device, hr_rt_kv_format kvf) {
@@ -56,28 +57,8 @@ hr_runtime *open_rt(const ft_ctx *ft, const char *model, const char *device, hr_
     return rt;
 }
 
-/* greedy ids of `prompt` (ids, BOS first) on rt; with top2 (n x 2 ids and log-probabilities), the
- * two most likely tokens at each step */
 int generate_top2(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out, int32_t *top_ids, float *top_lp) {
-    hr_rt_request_params p = {.prompt_ids = prompt, .n_prompt_ids = np, .max_tokens = n, .ignore_eos = true};
-    p.sampling = hr_rt_sampling_default();
-    p.sampling.temperature = 0;
-    p.logprobs = top_ids != NULL;
-    p.top_logprobs = top_ids ? 2 : 0;
-    hr_rt_request *r = NULL;
-    hr_error err = {0};
-    if (hr_runtime_submit(rt, &p, &r, &err) != HR_OK || hr_runtime_run_until_idle(rt, &err) != HR_OK) {
-        CHECKF(false, "generate: %s", err.msg);
-        if (r) hr_rt_request_release(rt, r);
-        return 0;
-    }
-    hr_rt_result res;
-    hr_rt_request_result(r, &res);
-    int k = res.n_ids < n ? res.n_ids : n;
-    memcpy(out, res.ids, sizeof(int32_t) * (size_t)k);
-    if (top_ids) CHECK(hr_rt_request_logprobs(r, 0, k, NULL, top_ids, top_lp) == k);
-    hr_rt_request_release(rt, r);
-    return k;
+    return hr_test_greedy(rt, prompt, np, n, out, top_ids, top_lp);
 }
 
 const char *ft_synth(const char *shape, char *path, size_t n) {
