@@ -10,8 +10,8 @@
 
 /* greedy ids of `prompt` (ids, BOS first) on rt, n at most, into out; with top_ids (n x 2 ids, and
  * top_lp their log-probabilities), the two most likely tokens at each step. Returns how many. */
-static inline int hr_test_greedy(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out,
-                                 int32_t *top_ids, float *top_lp) {
+static inline int hr_test_greedy(hr_runtime *rt, const int32_t *prompt, int np, int n, int32_t *out, int32_t *top_ids,
+                                 float *top_lp) {
     hr_rt_request_params p = {.prompt_ids = prompt, .n_prompt_ids = np, .max_tokens = n, .ignore_eos = true};
     p.sampling = hr_rt_sampling_default();
     p.sampling.temperature = 0;

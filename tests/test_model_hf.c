@@ -24,11 +24,11 @@
 
 #include "common/util.h"
 #include "harness.h"
-#include "rt_greedy.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/synth.h"
 #include "plan/plan.h"
+#include "rt_greedy.h"
 #include "runtime/runtime.h"
 #include "runtime/runtime_parts.h"
 #include "tensor/tensor.h"
