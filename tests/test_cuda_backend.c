@@ -22,7 +22,7 @@ static const char *const k_kernels[] = {
     "hr_k_gemv_q5_1",    "hr_k_attn_split",    "hr_k_attn_reduce",   "hr_k_kv_write",      "hr_k_attn_split_rows",
     "hr_k_gemm_bf16",    "hr_k_gemm_f16",      "hr_k_gemm_q8_0",     "hr_k_gemm_q4_0",     "hr_k_mma_selftest",
     "hr_k_attn_prefill", "hr_k_gemv_moe_q8_0", "hr_k_gemv_moe_q4_K", "hr_k_gemv_moe_bf16", "hr_k_moe_route",
-    "hr_k_moe_sum"};
+    "hr_k_moe_sum",      "hr_k_geglu",         "hr_k_scale",         "hr_k_softcap"};
 #define N_KERNELS (int)(sizeof k_kernels / sizeof k_kernels[0])
 
 static void test_device_names(void) {

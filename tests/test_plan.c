@@ -310,15 +310,16 @@ static void test_cli(void) {
     json_decref(j);
     free(out);
     free(errs);
-    /* whether serve --device cuda takes the model: qwen2's biases and qwen3's norms it does; gemma's post
-     * norms and a weight type without a GEMV kernel it refuses, and the plan says so with the server's
-     * own line */
+    /* whether serve --device cuda takes the model: qwen2's biases, qwen3's norms and gemma3's layer groups
+     * it does; gpt-oss's sinks and a weight type without a GEMV kernel it refuses, and the plan says so
+     * with the server's own line */
     static const struct {
         const char *synth, *name, *refused;
     } fam[] = {{"--shape qwen2-tiny --type q8_0", "qwen2-tiny", ""},
                {"--shape qwen3-tiny --type f16", "qwen3-tiny", ""},
-               {"--shape gemma2-tiny --type q8_0", "gemma2-tiny",
-                "(gemma2) has post-attention/FFN norms, which the GPU kernels do not cover yet"},
+               {"--shape gemma3-tiny --type q8_0", "gemma3-tiny", ""},
+               {"--shape gpt-oss-tiny --type q8_0", "gpt-oss-tiny",
+                "(gpt-oss) has attention sinks, which the GPU kernels do not cover yet"},
                {"--shape tiny --type mxfp4", "tiny-mxfp4", "CUDA: blk.0.attn_q is mxfp4; the GPU's matrix kernels"}};
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         char path[600];

@@ -235,8 +235,9 @@ const hr_opt hr_opts[] = {
      SES(rt.device), .sec = HR_SEC_ENGINE,
      .help = "where the model runs: cpu (default), cuda or cuda:N (GPU N, sm_90: H100,\n"
              "H200; needs only the NVIDIA driver; llama, mistral, qwen2, qwen3, phi3,\n"
-             "qwen3moe and Mixtral models, KV f32, f16, bf16, q8, fp8, q4, kivi2,\n"
-             "q4h, every KV policy (full, window, sinks, h2o, snapkv); anything else\n"
+             "gemma2, gemma3, qwen3moe and Mixtral models, KV f32, f16, bf16, q8, fp8,\n"
+             "q4 and kivi2 (not beside gemma's window layers), q4h, every KV policy\n"
+             "(full, window, sinks, h2o, snapkv); anything else\n"
              "is refused in one line; the GGUF is mapped and each matrix's host\n"
              "pages given back once uploaded; docs/GPU.md)"},
     {RS, {"--gpu-util"}, "--gpu-util F", HR_OPT_DOUBLE, 0.001, 1, SES(rt.gpu_util), .sec = HR_SEC_ENGINE,

@@ -40,6 +40,12 @@ int32_t hr_kv_write_slot_stage(const hr_kv_pool *p, int layer, hr_kv_seq seq, in
     return b * B + pos % B;
 }
 
+void hr_kv_pool_layer_slot(const hr_kv_pool *p, int layer, int *group, int *slot) {
+    KV_ASSERT(layer >= 0 && layer < p->cfg.n_layers);
+    *group = p->layer_gs[2 * layer];
+    *slot = p->layer_gs[2 * layer + 1];
+}
+
 int32_t hr_kv_write_slot(const hr_kv_pool *p, int layer, hr_kv_seq seq, int pos, int *slot_layer) {
     KV_ASSERT(!kv_deferred(p)); /* a deferred format's write needs its stage: hr_kv_write_slot_stage */
     int32_t stage;

@@ -262,6 +262,10 @@ int32_t hr_kv_write_slot(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int p
  * fills the block takes the stage back, as after hr_kv_write. */
 int32_t hr_kv_write_slot_stage(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int pos, int *slot_layer,
                                int32_t *stage);
+/* Layer's group (whose block tables it reads: hr_kv_seq_table) and its slot among the group's layers in
+ * a physical block (the storage's layer index: blocks hold hr_kv_groups.slots layers). One group, every
+ * layer its own slot, for a one-kind model. */
+void hr_kv_pool_layer_slot(const hr_kv_pool *pool, int layer, int *group, int *slot);
 /* seq's block table in layer's group: the physical block ids of its logical blocks in order (-1: a
  * block a policy dropped), *n of them; valid until the pool next changes (reserve, free, swap). */
 const int32_t *hr_kv_seq_table(const hr_kv_pool *pool, int layer, hr_kv_seq seq, int *n);

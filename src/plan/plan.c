@@ -142,7 +142,8 @@ hr_status hr_plan_compute(const hr_plan_model *m, const hr_plan_device *d, const
                                       .stage_bytes = hr_kv_fixed_bytes(&kc),
                                       .total_bytes = d->mem_bytes,
                                       .free_bytes = d->mem_bytes - HR_MIN(d->mem_bytes, d->reserved_bytes),
-                                      .util = util};
+                                      .util = util,
+                                      .n_groups = out->groups.n_groups};
             hr_error ge = {0};
             out->gpu_planned = true;
             out->gpu_ok = hr_cuda_arena_plan_compute(&aq, &out->gpu, &ge) == HR_OK;

@@ -155,7 +155,7 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
     if (st == HR_ERR_INVALID_ARG) return st; /* HR_ERR_BUDGET: the pool is smaller than a context: simulate it */
     *n_blocks = b.n_blocks;
     *real_block_bytes = b.block_bytes;
-    if (d->gpu && lay->n_groups == 1) { /* the pool `serve --device cuda` gets there: the GPU arena's */
+    if (d->gpu) { /* the pool `serve --device cuda` gets there: the GPU arena's */
         hr_cuda_arena_query aq = {.hp = hp,
                                   .weight_bytes = m->gpu_weight_bytes,
                                   .max_batch_tokens = pl->p.max_batch_tokens,
@@ -165,7 +165,8 @@ static hr_status sim_blocks(const hr_plan_model *m, const hr_plan *pl, const hr_
                                   .stage_bytes = b.fixed_bytes,
                                   .total_bytes = d->mem_bytes,
                                   .free_bytes = d->mem_bytes - HR_MIN(d->mem_bytes, d->reserved_bytes),
-                                  .util = d->util};
+                                  .util = d->util,
+                                  .n_groups = lay->n_groups};
         hr_cuda_arena_plan g;
         if (hr_cuda_arena_plan_compute(&aq, &g, NULL) == HR_OK) *n_blocks = g.n_blocks;
     }

@@ -84,9 +84,12 @@ static uint64_t mem_scratch_bytes(const hr_kv_budget_query *q) {
     const hr_hparams *hp = q->mem.model;
     int T = q->mem.max_batch_tokens > 0 ? q->mem.max_batch_tokens : 512;
     int S = HR_MAX(1, q->kv.max_seqs);
-    uint64_t fwd = q->mem.device
-                       ? hr_cuda_host_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads))
-                       : hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads));
+    hr_kv_groups lay = {.n_groups = 1};
+    if (q->mem.device) (void)hr_kv_config_groups(&q->kv, &lay, NULL); /* the GPU keeps each group's rows */
+    uint64_t fwd =
+        q->mem.device
+            ? hr_cuda_host_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, lay.n_groups, HR_MAX(1, q->mem.n_threads))
+            : hr_model_ctx_scratch_bytes(hp, T, q->n_ctx, q->kv.block_size, HR_MAX(1, q->mem.n_threads));
     return fwd + hr_engine_buffer_bytes(T, S, hp->n_vocab);
 }
 
@@ -372,6 +375,9 @@ static hr_status open_gpu_arena(hr_runtime *rt, const hr_kv_config *kc, int *n_b
     uint64_t fr = 0, tot = 0;
     hr_status st = hr_cuda_device_mem(rt->cuda, &fr, &tot, err);
     if (st) return st;
+    hr_kv_groups lay = {.n_groups = 1};
+    if ((st = hr_kv_config_groups(kc, &lay, err))) return st;
+    const int n_groups = lay.n_groups;
     hr_cuda_arena_query q = {.hp = hp,
                              .weight_bytes = hr_cuda_model_weight_bytes(rt->model),
                              .max_batch_tokens = rt->p.max_batch_tokens,
@@ -383,7 +389,8 @@ static hr_status open_gpu_arena(hr_runtime *rt, const hr_kv_config *kc, int *n_b
                              .free_bytes = fr,
                              .util = rt->p.gpu_util,
                              .kv_budget = rt->p.kv_budget,
-                             .n_blocks = rt->p.kv_blocks};
+                             .n_blocks = rt->p.kv_blocks,
+                             .n_groups = n_groups};
     if ((st = hr_cuda_arena_plan_compute(&q, &rt->gpu, err))) {
         hr_error_prefix(err, "%s", hr_cuda_device_name(rt->cuda));
         return st;

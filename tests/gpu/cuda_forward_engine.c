@@ -237,8 +237,6 @@ void test_refusals(const ft_ctx *ft) {
            "a batch of %d tokens on the GPU: %s", pp.max_batch_tokens, err.msg);
     hr_runtime_close(rt);
     /* families the kernels do not cover, and a weight type without a GEMV kernel, each named */
-    refused_model(ft, "--shape gemma2-tiny --type f32", "gemma2-tiny",
-                  "has post-attention/FFN norms, which the GPU kernels do not cover yet");
     refused_model(ft, "--shape gpt-oss-tiny --type f32", "gpt-oss-tiny",
                   "has attention sinks, which the GPU kernels do not cover yet");
     refused_model(ft, "--shape deepseek2-tiny --type f32", "deepseek2-tiny",
@@ -320,12 +318,16 @@ void test_windows(const ft_ctx *ft) {
  * (f32 weights and KV): qwen2's Q/K/V biases, qwen3's per-head Q/K norms (heads of 32 where E / H is
  * 16), qwen3 under YaRN past its original 128 positions, phi3's fused QKV and gate-up matrices with
  * LongRoPE's long factors and magnitude (its original context 64), and the mixtures of experts:
- * qwen3moe-tiny (8 experts, 2 a token, with qwen3's norms) and mixtral-tiny (4, 2 a token). The check
- * can fail: a bias or a norm left out, a factor missed, or one expert routed or weighed otherwise moves
- * the logits by far more than the bound. */
+ * qwen3moe-tiny (8 experts, 2 a token, with qwen3's norms) and mixtral-tiny (4, 2 a token), and gemma:
+ * gemma2-tiny (window layers of 16 beside full ones: two KV layer groups; post norms, GeGLU, a scaled
+ * embedding, soft caps on the scores and the logits), gemma3-tiny (five window layers to one full, with
+ * their own RoPE base; Q/K norms) and gemma3-tiny-scaled (its full layers' linear RoPE scaling). The check
+ * can fail: a bias or a norm left out, a factor missed, one expert routed or weighed otherwise, or a
+ * layer reading another group's blocks moves the logits by far more than the bound. */
 void test_families(const ft_ctx *ft) {
-    static const char *const shapes[] = {"qwen2-tiny", "qwen3-tiny",    "qwen3-tiny-yarn",
-                                         "phi3-tiny",  "qwen3moe-tiny", "mixtral-tiny"};
+    static const char *const shapes[] = {"qwen2-tiny",  "qwen3-tiny",    "qwen3-tiny-yarn",
+                                         "phi3-tiny",   "qwen3moe-tiny", "mixtral-tiny",
+                                         "gemma2-tiny", "gemma3-tiny",   "gemma3-tiny-scaled"};
     int32_t toks[400];
     for (int i = 0; i < 400; i++) toks[i] = i == 0 ? 1 : 3 + (i * 37) % 500;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -345,5 +347,13 @@ void test_families(const ft_ctx *ft) {
     CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) != HR_OK && !rt &&
                strstr(err.msg, "max_batch_tokens 40000 is past 32767 for 2 experts a token") && !strchr(err.msg, '\n'),
            "a batch of 40,000 tokens of 2 experts each: %s", err.msg);
+    hr_runtime_close(rt);
+    /* several KV layer groups take the formats written as they come, not q4 / kivi2 yet: one line */
+    ft_synth("gemma3-tiny", path, sizeof path);
+    pp = rt_params(ft, path, "cuda", HR_RT_KV_Q4);
+    rt = NULL;
+    CHECKF(hr_runtime_open(&pp, &rt, NULL, &err) != HR_OK && !rt && strstr(err.msg, "not q4 or kivi2 yet") &&
+               !strchr(err.msg, '\n'),
+           "gemma3-tiny with q4 KV on the GPU: %s", err.msg);
     hr_runtime_close(rt);
 }

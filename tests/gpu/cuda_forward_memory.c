@@ -28,18 +28,24 @@ void test_arena(const ft_ctx *ft) {
            "plan's device: %s", err.msg);
     /* about 1 GiB of whatever the GPU has (the emulated one has 1 GiB) */
     const double util = tot > (1ull << 30) ? (double)(1ull << 30) / (double)tot : 0.9;
-    /* f16, then q4, whose f16 tail buffers the arena holds too; then qwen2-tiny's biases and
-     * mixtral-tiny's experts (their stacks, the routing's and the slots' buffers) */
+    /* f16, then q4, whose f16 tail buffers the arena holds too; then qwen2-tiny's biases,
+     * mixtral-tiny's experts (their stacks, the routing's and the slots' buffers) and gemma3-tiny's two
+     * RoPE tables and KV layer groups (a set of slots, tables and windows each) */
     hr_runtime_params p;
     hr_runtime *rt = NULL;
     hr_rt_device_mem dm;
-    char qwen2[512], mixtral[512];
+    char qwen2[512], mixtral[512], gemma3[512];
     ft_synth("qwen2-tiny", qwen2, sizeof qwen2);
     ft_synth("mixtral-tiny", mixtral, sizeof mixtral);
+    ft_synth("gemma3-tiny", gemma3, sizeof gemma3);
     const struct {
         const char *model;
         hr_rt_kv_format kvf;
-    } cases[] = {{model, HR_RT_KV_F16}, {model, HR_RT_KV_Q4}, {qwen2, HR_RT_KV_F16}, {mixtral, HR_RT_KV_F16}};
+    } cases[] = {{model, HR_RT_KV_F16},
+                 {model, HR_RT_KV_Q4},
+                 {qwen2, HR_RT_KV_F16},
+                 {mixtral, HR_RT_KV_F16},
+                 {gemma3, HR_RT_KV_Q8}};
     for (size_t fi = 0; fi < sizeof cases / sizeof cases[0]; fi++) {
         const hr_rt_kv_format kvf = cases[fi].kvf;
         p = rt_params(ft, cases[fi].model, "cuda", kvf);
@@ -83,7 +89,7 @@ void test_arena(const ft_ctx *ft) {
             printf(
                 "arena, %s, %s KV: %.1f MiB of a %.1f MiB budget (weights %.1f KiB, scratch %.1f KiB, %d KV blocks); "
                 "the planner's: %d blocks\n",
-                strrchr(cases[fi].model, '/') + 1, kvf == HR_RT_KV_Q4 ? "q4" : "f16", dm.arena_bytes / 1048576.0,
+                strrchr(cases[fi].model, '/') + 1, hr_rt_kv_format_name(kvf), dm.arena_bytes / 1048576.0,
                 dm.budget_bytes / 1048576.0, dm.weight_bytes / 1024.0, dm.scratch_bytes / 1024.0, kb->n_blocks,
                 pl ? pl->gpu.n_blocks : -1);
             free(pl);
@@ -111,7 +117,7 @@ void test_arena(const ft_ctx *ft) {
         if (cpu) {
             const hr_hparams *hp = hr_model_hparams(hr_runtime_model(rt));
             const int T = p.max_batch_tokens > 0 ? p.max_batch_tokens : 512;
-            const uint64_t host = hr_cuda_host_scratch_bytes(hp, T, p.n_ctx, 16, p.n_threads);
+            const uint64_t host = hr_cuda_host_scratch_bytes(hp, T, p.n_ctx, 16, 1, p.n_threads);
             const uint64_t cpu_fwd = hr_model_ctx_scratch_bytes(hp, T, p.n_ctx, 16, pc.n_threads);
             const hr_kv_budget *kc = hr_runtime_budget(cpu);
             CHECKF(kc->scratch_bytes - kb->scratch_bytes == cpu_fwd - host,

@@ -228,21 +228,36 @@ static void test_rope(kt_ctx *kt) {
     }
 }
 
+/* The elementwise kernels against the CPU's: SwiGLU and gemma's GeGLU (relative: the hardware's exp
+ * approximation), the embedding's scale (exact) and the logits' soft cap (absolute,
+ * cap 30: tanh through the exp approximation near 0 loses a few ulps of 1) */
 static void test_swiglu(kt_ctx *kt) {
     unsigned long long n = 100003;
-    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
-    fill(kt, g, n, 8.0f);
-    fill(kt, u, n, 2.0f);
-    uint64_t dg = up(kt, g, sizeof(float) * n), du = up(kt, u, sizeof(float) * n);
-    hr_op_swiglu(g, u, (int)n); /* g becomes the reference */
-    void *a[] = {&dg, &dg, &du, &n};
-    if (launch(kt, "hr_k_swiglu", 64, 1, a)) {
-        down(kt, got, dg, sizeof(float) * n);
-        double r = max_rel(got, g, n, 1e-3);
-        CHECKF(r < 1e-4, "swiglu: relative error %g", r);
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n),
+          *ref = malloc(sizeof(float) * n);
+    for (int kind = 0; kind < 4; kind++) {
+        static const char *const names[] = {"hr_k_swiglu", "hr_k_geglu", "hr_k_scale", "hr_k_softcap"};
+        fill(kt, g, n, kind == 3 ? 100.0f : 8.0f);
+        fill(kt, u, n, 2.0f);
+        memcpy(ref, g, sizeof(float) * n);
+        uint64_t dg = up(kt, g, sizeof(float) * n), du = up(kt, u, sizeof(float) * n);
+        float s = kind == 2 ? 45.254833995939045f : 30.0f; /* gemma's sqrt(2048); its final cap */
+        void *act[] = {&dg, &dg, &du, &n}, *sc[] = {&dg, &s, &n};
+        if (kind == 0) hr_op_swiglu(ref, u, (int)n);
+        if (kind == 1) hr_op_geglu_tanh(ref, u, (int)n);
+        for (unsigned long long i = 0; kind >= 2 && i < n; i++) ref[i] = kind == 2 ? ref[i] * s : s * tanhf(ref[i] / s);
+        if (launch(kt, names[kind], 64, 1, kind < 2 ? act : sc)) {
+            down(kt, got, dg, sizeof(float) * n);
+            /* GeGLU's floor is 1: the CPU's 0.5 g (1 + tanh z) cancels where 1 + tanh z is small (g below
+             * -3), an absolute error of a few ulps of 1 times |g u|, which the GPU's logistic form avoids */
+            double r = kind < 2 ? max_rel(got, ref, n, kind == 1 ? 1.0 : 1e-3) : 0;
+            for (unsigned long long i = 0; kind >= 2 && i < n; i++) r = fmax(r, fabs((double)got[i] - ref[i]));
+            const double bound = kind < 2 ? 1e-4 : kind == 2 ? 0 : 3e-5;
+            CHECKF(r <= bound, "%s: error %g (bound %g)", names[kind], r, bound);
+        }
+        hr_cuda_free(kt->dev, dg), hr_cuda_free(kt->dev, du);
     }
-    hr_cuda_free(kt->dev, dg), hr_cuda_free(kt->dev, du);
-    free(g), free(u), free(got);
+    free(g), free(u), free(got), free(ref);
 }
 
 int main(int argc, char **argv) {

@@ -31,11 +31,12 @@
  * row samples greedily from the logits as they are).
  *
  * The families: llama, mistral, qwen2 (Q/K/V biases), qwen3 (Q/K norms), phi3 (fused QKV and gate-up,
- * LongRoPE), and qwen3moe and Mixtral (experts: ffn_moe); the biases and norms are applied with RoPE in
- * one launch (hr_k_rope), which also takes YaRN's and LongRoPE's magnitude and linear RoPE scaling. What
- * it refuses, in one line beginning "CUDA: ": a model the kernels do not cover yet (post norms, GeGLU,
- * shared experts, MLA, window layers beside full ones, sinks, softcapped logits, embedding scales) and a
- * weight type without a GEMV
+ * LongRoPE), gemma2 and gemma3 (window layers beside full ones: several KV layer groups, each layer at its
+ * slot in its group's blocks; post norms, GeGLU, soft caps, a scaled embedding) and qwen3moe and Mixtral
+ * (experts: ffn_moe); the biases and norms are applied with RoPE in one launch (hr_k_rope), which also
+ * takes YaRN's and LongRoPE's magnitude and linear RoPE scaling. What it refuses, in one line beginning
+ * "CUDA: ": a model the kernels do not cover yet (shared experts, MLA, sinks), q4/kivi2 KV with several
+ * layer groups, and a weight type without a GEMV
  * kernel (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K have one). The token embedding is looked up on
  * the device for f32, f16 and q8_0 tables, and dequantized on the host for the rest. */
 #include <stdio.h>
@@ -61,6 +62,8 @@ typedef struct dev_layer {
     uint64_t attn_norm, ffn_norm;
     uint64_t bias;           /* Q/K/V biases [H D | Hkv D | Hkv D] (a missing one zeros), 0: none (qwen2) */
     uint64_t q_norm, k_norm; /* per-head RMSNorm weights (D), 0: none (qwen3) */
+    uint64_t attn_post, ffn_post; /* gemma's post-attention and post-FFN RMSNorm weights (E), 0: none */
+    int group, slot;              /* its KV layer group and its slot in the group's blocks */
     dev_weight wq, wk, wv, wo, wg, wu, wd;
     dev_weight router, eg, eu, ed; /* a mixture of experts' layer (qwen3moe, Mixtral): wg, wu, wd absent */
 } dev_layer;
@@ -82,7 +85,7 @@ typedef struct cuda_ctx {
     int max_tokens, max_ctx;
     /* weights on the device */
     dev_layer *L;
-    uint64_t tok, out_norm, inv_freq;
+    uint64_t tok, out_norm, inv_freq, inv_freq_swa; /* _swa: window layers beside full ones (gemma), else 0 */
     int tok_type;
     dev_weight out;
     uint64_t host_released; /* host pages of uploaded weights given back (hr_model_release_host) */
@@ -110,6 +113,9 @@ typedef struct cuda_ctx {
     bool any_win;   /* a token of this batch sees a window (win passed to attention), else all */
     bool staged;    /* the KV formats have stages (q4, kivi2): slots carries each token's stage and fill */
     int max_blocks; /* table row stride: blocks of max_ctx */
+    /* the KV layer groups (gemma's window layers beside full ones): slots, tables and windows are a set a
+     * group, group g's at g x the stride (host and device alike), read through its first layer */
+    int n_groups, group_layer[HR_KV_MAX_GROUPS];
     float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
     /* CUDA graphs of decode steps, by key (run_graphed) */
@@ -227,20 +233,15 @@ static hr_status up_weight(cuda_ctx *x, const hr_weight *w, int n_stack, const c
  * magnitude carry (Llama 3's factors, LongRoPE, YaRN, linear scaling), and a mixture of experts in every
  * layer routed by a softmax, its top k renormalized (qwen3moe, Mixtral; kernels/moe.cu). */
 hr_status hr_cuda_check_hparams(const hr_hparams *hp, hr_error *err) {
-    const char *why = hp->post_norms                             ? "post-attention/FFN norms"
-                      : hp->attn_sinks                           ? "attention sinks"
-                      : hp->ffn_act == HR_FFN_GELU_TANH          ? "a GeGLU FFN"
-                      : hp->ffn_act != HR_FFN_SILU               ? "an FFN activation other than SwiGLU"
+    const char *why = hp->attn_sinks ? "attention sinks"
+                      : hp->ffn_act != HR_FFN_SILU && hp->ffn_act != HR_FFN_GELU_TANH
+                          ? "an FFN activation other than SwiGLU and GeGLU"
                       : hp->n_expert > 0 && hp->moe_softmax_topk ? "experts routed by a softmax over the top k"
                       : hp->n_expert_shared > 0 || hp->n_layer_dense > 0
                           ? "shared experts or dense layers beside experts"
-                      : hp->n_expert > 0 && hp->n_expert_used > 32          ? "more than 32 experts a token"
-                      : hp->kv_lora_rank > 0                                ? "latent attention (MLA)"
-                      : hp->final_softcap > 0.0f || hp->attn_softcap > 0.0f ? "softcapped logits"
-                      : hp->embd_scale > 0.0f                               ? "a scaled embedding"
-                      : hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer
-                          ? "sliding-window layers beside full ones (several KV layer groups)"
-                          : NULL;
+                      : hp->n_expert > 0 && hp->n_expert_used > 32 ? "more than 32 experts a token"
+                      : hp->kv_lora_rank > 0                       ? "latent attention (MLA)"
+                                                                   : NULL;
     if (why)
         return hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA: %s (%s) has %s, which the GPU kernels do not cover yet",
                             hp->name[0] ? hp->name : "the model", hp->arch_name, why);
@@ -289,12 +290,18 @@ hr_status hr_cuda_check_model(const hr_model *m, hr_error *err) {
     return st;
 }
 
-/* a layer's Q/K/V biases (one piece) and Q/K norms (one piece each), as upload_model makes them */
+/* a layer's Q/K/V biases (one piece), Q/K norms and post norms (one piece each), as upload_model makes them */
 static uint64_t layer_vec_bytes(const hr_hparams *hp, const hr_layer *l) {
     const uint64_t D = (uint64_t)hp->head_dim, qkv = ((uint64_t)hp->n_head + 2u * (uint64_t)hp->n_head_kv) * D;
+    const uint64_t E = (uint64_t)hp->n_embd;
     return (l->bq || l->bk || l->bv ? hr_cuda_arena_piece_bytes(qkv * 4u) : 0) +
-           (l->q_norm ? hr_cuda_arena_piece_bytes(D * 4u) : 0) + (l->k_norm ? hr_cuda_arena_piece_bytes(D * 4u) : 0);
+           (l->q_norm ? hr_cuda_arena_piece_bytes(D * 4u) : 0) + (l->k_norm ? hr_cuda_arena_piece_bytes(D * 4u) : 0) +
+           (l->attn_post_norm ? hr_cuda_arena_piece_bytes(E * 4u) : 0) +
+           (l->ffn_post_norm ? hr_cuda_arena_piece_bytes(E * 4u) : 0);
 }
+
+/* window layers beside full ones (gemma2, gemma3): two RoPE tables, several KV layer groups */
+static bool hybrid(const hr_hparams *hp) { return hp->n_window_layers > 0 && hp->n_window_layers < hp->n_layer; }
 
 uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
     const hr_hparams *hp = &m->hp;
@@ -308,7 +315,8 @@ uint64_t hr_cuda_model_weight_bytes(const hr_model *m) {
     }
     b += norm + mat_bytes(&m->output);
     if (emb_type(m->tok_embd.type) >= 0) b += mat_bytes(&m->tok_embd);
-    return b + hr_cuda_arena_piece_bytes((uint64_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1) * 4u);
+    const uint64_t rope = hr_cuda_arena_piece_bytes((uint64_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1) * 4u);
+    return b + rope * (hybrid(hp) ? 2u : 1u); /* the window layers' table beside the full ones' */
 }
 
 /* what upload_model lets go of the host's copy of [p, p + n), a matrix's: the file's pages given back,
@@ -361,6 +369,8 @@ static hr_status up_layer_vecs(cuda_ctx *x, const hr_layer *l, dev_layer *d, hr_
     }
     if (!st && l->q_norm) st = up_floats(x, l->q_norm, D, &d->q_norm, err);
     if (!st && l->k_norm) st = up_floats(x, l->k_norm, D, &d->k_norm, err);
+    if (!st && l->attn_post_norm) st = up_floats(x, l->attn_post_norm, (size_t)hp->n_embd, &d->attn_post, err);
+    if (!st && l->ffn_post_norm) st = up_floats(x, l->ffn_post_norm, (size_t)hp->n_embd, &d->ffn_post, err);
     return st;
 }
 
@@ -405,9 +415,16 @@ static hr_status upload_model(cuda_ctx *x, hr_error *err) {
     size_t half = (size_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1);
     float *inv = malloc(sizeof(float) * half);
     if (!inv) return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
-    hr_model_rope_inv_freq(m, x->max_ctx, inv, NULL);
+    float *inv_swa = hybrid(hp) ? malloc(sizeof(float) * half) : NULL;
+    if (hybrid(hp) && !inv_swa) {
+        free(inv);
+        return hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    hr_model_rope_inv_freq(m, x->max_ctx, inv, inv_swa);
     st = up_floats(x, inv, half, &x->inv_freq, err);
+    if (!st && inv_swa) st = up_floats(x, inv_swa, half, &x->inv_freq_swa, err);
     free(inv);
+    free(inv_swa);
     return st;
 }
 
@@ -423,17 +440,18 @@ static hr_status alloc_activations(cuda_ctx *x, hr_error *err) {
         &x->g,        &x->u,         &x->logits,       &x->ids,        &x->pos,   &x->slots,  &x->qrow,
         &x->n_ctx,    &x->tables,    &x->attn_scratch, &x->d_out_rows, &x->win,   &x->runs,   &x->tl.view,
         &x->tl.masks, &x->tl.scores, &x->moe_probs,    &x->moe_sel,    &x->moe_w, &x->moe_out};
-    int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, bytes);
+    int n = hr_cuda_scratch_pieces(hp, x->max_tokens, x->max_ctx, B, x->n_groups, bytes);
     for (int i = 0; i < n; i++) { /* a piece of 0 bytes (the experts' without them) is none, as planned */
         hr_status st = bytes[i] ? hr_cuda_alloc(x->dev, (size_t)bytes[i], bufs[i], err) : HR_OK;
         if (st) return st;
     }
-    x->h_slots = malloc(3 * T * sizeof(int32_t)); /* slots, then stages and fills (q4, kivi2) */
+    const size_t G = (size_t)x->n_groups;             /* slots, windows and tables: a set a group (slots_of) */
+    x->h_slots = malloc(G * 3 * T * sizeof(int32_t)); /* slots, then stages and fills (q4, kivi2) */
     x->h_qrow = malloc(T * sizeof(int32_t));
     x->h_nctx = malloc(T * sizeof(int32_t));
-    x->h_win = malloc(2 * T * sizeof(int32_t));
+    x->h_win = malloc(G * 2 * T * sizeof(int32_t));
     x->h_runs = malloc(4 * T * sizeof(int32_t));
-    x->h_tables = malloc(T * (size_t)x->max_blocks * sizeof(int32_t));
+    x->h_tables = malloc(G * T * (size_t)x->max_blocks * sizeof(int32_t));
     x->out_rows = malloc(T * sizeof(int));
     if (x->tok_type < 0) x->hemb = malloc(T * E * sizeof(float));
     x->tl_cap = hr_cuda_token_seqs(x->max_tokens);
@@ -495,19 +513,30 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
     if (!st)
         st = hr_threadpool_create(p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN), &x->tp, err);
     if (!st) st = argmax_of(getenv("HEADROOM_CUDA_ARGMAX"), &x->argmax, err);
-    /* the device path writes and attends by physical slot in one group of every layer: a model whose
-     * layers all attend alike (all full, or all through the same sliding window, as mistral's) */
-    if (!st && (hr_kv_pool_groups(kv)->n_groups != 1 || hr_kv_pool_config(kv)->v_from_k))
+    /* the device path writes and attends by physical slot: each layer in its group's blocks (gemma's
+     * window layers beside its full ones: several groups, each with its own tables), at its slot there */
+    if (!st) x->n_groups = hr_kv_pool_groups(kv)->n_groups;
+    if (!st && x->n_groups > 1 && hr_kv_pool_n_stage(kv) > 0)
         st = hr_error_set(err, HR_ERR_UNSUPPORTED,
-                          "CUDA: %s has sliding-window layers beside full ones (several KV layer groups), which "
-                          "the GPU path does not cover yet",
+                          "CUDA: %s has sliding-window layers beside full ones (several KV layer groups), which the "
+                          "GPU path covers with the formats written as they come (f32, f16, bf16, q8, fp8, q4h), "
+                          "not q4 or kivi2 yet",
                           m->hp.name[0] ? m->hp.name : m->hp.arch_name);
+    if (!st && (x->n_groups > HR_KV_MAX_GROUPS || hr_kv_pool_config(kv)->v_from_k))
+        st = hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA: %s's KV layout (a latent cache) is not on the GPU yet",
+                          m->hp.name[0] ? m->hp.name : m->hp.arch_name);
+    if (!st) st = hr_kv_pool_set_attn_softcap(kv, m->hp.attn_softcap, err); /* gemma2's, as the CPU's forward */
     /* the model's own sliding window, as the CPU's forward pass tells the pool (its views then see it) */
     for (int il = 0; !st && il < m->hp.n_layer; il++)
         if (m->layer_attn[il].window > 0) st = hr_kv_pool_set_sliding_window(kv, il, m->layer_attn[il].window, err);
     if (!st) x->staged = hr_kv_pool_n_stage(kv) > 0;
     if (!st && !(x->L = calloc((size_t)m->hp.n_layer, sizeof *x->L)))
         st = hr_error_set(err, HR_ERR_NOMEM, "out of memory");
+    for (int g = 0; !st && g < x->n_groups; g++) x->group_layer[g] = -1;
+    for (int il = 0; !st && il < m->hp.n_layer; il++) {
+        hr_kv_pool_layer_slot(kv, il, &x->L[il].group, &x->L[il].slot);
+        if (x->group_layer[x->L[il].group] < 0) x->group_layer[x->L[il].group] = il;
+    }
     if (!st) st = upload_model(x, err);
     if (!st) st = alloc_activations(x, err);
     const char *graphs = getenv("HEADROOM_CUDA_GRAPHS");
@@ -538,16 +567,44 @@ static void cuda_destroy(hr_model_ctx *c) {
         hr_cuda_free(x->dev, d->bias);
         hr_cuda_free(x->dev, d->q_norm);
         hr_cuda_free(x->dev, d->k_norm);
+        hr_cuda_free(x->dev, d->attn_post);
+        hr_cuda_free(x->dev, d->ffn_post);
         dev_weight *ds[LAYER_MATS];
         dev_mats(d, ds);
         for (int i = 0; i < LAYER_MATS; i++) free_weight(x, ds[i]);
     }
     free_weight(x, &x->out);
-    uint64_t bufs[] = {x->tok,   x->out_norm, x->inv_freq, x->x,        x->xb,        x->xo,           x->q,
-                       x->k,     x->v,        x->att,      x->g,        x->u,         x->logits,       x->ids,
-                       x->pos,   x->slots,    x->qrow,     x->n_ctx,    x->tables,    x->attn_scratch, x->d_out_rows,
-                       x->win,   x->runs,     x->tl.view,  x->tl.masks, x->tl.scores, x->moe_probs,    x->moe_sel,
-                       x->moe_w, x->moe_out};
+    uint64_t bufs[] = {x->tok,
+                       x->inv_freq_swa,
+                       x->out_norm,
+                       x->inv_freq,
+                       x->x,
+                       x->xb,
+                       x->xo,
+                       x->q,
+                       x->k,
+                       x->v,
+                       x->att,
+                       x->g,
+                       x->u,
+                       x->logits,
+                       x->ids,
+                       x->pos,
+                       x->slots,
+                       x->qrow,
+                       x->n_ctx,
+                       x->tables,
+                       x->attn_scratch,
+                       x->d_out_rows,
+                       x->win,
+                       x->runs,
+                       x->tl.view,
+                       x->tl.masks,
+                       x->tl.scores,
+                       x->moe_probs,
+                       x->moe_sel,
+                       x->moe_w,
+                       x->moe_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hr_cuda_free(x->dev, bufs[i]);
     if (x->own_dev) hr_cuda_device_close(x->dev);
     free(x->L);
@@ -623,8 +680,10 @@ static hr_status rope(cuda_ctx *x, int T, int il, hr_error *err) {
     float pos_scale = x->m->layer_attn[il].rope_linear_scale, eps = hp->norm_eps,
           factor = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0f;
     uint64_t bias = d->bias, qn = d->q_norm, kn = d->k_norm;
-    void *a[] = {&x->q, &x->k, &x->v, &x->pos, &x->inv_freq, &bias,      &qn,     &kn,
-                 &hq,   &hk,   &D,    &n_rot,  &neox,        &pos_scale, &factor, &eps};
+    /* gemma3's window layers turn by their own base, as the CPU's (hr_model_rope_inv_freq's inv_swa) */
+    uint64_t inv = x->inv_freq_swa && x->m->layer_attn[il].kind == HR_ATTN_WINDOW ? x->inv_freq_swa : x->inv_freq;
+    void *a[] = {&x->q, &x->k, &x->v, &x->pos, &inv,  &bias,      &qn,     &kn,
+                 &hq,   &hk,   &D,    &n_rot,  &neox, &pos_scale, &factor, &eps};
     return hr_cuda_launch(x->dev, "hr_k_rope", (unsigned)T, 1, THREADS, a, err);
 }
 
@@ -720,74 +779,114 @@ static hr_status tokens_scores(cuda_ctx *x, hr_error *err) {
  * storage runs prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma) and no token
  * is masked, the batch's runs of one sequence at consecutive positions. *max_ctx: the most positions
  * a token sees. */
+/* group g's set of the batch's places: its slots (with stages and fills), table rows and windows, on
+ * the host and (dev_*) on the device, at g x the rows max_tokens holds */
+static size_t slots_of(const cuda_ctx *x, int g) { return (size_t)g * 3u * (size_t)x->max_tokens; }
+static size_t tables_of(const cuda_ctx *x, int g) { return (size_t)g * (size_t)x->max_tokens * (size_t)x->max_blocks; }
+static size_t wins_of(const cuda_ctx *x, int g) { return (size_t)g * 2u * (size_t)x->max_tokens; }
+
 static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_error *err) {
-    const int T = b->n_tokens;
+    const int T = b->n_tokens, G = x->n_groups;
     int rows = 0, ctx = 1;
     x->any_win = false;
     x->n_tl = 0;
     for (int t = 0; t < T; t++) {
-        x->h_slots[t] = hr_kv_write_slot_stage(x->kv, 0, b->seq[t], b->pos[t], NULL, &x->h_slots[T + t]);
         int r = 0, n_tab = 0;
         while (r < t && b->seq[r] != b->seq[t]) r++;
-        if (r == t) { /* the sequence's first token in the batch: its row */
-            const int32_t *tab = hr_kv_seq_table(x->kv, 0, b->seq[t], &n_tab);
-            if (n_tab > x->max_blocks) n_tab = x->max_blocks;
-            memcpy(x->h_tables + (size_t)rows * x->max_blocks, tab, (size_t)n_tab * sizeof *tab);
-            x->h_qrow[t] = rows++;
-        } else {
-            x->h_qrow[t] = x->h_qrow[r];
-        }
-        hr_status st = token_view(x, b, t, r, n_tab, err);
-        if (st) return st;
         const int n = b->pos[t] + 1;
-        int sinks = 0, lo = 0;
-        hr_kv_seq_window(x->kv, 0, b->seq[t], n, &sinks, &lo);
-        if (lo <= sinks) sinks = lo = 0;
         x->h_nctx[t] = n;
-        x->h_win[2 * t] = sinks;
-        x->h_win[2 * t + 1] = lo;
-        x->any_win |= lo > 0;
-        const int vis = lo > 0 ? sinks + n - lo : n;
-        ctx = vis > ctx ? vis : ctx;
+        x->h_qrow[t] = r == t ? rows++ : x->h_qrow[r]; /* the sequence's first token in the batch: its row */
+        for (int g = 0; g < G; g++) {                  /* each group through its first layer */
+            const int il = x->group_layer[g];
+            int32_t *sl = x->h_slots + slots_of(x, g);
+            sl[t] = hr_kv_write_slot_stage(x->kv, il, b->seq[t], b->pos[t], NULL, &sl[T + t]);
+            if (r == t) {
+                const int32_t *tab = hr_kv_seq_table(x->kv, il, b->seq[t], &n_tab);
+                if (n_tab > x->max_blocks) n_tab = x->max_blocks;
+                memcpy(x->h_tables + tables_of(x, g) + (size_t)x->h_qrow[t] * x->max_blocks, tab,
+                       (size_t)n_tab * sizeof *tab);
+            }
+            int sinks = 0, lo = 0;
+            hr_kv_seq_window(x->kv, il, b->seq[t], n, &sinks, &lo);
+            if (lo <= sinks) sinks = lo = 0;
+            int32_t *w = x->h_win + wins_of(x, g);
+            w[2 * t] = sinks;
+            w[2 * t + 1] = lo;
+            x->any_win |= lo > 0;
+            const int vis = lo > 0 ? sinks + n - lo : n;
+            ctx = vis > ctx ? vis : ctx;
+        }
+        if (r != t) { /* token_view takes the sequence's blocks from its first token */
+            hr_kv_seq_table(x->kv, x->group_layer[0], b->seq[t], &n_tab);
+            if (n_tab > x->max_blocks) n_tab = x->max_blocks;
+        }
+        hr_status st = token_view(x, b, t, r, n_tab, err); /* (token policies have one group) */
+        if (st) return st;
     }
     *max_ctx = ctx;
     const int H = x->m->hp.n_head, Hkv = x->m->hp.n_head_kv;
     x->n_runs = x->n_tl == 0 && hr_kv_storage_cuda_prefill_on(hr_kv_pool_storage(x->kv), H)
                     ? hr_cuda_attn_runs(x->h_qrow, b->pos, T, hr_cuda_prefill_tile_rows(H, Hkv), x->h_runs)
                     : 0;
-    /* q4, kivi2: the tokens' stages follow their slots, then whether each fills its block, which the
-     * storage counts now for the step (its launches the same whatever fills) */
+    /* q4, kivi2 (one group: create refuses them with several): the tokens' stages follow their slots,
+     * then whether each fills its block, which the storage counts now for the step (its launches the
+     * same whatever fills) */
     hr_status st = hr_kv_storage_cuda_stage_batch(hr_kv_pool_storage_rw(x->kv), x->h_slots, T, err);
     const int place = x->staged ? 3 * T : T;
     if (st ||
         (x->n_tl > 0 && ((st = hr_cuda_upload(x->dev, x->tl.view, x->h_tlview, (size_t)T * 2 * sizeof(int32_t), err)) ||
                          (st = tokens_zero(x, err)))) ||
-        (st = hr_cuda_upload(x->dev, x->slots, x->h_slots, (size_t)place * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->qrow, x->h_qrow, (size_t)T * sizeof(int32_t), err)) ||
         (st = hr_cuda_upload(x->dev, x->n_ctx, x->h_nctx, (size_t)T * sizeof(int32_t), err)) ||
-        (x->any_win && (st = hr_cuda_upload(x->dev, x->win, x->h_win, (size_t)T * 2 * sizeof(int32_t), err))) ||
         (x->n_runs > 0 &&
          (st = hr_cuda_upload(x->dev, x->runs, x->h_runs, (size_t)x->n_runs * 4 * sizeof(int32_t), err))))
         return st;
-    return hr_cuda_upload(x->dev, x->tables, x->h_tables, (size_t)rows * x->max_blocks * sizeof(int32_t), err);
+    for (int g = 0; g < G; g++) {
+        const size_t so = slots_of(x, g), wo = wins_of(x, g), to = tables_of(x, g);
+        if ((st = hr_cuda_upload(x->dev, x->slots + so * 4u, x->h_slots + so, (size_t)place * sizeof(int32_t), err)) ||
+            (x->any_win &&
+             (st = hr_cuda_upload(x->dev, x->win + wo * 4u, x->h_win + wo, (size_t)T * 2 * sizeof(int32_t), err))) ||
+            (st = hr_cuda_upload(x->dev, x->tables + to * 4u, x->h_tables + to,
+                                 (size_t)rows * x->max_blocks * sizeof(int32_t), err)))
+            return st;
+    }
+    return HR_OK;
 }
 
 /* Layer il's K/V writes and attention in the device storage: no row leaves the GPU */
 static hr_status attend(cuda_ctx *x, int T, int il, int max_ctx, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
     hr_kv_storage *st = hr_kv_pool_storage_rw(x->kv);
-    hr_status r = hr_kv_storage_cuda_write_dev(st, il, x->k, x->v, x->slots, T, err);
+    /* the layer's group's places; the storage's layer is its slot in the group's blocks */
+    const int g = x->L[il].group, slot = x->L[il].slot;
+    const uint64_t slots = x->slots + slots_of(x, g) * 4u, tables = x->tables + tables_of(x, g) * 4u,
+                   win = x->any_win ? x->win + wins_of(x, g) * 4u : 0;
+    hr_status r = hr_kv_storage_cuda_write_dev(st, slot, x->k, x->v, slots, T, err);
     if (r) return r;
     /* the token masks when a sequence has them, the scores when a row accumulates */
     bool acc = false;
     for (int k = 0; k < x->n_tl; k++) acc |= x->tl_acc[k];
     const hr_kv_cuda_tokens tl = {.view = x->tl.view, .masks = x->tl.masks, .scores = acc ? x->tl.scores : 0};
     /* a query's tail stage is its own token's: the block it writes, partial at its n_ctx = pos + 1 */
-    const uint64_t tails = x->staged ? x->slots + (uint64_t)T * 4u : 0;
-    return hr_kv_storage_cuda_attend_runs(st, il, x->q, x->tables, x->max_blocks, x->qrow, x->n_ctx,
-                                          x->any_win ? x->win : 0, tails, T, max_ctx, hp->n_head, hp->attn_scale, 0.0f,
-                                          x->h_runs, x->runs, x->n_runs, x->n_tl > 0 ? &tl : NULL, x->att,
-                                          x->attn_scratch, err);
+    const uint64_t tails = x->staged ? slots + (uint64_t)T * 4u : 0;
+    return hr_kv_storage_cuda_attend_runs(st, slot, x->q, tables, x->max_blocks, x->qrow, x->n_ctx, win, tails, T,
+                                          max_ctx, hp->n_head, hp->attn_scale, hp->attn_softcap, x->h_runs, x->runs,
+                                          x->n_runs, x->n_tl > 0 ? &tl : NULL, x->att, x->attn_scratch, err);
+}
+
+/* p[0..n) *= s */
+static hr_status scale(cuda_ctx *x, uint64_t p, float s, uint64_t n, hr_error *err) {
+    void *a[] = {&p, &s, &n};
+    return hr_cuda_launch(x->dev, "hr_k_scale", grid_for(n), 1, THREADS, a, err);
+}
+
+/* xo's T rows RMS-normed in place by w (gemma's post-attention and post-FFN norms; w 0: none) */
+static hr_status post_norm(cuda_ctx *x, uint64_t w, int T, hr_error *err) {
+    if (!w) return HR_OK;
+    int n = x->m->hp.n_embd;
+    float eps = x->m->hp.norm_eps;
+    void *a[] = {&x->xo, &x->xo, &w, &n, &eps};
+    return hr_cuda_launch(x->dev, "hr_k_rmsnorm", (unsigned)T, 1, THREADS, a, err);
 }
 
 /* A mixture of experts' FFN of xb's T rows into xo, the CPU's steps (moe_route, moe_ffn) in 7 launches
@@ -822,32 +921,41 @@ static hr_status launch_step(cuda_ctx *x, int T, int n_out, int max_ctx, hr_erro
     hr_status st;
     void *ea[] = {&x->x, &x->tok, &x->ids, (void *)&E, &x->tok_type};
     if (x->tok_type >= 0 && (st = hr_cuda_launch(x->dev, "hr_k_embed", (unsigned)T, 1, THREADS, ea, err))) return st;
+    if (hp->embd_scale > 0.0f && (st = scale(x, x->x, hp->embd_scale, (uint64_t)T * (uint64_t)E, err)))
+        return st; /* gemma: sqrt(E) */
     /* Each residual add is fused with the norm after it (hr_k_add_rmsnorm): the FFN's output joins
-     * the stream in the next layer's attention norm, the last layer's in the output norm. */
+     * the stream in the next layer's attention norm, the last layer's in the output norm; gemma's
+     * post norms first normalize each output in place. */
     for (int il = 0; il < hp->n_layer; il++) {
         const dev_layer *d = &x->L[il];
         if ((st = add_rmsnorm(x, x->xb, il > 0 ? x->xo : 0, d->attn_norm, 0, T, err)) ||
             (st = gemv(x, &d->wq, x->xb, x->q, T, err)) || (st = gemv(x, &d->wk, x->xb, x->k, T, err)) ||
             (st = gemv(x, &d->wv, x->xb, x->v, T, err)) || (st = rope(x, T, il, err)) ||
             (st = attend(x, T, il, max_ctx, err)) || (st = gemv(x, &d->wo, x->att, x->xo, T, err)) ||
-            (st = add_rmsnorm(x, x->xb, x->xo, d->ffn_norm, 0, T, err)))
+            (st = post_norm(x, d->attn_post, T, err)) || (st = add_rmsnorm(x, x->xb, x->xo, d->ffn_norm, 0, T, err)))
             return st;
         if (d->eg.p) { /* the experts: their FFNs into xo (ffn_moe) */
-            if ((st = ffn_moe(x, d, T, err))) return st;
-            continue;
+            st = ffn_moe(x, d, T, err);
+        } else if (!(st = gemv(x, &d->wg, x->xb, x->g, T, err)) && !(st = gemv(x, &d->wu, x->xb, x->u, T, err))) {
+            uint64_t n = (uint64_t)T * F;
+            void *sa[] = {&x->g, &x->g, &x->u, &n};
+            const char *act = hp->ffn_act == HR_FFN_GELU_TANH ? "hr_k_geglu" : "hr_k_swiglu";
+            if (!(st = hr_cuda_launch(x->dev, act, grid_for(n), 1, THREADS, sa, err)))
+                st = gemv(x, &d->wd, x->g, x->xo, T, err);
         }
-        if ((st = gemv(x, &d->wg, x->xb, x->g, T, err)) || (st = gemv(x, &d->wu, x->xb, x->u, T, err))) return st;
-        uint64_t n = (uint64_t)T * F;
-        void *sa[] = {&x->g, &x->g, &x->u, &n};
-        if ((st = hr_cuda_launch(x->dev, "hr_k_swiglu", grid_for(n), 1, THREADS, sa, err)) ||
-            (st = gemv(x, &d->wd, x->g, x->xo, T, err)))
-            return st;
+        if (st || (st = post_norm(x, d->ffn_post, T, err))) return st;
     }
     /* logits for the rows that want them: their last add and norm into xb's first rows (one launch),
-     * then one GEMV */
+     * then one GEMV; gemma's soft cap on them */
     if (n_out == 0) return HR_OK;
-    if ((st = add_rmsnorm(x, x->xb, x->xo, x->out_norm, x->d_out_rows, n_out, err))) return st;
-    return gemv(x, &x->out, x->xb, x->logits, n_out, err);
+    if ((st = add_rmsnorm(x, x->xb, x->xo, x->out_norm, x->d_out_rows, n_out, err)) ||
+        (st = gemv(x, &x->out, x->xb, x->logits, n_out, err)))
+        return st;
+    if (!(hp->final_softcap > 0.0f)) return HR_OK;
+    uint64_t n = (uint64_t)n_out * (uint64_t)hp->n_vocab;
+    float cap = hp->final_softcap;
+    void *ca[] = {&x->logits, &cap, &n};
+    return hr_cuda_launch(x->dev, "hr_k_softcap", grid_for(n), 1, THREADS, ca, err);
 }
 
 /* ---- CUDA graphs of decode steps -------------------------------------------------------------------- */

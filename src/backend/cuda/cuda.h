@@ -105,6 +105,8 @@ typedef struct hr_cuda_arena_query {
     double util;                      /* the fraction of total_bytes the arena may take (0: the default) */
     uint64_t kv_budget;               /* > 0: the KV pool's bytes as asked (--kv-budget), not what is left */
     int n_blocks;                     /* > 0: exactly this many blocks (tests) */
+    int n_groups;                     /* the KV layer groups (hr_kv_groups.n_groups; 0: 1): the forward pass
+                                         keeps each group's slots, tables and windows */
 } hr_cuda_arena_query;
 
 typedef struct hr_cuda_arena_plan {
@@ -126,12 +128,14 @@ typedef struct hr_cuda_arena_plan {
 hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena_plan *out, hr_error *err);
 /* The device bytes of the forward pass's buffers (out: HR_CUDA_SCRATCH_PIECES of them, in the order
  * the backend allocates them); returns their count. */
-int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out);
+int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_groups,
+                           uint64_t *out);
 /* The host bytes of the forward pass's batch rows (slots, table rows, contexts, windows, the rows that
  * want logits, the token embedding's rows for a type the device does not look up) and of its pool of
  * n_threads host threads (model.h's hr_model_ctx_run_items: the engine's sampling): what --device cuda
  * holds on the host in place of the CPU forward pass's scratch (the runtime's memory plan). */
-uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_threads);
+uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_groups,
+                                    int n_threads);
 /* The sequences under a token-level policy (h2o, snapkv) whose masks and scores a forward pass of up to
  * max_tokens rows holds on the device: 4, or the environment's HEADROOM_CUDA_TOKEN_SEQS, at most
  * max_tokens (a batch with more runs in pieces); and one sequence's masks (scores false: ceil(B / 64)

@@ -69,7 +69,9 @@ uint64_t hr_cuda_token_row_bytes(const hr_hparams *hp, int max_ctx, int block_si
     return per * (scores ? (uint64_t)block_size : (uint64_t)((block_size + 63) / 64)) * 8u;
 }
 
-int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, uint64_t *out) {
+int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_groups,
+                           uint64_t *out) {
+    const uint64_t G = (uint64_t)(n_groups > 1 ? n_groups : 1); /* slots, tables and windows: a set a group */
     const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
                    kvd = (uint64_t)hp->n_head_kv * hp->head_dim, V = (uint64_t)hp->n_vocab;
     /* a mixture of experts: every (token, rank) slot's gate and up rows in g and u, the router's logits,
@@ -102,13 +104,13 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
                                                      T * V * 4,
                                                      T * 4,
                                                      T * 4,
-                                                     T * 12,
+                                                     G * T * 12,
                                                      T * 4,
                                                      T * 4,
-                                                     T * max_blocks * 4,
+                                                     G * T * max_blocks * 4,
                                                      scr,
                                                      T * 4,
-                                                     T * 8,
+                                                     G * T * 8,
                                                      T * 16,
                                                      T * 8,
                                                      tl * hr_cuda_token_row_bytes(hp, max_ctx, block_size, false),
@@ -121,16 +123,18 @@ int hr_cuda_scratch_pieces(const hr_hparams *hp, int max_tokens, int max_ctx, in
     return HR_CUDA_SCRATCH_PIECES;
 }
 
-uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_threads) {
-    const uint64_t T = (uint64_t)max_tokens, max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size);
+uint64_t hr_cuda_host_scratch_bytes(const hr_hparams *hp, int max_tokens, int max_ctx, int block_size, int n_groups,
+                                    int n_threads) {
+    const uint64_t T = (uint64_t)max_tokens, max_blocks = (uint64_t)((max_ctx + block_size - 1) / block_size),
+                   G = (uint64_t)(n_groups > 1 ? n_groups : 1);
     /* backend_cuda.c's alloc_activations: slots (with stages and fills: 3 a row), qrow, n_ctx, windows (2 a
      * row), tables, out rows, the embedding rows (counted whatever the type: T x E floats), and the
      * token-level policies' views (2 a row), each of their device rows' sequence, blocks and flag, and one
-     * row's scores as they come down */
+     * row's scores as they come down; slots, windows and tables a set per KV layer group */
     const uint64_t tl = (uint64_t)hr_cuda_token_seqs(max_tokens);
-    return T * 4 * 5 + T * 8 + T * max_blocks * 4 + T * sizeof(int) + T * (uint64_t)hp->n_embd * 4 + T * 8 +
-           tl * (4 + sizeof(int) + sizeof(bool)) + hr_cuda_token_row_bytes(hp, max_ctx, block_size, true) +
-           hr_threadpool_bytes(HR_MAX(1, n_threads));
+    return G * T * 4 * 3 + T * 4 * 2 + G * T * 8 + G * T * max_blocks * 4 + T * sizeof(int) +
+           T * (uint64_t)hp->n_embd * 4 + T * 8 + tl * (4 + sizeof(int) + sizeof(bool)) +
+           hr_cuda_token_row_bytes(hp, max_ctx, block_size, true) + hr_threadpool_bytes(HR_MAX(1, n_threads));
 }
 
 uint64_t hr_cuda_storage_stage_bytes(int n_kv_heads, int head_dim) {
@@ -150,7 +154,7 @@ hr_status hr_cuda_arena_plan_compute(const hr_cuda_arena_query *q, hr_cuda_arena
     out->budget_bytes = (uint64_t)((double)q->total_bytes * util);
     out->weight_bytes = q->weight_bytes;
     uint64_t pieces[HR_CUDA_SCRATCH_PIECES];
-    int n = hr_cuda_scratch_pieces(hp, q->max_batch_tokens, q->max_ctx, q->block_size, pieces);
+    int n = hr_cuda_scratch_pieces(hp, q->max_batch_tokens, q->max_ctx, q->block_size, q->n_groups, pieces);
     for (int i = 0; i < n; i++) out->scratch_bytes += hr_cuda_arena_piece_bytes(pieces[i]);
     out->block_bytes = q->block_bytes;
     /* the KV storage's pieces beside its blocks: its host write's rows, and the tail buffers */
