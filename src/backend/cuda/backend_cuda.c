@@ -60,8 +60,8 @@ typedef struct dev_weight {
 
 typedef struct dev_layer {
     uint64_t attn_norm, ffn_norm;
-    uint64_t bias;           /* Q/K/V biases [H D | Hkv D | Hkv D] (a missing one zeros), 0: none (qwen2) */
-    uint64_t q_norm, k_norm; /* per-head RMSNorm weights (D), 0: none (qwen3) */
+    uint64_t bias;                /* Q/K/V biases [H D | Hkv D | Hkv D] (a missing one zeros), 0: none (qwen2) */
+    uint64_t q_norm, k_norm;      /* per-head RMSNorm weights (D), 0: none (qwen3) */
     uint64_t attn_post, ffn_post; /* gemma's post-attention and post-FFN RMSNorm weights (E), 0: none */
     int group, slot;              /* its KV layer group and its slot in the group's blocks */
     dev_weight wq, wk, wv, wo, wg, wu, wd;
