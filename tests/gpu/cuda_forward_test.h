@@ -34,7 +34,7 @@ const char *ft_synth(const char *shape, char *path, size_t n);
 void test_refusals(const ft_ctx *ft); /* cuda_forward_engine.c */
 void test_windows(const ft_ctx *ft);
 void test_families(const ft_ctx *ft); /* qwen2, qwen3 (YaRN), phi3 against the CPU */
-void test_arena(const ft_ctx *ft); /* cuda_forward_memory.c */
+void test_arena(const ft_ctx *ft);    /* cuda_forward_memory.c */
 void test_host_weights(const ft_ctx *ft);
 void test_f32_vectors(const ft_ctx *ft);  /* cuda_forward_quality.c */
 void test_engine_paths(const ft_ctx *ft); /* cuda_forward_engine.c */

@@ -116,7 +116,7 @@ typedef struct cuda_ctx {
     /* the KV layer groups (gemma's window layers beside full ones): slots, tables and windows are a set a
      * group, group g's at g x the stride (host and device alike), read through its first layer */
     int n_groups, group_layer[HR_KV_MAX_GROUPS];
-    float *hemb;    /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
+    float *hemb; /* [T][E]: embedding rows dequantized on the host (a table type the kernel lacks) */
     int *out_rows;
     /* CUDA graphs of decode steps, by key (run_graphed) */
     bool graphs, graphs_said;
