@@ -141,38 +141,27 @@ static hr_status up_floats(cuda_ctx *x, const float *v, size_t n, uint64_t *out,
     return st ? st : hr_cuda_upload(x->dev, *out, v, n * sizeof(float), err);
 }
 
-/* the expert-stack variant of a GEMV kernel (kernels/gemv.cu's hr_k_gemv_moe_*) */
-static const char *gemv_moe_kernel(hr_dtype t) {
-    switch (t) {
-    case HR_DTYPE_F32: return "hr_k_gemv_moe_f32";
-    case HR_DTYPE_F16: return "hr_k_gemv_moe_f16";
-    case HR_DTYPE_Q8_0: return "hr_k_gemv_moe_q8_0";
-    case HR_DTYPE_Q4_0: return "hr_k_gemv_moe_q4_0";
-    case HR_DTYPE_BF16: return "hr_k_gemv_moe_bf16";
-    case HR_DTYPE_Q4_K: return "hr_k_gemv_moe_q4_K";
-    case HR_DTYPE_Q5_K: return "hr_k_gemv_moe_q5_K";
-    case HR_DTYPE_Q6_K: return "hr_k_gemv_moe_q6_K";
-    case HR_DTYPE_Q5_0: return "hr_k_gemv_moe_q5_0";
-    case HR_DTYPE_Q5_1: return "hr_k_gemv_moe_q5_1";
-    default: return NULL;
-    }
+/* The GEMV kernels of a weight type (kernels/gemv.cu's HR_K_GEMV_KERNELS pairs): the plain one, or
+ * (experts) the stack's, which picks each slot's expert; NULL for a type without one. */
+static const char *gemv_kernel_of(hr_dtype t, bool experts) {
+    static const struct {
+        hr_dtype t;
+        const char *plain, *moe;
+    } k[] = {{HR_DTYPE_F32, "hr_k_gemv_f32", "hr_k_gemv_moe_f32"},
+             {HR_DTYPE_F16, "hr_k_gemv_f16", "hr_k_gemv_moe_f16"},
+             {HR_DTYPE_Q8_0, "hr_k_gemv_q8_0", "hr_k_gemv_moe_q8_0"},
+             {HR_DTYPE_Q4_0, "hr_k_gemv_q4_0", "hr_k_gemv_moe_q4_0"},
+             {HR_DTYPE_BF16, "hr_k_gemv_bf16", "hr_k_gemv_moe_bf16"},
+             {HR_DTYPE_Q4_K, "hr_k_gemv_q4_K", "hr_k_gemv_moe_q4_K"},
+             {HR_DTYPE_Q5_K, "hr_k_gemv_q5_K", "hr_k_gemv_moe_q5_K"},
+             {HR_DTYPE_Q6_K, "hr_k_gemv_q6_K", "hr_k_gemv_moe_q6_K"},
+             {HR_DTYPE_Q5_0, "hr_k_gemv_q5_0", "hr_k_gemv_moe_q5_0"},
+             {HR_DTYPE_Q5_1, "hr_k_gemv_q5_1", "hr_k_gemv_moe_q5_1"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i].t == t) return experts ? k[i].moe : k[i].plain;
+    return NULL;
 }
-
-static const char *gemv_kernel(hr_dtype t) {
-    switch (t) {
-    case HR_DTYPE_F32: return "hr_k_gemv_f32";
-    case HR_DTYPE_F16: return "hr_k_gemv_f16";
-    case HR_DTYPE_Q8_0: return "hr_k_gemv_q8_0";
-    case HR_DTYPE_Q4_0: return "hr_k_gemv_q4_0";
-    case HR_DTYPE_BF16: return "hr_k_gemv_bf16";
-    case HR_DTYPE_Q4_K: return "hr_k_gemv_q4_K";
-    case HR_DTYPE_Q5_K: return "hr_k_gemv_q5_K";
-    case HR_DTYPE_Q6_K: return "hr_k_gemv_q6_K";
-    case HR_DTYPE_Q5_0: return "hr_k_gemv_q5_0";
-    case HR_DTYPE_Q5_1: return "hr_k_gemv_q5_1";
-    default: return NULL;
-    }
-}
+static const char *gemv_kernel(hr_dtype t) { return gemv_kernel_of(t, false); }
 
 /* The tensor-core GEMM (kernels/gemm.cu) of a weight type, by its GEMV kernel's name, for batches of
  * GEMM_MIN_TOKENS or more; cols must be a multiple of col_step (the kernel's 16-byte loads for bf16 and
@@ -208,7 +197,7 @@ static hr_status type_refused(const char *what, hr_dtype t, hr_error *err) {
  * first, the others follow it), whose products are the expert kernels' */
 static hr_status up_weight(cuda_ctx *x, const hr_weight *w, int n_stack, const char *what, dev_weight *out,
                            hr_error *err) {
-    out->gemv = n_stack > 0 ? gemv_moe_kernel(w->type) : gemv_kernel(w->type);
+    out->gemv = gemv_kernel_of(w->type, n_stack > 0);
     if (!out->gemv) return type_refused(what, w->type, err);
     out->rows = w->rows;
     out->cols = w->cols;
@@ -353,7 +342,7 @@ uint64_t hr_cuda_backend_host_released(const hr_model_ctx *c) {
 }
 
 /* qwen2's biases as one [H D | Hkv D | Hkv D] vector (a missing one zeros: hr_k_rope adds all three),
- * qwen3's per-head norm weights */
+ * qwen3's per-head norm weights, gemma's post norms */
 static hr_status up_layer_vecs(cuda_ctx *x, const hr_layer *l, dev_layer *d, hr_error *err) {
     const hr_hparams *hp = &x->m->hp;
     const size_t D = (size_t)hp->head_dim, qd = (size_t)hp->n_head * D, kvd = (size_t)hp->n_head_kv * D;
@@ -522,7 +511,7 @@ static hr_status cuda_create(const hr_model *m, hr_kv_pool *kv, const hr_model_c
                           "GPU path covers with the formats written as they come (f32, f16, bf16, q8, fp8, q4h), "
                           "not q4 or kivi2 yet",
                           m->hp.name[0] ? m->hp.name : m->hp.arch_name);
-    if (!st && (x->n_groups > HR_KV_MAX_GROUPS || hr_kv_pool_config(kv)->v_from_k))
+    if (!st && hr_kv_pool_config(kv)->v_from_k)
         st = hr_error_set(err, HR_ERR_UNSUPPORTED, "CUDA: %s's KV layout (a latent cache) is not on the GPU yet",
                           m->hp.name[0] ? m->hp.name : m->hp.arch_name);
     if (!st) st = hr_kv_pool_set_attn_softcap(kv, m->hp.attn_softcap, err); /* gemma2's, as the CPU's forward */
@@ -771,20 +760,21 @@ static hr_status tokens_scores(cuda_ctx *x, hr_error *err) {
     return HR_OK;
 }
 
-/* The batch's places in the KV cache, from the manager (one group of every layer: the same slot and
- * table in each), copied up once for every layer: each token's slot, its sequence's table row (a
+/* group g's set of the batch's places: its slots (with stages and fills), table rows and windows, on
+ * the host and on the device (4 bytes an entry), at g x the rows max_tokens holds */
+static size_t slots_of(const cuda_ctx *x, int g) { return (size_t)g * 3u * (size_t)x->max_tokens; }
+static size_t tables_of(const cuda_ctx *x, int g) { return (size_t)g * (size_t)x->max_tokens * (size_t)x->max_blocks; }
+static size_t wins_of(const cuda_ctx *x, int g) { return (size_t)g * 2u * (size_t)x->max_tokens; }
+
+/* The batch's places in the KV cache, from the manager (per KV layer group, asked through its first
+ * layer: every layer of a group has the same slots and tables), copied up once for every layer: each
+ * token's slot, its sequence's table row (a
  * row per distinct sequence, tokens of one sequence sharing it), its context pos + 1 and the window
  * it sees (a policy's sinks and window, the model's sliding window: hr_kv_seq_window), the token
  * masks of sequences under h2o or snapkv (token_view; the others pay nothing), and, where the
  * storage runs prefill attention on the tensor cores (HEADROOM_CUDA_PREFILL_ATTN=mma) and no token
  * is masked, the batch's runs of one sequence at consecutive positions. *max_ctx: the most positions
  * a token sees. */
-/* group g's set of the batch's places: its slots (with stages and fills), table rows and windows, on
- * the host and (dev_*) on the device, at g x the rows max_tokens holds */
-static size_t slots_of(const cuda_ctx *x, int g) { return (size_t)g * 3u * (size_t)x->max_tokens; }
-static size_t tables_of(const cuda_ctx *x, int g) { return (size_t)g * (size_t)x->max_tokens * (size_t)x->max_blocks; }
-static size_t wins_of(const cuda_ctx *x, int g) { return (size_t)g * 2u * (size_t)x->max_tokens; }
-
 static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_error *err) {
     const int T = b->n_tokens, G = x->n_groups;
     int rows = 0, ctx = 1;
@@ -816,11 +806,9 @@ static hr_status place_batch(cuda_ctx *x, const hr_batch *b, int *max_ctx, hr_er
             const int vis = lo > 0 ? sinks + n - lo : n;
             ctx = vis > ctx ? vis : ctx;
         }
-        if (r != t) { /* token_view takes the sequence's blocks from its first token */
-            hr_kv_seq_table(x->kv, x->group_layer[0], b->seq[t], &n_tab);
-            if (n_tab > x->max_blocks) n_tab = x->max_blocks;
-        }
-        hr_status st = token_view(x, b, t, r, n_tab, err); /* (token policies have one group) */
+        /* n_tab: the sequence's blocks, which token_view reads at its first token (token policies have one
+         * group) */
+        hr_status st = token_view(x, b, t, r, n_tab, err);
         if (st) return st;
     }
     *max_ctx = ctx;
